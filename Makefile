@@ -1,0 +1,123 @@
+# sbx - privilege-separated sandbox service. `make run` runs it, `make check` tests it.
+
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBEXECDIR ?= $(PREFIX)/libexec/sbx
+DESTDIR ?=
+CC ?= cc
+PYTHON ?= /usr/bin/python3
+
+PKGS := libevent jansson sqlite3 libsodium
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+ifneq ($(CI),)
+WARN += -Werror
+endif
+
+ifneq ($(SANITIZE),)
+BUILD ?= build/san
+SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT := -O1
+else
+BUILD ?= build/out
+SANFLAGS :=
+OPT := -O2 -D_FORTIFY_SOURCE=2
+endif
+
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+CFLAGS ?= -g
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) $(CFLAGS) $(WARN) -fstack-protector-strong \
+	$(SANFLAGS) -Icommon -Iproto -Ibroker -Iapi $(PKG_CFLAGS)
+ALL_LDFLAGS := $(SANFLAGS) $(LDFLAGS)
+
+COMMON_SRC := $(wildcard common/*.c proto/*.c)
+BROKER_SRC := $(filter-out broker/broker.c,$(wildcard broker/*.c))
+API_SRC := $(filter-out api/api.c,$(wildcard api/*.c))
+CLI_SRC := $(wildcard api/cli/*.c)
+HELPER_SRC := $(wildcard broker/helper/*.c)
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+FAKE_SRC := $(wildcard tests/driver_fake.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+LIBSBX := $(BUILD)/libsbx.a
+LIBBROKER := $(BUILD)/libsbxbroker.a
+LIBAPI := $(BUILD)/libsbxapi.a
+
+BINS := $(BUILD)/sandbox-broker $(if $(wildcard api/api.c),$(BUILD)/sandbox-api) \
+	$(if $(CLI_SRC),$(BUILD)/sbx) $(if $(HELPER_SRC),$(BUILD)/sbx-helper)
+UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+
+.PHONY: all check bench install uninstall clean deps unit sanitize run
+all: $(BINS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIBSBX): $(call obj,$(COMMON_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBBROKER): $(call obj,$(BROKER_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBAPI): $(call obj,$(API_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/sandbox-broker: $(call obj,broker/broker.c) $(LIBBROKER) $(LIBSBX)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS) -lm
+
+$(BUILD)/sandbox-api: $(call obj,api/api.c) $(LIBAPI) $(LIBSBX)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS) -lm
+
+$(BUILD)/sbx: $(call obj,$(CLI_SRC)) $(LIBSBX)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS) -lm
+
+# The helper runs inside sandboxes whose image we do not control: static,
+# no sanitizer runtime, no shared library.
+$(BUILD)/sbx-helper: $(HELPER_SRC)
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -D_FORTIFY_SOURCE=2 $(CFLAGS) $(WARN) \
+		-fstack-protector-strong -static -o $@ $^
+
+$(BUILD)/tests/%: tests/unit/%.c $(call obj,$(FAKE_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests -o $@ $^ $(ALL_LDFLAGS) $(PKG_LIBS) -lcmocka -lm
+
+unit: $(UNIT_BINS)
+
+deps:
+	@sh deploy/deps.sh
+
+# The whole test suite: unit tests, the same under ASan+UBSan, integration
+# tests on real Docker and Podman started on private sockets. One summary line.
+check: deps
+	$(MAKE) all unit
+	$(MAKE) SANITIZE=address,undefined unit
+	@sh tests/run.sh
+
+bench: deps all
+	@sh tests/bench/run.sh
+
+run: deps all
+	@sh deploy/run.sh
+
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR)
+	install -m 0755 $(filter-out $(BUILD)/sbx-helper,$(BINS)) $(DESTDIR)$(BINDIR)/
+	$(if $(HELPER_SRC),install -m 0755 $(BUILD)/sbx-helper $(DESTDIR)$(LIBEXECDIR)/)
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/sandbox-broker $(DESTDIR)$(BINDIR)/sandbox-api \
+		$(DESTDIR)$(BINDIR)/sbx $(DESTDIR)$(LIBEXECDIR)/sbx-helper
+	-rmdir $(DESTDIR)$(LIBEXECDIR)
+
+clean:
+	rm -rf build tests/out
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

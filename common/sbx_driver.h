@@ -1,0 +1,207 @@
+/* sbx_driver.h - the SandboxDriver vtable (SPEC §3): one asynchronous interface, many runtimes. */
+#ifndef SBX_DRIVER_H
+#define SBX_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sbx_err.h"
+
+struct event_base;
+struct evbuffer;
+
+/*
+ * Rules that hold for every operation of every driver:
+ *
+ * - All calls are made from the thread running the driver's event_base; no
+ *   driver blocks that thread.
+ * - An operation that returns an sbx_op handle will call its callback (or,
+ *   for streams, exactly one of sink->exit / sink->error) exactly once, and
+ *   never before the starting call has returned. After that terminal call the
+ *   handle is freed by the driver and must not be used.
+ * - An operation that cannot start (bad argument) returns NULL, fills err and
+ *   calls no callback.
+ * - sbx_op_cancel() stops an operation at any time before its terminal
+ *   callback: no callback is made afterwards, the handle is freed, and for an
+ *   exec the process tree in the sandbox is killed (SPEC §6).
+ * - Strings passed in are borrowed for the duration of the call only; the
+ *   driver copies what it keeps. Pointers passed to callbacks are borrowed
+ *   for the duration of the callback only.
+ * - Sandbox ids satisfy sbx_id_valid() and paths sbx_path_check() (callers
+ *   check; drivers check again and fail with invalid_id / path_outside_work).
+ */
+
+struct sbx_driver;
+struct sbx_op;
+
+enum sbx_state {
+	SBX_STATE_ABSENT = 0,
+	SBX_STATE_RUNNING,
+	SBX_STATE_STOPPED,
+};
+
+/* "absent", "running", "stopped". */
+const char *sbx_state_name(enum sbx_state st);
+
+/*
+ * What a caller asks for in ensure. Zero in a limit field means "the
+ * configured default"; a value above the configured ceiling is refused with
+ * limit_exceeded, never clamped silently (SPEC §4: callers may only lower).
+ */
+struct sbx_spec {
+	const char *image;       /* NULL: the default image; must be allowlisted */
+	int egress;              /* 1: egress network; 0: no route out (default) */
+	int64_t memory_bytes;    /* memory (and memory+swap) limit, bytes */
+	int64_t nano_cpus;       /* CPU quota in 1e-9 CPUs (Engine API NanoCpus) */
+	int64_t pids;            /* pids limit */
+};
+
+/* What status() and list_sandboxes() report. Times in Unix milliseconds. */
+struct sbx_status {
+	char id[64];
+	enum sbx_state state;
+	char image[256];
+	int egress;
+	int64_t created_at_ms;    /* 0 when absent */
+	int64_t last_used_at_ms;  /* 0 when unknown (filled by the broker) */
+	char stop_reason[16];     /* "", "idle", "operator", "oom", "exited" */
+	char container_id[72];    /* runtime's container id, "" when absent */
+};
+
+/* One entry of list(). */
+struct sbx_dirent {
+	char name[256];
+	const char *type;        /* "file", "dir", "symlink", "other" (static) */
+	int64_t size;            /* bytes */
+	uint32_t mode;           /* permission bits, e.g. 0644 */
+	int64_t mtime;           /* Unix seconds */
+};
+
+/* Exec request (SPEC §4). */
+struct sbx_exec_req {
+	const char *const *argv; /* NULL-terminated, argv[0] required */
+	const char *cwd;         /* NULL: /work; else must pass sbx_path_check */
+	const char *const *env;  /* NULL-terminated "K=V" list or NULL */
+	const unsigned char *stdin_data; /* bytes fed to stdin then EOF; NULL: none */
+	size_t stdin_len;
+	int64_t timeout_ms;      /* 0: configured default; above ceiling: refused */
+	int64_t output_cap;      /* bytes of stdout+stderr; 0: configured default */
+};
+
+/* How an exec ended. */
+struct sbx_exit {
+	int code;                /* exit status 0-255 */
+	const char *signal;      /* NULL or signal name ("KILL") when killed by one */
+	int64_t duration_ms;
+	int truncated;           /* 1: output cap reached, exec was killed */
+};
+
+/*
+ * Consumer of a stream (exec output or file read). For a read, output()
+ * always gets stream 1 and exit() has code 0.
+ */
+struct sbx_sink {
+	void (*start)(void *arg, const char *exec_id);
+	/* stream: 1 stdout, 2 stderr. buf borrowed, len > 0. */
+	void (*output)(void *arg, int stream, const unsigned char *buf, size_t len);
+	void (*exit)(void *arg, const struct sbx_exit *ex);         /* terminal */
+	void (*error)(void *arg, const struct sbx_err *err);       /* terminal */
+	void *arg;
+};
+
+struct sbx_health {
+	int ok;                  /* 1: runtime reachable and helper ready */
+	char status[16];         /* "ok" or "degraded" */
+	char reason[256];        /* why degraded, "" when ok */
+	char runtime[64];        /* e.g. "Docker Engine 20.10.24", "Podman Engine 4.3.1" */
+	char api_version[16];    /* Engine API version in use, e.g. "1.41" */
+};
+
+typedef void (*sbx_status_cb)(void *arg, const struct sbx_err *err,
+    const struct sbx_status *st);
+typedef void (*sbx_done_cb)(void *arg, const struct sbx_err *err);
+typedef void (*sbx_list_cb)(void *arg, const struct sbx_err *err,
+    const struct sbx_dirent *ents, size_t n);
+typedef void (*sbx_sandboxes_cb)(void *arg, const struct sbx_err *err,
+    const struct sbx_status *sts, size_t n);
+typedef void (*sbx_health_cb)(void *arg, const struct sbx_err *err,
+    const struct sbx_health *h);
+
+/*
+ * The operations. Each implementation is one file exporting one const
+ * instance (broker/driver_engine.c, api/driver_broker.c, tests/driver_fake.c).
+ * On success each returns a handle; on a refusal it returns NULL with err set.
+ */
+struct sbx_driver_ops {
+	const char *name;
+
+	/* Creates volume + container and starts it if needed; idempotent. A
+	 * changed egress replaces the container (same volume). cb gets the
+	 * resulting status. Errors: invalid_id, image_not_allowed,
+	 * limit_exceeded, conflict, too_many, runtime_unavailable, runtime_error. */
+	struct sbx_op *(*ensure)(struct sbx_driver *d, const char *id,
+	    const struct sbx_spec *spec, sbx_status_cb cb, void *arg,
+	    struct sbx_err *err);
+	/* Status; an unknown id is state absent, not an error. */
+	struct sbx_op *(*status)(struct sbx_driver *d, const char *id,
+	    sbx_status_cb cb, void *arg, struct sbx_err *err);
+	/* Runs req->argv as the sandbox user; events go to sink. Errors (via
+	 * sink->error): not_found, not_running, timeout, too_many, runtime_*. */
+	struct sbx_op *(*exec)(struct sbx_driver *d, const char *id,
+	    const struct sbx_exec_req *req, const struct sbx_sink *sink,
+	    struct sbx_err *err);
+	/* Streams the file's bytes to sink (stream 1). Errors: not_found,
+	 * path_outside_work (also a symlink leaving /work), too_large. */
+	struct sbx_op *(*read)(struct sbx_driver *d, const char *id,
+	    const char *path, const struct sbx_sink *sink, struct sbx_err *err);
+	/* Writes body (drained by the driver; the caller keeps ownership of
+	 * the evbuffer object) to path with permission bits mode (0: 0644),
+	 * creating parent directories, as the sandbox user, atomically. */
+	struct sbx_op *(*write)(struct sbx_driver *d, const char *id,
+	    const char *path, uint32_t mode, struct evbuffer *body,
+	    sbx_done_cb cb, void *arg, struct sbx_err *err);
+	struct sbx_op *(*list)(struct sbx_driver *d, const char *id,
+	    const char *path, sbx_list_cb cb, void *arg, struct sbx_err *err);
+	/* Stops the container; the volume stays. Absent: not_found. */
+	struct sbx_op *(*stop)(struct sbx_driver *d, const char *id,
+	    sbx_done_cb cb, void *arg, struct sbx_err *err);
+	/* Removes container and volume; irreversible. Absent: ok (idempotent). */
+	struct sbx_op *(*destroy)(struct sbx_driver *d, const char *id,
+	    sbx_done_cb cb, void *arg, struct sbx_err *err);
+	/* All sandboxes this driver manages (labelled io.sbx.managed=true). */
+	struct sbx_op *(*list_sandboxes)(struct sbx_driver *d,
+	    sbx_sandboxes_cb cb, void *arg, struct sbx_err *err);
+	struct sbx_op *(*health)(struct sbx_driver *d, sbx_health_cb cb,
+	    void *arg, struct sbx_err *err);
+
+	/* Handle control (see rules above). pause/resume apply to streams:
+	 * a paused stream stops reading from its producer, so memory stays
+	 * bounded; on other operations they do nothing. */
+	void (*cancel)(struct sbx_driver *d, struct sbx_op *op);
+	void (*pause)(struct sbx_driver *d, struct sbx_op *op);
+	void (*resume)(struct sbx_driver *d, struct sbx_op *op);
+
+	/* Frees the driver; every operation must have ended or been cancelled. */
+	void (*free)(struct sbx_driver *d);
+};
+
+/*
+ * A driver instance. Implementations embed this as their first member and
+ * fill ops; callers only ever use the functions below.
+ */
+struct sbx_driver {
+	const struct sbx_driver_ops *ops;
+	struct event_base *base;
+};
+
+/* Every op handle starts with this so sbx_op_* can find its driver. */
+struct sbx_op {
+	struct sbx_driver *driver;
+};
+
+void sbx_op_cancel(struct sbx_op *op);  /* NULL allowed */
+void sbx_op_pause(struct sbx_op *op);
+void sbx_op_resume(struct sbx_op *op);
+void sbx_driver_free(struct sbx_driver *d); /* NULL allowed */
+
+#endif

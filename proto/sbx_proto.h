@@ -1,0 +1,56 @@
+/* sbx_proto.h - the broker wire contract: paths, event types, error codes (proto/broker-api.md). */
+#ifndef SBX_PROTO_H
+#define SBX_PROTO_H
+
+/* Version of the broker HTTP API; every path starts with SBX_API_PREFIX. */
+#define SBX_PROTO_VERSION "1"
+#define SBX_API_PREFIX "/v1"
+
+/* Paths of the broker API (SPEC §4). {id} is a sandbox id (sbx_id_valid). */
+#define SBX_PATH_SANDBOXES "/v1/sandboxes"   /* GET list; /{id} PUT ensure, GET status, DELETE destroy */
+#define SBX_PATH_EXEC_SUFFIX "/exec"        /* POST /v1/sandboxes/{id}/exec -> NDJSON */
+#define SBX_PATH_FILES_SUFFIX "/files"      /* GET read, PUT write; ?path=&mode= */
+#define SBX_PATH_LIST_SUFFIX "/list"        /* GET ?path= */
+#define SBX_PATH_STOP_SUFFIX "/stop"        /* POST */
+#define SBX_PATH_HEALTH "/v1/health"
+#define SBX_PATH_METRICS "/metrics"
+
+/* Content types. */
+#define SBX_CT_JSON "application/json"
+#define SBX_CT_NDJSON "application/x-ndjson"
+#define SBX_CT_OCTET "application/octet-stream"
+#define SBX_CT_SSE "text/event-stream"
+
+/* Exec event types (SPEC §5), the "type" member of each NDJSON line. */
+#define SBX_EV_START "start"
+#define SBX_EV_STDOUT "stdout"
+#define SBX_EV_STDERR "stderr"
+#define SBX_EV_EXIT "exit"
+#define SBX_EV_ERROR "error"
+
+/* Error codes: {"error":{"code":...,"message":...}}. HTTP status in brackets. */
+#define SBX_E_BAD_REQUEST "bad_request"             /* [400] malformed input */
+#define SBX_E_INVALID_ID "invalid_id"               /* [400] id not [a-z0-9][a-z0-9-]{0,62} */
+#define SBX_E_PATH_OUTSIDE_WORK "path_outside_work" /* [400] path rules of SPEC §4 */
+#define SBX_E_UNKNOWN_FIELD "unknown_field"         /* [400] body has a field we do not accept */
+#define SBX_E_WRONG_TYPE "wrong_type"               /* [400] body field has the wrong JSON type */
+#define SBX_E_IMAGE_NOT_ALLOWED "image_not_allowed" /* [400] image outside the allowlist */
+#define SBX_E_LIMIT_EXCEEDED "limit_exceeded"       /* [400] asked for more than the config allows */
+#define SBX_E_UNAUTHORIZED "unauthorized"           /* [401] */
+#define SBX_E_FORBIDDEN "forbidden"                 /* [403] */
+#define SBX_E_NOT_FOUND "not_found"                 /* [404] sandbox, file or route absent */
+#define SBX_E_METHOD_NOT_ALLOWED "method_not_allowed" /* [405] */
+#define SBX_E_CONFLICT "conflict"                   /* [409] e.g. unlabelled container with our name */
+#define SBX_E_NOT_RUNNING "not_running"             /* [409] sandbox stopped: ensure it first */
+#define SBX_E_TOO_LARGE "too_large"                 /* [413] body or file over the cap */
+#define SBX_E_RATE_LIMITED "rate_limited"           /* [429] */
+#define SBX_E_TOO_MANY "too_many"                   /* [429] concurrent execs / sandboxes cap */
+#define SBX_E_INTERNAL "internal"                   /* [500] */
+#define SBX_E_RUNTIME "runtime_error"               /* [502] runtime answered with an error */
+#define SBX_E_RUNTIME_UNAVAILABLE "runtime_unavailable" /* [503] runtime socket unreachable */
+#define SBX_E_SHUTTING_DOWN "shutting_down"         /* [503] draining after SIGTERM */
+#define SBX_E_BROKER_UNAVAILABLE "broker_unavailable" /* [503] (api) broker unreachable */
+#define SBX_E_TIMEOUT "timeout"                     /* [504] exec or operation timed out */
+#define SBX_E_CANCELLED "cancelled"                 /* operation cancelled by its caller */
+
+#endif

@@ -46,7 +46,7 @@ LIBSBX := $(BUILD)/libsbx.a
 LIBBROKER := $(BUILD)/libsbxbroker.a
 LIBAPI := $(BUILD)/libsbxapi.a
 
-BINS := $(BUILD)/sandbox-broker $(if $(wildcard api/api.c),$(BUILD)/sandbox-api) \
+BINS := $(if $(wildcard broker/broker.c),$(BUILD)/sandbox-broker) $(if $(wildcard api/api.c),$(BUILD)/sandbox-api) \
 	$(if $(CLI_SRC),$(BUILD)/sbx) $(if $(HELPER_SRC),$(BUILD)/sbx-helper)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 

@@ -57,7 +57,7 @@ int sbx_query_path(const char *query, const char *name, char **out, size_t *outl
 
 /*
  * Like sbx_query_path for any parameter, without the path check: returns 1
- * with *out/*outlen set (malloc'd, decoded once, NUL-terminated, may contain
+ * with *out and *outlen set (malloc'd, decoded once, NUL-terminated, may contain
  * NULs) when present, 0 with *out NULL when absent, -1 with SBX_E_BAD_REQUEST
  * (given twice, bad encoding) or SBX_E_INTERNAL. Names in the query are
  * decoded before being compared with name.

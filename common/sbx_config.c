@@ -309,6 +309,10 @@ set_json(const struct sbx_config_key *k, void *cfg, json_t *v,
 	char **list = NULL;
 	size_t i, n;
 
+	if (json_is_null(v)) {
+		clear_field(k, cfg);
+		return 0;
+	}
 	if (json_is_string(v)) {
 		if (strlen(json_string_value(v)) != json_string_length(v))
 			return bad_value(k, src, NULL, err);
@@ -766,11 +770,18 @@ sbx_config_print(FILE *out, const struct sbx_config_key *keys, const void *cfg)
 					json_array_append_new(arr, printable(list[i]));
 			break;
 		case SBX_CFG_BOOL:
-			v = json_boolean(*FIELD(cfg, k, int));
+			if (k->secret)
+				v = *FIELD(cfg, k, int) ? json_string("[redacted]") :
+				    json_null();
+			else
+				v = json_boolean(*FIELD(cfg, k, int));
 			break;
 		default:
-			v = k->secret ? json_string("[redacted]") :
-			    json_integer(*FIELD(cfg, k, long long));
+			if (k->secret)
+				v = *FIELD(cfg, k, long long) ?
+				    json_string("[redacted]") : json_null();
+			else
+				v = json_integer(*FIELD(cfg, k, long long));
 			break;
 		}
 		if (v == NULL || json_object_set_new(root, k->name, v) != 0)

@@ -25,6 +25,9 @@
  *       and the temporary file is removed. A PATH that is a symlink is
  *       written through when its target resolves beneath the root (the
  *       target is replaced), else path_outside_work. Nothing on stdout.
+ *       On any error the rest of stdin (at most BYTES + 1) is read and
+ *       dropped before exiting: podman 4.3's exec stream loses the error
+ *       line when the process exits with input unread.
  *   sbx-helper list PATH
  *       stdout: one JSON array, then "\n":
  *       [{"name":S,"type":"file|dir|symlink|other","size":N,"mode":N,"mtime":N}]
@@ -67,6 +70,10 @@
  *
  * Errors: exit status non-zero and exactly one line on stderr,
  *   {"sbx_helper":1,"error":{"code":"<SBX_E_*>","message":"<sentence>"}}
+ * Outside exec the exit status alone names the code (SBX_HELPER_EXIT_*), so
+ * the broker can answer even when a runtime dropped the line. Attach stdin
+ * only to write and exec (with input): a runtime may drop the output of a
+ * process that exits with its stdin still open and unread.
  * In exec mode that line is mixed into the command's own stderr and the
  * command can print a look-alike, so the broker must believe it only
  * together with a SBX_HELPER_EXEC_* status and never trust it further.

@@ -330,6 +330,17 @@ class TestPaths(HelperCase):
         self.assertEqual(os.readlink(self.p("p")), "/etc/passwd")
         self.assertEqual(os.readlink(self.p("dt")), os.path.join(self.decoy, "target"))
 
+    def test_refused_write_still_consumes_its_input(self):
+        # Podman's exec stream drops the error line when the process exits
+        # with input unread, so a refused write reads (and drops) its body.
+        p = self.spawn(["write", self.p("d", "x"), "644", "--max", str(4 << 20)],
+                       stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        p.stdin.write(os.urandom(2 << 20))  # BrokenPipeError if the helper quit early
+        p.stdin.close()
+        self.assertEqual(p.wait(timeout=5), EXIT_OUTSIDE)
+        self.assertIn(b"path_outside_work", p.stderr.read())
+        self.decoy_untouched()
+
     def test_exec_cwd_through_escaping_symlink_is_refused(self):
         r = self.run_helper(["exec", "--id", "cwd1", "--cwd", self.p("d"), "--", "pwd"])
         self.assertError(r, EXEC_FAILED, "path_outside_work")

@@ -398,6 +398,12 @@ class TestExec(HelperCase):
         r = self.run_helper(["exec", "--id", "e2", "--", "sh", "-c", "kill -TERM $$"])
         self.assertEqual(r.returncode, 128 + signal.SIGTERM)
 
+    def test_exit_code_survives_an_inherited_ignored_sigchld(self):
+        r = subprocess.run(self.argv(["exec", "--id", "ign", "--", "sh", "-c", "exit 5"]),
+                           env=ENV, capture_output=True, timeout=10,
+                           preexec_fn=lambda: signal.signal(signal.SIGCHLD, signal.SIG_IGN))
+        self.assertEqual(r.returncode, 5, r.stderr)
+
     def test_runs_as_the_user_in_cwd(self):
         os.mkdir(self.p("w"))
         r = self.run_helper(["exec", "--id", "e3", "--cwd", self.p("w"), "--", "sh", "-c",

@@ -45,6 +45,8 @@
  *       Exit status: the command's, or 128+signal when a signal ended it;
  *       see the SBX_HELPER_EXEC_* codes for the helper's own outcomes.
  *       SIGTERM/SIGINT/SIGHUP sent to the helper go to the whole group.
+ *       --timeout-ms absent or 0: no backstop (the broker's timer rules).
+ *       --cwd absent: the cwd the helper was started in.
  *   sbx-helper kill ID
  *       SIGKILLs the process group recorded for ID. Exit 0 whether it was
  *       running, already gone or not started yet: a kill that arrives first

@@ -127,8 +127,10 @@ const struct sbx_config_key *sbx_config_find(const struct sbx_config_key *keys,
  * Writes the resolved configuration as a pretty-printed JSON object, keys in
  * table order, followed by '\n': strings as strings (null when unset),
  * ints/durations (ms)/bytes as integers, bools as true/false, lists as arrays.
- * A secret key that is set prints "[redacted]" (unset: null). The output can
- * be fed back as a config file except for redacted values.
+ * A secret key that is set prints "[redacted]" (unset, or a secret number or
+ * bool that is 0: null). The output can
+ * be fed back as a config file (null in a file means unset) except for
+ * redacted values.
  */
 void sbx_config_print(FILE *out, const struct sbx_config_key *keys, const void *cfg);
 

@@ -460,6 +460,7 @@ stream_step(struct fake_op *o)
 	case SBX_FAKE_STEP_OUTPUT:
 		reps = st->repeat ? st->repeat : 1;
 		o->in_cb = 1;
+		o->fd->stats.outputs++;
 		if (st->len > 0)
 			sink.output(sink.arg, st->stream,
 			    (const unsigned char *)st->data, st->len);

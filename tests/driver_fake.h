@@ -82,6 +82,7 @@ struct sbx_fake_stats {
 	unsigned cancels;              /* sbx_op_cancel on a live op */
 	unsigned exec_cancels;         /* of those, on an exec (process tree killed) */
 	unsigned pauses, resumes;      /* on live stream ops */
+	unsigned outputs;              /* sink->output calls made */
 	unsigned containers_created;   /* ensure created or replaced a container */
 	unsigned max_mutating_per_id;  /* most ensure/stop/destroy of one id in flight at once */
 	unsigned ops_live;             /* handles not yet ended */

@@ -640,7 +640,8 @@ status_json(struct broker_server *s, const struct sbx_status *st)
 
 /*
  * Strict body parsing: body must be one JSON object whose members are all
- * in allowed. Returns the object (owned) or NULL after replying.
+ * in allowed. Returns the object (owned) or NULL after replying (b is
+ * freed then: callers store the result only when it is not NULL).
  */
 static json_t *
 body_object(struct breq *b, const char *const *allowed, int empty_ok)
@@ -806,14 +807,17 @@ h_ensure(struct breq *b)
 	static const char *const allowed[] = { "image", "egress",
 	    "memory_bytes", "nano_cpus", "pids", NULL };
 	const struct broker_config *cfg = b->s->cfg;
-	json_t *v;
+	const char *str;
+	json_t *v, *body;
 	size_t i;
 
-	if ((b->body = body_object(b, allowed, 1)) == NULL)
+	if ((body = body_object(b, allowed, 1)) == NULL)
 		return;
+	b->body = body;
 	if ((v = json_object_get(b->body, "image")) != NULL) {
-		if ((b->spec.image = plain_string(b, v, "image")) == NULL)
+		if ((str = plain_string(b, v, "image")) == NULL)
 			return;
+		b->spec.image = str;
 		for (i = 0; b->s->allowlist[i] != NULL; i++)
 			if (strcmp(b->s->allowlist[i], b->spec.image) == 0)
 				break;
@@ -937,9 +941,11 @@ static void
 h_stop(struct breq *b)
 {
 	static const char *const allowed[] = { NULL };
+	json_t *body;
 
-	if ((b->body = body_object(b, allowed, 1)) == NULL)
+	if ((body = body_object(b, allowed, 1)) == NULL)
 		return;
+	b->body = body;
 	serial_enqueue(b, stop_start);
 }
 
@@ -1010,13 +1016,14 @@ h_exec(struct breq *b)
 	struct sbx_sink sink = { exec_start, exec_output, exec_exit, exec_error,
 	    b };
 	struct sbx_err err;
-	json_t *v, *e;
+	json_t *v, *e, *body;
 	const char *str;
 	size_t i, n, blen;
 
 	sbx_err_clear(&err);
-	if ((b->body = body_object(b, allowed, 0)) == NULL)
+	if ((body = body_object(b, allowed, 0)) == NULL)
 		return;
+	b->body = body;
 	v = json_object_get(b->body, "argv");
 	if (v == NULL) {
 		breq_fail_code(b, SBX_E_BAD_REQUEST, "Field \"argv\" is required.");
@@ -1037,8 +1044,10 @@ h_exec(struct breq *b)
 		return;
 	}
 	json_array_foreach(v, i, e)
-		if ((b->argv[i] = plain_string(b, e, "argv")) == NULL)
+		if ((str = plain_string(b, e, "argv")) == NULL)
 			return;
+		else
+			b->argv[i] = str;
 	if (b->argv[0][0] == '\0') {
 		breq_fail_code(b, SBX_E_BAD_REQUEST, "argv[0] must not be empty.");
 		return;

@@ -400,7 +400,7 @@ got_stdout(void *arg)
 	struct tu_res *r = arg;
 	size_t n = evbuffer_get_length(r->body);
 
-	return memmem(evbuffer_pullup(r->body, -1), n, "event: stdout", 13) !=
+	return n > 0 && memmem(evbuffer_pullup(r->body, -1), n, "event: stdout", 13) !=
 	    NULL;
 }
 

@@ -302,9 +302,10 @@ opt_ms(int64_t v)
 static json_t *
 npc_json(const struct api_npc *n)
 {
-	return json_pack("{s:s,s:s,s:s,s:b,s:o,s:o,s:I}", "name", n->name,
-	    "owner", n->owner, "sandbox_id", n->sandbox_id, "egress",
-	    n->egress, "egress_by", n->egress_by[0] != '\0' ?
+	return json_pack("{s:s,s:s,s:s,s:o,s:b,s:o,s:o,s:I}", "name", n->name,
+	    "owner", n->owner, "sandbox_id", n->sandbox_id, "image",
+	    n->image[0] != '\0' ? json_string(n->image) : json_null(),
+	    "egress", n->egress, "egress_by", n->egress_by[0] != '\0' ?
 	    json_string(n->egress_by) : json_null(), "egress_at",
 	    opt_ms(n->egress_at), "created_at", (json_int_t)n->created_at);
 }
@@ -459,6 +460,21 @@ status_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 }
 
 static void
+ensure_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
+{
+	struct areq *a = arg;
+	struct sbx_err e2;
+
+	sbx_err_clear(&e2);
+	if (err == NULL && a->set_image &&
+	    api_store_npc_set_image(a->s->store, a->npc.name, a->npc.image,
+	    &e2) == -1)
+		log_warn("cannot remember the NPC's image", "npc", a->npc.name,
+		    NULL);
+	status_done(arg, err, st);
+}
+
+static void
 h_ensure(struct areq *a)
 {
 	static const char *const allowed[] = { "image", NULL };
@@ -487,12 +503,28 @@ h_ensure(struct areq *a)
 			    "must be a string.");
 			return;
 		}
-		spec.image = img != NULL ? json_string_value(img) : NULL;
+		if (img != NULL) {
+			if (json_string_length(img) == 0 ||
+			    json_string_length(img) >= sizeof(a->npc.image) ||
+			    strlen(json_string_value(img)) !=
+			    json_string_length(img)) {
+				areq_fail_code(a, SBX_E_BAD_REQUEST, "Member "
+				    "\"image\" must be an image name.");
+				return;
+			}
+			snprintf(a->npc.image, sizeof(a->npc.image), "%s",
+			    json_string_value(img));
+			a->set_image = 1;
+		}
 	}
+	/* The image asked for once stays the NPC's image: a later ensure
+	 * without one (or an egress change) must not fall back to the
+	 * default and replace the container. */
+	spec.image = a->npc.image[0] != '\0' ? a->npc.image : NULL;
 	/* Egress comes from the stored grant, never from the caller. */
 	spec.egress = a->npc.egress;
 	a->op = a->s->driver->ops->ensure(a->s->driver, a->npc.sandbox_id,
-	    &spec, status_done, a, &err);
+	    &spec, ensure_done, a, &err);
 	if (a->op == NULL)
 		areq_fail(a, &err);
 }
@@ -727,8 +759,7 @@ egress_status(void *arg, const struct sbx_err *err,
 	 * and so /work, survives (SPEC §4). */
 	memset(&spec, 0, sizeof(spec));
 	spec.egress = a->egress;
-	if (st->image[0] != '\0')
-		spec.image = st->image;
+	spec.image = a->npc.image[0] != '\0' ? a->npc.image : NULL;
 	a->op = a->s->driver->ops->ensure(a->s->driver, a->npc.sandbox_id,
 	    &spec, egress_ensured, a, &e2);
 	if (a->op == NULL)

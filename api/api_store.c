@@ -42,6 +42,7 @@ static const char schema[] =
     " egress INTEGER NOT NULL DEFAULT 0,"
     " egress_by TEXT,"
     " egress_at INTEGER,"
+    " image TEXT,"
     " created_at INTEGER NOT NULL);"
     "CREATE INDEX IF NOT EXISTS npcs_owner ON npcs(owner_id);"
     "CREATE TABLE IF NOT EXISTS audit ("
@@ -447,10 +448,11 @@ row_npc(sqlite3_stmt *stmt, struct api_npc *n)
 	copy_text(n->egress_by, sizeof(n->egress_by), stmt, 6);
 	n->egress_at = sqlite3_column_int64(stmt, 7);
 	n->created_at = sqlite3_column_int64(stmt, 8);
+	copy_text(n->image, sizeof(n->image), stmt, 9);
 }
 
 #define NPC_SELECT "SELECT n.id, n.name, n.owner_id, p.name, n.sandbox_id, " \
-	"n.egress, n.egress_by, n.egress_at, n.created_at FROM npcs n " \
+	"n.egress, n.egress_by, n.egress_at, n.created_at, n.image FROM npcs n " \
 	"JOIN principals p ON p.id = n.owner_id "
 
 int
@@ -574,6 +576,33 @@ api_store_npc_set_egress(struct api_store *st, const char *name, int enabled,
 	}
 	if (sqlite3_changes(st->db) == 0) {
 		sbx_err_set(err, SBX_E_NOT_FOUND, "No NPC named %s.", name);
+		goto done;
+	}
+	rc = 0;
+done:
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+int
+api_store_npc_set_image(struct api_store *st, const char *name,
+    const char *image, struct sbx_err *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc = -1;
+
+	if (sqlite3_prepare_v2(st->db, "UPDATE npcs SET image = ? WHERE "
+	    "name = ?", -1, &stmt, NULL) != SQLITE_OK) {
+		db_fail(st, err, "set image");
+		goto done;
+	}
+	if (image != NULL && image[0] != '\0')
+		sqlite3_bind_text(stmt, 1, image, -1, SQLITE_TRANSIENT);
+	else
+		sqlite3_bind_null(stmt, 1);
+	sqlite3_bind_text(stmt, 2, name, -1, SQLITE_TRANSIENT);
+	if (sqlite3_step(stmt) != SQLITE_DONE) {
+		db_fail(st, err, "set image");
 		goto done;
 	}
 	rc = 0;

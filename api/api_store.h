@@ -43,6 +43,7 @@ struct api_npc {
 	char egress_by[API_NAME_MAX + 1]; /* who granted or revoked last; "" never */
 	int64_t egress_at;       /* Unix ms of that change, 0 never */
 	int64_t created_at;      /* Unix ms */
+	char image[256];         /* image asked for at the last ensure; "" default */
 };
 
 /* "player" / "operator". */
@@ -120,6 +121,11 @@ int api_store_npc_list(struct api_store *st, int64_t owner_id,
  * -1 with err not_found / internal. */
 int api_store_npc_set_egress(struct api_store *st, const char *name,
     int enabled, const char *by, struct sbx_err *err);
+
+/* Remembers the image of NPC name's sandbox ("" or NULL: the broker's
+ * default), so a later ensure (egress change) keeps it. Returns 0 or -1. */
+int api_store_npc_set_image(struct api_store *st, const char *name,
+    const char *image, struct sbx_err *err);
 
 /*
  * Appends an audit row (ts now, principal, action, npc, outcome). Strings may

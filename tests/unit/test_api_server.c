@@ -428,6 +428,28 @@ test_concurrent_execs_over_limit_get_429_and_disconnect_cancels(void **state)
 	tu_res_free(&r);
 }
 
+/* No output, no heartbeat due: the hang-up is still noticed at once. */
+static void
+test_disconnect_of_a_silent_exec_cancels_it(void **state)
+{
+	static const struct sbx_fake_step script[] = {
+		{ .kind = SBX_FAKE_STEP_HANG },
+	};
+	struct tu_res r = { 0 };
+
+	(void)state;
+	start_fake();
+	alice_npc("alpha");
+	assert_int_equal(sbx_fake_set_exec_script(T.drv, script, 1), 0);
+	r.stop_when = "event: start";
+	tu_start_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/exec", KA,
+	    EXEC_SLEEP, strlen(EXEC_SLEEP));
+	assert_true(tu_loop_until(tu_is_done, &r, 3000));
+	assert_true(r.stopped);
+	assert_true(tu_loop_until(exec_cancelled, NULL, 2000));
+	tu_res_free(&r);
+}
+
 static void
 test_requests_per_minute_over_limit_get_429_with_retry_after(void **state)
 {
@@ -742,6 +764,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(
 		    test_concurrent_execs_over_limit_get_429_and_disconnect_cancels,
 		    setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_disconnect_of_a_silent_exec_cancels_it, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_requests_per_minute_over_limit_get_429_with_retry_after,
 		    setup, teardown),

@@ -449,13 +449,27 @@ stream_closed(struct evhttp_connection *conn, void *arg)
 	breq_done(b, 200, SBX_E_CANCELLED);
 }
 
-static void
+/*
+ * Starts the 200 reply of a stream. Returns 0, or -1 when the client has
+ * already gone (the request was detached from its connection): then the
+ * producer is cancelled and b is finished.
+ */
+static int
 stream_begin(struct breq *b, const char *ctype)
 {
 	struct evkeyvalq *h = evhttp_request_get_output_headers(b->req);
+	struct sbx_op *op = b->op;
 	struct timeval tv;
 	int64_t secs;
 
+	if (evhttp_request_get_connection(b->req) == NULL) {
+		b->op = NULL;
+		sbx_op_cancel(op);
+		evhttp_send_reply_end(b->req);   /* frees a detached request */
+		b->req = NULL;
+		breq_done(b, 499, SBX_E_CANCELLED);
+		return -1;
+	}
 	evhttp_add_header(h, "Content-Type", ctype);
 	evhttp_add_header(h, "Cache-Control", "no-cache");
 	evhttp_add_header(h, "X-Accel-Buffering", "no");
@@ -469,6 +483,7 @@ stream_begin(struct breq *b, const char *ctype)
 	evhttp_connection_set_closecb(b->conn, stream_closed, b);
 	evhttp_send_reply_start(b->req, 200, "OK");
 	b->streaming = 1;
+	return 0;
 }
 
 /* Ends a started stream normally and finishes b. */
@@ -505,9 +520,10 @@ exec_start(void *arg, const char *exec_id)
 	struct breq *b = arg;
 
 	snprintf(b->exec_id, sizeof(b->exec_id), "%s", exec_id);
+	if (stream_begin(b, SBX_CT_NDJSON) == -1)
+		return;
 	broker_metrics_exec_started(b->s->metrics);
 	b->exec_counted = 1;
-	stream_begin(b, SBX_CT_NDJSON);
 	sbx_ndjson_start(b->chunk, exec_id, wall_ms());
 	stream_flush(b);
 }
@@ -590,8 +606,8 @@ read_exit(void *arg, const struct sbx_exit *ex)
 
 	(void)ex;
 	b->op = NULL;
-	if (!b->streaming)
-		stream_begin(b, SBX_CT_OCTET);  /* empty file, no start seen */
+	if (!b->streaming && stream_begin(b, SBX_CT_OCTET) == -1)
+		return;   /* the driver broke the contract: exit without start */
 	stream_end(b, "ok");
 }
 

@@ -934,6 +934,37 @@ test_client_disconnect_cancels_exec(void **state)
 	assert_int_equal(sbx_fake_stats(F.fake)->execs_live, 0);
 }
 
+static void
+early_close_fn(void *arg)
+{
+	const char *body = "{\"argv\":[\"sleep\",\"1000\"]}";
+	int fd = cl_connect();
+
+	(void)arg;
+	cl_send(fd, "POST", "/v1/sandboxes/x3/exec", AUTH, SBX_CT_JSON, body,
+	    strlen(body));
+	close(fd);
+}
+
+static void
+test_client_gone_before_start_cancels_exec(void **state)
+{
+	static const struct sbx_fake_step script[] = {
+		{ .kind = SBX_FAKE_STEP_OUTPUT, .stream = 1, .data = "tick\n" },
+		{ .kind = SBX_FAKE_STEP_HANG },
+	};
+
+	(void)state;
+	start(NULL);
+	ensure_ok("x3");
+	sbx_fake_set_exec_script(F.fake, script, 2);
+	sbx_fake_set_delay_ms(F.fake, 100);
+	run_client(early_close_fn, NULL);
+	assert_true(loop_until(exec_cancelled, NULL, 5000));
+	assert_true(loop_until(nothing_in_flight, NULL, 5000));
+	assert_int_equal(sbx_fake_stats(F.fake)->execs_live, 0);
+}
+
 struct slow {
 	sem_t go;
 	size_t bytes;
@@ -1354,6 +1385,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_exec_streams_ndjson_as_scripted, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_exec_errors_before_and_after_start, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_client_disconnect_cancels_exec, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_client_gone_before_start_cancels_exec, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_slow_client_pauses_the_producer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_exec_limit_per_sandbox, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_max_sandboxes, setup, teardown),

@@ -130,6 +130,7 @@ struct eop {
 static void op_free(struct eop *);
 static void exec_begin(struct eop *);
 static void exec_after_stream(struct eop *);
+static void exec_poll_exit(struct eop *);
 static void ensure_inspect(struct eop *);
 
 /* ---------- small utilities ---------- */
@@ -1551,21 +1552,15 @@ kill_exec(struct eop *op)
 	start_kill(op->e, op->id, op->cid, op->exec_id, op);
 }
 
-static void exec_poll_exit(struct eop *op);
-
+/* The timeout's kill has ended: report the timeout. */
 static void
 exec_after_kill(struct eop *op)
 {
 	struct sbx_err e;
 
-	if (op->timed_out) {
-		sbx_err_set(&e, SBX_E_TIMEOUT, "exec ran longer than its timeout "
-		    "of %" PRId64 " ms; its processes were killed", op->timeout_ms);
-		finish_err(op, &e);
-		return;
-	}
-	/* Output cap reached: read the exit status the kill produced. */
-	exec_poll_exit(op);
+	sbx_err_set(&e, SBX_E_TIMEOUT, "exec ran longer than its timeout "
+	    "of %" PRId64 " ms; its processes were killed", op->timeout_ms);
+	finish_err(op, &e);
 }
 
 static void
@@ -1890,17 +1885,20 @@ deliver(struct eop *op, int stream, const unsigned char *buf, size_t len)
 		if (op->dead)
 			return;
 	}
-	if (op->delivered >= op->cap && op->kind == OP_EXEC && !op->truncated) {
-		op->truncated = 1;
-		kill_exec(op);
-	} else if (op->delivered >= op->cap && op->kind == OP_READ &&
-	    !op->truncated) {
+	if (op->delivered < op->cap || op->truncated)
+		return;
+	op->truncated = 1;
+	if (op->kind == OP_EXEC) {
+		/* Keep reading (and dropping) until the killed exec's stream
+		 * ends, so the runtime records its real exit status; closing
+		 * early makes Docker 20.10 report 126 ("attach failed"). */
+		start_kill(op->e, op->id, op->cid, op->exec_id, NULL);
+	} else if (op->kind == OP_READ) {
 		struct sbx_err e;
 
-		op->truncated = 1;
 		sbx_err_set(&e, SBX_E_TOO_LARGE, "file is larger than the cap of "
-		    "%" PRId64 " bytes", op->cap);
-		kill_exec(op);
+		    "%" PRId64 " bytes", op->cap - 1);
+		start_kill(op->e, op->id, op->cid, op->exec_id, NULL);
 		finish_err(op, &e);
 	}
 }

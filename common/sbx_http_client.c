@@ -606,7 +606,7 @@ write_request(struct sbx_http_req *r, struct evbuffer *out, const char *host,
 	if (needs_len && evbuffer_add_printf(out, "Content-Length: %zu\r\n",
 	    q->body_len) < 0)
 		goto oom;
-	if (evbuffer_add_printf(out, "%s\r\n", r->upgrade_req ?
+	if (evbuffer_add_printf(out, "%s\r\n\r\n", r->upgrade_req ?
 	    "Connection: Upgrade\r\nUpgrade: tcp" : "Connection: close") < 0)
 		goto oom;
 	if (q->body_len > 0 && evbuffer_add(out, q->body, q->body_len) < 0)
@@ -628,6 +628,7 @@ sbx_http_request(struct event_base *base, const char *address,
 	char host[300], port[16];
 	int sslen = (int)sizeof(ss), rc;
 	struct timeval tv;
+	struct evbuffer *reqbuf = NULL;
 
 	if (base == NULL || address == NULL || q == NULL || cbs == NULL ||
 	    cbs->done == NULL || !valid_token(q->method, 0) ||
@@ -660,6 +661,9 @@ sbx_http_request(struct event_base *base, const char *address,
 	    r->bev == NULL)
 		goto oom;
 	bufferevent_setcb(r->bev, read_cb, write_cb, event_cb, r);
+	/* The request is built here and queued once the socket exists. */
+	if ((reqbuf = evbuffer_new()) == NULL)
+		goto oom;
 
 	memset(&ss, 0, sizeof(ss));
 	if (strncmp(address, "unix:", 5) == 0)
@@ -677,11 +681,11 @@ sbx_http_request(struct event_base *base, const char *address,
 		sun->sun_family = AF_UNIX;
 		memcpy(sun->sun_path, path, strlen(path) + 1);
 		sslen = (int)sizeof(*sun);
-		rc = write_request(r, bufferevent_get_output(r->bev), "localhost",
+		rc = write_request(r, reqbuf, "localhost",
 		    q, err);
 	} else if (evutil_parse_sockaddr_port(address, (struct sockaddr *)&ss,
 	    &sslen) == 0) {
-		rc = write_request(r, bufferevent_get_output(r->bev), address, q,
+		rc = write_request(r, reqbuf, address, q,
 		    err);
 	} else {
 		colon = strrchr(address, ':');
@@ -697,7 +701,7 @@ sbx_http_request(struct event_base *base, const char *address,
 		memcpy(host, address, (size_t)(colon - address));
 		host[colon - address] = '\0';
 		snprintf(port, sizeof(port), "%s", colon + 1);
-		rc = write_request(r, bufferevent_get_output(r->bev), address, q,
+		rc = write_request(r, reqbuf, address, q,
 		    err);
 	}
 	if (rc < 0)
@@ -721,8 +725,16 @@ sbx_http_request(struct event_base *base, const char *address,
 	if (r->have_pending) {
 		bufferevent_disable(r->bev, EV_READ | EV_WRITE);
 		event_active(r->kick, EV_TIMEOUT, 0);
+		evbuffer_free(reqbuf);
 		return r;
 	}
+	if (bufferevent_write_buffer(r->bev, reqbuf) < 0) {
+		sbx_http_req_cancel(r);
+		evbuffer_free(reqbuf);
+		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		return NULL;
+	}
+	evbuffer_free(reqbuf);
 	bufferevent_enable(r->bev, EV_READ | EV_WRITE);
 	if (opts != NULL && opts->header_timeout_ms > 0) {
 		ms_to_tv(opts->header_timeout_ms, &tv);
@@ -736,6 +748,8 @@ sbx_http_request(struct event_base *base, const char *address,
 oom:
 	sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
 fail:
+	if (reqbuf != NULL)
+		evbuffer_free(reqbuf);
 	req_free(r);
 	return NULL;
 }

@@ -593,7 +593,9 @@ read_output(void *arg, int stream, const unsigned char *buf, size_t len)
 	struct breq *b = arg;
 
 	(void)stream;
-	if (!b->streaming)
+	/* A driver need not call start for a read (the engine driver does
+	 * not): the first bytes start the reply. */
+	if (!b->streaming && stream_begin(b, SBX_CT_OCTET) == -1)
 		return;
 	evbuffer_add(b->chunk, buf, len);
 	stream_flush(b);

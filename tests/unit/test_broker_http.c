@@ -1155,6 +1155,12 @@ test_files_roundtrip_and_size_caps(void **state)
 	assert_memory_equal(r.body, "some bytes", 10);
 	resp_free(&r);
 
+	assert_int_equal(sbx_fake_put_file(F.fake, "f1", "/work/empty", "", 0), 0);
+	r = jreq("GET", "/v1/sandboxes/f1/files?path=/work/empty", NULL);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(r.len, 0);
+	resp_free(&r);
+
 	r = jreq("GET", "/v1/sandboxes/f1/files?path=/work/d/none", NULL);
 	expect_error(&r, 404, SBX_E_NOT_FOUND);
 

@@ -1,4 +1,6 @@
 /* broker.c - sandbox-broker: main, configuration, token, signals, --check, event loop (SPEC §4, §9). */
+#include <sys/stat.h>
+
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -139,6 +141,8 @@ main(int argc, char **argv)
 	memset(&m, 0, sizeof(m));
 	sbx_err_clear(&err);
 	signal(SIGPIPE, SIG_IGN);
+	/* broker.db and anything else we create is ours alone. */
+	umask(077);
 	sbx_log_init("sandbox-broker", 2, SBX_LOG_INFO);
 
 	opts.accept = SBX_OPT_HELP | SBX_OPT_VERSION | SBX_OPT_PRINT_CONFIG |

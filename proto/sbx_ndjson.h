@@ -191,6 +191,9 @@ struct sbx_ndjson_parser *sbx_ndjson_parser_new(size_t max_line,
  *  - cancelled: cb returned nonzero.
  *  - internal: out of memory.
  * A '\r' before '\n' is accepted (JSON whitespace) and kept in line.
+ * Lines exactly as sbx_ndjson_output writes them skip the general JSON
+ * parser (sbx_ndjson_canonical_output); the event, including raw, is the
+ * same either way. cb must not call feed/finish/free on p (no reentrancy).
  */
 int sbx_ndjson_parser_feed(struct sbx_ndjson_parser *p, const char *buf,
     size_t len, struct sbx_err *err);

@@ -433,10 +433,14 @@ sbx_ndjson_error(struct evbuffer *out, const char *code, const char *message)
  * reservation in out, one pass to escape (or base64) straight into it. The
  * bytes match jansson's compact dump (checked by tests/unit/test_ndjson.c).
  */
+_Static_assert(sizeof(SBX_EV_STDOUT) == 7 && sizeof(SBX_EV_STDERR) == 7,
+    "sbx_ndjson_output copies 6-byte stream names");
+
 int
 sbx_ndjson_output(struct evbuffer *out, int stream, const unsigned char *buf,
     size_t len)
 {
+	static const char head[] = "{\"" SBX_EVF_TYPE "\":\"";
 	static const char b64_mid[] = "\",\"" SBX_EVF_DATA_B64 "\":\"";
 	static const char txt_mid[] = "\",\"" SBX_EVF_DATA "\":\"";
 	static const char tail[] = "\"}\n";
@@ -456,17 +460,23 @@ sbx_ndjson_output(struct evbuffer *out, int stream, const unsigned char *buf,
 		return -1;
 	text = sbx_utf8_valid(buf, len);
 	/* {"type":"stdout","data":"  */
-	pre = strlen("{\"" SBX_EVF_TYPE "\":\"") + strlen(type) +
+	pre = sizeof(head) - 1 + 6 +
 	    (text ? sizeof(txt_mid) : sizeof(b64_mid)) - 1;
 	/* sodium_base64_ENCODED_LEN counts a NUL, overwritten by the tail. */
 	body = text ? sbx_json_escaped_len(buf, len) :
 	    sodium_base64_ENCODED_LEN(len, sodium_base64_VARIANT_ORIGINAL) - 1;
 	total = pre + body + sizeof(tail) - 1;
+	/* +1: sodium_bin2base64 writes a NUL after the text */
 	if (evbuffer_reserve_space(out, (ev_ssize_t)(total + 1), &v, 1) < 1)
 		return -1;
 	p = v.iov_base;
-	p += sprintf(p, "{\"" SBX_EVF_TYPE "\":\"%s%s", type,
-	    text ? txt_mid : b64_mid);
+	memcpy(p, head, sizeof(head) - 1);
+	p += sizeof(head) - 1;
+	memcpy(p, type, 6);     /* "stdout" / "stderr" */
+	p += 6;
+	memcpy(p, text ? txt_mid : b64_mid, (text ? sizeof(txt_mid) :
+	    sizeof(b64_mid)) - 1);
+	p += (text ? sizeof(txt_mid) : sizeof(b64_mid)) - 1;
 	if (text)
 		p = sbx_json_escape(p, buf, len);
 	else {

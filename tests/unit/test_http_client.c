@@ -38,6 +38,7 @@ struct fx {
 	int raw_echo;                 /* raw server echoes after its reply */
 	int raw_past_headers;         /* echo: the request's headers were skipped */
 	struct bufferevent *raw_conn; /* the raw server's one connection */
+	struct evhttp_request *endless; /* a reply /endless never ended */
 	/* client side results */
 	struct sbx_http_req *req;
 	int started_returned;
@@ -109,10 +110,12 @@ h_big(struct evhttp_request *r, void *arg)
 static void
 h_endless(struct evhttp_request *r, void *arg)
 {
+	struct fx *f = arg;
 	struct evbuffer *b = evbuffer_new();
 
-	(void)arg;
-	/* One chunk, then the response never ends. */
+	/* One chunk, then the response never ends (until teardown: libevent
+	 * wants reply_end even after the client went away). */
+	f->endless = r;
 	evhttp_send_reply_start(r, 200, "OK");
 	evbuffer_add_printf(b, "first");
 	evhttp_send_reply_chunk(r, b);
@@ -270,6 +273,8 @@ teardown(void **state)
 	if (f->stop_ev != NULL)
 		event_free(f->stop_ev);
 	raw_close(f);
+	if (f->endless != NULL)
+		evhttp_send_reply_end(f->endless);
 	evconnlistener_free(f->raw);
 	evhttp_free(f->http);
 	evbuffer_free(f->got);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "sbx_config.h"
+#include "sbx_log.h"
 
 #define CONFIG_FILE_MAX (1 << 20) /* bytes; a config file is small */
 
@@ -845,6 +846,25 @@ sbx_config_usage(FILE *out, const char *prog, const char *synopsis,
 	}
 	fprintf(out, "  --config FILE\n      JSON object of the options above\n"
 	    "      env SBX_CONFIG\n");
+}
+
+void
+sbx_config_redact_in_logs(const struct sbx_config_key *keys, const void *cfg)
+{
+	const struct sbx_config_key *k;
+	char **list;
+	size_t i;
+
+	for (k = keys; k->name != NULL; k++) {
+		if (!k->secret)
+			continue;
+		if (k->type == SBX_CFG_STRING)
+			sbx_log_add_secret(*FIELD(cfg, k, char *));
+		else if (k->type == SBX_CFG_STRLIST &&
+		    (list = *FIELD(cfg, k, char **)) != NULL)
+			for (i = 0; list[i] != NULL; i++)
+				sbx_log_add_secret(list[i]);
+	}
 }
 
 void

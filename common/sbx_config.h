@@ -144,6 +144,13 @@ void sbx_config_usage(FILE *out, const char *prog, const char *synopsis,
     const struct sbx_config_key *keys);
 
 /*
+ * Registers the value of every set secret STRING and STRLIST key of cfg with
+ * sbx_log_add_secret, so a slip that logs one is redacted. Call after a
+ * successful sbx_config_load (and again after any reload).
+ */
+void sbx_config_redact_in_logs(const struct sbx_config_key *keys, const void *cfg);
+
+/*
  * Frees every owned string and list of cfg named in keys, wiping the bytes of
  * secret keys with sodium_memzero first, and sets the fields to NULL. Safe
  * to call twice.

@@ -8,9 +8,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <cmocka.h>
 
 #include "sbx_config.h"
+#include "sbx_log.h"
 
 #define CANARY "CANARY-f00dfeed-never-print-me"
 
@@ -685,6 +688,35 @@ test_usage_lists_every_flag_env_and_default(void **state)
 	sbx_config_free(keys, &c);
 }
 
+static void
+test_secrets_from_config_are_redacted_in_logs(void **state)
+{
+	struct sbx_err err;
+	struct tcfg c;
+	char buf[4096];
+	ssize_t n;
+	int p[2];
+
+	(void)state;
+	assert_int_equal(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+	sbx_log_init("test", p[1], SBX_LOG_DEBUG);
+	setenv("SBX_PEERS", "peer-secret-one," CANARY, 1);
+	assert_int_equal(load(&c, NULL, &err, "--api-key", CANARY "-key", NULL), 0);
+	sbx_config_redact_in_logs(keys, &c);
+	log_info("oops", "key", c.api_key, "peer", c.peers[0], "other", c.peers[1], NULL);
+	n = read(p[0], buf, sizeof(buf) - 1);
+	assert_true(n > 0);
+	buf[n] = '\0';
+	if (strstr(buf, CANARY) != NULL || strstr(buf, "peer-secret-one") != NULL)
+		fail_msg("secret in log: %s", buf);
+	assert_non_null(strstr(buf, "\"key\":\"[redacted]\""));
+	sbx_config_free(keys, &c);
+	sbx_log_clear_secrets();
+	sbx_log_init("sbx", 2, SBX_LOG_INFO);
+	close(p[0]);
+	close(p[1]);
+}
+
 int
 main(void)
 {
@@ -701,6 +733,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_canary_secret_never_printed_from_any_layer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_print_output_is_a_valid_config_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_usage_lists_every_flag_env_and_default, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_secrets_from_config_are_redacted_in_logs, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

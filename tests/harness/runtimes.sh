@@ -337,22 +337,29 @@ clean_engine() {
 	done
 }
 
-# stop_pid PID NAME: SIGTERM, then SIGKILL after DOWN_DEADLINE seconds.
-stop_pid() {
-	local pid=$1 name=$2 end
-	[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
-	kill -TERM "$pid" 2>/dev/null || true
-	end=$(( $(now_ms) + DOWN_DEADLINE * 1000 ))
-	while kill -0 "$pid" 2>/dev/null; do
+# stop_pids NAME=PID...: SIGTERM all at once, SIGKILL whatever is left after
+# DOWN_DEADLINE seconds; returns when all are gone.
+stop_pids() {
+	local t0 end a live
+	t0=$(now_ms)
+	end=$(( t0 + DOWN_DEADLINE * 1000 ))
+	for a in "$@"; do
+		[ -n "${a#*=}" ] && kill -TERM "${a#*=}" 2>/dev/null || true
+	done
+	while :; do
+		live=""
+		for a in "$@"; do
+			[ -n "${a#*=}" ] && kill -0 "${a#*=}" 2>/dev/null && live="$live $a"
+		done
+		[ -z "$live" ] && break
 		if [ "$(now_ms)" -gt "$end" ]; then
-			log "$name ($pid) ignored SIGTERM for ${DOWN_DEADLINE}s: SIGKILL"
-			kill -KILL "$pid" 2>/dev/null || true
+			log "ignored SIGTERM for ${DOWN_DEADLINE}s, SIGKILL:$live"
+			for a in $live; do kill -KILL "${a#*=}" 2>/dev/null || true; done
 			break
 		fi
 		sleep 0.05
 	done
-	# Reap our own child if it is one; harmless otherwise.
-	wait "$pid" 2>/dev/null || true
+	log "stopped $* in $(( $(now_ms) - t0 )) ms"
 }
 
 # netns_of_procs DIR RUN: network namespace inodes of the container processes.
@@ -372,18 +379,21 @@ cmd_down() {
 	fi
 	clean_engine "$dir/podman/podman.sock" || true
 	clean_engine "$dir/docker/docker.sock" || true
+	log "engines emptied in $(( $(now_ms) - t0 )) ms"
 	netns=$(netns_of_procs "$dir" "$run")
 
-	stop_pid "$(cat "$dir/podman/service.pid" 2>/dev/null || true)" podman
-	stop_pid "$(cat "$dir/docker/dockerd.pid" 2>/dev/null ||
-		cat "$dir/docker/dockerd.spawned" 2>/dev/null || true)" dockerd
-	stop_pid "$(cat "$dir/docker/containerd.pid" 2>/dev/null || true)" containerd
+	# dockerd needs its containerd while it shuts down: containerd goes last.
+	stop_pids "podman=$(cat "$dir/podman/service.pid" 2>/dev/null || true)" \
+		"dockerd=$(cat "$dir/docker/dockerd.pid" 2>/dev/null ||
+			cat "$dir/docker/dockerd.spawned" 2>/dev/null || true)"
+	stop_pids "containerd=$(cat "$dir/docker/containerd.pid" 2>/dev/null || true)"
 
 	# Whatever survived (shims, conmon, container processes) dies now.
 	for i in 1 2 3 4 5; do
 		pids=$(pids_from "$dir" "$run")
 		[ -z "$pids" ] && break
-		[ "$i" -eq 1 ] && log "killing leftovers: $(echo $pids)"
+		[ "$i" -eq 1 ] && log "killing leftovers: $(for p in $pids; do
+			tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-60; echo; done)"
 		kill -KILL $pids 2>/dev/null || true
 		sleep 0.2
 	done

@@ -95,19 +95,25 @@ wait_for() {
 	log "$name answers on $sock after $(( $(now_ms) - t0 )) ms"
 }
 
-# pids_from DIR RUN: processes that run from DIR or RUN (an argument under
-# one of them, or a root directory under one: container processes), excluding
-# this script and its ancestors.
+# pids_from DIR RUN: processes that run from DIR or RUN, excluding this
+# script, its ancestors, pid 1 and kernel threads: daemons, shims and conmon
+# (an argument under DIR or RUN) and container processes, exec'd ones included
+# (their root mount, the "/" line of their mountinfo, is an overlay whose
+# layers are under DIR). Only those two precise tests: mount namespaces alone
+# say nothing (DIR's mounts propagate into every namespace sharing /), and a
+# container process's /proc/PID/root reads "/".
 pids_from() {
 	local dir=$1 run=$2 skip
-	skip=" $$ $(ancestors) "
+	skip=" 1 $$ $(ancestors) "
 	{
 		grep -laF -e "$dir/" -e "$run/" /proc/[0-9]*/cmdline || true
-		find /proc/[0-9]*/root -maxdepth 0 \( -lname "$dir/*" -o -lname "$run/*" \) || true
+		grep -HE '^[0-9]+ [0-9]+ [0-9]+:[0-9]+ [^ ]+ / ' /proc/[0-9]*/mountinfo |
+			grep -F -e "$dir/" -e "$run/" | cut -d: -f1 || true
 	} 2>/dev/null | cut -d/ -f3 | sort -un | while read -r pid; do
-		# grep, find and our own subshells are gone or are us.
 		case "$skip" in *" $pid "*) continue ;; esac
-		[ -e "/proc/$pid" ] || continue
+		# Kernel threads have an empty cmdline; grep and our subshells are
+		# gone by now or are copies of us.
+		grep -aq . "/proc/$pid/cmdline" 2>/dev/null || continue
 		cmp -s "/proc/$pid/cmdline" /proc/$$/cmdline 2>/dev/null && continue
 		echo "$pid"
 	done
@@ -337,6 +343,12 @@ clean_engine() {
 	done
 }
 
+# ours PID: PID is alive and runs from DIR or RUN (a pid file may name a pid
+# the system has since given to someone else).
+ours() {
+	[ -n "$1" ] && grep -aqF -e "$G_DIR/" -e "$G_RUN/" "/proc/$1/cmdline" 2>/dev/null
+}
+
 # stop_pids NAME=PID...: SIGTERM all at once, SIGKILL whatever is left after
 # DOWN_DEADLINE seconds; returns when all are gone.
 stop_pids() {
@@ -344,12 +356,12 @@ stop_pids() {
 	t0=$(now_ms)
 	end=$(( t0 + DOWN_DEADLINE * 1000 ))
 	for a in "$@"; do
-		[ -n "${a#*=}" ] && kill -TERM "${a#*=}" 2>/dev/null || true
+		ours "${a#*=}" && kill -TERM "${a#*=}" 2>/dev/null || true
 	done
 	while :; do
 		live=""
 		for a in "$@"; do
-			[ -n "${a#*=}" ] && kill -0 "${a#*=}" 2>/dev/null && live="$live $a"
+			ours "${a#*=}" && live="$live $a"
 		done
 		[ -z "$live" ] && break
 		if [ "$(now_ms)" -gt "$end" ]; then
@@ -374,6 +386,7 @@ cmd_down() {
 	local dir=$1 run t0 pids netns f m i
 	t0=$(now_ms)
 	run=$(run_dir "$dir")
+	G_DIR=$dir G_RUN=$run
 	if [ ! -e "$dir" ] && [ ! -e "$run" ]; then
 		return 0
 	fi
@@ -393,7 +406,7 @@ cmd_down() {
 		pids=$(pids_from "$dir" "$run")
 		[ -z "$pids" ] && break
 		[ "$i" -eq 1 ] && log "killing leftovers: $(for p in $pids; do
-			tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-60; echo; done)"
+			printf '[%s] ' "$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-60)"; done)"
 		kill -KILL $pids 2>/dev/null || true
 		sleep 0.2
 	done

@@ -41,9 +41,14 @@
 # events logger (no journald); its netns files still live in /run/netns,
 # which is podman's fixed place for root.
 #
-# Timing measured on this machine (2 cores, shared): `up` takes about 3-4 s
-# (dockerd answers /version ~0.2 s after start, podman ~0.3 s; the image
-# build and the two imports take the rest); `down` about 1-2 s.
+# Podman also keeps each API exec's two conmon processes asleep for
+# exit_command_delay (default 300 s); we use 5 s (see containers.conf below).
+#
+# Timing measured on this machine (2 shared cores, load 3-5): `up` takes
+# 1.5-2.5 s (dockerd answers /version 0.1 s after start, podman 0.6-0.7 s; the
+# image build and the two imports take the rest); `down` 1-2 s (emptying the
+# engines ~1 s, the daemons stop in well under 0.1 s once empty), 3 s with a
+# hundred lingering podman exec sessions to kill.
 
 set -euo pipefail
 
@@ -208,6 +213,11 @@ write_podman_conf() {
 	runtime = "runc"
 	cgroup_manager = "cgroupfs"
 	events_logger = "file"
+	# Each API exec leaves two conmon processes asleep this long (default
+	# 300 s) so its exit code stays inspectable: with hundreds of execs per
+	# suite that is hundreds of idle processes. The exit code is read as the
+	# stream ends, so a few seconds suffice.
+	exit_command_delay = 5
 	tmp_dir = "$run/ptmp"
 
 	[network]

@@ -1,0 +1,146 @@
+/* helper.h - sbx-helper internals: context, errors, path resolution and the mode functions. */
+#ifndef HELPER_H
+#define HELPER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sbx_helper_proto.h"
+
+/*
+ * An error, the same shape as common/sbx_err.h (the helper links nothing but
+ * libc): a SBX_E_* code and one sentence. Owned by the caller.
+ */
+struct helper_err {
+	const char *code; /* NULL when no error; else a SBX_E_* string literal */
+	int errnum;       /* the errno behind it (helper_err_errno), else 0 */
+	char message[256];
+};
+
+/* Sets err (code must be a string literal) and returns -1. */
+int helper_err_set(struct helper_err *err, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/*
+ * Sets err from an errno value of a path operation: ENOENT/ENOTDIR ->
+ * not_found, EXDEV -> path_outside_work, EACCES/EPERM/EROFS -> forbidden,
+ * ENAMETOOLONG/EISDIR/ELOOP -> bad_request, else internal. what names the
+ * operation for the message. Returns -1.
+ */
+int helper_err_errno(struct helper_err *err, int errnum, const char *what);
+
+/* The exit status for a mode other than exec that failed with err (SBX_HELPER_EXIT_*). */
+int helper_err_exit_code(const struct helper_err *err);
+
+/* Writes err as the one JSON error line of the protocol to fd 2. */
+void helper_err_print(const struct helper_err *err);
+
+/*
+ * What every mode needs; filled by main (a future long-lived helper, SPEC
+ * §11, fills it once and calls the modes from its loop). rootfd is an
+ * O_PATH|O_DIRECTORY descriptor of root, owned by whoever filled the context.
+ */
+struct helper_ctx {
+	const char *root;      /* canonical absolute path standing for /work */
+	size_t root_len;
+	int rootfd;
+	const char *state_dir; /* kill handles (SBX_HELPER_EXEC_DIR) */
+	int no_openat2;        /* 1: always use the O_NOFOLLOW walk */
+};
+
+/*
+ * Checks path against the rules of SPEC §4 relative to ctx->root: absolute,
+ * equal to root or under root + "/", no "." ".." or empty segment, no
+ * trailing "/", at most SBX_HELPER_PATH_MAX bytes, segments of at most 255
+ * bytes. On success sets *rel to the part after the root ("" for the root
+ * itself; borrowed from path) and returns 0; else path_outside_work, -1.
+ */
+int helper_path_check(const struct helper_ctx *ctx, const char *path, const char **rel,
+    struct helper_err *err);
+
+/*
+ * Opens rel (relative to the root, from helper_path_check; "" is the root)
+ * with open flags, following symlinks only while they stay beneath the root:
+ * openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS), or where that is missing
+ * (ENOSYS) or ctx->no_openat2 is set, a walk of O_NOFOLLOW opens that
+ * refuses every symlink. O_CLOEXEC is always added; O_CREAT is not allowed.
+ * Returns an owned descriptor, or -1 with err (path_outside_work for an
+ * escape or, in the walk, any symlink; not_found; forbidden; ...).
+ */
+int helper_open(const struct helper_ctx *ctx, const char *rel, int flags, struct helper_err *err);
+
+/*
+ * Like helper_open of rel's parent directory, creating each missing
+ * directory (mode 0755 before umask) one component at a time with mkdirat
+ * in a descriptor resolved beneath the root. Returns an owned O_PATH
+ * directory descriptor and sets *name to rel's last segment (borrowed);
+ * -1 with err on failure. rel must not be "".
+ */
+int helper_open_parent(const struct helper_ctx *ctx, const char *rel, int create,
+    const char **name, struct helper_err *err);
+
+/* Buffered output to a descriptor (stdout, or a stream of a future multiplexer). */
+struct helper_out {
+	int fd;
+	int failed; /* a write failed; errno saved in err_no */
+	int err_no;
+	size_t len;
+	char buf[65536];
+};
+
+void helper_out_init(struct helper_out *o, int fd);
+void helper_out_bytes(struct helper_out *o, const void *p, size_t n);
+void helper_out_str(struct helper_out *o, const char *s);
+void helper_out_u64(struct helper_out *o, uint64_t v);
+void helper_out_i64(struct helper_out *o, int64_t v);
+
+/*
+ * Writes the bytes s[0..n) as one JSON string (with quotes): '"', '\\' and
+ * control characters escaped, valid UTF-8 copied, and each byte that is not
+ * part of valid UTF-8 (overlong forms, surrogates, > U+10FFFF, truncated
+ * sequences) written as \ufffd. Returns 1 when s was valid UTF-8, else 0.
+ */
+int helper_out_json_str(struct helper_out *o, const char *s, size_t n);
+
+/* Writes s[0..n) as a JSON string of its standard base64 (RFC 4648, padded). */
+void helper_out_json_b64(struct helper_out *o, const unsigned char *s, size_t n);
+
+/* Writes out what is buffered. Returns 0, or -1 (errno set) when any write failed. */
+int helper_out_flush(struct helper_out *o);
+
+/* Reads and writes that retry on EINTR and short counts. Return -1 with errno on error. */
+ssize_t helper_read_full(int fd, void *buf, size_t n);
+int helper_write_all(int fd, const void *buf, size_t n);
+
+/*
+ * The modes. Each returns 0 on success or -1 with err; none calls exit().
+ * max is a byte limit (UINT64_MAX for none). path is the PATH argument,
+ * checked here. outfd/infd are where the bytes go/come from.
+ */
+int helper_read_file(const struct helper_ctx *ctx, const char *path, uint64_t max, int outfd,
+    struct helper_err *err);
+int helper_write_file(const struct helper_ctx *ctx, const char *path, const char *mode,
+    uint64_t max, int infd, struct helper_err *err);
+int helper_list_dir(const struct helper_ctx *ctx, const char *path, int outfd,
+    struct helper_err *err);
+
+/* 1 when id matches [A-Za-z0-9_-]{1,64}, else 0. */
+int helper_exec_id_valid(const char *id);
+
+/*
+ * Runs argv (NULL-terminated, argv[0] looked up in PATH) as exec mode
+ * describes (sbx_helper_proto.h) and waits for it. cwd may be NULL
+ * (inherit); timeout_ms 0 means none. Returns the exit status the helper
+ * should exit with; on a helper failure also fills err (code set) and
+ * returns one of SBX_HELPER_EXEC_*. Blocks signals while it runs and
+ * restores them.
+ */
+int helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
+    uint64_t timeout_ms, char *const argv[], struct helper_err *err);
+
+/* kill and killall modes: 0 (also when nothing was running), -1 with err. */
+int helper_kill(const struct helper_ctx *ctx, const char *id, struct helper_err *err);
+int helper_killall(const struct helper_ctx *ctx, struct helper_err *err);
+
+#endif

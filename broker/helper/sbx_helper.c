@@ -1,0 +1,277 @@
+/* sbx_helper.c - sbx-helper entry: argument parsing and the mode table (contract in sbx_helper_proto.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helper.h"
+
+#define TIMEOUT_MS_MAX (30ULL * 24 * 3600 * 1000)
+
+/* Options a mode accepts besides the global ones. */
+#define OPT_MAX 0x01
+#define OPT_ID 0x02
+#define OPT_TIMEOUT 0x04
+#define OPT_CWD 0x08
+#define OPT_ARGV 0x10 /* "--" then the command */
+
+struct args {
+	const char *pos[2];
+	int npos;
+	uint64_t max;
+	const char *id;
+	uint64_t timeout_ms;
+	const char *cwd;
+	char **argv;
+	const char *root;
+	const char *state_dir;
+	int no_openat2;
+};
+
+struct mode {
+	const char *name;
+	int (*run)(struct helper_ctx *ctx, struct args *a, struct helper_err *err);
+	int npos;     /* positional arguments, exactly */
+	unsigned opts;
+	int needs_root;
+};
+
+static int
+run_version(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	char line[32];
+
+	(void)ctx;
+	(void)a;
+	snprintf(line, sizeof(line), "sbx-helper %d\n", SBX_HELPER_PROTO);
+	if (helper_write_all(1, line, strlen(line)) < 0)
+		return helper_err_errno(err, errno, "write");
+	return 0;
+}
+
+static int
+run_read(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	return helper_read_file(ctx, a->pos[0], a->max, 1, err);
+}
+
+static int
+run_write(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	return helper_write_file(ctx, a->pos[0], a->pos[1], a->max, 0, err);
+}
+
+static int
+run_list(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	return helper_list_dir(ctx, a->pos[0], 1, err);
+}
+
+static int
+run_exec(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	if (a->id == NULL) {
+		helper_err_set(err, SBX_E_BAD_REQUEST, "exec needs --id");
+		return SBX_HELPER_EXEC_FAILED;
+	}
+	return helper_exec(ctx, a->id, a->cwd, a->timeout_ms, a->argv, err);
+}
+
+static int
+run_kill(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	return helper_kill(ctx, a->pos[0], err);
+}
+
+static int
+run_killall(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	(void)a;
+	return helper_killall(ctx, err);
+}
+
+static const struct mode modes[] = {
+	{ SBX_HELPER_MODE_VERSION, run_version, 0, 0, 0 },
+	{ SBX_HELPER_MODE_READ, run_read, 1, OPT_MAX, 1 },
+	{ SBX_HELPER_MODE_WRITE, run_write, 2, OPT_MAX, 1 },
+	{ SBX_HELPER_MODE_LIST, run_list, 1, 0, 1 },
+	{ SBX_HELPER_MODE_EXEC, run_exec, 0, OPT_ID | OPT_TIMEOUT | OPT_CWD | OPT_ARGV, 1 },
+	{ SBX_HELPER_MODE_KILL, run_kill, 1, 0, 0 },
+	{ SBX_HELPER_MODE_KILLALL, run_killall, 0, 0, 0 },
+	{ NULL, NULL, 0, 0, 0 },
+};
+
+/* Strict decimal: digits only, no sign, no overflow, at most limit. */
+static int
+parse_u64(const char *s, uint64_t limit, uint64_t *out)
+{
+	uint64_t v = 0;
+	size_t i;
+
+	if (s == NULL || s[0] == '\0')
+		return -1;
+	for (i = 0; s[i] != '\0'; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -1;
+		if (v > (UINT64_MAX - (uint64_t)(s[i] - '0')) / 10)
+			return -1;
+		v = v * 10 + (uint64_t)(s[i] - '0');
+	}
+	if (v > limit)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* The root must be absolute and canonical; it is trusted (tests only) but checked anyway. */
+static int
+root_valid(const char *r)
+{
+	const char *p;
+
+	if (r == NULL || r[0] != '/' || r[1] == '\0' || strlen(r) >= SBX_HELPER_PATH_MAX)
+		return 0;
+	for (p = r; *p != '\0'; p++) {
+		if (*p != '/')
+			continue;
+		if (p[1] == '/' || p[1] == '\0')
+			return 0;
+		if (p[1] == '.' && (p[2] == '/' || p[2] == '\0'))
+			return 0;
+		if (p[1] == '.' && p[2] == '.' && (p[3] == '/' || p[3] == '\0'))
+			return 0;
+	}
+	return 1;
+}
+
+/*
+ * Parses argv into the mode and its arguments. Global options may come
+ * anywhere before "--"; everything after "--" is the command of exec.
+ */
+static int
+parse_args(int argc, char **argv, const struct mode **mp, struct args *a,
+    struct helper_err *err)
+{
+	const struct mode *m = NULL;
+	const char *opt, *val;
+	int i;
+
+	a->max = UINT64_MAX;
+	for (i = 1; i < argc; i++) {
+		opt = argv[i];
+		if (strcmp(opt, "--") == 0) {
+			if (m == NULL || !(m->opts & OPT_ARGV))
+				return helper_err_set(err, SBX_E_BAD_REQUEST, "unexpected '--'");
+			a->argv = argv + i + 1;
+			break;
+		}
+		if (strcmp(opt, "--no-openat2") == 0) {
+			a->no_openat2 = 1;
+			continue;
+		}
+		if (strncmp(opt, "--", 2) == 0) {
+			if (i + 1 >= argc)
+				return helper_err_set(err, SBX_E_BAD_REQUEST, "option %.32s needs a value",
+				    opt);
+			val = argv[++i];
+			if (strcmp(opt, "--root") == 0)
+				a->root = val;
+			else if (strcmp(opt, "--state-dir") == 0)
+				a->state_dir = val;
+			else if (m != NULL && (m->opts & OPT_MAX) && strcmp(opt, "--max") == 0) {
+				if (parse_u64(val, UINT64_MAX - 1, &a->max) < 0)
+					return helper_err_set(err, SBX_E_BAD_REQUEST,
+					    "--max must be a byte count");
+			} else if (m != NULL && (m->opts & OPT_ID) && strcmp(opt, "--id") == 0)
+				a->id = val;
+			else if (m != NULL && (m->opts & OPT_TIMEOUT) &&
+			    strcmp(opt, "--timeout-ms") == 0) {
+				if (parse_u64(val, TIMEOUT_MS_MAX, &a->timeout_ms) < 0)
+					return helper_err_set(err, SBX_E_BAD_REQUEST,
+					    "--timeout-ms must be milliseconds up to 30 days");
+			} else if (m != NULL && (m->opts & OPT_CWD) && strcmp(opt, "--cwd") == 0)
+				a->cwd = val;
+			else
+				return helper_err_set(err, SBX_E_BAD_REQUEST, "unknown option %.32s",
+				    opt);
+			continue;
+		}
+		if (m == NULL) {
+			for (m = modes; m->name != NULL; m++)
+				if (strcmp(m->name, opt) == 0)
+					break;
+			if (m->name == NULL)
+				return helper_err_set(err, SBX_E_BAD_REQUEST, "unknown mode %.32s", opt);
+			continue;
+		}
+		if (a->npos >= m->npos)
+			return helper_err_set(err, SBX_E_BAD_REQUEST, "too many arguments for %s",
+			    m->name);
+		a->pos[a->npos++] = opt;
+	}
+	if (m == NULL)
+		return helper_err_set(err, SBX_E_BAD_REQUEST,
+		    "usage: sbx-helper version|read|write|list|exec|kill|killall ...");
+	if (a->npos != m->npos)
+		return helper_err_set(err, SBX_E_BAD_REQUEST, "%s needs %d argument(s)", m->name,
+		    m->npos);
+	if ((m->opts & OPT_ARGV) && a->argv == NULL)
+		return helper_err_set(err, SBX_E_BAD_REQUEST, "%s needs '--' and a command",
+		    m->name);
+	*mp = m;
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	struct helper_ctx ctx;
+	struct helper_err err;
+	struct args a;
+	const struct mode *m = NULL;
+	int rc, is_exec;
+
+	memset(&ctx, 0, sizeof(ctx));
+	memset(&err, 0, sizeof(err));
+	memset(&a, 0, sizeof(a));
+	ctx.rootfd = -1;
+	if (parse_args(argc, argv, &m, &a, &err) < 0)
+		goto fail;
+	is_exec = m->run == run_exec;
+	ctx.root = a.root != NULL ? a.root : SBX_HELPER_ROOT;
+	ctx.root_len = strlen(ctx.root);
+	ctx.state_dir = a.state_dir != NULL ? a.state_dir : SBX_HELPER_EXEC_DIR;
+	ctx.no_openat2 = a.no_openat2;
+	if (!root_valid(ctx.root) || (a.state_dir != NULL && !root_valid(a.state_dir))) {
+		helper_err_set(&err, SBX_E_BAD_REQUEST, "--root and --state-dir must be canonical");
+		goto fail;
+	}
+	if (m->needs_root) {
+		ctx.rootfd = open(ctx.root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		if (ctx.rootfd < 0) {
+			helper_err_errno(&err, errno, "open /work");
+			goto fail;
+		}
+	}
+	/* A reader gone away is an error to report, not a reason to die silently. */
+	if (!is_exec)
+		signal(SIGPIPE, SIG_IGN);
+	rc = m->run(&ctx, &a, &err);
+	if (is_exec) {
+		if (err.code != NULL)
+			helper_err_print(&err);
+		return rc;
+	}
+	if (rc < 0)
+		goto fail;
+	return SBX_HELPER_EXIT_OK;
+fail:
+	helper_err_print(&err);
+	if (m != NULL && m->run == run_exec)
+		return SBX_HELPER_EXEC_FAILED;
+	return helper_err_exit_code(&err);
+}

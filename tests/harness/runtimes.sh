@@ -421,6 +421,19 @@ cmd_down() {
 		sleep 0.2
 	done
 
+	# A dockerd that died with user-defined networks leaves their bridges
+	# (br-<first 12 hex of the network id>) behind; the ids are in its
+	# network store. Only interfaces with exactly those names are removed.
+	if [ -f "$dir/docker/data/network/files/local-kv.db" ]; then
+		for f in $(grep -aoE '[0-9a-f]{64}' "$dir/docker/data/network/files/local-kv.db" |
+			cut -c1-12 | sort -u); do
+			if [ -e "/sys/class/net/br-$f" ]; then
+				log "removing leftover bridge br-$f"
+				ip link delete "br-$f" 2>/dev/null || true
+			fi
+		done
+	fi
+
 	# Podman keeps network namespaces in /run/netns (not under DIR).
 	if [ -n "$netns" ] && [ -d /run/netns ]; then
 		for f in /run/netns/*; do

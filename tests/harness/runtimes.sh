@@ -8,8 +8,11 @@
 #                           (SBX_RUNTIMES=docker,podman).
 #   runtimes.sh down DIR    remove what the daemons made, stop them (SIGTERM,
 #                           SIGKILL after a deadline), kill anything left that
-#                           runs from DIR, unmount everything under DIR, remove
-#                           DIR. Safe to call on a half-started or absent DIR.
+#                           runs from DIR (found by an argument or a root mount
+#                           under it, never by name), remove bridges and netns
+#                           files left by dead daemons, unmount everything under
+#                           DIR, remove DIR. Safe on a half-started, crashed or
+#                           absent DIR.
 #   runtimes.sh gone DIR    exit 0 if no process runs from DIR, nothing is
 #                           mounted under it and it no longer exists; else list
 #                           what is left and exit 1.
@@ -19,8 +22,10 @@
 # RUN=/run/sbx-rt-<hash of DIR>: measured here, podman 4.3 with a runroot and
 # tmp_dir ~50 characters deep makes every container exit wait 20 s (its conmon
 # timeout) before wait/stop/--rm return, and unix socket paths are limited to
-# 108 bytes. down and gone cover both directories. Nothing system-wide is used: not /var/run/docker.sock, not /var/lib/docker, not
-# /var/lib/containers, not a system containerd (we start our own so that
+# 108 bytes. down and gone cover both directories.
+#
+# Nothing system-wide is used: not /var/run/docker.sock, not /var/lib/docker,
+# not /var/lib/containers, not a system containerd (we start our own so that
 # dockerd never adopts /run/containerd/containerd.sock), not /etc/docker/
 # daemon.json, not /etc/containers/*.conf (CONTAINERS_CONF and
 # CONTAINERS_STORAGE_CONF point at files under DIR).

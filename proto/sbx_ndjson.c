@@ -117,45 +117,62 @@ sbx_utf8_incomplete_tail(const unsigned char *s, size_t len)
 
 static const char hexdig[] = "0123456789ABCDEF";
 
-/* Bytes that jansson's dump_string escapes: '"', '\\' and below 0x20. */
-static int
-needs_escape(unsigned char c)
+/*
+ * Extra bytes each byte costs once escaped, as jansson's dump_string does
+ * it: 1 for '"', '\\', \b \t \n \f \r (two-character escapes), 5 for the
+ * other bytes below 0x20 (\u00XX), 0 for everything else.
+ */
+static const unsigned char esc_extra[256] = {
+	5, 5, 5, 5, 5, 5, 5, 5, 1, 1, 1, 5, 1, 1, 5, 5,
+	5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
+	['"'] = 1, ['\\'] = 1,
+};
+
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+/* Length of the prefix of s[0..len) that needs no escaping; 8 bytes a
+ * step (exact "has a byte below n" tests, Hacker's Delight §6-1). */
+static size_t
+plain_run(const unsigned char *s, size_t len)
 {
-	return c < 0x20 || c == '"' || c == '\\';
+	size_t i = 0;
+	uint64_t w, q, b;
+
+	while (len - i >= 8) {
+		memcpy(&w, s + i, 8);
+		q = w ^ (ONES * '"');
+		b = w ^ (ONES * '\\');
+		if ((((w - ONES * 0x20) & ~w) | ((q - ONES) & ~q) |
+		    ((b - ONES) & ~b)) & HIGHS)
+			break;
+		i += 8;
+	}
+	while (i < len && esc_extra[s[i]] == 0)
+		i++;
+	return i;
 }
 
-/* Length of s[0..len) once JSON-escaped exactly as jansson does it. */
-static size_t
-escaped_len(const unsigned char *s, size_t len)
+size_t
+sbx_json_escaped_len(const unsigned char *s, size_t len)
 {
-	size_t i, n = len;
+	size_t i = 0, n = len;
 
-	for (i = 0; i < len; i++) {
-		if (!needs_escape(s[i]))
-			continue;
-		switch (s[i]) {
-		case '"': case '\\': case '\b': case '\f':
-		case '\n': case '\r': case '\t':
-			n += 1;
-			break;
-		default:
-			n += 5;
-			break;
-		}
+	while (i < len) {
+		i += plain_run(s + i, len - i);
+		if (i < len)
+			n += esc_extra[s[i++]];
 	}
 	return n;
 }
 
-/* Writes the escaped form of s[0..len) at dst; returns the end. */
-static char *
-escape_into(char *dst, const unsigned char *s, size_t len)
+char *
+sbx_json_escape(char *dst, const unsigned char *s, size_t len)
 {
 	size_t i = 0, run;
 
 	while (i < len) {
-		run = i;
-		while (run < len && !needs_escape(s[run]))
-			run++;
+		run = i + plain_run(s + i, len - i);
 		if (run > i) {
 			memcpy(dst, s + i, run - i);
 			dst += run - i;
@@ -182,6 +199,160 @@ escape_into(char *dst, const unsigned char *s, size_t len)
 		i++;
 	}
 	return dst;
+}
+
+/* Value of each base64 character (RFC 4648 §4 alphabet), 64 = invalid. */
+static const unsigned char b64_val[256] = {
+	64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64,
+	64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64,
+	64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 62, 64, 64, 64, 63,
+	52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 64, 64, 64, 64, 64, 64,
+	64,  0,  1,  2,  3,  4,  5,  6,  7,  8,  9, 10, 11, 12, 13, 14,
+	15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 64, 64, 64, 64, 64,
+	64, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40,
+	41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 64, 64, 64, 64, 64,
+	64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64,
+	64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64,
+	64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64,
+	64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64,
+	64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64,
+	64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64,
+	64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64,
+	64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64,
+};
+
+static int
+hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;  /* lower case is not what the encoder writes */
+}
+
+/* 1 when s[0..n) is exactly what sbx_json_escape writes for some bytes. */
+static int
+canonical_escaped(const char *s, size_t n)
+{
+	size_t i = 0;
+	int hi, lo, v;
+
+	while (i < n) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c == '"' || c < 0x20)
+			return 0;
+		if (c != '\\') {
+			i++;
+			continue;
+		}
+		if (n - i < 2)
+			return 0;
+		switch (s[i + 1]) {
+		case '"': case '\\': case 'b': case 'f':
+		case 'n': case 'r': case 't':
+			i += 2;
+			continue;
+		case 'u':
+			if (n - i < 6 || s[i + 2] != '0' || s[i + 3] != '0')
+				return 0;
+			hi = hexval(s[i + 4]);
+			lo = hexval(s[i + 5]);
+			if (hi < 0 || hi > 1 || lo < 0)
+				return 0;
+			v = hi * 16 + lo;
+			if (v == '\b' || v == '\f' || v == '\n' || v == '\r' ||
+			    v == '\t')
+				return 0;
+			i += 6;
+			continue;
+		default:
+			return 0;
+		}
+	}
+	return sbx_utf8_valid((const unsigned char *)s, n);
+}
+
+/* Decodes a canonical escaped string s[0..n) into dst; returns its length. */
+static size_t
+unescape_canonical(unsigned char *dst, const char *s, size_t n)
+{
+	const char *bs;
+	size_t i = 0, k = 0, run;
+
+	while (i < n) {
+		bs = memchr(s + i, '\\', n - i);
+		run = bs != NULL ? (size_t)(bs - (s + i)) : n - i;
+		memcpy(dst + k, s + i, run);
+		k += run;
+		i += run;
+		if (i >= n)
+			break;
+		switch (s[i + 1]) {
+		case 'b': dst[k++] = '\b'; break;
+		case 'f': dst[k++] = '\f'; break;
+		case 'n': dst[k++] = '\n'; break;
+		case 'r': dst[k++] = '\r'; break;
+		case 't': dst[k++] = '\t'; break;
+		case 'u':
+			dst[k++] = (unsigned char)(hexval(s[i + 4]) * 16 +
+			    hexval(s[i + 5]));
+			i += 4;
+			break;
+		default: dst[k++] = (unsigned char)s[i + 1]; break;
+		}
+		i += 2;
+	}
+	return k;
+}
+
+int
+sbx_ndjson_canonical_output(const char *line, size_t len, int *stream,
+    int *b64, size_t *val_off, size_t *val_len)
+{
+	static const char pre[] = "{\"" SBX_EVF_TYPE "\":\"std";
+	static const char txt[] = "\",\"" SBX_EVF_DATA "\":\"";
+	static const char bin[] = "\",\"" SBX_EVF_DATA_B64 "\":\"";
+	size_t off, i, n;
+	int st, isb;
+
+	/* {"type":"std  out|err  ","data":"  S  "} */
+	off = sizeof(pre) - 1;
+	if (len < off + 3 + sizeof(txt) - 1 + 2 ||
+	    memcmp(line, pre, off) != 0)
+		return 0;
+	if (memcmp(line + off, "out", 3) == 0)
+		st = SBX_STREAM_STDOUT;
+	else if (memcmp(line + off, "err", 3) == 0)
+		st = SBX_STREAM_STDERR;
+	else
+		return 0;
+	off += 3;
+	if (memcmp(line + off, txt, sizeof(txt) - 1) == 0) {
+		isb = 0;
+		off += sizeof(txt) - 1;
+	} else if (len >= off + sizeof(bin) - 1 + 2 &&
+	    memcmp(line + off, bin, sizeof(bin) - 1) == 0) {
+		isb = 1;
+		off += sizeof(bin) - 1;
+	} else
+		return 0;
+	if (line[len - 2] != '"' || line[len - 1] != '}')
+		return 0;
+	n = len - 2 - off;
+	if (isb) {
+		for (i = 0; i < n; i++)
+			if (b64_val[(unsigned char)line[off + i]] == 64 &&
+			    line[off + i] != '=')
+				return 0;
+	} else if (!canonical_escaped(line + off, n))
+		return 0;
+	*stream = st;
+	*b64 = isb;
+	*val_off = off;
+	*val_len = n;
+	return 1;
 }
 
 /* Appends json_dumpb(obj, JSON_COMPACT) and '\n' to out in one piece. */
@@ -262,10 +433,14 @@ sbx_ndjson_error(struct evbuffer *out, const char *code, const char *message)
  * reservation in out, one pass to escape (or base64) straight into it. The
  * bytes match jansson's compact dump (checked by tests/unit/test_ndjson.c).
  */
+_Static_assert(sizeof(SBX_EV_STDOUT) == 7 && sizeof(SBX_EV_STDERR) == 7,
+    "sbx_ndjson_output copies 6-byte stream names");
+
 int
 sbx_ndjson_output(struct evbuffer *out, int stream, const unsigned char *buf,
     size_t len)
 {
+	static const char head[] = "{\"" SBX_EVF_TYPE "\":\"";
 	static const char b64_mid[] = "\",\"" SBX_EVF_DATA_B64 "\":\"";
 	static const char txt_mid[] = "\",\"" SBX_EVF_DATA "\":\"";
 	static const char tail[] = "\"}\n";
@@ -285,19 +460,25 @@ sbx_ndjson_output(struct evbuffer *out, int stream, const unsigned char *buf,
 		return -1;
 	text = sbx_utf8_valid(buf, len);
 	/* {"type":"stdout","data":"  */
-	pre = strlen("{\"" SBX_EVF_TYPE "\":\"") + strlen(type) +
+	pre = sizeof(head) - 1 + 6 +
 	    (text ? sizeof(txt_mid) : sizeof(b64_mid)) - 1;
 	/* sodium_base64_ENCODED_LEN counts a NUL, overwritten by the tail. */
-	body = text ? escaped_len(buf, len) :
+	body = text ? sbx_json_escaped_len(buf, len) :
 	    sodium_base64_ENCODED_LEN(len, sodium_base64_VARIANT_ORIGINAL) - 1;
 	total = pre + body + sizeof(tail) - 1;
+	/* +1: sodium_bin2base64 writes a NUL after the text */
 	if (evbuffer_reserve_space(out, (ev_ssize_t)(total + 1), &v, 1) < 1)
 		return -1;
 	p = v.iov_base;
-	p += sprintf(p, "{\"" SBX_EVF_TYPE "\":\"%s%s", type,
-	    text ? txt_mid : b64_mid);
+	memcpy(p, head, sizeof(head) - 1);
+	p += sizeof(head) - 1;
+	memcpy(p, type, 6);     /* "stdout" / "stderr" */
+	p += 6;
+	memcpy(p, text ? txt_mid : b64_mid, (text ? sizeof(txt_mid) :
+	    sizeof(b64_mid)) - 1);
+	p += (text ? sizeof(txt_mid) : sizeof(b64_mid)) - 1;
 	if (text)
-		p = escape_into(p, buf, len);
+		p = sbx_json_escape(p, buf, len);
 	else {
 		sodium_bin2base64(p, body + 1, buf, len,
 		    sodium_base64_VARIANT_ORIGINAL);
@@ -412,6 +593,67 @@ get_str(json_t *o, const char *key)
 	return json_string_value(json_object_get(o, key));
 }
 
+
+/*
+ * Strict decoder of padded standard base64: length a multiple of 4, '='
+ * only as the last one or two characters, unused bits zero (so every byte
+ * string has exactly one accepted spelling, the one the encoder writes).
+ * dst has room for n / 4 * 3 bytes. Returns 0 with *outlen, or -1.
+ * Not constant-time: output is not a secret, and this is the hot path.
+ */
+static int
+b64_decode(unsigned char *dst, const char *src, size_t n, size_t *outlen)
+{
+	const unsigned char *s = (const unsigned char *)src;
+	size_t i, k = 0, pad = 0;
+	unsigned a, b, c, d;
+
+	if (n % 4 != 0)
+		return -1;
+	if (n > 0 && s[n - 1] == '=')
+		pad = s[n - 2] == '=' ? 2 : 1;
+	for (i = 0; i + 4 <= n - (pad ? 4 : 0); i += 4) {
+		a = b64_val[s[i]];
+		b = b64_val[s[i + 1]];
+		c = b64_val[s[i + 2]];
+		d = b64_val[s[i + 3]];
+		if ((a | b | c | d) & 64)
+			return -1;
+		dst[k++] = (unsigned char)(a << 2 | b >> 4);
+		dst[k++] = (unsigned char)(b << 4 | c >> 2);
+		dst[k++] = (unsigned char)(c << 6 | d);
+	}
+	if (pad) {
+		a = b64_val[s[i]];
+		b = b64_val[s[i + 1]];
+		c = pad == 2 ? 0 : b64_val[s[i + 2]];
+		if ((a | b | c) & 64)
+			return -1;
+		if (pad == 2 ? (b & 0x0F) != 0 : (c & 0x03) != 0)
+			return -1;
+		dst[k++] = (unsigned char)(a << 2 | b >> 4);
+		if (pad == 1)
+			dst[k++] = (unsigned char)(b << 4 | c >> 2);
+	}
+	*outlen = k;
+	return 0;
+}
+
+/* Makes p->scratch hold at least need bytes. */
+static int
+scratch_reserve(struct sbx_ndjson_parser *p, size_t need)
+{
+	unsigned char *ns;
+
+	if (need <= p->scratch_cap)
+		return 0;
+	if ((ns = realloc(p->scratch, need)) == NULL)
+		return -1;
+	p->scratch = ns;
+	p->scratch_cap = need;
+	return 0;
+}
+
 /* Decodes data / data_b64 of an output event into ev. */
 static int
 decode_output(struct sbx_ndjson_parser *p, json_t *o, struct sbx_event *ev,
@@ -421,7 +663,6 @@ decode_output(struct sbx_ndjson_parser *p, json_t *o, struct sbx_event *ev,
 	json_t *b = json_object_get(o, SBX_EVF_DATA_B64);
 	const char *b64;
 	size_t b64_len, need, bin_len = 0;
-	unsigned char *ns;
 
 	if ((d == NULL) == (b == NULL)) {
 		*why = "output event needs exactly one of data, data_b64";
@@ -443,17 +684,12 @@ decode_output(struct sbx_ndjson_parser *p, json_t *o, struct sbx_event *ev,
 	b64 = json_string_value(b);
 	b64_len = json_string_length(b);
 	need = b64_len / 4 * 3 + 3;
-	if (need > p->scratch_cap) {
-		if ((ns = realloc(p->scratch, need)) == NULL) {
-			*why = NULL;
-			return -1;
-		}
-		p->scratch = ns;
-		p->scratch_cap = need;
+	if (scratch_reserve(p, need) != 0) {
+		*why = NULL;
+		return -1;
 	}
 	/* Padded standard alphabet, whole string, no ignored characters. */
-	if (sodium_base642bin(p->scratch, p->scratch_cap, b64, b64_len, NULL,
-	    &bin_len, NULL, sodium_base64_VARIANT_ORIGINAL) != 0) {
+	if (b64_decode(p->scratch, b64, b64_len, &bin_len) != 0) {
 		*why = "data_b64 is not valid base64";
 		return -1;
 	}
@@ -544,6 +780,63 @@ decode_event(struct sbx_ndjson_parser *p, json_t *o, struct sbx_event *ev,
 	return 0;
 }
 
+/*
+ * The hot path: a line exactly as sbx_ndjson_output writes it, decoded
+ * without the general JSON parser. Builds the same raw object the parser
+ * would, so callers cannot tell the paths apart.
+ */
+static int
+handle_canonical(struct sbx_ndjson_parser *p, const char *line, size_t len,
+    int stream, int b64, size_t off, size_t vlen, struct sbx_err *err)
+{
+	struct sbx_event ev;
+	json_t *o = NULL, *val = NULL;
+	size_t bin_len = 0;
+	int rc = -1;
+
+	if (p->state != PS_RUNNING)
+		return proto_fail(p, err, "output outside start..exit");
+	if (scratch_reserve(p, b64 ? vlen / 4 * 3 + 3 : vlen + 1) != 0)
+		return stop_with(p, err, SBX_E_INTERNAL, "out of memory");
+	memset(&ev, 0, sizeof(ev));
+	ev.type = stream == SBX_STREAM_STDOUT ? SBX_EVENT_STDOUT :
+	    SBX_EVENT_STDERR;
+	ev.stream = stream;
+	if (b64) {
+		if (b64_decode(p->scratch, line + off, vlen, &bin_len) != 0)
+			return proto_fail(p, err, "data_b64 is not valid base64");
+		val = json_stringn_nocheck(line + off, vlen);
+	} else {
+		bin_len = unescape_canonical(p->scratch, line + off, vlen);
+		val = json_stringn_nocheck((const char *)p->scratch, bin_len);
+	}
+	ev.data = p->scratch;
+	ev.len = bin_len;
+	if (val == NULL || (o = json_object()) == NULL ||
+	    json_object_set_new_nocheck(o, SBX_EVF_TYPE,
+	    json_string_nocheck(sbx_event_type_name(ev.type))) != 0) {
+		json_decref(val);
+		rc = stop_with(p, err, SBX_E_INTERNAL, "out of memory");
+		goto done;
+	}
+	/* set_new steals val, also when it fails */
+	if (json_object_set_new_nocheck(o, b64 ? SBX_EVF_DATA_B64 :
+	    SBX_EVF_DATA, val) != 0) {
+		rc = stop_with(p, err, SBX_E_INTERNAL, "out of memory");
+		goto done;
+	}
+	ev.raw = o;
+	if (p->cb(p->arg, &ev, line, len) != 0) {
+		rc = stop_with(p, err, SBX_E_CANCELLED,
+		    "event stream stopped by its consumer");
+		goto done;
+	}
+	rc = 0;
+done:
+	json_decref(o);
+	return rc;
+}
+
 /* Parses one complete line (without '\n') and hands it to the callback. */
 static int
 handle_line(struct sbx_ndjson_parser *p, const char *line, size_t len,
@@ -553,11 +846,15 @@ handle_line(struct sbx_ndjson_parser *p, const char *line, size_t len,
 	json_error_t jerr;
 	json_t *o = NULL;
 	const char *why = NULL;
-	int rc = -1;
+	size_t off, vlen;
+	int rc = -1, stream, b64;
 
 	p->lineno++;
 	if (p->state == PS_DONE)
 		return proto_fail(p, err, "event after error");
+	if (sbx_ndjson_canonical_output(line, len, &stream, &b64, &off, &vlen))
+		return handle_canonical(p, line, len, stream, b64, off, vlen,
+		    err);
 	/* Duplicate keys rejected: two parsers must never read one line two
 	 * ways. NUL allowed: it is valid output, escaped as \u0000. */
 	o = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);

@@ -51,6 +51,33 @@ int sbx_utf8_valid(const unsigned char *buf, size_t len);
 size_t sbx_utf8_incomplete_tail(const unsigned char *buf, size_t len);
 
 /* ------------------------------------------------------------------ */
+/* JSON string escaping, byte-identical to jansson's json_dumpb (2.14):
+ * '"' and '\\' and \b \f \n \r \t as two-character escapes, every other
+ * byte below 0x20 as \u00XX (upper-case hex), everything else (DEL, UTF-8)
+ * as is. No quotes around the result.                                   */
+
+/* Bytes sbx_json_escape writes for s[0..len). */
+size_t sbx_json_escaped_len(const unsigned char *s, size_t len);
+
+/* Writes the escaped form of s[0..len) at dst, which has room for
+ * sbx_json_escaped_len(s, len) bytes; returns the end (no NUL written). */
+char *sbx_json_escape(char *dst, const unsigned char *s, size_t len);
+
+/*
+ * Recognises an output line exactly as sbx_ndjson_output writes it, so the
+ * parser and the SSE mapping can skip general JSON parsing on the hot path.
+ * line[0..len): one line without its '\n'. Returns 1 when it is
+ * {"type":"stdout"|"stderr","data"|"data_b64":"S"} byte for byte, with S
+ * valid UTF-8 escaped exactly as sbx_json_escape does (or, for data_b64,
+ * only base64 alphabet characters); then *stream is 1 or 2, *b64 is 1 for
+ * data_b64, and line[*val_off .. *val_off + *val_len) is S, still escaped.
+ * Returns 0 otherwise: the line may still be a valid event in another
+ * spelling (other member order, other escapes), which a JSON parser reads.
+ */
+int sbx_ndjson_canonical_output(const char *line, size_t len, int *stream,
+    int *b64, size_t *val_off, size_t *val_len);
+
+/* ------------------------------------------------------------------ */
 /* Encoder. Each call appends exactly one compact JSON object followed by
  * one '\n' to out and returns 0, or returns -1 with nothing appended
  * (invalid arguments or allocation failure). The
@@ -164,6 +191,9 @@ struct sbx_ndjson_parser *sbx_ndjson_parser_new(size_t max_line,
  *  - cancelled: cb returned nonzero.
  *  - internal: out of memory.
  * A '\r' before '\n' is accepted (JSON whitespace) and kept in line.
+ * Lines exactly as sbx_ndjson_output writes them skip the general JSON
+ * parser (sbx_ndjson_canonical_output); the event, including raw, is the
+ * same either way. cb must not call feed/finish/free on p (no reentrancy).
  */
 int sbx_ndjson_parser_feed(struct sbx_ndjson_parser *p, const char *buf,
     size_t len, struct sbx_err *err);

@@ -126,6 +126,54 @@ sbx_sse_comment(struct evbuffer *out, const char *text)
 	return evbuffer_commit_space(out, &v, 1);
 }
 
+/*
+ * One event whose data is head || mid || tail on a single line, mid
+ * JSON-escaped first when escape_mid is set. The callers know none of the
+ * parts can hold CR or LF (JSON text from the encoder, or escaped here).
+ */
+static int
+sse_put_line(struct evbuffer *out, uint64_t id, const char *event,
+    const char *head, size_t hlen, const char *mid, size_t mlen,
+    int escape_mid, const char *tail, size_t tlen)
+{
+	struct evbuffer_iovec v;
+	size_t elen = strlen(event), body, total;
+	char *p;
+	int n;
+
+	body = escape_mid ? sbx_json_escaped_len((const unsigned char *)mid,
+	    mlen) : mlen;
+	/* "id: " 20 digits "\n" "event: " E "\n" "data: " ... "\n\n" */
+	total = 4 + 20 + 1 + 7 + elen + 1 + 6 + hlen + body + tlen + 2;
+	if (evbuffer_reserve_space(out, (ev_ssize_t)total, &v, 1) < 1)
+		return -1;
+	p = v.iov_base;
+	if (id != 0) {
+		n = snprintf(p, 26, "id: %" PRIu64 "\n", id);
+		p += n;
+	}
+	memcpy(p, "event: ", 7);
+	p += 7;
+	memcpy(p, event, elen);
+	p += elen;
+	memcpy(p, "\ndata: ", 7);
+	p += 7;
+	memcpy(p, head, hlen);
+	p += hlen;
+	if (escape_mid)
+		p = sbx_json_escape(p, (const unsigned char *)mid, mlen);
+	else {
+		memcpy(p, mid, mlen);
+		p += mlen;
+	}
+	memcpy(p, tail, tlen);
+	p += tlen;
+	*p++ = '\n';
+	*p++ = '\n';
+	v.iov_len = (size_t)(p - (char *)v.iov_base);
+	return evbuffer_commit_space(out, &v, 1);
+}
+
 /* SSE event names we forward: [a-z][a-z0-9_]{0,31}. */
 static int
 type_ok(const char *t)
@@ -194,10 +242,27 @@ sbx_sse_from_ndjson(struct evbuffer *out, uint64_t id, const char *line,
 {
 	json_error_t jerr;
 	json_t *o = NULL;
-	int rc;
+	size_t n, off, vlen, skip;
+	int rc, stream, b64;
 
 	if (out == NULL || (line == NULL && len > 0))
 		return sbx_err_set(err, SBX_E_INTERNAL, "no buffer");
+	/* Hot path: an output line as the encoder writes it maps to
+	 * '{' + the line after its "type" member, which is exactly what
+	 * jansson would write for the object without "type". */
+	n = len;
+	if (n > 0 && line[n - 1] == '\n')
+		n--;
+	if (n > 0 && line[n - 1] == '\r')
+		n--;
+	if (sbx_ndjson_canonical_output(line, n, &stream, &b64, &off, &vlen)) {
+		skip = strlen("{\"" SBX_EVF_TYPE "\":\"stdout\",");
+		if (sse_put_line(out, id, stream == SBX_STREAM_STDOUT ?
+		    SBX_EV_STDOUT : SBX_EV_STDERR, "{", 1, line + skip,
+		    n - skip, 0, "", 0) != 0)
+			return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		return 0;
+	}
 	o = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
 	    &jerr);
 	if (o == NULL)
@@ -212,7 +277,30 @@ int
 sbx_sse_from_event(struct evbuffer *out, uint64_t id,
     const struct sbx_event *ev, struct sbx_err *err)
 {
+	static const char txt[] = "{\"" SBX_EVF_DATA "\":\"";
+	static const char bin[] = "{\"" SBX_EVF_DATA_B64 "\":\"";
+	json_t *v;
+	int b64;
+
 	if (out == NULL || ev == NULL || ev->raw == NULL)
 		return sbx_err_set(err, SBX_E_INTERNAL, "no event");
+	/* Hot path: {"type":..., "data"|"data_b64": S} and nothing else maps
+	 * to {"data":"S"} with S escaped as jansson does, written directly. */
+	if ((ev->type == SBX_EVENT_STDOUT || ev->type == SBX_EVENT_STDERR) &&
+	    json_object_size(ev->raw) == 2) {
+		b64 = (v = json_object_get(ev->raw, SBX_EVF_DATA)) == NULL;
+		if (b64)
+			v = json_object_get(ev->raw, SBX_EVF_DATA_B64);
+		if (json_is_string(v) && json_is_string(json_object_get(ev->raw,
+		    SBX_EVF_TYPE))) {
+			if (sse_put_line(out, id, sbx_event_type_name(ev->type),
+			    b64 ? bin : txt, (b64 ? sizeof(bin) : sizeof(txt)) - 1,
+			    json_string_value(v), json_string_length(v), 1,
+			    "\"}", 2) != 0)
+				return sbx_err_set(err, SBX_E_INTERNAL,
+				    "out of memory");
+			return 0;
+		}
+	}
 	return sse_from_object(out, id, ev->raw, err);
 }

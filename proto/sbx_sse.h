@@ -61,14 +61,22 @@ int sbx_sse_comment(struct evbuffer *out, const char *text);
  * missing, not a string, or not [a-z][a-z0-9_]{0,31}; internal on
  * allocation failure. It does not check the event's other members (the
  * NDJSON parser does).
+ *
+ * Speed: an output line exactly as the encoder writes it is mapped by
+ * copying ('{' + the line after its "type" member), without parsing; this
+ * is the cheapest way to forward a stream (call it from the NDJSON parser
+ * callback with the line it gets). Other lines go through jansson.
  */
 int sbx_sse_from_ndjson(struct evbuffer *out, uint64_t id, const char *line,
     size_t len, struct sbx_err *err);
 
 /*
  * Same mapping from an event the NDJSON parser already decoded, without
- * parsing the line again (uses ev->raw, which is not modified). Same result
- * bytes and errors as sbx_sse_from_ndjson on the event's line.
+ * parsing the line again (uses ev->raw, which is not modified; ev->type
+ * gives the event name). Same result bytes and errors as
+ * sbx_sse_from_ndjson on the event's line. Output events whose raw object
+ * has only "type" and "data"/"data_b64" are re-escaped directly, others
+ * dumped by jansson.
  */
 int sbx_sse_from_event(struct evbuffer *out, uint64_t id,
     const struct sbx_event *ev, struct sbx_err *err);

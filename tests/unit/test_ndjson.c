@@ -11,6 +11,7 @@
 #include <cmocka.h>
 #include <event2/buffer.h>
 #include <jansson.h>
+#include <sodium.h>
 
 #include "sbx_ndjson.h"
 #include "sbx_proto.h"
@@ -751,6 +752,128 @@ test_callback_can_stop_the_parser(void **state)
 	assert_null(sbx_ndjson_parser_new(0, NULL, NULL));
 }
 
+
+/* One output event line decoded by a fresh parser; returns 0 and the bytes
+ * in *got (malloc'd) / *n, or -1 when the parser refuses it. */
+static int
+decode_one(const char *line, unsigned char **got, size_t *n)
+{
+	static const char start[] = "{\"type\":\"start\",\"exec_id\":\"x\",\"ts\":1}\n";
+	struct sbx_ndjson_parser *p;
+	struct collect c;
+	struct sbx_err err;
+	int rc;
+
+	collect_init(&c);
+	p = sbx_ndjson_parser_new(0, collect_cb, &c);
+	assert_int_equal(sbx_ndjson_parser_feed(p, start, strlen(start), &err), 0);
+	rc = sbx_ndjson_parser_feed(p, line, strlen(line), &err);
+	if (rc == 0) {
+		assert_int_equal(c.n, 2);
+		*n = evbuffer_get_length(c.data[1]) + evbuffer_get_length(c.data[2]);
+		*got = malloc(*n + 1);
+		evbuffer_remove(c.data[1], *got, *n);
+		evbuffer_remove(c.data[2], *got, *n);
+	} else
+		assert_protocol_error(&err);
+	sbx_ndjson_parser_free(p);
+	collect_free(&c);
+	return rc;
+}
+
+/* The parser's own base64 decoder accepts exactly what libsodium's strict
+ * decoder accepts (padded standard alphabet, zero unused bits), with the
+ * same bytes, on both the fast path and the general JSON path. */
+static void
+test_base64_decoder_agrees_with_libsodium(void **state)
+{
+	static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=";
+	char b64[32], line[128];
+	unsigned char want[32], *got;
+	size_t n, k, wn, gn;
+	int i, path, ok, accepted = 0;
+
+	(void)state;
+	for (i = 0; i < 20000; i++) {
+		n = rnd_below(13);
+		for (k = 0; k < n; k++) {
+			/* mostly valid characters, '=' near the end */
+			b64[k] = k + 2 >= n && rnd_below(2) ? '=' :
+			    al[rnd_below(sizeof(al) - (rnd_below(8) ? 2 : 1))];
+		}
+		b64[n] = '\0';
+		ok = sodium_base642bin(want, sizeof(want), b64, n, NULL, &wn,
+		    NULL, sodium_base64_VARIANT_ORIGINAL) == 0;
+		for (path = 0; path < 2; path++) {
+			snprintf(line, sizeof(line), path == 0 ?
+			    "{\"type\":\"stdout\",\"data_b64\":\"%s\"}\n" :
+			    "{\"data_b64\":\"%s\",\"type\":\"stdout\"}\n", b64);
+			got = NULL;
+			if ((decode_one(line, &got, &gn) == 0) != ok)
+				fail_msg("%s: libsodium %d, parser %d", line, ok, !ok);
+			if (ok) {
+				assert_int_equal(gn, wn);
+				if (wn > 0)
+					assert_memory_equal(got, want, wn);
+			}
+			free(got);
+		}
+		accepted += ok;
+	}
+	assert_true(accepted > 1000);   /* the generator hits both sides */
+	assert_true(accepted < 19000);
+}
+
+/* Other spellings of the same event (member order, escapes, whitespace)
+ * are not "canonical" but decode to the same bytes. */
+static void
+test_other_spellings_decode_the_same(void **state)
+{
+	static const struct {
+		const char *line;
+		const char *bytes;
+		size_t n;
+	} cases[] = {
+		{ "{\"data\":\"a\\\"b\",\"type\":\"stdout\"}", "a\"b", 3 },
+		{ "{\"type\":\"stdout\",\"data\":\"\\u0041\\/\"}", "A/", 2 },
+		{ "{\"type\":\"stdout\",\"data\":\"\\u001b\"}", "\x1b", 1 },
+		{ "{\"type\":\"stdout\",\"data\":\"\\u000A\"}", "\n", 1 },
+		{ "{\"type\":\"stdout\",\"data\":\"\\u00e9\\ud83d\\ude00\"}", "\xC3\xA9\xF0\x9F\x98\x80", 6 },
+		{ "{ \"type\" : \"stdout\" , \"data\" : \"x\" }", "x", 1 },
+		{ "{\"type\":\"stdout\",\"data\":\"x\"}\r", "x", 1 },
+		{ "{\"type\":\"stdout\",\"data\":\"x\",\"extra\":1}", "x", 1 },
+		{ "{\"type\":\"stdout\",\"data\":\"\\u0000\"}", "\0", 1 },
+	};
+	struct evbuffer *out = evbuffer_new();
+	unsigned char *got;
+	char line[256], *enc;
+	size_t i, n, gn, off, vlen;
+	int stream, b64;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		n = strlen(cases[i].line);
+		if (i + 1 < sizeof(cases) / sizeof(cases[0]))
+			assert_int_equal(sbx_ndjson_canonical_output(cases[i].line,
+			    n, &stream, &b64, &off, &vlen), 0);
+		snprintf(line, sizeof(line), "%s\n", cases[i].line);
+		if (decode_one(line, &got, &gn) != 0)
+			fail_msg("refused: %s", cases[i].line);
+		assert_int_equal(gn, cases[i].n);
+		assert_memory_equal(got, cases[i].bytes, gn);
+		free(got);
+		/* and what the encoder writes for those bytes is canonical */
+		assert_int_equal(sbx_ndjson_output(out, 2,
+		    (const unsigned char *)cases[i].bytes, cases[i].n), 0);
+		enc = take(out, &n);
+		assert_int_equal(sbx_ndjson_canonical_output(enc, n - 1, &stream,
+		    &b64, &off, &vlen), 1);
+		assert_int_equal(stream, 2);
+		free(enc);
+	}
+	evbuffer_free(out);
+}
+
 /* ---- golden transcripts --------------------------------------------- */
 
 static const char *
@@ -867,6 +990,8 @@ main(void)
 		cmocka_unit_test(test_parser_accepts_lone_error_crlf_and_unknown_members),
 		cmocka_unit_test(test_parser_finish_detects_cut_streams),
 		cmocka_unit_test(test_callback_can_stop_the_parser),
+		cmocka_unit_test(test_base64_decoder_agrees_with_libsodium),
+		cmocka_unit_test(test_other_spellings_decode_the_same),
 		cmocka_unit_test(test_golden_ndjson_is_exactly_what_the_encoder_writes),
 	};
 

@@ -624,6 +624,108 @@ test_output_survives_the_whole_pipeline(void **state)
 	evbuffer_free(sse);
 }
 
+
+/* The general route: parse, drop "type", jansson compact dump, encoder. */
+static char *
+reference_sse(uint64_t id, const char *line, size_t len, size_t *n)
+{
+	struct evbuffer *out = evbuffer_new();
+	json_t *o = json_loadb(line, len, JSON_ALLOW_NUL, NULL);
+	char *d, *s, type[16];
+
+	assert_non_null(o);
+	snprintf(type, sizeof(type), "%s", json_string_value(json_object_get(o, "type")));
+	json_object_del(o, "type");
+	d = json_dumps(o, JSON_COMPACT);
+	assert_int_equal(sbx_sse_event(out, id, type, d, strlen(d)), 0);
+	s = take(out, n);
+	free(d);
+	json_decref(o);
+	evbuffer_free(out);
+	return s;
+}
+
+struct agree {
+	const char *want;
+	size_t want_n;
+	uint64_t id;
+	int seen;
+};
+
+static int
+agree_cb(void *arg, const struct sbx_event *ev, const char *line, size_t len)
+{
+	struct agree *a = arg;
+	struct evbuffer *out = evbuffer_new();
+	struct sbx_err err;
+	char *s;
+	size_t n;
+
+	(void)line;
+	(void)len;
+	if (ev->type != SBX_EVENT_STDOUT && ev->type != SBX_EVENT_STDERR)
+		goto done;
+	assert_int_equal(sbx_sse_from_event(out, a->id, ev, &err), 0);
+	s = take(out, &n);
+	assert_int_equal(n, a->want_n);
+	assert_memory_equal(s, a->want, n);
+	free(s);
+	a->seen++;
+done:
+	evbuffer_free(out);
+	return 0;
+}
+
+/* The hot paths (canonical line copied, decoded event re-escaped) give
+ * the same bytes as the general jansson route, for text and binary. */
+static void
+test_fast_and_general_mapping_agree(void **state)
+{
+	static const char start[] = "{\"type\":\"start\",\"exec_id\":\"x\",\"ts\":1}\n";
+	struct evbuffer *nd = evbuffer_new(), *out = evbuffer_new();
+	struct sbx_ndjson_parser *p;
+	struct agree a = { 0 };
+	struct sbx_err err;
+	unsigned char buf[512];
+	char *line, *got, *want;
+	size_t n, gn, wn, len, k;
+	int i;
+
+	(void)state;
+	p = sbx_ndjson_parser_new(0, agree_cb, &a);
+	assert_int_equal(sbx_ndjson_parser_feed(p, start, strlen(start), &err), 0);
+	srand(7);
+	for (i = 0; i < 3000; i++) {
+		len = (size_t)rand() % sizeof(buf);
+		for (k = 0; k < len; k++) {
+			/* text-heavy: every 4th buffer gets raw random bytes */
+			buf[k] = (unsigned char)(i % 4 == 0 ? rand() :
+			    " \"\\\n\r\t\x01\x7f" "abc\xC3\xA9"[rand() % 14]);
+		}
+		if (i % 4 != 0 && len > 0 && buf[len - 1] == 0xC3)
+			buf[len - 1] = 'z';
+		assert_int_equal(sbx_ndjson_output(nd, 1 + i % 2, buf, len), 0);
+		line = take(nd, &n);
+		want = reference_sse((uint64_t)i + 1, line, n - 1, &wn);
+		assert_int_equal(sbx_sse_from_ndjson(out, (uint64_t)i + 1, line, n,
+		    &err), 0);
+		got = take(out, &gn);
+		assert_int_equal(gn, wn);
+		assert_memory_equal(got, want, wn);
+		a.want = want;
+		a.want_n = wn;
+		a.id = (uint64_t)i + 1;
+		assert_int_equal(sbx_ndjson_parser_feed(p, line, n, &err), 0);
+		assert_int_equal(a.seen, i + 1);
+		free(got);
+		free(want);
+		free(line);
+	}
+	sbx_ndjson_parser_free(p);
+	evbuffer_free(nd);
+	evbuffer_free(out);
+}
+
 int
 main(void)
 {
@@ -638,6 +740,7 @@ main(void)
 		cmocka_unit_test(test_mapping_drops_type_and_keeps_member_order),
 		cmocka_unit_test(test_mapping_refuses_non_events),
 		cmocka_unit_test(test_output_survives_the_whole_pipeline),
+		cmocka_unit_test(test_fast_and_general_mapping_agree),
 	};
 
 	return cmocka_run_group_tests_name("sse", tests, NULL, NULL);

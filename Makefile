@@ -80,10 +80,10 @@ $(BUILD)/sbx: $(call obj,$(CLI_SRC)) $(LIBSBX)
 
 # The helper runs inside sandboxes whose image we do not control: static,
 # no sanitizer runtime, no shared library.
-$(BUILD)/sbx-helper: $(HELPER_SRC)
+$(BUILD)/sbx-helper: $(HELPER_SRC) $(wildcard broker/helper/*.h) proto/sbx_proto.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -D_FORTIFY_SOURCE=2 $(CFLAGS) $(WARN) \
-		-fstack-protector-strong -static -o $@ $^
+		-fstack-protector-strong -static -o $@ $(HELPER_SRC)
 
 $(BUILD)/tests/%: tests/unit/%.c $(call obj,$(FAKE_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
 	@mkdir -p $(dir $@)

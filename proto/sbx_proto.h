@@ -28,6 +28,38 @@
 #define SBX_EV_EXIT "exit"
 #define SBX_EV_ERROR "error"
 
+/* Request details (SPEC §4). Every route, /v1/health and /metrics included,
+ * needs "Authorization: Bearer TOKEN"; the token has at least
+ * SBX_TOKEN_MIN_LEN characters or the broker refuses to start (exit 78). */
+#define SBX_HDR_AUTHORIZATION "Authorization"
+#define SBX_AUTH_BEARER "Bearer "           /* scheme prefix, with its space */
+#define SBX_TOKEN_MIN_LEN 16
+#define SBX_EXIT_CONFIG 78                  /* EX_CONFIG: bad/missing token or config */
+#define SBX_ID_MAX_LEN 63                   /* [a-z0-9][a-z0-9-]{0,62} */
+#define SBX_QUERY_PATH "path"               /* ?path= of files and list */
+#define SBX_QUERY_MODE "mode"               /* ?mode= of files PUT, octal, e.g. 0644 */
+#define SBX_WORK_DIR "/work"                /* the only tree file operations reach */
+
+/* SSE response headers the api sends on exec streams (SPEC §5). */
+#define SBX_SSE_CACHE_CONTROL "no-cache"    /* Cache-Control */
+#define SBX_SSE_ACCEL_BUFFERING "no"        /* X-Accel-Buffering (nginx) */
+
+/* Members of exec events (SPEC §5, proto/broker-api.md). */
+#define SBX_EVF_TYPE "type"
+#define SBX_EVF_EXEC_ID "exec_id"
+#define SBX_EVF_TS "ts"
+#define SBX_EVF_DATA "data"
+#define SBX_EVF_DATA_B64 "data_b64"
+#define SBX_EVF_CODE "code"
+#define SBX_EVF_SIGNAL "signal"
+#define SBX_EVF_DURATION_MS "duration_ms"
+#define SBX_EVF_TRUNCATED "truncated"
+#define SBX_EVF_MESSAGE "message"
+
+/* Message prefix of errors about a malformed exec event stream (code
+ * bad_request): "protocol_error: line too long" etc. */
+#define SBX_PROTOCOL_ERROR "protocol_error"
+
 /* Error codes: {"error":{"code":...,"message":...}}. HTTP status in brackets. */
 #define SBX_E_BAD_REQUEST "bad_request"             /* [400] malformed input */
 #define SBX_E_INVALID_ID "invalid_id"               /* [400] id not [a-z0-9][a-z0-9-]{0,62} */

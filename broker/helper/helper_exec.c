@@ -205,6 +205,10 @@ handle_kill(const struct handle *h)
 		(void)kill(h->pgid, SIGKILL);
 }
 
+/* What the helper waits for while the command runs. */
+static const int waitsigs[] = { SIGCHLD, SIGTERM, SIGINT, SIGHUP };
+#define NWAITSIGS ((int)(sizeof(waitsigs) / sizeof(waitsigs[0])))
+
 static uint64_t
 now_ms(void)
 {
@@ -246,6 +250,8 @@ helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
 	ssize_t n;
 	int cwdfd = -1, sfd = -1, go[2] = { -1, -1 }, ep[2] = { -1, -1 };
 	int status = 0, rc = SBX_HELPER_EXEC_FAILED, linked = 0, timed_out = 0, sig, masked = 0;
+	int restore = 0, i;
+	struct sigaction dfl, saved[NWAITSIGS];
 
 	if (!helper_exec_id_valid(id)) {
 		helper_err_set(err, SBX_E_BAD_REQUEST, "exec id must match [A-Za-z0-9_-]{1,64}");
@@ -265,15 +271,23 @@ helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
 		goto done;
 
 	sigemptyset(&set);
-	sigaddset(&set, SIGCHLD);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
+	for (i = 0; i < NWAITSIGS; i++)
+		sigaddset(&set, waitsigs[i]);
 	if (sigprocmask(SIG_BLOCK, &set, &old) < 0) {
 		helper_err_errno(err, errno, "sigprocmask");
 		goto done;
 	}
 	masked = 1;
+	/*
+	 * An inherited SIG_IGN would discard these even while blocked (and
+	 * SIGCHLD ignored means no child to wait for): wait with SIG_DFL, give
+	 * the command back what we inherited.
+	 */
+	memset(&dfl, 0, sizeof(dfl));
+	dfl.sa_handler = SIG_DFL;
+	for (i = 0; i < NWAITSIGS; i++)
+		sigaction(waitsigs[i], &dfl, &saved[i]);
+	restore = 1;
 	if (pipe2(go, O_CLOEXEC) < 0 || pipe2(ep, O_CLOEXEC) < 0) {
 		helper_err_errno(err, errno, "pipe");
 		goto done;
@@ -297,7 +311,8 @@ helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
 			child_fail(ep[1], 1, errno);
 		if (cwdfd >= 0 && fchdir(cwdfd) < 0)
 			child_fail(ep[1], 2, errno);
-		signal(SIGPIPE, SIG_DFL);
+		for (i = 0; i < NWAITSIGS; i++)
+			sigaction(waitsigs[i], &saved[i], NULL);
 		sigprocmask(SIG_SETMASK, &old, NULL);
 		execvp(argv[0], argv);
 		child_fail(ep[1], 3, errno);
@@ -423,6 +438,9 @@ done:
 		ts.tv_nsec = 0;
 		while (sigtimedwait(&set, &info, &ts) > 0)
 			;
+		if (restore)
+			for (i = 0; i < NWAITSIGS; i++)
+				sigaction(waitsigs[i], &saved[i], NULL);
 		sigprocmask(SIG_SETMASK, &old, NULL);
 	}
 	return rc;

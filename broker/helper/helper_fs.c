@@ -159,6 +159,29 @@ done:
 	return rc;
 }
 
+/*
+ * After a failed write, reads and drops the rest of the input (at most
+ * left + 1 bytes): the caller's upload then completes, and the runtime's
+ * exec stream does not lose our error line when we exit with input still
+ * unread (seen on podman 4.3: "connection reset by peer", stderr lost).
+ */
+static void
+drain(int infd, uint64_t left)
+{
+	ssize_t r;
+	size_t want;
+
+	for (;;) {
+		want = left < COPY_CHUNK ? (size_t)left + 1 : COPY_CHUNK;
+		r = read(infd, copybuf, want);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0 || (uint64_t)r > left)
+			return;
+		left -= (uint64_t)r;
+	}
+}
+
 /* Creates an empty 0600 temporary file next to name in pfd; its name goes to tmp. */
 static int
 create_temp(int pfd, char *tmp, size_t tmpsz, struct helper_err *err)
@@ -279,6 +302,8 @@ helper_write_file(const struct helper_ctx *ctx, const char *path, const char *mo
 		(void)fsync(dfd);
 	rc = 0;
 done:
+	if (rc < 0 && total <= max)
+		drain(infd, max - total);
 	if (tfd >= 0)
 		close(tfd);
 	if (have_tmp)

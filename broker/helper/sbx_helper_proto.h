@@ -25,6 +25,9 @@
  *       and the temporary file is removed. A PATH that is a symlink is
  *       written through when its target resolves beneath the root (the
  *       target is replaced), else path_outside_work. Nothing on stdout.
+ *       On any error the rest of stdin (at most BYTES + 1) is read and
+ *       dropped before exiting: podman 4.3's exec stream loses the error
+ *       line when the process exits with input unread.
  *   sbx-helper list PATH
  *       stdout: one JSON array, then "\n":
  *       [{"name":S,"type":"file|dir|symlink|other","size":N,"mode":N,"mtime":N}]
@@ -42,6 +45,8 @@
  *       Exit status: the command's, or 128+signal when a signal ended it;
  *       see the SBX_HELPER_EXEC_* codes for the helper's own outcomes.
  *       SIGTERM/SIGINT/SIGHUP sent to the helper go to the whole group.
+ *       --timeout-ms absent or 0: no backstop (the broker's timer rules).
+ *       --cwd absent: the cwd the helper was started in.
  *   sbx-helper kill ID
  *       SIGKILLs the process group recorded for ID. Exit 0 whether it was
  *       running, already gone or not started yet: a kill that arrives first
@@ -67,6 +72,10 @@
  *
  * Errors: exit status non-zero and exactly one line on stderr,
  *   {"sbx_helper":1,"error":{"code":"<SBX_E_*>","message":"<sentence>"}}
+ * Outside exec the exit status alone names the code (SBX_HELPER_EXIT_*), so
+ * the broker can answer even when a runtime dropped the line. Attach stdin
+ * only to write and exec (with input): a runtime may drop the output of a
+ * process that exits with its stdin still open and unread.
  * In exec mode that line is mixed into the command's own stderr and the
  * command can print a look-alike, so the broker must believe it only
  * together with a SBX_HELPER_EXEC_* status and never trust it further.

@@ -1,0 +1,215 @@
+/* sbx_token.c - bearer token loading, digest-only storage and constant-time verification. */
+#include <sys/stat.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "sbx_token.h"
+
+void
+sbx_token_clear(struct sbx_token *t)
+{
+	if (t != NULL)
+		sodium_memzero(t, sizeof(*t));
+}
+
+int
+sbx_token_set(struct sbx_token *t, const char *plaintext, size_t len,
+    struct sbx_err *err)
+{
+	size_t i;
+
+	sbx_token_clear(t);
+	if (sodium_init() < 0)
+		return sbx_err_set(err, SBX_E_BAD_TOKEN, "libsodium failed to initialise");
+	if (plaintext == NULL || len == 0)
+		return sbx_err_set(err, SBX_E_BAD_TOKEN, "token is missing");
+	if (len < SBX_TOKEN_MIN_LEN)
+		return sbx_err_set(err, SBX_E_BAD_TOKEN,
+		    "token is %zu characters; at least %d are required", len,
+		    SBX_TOKEN_MIN_LEN);
+	if (len > SBX_TOKEN_MAX_LEN)
+		return sbx_err_set(err, SBX_E_BAD_TOKEN,
+		    "token is longer than %d bytes", SBX_TOKEN_MAX_LEN);
+	for (i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)plaintext[i];
+
+		if (c < 0x21 || c > 0x7e)
+			return sbx_err_set(err, SBX_E_BAD_TOKEN,
+			    "token contains a character other than visible ASCII "
+			    "(at offset %zu)", i);
+	}
+	crypto_generichash(t->digest, sizeof(t->digest),
+	    (const unsigned char *)plaintext, len, NULL, 0);
+	t->set = 1;
+	return 0;
+}
+
+/* Reads file into buf (SBX_TOKEN_MAX_LEN + 1 bytes); returns bytes read or -1. */
+static ssize_t
+read_token_file(const char *file, char *buf, size_t bufsz, struct sbx_err *err)
+{
+	struct stat st;
+	size_t total = 0;
+	ssize_t n;
+	int fd = -1;
+
+	if ((fd = open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)) == -1) {
+		sbx_err_set(err, SBX_E_BAD_TOKEN, "cannot open token file %s: %s",
+		    file, strerror(errno));
+		goto fail;
+	}
+	if (fstat(fd, &st) == -1) {
+		sbx_err_set(err, SBX_E_BAD_TOKEN, "cannot stat token file %s: %s",
+		    file, strerror(errno));
+		goto fail;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		sbx_err_set(err, SBX_E_BAD_TOKEN,
+		    "token file %s is not a regular file", file);
+		goto fail;
+	}
+	if ((st.st_mode & 077) != 0) {
+		sbx_err_set(err, SBX_E_BAD_TOKEN,
+		    "token file %s has mode %04o; it must not be accessible by group "
+		    "or others (chmod 0600 %s)", file, (unsigned)(st.st_mode & 07777),
+		    file);
+		goto fail;
+	}
+	for (;;) {
+		n = read(fd, buf + total, bufsz - total);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n == -1) {
+			sbx_err_set(err, SBX_E_BAD_TOKEN, "cannot read token file %s: %s",
+			    file, strerror(errno));
+			goto fail;
+		}
+		if (n == 0)
+			break;
+		total += (size_t)n;
+		if (total == bufsz) {
+			sbx_err_set(err, SBX_E_BAD_TOKEN,
+			    "token file %s is longer than %d bytes", file,
+			    SBX_TOKEN_MAX_LEN);
+			goto fail;
+		}
+	}
+	close(fd);
+	return (ssize_t)total;
+fail:
+	if (fd != -1)
+		close(fd);
+	return -1;
+}
+
+int
+sbx_token_load(struct sbx_token *t, const char *file, const char *env_value,
+    struct sbx_err *err)
+{
+	char buf[SBX_TOKEN_MAX_LEN + 1];
+	const char *src = NULL;
+	ssize_t n;
+	size_t len = 0;
+	int rc = -1;
+
+	sbx_token_clear(t);
+	if (file != NULL) {
+		if ((n = read_token_file(file, buf, sizeof(buf), err)) < 0)
+			goto done;
+		len = (size_t)n;
+		src = buf;
+	} else if (env_value != NULL) {
+		src = env_value;
+		len = strlen(env_value);
+	}
+	if (src == NULL || len == 0) {
+		sbx_err_set(err, SBX_E_BAD_TOKEN, file != NULL ?
+		    "token file is empty" : "no token given (token file or environment)");
+		goto done;
+	}
+	while (len > 0 && (src[len - 1] == '\n' || src[len - 1] == '\r' ||
+	    src[len - 1] == ' ' || src[len - 1] == '\t'))
+		len--;
+	if (len == 0) {
+		sbx_err_set(err, SBX_E_BAD_TOKEN, "token is empty");
+		goto done;
+	}
+	if (sbx_token_set(t, src, len, err) != 0) {
+		/* Name the source so an operator knows what to fix. */
+		if (file != NULL && err != NULL) {
+			char msg[sizeof(err->message)];
+
+			snprintf(msg, sizeof(msg), "%s", err->message);
+			sbx_err_set(err, SBX_E_BAD_TOKEN, "%s (in %s)", msg, file);
+		}
+		goto done;
+	}
+	rc = 0;
+done:
+	sodium_memzero(buf, sizeof(buf));
+	return rc;
+}
+
+int
+sbx_token_verify(const struct sbx_token *t, const char *presented, size_t len)
+{
+	unsigned char d[crypto_generichash_BYTES];
+	int ok;
+
+	if (sodium_init() < 0)
+		return 0;
+	if (presented == NULL)
+		len = 0;
+	crypto_generichash(d, sizeof(d), (const unsigned char *)
+	    (presented != NULL ? presented : ""), len, NULL, 0);
+	if (t == NULL || !t->set) {
+		sodium_memzero(d, sizeof(d));
+		return 0;
+	}
+	ok = sodium_memcmp(d, t->digest, sizeof(d)) == 0;
+	sodium_memzero(d, sizeof(d));
+	return ok;
+}
+
+int
+sbx_bearer_verify(const struct sbx_token *t, const char *authorization_header)
+{
+	const char *p, *end;
+
+	if (authorization_header == NULL)
+		return 0;
+	p = authorization_header;
+	while (*p == ' ' || *p == '\t')
+		p++;
+	if (strncasecmp(p, "Bearer", 6) != 0 || (p[6] != ' ' && p[6] != '\t'))
+		return 0;
+	p += 6;
+	while (*p == ' ' || *p == '\t')
+		p++;
+	end = p + strlen(p);
+	while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
+		end--;
+	if (end == p)
+		return 0;
+	return sbx_token_verify(t, p, (size_t)(end - p));
+}
+
+int
+sbx_token_generate(char *out, size_t outlen)
+{
+	unsigned char raw[32];
+
+	if (out == NULL || outlen < SBX_TOKEN_GEN_LEN + 1 || sodium_init() < 0)
+		return -1;
+	randombytes_buf(raw, sizeof(raw));
+	sodium_bin2base64(out, outlen, raw, sizeof(raw),
+	    sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+	sodium_memzero(raw, sizeof(raw));
+	return 0;
+}

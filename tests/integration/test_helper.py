@@ -1,0 +1,537 @@
+"""test_helper.py - sbx-helper run on the host as uid 1000 against a temporary --root (no runtime needed)."""
+import base64
+import hashlib
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+import unittest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILT = os.environ.get("SBX_HELPER_BIN") or os.path.join(REPO, "build", "out", "sbx-helper")
+UID = GID = 1000
+# What a sandbox exec has; the caller's PATH may hold directories uid 1000
+# cannot search (execvp then reports EACCES instead of ENOENT).
+ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C"}
+
+# Exit codes of broker/helper/sbx_helper_proto.h.
+EXIT_INTERNAL, EXIT_BAD_REQUEST, EXIT_OUTSIDE, EXIT_NOT_FOUND, EXIT_TOO_LARGE = 1, 2, 3, 4, 5
+EXEC_TIMEOUT, EXEC_FAILED, EXEC_NOTFOUND = 124, 125, 127
+
+BASE = None
+BIN = None
+
+
+def setUpModule():
+    global BASE, BIN
+    if os.geteuid() != 0:
+        # A failure, not a skip: a skipped suite must never read as passed.
+        raise RuntimeError("test_helper.py must run as root (it runs the helper as uid 1000)")
+    if not os.path.exists(BUILT):
+        subprocess.run(["make", "-s", "-C", REPO, "build/out/sbx-helper"], check=True)
+    BASE = tempfile.mkdtemp(prefix="sbx-helper-test-")
+    os.chmod(BASE, 0o755)
+    # A private copy: the tests run exactly this binary, reachable by uid 1000.
+    BIN = os.path.join(BASE, "sbx-helper")
+    shutil.copy2(BUILT, BIN)
+    os.chmod(BIN, 0o755)
+
+
+def tearDownModule():
+    if BASE:
+        subprocess.run(["setpriv", "--reuid=%d" % UID, "--regid=%d" % GID, "--clear-groups",
+                        BIN, "killall", "--state-dir", os.path.join(BASE, "state")],
+                       capture_output=True, env=ENV)
+        shutil.rmtree(BASE, ignore_errors=True)
+
+
+def as_user(args):
+    return ["setpriv", "--reuid=%d" % UID, "--regid=%d" % GID, "--clear-groups"] + args
+
+
+def pgid_members(pgid):
+    """Pids of live (non-zombie) processes whose process group is pgid."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d, "rb") as f:
+                s = f.read()
+        except OSError:
+            continue
+        fields = s[s.rindex(b")") + 2:].split()
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            out.append(int(d))
+    return out
+
+
+def wait_until(pred, timeout=5.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.01)
+
+
+class HelperCase(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(dir=BASE)
+        os.chmod(self.dir, 0o755)
+        self.root = os.path.join(self.dir, "root")
+        self.state = os.path.join(self.dir, "home", "state")
+        os.mkdir(self.root)
+        os.mkdir(os.path.join(self.dir, "home"))
+        os.chown(self.root, UID, GID)
+        os.chown(os.path.join(self.dir, "home"), UID, GID)
+        self.procs = []
+
+    def tearDown(self):
+        self.run_helper(["killall"])
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            for f in (p.stdout, p.stderr):
+                if f:
+                    f.close()
+
+    def p(self, *parts):
+        return os.path.join(self.root, *parts)
+
+    def argv(self, args, no_openat2=False):
+        g = ["--root", self.root, "--state-dir", self.state]
+        if no_openat2:
+            g.append("--no-openat2")
+        return as_user([BIN] + g + args)
+
+    def run_helper(self, args, stdin=b"", no_openat2=False, timeout=10):
+        return subprocess.run(self.argv(args, no_openat2), input=stdin, capture_output=True,
+                              timeout=timeout, env=ENV)
+
+    def spawn(self, args, **kw):
+        p = subprocess.Popen(self.argv(args), env=ENV, **kw)
+        self.procs.append(p)
+        return p
+
+    def assertError(self, r, exit_code, code):
+        self.assertEqual(r.returncode, exit_code, r.stderr)
+        lines = r.stderr.decode().strip().split("\n")
+        err = json.loads(lines[-1])
+        self.assertEqual(err["sbx_helper"], 1)
+        self.assertEqual(err["error"]["code"], code)
+        self.assertTrue(err["error"]["message"])
+
+    def handle(self, exec_id):
+        """Waits for the kill handle of exec_id and returns its pgid."""
+        path = os.path.join(self.state, exec_id)
+
+        def read():
+            try:
+                with open(path) as f:
+                    line = f.read()
+            except FileNotFoundError:
+                return None
+            return int(line.split("pgid=")[1].split()[0]) if "pgid=" in line else None
+        return wait_until(read, what="kill handle " + exec_id)
+
+
+class TestVersion(HelperCase):
+    def test_version_prints_protocol(self):
+        r = self.run_helper(["version"])
+        self.assertEqual(r.returncode, 0)
+        self.assertEqual(r.stdout, b"sbx-helper 1\n")
+
+    def test_unknown_mode_is_bad_request(self):
+        self.assertError(self.run_helper(["frobnicate"]), EXIT_BAD_REQUEST, "bad_request")
+        self.assertError(self.run_helper(["read"]), EXIT_BAD_REQUEST, "bad_request")
+
+
+class TestFiles(HelperCase):
+    def test_write_then_read_5mib_exact_owned_by_user(self):
+        data = os.urandom(5 * 1024 * 1024)
+        target = self.p("new", "deep", "dir", "blob.bin")
+        r = self.run_helper(["write", target, "640"], stdin=data)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, b"")
+        st = os.stat(target)
+        self.assertEqual((st.st_uid, st.st_gid), (UID, GID))
+        self.assertEqual(stat.S_IMODE(st.st_mode), 0o640)
+        for d in ("new", "new/deep", "new/deep/dir"):
+            dst = os.stat(self.p(d))
+            self.assertTrue(stat.S_ISDIR(dst.st_mode))
+            self.assertEqual(dst.st_uid, UID)
+            self.assertEqual(stat.S_IMODE(dst.st_mode), 0o755)
+        self.assertEqual(os.listdir(self.p("new", "deep", "dir")), ["blob.bin"])
+        r = self.run_helper(["read", target])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(hashlib.sha256(r.stdout).hexdigest(), hashlib.sha256(data).hexdigest())
+
+    def test_write_replaces_a_root_owned_file(self):
+        target = self.p("f")
+        with open(target, "wb") as f:
+            f.write(b"old content that is longer")
+        r = self.run_helper(["write", target, "600"], stdin=b"new")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(target, "rb") as f:
+            self.assertEqual(f.read(), b"new")
+        st = os.stat(target)
+        self.assertEqual(st.st_uid, UID)
+        self.assertEqual(stat.S_IMODE(st.st_mode), 0o600)
+
+    def test_write_refuses_special_mode_bits(self):
+        for mode in ("4755", "2755", "1777", "999", "", "0x1ff", "07777"):
+            r = self.run_helper(["write", self.p("m"), mode], stdin=b"x")
+            self.assertError(r, EXIT_BAD_REQUEST, "bad_request")
+        self.assertFalse(os.path.lexists(self.p("m")))
+
+    def test_write_onto_directory_is_bad_request(self):
+        os.mkdir(self.p("d"))
+        self.assertError(self.run_helper(["write", self.p("d"), "644"], stdin=b"x"),
+                         EXIT_BAD_REQUEST, "bad_request")
+        self.assertError(self.run_helper(["write", self.root, "644"], stdin=b"x"),
+                         EXIT_BAD_REQUEST, "bad_request")
+
+    def test_read_directory_and_fifo_are_bad_request(self):
+        os.mkdir(self.p("d"))
+        os.mkfifo(self.p("fifo"))
+        self.assertError(self.run_helper(["read", self.p("d")]), EXIT_BAD_REQUEST, "bad_request")
+        # Must not block waiting for a writer.
+        self.assertError(self.run_helper(["read", self.p("fifo")], timeout=5),
+                         EXIT_BAD_REQUEST, "bad_request")
+
+    def test_read_missing_is_not_found(self):
+        self.assertError(self.run_helper(["read", self.p("nope")]), EXIT_NOT_FOUND, "not_found")
+        self.assertError(self.run_helper(["list", self.p("nope")]), EXIT_NOT_FOUND, "not_found")
+
+    def test_read_over_max_is_too_large_and_sends_nothing(self):
+        with open(self.p("f"), "wb") as f:
+            f.write(b"x" * 1000)
+        r = self.run_helper(["read", self.p("f"), "--max", "999"])
+        self.assertError(r, EXIT_TOO_LARGE, "too_large")
+        self.assertEqual(r.stdout, b"")
+        r = self.run_helper(["read", self.p("f"), "--max", "1000"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, b"x" * 1000)
+
+    def test_write_over_max_is_too_large_and_leaves_nothing(self):
+        os.mkdir(self.p("d"))
+        os.chown(self.p("d"), UID, GID)
+        r = self.run_helper(["write", self.p("d", "f"), "644", "--max", "65536"],
+                            stdin=os.urandom(200000))
+        self.assertError(r, EXIT_TOO_LARGE, "too_large")
+        self.assertEqual(os.listdir(self.p("d")), [])
+        r = self.run_helper(["write", self.p("d", "f"), "644", "--max", "3"], stdin=b"abc")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.p("d", "f"), "rb") as f:
+            self.assertEqual(f.read(), b"abc")
+
+    def test_list_fields(self):
+        with open(self.p("file"), "wb") as f:
+            f.write(b"12345")
+        os.chmod(self.p("file"), 0o604)
+        os.utime(self.p("file"), (1700000000, 1700000000))
+        os.mkdir(self.p("dir"), 0o750)
+        os.chmod(self.p("dir"), 0o750)
+        os.chown(self.p("dir"), UID, GID)
+        os.symlink("/etc", self.p("link"))
+        os.mkfifo(self.p("fifo"))
+        r = self.run_helper(["list", self.root])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.endswith(b"]\n"))
+        entries = {e["name"]: e for e in json.loads(r.stdout)}
+        self.assertEqual(set(entries), {"file", "dir", "link", "fifo"})
+        self.assertEqual(entries["file"], {"name": "file", "type": "file", "size": 5,
+                                           "mode": 0o604, "mtime": 1700000000})
+        self.assertEqual(entries["dir"]["type"], "dir")
+        self.assertEqual(entries["dir"]["mode"], 0o750)
+        # Not followed: the link itself, not /etc.
+        self.assertEqual(entries["link"]["type"], "symlink")
+        self.assertEqual(entries["link"]["size"], len("/etc"))
+        self.assertEqual(entries["fifo"]["type"], "other")
+        self.assertEqual(self.run_helper(["list", self.p("dir")]).stdout, b"[]\n")
+        self.assertError(self.run_helper(["list", self.p("file")]), EXIT_BAD_REQUEST,
+                         "bad_request")
+
+    def test_list_escapes_names_and_marks_invalid_utf8(self):
+        names = [b'q"uote', b"back\\slash", b"new\nline", b"ctl\x01\x1f\x7f", b"caf\xc3\xa9",
+                 b"emoji\xf0\x9f\x98\x80", b"bad\xff", b"surrogate\xed\xa0\x80",
+                 b"overlong\xc0\xaf", b"trunc\xe2\x82"]
+        for n in names:
+            open(os.path.join(self.root.encode(), n), "wb").close()
+        r = self.run_helper(["list", self.root])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        entries = json.loads(r.stdout.decode("utf-8"))
+        got = {}
+        for e in entries:
+            raw = base64.b64decode(e["name_b64"]) if "name_b64" in e else e["name"].encode()
+            got[raw] = e
+        self.assertEqual(set(got), set(names))
+        for n in names:
+            try:
+                text = n.decode("utf-8")
+            except UnicodeDecodeError:
+                self.assertIn("name_b64", got[n])
+                self.assertIn("\ufffd", got[n]["name"])
+            else:
+                self.assertEqual(got[n]["name"], text)
+                self.assertNotIn("name_b64", got[n])
+
+
+class TestPaths(HelperCase):
+    def setUp(self):
+        super().setUp()
+        # A decoy outside the root that uid 1000 *could* write: an escape would show.
+        self.decoy = os.path.join(self.dir, "decoy")
+        os.mkdir(self.decoy)
+        with open(os.path.join(self.decoy, "target"), "wb") as f:
+            f.write(b"decoy")
+        os.chown(self.decoy, UID, GID)
+        os.chown(os.path.join(self.decoy, "target"), UID, GID)
+        os.symlink("/etc", self.p("e"))
+        os.symlink("/etc/passwd", self.p("p"))
+        os.symlink(self.decoy, self.p("d"))
+        os.symlink(os.path.join(self.decoy, "target"), self.p("dt"))
+        os.symlink("../decoy", self.p("rel"))
+        os.symlink("../decoy/target", self.p("relt"))
+
+    def decoy_untouched(self):
+        self.assertEqual(sorted(os.listdir(self.decoy)), ["target"])
+        with open(os.path.join(self.decoy, "target"), "rb") as f:
+            self.assertEqual(f.read(), b"decoy")
+
+    def test_read_through_escaping_symlinks_is_refused(self):
+        for args in (["read", self.p("e", "passwd")], ["read", self.p("p")],
+                     ["read", self.p("d", "target")], ["read", self.p("relt")],
+                     ["list", self.p("e")], ["list", self.p("rel")]):
+            for fallback in (False, True):
+                r = self.run_helper(args, no_openat2=fallback)
+                self.assertError(r, EXIT_OUTSIDE, "path_outside_work")
+                self.assertEqual(r.stdout, b"")
+
+    def test_write_through_escaping_symlinks_is_refused(self):
+        before = os.listdir("/etc")
+        for path in (self.p("e", "sbx-helper-test"), self.p("p"), self.p("d", "new"),
+                     self.p("d", "target"), self.p("dt"), self.p("rel", "new"),
+                     self.p("relt"), self.p("d", "sub", "dir", "new"),
+                     self.p("rel", "sub", "new")):
+            for fallback in (False, True):
+                r = self.run_helper(["write", path, "644"], stdin=b"pwned", no_openat2=fallback)
+                self.assertError(r, EXIT_OUTSIDE, "path_outside_work")
+                self.decoy_untouched()
+        self.assertEqual(os.listdir("/etc"), before)
+        # The links themselves were not replaced either.
+        self.assertEqual(os.readlink(self.p("p")), "/etc/passwd")
+        self.assertEqual(os.readlink(self.p("dt")), os.path.join(self.decoy, "target"))
+
+    def test_refused_write_still_consumes_its_input(self):
+        # Podman's exec stream drops the error line when the process exits
+        # with input unread, so a refused write reads (and drops) its body.
+        p = self.spawn(["write", self.p("d", "x"), "644", "--max", str(4 << 20)],
+                       stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        p.stdin.write(os.urandom(2 << 20))  # BrokenPipeError if the helper quit early
+        p.stdin.close()
+        self.assertEqual(p.wait(timeout=5), EXIT_OUTSIDE)
+        self.assertIn(b"path_outside_work", p.stderr.read())
+        self.decoy_untouched()
+
+    def test_exec_cwd_through_escaping_symlink_is_refused(self):
+        r = self.run_helper(["exec", "--id", "cwd1", "--cwd", self.p("d"), "--", "pwd"])
+        self.assertError(r, EXEC_FAILED, "path_outside_work")
+        self.assertEqual(r.stdout, b"")
+
+    def test_symlinks_that_stay_inside_are_followed(self):
+        os.makedirs(self.p("real", "sub"))
+        with open(self.p("real", "sub", "f"), "wb") as f:
+            f.write(b"inside")
+        os.symlink("real", self.p("in"))
+        os.symlink("real/sub/f", self.p("inf"))
+        r = self.run_helper(["read", self.p("in", "sub", "f")])
+        self.assertEqual((r.returncode, r.stdout), (0, b"inside"), r.stderr)
+        os.chown(self.p("real", "sub"), UID, GID)
+        r = self.run_helper(["write", self.p("inf"), "644"], stdin=b"through")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(os.readlink(self.p("inf")), "real/sub/f")
+        with open(self.p("real", "sub", "f"), "rb") as f:
+            self.assertEqual(f.read(), b"through")
+
+    def test_fallback_refuses_every_symlink_but_works_without(self):
+        os.makedirs(self.p("real"))
+        with open(self.p("real", "f"), "wb") as f:
+            f.write(b"inside")
+        os.symlink("real", self.p("in"))
+        r = self.run_helper(["read", self.p("in", "f")], no_openat2=True)
+        self.assertError(r, EXIT_OUTSIDE, "path_outside_work")
+        r = self.run_helper(["read", self.p("real", "f")], no_openat2=True)
+        self.assertEqual((r.returncode, r.stdout), (0, b"inside"))
+        data = os.urandom(100000)
+        r = self.run_helper(["write", self.p("a", "b", "c"), "600"], stdin=data, no_openat2=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = self.run_helper(["read", self.p("a", "b", "c")], no_openat2=True)
+        self.assertEqual(r.stdout, data)
+        r = self.run_helper(["list", self.p("a")], no_openat2=True)
+        self.assertEqual([e["name"] for e in json.loads(r.stdout)], ["b"])
+
+    def test_bad_paths_are_refused(self):
+        bad = ["relative/path", "", "/etc/passwd", self.root + "x/f", self.root + "/../x",
+               self.root + "/./x", self.root + "//x", self.root + "/x/", self.root + "/a/..",
+               self.root + "/" + "n" * 256, self.root + "/" + "a/" * 2100 + "f"]
+        for path in bad:
+            for mode in (["read", path], ["write", path, "644"], ["list", path]):
+                r = self.run_helper(mode, stdin=b"x")
+                self.assertError(r, EXIT_OUTSIDE, "path_outside_work")
+        self.decoy_untouched()
+        self.assertFalse(os.path.exists(self.root + "x"))
+
+
+class TestExec(HelperCase):
+    def test_exit_code_passthrough(self):
+        r = self.run_helper(["exec", "--id", "e1", "--", "sh", "-c", "exit 42"])
+        self.assertEqual(r.returncode, 42)
+        self.assertEqual(r.stderr, b"")
+        r = self.run_helper(["exec", "--id", "e2", "--", "sh", "-c", "kill -TERM $$"])
+        self.assertEqual(r.returncode, 128 + signal.SIGTERM)
+
+    def test_exit_code_survives_an_inherited_ignored_sigchld(self):
+        r = subprocess.run(self.argv(["exec", "--id", "ign", "--", "sh", "-c", "exit 5"]),
+                           env=ENV, capture_output=True, timeout=10,
+                           preexec_fn=lambda: signal.signal(signal.SIGCHLD, signal.SIG_IGN))
+        self.assertEqual(r.returncode, 5, r.stderr)
+
+    def test_runs_as_the_user_in_cwd(self):
+        os.mkdir(self.p("w"))
+        r = self.run_helper(["exec", "--id", "e3", "--cwd", self.p("w"), "--", "sh", "-c",
+                             "id -u; pwd"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.decode().split(), [str(UID), self.p("w")])
+
+    def test_stdio_passthrough_is_binary_exact(self):
+        blob = bytes(range(256)) * 64 + b"\x00\xff\r\n" + os.urandom(4096)
+        with open(self.p("blob"), "wb") as f:
+            f.write(blob)
+        r = self.run_helper(["exec", "--id", "e4", "--", "sh", "-c",
+                             'cat "$1"; cat "$1" >&2; cat', "sh", self.p("blob")],
+                            stdin=blob[::-1])
+        self.assertEqual(r.returncode, 0)
+        self.assertEqual(r.stdout, blob + blob[::-1])
+        self.assertEqual(r.stderr, blob)
+
+    def test_command_not_found(self):
+        r = self.run_helper(["exec", "--id", "e5", "--", "no-such-command-sbx"])
+        self.assertError(r, EXEC_NOTFOUND, "not_found")
+        self.assertFalse(os.path.exists(os.path.join(self.state, "e5")))
+
+    def test_bad_exec_ids_and_usage(self):
+        for bad in ("", "a/b", "a.b", "..", "x" * 65, "sp ace", "é"):
+            r = self.run_helper(["exec", "--id", bad, "--", "true"])
+            self.assertError(r, EXEC_FAILED, "bad_request")
+            r = self.run_helper(["kill", bad])
+            self.assertError(r, EXIT_BAD_REQUEST, "bad_request")
+        self.assertError(self.run_helper(["exec", "--id", "ok", "--"]), EXEC_FAILED,
+                         "bad_request")
+        self.assertError(self.run_helper(["exec", "--", "true"]), EXEC_FAILED, "bad_request")
+        r = self.run_helper(["exec", "--id", "x" * 64, "--", "true"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def start_tree(self, exec_id, extra=()):
+        """Starts sh with a background and a foreground sleep; returns (proc, pgid)."""
+        p = self.spawn(["exec", "--id", exec_id] + list(extra) +
+                       ["--", "sh", "-c", "sleep 300 & sleep 300"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        pgid = self.handle(exec_id)
+        # sh plus both sleeps, all in the exec's own group.
+        wait_until(lambda: len(pgid_members(pgid)) >= 3, what="process tree")
+        self.assertNotEqual(pgid, os.getpgid(0))
+        return p, pgid
+
+    def assertTreeGone(self, pgid):
+        wait_until(lambda: not pgid_members(pgid), what="group %d to die" % pgid)
+
+    def test_kill_from_another_process_kills_background_jobs(self):
+        p, pgid = self.start_tree("k1")
+        r = self.run_helper(["kill", "k1"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(p.wait(timeout=5), 128 + signal.SIGKILL)
+        self.assertTreeGone(pgid)
+        self.assertFalse(os.path.exists(os.path.join(self.state, "k1")))
+        # Idempotent.
+        self.assertEqual(self.run_helper(["kill", "k1"]).returncode, 0)
+
+    def test_kill_reaches_the_group_when_the_helper_died(self):
+        p, pgid = self.start_tree("orphan")
+        p.kill()  # the helper itself, e.g. by the sandbox's own code or OOM
+        p.wait(timeout=5)
+        self.assertTrue(pgid_members(pgid))
+        r = self.run_helper(["kill", "orphan"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTreeGone(pgid)
+        # The stale handle is retired.
+        self.assertFalse(os.path.exists(os.path.join(self.state, "orphan")))
+
+    def test_leftover_background_jobs_die_with_the_command(self):
+        r = self.run_helper(["exec", "--id", "bg", "--", "sh", "-c",
+                             "sleep 300 & echo $$; exit 3"])
+        self.assertEqual(r.returncode, 3)
+        self.assertTreeGone(int(r.stdout))
+
+    def test_timeout_backstop_kills_the_tree(self):
+        p, pgid = self.start_tree("t1", ["--timeout-ms", "400"])
+        self.assertEqual(p.wait(timeout=5), EXEC_TIMEOUT)
+        err = json.loads(p.stderr.read().decode().strip().split("\n")[-1])
+        self.assertEqual(err["error"]["code"], "timeout")
+        self.assertTreeGone(pgid)
+
+    def test_sigterm_to_helper_is_forwarded_to_the_group(self):
+        p, pgid = self.start_tree("s1")
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(timeout=5), 128 + signal.SIGTERM)
+        self.assertTreeGone(pgid)
+
+    def test_killall_kills_every_exec(self):
+        p1, g1 = self.start_tree("a1")
+        p2, g2 = self.start_tree("a2")
+        r = self.run_helper(["killall"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(p1.wait(timeout=5), 128 + signal.SIGKILL)
+        self.assertEqual(p2.wait(timeout=5), 128 + signal.SIGKILL)
+        self.assertTreeGone(g1)
+        self.assertTreeGone(g2)
+        self.assertEqual(os.listdir(self.state), [])
+
+    def test_killall_with_no_state_is_fine(self):
+        r = self.run_helper(["killall"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_kill_before_start_cancels_the_exec(self):
+        self.assertEqual(self.run_helper(["kill", "early"]).returncode, 0)
+        r = self.run_helper(["exec", "--id", "early", "--", "sh", "-c",
+                             "touch " + self.p("ran")])
+        self.assertError(r, EXEC_FAILED, "cancelled")
+        self.assertFalse(os.path.exists(self.p("ran")))
+
+    def test_exec_id_in_use_is_refused(self):
+        p, pgid = self.start_tree("dup")
+        r = self.run_helper(["exec", "--id", "dup", "--", "sh", "-c", "touch " + self.p("ran")])
+        self.assertError(r, EXEC_FAILED, "bad_request")
+        self.assertFalse(os.path.exists(self.p("ran")))
+        self.assertTrue(pgid_members(pgid))
+        self.run_helper(["kill", "dup"])
+        self.assertEqual(p.wait(timeout=5), 128 + signal.SIGKILL)
+
+    def test_state_dir_is_private(self):
+        self.run_helper(["exec", "--id", "p1", "--", "true"])
+        st = os.lstat(self.state)
+        self.assertTrue(stat.S_ISDIR(st.st_mode))
+        self.assertEqual(stat.S_IMODE(st.st_mode), 0o700)
+        self.assertEqual(st.st_uid, UID)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,8 @@ struct eop {
 	struct sbx_err kerr;
 
 	struct sbx_health health;
+	struct event *defer;          /* reports a failure from the loop */
+	struct sbx_err derr;
 };
 
 static void op_free(struct eop *);
@@ -347,6 +350,8 @@ op_free(struct eop *op)
 		op->parent->kill = NULL;
 	if (op->timer != NULL)
 		event_free(op->timer);
+	if (op->defer != NULL)
+		event_free(op->defer);
 	if (op->resp != NULL)
 		evbuffer_free(op->resp);
 	if (op->stdin_buf != NULL)
@@ -452,6 +457,37 @@ finish_err(struct eop *op, const struct sbx_err *err)
 		op_release(op);
 		break;
 	}
+}
+
+static void kill_ended(struct eop *k, const struct sbx_err *err);
+
+static void
+defer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct eop *op = arg;
+
+	(void)fd;
+	(void)what;
+	if (op->kind == OP_KILL)
+		kill_ended(op, &op->derr);
+	else
+		finish_err(op, &op->derr);
+}
+
+/* A request that could not even be sent: report it from the event loop, so
+ * no callback ever runs before the call that started the op has returned. */
+static void
+fail_later(struct eop *op, const struct sbx_err *err)
+{
+	op->derr = *err;
+	if (op->defer == NULL)
+		op->defer = event_new(op->e->base.base, -1, 0, defer_cb, op);
+	if (op->defer == NULL) {
+		/* Out of memory for even this: fail now rather than never. */
+		defer_cb(-1, 0, op);
+		return;
+	}
+	event_active(op->defer, EV_TIMEOUT, 0);
 }
 
 /* ---------- one JSON call to the runtime ---------- */
@@ -563,12 +599,12 @@ call(struct eop *op, const char *method, const char *path, json_t *body,
 	    &cbs, &err);
 	free(text);
 	if (op->http == NULL)
-		finish_err(op, &err);
+		fail_later(op, &err);
 	return;
 oom:
 	json_decref(body);
 	sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
-	finish_err(op, &err);
+	fail_later(op, &err);
 }
 
 /* ---------- status from an inspect answer ---------- */
@@ -1509,7 +1545,7 @@ new_exec_id(char *buf, size_t sz)
 
 /* A kill exec for parent's helper exec id (parent may be NULL: fire and
  * forget, used on cancel). */
-static void
+static int
 start_kill(struct engine *e, const char *id, const char *cid,
     const char *exec_id, struct eop *parent)
 {
@@ -1517,11 +1553,9 @@ start_kill(struct engine *e, const char *id, const char *cid,
 	struct sbx_err err;
 
 	if ((k = op_new(e, OP_KILL, id, &err)) == NULL) {
-		if (parent != NULL) {
+		if (parent != NULL)
 			parent->kerr = err;
-			parent->killing = 0;
-		}
-		return;
+		return -1;
 	}
 	snprintf(k->cid, sizeof(k->cid), "%s", cid);
 	k->cmd = helper_cmd("kill");
@@ -1534,10 +1568,10 @@ start_kill(struct engine *e, const char *id, const char *cid,
 		parent->killing = 1;
 	}
 	exec_begin(k);
+	return 0;
 }
 
-/* Called when a kill exec ends (kill may already have been detached). */
-static void kill_ended(struct eop *k, const struct sbx_err *err);
+static void exec_after_kill(struct eop *op);
 
 /* Stops talking to the runtime's stream and kills the exec's processes;
  * op continues in kill_ended() -> exec_after_kill(). */
@@ -1549,7 +1583,8 @@ kill_exec(struct eop *op)
 	op->streaming = 0;
 	if (op->timer != NULL)
 		event_del(op->timer);
-	start_kill(op->e, op->id, op->cid, op->exec_id, op);
+	if (start_kill(op->e, op->id, op->cid, op->exec_id, op) < 0)
+		exec_after_kill(op);
 }
 
 /* The timeout's kill has ended: report the timeout. */
@@ -1680,13 +1715,37 @@ exec_refused(struct eop *op, struct sbx_err *e)
 	return 0;
 }
 
+/* An entry's exact name: "name_b64" (the helper's form for bytes that are
+ * not UTF-8) decoded, else "name". -1 for an entry without a usable name. */
+static int
+name_from_helper(json_t *o, char *out, size_t outsz)
+{
+	const char *b64 = json_string_value(json_object_get(o, "name_b64"));
+	const char *name = json_string_value(json_object_get(o, "name"));
+	size_t len = 0;
+
+	if (b64 != NULL) {
+		if (sodium_base642bin((unsigned char *)out, outsz - 1, b64,
+		    strlen(b64), NULL, &len, NULL,
+		    sodium_base64_VARIANT_ORIGINAL) != 0 || len == 0 ||
+		    memchr(out, '\0', len) != NULL || memchr(out, '/', len) != NULL)
+			return -1;
+		out[len] = '\0';
+		return 0;
+	}
+	if (name == NULL || name[0] == '\0' || strlen(name) >= outsz)
+		return -1;
+	memcpy(out, name, strlen(name) + 1);
+	return 0;
+}
+
 static int
 parse_dirents(struct eop *op, sbx_list_cb cb, void *arg, struct sbx_err *e)
 {
 	struct sbx_dirent *ents = NULL;
 	json_t *arr, *o;
 	const char *t;
-	size_t i, n;
+	size_t i, n, m;
 
 	arr = json_loadb((const char *)evbuffer_pullup(op->out, -1),
 	    evbuffer_get_length(op->out), 0, NULL);
@@ -1700,18 +1759,21 @@ parse_dirents(struct eop *op, sbx_list_cb cb, void *arg, struct sbx_err *e)
 		json_decref(arr);
 		return sbx_err_set(e, SBX_E_INTERNAL, "out of memory");
 	}
+	m = 0;
 	json_array_foreach(arr, i, o) {
-		snprintf(ents[i].name, sizeof(ents[i].name), "%s", jstr(o, "name"));
+		if (name_from_helper(o, ents[m].name, sizeof(ents[m].name)) < 0)
+			continue;
 		t = jstr(o, "type");
-		ents[i].type = strcmp(t, "file") == 0 ? "file" :
+		ents[m].type = strcmp(t, "file") == 0 ? "file" :
 		    strcmp(t, "dir") == 0 ? "dir" :
 		    strcmp(t, "symlink") == 0 ? "symlink" : "other";
-		ents[i].size = json_integer_value(json_object_get(o, "size"));
-		ents[i].mode = (uint32_t)json_integer_value(json_object_get(o,
+		ents[m].size = json_integer_value(json_object_get(o, "size"));
+		ents[m].mode = (uint32_t)json_integer_value(json_object_get(o,
 		    "mode")) & 07777;
-		ents[i].mtime = json_integer_value(json_object_get(o, "mtime"));
+		ents[m].mtime = json_integer_value(json_object_get(o, "mtime"));
+		m++;
 	}
-	cb(arg, NULL, ents, n);
+	cb(arg, NULL, ents, m);
 	free(ents);
 	json_decref(arr);
 	return 0;
@@ -1730,7 +1792,10 @@ exec_exited(struct eop *op, int code)
 		ex.code = code & 0xff;
 		ex.duration_ms = now_ms() - op->started_ms;
 		ex.truncated = op->truncated;
-		if (op->truncated)
+		/* The helper exits 128+n when signal n ended the command. */
+		if (code > 128 && code < 128 + 32)
+			ex.signal = sigabbrev_np(code - 128);
+		if (op->truncated && ex.signal == NULL)
 			ex.signal = "KILL";
 		if (!op->truncated && code == 125 && exec_refused(op, &e)) {
 			finish_err(op, &e);
@@ -1763,6 +1828,12 @@ exec_exited(struct eop *op, int code)
 	case OP_LIST:
 		if (code != 0) {
 			helper_error(op, code, &e);
+			finish_err(op, &e);
+			return;
+		}
+		if (op->truncated) {
+			sbx_err_set(&e, SBX_E_TOO_LARGE, "directory listing is "
+			    "larger than %d bytes", LIST_MAX);
 			finish_err(op, &e);
 			return;
 		}
@@ -1962,7 +2033,7 @@ stream_response(void *arg, struct sbx_http_req *req, int status)
 		if (!sbx_http_req_upgraded(req)) {
 			sbx_err_set(&e, SBX_E_RUNTIME, "runtime did not upgrade "
 			    "the exec connection, so stdin cannot be sent");
-			kill_exec(op);
+			start_kill(op->e, op->id, op->cid, op->exec_id, NULL);
 			finish_err(op, &e);
 			return;
 		}
@@ -2052,10 +2123,7 @@ exec_start(struct eop *op)
 	op->http = sbx_http_request(op->e->base.base, op->e->address, &q, &o,
 	    &cbs, &err);
 	if (op->http == NULL) {
-		if (op->kind == OP_KILL)
-			kill_ended(op, &err);
-		else
-			finish_err(op, &err);
+		fail_later(op, &err);
 		return;
 	}
 	if (op->paused)

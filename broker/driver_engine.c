@@ -118,7 +118,7 @@ struct eop {
 	int frame_stream;
 	struct evbuffer *out;         /* stdout kept (list) */
 	struct evbuffer *errtail;     /* stderr kept (helper error line) */
-	int paused, streaming, stream_started;
+	int paused, streaming, stream_started, got_stream;
 	int timed_out, truncated, killing;
 	int polls;
 	struct eop *kill;             /* kill exec run on our behalf */
@@ -1672,22 +1672,33 @@ helper_line(struct eop *op, char *code, size_t csz, char *msg, size_t msz)
 static void
 helper_error(struct eop *op, int code, struct sbx_err *e)
 {
-	static const struct { int exit; const char *code; } map[] = {
-		{ 1, SBX_E_INTERNAL }, { 2, SBX_E_BAD_REQUEST },
-		{ 3, SBX_E_PATH_OUTSIDE_WORK }, { 4, SBX_E_NOT_FOUND },
-		{ 5, SBX_E_TOO_LARGE }, { 6, SBX_E_FORBIDDEN },
-		{ 7, SBX_E_CANCELLED },
+	static const struct { int exit; const char *code, *say; } map[] = {
+		{ 1, SBX_E_INTERNAL, "sbx-helper failed inside the sandbox" },
+		{ 2, SBX_E_BAD_REQUEST, "not a regular file or directory, or a "
+		    "bad mode" },
+		{ 3, SBX_E_PATH_OUTSIDE_WORK, "the path leaves /work (through a "
+		    "symlink or mount) or breaks the path rules" },
+		{ 4, SBX_E_NOT_FOUND, "no such file or directory" },
+		{ 5, SBX_E_TOO_LARGE, "the file is larger than the configured cap" },
+		{ 6, SBX_E_FORBIDDEN, "permission denied for the sandbox user" },
+		{ 7, SBX_E_CANCELLED, "cancelled" },
 	};
-	const char *ecode = SBX_E_RUNTIME;
+	const char *ecode = SBX_E_RUNTIME, *say = NULL;
 	char lcode[48], msg[256];
 	size_t i;
 
 	for (i = 0; i < sizeof(map) / sizeof(map[0]); i++)
-		if (map[i].exit == code)
+		if (map[i].exit == code) {
 			ecode = map[i].code;
+			say = map[i].say;
+		}
+	/* Podman sometimes loses the helper's stderr line (adr/0002); the
+	 * exit status alone names the code. */
 	if (helper_line(op, lcode, sizeof(lcode), msg, sizeof(msg)) &&
 	    strcmp(lcode, ecode) == 0 && msg[0] != '\0')
 		sbx_err_set(e, ecode, "%s", msg);
+	else if (say != NULL)
+		sbx_err_set(e, ecode, "%s", say);
 	else
 		sbx_err_set(e, ecode, "sbx-helper failed with exit status %d", code);
 }
@@ -1894,9 +1905,19 @@ exec_inspected(struct eop *op, int status, json_t *body,
 		if (op->timer != NULL && event_add(op->timer, &tv) == 0)
 			return;
 	}
-	if (json_is_true(json_object_get(body, "Running")))
-		exec_exited(op, op->truncated ? 137 : 255);
-	else
+	if (json_is_true(json_object_get(body, "Running"))) {
+		/* The stream ended but the process did not: it must not
+		 * outlive the operation. */
+		start_kill(op->e, op->id, op->cid, op->exec_id, NULL);
+		if (op->kind == OP_KILL) {
+			sbx_err_set(&e, SBX_E_TIMEOUT, "kill exec did not finish");
+			kill_ended(op, &e);
+			return;
+		}
+		sbx_err_set(&e, SBX_E_RUNTIME, "exec output ended but the "
+		    "process kept running; it was killed");
+		finish_err(op, &e);
+	} else
 		exec_exited(op, (int)json_integer_value(json_object_get(body,
 		    "ExitCode")));
 }
@@ -2029,6 +2050,7 @@ stream_response(void *arg, struct sbx_http_req *req, int status)
 	if (status != 101 && status != 200)
 		return;          /* error answer: collected, reported at done */
 	op->streaming = 1;
+	op->got_stream = 1;
 	if (op->has_stdin) {
 		if (!sbx_http_req_upgraded(req)) {
 			sbx_err_set(&e, SBX_E_RUNTIME, "runtime did not upgrade "
@@ -2063,6 +2085,15 @@ stream_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 	if (err != NULL) {
 		if (op->kind == OP_KILL) {
 			kill_ended(op, err);
+			return;
+		}
+		/* Podman 4.3 resets the exec connection when the process exits
+		 * while stdin is still being sent (measured: 5 of 5 runs of
+		 * `exit 3` with 3 MB of stdin); the exit status is still
+		 * there, so a reset of a running stream with stdin ends it. */
+		if (op->got_stream && op->has_stdin &&
+		    strcmp(err->code, SBX_E_RUNTIME) == 0) {
+			exec_after_stream(op);
 			return;
 		}
 		/* The stream broke: the processes may live on. */

@@ -182,8 +182,7 @@ test_slow_player_pauses_the_exec_at_the_broker(void **state)
 	assert_int_equal(sbx_fake_set_exec_script(C.fake, script, 2), 0);
 	tu_start_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/exec", KA, body,
 	    strlen(body));
-	tu_loop_until(tu_is_done, &r, 50);
-	sbx_http_req_pause(r.req);
+	r.pause_at_headers = 1;
 	/* The api stops reading the broker, the broker pauses the driver. */
 	assert_true(tu_loop_until(paused_once, NULL, 10000));
 	tu_spin(800);

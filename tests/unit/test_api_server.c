@@ -564,8 +564,7 @@ test_slow_client_pauses_the_exec_and_gets_every_byte(void **state)
 	tu_start_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/exec", KA,
 	    EXEC_YES, strlen(EXEC_YES));
 	/* Do not read: the api's queue fills and it pauses the producer. */
-	tu_loop_until(tu_is_done, &r, 100);
-	sbx_http_req_pause(r.req);
+	r.pause_at_headers = 1;
 	assert_true(tu_loop_until(paused_once, NULL, 5000));
 	/* Once the kernel's socket buffers are full too, the producer stays
 	 * paused for as long as the client does not read. */

@@ -158,7 +158,7 @@ areq_finish(struct areq *a, int status, const char *outcome)
 	if (a->route != NULL && (a->route->flags & R_MUTATING)) {
 		const char *action = a->route->action;
 
-		if (a->route->handler == h_egress && a->body != NULL)
+		if (a->route->handler == h_egress && a->egress_parsed)
 			action = a->egress ? "egress.grant" : "egress.revoke";
 		api_store_audit(s->store, a->authed ? a->who.name : NULL,
 		    action, a->has_npc ? a->npc.name : NULL, outcome);
@@ -784,6 +784,7 @@ h_egress(struct areq *a)
 		return;
 	}
 	a->egress = json_is_true(en);
+	a->egress_parsed = 1;
 	if (api_store_npc_set_egress(a->s->store, a->npc.name, a->egress,
 	    a->who.name, &err) == -1 ||
 	    api_store_npc_get(a->s->store, a->npc.name, &a->npc, &err) != 1) {

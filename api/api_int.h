@@ -93,6 +93,7 @@ struct areq {
 	char *path;
 	uint32_t mode;
 	int egress;
+	int egress_parsed;
 	int set_image;
 	unsigned char *stdin_data;
 	size_t stdin_len;

@@ -237,6 +237,9 @@ test_operator_grant_ensures_with_egress_and_is_audited(void **state)
 	    "{\"enabled\":false}"), 200);
 	assert_non_null(strstr(tu_text(&r), "\"egress\":false"));
 	assert_int_equal(audit_has("op1", "egress.revoke", "alpha", "ok"), 1);
+	assert_int_equal(tu_req(&r, "PUT", "/api/v1/npcs/alpha/egress", KOP,
+	    "{\"enabled\":1}"), 400);
+	assert_int_equal(audit_has("op1", "egress", "alpha", "wrong_type"), 1);
 	tu_res_free(&r);
 }
 

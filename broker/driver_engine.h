@@ -69,7 +69,10 @@ struct sbx_engine_config {
  * MemorySwap, NanoCpus, PidsLimit, the volume at /work, the helper read-only
  * at /.sbx/sbx-helper, NetworkMode "none" (loopback only) or the egress
  * network, optional Runtime, an idle shell loop as its command, StopTimeout.
- * A 409 on create (a concurrent ensure won) re-inspects once.
+ * Limits apply when the container is created: a running sandbox is not
+ * replaced because an ensure asks for other limits. A create that lost a race
+ * with another ensure (Docker 409, Podman 500 "already in use") starts over
+ * from the inspect, up to 5 times with a growing 20 ms pause.
  *
  * status: inspect; 404 -> absent; stop_reason "oom" (State.OOMKilled) or
  * "exited" for a stopped one (the broker overrides with its own reasons).

@@ -124,3 +124,7 @@ clean:
 	rm -rf build tests/out
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# Hand-driven tool for the engine driver against a real runtime (not in all).
+$(BUILD)/engine-cli: tests/tools/engine_cli.c $(LIBBROKER) $(LIBSBX)
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(ALL_LDFLAGS) $(PKG_LIBS) -lm

@@ -1,0 +1,280 @@
+/* broker.c - sandbox-broker: main, configuration, token, signals, --check, event loop (SPEC §4, §9). */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "broker.h"
+#include "driver_engine.h"
+#include "sbx_log.h"
+#include "sbx_proto.h"
+#include "sbx_token.h"
+
+static const char synopsis[] =
+    "[--listen unix:PATH|HOST:PORT] [--runtime unix:PATH] [--token-file FILE]\n"
+    "       [--state-dir DIR] [--image NAME] [--config FILE] [--check]\n"
+    "       [--print-config] [--help] [--version] [more --KEY VALUE below]\n"
+    "\n"
+    "The bearer token comes from --token-file (mode 0600) or SBX_BROKER_TOKEN;\n"
+    "at least 16 characters, never printed.\n"
+    "\n"
+    "Exit codes: 0 ok (also after SIGTERM drained), 1 internal error,\n"
+    "64 usage, 69 --check found the runtime, image or helper unusable,\n"
+    "78 configuration (bad value, missing or short token, unusable state dir\n"
+    "or listen address).\n"
+    "\n"
+    "Signals: SIGTERM/SIGINT drain in-flight requests (shutdown_grace) and\n"
+    "exit 0; SIGHUP reopens log_file.";
+
+struct main_ctx {
+	struct event_base *base;
+	struct broker_server *server;
+	int check_rc;
+};
+
+static void
+drained(void *arg)
+{
+	struct main_ctx *m = arg;
+	struct timeval flush = { 0, 100 * 1000 };
+
+	log_info("drained; exiting", NULL);
+	/* Let the last replies leave the socket buffers. */
+	event_base_loopexit(m->base, &flush);
+}
+
+static void
+on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	struct main_ctx *m = arg;
+
+	(void)what;
+	if (sig == SIGHUP) {
+		if (sbx_log_reopen(NULL) == -1)
+			log_warn("log reopen failed", "error", strerror(errno),
+			    NULL);
+		else
+			log_info("logs reopened", NULL);
+		return;
+	}
+	log_info("signal received; draining", "signal",
+	    sig == SIGTERM ? "TERM" : "INT", NULL);
+	broker_server_drain(m->server, drained, m);
+}
+
+static void
+check_done(void *arg, const struct sbx_err *err, const struct sbx_health *h)
+{
+	struct main_ctx *m = arg;
+
+	if (err != NULL) {
+		printf("runtime: unavailable: %s\n", err->message);
+		m->check_rc = BROKER_EXIT_UNAVAILABLE;
+	} else if (!h->ok) {
+		printf("runtime: %s (API %s)\nproblem: %s\n",
+		    h->runtime[0] ? h->runtime : "unknown",
+		    h->api_version[0] ? h->api_version : "?", h->reason);
+		m->check_rc = BROKER_EXIT_UNAVAILABLE;
+	} else {
+		printf("runtime: %s (API %s): ok\nimage, helper: ok\n",
+		    h->runtime, h->api_version);
+		m->check_rc = BROKER_EXIT_OK;
+	}
+	event_base_loopbreak(m->base);
+}
+
+/* --check: like a doctor, says what is wrong and exits 0 or 69. */
+static int
+run_check(struct main_ctx *m, struct sbx_driver *driver,
+    const struct broker_config *cfg)
+{
+	struct sbx_err err;
+	struct sbx_op *op;
+	int helper_bad = 0;
+
+	printf("runtime socket: %s\nhelper: %s\ndefault image: %s\n",
+	    cfg->runtime, cfg->helper_path, cfg->image);
+	if (access(cfg->helper_path, X_OK) == -1) {
+		printf("helper: not executable: %s\n", strerror(errno));
+		helper_bad = 1;
+	}
+	sbx_err_clear(&err);
+	m->check_rc = -1;
+	op = driver->ops->health(driver, check_done, m, &err);
+	if (op == NULL) {
+		printf("runtime: %s\n", err.message);
+		return BROKER_EXIT_UNAVAILABLE;
+	}
+	event_base_dispatch(m->base);
+	if (m->check_rc == -1)
+		return BROKER_EXIT_INTERNAL;
+	return helper_bad ? BROKER_EXIT_UNAVAILABLE : m->check_rc;
+}
+
+int
+main(int argc, char **argv)
+{
+	struct broker_config cfg;
+	struct sbx_config_opts opts;
+	struct sbx_engine_config ec;
+	struct sbx_token token;
+	struct sbx_err err;
+	struct main_ctx m;
+	struct sbx_driver *driver = NULL;
+	struct event *sigs[4] = { NULL, NULL, NULL, NULL };
+	static const int signums[4] = { SIGTERM, SIGINT, SIGHUP, 0 };
+	const char **allow = NULL;
+	char exe[PATH_MAX];
+	ssize_t n;
+	int rc = BROKER_EXIT_INTERNAL, i;
+
+	memset(&cfg, 0, sizeof(cfg));
+	memset(&opts, 0, sizeof(opts));
+	memset(&token, 0, sizeof(token));
+	memset(&m, 0, sizeof(m));
+	sbx_err_clear(&err);
+	signal(SIGPIPE, SIG_IGN);
+	sbx_log_init("sandbox-broker", 2, SBX_LOG_INFO);
+
+	opts.accept = SBX_OPT_HELP | SBX_OPT_VERSION | SBX_OPT_PRINT_CONFIG |
+	    SBX_OPT_CHECK;
+	if (sbx_config_load(broker_config_keys, &cfg, argc, argv, &opts,
+	    &err) == -1) {
+		rc = sbx_config_exit_code(&err);
+		fprintf(stderr, "sandbox-broker: %s\n", err.message);
+		goto done;
+	}
+	if (opts.help) {
+		sbx_config_usage(stdout, "sandbox-broker", synopsis,
+		    broker_config_keys);
+		rc = BROKER_EXIT_OK;
+		goto done;
+	}
+	if (opts.version) {
+		printf("sandbox-broker %s (broker API v%s)\n", BROKER_VERSION,
+		    SBX_PROTO_VERSION);
+		rc = BROKER_EXIT_OK;
+		goto done;
+	}
+	if (opts.nargs > 0) {
+		fprintf(stderr, "sandbox-broker: unexpected argument %s\n",
+		    opts.args[0]);
+		rc = BROKER_EXIT_USAGE;
+		goto done;
+	}
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	exe[n > 0 ? n : 0] = '\0';
+	if (broker_config_finish(&cfg, n > 0 ? exe : argv[0], &err) == -1) {
+		fprintf(stderr, "sandbox-broker: %s\n", err.message);
+		rc = BROKER_EXIT_CONFIG;
+		goto done;
+	}
+	if (opts.print_config) {
+		sbx_config_print(stdout, broker_config_keys, &cfg);
+		rc = BROKER_EXIT_OK;
+		goto done;
+	}
+	sbx_log_set_level(sbx_log_level_parse(cfg.log_level));
+	if (cfg.log_file != NULL && sbx_log_reopen(cfg.log_file) == -1) {
+		fprintf(stderr, "sandbox-broker: cannot open log_file %s: %s\n",
+		    cfg.log_file, strerror(errno));
+		rc = BROKER_EXIT_CONFIG;
+		goto done;
+	}
+
+	/* The token: refused unless present and long enough; never echoed. */
+	if (sbx_token_load(&token, cfg.token_file, getenv("SBX_BROKER_TOKEN"),
+	    &err) == -1) {
+		unsetenv("SBX_BROKER_TOKEN");
+		fprintf(stderr, "sandbox-broker: %s\n", err.message);
+		rc = BROKER_EXIT_CONFIG;
+		goto done;
+	}
+	if (getenv("SBX_BROKER_TOKEN") != NULL) {
+		sbx_log_add_secret(getenv("SBX_BROKER_TOKEN"));
+		unsetenv("SBX_BROKER_TOKEN");
+	}
+
+	if ((m.base = event_base_new()) == NULL) {
+		fprintf(stderr, "sandbox-broker: cannot create an event base\n");
+		goto done;
+	}
+	if ((allow = broker_config_allowlist(&cfg)) == NULL)
+		goto done;
+	memset(&ec, 0, sizeof(ec));
+	ec.runtime_socket = cfg.runtime;
+	ec.default_image = cfg.image;
+	ec.images = allow;
+	ec.user = cfg.user;
+	ec.memory_bytes.def = cfg.memory;
+	ec.memory_bytes.ceiling = cfg.memory_max;
+	ec.nano_cpus.def = cfg.nano_cpus;
+	ec.nano_cpus.ceiling = cfg.nano_cpus_max;
+	ec.pids.def = cfg.pids;
+	ec.pids.ceiling = cfg.pids_max;
+	ec.tmp_bytes = cfg.tmp_size;
+	ec.exec_timeout_ms.def = cfg.exec_timeout;
+	ec.exec_timeout_ms.ceiling = cfg.exec_timeout_max;
+	ec.exec_output_cap = cfg.output_cap;
+	ec.file_max_bytes = cfg.file_size_max;
+	ec.helper_path = cfg.helper_path;
+	ec.oci_runtime = cfg.oci_runtime;
+	ec.egress_network = cfg.egress_network;
+	ec.name_prefix = cfg.name_prefix;
+	if ((driver = sbx_engine_driver_new(m.base, &ec, &err)) == NULL) {
+		fprintf(stderr, "sandbox-broker: %s\n", err.message);
+		rc = BROKER_EXIT_CONFIG;
+		goto done;
+	}
+	if (opts.check) {
+		rc = run_check(&m, driver, &cfg);
+		goto done;
+	}
+	if ((m.server = broker_server_new(m.base, &cfg, driver, &token,
+	    &err)) == NULL) {
+		fprintf(stderr, "sandbox-broker: %s\n", err.message);
+		rc = strcmp(err.code, SBX_E_CONFIG) == 0 ? BROKER_EXIT_CONFIG :
+		    BROKER_EXIT_INTERNAL;
+		goto done;
+	}
+	sbx_token_clear(&token);
+	if (broker_server_listen(m.server, &err) == -1) {
+		fprintf(stderr, "sandbox-broker: %s\n", err.message);
+		rc = strcmp(err.code, SBX_E_CONFIG) == 0 ? BROKER_EXIT_CONFIG :
+		    BROKER_EXIT_INTERNAL;
+		goto done;
+	}
+	for (i = 0; signums[i] != 0; i++) {
+		if ((sigs[i] = evsignal_new(m.base, signums[i], on_signal,
+		    &m)) == NULL || evsignal_add(sigs[i], NULL) == -1) {
+			fprintf(stderr, "sandbox-broker: cannot set up signals\n");
+			goto done;
+		}
+	}
+	log_info("listening", "listen", cfg.listen, "runtime", cfg.runtime,
+	    "state_dir", cfg.state_dir, "version", BROKER_VERSION, NULL);
+	if (event_base_dispatch(m.base) == -1) {
+		log_error("event loop failed", NULL);
+		goto done;
+	}
+	log_info("stopped", NULL);
+	rc = BROKER_EXIT_OK;
+done:
+	for (i = 0; i < 4; i++)
+		if (sigs[i] != NULL)
+			event_free(sigs[i]);
+	broker_server_free(m.server);
+	sbx_driver_free(driver);
+	if (m.base != NULL)
+		event_base_free(m.base);
+	free(allow);
+	sbx_token_clear(&token);
+	sbx_config_free(broker_config_keys, &cfg);
+	sbx_config_opts_free(&opts);
+	return rc;
+}

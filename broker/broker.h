@@ -1,0 +1,124 @@
+/* broker.h - sandbox-broker: its configuration and its HTTP server (SPEC §4, §9). */
+#ifndef BROKER_H
+#define BROKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sbx_config.h"
+#include "sbx_driver.h"
+#include "sbx_err.h"
+#include "sbx_token.h"
+
+struct event_base;
+struct evhttp;
+
+#define BROKER_VERSION "0.1.0"
+
+/* Exit codes of sandbox-broker (docs/broker.md). */
+#define BROKER_EXIT_OK 0
+#define BROKER_EXIT_INTERNAL 1
+#define BROKER_EXIT_USAGE 64        /* EX_USAGE: bad command line */
+#define BROKER_EXIT_UNAVAILABLE 69  /* EX_UNAVAILABLE: --check found a problem */
+#define BROKER_EXIT_CONFIG 78       /* EX_CONFIG: bad config, missing/short token */
+
+/*
+ * The broker's configuration (keys: broker_config_keys). Strings and lists
+ * are owned (sbx_config_free). Sizes in bytes, durations in milliseconds.
+ * Fields after "derived" are filled by broker_config_finish, not by keys.
+ */
+struct broker_config {
+	char *listen;             /* "unix:PATH" or "HOST:PORT" */
+	char *runtime;            /* "unix:PATH" of the Engine API socket */
+	char *token_file;         /* NULL: SBX_BROKER_TOKEN */
+	char *state_dir;          /* broker.db lives here */
+	char *image;              /* default image */
+	char **images;            /* more allowlisted images */
+	char *helper_path;        /* NULL/"": next to the binary (broker_config_finish) */
+	char *user;               /* "uid:gid" of the sandbox user */
+	char *egress_network;
+	char *oci_runtime;        /* NULL: runtime default */
+	char *name_prefix;        /* container/volume name prefix */
+	long long memory;         /* default memory limit, bytes */
+	long long memory_max;     /* most a caller may ask for */
+	char *cpus;               /* default CPUs, decimal ("1", "0.5") */
+	char *cpus_max;
+	long long pids, pids_max;
+	long long tmp_size;
+	long long exec_timeout, exec_timeout_max; /* ms */
+	long long output_cap;     /* stdout+stderr bytes per exec */
+	long long file_size_max;  /* read/write cap, bytes */
+	long long body_max;       /* JSON request body cap, bytes */
+	long long max_execs_per_sandbox;
+	long long max_sandboxes;
+	long long idle_timeout, reap_interval, destroy_after; /* ms; reaper */
+	long long shutdown_grace; /* ms SIGTERM waits for in-flight requests */
+	long long socket_mode;    /* unix socket permission bits, e.g. 0660 */
+	char *log_level;
+	char *log_file;           /* NULL: stderr */
+	/* derived */
+	int64_t nano_cpus, nano_cpus_max;
+};
+
+extern const struct sbx_config_key broker_config_keys[];
+
+/*
+ * Checks values that the table cannot (cpus syntax, defaults above maxima,
+ * listen syntax, positive limits, log level) and fills the derived fields and
+ * defaults that depend on the environment: runtime from $DOCKER_HOST when
+ * unset, helper_path next to the executable (argv0_path, e.g.
+ * /proc/self/exe resolved) when unset. Returns 0, or -1 with err
+ * config_error naming the key.
+ */
+int broker_config_finish(struct broker_config *cfg, const char *exe_path,
+    struct sbx_err *err);
+
+/* NULL-terminated allowlist: cfg->image then cfg->images (owned array,
+ * borrowed strings; free() the array). NULL when out of memory. */
+const char **broker_config_allowlist(const struct broker_config *cfg);
+
+/* ------------------------------------------------------------------ */
+/* Server                                                              */
+
+struct broker_server;
+
+/*
+ * A broker HTTP server on base, using driver (borrowed; must outlive the
+ * server) and cfg (borrowed; must outlive the server), accepting requests
+ * that carry token (copied). Opens (creates) cfg->state_dir/broker.db.
+ * Does not listen yet: see broker_server_listen / broker_server_bind_fd.
+ * Returns the server or NULL with err (config_error: state dir/database,
+ * internal).
+ */
+struct broker_server *broker_server_new(struct event_base *base,
+    const struct broker_config *cfg, struct sbx_driver *driver,
+    const struct sbx_token *token, struct sbx_err *err);
+
+/*
+ * Starts listening on cfg->listen: "unix:PATH" (parent made 0750 if absent,
+ * socket chmod socket_mode; an existing socket file is replaced only when
+ * nothing answers on it, else config_error "in use") or "HOST:PORT" (port 0
+ * picks a free one: broker_server_port). Returns 0 or -1 with err.
+ */
+int broker_server_listen(struct broker_server *s, struct sbx_err *err);
+
+/* Bound TCP port (host order), 0 when listening on a unix socket. */
+int broker_server_port(const struct broker_server *s);
+
+/*
+ * Graceful stop (SIGTERM): stop accepting, answer new requests on open
+ * connections 503 shutting_down, let in-flight requests finish for up to
+ * cfg->shutdown_grace ms, then cancel the rest. done(arg) is called once
+ * when nothing is in flight any more (possibly from within this call's
+ * loop turn, never synchronously).
+ */
+void broker_server_drain(struct broker_server *s, void (*done)(void *),
+    void *arg);
+
+/* Number of requests being answered (streams included). */
+unsigned broker_server_inflight(const struct broker_server *s);
+
+/* Frees s: closes listeners and the database, cancels driver ops. NULL ok. */
+void broker_server_free(struct broker_server *s);
+
+#endif

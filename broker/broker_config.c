@@ -1,0 +1,251 @@
+/* broker_config.c - every configuration key of sandbox-broker and the checks the table cannot make (SPEC §9). */
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "broker.h"
+#include "sbx_log.h"
+#include "sbx_proto.h"
+
+#define K(name, type, field, def, help) \
+	{ name, type, offsetof(struct broker_config, field), def, 0, help }
+
+const struct sbx_config_key broker_config_keys[] = {
+	K("listen", SBX_CFG_STRING, listen, "unix:/run/sbx/broker.sock",
+	    "where to serve the API: unix:PATH or HOST:PORT"),
+	K("runtime", SBX_CFG_STRING, runtime, NULL,
+	    "Engine API socket unix:PATH (default: $DOCKER_HOST, else unix:/var/run/docker.sock)"),
+	K("token_file", SBX_CFG_STRING, token_file, NULL,
+	    "file (mode 0600) holding the bearer token; else env SBX_BROKER_TOKEN"),
+	K("state_dir", SBX_CFG_STRING, state_dir, "/var/lib/sbx",
+	    "directory of broker.db (created 0700)"),
+	K("image", SBX_CFG_STRING, image, "sbx-sandbox:latest",
+	    "default sandbox image (always allowlisted)"),
+	K("images", SBX_CFG_STRLIST, images, NULL,
+	    "further allowlisted images"),
+	K("helper_path", SBX_CFG_STRING, helper_path, NULL,
+	    "static sbx-helper binary (default: next to sandbox-broker, then ../libexec/sbx/)"),
+	K("user", SBX_CFG_STRING, user, "1000:1000",
+	    "uid:gid that exec and file operations run as in the sandbox"),
+	K("egress_network", SBX_CFG_STRING, egress_network, "sbx-egress",
+	    "runtime network of sandboxes granted egress"),
+	K("oci_runtime", SBX_CFG_STRING, oci_runtime, NULL,
+	    "OCI runtime for sandboxes, e.g. runsc (default: the runtime's)"),
+	K("name_prefix", SBX_CFG_STRING, name_prefix, "sbx-",
+	    "prefix of container and volume names"),
+	K("memory", SBX_CFG_BYTES, memory, "512m",
+	    "memory (and memory+swap) limit per sandbox"),
+	K("memory_max", SBX_CFG_BYTES, memory_max, "2g",
+	    "most memory a caller may ask for"),
+	K("cpus", SBX_CFG_STRING, cpus, "1", "CPUs per sandbox (decimal)"),
+	K("cpus_max", SBX_CFG_STRING, cpus_max, "2",
+	    "most CPUs a caller may ask for"),
+	K("pids", SBX_CFG_INT, pids, "256", "pids limit per sandbox"),
+	K("pids_max", SBX_CFG_INT, pids_max, "1024",
+	    "most pids a caller may ask for"),
+	K("tmp_size", SBX_CFG_BYTES, tmp_size, "64m",
+	    "size of the /tmp tmpfs (noexec)"),
+	K("exec_timeout", SBX_CFG_DURATION_MS, exec_timeout, "60s",
+	    "exec timeout when the caller gives none"),
+	K("exec_timeout_max", SBX_CFG_DURATION_MS, exec_timeout_max, "10m",
+	    "longest exec timeout a caller may ask for"),
+	K("output_cap", SBX_CFG_BYTES, output_cap, "16m",
+	    "stdout+stderr bytes per exec; beyond it the exec ends truncated"),
+	K("file_size_max", SBX_CFG_BYTES, file_size_max, "64m",
+	    "largest file read or written"),
+	K("body_max", SBX_CFG_BYTES, body_max, "8m",
+	    "largest JSON request body (exec stdin included)"),
+	K("max_execs_per_sandbox", SBX_CFG_INT, max_execs_per_sandbox, "8",
+	    "concurrent execs per sandbox; more: 429 too_many"),
+	K("max_sandboxes", SBX_CFG_INT, max_sandboxes, "100",
+	    "sandboxes the broker keeps; ensure of one more: 429 too_many"),
+	K("idle_timeout", SBX_CFG_DURATION_MS, idle_timeout, "30m",
+	    "reaper: stop sandboxes idle longer than this"),
+	K("reap_interval", SBX_CFG_DURATION_MS, reap_interval, "1m",
+	    "reaper: how often to look"),
+	K("destroy_after", SBX_CFG_DURATION_MS, destroy_after, "0",
+	    "reaper: destroy sandboxes stopped longer than this (0: never)"),
+	K("shutdown_grace", SBX_CFG_DURATION_MS, shutdown_grace, "10s",
+	    "SIGTERM: how long in-flight requests may finish"),
+	K("socket_mode", SBX_CFG_INT, socket_mode, "432",
+	    "permission bits of the unix socket (decimal; 432 = 0660)"),
+	K("log_level", SBX_CFG_STRING, log_level, "info",
+	    "debug, info, warn or error"),
+	K("log_file", SBX_CFG_STRING, log_file, NULL,
+	    "append logs here instead of stderr (reopened on SIGHUP)"),
+	{ NULL, 0, 0, NULL, 0, NULL },
+};
+
+/* "1", "0.5", "2.25" -> nano CPUs; at most 9 decimals, > 0. */
+static int
+parse_cpus(const char *s, int64_t *out)
+{
+	int64_t whole = 0, frac = 0, scale = 1000000000;
+	const char *p = s;
+	int digits = 0;
+
+	if (s == NULL || *s == '\0')
+		return -1;
+	for (; *p >= '0' && *p <= '9'; p++, digits++) {
+		if (whole > 1000000)
+			return -1;
+		whole = whole * 10 + (*p - '0');
+	}
+	if (*p == '.') {
+		p++;
+		for (; *p >= '0' && *p <= '9'; p++, digits++) {
+			if (scale == 1)
+				return -1;
+			scale /= 10;
+			frac += (*p - '0') * scale;
+		}
+	}
+	if (*p != '\0' || digits == 0)
+		return -1;
+	*out = whole * 1000000000 + frac;
+	return *out > 0 ? 0 : -1;
+}
+
+static int
+need_positive(long long v, const char *name, struct sbx_err *err)
+{
+	if (v <= 0)
+		return sbx_err_set(err, SBX_E_CONFIG, "%s must be above 0.", name);
+	return 0;
+}
+
+static int
+not_above(long long def, long long max, const char *a, const char *b,
+    struct sbx_err *err)
+{
+	if (def > max)
+		return sbx_err_set(err, SBX_E_CONFIG,
+		    "%s must not be above %s.", a, b);
+	return 0;
+}
+
+static int
+set_string(char **field, const char *value)
+{
+	char *v;
+
+	if ((v = strdup(value)) == NULL)
+		return -1;
+	free(*field);
+	*field = v;
+	return 0;
+}
+
+static int
+exists_exec(const char *path)
+{
+	return access(path, X_OK) == 0;
+}
+
+int
+broker_config_finish(struct broker_config *cfg, const char *exe_path,
+    struct sbx_err *err)
+{
+	const char *dh;
+	char buf[PATH_MAX], *slash;
+
+	if (cfg->listen == NULL || cfg->listen[0] == '\0' ||
+	    (strncmp(cfg->listen, "unix:", 5) != 0 &&
+	    strrchr(cfg->listen, ':') == NULL))
+		return sbx_err_set(err, SBX_E_CONFIG,
+		    "listen must be unix:PATH or HOST:PORT.");
+	if (strncmp(cfg->listen, "unix:", 5) == 0 && cfg->listen[5] != '/')
+		return sbx_err_set(err, SBX_E_CONFIG,
+		    "listen unix:PATH needs an absolute path.");
+	if (cfg->runtime == NULL || cfg->runtime[0] == '\0') {
+		dh = getenv("DOCKER_HOST");
+		if (dh != NULL && strncmp(dh, "unix://", 7) == 0) {
+			snprintf(buf, sizeof(buf), "unix:%s", dh + 7);
+			dh = buf;
+		} else if (dh == NULL || dh[0] == '\0')
+			dh = "unix:/var/run/docker.sock";
+		if (set_string(&cfg->runtime, dh) == -1)
+			return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	}
+	if (strncmp(cfg->runtime, "unix:", 5) != 0 || cfg->runtime[5] != '/')
+		return sbx_err_set(err, SBX_E_CONFIG,
+		    "runtime must be unix:/ABSOLUTE/PATH (DOCKER_HOST unix:// too).");
+	if (cfg->state_dir == NULL || cfg->state_dir[0] != '/')
+		return sbx_err_set(err, SBX_E_CONFIG,
+		    "state_dir must be an absolute path.");
+	if (cfg->image == NULL || cfg->image[0] == '\0')
+		return sbx_err_set(err, SBX_E_CONFIG, "image must be set.");
+	if (parse_cpus(cfg->cpus, &cfg->nano_cpus) == -1)
+		return sbx_err_set(err, SBX_E_CONFIG,
+		    "cpus must be a positive decimal such as 1 or 0.5.");
+	if (parse_cpus(cfg->cpus_max, &cfg->nano_cpus_max) == -1)
+		return sbx_err_set(err, SBX_E_CONFIG,
+		    "cpus_max must be a positive decimal such as 2 or 1.5.");
+	if (cfg->nano_cpus > cfg->nano_cpus_max)
+		return sbx_err_set(err, SBX_E_CONFIG,
+		    "cpus must not be above cpus_max.");
+	if (need_positive(cfg->memory, "memory", err) == -1 ||
+	    need_positive(cfg->pids, "pids", err) == -1 ||
+	    need_positive(cfg->tmp_size, "tmp_size", err) == -1 ||
+	    need_positive(cfg->exec_timeout, "exec_timeout", err) == -1 ||
+	    need_positive(cfg->output_cap, "output_cap", err) == -1 ||
+	    need_positive(cfg->file_size_max, "file_size_max", err) == -1 ||
+	    need_positive(cfg->body_max, "body_max", err) == -1 ||
+	    need_positive(cfg->max_execs_per_sandbox, "max_execs_per_sandbox",
+	    err) == -1 ||
+	    need_positive(cfg->max_sandboxes, "max_sandboxes", err) == -1 ||
+	    need_positive(cfg->reap_interval, "reap_interval", err) == -1 ||
+	    not_above(cfg->memory, cfg->memory_max, "memory", "memory_max",
+	    err) == -1 ||
+	    not_above(cfg->pids, cfg->pids_max, "pids", "pids_max", err) == -1 ||
+	    not_above(cfg->exec_timeout, cfg->exec_timeout_max, "exec_timeout",
+	    "exec_timeout_max", err) == -1)
+		return -1;
+	if (cfg->socket_mode < 0 || cfg->socket_mode > 0777)
+		return sbx_err_set(err, SBX_E_CONFIG,
+		    "socket_mode must be permission bits (0..511, e.g. 432 for 0660).");
+	if (sbx_log_level_parse(cfg->log_level) == -1)
+		return sbx_err_set(err, SBX_E_CONFIG,
+		    "log_level must be debug, info, warn or error.");
+	if ((cfg->helper_path == NULL || cfg->helper_path[0] == '\0') &&
+	    exe_path != NULL) {
+		/* Next to the binary (build/out/), then the installed layout
+		 * $(PREFIX)/bin -> $(PREFIX)/libexec/sbx (Makefile install). */
+		snprintf(buf, sizeof(buf), "%s", exe_path);
+		if ((slash = strrchr(buf, '/')) != NULL)
+			*slash = '\0';
+		else
+			snprintf(buf, sizeof(buf), ".");
+		{
+			char cand[PATH_MAX + 32];
+			snprintf(cand, sizeof(cand), "%s/sbx-helper", buf);
+			if (!exists_exec(cand))
+				snprintf(cand, sizeof(cand),
+				    "%s/../libexec/sbx/sbx-helper", buf);
+			if (set_string(&cfg->helper_path, cand) == -1)
+				return sbx_err_set(err, SBX_E_INTERNAL,
+				    "Out of memory.");
+		}
+	}
+	return 0;
+}
+
+const char **
+broker_config_allowlist(const struct broker_config *cfg)
+{
+	const char **list;
+	size_t n = 0, i;
+
+	while (cfg->images != NULL && cfg->images[n] != NULL)
+		n++;
+	if ((list = calloc(n + 2, sizeof(*list))) == NULL)
+		return NULL;
+	list[0] = cfg->image;
+	for (i = 0; i < n; i++)
+		list[i + 1] = cfg->images[i];
+	return list;
+}

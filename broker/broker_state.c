@@ -1,0 +1,264 @@
+/* broker_state.c - sqlite state of the broker: table sandboxes and the audit log. */
+#include <sys/stat.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "broker_state.h"
+#include "sbx_config.h"
+#include "sbx_proto.h"
+
+enum {
+	Q_PUT,
+	Q_STOPPED,
+	Q_DELETE,
+	Q_TOUCH,
+	Q_GET,
+	Q_COUNT,
+	Q_AUDIT,
+	Q_N
+};
+
+/* Prepared once in broker_state_open, finalized in broker_state_close. */
+static const char *const queries[Q_N] = {
+	[Q_PUT] = "INSERT INTO sandboxes(id, container, volume, image, egress,"
+	    " state, stop_reason, created_at, last_used_at)"
+	    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, '', ?7, ?8)"
+	    " ON CONFLICT(id) DO UPDATE SET container = ?2, volume = ?3,"
+	    " image = ?4, egress = ?5, state = ?6, stop_reason = '',"
+	    " created_at = ?7",
+	[Q_STOPPED] = "UPDATE sandboxes SET state = 'stopped', stop_reason = ?2"
+	    " WHERE id = ?1",
+	[Q_DELETE] = "DELETE FROM sandboxes WHERE id = ?1",
+	[Q_TOUCH] = "UPDATE sandboxes SET last_used_at = ?2 WHERE id = ?1",
+	[Q_GET] = "SELECT id, container, volume, image, egress, state,"
+	    " stop_reason, created_at, last_used_at FROM sandboxes WHERE id = ?1",
+	[Q_COUNT] = "SELECT count(*) FROM sandboxes",
+	[Q_AUDIT] = "INSERT INTO audit(ts, op, id, outcome, duration_ms)"
+	    " VALUES(?1, ?2, ?3, ?4, ?5)",
+};
+
+static const char schema[] =
+    "CREATE TABLE IF NOT EXISTS sandboxes ("
+    " id TEXT PRIMARY KEY,"
+    " container TEXT NOT NULL DEFAULT '',"
+    " volume TEXT NOT NULL DEFAULT '',"
+    " image TEXT NOT NULL DEFAULT '',"
+    " egress INTEGER NOT NULL DEFAULT 0,"
+    " state TEXT NOT NULL DEFAULT 'running',"
+    " stop_reason TEXT NOT NULL DEFAULT '',"
+    " created_at INTEGER NOT NULL DEFAULT 0,"
+    " last_used_at INTEGER NOT NULL DEFAULT 0);"
+    "CREATE TABLE IF NOT EXISTS audit ("
+    " ts INTEGER NOT NULL,"
+    " op TEXT NOT NULL,"
+    " id TEXT NOT NULL,"
+    " outcome TEXT NOT NULL,"
+    " duration_ms INTEGER NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS audit_ts ON audit(ts);";
+
+struct broker_state {
+	sqlite3 *db;
+	sqlite3_stmt *q[Q_N];
+};
+
+static int
+db_fail(struct broker_state *s, struct sbx_err *err)
+{
+	return sbx_err_set(err, SBX_E_INTERNAL, "State database error: %s.",
+	    sqlite3_errmsg(s->db));
+}
+
+struct broker_state *
+broker_state_open(const char *dir, struct sbx_err *err)
+{
+	struct broker_state *s = NULL;
+	char *path = NULL;
+	char *emsg = NULL;
+	int i;
+
+	if (mkdir(dir, 0700) == -1 && errno != EEXIST) {
+		sbx_err_set(err, SBX_E_CONFIG, "Cannot create state_dir %s: %s.",
+		    dir, strerror(errno));
+		goto fail;
+	}
+	if ((s = calloc(1, sizeof(*s))) == NULL ||
+	    asprintf(&path, "%s/broker.db", dir) == -1) {
+		path = NULL;
+		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		goto fail;
+	}
+	if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE |
+	    SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+		sbx_err_set(err, SBX_E_CONFIG, "Cannot open %s: %s.", path,
+		    s->db ? sqlite3_errmsg(s->db) : "out of memory");
+		goto fail;
+	}
+	sqlite3_busy_timeout(s->db, 5000);
+	if (sqlite3_exec(s->db, "PRAGMA journal_mode=WAL;"
+	    "PRAGMA synchronous=NORMAL;", NULL, NULL, &emsg) != SQLITE_OK ||
+	    sqlite3_exec(s->db, schema, NULL, NULL, &emsg) != SQLITE_OK) {
+		sbx_err_set(err, SBX_E_CONFIG, "Cannot set up %s: %s.", path,
+		    emsg ? emsg : "unknown error");
+		sqlite3_free(emsg);
+		goto fail;
+	}
+	for (i = 0; i < Q_N; i++)
+		if (sqlite3_prepare_v2(s->db, queries[i], -1, &s->q[i],
+		    NULL) != SQLITE_OK) {
+			db_fail(s, err);
+			goto fail;
+		}
+	free(path);
+	return s;
+fail:
+	free(path);
+	broker_state_close(s);
+	return NULL;
+}
+
+void
+broker_state_close(struct broker_state *s)
+{
+	int i;
+
+	if (s == NULL)
+		return;
+	for (i = 0; i < Q_N; i++)
+		sqlite3_finalize(s->q[i]);
+	sqlite3_close(s->db);
+	free(s);
+}
+
+/* Runs a statement that returns no row; resets it whatever happens. */
+static int
+step_done(struct broker_state *s, sqlite3_stmt *q, struct sbx_err *err)
+{
+	int rc = sqlite3_step(q);
+
+	sqlite3_reset(q);
+	sqlite3_clear_bindings(q);
+	if (rc != SQLITE_DONE)
+		return db_fail(s, err);
+	return 0;
+}
+
+int
+broker_state_put(struct broker_state *s, const struct sbx_status *st,
+    const char *volume, int64_t now_ms, struct sbx_err *err)
+{
+	sqlite3_stmt *q = s->q[Q_PUT];
+
+	sqlite3_bind_text(q, 1, st->id, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(q, 2, st->container_id, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(q, 3, volume ? volume : "", -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(q, 4, st->image, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int(q, 5, st->egress ? 1 : 0);
+	sqlite3_bind_text(q, 6, sbx_state_name(st->state), -1, SQLITE_STATIC);
+	sqlite3_bind_int64(q, 7, st->created_at_ms);
+	sqlite3_bind_int64(q, 8, now_ms);
+	return step_done(s, q, err);
+}
+
+int
+broker_state_stopped(struct broker_state *s, const char *id,
+    const char *reason, struct sbx_err *err)
+{
+	sqlite3_stmt *q = s->q[Q_STOPPED];
+
+	sqlite3_bind_text(q, 1, id, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(q, 2, reason, -1, SQLITE_TRANSIENT);
+	return step_done(s, q, err);
+}
+
+int
+broker_state_delete(struct broker_state *s, const char *id,
+    struct sbx_err *err)
+{
+	sqlite3_stmt *q = s->q[Q_DELETE];
+
+	sqlite3_bind_text(q, 1, id, -1, SQLITE_TRANSIENT);
+	return step_done(s, q, err);
+}
+
+int
+broker_state_touch(struct broker_state *s, const char *id, int64_t now_ms,
+    struct sbx_err *err)
+{
+	sqlite3_stmt *q = s->q[Q_TOUCH];
+
+	sqlite3_bind_text(q, 1, id, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(q, 2, now_ms);
+	return step_done(s, q, err);
+}
+
+static void
+col_text(sqlite3_stmt *q, int col, char *dst, size_t cap)
+{
+	const unsigned char *t = sqlite3_column_text(q, col);
+
+	snprintf(dst, cap, "%s", t ? (const char *)t : "");
+}
+
+int
+broker_state_get(struct broker_state *s, const char *id,
+    struct broker_row *row, struct sbx_err *err)
+{
+	sqlite3_stmt *q = s->q[Q_GET];
+	int rc, found = 0;
+
+	memset(row, 0, sizeof(*row));
+	sqlite3_bind_text(q, 1, id, -1, SQLITE_TRANSIENT);
+	rc = sqlite3_step(q);
+	if (rc == SQLITE_ROW) {
+		found = 1;
+		col_text(q, 0, row->id, sizeof(row->id));
+		col_text(q, 1, row->container, sizeof(row->container));
+		col_text(q, 2, row->volume, sizeof(row->volume));
+		col_text(q, 3, row->image, sizeof(row->image));
+		row->egress = sqlite3_column_int(q, 4);
+		col_text(q, 5, row->state, sizeof(row->state));
+		col_text(q, 6, row->stop_reason, sizeof(row->stop_reason));
+		row->created_at_ms = sqlite3_column_int64(q, 7);
+		row->last_used_at_ms = sqlite3_column_int64(q, 8);
+	} else if (rc != SQLITE_DONE)
+		found = -1;
+	sqlite3_reset(q);
+	sqlite3_clear_bindings(q);
+	if (found == -1)
+		return db_fail(s, err);
+	return found;
+}
+
+int
+broker_state_count(struct broker_state *s, struct sbx_err *err)
+{
+	sqlite3_stmt *q = s->q[Q_COUNT];
+	int n = -1;
+
+	if (sqlite3_step(q) == SQLITE_ROW)
+		n = sqlite3_column_int(q, 0);
+	sqlite3_reset(q);
+	if (n < 0)
+		return db_fail(s, err);
+	return n;
+}
+
+int
+broker_state_audit(struct broker_state *s, int64_t ts_ms, const char *op,
+    const char *id, const char *outcome, int64_t duration_ms,
+    struct sbx_err *err)
+{
+	sqlite3_stmt *q = s->q[Q_AUDIT];
+
+	sqlite3_bind_int64(q, 1, ts_ms);
+	sqlite3_bind_text(q, 2, op, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(q, 3, id ? id : "", -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(q, 4, outcome, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(q, 5, duration_ms);
+	return step_done(s, q, err);
+}

@@ -1,0 +1,74 @@
+/* broker_state.h - the broker's sqlite state: managed sandboxes and the audit log (SPEC §4, §7). */
+#ifndef BROKER_STATE_H
+#define BROKER_STATE_H
+
+#include <stdint.h>
+
+#include "sbx_driver.h"
+#include "sbx_err.h"
+
+struct broker_state;
+
+/* One row of table sandboxes. */
+struct broker_row {
+	char id[64];
+	char container[72];
+	char volume[128];
+	char image[256];
+	int egress;
+	char state[16];           /* "running", "stopped" */
+	char stop_reason[16];     /* "", "idle", "operator", ... */
+	int64_t created_at_ms;
+	int64_t last_used_at_ms;
+};
+
+/*
+ * Opens (creating) DIR/broker.db: WAL journal, 5 s busy timeout, schema
+ * created if absent, statements prepared once here and finalized by
+ * broker_state_close. dir is created 0700 when missing. Returns the handle
+ * or NULL with err config_error (cannot create/open, naming the path) or
+ * internal.
+ */
+struct broker_state *broker_state_open(const char *dir, struct sbx_err *err);
+
+/* Finalizes every statement and closes the database. NULL ok. */
+void broker_state_close(struct broker_state *s);
+
+/*
+ * Records the result of an ensure: inserts or replaces the row of st->id
+ * with state st->state, container st->container_id, volume, image, egress,
+ * created_at, clears stop_reason, keeps last_used_at (now_ms for a new row).
+ * Returns 0 or -1 with err internal.
+ */
+int broker_state_put(struct broker_state *s, const struct sbx_status *st,
+    const char *volume, int64_t now_ms, struct sbx_err *err);
+
+/* Marks id stopped with reason ("operator", "idle"). Absent row: no-op. */
+int broker_state_stopped(struct broker_state *s, const char *id,
+    const char *reason, struct sbx_err *err);
+
+/* Removes the row of id (destroy). Absent row: no-op. */
+int broker_state_delete(struct broker_state *s, const char *id,
+    struct sbx_err *err);
+
+/* Sets last_used_at of id to now_ms. Absent row: no-op. */
+int broker_state_touch(struct broker_state *s, const char *id, int64_t now_ms,
+    struct sbx_err *err);
+
+/* Fills row for id. Returns 1 found, 0 absent, -1 with err. */
+int broker_state_get(struct broker_state *s, const char *id,
+    struct broker_row *row, struct sbx_err *err);
+
+/* Number of rows in sandboxes, or -1 with err. */
+int broker_state_count(struct broker_state *s, struct sbx_err *err);
+
+/*
+ * Appends an audit row: ts_ms (Unix ms), op ("ensure", "exec", ...), id
+ * ("" when none), outcome ("ok" or an SBX_E_* code), duration_ms.
+ * Returns 0 or -1 with err internal.
+ */
+int broker_state_audit(struct broker_state *s, int64_t ts_ms, const char *op,
+    const char *id, const char *outcome, int64_t duration_ms,
+    struct sbx_err *err);
+
+#endif

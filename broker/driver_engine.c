@@ -1,0 +1,2648 @@
+/* driver_engine.c - the SandboxDriver on the Docker Engine API v1.41 over the runtime's unix socket (Docker, Podman). */
+#include <sys/queue.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "driver_engine.h"
+#include "sbx_http_client.h"
+#include "sbx_proto.h"
+
+#define API "/v1.41"
+#define HELPER_IN "/.sbx/sbx-helper"
+#define WORK "/work"
+#define STREAM_CHUNK (64 * 1024)
+#define RESP_MAX (8 * 1024 * 1024)     /* JSON answers of the runtime */
+#define ERRTAIL_MAX 2048               /* stderr kept to read the helper's error */
+#define LIST_MAX (16 * 1024 * 1024)    /* a directory listing */
+#define HELPER_GRACE_MS 2000           /* helper's own timeout trails ours */
+#define KILL_TIMEOUT_MS 10000
+#define EXIT_POLLS 50
+#define EXIT_POLL_MS 20
+#define L_MANAGED "io.sbx.managed"
+#define L_ID "io.sbx.id"
+#define L_EGRESS "io.sbx.egress"
+#define L_IMAGE "io.sbx.image"
+
+/* The idle main process: busybox has no "sleep infinity"; the trap lets a
+ * stop end it at once instead of after the stop timeout. */
+static const char *const idle_cmd[] = {
+	"/bin/sh", "-c",
+	"trap 'exit 0' TERM; while :; do sleep 3600 & wait; done", NULL
+};
+
+struct engine {
+	struct sbx_driver base;       /* first: callers hold a struct sbx_driver * */
+	char *address;                /* "unix:/path" */
+	char *default_image;
+	char **images;                /* NULL-terminated, default included */
+	char *user;
+	struct sbx_engine_limit mem, cpus, pids, timeout;
+	int64_t tmp_bytes, output_cap, file_max;
+	char *helper_path;
+	char *oci_runtime;
+	char *egress_net;
+	char *prefix;
+	int stop_timeout_s;
+	int64_t req_timeout_ms;
+	TAILQ_HEAD(, eop) ops;
+};
+
+enum op_kind {
+	OP_ENSURE, OP_STATUS, OP_EXEC, OP_READ, OP_WRITE, OP_LIST, OP_STOP,
+	OP_DESTROY, OP_SANDBOXES, OP_HEALTH, OP_KILL,
+};
+
+struct eop;
+typedef void (*cont_fn)(struct eop *, int status, json_t *body,
+    const struct sbx_err *err);
+
+struct eop {
+	struct sbx_op base;           /* first */
+	struct engine *e;
+	TAILQ_ENTRY(eop) link;
+	enum op_kind kind;
+	int busy, dead;               /* a sink may cancel from inside output() */
+	char id[64];
+	char cname[128];              /* container name */
+	char vname[140];              /* volume name */
+	char cid[80];                 /* runtime container id once inspected */
+
+	/* The runtime call in flight (one at a time). */
+	struct sbx_http_req *http;
+	struct evbuffer *resp;
+	int resp_over;
+	cont_fn cont;
+
+	/* Callers' callbacks. */
+	sbx_status_cb status_cb;
+	sbx_done_cb done_cb;
+	sbx_list_cb list_cb;
+	sbx_sandboxes_cb sandboxes_cb;
+	sbx_health_cb health_cb;
+	void *arg;
+	struct sbx_sink sink;
+
+	/* ensure */
+	char image[256];
+	int egress;
+	int64_t mem, cpus, pids;
+	int recreated;
+
+	/* exec, read, write, list, kill */
+	json_t *cmd;                  /* helper argv */
+	json_t *env;
+	char exec_id[40];             /* ours, the helper's kill handle */
+	char rexec[80];               /* the runtime's exec id */
+	struct evbuffer *stdin_buf;
+	int has_stdin;
+	int64_t timeout_ms, cap, delivered, started_ms;
+	struct event *timer;
+	unsigned char fhdr[8];
+	size_t fhdr_len;
+	uint32_t frame_left;
+	int frame_stream;
+	struct evbuffer *out;         /* stdout kept (list) */
+	struct evbuffer *errtail;     /* stderr kept (helper error line) */
+	int paused, streaming, stream_started;
+	int timed_out, truncated, killing;
+	int polls;
+	struct eop *kill;             /* kill exec run on our behalf */
+	struct eop *parent;           /* for a kill: who waits for it */
+	struct sbx_err kerr;
+
+	struct sbx_health health;
+};
+
+static void op_free(struct eop *);
+static void exec_begin(struct eop *);
+static void exec_after_stream(struct eop *);
+static void exec_poll_exit(struct eop *);
+static void ensure_inspect(struct eop *);
+
+/* ---------- small utilities ---------- */
+
+static int64_t
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int
+id_valid(const char *id)
+{
+	size_t i, n;
+
+	if (id == NULL)
+		return 0;
+	n = strlen(id);
+	if (n == 0 || n > 63)
+		return 0;
+	for (i = 0; i < n; i++) {
+		if (islower((unsigned char)id[i]) || isdigit((unsigned char)id[i]))
+			continue;
+		if (id[i] == '-' && i > 0)
+			continue;
+		return 0;
+	}
+	return 1;
+}
+
+/* The structural rules of SPEC §4; the helper enforces them again, with
+ * symlinks, at use time (openat2 RESOLVE_BENEATH). */
+static int
+path_ok(const char *p, struct sbx_err *err)
+{
+	const char *seg, *end;
+	size_t n;
+
+	if (p == NULL || (n = strlen(p)) == 0 || n > 4096)
+		goto bad;
+	if (strcmp(p, WORK) != 0 && strncmp(p, WORK "/", 6) != 0)
+		goto bad;
+	for (seg = p + 1; ; seg = end + 1) {
+		end = strchr(seg, '/');
+		if (end == NULL)
+			end = seg + strlen(seg);
+		if (end == seg || (end - seg == 1 && seg[0] == '.') ||
+		    (end - seg == 2 && seg[0] == '.' && seg[1] == '.') ||
+		    end - seg > 255)
+			goto bad;
+		if (*end == '\0')
+			break;
+	}
+	for (; *p != '\0'; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			goto bad;
+	return 0;
+bad:
+	return sbx_err_set(err, SBX_E_PATH_OUTSIDE_WORK,
+	    "path must be absolute under /work with no empty, '.' or '..' segment");
+}
+
+static int
+name_ok(const char *s, size_t max)
+{
+	size_t n;
+
+	if (s == NULL || (n = strlen(s)) == 0 || n > max)
+		return 0;
+	for (; *s != '\0'; s++)
+		if (!isalnum((unsigned char)*s) && *s != '-' && *s != '_' &&
+		    *s != '.')
+			return 0;
+	return 1;
+}
+
+static int
+image_ok(const char *s)
+{
+	size_t n;
+
+	if (s == NULL || (n = strlen(s)) == 0 || n > 255)
+		return 0;
+	for (; *s != '\0'; s++)
+		if (!isgraph((unsigned char)*s) || *s == '?' || *s == '#' ||
+		    *s == '%')
+			return 0;
+	return 1;
+}
+
+static void
+urlencode(const char *in, char *out, size_t outsz)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t o = 0;
+
+	for (; *in != '\0' && o + 4 < outsz; in++) {
+		unsigned char c = (unsigned char)*in;
+
+		if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+			out[o++] = (char)c;
+		} else {
+			out[o++] = '%';
+			out[o++] = hex[c >> 4];
+			out[o++] = hex[c & 15];
+		}
+	}
+	out[o] = '\0';
+}
+
+/* RFC 3339 with optional fraction and a Z or +hh:mm offset -> Unix ms. */
+static int64_t
+parse_time_ms(const char *s)
+{
+	struct tm tm;
+	const char *p;
+	int64_t ms = 0, scale = 100, t;
+	int sign, oh, om;
+
+	if (s == NULL)
+		return 0;
+	memset(&tm, 0, sizeof(tm));
+	p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (p == NULL)
+		return 0;
+	if (*p == '.') {
+		for (p++; isdigit((unsigned char)*p); p++) {
+			ms += (*p - '0') * scale;
+			scale /= 10;
+		}
+	}
+	t = (int64_t)timegm(&tm) * 1000 + ms;
+	if (*p == '+' || *p == '-') {
+		sign = *p == '-' ? -1 : 1;
+		if (sscanf(p + 1, "%2d:%2d", &oh, &om) == 2)
+			t -= sign * ((int64_t)oh * 3600 + om * 60) * 1000;
+	}
+	return t;
+}
+
+static const char *
+jstr(json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+
+	return s != NULL ? s : "";
+}
+
+static const char *
+label(json_t *labels, const char *key)
+{
+	return json_string_value(json_object_get(labels, key));
+}
+
+static int
+managed(json_t *labels)
+{
+	const char *v = label(labels, L_MANAGED);
+
+	return v != NULL && strcmp(v, "true") == 0;
+}
+
+/* A runtime error answer: {"message":"..."} (Docker and Podman). */
+static void
+runtime_err(struct sbx_err *err, int status, json_t *body, const char *what)
+{
+	const char *m = json_string_value(json_object_get(body, "message"));
+
+	sbx_err_set(err, SBX_E_RUNTIME, "runtime refused to %s (HTTP %d): %s",
+	    what, status, m != NULL ? m : "no message");
+}
+
+/* ---------- op lifetime ---------- */
+
+static struct eop *
+op_new(struct engine *e, enum op_kind kind, const char *id, struct sbx_err *err)
+{
+	struct eop *op;
+
+	if (id != NULL && !id_valid(id)) {
+		sbx_err_set(err, SBX_E_INVALID_ID,
+		    "sandbox id must match [a-z0-9][a-z0-9-]{0,62}");
+		return NULL;
+	}
+	if ((op = calloc(1, sizeof(*op))) == NULL) {
+		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		return NULL;
+	}
+	op->base.driver = &e->base;
+	op->e = e;
+	op->kind = kind;
+	if (id != NULL) {
+		snprintf(op->id, sizeof(op->id), "%s", id);
+		snprintf(op->cname, sizeof(op->cname), "%s%s", e->prefix, id);
+		snprintf(op->vname, sizeof(op->vname), "%s%s-work", e->prefix, id);
+	}
+	TAILQ_INSERT_TAIL(&e->ops, op, link);
+	return op;
+}
+
+static void
+op_free(struct eop *op)
+{
+	if (op == NULL)
+		return;
+	TAILQ_REMOVE(&op->e->ops, op, link);
+	sbx_http_req_cancel(op->http);
+	if (op->kill != NULL)
+		op->kill->parent = NULL;  /* the kill runs on alone */
+	if (op->parent != NULL)
+		op->parent->kill = NULL;
+	if (op->timer != NULL)
+		event_free(op->timer);
+	if (op->resp != NULL)
+		evbuffer_free(op->resp);
+	if (op->stdin_buf != NULL)
+		evbuffer_free(op->stdin_buf);
+	if (op->out != NULL)
+		evbuffer_free(op->out);
+	if (op->errtail != NULL)
+		evbuffer_free(op->errtail);
+	json_decref(op->cmd);
+	json_decref(op->env);
+	free(op);
+}
+
+/* Frees op now, or when the outermost callback frame on it returns. */
+static void
+op_release(struct eop *op)
+{
+	op->dead = 1;
+	sbx_http_req_cancel(op->http);
+	op->http = NULL;
+	if (op->busy == 0)
+		op_free(op);
+}
+
+static void
+op_enter(struct eop *op)
+{
+	op->busy++;
+}
+
+/* Returns 1 when op is still alive. */
+static int
+op_leave(struct eop *op)
+{
+	if (--op->busy == 0 && op->dead) {
+		op_free(op);
+		return 0;
+	}
+	return !op->dead;
+}
+
+/* ---------- terminal callbacks: each frees the op ---------- */
+
+static void
+finish_status(struct eop *op, const struct sbx_err *err,
+    const struct sbx_status *st)
+{
+	if (op->status_cb != NULL)
+		op->status_cb(op->arg, err, err != NULL ? NULL : st);
+	op_release(op);
+}
+
+static void
+finish_done(struct eop *op, const struct sbx_err *err)
+{
+	if (op->done_cb != NULL)
+		op->done_cb(op->arg, err);
+	op_release(op);
+}
+
+static void
+finish_sink_error(struct eop *op, const struct sbx_err *err)
+{
+	if (op->sink.error != NULL)
+		op->sink.error(op->sink.arg, err);
+	op_release(op);
+}
+
+/* Any op's failure, routed to the callback its kind has. */
+static void
+finish_err(struct eop *op, const struct sbx_err *err)
+{
+	switch (op->kind) {
+	case OP_ENSURE:
+	case OP_STATUS:
+		finish_status(op, err, NULL);
+		break;
+	case OP_EXEC:
+	case OP_READ:
+		finish_sink_error(op, err);
+		break;
+	case OP_LIST:
+		if (op->list_cb != NULL)
+			op->list_cb(op->arg, err, NULL, 0);
+		op_release(op);
+		break;
+	case OP_SANDBOXES:
+		if (op->sandboxes_cb != NULL)
+			op->sandboxes_cb(op->arg, err, NULL, 0);
+		op_release(op);
+		break;
+	case OP_HEALTH:
+		if (op->health_cb != NULL)
+			op->health_cb(op->arg, err, NULL);
+		op_release(op);
+		break;
+	case OP_WRITE:
+	case OP_STOP:
+	case OP_DESTROY:
+		finish_done(op, err);
+		break;
+	case OP_KILL:
+		op_release(op);
+		break;
+	}
+}
+
+/* ---------- one JSON call to the runtime ---------- */
+
+static void
+call_response(void *arg, struct sbx_http_req *req, int status)
+{
+	(void)arg;
+	(void)req;
+	(void)status;
+}
+
+static void
+call_body(void *arg, struct sbx_http_req *req, const unsigned char *buf,
+    size_t len)
+{
+	struct eop *op = arg;
+
+	(void)req;
+	if (op->resp_over || evbuffer_get_length(op->resp) + len > RESP_MAX) {
+		op->resp_over = 1;
+		return;
+	}
+	evbuffer_add(op->resp, buf, len);
+}
+
+static void
+call_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
+{
+	struct eop *op = arg;
+	json_t *body = NULL;
+	json_error_t jerr;
+	struct sbx_err e;
+	size_t n;
+	int status = sbx_http_req_status(req);
+	cont_fn cont = op->cont;
+
+	op->http = NULL;
+	op->cont = NULL;
+	if (err != NULL) {
+		e = *err;
+		if (strcmp(e.code, SBX_E_RUNTIME_UNAVAILABLE) == 0)
+			snprintf(e.message, sizeof(e.message),
+			    "container runtime unreachable at %s: is dockerd or "
+			    "the podman service running?", op->e->address);
+		cont(op, 0, NULL, &e);
+		return;
+	}
+	if (op->resp_over) {
+		sbx_err_set(&e, SBX_E_RUNTIME, "runtime answer too large");
+		cont(op, status, NULL, &e);
+		return;
+	}
+	n = evbuffer_get_length(op->resp);
+	if (n > 0) {
+		body = json_loadb((const char *)evbuffer_pullup(op->resp, -1), n,
+		    JSON_DECODE_ANY, &jerr);
+		/* Some answers are text ("OK", plain errors): keep the text. */
+		if (body == NULL)
+			body = json_pack("{s:s%}", "message",
+			    (const char *)evbuffer_pullup(op->resp, -1),
+			    n > 200 ? (size_t)200 : n);
+	}
+	evbuffer_drain(op->resp, n);
+	cont(op, status, body, NULL);
+	json_decref(body);
+}
+
+/* Sends method path (with body, stolen, or NULL) and continues in cont with
+ * the status and parsed answer, or with err. Failing to start ends the op. */
+static void
+call(struct eop *op, const char *method, const char *path, json_t *body,
+    cont_fn cont)
+{
+	struct sbx_http_request q;
+	struct sbx_http_opts o;
+	struct sbx_http_cbs cbs;
+	struct sbx_err err;
+	char *text = NULL;
+
+	memset(&q, 0, sizeof(q));
+	memset(&o, 0, sizeof(o));
+	memset(&cbs, 0, sizeof(cbs));
+	sbx_err_clear(&err);
+	if (op->resp == NULL && (op->resp = evbuffer_new()) == NULL)
+		goto oom;
+	op->resp_over = 0;
+	evbuffer_drain(op->resp, evbuffer_get_length(op->resp));
+	q.method = method;
+	q.path = path;
+	if (body != NULL) {
+		text = json_dumps(body, JSON_COMPACT);
+		json_decref(body);
+		body = NULL;
+		if (text == NULL)
+			goto oom;
+		q.content_type = "application/json";
+		q.body = text;
+		q.body_len = strlen(text);
+	}
+	o.peer_name = "the container runtime";
+	o.timeout_ms = op->e->req_timeout_ms;
+	cbs.response = call_response;
+	cbs.body = call_body;
+	cbs.done = call_done;
+	cbs.arg = op;
+	op->cont = cont;
+	op->http = sbx_http_request(op->e->base.base, op->e->address, &q, &o,
+	    &cbs, &err);
+	free(text);
+	if (op->http == NULL)
+		finish_err(op, &err);
+	return;
+oom:
+	json_decref(body);
+	sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
+	finish_err(op, &err);
+}
+
+/* ---------- status from an inspect answer ---------- */
+
+static int
+status_from_inspect(struct eop *op, json_t *c, struct sbx_status *st,
+    struct sbx_err *err)
+{
+	json_t *cfg = json_object_get(c, "Config");
+	json_t *labels = json_object_get(cfg, "Labels");
+	json_t *state = json_object_get(c, "State");
+	const char *v;
+
+	if (!managed(labels) || (v = label(labels, L_ID)) == NULL ||
+	    strcmp(v, op->id) != 0)
+		return sbx_err_set(err, SBX_E_CONFLICT, "a container named %s "
+		    "exists that sbx does not manage; it was left alone",
+		    op->cname);
+	memset(st, 0, sizeof(*st));
+	snprintf(st->id, sizeof(st->id), "%s", op->id);
+	st->state = json_is_true(json_object_get(state, "Running")) ?
+	    SBX_STATE_RUNNING : SBX_STATE_STOPPED;
+	v = label(labels, L_IMAGE);
+	snprintf(st->image, sizeof(st->image), "%s",
+	    v != NULL ? v : jstr(cfg, "Image"));
+	v = label(labels, L_EGRESS);
+	st->egress = v != NULL && strcmp(v, "1") == 0;
+	st->created_at_ms = parse_time_ms(jstr(c, "Created"));
+	if (st->state == SBX_STATE_STOPPED)
+		snprintf(st->stop_reason, sizeof(st->stop_reason), "%s",
+		    json_is_true(json_object_get(state, "OOMKilled")) ? "oom" :
+		    "exited");
+	snprintf(st->container_id, sizeof(st->container_id), "%s",
+	    jstr(c, "Id"));
+	snprintf(op->cid, sizeof(op->cid), "%s", jstr(c, "Id"));
+	if (op->cid[0] == '\0' || !name_ok(op->cid, sizeof(op->cid) - 1))
+		return sbx_err_set(err, SBX_E_RUNTIME,
+		    "runtime gave no usable container id for %s", op->cname);
+	return 0;
+}
+
+static void
+absent_status(struct eop *op, struct sbx_status *st)
+{
+	memset(st, 0, sizeof(*st));
+	snprintf(st->id, sizeof(st->id), "%s", op->id);
+	st->state = SBX_STATE_ABSENT;
+}
+
+static void
+inspect_path(struct eop *op, char *path, size_t sz)
+{
+	snprintf(path, sz, API "/containers/%s/json", op->cname);
+}
+
+/* ---------- status ---------- */
+
+static void
+status_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_status st;
+	struct sbx_err e;
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status == 404) {
+		absent_status(op, &st);
+		finish_status(op, NULL, &st);
+		return;
+	}
+	if (status != 200) {
+		runtime_err(&e, status, body, "inspect the container");
+		finish_err(op, &e);
+		return;
+	}
+	if (status_from_inspect(op, body, &st, &e) < 0) {
+		finish_err(op, &e);
+		return;
+	}
+	finish_status(op, NULL, &st);
+}
+
+static struct sbx_op *
+eng_status(struct sbx_driver *d, const char *id, sbx_status_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+	char path[256];
+
+	if ((op = op_new(e, OP_STATUS, id, err)) == NULL)
+		return NULL;
+	op->status_cb = cb;
+	op->arg = arg;
+	inspect_path(op, path, sizeof(path));
+	call(op, "GET", path, NULL, status_inspected);
+	return &op->base;
+}
+
+/* ---------- ensure ---------- */
+
+static json_t *
+labels_json(struct eop *op)
+{
+	return json_pack("{s:s, s:s, s:s, s:s}", L_MANAGED, "true", L_ID, op->id,
+	    L_EGRESS, op->egress ? "1" : "0", L_IMAGE, op->image);
+}
+
+static json_t *
+create_body(struct eop *op)
+{
+	struct engine *e = op->e;
+	json_t *hc = NULL, *body = NULL, *cmd = NULL, *mounts = NULL;
+	char tmpfs[128];
+	size_t i;
+
+	snprintf(tmpfs, sizeof(tmpfs), "rw,noexec,nosuid,nodev,size=%" PRId64,
+	    e->tmp_bytes);
+	if ((cmd = json_array()) == NULL)
+		goto fail;
+	for (i = 0; idle_cmd[i] != NULL; i++)
+		json_array_append_new(cmd, json_string(idle_cmd[i]));
+	mounts = json_pack("[{s:s, s:s, s:s}, {s:s, s:s, s:s, s:b}]",
+	    "Type", "volume", "Source", op->vname, "Target", WORK,
+	    "Type", "bind", "Source", e->helper_path, "Target", HELPER_IN,
+	    "ReadOnly", 1);
+	hc = json_pack("{s:b, s:[s], s:[s], s:b, s:{s:s}, s:I, s:I, s:I, s:I,"
+	    " s:o, s:s, s:{s:s}}",
+	    "Init", 1,
+	    "CapDrop", "ALL",
+	    "SecurityOpt", "no-new-privileges",
+	    "ReadonlyRootfs", 1,
+	    "Tmpfs", "/tmp", tmpfs,
+	    "Memory", (json_int_t)op->mem,
+	    "MemorySwap", (json_int_t)op->mem,
+	    "NanoCpus", (json_int_t)op->cpus,
+	    "PidsLimit", (json_int_t)op->pids,
+	    "Mounts", mounts,
+	    "NetworkMode", op->egress ? e->egress_net : "none",
+	    "RestartPolicy", "Name", "no");
+	mounts = NULL;
+	if (hc == NULL)
+		goto fail;
+	if (e->oci_runtime != NULL)
+		json_object_set_new(hc, "Runtime", json_string(e->oci_runtime));
+	body = json_pack("{s:s, s:s, s:o, s:o, s:[s,s], s:s, s:i, s:b, s:b,"
+	    " s:o}",
+	    "Image", op->image,
+	    "User", e->user,
+	    "Labels", labels_json(op),
+	    "Cmd", cmd,
+	    "Env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	    "HOME=" WORK,
+	    "WorkingDir", WORK,
+	    "StopTimeout", e->stop_timeout_s,
+	    "Tty", 0,
+	    "OpenStdin", 0,
+	    "HostConfig", hc);
+	cmd = NULL;
+	hc = NULL;
+	return body;
+fail:
+	json_decref(cmd);
+	json_decref(mounts);
+	json_decref(hc);
+	return NULL;
+}
+
+static void ensure_volume(struct eop *op);
+static void ensure_network(struct eop *op);
+static void ensure_create(struct eop *op);
+static void ensure_start(struct eop *op);
+
+static void
+ensure_final(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct sbx_status st;
+	struct sbx_err e;
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status != 200) {
+		runtime_err(&e, status, body, "inspect the new container");
+		finish_err(op, &e);
+		return;
+	}
+	if (status_from_inspect(op, body, &st, &e) < 0) {
+		finish_err(op, &e);
+		return;
+	}
+	if (st.state != SBX_STATE_RUNNING) {
+		sbx_err_set(&e, SBX_E_RUNTIME, "container %s stopped right after "
+		    "it was started", op->cname);
+		finish_err(op, &e);
+		return;
+	}
+	finish_status(op, NULL, &st);
+}
+
+static void
+ensure_started(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+	char path[256];
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status != 204 && status != 304) {
+		runtime_err(&e, status, body, "start the container");
+		finish_err(op, &e);
+		return;
+	}
+	inspect_path(op, path, sizeof(path));
+	call(op, "GET", path, NULL, ensure_final);
+}
+
+static void
+ensure_start(struct eop *op)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), API "/containers/%s/start", op->cid);
+	call(op, "POST", path, NULL, ensure_started);
+}
+
+static void
+ensure_created(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status == 409 && !op->recreated) {
+		/* Someone made it meanwhile: look again, once. */
+		op->recreated = 1;
+		ensure_inspect(op);
+		return;
+	}
+	if (status == 404) {
+		sbx_err_set(&e, SBX_E_RUNTIME, "image %s is not present in the "
+		    "runtime (nothing can be pulled here: build or import it)",
+		    op->image);
+		finish_err(op, &e);
+		return;
+	}
+	if (status != 201) {
+		runtime_err(&e, status, body, "create the container");
+		finish_err(op, &e);
+		return;
+	}
+	snprintf(op->cid, sizeof(op->cid), "%s", jstr(body, "Id"));
+	if (!name_ok(op->cid, sizeof(op->cid) - 1)) {
+		sbx_err_set(&e, SBX_E_RUNTIME, "runtime gave no container id");
+		finish_err(op, &e);
+		return;
+	}
+	ensure_start(op);
+}
+
+static void
+ensure_create(struct eop *op)
+{
+	struct sbx_err e;
+	json_t *body;
+	char path[256];
+
+	if ((body = create_body(op)) == NULL) {
+		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		finish_err(op, &e);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/containers/create?name=%s", op->cname);
+	call(op, "POST", path, body, ensure_created);
+}
+
+static void
+network_created(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	/* 409: created by a concurrent ensure; it carries our labels too. */
+	if (status != 201 && status != 200 && status != 409) {
+		runtime_err(&e, status, body, "create the egress network");
+		finish_err(op, &e);
+		return;
+	}
+	ensure_create(op);
+}
+
+static void
+network_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+	json_t *req;
+	char path[256];
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status == 200) {
+		if (!managed(json_object_get(body, "Labels"))) {
+			sbx_err_set(&e, SBX_E_CONFLICT, "network %s exists and is "
+			    "not managed by sbx", op->e->egress_net);
+			finish_err(op, &e);
+			return;
+		}
+		ensure_create(op);
+		return;
+	}
+	if (status != 404) {
+		runtime_err(&e, status, body, "inspect the egress network");
+		finish_err(op, &e);
+		return;
+	}
+	req = json_pack("{s:s, s:s, s:b, s:{s:s}}", "Name", op->e->egress_net,
+	    "Driver", "bridge", "CheckDuplicate", 1, "Labels", L_MANAGED, "true");
+	if (req == NULL) {
+		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		finish_err(op, &e);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/networks/create");
+	call(op, "POST", path, req, network_created);
+}
+
+static void
+ensure_network(struct eop *op)
+{
+	char path[256];
+
+	if (!op->egress) {
+		ensure_create(op);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/networks/%s", op->e->egress_net);
+	call(op, "GET", path, NULL, network_inspected);
+}
+
+static void
+volume_created(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status != 201 && status != 200) {
+		runtime_err(&e, status, body, "create the volume");
+		finish_err(op, &e);
+		return;
+	}
+	/* An existing volume is returned as is: it must be ours. */
+	if (!managed(json_object_get(body, "Labels"))) {
+		sbx_err_set(&e, SBX_E_CONFLICT, "a volume named %s exists that "
+		    "sbx does not manage; it was left alone", op->vname);
+		finish_err(op, &e);
+		return;
+	}
+	ensure_network(op);
+}
+
+static void
+ensure_volume(struct eop *op)
+{
+	struct sbx_err e;
+	json_t *req;
+
+	req = json_pack("{s:s, s:o}", "Name", op->vname, "Labels",
+	    json_pack("{s:s, s:s}", L_MANAGED, "true", L_ID, op->id));
+	if (req == NULL) {
+		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		finish_err(op, &e);
+		return;
+	}
+	call(op, "POST", API "/volumes/create", req, volume_created);
+}
+
+static void
+ensure_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status != 204 && status != 404) {
+		runtime_err(&e, status, body, "remove the old container");
+		finish_err(op, &e);
+		return;
+	}
+	op->cid[0] = '\0';
+	ensure_volume(op);
+}
+
+static void
+ensure_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_status st;
+	struct sbx_err e;
+	char path[256];
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status == 404) {
+		ensure_volume(op);
+		return;
+	}
+	if (status != 200) {
+		runtime_err(&e, status, body, "inspect the container");
+		finish_err(op, &e);
+		return;
+	}
+	if (status_from_inspect(op, body, &st, &e) < 0) {
+		finish_err(op, &e);
+		return;
+	}
+	if (st.egress != op->egress || strcmp(st.image, op->image) != 0) {
+		/* Replace the container; the volume (the sandbox's data) stays. */
+		snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0",
+		    op->cid);
+		call(op, "DELETE", path, NULL, ensure_removed);
+		return;
+	}
+	if (st.state == SBX_STATE_RUNNING) {
+		finish_status(op, NULL, &st);
+		return;
+	}
+	ensure_start(op);
+}
+
+static void
+ensure_inspect(struct eop *op)
+{
+	char path[256];
+
+	inspect_path(op, path, sizeof(path));
+	call(op, "GET", path, NULL, ensure_inspected);
+}
+
+static int
+pick_limit(const char *what, int64_t asked, const struct sbx_engine_limit *l,
+    int64_t *out, struct sbx_err *err)
+{
+	if (asked < 0)
+		return sbx_err_set(err, SBX_E_LIMIT_EXCEEDED, "%s must not be "
+		    "negative", what);
+	if (asked > l->ceiling)
+		return sbx_err_set(err, SBX_E_LIMIT_EXCEEDED, "%s of %" PRId64
+		    " is above the configured ceiling of %" PRId64, what, asked,
+		    l->ceiling);
+	*out = asked > 0 ? asked : l->def;
+	return 0;
+}
+
+static int
+image_allowed(struct engine *e, const char *image)
+{
+	char **p;
+
+	for (p = e->images; *p != NULL; p++)
+		if (strcmp(*p, image) == 0)
+			return 1;
+	return 0;
+}
+
+static struct sbx_op *
+eng_ensure(struct sbx_driver *d, const char *id, const struct sbx_spec *spec,
+    sbx_status_cb cb, void *arg, struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct sbx_spec none;
+	const char *image;
+	int64_t mem, cpus, pids;
+	struct eop *op;
+
+	if (!id_valid(id)) {
+		sbx_err_set(err, SBX_E_INVALID_ID,
+		    "sandbox id must match [a-z0-9][a-z0-9-]{0,62}");
+		return NULL;
+	}
+	if (spec == NULL) {
+		memset(&none, 0, sizeof(none));
+		spec = &none;
+	}
+	image = spec->image != NULL ? spec->image : e->default_image;
+	if (!image_allowed(e, image)) {
+		sbx_err_set(err, SBX_E_IMAGE_NOT_ALLOWED,
+		    "image is not in the broker's allowlist");
+		return NULL;
+	}
+	if (pick_limit("memory_bytes", spec->memory_bytes, &e->mem, &mem, err) < 0 ||
+	    pick_limit("nano_cpus", spec->nano_cpus, &e->cpus, &cpus, err) < 0 ||
+	    pick_limit("pids", spec->pids, &e->pids, &pids, err) < 0)
+		return NULL;
+	if ((op = op_new(e, OP_ENSURE, id, err)) == NULL)
+		return NULL;
+	op->status_cb = cb;
+	op->arg = arg;
+	snprintf(op->image, sizeof(op->image), "%s", image);
+	op->egress = spec->egress != 0;
+	op->mem = mem;
+	op->cpus = cpus;
+	op->pids = pids;
+	ensure_inspect(op);
+	return &op->base;
+}
+
+/* ---------- stop ---------- */
+
+static void
+stop_done(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status == 404) {
+		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
+		finish_err(op, &e);
+		return;
+	}
+	if (status != 204 && status != 304) {
+		runtime_err(&e, status, body, "stop the container");
+		finish_err(op, &e);
+		return;
+	}
+	finish_done(op, NULL);
+}
+
+static void
+stop_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_status st;
+	struct sbx_err e;
+	char path[256];
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status == 404) {
+		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
+		finish_err(op, &e);
+		return;
+	}
+	if (status != 200) {
+		runtime_err(&e, status, body, "inspect the container");
+		finish_err(op, &e);
+		return;
+	}
+	if (status_from_inspect(op, body, &st, &e) < 0) {
+		finish_err(op, &e);
+		return;
+	}
+	if (st.state != SBX_STATE_RUNNING) {
+		finish_done(op, NULL);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/containers/%s/stop?t=%d", op->cid,
+	    op->e->stop_timeout_s);
+	call(op, "POST", path, NULL, stop_done);
+}
+
+static struct sbx_op *
+eng_stop(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+	char path[256];
+
+	if ((op = op_new(e, OP_STOP, id, err)) == NULL)
+		return NULL;
+	op->done_cb = cb;
+	op->arg = arg;
+	inspect_path(op, path, sizeof(path));
+	call(op, "GET", path, NULL, stop_inspected);
+	return &op->base;
+}
+
+/* ---------- destroy ---------- */
+
+static void
+destroy_volume_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status != 204 && status != 404) {
+		runtime_err(&e, status, body, "remove the volume");
+		finish_err(op, &e);
+		return;
+	}
+	finish_done(op, NULL);
+}
+
+static void
+destroy_volume_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+	char path[256];
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status == 404) {
+		finish_done(op, NULL);
+		return;
+	}
+	if (status != 200) {
+		runtime_err(&e, status, body, "inspect the volume");
+		finish_err(op, &e);
+		return;
+	}
+	if (!managed(json_object_get(body, "Labels"))) {
+		sbx_err_set(&e, SBX_E_CONFLICT, "a volume named %s exists that "
+		    "sbx does not manage; it was left alone", op->vname);
+		finish_err(op, &e);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/volumes/%s", op->vname);
+	call(op, "DELETE", path, NULL, destroy_volume_removed);
+}
+
+static void
+destroy_volume(struct eop *op)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), API "/volumes/%s", op->vname);
+	call(op, "GET", path, NULL, destroy_volume_inspected);
+}
+
+static void
+destroy_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status != 204 && status != 404) {
+		runtime_err(&e, status, body, "remove the container");
+		finish_err(op, &e);
+		return;
+	}
+	destroy_volume(op);
+}
+
+static void
+destroy_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_status st;
+	struct sbx_err e;
+	char path[256];
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status == 404) {
+		destroy_volume(op);
+		return;
+	}
+	if (status != 200) {
+		runtime_err(&e, status, body, "inspect the container");
+		finish_err(op, &e);
+		return;
+	}
+	if (status_from_inspect(op, body, &st, &e) < 0) {
+		finish_err(op, &e);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0", op->cid);
+	call(op, "DELETE", path, NULL, destroy_removed);
+}
+
+static struct sbx_op *
+eng_destroy(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+	char path[256];
+
+	if ((op = op_new(e, OP_DESTROY, id, err)) == NULL)
+		return NULL;
+	op->done_cb = cb;
+	op->arg = arg;
+	inspect_path(op, path, sizeof(path));
+	call(op, "GET", path, NULL, destroy_inspected);
+	return &op->base;
+}
+
+/* ---------- list_sandboxes ---------- */
+
+static void
+sandboxes_listed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_status *sts = NULL;
+	struct sbx_err e;
+	json_t *c, *labels;
+	const char *v, *state;
+	size_t i, n = 0;
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status != 200 || !json_is_array(body)) {
+		runtime_err(&e, status, body, "list containers");
+		finish_err(op, &e);
+		return;
+	}
+	if (json_array_size(body) > 0 &&
+	    (sts = calloc(json_array_size(body), sizeof(*sts))) == NULL) {
+		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		finish_err(op, &e);
+		return;
+	}
+	json_array_foreach(body, i, c) {
+		labels = json_object_get(c, "Labels");
+		/* The filter is the runtime's; check again ourselves. */
+		if (!managed(labels) || (v = label(labels, L_ID)) == NULL ||
+		    !id_valid(v))
+			continue;
+		snprintf(sts[n].id, sizeof(sts[n].id), "%s", v);
+		state = jstr(c, "State");
+		sts[n].state = strcmp(state, "running") == 0 ?
+		    SBX_STATE_RUNNING : SBX_STATE_STOPPED;
+		v = label(labels, L_IMAGE);
+		snprintf(sts[n].image, sizeof(sts[n].image), "%s",
+		    v != NULL ? v : jstr(c, "Image"));
+		v = label(labels, L_EGRESS);
+		sts[n].egress = v != NULL && strcmp(v, "1") == 0;
+		sts[n].created_at_ms =
+		    (int64_t)json_integer_value(json_object_get(c, "Created")) * 1000;
+		if (sts[n].state == SBX_STATE_STOPPED)
+			snprintf(sts[n].stop_reason, sizeof(sts[n].stop_reason),
+			    "exited");
+		snprintf(sts[n].container_id, sizeof(sts[n].container_id), "%s",
+		    jstr(c, "Id"));
+		n++;
+	}
+	if (op->sandboxes_cb != NULL)
+		op->sandboxes_cb(op->arg, NULL, sts, n);
+	free(sts);
+	op_release(op);
+}
+
+static struct sbx_op *
+eng_list_sandboxes(struct sbx_driver *d, sbx_sandboxes_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+	char path[512], filt[256];
+
+	if ((op = op_new(e, OP_SANDBOXES, NULL, err)) == NULL)
+		return NULL;
+	op->sandboxes_cb = cb;
+	op->arg = arg;
+	urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
+	snprintf(path, sizeof(path), API "/containers/json?all=1&filters=%s",
+	    filt);
+	call(op, "GET", path, NULL, sandboxes_listed);
+	return &op->base;
+}
+
+/* ---------- health ---------- */
+
+static void
+health_report(struct eop *op, const char *reason)
+{
+	struct sbx_health *h = &op->health;
+	struct stat sb;
+
+	if (reason == NULL) {
+		if (stat(op->e->helper_path, &sb) < 0 || !S_ISREG(sb.st_mode))
+			reason = "sbx-helper binary is missing on the host";
+		else if (access(op->e->helper_path, X_OK) < 0)
+			reason = "sbx-helper binary is not executable";
+	}
+	h->ok = reason == NULL;
+	snprintf(h->status, sizeof(h->status), "%s", h->ok ? "ok" : "degraded");
+	snprintf(h->reason, sizeof(h->reason), "%s", reason != NULL ? reason : "");
+	if (op->health_cb != NULL)
+		op->health_cb(op->arg, NULL, h);
+	op_release(op);
+}
+
+static void
+health_image(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	char reason[256];
+
+	(void)body;
+	if (err != NULL) {
+		health_report(op, err->message);
+		return;
+	}
+	if (status != 200) {
+		snprintf(reason, sizeof(reason), "default image %s is not present "
+		    "in the runtime", op->e->default_image);
+		health_report(op, reason);
+		return;
+	}
+	health_report(op, NULL);
+}
+
+static void
+health_version(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_health *h = &op->health;
+	json_t *comp;
+	const char *api, *name = "Docker Engine";
+	char path[512], reason[256];
+	size_t i;
+	int maj = 0, min = 0;
+
+	if (err != NULL) {
+		health_report(op, err->message);
+		return;
+	}
+	if (status != 200) {
+		health_report(op, "runtime /version failed");
+		return;
+	}
+	json_array_foreach(json_object_get(body, "Components"), i, comp) {
+		if (strstr(jstr(comp, "Name"), "Podman") != NULL)
+			name = "Podman Engine";
+	}
+	snprintf(h->runtime, sizeof(h->runtime), "%s %s", name,
+	    jstr(body, "Version"));
+	api = jstr(body, "ApiVersion");
+	snprintf(h->api_version, sizeof(h->api_version), "1.41");
+	if (sscanf(api, "%d.%d", &maj, &min) != 2 || maj < 1 ||
+	    (maj == 1 && min < 41)) {
+		snprintf(reason, sizeof(reason), "runtime speaks Engine API %s, "
+		    "sbx needs 1.41 or later", api);
+		health_report(op, reason);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/images/%s/json",
+	    op->e->default_image);
+	call(op, "GET", path, NULL, health_image);
+}
+
+static void
+health_pinged(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	(void)body;
+	if (err != NULL) {
+		health_report(op, err->message);
+		return;
+	}
+	if (status != 200) {
+		health_report(op, "runtime /_ping did not answer OK");
+		return;
+	}
+	call(op, "GET", API "/version", NULL, health_version);
+}
+
+static struct sbx_op *
+eng_health(struct sbx_driver *d, sbx_health_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+
+	if ((op = op_new(e, OP_HEALTH, NULL, err)) == NULL)
+		return NULL;
+	op->health_cb = cb;
+	op->arg = arg;
+	call(op, "GET", "/_ping", NULL, health_pinged);
+	return &op->base;
+}
+
+/* ---------- helper execs: exec, read, write, list, kill ---------- */
+
+static json_t *
+helper_cmd(const char *mode)
+{
+	return json_pack("[s,s]", HELPER_IN, mode);
+}
+
+static void
+new_exec_id(char *buf, size_t sz)
+{
+	unsigned char r[12];
+	char hex[sizeof(r) * 2 + 1];
+
+	randombytes_buf(r, sizeof(r));
+	sodium_bin2hex(hex, sizeof(hex), r, sizeof(r));
+	snprintf(buf, sz, "x%s", hex);
+}
+
+/* A kill exec for parent's helper exec id (parent may be NULL: fire and
+ * forget, used on cancel). */
+static void
+start_kill(struct engine *e, const char *id, const char *cid,
+    const char *exec_id, struct eop *parent)
+{
+	struct eop *k;
+	struct sbx_err err;
+
+	if ((k = op_new(e, OP_KILL, id, &err)) == NULL) {
+		if (parent != NULL) {
+			parent->kerr = err;
+			parent->killing = 0;
+		}
+		return;
+	}
+	snprintf(k->cid, sizeof(k->cid), "%s", cid);
+	k->cmd = helper_cmd("kill");
+	json_array_append_new(k->cmd, json_string(exec_id));
+	k->timeout_ms = KILL_TIMEOUT_MS;
+	k->cap = ERRTAIL_MAX;
+	k->parent = parent;
+	if (parent != NULL) {
+		parent->kill = k;
+		parent->killing = 1;
+	}
+	exec_begin(k);
+}
+
+/* Called when a kill exec ends (kill may already have been detached). */
+static void kill_ended(struct eop *k, const struct sbx_err *err);
+
+/* Stops talking to the runtime's stream and kills the exec's processes;
+ * op continues in kill_ended() -> exec_after_kill(). */
+static void
+kill_exec(struct eop *op)
+{
+	sbx_http_req_cancel(op->http);
+	op->http = NULL;
+	op->streaming = 0;
+	if (op->timer != NULL)
+		event_del(op->timer);
+	start_kill(op->e, op->id, op->cid, op->exec_id, op);
+}
+
+/* The timeout's kill has ended: report the timeout. */
+static void
+exec_after_kill(struct eop *op)
+{
+	struct sbx_err e;
+
+	sbx_err_set(&e, SBX_E_TIMEOUT, "exec ran longer than its timeout "
+	    "of %" PRId64 " ms; its processes were killed", op->timeout_ms);
+	finish_err(op, &e);
+}
+
+static void
+kill_ended(struct eop *k, const struct sbx_err *err)
+{
+	struct eop *p = k->parent;
+
+	if (p != NULL) {
+		k->parent = NULL;
+		p->kill = NULL;
+		p->killing = 0;
+		if (err != NULL)
+			p->kerr = *err;
+	}
+	op_release(k);
+	if (p != NULL)
+		exec_after_kill(p);
+}
+
+static void
+exec_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct eop *op = arg;
+
+	(void)fd;
+	(void)what;
+	if (op->kind == OP_KILL) {
+		struct sbx_err e;
+
+		sbx_err_set(&e, SBX_E_TIMEOUT, "kill exec did not finish");
+		kill_ended(op, &e);
+		return;
+	}
+	if (op->killing)
+		return;
+	op->timed_out = 1;
+	kill_exec(op);
+}
+
+/* The helper's error line, {"sbx_helper":1,"error":{"code":..,"message":..}},
+ * the last line of stderr. Returns 1 with code and msg filled, else 0. */
+static int
+helper_line(struct eop *op, char *code, size_t csz, char *msg, size_t msz)
+{
+	const char *nl, *start, *text;
+	json_t *line, *err;
+	size_t n;
+	int ok = 0;
+
+	n = op->errtail != NULL ? evbuffer_get_length(op->errtail) : 0;
+	if (n == 0)
+		return 0;
+	text = (const char *)evbuffer_pullup(op->errtail, -1);
+	start = text;
+	while ((nl = memchr(start, '\n', n - (size_t)(start - text))) != NULL &&
+	    (size_t)(nl + 1 - text) < n)
+		start = nl + 1;
+	line = json_loadb(start, n - (size_t)(start - text),
+	    JSON_DISABLE_EOF_CHECK, NULL);
+	err = json_object_get(line, "error");
+	if (json_integer_value(json_object_get(line, "sbx_helper")) == 1 &&
+	    json_string_value(json_object_get(err, "code")) != NULL) {
+		snprintf(code, csz, "%s", jstr(err, "code"));
+		snprintf(msg, msz, "%s", jstr(err, "message"));
+		ok = 1;
+	}
+	json_decref(line);
+	return ok;
+}
+
+/* The error of a helper mode that exited with status code: the code comes
+ * from the exit status (sbx_helper_proto.h), the sentence from the helper's
+ * line when that line agrees. */
+static void
+helper_error(struct eop *op, int code, struct sbx_err *e)
+{
+	static const struct { int exit; const char *code; } map[] = {
+		{ 1, SBX_E_INTERNAL }, { 2, SBX_E_BAD_REQUEST },
+		{ 3, SBX_E_PATH_OUTSIDE_WORK }, { 4, SBX_E_NOT_FOUND },
+		{ 5, SBX_E_TOO_LARGE }, { 6, SBX_E_FORBIDDEN },
+		{ 7, SBX_E_CANCELLED },
+	};
+	const char *ecode = SBX_E_RUNTIME;
+	char lcode[48], msg[256];
+	size_t i;
+
+	for (i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+		if (map[i].exit == code)
+			ecode = map[i].code;
+	if (helper_line(op, lcode, sizeof(lcode), msg, sizeof(msg)) &&
+	    strcmp(lcode, ecode) == 0 && msg[0] != '\0')
+		sbx_err_set(e, ecode, "%s", msg);
+	else
+		sbx_err_set(e, ecode, "sbx-helper failed with exit status %d", code);
+}
+
+/* An exec whose helper could not start the command (status 125): the
+ * helper's line says why; only codes about the request are believed. */
+static int
+exec_refused(struct eop *op, struct sbx_err *e)
+{
+	static const char *const believed[] = {
+		SBX_E_PATH_OUTSIDE_WORK, SBX_E_NOT_FOUND, SBX_E_BAD_REQUEST,
+		SBX_E_FORBIDDEN, NULL,
+	};
+	char lcode[48], msg[256];
+	size_t i;
+
+	if (!helper_line(op, lcode, sizeof(lcode), msg, sizeof(msg)))
+		return 0;
+	for (i = 0; believed[i] != NULL; i++)
+		if (strcmp(lcode, believed[i]) == 0) {
+			sbx_err_set(e, believed[i], "%s", msg[0] != '\0' ? msg :
+			    "sbx-helper refused the exec");
+			return 1;
+		}
+	return 0;
+}
+
+static int
+parse_dirents(struct eop *op, sbx_list_cb cb, void *arg, struct sbx_err *e)
+{
+	struct sbx_dirent *ents = NULL;
+	json_t *arr, *o;
+	const char *t;
+	size_t i, n;
+
+	arr = json_loadb((const char *)evbuffer_pullup(op->out, -1),
+	    evbuffer_get_length(op->out), 0, NULL);
+	if (!json_is_array(arr)) {
+		json_decref(arr);
+		return sbx_err_set(e, SBX_E_RUNTIME, "sbx-helper list gave no "
+		    "JSON array");
+	}
+	n = json_array_size(arr);
+	if (n > 0 && (ents = calloc(n, sizeof(*ents))) == NULL) {
+		json_decref(arr);
+		return sbx_err_set(e, SBX_E_INTERNAL, "out of memory");
+	}
+	json_array_foreach(arr, i, o) {
+		snprintf(ents[i].name, sizeof(ents[i].name), "%s", jstr(o, "name"));
+		t = jstr(o, "type");
+		ents[i].type = strcmp(t, "file") == 0 ? "file" :
+		    strcmp(t, "dir") == 0 ? "dir" :
+		    strcmp(t, "symlink") == 0 ? "symlink" : "other";
+		ents[i].size = json_integer_value(json_object_get(o, "size"));
+		ents[i].mode = (uint32_t)json_integer_value(json_object_get(o,
+		    "mode")) & 07777;
+		ents[i].mtime = json_integer_value(json_object_get(o, "mtime"));
+	}
+	cb(arg, NULL, ents, n);
+	free(ents);
+	json_decref(arr);
+	return 0;
+}
+
+/* The exec has ended with exit status code. */
+static void
+exec_exited(struct eop *op, int code)
+{
+	struct sbx_exit ex;
+	struct sbx_err e;
+
+	switch (op->kind) {
+	case OP_EXEC:
+		memset(&ex, 0, sizeof(ex));
+		ex.code = code & 0xff;
+		ex.duration_ms = now_ms() - op->started_ms;
+		ex.truncated = op->truncated;
+		if (op->truncated)
+			ex.signal = "KILL";
+		if (!op->truncated && code == 125 && exec_refused(op, &e)) {
+			finish_err(op, &e);
+			return;
+		}
+		if (op->sink.exit != NULL)
+			op->sink.exit(op->sink.arg, &ex);
+		op_release(op);
+		return;
+	case OP_READ:
+		if (code != 0) {
+			helper_error(op, code, &e);
+			finish_err(op, &e);
+			return;
+		}
+		memset(&ex, 0, sizeof(ex));
+		ex.duration_ms = now_ms() - op->started_ms;
+		if (op->sink.exit != NULL)
+			op->sink.exit(op->sink.arg, &ex);
+		op_release(op);
+		return;
+	case OP_WRITE:
+		if (code != 0) {
+			helper_error(op, code, &e);
+			finish_err(op, &e);
+			return;
+		}
+		finish_done(op, NULL);
+		return;
+	case OP_LIST:
+		if (code != 0) {
+			helper_error(op, code, &e);
+			finish_err(op, &e);
+			return;
+		}
+		if (parse_dirents(op, op->list_cb, op->arg, &e) < 0) {
+			finish_err(op, &e);
+			return;
+		}
+		op_release(op);
+		return;
+	case OP_KILL:
+		if (code != 0) {
+			helper_error(op, code, &e);
+			kill_ended(op, &e);
+		} else {
+			kill_ended(op, NULL);
+		}
+		return;
+	default:
+		break;
+	}
+}
+
+static void
+poll_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	exec_poll_exit(arg);
+}
+
+static void
+exec_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+	struct timeval tv = { 0, EXIT_POLL_MS * 1000 };
+
+	if (err != NULL) {
+		if (op->kind == OP_KILL)
+			kill_ended(op, err);
+		else
+			finish_err(op, err);
+		return;
+	}
+	if (status != 200) {
+		runtime_err(&e, status, body, "inspect the exec");
+		if (op->kind == OP_KILL)
+			kill_ended(op, &e);
+		else
+			finish_err(op, &e);
+		return;
+	}
+	/* The stream can end a moment before the runtime records the exit. */
+	if (json_is_true(json_object_get(body, "Running")) &&
+	    op->polls++ < EXIT_POLLS) {
+		event_free(op->timer);
+		op->timer = evtimer_new(op->e->base.base, poll_timer_cb, op);
+		if (op->timer != NULL && event_add(op->timer, &tv) == 0)
+			return;
+	}
+	if (json_is_true(json_object_get(body, "Running")))
+		exec_exited(op, op->truncated ? 137 : 255);
+	else
+		exec_exited(op, (int)json_integer_value(json_object_get(body,
+		    "ExitCode")));
+}
+
+static void
+exec_poll_exit(struct eop *op)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), API "/exec/%s/json", op->rexec);
+	call(op, "GET", path, NULL, exec_inspected);
+}
+
+static void
+exec_after_stream(struct eop *op)
+{
+	if (op->timer != NULL)
+		event_del(op->timer);
+	exec_poll_exit(op);
+}
+
+static void
+deliver(struct eop *op, int stream, const unsigned char *buf, size_t len)
+{
+	size_t room;
+
+	if (stream != 1 && stream != 2)
+		return;  /* 0 is stdin echo: never sent with Tty false */
+	if (stream == 2 && op->kind != OP_EXEC) {
+		/* stderr of a helper mode: only its error line matters */
+		if (evbuffer_get_length(op->errtail) + len <= ERRTAIL_MAX)
+			evbuffer_add(op->errtail, buf, len);
+		return;
+	}
+	if (op->kind == OP_EXEC && stream == 2) {
+		/* keep a tail for the helper's own error line (status 125) */
+		if (evbuffer_get_length(op->errtail) + len > ERRTAIL_MAX)
+			evbuffer_drain(op->errtail, evbuffer_get_length(op->errtail));
+		if (len <= ERRTAIL_MAX)
+			evbuffer_add(op->errtail, buf, len);
+	}
+	if (op->kind == OP_LIST || op->kind == OP_KILL || op->kind == OP_WRITE) {
+		if (evbuffer_get_length(op->out) + len > (size_t)op->cap) {
+			op->truncated = 1;
+			return;
+		}
+		evbuffer_add(op->out, buf, len);
+		return;
+	}
+	room = (size_t)(op->cap - op->delivered);
+	if (len > room)
+		len = room;
+	if (len > 0) {
+		op->delivered += (int64_t)len;
+		if (op->sink.output != NULL)
+			op->sink.output(op->sink.arg, stream, buf, len);
+		if (op->dead)
+			return;
+	}
+	if (op->delivered < op->cap || op->truncated)
+		return;
+	op->truncated = 1;
+	if (op->kind == OP_EXEC) {
+		/* Keep reading (and dropping) until the killed exec's stream
+		 * ends, so the runtime records its real exit status; closing
+		 * early makes Docker 20.10 report 126 ("attach failed"). */
+		start_kill(op->e, op->id, op->cid, op->exec_id, NULL);
+	} else if (op->kind == OP_READ) {
+		struct sbx_err e;
+
+		sbx_err_set(&e, SBX_E_TOO_LARGE, "file is larger than the cap of "
+		    "%" PRId64 " bytes", op->cap - 1);
+		start_kill(op->e, op->id, op->cid, op->exec_id, NULL);
+		finish_err(op, &e);
+	}
+}
+
+/* Demultiplexes the 8-byte-framed stream (Engine API "Attach": byte 0 the
+ * stream, bytes 4-7 the big-endian payload length). */
+static void
+stream_body(void *arg, struct sbx_http_req *req, const unsigned char *buf,
+    size_t len)
+{
+	struct eop *op = arg;
+	size_t n;
+
+	(void)req;
+	if (sbx_http_req_status(req) >= 300) {
+		call_body(op, req, buf, len);
+		return;
+	}
+	op_enter(op);
+	while (len > 0 && !op->dead && op->streaming) {
+		if (op->frame_left == 0) {
+			n = 8 - op->fhdr_len;
+			if (n > len)
+				n = len;
+			memcpy(op->fhdr + op->fhdr_len, buf, n);
+			op->fhdr_len += n;
+			buf += n;
+			len -= n;
+			if (op->fhdr_len < 8)
+				break;
+			op->fhdr_len = 0;
+			op->frame_stream = op->fhdr[0];
+			op->frame_left = (uint32_t)op->fhdr[4] << 24 |
+			    (uint32_t)op->fhdr[5] << 16 | (uint32_t)op->fhdr[6] << 8 |
+			    op->fhdr[7];
+			continue;
+		}
+		n = op->frame_left;
+		if (n > len)
+			n = len;
+		if (n > STREAM_CHUNK)
+			n = STREAM_CHUNK;
+		op->frame_left -= (uint32_t)n;
+		deliver(op, op->frame_stream, buf, n);
+		buf += n;
+		len -= n;
+	}
+	op_leave(op);
+}
+
+static void
+stream_response(void *arg, struct sbx_http_req *req, int status)
+{
+	struct eop *op = arg;
+	struct sbx_err e;
+
+	if (status != 101 && status != 200)
+		return;          /* error answer: collected, reported at done */
+	op->streaming = 1;
+	if (op->has_stdin) {
+		if (!sbx_http_req_upgraded(req)) {
+			sbx_err_set(&e, SBX_E_RUNTIME, "runtime did not upgrade "
+			    "the exec connection, so stdin cannot be sent");
+			kill_exec(op);
+			finish_err(op, &e);
+			return;
+		}
+		if (op->stdin_buf != NULL)
+			sbx_http_req_write_buffer(req, op->stdin_buf);
+		sbx_http_req_close_write(req);
+	}
+	if (op->kind == OP_EXEC && !op->stream_started) {
+		op->stream_started = 1;
+		op_enter(op);
+		if (op->sink.start != NULL)
+			op->sink.start(op->sink.arg, op->exec_id);
+		op_leave(op);
+	}
+}
+
+static void
+stream_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
+{
+	struct eop *op = arg;
+	struct sbx_err e;
+	json_t *body = NULL;
+	int status = sbx_http_req_status(req);
+
+	op->http = NULL;
+	op->streaming = 0;
+	if (err != NULL) {
+		if (op->kind == OP_KILL) {
+			kill_ended(op, err);
+			return;
+		}
+		/* The stream broke: the processes may live on. */
+		e = *err;
+		start_kill(op->e, op->id, op->cid, op->exec_id, NULL);
+		finish_err(op, &e);
+		return;
+	}
+	if (status != 101 && status != 200) {
+		if (evbuffer_get_length(op->resp) > 0)
+			body = json_loadb((const char *)evbuffer_pullup(op->resp, -1),
+			    evbuffer_get_length(op->resp), 0, NULL);
+		if (status == 404)
+			sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist",
+			    op->id);
+		else if (status == 409)
+			sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not "
+			    "running", op->id);
+		else
+			runtime_err(&e, status, body, "start the exec");
+		json_decref(body);
+		if (op->kind == OP_KILL)
+			kill_ended(op, &e);
+		else
+			finish_err(op, &e);
+		return;
+	}
+	exec_after_stream(op);
+}
+
+static void
+exec_start(struct eop *op)
+{
+	struct sbx_http_request q;
+	struct sbx_http_opts o;
+	struct sbx_http_cbs cbs;
+	struct sbx_err err;
+	char path[256];
+	static const char body[] = "{\"Detach\":false,\"Tty\":false}";
+
+	memset(&q, 0, sizeof(q));
+	memset(&o, 0, sizeof(o));
+	memset(&cbs, 0, sizeof(cbs));
+	snprintf(path, sizeof(path), API "/exec/%s/start", op->rexec);
+	q.method = "POST";
+	q.path = path;
+	q.content_type = "application/json";
+	q.body = body;
+	q.body_len = sizeof(body) - 1;
+	q.upgrade = 1;
+	o.peer_name = "the container runtime";
+	o.header_timeout_ms = op->e->req_timeout_ms;
+	cbs.response = stream_response;
+	cbs.body = stream_body;
+	cbs.done = stream_done;
+	cbs.arg = op;
+	evbuffer_drain(op->resp, evbuffer_get_length(op->resp));
+	op->http = sbx_http_request(op->e->base.base, op->e->address, &q, &o,
+	    &cbs, &err);
+	if (op->http == NULL) {
+		if (op->kind == OP_KILL)
+			kill_ended(op, &err);
+		else
+			finish_err(op, &err);
+		return;
+	}
+	if (op->paused)
+		sbx_http_req_pause(op->http);
+}
+
+static void
+exec_created(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+	struct timeval tv;
+
+	if (err != NULL) {
+		if (op->kind == OP_KILL)
+			kill_ended(op, err);
+		else
+			finish_err(op, err);
+		return;
+	}
+	if (status == 404)
+		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
+	else if (status == 409)
+		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: "
+		    "ensure it first", op->id);
+	else if (status != 201)
+		runtime_err(&e, status, body, "create the exec");
+	if (status != 201) {
+		if (op->kind == OP_KILL)
+			kill_ended(op, &e);
+		else
+			finish_err(op, &e);
+		return;
+	}
+	snprintf(op->rexec, sizeof(op->rexec), "%s", jstr(body, "Id"));
+	if (!name_ok(op->rexec, sizeof(op->rexec) - 1)) {
+		sbx_err_set(&e, SBX_E_RUNTIME, "runtime gave no exec id");
+		if (op->kind == OP_KILL)
+			kill_ended(op, &e);
+		else
+			finish_err(op, &e);
+		return;
+	}
+	op->started_ms = now_ms();
+	if (op->timeout_ms > 0) {
+		/* The driver's timer is authoritative (the helper's trails). */
+		op->timer = evtimer_new(op->e->base.base, exec_timer_cb, op);
+		tv.tv_sec = op->timeout_ms / 1000;
+		tv.tv_usec = (op->timeout_ms % 1000) * 1000;
+		if (op->timer == NULL || event_add(op->timer, &tv) < 0) {
+			sbx_err_set(&e, SBX_E_INTERNAL, "cannot arm the exec timer");
+			finish_err(op, &e);
+			return;
+		}
+	}
+	exec_start(op);
+}
+
+static void
+exec_create(struct eop *op)
+{
+	struct sbx_err e;
+	json_t *req;
+	char path[256];
+
+	req = json_pack("{s:b, s:b, s:b, s:b, s:s, s:s, s:O, s:O}",
+	    "AttachStdin", op->has_stdin,
+	    "AttachStdout", 1,
+	    "AttachStderr", 1,
+	    "Tty", 0,
+	    "User", op->e->user,
+	    "WorkingDir", WORK,
+	    "Env", op->env != NULL ? op->env : json_array(),
+	    "Cmd", op->cmd);
+	if (req == NULL) {
+		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		finish_err(op, &e);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/containers/%s/exec", op->cid);
+	call(op, "POST", path, req, exec_created);
+}
+
+static void
+exec_target_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_status st;
+	struct sbx_err e;
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status == 404) {
+		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
+		finish_err(op, &e);
+		return;
+	}
+	if (status != 200) {
+		runtime_err(&e, status, body, "inspect the container");
+		finish_err(op, &e);
+		return;
+	}
+	if (status_from_inspect(op, body, &st, &e) < 0) {
+		finish_err(op, &e);
+		return;
+	}
+	if (st.state != SBX_STATE_RUNNING) {
+		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: "
+		    "ensure it first", op->id);
+		finish_err(op, &e);
+		return;
+	}
+	exec_create(op);
+}
+
+static void
+exec_begin(struct eop *op)
+{
+	char path[256];
+
+	if (op->errtail == NULL)
+		op->errtail = evbuffer_new();
+	if (op->out == NULL)
+		op->out = evbuffer_new();
+	if (op->resp == NULL)
+		op->resp = evbuffer_new();
+	if (op->exec_id[0] == '\0')
+		new_exec_id(op->exec_id, sizeof(op->exec_id));
+	if (op->kind == OP_KILL) {
+		exec_create(op);   /* the parent checked the container */
+		return;
+	}
+	inspect_path(op, path, sizeof(path));
+	call(op, "GET", path, NULL, exec_target_inspected);
+}
+
+/* A helper exec op for sandbox id with mode and its arguments. */
+static struct eop *
+helper_op(struct engine *e, enum op_kind kind, const char *id,
+    struct sbx_err *err)
+{
+	struct eop *op;
+
+	if ((op = op_new(e, kind, id, err)) == NULL)
+		return NULL;
+	op->errtail = evbuffer_new();
+	op->out = evbuffer_new();
+	op->resp = evbuffer_new();
+	if (op->errtail == NULL || op->out == NULL || op->resp == NULL) {
+		op_free(op);
+		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		return NULL;
+	}
+	new_exec_id(op->exec_id, sizeof(op->exec_id));
+	return op;
+}
+
+static struct sbx_op *
+eng_exec(struct sbx_driver *d, const char *id, const struct sbx_exec_req *req,
+    const struct sbx_sink *sink, struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op = NULL;
+	const char *const *p;
+	const char *cwd;
+	int64_t timeout, cap;
+	char num[32];
+
+	if (!id_valid(id)) {
+		sbx_err_set(err, SBX_E_INVALID_ID,
+		    "sandbox id must match [a-z0-9][a-z0-9-]{0,62}");
+		return NULL;
+	}
+	if (req == NULL || sink == NULL || req->argv == NULL ||
+	    req->argv[0] == NULL || req->argv[0][0] == '\0') {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "exec needs a non-empty argv");
+		return NULL;
+	}
+	cwd = req->cwd != NULL ? req->cwd : WORK;
+	if (path_ok(cwd, err) < 0)
+		return NULL;
+	if (req->timeout_ms < 0 || req->timeout_ms > e->timeout.ceiling) {
+		sbx_err_set(err, SBX_E_LIMIT_EXCEEDED, "timeout_ms must be between "
+		    "0 and %" PRId64, e->timeout.ceiling);
+		return NULL;
+	}
+	if (req->output_cap < 0 || req->output_cap > e->output_cap) {
+		sbx_err_set(err, SBX_E_LIMIT_EXCEEDED, "output cap must be between "
+		    "0 and %" PRId64 " bytes", e->output_cap);
+		return NULL;
+	}
+	for (p = req->env; p != NULL && *p != NULL; p++) {
+		if (strchr(*p, '=') == NULL || **p == '=') {
+			sbx_err_set(err, SBX_E_BAD_REQUEST,
+			    "env entries must be NAME=value");
+			return NULL;
+		}
+	}
+	timeout = req->timeout_ms > 0 ? req->timeout_ms : e->timeout.def;
+	cap = req->output_cap > 0 ? req->output_cap : e->output_cap;
+	if ((op = helper_op(e, OP_EXEC, id, err)) == NULL)
+		return NULL;
+	op->sink = *sink;
+	op->timeout_ms = timeout;
+	op->cap = cap;
+	op->cmd = helper_cmd("exec");
+	snprintf(num, sizeof(num), "%" PRId64, timeout + HELPER_GRACE_MS);
+	json_array_append_new(op->cmd, json_string("--id"));
+	json_array_append_new(op->cmd, json_string(op->exec_id));
+	json_array_append_new(op->cmd, json_string("--timeout-ms"));
+	json_array_append_new(op->cmd, json_string(num));
+	json_array_append_new(op->cmd, json_string("--cwd"));
+	json_array_append_new(op->cmd, json_string(cwd));
+	json_array_append_new(op->cmd, json_string("--"));
+	for (p = req->argv; *p != NULL; p++)
+		if (json_array_append_new(op->cmd, json_string(*p)) < 0)
+			goto bad;
+	if (req->env != NULL) {
+		op->env = json_array();
+		for (p = req->env; *p != NULL; p++)
+			if (json_array_append_new(op->env, json_string(*p)) < 0)
+				goto bad;
+	}
+	if (req->stdin_data != NULL) {
+		op->has_stdin = 1;
+		if ((op->stdin_buf = evbuffer_new()) == NULL ||
+		    evbuffer_add(op->stdin_buf, req->stdin_data, req->stdin_len) < 0)
+			goto oom;
+	}
+	exec_begin(op);
+	return &op->base;
+bad:
+	/* json_string() refuses what is not UTF-8. */
+	sbx_err_set(err, SBX_E_BAD_REQUEST, "argv and env must be valid UTF-8");
+	op_free(op);
+	return NULL;
+oom:
+	sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+	op_free(op);
+	return NULL;
+}
+
+static struct sbx_op *
+eng_read(struct sbx_driver *d, const char *id, const char *path,
+    const struct sbx_sink *sink, struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+	char num[32];
+
+	if (!id_valid(id)) {
+		sbx_err_set(err, SBX_E_INVALID_ID,
+		    "sandbox id must match [a-z0-9][a-z0-9-]{0,62}");
+		return NULL;
+	}
+	if (sink == NULL) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "read needs a sink");
+		return NULL;
+	}
+	if (path_ok(path, err) < 0)
+		return NULL;
+	if ((op = helper_op(e, OP_READ, id, err)) == NULL)
+		return NULL;
+	op->sink = *sink;
+	op->cap = e->file_max + 1;   /* the helper refuses above file_max */
+	op->cmd = helper_cmd("read");
+	snprintf(num, sizeof(num), "%" PRId64, e->file_max);
+	if (json_array_append_new(op->cmd, json_string(path)) < 0) {
+		op_free(op);
+		sbx_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "path must be UTF-8");
+		return NULL;
+	}
+	json_array_append_new(op->cmd, json_string("--max"));
+	json_array_append_new(op->cmd, json_string(num));
+	/* No timer: a slow reader may hold a paused stream as long as it likes. */
+	exec_begin(op);
+	return &op->base;
+}
+
+static struct sbx_op *
+eng_write(struct sbx_driver *d, const char *id, const char *path,
+    uint32_t mode, struct evbuffer *body, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+	char num[32], mstr[16];
+
+	if (!id_valid(id)) {
+		sbx_err_set(err, SBX_E_INVALID_ID,
+		    "sandbox id must match [a-z0-9][a-z0-9-]{0,62}");
+		return NULL;
+	}
+	if (path_ok(path, err) < 0)
+		return NULL;
+	if (mode == 0)
+		mode = 0644;
+	if (mode > 0777) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "mode must be at most 0777");
+		return NULL;
+	}
+	if (body != NULL && evbuffer_get_length(body) > (size_t)e->file_max) {
+		sbx_err_set(err, SBX_E_TOO_LARGE, "file is larger than the cap of "
+		    "%" PRId64 " bytes", e->file_max);
+		return NULL;
+	}
+	if ((op = helper_op(e, OP_WRITE, id, err)) == NULL)
+		return NULL;
+	op->done_cb = cb;
+	op->arg = arg;
+	op->cap = ERRTAIL_MAX;
+	op->timeout_ms = e->timeout.ceiling;
+	op->has_stdin = 1;
+	if ((op->stdin_buf = evbuffer_new()) == NULL) {
+		op_free(op);
+		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		return NULL;
+	}
+	if (body != NULL)
+		evbuffer_add_buffer(op->stdin_buf, body);
+	op->cmd = helper_cmd("write");
+	snprintf(num, sizeof(num), "%" PRId64, e->file_max);
+	snprintf(mstr, sizeof(mstr), "0%o", (unsigned)mode);
+	if (json_array_append_new(op->cmd, json_string(path)) < 0) {
+		op_free(op);
+		sbx_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "path must be UTF-8");
+		return NULL;
+	}
+	json_array_append_new(op->cmd, json_string(mstr));
+	json_array_append_new(op->cmd, json_string("--max"));
+	json_array_append_new(op->cmd, json_string(num));
+	exec_begin(op);
+	return &op->base;
+}
+
+static struct sbx_op *
+eng_list(struct sbx_driver *d, const char *id, const char *path,
+    sbx_list_cb cb, void *arg, struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+
+	if (!id_valid(id)) {
+		sbx_err_set(err, SBX_E_INVALID_ID,
+		    "sandbox id must match [a-z0-9][a-z0-9-]{0,62}");
+		return NULL;
+	}
+	if (path_ok(path, err) < 0)
+		return NULL;
+	if ((op = helper_op(e, OP_LIST, id, err)) == NULL)
+		return NULL;
+	op->list_cb = cb;
+	op->arg = arg;
+	op->cap = LIST_MAX;
+	op->timeout_ms = e->timeout.ceiling;
+	op->cmd = helper_cmd("list");
+	if (json_array_append_new(op->cmd, json_string(path)) < 0) {
+		op_free(op);
+		sbx_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "path must be UTF-8");
+		return NULL;
+	}
+	exec_begin(op);
+	return &op->base;
+}
+
+/* ---------- handle control ---------- */
+
+static void
+eng_cancel(struct sbx_driver *d, struct sbx_op *o)
+{
+	struct eop *op = (struct eop *)o;
+
+	(void)d;
+	if (op == NULL || op->dead)
+		return;
+	/* An exec that may have been created is killed by its handle; the
+	 * helper leaves a tombstone when the kill arrives first. */
+	if ((op->kind == OP_EXEC || op->kind == OP_READ || op->kind == OP_WRITE ||
+	    op->kind == OP_LIST) && op->cid[0] != '\0' && !op->killing)
+		start_kill(op->e, op->id, op->cid, op->exec_id, NULL);
+	op_release(op);
+}
+
+static void
+eng_pause(struct sbx_driver *d, struct sbx_op *o)
+{
+	struct eop *op = (struct eop *)o;
+
+	(void)d;
+	if (op == NULL || op->dead || (op->kind != OP_EXEC && op->kind != OP_READ))
+		return;
+	op->paused = 1;
+	if (op->streaming)
+		sbx_http_req_pause(op->http);
+}
+
+static void
+eng_resume(struct sbx_driver *d, struct sbx_op *o)
+{
+	struct eop *op = (struct eop *)o;
+
+	(void)d;
+	if (op == NULL || op->dead || !op->paused)
+		return;
+	op->paused = 0;
+	if (op->streaming)
+		sbx_http_req_resume(op->http);
+}
+
+/* ---------- driver ---------- */
+
+static void
+eng_free(struct sbx_driver *d)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+	char **p;
+
+	if (e == NULL)
+		return;
+	/* Callers must have ended their ops; kills still running are ours. */
+	while ((op = TAILQ_FIRST(&e->ops)) != NULL)
+		op_free(op);
+	free(e->address);
+	free(e->default_image);
+	for (p = e->images; p != NULL && *p != NULL; p++)
+		free(*p);
+	free(e->images);
+	free(e->user);
+	free(e->helper_path);
+	free(e->oci_runtime);
+	free(e->egress_net);
+	free(e->prefix);
+	free(e);
+}
+
+static int
+set_limit(struct sbx_engine_limit *out, const struct sbx_engine_limit *in,
+    int64_t def, int64_t ceiling, const char *what, struct sbx_err *err)
+{
+	*out = *in;
+	if (out->def == 0)
+		out->def = def;
+	if (out->ceiling == 0)
+		out->ceiling = out->def > ceiling ? out->def : ceiling;
+	if (out->def < 0 || out->ceiling < out->def)
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "engine config: %s "
+		    "default must be positive and not above its ceiling", what);
+	return 0;
+}
+
+struct sbx_driver *
+sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c,
+    struct sbx_err *err)
+{
+	struct engine *e = NULL;
+	const char *sock, *user;
+	const char *const *p;
+	size_t n = 0, i = 0;
+	unsigned uid, gid;
+	char extra;
+
+	if (base == NULL || c == NULL) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "engine config missing");
+		return NULL;
+	}
+	if (sodium_init() < 0) {
+		sbx_err_set(err, SBX_E_INTERNAL, "libsodium failed to initialise");
+		return NULL;
+	}
+	if ((e = calloc(1, sizeof(*e))) == NULL)
+		goto oom;
+	e->base.ops = &sbx_engine_driver_ops;
+	e->base.base = base;
+	TAILQ_INIT(&e->ops);
+	sock = c->runtime_socket;
+	if (sock != NULL && strncmp(sock, "unix://", 7) == 0)
+		sock += 6;
+	else if (sock != NULL && strncmp(sock, "unix:", 5) == 0)
+		sock += 5;
+	if (sock == NULL || sock[0] != '/' || strlen(sock) > 100) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "engine config: runtime socket "
+		    "must be an absolute unix socket path");
+		goto fail;
+	}
+	if (asprintf(&e->address, "unix:%s", sock) < 0) {
+		e->address = NULL;
+		goto oom;
+	}
+	if (!image_ok(c->default_image)) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "engine config: default image "
+		    "missing or malformed");
+		goto fail;
+	}
+	for (p = c->images; p != NULL && *p != NULL; p++) {
+		if (!image_ok(*p)) {
+			sbx_err_set(err, SBX_E_BAD_REQUEST, "engine config: malformed "
+			    "image in the allowlist");
+			goto fail;
+		}
+		n++;
+	}
+	if ((e->images = calloc(n + 2, sizeof(*e->images))) == NULL)
+		goto oom;
+	if ((e->images[i++] = strdup(c->default_image)) == NULL)
+		goto oom;
+	for (p = c->images; p != NULL && *p != NULL; p++)
+		if ((e->images[i++] = strdup(*p)) == NULL)
+			goto oom;
+	if ((e->default_image = strdup(c->default_image)) == NULL)
+		goto oom;
+	user = c->user != NULL ? c->user : "1000:1000";
+	if (sscanf(user, "%u:%u%c", &uid, &gid, &extra) != 2 || uid == 0) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "engine config: user must be "
+		    "a non-root uid:gid");
+		goto fail;
+	}
+	if ((e->user = strdup(user)) == NULL)
+		goto oom;
+	if (set_limit(&e->mem, &c->memory_bytes, 512LL << 20, 2LL << 30,
+	    "memory", err) < 0 ||
+	    set_limit(&e->cpus, &c->nano_cpus, 1000000000LL, 2000000000LL,
+	    "nano_cpus", err) < 0 ||
+	    set_limit(&e->pids, &c->pids, 256, 1024, "pids", err) < 0 ||
+	    set_limit(&e->timeout, &c->exec_timeout_ms, 30000, 600000,
+	    "exec timeout", err) < 0)
+		goto fail;
+	e->tmp_bytes = c->tmp_bytes > 0 ? c->tmp_bytes : 64LL << 20;
+	e->output_cap = c->exec_output_cap > 0 ? c->exec_output_cap : 16LL << 20;
+	e->file_max = c->file_max_bytes > 0 ? c->file_max_bytes : 64LL << 20;
+	if (c->helper_path == NULL || c->helper_path[0] != '/' ||
+	    strchr(c->helper_path, ':') != NULL ||
+	    strchr(c->helper_path, ',') != NULL) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "engine config: helper path "
+		    "must be absolute (no ':' or ',')");
+		goto fail;
+	}
+	if ((e->helper_path = strdup(c->helper_path)) == NULL)
+		goto oom;
+	if (c->oci_runtime != NULL && c->oci_runtime[0] != '\0') {
+		if (!name_ok(c->oci_runtime, 64)) {
+			sbx_err_set(err, SBX_E_BAD_REQUEST, "engine config: bad OCI "
+			    "runtime name");
+			goto fail;
+		}
+		if ((e->oci_runtime = strdup(c->oci_runtime)) == NULL)
+			goto oom;
+	}
+	e->egress_net = strdup(c->egress_network != NULL ? c->egress_network :
+	    "sbx-egress");
+	e->prefix = strdup(c->name_prefix != NULL ? c->name_prefix : "sbx-");
+	if (e->egress_net == NULL || e->prefix == NULL)
+		goto oom;
+	if (!name_ok(e->egress_net, 64) || !name_ok(e->prefix, 32) ||
+	    !isalnum((unsigned char)e->prefix[0])) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "engine config: egress network "
+		    "and name prefix must be [A-Za-z0-9_.-] (prefix starting with "
+		    "a letter or digit)");
+		goto fail;
+	}
+	e->stop_timeout_s = c->stop_timeout_s > 0 ? c->stop_timeout_s : 2;
+	e->req_timeout_ms = c->request_timeout_ms > 0 ? c->request_timeout_ms :
+	    60000;
+	return &e->base;
+oom:
+	sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+fail:
+	eng_free(e != NULL ? &e->base : NULL);
+	return NULL;
+}
+
+const struct sbx_driver_ops sbx_engine_driver_ops = {
+	.name = "engine",
+	.ensure = eng_ensure,
+	.status = eng_status,
+	.exec = eng_exec,
+	.read = eng_read,
+	.write = eng_write,
+	.list = eng_list,
+	.stop = eng_stop,
+	.destroy = eng_destroy,
+	.list_sandboxes = eng_list_sandboxes,
+	.health = eng_health,
+	.cancel = eng_cancel,
+	.pause = eng_pause,
+	.resume = eng_resume,
+	.free = eng_free,
+};

@@ -1,0 +1,116 @@
+/* driver_fake.h - in-memory SandboxDriver for unit tests of callers, plus its test hooks. */
+#ifndef DRIVER_FAKE_H
+#define DRIVER_FAKE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sbx_driver.h"
+
+struct event_base;
+
+/*
+ * A new fake driver on base (owned; free with sbx_driver_free). It keeps
+ * sandboxes and their files in memory and honours every rule of
+ * common/sbx_driver.h: callbacks only from base's loop, never before the
+ * starting call returned, exactly one terminal callback, none after cancel.
+ * By default an exec emits: start, stdout "hello\n", exit 0. Returns NULL
+ * only when out of memory.
+ */
+struct sbx_driver *sbx_fake_driver_new(struct event_base *base);
+
+/* Operations, for counting calls. */
+enum sbx_fake_op {
+	SBX_FAKE_ENSURE = 0,
+	SBX_FAKE_STATUS,
+	SBX_FAKE_EXEC,
+	SBX_FAKE_READ,
+	SBX_FAKE_WRITE,
+	SBX_FAKE_LIST,
+	SBX_FAKE_STOP,
+	SBX_FAKE_DESTROY,
+	SBX_FAKE_LIST_SANDBOXES,
+	SBX_FAKE_HEALTH,
+	SBX_FAKE_NOPS
+};
+
+/* One step of a scripted exec. */
+enum sbx_fake_step_kind {
+	SBX_FAKE_STEP_OUTPUT = 1, /* sink->output(stream, data, len) */
+	SBX_FAKE_STEP_EXIT,       /* sink->exit (terminal) */
+	SBX_FAKE_STEP_ERROR,      /* sink->error (terminal; before start when first) */
+	SBX_FAKE_STEP_HANG,       /* emit nothing more until cancelled */
+};
+
+struct sbx_fake_step {
+	enum sbx_fake_step_kind kind;
+	int stream;               /* OUTPUT: 1 stdout, 2 stderr */
+	const char *data;         /* OUTPUT: bytes (copied) */
+	size_t len;               /* OUTPUT: bytes at data; 0: strlen(data) */
+	unsigned repeat;          /* OUTPUT: emitted this many times (0 = 1) */
+	int code;                 /* EXIT: status */
+	const char *signal;       /* EXIT: NULL or "KILL" */
+	int truncated;            /* EXIT */
+	const char *err_code;     /* ERROR: SBX_E_* */
+	const char *err_message;  /* ERROR */
+};
+
+/*
+ * Script of every later exec: the sink gets start (unless the first step is
+ * ERROR), then one callback per step and repetition, one per loop turn (or
+ * per delay, see below), each only while not paused. steps are copied;
+ * the last step must be EXIT, ERROR or HANG. Returns 0, or -1 when the
+ * script is empty, does not end so, or memory runs out.
+ */
+int sbx_fake_set_exec_script(struct sbx_driver *d,
+    const struct sbx_fake_step *steps, size_t n);
+
+/* Delay in milliseconds before every callback (default 0: next loop turn). */
+void sbx_fake_set_delay_ms(struct sbx_driver *d, unsigned ms);
+
+/* The next call of op fails: synchronously (returns NULL, err = code) when
+ * sync is 1, else through its callback. One shot. */
+void sbx_fake_fail_next(struct sbx_driver *d, enum sbx_fake_op op,
+    const char *code, int sync);
+
+/* What health() reports (default ok). reason NULL: ok. */
+void sbx_fake_set_health(struct sbx_driver *d, const char *reason);
+
+/* Counters since creation. */
+struct sbx_fake_stats {
+	unsigned calls[SBX_FAKE_NOPS]; /* every call, refused ones included */
+	unsigned cancels;              /* sbx_op_cancel on a live op */
+	unsigned exec_cancels;         /* of those, on an exec (process tree killed) */
+	unsigned pauses, resumes;      /* on live stream ops */
+	unsigned outputs;              /* sink->output calls made */
+	unsigned containers_created;   /* ensure created or replaced a container */
+	unsigned max_mutating_per_id;  /* most ensure/stop/destroy of one id in flight at once */
+	unsigned ops_live;             /* handles not yet ended */
+	unsigned execs_live;
+};
+const struct sbx_fake_stats *sbx_fake_stats(struct sbx_driver *d);
+
+/* The last exec request seen, flattened (strings owned by the fake). */
+struct sbx_fake_exec_seen {
+	char argv[1024];          /* argv joined with single spaces */
+	char cwd[256];            /* "" when NULL */
+	char env[1024];           /* env joined with ';' */
+	size_t stdin_len;
+	char stdin_data[256];     /* first bytes of stdin */
+	int64_t timeout_ms;
+	int64_t output_cap;
+	char id[64];
+};
+const struct sbx_fake_exec_seen *sbx_fake_last_exec(struct sbx_driver *d);
+
+/* Files of a sandbox (the sandbox must exist). Returns 0 or -1. */
+int sbx_fake_put_file(struct sbx_driver *d, const char *id, const char *path,
+    const void *data, size_t len);
+/* Copy of a file's bytes into buf (up to cap); returns its full length or -1. */
+long sbx_fake_get_file(struct sbx_driver *d, const char *id, const char *path,
+    void *buf, size_t cap);
+
+/* State of id as the fake sees it. */
+enum sbx_state sbx_fake_state(struct sbx_driver *d, const char *id);
+
+#endif

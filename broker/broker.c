@@ -1,10 +1,13 @@
 /* broker.c - sandbox-broker: main, configuration, token, signals, --check, event loop (SPEC §4, §9). */
+#include <sys/stat.h>
+
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -46,6 +49,47 @@ drained(void *arg)
 	log_info("drained; exiting", NULL);
 	/* Let the last replies leave the socket buffers. */
 	event_base_loopexit(m->base, &flush);
+}
+
+static int64_t
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+tick(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+}
+
+/*
+ * After the server is gone, cancelled execs may still have their kill
+ * requests on the way to the runtime (the driver sends them
+ * asynchronously): run the loop until nothing but our tick is left, or
+ * max_ms, so no process tree outlives a SIGTERM.
+ */
+static void
+settle(struct event_base *base, int64_t max_ms)
+{
+	struct timeval tv = { 0, 20 * 1000 };
+	struct event *t = event_new(base, -1, EV_PERSIST, tick, NULL);
+	int64_t end = mono_ms() + max_ms;
+
+	if (t == NULL || event_add(t, &tv) == -1) {
+		if (t != NULL)
+			event_free(t);
+		return;
+	}
+	while (event_base_get_num_events(base, EVENT_BASE_COUNT_ADDED |
+	    EVENT_BASE_COUNT_ACTIVE) > 1 && mono_ms() < end)
+		event_base_loop(base, EVLOOP_ONCE);
+	event_free(t);
 }
 
 static void
@@ -139,6 +183,8 @@ main(int argc, char **argv)
 	memset(&m, 0, sizeof(m));
 	sbx_err_clear(&err);
 	signal(SIGPIPE, SIG_IGN);
+	/* broker.db and anything else we create is ours alone. */
+	umask(077);
 	sbx_log_init("sandbox-broker", 2, SBX_LOG_INFO);
 
 	opts.accept = SBX_OPT_HELP | SBX_OPT_VERSION | SBX_OPT_PRINT_CONFIG |
@@ -262,13 +308,16 @@ main(int argc, char **argv)
 		log_error("event loop failed", NULL);
 		goto done;
 	}
-	log_info("stopped", NULL);
 	rc = BROKER_EXIT_OK;
 done:
 	for (i = 0; i < 4; i++)
 		if (sigs[i] != NULL)
 			event_free(sigs[i]);
 	broker_server_free(m.server);
+	if (m.base != NULL && driver != NULL)
+		settle(m.base, 3000);
+	if (rc == BROKER_EXIT_OK && m.server != NULL)
+		log_info("stopped", NULL);
 	sbx_driver_free(driver);
 	if (m.base != NULL)
 		event_base_free(m.base);

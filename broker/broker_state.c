@@ -19,6 +19,7 @@ enum {
 	Q_TOUCH,
 	Q_GET,
 	Q_COUNT,
+	Q_COUNT_STATE,
 	Q_AUDIT,
 	Q_N
 };
@@ -38,6 +39,7 @@ static const char *const queries[Q_N] = {
 	[Q_GET] = "SELECT id, container, volume, image, egress, state,"
 	    " stop_reason, created_at, last_used_at FROM sandboxes WHERE id = ?1",
 	[Q_COUNT] = "SELECT count(*) FROM sandboxes",
+	[Q_COUNT_STATE] = "SELECT count(*) FROM sandboxes WHERE state = ?1",
 	[Q_AUDIT] = "INSERT INTO audit(ts, op, id, outcome, duration_ms)"
 	    " VALUES(?1, ?2, ?3, ?4, ?5)",
 };
@@ -243,6 +245,23 @@ broker_state_count(struct broker_state *s, struct sbx_err *err)
 	if (sqlite3_step(q) == SQLITE_ROW)
 		n = sqlite3_column_int(q, 0);
 	sqlite3_reset(q);
+	if (n < 0)
+		return db_fail(s, err);
+	return n;
+}
+
+int
+broker_state_count_state(struct broker_state *s, const char *state,
+    struct sbx_err *err)
+{
+	sqlite3_stmt *q = s->q[Q_COUNT_STATE];
+	int n = -1;
+
+	sqlite3_bind_text(q, 1, state, -1, SQLITE_TRANSIENT);
+	if (sqlite3_step(q) == SQLITE_ROW)
+		n = sqlite3_column_int(q, 0);
+	sqlite3_reset(q);
+	sqlite3_clear_bindings(q);
 	if (n < 0)
 		return db_fail(s, err);
 	return n;

@@ -62,9 +62,13 @@ int broker_state_get(struct broker_state *s, const char *id,
 /* Number of rows in sandboxes, or -1 with err. */
 int broker_state_count(struct broker_state *s, struct sbx_err *err);
 
+/* Rows whose state is state ("running", "stopped"), or -1 with err. */
+int broker_state_count_state(struct broker_state *s, const char *state,
+    struct sbx_err *err);
+
 /*
- * Appends an audit row: ts_ms (Unix ms), op ("ensure", "exec", ...), id
- * ("" when none), outcome ("ok" or an SBX_E_* code), duration_ms.
+ * Appends an audit row: ts_ms (Unix ms), op ("ensure", "exec", ...,
+ * "health", "unknown" for an unrouted request), id ("" when none), outcome ("ok" or an SBX_E_* code), duration_ms.
  * Returns 0 or -1 with err internal.
  */
 int broker_state_audit(struct broker_state *s, int64_t ts_ms, const char *op,

@@ -2121,14 +2121,14 @@ exec_create(struct eop *op)
 	json_t *req;
 	char path[256];
 
-	req = json_pack("{s:b, s:b, s:b, s:b, s:s, s:s, s:O, s:O}",
+	req = json_pack("{s:b, s:b, s:b, s:b, s:s, s:s, s:o, s:O}",
 	    "AttachStdin", op->has_stdin,
 	    "AttachStdout", 1,
 	    "AttachStderr", 1,
 	    "Tty", 0,
 	    "User", op->e->user,
 	    "WorkingDir", WORK,
-	    "Env", op->env != NULL ? op->env : json_array(),
+	    "Env", op->env != NULL ? json_incref(op->env) : json_array(),
 	    "Cmd", op->cmd);
 	if (req == NULL) {
 		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");

@@ -445,7 +445,11 @@ stream_step(struct fake_op *o)
 		return 1;
 	}
 	st = o->step < o->nsteps ? &o->steps[o->step] : NULL;
-	if (!o->started && st != NULL && st->kind != SBX_FAKE_STEP_ERROR) {
+	if (!o->started && !o->is_exec) {
+		/* Like the engine driver, a read has no start event. */
+		o->started = 1;
+	} else if (!o->started && st != NULL &&
+	    st->kind != SBX_FAKE_STEP_ERROR) {
 		o->started = 1;
 		snprintf(exec_id, sizeof(exec_id), "fake-exec-%u",
 		    ++o->fd->exec_seq);

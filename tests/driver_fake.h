@@ -14,7 +14,9 @@ struct event_base;
  * sandboxes and their files in memory and honours every rule of
  * common/sbx_driver.h: callbacks only from base's loop, never before the
  * starting call returned, exactly one terminal callback, none after cancel.
- * By default an exec emits: start, stdout "hello\n", exit 0. Returns NULL
+ * By default an exec emits: start, stdout "hello\n", exit 0. A read emits
+ * the file as one output then exit, without start (as the engine driver
+ * does; the header leaves start optional for reads). Returns NULL
  * only when out of memory.
  */
 struct sbx_driver *sbx_fake_driver_new(struct event_base *base);

@@ -12,12 +12,12 @@
 
 /*
  * Usage: engine-cli [options] COMMAND [ARGS]
- *   health | sandboxes | ensure ID [egress] | status ID | stop ID | destroy ID
+ *   health | sandboxes | ensure ID [egress|no [IMAGE]] | status ID | stop ID | destroy ID
  *   exec ID [-- ARGV...]   (stdin of this tool is sent when -i is given)
  *   read ID PATH           (bytes to stdout)
  *   write ID PATH [MODE]   (bytes from stdin)
  *   list ID PATH
- * Options: -s SOCKET -H HELPER -I IMAGE -t TIMEOUT_MS -c OUTPUT_CAP -i
+ * Options: -s SOCKET -H HELPER -I IMAGE -t TIMEOUT_MS -c OUTPUT_CAP -i -w CWD
  *   -p MS (pause the stream MS after each chunk: a slow reader)
  *   -C MS (cancel the operation after MS)
  * Environment: SBX_RUNTIME, SBX_HELPER, SBX_IMAGE as defaults.
@@ -219,7 +219,7 @@ main(int argc, char **argv)
 	cfg.runtime_socket = getenv("SBX_RUNTIME");
 	cfg.helper_path = getenv("SBX_HELPER");
 	cfg.default_image = getenv("SBX_IMAGE");
-	while ((ch = getopt(argc, argv, "+s:H:I:t:c:ip:C:")) != -1) {
+	while ((ch = getopt(argc, argv, "+s:H:I:t:c:ip:C:w:")) != -1) {
 		switch (ch) {
 		case 's': cfg.runtime_socket = optarg; break;
 		case 'H': cfg.helper_path = optarg; break;
@@ -229,6 +229,7 @@ main(int argc, char **argv)
 		case 'i': use_stdin = 1; break;
 		case 'p': pause_ms = atol(optarg); break;
 		case 'C': cancel_ms = atol(optarg); break;
+		case 'w': xr.cwd = optarg; break;
 		default: return 2;
 		}
 	}
@@ -263,6 +264,7 @@ main(int argc, char **argv)
 		return 2;
 	} else if (strcmp(cmd, "ensure") == 0) {
 		spec.egress = argc > 2 && strcmp(argv[2], "egress") == 0;
+		spec.image = argc > 3 ? argv[3] : NULL;
 		cur = drv->ops->ensure(drv, argv[1], &spec, status_cb, NULL, &err);
 	} else if (strcmp(cmd, "status") == 0) {
 		cur = drv->ops->status(drv, argv[1], status_cb, NULL, &err);

@@ -430,7 +430,7 @@ ensure_ok(const char *id)
 	struct resp r;
 
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
-	r = jreq("PUT", path, "{}");
+	r = jreq("PUT", path, "{\"egress\":false}");
 	assert_int_equal(r.status, 200);
 	resp_free(&r);
 }
@@ -552,13 +552,16 @@ test_ensure_body_is_parsed_strictly(void **state)
 		{ "{\"Privileged\":true}", SBX_E_UNKNOWN_FIELD, "Privileged" },
 		{ "{\"egress\":false,\"Binds\":[\"/:/host\"]}", SBX_E_UNKNOWN_FIELD, "Binds" },
 		{ "{\"egress\":\"yes\"}", SBX_E_WRONG_TYPE, "egress" },
-		{ "{\"image\":5}", SBX_E_WRONG_TYPE, "image" },
-		{ "{\"memory_bytes\":\"1g\"}", SBX_E_WRONG_TYPE, "memory_bytes" },
-		{ "{\"pids\":1.5}", SBX_E_WRONG_TYPE, "pids" },
-		{ "{\"image\":\"evil:latest\"}", SBX_E_IMAGE_NOT_ALLOWED, NULL },
-		{ "{\"memory_bytes\":4294967296}", SBX_E_LIMIT_EXCEEDED, "memory_bytes" },
-		{ "{\"pids\":100000}", SBX_E_LIMIT_EXCEEDED, "pids" },
-		{ "{\"nano_cpus\":-1}", SBX_E_BAD_REQUEST, "nano_cpus" },
+		{ "{\"egress\":null}", SBX_E_WRONG_TYPE, "egress" },
+		{ "{}", SBX_E_BAD_REQUEST, "egress" },
+		{ "", SBX_E_BAD_REQUEST, "egress" },
+		{ "{\"egress\":false,\"image\":5}", SBX_E_WRONG_TYPE, "image" },
+		{ "{\"egress\":false,\"memory_bytes\":\"1g\"}", SBX_E_WRONG_TYPE, "memory_bytes" },
+		{ "{\"egress\":false,\"pids\":1.5}", SBX_E_WRONG_TYPE, "pids" },
+		{ "{\"egress\":false,\"image\":\"evil:latest\"}", SBX_E_IMAGE_NOT_ALLOWED, NULL },
+		{ "{\"egress\":false,\"memory_bytes\":4294967296}", SBX_E_LIMIT_EXCEEDED, "memory_bytes" },
+		{ "{\"egress\":false,\"pids\":100000}", SBX_E_LIMIT_EXCEEDED, "pids" },
+		{ "{\"egress\":false,\"nano_cpus\":-1}", SBX_E_WRONG_TYPE, "nano_cpus" },
 		{ "[1]", SBX_E_BAD_REQUEST, NULL },
 		{ "{\"egress\":true", SBX_E_BAD_REQUEST, NULL },
 		{ "{\"egress\":true,\"egress\":false}", SBX_E_BAD_REQUEST, NULL },
@@ -575,9 +578,6 @@ test_ensure_body_is_parsed_strictly(void **state)
 			assert_non_null(strstr(r.body, cases[i].field));
 		expect_error(&r, 400, cases[i].code);
 	}
-	/* Not JSON by its content type. */
-	r = req("PUT", "/v1/sandboxes/s1", AUTH, "text/plain", "{}");
-	expect_error(&r, 400, SBX_E_BAD_REQUEST);
 	assert_int_equal(all_calls(), 0);
 
 	/* An allowlisted image and limits within the ceiling pass through. */
@@ -586,6 +586,11 @@ test_ensure_body_is_parsed_strictly(void **state)
 	assert_int_equal(r.status, 200);
 	resp_free(&r);
 	assert_int_equal(calls(SBX_FAKE_ENSURE), 1);
+	/* The body decides, not the Content-Type (proto/broker-api.md). */
+	r = req("PUT", "/v1/sandboxes/s1", AUTH, "text/plain",
+	    "{\"egress\":true}");
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
 }
 
 static void
@@ -607,6 +612,10 @@ test_exec_body_is_parsed_strictly(void **state)
 		{ "{\"argv\":[\"id\"],\"env\":\"A=1\"}", SBX_E_WRONG_TYPE },
 		{ "{\"argv\":[\"id\"],\"env\":{\"A\":1}}", SBX_E_WRONG_TYPE },
 		{ "{\"argv\":[\"id\"],\"env\":[\"NOEQUALS\"]}", SBX_E_BAD_REQUEST },
+		{ "{\"argv\":[\"id\"],\"env\":[\"1A=x\"]}", SBX_E_BAD_REQUEST },
+		{ "{\"argv\":[\"id\"],\"env\":{\"A-B\":\"x\"}}", SBX_E_BAD_REQUEST },
+		{ "{\"argv\":[\"id\"],\"timeout_ms\":-5}", SBX_E_WRONG_TYPE },
+		{ "{\"argv\":null}", SBX_E_WRONG_TYPE },
 		{ "{\"argv\":[\"id\"],\"stdin\":\"***\"}", SBX_E_BAD_REQUEST },
 		{ "{\"argv\":[\"id\"],\"stdin\":5}", SBX_E_WRONG_TYPE },
 		{ "{\"argv\":[\"id\"],\"timeout_ms\":\"5\"}", SBX_E_WRONG_TYPE },
@@ -653,6 +662,15 @@ test_paths_are_checked_before_the_driver(void **state)
 	r = jreq("GET", "/v1/sandboxes/s1/files?path=/work/a&path=/work/b", NULL);
 	expect_error(&r, 400, SBX_E_BAD_REQUEST);
 	r = req("PUT", "/v1/sandboxes/s1/files?path=/work/x&mode=999", AUTH,
+	    "application/octet-stream", "data");
+	expect_error(&r, 400, SBX_E_BAD_REQUEST);
+	r = req("PUT", "/v1/sandboxes/s1/files?path=/work/x&mode=4755", AUTH,
+	    "application/octet-stream", "data");
+	expect_error(&r, 400, SBX_E_BAD_REQUEST);
+	r = req("PUT", "/v1/sandboxes/s1/files?path=/work/x&mode=00644", AUTH,
+	    "application/octet-stream", "data");
+	expect_error(&r, 400, SBX_E_BAD_REQUEST);
+	r = req("PUT", "/v1/sandboxes/s1/files?path=/work", AUTH,
 	    "application/octet-stream", "data");
 	expect_error(&r, 400, SBX_E_BAD_REQUEST);
 	assert_int_equal(all_calls(), 0);
@@ -732,6 +750,11 @@ test_ensure_status_stop_destroy(void **state)
 	j = body_json(&r);
 	assert_string_equal(json_string_value(json_object_get(j, "state")),
 	    "absent");
+	assert_true(json_is_null(json_object_get(j, "image")));
+	assert_true(json_is_false(json_object_get(j, "egress")));
+	assert_true(json_is_null(json_object_get(j, "created_at")));
+	assert_true(json_is_null(json_object_get(j, "last_used_at")));
+	assert_true(json_is_null(json_object_get(j, "stop_reason")));
 	json_decref(j);
 	resp_free(&r);
 
@@ -751,6 +774,14 @@ test_ensure_status_stop_destroy(void **state)
 
 	r = jreq("POST", "/v1/sandboxes/s2/stop", NULL);
 	assert_int_equal(r.status, 200);
+	j = body_json(&r);
+	assert_string_equal(json_string_value(json_object_get(j, "state")),
+	    "stopped");
+	assert_string_equal(json_string_value(json_object_get(j, "image")),
+	    "img-c");
+	assert_string_equal(json_string_value(json_object_get(j, "stop_reason")),
+	    "operator");
+	json_decref(j);
 	resp_free(&r);
 	r = jreq("GET", "/v1/sandboxes/s2", NULL);
 	j = body_json(&r);
@@ -764,14 +795,27 @@ test_ensure_status_stop_destroy(void **state)
 	r = jreq("POST", "/v1/sandboxes/s2/exec", "{\"argv\":[\"true\"]}");
 	expect_error(&r, 409, SBX_E_NOT_RUNNING);
 
+	ensure_ok("s0");
+	ensure_ok("s9");
 	r = jreq("GET", "/v1/sandboxes", NULL);
 	j = body_json(&r);
-	assert_int_equal(json_array_size(j), 1);
+	assert_int_equal(json_array_size(j), 3);
+	assert_string_equal(json_string_value(json_object_get(
+	    json_array_get(j, 0), "id")), "s0");
+	assert_string_equal(json_string_value(json_object_get(
+	    json_array_get(j, 1), "id")), "s2");
+	assert_string_equal(json_string_value(json_object_get(
+	    json_array_get(j, 2), "id")), "s9");
 	json_decref(j);
 	resp_free(&r);
 
 	r = jreq("DELETE", "/v1/sandboxes/s2", NULL);
 	assert_int_equal(r.status, 200);
+	j = body_json(&r);
+	assert_string_equal(json_string_value(json_object_get(j, "state")),
+	    "absent");
+	assert_true(json_is_null(json_object_get(j, "created_at")));
+	json_decref(j);
 	resp_free(&r);
 	assert_int_equal(sbx_fake_state(F.fake, "s2"), SBX_STATE_ABSENT);
 	r = jreq("POST", "/v1/sandboxes/s2/stop", "{}");
@@ -934,6 +978,37 @@ test_client_disconnect_cancels_exec(void **state)
 	assert_int_equal(sbx_fake_stats(F.fake)->execs_live, 0);
 }
 
+static void
+early_close_fn(void *arg)
+{
+	const char *body = "{\"argv\":[\"sleep\",\"1000\"]}";
+	int fd = cl_connect();
+
+	(void)arg;
+	cl_send(fd, "POST", "/v1/sandboxes/x3/exec", AUTH, SBX_CT_JSON, body,
+	    strlen(body));
+	close(fd);
+}
+
+static void
+test_client_gone_before_start_cancels_exec(void **state)
+{
+	static const struct sbx_fake_step script[] = {
+		{ .kind = SBX_FAKE_STEP_OUTPUT, .stream = 1, .data = "tick\n" },
+		{ .kind = SBX_FAKE_STEP_HANG },
+	};
+
+	(void)state;
+	start(NULL);
+	ensure_ok("x3");
+	sbx_fake_set_exec_script(F.fake, script, 2);
+	sbx_fake_set_delay_ms(F.fake, 100);
+	run_client(early_close_fn, NULL);
+	assert_true(loop_until(exec_cancelled, NULL, 5000));
+	assert_true(loop_until(nothing_in_flight, NULL, 5000));
+	assert_int_equal(sbx_fake_stats(F.fake)->execs_live, 0);
+}
+
 struct slow {
 	sem_t go;
 	size_t bytes;
@@ -1084,7 +1159,7 @@ test_max_sandboxes(void **state)
 	start(extra);
 	ensure_ok("m1");
 	ensure_ok("m2");
-	r = jreq("PUT", "/v1/sandboxes/m3", "{}");
+	r = jreq("PUT", "/v1/sandboxes/m3", "{\"egress\":false}");
 	expect_error(&r, 429, SBX_E_TOO_MANY);
 	assert_int_equal(calls(SBX_FAKE_ENSURE), 2);
 	ensure_ok("m1");              /* an existing one is still fine */
@@ -1124,8 +1199,27 @@ test_files_roundtrip_and_size_caps(void **state)
 	assert_memory_equal(r.body, "some bytes", 10);
 	resp_free(&r);
 
+	assert_int_equal(sbx_fake_put_file(F.fake, "f1", "/work/empty", "", 0), 0);
+	r = jreq("GET", "/v1/sandboxes/f1/files?path=/work/empty", NULL);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(r.len, 0);
+	resp_free(&r);
+
 	r = jreq("GET", "/v1/sandboxes/f1/files?path=/work/d/none", NULL);
 	expect_error(&r, 404, SBX_E_NOT_FOUND);
+
+	assert_int_equal(sbx_fake_put_file(F.fake, "f1", "/work/e/\xff\xfe", "",
+	    0), 0);
+	r = jreq("GET", "/v1/sandboxes/f1/list?path=/work/e", NULL);
+	assert_int_equal(r.status, 200);
+	j = body_json(&r);
+	assert_int_equal(json_array_size(j), 1);
+	e = json_array_get(j, 0);
+	assert_null(json_object_get(e, "name"));
+	assert_string_equal(json_string_value(json_object_get(e, "name_b64")),
+	    "//4=");
+	json_decref(j);
+	resp_free(&r);
 
 	r = jreq("GET", "/v1/sandboxes/f1/list?path=/work/d", NULL);
 	assert_int_equal(r.status, 200);
@@ -1205,11 +1299,19 @@ test_audit_rows_and_last_used(void **state)
 	assert_int_equal(count_rows("SELECT count(*) FROM sandboxes WHERE "
 	    "id='au1' AND state='stopped' AND stop_reason='operator' AND "
 	    "last_used_at >= created_at AND volume='sbx-au1-work'"), 1);
+	r = jreq("GET", "/v1/health", NULL);
+	resp_free(&r);
+	assert_int_equal(count_rows("SELECT count(*) FROM audit WHERE "
+	    "op='health' AND id='' AND outcome='ok'"), 1);
+	r = jreq("GET", "/v1/sandboxes/BAD", NULL);
+	resp_free(&r);
+	assert_int_equal(count_rows("SELECT count(*) FROM audit WHERE "
+	    "op='status' AND outcome='invalid_id'"), 1);
 	/* Requests that never authenticated leave no audit row. */
 	r = req("GET", "/v1/sandboxes/au1", NULL, NULL, NULL);
 	resp_free(&r);
 	assert_int_equal(count_rows("SELECT count(*) FROM audit WHERE "
-	    "op='status'"), 0);
+	    "op='status' OR outcome='unauthorized'"), 1);
 }
 
 static void
@@ -1228,12 +1330,19 @@ test_metrics_count_requests(void **state)
 	assert_int_equal(r.status, 200);
 	assert_non_null(strcasestr(r.headers, "Content-Type: text/plain"));
 	assert_non_null(strstr(r.body,
-	    "sbx_broker_requests_total{route=\"ensure\",status=\"200\"} 1\n"));
+	    "sbx_broker_requests_total{op=\"ensure\",code=\"200\"} 1\n"));
 	assert_non_null(strstr(r.body,
-	    "sbx_broker_requests_total{route=\"unknown\",status=\"401\"} 1\n"));
+	    "sbx_broker_requests_total{op=\"unknown\",code=\"401\"} 1\n"));
+	assert_non_null(strstr(r.body,
+	    "sbx_broker_request_duration_seconds_count{op=\"exec\"} 1\n"));
+	assert_non_null(strstr(r.body,
+	    "sbx_broker_request_duration_seconds_bucket{op=\"exec\",le=\"+Inf\"} 1\n"));
 	assert_non_null(strstr(r.body, "sbx_broker_execs_started_total 1\n"));
 	assert_non_null(strstr(r.body, "sbx_broker_execs_finished_total 1\n"));
-	assert_non_null(strstr(r.body, "sbx_broker_execs_in_flight 0\n"));
+	assert_non_null(strstr(r.body, "sbx_broker_execs_running 0\n"));
+	assert_non_null(strstr(r.body, "sbx_broker_exec_output_bytes_total 6\n"));
+	assert_non_null(strstr(r.body,
+	    "sbx_broker_sandboxes{state=\"running\"} 1\n"));
 	resp_free(&r);
 }
 
@@ -1354,6 +1463,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_exec_streams_ndjson_as_scripted, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_exec_errors_before_and_after_start, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_client_disconnect_cancels_exec, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_client_gone_before_start_cancels_exec, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_slow_client_pauses_the_producer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_exec_limit_per_sandbox, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_max_sandboxes, setup, teardown),

@@ -1,0 +1,68 @@
+#!/bin/sh
+# deps.sh - install the Debian 12 packages sbx needs to build, test and run.
+#
+# Idempotent and quick when everything is present: it asks dpkg-query first and
+# only runs apt-get (update + install --no-install-recommends) for what is
+# missing. Without root it installs nothing, names what is missing and prints
+# the command to run. Exit status: 0 all present (or installed), 1 missing.
+#
+# Package services are not started while we install (a temporary policy-rc.d,
+# only if the machine has none): sbx and its tests start their own dockerd and
+# podman service on private sockets and never use a system-wide daemon.
+
+set -eu
+
+PKGS="
+build-essential pkg-config
+libevent-dev libjansson-dev libsqlite3-dev libsodium-dev libcmocka-dev sqlite3
+docker.io podman runc catatonit conmon uidmap iptables netavark aardvark-dns
+busybox-static debootstrap
+python3 curl jq iproute2 prometheus
+"
+# prometheus: the only bookworm package that ships /usr/bin/promtool, used
+# by the tests to check the /metrics text format.
+# netavark (+ aardvark-dns for names): podman's bridge network backend; with
+# --no-install-recommends podman would otherwise get no network stack.
+# catatonit: podman's init for HostConfig.Init; docker.io brings tini.
+
+missing=""
+for p in $PKGS; do
+	st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+	[ "$st" = installed ] || missing="$missing $p"
+done
+
+if [ -z "$missing" ]; then
+	exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "deps.sh: missing Debian packages:$missing" >&2
+	echo "deps.sh: install them as root with:" >&2
+	echo "  apt-get update && apt-get install -y --no-install-recommends$missing" >&2
+	exit 1
+fi
+
+echo "deps.sh: installing:$missing" >&2
+policy=/usr/sbin/policy-rc.d
+own_policy=0
+if [ ! -e "$policy" ]; then
+	printf '#!/bin/sh\nexit 101\n' > "$policy"
+	chmod 0755 "$policy"
+	own_policy=1
+fi
+trap 'if [ "$own_policy" -eq 1 ]; then rm -f "$policy"; fi' EXIT
+
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+# shellcheck disable=SC2086 # word splitting of the package list is intended
+apt-get install -y -q --no-install-recommends $missing
+
+for p in $missing; do
+	st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+	if [ "$st" != installed ]; then
+		echo "deps.sh: $p is still not installed" >&2
+		exit 1
+	fi
+done
+[ -x /usr/bin/promtool ] || { echo "deps.sh: /usr/bin/promtool missing" >&2; exit 1; }
+exit 0

@@ -177,7 +177,7 @@ main_help(FILE *f)
 	fprintf(f, "usage: sbx [--help] [--version] COMMAND [ARGS]\n\n"
 	    "The command-line client of sandbox-api. It reads the server's "
 	    "address from\nSBX_URL (default " DEFAULT_URL ") and the API key "
-	    "from SBX_KEY, else from\n~/.config/sbx/config (or $SBX_CONFIG): "
+	    "from SBX_KEY, else from\n~/.config/sbx/config (or $SBX_CLI_CONFIG): "
 	    "lines \"url = ...\" and \"key = ...\";\na file holding a key must "
 	    "not be readable by others (chmod 600).\n\nCommands:\n");
 	for (c = cmds; c->name != NULL; c++)
@@ -262,7 +262,7 @@ static int
 read_config_file(char **url, char **key)
 {
 	char path[PATH_MAX], line[8192], *k, *v, *e;
-	const char *cf = getenv("SBX_CONFIG"), *home, *xdg;
+	const char *cf = getenv("SBX_CLI_CONFIG"), *home, *xdg;
 	struct stat st;
 	FILE *f = NULL;
 	int rc = CX_USAGE, lineno = 0;

@@ -103,9 +103,12 @@ on_signal() {
 }
 trap on_signal INT TERM
 
-# The daemons read SBX_* settings from the environment (SPEC §9): start them
-# with a clean one so only the flags below count.
-daemon_env() { env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME="${HOME:-/}" "$@"; }
+# The daemons read SBX_* settings from the environment (SPEC §9): they start
+# with a clean one so only the flags below count. Started as
+# `env -i ... setsid BIN &` (no shell function, no subshell): env and setsid
+# exec, so $! is the daemon's own pid, and setsid keeps the terminal's Ctrl-C
+# away from it: this script stops it, in order.
+CLEANPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 ping_socket() {
 	curl -sf --max-time 3 --unix-socket "$1" http://d/_ping >/dev/null 2>&1
@@ -242,7 +245,7 @@ BSOCK=$RUN/broker.sock
 [ ${#BSOCK} -lt 100 ] || die "the state directory path is too long for a unix socket" "set SBX_RUN_DIR to a shorter path"
 rm -f "$BSOCK"
 say "starting sandbox-broker on unix:$BSOCK (log: $RUN/broker.log)"
-daemon_env setsid "$BIN/sandbox-broker" --listen "unix:$BSOCK" --runtime "$RT_HOST" \
+env -i PATH=$CLEANPATH HOME="${HOME:-/}" setsid "$BIN/sandbox-broker" --listen "unix:$BSOCK" --runtime "$RT_HOST" \
 	--token-file "$TOKEN" --state-dir "$RUN/broker" --image "$IMAGE" \
 	</dev/null >>"$RUN/broker.log" 2>&1 &
 BROKER_PID=$!
@@ -256,8 +259,11 @@ until [ -S "$BSOCK" ]; do
 	sleep 0.1
 done
 
+if curl -s --max-time 2 -o /dev/null "$URL/" 2>/dev/null; then
+	die "something already answers on 127.0.0.1:$PORT" "stop it, or set SBX_API_PORT to a free port"
+fi
 say "starting sandbox-api on $URL (log: $RUN/api.log)"
-daemon_env setsid "$BIN/sandbox-api" --listen "127.0.0.1:$PORT" --broker "unix:$BSOCK" \
+env -i PATH=$CLEANPATH HOME="${HOME:-/}" setsid "$BIN/sandbox-api" --listen "127.0.0.1:$PORT" --broker "unix:$BSOCK" \
 	--broker-token-file "$TOKEN" --state-dir "$RUN/api" \
 	</dev/null >>"$RUN/api.log" 2>&1 &
 API_PID=$!
@@ -285,7 +291,7 @@ key_for() {
 	if [ -s "$f" ] && SBX_KEY=$(cat "$f") "$SBX" whoami >/dev/null 2>&1; then
 		return 0
 	fi
-	if ! daemon_env "$BIN/sandbox-api" --state-dir "$RUN/api" admin "create-$1" "$2" >"$f.tmp" 2>"$RUN/admin.log"; then
+	if ! env -i PATH=$CLEANPATH "$BIN/sandbox-api" --state-dir "$RUN/api" admin "create-$1" "$2" >"$f.tmp" 2>"$RUN/admin.log"; then
 		rm -f "$f.tmp"
 		die "creating the $1 '$2' failed" \
 		    "its key file $f is missing or stale; remove $RUN to start from scratch" "$RUN/admin.log"

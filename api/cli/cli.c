@@ -446,6 +446,12 @@ fail_resp(struct cli_conn *c, const struct cli_resp *r)
 		errmsg("%s", msg);
 	else if (r->status == 401)
 		errmsg("the server refused the API key (HTTP 401).");
+	else if (r->status == 413)
+		errmsg("the request is larger than the server accepts (HTTP "
+		    "413); see its file_size_max and body_max settings.");
+	else if (r->status == 502 || r->status == 503 || r->status == 504)
+		errmsg("the server or a proxy in front of it is unavailable "
+		    "(HTTP %d).", r->status);
 	else
 		errmsg("the server answered HTTP %d.", r->status);
 	json_decref(j);

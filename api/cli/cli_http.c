@@ -408,6 +408,11 @@ read_head(struct cli_conn *c, struct cli_resp *resp, struct sbx_err *err)
 	size_t scanned = 0;
 
 	for (;;) {
+		if (c->inlen - c->inoff >= 5 &&
+		    memcmp(c->in + c->inoff, "HTTP/", 5) != 0)
+			return sbx_err_set(err, CLI_E_PROTOCOL, "The server's "
+			    "answer is not HTTP/1.x; is SBX_URL the sandbox-api "
+			    "address?");
 		if (c->inlen - c->inoff >= 4) {
 			p = memmem(c->in + c->inoff + scanned,
 			    c->inlen - c->inoff - scanned, "\r\n\r\n", 4);

@@ -242,7 +242,8 @@ cli_sse_ndjson_line(const char *event, const char *data, size_t len,
 			return NULL;
 	if (len < 2 || data[0] != '{' || data[len - 1] != '}')
 		return NULL;
-	for (i = 1; i < len - 1 && (data[i] == ' ' || data[i] == '\t'); i++)
+	for (i = 1; i < len - 1 && (data[i] == ' ' || data[i] == '\t' ||
+	    data[i] == '\n'); i++)
 		;
 	empty = i == len - 1;
 	/* {"type":" EVENT " ,|} rest-of-data \n */
@@ -259,8 +260,12 @@ cli_sse_ndjson_line(const char *event, const char *data, size_t len,
 		*o++ = '}';
 	else {
 		*o++ = ',';
-		memcpy(o, data + 1, len - 1);
-		o += len - 1;
+		/* Data sent on several "data:" lines comes back with '\n'
+		 * between them; outside strings that is JSON whitespace, inside
+		 * one it was never valid: a space keeps the meaning and the
+		 * result one line. */
+		for (i = 1; i < len; i++)
+			*o++ = data[i] == '\n' ? ' ' : data[i];
 	}
 	*o++ = '\n';
 	*o = '\0';

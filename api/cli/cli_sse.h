@@ -62,7 +62,8 @@ void cli_sse_free(struct cli_sse *p);
  * The inverse of the api's SPEC §5 mapping: rebuilds the NDJSON line of
  * one exec event from its SSE event name and data (the JSON object without
  * "type"): '{"type":"EVENT"' + (',' + the members after data's '{', or '}'
- * when data is "{}") + '\n'. For events the api sent, the result is the
+ * when data is "{}") + '\n', with each '\n' inside data (the joint of
+ * several data lines) turned into a space. For events the api sent, the result is the
  * broker's line byte for byte, ready for sbx_ndjson_parser_feed, which
  * then decodes and checks it. event must match [a-z][a-z0-9_]{0,31};
  * data[0..len) must start with '{' and end with '}'. Returns a new buffer

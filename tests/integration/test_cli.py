@@ -332,5 +332,137 @@ class CLITest(unittest.TestCase):
             self.assertIn(b"sbx", r.stderr)
 
 
+
+class FakeAPI:
+    """A scripted HTTP server on 127.0.0.1:0: each request gets the raw bytes
+    the test queued (status line, headers, body), written in pieces."""
+
+    def __init__(self):
+        import http.server
+        import threading
+        self.replies = []
+        self.seen = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def handle_one_request(self):
+                self.raw_requestline = self.rfile.readline(65537)
+                if not self.raw_requestline or not self.parse_request():
+                    return
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                outer.seen.append((self.command, self.path, dict(self.headers), body))
+                try:
+                    for piece in outer.replies.pop(0):
+                        self.wfile.write(piece)
+                        self.wfile.flush()
+                        time.sleep(0.01)
+                except OSError:
+                    pass  # the client left early: that is its right
+                self.close_connection = True
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def chunked(*parts):
+    return [b"%x\r\n%s\r\n" % (len(p), p) for p in parts] + [b"0\r\n\r\n"]
+
+
+SSE_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+
+
+class CLIAgainstScriptedServerTest(unittest.TestCase):
+    """What the CLI makes of answers our api does not send but a proxy or a
+    future server may: other SSE spellings, cut streams, bare error pages."""
+
+    KEY = "k" * 43
+
+    def setUp(self):
+        self.api = FakeAPI()
+        self.addCleanup(self.api.close)
+
+    def sbx(self, *args, input=None):
+        env = clean_env()
+        env.update(SBX_URL=self.api.url, SBX_KEY=self.KEY, HOME="/nonexistent")
+        return subprocess.run([SBX] + list(args), env=env, capture_output=True,
+                              input=input, timeout=60)
+
+    def test_any_valid_sse_spelling_is_decoded_byte_exact(self):
+        stream = (b"\xef\xbb\xbf: ping\r\n\r\n"
+                  b"event: start\r\ndata: {\"exec_id\":\"e1\",\"ts\":1}\r\n\r\n"
+                  b"id: 2\revent: stdout\rdata: {\"data\":\"a\\u0000b\\n\"}\r\r"
+                  b"event: progress\ndata: {\"whatever\":1}\n\n"
+                  b"event: stderr\ndata: {\"data_b64\":\n"
+                  b"data: \"/w==\"}\n\n"
+                  b"event: exit\ndata: {\"code\":9,\"signal\":null,\"duration_ms\":1,\"truncated\":false}\n\n")
+        pieces = [stream[i:i + 7] for i in range(0, len(stream), 7)]
+        self.api.replies.append([SSE_HEAD] + chunked(*pieces))
+        r = self.sbx("exec", "-e", "A=1", "-w", "/work/x", "-t", "2.5", "npc1", "--", "echo", "hi there")
+        self.assertEqual(r.returncode, 9, r.stderr)
+        self.assertEqual(r.stdout, b"a\x00b\n")
+        self.assertEqual(r.stderr, b"\xff")
+        method, path, headers, body = self.api.seen[0]
+        self.assertEqual((method, path), ("POST", "/api/v1/npcs/npc1/sandbox/exec"))
+        self.assertEqual(headers["Authorization"], "Bearer " + self.KEY)
+        self.assertEqual(json.loads(body), {"argv": ["echo", "hi there"], "cwd": "/work/x",
+                                            "env": ["A=1"], "timeout_ms": 2500})
+
+    def test_a_stream_cut_before_exit_is_an_error(self):
+        self.api.replies.append([SSE_HEAD] + chunked(
+            b"event: start\ndata: {\"exec_id\":\"e\",\"ts\":1}\n\n",
+            b"event: stdout\ndata: {\"data\":\"partial\"}\n\n")[:-1])
+        r = self.sbx("exec", "npc1", "--", "true")
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stdout, b"partial")
+        self.assertTrue(r.stderr.startswith(b"sbx: "), r.stderr)
+
+    def test_error_event_after_exit_is_reported(self):
+        self.api.replies.append([SSE_HEAD] + chunked(
+            b"event: start\ndata: {\"exec_id\":\"e\",\"ts\":1}\n\n"
+            b"event: exit\ndata: {\"code\":137,\"signal\":\"KILL\",\"duration_ms\":1,\"truncated\":false}\n\n"
+            b"event: error\ndata: {\"code\":\"timeout\",\"message\":\"exec ran too long\"}\n\n"))
+        r = self.sbx("exec", "npc1", "--", "sleep", "9")
+        self.assertEqual(r.returncode, 124)
+        self.assertEqual(r.stderr, b"sbx: exec ran too long\n")
+
+    def test_bare_gateway_errors_exit_5_and_json_errors_show_the_sentence(self):
+        self.api.replies.append([b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 5\r\n\r\noops!"])
+        r = self.sbx("npc", "ls")
+        self.assertEqual(r.returncode, 5)
+        self.assertIn(b"HTTP 502", r.stderr)
+        body = b'{"error":{"code":"conflict","message":"An NPC has that name."}}'
+        self.api.replies.append([b"HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n" % len(body), body])
+        r = self.sbx("npc", "create", "x")
+        self.assertEqual((r.returncode, r.stderr), (1, b"sbx: An NPC has that name.\n"))
+        self.api.replies.append([b"SSH-2.0-OpenSSH\r\n"])
+        r = self.sbx("npc", "ls")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"not HTTP", r.stderr)
+
+    def test_paths_are_percent_encoded_and_uploads_carry_the_mode(self):
+        ok = b'{"npc":"n","path":"/work/a b"}'
+        self.api.replies.append([b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(ok), ok])
+        r = self.sbx("cp", "--mode", "0750", "-", "n:/work/a b/c&d=%.txt", input=b"\x00\x01")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        method, path, headers, body = self.api.seen[0]
+        self.assertEqual(method, "PUT")
+        self.assertEqual(path, "/api/v1/npcs/n/sandbox/files?path=/work/a%20b/c%26d%3D%25.txt&mode=0750")
+        self.assertEqual(body, b"\x00\x01")
+
+
 if __name__ == "__main__":
     unittest.main()

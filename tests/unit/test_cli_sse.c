@@ -250,6 +250,13 @@ test_ndjson_line_rebuild(void **state)
 	l = cli_sse_ndjson_line("start", "{}", 2, &n);
 	assert_string_equal(l, "{\"type\":\"start\"}\n");
 	free(l);
+	l = cli_sse_ndjson_line("start", "{\n}", 3, &n);
+	assert_string_equal(l, "{\"type\":\"start\"}\n");
+	free(l);
+	/* JSON split over several data lines stays one NDJSON line. */
+	l = cli_sse_ndjson_line("stderr", "{\"data_b64\":\n\"/w==\"}", 20, &n);
+	assert_string_equal(l, "{\"type\":\"stderr\",\"data_b64\": \"/w==\"}\n");
+	free(l);
 	assert_null(cli_sse_ndjson_line("Bad", "{}", 2, &n));
 	assert_null(cli_sse_ndjson_line("x\"y", "{}", 2, &n));
 	assert_null(cli_sse_ndjson_line("", "{}", 2, &n));

@@ -131,7 +131,8 @@ static const char exit_codes[] =
     "  4    not found (404): no such NPC of yours, file or directory\n"
     "  5    server unavailable: connection failed, HTTP 502/503/504\n"
     "  124  sbx exec: the command hit its timeout\n"
-    "  130  interrupted (Ctrl-C); a running exec is cancelled\n";
+    "  130  interrupted (Ctrl-C); a running exec is cancelled\n"
+    "  141  sbx exec: stdout or stderr was closed (a pipe reader left)\n";
 
 static const struct cmd *
 cmd_of(int (*fn)(struct ctx *))
@@ -425,13 +426,16 @@ fail_err(const struct sbx_err *err)
 	return err_exit(err);
 }
 
+/* The NPC the current command is about, for hints in error messages. */
+static const char *hint_npc;
+
 /* Reads an error answer, prints the server's sentence, returns the exit code. */
 static int
 fail_resp(struct cli_conn *c, const struct cli_resp *r)
 {
 	struct sbx_err err;
 	json_t *j = NULL, *e;
-	const char *msg = NULL;
+	const char *msg = NULL, *code;
 	char *body;
 	size_t len = 0;
 
@@ -442,9 +446,13 @@ fail_resp(struct cli_conn *c, const struct cli_resp *r)
 	e = json_object_get(j, "error");
 	if (json_is_object(e))
 		msg = json_string_value(json_object_get(e, "message"));
-	if (msg != NULL)
+	if (msg != NULL) {
 		errmsg("%s", msg);
-	else if (r->status == 401)
+		code = json_string_value(json_object_get(e, "code"));
+		if (code != NULL && strcmp(code, SBX_E_NOT_RUNNING) == 0 &&
+		    hint_npc != NULL)
+			errmsg("start it with: sbx up %s", hint_npc);
+	} else if (r->status == 401)
 		errmsg("the server refused the API key (HTTP 401).");
 	else if (r->status == 413)
 		errmsg("the request is larger than the server accepts (HTTP "
@@ -521,6 +529,7 @@ npc_target(char *dst, size_t cap, const char *npc, const char *suffix,
 {
 	int n;
 
+	hint_npc = npc;
 	n = snprintf(dst, cap, API_BASE "/npcs/");
 	if (n < 0 || (size_t)n >= cap || cli_url_encode(dst, cap, npc) == -1 ||
 	    strlen(dst) + strlen(suffix) + 7 >= cap)

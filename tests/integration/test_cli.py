@@ -275,6 +275,9 @@ class CLITest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         r = self.sbx("status", "bob", "--json")
         self.assertEqual(json.loads(r.stdout)["state"], "stopped")
+        r = self.sbx("exec", "bob", "--", "true")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"sbx up bob", r.stderr)
 
     def test_a_wrong_key_exits_3(self):
         r = self.sbx_as("x" * 43, "npc", "ls")

@@ -1159,6 +1159,7 @@ static int
 cp_from(struct ctx *x, const char *npc, const char *rpath, const char *local)
 {
 	char dst[PATH_MAX], tmp[PATH_MAX + 32], dir[PATH_MAX];
+	const char *parent;
 	struct stat st;
 	mode_t um;
 	int fd = -1, rc;
@@ -1171,11 +1172,12 @@ cp_from(struct ctx *x, const char *npc, const char *rpath, const char *local)
 	/* Into a temporary file beside the destination, renamed when the
 	 * whole file arrived: a failed copy leaves the old file alone. */
 	snprintf(dir, sizeof(dir), "%s", dst);
-	snprintf(tmp, sizeof(tmp), "%s/.sbx-cp-XXXXXX", dirname(dir));
+	parent = dirname(dir);
+	snprintf(tmp, sizeof(tmp), "%s/.sbx-cp-XXXXXX", parent);
 	if ((fd = mkstemp(tmp)) == -1) {
-		errmsg("cannot create a file in %s: %s.", dirname(dir),
+		errmsg("cannot create a file in %s: %s.", parent,
 		    strerror(errno));
-		return CX_ERR;
+		return errno == ENOENT ? CX_NOTFOUND : CX_ERR;
 	}
 	um = umask(0);
 	umask(um);

@@ -6,6 +6,9 @@
 # exits non-zero if anything failed. Never counts a skip, a missing runtime or
 # a fixture that did not come up as anything but a failure.
 #
+# A suite that needs no container runtime carries a line `SBX_ONCE = True`
+# and runs once (under the first runtime's environment) instead of per runtime.
+#
 # Environment: SBX_SUITE_TIMEOUT (s, per suite and runtime, default 900),
 # SBX_UNIT_TIMEOUT (s, per unit binary, default 300), SBX_SUITES (space
 # separated suite files to run instead of all tests/integration/test_*.py).
@@ -118,6 +121,9 @@ for rt in $RUNTIMES; do
 	*",$rt,"*) ;;
 	*)
 		for suite in $suites; do
+			if grep -q '^SBX_ONCE = True' "$suite" && [ "$rt" != "${RUNTIMES%% *}" ]; then
+				continue
+			fi
 			report "$rt $(basename "$suite" .py) (runtime not up)" 0 1
 		done
 		continue
@@ -125,6 +131,11 @@ for rt in $RUNTIMES; do
 	esac
 	for suite in $suites; do
 		name=$(basename "$suite" .py)
+		# A suite that needs no runtime says so (a line `SBX_ONCE = True`)
+		# and runs once, with the first runtime's environment.
+		if grep -q '^SBX_ONCE = True' "$suite" && [ "$rt" != "${RUNTIMES%% *}" ]; then
+			continue
+		fi
 		log="$LOGS/$rt-$name.log"
 		scratch="$OUT/scratch/$rt-$name"
 		mkdir -p "$scratch"

@@ -13,6 +13,8 @@ The suites run once per runtime; tests/run.sh sets, from tests/harness/runtimes.
   SBX_RUNTIMES_DIR, SBX_RUNTIMES_RUN  the fixture's directories
   SBX_TEST_OUT        a directory for this suite's scratch files (under tests/out)
 Everything here speaks the Engine API v1.41 over the unix socket, as the broker does.
+A suite that needs no runtime puts a line `SBX_ONCE = True` at module level: tests/run.sh
+then runs it once instead of once per runtime.
 """
 
 import contextlib

@@ -159,6 +159,38 @@ done:
 	return rc;
 }
 
+/*
+ * Started as root with user set: the state dir and its files (opened by
+ * now) are made the user's, so sqlite can still create its -wal/-shm files
+ * after the switch and a later start as that user works.
+ */
+static int
+give_state_dir(const char *user, const char *dir, struct sbx_err *err)
+{
+	static const char *const files[] = { "", "/api.db", "/api.db-wal",
+	    "/api.db-shm", "/api.key", NULL };
+	struct passwd *pw;
+	char path[4096];
+	size_t i;
+
+	if (user == NULL || user[0] == '\0' || getuid() != 0)
+		return 0;
+	if ((pw = getpwnam(user)) == NULL)
+		return sbx_err_set(err, SBX_E_CONFIG, "user %s does not exist.",
+		    user);
+	if (mkdir(dir, 0700) == -1 && errno != EEXIST)
+		return sbx_err_set(err, SBX_E_CONFIG, "Cannot create state_dir "
+		    "%s: %s.", dir, strerror(errno));
+	for (i = 0; files[i] != NULL; i++) {
+		snprintf(path, sizeof(path), "%s%s", dir, files[i]);
+		if (lchown(path, pw->pw_uid, pw->pw_gid) == -1 &&
+		    errno != ENOENT)
+			return sbx_err_set(err, SBX_E_CONFIG, "Cannot give %s to "
+			    "%s: %s.", path, user, strerror(errno));
+	}
+	return 0;
+}
+
 /* Started as root with user set: switch to it for good. */
 static int
 drop_privileges(const char *user, struct sbx_err *err)
@@ -292,7 +324,8 @@ main(int argc, char **argv)
 		goto done;
 	}
 	/* Bound and opened: nothing below needs root. */
-	if (drop_privileges(cfg.user, &err) == -1) {
+	if (give_state_dir(cfg.user, cfg.state_dir, &err) == -1 ||
+	    drop_privileges(cfg.user, &err) == -1) {
 		fprintf(stderr, "sandbox-api: %s\n", err.message);
 		rc = API_EXIT_CONFIG;
 		goto done;

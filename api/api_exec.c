@@ -259,6 +259,10 @@ exec_output(void *arg, int stream, const unsigned char *buf, size_t len)
 	struct evbuffer *line;
 	size_t n;
 
+	/* Output before start breaks the vtable's order; keep the SSE
+	 * stream well-formed anyway. */
+	if (!a->streaming && a->req != NULL)
+		exec_start(a, "");
 	if (!a->streaming || a->req == NULL || (line = evbuffer_new()) == NULL)
 		return;
 	while (len > 0) {
@@ -503,7 +507,15 @@ read_output(void *arg, int stream, const unsigned char *buf, size_t len)
 	struct areq *a = arg;
 
 	(void)stream;
-	if (!a->streaming || a->req == NULL)
+	/* A driver may skip start for reads (the engine driver does). */
+	if (!a->streaming && a->req != NULL &&
+	    stream_begin(a, SBX_CT_OCTET) == -1) {
+		sbx_op_cancel(a->op);
+		a->op = NULL;
+		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		return;
+	}
+	if (a->req == NULL)
 		return;
 	evbuffer_add(a->chunk, buf, len);
 	stream_flush(a);

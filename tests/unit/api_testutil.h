@@ -163,6 +163,7 @@ struct tu_res {
 	struct sbx_err err;
 	struct sbx_http_req *req;
 	const char *stop_when;   /* cancel (disconnect) once the body holds this */
+	int pause_at_headers;    /* stop reading the body once headers are in */
 	int stopped;
 };
 
@@ -173,6 +174,8 @@ tu_on_response(void *arg, struct sbx_http_req *req, int status)
 	const char *v;
 
 	r->status = status;
+	if (r->pause_at_headers)
+		sbx_http_req_pause(req);
 	if ((v = sbx_http_req_header(req, "Retry-After")) != NULL)
 		snprintf(r->retry_after, sizeof(r->retry_after), "%s", v);
 	if ((v = sbx_http_req_header(req, "Content-Type")) != NULL)

@@ -134,6 +134,21 @@ stub_cb(struct evhttp_request *req, void *arg)
 		    "\"mode\":384,\"mtime\":1}]");
 		return;
 	}
+	if (strcmp(uri, "/v1/sandboxes") == 0) {
+		stub_json(req, 200, "[{\"id\":\"npc-a\",\"state\":\"running\","
+		    "\"image\":\"img\",\"egress\":true,\"created_at\":5,"
+		    "\"last_used_at\":null,\"stop_reason\":null},"
+		    "{\"id\":\"npc-b\",\"state\":\"stopped\",\"image\":\"img\","
+		    "\"egress\":false,\"created_at\":6,\"last_used_at\":7,"
+		    "\"stop_reason\":\"idle\"}]");
+		return;
+	}
+	if (strcmp(uri, "/v1/health") == 0) {
+		stub_json(req, 200, "{\"status\":\"degraded\",\"reason\":"
+		    "\"helper missing\",\"version\":\"0.1.0\",\"runtime\":"
+		    "\"Podman Engine 4.3.1\",\"api_version\":\"1.41\"}");
+		return;
+	}
 	snprintf(buf, sizeof(buf), "{\"id\":\"npc-alpha\",\"state\":\"%s\","
 	    "\"image\":\"img\",\"egress\":%s,\"created_at\":1,"
 	    "\"last_used_at\":2,\"stop_reason\":null}",
@@ -533,6 +548,96 @@ test_broker_token_file_rules(void **state)
 	sbx_broker_token_free(tok);
 }
 
+static struct {
+	int calls;
+	size_t n;
+	struct sbx_status st[2];
+	struct sbx_health h;
+	struct sbx_err err;
+	int has_err;
+} D;
+
+static void
+d_sandboxes(void *arg, const struct sbx_err *err, const struct sbx_status *sts,
+    size_t n)
+{
+	(void)arg;
+	D.calls++;
+	D.has_err = err != NULL;
+	D.n = n;
+	if (n >= 2)
+		memcpy(D.st, sts, sizeof(D.st));
+}
+
+static void
+d_health(void *arg, const struct sbx_err *err, const struct sbx_health *h)
+{
+	(void)arg;
+	D.calls++;
+	D.has_err = err != NULL;
+	if (h != NULL)
+		D.h = *h;
+}
+
+static void
+d_status(void *arg, const struct sbx_err *err, const struct sbx_status *st)
+{
+	(void)arg;
+	(void)st;
+	D.calls++;
+	if (err != NULL)
+		D.err = *err;
+}
+
+static int
+d_called(void *arg)
+{
+	return D.calls >= *(int *)arg;
+}
+
+static void
+test_driver_lists_sandboxes_health_and_cancels_quietly(void **state)
+{
+	struct sbx_driver *d;
+	struct sbx_err err;
+	struct sbx_op *op;
+	int want = 1;
+
+	(void)state;
+	start_api(NULL);
+	d = T.drv;
+	memset(&D, 0, sizeof(D));
+	assert_non_null(d->ops->list_sandboxes(d, d_sandboxes, NULL, &err));
+	assert_true(tu_loop_until(d_called, &want, 3000));
+	assert_false(D.has_err);
+	assert_int_equal(D.n, 2);
+	assert_string_equal(D.st[0].id, "npc-a");
+	assert_int_equal(D.st[0].state, SBX_STATE_RUNNING);
+	assert_int_equal(D.st[0].egress, 1);
+	assert_int_equal(D.st[0].last_used_at_ms, 0);
+	assert_int_equal(D.st[1].state, SBX_STATE_STOPPED);
+	assert_string_equal(D.st[1].stop_reason, "idle");
+	want = 2;
+	assert_non_null(d->ops->health(d, d_health, NULL, &err));
+	assert_true(tu_loop_until(d_called, &want, 3000));
+	assert_false(D.h.ok);
+	assert_string_equal(D.h.status, "degraded");
+	assert_string_equal(D.h.reason, "helper missing");
+	assert_string_equal(D.h.api_version, "1.41");
+	/* A bad id is refused at once, without a callback. */
+	assert_null(d->ops->status(d, "Bad/Id", d_status, NULL, &err));
+	assert_string_equal(err.code, "invalid_id");
+	assert_null(d->ops->read(d, "npc-a", "/etc/passwd", &(struct sbx_sink){
+	    0 }, &err));
+	assert_string_equal(err.code, "path_outside_work");
+	/* Cancelled: no callback ever. */
+	op = d->ops->status(d, "npc-a", d_status, NULL, &err);
+	assert_non_null(op);
+	sbx_op_cancel(op);
+	tu_spin(200);
+	assert_int_equal(D.calls, 2);
+}
+
 int
 main(void)
 {
@@ -556,6 +661,9 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_broker_token_file_rules,
 		    setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_driver_lists_sandboxes_health_and_cancels_quietly, setup,
+		    teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -182,8 +182,7 @@ test_slow_player_pauses_the_exec_at_the_broker(void **state)
 	assert_int_equal(sbx_fake_set_exec_script(C.fake, script, 2), 0);
 	tu_start_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/exec", KA, body,
 	    strlen(body));
-	tu_loop_until(tu_is_done, &r, 50);
-	sbx_http_req_pause(r.req);
+	r.pause_at_headers = 1;
 	/* The api stops reading the broker, the broker pauses the driver. */
 	assert_true(tu_loop_until(paused_once, NULL, 10000));
 	tu_spin(800);
@@ -236,8 +235,11 @@ test_files_and_errors_through_the_broker(void **state)
 
 	(void)state;
 	assert_int_equal(tu_req(&r, "PUT",
-	    "/api/v1/npcs/alpha/sandbox/files?path=/work/x/y.txt", KA,
-	    "chain bytes"), 200);
+	    "/api/v1/npcs/alpha/sandbox/files?path=/work/x/y.txt&mode=0600",
+	    KA, "chain bytes"), 200);
+	assert_int_equal(tu_req(&r, "PUT",
+	    "/api/v1/npcs/alpha/sandbox/files?path=/work/x/z&mode=+644", KA,
+	    "z"), 400);
 	assert_int_equal(tu_req(&r, "GET",
 	    "/api/v1/npcs/alpha/sandbox/files?path=/work/x/y.txt", KA, NULL),
 	    200);
@@ -245,6 +247,7 @@ test_files_and_errors_through_the_broker(void **state)
 	assert_int_equal(tu_req(&r, "GET",
 	    "/api/v1/npcs/alpha/sandbox/list?path=/work/x", KA, NULL), 200);
 	assert_non_null(strstr(tu_text(&r), "\"y.txt\""));
+	assert_non_null(strstr(tu_text(&r), "\"mode\":384"));
 	assert_int_equal(tu_req(&r, "GET",
 	    "/api/v1/npcs/alpha/sandbox/files?path=/work/none", KA, NULL), 404);
 	assert_string_equal(tu_code(&r), "not_found");

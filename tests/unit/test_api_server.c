@@ -428,6 +428,28 @@ test_concurrent_execs_over_limit_get_429_and_disconnect_cancels(void **state)
 	tu_res_free(&r);
 }
 
+/* No output, no heartbeat due: the hang-up is still noticed at once. */
+static void
+test_disconnect_of_a_silent_exec_cancels_it(void **state)
+{
+	static const struct sbx_fake_step script[] = {
+		{ .kind = SBX_FAKE_STEP_HANG },
+	};
+	struct tu_res r = { 0 };
+
+	(void)state;
+	start_fake();
+	alice_npc("alpha");
+	assert_int_equal(sbx_fake_set_exec_script(T.drv, script, 1), 0);
+	r.stop_when = "event: start";
+	tu_start_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/exec", KA,
+	    EXEC_SLEEP, strlen(EXEC_SLEEP));
+	assert_true(tu_loop_until(tu_is_done, &r, 3000));
+	assert_true(r.stopped);
+	assert_true(tu_loop_until(exec_cancelled, NULL, 2000));
+	tu_res_free(&r);
+}
+
 static void
 test_requests_per_minute_over_limit_get_429_with_retry_after(void **state)
 {
@@ -542,8 +564,7 @@ test_slow_client_pauses_the_exec_and_gets_every_byte(void **state)
 	tu_start_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/exec", KA,
 	    EXEC_YES, strlen(EXEC_YES));
 	/* Do not read: the api's queue fills and it pauses the producer. */
-	tu_loop_until(tu_is_done, &r, 100);
-	sbx_http_req_pause(r.req);
+	r.pause_at_headers = 1;
 	assert_true(tu_loop_until(paused_once, NULL, 5000));
 	/* Once the kernel's socket buffers are full too, the producer stays
 	 * paused for as long as the client does not read. */
@@ -664,6 +685,59 @@ test_npc_names_routes_and_methods(void **state)
 	tu_res_free(&r);
 }
 
+static int drain_called;
+
+static void
+drain_done(void *arg)
+{
+	(void)arg;
+	drain_called++;
+}
+
+static int
+drained(void *arg)
+{
+	(void)arg;
+	return drain_called > 0;
+}
+
+static void
+test_drain_lets_open_streams_finish_and_refuses_new_connections(void **state)
+{
+	static const struct sbx_fake_step script[] = {
+		{ .kind = SBX_FAKE_STEP_OUTPUT, .stream = 1, .data = "a\n" },
+		{ .kind = SBX_FAKE_STEP_OUTPUT, .stream = 1, .data = "b\n" },
+		{ .kind = SBX_FAKE_STEP_EXIT, .code = 0 },
+	};
+	struct tu_res first = { 0 }, r = { 0 };
+
+	(void)state;
+	start_fake();
+	alice_npc("alpha");
+	assert_int_equal(sbx_fake_set_exec_script(T.drv, script, 3), 0);
+	sbx_fake_set_delay_ms(T.drv, 100);
+	drain_called = 0;
+	tu_start_req(&first, "POST", "/api/v1/npcs/alpha/sandbox/exec", KA,
+	    EXEC_YES, strlen(EXEC_YES));
+	assert_true(tu_loop_until(execs_live, NULL, 3000));
+	api_server_drain(T.srv, drain_done, NULL);
+	tu_spin(20);
+	assert_int_equal(drain_called, 0);
+	/* No new connection is accepted. */
+	memset(&r, 0, sizeof(r));
+	tu_start_req(&r, "GET", "/api/v1/npcs", KA, NULL, 0);
+	assert_true(tu_loop_until(tu_is_done, &r, 3000));
+	assert_true(r.failed);
+	/* The open stream ends normally, then the drain completes. */
+	assert_true(tu_loop_until(tu_is_done, &first, 5000));
+	assert_false(first.failed);
+	assert_non_null(strstr(tu_text(&first), "event: exit"));
+	assert_true(tu_loop_until(drained, NULL, 3000));
+	assert_int_equal(api_server_inflight(T.srv), 0);
+	tu_res_free(&first);
+	tu_res_free(&r);
+}
+
 int
 main(void)
 {
@@ -690,6 +764,8 @@ main(void)
 		    test_concurrent_execs_over_limit_get_429_and_disconnect_cancels,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(
+		    test_disconnect_of_a_silent_exec_cancels_it, setup, teardown),
+		cmocka_unit_test_setup_teardown(
 		    test_requests_per_minute_over_limit_get_429_with_retry_after,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_body_over_limit_gets_413,
@@ -704,6 +780,9 @@ main(void)
 		cmocka_unit_test_setup_teardown(
 		    test_api_key_never_appears_in_logs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_npc_names_routes_and_methods,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_drain_lets_open_streams_finish_and_refuses_new_connections,
 		    setup, teardown),
 	};
 

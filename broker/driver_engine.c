@@ -33,6 +33,7 @@
 #define KILL_TIMEOUT_MS 10000
 #define EXIT_POLLS 50
 #define EXIT_POLL_MS 20
+#define ENSURE_RETRIES 5               /* create races lost before giving up */
 #define L_MANAGED "io.sbx.managed"
 #define L_ID "io.sbx.id"
 #define L_EGRESS "io.sbx.egress"
@@ -101,7 +102,8 @@ struct eop {
 	char image[256];
 	int egress;
 	int64_t mem, cpus, pids;
-	int recreated;
+	int retries;                  /* lost create races so far */
+	struct event *retry;
 
 	/* exec, read, write, list, kill */
 	json_t *cmd;                  /* helper argv */
@@ -309,6 +311,18 @@ runtime_err(struct sbx_err *err, int status, json_t *body, const char *what)
 	    what, status, m != NULL ? m : "no message");
 }
 
+/* A create that lost a race with a concurrent one: Docker answers 409,
+ * Podman 4.3 answers 500 "... is already in use" / "already exists". */
+static int
+name_taken(int status, json_t *body)
+{
+	const char *m = json_string_value(json_object_get(body, "message"));
+
+	return status == 409 || (status == 500 && m != NULL &&
+	    (strstr(m, "already in use") != NULL ||
+	    strstr(m, "already exists") != NULL));
+}
+
 /* ---------- op lifetime ---------- */
 
 static struct eop *
@@ -352,6 +366,8 @@ op_free(struct eop *op)
 		event_free(op->timer);
 	if (op->defer != NULL)
 		event_free(op->defer);
+	if (op->retry != NULL)
+		event_free(op->retry);
 	if (op->resp != NULL)
 		evbuffer_free(op->resp);
 	if (op->stdin_buf != NULL)
@@ -839,6 +855,31 @@ ensure_start(struct eop *op)
 }
 
 static void
+ensure_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	ensure_inspect(arg);
+}
+
+/* Starts the ensure over from its inspect after a short, growing pause. */
+static void
+ensure_retry_later(struct eop *op)
+{
+	struct timeval tv = { 0, 0 };
+	struct sbx_err e;
+
+	op->retries++;
+	tv.tv_usec = 20000L * op->retries;
+	if (op->retry == NULL)
+		op->retry = evtimer_new(op->e->base.base, ensure_retry_cb, op);
+	if (op->retry == NULL || event_add(op->retry, &tv) < 0) {
+		sbx_err_set(&e, SBX_E_INTERNAL, "cannot arm a timer");
+		finish_err(op, &e);
+	}
+}
+
+static void
 ensure_created(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
@@ -848,10 +889,9 @@ ensure_created(struct eop *op, int status, json_t *body,
 		finish_err(op, err);
 		return;
 	}
-	if (status == 409 && !op->recreated) {
-		/* Someone made it meanwhile: look again, once. */
-		op->recreated = 1;
-		ensure_inspect(op);
+	if (name_taken(status, body) && op->retries < ENSURE_RETRIES) {
+		/* A concurrent ensure made it: look again once it is visible. */
+		ensure_retry_later(op);
 		return;
 	}
 	if (status == 404) {
@@ -901,8 +941,8 @@ network_created(struct eop *op, int status, json_t *body,
 		finish_err(op, err);
 		return;
 	}
-	/* 409: created by a concurrent ensure; it carries our labels too. */
-	if (status != 201 && status != 200 && status != 409) {
+	/* Taken: created by a concurrent ensure, with our labels too. */
+	if (status != 201 && status != 200 && !name_taken(status, body)) {
 		runtime_err(&e, status, body, "create the egress network");
 		finish_err(op, &e);
 		return;
@@ -969,6 +1009,10 @@ volume_created(struct eop *op, int status, json_t *body,
 
 	if (err != NULL) {
 		finish_err(op, err);
+		return;
+	}
+	if (name_taken(status, body) && op->retries < ENSURE_RETRIES) {
+		ensure_retry_later(op);
 		return;
 	}
 	if (status != 201 && status != 200) {

@@ -184,6 +184,9 @@ if [ -z "$RT_HOST" ]; then
 	runtime = "runc"
 	cgroup_manager = "cgroupfs"
 	events_logger = "file"
+	# Each API exec keeps two conmon processes for this long (default
+	# 300 s); the broker reads the exit code as the stream ends.
+	exit_command_delay = 5
 	tmp_dir = "$PODMAN_RUNROOT/tmp"
 
 	[network]

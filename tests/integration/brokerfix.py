@@ -417,22 +417,23 @@ DEFAULT_LIMITS = {
 }
 
 
-def write_config(path, limits, runtime):
-    """Writes the broker config file for these limits."""
-    lines = [
-        "# written by tests/integration/brokerfix.py",
-        "exec_output_cap = %d" % limits["output_cap"],
-        "exec_timeout_max_ms = %d" % limits["exec_timeout_max_ms"],
-        "memory = %d" % limits["memory"],
-        "pids = %d" % limits["pids"],
-        "cpus = %s" % limits["cpus"],
-        "tmp_size = %d" % limits["tmp_size"],
-        "file_cap = %d" % limits["file_cap"],
-        "max_execs = %d" % limits["max_execs"],
-        "max_sandboxes = %d" % limits["max_sandboxes"],
-    ]
+def write_config(path, limits):
+    """Writes the broker's JSON config file (keys: broker/broker_config.c)."""
+    cfg = {
+        "output_cap": limits["output_cap"],
+        "exec_timeout": min(30000, limits["exec_timeout_max_ms"]),
+        "exec_timeout_max": limits["exec_timeout_max_ms"],
+        "memory": limits["memory"],
+        "pids": limits["pids"],
+        "cpus": str(limits["cpus"]),
+        "tmp_size": limits["tmp_size"],
+        "file_size_max": limits["file_cap"],
+        "max_execs_per_sandbox": limits["max_execs"],
+        "max_sandboxes": limits["max_sandboxes"],
+        "log_level": "debug",
+    }
     with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+        json.dump(cfg, f, indent=1)
 
 
 class Broker:
@@ -452,7 +453,7 @@ class Broker:
         self.config = os.path.join(self.dir, "broker.conf")
         self.limits = dict(DEFAULT_LIMITS)
         self.limits.update(limits or {})
-        write_config(self.config, self.limits, runtime_sock)
+        write_config(self.config, self.limits)
         self.log = os.path.join(self.dir, "broker.log")
         self.runtime_sock = runtime_sock
         self.image = image

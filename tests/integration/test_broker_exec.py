@@ -106,7 +106,7 @@ class ExecTest(BrokerTestCase):
         st = ExecStream(self.client, self.sid, ["sh", "-c", "sleep 303 & sleep 304"])
         self.assertEqual(st.resp.status, 200)
         st.wait_for("start")
-        both = wait_until(lambda: len(procs(self.client, self.sid, rb"sleep 30[34]")) == 2, 3.0, 0.1)
+        both = wait_until(lambda: len(procs(self.client, self.sid, rb"^\s*\d+\s+sleep 30[34]")) == 2, 3.0, 0.1)
         self.assertTrue(both, "the exec did not start its two sleeps")
         st.close()
         t0 = time.monotonic()

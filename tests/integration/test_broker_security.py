@@ -223,7 +223,7 @@ class ConfinementTest(BrokerTestCase):
                                                       timeout_ms=30000))
         oom = (res.error is not None and res.error.get("code") == "oom")
         self.assertTrue(oom or b"Killed" in bytes(res.err) or (res.exit or {}).get("code") == 137
-                        or (res.exit or {}).get("signal") in (9, "SIGKILL"), res)
+                        or (res.exit or {}).get("signal") in (9, "SIGKILL", "KILL"), res)
         res = self.client.exec(self.sid, ["true"])
         self.assertEqual(res.code, 0, res)
         st = self.client.status(self.sid)

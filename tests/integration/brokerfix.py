@@ -144,8 +144,16 @@ class BrokerClient:
             headers.setdefault("Content-Type", "application/json")
         conn = UnixHTTPConnection(self.sock_path, timeout or self.timeout)
         try:
-            conn.request(method, path, body=body, headers=self._headers(token, headers))
-            r = conn.getresponse()
+            try:
+                conn.request(method, path, body=body, headers=self._headers(token, headers))
+                r = conn.getresponse()
+            except (BrokenPipeError, ConnectionResetError):
+                # The server may answer (413, 401...) and close before it has
+                # read the whole body: read the answer it sent.
+                if conn.sock is None:
+                    raise
+                r = http.client.HTTPResponse(conn.sock, method=method)
+                r.begin()
             data = r.read()
             self._remember(r.getheaders(), data)
             return Reply(r.status, dict((k.lower(), v) for k, v in r.getheaders()), data)
@@ -487,7 +495,9 @@ class Broker:
         self.logf = open(self.log, "ab")
         self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
                                      stdout=self.logf, stderr=self.logf, env=env)
-        client = BrokerClient(self.sock, self.token, timeout=10)
+        # Ready = the server answers HTTP (without a token: 401), whatever
+        # the runtime does.
+        client = BrokerClient(self.sock, None, timeout=10)
         deadline = time.monotonic() + wait
         while True:
             if self.proc.poll() is not None:
@@ -495,7 +505,9 @@ class Broker:
                                    % (self.proc.returncode, self.log_text()[-3000:]))
             if os.path.exists(self.sock):
                 try:
-                    client.health()
+                    r = client.health()
+                    if r.status != 401:
+                        raise RuntimeError("unauthenticated /v1/health answered %r" % r)
                     return
                 except OSError:
                     pass
@@ -504,7 +516,7 @@ class Broker:
                                    % (self.sock, wait, self.log_text()[-3000:]))
             time.sleep(0.05)
 
-    def client(self, timeout=60):
+    def client(self, timeout=30):
         return BrokerClient(self.sock, self.token, timeout)
 
     def alive(self):
@@ -547,6 +559,7 @@ class BrokerTestCase(unittest.TestCase):
     teardown destroys it."""
 
     limits = None
+    via_relay = False  # True: the broker reaches the runtime through cls.relay (SocketRelay)
     maxDiff = 4000
 
     @classmethod
@@ -572,6 +585,13 @@ class BrokerTestCase(unittest.TestCase):
 
     @classmethod
     def start_broker(cls, limits=None, runtime_sock=None, name=None):
+        if runtime_sock is None and cls.via_relay:
+            if getattr(cls, "relay", None) is None:
+                cls.relay_dir = tempfile.mkdtemp(prefix="sbx-bt-relay-")
+                cls.relay = SocketRelay(os.path.join(cls.relay_dir, "runtime.sock"),
+                                        cls.runtime_sock)
+                cls.relay.start()
+            runtime_sock = cls.relay.path
         b = Broker(runtime_sock or cls.runtime_sock, cls.image, limits,
                    name=name or cls.__name__)
         cls.brokers.append(b)
@@ -595,6 +615,9 @@ class BrokerTestCase(unittest.TestCase):
     def tearDownClass(cls):
         problems = []
         b = cls.broker
+        relay = getattr(cls, "relay", None)
+        if relay is not None and relay.lsock is None:
+            relay.start()  # a test took the runtime away: give it back for cleanup
         # Destroy every sandbox through the broker (the one under test).
         if b is not None and b.alive():
             c = b.client(timeout=60)
@@ -612,6 +635,10 @@ class BrokerTestCase(unittest.TestCase):
         for br in cls.brokers:
             br.stop()
             logs.append(br.log_text())
+        if relay is not None:
+            relay.stop()
+            shutil.rmtree(cls.relay_dir, ignore_errors=True)
+            cls.relay = None
         # Nothing managed may remain; clean it up anyway so the next class starts clean.
         conts, vols = cls.engine.managed_leftovers()
         if conts or vols:
@@ -639,7 +666,10 @@ class BrokerTestCase(unittest.TestCase):
     # --- assertion helpers ---
     def assertError(self, reply, status, code):
         self.assertEqual(reply.status, status, reply)
-        body = reply.json()
+        try:
+            body = reply.json()
+        except ValueError:
+            self.fail("error reply is not the JSON error object of SPEC §4: %r" % reply)
         self.assertIsInstance(body.get("error"), dict, reply)
         self.assertEqual(body["error"].get("code"), code, reply)
         self.assertIsInstance(body["error"].get("message"), str, reply)
@@ -675,6 +705,8 @@ class SocketRelay:
         self.conns = []
         self.lock = threading.Lock()
         self.thread = None
+        self.active = 0      # relayed connections open now
+        self.max_active = 0  # most open at once since reset_max()
 
     def start(self):
         if os.path.exists(self.path):
@@ -699,11 +731,18 @@ class SocketRelay:
                 continue
             with self.lock:
                 self.conns += [c, u]
+                self.active += 1
+                self.max_active = max(self.max_active, self.active)
+            done = [2]
             for a, b in ((c, u), (u, c)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+                threading.Thread(target=self._pump, args=(a, b, done), daemon=True).start()
 
-    @staticmethod
-    def _pump(a, b):
+    def reset_max(self):
+        with self.lock:
+            self.max_active = self.active
+            return self.active
+
+    def _pump(self, a, b, done):
         try:
             while True:
                 d = a.recv(65536)
@@ -716,6 +755,14 @@ class SocketRelay:
             b.shutdown(socket.SHUT_WR)
         except OSError:
             pass
+        with self.lock:
+            done[0] -= 1
+            if done[0] == 0:
+                self.active -= 1
+                for s in (a, b):
+                    if s in self.conns:
+                        self.conns.remove(s)
+                    s.close()
 
     def stop(self):
         """Closes the listener and every relayed connection; the socket path goes away."""

@@ -58,40 +58,6 @@ class EnsureTest(BrokerTestCase):
         self.assertEqual(len(cont), 1, [c["Names"] for c in cont])
         self.assertEqual(len(self.engine.volumes_of(sid)), 1)
 
-    def test_ensures_of_different_ids_run_in_parallel(self):
-        # Cold ensures one after another, then five other ids at once.
-        seq = []
-        for i in range(5):
-            sid = self.new_id("seq%d" % i)
-            t0 = time.monotonic()
-            self.ensure_ok(sid)
-            seq.append(time.monotonic() - t0)
-        par_ids = [self.new_id("par%d" % i) for i in range(5)]
-        replies = {}
-        barrier = threading.Barrier(5)
-
-        def one(sid):
-            c = self.broker.client(timeout=120)
-            barrier.wait()
-            replies[sid] = c.ensure(sid)
-
-        threads = [threading.Thread(target=one, args=(s,)) for s in par_ids]
-        t0 = time.monotonic()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(180)
-        wall = time.monotonic() - t0
-        for sid in par_ids:
-            self.assertEqual(replies[sid].status, 200, replies[sid])
-            self.assertEqual(len(self.engine.containers_of(sid)), 1)
-        self.assertLess(wall, 0.8 * sum(seq),
-                        "5 concurrent cold ensures took %.2fs, 5 sequential ones %.2fs (%s): "
-                        "ensures of different ids are serialised"
-                        % (wall, sum(seq), ", ".join("%.2f" % s for s in seq)))
-        for sid in par_ids + self.ids[-10:-5]:
-            self.client.destroy(sid)
-
     def test_egress_flip_replaces_container_and_keeps_work(self):
         sid = self.new_id("egress")
         self.ensure_ok(sid, egress=False)
@@ -191,6 +157,45 @@ class EnsureTest(BrokerTestCase):
             self.assertIn(states.get(sid), (None, "absent"), body)
         finally:
             self.engine.remove(cid)
+
+
+class ParallelEnsureTest(BrokerTestCase):
+    """Ensures of different ids run in parallel. Wall time cannot show it
+    (Podman serialises container creation itself), so the test looks at the
+    broker's side: how many runtime connections it holds open at once."""
+
+    via_relay = True
+
+    def test_ensures_of_different_ids_run_in_parallel(self):
+        one = self.new_id("par-one")
+        t0 = time.monotonic()
+        self.ensure_ok(one)
+        single = time.monotonic() - t0
+        ids = [self.new_id("par%d" % i) for i in range(5)]
+        replies = {}
+        barrier = threading.Barrier(5)
+
+        def cold(sid):
+            c = self.broker.client(timeout=120)
+            barrier.wait()
+            replies[sid] = c.ensure(sid)
+
+        threads = [threading.Thread(target=cold, args=(s,)) for s in ids]
+        base = self.relay.reset_max()
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(180)
+        wall = time.monotonic() - t0
+        peak = self.relay.max_active - base
+        for sid in ids:
+            self.assertEqual(replies[sid].status, 200, replies[sid])
+            self.assertEqual(len(self.engine.containers_of(sid)), 1)
+        self.assertGreaterEqual(
+            peak, 3, "5 concurrent cold ensures of different ids never had more than %d "
+            "runtime request(s) in flight at once (wall %.2fs, one ensure %.2fs): "
+            "ensures are serialised across ids" % (peak, wall, single))
 
 
 class StrictBodyTest(BrokerTestCase):

@@ -73,14 +73,20 @@ class FilesTest(BrokerTestCase):
         r = self.client.write(self.sid, "/work/m.txt", b"first version, long\n", mode="0600")
         self.assertIn(r.status, (200, 201, 204), r)
         self.assertEqual(self.sh("stat -c %a /work/m.txt").strip(), b"600")
-        r = self.client.write(self.sid, "/work/m.txt", b"short\n")
-        self.assertIn(r.status, (200, 201, 204), r)
-        r = self.client.read(self.sid, "/work/m.txt")
-        self.assertEqual(r.body, b"short\n")
         ent = [e for e in entries(self.client.list(self.sid, "/work")) if e["name"] == "m.txt"][0]
         mode = ent["mode"]
         mode = int(mode, 8) if isinstance(mode, str) else mode
         self.assertEqual(mode & 0o777, 0o600, ent)
+        r = self.client.write(self.sid, "/work/m.txt", b"short\n", mode="0640")
+        self.assertIn(r.status, (200, 201, 204), r)
+        r = self.client.read(self.sid, "/work/m.txt")
+        self.assertEqual(r.body, b"short\n")
+        self.assertEqual(self.sh("stat -c %a /work/m.txt").strip(), b"640")
+        for bad in ("abc", "0999", "01777", "-1", "4755"):
+            with self.subTest(mode=bad):
+                r = self.client.write(self.sid, "/work/m.txt", b"x", mode=bad)
+                self.assertEqual(r.status, 400, r)
+        self.assertEqual(self.client.read(self.sid, "/work/m.txt").body, b"short\n")
         # empty file
         r = self.client.write(self.sid, "/work/empty", b"")
         self.assertIn(r.status, (200, 201, 204), r)
@@ -153,7 +159,7 @@ class FilesTest(BrokerTestCase):
                 r = self.client.write(self.sid, p, b"pwned\n")
                 self.assertTrue(400 <= r.status < 500, r)
         self.assertEqual(self.snapshot(), before)
-        out = self.sh("readlink /work/p /work/q /work/t; cat /tmp/secret; "
+        out = self.sh("for l in /work/p /work/q /work/t; do readlink $l; done; cat /tmp/secret; "
                       "for f in /tmp/target /tmp/x /tmp/new; do [ -e $f ] && echo LEAK $f; done; true")
         self.assertEqual(out, b"/etc/passwd\n/tmp/target\n/tmp\ntopsecret\n")
 

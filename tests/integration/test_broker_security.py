@@ -233,23 +233,7 @@ class ConfinementTest(BrokerTestCase):
 class RuntimeOutageTest(BrokerTestCase):
     """The broker talks to the runtime through a relay the test can cut."""
 
-    @classmethod
-    def start_broker(cls, limits=None, runtime_sock=None, name=None):
-        if not hasattr(cls, "relay"):
-            cls.relay_dir = tempfile.mkdtemp(prefix="sbx-bt-relay-")
-            cls.relay = SocketRelay(os.path.join(cls.relay_dir, "runtime.sock"), cls.runtime_sock)
-            cls.relay.start()
-        return super().start_broker(limits, runtime_sock or cls.relay.path, name)
-
-    @classmethod
-    def tearDownClass(cls):
-        if hasattr(cls, "relay") and cls.relay.lsock is None:
-            cls.relay.start()
-        try:
-            super().tearDownClass()
-        finally:
-            if hasattr(cls, "relay"):
-                cls.relay.stop()
+    via_relay = True
 
     def test_runtime_gone_then_back(self):
         sid = self.new_id("outage")

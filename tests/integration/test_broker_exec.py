@@ -119,7 +119,7 @@ class ExecTest(BrokerTestCase):
 
     def test_output_cap_truncates(self):
         cap = self.broker.limits["output_cap"]
-        res = self.client.exec(self.sid, ["yes"], timeout=60)
+        res = self.client.exec(self.sid, ["yes"], timeout=20)
         self.assertIsNotNone(res.exit, res)
         self.assertIs(res.exit["truncated"], True, res)
         total = len(res.out) + len(res.err)

@@ -54,8 +54,8 @@ def unix_path(url):
 
 
 def broker_binary():
-    path = os.environ.get("SBX_BROKER_BIN",
-                          os.path.join(REPO, "build", "out", "sandbox-broker"))
+    build = os.environ.get("SBX_BUILD", os.path.join(REPO, "build", "out"))
+    path = os.environ.get("SBX_BROKER_BIN", os.path.join(build, "sandbox-broker"))
     if not os.access(path, os.X_OK):
         raise RuntimeError("sandbox-broker not found at %s: build it with `make all` "
                            "(or set SBX_BROKER_BIN)" % path)

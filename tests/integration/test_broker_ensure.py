@@ -34,7 +34,9 @@ class EnsureTest(BrokerTestCase):
         self.assertEqual(r.status, 200, r)
         body = r.json()
         items = body if isinstance(body, list) else body.get("sandboxes")
-        self.assertIn(sid, [s["id"] for s in items], body)
+        ids = [s["id"] for s in items]
+        self.assertIn(sid, ids, body)
+        self.assertEqual(ids, sorted(ids))
 
     def test_concurrent_ensures_of_one_id(self):
         sid = self.new_id("conc")
@@ -100,7 +102,10 @@ class EnsureTest(BrokerTestCase):
         cid = self.engine.containers_of(sid)[0]["Id"]
 
         r = self.client.stop(sid)
-        self.assertIn(r.status, (200, 204), r)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual((r.json()["state"], r.json()["stop_reason"]), ("stopped", "operator"), r)
+        r = self.client.stop(sid)
+        self.assertEqual(r.status, 200, r)
         r = self.client.status(sid)
         self.assertEqual(r.status, 200, r)
         self.assertEqual(r.json()["state"], "stopped", r)
@@ -145,7 +150,7 @@ class EnsureTest(BrokerTestCase):
             self.assertEqual(self.engine.containers_of(sid), [])
             # stop and destroy of that id do not touch it either
             self.client.stop(sid)
-            self.client.destroy(sid)
+            self.assertError(self.client.destroy(sid), 409, "conflict")
             after = self.engine.inspect(cid)
             self.assertIsNotNone(after, "destroy removed a container the broker did not create")
             self.assertTrue(after["State"]["Running"], "stop stopped a foreign container")
@@ -233,7 +238,8 @@ class StrictBodyTest(BrokerTestCase):
                 self.assertNothingCreated(sid)
 
     def test_ensure_not_an_object(self):
-        for raw in (b"[]", b"\"egress\"", b"{\"egress\": fal", b"\xff\xfe", b"{\"egress\":false}{}"):
+        for raw in (b"[]", b"\"egress\"", b"{\"egress\": fal", b"\xff\xfe", b"{\"egress\":false}{}",
+                    b"{\"egress\":false,\"egress\":true}", b"", b"{}", b"{\"image\":null}"):
             sid = self.new_id("nj")
             with self.subTest(raw=raw):
                 r = self.client.request("PUT", "/v1/sandboxes/" + sid, raw,
@@ -278,7 +284,9 @@ class StrictBodyTest(BrokerTestCase):
                  ({"argv": ["touch", "/work/m3"], "User": "root"}, "unknown_field"),
                  ({"argv": ["touch", "/work/m4"], "timeout_ms": "5"}, "wrong_type"),
                  ({"argv": ["touch", "/work/m5"], "env": "A=1"}, "wrong_type"),
-                 ({"argv": ["touch", "/work/m6"], "stdin": 5}, "wrong_type")]
+                 ({"argv": ["touch", "/work/m6"], "stdin": 5}, "wrong_type"),
+                 ({"argv": ["touch", "/work/m7"], "timeout_ms": -1}, "wrong_type"),
+                 ({"argv": ["touch", "/work/m8"], "output_cap": -5}, "wrong_type")]
         for body, code in cases:
             with self.subTest(body=body):
                 r = self.client.request("POST", "/v1/sandboxes/%s/exec" % self.sid, body)
@@ -286,7 +294,7 @@ class StrictBodyTest(BrokerTestCase):
         res = self.client.exec(self.sid, ["ls", "/work"])
         self.assertEqual(res.code, 0, res)
         names = bytes(res.out).split()
-        for m in (b"m1", b"m2", b"m3", b"m4", b"m5", b"m6"):
+        for m in (b"m1", b"m2", b"m3", b"m4", b"m5", b"m6", b"m7", b"m8"):
             self.assertNotIn(m, names, "a refused exec ran: %r" % res)
 
 

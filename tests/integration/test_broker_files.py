@@ -10,7 +10,8 @@ from brokerfix import BrokerTestCase, MiB
 
 BAD_PATHS = ["../x", "/etc/passwd", "/work/../etc/passwd", "work/x", "/work//x",
              "/work/./x", "/work/x\x00y", "/work/..", "/workx/a", "", "/work/a/../../etc/passwd",
-             "/work/" + "a" * 5000]
+             "/work/" + "a" * 5000, "/work/x/", "/workspace/x", "/work/x\ny", "/work/\x7f",
+             "/work/\uff0e\uff0e/etc/passwd", "/work/a\u2215..\u2215etc", "/work/" + "b" * 256]
 
 
 def entries(reply):
@@ -49,6 +50,7 @@ class FilesTest(BrokerTestCase):
         self.assertNotEqual(self.uid, "0")
         for line in lines[1:]:
             self.assertEqual(line.split()[0], self.uid, out)
+        self.assertEqual(self.sh("stat -c %a /work/big /work/big/nested").split(), [b"755", b"755"])
         # list
         r = self.client.list(self.sid, "/work/big/nested")
         self.assertEqual(r.status, 200, r)
@@ -127,13 +129,20 @@ class FilesTest(BrokerTestCase):
                 self.assertError(self.client.write(self.sid, p, b"pwned\n"), 400, "path_outside_work")
                 self.assertError(self.client.list(self.sid, p), 400, "path_outside_work")
         # percent-encoded dot segments are dot segments all the same
-        for raw in ("%2Fwork%2F%2E%2E%2Fetc%2Fpasswd", "/work/%2e%2e/etc/passwd", "/work/x%00"):
+        for raw in ("%2Fwork%2F%2E%2E%2Fetc%2Fpasswd", "/work/%2e%2e/etc/passwd", "/work/x%00",
+                    "/work/%ff"):
             with self.subTest(raw=raw):
                 r = self.client.request("GET", "/v1/sandboxes/%s/files?path=%s" % (self.sid, raw))
                 self.assertError(r, 400, "path_outside_work")
                 r = self.client.request("PUT", "/v1/sandboxes/%s/files?path=%s" % (self.sid, raw), b"pwned\n")
                 self.assertError(r, 400, "path_outside_work")
         r = self.client.request("GET", "/v1/sandboxes/%s/files" % self.sid)
+        self.assertError(r, 400, "bad_request")
+        r = self.client.request("GET", "/v1/sandboxes/%s/files?path=/work/x&path=/etc/passwd" % self.sid)
+        self.assertError(r, 400, "bad_request")
+        r = self.client.request("PUT", "/v1/sandboxes/%s/files?path=/work/y&path=/etc/y" % self.sid, b"pwned\n")
+        self.assertError(r, 400, "bad_request")
+        r = self.client.write(self.sid, "/work", b"pwned\n")
         self.assertEqual(r.status, 400, r)
         self.assertEqual(self.snapshot(), before)
         self.assertEqual(self.client.read(self.sid, "/work/x").body, b"keep\n")

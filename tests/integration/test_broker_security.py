@@ -47,6 +47,8 @@ class AuthTest(BrokerTestCase):
                     with self.subTest(method=method, path=path, token=tok):
                         r = self.client.request(method, path, body, token=tok)
                         self.assertEqual(r.status, 401, r)
+                        self.assertEqual(r.headers.get("www-authenticate", "").split(" ")[0], "Bearer", r.headers)
+                        self.assertEqual(r.error_code(), "unauthorized", r)
                         self.assertNotIn(CANARY.encode(), r.body)
                 for hdr in ("Basic " + CANARY, CANARY, "Bearer", "Bearer" + CANARY, "Token " + CANARY):
                     with self.subTest(method=method, path=path, header=hdr):
@@ -60,6 +62,14 @@ class AuthTest(BrokerTestCase):
         self.assertEqual(st.json()["state"], "running")
         res = self.client.exec(self.sid, ["ls", "/work"])
         self.assertNotIn(b"pwned", bytes(res.out))
+
+    def test_wrong_method(self):
+        for method, path in (("POST", "/v1/health"), ("DELETE", "/v1/sandboxes"),
+                             ("GET", "/v1/sandboxes/%s/exec" % self.sid)):
+            with self.subTest(method=method, path=path):
+                r = self.client.request(method, path)
+                self.assertError(r, 405, "method_not_allowed")
+                self.assertTrue(r.headers.get("allow"), r.headers)
 
     def test_right_token_works(self):
         r = self.client.health()

@@ -74,8 +74,12 @@ class UnixHTTPConnection(http.client.HTTPConnection):
 
     def connect(self):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        s.connect(self.unix_path)
+        try:
+            s.settimeout(self.timeout)
+            s.connect(self.unix_path)
+        except BaseException:
+            s.close()
+            raise
         self.sock = s
 
     def hard_close(self):

@@ -4,6 +4,12 @@
 # tests/run.sh runs once per runtime with SBX_TEST_RUNTIME=docker|podman,
 # SBX_RUNTIME_HOST=unix://PATH and SBX_TEST_IMAGE set.
 #
+# By hand, against runtimes from `tests/harness/runtimes.sh up DIR`:
+#   set -a; . DIR/env; set +a
+#   SBX_TEST_RUNTIME=docker SBX_RUNTIME_HOST=$SBX_DOCKER_HOST \
+#       /usr/bin/python3 tests/integration/test_broker_exec.py [-k NAME]
+# (SBX_BUILD or SBX_BROKER_BIN point at another build.)
+#
 # BrokerTestCase starts one sandbox-broker per test class (temp state dir,
 # 0600 canary token file, private unix socket, small limits), and on teardown
 # destroys every sandbox the class made through the broker, stops the broker
@@ -454,6 +460,9 @@ def write_config(path, limits):
         "max_execs_per_sandbox": limits["max_execs"],
         "max_sandboxes": limits["max_sandboxes"],
         "log_level": "debug",
+        # the idle reaper is not under test here: keep it out of the way
+        "idle_timeout": 3600000,
+        "reap_interval": 3600000,
     }
     with open(path, "w") as f:
         json.dump(cfg, f, indent=1)
@@ -709,6 +718,7 @@ class SocketRelay:
         self.conns = []
         self.lock = threading.Lock()
         self.thread = None
+        self.total = 0       # connections relayed since start
         self.active = 0      # relayed connections open now
         self.max_active = 0  # most open at once since reset_max()
 
@@ -735,6 +745,7 @@ class SocketRelay:
                 continue
             with self.lock:
                 self.conns += [c, u]
+                self.total += 1
                 self.active += 1
                 self.max_active = max(self.max_active, self.active)
             done = [2]

@@ -204,6 +204,17 @@ class ParallelEnsureTest(BrokerTestCase):
 
 
 class StrictBodyTest(BrokerTestCase):
+    """Refused requests must not reach the runtime at all: the broker talks to
+    it through a relay that counts connections."""
+
+    via_relay = True
+
+    def setUp(self):
+        self.runtime_calls = self.relay.total
+
+    def assertRuntimeUntouched(self):
+        self.assertEqual(self.relay.total, self.runtime_calls,
+                         "a refused request reached the runtime")
 
     @classmethod
     def setUpSandboxes(cls):
@@ -211,6 +222,7 @@ class StrictBodyTest(BrokerTestCase):
         cls.ensure_ok(cls.sid)
 
     def assertNothingCreated(self, sid):
+        self.assertRuntimeUntouched()
         self.assertEqual(self.engine.containers_of(sid), [])
         self.assertEqual(self.engine.volumes_of(sid), [])
         self.assertEqual([c for c in self.engine.containers(MANAGED_LABEL + "=true")
@@ -271,6 +283,7 @@ class StrictBodyTest(BrokerTestCase):
                 r = self.client.ensure(sid)
                 self.assertEqual(r.status, 400, r)
                 self.assertEqual(r.error_code(), "invalid_id", r)
+                self.assertRuntimeUntouched()
         self.assertNothingCreated("a" * 64)
         # the longest valid id works
         sid = "z" + "0" * 62
@@ -291,6 +304,7 @@ class StrictBodyTest(BrokerTestCase):
             with self.subTest(body=body):
                 r = self.client.request("POST", "/v1/sandboxes/%s/exec" % self.sid, body)
                 self.assertError(r, 400, code)
+                self.assertRuntimeUntouched()
         res = self.client.exec(self.sid, ["ls", "/work"])
         self.assertEqual(res.code, 0, res)
         names = bytes(res.out).split()

@@ -270,6 +270,7 @@ class RuntimeOutageTest(BrokerTestCase):
                     r = call()
                     self.assertLess(time.monotonic() - t0, 10, "%s hung" % name)
                     self.assertError(r, 503, "runtime_unavailable")
+                    self.assertIn("runtime", r.json()["error"]["message"].lower(), r)
             r = self.client.health()
             self.assertIn(r.status, (200, 503), r)
             self.assertEqual(r.json().get("status"), "degraded", r)

@@ -1340,7 +1340,7 @@ test_metrics_count_requests(void **state)
 	assert_non_null(strstr(r.body, "sbx_broker_execs_started_total 1\n"));
 	assert_non_null(strstr(r.body, "sbx_broker_execs_finished_total 1\n"));
 	assert_non_null(strstr(r.body, "sbx_broker_execs_running 0\n"));
-	assert_non_null(strstr(r.body, "sbx_broker_exec_output_bytes_total 6\n"));
+	assert_non_null(strstr(r.body, "sbx_broker_exec_output_bytes_total{stream=\"stdout\"} 6\n"));
 	assert_non_null(strstr(r.body,
 	    "sbx_broker_sandboxes{state=\"running\"} 1\n"));
 	resp_free(&r);

@@ -95,7 +95,7 @@ recovery_finish(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	log_info("reconciled with the runtime", "adopted", a, "recorded", rec,
-	    "absent", ab, "cleaned", k, "ms", ms, NULL);
+	    "absent", ab, "cleaned", k, "failed", f, "ms", ms, NULL);
 	r->done(r->arg, NULL);
 }
 
@@ -116,7 +116,11 @@ slot_killed(void *arg, const struct sbx_err *err)
 	r->kill_ops[ks->i] = NULL;
 	if (err != NULL) {
 		r->failed++;
-		if (!sbx_err_is_set(&r->first_err))
+		/* Only a runtime we cannot reach is worth a retry; a sandbox
+		 * without a working helper (made by hand, or by an older sbx)
+		 * must not keep the broker from serving the others. */
+		if (!sbx_err_is_set(&r->first_err) &&
+		    strcmp(err->code, SBX_E_RUNTIME_UNAVAILABLE) == 0)
 			r->first_err = *err;
 		log_warn("cannot kill execs left by an earlier broker", "id", id,
 		    "code", err->code, "error", err->message, NULL);
@@ -238,8 +242,6 @@ listed(void *arg, const struct sbx_err *err, const struct sbx_status *sts,
 		if (r->kill_ops[r->nkill] == NULL) {
 			r->pending--;
 			r->failed++;
-			if (!sbx_err_is_set(&r->first_err))
-				r->first_err = e;
 			log_warn("cannot kill execs left by an earlier broker",
 			    "id", sorted[i].id, "error", e.message, NULL);
 		}

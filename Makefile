@@ -89,6 +89,9 @@ $(BUILD)/tests/%: tests/unit/%.c $(call obj,$(FAKE_SRC)) $(LIBBROKER) $(LIBAPI) 
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -o $@ $^ $(ALL_LDFLAGS) $(PKG_LIBS) -lcmocka -lm
 
+# The CLI is no library: its SSE parser is linked into its unit test.
+$(BUILD)/tests/test_cli_sse: $(call obj,api/cli/cli_sse.c)
+
 unit: $(UNIT_BINS)
 
 deps:

@@ -50,6 +50,73 @@ struct sbx_engine_config {
 };
 
 /*
+ * What the engine driver does for each operation (SPEC §4, §6; Engine API
+ * v1.41, the same requests on Docker 20.10 and Podman 4.3):
+ *
+ * Names and labels. Container "<prefix><id>", volume "<prefix><id>-work",
+ * both labelled io.sbx.managed=true, io.sbx.id=<id> (the container also
+ * io.sbx.egress=0|1 and io.sbx.image=<image>); the egress network is
+ * labelled io.sbx.managed=true. Anything with our name but without our
+ * labels is never touched: conflict.
+ *
+ * ensure: checks image (allowlist: image_not_allowed) and limits (above a
+ * ceiling: limit_exceeded) before any runtime call, then inspects: running
+ * with the same egress and image -> its status (one inspect); stopped -> start;
+ * different egress or image -> remove the container (never the volume) and
+ * create again; absent -> create the volume (idempotent), the egress network
+ * if needed, the container, start. The container: User, Init, CapDrop ALL,
+ * no-new-privileges, read-only root, /tmp tmpfs noexec,nosuid,nodev, Memory =
+ * MemorySwap, NanoCpus, PidsLimit, the volume at /work, the helper read-only
+ * at /.sbx/sbx-helper, NetworkMode "none" (loopback only) or the egress
+ * network, optional Runtime, an idle shell loop as its command, StopTimeout.
+ * Limits apply when the container is created: a running sandbox is not
+ * replaced because an ensure asks for other limits. A create that lost a race
+ * with another ensure (Docker 409, Podman 500 "already in use") starts over
+ * from the inspect, up to 5 times with a growing 20 ms pause.
+ *
+ * status: inspect; 404 -> absent; stop_reason "oom" (State.OOMKilled) or
+ * "exited" for a stopped one (the broker overrides with its own reasons).
+ *
+ * exec: inspect (not_found, not_running, conflict), then an Engine API exec of
+ * `sbx-helper exec --id EXEC_ID --timeout-ms T+2000 --cwd CWD -- argv` as the
+ * sandbox user, started hijacked (Upgrade: tcp) and demultiplexed (8-byte
+ * frames) into sink->output, pieces of at most 64 KiB. sink->start gets
+ * EXEC_ID (random, ours, the helper's kill handle) once the runtime has
+ * started the exec. stdin, when given, is written then half-closed. At EOF
+ * the exit status comes from GET /exec/{id}/json; 128+n is reported with
+ * signal = the name of signal n ("KILL", "TERM"). Timeout (the driver's timer
+ * is authoritative): `sbx-helper kill EXEC_ID` as a second exec, the stream
+ * closed, then sink->error timeout once the kill has run. Output cap: output
+ * stops at exactly the cap, the kill runs, the stream is drained to its end
+ * and sink->exit has truncated=1 (code 137, signal "KILL"). Cancel: kill,
+ * close, no callback. A helper that refused to start the command (status 125
+ * with its error line: cwd outside /work, not found) ends in sink->error with
+ * that code; its line has also reached sink->output as stderr.
+ *
+ * read / write / list: execs of `sbx-helper read PATH --max N`,
+ * `write PATH MODE --max N` (body as stdin) and `list PATH` as the sandbox
+ * user; errors come from the helper's exit status (sbx_helper_proto.h) as
+ * bad_request, path_outside_work, not_found, too_large, forbidden. read does
+ * not call sink->start; it has no timeout (a paused reader may take its
+ * time); write and list use the exec timeout ceiling. list gives exact names
+ * (the helper's name_b64 decoded back to bytes).
+ *
+ * stop: inspect, POST stop?t=stop_timeout_s; absent -> not_found; already
+ * stopped -> ok. destroy: remove the container (force), then the volume;
+ * absent -> ok. list_sandboxes: GET /containers/json?all=1 filtered by
+ * io.sbx.managed=true (and checked again). health: /_ping, /version (runtime
+ * name and version, ApiVersion >= 1.41), default image present, helper file a
+ * regular executable; any failure gives ok=0, status "degraded" and the
+ * reason (the callback's err stays NULL).
+ *
+ * Errors: a runtime that cannot be reached -> runtime_unavailable; a runtime
+ * 4xx/5xx we do not map -> runtime_error with the runtime's own message;
+ * every non-streaming call is bounded by request_timeout_ms (-> timeout).
+ * Pause/resume apply to exec and read: reading from the runtime stops, so a
+ * slow consumer holds at most one socket read.
+ */
+
+/*
  * Creates an engine driver on base. Checks the configuration (required fields,
  * defaults not above ceilings, names short enough) but does not contact the
  * runtime: health() does. Returns the driver (free with sbx_driver_free) or

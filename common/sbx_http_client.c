@@ -515,6 +515,18 @@ event_cb(struct bufferevent *bev, short what, void *arg)
 		return;
 	}
 	enter(r);
+	if ((what & BEV_EVENT_WRITING) && (what & BEV_EVENT_ERROR) &&
+	    r->upgraded) {
+		/* The peer stopped reading what we send (an exec whose process
+		 * exited without reading stdin): drop the rest, keep reading. */
+		r->write_closed = 1;
+		r->close_write_pending = 0;
+		evbuffer_drain(bufferevent_get_output(bev),
+		    evbuffer_get_length(bufferevent_get_output(bev)));
+		bufferevent_disable(bev, EV_WRITE);
+		leave(r);
+		return;
+	}
 	if (what & BEV_EVENT_EOF) {
 		r->eof = 1;
 		process(r);

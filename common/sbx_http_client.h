@@ -24,6 +24,8 @@ struct evbuffer;
  * - Any callback may call sbx_http_req_cancel() (except done, where the handle
  *   is already ending), _pause(), _resume(), _write() and _close_write().
  * - Pointers passed to callbacks are borrowed for the callback only.
+ * - The process must ignore SIGPIPE (as every libevent server does): writing
+ *   to a peer that went away then fails with EPIPE instead of killing it.
  */
 struct sbx_http_req;
 

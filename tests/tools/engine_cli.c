@@ -1,8 +1,10 @@
 /* engine_cli.c - drive the engine driver by hand against a real runtime (not part of make all). */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -17,6 +19,7 @@
  *   read ID PATH           (bytes to stdout)
  *   write ID PATH [MODE]   (bytes from stdin)
  *   list ID PATH
+ *   bench ensure|status|exec ID N  (N sequential ops; p50/p99 latency)
  * Options: -s SOCKET -H HELPER -I IMAGE -t TIMEOUT_MS -c OUTPUT_CAP -i -w CWD
  *   -p MS (pause the stream MS after each chunk: a slow reader)
  *   -C MS (cancel the operation after MS)
@@ -190,6 +193,113 @@ cancel_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/* Sequential latency of one operation kind, measured in the loop. */
+static int bench_left, bench_n;
+static const char *bench_kind, *bench_id;
+static double *bench_ms;
+static struct timespec bench_t0;
+
+static void bench_next(void);
+
+static double
+since_ms(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (t.tv_sec - t0->tv_sec) * 1e3 + (t.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+static void
+bench_record(const struct sbx_err *err)
+{
+	if (err != NULL) {
+		print_err(err);
+		event_base_loopbreak(base);
+		return;
+	}
+	bench_ms[bench_n - bench_left] = since_ms(&bench_t0);
+	if (--bench_left == 0) {
+		event_base_loopbreak(base);
+		return;
+	}
+	bench_next();
+}
+
+static void
+bench_status_cb(void *arg, const struct sbx_err *err, const struct sbx_status *st)
+{
+	(void)arg;
+	(void)st;
+	bench_record(err);
+}
+
+static void
+bench_exit(void *arg, const struct sbx_exit *ex)
+{
+	(void)arg;
+	(void)ex;
+	bench_record(NULL);
+}
+
+static void
+bench_error(void *arg, const struct sbx_err *err)
+{
+	(void)arg;
+	bench_record(err);
+}
+
+static void
+bench_next(void)
+{
+	static const char *const argv_true[] = { "true", NULL };
+	struct sbx_exec_req xr;
+	struct sbx_sink sk;
+	struct sbx_spec spec;
+	struct sbx_err err;
+
+	memset(&xr, 0, sizeof(xr));
+	memset(&sk, 0, sizeof(sk));
+	memset(&spec, 0, sizeof(spec));
+	clock_gettime(CLOCK_MONOTONIC, &bench_t0);
+	if (strcmp(bench_kind, "ensure") == 0)
+		cur = drv->ops->ensure(drv, bench_id, &spec, bench_status_cb, NULL,
+		    &err);
+	else if (strcmp(bench_kind, "status") == 0)
+		cur = drv->ops->status(drv, bench_id, bench_status_cb, NULL, &err);
+	else {
+		xr.argv = argv_true;
+		sk.exit = bench_exit;
+		sk.error = bench_error;
+		cur = drv->ops->exec(drv, bench_id, &xr, &sk, &err);
+	}
+	if (cur == NULL) {
+		print_err(&err);
+		event_base_loopbreak(base);
+	}
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void
+bench_report(void)
+{
+	int done = bench_n - bench_left;
+
+	if (done <= 0)
+		return;
+	qsort(bench_ms, (size_t)done, sizeof(double), cmp_double);
+	printf("%s x%d: p50 %.3f ms, p99 %.3f ms, max %.3f ms\n", bench_kind, done,
+	    bench_ms[done / 2], bench_ms[(done * 99) / 100 < done ?
+	    (done * 99) / 100 : done - 1], bench_ms[done - 1]);
+}
+
 static struct evbuffer *
 read_stdin(void)
 {
@@ -214,6 +324,7 @@ main(int argc, char **argv)
 	long cancel_ms = 0;
 	int ch, use_stdin = 0;
 
+	signal(SIGPIPE, SIG_IGN);   /* as in the broker: EPIPE, not death */
 	memset(&cfg, 0, sizeof(cfg));
 	memset(&xr, 0, sizeof(xr));
 	cfg.runtime_socket = getenv("SBX_RUNTIME");
@@ -262,6 +373,23 @@ main(int argc, char **argv)
 	} else if (argc < 2) {
 		fprintf(stderr, "missing ID\n");
 		return 2;
+	} else if (strcmp(cmd, "bench") == 0 && argc > 3) {
+		bench_kind = argv[1];
+		bench_id = argv[2];
+		bench_n = bench_left = atoi(argv[3]);
+		if (bench_n <= 0 || (bench_ms = calloc((size_t)bench_n,
+		    sizeof(double))) == NULL)
+			return 2;
+		bench_next();
+		if (cur == NULL)
+			return 100;
+		event_base_dispatch(base);
+		bench_report();
+		free(bench_ms);
+		sbx_driver_free(drv);
+		event_free(resume_ev);
+		event_base_free(base);
+		return rc;
 	} else if (strcmp(cmd, "ensure") == 0) {
 		spec.egress = argc > 2 && strcmp(argv[2], "egress") == 0;
 		spec.image = argc > 3 ? argv[3] : NULL;

@@ -73,8 +73,20 @@ check "cwd through symlink out: path_outside_work" sh -c \
 check "no network but loopback" sh -c \
     "[ -z \"\$($E exec smoke-a -- ip route 2>/dev/null)\" ]"
 
+$E -i exec smoke-a -- sh -c 'echo hello >&2; exit 3' <$T/in >/dev/null 2>$T/e
+check "stdin not read by the process: still its exit status" grep -q 'exit code=3 ' $T/e
+$E exec smoke-a -- sh -c 'kill -TERM $$' >/dev/null 2>$T/e
+check "killed by a signal: code 143, signal TERM" grep -q 'exit code=143 signal=TERM' $T/e
+check "cwd missing: not_found" sh -c "$E -w /work/nonexist exec smoke-a -- pwd 2>&1 | grep -q 'error: not_found'"
+$E exec smoke-a -- sh -c 'mkdir -p /work/n && touch "/work/n/$(printf "bad\377")"' >/dev/null 2>&1
+check "list gives exact non-UTF-8 names" sh -c \
+    "$E list smoke-a /work/n | od -An -c | tr -d ' \n' | grep -q 'bad377'"
+($E exec smoke-a -- sleep 30 >/dev/null 2>$T/stopexec &)
+sleep 1.5
 echo keep | $E write smoke-a /work/keep.txt >/dev/null 2>&1
 check "stop" sh -c "$E stop smoke-a | grep -q ok"
+sleep 1
+check "stop ends a running exec with an exit" grep -q 'exit code=137 signal=KILL' $T/stopexec
 check "status stopped" sh -c "$E status smoke-a | grep -q '\"state\":\"stopped\"'"
 check "exec on stopped: not_running" sh -c "$E exec smoke-a -- true 2>&1 | grep -q 'error: not_running'"
 check "ensure restarts" sh -c "$E ensure smoke-a | grep -q '\"state\":\"running\"'"
@@ -95,6 +107,17 @@ check "destroy again: ok" sh -c "$E destroy smoke-a | grep -q ok"
 check "recreated sandbox has an empty /work" sh -c \
     "$E ensure smoke-a >/dev/null && $E read smoke-a /work/keep.txt 2>&1 | grep -q not_found"
 $E destroy smoke-a >/dev/null 2>&1
+curl -s --unix-socket "$SOCK" -H 'Content-Type: application/json' \
+    -d "{\"Image\":\"$IMAGE\",\"Cmd\":[\"true\"]}" \
+    "http://rt/v1.41/containers/create?name=sbx-smoke-c" >/dev/null
+for op in ensure status stop destroy; do
+	check "unlabelled sbx-smoke-c: $op is conflict" sh -c \
+	    "$E $op smoke-c 2>&1 | grep -q 'error: conflict'"
+done
+check "unlabelled sbx-smoke-c: still there" sh -c \
+    "curl -s -o /dev/null -w '%{http_code}' --unix-socket $SOCK http://rt/v1.41/containers/sbx-smoke-c/json | grep -q 200"
+check "unlabelled sbx-smoke-c: not listed" sh -c "! $E sandboxes | grep -q smoke-c"
+curl -s -X DELETE --unix-socket "$SOCK" "http://rt/v1.41/containers/sbx-smoke-c?force=1" >/dev/null
 check "unreachable socket: runtime_unavailable" sh -c \
     "$CLI -s $T/none.sock -H $HELPER -I $IMAGE status smoke-a 2>&1 | grep -q runtime_unavailable"
 

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -774,5 +775,6 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_bad_arguments_are_refused_synchronously, setup, teardown),
 	};
 
+	signal(SIGPIPE, SIG_IGN);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

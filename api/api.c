@@ -1,0 +1,362 @@
+/* api.c - sandbox-api: main, configuration, admin commands, privilege drop, signals, event loop (SPEC §8, §9). */
+#include <errno.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <sodium.h>
+
+#include "api.h"
+#include "api_store.h"
+#include "driver_broker.h"
+#include "sbx_log.h"
+#include "sbx_proto.h"
+#include "sbx_token.h"
+
+static const char synopsis[] =
+    "[--listen HOST:PORT] [--broker unix:PATH|HOST:PORT]\n"
+    "       [--broker-token-file FILE] [--state-dir DIR] [--config FILE]\n"
+    "       [--print-config] [--help] [--version] [more --KEY VALUE below]\n"
+    "   or: sandbox-api [--state-dir DIR] admin create-operator NAME\n"
+    "   or: sandbox-api [--state-dir DIR] admin create-player NAME\n"
+    "   or: sandbox-api [--state-dir DIR] admin revoke NAME\n"
+    "   or: sandbox-api [--state-dir DIR] admin list\n"
+    "\n"
+    "The broker token comes from --broker-token-file (mode 0600) or\n"
+    "SBX_BROKER_TOKEN; it is never printed. create-* prints the new API key\n"
+    "once on stdout; only a keyed hash of it is stored.\n"
+    "\n"
+    "Exit codes: 0 ok (also after SIGTERM drained), 1 internal error or a\n"
+    "refused admin command, 64 usage, 78 configuration (bad value, missing\n"
+    "or short broker token, unusable state dir, listen address in use).\n"
+    "\n"
+    "Signals: SIGTERM/SIGINT stop accepting, let open requests and exec\n"
+    "streams finish, exit 0; SIGHUP reopens log_file.";
+
+struct main_ctx {
+	struct event_base *base;
+	struct api_server *server;
+	int stopping;
+};
+
+static void
+drained(void *arg)
+{
+	struct main_ctx *m = arg;
+	struct timeval flush = { 0, 100 * 1000 };
+
+	log_info("drained; exiting", NULL);
+	event_base_loopexit(m->base, &flush);
+}
+
+static void
+on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	struct main_ctx *m = arg;
+
+	(void)what;
+	if (sig == SIGHUP) {
+		if (sbx_log_reopen(NULL) == -1)
+			log_warn("log reopen failed", "error", strerror(errno),
+			    NULL);
+		else
+			log_info("logs reopened", NULL);
+		return;
+	}
+	if (m->stopping) {
+		log_warn("second signal; exiting now", NULL);
+		event_base_loopbreak(m->base);
+		return;
+	}
+	m->stopping = 1;
+	log_info("signal received; draining", "signal",
+	    sig == SIGTERM ? "TERM" : "INT", NULL);
+	api_server_drain(m->server, drained, m);
+}
+
+static void
+print_principal(void *arg, const struct api_principal *p)
+{
+	char created[32], revoked[32];
+	time_t t;
+
+	(void)arg;
+	t = (time_t)(p->created_at / 1000);
+	strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+	if (p->revoked_at != 0) {
+		t = (time_t)(p->revoked_at / 1000);
+		strftime(revoked, sizeof(revoked), "%Y-%m-%dT%H:%M:%SZ",
+		    gmtime(&t));
+	} else
+		snprintf(revoked, sizeof(revoked), "-");
+	printf("%-24s %-9s %-21s %s\n", p->name, api_role_name(p->role),
+	    created, revoked);
+}
+
+/* sandbox-api admin ...: works on api.db directly; needs no broker. */
+static int
+run_admin(const struct api_config *cfg, char **args, int nargs)
+{
+	struct api_store *st = NULL;
+	struct sbx_err err;
+	char key[SBX_TOKEN_GEN_LEN + 1];
+	const char *cmd = nargs > 1 ? args[1] : "";
+	int rc = API_EXIT_INTERNAL;
+
+	sbx_err_clear(&err);
+	if (!((strcmp(cmd, "create-operator") == 0 ||
+	    strcmp(cmd, "create-player") == 0 || strcmp(cmd, "revoke") == 0) &&
+	    nargs == 3) && !(strcmp(cmd, "list") == 0 && nargs == 2)) {
+		fprintf(stderr, "usage: sandbox-api admin create-operator NAME | "
+		    "create-player NAME | revoke NAME | list\n");
+		return API_EXIT_USAGE;
+	}
+	if ((st = api_store_open(cfg->state_dir, &err)) == NULL) {
+		fprintf(stderr, "sandbox-api: %s\n", err.message);
+		return API_EXIT_CONFIG;
+	}
+	if (strcmp(cmd, "list") == 0) {
+		printf("%-24s %-9s %-21s %s\n", "NAME", "ROLE", "CREATED",
+		    "REVOKED");
+		if (api_store_principal_list(st, print_principal, NULL,
+		    &err) == -1)
+			goto fail;
+	} else if (strcmp(cmd, "revoke") == 0) {
+		if (api_store_principal_revoke(st, args[2], &err) == -1)
+			goto fail;
+		api_store_audit(st, "admin", "principal.revoke", NULL, "ok");
+		fprintf(stderr, "revoked %s\n", args[2]);
+	} else {
+		enum api_role role = strcmp(cmd, "create-operator") == 0 ?
+		    API_ROLE_OPERATOR : API_ROLE_PLAYER;
+
+		if (api_store_principal_create(st, args[2], role, key,
+		    sizeof(key), &err) == -1)
+			goto fail;
+		api_store_audit(st, "admin", role == API_ROLE_OPERATOR ?
+		    "principal.create_operator" : "principal.create_player",
+		    NULL, "ok");
+		/* The only time the key exists outside its owner's hands. */
+		printf("%s\n", key);
+		fflush(stdout);
+		sodium_memzero(key, sizeof(key));
+		fprintf(stderr, "created %s %s; the key above is shown only "
+		    "once\n", api_role_name(role), args[2]);
+	}
+	rc = API_EXIT_OK;
+	goto done;
+fail:
+	fprintf(stderr, "sandbox-api: %s\n", err.message);
+done:
+	api_store_close(st);
+	return rc;
+}
+
+/*
+ * Started as root with user set: the state dir and its files (opened by
+ * now) are made the user's, so sqlite can still create its -wal/-shm files
+ * after the switch and a later start as that user works.
+ */
+static int
+give_state_dir(const char *user, const char *dir, struct sbx_err *err)
+{
+	static const char *const files[] = { "", "/api.db", "/api.db-wal",
+	    "/api.db-shm", "/api.key", NULL };
+	struct passwd *pw;
+	char path[4096];
+	size_t i;
+
+	if (user == NULL || user[0] == '\0' || getuid() != 0)
+		return 0;
+	if ((pw = getpwnam(user)) == NULL)
+		return sbx_err_set(err, SBX_E_CONFIG, "user %s does not exist.",
+		    user);
+	if (mkdir(dir, 0700) == -1 && errno != EEXIST)
+		return sbx_err_set(err, SBX_E_CONFIG, "Cannot create state_dir "
+		    "%s: %s.", dir, strerror(errno));
+	for (i = 0; files[i] != NULL; i++) {
+		snprintf(path, sizeof(path), "%s%s", dir, files[i]);
+		if (lchown(path, pw->pw_uid, pw->pw_gid) == -1 &&
+		    errno != ENOENT)
+			return sbx_err_set(err, SBX_E_CONFIG, "Cannot give %s to "
+			    "%s: %s.", path, user, strerror(errno));
+	}
+	return 0;
+}
+
+/* Started as root with user set: switch to it for good. */
+static int
+drop_privileges(const char *user, struct sbx_err *err)
+{
+	struct passwd *pw;
+
+	if (user == NULL || user[0] == '\0')
+		return 0;
+	if ((pw = getpwnam(user)) == NULL)
+		return sbx_err_set(err, SBX_E_CONFIG, "user %s does not exist.",
+		    user);
+	if (getuid() != 0) {
+		if (getuid() != pw->pw_uid)
+			log_warn("not root: user setting ignored", "user", user,
+			    NULL);
+		return 0;
+	}
+	if (setgroups(1, &pw->pw_gid) == -1 || setgid(pw->pw_gid) == -1 ||
+	    setuid(pw->pw_uid) == -1)
+		return sbx_err_set(err, SBX_E_CONFIG, "Cannot switch to user "
+		    "%s: %s.", user, strerror(errno));
+	if (setuid(0) != -1)
+		return sbx_err_set(err, SBX_E_CONFIG, "Dropping privileges to "
+		    "%s did not stick.", user);
+	log_info("privileges dropped", "user", user, NULL);
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	struct api_config cfg;
+	struct sbx_config_opts opts;
+	struct sbx_broker_config bc;
+	struct sbx_err err;
+	struct main_ctx m;
+	struct sbx_driver *driver = NULL;
+	struct event *sigs[4] = { NULL, NULL, NULL, NULL };
+	static const int signums[4] = { SIGTERM, SIGINT, SIGHUP, 0 };
+	char *token = NULL;
+	size_t token_len = 0;
+	char port[16];
+	int rc = API_EXIT_INTERNAL, i;
+
+	memset(&cfg, 0, sizeof(cfg));
+	memset(&opts, 0, sizeof(opts));
+	memset(&m, 0, sizeof(m));
+	sbx_err_clear(&err);
+	signal(SIGPIPE, SIG_IGN);
+	umask(077);
+	sbx_log_init("sandbox-api", 2, SBX_LOG_INFO);
+
+	opts.accept = SBX_OPT_HELP | SBX_OPT_VERSION | SBX_OPT_PRINT_CONFIG;
+	if (sbx_config_load(api_config_keys, &cfg, argc, argv, &opts,
+	    &err) == -1) {
+		rc = sbx_config_exit_code(&err);
+		fprintf(stderr, "sandbox-api: %s\n", err.message);
+		goto done;
+	}
+	if (opts.help) {
+		sbx_config_usage(stdout, "sandbox-api", synopsis,
+		    api_config_keys);
+		rc = API_EXIT_OK;
+		goto done;
+	}
+	if (opts.version) {
+		printf("sandbox-api %s (broker API v%s)\n", API_VERSION,
+		    SBX_PROTO_VERSION);
+		rc = API_EXIT_OK;
+		goto done;
+	}
+	if (api_config_check(&cfg, &err) == -1) {
+		fprintf(stderr, "sandbox-api: %s\n", err.message);
+		rc = API_EXIT_CONFIG;
+		goto done;
+	}
+	if (opts.print_config) {
+		sbx_config_print(stdout, api_config_keys, &cfg);
+		rc = API_EXIT_OK;
+		goto done;
+	}
+	if (opts.nargs > 0 && strcmp(opts.args[0], "admin") == 0) {
+		rc = run_admin(&cfg, opts.args, opts.nargs);
+		goto done;
+	}
+	if (opts.nargs > 0) {
+		fprintf(stderr, "sandbox-api: unexpected argument %s\n",
+		    opts.args[0]);
+		rc = API_EXIT_USAGE;
+		goto done;
+	}
+	sbx_log_set_level(sbx_log_level_parse(cfg.log_level));
+	if (cfg.log_file != NULL && sbx_log_reopen(cfg.log_file) == -1) {
+		fprintf(stderr, "sandbox-api: cannot open log_file %s: %s\n",
+		    cfg.log_file, strerror(errno));
+		rc = API_EXIT_CONFIG;
+		goto done;
+	}
+
+	/* The broker token: required, never echoed, kept in locked memory. */
+	if (sbx_broker_token_read(cfg.broker_token_file,
+	    getenv("SBX_BROKER_TOKEN"), &token, &token_len, &err) == -1) {
+		unsetenv("SBX_BROKER_TOKEN");
+		fprintf(stderr, "sandbox-api: %s\n", err.message);
+		rc = API_EXIT_CONFIG;
+		goto done;
+	}
+	unsetenv("SBX_BROKER_TOKEN");
+	sbx_log_add_secret(token);
+
+	if ((m.base = event_base_new()) == NULL) {
+		fprintf(stderr, "sandbox-api: cannot create an event base\n");
+		goto done;
+	}
+	memset(&bc, 0, sizeof(bc));
+	bc.address = cfg.broker;
+	bc.token = token;
+	bc.token_len = token_len;
+	bc.header_timeout_ms = cfg.broker_timeout;
+	if ((driver = sbx_broker_driver_new(m.base, &bc, &err)) == NULL) {
+		fprintf(stderr, "sandbox-api: %s\n", err.message);
+		rc = API_EXIT_CONFIG;
+		goto done;
+	}
+	sbx_broker_token_free(token);
+	token = NULL;
+	if ((m.server = api_server_new(m.base, &cfg, driver, &err)) == NULL) {
+		fprintf(stderr, "sandbox-api: %s\n", err.message);
+		rc = strcmp(err.code, SBX_E_CONFIG) == 0 ? API_EXIT_CONFIG :
+		    API_EXIT_INTERNAL;
+		goto done;
+	}
+	/* Bound and opened: nothing below needs root. */
+	if (give_state_dir(cfg.user, cfg.state_dir, &err) == -1 ||
+	    drop_privileges(cfg.user, &err) == -1) {
+		fprintf(stderr, "sandbox-api: %s\n", err.message);
+		rc = API_EXIT_CONFIG;
+		goto done;
+	}
+	for (i = 0; signums[i] != 0; i++) {
+		if ((sigs[i] = evsignal_new(m.base, signums[i], on_signal,
+		    &m)) == NULL || evsignal_add(sigs[i], NULL) == -1) {
+			fprintf(stderr, "sandbox-api: cannot set up signals\n");
+			goto done;
+		}
+	}
+	snprintf(port, sizeof(port), "%d", api_server_port(m.server));
+	log_info("listening", "listen", cfg.listen, "port", port, "broker",
+	    cfg.broker, "state_dir", cfg.state_dir, "version", API_VERSION,
+	    NULL);
+	if (event_base_dispatch(m.base) == -1) {
+		log_error("event loop failed", NULL);
+		goto done;
+	}
+	log_info("stopped", NULL);
+	rc = API_EXIT_OK;
+done:
+	for (i = 0; i < 4; i++)
+		if (sigs[i] != NULL)
+			event_free(sigs[i]);
+	api_server_free(m.server);
+	sbx_driver_free(driver);
+	if (m.base != NULL)
+		event_base_free(m.base);
+	sbx_broker_token_free(token);
+	sbx_config_free(api_config_keys, &cfg);
+	sbx_config_opts_free(&opts);
+	return rc;
+}

@@ -1,0 +1,102 @@
+/* api.h - sandbox-api: its configuration and its public HTTP server (SPEC §8, §9). */
+#ifndef API_H
+#define API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sbx_config.h"
+#include "sbx_driver.h"
+#include "sbx_err.h"
+
+struct event_base;
+
+#define API_VERSION "0.1.0"
+
+/* Exit codes of sandbox-api (docs/api.md). */
+#define API_EXIT_OK 0
+#define API_EXIT_INTERNAL 1
+#define API_EXIT_USAGE 64   /* EX_USAGE: bad command line */
+#define API_EXIT_CONFIG 78  /* EX_CONFIG: bad config, missing broker token, state dir */
+
+/*
+ * The api's configuration (keys: api_config_keys). Strings are owned
+ * (sbx_config_free). Sizes in bytes, durations in milliseconds. Tests may
+ * fill one by hand: api_config_defaults() gives the built-in defaults.
+ */
+struct api_config {
+	char *listen;               /* "HOST:PORT"; port 0 picks one (api_server_port) */
+	char *broker;               /* "unix:PATH" or "HOST:PORT" of sandbox-broker */
+	char *broker_token_file;    /* NULL: env SBX_BROKER_TOKEN */
+	char *state_dir;            /* api.db and api.key live here (created 0700) */
+	char *user;                 /* started as root: drop to this user after binding */
+	long long max_execs;        /* concurrent execs per principal; more: 429 */
+	long long rate_per_minute;  /* requests per minute per principal; more: 429 */
+	long long body_max;         /* largest JSON request body, bytes; more: 413 */
+	long long file_size_max;    /* largest file written through PUT files, bytes */
+	long long heartbeat;        /* ms between ": ping" comments on an idle SSE stream */
+	long long broker_timeout;   /* ms to connect and get response headers from the broker */
+	long long request_timeout;  /* ms a client may take to send a request (evhttp timeout) */
+	char *log_level;
+	char *log_file;             /* NULL: stderr */
+};
+
+extern const struct sbx_config_key api_config_keys[];
+
+/*
+ * Fills cfg (zeroed first, nothing freed) with the built-in defaults of
+ * api_config_keys. Returns 0, or -1 with err when out of memory. Free with
+ * sbx_config_free(api_config_keys, cfg).
+ */
+int api_config_defaults(struct api_config *cfg, struct sbx_err *err);
+
+/*
+ * Checks what the table cannot: listen is HOST:PORT, broker is unix:/PATH or
+ * HOST:PORT, state_dir absolute, limits above 0, log_level known. Returns 0
+ * or -1 with err config_error naming the key.
+ */
+int api_config_check(const struct api_config *cfg, struct sbx_err *err);
+
+/* ------------------------------------------------------------------ */
+/* Server                                                              */
+
+struct api_server;
+
+/*
+ * A sandbox-api HTTP server on base using driver (borrowed; must outlive
+ * the server; any implementation of common/sbx_driver.h) and cfg (borrowed;
+ * must outlive the server). Opens (creates) cfg->state_dir/api.db and
+ * cfg->state_dir/api.key (0600, 32 random bytes, made on first use).
+ * Binds cfg->listen at once (port 0: a free port, see api_server_port).
+ * Returns the server, or NULL with err: config_error (state dir, database,
+ * key file, listen address in use or invalid), internal (out of memory).
+ */
+struct api_server *api_server_new(struct event_base *base,
+    const struct api_config *cfg, struct sbx_driver *driver,
+    struct sbx_err *err);
+
+/* Bound TCP port (host order). */
+int api_server_port(const struct api_server *s);
+
+/* Requests being answered, streams included. */
+unsigned api_server_inflight(const struct api_server *s);
+
+/*
+ * Graceful stop (SIGTERM): stop accepting, answer new requests on open
+ * connections 503 shutting_down, let in-flight requests (exec streams too)
+ * finish; done(arg) is called once nothing is in flight (from the loop,
+ * never synchronously).
+ */
+void api_server_drain(struct api_server *s, void (*done)(void *), void *arg);
+
+/*
+ * For tests: the clock that stamps "ts" of SSE start events (Unix ms).
+ * NULL restores the wall clock. The driver vtable's start callback carries
+ * no timestamp, so the api stamps it when the start arrives.
+ */
+void api_server_set_clock(struct api_server *s, int64_t (*now_ms)(void));
+
+/* Frees s: closes the listener and database, cancels driver operations. NULL ok. */
+void api_server_free(struct api_server *s);
+
+#endif

@@ -1,0 +1,97 @@
+/* api_config.c - every configuration key of sandbox-api and the checks the table cannot make (SPEC §9). */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "sbx_log.h"
+#include "sbx_proto.h"
+
+#define K(name, type, field, def, help) \
+	{ name, type, offsetof(struct api_config, field), def, 0, help }
+
+const struct sbx_config_key api_config_keys[] = {
+	K("listen", SBX_CFG_STRING, listen, "127.0.0.1:8080",
+	    "where to serve the public API: HOST:PORT"),
+	K("broker", SBX_CFG_STRING, broker, "unix:/run/sbx/broker.sock",
+	    "sandbox-broker address: unix:PATH or HOST:PORT"),
+	K("broker_token_file", SBX_CFG_STRING, broker_token_file, NULL,
+	    "file (mode 0600) holding the broker's bearer token; else env SBX_BROKER_TOKEN"),
+	K("state_dir", SBX_CFG_STRING, state_dir, "/var/lib/sbx-api",
+	    "directory of api.db and api.key (created 0700)"),
+	K("user", SBX_CFG_STRING, user, NULL,
+	    "when started as root: user to switch to after binding and opening files"),
+	K("max_execs_per_principal", SBX_CFG_INT, max_execs, "4",
+	    "concurrent execs per principal; more: 429 too_many"),
+	K("requests_per_minute", SBX_CFG_INT, rate_per_minute, "600",
+	    "requests per minute per principal; more: 429 rate_limited"),
+	K("body_max", SBX_CFG_BYTES, body_max, "1m",
+	    "largest JSON request body (exec stdin included); more: 413"),
+	K("file_size_max", SBX_CFG_BYTES, file_size_max, "64m",
+	    "largest file written with PUT .../files (buffered in memory); more: 413"),
+	K("heartbeat", SBX_CFG_DURATION_MS, heartbeat, "15s",
+	    "SSE: send a \": ping\" comment after this long without an event"),
+	K("broker_timeout", SBX_CFG_DURATION_MS, broker_timeout, "30s",
+	    "time to connect to the broker and get its response headers"),
+	K("request_timeout", SBX_CFG_DURATION_MS, request_timeout, "60s",
+	    "time a client may take to send its request"),
+	K("log_level", SBX_CFG_STRING, log_level, "info",
+	    "debug, info, warn or error"),
+	K("log_file", SBX_CFG_STRING, log_file, NULL,
+	    "append logs here instead of stderr (reopened on SIGHUP)"),
+	{ NULL, 0, 0, NULL, 0, NULL },
+};
+
+int
+api_config_defaults(struct api_config *cfg, struct sbx_err *err)
+{
+	const struct sbx_config_key *k;
+
+	memset(cfg, 0, sizeof(*cfg));
+	for (k = api_config_keys; k->name != NULL; k++)
+		if (k->def != NULL &&
+		    sbx_config_set(api_config_keys, cfg, k->name, k->def,
+		    err) == -1)
+			return -1;
+	return 0;
+}
+
+static int
+host_port(const char *s)
+{
+	const char *colon;
+	char *end;
+	long port;
+
+	if (s == NULL || (colon = strrchr(s, ':')) == NULL || colon == s)
+		return 0;
+	port = strtol(colon + 1, &end, 10);
+	return colon[1] != '\0' && *end == '\0' && port >= 0 && port <= 65535;
+}
+
+int
+api_config_check(const struct api_config *cfg, struct sbx_err *err)
+{
+	if (!host_port(cfg->listen))
+		return sbx_err_set(err, SBX_E_CONFIG,
+		    "listen must be HOST:PORT, e.g. 127.0.0.1:8080.");
+	if (cfg->broker == NULL || (strncmp(cfg->broker, "unix:", 5) == 0 ?
+	    cfg->broker[5] != '/' : !host_port(cfg->broker)))
+		return sbx_err_set(err, SBX_E_CONFIG,
+		    "broker must be unix:/ABSOLUTE/PATH or HOST:PORT.");
+	if (cfg->state_dir == NULL || cfg->state_dir[0] != '/')
+		return sbx_err_set(err, SBX_E_CONFIG,
+		    "state_dir must be an absolute path.");
+	if (cfg->max_execs <= 0 || cfg->rate_per_minute <= 0 ||
+	    cfg->body_max <= 0 || cfg->file_size_max <= 0 ||
+	    cfg->heartbeat <= 0 || cfg->broker_timeout <= 0 ||
+	    cfg->request_timeout <= 0)
+		return sbx_err_set(err, SBX_E_CONFIG, "max_execs_per_principal, "
+		    "requests_per_minute, body_max, file_size_max, heartbeat, "
+		    "broker_timeout and request_timeout must be above 0.");
+	if (cfg->log_level != NULL && sbx_log_level_parse(cfg->log_level) < 0)
+		return sbx_err_set(err, SBX_E_CONFIG,
+		    "log_level must be debug, info, warn or error.");
+	return 0;
+}

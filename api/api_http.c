@@ -1,0 +1,1219 @@
+/* api_http.c - sandbox-api's public HTTP server: route table, auth, ownership, limits, audit, JSON handlers (SPEC §8). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/time.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/util.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "api_int.h"
+#include "sbx_log.h"
+#include "sbx_path.h"
+#include "sbx_proto.h"
+
+#define API_PREFIX "/api/v1"
+#define NPCS_PATH API_PREFIX "/npcs"
+
+/* The sentence a player gets when asking for egress (SPEC §8). */
+#define EGRESS_FORBIDDEN "Network egress is granted by an operator; ask an " \
+	"operator to run `sbx egress grant %s`."
+
+static void h_npc_create(struct areq *);
+static void h_npc_list(struct areq *);
+static void h_whoami(struct areq *);
+static void h_ensure(struct areq *);
+static void h_status(struct areq *);
+static void h_destroy(struct areq *);
+static void h_write(struct areq *);
+static void h_list(struct areq *);
+static void h_stop(struct areq *);
+static void h_egress(struct areq *);
+
+/*
+ * The route table. Routes with R_NPC match "/api/v1/npcs/{npc}" + suffix;
+ * the others match the full path. Checks run in api_dispatch in this order
+ * before any handler: auth, route, method, rate limit, NPC existence and
+ * ownership (404 either way), operator-only, body size, JSON syntax.
+ */
+static const struct api_route routes[] = {
+	{ EVHTTP_REQ_POST, NPCS_PATH, h_npc_create,
+	    R_AUTH | R_JSON | R_MUTATING, "npc.create" },
+	{ EVHTTP_REQ_GET, NPCS_PATH, h_npc_list, R_AUTH, "npc.list" },
+	{ EVHTTP_REQ_GET, API_PREFIX "/whoami", h_whoami, R_AUTH, "whoami" },
+	{ EVHTTP_REQ_PUT, "/sandbox", h_ensure,
+	    R_AUTH | R_NPC | R_JSON_OPT | R_MUTATING, "sandbox.ensure" },
+	{ EVHTTP_REQ_GET, "/sandbox", h_status, R_AUTH | R_NPC,
+	    "sandbox.status" },
+	{ EVHTTP_REQ_DELETE, "/sandbox", h_destroy,
+	    R_AUTH | R_NPC | R_MUTATING, "sandbox.destroy" },
+	{ EVHTTP_REQ_POST, "/sandbox/exec", api_h_exec,
+	    R_AUTH | R_NPC | R_JSON | R_MUTATING, "sandbox.exec" },
+	{ EVHTTP_REQ_GET, "/sandbox/files", api_h_read, R_AUTH | R_NPC,
+	    "files.read" },
+	{ EVHTTP_REQ_PUT, "/sandbox/files", h_write,
+	    R_AUTH | R_NPC | R_RAW | R_MUTATING, "files.write" },
+	{ EVHTTP_REQ_GET, "/sandbox/list", h_list, R_AUTH | R_NPC,
+	    "files.list" },
+	{ EVHTTP_REQ_POST, "/sandbox/stop", h_stop,
+	    R_AUTH | R_NPC | R_JSON_OPT | R_MUTATING, "sandbox.stop" },
+	{ EVHTTP_REQ_PUT, "/egress", h_egress,
+	    R_AUTH | R_NPC | R_JSON | R_OPERATOR | R_MUTATING, "egress" },
+	{ 0, NULL, NULL, 0, NULL },
+};
+
+int64_t
+api_mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t
+wall_ms(void)
+{
+	struct timeval tv;
+
+	gettimeofday(&tv, NULL);
+	return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+static const char *
+method_name(int m)
+{
+	switch (m) {
+	case EVHTTP_REQ_GET: return "GET";
+	case EVHTTP_REQ_POST: return "POST";
+	case EVHTTP_REQ_PUT: return "PUT";
+	case EVHTTP_REQ_DELETE: return "DELETE";
+	case EVHTTP_REQ_HEAD: return "HEAD";
+	case EVHTTP_REQ_PATCH: return "PATCH";
+	case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+	default: return "OTHER";
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Replies and the end of every request                                */
+
+static void
+areq_unlink(struct areq *a)
+{
+	struct api_server *s = a->s;
+
+	if (a->prev != NULL)
+		a->prev->next = a->next;
+	else
+		s->live = a->next;
+	if (a->next != NULL)
+		a->next->prev = a->prev;
+	a->prev = a->next = NULL;
+}
+
+static void
+drain_fire(evutil_socket_t fd, short what, void *arg)
+{
+	struct api_server *s = arg;
+
+	(void)fd;
+	(void)what;
+	if (s->drain_done != NULL) {
+		void (*done)(void *) = s->drain_done;
+
+		s->drain_done = NULL;
+		done(s->drain_arg);
+	}
+}
+
+static void
+drain_check(struct api_server *s)
+{
+	struct timeval now = { 0, 0 };
+
+	if (s->draining && s->inflight == 0 && s->drain_done != NULL &&
+	    s->drain_ev != NULL)
+		evtimer_add(s->drain_ev, &now);
+}
+
+/*
+ * Every request ends here exactly once: audit (mutating routes), log, limit
+ * bookkeeping, free. The reply has been sent (or the connection is gone).
+ */
+void
+areq_finish(struct areq *a, int status, const char *outcome)
+{
+	struct api_server *s = a->s;
+	char st[8], ms[24];
+
+	if (a->route != NULL && (a->route->flags & R_MUTATING)) {
+		const char *action = a->route->action;
+
+		if (a->route->handler == h_egress && a->egress_parsed)
+			action = a->egress ? "egress.grant" : "egress.revoke";
+		api_store_audit(s->store, a->authed ? a->who.name : NULL,
+		    action, a->has_npc ? a->npc.name : NULL, outcome);
+	}
+	snprintf(st, sizeof(st), "%d", status);
+	snprintf(ms, sizeof(ms), "%lld",
+	    (long long)(api_mono_ms() - a->started_ms));
+	log_info("request", "action", a->route != NULL ? a->route->action :
+	    "none", "principal", a->authed ? a->who.name : "-", "npc",
+	    a->has_npc ? a->npc.name : "-", "status", st, "outcome", outcome,
+	    "ms", ms, NULL);
+	if (a->exec_counted && a->lim != NULL && a->lim->execs > 0)
+		a->lim->execs--;
+	if (a->ping != NULL)
+		event_free(a->ping);
+	if (a->chunk != NULL)
+		evbuffer_free(a->chunk);
+	json_decref(a->body);
+	free(a->path);
+	if (a->stdin_data != NULL) {
+		sodium_memzero(a->stdin_data, a->stdin_len);
+		free(a->stdin_data);
+	}
+	areq_unlink(a);
+	s->inflight--;
+	free(a);
+	drain_check(s);
+}
+
+static const char *
+reason_phrase(int status)
+{
+	switch (status) {
+	case 200: return "OK";
+	case 201: return "Created";
+	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 409: return "Conflict";
+	case 413: return "Payload Too Large";
+	case 429: return "Too Many Requests";
+	case 500: return "Internal Server Error";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
+	case 504: return "Gateway Timeout";
+	default: return NULL;
+	}
+}
+
+/* Sends obj (stolen) as the JSON reply; the request is not finished here. */
+static void
+send_json(struct evhttp_request *req, int status, json_t *obj)
+{
+	struct evbuffer *out = NULL;
+	char *text = NULL;
+
+	if (obj == NULL || (text = json_dumps(obj, JSON_COMPACT)) == NULL ||
+	    (out = evbuffer_new()) == NULL) {
+		evhttp_send_error(req, 500, NULL);
+		goto done;
+	}
+	evbuffer_add(out, text, strlen(text));
+	evbuffer_add(out, "\n", 1);
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+	    "Content-Type", SBX_CT_JSON);
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+	    "Cache-Control", "no-store");
+	evhttp_send_reply(req, status, reason_phrase(status), out);
+done:
+	free(text);
+	if (out != NULL)
+		evbuffer_free(out);
+	json_decref(obj);
+}
+
+void
+areq_reply_json(struct areq *a, int status, json_t *obj)
+{
+	if (a->req != NULL)
+		send_json(a->req, status, obj);
+	else
+		json_decref(obj);
+	a->req = NULL;
+	areq_finish(a, status, "ok");
+}
+
+static json_t *
+error_json(const char *code, const char *message)
+{
+	return json_pack("{s:{s:s,s:s}}", "error", "code", code, "message",
+	    message);
+}
+
+void
+areq_fail(struct areq *a, const struct sbx_err *err)
+{
+	struct evkeyvalq *h;
+	int status = sbx_err_http_status(err);
+
+	if (status == 500 && sbx_err_is_set(err) &&
+	    strcmp(err->code, SBX_E_INTERNAL) != 0)
+		log_warn("unmapped error code", "code", err->code, NULL);
+	if (a->req != NULL) {
+		h = evhttp_request_get_output_headers(a->req);
+		if (status == 401)
+			evhttp_add_header(h, "WWW-Authenticate", "Bearer");
+		if (strcmp(err->code, SBX_E_TOO_MANY) == 0)
+			evhttp_add_header(h, "Retry-After", "1");
+		send_json(a->req, status, error_json(err->code,
+		    err->message[0] != '\0' ? err->message : err->code));
+		a->req = NULL;
+	}
+	areq_finish(a, status, err->code);
+}
+
+void
+areq_fail_code(struct areq *a, const char *code, const char *fmt, ...)
+{
+	struct sbx_err err;
+	va_list ap;
+
+	sbx_err_clear(&err);
+	snprintf(err.code, sizeof(err.code), "%s", code);
+	va_start(ap, fmt);
+	vsnprintf(err.message, sizeof(err.message), fmt, ap);
+	va_end(ap);
+	areq_fail(a, &err);
+}
+
+/* ------------------------------------------------------------------ */
+/* JSON views                                                          */
+
+static json_t *
+opt_ms(int64_t v)
+{
+	return v != 0 ? json_integer(v) : json_null();
+}
+
+static json_t *
+npc_json(const struct api_npc *n)
+{
+	return json_pack("{s:s,s:s,s:s,s:o,s:b,s:o,s:o,s:I}", "name", n->name,
+	    "owner", n->owner, "sandbox_id", n->sandbox_id, "image",
+	    n->image[0] != '\0' ? json_string(n->image) : json_null(),
+	    "egress", n->egress, "egress_by", n->egress_by[0] != '\0' ?
+	    json_string(n->egress_by) : json_null(), "egress_at",
+	    opt_ms(n->egress_at), "created_at", (json_int_t)n->created_at);
+}
+
+json_t *
+api_status_json(const struct areq *a, const struct sbx_status *st)
+{
+	int absent = st->state == SBX_STATE_ABSENT;
+
+	return json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:b,s:o,s:o,s:o}",
+	    "npc", a->npc.name, "owner", a->npc.owner, "sandbox_id",
+	    a->npc.sandbox_id, "state", sbx_state_name(st->state),
+	    "image", absent || st->image[0] == '\0' ? json_null() :
+	    json_string(st->image), "egress", absent ? 0 : st->egress,
+	    "egress_granted", a->npc.egress, "created_at",
+	    opt_ms(st->created_at_ms), "last_used_at",
+	    opt_ms(st->last_used_at_ms), "stop_reason",
+	    st->stop_reason[0] != '\0' && !absent ?
+	    json_string(st->stop_reason) : json_null());
+}
+
+/* 0 when every member of obj is in allowed; else fails a and returns -1. */
+static int
+only_members(struct areq *a, json_t *obj, const char *const *allowed)
+{
+	const char *k;
+	json_t *v;
+	size_t i;
+
+	json_object_foreach(obj, k, v) {
+		for (i = 0; allowed[i] != NULL; i++)
+			if (strcmp(allowed[i], k) == 0)
+				break;
+		if (allowed[i] == NULL) {
+			areq_fail_code(a, SBX_E_UNKNOWN_FIELD, "Member \"%.64s\" "
+			    "is not accepted here.", k);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Handlers                                                            */
+
+static void
+h_whoami(struct areq *a)
+{
+	areq_reply_json(a, 200, json_pack("{s:s,s:s}", "name", a->who.name,
+	    "role", api_role_name(a->who.role)));
+}
+
+static void
+h_npc_create(struct areq *a)
+{
+	static const char *const allowed[] = { "name", "owner", NULL };
+	struct api_principal owner;
+	struct api_npc n;
+	struct sbx_err err;
+	json_t *name, *ow;
+	int r;
+
+	sbx_err_clear(&err);
+	if (only_members(a, a->body, allowed) == -1)
+		return;
+	name = json_object_get(a->body, "name");
+	if (!json_is_string(name)) {
+		areq_fail_code(a, name == NULL ? SBX_E_BAD_REQUEST :
+		    SBX_E_WRONG_TYPE, "Member \"name\" must be a string.");
+		return;
+	}
+	owner = a->who;
+	if ((ow = json_object_get(a->body, "owner")) != NULL) {
+		if (!json_is_string(ow)) {
+			areq_fail_code(a, SBX_E_WRONG_TYPE, "Member \"owner\" "
+			    "must be a string.");
+			return;
+		}
+		if (strcmp(json_string_value(ow), a->who.name) != 0) {
+			if (a->who.role != API_ROLE_OPERATOR) {
+				areq_fail_code(a, SBX_E_FORBIDDEN, "Only an "
+				    "operator can create an NPC for someone "
+				    "else.");
+				return;
+			}
+			r = api_store_principal_get(a->s->store,
+			    json_string_value(ow), &owner, &err);
+			if (r == -1) {
+				areq_fail(a, &err);
+				return;
+			}
+			if (r == 0 || owner.revoked_at != 0) {
+				areq_fail_code(a, SBX_E_NOT_FOUND, "No active "
+				    "principal has that name.");
+				return;
+			}
+		}
+	}
+	if (!api_npc_name_valid(json_string_value(name)) ||
+	    strlen(json_string_value(name)) != json_string_length(name)) {
+		areq_fail_code(a, SBX_E_BAD_REQUEST, "An NPC name must match "
+		    "[a-z0-9][a-z0-9-]{0,40}.");
+		return;
+	}
+	if (api_store_npc_create(a->s->store, json_string_value(name),
+	    owner.id, &n, &err) == -1) {
+		areq_fail(a, &err);
+		return;
+	}
+	a->npc = n;
+	a->has_npc = 1;
+	areq_reply_json(a, 201, npc_json(&n));
+}
+
+static void
+npc_list_add(void *arg, const struct api_npc *n)
+{
+	json_array_append_new(arg, npc_json(n));
+}
+
+static void
+h_npc_list(struct areq *a)
+{
+	struct sbx_err err;
+	json_t *arr;
+
+	sbx_err_clear(&err);
+	if ((arr = json_array()) == NULL) {
+		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		return;
+	}
+	if (api_store_npc_list(a->s->store, a->who.role == API_ROLE_OPERATOR ?
+	    0 : a->who.id, npc_list_add, arr, &err) == -1) {
+		json_decref(arr);
+		areq_fail(a, &err);
+		return;
+	}
+	areq_reply_json(a, 200, arr);
+}
+
+static void
+status_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
+{
+	struct areq *a = arg;
+
+	a->op = NULL;
+	if (err != NULL) {
+		areq_fail(a, err);
+		return;
+	}
+	areq_reply_json(a, 200, api_status_json(a, st));
+}
+
+static void
+ensure_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
+{
+	struct areq *a = arg;
+	struct sbx_err e2;
+
+	sbx_err_clear(&e2);
+	if (err == NULL && a->set_image &&
+	    api_store_npc_set_image(a->s->store, a->npc.name, a->npc.image,
+	    &e2) == -1)
+		log_warn("cannot remember the NPC's image", "npc", a->npc.name,
+		    NULL);
+	status_done(arg, err, st);
+}
+
+static void
+h_ensure(struct areq *a)
+{
+	static const char *const allowed[] = { "image", NULL };
+	struct sbx_spec spec;
+	struct sbx_err err;
+	json_t *img;
+
+	sbx_err_clear(&err);
+	memset(&spec, 0, sizeof(spec));
+	if (a->body != NULL) {
+		if (json_object_get(a->body, "egress") != NULL) {
+			if (a->who.role != API_ROLE_OPERATOR)
+				areq_fail_code(a, SBX_E_FORBIDDEN,
+				    EGRESS_FORBIDDEN, a->npc.name);
+			else
+				areq_fail_code(a, SBX_E_UNKNOWN_FIELD, "Egress "
+				    "is set with PUT /api/v1/npcs/%s/egress.",
+				    a->npc.name);
+			return;
+		}
+		if (only_members(a, a->body, allowed) == -1)
+			return;
+		img = json_object_get(a->body, "image");
+		if (img != NULL && !json_is_string(img)) {
+			areq_fail_code(a, SBX_E_WRONG_TYPE, "Member \"image\" "
+			    "must be a string.");
+			return;
+		}
+		if (img != NULL) {
+			if (json_string_length(img) == 0 ||
+			    json_string_length(img) >= sizeof(a->npc.image) ||
+			    strlen(json_string_value(img)) !=
+			    json_string_length(img)) {
+				areq_fail_code(a, SBX_E_BAD_REQUEST, "Member "
+				    "\"image\" must be an image name.");
+				return;
+			}
+			snprintf(a->npc.image, sizeof(a->npc.image), "%s",
+			    json_string_value(img));
+			a->set_image = 1;
+		}
+	}
+	/* The image asked for once stays the NPC's image: a later ensure
+	 * without one (or an egress change) must not fall back to the
+	 * default and replace the container. */
+	spec.image = a->npc.image[0] != '\0' ? a->npc.image : NULL;
+	/* Egress comes from the stored grant, never from the caller. */
+	spec.egress = a->npc.egress;
+	a->op = a->s->driver->ops->ensure(a->s->driver, a->npc.sandbox_id,
+	    &spec, ensure_done, a, &err);
+	if (a->op == NULL)
+		areq_fail(a, &err);
+}
+
+static void
+h_status(struct areq *a)
+{
+	struct sbx_err err;
+
+	sbx_err_clear(&err);
+	a->op = a->s->driver->ops->status(a->s->driver, a->npc.sandbox_id,
+	    status_done, a, &err);
+	if (a->op == NULL)
+		areq_fail(a, &err);
+}
+
+static void
+done_reply(struct areq *a, const struct sbx_err *err, const char *state)
+{
+	a->op = NULL;
+	if (err != NULL) {
+		areq_fail(a, err);
+		return;
+	}
+	areq_reply_json(a, 200, json_pack("{s:s,s:s,s:s}", "npc", a->npc.name,
+	    "sandbox_id", a->npc.sandbox_id, "state", state));
+}
+
+static void
+destroy_done(void *arg, const struct sbx_err *err)
+{
+	done_reply(arg, err, "absent");
+}
+
+static void
+h_destroy(struct areq *a)
+{
+	struct sbx_err err;
+
+	sbx_err_clear(&err);
+	a->op = a->s->driver->ops->destroy(a->s->driver, a->npc.sandbox_id,
+	    destroy_done, a, &err);
+	if (a->op == NULL)
+		areq_fail(a, &err);
+}
+
+static void
+stop_done(void *arg, const struct sbx_err *err)
+{
+	done_reply(arg, err, "stopped");
+}
+
+static void
+h_stop(struct areq *a)
+{
+	struct sbx_err err;
+
+	sbx_err_clear(&err);
+	if (a->body != NULL && json_object_size(a->body) != 0) {
+		areq_fail_code(a, SBX_E_UNKNOWN_FIELD, "stop takes no members.");
+		return;
+	}
+	a->op = a->s->driver->ops->stop(a->s->driver, a->npc.sandbox_id,
+	    stop_done, a, &err);
+	if (a->op == NULL)
+		areq_fail(a, &err);
+}
+
+/* ?path= decoded once and checked (SPEC §4 path rules). */
+static int
+query_path(struct areq *a)
+{
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->req);
+	struct sbx_err err;
+
+	sbx_err_clear(&err);
+	if (sbx_query_path(evhttp_uri_get_query(uri), SBX_QUERY_PATH, &a->path,
+	    NULL, &err) == -1) {
+		areq_fail(a, &err);
+		return -1;
+	}
+	return 0;
+}
+
+static void
+write_done(void *arg, const struct sbx_err *err)
+{
+	struct areq *a = arg;
+
+	a->op = NULL;
+	if (err != NULL) {
+		areq_fail(a, err);
+		return;
+	}
+	areq_reply_json(a, 200, json_pack("{s:s,s:s}", "npc", a->npc.name,
+	    "path", a->path));
+}
+
+static void
+h_write(struct areq *a)
+{
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->req);
+	struct evbuffer *in = evhttp_request_get_input_buffer(a->req);
+	struct sbx_err err;
+	char *mode = NULL, *end;
+	unsigned long m;
+
+	sbx_err_clear(&err);
+	if (query_path(a) == -1)
+		return;
+	switch (sbx_query_param(evhttp_uri_get_query(uri), SBX_QUERY_MODE,
+	    &mode, NULL, &err)) {
+	case -1:
+		areq_fail(a, &err);
+		return;
+	case 1:
+		errno = 0;
+		m = strtoul(mode, &end, 8);
+		if (mode[0] < '0' || mode[0] > '7' || strlen(mode) > 4 ||
+		    *end != '\0' || errno != 0 || m > 0777) {
+			free(mode);
+			areq_fail_code(a, SBX_E_BAD_REQUEST, "Parameter \"mode\" "
+			    "must be octal permission bits such as 0644.");
+			return;
+		}
+		a->mode = (uint32_t)m;
+		free(mode);
+		break;
+	default:
+		break;
+	}
+	/* The body was buffered by evhttp (at most file_size_max bytes); the
+	 * driver drains it towards the broker. */
+	a->op = a->s->driver->ops->write(a->s->driver, a->npc.sandbox_id,
+	    a->path, a->mode, in, write_done, a, &err);
+	if (a->op == NULL)
+		areq_fail(a, &err);
+}
+
+static void
+list_done(void *arg, const struct sbx_err *err, const struct sbx_dirent *ents,
+    size_t n)
+{
+	struct areq *a = arg;
+	json_t *arr, *e;
+	size_t i, len;
+	char b64[sodium_base64_ENCODED_LEN(256, sodium_base64_VARIANT_ORIGINAL)];
+
+	a->op = NULL;
+	if (err != NULL) {
+		areq_fail(a, err);
+		return;
+	}
+	if ((arr = json_array()) == NULL) {
+		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		return;
+	}
+	for (i = 0; i < n; i++) {
+		len = strnlen(ents[i].name, sizeof(ents[i].name));
+		e = json_pack("{s:s,s:I,s:I,s:I}", "type", ents[i].type != NULL ?
+		    ents[i].type : "other", "size", (json_int_t)ents[i].size,
+		    "mode", (json_int_t)ents[i].mode, "mtime",
+		    (json_int_t)ents[i].mtime);
+		if (e == NULL)
+			continue;
+		if (json_object_set_new(e, "name", json_stringn(ents[i].name,
+		    len)) == -1) {
+			sodium_bin2base64(b64, sizeof(b64),
+			    (const unsigned char *)ents[i].name, len,
+			    sodium_base64_VARIANT_ORIGINAL);
+			json_object_set_new(e, "name_b64", json_string(b64));
+		}
+		json_array_append_new(arr, e);
+	}
+	areq_reply_json(a, 200, arr);
+}
+
+static void
+h_list(struct areq *a)
+{
+	struct sbx_err err;
+
+	sbx_err_clear(&err);
+	if (query_path(a) == -1)
+		return;
+	a->op = a->s->driver->ops->list(a->s->driver, a->npc.sandbox_id,
+	    a->path, list_done, a, &err);
+	if (a->op == NULL)
+		areq_fail(a, &err);
+}
+
+static void
+egress_ensured(void *arg, const struct sbx_err *err,
+    const struct sbx_status *st)
+{
+	struct areq *a = arg;
+	json_t *obj;
+
+	a->op = NULL;
+	if (err != NULL) {
+		/* The grant is stored and applies at the next ensure. */
+		areq_fail(a, err);
+		return;
+	}
+	obj = api_status_json(a, st);
+	json_object_set_new(obj, "applied", json_true());
+	areq_reply_json(a, 200, obj);
+}
+
+static void
+egress_status(void *arg, const struct sbx_err *err,
+    const struct sbx_status *st)
+{
+	struct areq *a = arg;
+	struct sbx_spec spec;
+	struct sbx_err e2;
+	json_t *obj;
+
+	a->op = NULL;
+	sbx_err_clear(&e2);
+	if (err != NULL) {
+		areq_fail(a, err);
+		return;
+	}
+	if (st->state == SBX_STATE_ABSENT) {
+		obj = api_status_json(a, st);
+		json_object_set_new(obj, "applied", json_false());
+		areq_reply_json(a, 200, obj);
+		return;
+	}
+	/* Changing egress replaces the container through ensure; the volume,
+	 * and so /work, survives (SPEC §4). */
+	memset(&spec, 0, sizeof(spec));
+	spec.egress = a->egress;
+	spec.image = a->npc.image[0] != '\0' ? a->npc.image : NULL;
+	a->op = a->s->driver->ops->ensure(a->s->driver, a->npc.sandbox_id,
+	    &spec, egress_ensured, a, &e2);
+	if (a->op == NULL)
+		areq_fail(a, &e2);
+}
+
+static void
+h_egress(struct areq *a)
+{
+	static const char *const allowed[] = { "enabled", NULL };
+	struct sbx_err err;
+	json_t *en;
+
+	sbx_err_clear(&err);
+	if (only_members(a, a->body, allowed) == -1)
+		return;
+	en = json_object_get(a->body, "enabled");
+	if (!json_is_boolean(en)) {
+		areq_fail_code(a, en == NULL ? SBX_E_BAD_REQUEST :
+		    SBX_E_WRONG_TYPE, "Member \"enabled\" must be true or "
+		    "false.");
+		return;
+	}
+	a->egress = json_is_true(en);
+	a->egress_parsed = 1;
+	if (api_store_npc_set_egress(a->s->store, a->npc.name, a->egress,
+	    a->who.name, &err) == -1 ||
+	    api_store_npc_get(a->s->store, a->npc.name, &a->npc, &err) != 1) {
+		if (!sbx_err_is_set(&err))
+			sbx_err_set(&err, SBX_E_NOT_FOUND, "No NPC named %s.",
+			    a->npc.name);
+		areq_fail(a, &err);
+		return;
+	}
+	log_info(a->egress ? "egress granted" : "egress revoked", "npc",
+	    a->npc.name, "by", a->who.name, NULL);
+	a->op = a->s->driver->ops->status(a->s->driver, a->npc.sandbox_id,
+	    egress_status, a, &err);
+	if (a->op == NULL)
+		areq_fail(a, &err);
+}
+
+/* ------------------------------------------------------------------ */
+/* Limits                                                              */
+
+static struct api_limit *
+limit_get(struct api_server *s, int64_t principal_id)
+{
+	struct api_limit *l;
+
+	for (l = s->limits; l != NULL; l = l->next)
+		if (l->principal_id == principal_id)
+			return l;
+	if ((l = calloc(1, sizeof(*l))) == NULL)
+		return NULL;
+	l->principal_id = principal_id;
+	l->tokens = (double)s->cfg->rate_per_minute;
+	l->refilled_ms = api_mono_ms();
+	l->next = s->limits;
+	s->limits = l;
+	return l;
+}
+
+/*
+ * Token bucket: rate_per_minute tokens, refilled continuously. Returns 0
+ * when the request may go on, else the seconds until one token is back.
+ */
+static long
+limit_take(struct api_server *s, struct api_limit *l)
+{
+	double cap = (double)s->cfg->rate_per_minute;
+	double per_ms = cap / 60000.0;
+	int64_t now = api_mono_ms();
+	long wait;
+
+	l->tokens += (double)(now - l->refilled_ms) * per_ms;
+	if (l->tokens > cap)
+		l->tokens = cap;
+	l->refilled_ms = now;
+	if (l->tokens >= 1.0) {
+		l->tokens -= 1.0;
+		return 0;
+	}
+	wait = (long)((1.0 - l->tokens) / per_ms / 1000.0) + 1;
+	return wait > 0 ? wait : 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Dispatch                                                            */
+
+/* The key of "Authorization: Bearer KEY", or NULL. */
+static const char *
+bearer_key(struct evhttp_request *req, size_t *len)
+{
+	const char *h, *k, *e;
+
+	h = evhttp_find_header(evhttp_request_get_input_headers(req),
+	    SBX_HDR_AUTHORIZATION);
+	if (h == NULL)
+		return NULL;
+	while (*h == ' ' || *h == '\t')
+		h++;
+	if (strncasecmp(h, "Bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\t'))
+		return NULL;
+	k = h + 6;
+	while (*k == ' ' || *k == '\t')
+		k++;
+	e = k + strlen(k);
+	while (e > k && (e[-1] == ' ' || e[-1] == '\t'))
+		e--;
+	if (e == k)
+		return NULL;
+	*len = (size_t)(e - k);
+	return k;
+}
+
+/* Splits path into an NPC name and a suffix; NULL route when none matches. */
+static const struct api_route *
+route_find(const char *path, int method, char *npc, size_t npccap,
+    int *path_known)
+{
+	const struct api_route *r;
+	const char *rest = NULL, *slash;
+	size_t n;
+
+	*path_known = 0;
+	npc[0] = '\0';
+	if (strncmp(path, NPCS_PATH "/", sizeof(NPCS_PATH)) == 0) {
+		rest = path + sizeof(NPCS_PATH);
+		slash = strchr(rest, '/');
+		if (slash == NULL)
+			return NULL;
+		n = (size_t)(slash - rest);
+		if (n == 0 || n >= npccap)
+			n = 0;
+		memcpy(npc, rest, n);
+		npc[n] = '\0';
+		rest = slash;
+	}
+	for (r = routes; r->suffix != NULL; r++) {
+		if (rest != NULL ? !(r->flags & R_NPC) ||
+		    strcmp(r->suffix, rest) != 0 :
+		    (r->flags & R_NPC) || strcmp(r->suffix, path) != 0)
+			continue;
+		*path_known = 1;
+		if (r->method == method)
+			return r;
+	}
+	return NULL;
+}
+
+static void
+allow_header(struct evhttp_request *req, const char *path)
+{
+	const struct api_route *r;
+	const char *rest = NULL;
+	char allow[64] = "";
+	size_t used;
+
+	if (strncmp(path, NPCS_PATH "/", sizeof(NPCS_PATH)) == 0 &&
+	    (rest = strchr(path + sizeof(NPCS_PATH), '/')) == NULL)
+		return;
+	for (r = routes; r->suffix != NULL; r++) {
+		if (rest != NULL ? !(r->flags & R_NPC) ||
+		    strcmp(r->suffix, rest) != 0 :
+		    (r->flags & R_NPC) || strcmp(r->suffix, path) != 0)
+			continue;
+		used = strlen(allow);
+		snprintf(allow + used, sizeof(allow) - used, "%s%s",
+		    used > 0 ? ", " : "", method_name(r->method));
+	}
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
+	    allow);
+}
+
+static void
+api_dispatch(struct evhttp_request *req, void *arg)
+{
+	struct api_server *s = arg;
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+	const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
+	struct evbuffer *in = evhttp_request_get_input_buffer(req);
+	const char *key;
+	struct sbx_err err;
+	json_error_t jerr;
+	struct areq *a;
+	char npc[API_NPC_NAME_MAX + 2], ra[24];
+	size_t keylen = 0, blen;
+	long wait;
+	int known, r;
+
+	if ((a = calloc(1, sizeof(*a))) == NULL) {
+		evhttp_send_error(req, 500, NULL);
+		return;
+	}
+	sbx_err_clear(&err);
+	a->s = s;
+	a->req = req;
+	a->started_ms = api_mono_ms();
+	a->next = s->live;
+	if (s->live != NULL)
+		s->live->prev = a;
+	s->live = a;
+	s->inflight++;
+
+	if (path == NULL) {
+		areq_fail_code(a, SBX_E_BAD_REQUEST, "Bad request target.");
+		return;
+	}
+	if (strcmp(path, "/healthz") == 0 &&
+	    evhttp_request_get_command(req) == EVHTTP_REQ_GET) {
+		areq_reply_json(a, 200, json_pack("{s:s}", "status",
+		    s->draining ? "draining" : "ok"));
+		return;
+	}
+	if (s->draining) {
+		areq_fail_code(a, SBX_E_SHUTTING_DOWN, "The api is shutting "
+		    "down.");
+		return;
+	}
+	/* 1. Authentication first, so nobody unauthenticated learns which
+	 * routes or NPCs exist. */
+	if (strncmp(path, API_PREFIX "/", sizeof(API_PREFIX)) == 0) {
+		key = bearer_key(req, &keylen);
+		r = key != NULL ? api_store_authenticate(s->store, key, keylen,
+		    &a->who) : 0;
+		if (r == -1) {
+			areq_fail_code(a, SBX_E_INTERNAL, "The api's database "
+			    "failed.");
+			return;
+		}
+		if (r == 0) {
+			/* Logged, not audited: without a key anybody could
+			 * grow the audit table. */
+			areq_fail_code(a, SBX_E_UNAUTHORIZED, "A valid API key "
+			    "is required (Authorization: Bearer KEY).");
+			return;
+		}
+		a->authed = 1;
+	}
+	/* 2. Route and method. */
+	a->route = route_find(path, evhttp_request_get_command(req), npc,
+	    sizeof(npc), &known);
+	if (a->route == NULL) {
+		if (known) {
+			allow_header(req, path);
+			areq_fail_code(a, SBX_E_METHOD_NOT_ALLOWED, "Method not "
+			    "allowed on this path.");
+		} else
+			areq_fail_code(a, SBX_E_NOT_FOUND, "No such route.");
+		return;
+	}
+	if ((a->route->flags & R_AUTH) && !a->authed) {
+		areq_fail_code(a, SBX_E_UNAUTHORIZED, "A valid API key is "
+		    "required.");
+		return;
+	}
+	/* 3. Requests per minute. */
+	if (a->authed) {
+		if ((a->lim = limit_get(s, a->who.id)) == NULL) {
+			areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+			return;
+		}
+		if ((wait = limit_take(s, a->lim)) > 0) {
+			snprintf(ra, sizeof(ra), "%ld", wait);
+			evhttp_add_header(evhttp_request_get_output_headers(req),
+			    "Retry-After", ra);
+			areq_fail_code(a, SBX_E_RATE_LIMITED, "Too many "
+			    "requests: at most %lld per minute.",
+			    s->cfg->rate_per_minute);
+			return;
+		}
+	}
+	/* 4. The NPC exists and is the caller's (or the caller operates):
+	 * another player's NPC answers exactly like an absent one. */
+	if (a->route->flags & R_NPC) {
+		r = api_npc_name_valid(npc) ? api_store_npc_get(s->store, npc,
+		    &a->npc, &err) : 0;
+		if (r == -1) {
+			areq_fail(a, &err);
+			return;
+		}
+		if (r == 0 || (a->who.role != API_ROLE_OPERATOR &&
+		    a->npc.owner_id != a->who.id)) {
+			memset(&a->npc, 0, sizeof(a->npc));
+			areq_fail_code(a, SBX_E_NOT_FOUND, "No NPC of yours is "
+			    "named so.");
+			return;
+		}
+		a->has_npc = 1;
+	}
+	/* 5. Operator-only actions. */
+	if ((a->route->flags & R_OPERATOR) &&
+	    a->who.role != API_ROLE_OPERATOR) {
+		if (a->route->handler == h_egress)
+			areq_fail_code(a, SBX_E_FORBIDDEN, EGRESS_FORBIDDEN,
+			    a->npc.name);
+		else
+			areq_fail_code(a, SBX_E_FORBIDDEN, "Only an operator "
+			    "may do this.");
+		return;
+	}
+	/* 6. Body size and syntax. */
+	blen = evbuffer_get_length(in);
+	if (!(a->route->flags & R_RAW) && blen > (size_t)s->cfg->body_max) {
+		areq_fail_code(a, SBX_E_TOO_LARGE, "The request body is larger "
+		    "than %lld bytes.", s->cfg->body_max);
+		return;
+	}
+	if ((a->route->flags & R_RAW) && blen > (size_t)s->cfg->file_size_max) {
+		areq_fail_code(a, SBX_E_TOO_LARGE, "The file is larger than "
+		    "%lld bytes.", s->cfg->file_size_max);
+		return;
+	}
+	if ((a->route->flags & (R_JSON | R_JSON_OPT)) &&
+	    (blen > 0 || (a->route->flags & R_JSON))) {
+		a->body = json_loadb((const char *)evbuffer_pullup(in, -1), blen,
+		    JSON_REJECT_DUPLICATES, &jerr);
+		if (a->body == NULL || !json_is_object(a->body)) {
+			areq_fail_code(a, SBX_E_BAD_REQUEST, "The body must be "
+			    "one JSON object.");
+			return;
+		}
+	}
+	a->route->handler(a);
+}
+
+/* ------------------------------------------------------------------ */
+/* Server life                                                         */
+
+struct api_server *
+api_server_new(struct event_base *base, const struct api_config *cfg,
+    struct sbx_driver *driver, struct sbx_err *err)
+{
+	struct api_server *s = NULL;
+	struct sockaddr_storage ss;
+	ev_socklen_t sl = sizeof(ss);
+	char host[256];
+	const char *colon;
+	long long maxbody;
+	evutil_socket_t fd;
+
+	if (api_config_check(cfg, err) == -1)
+		return NULL;
+	if ((s = calloc(1, sizeof(*s))) == NULL) {
+		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return NULL;
+	}
+	s->base = base;
+	s->cfg = cfg;
+	s->driver = driver;
+	s->now_ms = wall_ms;
+	if ((s->store = api_store_open(cfg->state_dir, err)) == NULL)
+		goto fail;
+	if ((s->http = evhttp_new(base)) == NULL ||
+	    (s->drain_ev = evtimer_new(base, drain_fire, s)) == NULL) {
+		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		goto fail;
+	}
+	maxbody = cfg->file_size_max > cfg->body_max ? cfg->file_size_max :
+	    cfg->body_max;
+	evhttp_set_max_body_size(s->http, maxbody);
+	evhttp_set_max_headers_size(s->http, 64 * 1024);
+	evhttp_set_timeout(s->http, (int)((cfg->request_timeout + 999) / 1000));
+	evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
+	    EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
+	    EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+	evhttp_set_gencb(s->http, api_dispatch, s);
+	colon = strrchr(cfg->listen, ':');
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - cfg->listen),
+	    cfg->listen);
+	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+		memmove(host, host + 1, strlen(host));
+		host[strlen(host) - 1] = '\0';
+	}
+	if ((s->bound = evhttp_bind_socket_with_handle(s->http, host,
+	    (ev_uint16_t)atoi(colon + 1))) == NULL) {
+		sbx_err_set(err, SBX_E_CONFIG, "Cannot listen on %s: %s.",
+		    cfg->listen, strerror(errno));
+		goto fail;
+	}
+	fd = evhttp_bound_socket_get_fd(s->bound);
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+		if (ss.ss_family == AF_INET)
+			s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+		else if (ss.ss_family == AF_INET6)
+			s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	}
+	return s;
+fail:
+	api_server_free(s);
+	return NULL;
+}
+
+int
+api_server_port(const struct api_server *s)
+{
+	return s->port;
+}
+
+unsigned
+api_server_inflight(const struct api_server *s)
+{
+	return s->inflight;
+}
+
+void
+api_server_set_clock(struct api_server *s, int64_t (*now)(void))
+{
+	s->now_ms = now != NULL ? now : wall_ms;
+}
+
+void
+api_server_drain(struct api_server *s, void (*done)(void *), void *arg)
+{
+	s->draining = 1;
+	s->drain_done = done;
+	s->drain_arg = arg;
+	if (s->bound != NULL) {
+		evhttp_del_accept_socket(s->http, s->bound);
+		s->bound = NULL;
+	}
+	drain_check(s);
+}
+
+void
+api_server_free(struct api_server *s)
+{
+	struct api_limit *l;
+	struct areq *a;
+
+	if (s == NULL)
+		return;
+	/* Requests still open: stop their driver work; evhttp_free below
+	 * closes their connections. */
+	while ((a = s->live) != NULL) {
+		struct sbx_op *op = a->op;
+
+		a->op = NULL;
+		sbx_op_cancel(op);
+		if (a->conn != NULL)
+			evhttp_connection_set_closecb(a->conn, NULL, NULL);
+		a->req = NULL;
+		a->route = NULL;    /* no audit row for an abandoned request */
+		areq_finish(a, 503, SBX_E_SHUTTING_DOWN);
+	}
+	if (s->http != NULL)
+		evhttp_free(s->http);
+	if (s->drain_ev != NULL)
+		event_free(s->drain_ev);
+	while ((l = s->limits) != NULL) {
+		s->limits = l->next;
+		free(l);
+	}
+	api_store_close(s->store);
+	free(s);
+}

@@ -1,0 +1,126 @@
+/* api_int.h - internals shared by the files of sandbox-api's HTTP server (not a public header). */
+#ifndef API_INT_H
+#define API_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "api.h"
+#include "api_store.h"
+#include "sbx_driver.h"
+#include "sbx_err.h"
+
+struct evhttp;
+struct evhttp_request;
+struct evhttp_connection;
+struct evhttp_bound_socket;
+struct evbuffer;
+struct event;
+
+/* Per-principal limit state, kept in memory (lost on restart, by design). */
+struct api_limit {
+	int64_t principal_id;
+	double tokens;            /* token bucket for requests per minute */
+	int64_t refilled_ms;      /* monotonic ms of the last refill */
+	unsigned execs;           /* exec streams open now */
+	struct api_limit *next;
+};
+
+struct areq;
+
+struct api_server {
+	struct event_base *base;
+	const struct api_config *cfg;
+	struct sbx_driver *driver;
+	struct api_store *store;
+	struct evhttp *http;
+	struct evhttp_bound_socket *bound;
+	int port;
+	struct api_limit *limits;
+	struct areq *live;          /* requests being answered */
+	unsigned inflight;
+	int draining;
+	void (*drain_done)(void *);
+	void *drain_arg;
+	struct event *drain_ev;
+	int64_t (*now_ms)(void);
+};
+
+/* Flags of a route. */
+#define R_AUTH     0x01  /* needs a principal (every /api/v1 route) */
+#define R_NPC      0x02  /* path has {npc}: loaded and ownership-checked */
+#define R_JSON     0x04  /* body is a JSON object, at most body_max bytes */
+#define R_JSON_OPT 0x08  /* like R_JSON, but an empty body is fine */
+#define R_RAW      0x10  /* raw body up to file_size_max (file write) */
+#define R_OPERATOR 0x20  /* operators only: players get 403 */
+#define R_MUTATING 0x40  /* written to the audit table */
+
+typedef void (*api_handler_fn)(struct areq *);
+
+struct api_route {
+	int method;                /* enum evhttp_cmd_type */
+	const char *suffix;        /* after /api/v1/npcs/{npc}, or the full path */
+	api_handler_fn handler;
+	unsigned flags;
+	const char *action;        /* audit/log name, e.g. "sandbox.ensure" */
+};
+
+/* One request being answered. */
+struct areq {
+	struct api_server *s;
+	struct evhttp_request *req;         /* NULL once replied */
+	const struct api_route *route;
+	struct api_principal who;
+	int authed;
+	struct api_npc npc;
+	int has_npc;
+	json_t *body;                       /* parsed JSON body or NULL */
+	struct sbx_op *op;                  /* driver operation in flight */
+	struct api_limit *lim;
+	int exec_counted;
+	int64_t started_ms;
+	/* streams */
+	struct evhttp_connection *conn;
+	struct evbuffer *chunk;
+	struct event *ping;
+	int streaming;
+	int paused;
+	int sse;
+	uint64_t sse_id;
+	/* scratch */
+	char *path;
+	uint32_t mode;
+	int egress;
+	int egress_parsed;
+	int set_image;
+	unsigned char *stdin_data;
+	size_t stdin_len;
+	struct areq *prev, *next;
+};
+
+/* api_http.c */
+int64_t api_mono_ms(void);
+void areq_reply_json(struct areq *a, int status, json_t *obj);  /* steals obj */
+void areq_fail(struct areq *a, const struct sbx_err *err);
+void areq_fail_code(struct areq *a, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void areq_finish(struct areq *a, int status, const char *outcome);
+json_t *api_status_json(const struct areq *a, const struct sbx_status *st);
+
+/* api_exec.c */
+void api_h_exec(struct areq *a);
+void api_h_read(struct areq *a);
+
+/*
+ * Appends the SSE event for one NDJSON exec event line (line[0..len), with
+ * or without its '\n') to out with SSE id id. Same bytes as
+ * sbx_sse_from_ndjson (proto/sbx_sse.h) on the same line; lines the encoder
+ * of proto/sbx_ndjson.h wrote take a fast path that does not parse JSON.
+ * Returns 0, or -1 with err (bad_request "protocol_error: ...", internal).
+ */
+int api_sse_from_ndjson_line(struct evbuffer *out, uint64_t id,
+    const char *line, size_t len, struct sbx_err *err);
+
+#endif

@@ -1,0 +1,672 @@
+/* api_store.c - sandbox-api state in sqlite: principals, keyed key hashes, NPCs, egress grants, audit. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <sodium.h>
+#include <sqlite3.h>
+
+#include "api_store.h"
+#include "sbx_config.h"
+#include "sbx_log.h"
+#include "sbx_proto.h"
+#include "sbx_token.h"
+
+#define KEY_BYTES 32
+#define HASH_BYTES 32
+
+struct api_store {
+	sqlite3 *db;
+	unsigned char key[KEY_BYTES];
+};
+
+static const char schema[] =
+    "CREATE TABLE IF NOT EXISTS principals ("
+    " id INTEGER PRIMARY KEY,"
+    " name TEXT NOT NULL UNIQUE,"
+    " role TEXT NOT NULL CHECK (role IN ('player','operator')),"
+    " key_hash BLOB NOT NULL UNIQUE,"
+    " created_at INTEGER NOT NULL,"
+    " revoked_at INTEGER);"
+    "CREATE TABLE IF NOT EXISTS npcs ("
+    " id INTEGER PRIMARY KEY,"
+    " name TEXT NOT NULL UNIQUE,"
+    " owner_id INTEGER NOT NULL REFERENCES principals(id),"
+    " sandbox_id TEXT NOT NULL UNIQUE,"
+    " egress INTEGER NOT NULL DEFAULT 0,"
+    " egress_by TEXT,"
+    " egress_at INTEGER,"
+    " image TEXT,"
+    " created_at INTEGER NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS npcs_owner ON npcs(owner_id);"
+    "CREATE TABLE IF NOT EXISTS audit ("
+    " id INTEGER PRIMARY KEY,"
+    " ts INTEGER NOT NULL,"
+    " principal TEXT,"
+    " action TEXT NOT NULL,"
+    " npc TEXT,"
+    " outcome TEXT NOT NULL);";
+
+static int64_t
+now_ms(void)
+{
+	struct timeval tv;
+
+	gettimeofday(&tv, NULL);
+	return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+const char *
+api_role_name(enum api_role r)
+{
+	return r == API_ROLE_OPERATOR ? "operator" : "player";
+}
+
+static int
+name_valid(const char *name, size_t max, const char *extra)
+{
+	size_t i;
+
+	if (name == NULL || name[0] == '\0')
+		return 0;
+	for (i = 0; name[i] != '\0'; i++) {
+		if (i >= max)
+			return 0;
+		if ((name[i] >= 'a' && name[i] <= 'z') ||
+		    (name[i] >= '0' && name[i] <= '9'))
+			continue;
+		if (i > 0 && strchr(extra, name[i]) != NULL)
+			continue;
+		return 0;
+	}
+	return 1;
+}
+
+int
+api_principal_name_valid(const char *name)
+{
+	return name_valid(name, API_NAME_MAX, "-_.");
+}
+
+int
+api_npc_name_valid(const char *name)
+{
+	return name_valid(name, API_NPC_NAME_MAX, "-");
+}
+
+static int
+db_fail(struct api_store *st, struct sbx_err *err, const char *what)
+{
+	log_error("database error", "op", what, "error",
+	    sqlite3_errmsg(st->db), NULL);
+	return sbx_err_set(err, SBX_E_INTERNAL, "The api's database failed "
+	    "(%s).", what);
+}
+
+/* Reads or creates the 32-byte server key. */
+static int
+load_key(struct api_store *st, const char *path, struct sbx_err *err)
+{
+	struct stat sb;
+	ssize_t n;
+	int fd = -1, rc = -1;
+
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd == -1 && errno == ENOENT) {
+		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+		    O_CLOEXEC, 0600);
+		if (fd == -1) {
+			sbx_err_set(err, SBX_E_CONFIG, "Cannot create %s: %s.",
+			    path, strerror(errno));
+			goto done;
+		}
+		randombytes_buf(st->key, sizeof(st->key));
+		if (write(fd, st->key, sizeof(st->key)) !=
+		    (ssize_t)sizeof(st->key) || fsync(fd) == -1) {
+			sbx_err_set(err, SBX_E_CONFIG, "Cannot write %s: %s.",
+			    path, strerror(errno));
+			unlink(path);
+			goto done;
+		}
+		log_info("server key created", "file", path, NULL);
+		rc = 0;
+		goto done;
+	}
+	if (fd == -1) {
+		sbx_err_set(err, SBX_E_CONFIG, "Cannot open %s: %s.", path,
+		    strerror(errno));
+		goto done;
+	}
+	if (fstat(fd, &sb) == -1 || !S_ISREG(sb.st_mode)) {
+		sbx_err_set(err, SBX_E_CONFIG, "%s is not a regular file.", path);
+		goto done;
+	}
+	if ((sb.st_mode & 077) != 0) {
+		sbx_err_set(err, SBX_E_CONFIG, "%s has mode %04o; it must be "
+		    "0600.", path, (unsigned)(sb.st_mode & 07777));
+		goto done;
+	}
+	n = read(fd, st->key, sizeof(st->key));
+	if (n != (ssize_t)sizeof(st->key) || sb.st_size != KEY_BYTES) {
+		sbx_err_set(err, SBX_E_CONFIG, "%s must hold exactly %d bytes.",
+		    path, KEY_BYTES);
+		goto done;
+	}
+	rc = 0;
+done:
+	if (fd != -1)
+		close(fd);
+	return rc;
+}
+
+struct api_store *
+api_store_open(const char *state_dir, struct sbx_err *err)
+{
+	struct api_store *st = NULL;
+	char path[PATH_MAX];
+	char *msg = NULL;
+	struct stat sb;
+
+	if (sodium_init() < 0) {
+		sbx_err_set(err, SBX_E_INTERNAL, "libsodium cannot initialise.");
+		return NULL;
+	}
+	if (state_dir == NULL || state_dir[0] != '/') {
+		sbx_err_set(err, SBX_E_CONFIG, "state_dir must be an absolute "
+		    "path.");
+		return NULL;
+	}
+	if (mkdir(state_dir, 0700) == -1 && errno != EEXIST) {
+		sbx_err_set(err, SBX_E_CONFIG, "Cannot create state_dir %s: %s.",
+		    state_dir, strerror(errno));
+		return NULL;
+	}
+	if (stat(state_dir, &sb) == -1 || !S_ISDIR(sb.st_mode)) {
+		sbx_err_set(err, SBX_E_CONFIG, "state_dir %s is not a "
+		    "directory.", state_dir);
+		return NULL;
+	}
+	if ((st = calloc(1, sizeof(*st))) == NULL) {
+		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return NULL;
+	}
+	snprintf(path, sizeof(path), "%s/api.key", state_dir);
+	if (load_key(st, path, err) == -1)
+		goto fail;
+	snprintf(path, sizeof(path), "%s/api.db", state_dir);
+	if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE |
+	    SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK) {
+		sbx_err_set(err, SBX_E_CONFIG, "Cannot open %s: %s.", path,
+		    st->db != NULL ? sqlite3_errmsg(st->db) : "out of memory");
+		goto fail;
+	}
+	chmod(path, 0600);
+	sqlite3_busy_timeout(st->db, 2000);
+	if (sqlite3_exec(st->db, "PRAGMA journal_mode=WAL;"
+	    "PRAGMA foreign_keys=ON;", NULL, NULL, &msg) != SQLITE_OK ||
+	    sqlite3_exec(st->db, schema, NULL, NULL, &msg) != SQLITE_OK) {
+		sbx_err_set(err, SBX_E_CONFIG, "Cannot set up %s: %s.", path,
+		    msg != NULL ? msg : "unknown error");
+		sqlite3_free(msg);
+		goto fail;
+	}
+	return st;
+fail:
+	api_store_close(st);
+	return NULL;
+}
+
+void
+api_store_close(struct api_store *st)
+{
+	if (st == NULL)
+		return;
+	if (st->db != NULL)
+		sqlite3_close(st->db);
+	sodium_memzero(st->key, sizeof(st->key));
+	free(st);
+}
+
+static void
+key_hash(const struct api_store *st, const char *key, size_t len,
+    unsigned char out[HASH_BYTES])
+{
+	crypto_generichash(out, HASH_BYTES, (const unsigned char *)key, len,
+	    st->key, sizeof(st->key));
+}
+
+static void
+copy_text(char *dst, size_t cap, sqlite3_stmt *stmt, int col)
+{
+	const unsigned char *t = sqlite3_column_text(stmt, col);
+
+	snprintf(dst, cap, "%s", t != NULL ? (const char *)t : "");
+}
+
+static void
+row_principal(sqlite3_stmt *stmt, struct api_principal *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->id = sqlite3_column_int64(stmt, 0);
+	copy_text(p->name, sizeof(p->name), stmt, 1);
+	p->role = strcmp((const char *)sqlite3_column_text(stmt, 2),
+	    "operator") == 0 ? API_ROLE_OPERATOR : API_ROLE_PLAYER;
+	p->created_at = sqlite3_column_int64(stmt, 3);
+	p->revoked_at = sqlite3_column_int64(stmt, 4);
+}
+
+int
+api_store_principal_create(struct api_store *st, const char *name,
+    enum api_role role, char *key, size_t keylen, struct sbx_err *err)
+{
+	unsigned char h[HASH_BYTES];
+	sqlite3_stmt *stmt = NULL;
+	int rc = -1, src;
+
+	if (!api_principal_name_valid(name))
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "A principal name "
+		    "must match [a-z0-9][a-z0-9_.-]{0,62}.");
+	if (keylen < SBX_TOKEN_GEN_LEN + 1 ||
+	    sbx_token_generate(key, keylen) == -1)
+		return sbx_err_set(err, SBX_E_INTERNAL, "Cannot generate a key.");
+	key_hash(st, key, strlen(key), h);
+	if (sqlite3_prepare_v2(st->db, "INSERT INTO principals (name, role, "
+	    "key_hash, created_at) VALUES (?, ?, ?, ?)", -1, &stmt,
+	    NULL) != SQLITE_OK) {
+		db_fail(st, err, "create principal");
+		goto done;
+	}
+	sqlite3_bind_text(stmt, 1, name, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(stmt, 2, api_role_name(role), -1, SQLITE_STATIC);
+	sqlite3_bind_blob(stmt, 3, h, sizeof(h), SQLITE_TRANSIENT);
+	sqlite3_bind_int64(stmt, 4, now_ms());
+	src = sqlite3_step(stmt);
+	if (src == SQLITE_CONSTRAINT) {
+		sbx_err_set(err, SBX_E_CONFLICT, "A principal named %s already "
+		    "exists (revoked names are not reused).", name);
+		goto done;
+	}
+	if (src != SQLITE_DONE) {
+		db_fail(st, err, "create principal");
+		goto done;
+	}
+	rc = 0;
+done:
+	if (rc == -1)
+		sodium_memzero(key, keylen);
+	sodium_memzero(h, sizeof(h));
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+int
+api_store_principal_revoke(struct api_store *st, const char *name,
+    struct sbx_err *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc = -1;
+
+	if (sqlite3_prepare_v2(st->db, "UPDATE principals SET revoked_at = ? "
+	    "WHERE name = ? AND revoked_at IS NULL", -1, &stmt,
+	    NULL) != SQLITE_OK) {
+		db_fail(st, err, "revoke principal");
+		goto done;
+	}
+	sqlite3_bind_int64(stmt, 1, now_ms());
+	sqlite3_bind_text(stmt, 2, name, -1, SQLITE_TRANSIENT);
+	if (sqlite3_step(stmt) != SQLITE_DONE) {
+		db_fail(st, err, "revoke principal");
+		goto done;
+	}
+	if (sqlite3_changes(st->db) == 0) {
+		sbx_err_set(err, SBX_E_NOT_FOUND, "No active principal is named "
+		    "%s.", api_principal_name_valid(name) ? name : "so");
+		goto done;
+	}
+	rc = 0;
+done:
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+int
+api_store_principal_list(struct api_store *st,
+    void (*cb)(void *arg, const struct api_principal *p), void *arg,
+    struct sbx_err *err)
+{
+	struct api_principal p;
+	sqlite3_stmt *stmt = NULL;
+	int rc = -1, src;
+
+	if (sqlite3_prepare_v2(st->db, "SELECT id, name, role, created_at, "
+	    "revoked_at FROM principals ORDER BY name", -1, &stmt,
+	    NULL) != SQLITE_OK) {
+		db_fail(st, err, "list principals");
+		goto done;
+	}
+	while ((src = sqlite3_step(stmt)) == SQLITE_ROW) {
+		row_principal(stmt, &p);
+		cb(arg, &p);
+	}
+	if (src != SQLITE_DONE) {
+		db_fail(st, err, "list principals");
+		goto done;
+	}
+	rc = 0;
+done:
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+int
+api_store_principal_get(struct api_store *st, const char *name,
+    struct api_principal *out, struct sbx_err *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc = -1, src;
+
+	if (sqlite3_prepare_v2(st->db, "SELECT id, name, role, created_at, "
+	    "revoked_at FROM principals WHERE name = ?", -1, &stmt,
+	    NULL) != SQLITE_OK) {
+		db_fail(st, err, "get principal");
+		goto done;
+	}
+	sqlite3_bind_text(stmt, 1, name, -1, SQLITE_TRANSIENT);
+	src = sqlite3_step(stmt);
+	if (src == SQLITE_ROW) {
+		row_principal(stmt, out);
+		rc = 1;
+	} else if (src == SQLITE_DONE)
+		rc = 0;
+	else
+		db_fail(st, err, "get principal");
+done:
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+int
+api_store_authenticate(struct api_store *st, const char *key, size_t len,
+    struct api_principal *out)
+{
+	unsigned char h[HASH_BYTES];
+	sqlite3_stmt *stmt = NULL;
+	const void *stored;
+	int rc = -1, src;
+
+	key_hash(st, key, len, h);
+	if (sqlite3_prepare_v2(st->db, "SELECT id, name, role, created_at, "
+	    "revoked_at, key_hash FROM principals WHERE key_hash = ?", -1,
+	    &stmt, NULL) != SQLITE_OK) {
+		log_error("database error", "op", "authenticate", "error",
+		    sqlite3_errmsg(st->db), NULL);
+		goto done;
+	}
+	sqlite3_bind_blob(stmt, 1, h, sizeof(h), SQLITE_STATIC);
+	src = sqlite3_step(stmt);
+	if (src == SQLITE_DONE) {
+		rc = 0;
+		goto done;
+	}
+	if (src != SQLITE_ROW) {
+		log_error("database error", "op", "authenticate", "error",
+		    sqlite3_errmsg(st->db), NULL);
+		goto done;
+	}
+	/* The index found the row; the digest compare itself is constant-time
+	 * and guards against any collation surprise in the lookup. */
+	stored = sqlite3_column_blob(stmt, 5);
+	if (stored == NULL || sqlite3_column_bytes(stmt, 5) != HASH_BYTES ||
+	    sodium_memcmp(stored, h, HASH_BYTES) != 0) {
+		rc = 0;
+		goto done;
+	}
+	row_principal(stmt, out);
+	rc = out->revoked_at != 0 ? 0 : 1;
+done:
+	sodium_memzero(h, sizeof(h));
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+static void
+row_npc(sqlite3_stmt *stmt, struct api_npc *n)
+{
+	memset(n, 0, sizeof(*n));
+	n->id = sqlite3_column_int64(stmt, 0);
+	copy_text(n->name, sizeof(n->name), stmt, 1);
+	n->owner_id = sqlite3_column_int64(stmt, 2);
+	copy_text(n->owner, sizeof(n->owner), stmt, 3);
+	copy_text(n->sandbox_id, sizeof(n->sandbox_id), stmt, 4);
+	n->egress = sqlite3_column_int(stmt, 5);
+	copy_text(n->egress_by, sizeof(n->egress_by), stmt, 6);
+	n->egress_at = sqlite3_column_int64(stmt, 7);
+	n->created_at = sqlite3_column_int64(stmt, 8);
+	copy_text(n->image, sizeof(n->image), stmt, 9);
+}
+
+#define NPC_SELECT "SELECT n.id, n.name, n.owner_id, p.name, n.sandbox_id, " \
+	"n.egress, n.egress_by, n.egress_at, n.created_at, n.image FROM npcs n " \
+	"JOIN principals p ON p.id = n.owner_id "
+
+int
+api_store_npc_create(struct api_store *st, const char *name,
+    int64_t owner_id, struct api_npc *out, struct sbx_err *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	char sid[64];
+	int rc = -1, src;
+
+	if (!api_npc_name_valid(name))
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "An NPC name must "
+		    "match [a-z0-9][a-z0-9-]{0,40}.");
+	snprintf(sid, sizeof(sid), API_NPC_SANDBOX_PREFIX "%s", name);
+	if (sqlite3_prepare_v2(st->db, "INSERT INTO npcs (name, owner_id, "
+	    "sandbox_id, created_at) VALUES (?, ?, ?, ?)", -1, &stmt,
+	    NULL) != SQLITE_OK) {
+		db_fail(st, err, "create npc");
+		goto done;
+	}
+	sqlite3_bind_text(stmt, 1, name, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(stmt, 2, owner_id);
+	sqlite3_bind_text(stmt, 3, sid, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(stmt, 4, now_ms());
+	src = sqlite3_step(stmt);
+	if (src == SQLITE_CONSTRAINT) {
+		sbx_err_set(err, SBX_E_CONFLICT, "The NPC name %s is taken.",
+		    name);
+		goto done;
+	}
+	if (src != SQLITE_DONE) {
+		db_fail(st, err, "create npc");
+		goto done;
+	}
+	if (api_store_npc_get(st, name, out, err) != 1) {
+		if (!sbx_err_is_set(err))
+			sbx_err_set(err, SBX_E_INTERNAL, "The NPC vanished.");
+		goto done;
+	}
+	rc = 0;
+done:
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+int
+api_store_npc_get(struct api_store *st, const char *name, struct api_npc *out,
+    struct sbx_err *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc = -1, src;
+
+	if (sqlite3_prepare_v2(st->db, NPC_SELECT "WHERE n.name = ?", -1,
+	    &stmt, NULL) != SQLITE_OK) {
+		db_fail(st, err, "get npc");
+		goto done;
+	}
+	sqlite3_bind_text(stmt, 1, name, -1, SQLITE_TRANSIENT);
+	src = sqlite3_step(stmt);
+	if (src == SQLITE_ROW) {
+		row_npc(stmt, out);
+		rc = 1;
+	} else if (src == SQLITE_DONE)
+		rc = 0;
+	else
+		db_fail(st, err, "get npc");
+done:
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+int
+api_store_npc_list(struct api_store *st, int64_t owner_id,
+    void (*cb)(void *arg, const struct api_npc *n), void *arg,
+    struct sbx_err *err)
+{
+	struct api_npc n;
+	sqlite3_stmt *stmt = NULL;
+	int rc = -1, src;
+
+	if (sqlite3_prepare_v2(st->db, NPC_SELECT "WHERE ?1 = 0 OR "
+	    "n.owner_id = ?1 ORDER BY n.name", -1, &stmt, NULL) != SQLITE_OK) {
+		db_fail(st, err, "list npcs");
+		goto done;
+	}
+	sqlite3_bind_int64(stmt, 1, owner_id);
+	while ((src = sqlite3_step(stmt)) == SQLITE_ROW) {
+		row_npc(stmt, &n);
+		cb(arg, &n);
+	}
+	if (src != SQLITE_DONE) {
+		db_fail(st, err, "list npcs");
+		goto done;
+	}
+	rc = 0;
+done:
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+int
+api_store_npc_set_egress(struct api_store *st, const char *name, int enabled,
+    const char *by, struct sbx_err *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc = -1;
+
+	if (sqlite3_prepare_v2(st->db, "UPDATE npcs SET egress = ?, "
+	    "egress_by = ?, egress_at = ? WHERE name = ?", -1, &stmt,
+	    NULL) != SQLITE_OK) {
+		db_fail(st, err, "set egress");
+		goto done;
+	}
+	sqlite3_bind_int(stmt, 1, enabled ? 1 : 0);
+	sqlite3_bind_text(stmt, 2, by, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(stmt, 3, now_ms());
+	sqlite3_bind_text(stmt, 4, name, -1, SQLITE_TRANSIENT);
+	if (sqlite3_step(stmt) != SQLITE_DONE) {
+		db_fail(st, err, "set egress");
+		goto done;
+	}
+	if (sqlite3_changes(st->db) == 0) {
+		sbx_err_set(err, SBX_E_NOT_FOUND, "No NPC named %s.", name);
+		goto done;
+	}
+	rc = 0;
+done:
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+int
+api_store_npc_set_image(struct api_store *st, const char *name,
+    const char *image, struct sbx_err *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc = -1;
+
+	if (sqlite3_prepare_v2(st->db, "UPDATE npcs SET image = ? WHERE "
+	    "name = ?", -1, &stmt, NULL) != SQLITE_OK) {
+		db_fail(st, err, "set image");
+		goto done;
+	}
+	if (image != NULL && image[0] != '\0')
+		sqlite3_bind_text(stmt, 1, image, -1, SQLITE_TRANSIENT);
+	else
+		sqlite3_bind_null(stmt, 1);
+	sqlite3_bind_text(stmt, 2, name, -1, SQLITE_TRANSIENT);
+	if (sqlite3_step(stmt) != SQLITE_DONE) {
+		db_fail(st, err, "set image");
+		goto done;
+	}
+	rc = 0;
+done:
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+void
+api_store_audit(struct api_store *st, const char *principal,
+    const char *action, const char *npc, const char *outcome)
+{
+	sqlite3_stmt *stmt = NULL;
+
+	if (sqlite3_prepare_v2(st->db, "INSERT INTO audit (ts, principal, "
+	    "action, npc, outcome) VALUES (?, ?, ?, ?, ?)", -1, &stmt,
+	    NULL) != SQLITE_OK)
+		goto fail;
+	sqlite3_bind_int64(stmt, 1, now_ms());
+	sqlite3_bind_text(stmt, 2, principal, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(stmt, 3, action != NULL ? action : "?", -1,
+	    SQLITE_TRANSIENT);
+	sqlite3_bind_text(stmt, 4, npc, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(stmt, 5, outcome != NULL ? outcome : "?", -1,
+	    SQLITE_TRANSIENT);
+	if (sqlite3_step(stmt) != SQLITE_DONE)
+		goto fail;
+	sqlite3_finalize(stmt);
+	return;
+fail:
+	log_error("audit write failed", "action", action, "error",
+	    sqlite3_errmsg(st->db), NULL);
+	sqlite3_finalize(stmt);
+}
+
+int
+api_store_audit_list(struct api_store *st,
+    void (*cb)(void *arg, const struct api_audit_row *r), void *arg,
+    struct sbx_err *err)
+{
+	struct api_audit_row r;
+	sqlite3_stmt *stmt = NULL;
+	int rc = -1, src;
+
+	if (sqlite3_prepare_v2(st->db, "SELECT ts, principal, action, npc, "
+	    "outcome FROM audit ORDER BY id", -1, &stmt, NULL) != SQLITE_OK) {
+		db_fail(st, err, "list audit");
+		goto done;
+	}
+	while ((src = sqlite3_step(stmt)) == SQLITE_ROW) {
+		memset(&r, 0, sizeof(r));
+		r.ts = sqlite3_column_int64(stmt, 0);
+		copy_text(r.principal, sizeof(r.principal), stmt, 1);
+		copy_text(r.action, sizeof(r.action), stmt, 2);
+		copy_text(r.npc, sizeof(r.npc), stmt, 3);
+		copy_text(r.outcome, sizeof(r.outcome), stmt, 4);
+		cb(arg, &r);
+	}
+	if (src != SQLITE_DONE) {
+		db_fail(st, err, "list audit");
+		goto done;
+	}
+	rc = 0;
+done:
+	sqlite3_finalize(stmt);
+	return rc;
+}

@@ -1,0 +1,1073 @@
+/* driver_broker.c - the broker-client SandboxDriver: every operation is one HTTP request to sandbox-broker. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "driver_broker.h"
+#include "sbx_http_client.h"
+#include "sbx_log.h"
+#include "sbx_ndjson.h"
+#include "sbx_path.h"
+#include "sbx_proto.h"
+#include "sbx_token.h"
+
+#define JSON_BODY_MAX ((size_t)16 * 1024 * 1024)  /* list answers */
+#define ERROR_BODY_MAX ((size_t)64 * 1024)
+
+enum bkind {
+	BK_STATUS,      /* ensure, status, stop and destroy answer a status */
+	BK_DONE,        /* write, stop, destroy: done_cb */
+	BK_EXEC,
+	BK_READ,
+	BK_LIST,
+	BK_SANDBOXES,
+	BK_HEALTH,
+};
+
+struct bdriver {
+	struct sbx_driver base;
+	char *address;
+	char *auth;                 /* "Authorization: Bearer TOKEN", sodium_malloc */
+	int64_t header_timeout_ms;
+	struct bop *live;
+};
+
+struct bop {
+	struct sbx_op op;           /* first: sbx_op_* find the driver here */
+	struct bdriver *d;
+	enum bkind kind;
+	struct sbx_http_req *http;
+	sbx_status_cb status_cb;
+	sbx_done_cb done_cb;
+	sbx_list_cb list_cb;
+	sbx_sandboxes_cb sandboxes_cb;
+	sbx_health_cb health_cb;
+	struct sbx_sink sink;
+	void *arg;
+	char id[64];
+	int status;                 /* HTTP status of the broker's answer */
+	int streaming;              /* 200 on exec/read: body is the stream */
+	struct evbuffer *body;      /* JSON answer or error body */
+	struct sbx_ndjson_parser *parser;
+	int started;
+	int have_exit;
+	struct sbx_exit exit;
+	char exit_signal[32];
+	int have_error;
+	struct sbx_err error;
+	int busy;                   /* inside one of our callbacks */
+	int dead;                   /* cancelled or ended: free when not busy */
+	struct bop *prev, *next;
+};
+
+/* ------------------------------------------------------------------ */
+/* Tokens                                                              */
+
+void
+sbx_broker_token_free(char *tok)
+{
+	if (tok != NULL)
+		sodium_free(tok);   /* wipes */
+}
+
+int
+sbx_broker_token_read(const char *file, const char *env_value, char **out,
+    size_t *outlen, struct sbx_err *err)
+{
+	struct sbx_token check;
+	struct stat sb;
+	char *buf = NULL;
+	size_t len = 0;
+	ssize_t n;
+	int fd = -1, rc = -1;
+
+	*out = NULL;
+	memset(&check, 0, sizeof(check));
+	if ((file == NULL || file[0] == '\0') &&
+	    (env_value == NULL || env_value[0] == '\0'))
+		return sbx_err_set(err, SBX_E_BAD_TOKEN, "No broker token: set "
+		    "broker_token_file (--broker-token-file) or SBX_BROKER_TOKEN.");
+	if (sodium_init() < 0 ||
+	    (buf = sodium_malloc(SBX_TOKEN_MAX_LEN + 2)) == NULL)
+		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	if (file != NULL && file[0] != '\0') {
+		if ((fd = open(file, O_RDONLY | O_CLOEXEC)) == -1) {
+			sbx_err_set(err, SBX_E_BAD_TOKEN, "Cannot open the broker "
+			    "token file %s: %s.", file, strerror(errno));
+			goto done;
+		}
+		if (fstat(fd, &sb) == -1 || !S_ISREG(sb.st_mode)) {
+			sbx_err_set(err, SBX_E_BAD_TOKEN, "The broker token file "
+			    "%s is not a regular file.", file);
+			goto done;
+		}
+		if ((sb.st_mode & 077) != 0) {
+			sbx_err_set(err, SBX_E_BAD_TOKEN, "The broker token file "
+			    "%s has mode %04o; it must be 0600.", file,
+			    (unsigned)(sb.st_mode & 07777));
+			goto done;
+		}
+		while (len <= SBX_TOKEN_MAX_LEN && (n = read(fd, buf + len,
+		    SBX_TOKEN_MAX_LEN + 1 - len)) > 0)
+			len += (size_t)n;
+		if (len > SBX_TOKEN_MAX_LEN) {
+			sbx_err_set(err, SBX_E_BAD_TOKEN, "The broker token file "
+			    "%s is too long.", file);
+			goto done;
+		}
+	} else {
+		len = strlen(env_value);
+		if (len > SBX_TOKEN_MAX_LEN) {
+			sbx_err_set(err, SBX_E_BAD_TOKEN, "SBX_BROKER_TOKEN is too "
+			    "long.");
+			goto done;
+		}
+		memcpy(buf, env_value, len);
+	}
+	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r' ||
+	    buf[len - 1] == ' ' || buf[len - 1] == '\t'))
+		len--;
+	buf[len] = '\0';
+	/* Same length and character rules as the broker applies. */
+	if (sbx_token_set(&check, buf, len, err) == -1)
+		goto done;
+	*out = buf;
+	*outlen = len;
+	buf = NULL;
+	rc = 0;
+done:
+	sbx_token_clear(&check);
+	if (fd != -1)
+		close(fd);
+	sbx_broker_token_free(buf);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Op life                                                             */
+
+static void
+bop_free(struct bop *b)
+{
+	struct bdriver *d = b->d;
+
+	if (b->prev != NULL)
+		b->prev->next = b->next;
+	else
+		d->live = b->next;
+	if (b->next != NULL)
+		b->next->prev = b->prev;
+	if (b->http != NULL)
+		sbx_http_req_cancel(b->http);
+	if (b->body != NULL)
+		evbuffer_free(b->body);
+	sbx_ndjson_parser_free(b->parser);
+	free(b);
+}
+
+static struct bop *
+bop_new(struct bdriver *d, enum bkind kind, const char *id, void *arg,
+    struct sbx_err *err)
+{
+	struct bop *b;
+
+	if (id != NULL && !sbx_id_valid(id)) {
+		sbx_err_set(err, SBX_E_INVALID_ID, "A sandbox id must match "
+		    "[a-z0-9][a-z0-9-]{0,62}.");
+		return NULL;
+	}
+	if ((b = calloc(1, sizeof(*b))) == NULL ||
+	    (b->body = evbuffer_new()) == NULL) {
+		free(b);
+		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return NULL;
+	}
+	b->op.driver = &d->base;
+	b->d = d;
+	b->kind = kind;
+	b->arg = arg;
+	snprintf(b->id, sizeof(b->id), "%s", id != NULL ? id : "");
+	b->next = d->live;
+	if (d->live != NULL)
+		d->live->prev = b;
+	d->live = b;
+	return b;
+}
+
+/* The op ended (terminal callback made or cancelled): free when safe. */
+static void
+bop_end(struct bop *b)
+{
+	b->dead = 1;
+	if (b->http != NULL) {
+		sbx_http_req_cancel(b->http);
+		b->http = NULL;
+	}
+	if (b->busy == 0)
+		bop_free(b);
+}
+
+/* ------------------------------------------------------------------ */
+/* Decoding the broker's answers                                       */
+
+/* The broker's JSON error body (or the status) as an sbx_err. */
+static void
+error_from_body(struct bop *b, struct sbx_err *e)
+{
+	json_t *root = NULL, *ej, *code, *msg;
+	size_t len = evbuffer_get_length(b->body);
+
+	sbx_err_clear(e);
+	if (b->status == 401) {
+		/* Never let a player read the api's own credential problem as
+		 * their own: it is the operator's to fix. */
+		sbx_err_set(e, SBX_E_BROKER_UNAVAILABLE, "The sandbox broker "
+		    "refused the api's token; check broker_token_file.");
+		log_error("the broker refused our token", NULL);
+		return;
+	}
+	if (len > 0)
+		root = json_loadb((const char *)evbuffer_pullup(b->body, -1),
+		    len, 0, NULL);
+	ej = json_object_get(root, "error");
+	code = json_object_get(ej, "code");
+	msg = json_object_get(ej, "message");
+	if (json_is_string(code) && json_string_length(code) > 0 &&
+	    json_string_length(code) < sizeof(e->code)) {
+		snprintf(e->code, sizeof(e->code), "%s", json_string_value(code));
+		snprintf(e->message, sizeof(e->message), "%s",
+		    json_is_string(msg) ? json_string_value(msg) : e->code);
+		/* "unauthorized"/"forbidden" from the broker concern the api,
+		 * never the api's caller. */
+		if (strcmp(e->code, SBX_E_UNAUTHORIZED) == 0 ||
+		    strcmp(e->code, SBX_E_FORBIDDEN) == 0)
+			sbx_err_set(e, SBX_E_BROKER_UNAVAILABLE, "The sandbox "
+			    "broker refused the api.");
+	} else
+		sbx_err_set(e, b->status == 404 ? SBX_E_NOT_FOUND :
+		    b->status >= 500 ? SBX_E_BROKER_UNAVAILABLE : SBX_E_INTERNAL,
+		    "The sandbox broker answered HTTP %d.", b->status);
+	json_decref(root);
+}
+
+/* A transport error from the HTTP client, worded for the api's callers. */
+static void
+error_from_transport(const struct sbx_err *in, struct sbx_err *e)
+{
+	sbx_err_clear(e);
+	if (strcmp(in->code, SBX_E_BROKER_UNAVAILABLE) == 0)
+		sbx_err_set(e, SBX_E_BROKER_UNAVAILABLE, "Sandbox broker "
+		    "unavailable: %s.", in->message);
+	else
+		*e = *in;
+}
+
+static int64_t
+opt_int(json_t *o, const char *k)
+{
+	json_t *v = json_object_get(o, k);
+
+	return json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
+}
+
+static void
+opt_str(json_t *o, const char *k, char *dst, size_t cap)
+{
+	json_t *v = json_object_get(o, k);
+
+	snprintf(dst, cap, "%s", json_is_string(v) ? json_string_value(v) : "");
+}
+
+static int
+status_from_json(json_t *o, struct sbx_status *st)
+{
+	const char *state;
+
+	memset(st, 0, sizeof(*st));
+	if (!json_is_object(o) ||
+	    !json_is_string(json_object_get(o, "state")))
+		return -1;
+	opt_str(o, "id", st->id, sizeof(st->id));
+	state = json_string_value(json_object_get(o, "state"));
+	if (strcmp(state, "running") == 0)
+		st->state = SBX_STATE_RUNNING;
+	else if (strcmp(state, "stopped") == 0)
+		st->state = SBX_STATE_STOPPED;
+	else
+		st->state = SBX_STATE_ABSENT;
+	opt_str(o, "image", st->image, sizeof(st->image));
+	st->egress = json_is_true(json_object_get(o, "egress"));
+	st->created_at_ms = opt_int(o, "created_at");
+	st->last_used_at_ms = opt_int(o, "last_used_at");
+	opt_str(o, "stop_reason", st->stop_reason, sizeof(st->stop_reason));
+	return 0;
+}
+
+static json_t *
+body_json(struct bop *b)
+{
+	size_t len = evbuffer_get_length(b->body);
+
+	if (len == 0)
+		return NULL;
+	return json_loadb((const char *)evbuffer_pullup(b->body, -1), len, 0,
+	    NULL);
+}
+
+static void
+malformed(struct sbx_err *e)
+{
+	sbx_err_set(e, SBX_E_BROKER_UNAVAILABLE, "The sandbox broker sent an "
+	    "answer the api cannot read.");
+}
+
+/* Terminal callback of a non-stream op with a JSON (or no) body. */
+static void
+finish_plain(struct bop *b, const struct sbx_err *terr)
+{
+	struct sbx_err e;
+	struct sbx_status st, *sts = NULL;
+	struct sbx_dirent *ents = NULL;
+	struct sbx_health h;
+	json_t *root = NULL, *v, *x;
+	size_t i, n = 0, blen;
+	int ok;
+
+	sbx_err_clear(&e);
+	if (terr != NULL)
+		error_from_transport(terr, &e);
+	else if (b->status < 200 || b->status > 299)
+		error_from_body(b, &e);
+	else if (b->kind != BK_DONE && (root = body_json(b)) == NULL)
+		malformed(&e);
+	if (!sbx_err_is_set(&e)) {
+		switch (b->kind) {
+		case BK_STATUS:
+			if (status_from_json(root, &st) == -1)
+				malformed(&e);
+			break;
+		case BK_LIST:
+			if (!json_is_array(root)) {
+				malformed(&e);
+				break;
+			}
+			n = json_array_size(root);
+			if ((ents = calloc(n + 1, sizeof(*ents))) == NULL) {
+				sbx_err_set(&e, SBX_E_INTERNAL, "Out of memory.");
+				break;
+			}
+			json_array_foreach(root, i, v) {
+				x = json_object_get(v, "type");
+				ents[i].type = !json_is_string(x) ? "other" :
+				    strcmp(json_string_value(x), "file") == 0 ?
+				    "file" : strcmp(json_string_value(x), "dir") ==
+				    0 ? "dir" : strcmp(json_string_value(x),
+				    "symlink") == 0 ? "symlink" : "other";
+				ents[i].size = opt_int(v, "size");
+				ents[i].mode = (uint32_t)opt_int(v, "mode");
+				ents[i].mtime = opt_int(v, "mtime");
+				if (json_is_string(x = json_object_get(v, "name")))
+					snprintf(ents[i].name,
+					    sizeof(ents[i].name), "%s",
+					    json_string_value(x));
+				else if (json_is_string(x = json_object_get(v,
+				    "name_b64")) && sodium_base642bin(
+				    (unsigned char *)ents[i].name,
+				    sizeof(ents[i].name) - 1,
+				    json_string_value(x), json_string_length(x),
+				    NULL, &blen, NULL,
+				    sodium_base64_VARIANT_ORIGINAL) == 0)
+					ents[i].name[blen] = '\0';
+			}
+			break;
+		case BK_SANDBOXES:
+			if (!json_is_array(root)) {
+				malformed(&e);
+				break;
+			}
+			n = json_array_size(root);
+			if ((sts = calloc(n + 1, sizeof(*sts))) == NULL) {
+				sbx_err_set(&e, SBX_E_INTERNAL, "Out of memory.");
+				break;
+			}
+			json_array_foreach(root, i, v)
+				if (status_from_json(v, &sts[i]) == -1) {
+					malformed(&e);
+					break;
+				}
+			break;
+		case BK_HEALTH:
+			memset(&h, 0, sizeof(h));
+			opt_str(root, "status", h.status, sizeof(h.status));
+			opt_str(root, "reason", h.reason, sizeof(h.reason));
+			opt_str(root, "runtime", h.runtime, sizeof(h.runtime));
+			opt_str(root, "api_version", h.api_version,
+			    sizeof(h.api_version));
+			h.ok = strcmp(h.status, "ok") == 0;
+			break;
+		default:
+			break;
+		}
+	}
+	ok = !sbx_err_is_set(&e);
+	b->busy++;
+	switch (b->kind) {
+	case BK_STATUS:
+		b->status_cb(b->arg, ok ? NULL : &e, ok ? &st : NULL);
+		break;
+	case BK_DONE:
+		b->done_cb(b->arg, ok ? NULL : &e);
+		break;
+	case BK_LIST:
+		b->list_cb(b->arg, ok ? NULL : &e, ok ? ents : NULL, ok ? n : 0);
+		break;
+	case BK_SANDBOXES:
+		b->sandboxes_cb(b->arg, ok ? NULL : &e, ok ? sts : NULL,
+		    ok ? n : 0);
+		break;
+	case BK_HEALTH:
+		b->health_cb(b->arg, ok ? NULL : &e, ok ? &h : NULL);
+		break;
+	default:
+		break;
+	}
+	b->busy--;
+	free(ents);
+	free(sts);
+	json_decref(root);
+}
+
+/* ------------------------------------------------------------------ */
+/* Streams: exec NDJSON and file bytes                                 */
+
+static void
+sink_error(struct bop *b, const struct sbx_err *e)
+{
+	b->busy++;
+	b->sink.error(b->sink.arg, e);
+	b->busy--;
+}
+
+static int
+on_event(void *arg, const struct sbx_event *ev, const char *line, size_t len)
+{
+	struct bop *b = arg;
+
+	(void)line;
+	(void)len;
+	if (b->dead)
+		return 1;
+	switch (ev->type) {
+	case SBX_EVENT_START:
+		b->started = 1;
+		b->busy++;
+		b->sink.start(b->sink.arg, ev->exec_id);
+		b->busy--;
+		break;
+	case SBX_EVENT_STDOUT:
+	case SBX_EVENT_STDERR:
+		if (ev->len > 0) {
+			b->busy++;
+			b->sink.output(b->sink.arg, ev->stream, ev->data,
+			    ev->len);
+			b->busy--;
+		}
+		break;
+	case SBX_EVENT_EXIT:
+		/* Held until the stream ends: an error may still follow. */
+		b->have_exit = 1;
+		b->exit.code = ev->code;
+		b->exit.duration_ms = ev->duration_ms;
+		b->exit.truncated = ev->truncated;
+		snprintf(b->exit_signal, sizeof(b->exit_signal), "%s",
+		    ev->signal != NULL ? ev->signal : "");
+		b->exit.signal = ev->signal != NULL ? b->exit_signal : NULL;
+		break;
+	case SBX_EVENT_ERROR:
+		b->have_error = 1;
+		sbx_err_clear(&b->error);
+		snprintf(b->error.code, sizeof(b->error.code), "%s",
+		    ev->err_code);
+		snprintf(b->error.message, sizeof(b->error.message), "%s",
+		    ev->err_message);
+		break;
+	}
+	return b->dead ? 1 : 0;
+}
+
+static void
+on_response(void *arg, struct sbx_http_req *req, int status)
+{
+	struct bop *b = arg;
+
+	(void)req;
+	b->status = status;
+	if (status != 200 || (b->kind != BK_EXEC && b->kind != BK_READ))
+		return;
+	b->streaming = 1;
+	if (b->kind == BK_EXEC) {
+		b->parser = sbx_ndjson_parser_new(0, on_event, b);
+		if (b->parser == NULL) {
+			struct sbx_err e;
+
+			sbx_err_set(&e, SBX_E_INTERNAL, "Out of memory.");
+			sink_error(b, &e);
+			bop_end(b);
+		}
+	} else {
+		b->started = 1;
+		b->busy++;
+		b->sink.start(b->sink.arg, "");
+		b->busy--;
+		if (b->dead && b->busy == 0)
+			bop_free(b);
+	}
+}
+
+static void
+on_body(void *arg, struct sbx_http_req *req, const unsigned char *buf,
+    size_t len)
+{
+	struct bop *b = arg;
+	struct sbx_err e;
+	size_t cap;
+
+	(void)req;
+	if (b->dead)
+		return;
+	if (!b->streaming) {
+		cap = b->status >= 200 && b->status <= 299 ? JSON_BODY_MAX :
+		    ERROR_BODY_MAX;
+		if (evbuffer_get_length(b->body) + len <= cap)
+			evbuffer_add(b->body, buf, len);
+		return;
+	}
+	b->busy++;
+	if (b->kind == BK_READ) {
+		b->sink.output(b->sink.arg, 1, buf, len);
+	} else if (sbx_ndjson_parser_feed(b->parser, (const char *)buf, len,
+	    &e) == -1 && !b->dead) {
+		log_warn("malformed exec stream from the broker", "id", b->id,
+		    "error", e.message, NULL);
+		sbx_err_set(&e, SBX_E_BROKER_UNAVAILABLE, "The sandbox broker's "
+		    "exec stream broke off or was malformed.");
+		b->sink.error(b->sink.arg, &e);
+		b->busy--;
+		bop_end(b);
+		return;
+	}
+	b->busy--;
+	if (b->dead && b->busy == 0)
+		bop_free(b);
+}
+
+static void
+finish_stream(struct bop *b, const struct sbx_err *terr)
+{
+	struct sbx_err e;
+	struct sbx_exit ex;
+
+	sbx_err_clear(&e);
+	if (terr != NULL) {
+		error_from_transport(terr, &e);
+		if (b->streaming && strcmp(e.code, SBX_E_BROKER_UNAVAILABLE) != 0 &&
+		    strcmp(e.code, SBX_E_TIMEOUT) != 0)
+			sbx_err_set(&e, SBX_E_BROKER_UNAVAILABLE, "The connection "
+			    "to the sandbox broker broke off.");
+		sink_error(b, &e);
+		return;
+	}
+	if (!b->streaming) {
+		error_from_body(b, &e);
+		sink_error(b, &e);
+		return;
+	}
+	if (b->kind == BK_READ) {
+		memset(&ex, 0, sizeof(ex));
+		b->busy++;
+		b->sink.exit(b->sink.arg, &ex);
+		b->busy--;
+		return;
+	}
+	if (b->have_error) {
+		/* "exit then error": only one terminal callback exists. */
+		sink_error(b, &b->error);
+		return;
+	}
+	if (sbx_ndjson_parser_finish(b->parser, &e) == -1 || !b->have_exit) {
+		sbx_err_set(&e, SBX_E_BROKER_UNAVAILABLE, "The sandbox broker's "
+		    "exec stream ended before the exec did.");
+		sink_error(b, &e);
+		return;
+	}
+	b->busy++;
+	b->sink.exit(b->sink.arg, &b->exit);
+	b->busy--;
+}
+
+static void
+on_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
+{
+	struct bop *b = arg;
+
+	(void)req;
+	b->http = NULL;         /* freed by the client after we return */
+	if (b->dead) {
+		if (b->busy == 0)
+			bop_free(b);
+		return;
+	}
+	if (b->kind == BK_EXEC || b->kind == BK_READ)
+		finish_stream(b, err);
+	else
+		finish_plain(b, err);
+	bop_end(b);
+}
+
+/* ------------------------------------------------------------------ */
+/* Starting requests                                                   */
+
+static struct sbx_op *
+start(struct bop *b, const char *method, const char *path, const char *ctype,
+    const void *body, size_t body_len, struct sbx_err *err)
+{
+	struct bdriver *d = b->d;
+	struct sbx_http_request hr;
+	struct sbx_http_opts opts;
+	struct sbx_http_cbs cbs;
+	const char *headers[2];
+
+	memset(&hr, 0, sizeof(hr));
+	memset(&opts, 0, sizeof(opts));
+	memset(&cbs, 0, sizeof(cbs));
+	headers[0] = d->auth;
+	headers[1] = NULL;
+	hr.method = method;
+	hr.path = path;
+	hr.headers = headers;
+	hr.content_type = ctype;
+	hr.body = body;
+	hr.body_len = body_len;
+	opts.unavailable_code = SBX_E_BROKER_UNAVAILABLE;
+	opts.protocol_code = SBX_E_BROKER_UNAVAILABLE;
+	opts.peer_name = "the sandbox broker";
+	opts.header_timeout_ms = d->header_timeout_ms;
+	cbs.response = on_response;
+	cbs.body = on_body;
+	cbs.done = on_done;
+	cbs.arg = b;
+	b->http = sbx_http_request(d->base.base, d->address, &hr, &opts, &cbs,
+	    err);
+	if (b->http == NULL) {
+		bop_free(b);
+		return NULL;
+	}
+	return &b->op;
+}
+
+static struct sbx_op *
+start_json(struct bop *b, const char *method, const char *path, json_t *obj,
+    struct sbx_err *err)
+{
+	struct sbx_op *op;
+	char *text = NULL;
+
+	if (obj != NULL && (text = json_dumps(obj, JSON_COMPACT)) == NULL) {
+		json_decref(obj);
+		bop_free(b);
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "The request cannot be "
+		    "encoded as JSON (text must be UTF-8).");
+		return NULL;
+	}
+	json_decref(obj);
+	op = start(b, method, path, text != NULL ? SBX_CT_JSON : NULL, text,
+	    text != NULL ? strlen(text) : 0, err);
+	free(text);
+	return op;
+}
+
+static struct sbx_op *
+b_ensure(struct sbx_driver *drv, const char *id, const struct sbx_spec *spec,
+    sbx_status_cb cb, void *arg, struct sbx_err *err)
+{
+	struct bdriver *d = (struct bdriver *)drv;
+	struct bop *b;
+	json_t *o;
+	char path[128];
+
+	if ((b = bop_new(d, BK_STATUS, id, arg, err)) == NULL)
+		return NULL;
+	b->status_cb = cb;
+	o = json_pack("{s:b}", "egress", spec != NULL && spec->egress);
+	if (o != NULL && spec != NULL) {
+		if (spec->image != NULL)
+			json_object_set_new(o, "image", json_string(spec->image));
+		if (spec->memory_bytes > 0)
+			json_object_set_new(o, "memory_bytes",
+			    json_integer(spec->memory_bytes));
+		if (spec->nano_cpus > 0)
+			json_object_set_new(o, "nano_cpus",
+			    json_integer(spec->nano_cpus));
+		if (spec->pids > 0)
+			json_object_set_new(o, "pids", json_integer(spec->pids));
+	}
+	snprintf(path, sizeof(path), SBX_PATH_SANDBOXES "/%s", id);
+	return start_json(b, "PUT", path, o, err);
+}
+
+/*
+ * The callbacks are stored before start() so a failing start frees the op;
+ * start never calls back synchronously (sbx_http_client.h).
+ */
+static struct sbx_op *
+b_status(struct sbx_driver *drv, const char *id, sbx_status_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct bdriver *d = (struct bdriver *)drv;
+	struct bop *b;
+	char path[128];
+
+	if ((b = bop_new(d, BK_STATUS, id, arg, err)) == NULL)
+		return NULL;
+	b->status_cb = cb;
+	snprintf(path, sizeof(path), SBX_PATH_SANDBOXES "/%s", id);
+	return start(b, "GET", path, NULL, NULL, 0, err);
+}
+
+static struct sbx_op *
+b_done_op(struct sbx_driver *drv, const char *method, const char *id,
+    const char *suffix, sbx_done_cb cb, void *arg, struct sbx_err *err)
+{
+	struct bdriver *d = (struct bdriver *)drv;
+	struct bop *b;
+	char path[128];
+
+	if ((b = bop_new(d, BK_DONE, id, arg, err)) == NULL)
+		return NULL;
+	b->done_cb = cb;
+	snprintf(path, sizeof(path), SBX_PATH_SANDBOXES "/%s%s", id, suffix);
+	return start(b, method, path, NULL, NULL, 0, err);
+}
+
+static struct sbx_op *
+b_stop(struct sbx_driver *drv, const char *id, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	return b_done_op(drv, "POST", id, SBX_PATH_STOP_SUFFIX, cb, arg, err);
+}
+
+static struct sbx_op *
+b_destroy(struct sbx_driver *drv, const char *id, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	return b_done_op(drv, "DELETE", id, "", cb, arg, err);
+}
+
+/* "/v1/sandboxes/ID/SUFFIX?path=ENCODED" or NULL (err set). */
+static char *
+path_url(const char *id, const char *suffix, const char *path,
+    struct sbx_err *err)
+{
+	char *enc = NULL, *url = NULL;
+
+	if (sbx_path_check(path, strlen(path), err) == -1)
+		return NULL;
+	if ((enc = sbx_query_encode(path, strlen(path))) == NULL ||
+	    asprintf(&url, SBX_PATH_SANDBOXES "/%s%s?" SBX_QUERY_PATH "=%s",
+	    id, suffix, enc) == -1) {
+		url = NULL;
+		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	}
+	free(enc);
+	return url;
+}
+
+static struct sbx_op *
+b_exec(struct sbx_driver *drv, const char *id, const struct sbx_exec_req *req,
+    const struct sbx_sink *sink, struct sbx_err *err)
+{
+	struct bdriver *d = (struct bdriver *)drv;
+	struct bop *b;
+	json_t *o = NULL, *arr;
+	char path[128], *b64 = NULL;
+	size_t i, b64len;
+	struct sbx_op *op = NULL;
+
+	if (req == NULL || req->argv == NULL || req->argv[0] == NULL) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "argv is required.");
+		return NULL;
+	}
+	if (req->cwd != NULL && sbx_path_check(req->cwd, strlen(req->cwd),
+	    err) == -1)
+		return NULL;
+	if ((b = bop_new(d, BK_EXEC, id, NULL, err)) == NULL)
+		return NULL;
+	b->sink = *sink;
+	if ((o = json_object()) == NULL || (arr = json_array()) == NULL)
+		goto oom;
+	json_object_set_new(o, "argv", arr);
+	for (i = 0; req->argv[i] != NULL; i++)
+		if (json_array_append_new(arr, json_string(req->argv[i])) == -1)
+			goto notutf8;
+	if (req->cwd != NULL && json_object_set_new(o, "cwd",
+	    json_string(req->cwd)) == -1)
+		goto notutf8;
+	if (req->env != NULL) {
+		if ((arr = json_array()) == NULL)
+			goto oom;
+		json_object_set_new(o, "env", arr);
+		for (i = 0; req->env[i] != NULL; i++)
+			if (json_array_append_new(arr,
+			    json_string(req->env[i])) == -1)
+				goto notutf8;
+	}
+	if (req->stdin_data != NULL) {
+		b64len = sodium_base64_ENCODED_LEN(req->stdin_len,
+		    sodium_base64_VARIANT_ORIGINAL);
+		if ((b64 = malloc(b64len)) == NULL)
+			goto oom;
+		sodium_bin2base64(b64, b64len, req->stdin_data, req->stdin_len,
+		    sodium_base64_VARIANT_ORIGINAL);
+		json_object_set_new(o, "stdin", json_string(b64));
+		free(b64);
+	}
+	if (req->timeout_ms > 0)
+		json_object_set_new(o, "timeout_ms",
+		    json_integer(req->timeout_ms));
+	if (req->output_cap > 0)
+		json_object_set_new(o, "output_cap",
+		    json_integer(req->output_cap));
+	snprintf(path, sizeof(path), SBX_PATH_SANDBOXES "/%s"
+	    SBX_PATH_EXEC_SUFFIX, id);
+	op = start_json(b, "POST", path, o, err);
+	return op;
+notutf8:
+	json_decref(o);
+	bop_free(b);
+	sbx_err_set(err, SBX_E_BAD_REQUEST, "argv, cwd and env must be UTF-8 "
+	    "text.");
+	return NULL;
+oom:
+	json_decref(o);
+	bop_free(b);
+	sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	return NULL;
+}
+
+static struct sbx_op *
+b_read(struct sbx_driver *drv, const char *id, const char *path,
+    const struct sbx_sink *sink, struct sbx_err *err)
+{
+	struct bdriver *d = (struct bdriver *)drv;
+	struct bop *b;
+	struct sbx_op *op;
+	char *url;
+
+	if ((b = bop_new(d, BK_READ, id, NULL, err)) == NULL)
+		return NULL;
+	b->sink = *sink;
+	if ((url = path_url(id, SBX_PATH_FILES_SUFFIX, path, err)) == NULL) {
+		bop_free(b);
+		return NULL;
+	}
+	op = start(b, "GET", url, NULL, NULL, 0, err);
+	free(url);
+	return op;
+}
+
+static struct sbx_op *
+b_write(struct sbx_driver *drv, const char *id, const char *path,
+    uint32_t mode, struct evbuffer *body, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct bdriver *d = (struct bdriver *)drv;
+	struct bop *b;
+	struct sbx_op *op;
+	char *url = NULL, *full = NULL;
+	size_t len = body != NULL ? evbuffer_get_length(body) : 0;
+
+	if ((b = bop_new(d, BK_DONE, id, arg, err)) == NULL)
+		return NULL;
+	b->done_cb = cb;
+	if ((url = path_url(id, SBX_PATH_FILES_SUFFIX, path, err)) == NULL) {
+		bop_free(b);
+		return NULL;
+	}
+	if (mode != 0) {
+		if (asprintf(&full, "%s&" SBX_QUERY_MODE "=%04o", url,
+		    (unsigned)mode) == -1) {
+			free(url);
+			bop_free(b);
+			sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+			return NULL;
+		}
+		free(url);
+		url = full;
+	}
+	/* The client copies the body before returning; the evbuffer is
+	 * drained as the vtable says. */
+	op = start(b, "PUT", url, SBX_CT_OCTET,
+	    len > 0 ? evbuffer_pullup(body, -1) : NULL, len, err);
+	if (op != NULL && body != NULL)
+		evbuffer_drain(body, len);
+	free(url);
+	return op;
+}
+
+static struct sbx_op *
+b_list(struct sbx_driver *drv, const char *id, const char *path,
+    sbx_list_cb cb, void *arg, struct sbx_err *err)
+{
+	struct bdriver *d = (struct bdriver *)drv;
+	struct bop *b;
+	struct sbx_op *op;
+	char *url;
+
+	if ((b = bop_new(d, BK_LIST, id, arg, err)) == NULL)
+		return NULL;
+	b->list_cb = cb;
+	if ((url = path_url(id, SBX_PATH_LIST_SUFFIX, path, err)) == NULL) {
+		bop_free(b);
+		return NULL;
+	}
+	op = start(b, "GET", url, NULL, NULL, 0, err);
+	free(url);
+	return op;
+}
+
+static struct sbx_op *
+b_list_sandboxes(struct sbx_driver *drv, sbx_sandboxes_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct bop *b = NULL;
+	struct bdriver *d = (struct bdriver *)drv;
+
+	if ((b = bop_new(d, BK_SANDBOXES, NULL, arg, err)) == NULL)
+		return NULL;
+	b->sandboxes_cb = cb;
+	return start(b, "GET", SBX_PATH_SANDBOXES, NULL, NULL, 0, err);
+}
+
+static struct sbx_op *
+b_health(struct sbx_driver *drv, sbx_health_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct bop *b = NULL;
+	struct bdriver *d = (struct bdriver *)drv;
+
+	if ((b = bop_new(d, BK_HEALTH, NULL, arg, err)) == NULL)
+		return NULL;
+	b->health_cb = cb;
+	return start(b, "GET", SBX_PATH_HEALTH, NULL, NULL, 0, err);
+}
+
+static void
+b_cancel(struct sbx_driver *drv, struct sbx_op *op)
+{
+	struct bop *b = (struct bop *)op;
+
+	(void)drv;
+	if (b->dead)
+		return;
+	/* Closing the connection is the cancel: the broker sees the
+	 * disconnect and kills an exec's process tree. */
+	bop_end(b);
+}
+
+static void
+b_pause(struct sbx_driver *drv, struct sbx_op *op)
+{
+	struct bop *b = (struct bop *)op;
+
+	(void)drv;
+	if (!b->dead && b->http != NULL)
+		sbx_http_req_pause(b->http);
+}
+
+static void
+b_resume(struct sbx_driver *drv, struct sbx_op *op)
+{
+	struct bop *b = (struct bop *)op;
+
+	(void)drv;
+	if (!b->dead && b->http != NULL)
+		sbx_http_req_resume(b->http);
+}
+
+static void
+b_free(struct sbx_driver *drv)
+{
+	struct bdriver *d = (struct bdriver *)drv;
+
+	while (d->live != NULL)
+		bop_free(d->live);
+	free(d->address);
+	if (d->auth != NULL)
+		sodium_free(d->auth);
+	free(d);
+}
+
+static const struct sbx_driver_ops broker_driver_ops = {
+	.name = "broker",
+	.ensure = b_ensure,
+	.status = b_status,
+	.exec = b_exec,
+	.read = b_read,
+	.write = b_write,
+	.list = b_list,
+	.stop = b_stop,
+	.destroy = b_destroy,
+	.list_sandboxes = b_list_sandboxes,
+	.health = b_health,
+	.cancel = b_cancel,
+	.pause = b_pause,
+	.resume = b_resume,
+	.free = b_free,
+};
+
+struct sbx_driver *
+sbx_broker_driver_new(struct event_base *base,
+    const struct sbx_broker_config *cfg, struct sbx_err *err)
+{
+	struct sbx_token check;
+	struct bdriver *d;
+	size_t alen;
+
+	memset(&check, 0, sizeof(check));
+	if (cfg == NULL || cfg->address == NULL || cfg->address[0] == '\0') {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "The broker address is "
+		    "missing.");
+		return NULL;
+	}
+	if (cfg->token == NULL || sbx_token_set(&check, cfg->token,
+	    cfg->token_len, err) == -1)
+		return NULL;
+	sbx_token_clear(&check);
+	if (sodium_init() < 0 || (d = calloc(1, sizeof(*d))) == NULL) {
+		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return NULL;
+	}
+	d->base.ops = &broker_driver_ops;
+	d->base.base = base;
+	d->header_timeout_ms = cfg->header_timeout_ms;
+	alen = strlen(SBX_HDR_AUTHORIZATION ": " SBX_AUTH_BEARER) +
+	    cfg->token_len + 1;
+	if ((d->address = strdup(cfg->address)) == NULL ||
+	    (d->auth = sodium_malloc(alen)) == NULL) {
+		b_free(&d->base);
+		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return NULL;
+	}
+	snprintf(d->auth, alen, SBX_HDR_AUTHORIZATION ": " SBX_AUTH_BEARER "%.*s",
+	    (int)cfg->token_len, cfg->token);
+	return &d->base;
+}

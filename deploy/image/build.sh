@@ -1,0 +1,122 @@
+#!/bin/sh
+# build.sh - build the default sandbox image (Debian bookworm minbase) and import it into a runtime.
+#
+#   deploy/image/build.sh docker|podman unix://SOCKET CACHE_DIR [IMAGE]
+#
+# IMAGE defaults to sbx-default:bookworm. Does nothing when the runtime behind
+# SOCKET already has IMAGE (SBX_IMAGE_REBUILD=1 builds it again). Otherwise:
+#   1. debootstrap --variant=minbase --include=bash,coreutils,python3-minimal,
+#      ca-certificates bookworm into CACHE_DIR/rootfs, from the mirror this
+#      machine's own apt sources name (/etc/apt/sources.list, then
+#      /etc/apt/sources.list.d/*.list and *.sources); SBX_IMAGE_MIRROR
+#      overrides it. Measured here: ~30 s, ~240 MB.
+#   2. adds user and group sbx 1000:1000 with home /work, creates /work owned
+#      1000:1000 (a new named volume copies its mount point's owner, so the
+#      sandbox user can write its /work) and the /.sbx mount point of the
+#      helper; drops apt caches; tars it to CACHE_DIR/sbx-default-bookworm.tar
+#      (kept: the next build skips debootstrap; delete it to refresh).
+#   3. imports the tar with PATH/LANG/WORKDIR set: `docker import -c` through
+#      DOCKER_HOST=SOCKET, or `podman --remote --url SOCKET import --change`.
+# Needs root (debootstrap, chown). Exit 0 when IMAGE is in the runtime;
+# otherwise 1 with a line saying what failed and how to fix it.
+
+set -eu
+
+say() { printf 'build.sh: %s\n' "$*" >&2; }
+die() { say "FAILED: $*"; exit 1; }
+
+[ $# -ge 3 ] || { echo "usage: $0 docker|podman unix://SOCKET CACHE_DIR [IMAGE]" >&2; exit 2; }
+KIND=$1
+HOST=$2
+CACHE=$3
+IMAGE=${4:-sbx-default:bookworm}
+SUITE=bookworm
+ENVPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
+case $KIND in
+docker) rt() { DOCKER_HOST=$HOST docker "$@"; } ;;
+podman) rt() { podman --remote --url "$HOST" "$@"; } ;;
+*) echo "$0: runtime must be docker or podman, not $KIND" >&2; exit 2 ;;
+esac
+
+if [ "${SBX_IMAGE_REBUILD:-0}" != 1 ] && rt image inspect "$IMAGE" >/dev/null 2>&1; then
+	say "image $IMAGE is present"
+	exit 0
+fi
+
+# The first deb URI whose suites include $SUITE, from the machine's own apt
+# sources: one-line format ("deb [opts] URI SUITE COMP...") and deb822
+# (.sources stanzas with Types/URIs/Suites).
+mirror() {
+	if [ -n "${SBX_IMAGE_MIRROR:-}" ]; then
+		echo "$SBX_IMAGE_MIRROR"
+		return
+	fi
+	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+		[ -f "$f" ] || continue
+		awk -v s="$SUITE" '$1 == "deb" {
+			i = 2
+			if ($2 ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+			if ($(i + 1) == s) { print $i; exit }
+		}' "$f"
+	done | head -n 1 | grep . && return
+	for f in /etc/apt/sources.list.d/*.sources; do
+		[ -f "$f" ] || continue
+		awk -v s="$SUITE" '
+		function flush() {
+			if (deb && uri != "" && suite) { print uri; found = 1; exit }
+			deb = 0; uri = ""; suite = 0
+		}
+		/^[ \t]*$/ { flush(); next }
+		/^[ \t]*#/ { next }
+		tolower($1) == "types:" { for (i = 2; i <= NF; i++) if ($i == "deb") deb = 1 }
+		tolower($1) == "uris:" { uri = $2 }
+		tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == s) suite = 1 }
+		END { if (!found) flush() }' "$f"
+	done | head -n 1
+}
+
+TAR=$CACHE/sbx-default-$SUITE.tar
+if [ ! -s "$TAR" ]; then
+	[ "$(id -u)" -eq 0 ] || die "building the image needs root (debootstrap); run as root, or import an image yourself and set SBX_RUN_IMAGE"
+	command -v debootstrap >/dev/null 2>&1 || die "debootstrap is not installed; run: sh deploy/deps.sh"
+	MIRROR=$(mirror)
+	[ -n "$MIRROR" ] || die "no apt source for $SUITE found in /etc/apt/sources.list(.d); set SBX_IMAGE_MIRROR to a Debian mirror URL"
+	mkdir -p "$CACHE"
+	ROOT=$CACHE/rootfs
+	rm -rf "$ROOT"
+	say "debootstrap $SUITE (minbase + bash, python3-minimal, ca-certificates) from $MIRROR; about 30 s, 240 MB ..."
+	t0=$(date +%s)
+	if ! debootstrap --variant=minbase --include=bash,coreutils,python3-minimal,ca-certificates \
+		"$SUITE" "$ROOT" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1; then
+		tail -n 15 "$CACHE/debootstrap.log" | sed 's/^/  | /' >&2
+		rm -rf "$ROOT"
+		die "debootstrap failed (log: $CACHE/debootstrap.log); check that $MIRROR is reachable, or set SBX_IMAGE_MIRROR"
+	fi
+	say "debootstrap done in $(( $(date +%s) - t0 )) s; adding user sbx 1000:1000, /work, /.sbx"
+	grep -q '^sbx:' "$ROOT/etc/group" || echo 'sbx:x:1000:' >> "$ROOT/etc/group"
+	grep -q '^sbx:' "$ROOT/etc/passwd" || echo 'sbx:x:1000:1000:sbx sandbox user:/work:/bin/bash' >> "$ROOT/etc/passwd"
+	grep -q '^sbx:' "$ROOT/etc/shadow" || echo 'sbx:!:20000:0:99999:7:::' >> "$ROOT/etc/shadow"
+	mkdir -p "$ROOT/work" "$ROOT/.sbx"
+	chown 1000:1000 "$ROOT/work"
+	chmod 0755 "$ROOT/work" "$ROOT/.sbx"
+	rm -rf "$ROOT"/var/cache/apt/archives/*.deb "$ROOT"/var/lib/apt/lists/* "$ROOT"/var/log/*.log
+	say "packing the root filesystem into $TAR ..."
+	tar --numeric-owner -C "$ROOT" -cf "$TAR.tmp" . || die "tar of $ROOT failed (disk full?)"
+	mv "$TAR.tmp" "$TAR"
+	rm -rf "$ROOT"
+else
+	say "using the cached root filesystem $TAR"
+fi
+
+say "importing $IMAGE into $KIND ($HOST) ..."
+t0=$(date +%s)
+case $KIND in
+docker)
+	rt import -c "ENV PATH=$ENVPATH" -c "ENV LANG=C.UTF-8" -c "WORKDIR /work" \
+		"$TAR" "$IMAGE" >/dev/null ;;
+podman)
+	rt import --change "ENV PATH=$ENVPATH" --change "ENV LANG=C.UTF-8" \
+		--change "WORKDIR /work" "$TAR" "$IMAGE" >/dev/null ;;
+esac || die "$KIND import of $TAR failed; is the runtime at $HOST up? (a broken tar: delete it and run again)"
+say "image $IMAGE ready ($(( $(date +%s) - t0 )) s)"

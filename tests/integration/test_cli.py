@@ -1,0 +1,471 @@
+"""test_cli - the `sbx` command-line client against a real sandbox-api and
+sandbox-broker on the runtime under test (SBX_RUNTIME_HOST, SBX_TEST_IMAGE).
+
+Everything the user sees is asserted: stdout, stderr, exit codes (docs/cli.md).
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import unittest
+
+import sbxtest
+from sbxtest import BUILD, REPO
+
+SBX = os.path.join(BUILD, "sbx")
+BROKER = os.path.join(BUILD, "sandbox-broker")
+API = os.path.join(BUILD, "sandbox-api")
+
+
+def gen_token():
+    import base64
+    return base64.b64encode(os.urandom(32)).decode().translate({ord(c): None for c in "/+="})
+
+
+class Stack:
+    """A broker on the runtime under test and an api on 127.0.0.1:0, with
+    their state in one short directory; an operator and a player key."""
+
+    def __init__(self, prefix):
+        self.dir = sbxtest.short_tmpdir("sbxcli-")
+        self.prefix = prefix
+        self.token_file = os.path.join(self.dir, "broker.token")
+        with open(os.open(self.token_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(gen_token())
+        self.sock = os.path.join(self.dir, "broker.sock")
+        env = clean_env()
+        self.broker = sbxtest.start_process(
+            [BROKER, "--listen", "unix:" + self.sock, "--runtime", sbxtest.runtime_host(),
+             "--token-file", self.token_file, "--state-dir", os.path.join(self.dir, "broker"),
+             "--image", sbxtest.test_image(), "--name-prefix", prefix,
+             "--exec-timeout-max", "5m"],
+            env=env, log_path=os.path.join(sbxtest.out_dir(), prefix + "broker.log"))
+        sbxtest.wait_for_unix_socket(self.sock, 20, self.broker)
+        self.api_state = os.path.join(self.dir, "api")
+        self.api = sbxtest.start_process(
+            [API, "--listen", "127.0.0.1:0", "--broker", "unix:" + self.sock,
+             "--broker-token-file", self.token_file, "--state-dir", self.api_state],
+            env=env, log_path=os.path.join(sbxtest.out_dir(), prefix + "api.log"))
+        port = []
+
+        def listening():
+            m = re.search(r'"msg":"listening".*?"port":"(\d+)"', self.api.output())
+            if m:
+                port.append(int(m.group(1)))
+            return bool(port)
+        sbxtest.wait_until(listening, 20, "sandbox-api listening", self.api)
+        self.url = "http://127.0.0.1:%d" % port[0]
+        self.operator = self.admin("create-operator", "op")
+        self.player = self.admin("create-player", "pl")
+        self.other = self.admin("create-player", "other")
+
+    def admin(self, what, name):
+        r = subprocess.run([API, "--state-dir", self.api_state, "admin", what, name],
+                           env=clean_env(), capture_output=True, timeout=30)
+        if r.returncode != 0:
+            raise AssertionError("admin %s: %s" % (what, r.stderr.decode()))
+        key = r.stdout.decode().strip()
+        assert len(key) >= 32, "no key printed"
+        return key
+
+    def managed(self):
+        """Containers the broker made (its labels and our name prefix)."""
+        eng = sbxtest.Engine()
+        return [c for c in eng.containers(label=sbxtest.LABEL_MANAGED + "=true")
+                if any(n.lstrip("/").startswith(self.prefix) for n in c.get("Names", []))]
+
+    def close(self):
+        self.api.stop()
+        self.broker.stop()
+        # Whatever a failed test left: remove it straight on the runtime.
+        eng = sbxtest.Engine()
+        for c in self.managed():
+            eng.remove(c["Id"])
+        for v in eng.volumes(label=sbxtest.LABEL_MANAGED + "=true"):
+            if v["Name"].startswith(self.prefix):
+                eng.call("DELETE", "/volumes/%s" % v["Name"], params={"force": "1"},
+                         ok=(200, 204, 404, 409))
+        shutil.rmtree(self.dir, True)
+
+
+def clean_env():
+    """The environment without SBX_* settings a daemon or the CLI would read."""
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith("SBX_") and k not in ("SBX_TEST_RUNTIME", "SBX_RUNTIME_HOST",
+                                              "SBX_TEST_IMAGE", "SBX_TEST_OUT"):
+            del env[k]
+    return env
+
+
+class CLITest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.prefix = "sbxclit%d-" % (os.getpid() % 100000)
+        cls.stack = Stack(cls.prefix)
+        cls.home = sbxtest.short_tmpdir("sbxclihome-")
+        # One NPC with a running sandbox, shared by the tests.
+        r = cls.sbx_as(cls.stack.player, "npc", "create", "alice")
+        assert r.returncode == 0, r.stderr
+        r = cls.sbx_as(cls.stack.player, "up", "alice")
+        assert r.returncode == 0, r.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            for npc in ("alice", "bob"):
+                cls.sbx_as(cls.stack.operator, "rm", npc)
+            left = cls.stack.managed()
+        finally:
+            cls.stack.close()
+            shutil.rmtree(cls.home, True)
+        assert not left, "sandboxes left after sbx rm: %r" % left
+
+    @classmethod
+    def sbx_as(cls, key, *args, url=None, input=None, timeout=120, extra_env=None):
+        env = clean_env()
+        env["HOME"] = cls.home
+        env["SBX_URL"] = url or cls.stack.url
+        if key is not None:
+            env["SBX_KEY"] = key
+        env.update(extra_env or {})
+        return subprocess.run([SBX] + list(args), env=env, capture_output=True,
+                              input=input, timeout=timeout)
+
+    def sbx(self, *args, **kw):
+        return self.sbx_as(self.stack.player, *args, **kw)
+
+    def assertNoKey(self, r):
+        for k in (self.stack.player, self.stack.operator):
+            self.assertNotIn(k.encode(), r.stdout + r.stderr)
+
+    # ------------------------------------------------------------ exec
+
+    def test_exec_splits_stdout_stderr_and_exits_with_the_commands_code(self):
+        r = self.sbx("exec", "alice", "--", "sh", "-c", "echo a; echo b >&2; exit 7")
+        self.assertEqual(r.returncode, 7, r.stderr)
+        self.assertEqual(r.stdout, b"a\n")
+        self.assertEqual(r.stderr, b"b\n")
+        self.assertNoKey(r)
+
+    def test_exec_output_is_binary_exact_and_streamed_before_exit(self):
+        data = os.urandom(200000) + b"\x00\xff\r\n\xed\xa0\x80"
+        r = self.sbx("exec", "-i", "alice", "--", "cat", input=data)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, data)
+        # Output arrives while the command still runs: the first line is
+        # read long before the command ends.
+        env = clean_env()
+        env.update(HOME=self.home, SBX_URL=self.stack.url, SBX_KEY=self.stack.player)
+        p = subprocess.Popen([SBX, "exec", "alice", "--", "sh", "-c", "echo first; sleep 3; echo last"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        t0 = time.monotonic()
+        first = p.stdout.readline()
+        took = time.monotonic() - t0
+        rest, _ = p.communicate(timeout=30)
+        self.assertEqual(first, b"first\n")
+        self.assertLess(took, 2.5, "first line came only after the command ended")
+        self.assertEqual(rest, b"last\n")
+        self.assertEqual(p.returncode, 0)
+
+    def test_exec_timeout_exits_124_with_the_servers_sentence(self):
+        r = self.sbx("exec", "-t", "1", "alice", "--", "sleep", "30")
+        self.assertEqual(r.returncode, 124, r.stderr)
+        self.assertIn(b"timeout", r.stderr.lower())
+
+    def test_ctrl_c_cancels_the_exec_and_kills_its_processes(self):
+        env = clean_env()
+        env.update(HOME=self.home, SBX_URL=self.stack.url, SBX_KEY=self.stack.player)
+        p = subprocess.Popen([SBX, "exec", "alice", "--", "sh", "-c", "echo up; exec sleep 1234"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.assertEqual(p.stdout.readline(), b"up\n")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertIn(b"cancelled", err)
+
+        def gone():
+            r = self.sbx("exec", "alice", "--", "ps")
+            return r.returncode == 0 and b"sleep 1234" not in r.stdout
+        sbxtest.wait_until(gone, 15, "the cancelled exec's processes to be gone")
+
+    # ------------------------------------------------------------ files
+
+    def test_cp_round_trips_a_3mib_binary_file_byte_exact(self):
+        d = sbxtest.short_tmpdir("sbxclicp-")
+        self.addCleanup(shutil.rmtree, d, True)
+        src = os.path.join(d, "in.bin")
+        back = os.path.join(d, "back.bin")
+        data = os.urandom(3 * 1024 * 1024)
+        with open(src, "wb") as f:
+            f.write(data)
+        r = self.sbx("cp", src, "alice:/work/cp/in.bin")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = self.sbx("cp", "alice:/work/cp/in.bin", back)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(back, "rb") as f:
+            self.assertEqual(f.read(), data)
+        # Into a directory: the file keeps its name.
+        r = self.sbx("cp", "alice:/work/cp/in.bin", d + "/")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = self.sbx("ls", "alice:/work/cp", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        ents = json.loads(r.stdout)
+        self.assertEqual([(e["name"], e["type"], e["size"]) for e in ents],
+                         [("in.bin", "file", len(data))])
+        r = self.sbx("ls", "alice:/work/cp")
+        self.assertRegex(r.stdout.decode(), r"^-rw.* %d .* in\.bin\n$" % len(data))
+
+    def test_cp_of_a_missing_file_exits_4_and_leaves_no_local_file(self):
+        d = sbxtest.short_tmpdir("sbxclicp-")
+        self.addCleanup(shutil.rmtree, d, True)
+        r = self.sbx("cp", "alice:/work/no/such/file", os.path.join(d, "x"))
+        self.assertEqual(r.returncode, 4, r.stderr)
+        self.assertTrue(r.stderr.startswith(b"sbx: "))
+        self.assertEqual(os.listdir(d), [])
+
+    def test_path_outside_work_is_refused_as_bad_usage(self):
+        r = self.sbx("ls", "alice:/etc")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(b"/work", r.stderr)
+
+    # ------------------------------------------------------------ read commands
+
+    def test_read_commands_print_json_with_json(self):
+        r = self.sbx("npc", "ls", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        names = [n["name"] for n in json.loads(r.stdout)]
+        self.assertIn("alice", names)
+        r = self.sbx("status", "alice", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        st = json.loads(r.stdout)
+        self.assertEqual((st["npc"], st["state"]), ("alice", "running"))
+        r = self.sbx("status", "alice")
+        self.assertIn(b"state:      running", r.stdout)
+
+    def test_another_players_npc_is_not_found(self):
+        r = self.sbx_as(self.stack.other, "status", "alice")
+        self.assertEqual(r.returncode, 4, r.stderr)
+        r = self.sbx_as(self.stack.other, "exec", "alice", "--", "true")
+        self.assertEqual(r.returncode, 4, r.stderr)
+
+    # ------------------------------------------------------------ roles
+
+    def test_egress_grant_as_a_player_exits_3_with_the_servers_sentence(self):
+        r = self.sbx("egress", "grant", "alice")
+        self.assertEqual(r.returncode, 3)
+        self.assertEqual(r.stdout, b"")
+        self.assertIn(b"operator", r.stderr)
+        self.assertIn(b"sbx egress grant alice", r.stderr)
+        self.assertNoKey(r)
+
+    def test_operator_manages_a_players_npc(self):
+        r = self.sbx_as(self.stack.operator, "npc", "create", "bob", "--owner", "pl")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = self.sbx("npc", "ls")
+        self.assertRegex(r.stdout.decode(), r"(?m)^bob +pl ")
+        r = self.sbx_as(self.stack.operator, "up", "bob")
+        self.assertEqual((r.returncode, r.stdout), (0, b"bob: running\n"), r.stderr)
+        r = self.sbx_as(self.stack.operator, "stop", "bob")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = self.sbx("status", "bob", "--json")
+        self.assertEqual(json.loads(r.stdout)["state"], "stopped")
+        r = self.sbx("exec", "bob", "--", "true")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"sbx up bob", r.stderr)
+
+    def test_a_wrong_key_exits_3(self):
+        r = self.sbx_as("x" * 43, "npc", "ls")
+        self.assertEqual(r.returncode, 3)
+        self.assertIn(b"key", r.stderr.lower())
+
+    # ------------------------------------------------------------ configuration
+
+    def test_config_file_is_used_and_refused_when_others_can_read_it(self):
+        d = sbxtest.short_tmpdir("sbxclicfg-")
+        self.addCleanup(shutil.rmtree, d, True)
+        cfg = os.path.join(d, "config")
+        with open(cfg, "w") as f:
+            f.write("# sbx\nurl = %s\nkey = %s\n" % (self.stack.url, self.stack.player))
+        os.chmod(cfg, 0o600)
+        env = {"SBX_CLI_CONFIG": cfg}
+        r = self.sbx_as(None, "whoami", url="", extra_env=env)
+        self.assertEqual((r.returncode, r.stdout), (0, b"pl (player)\n"), r.stderr)
+        os.chmod(cfg, 0o644)
+        r = self.sbx_as(None, "whoami", url="", extra_env=env)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(b"chmod 600", r.stderr)
+        self.assertNoKey(r)
+        # The default place: ~/.config/sbx/config.
+        os.makedirs(os.path.join(self.home, ".config", "sbx"), exist_ok=True)
+        home_cfg = os.path.join(self.home, ".config", "sbx", "config")
+        shutil.copy(cfg, home_cfg)
+        os.chmod(home_cfg, 0o600)
+        self.addCleanup(os.unlink, home_cfg)
+        r = self.sbx_as(None, "whoami", url="")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_no_server_exits_5(self):
+        r = self.sbx("npc", "ls", url="http://127.0.0.1:1")
+        self.assertEqual(r.returncode, 5)
+        self.assertIn(b"Cannot connect", r.stderr)
+        r = self.sbx("exec", "alice", "--", "true", url="http://127.0.0.1:1")
+        self.assertEqual(r.returncode, 5)
+
+    def test_help_version_and_bad_usage(self):
+        for args in (["--help"], ["exec", "--help"], ["npc", "ls", "--help"]):
+            r = self.sbx_as(None, *args)
+            self.assertEqual(r.returncode, 0, args)
+            self.assertIn(b"usage: sbx", r.stdout)
+        r = self.sbx_as(None, "--help")
+        self.assertIn(b"Exit codes", r.stdout)
+        r = self.sbx_as(None, "--version")
+        self.assertEqual(r.returncode, 0)
+        self.assertTrue(r.stdout.startswith(b"sbx "))
+        for args in ([], ["frobnicate"], ["exec", "alice"], ["status"],
+                     ["status", "a", "b"], ["ls", "--bogus", "alice:/work"],
+                     ["cp", "a", "b"], ["npc"]):
+            r = self.sbx(*args)
+            self.assertEqual(r.returncode, 2, (args, r.stderr))
+            self.assertIn(b"sbx", r.stderr)
+
+
+
+class FakeAPI:
+    """A scripted HTTP server on 127.0.0.1:0: each request gets the raw bytes
+    the test queued (status line, headers, body), written in pieces."""
+
+    def __init__(self):
+        import http.server
+        import threading
+        self.replies = []
+        self.seen = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def handle_one_request(self):
+                self.raw_requestline = self.rfile.readline(65537)
+                if not self.raw_requestline or not self.parse_request():
+                    return
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                outer.seen.append((self.command, self.path, dict(self.headers), body))
+                try:
+                    for piece in outer.replies.pop(0):
+                        self.wfile.write(piece)
+                        self.wfile.flush()
+                        time.sleep(0.01)
+                except OSError:
+                    pass  # the client left early: that is its right
+                self.close_connection = True
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def chunked(*parts):
+    return [b"%x\r\n%s\r\n" % (len(p), p) for p in parts] + [b"0\r\n\r\n"]
+
+
+SSE_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+
+
+class CLIAgainstScriptedServerTest(unittest.TestCase):
+    """What the CLI makes of answers our api does not send but a proxy or a
+    future server may: other SSE spellings, cut streams, bare error pages."""
+
+    KEY = "k" * 43
+
+    def setUp(self):
+        self.api = FakeAPI()
+        self.addCleanup(self.api.close)
+
+    def sbx(self, *args, input=None):
+        env = clean_env()
+        env.update(SBX_URL=self.api.url, SBX_KEY=self.KEY, HOME="/nonexistent")
+        return subprocess.run([SBX] + list(args), env=env, capture_output=True,
+                              input=input, timeout=60)
+
+    def test_any_valid_sse_spelling_is_decoded_byte_exact(self):
+        stream = (b"\xef\xbb\xbf: ping\r\n\r\n"
+                  b"event: start\r\ndata: {\"exec_id\":\"e1\",\"ts\":1}\r\n\r\n"
+                  b"id: 2\revent: stdout\rdata: {\"data\":\"a\\u0000b\\n\"}\r\r"
+                  b"event: progress\ndata: {\"whatever\":1}\n\n"
+                  b"event: stderr\ndata: {\"data_b64\":\n"
+                  b"data: \"/w==\"}\n\n"
+                  b"event: exit\ndata: {\"code\":9,\"signal\":null,\"duration_ms\":1,\"truncated\":false}\n\n")
+        pieces = [stream[i:i + 7] for i in range(0, len(stream), 7)]
+        self.api.replies.append([SSE_HEAD] + chunked(*pieces))
+        r = self.sbx("exec", "-e", "A=1", "-w", "/work/x", "-t", "2.5", "npc1", "--", "echo", "hi there")
+        self.assertEqual(r.returncode, 9, r.stderr)
+        self.assertEqual(r.stdout, b"a\x00b\n")
+        self.assertEqual(r.stderr, b"\xff")
+        method, path, headers, body = self.api.seen[0]
+        self.assertEqual((method, path), ("POST", "/api/v1/npcs/npc1/sandbox/exec"))
+        self.assertEqual(headers["Authorization"], "Bearer " + self.KEY)
+        self.assertEqual(json.loads(body), {"argv": ["echo", "hi there"], "cwd": "/work/x",
+                                            "env": ["A=1"], "timeout_ms": 2500})
+
+    def test_a_stream_cut_before_exit_is_an_error(self):
+        self.api.replies.append([SSE_HEAD] + chunked(
+            b"event: start\ndata: {\"exec_id\":\"e\",\"ts\":1}\n\n",
+            b"event: stdout\ndata: {\"data\":\"partial\"}\n\n")[:-1])
+        r = self.sbx("exec", "npc1", "--", "true")
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stdout, b"partial")
+        self.assertTrue(r.stderr.startswith(b"sbx: "), r.stderr)
+
+    def test_error_event_after_exit_is_reported(self):
+        self.api.replies.append([SSE_HEAD] + chunked(
+            b"event: start\ndata: {\"exec_id\":\"e\",\"ts\":1}\n\n"
+            b"event: exit\ndata: {\"code\":137,\"signal\":\"KILL\",\"duration_ms\":1,\"truncated\":false}\n\n"
+            b"event: error\ndata: {\"code\":\"timeout\",\"message\":\"exec ran too long\"}\n\n"))
+        r = self.sbx("exec", "npc1", "--", "sleep", "9")
+        self.assertEqual(r.returncode, 124)
+        self.assertEqual(r.stderr, b"sbx: exec ran too long\n")
+
+    def test_bare_gateway_errors_exit_5_and_json_errors_show_the_sentence(self):
+        self.api.replies.append([b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 5\r\n\r\noops!"])
+        r = self.sbx("npc", "ls")
+        self.assertEqual(r.returncode, 5)
+        self.assertIn(b"HTTP 502", r.stderr)
+        body = b'{"error":{"code":"conflict","message":"An NPC has that name."}}'
+        self.api.replies.append([b"HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n" % len(body), body])
+        r = self.sbx("npc", "create", "x")
+        self.assertEqual((r.returncode, r.stderr), (1, b"sbx: An NPC has that name.\n"))
+        self.api.replies.append([b"SSH-2.0-OpenSSH\r\n"])
+        r = self.sbx("npc", "ls")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"not HTTP", r.stderr)
+
+    def test_paths_are_percent_encoded_and_uploads_carry_the_mode(self):
+        ok = b'{"npc":"n","path":"/work/a b"}'
+        self.api.replies.append([b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(ok), ok])
+        r = self.sbx("cp", "--mode", "0750", "-", "n:/work/a b/c&d=%.txt", input=b"\x00\x01")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        method, path, headers, body = self.api.seen[0]
+        self.assertEqual(method, "PUT")
+        self.assertEqual(path, "/api/v1/npcs/n/sandbox/files?path=/work/a%20b/c%26d%3D%25.txt&mode=0750")
+        self.assertEqual(body, b"\x00\x01")
+
+
+if __name__ == "__main__":
+    unittest.main()

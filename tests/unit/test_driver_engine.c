@@ -1,0 +1,1310 @@
+/* test_driver_engine.c - the engine driver against a scripted fake Engine API on a unix socket (no runtime needed). */
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <jansson.h>
+
+#include "driver_engine.h"
+#include "sbx_proto.h"
+
+/*
+ * The fake runtime keeps one container ("sbx-t1" unless a test says
+ * otherwise) and its volume, answers the calls the driver makes, and logs
+ * every request ("METHOD PATH") with its JSON body so tests can assert what
+ * was asked of the runtime. Exec starts are answered "101 UPGRADED" followed
+ * by the test's script of 8-byte frames, sent in small pieces.
+ */
+
+#define MAX_LOG 64
+#define MAX_EXECS 16
+
+struct fexec {
+	char id[16];
+	json_t *cmd;
+	int exit_code;
+	int running;
+	struct bufferevent *stream;   /* an exec start that is still open */
+};
+
+struct fx {
+	struct event_base *base;
+	struct evconnlistener *lis;
+	char dir[64];
+	char sock[96];
+	char helper[96];
+	struct sbx_driver *drv;
+
+	/* runtime state */
+	int c_exists, c_labelled, c_running, c_egress;
+	char c_image[64];
+	int v_exists, v_labelled;
+	int net_exists;
+	json_t *created;              /* last container create body */
+	struct fexec execs[MAX_EXECS];
+	int nexecs;
+	char killed[64];              /* exec id given to "sbx-helper kill" */
+	int kills;
+
+	/* the script of the next user exec */
+	const unsigned char *script;
+	size_t script_len;
+	int script_exit;
+	int script_hang;              /* keep the stream open until killed */
+	const char *helper_stderr;    /* a helper mode's error line */
+	int helper_exit;
+	const char *helper_stdout;
+
+	/* request log */
+	char *log[MAX_LOG];
+	json_t *bodies[MAX_LOG];
+	int nlog;
+
+	/* results */
+	int returned;
+	int early;
+	int terminal;
+	struct sbx_err err;
+	int have_err;
+	struct sbx_status st;
+	struct sbx_exit ex;
+	struct evbuffer *out[3];
+	char exec_id[64];
+	struct sbx_dirent ents[8];
+	size_t nents;
+	struct sbx_health health;
+	struct sbx_op *op;
+	int cancel_on_output;
+};
+
+struct conn {
+	struct fx *f;
+	struct bufferevent *bev;
+	struct fexec *streaming;
+	size_t sent;
+};
+
+/* ---------- fake Engine API ---------- */
+
+static void
+reply(struct bufferevent *bev, int status, const char *reason, json_t *body)
+{
+	char *text = body != NULL ? json_dumps(body, JSON_COMPACT) : NULL;
+
+	evbuffer_add_printf(bufferevent_get_output(bev),
+	    "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+	    "Content-Length: %zu\r\nConnection: close\r\n\r\n%s", status, reason,
+	    text != NULL ? strlen(text) : 0, text != NULL ? text : "");
+	free(text);
+	json_decref(body);
+}
+
+static json_t *
+msg(const char *m)
+{
+	return json_pack("{s:s}", "message", m);
+}
+
+static json_t *
+inspect_json(struct fx *f)
+{
+	json_t *labels = json_object();
+
+	if (f->c_labelled) {
+		json_object_set_new(labels, "io.sbx.managed", json_string("true"));
+		json_object_set_new(labels, "io.sbx.id", json_string("t1"));
+		json_object_set_new(labels, "io.sbx.egress",
+		    json_string(f->c_egress ? "1" : "0"));
+		json_object_set_new(labels, "io.sbx.image", json_string(f->c_image));
+	}
+	return json_pack("{s:s, s:s, s:{s:b, s:b, s:s}, s:{s:s, s:o}}",
+	    "Id", "c0ffee0123456789", "Created", "2026-11-30T12:00:00.250Z",
+	    "State", "Running", f->c_running, "OOMKilled", 0, "Status",
+	    f->c_running ? "running" : "exited",
+	    "Config", "Image", f->c_image, "Labels", labels);
+}
+
+static void
+frame(struct evbuffer *b, int stream, const void *p, size_t n)
+{
+	unsigned char h[8] = { (unsigned char)stream, 0, 0, 0,
+	    (unsigned char)(n >> 24), (unsigned char)(n >> 16),
+	    (unsigned char)(n >> 8), (unsigned char)n };
+
+	evbuffer_add(b, h, 8);
+	evbuffer_add(b, p, n);
+}
+
+static void conn_free(struct conn *c);
+
+static void
+end_stream(struct fexec *x, int code)
+{
+	x->exit_code = code;
+	x->running = 0;
+	if (x->stream != NULL) {
+		struct conn *c = NULL;
+
+		bufferevent_getcb(x->stream, NULL, NULL, NULL, (void **)&c);
+		x->stream = NULL;
+		if (c != NULL) {
+			c->streaming = NULL;
+			conn_free(c);
+		}
+	}
+}
+
+/* Sends the script a few bytes per loop turn, so frame headers and payloads
+ * arrive split at every boundary. */
+static void
+drip(struct conn *c)
+{
+	struct fx *f = c->f;
+	size_t n;
+
+	if (c->streaming == NULL)
+		return;
+	if (c->sent >= f->script_len) {
+		if (!f->script_hang)
+			end_stream(c->streaming, f->script_exit);
+		return;
+	}
+	n = f->script_len - c->sent;
+	if (n > 3)
+		n = 3;
+	bufferevent_write(c->bev, f->script + c->sent, n);
+	c->sent += n;
+}
+
+static void
+conn_write(struct bufferevent *bev, void *arg)
+{
+	struct conn *c = arg;
+
+	(void)bev;
+	if (c->streaming != NULL)
+		drip(c);
+}
+
+static void
+start_exec(struct conn *c, struct fexec *x)
+{
+	struct fx *f = c->f;
+	const char *mode = json_string_value(json_array_get(x->cmd, 1));
+	struct evbuffer *b = evbuffer_new();
+	size_t i;
+
+	evbuffer_add_printf(bufferevent_get_output(c->bev),
+	    "HTTP/1.1 101 UPGRADED\r\nContent-Type: application/"
+	    "vnd.docker.raw-stream\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n");
+	x->running = 1;
+	if (strcmp(mode, "kill") == 0) {
+		/* sbx-helper kill ID: the exec with that id dies. */
+		snprintf(f->killed, sizeof(f->killed), "%s",
+		    json_string_value(json_array_get(x->cmd, 2)));
+		f->kills++;
+		for (i = 0; i < (size_t)f->nexecs; i++)
+			if (f->execs[i].running && &f->execs[i] != x &&
+			    strcmp(json_string_value(json_array_get(
+			    f->execs[i].cmd, 1)), "exec") == 0)
+				end_stream(&f->execs[i], 137);
+		x->exit_code = 0;
+		x->running = 0;
+		c->streaming = NULL;
+		bufferevent_setcb(c->bev, NULL, NULL, NULL, c);
+		conn_free(c);
+		evbuffer_free(b);
+		return;
+	}
+	if (strcmp(mode, "exec") != 0) {
+		/* read, write, list: the helper's stdout, stderr, status. */
+		if (f->helper_stdout != NULL)
+			frame(b, 1, f->helper_stdout, strlen(f->helper_stdout));
+		if (f->helper_stderr != NULL)
+			frame(b, 2, f->helper_stderr, strlen(f->helper_stderr));
+		bufferevent_write_buffer(c->bev, b);
+		evbuffer_free(b);
+		x->exit_code = f->helper_exit;
+		x->running = 0;
+		c->streaming = NULL;
+		/* close once flushed */
+		bufferevent_flush(c->bev, EV_WRITE, BEV_FLUSH);
+		conn_free(c);
+		return;
+	}
+	evbuffer_free(b);
+	c->streaming = x;
+	x->stream = c->bev;
+	c->sent = 0;
+	drip(c);
+}
+
+static struct fexec *
+find_exec(struct fx *f, const char *id)
+{
+	int i;
+
+	for (i = 0; i < f->nexecs; i++)
+		if (strcmp(f->execs[i].id, id) == 0)
+			return &f->execs[i];
+	return NULL;
+}
+
+static int
+ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+
+	return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static void
+route(struct conn *c, const char *method, const char *path, json_t *body)
+{
+	struct fx *f = c->f;
+	struct bufferevent *bev = c->bev;
+	struct fexec *x;
+	char id[32];
+
+	if (strcmp(path, "/_ping") == 0) {
+		evbuffer_add_printf(bufferevent_get_output(bev), "HTTP/1.1 200 OK\r\n"
+		    "Content-Length: 2\r\n\r\nOK");
+	} else if (strcmp(path, "/v1.41/version") == 0) {
+		reply(bev, 200, "OK", json_pack("{s:s, s:s, s:[{s:s}]}", "Version",
+		    "20.10.24", "ApiVersion", "1.41", "Components", "Name", "Engine"));
+	} else if (strncmp(path, "/v1.41/images/", 14) == 0) {
+		reply(bev, 200, "OK", json_pack("{s:s}", "Id", "sha256:1"));
+	} else if (strcmp(path, "/v1.41/containers/sbx-t1/json") == 0) {
+		if (!f->c_exists)
+			reply(bev, 404, "Not Found", msg("No such container: sbx-t1"));
+		else
+			reply(bev, 200, "OK", inspect_json(f));
+	} else if (strncmp(path, "/v1.41/containers/sbx-", 22) == 0 &&
+	    strstr(path, "/json") != NULL) {
+		reply(bev, 404, "Not Found", msg("No such container"));
+	} else if (strcmp(path, "/v1.41/volumes/create") == 0) {
+		if (!f->v_exists) {
+			f->v_exists = 1;
+			f->v_labelled = json_object_get(json_object_get(body,
+			    "Labels"), "io.sbx.managed") != NULL;
+		}
+		reply(bev, 201, "Created", json_pack("{s:s, s:o}", "Name",
+		    "sbx-t1-work", "Labels", f->v_labelled ? json_pack("{s:s}",
+		    "io.sbx.managed", "true") : json_object()));
+	} else if (strcmp(path, "/v1.41/volumes/sbx-t1-work") == 0) {
+		if (strcmp(method, "DELETE") == 0) {
+			f->v_exists = 0;
+			reply(bev, 204, "No Content", NULL);
+		} else if (!f->v_exists) {
+			reply(bev, 404, "Not Found", msg("no such volume"));
+		} else {
+			reply(bev, 200, "OK", json_pack("{s:s, s:o}", "Name",
+			    "sbx-t1-work", "Labels", f->v_labelled ? json_pack(
+			    "{s:s}", "io.sbx.managed", "true") : json_object()));
+		}
+	} else if (strcmp(path, "/v1.41/networks/sbx-egress") == 0) {
+		if (!f->net_exists)
+			reply(bev, 404, "Not Found", msg("network not found"));
+		else
+			reply(bev, 200, "OK", json_pack("{s:s, s:{s:s}}", "Name",
+			    "sbx-egress", "Labels", "io.sbx.managed", "true"));
+	} else if (strcmp(path, "/v1.41/networks/create") == 0) {
+		f->net_exists = 1;
+		reply(bev, 201, "Created", json_pack("{s:s}", "Id", "n1"));
+	} else if (strcmp(path, "/v1.41/containers/create?name=sbx-t1") == 0) {
+		json_decref(f->created);
+		f->created = json_incref(body);
+		f->c_exists = 1;
+		f->c_labelled = 1;
+		f->c_running = 0;
+		f->c_egress = strcmp(json_string_value(json_object_get(
+		    json_object_get(body, "Labels"), "io.sbx.egress")), "1") == 0;
+		snprintf(f->c_image, sizeof(f->c_image), "%s",
+		    json_string_value(json_object_get(body, "Image")));
+		reply(bev, 201, "Created", json_pack("{s:s}", "Id",
+		    "c0ffee0123456789"));
+	} else if (strcmp(path, "/v1.41/containers/c0ffee0123456789/start") == 0) {
+		f->c_running = 1;
+		reply(bev, 204, "No Content", NULL);
+	} else if (strncmp(path, "/v1.41/containers/c0ffee0123456789/stop", 39)
+	    == 0) {
+		f->c_running = 0;
+		reply(bev, 204, "No Content", NULL);
+	} else if (strncmp(path, "/v1.41/containers/c0ffee0123456789?", 35) == 0 &&
+	    strcmp(method, "DELETE") == 0) {
+		f->c_exists = 0;
+		reply(bev, 204, "No Content", NULL);
+	} else if (strcmp(path, "/v1.41/containers/c0ffee0123456789/exec") == 0) {
+		x = &f->execs[f->nexecs];
+		snprintf(x->id, sizeof(x->id), "e%d", f->nexecs++);
+		x->cmd = json_incref(json_object_get(body, "Cmd"));
+		reply(bev, 201, "Created", json_pack("{s:s}", "Id", x->id));
+	} else if (sscanf(path, "/v1.41/exec/%31[^/]/", id) == 1 &&
+	    ends_with(path, "/start") && (x = find_exec(f, id)) != NULL) {
+		start_exec(c, x);
+		return;
+	} else if (sscanf(path, "/v1.41/exec/%31[^/]/", id) == 1 &&
+	    ends_with(path, "/json") && (x = find_exec(f, id)) != NULL) {
+		reply(bev, 200, "OK", json_pack("{s:s, s:b, s:i}", "ID", x->id,
+		    "Running", x->running, "ExitCode", x->exit_code));
+	} else if (strncmp(path, "/v1.41/containers/json?", 23) == 0) {
+		reply(bev, 200, "OK", json_pack("[{s:s, s:s, s:s, s:i, s:{s:s, s:s,"
+		    " s:s}}, {s:s, s:s, s:s, s:i, s:{}}]",
+		    "Id", "c0ffee0123456789", "Image", "img:1", "State", "running",
+		    "Created", 1764500000, "Labels", "io.sbx.managed", "true",
+		    "io.sbx.id", "t1", "io.sbx.egress", "1",
+		    "Id", "deadbeef", "Image", "other", "State", "running",
+		    "Created", 1, "Labels"));
+	} else {
+		reply(bev, 500, "Internal", msg("fake: unexpected request"));
+	}
+	bufferevent_setcb(bev, NULL, NULL, NULL, c);
+	conn_free(c);   /* frees once flushed: see conn_free */
+}
+
+static void
+flushed_close(struct bufferevent *bev, void *arg)
+{
+	(void)arg;
+	if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+		bufferevent_free(bev);
+}
+
+/* Closes c's connection once its output is flushed. */
+static void
+conn_free(struct conn *c)
+{
+	struct bufferevent *bev = c->bev;
+
+	free(c);
+	bufferevent_setcb(bev, NULL, flushed_close, NULL, NULL);
+	bufferevent_enable(bev, EV_WRITE);
+	if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+		bufferevent_free(bev);
+}
+
+static void
+conn_read(struct bufferevent *bev, void *arg)
+{
+	struct conn *c = arg;
+	struct fx *f = c->f;
+	struct evbuffer *in = bufferevent_get_input(bev);
+	struct evbuffer_ptr p;
+	char *head, method[16], path[512], *cl;
+	size_t hlen, blen = 0;
+	json_t *body = NULL;
+	char line[600];
+
+	if (c->streaming != NULL) {
+		evbuffer_drain(in, evbuffer_get_length(in));   /* stdin */
+		return;
+	}
+	p = evbuffer_search(in, "\r\n\r\n", 4, NULL);
+	if (p.pos < 0)
+		return;
+	hlen = (size_t)p.pos + 4;
+	head = calloc(1, hlen + 1);
+	evbuffer_copyout(in, head, hlen);
+	if ((cl = strcasestr(head, "Content-Length:")) != NULL)
+		blen = strtoul(cl + 15, NULL, 10);
+	if (evbuffer_get_length(in) < hlen + blen) {
+		free(head);
+		return;
+	}
+	evbuffer_drain(in, hlen);
+	if (blen > 0) {
+		char *b = malloc(blen);
+
+		evbuffer_remove(in, b, blen);
+		body = json_loadb(b, blen, 0, NULL);
+		free(b);
+	}
+	sscanf(head, "%15s %511s", method, path);
+	free(head);
+	snprintf(line, sizeof(line), "%s %s", method, path);
+	if (f->nlog < MAX_LOG) {
+		f->log[f->nlog] = strdup(line);
+		f->bodies[f->nlog++] = json_incref(body);
+	}
+	route(c, method, path, body);
+	json_decref(body);
+}
+
+static void
+conn_event(struct bufferevent *bev, short what, void *arg)
+{
+	struct conn *c = arg;
+
+	(void)what;
+	if (c->streaming != NULL) {
+		/* the client went away from an exec stream */
+		c->streaming->stream = NULL;
+		c->streaming = NULL;
+	}
+	free(c);
+	bufferevent_free(bev);
+}
+
+static void
+on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+    int len, void *arg)
+{
+	struct fx *f = arg;
+	struct conn *c = calloc(1, sizeof(*c));
+
+	(void)l;
+	(void)sa;
+	(void)len;
+	c->f = f;
+	c->bev = bufferevent_socket_new(f->base, fd, BEV_OPT_CLOSE_ON_FREE);
+	bufferevent_setcb(c->bev, conn_read, conn_write, conn_event, c);
+	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+}
+
+/* ---------- fixture ---------- */
+
+static struct sbx_driver *
+new_driver(struct fx *f, const char *sock)
+{
+	struct sbx_engine_config cfg;
+	struct sbx_err err;
+	static const char *const images[] = { "img:2", NULL };
+	struct sbx_driver *d;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.runtime_socket = sock;
+	cfg.default_image = "img:1";
+	cfg.images = images;
+	cfg.helper_path = f->helper;
+	cfg.memory_bytes.def = 256 << 20;
+	cfg.memory_bytes.ceiling = 512 << 20;
+	cfg.exec_timeout_ms.def = 5000;
+	cfg.exec_timeout_ms.ceiling = 10000;
+	cfg.exec_output_cap = 1000;
+	d = sbx_engine_driver_new(f->base, &cfg, &err);
+	assert_non_null(d);
+	return d;
+}
+
+static int
+setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	struct sockaddr_un sun;
+	FILE *fp;
+	int i;
+
+	f->base = event_base_new();
+	snprintf(f->dir, sizeof(f->dir), "/tmp/sbx-engine-test-XXXXXX");
+	assert_non_null(mkdtemp(f->dir));
+	snprintf(f->sock, sizeof(f->sock), "%s/engine.sock", f->dir);
+	snprintf(f->helper, sizeof(f->helper), "%s/sbx-helper", f->dir);
+	fp = fopen(f->helper, "w");
+	fclose(fp);
+	chmod(f->helper, 0755);
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", f->sock);
+	f->lis = evconnlistener_new_bind(f->base, on_accept, f,
+	    LEV_OPT_CLOSE_ON_FREE, 16, (struct sockaddr *)&sun, sizeof(sun));
+	assert_non_null(f->lis);
+	f->drv = new_driver(f, f->sock);
+	for (i = 0; i < 3; i++)
+		f->out[i] = evbuffer_new();
+	snprintf(f->c_image, sizeof(f->c_image), "img:1");
+	*state = f;
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	struct fx *f = *state;
+	char path[200];
+	int i;
+
+	sbx_driver_free(f->drv);
+	for (i = 0; i < f->nexecs; i++) {
+		if (f->execs[i].stream != NULL)
+			end_stream(&f->execs[i], 0);
+		json_decref(f->execs[i].cmd);
+	}
+	evconnlistener_free(f->lis);
+	for (i = 0; i < f->nlog; i++) {
+		free(f->log[i]);
+		json_decref(f->bodies[i]);
+	}
+	json_decref(f->created);
+	for (i = 0; i < 3; i++)
+		evbuffer_free(f->out[i]);
+	event_base_free(f->base);
+	snprintf(path, sizeof(path), "%s/engine.sock", f->dir);
+	unlink(path);
+	unlink(f->helper);
+	rmdir(f->dir);
+	free(f);
+	return 0;
+}
+
+static int
+logged(struct fx *f, const char *prefix)
+{
+	int i, n = 0;
+
+	for (i = 0; i < f->nlog; i++)
+		if (strncmp(f->log[i], prefix, strlen(prefix)) == 0)
+			n++;
+	return n;
+}
+
+static void
+run_loop(struct fx *f)
+{
+	struct timeval limit = { 10, 0 };
+
+	f->returned = 1;
+	event_base_loopexit(f->base, &limit);
+	event_base_dispatch(f->base);
+	assert_false(f->early);
+}
+
+/* Lets background work (kill execs) finish. */
+static void
+settle(struct fx *f, long ms)
+{
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+	event_base_loopexit(f->base, &tv);
+	event_base_dispatch(f->base);
+}
+
+/* ---------- callbacks ---------- */
+
+static void
+on_status(void *arg, const struct sbx_err *err, const struct sbx_status *st)
+{
+	struct fx *f = arg;
+
+	f->early |= !f->returned;
+	f->terminal++;
+	if (err != NULL) {
+		f->err = *err;
+		f->have_err = 1;
+	} else {
+		f->st = *st;
+	}
+	event_base_loopbreak(f->base);
+}
+
+static void
+on_done(void *arg, const struct sbx_err *err)
+{
+	struct fx *f = arg;
+
+	f->early |= !f->returned;
+	f->terminal++;
+	if (err != NULL) {
+		f->err = *err;
+		f->have_err = 1;
+	}
+	event_base_loopbreak(f->base);
+}
+
+static void
+on_list(void *arg, const struct sbx_err *err, const struct sbx_dirent *e,
+    size_t n)
+{
+	struct fx *f = arg;
+
+	f->terminal++;
+	if (err != NULL) {
+		f->err = *err;
+		f->have_err = 1;
+	}
+	for (f->nents = 0; f->nents < n && f->nents < 8; f->nents++)
+		f->ents[f->nents] = e[f->nents];
+	event_base_loopbreak(f->base);
+}
+
+static void
+on_health(void *arg, const struct sbx_err *err, const struct sbx_health *h)
+{
+	struct fx *f = arg;
+
+	f->terminal++;
+	assert_null(err);
+	f->health = *h;
+	event_base_loopbreak(f->base);
+}
+
+static void
+s_start(void *arg, const char *exec_id)
+{
+	struct fx *f = arg;
+
+	f->early |= !f->returned;
+	snprintf(f->exec_id, sizeof(f->exec_id), "%s", exec_id);
+}
+
+static void
+s_output(void *arg, int stream, const unsigned char *buf, size_t len)
+{
+	struct fx *f = arg;
+
+	f->early |= !f->returned;
+	assert_true(stream == 1 || stream == 2);
+	assert_true(len > 0 && len <= 64 * 1024);
+	evbuffer_add(f->out[stream], buf, len);
+	if (f->cancel_on_output && f->op != NULL) {
+		sbx_op_cancel(f->op);
+		f->op = NULL;
+		event_base_loopbreak(f->base);
+	}
+}
+
+static void
+s_exit(void *arg, const struct sbx_exit *ex)
+{
+	struct fx *f = arg;
+
+	f->early |= !f->returned;
+	f->terminal++;
+	f->ex = *ex;
+	event_base_loopbreak(f->base);
+}
+
+static void
+s_error(void *arg, const struct sbx_err *err)
+{
+	struct fx *f = arg;
+
+	f->early |= !f->returned;
+	f->terminal++;
+	f->err = *err;
+	f->have_err = 1;
+	if (getenv("TEST_DEBUG") != NULL)
+		fprintf(stderr, "sink error: %s: %s\n", err->code, err->message);
+	event_base_loopbreak(f->base);
+}
+
+static struct sbx_sink
+sink_of(struct fx *f)
+{
+	struct sbx_sink s = { s_start, s_output, s_exit, s_error, f };
+
+	return s;
+}
+
+static void
+ensure(struct fx *f, int egress, const char *image)
+{
+	struct sbx_spec spec = { image, egress, 0, 0, 0 };
+	struct sbx_err err;
+
+	f->returned = 0;
+	assert_non_null(f->drv->ops->ensure(f->drv, "t1", &spec, on_status, f,
+	    &err));
+	run_loop(f);
+}
+
+static void
+running_sandbox(struct fx *f)
+{
+	f->c_exists = f->c_labelled = f->c_running = 1;
+	f->v_exists = f->v_labelled = 1;
+}
+
+/* ---------- tests: ensure, status, stop, destroy ---------- */
+
+static void
+test_ensure_creates_a_hardened_container(void **state)
+{
+	struct fx *f = *state;
+	json_t *hc, *m;
+
+	ensure(f, 0, NULL);
+	assert_false(f->have_err);
+	assert_int_equal(f->terminal, 1);
+	assert_int_equal(f->st.state, SBX_STATE_RUNNING);
+	assert_string_equal(f->st.image, "img:1");
+	assert_int_equal(f->st.created_at_ms, 1796040000250LL);
+	assert_int_equal(logged(f, "POST /v1.41/volumes/create"), 1);
+	assert_int_equal(logged(f, "POST /v1.41/containers/create?name=sbx-t1"), 1);
+	assert_int_equal(logged(f, "GET /v1.41/networks"), 0);
+	assert_non_null(f->created);
+	assert_string_equal(json_string_value(json_object_get(f->created, "User")),
+	    "1000:1000");
+	assert_string_equal(json_string_value(json_object_get(json_object_get(
+	    f->created, "Labels"), "io.sbx.managed")), "true");
+	hc = json_object_get(f->created, "HostConfig");
+	assert_true(json_is_true(json_object_get(hc, "Init")));
+	assert_true(json_is_true(json_object_get(hc, "ReadonlyRootfs")));
+	assert_string_equal(json_string_value(json_array_get(json_object_get(hc,
+	    "CapDrop"), 0)), "ALL");
+	assert_string_equal(json_string_value(json_array_get(json_object_get(hc,
+	    "SecurityOpt"), 0)), "no-new-privileges");
+	assert_string_equal(json_string_value(json_object_get(hc, "NetworkMode")),
+	    "none");
+	assert_int_equal(json_integer_value(json_object_get(hc, "Memory")),
+	    256 << 20);
+	assert_int_equal(json_integer_value(json_object_get(hc, "MemorySwap")),
+	    256 << 20);
+	assert_non_null(strstr(json_string_value(json_object_get(json_object_get(
+	    hc, "Tmpfs"), "/tmp")), "noexec"));
+	m = json_array_get(json_object_get(hc, "Mounts"), 1);
+	assert_string_equal(json_string_value(json_object_get(m, "Target")),
+	    "/.sbx/sbx-helper");
+	assert_true(json_is_true(json_object_get(m, "ReadOnly")));
+	assert_null(json_object_get(hc, "Binds"));
+}
+
+static void
+test_warm_ensure_is_one_inspect(void **state)
+{
+	struct fx *f = *state;
+
+	running_sandbox(f);
+	ensure(f, 0, NULL);
+	assert_false(f->have_err);
+	assert_int_equal(f->st.state, SBX_STATE_RUNNING);
+	assert_int_equal(f->nlog, 1);
+	assert_string_equal(f->log[0], "GET /v1.41/containers/sbx-t1/json");
+}
+
+static void
+test_ensure_starts_a_stopped_sandbox(void **state)
+{
+	struct fx *f = *state;
+
+	running_sandbox(f);
+	f->c_running = 0;
+	ensure(f, 0, NULL);
+	assert_false(f->have_err);
+	assert_int_equal(f->st.state, SBX_STATE_RUNNING);
+	assert_int_equal(logged(f, "POST /v1.41/containers/c0ffee0123456789/start"),
+	    1);
+	assert_int_equal(logged(f, "POST /v1.41/containers/create"), 0);
+}
+
+static void
+test_egress_change_replaces_container_keeps_volume(void **state)
+{
+	struct fx *f = *state;
+
+	running_sandbox(f);
+	ensure(f, 1, NULL);
+	assert_false(f->have_err);
+	assert_int_equal(f->st.egress, 1);
+	assert_int_equal(logged(f, "DELETE /v1.41/containers/c0ffee0123456789"), 1);
+	assert_int_equal(logged(f, "DELETE /v1.41/volumes"), 0);
+	assert_int_equal(logged(f, "POST /v1.41/networks/create"), 1);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(
+	    f->created, "HostConfig"), "NetworkMode")), "sbx-egress");
+	assert_true(f->v_exists);
+}
+
+static void
+test_unlabelled_container_is_conflict_and_untouched(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_err err;
+	int i;
+
+	running_sandbox(f);
+	f->c_labelled = 0;
+	ensure(f, 1, NULL);
+	assert_true(f->have_err);
+	assert_string_equal(f->err.code, SBX_E_CONFLICT);
+	f->have_err = 0;
+	f->returned = 0;
+	assert_non_null(f->drv->ops->destroy(f->drv, "t1", on_done, f, &err));
+	run_loop(f);
+	assert_string_equal(f->err.code, SBX_E_CONFLICT);
+	f->have_err = 0;
+	f->returned = 0;
+	assert_non_null(f->drv->ops->stop(f->drv, "t1", on_done, f, &err));
+	run_loop(f);
+	assert_string_equal(f->err.code, SBX_E_CONFLICT);
+	for (i = 0; i < f->nlog; i++)
+		assert_string_equal(f->log[i], "GET /v1.41/containers/sbx-t1/json");
+	assert_true(f->c_exists);
+}
+
+static void
+test_unlabelled_volume_is_conflict(void **state)
+{
+	struct fx *f = *state;
+
+	f->v_exists = 1;
+	f->v_labelled = 0;
+	ensure(f, 0, NULL);
+	assert_string_equal(f->err.code, SBX_E_CONFLICT);
+	assert_int_equal(logged(f, "POST /v1.41/containers/create"), 0);
+}
+
+static void
+test_refusals_happen_before_any_runtime_call(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_spec spec = { "evil:latest", 0, 0, 0, 0 };
+	struct sbx_err err;
+
+	assert_null(f->drv->ops->ensure(f->drv, "t1", &spec, on_status, f, &err));
+	assert_string_equal(err.code, SBX_E_IMAGE_NOT_ALLOWED);
+	spec.image = "img:2";
+	spec.memory_bytes = (int64_t)1 << 40;
+	assert_null(f->drv->ops->ensure(f->drv, "t1", &spec, on_status, f, &err));
+	assert_string_equal(err.code, SBX_E_LIMIT_EXCEEDED);
+	assert_null(f->drv->ops->status(f->drv, "Bad_Id", on_status, f, &err));
+	assert_string_equal(err.code, SBX_E_INVALID_ID);
+	settle(f, 50);
+	assert_int_equal(f->nlog, 0);
+	assert_int_equal(f->terminal, 0);
+}
+
+static void
+test_status_absent_and_stopped_reason(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_err err;
+
+	f->returned = 0;
+	assert_non_null(f->drv->ops->status(f->drv, "t1", on_status, f, &err));
+	run_loop(f);
+	assert_int_equal(f->st.state, SBX_STATE_ABSENT);
+	running_sandbox(f);
+	f->c_running = 0;
+	f->returned = 0;
+	assert_non_null(f->drv->ops->status(f->drv, "t1", on_status, f, &err));
+	run_loop(f);
+	assert_int_equal(f->st.state, SBX_STATE_STOPPED);
+	assert_string_equal(f->st.stop_reason, "exited");
+}
+
+static void
+test_stop_absent_is_not_found_destroy_absent_is_ok(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_err err;
+
+	f->returned = 0;
+	assert_non_null(f->drv->ops->stop(f->drv, "t1", on_done, f, &err));
+	run_loop(f);
+	assert_string_equal(f->err.code, SBX_E_NOT_FOUND);
+	f->have_err = 0;
+	f->returned = 0;
+	assert_non_null(f->drv->ops->destroy(f->drv, "t1", on_done, f, &err));
+	run_loop(f);
+	assert_false(f->have_err);
+}
+
+static void
+test_destroy_removes_container_then_volume(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_err err;
+
+	running_sandbox(f);
+	f->returned = 0;
+	assert_non_null(f->drv->ops->destroy(f->drv, "t1", on_done, f, &err));
+	run_loop(f);
+	assert_false(f->have_err);
+	assert_false(f->c_exists);
+	assert_false(f->v_exists);
+}
+
+static void
+on_sandboxes(void *arg, const struct sbx_err *err, const struct sbx_status *sts,
+    size_t n)
+{
+	struct fx *f = arg;
+
+	assert_null(err);
+	f->terminal++;
+	f->nents = n;
+	if (n > 0)
+		f->st = sts[0];
+	event_base_loopbreak(f->base);
+}
+
+static void
+test_list_sandboxes_only_labelled(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_err err;
+
+	f->returned = 0;
+	assert_non_null(f->drv->ops->list_sandboxes(f->drv, on_sandboxes, f,
+	    &err));
+	run_loop(f);
+	assert_int_equal(f->nents, 1);
+	assert_string_equal(f->st.id, "t1");
+	assert_int_equal(f->st.egress, 1);
+	assert_non_null(strstr(f->log[0], "filters=%7B%22label%22%3A%5B%22io.sbx."
+	    "managed%3Dtrue%22%5D%7D"));
+}
+
+static void
+test_unreachable_runtime_is_runtime_unavailable(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_driver *d;
+	struct sbx_err err;
+	char sock[160];
+
+	snprintf(sock, sizeof(sock), "%s/none.sock", f->dir);
+	d = new_driver(f, sock);
+	f->returned = 0;
+	assert_non_null(d->ops->status(d, "t1", on_status, f, &err));
+	run_loop(f);
+	assert_int_equal(f->terminal, 1);
+	assert_string_equal(f->err.code, SBX_E_RUNTIME_UNAVAILABLE);
+	f->returned = 0;
+	assert_non_null(d->ops->health(d, on_health, f, &err));
+	run_loop(f);
+	assert_int_equal(f->health.ok, 0);
+	assert_string_equal(f->health.status, "degraded");
+	sbx_driver_free(d);
+}
+
+static void
+test_health_ok(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_err err;
+
+	f->returned = 0;
+	assert_non_null(f->drv->ops->health(f->drv, on_health, f, &err));
+	run_loop(f);
+	assert_int_equal(f->health.ok, 1);
+	assert_string_equal(f->health.runtime, "Docker Engine 20.10.24");
+	assert_string_equal(f->health.api_version, "1.41");
+}
+
+/* ---------- tests: exec ---------- */
+
+static size_t
+script_add(unsigned char *buf, size_t at, int stream, const char *s, size_t n)
+{
+	buf[at] = (unsigned char)stream;
+	buf[at + 1] = buf[at + 2] = buf[at + 3] = 0;
+	buf[at + 4] = (unsigned char)(n >> 24);
+	buf[at + 5] = (unsigned char)(n >> 16);
+	buf[at + 6] = (unsigned char)(n >> 8);
+	buf[at + 7] = (unsigned char)n;
+	memcpy(buf + at + 8, s, n);
+	return at + 8 + n;
+}
+
+static struct sbx_op *
+exec_argv(struct fx *f, const char *const *argv, int64_t timeout,
+    int64_t cap)
+{
+	struct sbx_exec_req req;
+	struct sbx_sink sink = sink_of(f);
+	struct sbx_err err;
+	struct sbx_op *op;
+
+	memset(&req, 0, sizeof(req));
+	req.argv = argv;
+	req.timeout_ms = timeout;
+	req.output_cap = cap;
+	f->returned = 0;
+	op = f->drv->ops->exec(f->drv, "t1", &req, &sink, &err);
+	assert_non_null(op);
+	f->op = op;
+	return op;
+}
+
+static void
+test_exec_demultiplexes_split_frames_exactly(void **state)
+{
+	static const char *const argv[] = { "sh", "-c", "x", NULL };
+	struct fx *f = *state;
+	unsigned char script[256];
+	size_t n = 0;
+	json_t *cmd;
+
+	running_sandbox(f);
+	n = script_add(script, n, 1, "out\n", 4);
+	n = script_add(script, n, 2, "\xff\xfe\x00\r\n", 5);
+	n = script_add(script, n, 1, "more", 4);
+	f->script = script;
+	f->script_len = n;
+	f->script_exit = 3;
+	exec_argv(f, argv, 0, 0);
+	run_loop(f);
+	assert_false(f->have_err);
+	assert_int_equal(f->terminal, 1);
+	assert_int_equal(f->ex.code, 3);
+	assert_null(f->ex.signal);
+	assert_int_equal(f->ex.truncated, 0);
+	assert_int_equal(evbuffer_get_length(f->out[1]), 8);
+	assert_memory_equal(evbuffer_pullup(f->out[1], -1), "out\nmore", 8);
+	assert_int_equal(evbuffer_get_length(f->out[2]), 5);
+	assert_memory_equal(evbuffer_pullup(f->out[2], -1), "\xff\xfe\x00\r\n", 5);
+	/* The helper wraps argv with our exec id and its own timeout. */
+	cmd = f->execs[0].cmd;
+	assert_string_equal(json_string_value(json_array_get(cmd, 0)),
+	    "/.sbx/sbx-helper");
+	assert_string_equal(json_string_value(json_array_get(cmd, 1)), "exec");
+	assert_string_equal(json_string_value(json_array_get(cmd, 3)), f->exec_id);
+	assert_string_equal(json_string_value(json_array_get(cmd, 5)), "7000");
+	assert_string_equal(json_string_value(json_array_get(cmd, 8)), "--");
+	assert_string_equal(json_string_value(json_array_get(cmd, 9)), "sh");
+}
+
+static void
+test_exec_output_cap_is_exact_and_kills(void **state)
+{
+	static const char *const argv[] = { "yes", NULL };
+	struct fx *f = *state;
+	unsigned char script[1024];
+	char chunk[100];
+	size_t n = 0;
+	int i;
+
+	running_sandbox(f);
+	memset(chunk, 'y', sizeof(chunk));
+	for (i = 0; i < 8; i++)
+		n = script_add(script, n, i % 2 ? 2 : 1, chunk, sizeof(chunk));
+	f->script = script;
+	f->script_len = n;
+	f->script_hang = 1;       /* only the kill ends it */
+	exec_argv(f, argv, 0, 250);
+	run_loop(f);
+	assert_false(f->have_err);
+	assert_int_equal(evbuffer_get_length(f->out[1]) +
+	    evbuffer_get_length(f->out[2]), 250);
+	assert_int_equal(f->ex.truncated, 1);
+	assert_int_equal(f->ex.code, 137);
+	assert_string_equal(f->ex.signal, "KILL");
+	assert_int_equal(f->kills, 1);
+	assert_string_equal(f->killed, f->exec_id);
+}
+
+static void
+test_exec_timeout_kills_then_reports_timeout(void **state)
+{
+	static const char *const argv[] = { "sleep", "300", NULL };
+	struct fx *f = *state;
+	unsigned char script[64];
+
+	running_sandbox(f);
+	f->script = script;
+	f->script_len = script_add(script, 0, 1, "z", 1);
+	f->script_hang = 1;
+	exec_argv(f, argv, 200, 0);
+	run_loop(f);
+	assert_true(f->have_err);
+	assert_string_equal(f->err.code, SBX_E_TIMEOUT);
+	assert_int_equal(f->terminal, 1);
+	assert_int_equal(f->kills, 1);   /* before the error was reported */
+	assert_string_equal(f->killed, f->exec_id);
+}
+
+static void
+test_exec_cancel_kills_and_makes_no_callback(void **state)
+{
+	static const char *const argv[] = { "sleep", "300", NULL };
+	struct fx *f = *state;
+	unsigned char script[64];
+
+	running_sandbox(f);
+	f->script = script;
+	f->script_len = script_add(script, 0, 1, "z", 1);
+	f->script_hang = 1;
+	f->cancel_on_output = 1;  /* cancel from inside output() */
+	exec_argv(f, argv, 0, 0);
+	run_loop(f);
+	settle(f, 300);
+	assert_int_equal(f->terminal, 0);
+	assert_int_equal(f->kills, 1);
+	assert_string_equal(f->killed, f->exec_id);
+}
+
+static void
+test_exec_on_stopped_or_absent_sandbox(void **state)
+{
+	static const char *const argv[] = { "true", NULL };
+	struct fx *f = *state;
+
+	exec_argv(f, argv, 0, 0);
+	run_loop(f);
+	assert_string_equal(f->err.code, SBX_E_NOT_FOUND);
+	running_sandbox(f);
+	f->c_running = 0;
+	f->have_err = 0;
+	exec_argv(f, argv, 0, 0);
+	run_loop(f);
+	assert_string_equal(f->err.code, SBX_E_NOT_RUNNING);
+	assert_int_equal(logged(f, "POST /v1.41/containers/c0ffee0123456789/exec"),
+	    0);
+}
+
+static void
+test_exec_limits_refused_synchronously(void **state)
+{
+	static const char *const argv[] = { "true", NULL };
+	struct fx *f = *state;
+	struct sbx_exec_req req;
+	struct sbx_sink sink = sink_of(f);
+	struct sbx_err err;
+
+	memset(&req, 0, sizeof(req));
+	req.argv = argv;
+	req.timeout_ms = 20000;
+	assert_null(f->drv->ops->exec(f->drv, "t1", &req, &sink, &err));
+	assert_string_equal(err.code, SBX_E_LIMIT_EXCEEDED);
+	req.timeout_ms = 0;
+	req.output_cap = 1001;
+	assert_null(f->drv->ops->exec(f->drv, "t1", &req, &sink, &err));
+	assert_string_equal(err.code, SBX_E_LIMIT_EXCEEDED);
+	req.output_cap = 0;
+	req.cwd = "/work/../etc";
+	assert_null(f->drv->ops->exec(f->drv, "t1", &req, &sink, &err));
+	assert_string_equal(err.code, SBX_E_PATH_OUTSIDE_WORK);
+	settle(f, 20);
+	assert_int_equal(f->nlog, 0);
+}
+
+/* ---------- tests: files ---------- */
+
+static void
+test_read_maps_helper_error_status(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_sink sink = sink_of(f);
+	struct sbx_err err;
+
+	running_sandbox(f);
+	f->helper_stderr = "{\"sbx_helper\":1,\"error\":{\"code\":"
+	    "\"path_outside_work\",\"message\":\"open: the path leaves /work\"}}\n";
+	f->helper_exit = 3;
+	f->returned = 0;
+	assert_non_null(f->drv->ops->read(f->drv, "t1", "/work/link/x", &sink,
+	    &err));
+	run_loop(f);
+	assert_string_equal(f->err.code, SBX_E_PATH_OUTSIDE_WORK);
+	assert_string_equal(f->err.message, "open: the path leaves /work");
+	assert_int_equal(evbuffer_get_length(f->out[2]), 0);
+	assert_string_equal(json_string_value(json_array_get(f->execs[0].cmd, 1)),
+	    "read");
+}
+
+static void
+test_read_streams_stdout(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_sink sink = sink_of(f);
+	struct sbx_err err;
+
+	running_sandbox(f);
+	f->helper_stdout = "file bytes";
+	f->returned = 0;
+	assert_non_null(f->drv->ops->read(f->drv, "t1", "/work/a", &sink, &err));
+	run_loop(f);
+	assert_false(f->have_err);
+	assert_int_equal(f->ex.code, 0);
+	assert_int_equal(evbuffer_get_length(f->out[1]), 10);
+	assert_string_equal(f->exec_id, "");   /* no start for a read */
+}
+
+static void
+test_list_decodes_names(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_err err;
+
+	running_sandbox(f);
+	f->helper_stdout = "[{\"name\":\"a.txt\",\"type\":\"file\",\"size\":3,"
+	    "\"mode\":420,\"mtime\":7},{\"name\":\"bad\\ufffd\",\"name_b64\":"
+	    "\"YmFk/w==\",\"type\":\"dir\",\"size\":4096,\"mode\":493,"
+	    "\"mtime\":8}]\n";
+	f->returned = 0;
+	assert_non_null(f->drv->ops->list(f->drv, "t1", "/work", on_list, f,
+	    &err));
+	run_loop(f);
+	assert_false(f->have_err);
+	assert_int_equal(f->nents, 2);
+	assert_string_equal(f->ents[0].name, "a.txt");
+	assert_string_equal(f->ents[0].type, "file");
+	assert_int_equal(f->ents[0].mode, 0644);
+	assert_string_equal(f->ents[1].name, "bad\xff");
+	assert_string_equal(f->ents[1].type, "dir");
+}
+
+static void
+test_write_sends_body_as_stdin_with_mode(void **state)
+{
+	struct fx *f = *state;
+	struct evbuffer *body = evbuffer_new();
+	struct sbx_err err;
+	json_t *cmd;
+
+	running_sandbox(f);
+	evbuffer_add(body, "hello", 5);
+	f->returned = 0;
+	assert_non_null(f->drv->ops->write(f->drv, "t1", "/work/d/f", 0600, body,
+	    on_done, f, &err));
+	run_loop(f);
+	assert_false(f->have_err);
+	assert_int_equal(evbuffer_get_length(body), 0);   /* drained */
+	cmd = f->execs[0].cmd;
+	assert_string_equal(json_string_value(json_array_get(cmd, 1)), "write");
+	assert_string_equal(json_string_value(json_array_get(cmd, 2)), "/work/d/f");
+	assert_string_equal(json_string_value(json_array_get(cmd, 3)), "0600");
+	assert_true(json_is_true(json_object_get(f->bodies[1], "AttachStdin")));
+	evbuffer_free(body);
+}
+
+int
+main(void)
+{
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+	const struct CMUnitTest tests[] = {
+		T(test_ensure_creates_a_hardened_container),
+		T(test_warm_ensure_is_one_inspect),
+		T(test_ensure_starts_a_stopped_sandbox),
+		T(test_egress_change_replaces_container_keeps_volume),
+		T(test_unlabelled_container_is_conflict_and_untouched),
+		T(test_unlabelled_volume_is_conflict),
+		T(test_refusals_happen_before_any_runtime_call),
+		T(test_status_absent_and_stopped_reason),
+		T(test_stop_absent_is_not_found_destroy_absent_is_ok),
+		T(test_destroy_removes_container_then_volume),
+		T(test_list_sandboxes_only_labelled),
+		T(test_unreachable_runtime_is_runtime_unavailable),
+		T(test_health_ok),
+		T(test_exec_demultiplexes_split_frames_exactly),
+		T(test_exec_output_cap_is_exact_and_kills),
+		T(test_exec_timeout_kills_then_reports_timeout),
+		T(test_exec_cancel_kills_and_makes_no_callback),
+		T(test_exec_on_stopped_or_absent_sandbox),
+		T(test_exec_limits_refused_synchronously),
+		T(test_read_maps_helper_error_status),
+		T(test_read_streams_stdout),
+		T(test_list_decodes_names),
+		T(test_write_sends_body_as_stdin_with_mode),
+	};
+#undef T
+
+	signal(SIGPIPE, SIG_IGN);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

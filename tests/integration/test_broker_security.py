@@ -63,6 +63,15 @@ class AuthTest(BrokerTestCase):
         res = self.client.exec(self.sid, ["ls", "/work"])
         self.assertNotIn(b"pwned", bytes(res.out))
 
+    def test_auth_comes_before_body_size(self):
+        big = b"\0" * (self.broker.limits["file_cap"] + 1024 * 1024)
+        r = self.client.request("PUT", "/v1/sandboxes/%s/files?path=/work/big" % self.sid, big,
+                                token=None)
+        self.assertEqual(r.status, 401, r)
+        r = self.client.request("PUT", "/v1/sandboxes/%s" % self.sid, b"{" + b" " * (9 << 20) + b"}",
+                                token="wrong")
+        self.assertEqual(r.status, 401, r)
+
     def test_wrong_method(self):
         for method, path in (("POST", "/v1/health"), ("DELETE", "/v1/sandboxes"),
                              ("GET", "/v1/sandboxes/%s/exec" % self.sid)):

@@ -3,6 +3,7 @@
 
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -117,6 +118,7 @@ class AuthTest(BrokerTestCase):
 
     def test_short_token_refused_at_start(self):
         d = tempfile.mkdtemp(prefix="sbx-bt-short-")
+        self.addCleanup(shutil.rmtree, d, True)
         tf = os.path.join(d, "token")
         fd = os.open(tf, os.O_WRONLY | os.O_CREAT, 0o600)
         os.write(fd, b"short-token-15c\n")

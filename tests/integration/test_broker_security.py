@@ -3,6 +3,7 @@
 
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -63,6 +64,15 @@ class AuthTest(BrokerTestCase):
         res = self.client.exec(self.sid, ["ls", "/work"])
         self.assertNotIn(b"pwned", bytes(res.out))
 
+    def test_auth_comes_before_body_size(self):
+        big = b"\0" * (self.broker.limits["file_cap"] + 1024 * 1024)
+        r = self.client.request("PUT", "/v1/sandboxes/%s/files?path=/work/big" % self.sid, big,
+                                token=None)
+        self.assertEqual(r.status, 401, r)
+        r = self.client.request("PUT", "/v1/sandboxes/%s" % self.sid, b"{" + b" " * (9 << 20) + b"}",
+                                token="wrong")
+        self.assertEqual(r.status, 401, r)
+
     def test_wrong_method(self):
         for method, path in (("POST", "/v1/health"), ("DELETE", "/v1/sandboxes"),
                              ("GET", "/v1/sandboxes/%s/exec" % self.sid)):
@@ -108,6 +118,7 @@ class AuthTest(BrokerTestCase):
 
     def test_short_token_refused_at_start(self):
         d = tempfile.mkdtemp(prefix="sbx-bt-short-")
+        self.addCleanup(shutil.rmtree, d, True)
         tf = os.path.join(d, "token")
         fd = os.open(tf, os.O_WRONLY | os.O_CREAT, 0o600)
         os.write(fd, b"short-token-15c\n")

@@ -1506,6 +1506,34 @@ open_exec_fn(void *arg)
 	o->started = cl_read_until(&o->c, "\"start\"");
 }
 
+struct pair {
+	struct call ensure, exec;
+};
+
+static void *
+call_thread(void *arg)
+{
+	do_call(arg);
+	return NULL;
+}
+
+/* An ensure of r3 and an exec on r1, at the same time. */
+static void
+pair_fn(void *arg)
+{
+	struct pair *p = arg;
+	pthread_t t;
+
+	p->ensure = (struct call){ "PUT", "/v1/sandboxes/r3", AUTH, SBX_CT_JSON,
+	    "{\"egress\":false}", 0, { 0 } };
+	p->exec = (struct call){ "POST", "/v1/sandboxes/r1/exec", AUTH,
+	    SBX_CT_JSON, "{\"argv\":[\"true\"]}", 0, { 0 } };
+	if (pthread_create(&t, NULL, call_thread, &p->exec) != 0)
+		return;
+	do_call(&p->ensure);
+	pthread_join(t, NULL);
+}
+
 static int
 r1_stopped(void *arg)
 {
@@ -1524,6 +1552,7 @@ test_reaper_stops_idle_spares_busy_and_never_loses_an_ensure(void **state)
 	};
 	struct broker_reaper *reaper;
 	struct open_exec o;
+	struct pair p;
 	struct sbx_err err;
 	struct resp r;
 	json_t *j;
@@ -1543,13 +1572,17 @@ test_reaper_stops_idle_spares_busy_and_never_loses_an_ensure(void **state)
 	reaper = broker_reaper_new(F.server, &err);
 	assert_non_null(reaper);
 	broker_reaper_scan(reaper);
-	r = jreq("PUT", "/v1/sandboxes/r3", "{\"egress\":false}");
-	assert_int_equal(r.status, 200);
-	j = body_json(&r);
+	memset(&p, 0, sizeof(p));
+	run_client(pair_fn, &p);
+	assert_int_equal(p.ensure.r.status, 200);
+	j = body_json(&p.ensure.r);
 	assert_string_equal(json_string_value(json_object_get(j, "state")),
 	    "running");
 	json_decref(j);
-	resp_free(&r);
+	resp_free(&p.ensure.r);
+	/* The exec arrived while r1 was being stopped: it waited for the
+	 * stop instead of racing it, and was told to ensure first. */
+	expect_error(&p.exec.r, 409, SBX_E_NOT_RUNNING);
 	assert_true(loop_until(r1_stopped, NULL, 5000));
 	assert_int_equal(sbx_fake_state(F.fake, "r2"), SBX_STATE_RUNNING);
 	assert_int_equal(sbx_fake_state(F.fake, "r3"), SBX_STATE_RUNNING);

@@ -853,7 +853,9 @@ ensure_start(struct breq *b)
 		breq_fail(b, &err);
 		return;
 	}
-	if (!found) {
+	/* An absent row (container gone while we were away) is a new one
+	 * for the limit: it does not count in broker_state_count. */
+	if (!found || strcmp(row.state, "absent") == 0) {
 		if ((n = broker_state_count(s->state, &err)) == -1) {
 			breq_fail(b, &err);
 			return;

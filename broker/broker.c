@@ -13,6 +13,7 @@
 #include <event2/event.h>
 
 #include "broker.h"
+#include "broker_reaper.h"
 #include "driver_engine.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
@@ -32,11 +33,21 @@ static const char synopsis[] =
     "or listen address).\n"
     "\n"
     "Signals: SIGTERM/SIGINT drain in-flight requests (shutdown_grace) and\n"
-    "exit 0; SIGHUP reopens log_file.";
+    "exit 0; SIGHUP reopens log_file.\n"
+    "\n"
+    "At start the broker reconciles its state with the runtime (and kills\n"
+    "execs an earlier broker left running) before it listens; it retries\n"
+    "every second while the runtime is unreachable.";
 
 struct main_ctx {
 	struct event_base *base;
 	struct broker_server *server;
+	struct broker_recovery *recovery;
+	struct event *retry_ev;
+	int recovering;           /* before listening: reconciliation runs */
+	int recovered;
+	int quit;                 /* a signal came while recovering */
+	unsigned attempts;
 	int check_rc;
 };
 
@@ -106,9 +117,64 @@ on_signal(evutil_socket_t sig, short what, void *arg)
 			log_info("logs reopened", NULL);
 		return;
 	}
+	if (m->recovering) {
+		log_info("signal received before serving; exiting", "signal",
+		    sig == SIGTERM ? "TERM" : "INT", NULL);
+		m->quit = 1;
+		event_base_loopbreak(m->base);
+		return;
+	}
 	log_info("signal received; draining", "signal",
 	    sig == SIGTERM ? "TERM" : "INT", NULL);
 	broker_server_drain(m->server, drained, m);
+}
+
+static void recovery_start(struct main_ctx *m);
+
+static void
+recovery_retry(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	recovery_start(arg);
+}
+
+static void
+recovery_done(void *arg, const struct sbx_err *err)
+{
+	struct main_ctx *m = arg;
+	struct timeval tv = { 1, 0 };
+
+	if (err == NULL) {
+		m->recovered = 1;
+		event_base_loopbreak(m->base);
+		return;
+	}
+	/* The runtime may come up after us (compose, systemd): try again,
+	 * without serving anything we could not account for. */
+	if (m->attempts == 1 || m->attempts % 30 == 0)
+		log_warn("cannot reconcile with the runtime yet; retrying every "
+		    "second", "code", err->code, "error", err->message, NULL);
+	if (m->retry_ev == NULL)
+		m->retry_ev = evtimer_new(m->base, recovery_retry, m);
+	if (m->retry_ev == NULL || evtimer_add(m->retry_ev, &tv) == -1) {
+		log_error("cannot schedule a retry", NULL);
+		m->quit = 1;
+		event_base_loopbreak(m->base);
+	}
+}
+
+static void
+recovery_start(struct main_ctx *m)
+{
+	struct sbx_err err;
+
+	broker_recovery_free(m->recovery);
+	m->attempts++;
+	sbx_err_clear(&err);
+	if ((m->recovery = broker_recover(m->server, recovery_done, m,
+	    &err)) == NULL)
+		recovery_done(m, &err);
 }
 
 static void
@@ -170,6 +236,7 @@ main(int argc, char **argv)
 	struct sbx_err err;
 	struct main_ctx m;
 	struct sbx_driver *driver = NULL;
+	struct broker_reaper *reaper = NULL;
 	struct event *sigs[4] = { NULL, NULL, NULL, NULL };
 	static const int signums[4] = { SIGTERM, SIGINT, SIGHUP, 0 };
 	const char **allow = NULL;
@@ -289,18 +356,39 @@ main(int argc, char **argv)
 		goto done;
 	}
 	sbx_token_clear(&token);
-	if (broker_server_listen(m.server, &err) == -1) {
-		fprintf(stderr, "sandbox-broker: %s\n", err.message);
-		rc = strcmp(err.code, SBX_E_CONFIG) == 0 ? BROKER_EXIT_CONFIG :
-		    BROKER_EXIT_INTERNAL;
-		goto done;
-	}
 	for (i = 0; signums[i] != 0; i++) {
 		if ((sigs[i] = evsignal_new(m.base, signums[i], on_signal,
 		    &m)) == NULL || evsignal_add(sigs[i], NULL) == -1) {
 			fprintf(stderr, "sandbox-broker: cannot set up signals\n");
 			goto done;
 		}
+	}
+	/* SPEC §7: account for every labelled container and kill orphaned
+	 * execs before the first request can start a new one. */
+	m.recovering = 1;
+	recovery_start(&m);
+	if (!m.recovered && !m.quit && event_base_dispatch(m.base) == -1) {
+		log_error("event loop failed", NULL);
+		goto done;
+	}
+	m.recovering = 0;
+	broker_recovery_free(m.recovery);
+	m.recovery = NULL;
+	if (m.retry_ev != NULL)
+		event_del(m.retry_ev);
+	if (m.quit || !m.recovered) {
+		rc = m.quit ? BROKER_EXIT_OK : BROKER_EXIT_INTERNAL;
+		goto done;
+	}
+	if ((reaper = broker_reaper_new(m.server, &err)) == NULL) {
+		fprintf(stderr, "sandbox-broker: %s\n", err.message);
+		goto done;
+	}
+	if (broker_server_listen(m.server, &err) == -1) {
+		fprintf(stderr, "sandbox-broker: %s\n", err.message);
+		rc = strcmp(err.code, SBX_E_CONFIG) == 0 ? BROKER_EXIT_CONFIG :
+		    BROKER_EXIT_INTERNAL;
+		goto done;
 	}
 	log_info("listening", "listen", cfg.listen, "runtime", cfg.runtime,
 	    "state_dir", cfg.state_dir, "version", BROKER_VERSION, NULL);
@@ -313,6 +401,10 @@ done:
 	for (i = 0; i < 4; i++)
 		if (sigs[i] != NULL)
 			event_free(sigs[i]);
+	broker_reaper_free(reaper);
+	broker_recovery_free(m.recovery);
+	if (m.retry_ev != NULL)
+		event_free(m.retry_ev);
 	broker_server_free(m.server);
 	if (m.base != NULL && driver != NULL)
 		settle(m.base, 3000);

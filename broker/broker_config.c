@@ -64,7 +64,7 @@ const struct sbx_config_key broker_config_keys[] = {
 	K("max_sandboxes", SBX_CFG_INT, max_sandboxes, "100",
 	    "sandboxes the broker keeps; ensure of one more: 429 too_many"),
 	K("idle_timeout", SBX_CFG_DURATION_MS, idle_timeout, "30m",
-	    "reaper: stop sandboxes idle longer than this"),
+	    "reaper: stop sandboxes idle longer than this (0: never)"),
 	K("reap_interval", SBX_CFG_DURATION_MS, reap_interval, "1m",
 	    "reaper: how often to look"),
 	K("destroy_after", SBX_CFG_DURATION_MS, destroy_after, "0",

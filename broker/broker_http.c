@@ -26,6 +26,7 @@
 
 #include "broker.h"
 #include "broker_metrics.h"
+#include "broker_reaper.h"
 #include "broker_state.h"
 #include "sbx_log.h"
 #include "sbx_ndjson.h"
@@ -43,6 +44,7 @@
 #define R_ID      0x01  /* pattern has {id}: validated before the handler */
 #define R_JSON    0x02  /* body is JSON (object), at most body_max bytes */
 #define R_RAW     0x04  /* body is raw bytes, at most file_size_max */
+#define R_SERIAL  0x08  /* runs in the id's queue (ensure, stop, destroy) */
 
 struct breq;
 typedef void (*handler_fn)(struct breq *);
@@ -55,12 +57,18 @@ struct route {
 	unsigned flags;
 };
 
-/* Per sandbox id: the queue that serialises ensure/stop/destroy, and execs. */
+/*
+ * Per sandbox id while any request names it: the queue that serialises
+ * ensure/stop/destroy and the reaper's jobs, the execs in flight, and the
+ * requests parked while a reaper job stops or destroys the sandbox.
+ */
 struct bsbx {
 	LIST_ENTRY(bsbx) link;
 	char id[64];
 	TAILQ_HEAD(, breq) queue;
+	TAILQ_HEAD(, breq) parked;
 	struct breq *running;
+	struct breq *blocker;     /* a job that parks the other requests */
 	unsigned execs;
 	unsigned refs;
 	int kicking;
@@ -120,6 +128,13 @@ struct breq {
 	int streaming;            /* reply started */
 	int paused;
 	int exec_counted;
+	int64_t exec_t0;          /* monotonic ms of the exec's start event */
+	int parked;               /* waits in sbx->parked */
+	/* an internal job (the reaper's): no HTTP request, no reply */
+	int internal;
+	broker_job_fn job_start;
+	void (*job_free)(void *);
+	void *job_arg;
 	struct evhttp_connection *conn;
 	struct evbuffer *chunk;
 	char exec_id[64];
@@ -143,11 +158,11 @@ static void status_done(void *, const struct sbx_err *,
 static const struct route routes[] = {
 	{ EVHTTP_REQ_GET, "/v1/sandboxes", "list_sandboxes", h_list_sandboxes, 0 },
 	{ EVHTTP_REQ_PUT, "/v1/sandboxes/{id}", "ensure", h_ensure,
-	    R_ID | R_JSON },
+	    R_ID | R_JSON | R_SERIAL },
 	{ EVHTTP_REQ_GET, "/v1/sandboxes/{id}", "status", h_status,
 	    R_ID },
 	{ EVHTTP_REQ_DELETE, "/v1/sandboxes/{id}", "destroy", h_destroy,
-	    R_ID },
+	    R_ID | R_SERIAL },
 	{ EVHTTP_REQ_POST, "/v1/sandboxes/{id}/exec", "exec", h_exec,
 	    R_ID | R_JSON },
 	{ EVHTTP_REQ_GET, "/v1/sandboxes/{id}/files", "read", h_read,
@@ -157,7 +172,7 @@ static const struct route routes[] = {
 	{ EVHTTP_REQ_GET, "/v1/sandboxes/{id}/list", "list", h_list,
 	    R_ID },
 	{ EVHTTP_REQ_POST, "/v1/sandboxes/{id}/stop", "stop", h_stop,
-	    R_ID | R_JSON },
+	    R_ID | R_JSON | R_SERIAL },
 	{ EVHTTP_REQ_GET, "/v1/health", "health", h_health, 0 },
 	{ EVHTTP_REQ_GET, "/metrics", "metrics", h_metrics, 0 },
 };
@@ -198,6 +213,7 @@ bsbx_get(struct broker_server *s, const char *id)
 		return NULL;
 	snprintf(x->id, sizeof(x->id), "%s", id);
 	TAILQ_INIT(&x->queue);
+	TAILQ_INIT(&x->parked);
 	x->refs = 1;
 	LIST_INSERT_HEAD(&s->sbxs, x, link);
 	return x;
@@ -270,8 +286,12 @@ breq_free(struct breq *b)
 	free(b->path);
 	if (b->chunk != NULL)
 		evbuffer_free(b->chunk);
+	if (b->job_free != NULL)
+		b->job_free(b->job_arg);
 	free(b);
 }
+
+static void unpark(struct broker_server *s, struct bsbx *x);
 
 /*
  * Ends b: audit, last_used_at, metrics, log, queue advance, free. The reply
@@ -287,21 +307,28 @@ breq_done(struct breq *b, int status, const char *outcome)
 	char st[16], dur[32];
 
 	sbx_err_clear(&err);
-	/* Every authenticated request is audited; strangers get no row. */
-	if (b->authed) {
-		if ((b->id[0] != '\0' && broker_state_touch(s->state, b->id,
-		    wall_ms(), &err) == -1) ||
+	/*
+	 * Every authenticated request is audited; strangers get no row. Each
+	 * one naming a sandbox is use (last_used_at, which the reaper reads),
+	 * except a status read: polling must not keep a sandbox alive
+	 * (adr/0006-idle-reaper.md). Internal jobs audit themselves.
+	 */
+	if (b->authed && !b->internal) {
+		if ((b->id[0] != '\0' && strcmp(b->name, "status") != 0 &&
+		    broker_state_touch(s->state, b->id, wall_ms(), &err) == -1) ||
 		    broker_state_audit(s->state, b->ts_ms, b->name, b->id,
-		    outcome, ms, &err) == -1)
+		    outcome, ms, NULL, &err) == -1)
 			log_error("audit write failed", "error", err.message, NULL);
 	}
-	broker_metrics_request(s->metrics, b->name, status, ms);
+	if (!b->internal)
+		broker_metrics_request(s->metrics, b->name, status, ms);
 	if (b->exec_counted)
-		broker_metrics_exec_finished(s->metrics);
+		broker_metrics_exec_finished(s->metrics, mono_ms() - b->exec_t0);
 	snprintf(st, sizeof(st), "%d", status);
 	snprintf(dur, sizeof(dur), "%" PRId64, ms);
-	log_info("request", "route", b->name, "id", b->id, "status", st,
-	    "outcome", outcome, "ms", dur, NULL);
+	if (!b->internal)
+		log_info("request", "route", b->name, "id", b->id, "status", st,
+		    "outcome", outcome, "ms", dur, NULL);
 	TAILQ_REMOVE(&s->inflight, b, link);
 	s->ninflight--;
 	if (b->holds_new)
@@ -311,6 +338,14 @@ breq_done(struct breq *b, int status, const char *outcome)
 			x->execs--;
 		if (b->queued)
 			TAILQ_REMOVE(&x->queue, b, qlink);
+		if (b->parked)
+			TAILQ_REMOVE(&x->parked, b, qlink);
+		if (x->blocker == b) {
+			x->blocker = NULL;
+			x->refs++;
+			unpark(s, x);
+			x->refs--;
+		}
 		if (x->running == b) {
 			x->running = NULL;
 			bsbx_kick(s, x);
@@ -382,7 +417,7 @@ breq_fail(struct breq *b, const struct sbx_err *err)
 	if (strcmp(e.code, SBX_E_CANCELLED) == 0)
 		status = 503;
 	if (is_runtime_code(e.code))
-		broker_metrics_runtime_error(b->s->metrics);
+		broker_metrics_runtime_error(b->s->metrics, e.code);
 	if (status == 401 && b->req != NULL)
 		evhttp_add_header(evhttp_request_get_output_headers(b->req),
 		    "WWW-Authenticate", "Bearer");
@@ -529,6 +564,7 @@ exec_start(void *arg, const char *exec_id)
 		return;
 	broker_metrics_exec_started(b->s->metrics);
 	b->exec_counted = 1;
+	b->exec_t0 = mono_ms();
 	sbx_ndjson_start(b->chunk, exec_id, wall_ms());
 	stream_flush(b);
 }
@@ -541,7 +577,7 @@ exec_output(void *arg, int stream, const unsigned char *buf, size_t len)
 
 	if (!b->streaming)
 		return;
-	broker_metrics_exec_output(b->s->metrics, len);
+	broker_metrics_exec_output(b->s->metrics, stream, len);
 	while (len > 0) {
 		n = len < SBX_NDJSON_MAX_CHUNK ? len : SBX_NDJSON_MAX_CHUNK;
 		sbx_ndjson_output(b->chunk, stream, buf, n);
@@ -579,7 +615,7 @@ exec_error(void *arg, const struct sbx_err *err)
 		return;
 	}
 	if (is_runtime_code(err->code))
-		broker_metrics_runtime_error(b->s->metrics);
+		broker_metrics_runtime_error(b->s->metrics, err->code);
 	sbx_ndjson_error(b->chunk, err->code, err->message);
 	stream_end(b, err->code);
 }
@@ -649,8 +685,17 @@ status_json(struct broker_server *s, const struct sbx_status *st)
 	found = broker_state_get(s->state, st->id, &row, &err);
 	if (found == 1) {
 		last_used = row.last_used_at_ms;
-		if (row.stop_reason[0] != '\0' && st->state == SBX_STATE_STOPPED)
+		if (row.stop_reason[0] != '\0' && st->state == SBX_STATE_STOPPED &&
+		    strcmp(row.state, "stopped") == 0)
 			reason = row.stop_reason;
+		/* Stopped behind our back (oom, its init exited): remember
+		 * why, so status and the reaper's destroy_after see it. */
+		if (st->state == SBX_STATE_STOPPED &&
+		    strcmp(row.state, "running") == 0 &&
+		    broker_state_stopped(s->state, st->id, reason[0] ? reason :
+		    "exited", wall_ms(), &err) == -1)
+			log_error("state write failed", "id", st->id, "error",
+			    err.message, NULL);
 	}
 	if (st->state == SBX_STATE_ABSENT)
 		reason = "";
@@ -808,7 +853,9 @@ ensure_start(struct breq *b)
 		breq_fail(b, &err);
 		return;
 	}
-	if (!found) {
+	/* An absent row (container gone while we were away) is a new one
+	 * for the limit: it does not count in broker_state_count. */
+	if (!found || strcmp(row.state, "absent") == 0) {
 		if ((n = broker_state_count(s->state, &err)) == -1) {
 			breq_fail(b, &err);
 			return;
@@ -950,7 +997,8 @@ stop_done(void *arg, const struct sbx_err *err)
 		breq_fail(b, err);
 		return;
 	}
-	if (broker_state_stopped(b->s->state, b->id, "operator", &serr) == -1)
+	if (broker_state_stopped(b->s->state, b->id, "operator", wall_ms(),
+	    &serr) == -1)
 		log_error("state write failed", "id", b->id, "error",
 		    serr.message, NULL);
 	/* The reply is the status object: ask the driver, still in our turn. */
@@ -1382,7 +1430,7 @@ health_done(void *arg, const struct sbx_err *err, const struct sbx_health *h)
 	else
 		reason = h->reason;
 	if (err != NULL && is_runtime_code(err->code))
-		broker_metrics_runtime_error(b->s->metrics);
+		broker_metrics_runtime_error(b->s->metrics, err->code);
 	reply_json(b, 200, json_pack("{s:s,s:s?,s:s?,s:s?,s:s,s:s}",
 	    "status", ok ? "ok" : "degraded",
 	    "reason", ok ? NULL : reason,
@@ -1408,12 +1456,13 @@ h_metrics(struct breq *b)
 {
 	struct evbuffer *out = evbuffer_new();
 	struct sbx_err err;
-	int running, stopped;
+	int running, stopped, absent;
 
 	running = broker_state_count_state(b->s->state, "running", &err);
 	stopped = broker_state_count_state(b->s->state, "stopped", &err);
+	absent = broker_state_count_state(b->s->state, "absent", &err);
 	if (out == NULL || broker_metrics_render(b->s->metrics, out, running,
-	    stopped) == -1) {
+	    stopped, absent) == -1) {
 		if (out != NULL)
 			evbuffer_free(out);
 		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
@@ -1549,8 +1598,165 @@ dispatch(struct evhttp_request *req, void *arg)
 		    "body.");
 		return;
 	}
+	/* A reaper job is stopping this sandbox: wait for it to finish
+	 * (serialised routes wait in the queue anyway). */
+	if (b->sbx != NULL && b->sbx->blocker != NULL && !(r->flags & R_SERIAL)) {
+		b->parked = 1;
+		TAILQ_INSERT_TAIL(&b->sbx->parked, b, qlink);
+		return;
+	}
 	/* Content-Type is not enforced (proto/broker-api.md): the body is. */
 	r->handler(b);
+}
+
+/* The blocking job of x has ended: run what waited for it. */
+static void
+unpark(struct broker_server *s, struct bsbx *x)
+{
+	struct breq *b;
+
+	while (x->blocker == NULL && (b = TAILQ_FIRST(&x->parked)) != NULL) {
+		TAILQ_REMOVE(&x->parked, b, qlink);
+		b->parked = 0;
+		if (s->stopping || s->draining)
+			breq_fail_code(b, SBX_E_SHUTTING_DOWN,
+			    "The broker is shutting down.");
+		else
+			b->route->handler(b);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Internal jobs (the reaper's), in the per-id queue                   */
+
+static void
+job_begin(struct breq *b)
+{
+	b->job_start((struct broker_job *)b, b->job_arg);
+}
+
+int
+broker_server_job(struct broker_server *s, const char *id,
+    broker_job_fn start, void *arg, void (*arg_free)(void *),
+    struct sbx_err *err)
+{
+	struct breq *b;
+
+	if (!sbx_id_valid(id)) {
+		if (arg_free != NULL)
+			arg_free(arg);
+		return sbx_err_set(err, SBX_E_INVALID_ID, "Invalid sandbox id.");
+	}
+	if ((b = calloc(1, sizeof(*b))) == NULL) {
+		if (arg_free != NULL)
+			arg_free(arg);
+		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	}
+	b->s = s;
+	b->internal = 1;
+	b->name = "job";
+	b->t0_mono = mono_ms();
+	b->ts_ms = wall_ms();
+	b->job_start = start;
+	b->job_arg = arg;
+	b->job_free = arg_free;
+	snprintf(b->id, sizeof(b->id), "%s", id);
+	TAILQ_INSERT_TAIL(&s->inflight, b, link);
+	s->ninflight++;
+	if ((b->sbx = bsbx_get(s, id)) == NULL) {
+		breq_done(b, 500, SBX_E_INTERNAL);
+		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	}
+	serial_enqueue(b, job_begin);
+	return 0;
+}
+
+const char *
+broker_job_id(const struct broker_job *job)
+{
+	return ((const struct breq *)job)->id;
+}
+
+unsigned
+broker_job_others(const struct broker_job *job)
+{
+	const struct breq *j = (const struct breq *)job, *b;
+	unsigned n = 0;
+
+	TAILQ_FOREACH(b, &j->s->inflight, link)
+		if (b != j && b->sbx == j->sbx)
+			n++;
+	return n;
+}
+
+void
+broker_job_block(struct broker_job *job)
+{
+	struct breq *b = (struct breq *)job;
+
+	b->sbx->blocker = b;
+}
+
+void
+broker_job_set_op(struct broker_job *job, struct sbx_op *op)
+{
+	((struct breq *)job)->op = op;
+}
+
+void
+broker_job_done(struct broker_job *job, const char *outcome)
+{
+	struct breq *b = (struct breq *)job;
+
+	b->op = NULL;
+	breq_done(b, 200, outcome);
+}
+
+int
+broker_server_busy(struct broker_server *s, const char *id)
+{
+	struct bsbx *x;
+
+	LIST_FOREACH(x, &s->sbxs, link)
+		if (strcmp(x->id, id) == 0)
+			return 1;
+	return 0;
+}
+
+int
+broker_server_draining(const struct broker_server *s)
+{
+	return s->draining || s->stopping;
+}
+
+struct broker_state *
+broker_server_state(struct broker_server *s)
+{
+	return s->state;
+}
+
+struct broker_metrics *
+broker_server_metrics(struct broker_server *s)
+{
+	return s->metrics;
+}
+
+struct sbx_driver *
+broker_server_driver(struct broker_server *s)
+{
+	return s->driver;
+}
+
+const struct broker_config *
+broker_server_config(const struct broker_server *s)
+{
+	return s->cfg;
+}
+
+struct event_base *
+broker_server_base(struct broker_server *s)
+{
+	return s->base;
 }
 
 /* ------------------------------------------------------------------ */

@@ -1,10 +1,12 @@
 /* broker_metrics.c - counters of the broker in Prometheus text format. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <event2/buffer.h>
 
 #include "broker_metrics.h"
+#include "sbx_proto.h"
 
 #define MAX_SERIES 128
 #define MAX_OPS 16
@@ -14,6 +16,14 @@ static const int64_t bounds_ms[] = { 1, 5, 10, 50, 100, 500, 1000, 5000,
 	30000, 300000 };
 #define NBOUNDS (sizeof(bounds_ms) / sizeof(bounds_ms[0]))
 
+/* Label values of the fixed families: static strings only. */
+static const char *const rt_codes[] = { SBX_E_RUNTIME,
+	SBX_E_RUNTIME_UNAVAILABLE };
+#define NRT (sizeof(rt_codes) / sizeof(rt_codes[0]))
+static const char *const rec_results[] = { "adopted", "recorded", "absent",
+	"killed" };
+#define NREC (sizeof(rec_results) / sizeof(rec_results[0]))
+
 struct series {
 	const char *op;      /* static */
 	int status;
@@ -21,7 +31,7 @@ struct series {
 };
 
 struct hist {
-	const char *op;      /* static */
+	const char *op;      /* static; NULL for an unlabelled histogram */
 	uint64_t le[NBOUNDS];
 	uint64_t count;
 	int64_t sum_ms;
@@ -32,8 +42,9 @@ struct broker_metrics {
 	size_t nreq;
 	struct hist dur[MAX_OPS];
 	size_t ndur;
-	uint64_t execs_started, execs_finished, output_bytes;
-	uint64_t runtime_errors, reaped;
+	struct hist exec_dur;
+	uint64_t execs_started, execs_finished, output_bytes[2];
+	uint64_t runtime_errors[NRT], reaped[2], recovered[NREC];
 };
 
 struct broker_metrics *
@@ -46,6 +57,20 @@ void
 broker_metrics_free(struct broker_metrics *m)
 {
 	free(m);
+}
+
+static void
+hist_add(struct hist *h, int64_t ms)
+{
+	size_t i;
+
+	if (ms < 0)
+		ms = 0;
+	for (i = 0; i < NBOUNDS; i++)
+		if (ms <= bounds_ms[i])
+			h->le[i]++;
+	h->count++;
+	h->sum_ms += ms;
 }
 
 static void
@@ -63,11 +88,7 @@ observe(struct broker_metrics *m, const char *op, int64_t ms)
 		h = &m->dur[m->ndur++];
 		h->op = op;
 	}
-	for (i = 0; i < NBOUNDS; i++)
-		if (ms <= bounds_ms[i])
-			h->le[i]++;
-	h->count++;
-	h->sum_ms += ms;
+	hist_add(h, ms);
 }
 
 void
@@ -96,94 +117,154 @@ broker_metrics_exec_started(struct broker_metrics *m)
 }
 
 void
-broker_metrics_exec_finished(struct broker_metrics *m)
+broker_metrics_exec_finished(struct broker_metrics *m, int64_t duration_ms)
 {
 	m->execs_finished++;
+	hist_add(&m->exec_dur, duration_ms);
 }
 
 void
-broker_metrics_exec_output(struct broker_metrics *m, size_t bytes)
+broker_metrics_exec_output(struct broker_metrics *m, int stream,
+    size_t bytes)
 {
-	m->output_bytes += bytes;
+	if (stream == 1 || stream == 2)
+		m->output_bytes[stream - 1] += bytes;
 }
 
 void
-broker_metrics_runtime_error(struct broker_metrics *m)
+broker_metrics_runtime_error(struct broker_metrics *m, const char *code)
 {
-	m->runtime_errors++;
+	size_t i;
+
+	for (i = 0; i < NRT; i++)
+		if (code != NULL && strcmp(code, rt_codes[i]) == 0)
+			m->runtime_errors[i]++;
 }
 
 void
-broker_metrics_reaped(struct broker_metrics *m)
+broker_metrics_reaped(struct broker_metrics *m, int destroyed)
 {
-	m->reaped++;
+	m->reaped[destroyed ? 1 : 0]++;
+}
+
+void
+broker_metrics_recovered(struct broker_metrics *m, const char *result)
+{
+	size_t i;
+
+	for (i = 0; i < NREC; i++)
+		if (strcmp(result, rec_results[i]) == 0)
+			m->recovered[i]++;
+}
+
+/* Bucket, sum and count lines of h; labels is "" or `op="x",`. */
+static int
+render_hist(struct evbuffer *out, const char *name, const char *labels,
+    const struct hist *h)
+{
+	char lb[96];
+	size_t k, n;
+	int rc = 0;
+
+	for (k = 0; k < NBOUNDS; k++)
+		rc |= evbuffer_add_printf(out, "%s_bucket{%sle=\"%g\"} %llu\n",
+		    name, labels, (double)bounds_ms[k] / 1000.0,
+		    (unsigned long long)h->le[k]) < 0;
+	/* labels without the trailing comma for _sum and _count */
+	n = strlen(labels);
+	if (n > 0)
+		snprintf(lb, sizeof(lb), "{%.*s}", (int)(n - 1), labels);
+	else
+		lb[0] = '\0';
+	rc |= evbuffer_add_printf(out,
+	    "%s_bucket{%sle=\"+Inf\"} %llu\n%s_sum%s %.3f\n%s_count%s %llu\n",
+	    name, labels, (unsigned long long)h->count, name, lb,
+	    (double)h->sum_ms / 1000.0, name, lb,
+	    (unsigned long long)h->count) < 0;
+	return rc;
+}
+
+static int
+family(struct evbuffer *out, const char *name, const char *type,
+    const char *help)
+{
+	return evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name,
+	    help, name, type) < 0;
 }
 
 int
 broker_metrics_render(const struct broker_metrics *m, struct evbuffer *out,
-    int sandboxes_running, int sandboxes_stopped)
+    int sandboxes_running, int sandboxes_stopped, int sandboxes_absent)
 {
-	const struct hist *h;
-	size_t i, k;
+	char lb[64];
+	size_t i;
 	int rc = 0;
 
-	rc |= evbuffer_add_printf(out,
-	    "# HELP sbx_broker_requests_total HTTP requests answered, by operation and status.\n"
-	    "# TYPE sbx_broker_requests_total counter\n") < 0;
+	rc |= family(out, "sbx_broker_requests_total", "counter",
+	    "HTTP requests answered, by route (op) and HTTP status (code).");
 	for (i = 0; i < m->nreq; i++)
 		rc |= evbuffer_add_printf(out,
 		    "sbx_broker_requests_total{op=\"%s\",code=\"%d\"} %llu\n",
 		    m->req[i].op, m->req[i].status,
 		    (unsigned long long)m->req[i].count) < 0;
-	rc |= evbuffer_add_printf(out,
-	    "# HELP sbx_broker_request_duration_seconds Time to answer a request (streams: until their end).\n"
-	    "# TYPE sbx_broker_request_duration_seconds histogram\n") < 0;
+	rc |= family(out, "sbx_broker_request_duration_seconds", "histogram",
+	    "Time to answer a request, by route (streams: until their end).");
 	for (i = 0; i < m->ndur; i++) {
-		h = &m->dur[i];
-		for (k = 0; k < NBOUNDS; k++)
-			rc |= evbuffer_add_printf(out,
-			    "sbx_broker_request_duration_seconds_bucket{op=\"%s\",le=\"%g\"} %llu\n",
-			    h->op, (double)bounds_ms[k] / 1000.0,
-			    (unsigned long long)h->le[k]) < 0;
-		rc |= evbuffer_add_printf(out,
-		    "sbx_broker_request_duration_seconds_bucket{op=\"%s\",le=\"+Inf\"} %llu\n"
-		    "sbx_broker_request_duration_seconds_sum{op=\"%s\"} %.3f\n"
-		    "sbx_broker_request_duration_seconds_count{op=\"%s\"} %llu\n",
-		    h->op, (unsigned long long)h->count, h->op,
-		    (double)h->sum_ms / 1000.0, h->op,
-		    (unsigned long long)h->count) < 0;
+		snprintf(lb, sizeof(lb), "op=\"%s\",", m->dur[i].op);
+		rc |= render_hist(out, "sbx_broker_request_duration_seconds", lb,
+		    &m->dur[i]);
 	}
+	rc |= family(out, "sbx_broker_execs_running", "gauge",
+	    "Execs whose stream has started and not ended.");
+	rc |= evbuffer_add_printf(out, "sbx_broker_execs_running %llu\n",
+	    (unsigned long long)(m->execs_started - m->execs_finished)) < 0;
+	rc |= family(out, "sbx_broker_execs_started_total", "counter",
+	    "Execs whose stream started.");
+	rc |= evbuffer_add_printf(out, "sbx_broker_execs_started_total %llu\n",
+	    (unsigned long long)m->execs_started) < 0;
+	rc |= family(out, "sbx_broker_execs_finished_total", "counter",
+	    "Started execs that ended (exit, error, cancel or shutdown).");
+	rc |= evbuffer_add_printf(out, "sbx_broker_execs_finished_total %llu\n",
+	    (unsigned long long)m->execs_finished) < 0;
+	rc |= family(out, "sbx_broker_exec_duration_seconds", "histogram",
+	    "Run time of ended execs, from their start event to their end.");
+	rc |= render_hist(out, "sbx_broker_exec_duration_seconds", "",
+	    &m->exec_dur);
+	rc |= family(out, "sbx_broker_exec_output_bytes_total", "counter",
+	    "Bytes of exec output streamed to clients, by stream.");
 	rc |= evbuffer_add_printf(out,
-	    "# HELP sbx_broker_execs_running Execs running now.\n"
-	    "# TYPE sbx_broker_execs_running gauge\n"
-	    "sbx_broker_execs_running %llu\n"
-	    "# HELP sbx_broker_execs_started_total Execs whose stream started.\n"
-	    "# TYPE sbx_broker_execs_started_total counter\n"
-	    "sbx_broker_execs_started_total %llu\n"
-	    "# HELP sbx_broker_execs_finished_total Execs that ended (exit, error or cancel).\n"
-	    "# TYPE sbx_broker_execs_finished_total counter\n"
-	    "sbx_broker_execs_finished_total %llu\n"
-	    "# HELP sbx_broker_exec_output_bytes_total Bytes of exec stdout and stderr streamed.\n"
-	    "# TYPE sbx_broker_exec_output_bytes_total counter\n"
-	    "sbx_broker_exec_output_bytes_total %llu\n"
-	    "# HELP sbx_broker_reaped_total Sandboxes stopped or destroyed by the reaper.\n"
-	    "# TYPE sbx_broker_reaped_total counter\n"
-	    "sbx_broker_reaped_total %llu\n"
-	    "# HELP sbx_broker_runtime_errors_total Driver operations that failed on the runtime.\n"
-	    "# TYPE sbx_broker_runtime_errors_total counter\n"
-	    "sbx_broker_runtime_errors_total %llu\n",
-	    (unsigned long long)(m->execs_started - m->execs_finished),
-	    (unsigned long long)m->execs_started,
-	    (unsigned long long)m->execs_finished,
-	    (unsigned long long)m->output_bytes,
-	    (unsigned long long)m->reaped,
-	    (unsigned long long)m->runtime_errors) < 0;
-	if (sandboxes_running >= 0 && sandboxes_stopped >= 0)
+	    "sbx_broker_exec_output_bytes_total{stream=\"stdout\"} %llu\n"
+	    "sbx_broker_exec_output_bytes_total{stream=\"stderr\"} %llu\n",
+	    (unsigned long long)m->output_bytes[0],
+	    (unsigned long long)m->output_bytes[1]) < 0;
+	if (sandboxes_running >= 0 && sandboxes_stopped >= 0 &&
+	    sandboxes_absent >= 0) {
+		rc |= family(out, "sbx_broker_sandboxes", "gauge",
+		    "Sandboxes in the broker's state table, by state.");
 		rc |= evbuffer_add_printf(out,
-		    "# HELP sbx_broker_sandboxes Sandboxes in the broker's state, by state.\n"
-		    "# TYPE sbx_broker_sandboxes gauge\n"
 		    "sbx_broker_sandboxes{state=\"running\"} %d\n"
-		    "sbx_broker_sandboxes{state=\"stopped\"} %d\n",
-		    sandboxes_running, sandboxes_stopped) < 0;
+		    "sbx_broker_sandboxes{state=\"stopped\"} %d\n"
+		    "sbx_broker_sandboxes{state=\"absent\"} %d\n",
+		    sandboxes_running, sandboxes_stopped, sandboxes_absent) < 0;
+	}
+	rc |= family(out, "sbx_broker_reaped_total", "counter",
+	    "Sandboxes the idle reaper stopped or destroyed, by action.");
+	rc |= evbuffer_add_printf(out,
+	    "sbx_broker_reaped_total{action=\"stop\"} %llu\n"
+	    "sbx_broker_reaped_total{action=\"destroy\"} %llu\n",
+	    (unsigned long long)m->reaped[0],
+	    (unsigned long long)m->reaped[1]) < 0;
+	rc |= family(out, "sbx_broker_runtime_errors_total", "counter",
+	    "Driver operations that failed on the container runtime, by error code.");
+	for (i = 0; i < NRT; i++)
+		rc |= evbuffer_add_printf(out,
+		    "sbx_broker_runtime_errors_total{code=\"%s\"} %llu\n",
+		    rt_codes[i], (unsigned long long)m->runtime_errors[i]) < 0;
+	rc |= family(out, "sbx_broker_recovered_total", "counter",
+	    "Start-up reconciliation with the runtime, by result.");
+	for (i = 0; i < NREC; i++)
+		rc |= evbuffer_add_printf(out,
+		    "sbx_broker_recovered_total{result=\"%s\"} %llu\n",
+		    rec_results[i], (unsigned long long)m->recovered[i]) < 0;
 	return rc ? -1 : 0;
 }

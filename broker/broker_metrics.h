@@ -18,29 +18,44 @@ void broker_metrics_free(struct broker_metrics *m); /* NULL ok */
 void broker_metrics_request(struct broker_metrics *m, const char *op,
     int status, int64_t duration_ms);
 
+/* An exec's stream started (the driver reported start). */
 void broker_metrics_exec_started(struct broker_metrics *m);
-void broker_metrics_exec_finished(struct broker_metrics *m);
-/* Bytes of stdout+stderr an exec produced (before NDJSON encoding). */
-void broker_metrics_exec_output(struct broker_metrics *m, size_t bytes);
-/* A driver operation failed with runtime_error or runtime_unavailable. */
-void broker_metrics_runtime_error(struct broker_metrics *m);
-/* The reaper stopped or destroyed a sandbox. */
-void broker_metrics_reaped(struct broker_metrics *m);
+/* A started exec ended (exit, error, cancel, shutdown) after duration_ms
+ * milliseconds counted from its start. */
+void broker_metrics_exec_finished(struct broker_metrics *m,
+    int64_t duration_ms);
+/* Bytes an exec produced on stream (1 stdout, 2 stderr), before NDJSON
+ * encoding; other streams are ignored. */
+void broker_metrics_exec_output(struct broker_metrics *m, int stream,
+    size_t bytes);
+/* A driver operation failed with code (SBX_E_RUNTIME or
+ * SBX_E_RUNTIME_UNAVAILABLE; others are ignored). */
+void broker_metrics_runtime_error(struct broker_metrics *m, const char *code);
+/* The reaper stopped (destroyed == 0) or destroyed (1) a sandbox. */
+void broker_metrics_reaped(struct broker_metrics *m, int destroyed);
+/* Start-up reconciliation: result is "adopted", "recorded", "absent" or
+ * "killed" (execs left by an earlier broker killed in one sandbox). */
+void broker_metrics_recovered(struct broker_metrics *m, const char *result);
 
 /*
- * Appends the Prometheus text format (version 0.0.4) to out (names of
- * proto/broker-api.md "GET /metrics"):
- *   sbx_broker_requests_total{op,code}            counter
+ * Appends the Prometheus text format (version 0.0.4), each family with
+ * its HELP and TYPE lines (docs/operations.md lists them):
+ *   sbx_broker_requests_total{op,code}            counter (code: HTTP status)
  *   sbx_broker_request_duration_seconds{op}       histogram
  *   sbx_broker_execs_running                      gauge
- *   sbx_broker_execs_started_total, sbx_broker_execs_finished_total
- *   sbx_broker_exec_output_bytes_total            counter
- *   sbx_broker_sandboxes{state}                   gauge (running, stopped:
- *                                                 the caller's counts; -1 omits)
- *   sbx_broker_reaped_total, sbx_broker_runtime_errors_total
+ *   sbx_broker_execs_started_total                counter
+ *   sbx_broker_execs_finished_total               counter
+ *   sbx_broker_exec_duration_seconds              histogram
+ *   sbx_broker_exec_output_bytes_total{stream}    counter (stdout, stderr)
+ *   sbx_broker_sandboxes{state}                   gauge (running, stopped,
+ *                                                 absent: the caller's counts;
+ *                                                 a negative count omits it)
+ *   sbx_broker_reaped_total{action}               counter (stop, destroy)
+ *   sbx_broker_runtime_errors_total{code}         counter
+ *   sbx_broker_recovered_total{result}            counter
  * Returns 0 or -1 when out of memory.
  */
 int broker_metrics_render(const struct broker_metrics *m, struct evbuffer *out,
-    int sandboxes_running, int sandboxes_stopped);
+    int sandboxes_running, int sandboxes_stopped, int sandboxes_absent);
 
 #endif

@@ -21,6 +21,9 @@ enum {
 	Q_COUNT,
 	Q_COUNT_STATE,
 	Q_AUDIT,
+	Q_ADOPT,
+	Q_ABSENT,
+	Q_LIST,
 	Q_N
 };
 
@@ -31,17 +34,45 @@ static const char *const queries[Q_N] = {
 	    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, '', ?7, ?8)"
 	    " ON CONFLICT(id) DO UPDATE SET container = ?2, volume = ?3,"
 	    " image = ?4, egress = ?5, state = ?6, stop_reason = '',"
-	    " created_at = ?7",
-	[Q_STOPPED] = "UPDATE sandboxes SET state = 'stopped', stop_reason = ?2"
-	    " WHERE id = ?1",
+	    " created_at = ?7, stopped_at = 0",
+	[Q_STOPPED] = "UPDATE sandboxes SET state = 'stopped', stop_reason = ?2,"
+	    " stopped_at = ?3 WHERE id = ?1",
 	[Q_DELETE] = "DELETE FROM sandboxes WHERE id = ?1",
 	[Q_TOUCH] = "UPDATE sandboxes SET last_used_at = ?2 WHERE id = ?1",
 	[Q_GET] = "SELECT id, container, volume, image, egress, state,"
-	    " stop_reason, created_at, last_used_at FROM sandboxes WHERE id = ?1",
-	[Q_COUNT] = "SELECT count(*) FROM sandboxes",
+	    " stop_reason, created_at, last_used_at, stopped_at FROM sandboxes"
+	    " WHERE id = ?1",
+	[Q_COUNT] = "SELECT count(*) FROM sandboxes WHERE state != 'absent'",
 	[Q_COUNT_STATE] = "SELECT count(*) FROM sandboxes WHERE state = ?1",
-	[Q_AUDIT] = "INSERT INTO audit(ts, op, id, outcome, duration_ms)"
-	    " VALUES(?1, ?2, ?3, ?4, ?5)",
+	[Q_AUDIT] = "INSERT INTO audit(ts, op, id, outcome, duration_ms, reason)"
+	    " VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
+	/* SET expressions see the old row: a stop the row already explains
+	 * keeps its reason and time; a new stop takes the runtime's. */
+	[Q_ADOPT] = "INSERT INTO sandboxes(id, container, volume, image, egress,"
+	    " state, stop_reason, created_at, last_used_at, stopped_at)"
+	    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
+	    "  CASE WHEN ?6 = 'stopped' THEN ?9 ELSE 0 END)"
+	    " ON CONFLICT(id) DO UPDATE SET container = ?2, volume = ?3,"
+	    " image = ?4, egress = ?5, created_at = ?8,"
+	    " stop_reason = CASE WHEN ?6 = 'running' THEN ''"
+	    "  WHEN state = 'stopped' AND stop_reason != '' THEN stop_reason"
+	    "  ELSE ?7 END,"
+	    " stopped_at = CASE WHEN ?6 = 'running' THEN 0"
+	    "  WHEN state = 'stopped' AND stopped_at > 0 THEN stopped_at"
+	    "  ELSE ?9 END,"
+	    " state = ?6",
+	[Q_ABSENT] = "UPDATE sandboxes SET state = 'absent', stop_reason = '',"
+	    " stopped_at = 0 WHERE id = ?1",
+	[Q_LIST] = "SELECT id, container, volume, image, egress, state,"
+	    " stop_reason, created_at, last_used_at, stopped_at FROM sandboxes"
+	    " ORDER BY id",
+};
+
+/* Columns added after the first schema; "duplicate column" is expected. */
+static const char *const migrations[] = {
+	"ALTER TABLE sandboxes ADD COLUMN stopped_at INTEGER NOT NULL DEFAULT 0",
+	"ALTER TABLE audit ADD COLUMN reason TEXT NOT NULL DEFAULT ''",
+	NULL
 };
 
 static const char schema[] =
@@ -54,13 +85,15 @@ static const char schema[] =
     " state TEXT NOT NULL DEFAULT 'running',"
     " stop_reason TEXT NOT NULL DEFAULT '',"
     " created_at INTEGER NOT NULL DEFAULT 0,"
-    " last_used_at INTEGER NOT NULL DEFAULT 0);"
+    " last_used_at INTEGER NOT NULL DEFAULT 0,"
+    " stopped_at INTEGER NOT NULL DEFAULT 0);"
     "CREATE TABLE IF NOT EXISTS audit ("
     " ts INTEGER NOT NULL,"
     " op TEXT NOT NULL,"
     " id TEXT NOT NULL,"
     " outcome TEXT NOT NULL,"
-    " duration_ms INTEGER NOT NULL);"
+    " duration_ms INTEGER NOT NULL,"
+    " reason TEXT NOT NULL DEFAULT '');"
     "CREATE INDEX IF NOT EXISTS audit_ts ON audit(ts);";
 
 struct broker_state {
@@ -108,6 +141,18 @@ broker_state_open(const char *dir, struct sbx_err *err)
 		    emsg ? emsg : "unknown error");
 		sqlite3_free(emsg);
 		goto fail;
+	}
+	for (i = 0; migrations[i] != NULL; i++) {
+		if (sqlite3_exec(s->db, migrations[i], NULL, NULL, &emsg) !=
+		    SQLITE_OK && (emsg == NULL ||
+		    strstr(emsg, "duplicate column") == NULL)) {
+			sbx_err_set(err, SBX_E_CONFIG, "Cannot upgrade %s: %s.",
+			    path, emsg ? emsg : "unknown error");
+			sqlite3_free(emsg);
+			goto fail;
+		}
+		sqlite3_free(emsg);
+		emsg = NULL;
 	}
 	for (i = 0; i < Q_N; i++)
 		if (sqlite3_prepare_v2(s->db, queries[i], -1, &s->q[i],
@@ -168,12 +213,43 @@ broker_state_put(struct broker_state *s, const struct sbx_status *st,
 
 int
 broker_state_stopped(struct broker_state *s, const char *id,
-    const char *reason, struct sbx_err *err)
+    const char *reason, int64_t now_ms, struct sbx_err *err)
 {
 	sqlite3_stmt *q = s->q[Q_STOPPED];
 
 	sqlite3_bind_text(q, 1, id, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(q, 2, reason, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(q, 3, now_ms);
+	return step_done(s, q, err);
+}
+
+int
+broker_state_adopt(struct broker_state *s, const struct sbx_status *st,
+    const char *volume, int64_t now_ms, struct sbx_err *err)
+{
+	sqlite3_stmt *q = s->q[Q_ADOPT];
+	const char *reason = st->stop_reason[0] ? st->stop_reason : "exited";
+
+	sqlite3_bind_text(q, 1, st->id, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(q, 2, st->container_id, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(q, 3, volume ? volume : "", -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(q, 4, st->image, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int(q, 5, st->egress ? 1 : 0);
+	sqlite3_bind_text(q, 6, sbx_state_name(st->state), -1, SQLITE_STATIC);
+	sqlite3_bind_text(q, 7, st->state == SBX_STATE_STOPPED ? reason : "", -1,
+	    SQLITE_TRANSIENT);
+	sqlite3_bind_int64(q, 8, st->created_at_ms);
+	sqlite3_bind_int64(q, 9, now_ms);
+	return step_done(s, q, err);
+}
+
+int
+broker_state_absent(struct broker_state *s, const char *id,
+    struct sbx_err *err)
+{
+	sqlite3_stmt *q = s->q[Q_ABSENT];
+
+	sqlite3_bind_text(q, 1, id, -1, SQLITE_TRANSIENT);
 	return step_done(s, q, err);
 }
 
@@ -206,6 +282,57 @@ col_text(sqlite3_stmt *q, int col, char *dst, size_t cap)
 	snprintf(dst, cap, "%s", t ? (const char *)t : "");
 }
 
+/* The current row of a Q_GET / Q_LIST statement. */
+static void
+row_fill(sqlite3_stmt *q, struct broker_row *row)
+{
+	memset(row, 0, sizeof(*row));
+	col_text(q, 0, row->id, sizeof(row->id));
+	col_text(q, 1, row->container, sizeof(row->container));
+	col_text(q, 2, row->volume, sizeof(row->volume));
+	col_text(q, 3, row->image, sizeof(row->image));
+	row->egress = sqlite3_column_int(q, 4);
+	col_text(q, 5, row->state, sizeof(row->state));
+	col_text(q, 6, row->stop_reason, sizeof(row->stop_reason));
+	row->created_at_ms = sqlite3_column_int64(q, 7);
+	row->last_used_at_ms = sqlite3_column_int64(q, 8);
+	row->stopped_at_ms = sqlite3_column_int64(q, 9);
+}
+
+int
+broker_state_list(struct broker_state *s, struct broker_row **rows,
+    size_t *n, struct sbx_err *err)
+{
+	sqlite3_stmt *q = s->q[Q_LIST];
+	struct broker_row *v = NULL, *nv;
+	size_t len = 0, cap = 0;
+	int rc;
+
+	*rows = NULL;
+	*n = 0;
+	while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+		if (len == cap) {
+			cap = cap ? cap * 2 : 16;
+			if ((nv = realloc(v, cap * sizeof(*v))) == NULL) {
+				sqlite3_reset(q);
+				free(v);
+				return sbx_err_set(err, SBX_E_INTERNAL,
+				    "Out of memory.");
+			}
+			v = nv;
+		}
+		row_fill(q, &v[len++]);
+	}
+	sqlite3_reset(q);
+	if (rc != SQLITE_DONE) {
+		free(v);
+		return db_fail(s, err);
+	}
+	*rows = v;
+	*n = len;
+	return 0;
+}
+
 int
 broker_state_get(struct broker_state *s, const char *id,
     struct broker_row *row, struct sbx_err *err)
@@ -218,15 +345,7 @@ broker_state_get(struct broker_state *s, const char *id,
 	rc = sqlite3_step(q);
 	if (rc == SQLITE_ROW) {
 		found = 1;
-		col_text(q, 0, row->id, sizeof(row->id));
-		col_text(q, 1, row->container, sizeof(row->container));
-		col_text(q, 2, row->volume, sizeof(row->volume));
-		col_text(q, 3, row->image, sizeof(row->image));
-		row->egress = sqlite3_column_int(q, 4);
-		col_text(q, 5, row->state, sizeof(row->state));
-		col_text(q, 6, row->stop_reason, sizeof(row->stop_reason));
-		row->created_at_ms = sqlite3_column_int64(q, 7);
-		row->last_used_at_ms = sqlite3_column_int64(q, 8);
+		row_fill(q, row);
 	} else if (rc != SQLITE_DONE)
 		found = -1;
 	sqlite3_reset(q);
@@ -270,7 +389,7 @@ broker_state_count_state(struct broker_state *s, const char *state,
 int
 broker_state_audit(struct broker_state *s, int64_t ts_ms, const char *op,
     const char *id, const char *outcome, int64_t duration_ms,
-    struct sbx_err *err)
+    const char *reason, struct sbx_err *err)
 {
 	sqlite3_stmt *q = s->q[Q_AUDIT];
 
@@ -279,5 +398,6 @@ broker_state_audit(struct broker_state *s, int64_t ts_ms, const char *op,
 	sqlite3_bind_text(q, 3, id ? id : "", -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(q, 4, outcome, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int64(q, 5, duration_ms);
+	sqlite3_bind_text(q, 6, reason ? reason : "", -1, SQLITE_TRANSIENT);
 	return step_done(s, q, err);
 }

@@ -16,10 +16,12 @@ struct broker_row {
 	char volume[128];
 	char image[256];
 	int egress;
-	char state[16];           /* "running", "stopped" */
-	char stop_reason[16];     /* "", "idle", "operator", ... */
+	char state[16];           /* "running", "stopped", "absent" (container
+	                           * gone while the broker was away) */
+	char stop_reason[16];     /* "", "idle", "operator", "oom", "exited" */
 	int64_t created_at_ms;
-	int64_t last_used_at_ms;
+	int64_t last_used_at_ms;  /* last operation (status reads do not count) */
+	int64_t stopped_at_ms;    /* when the broker saw it stop; 0 when running */
 };
 
 /*
@@ -43,9 +45,31 @@ void broker_state_close(struct broker_state *s);
 int broker_state_put(struct broker_state *s, const struct sbx_status *st,
     const char *volume, int64_t now_ms, struct sbx_err *err);
 
-/* Marks id stopped with reason ("operator", "idle"). Absent row: no-op. */
+/* Marks id stopped with reason ("operator", "idle", "oom", "exited") at
+ * now_ms (Unix ms; destroy_after counts from it). Absent row: no-op. */
 int broker_state_stopped(struct broker_state *s, const char *id,
-    const char *reason, struct sbx_err *err);
+    const char *reason, int64_t now_ms, struct sbx_err *err);
+
+/*
+ * Recovery (SPEC §7): records what the runtime reports for a labelled
+ * sandbox st (state running or stopped). A new row gets last_used_at =
+ * now_ms; an existing row keeps last_used_at, takes container, image,
+ * egress and state from st, and keeps its own stop_reason and stopped_at
+ * when it already knew the sandbox was stopped (else st->stop_reason, or
+ * "exited", and now_ms). Returns 0 or -1 with err internal.
+ */
+int broker_state_adopt(struct broker_state *s, const struct sbx_status *st,
+    const char *volume, int64_t now_ms, struct sbx_err *err);
+
+/* Marks id absent (its container vanished while the broker was away);
+ * absent rows do not count towards max_sandboxes. Absent row: no-op. */
+int broker_state_absent(struct broker_state *s, const char *id,
+    struct sbx_err *err);
+
+/* Every row, sorted by id, into *rows (owned: free()) and *n. Returns 0 or
+ * -1 with err internal. */
+int broker_state_list(struct broker_state *s, struct broker_row **rows,
+    size_t *n, struct sbx_err *err);
 
 /* Removes the row of id (destroy). Absent row: no-op. */
 int broker_state_delete(struct broker_state *s, const char *id,
@@ -59,20 +83,23 @@ int broker_state_touch(struct broker_state *s, const char *id, int64_t now_ms,
 int broker_state_get(struct broker_state *s, const char *id,
     struct broker_row *row, struct sbx_err *err);
 
-/* Number of rows in sandboxes, or -1 with err. */
+/* Number of rows in sandboxes that are not absent, or -1 with err. */
 int broker_state_count(struct broker_state *s, struct sbx_err *err);
 
-/* Rows whose state is state ("running", "stopped"), or -1 with err. */
+/* Rows whose state is state ("running", "stopped", "absent"), or -1. */
 int broker_state_count_state(struct broker_state *s, const char *state,
     struct sbx_err *err);
 
 /*
  * Appends an audit row: ts_ms (Unix ms), op ("ensure", "exec", ...,
- * "health", "unknown" for an unrouted request), id ("" when none), outcome ("ok" or an SBX_E_* code), duration_ms.
+ * "health", "unknown" for an unrouted request, "reap" and "reap_destroy"
+ * for the reaper, "recover" for start-up reconciliation), id ("" when
+ * none), outcome ("ok" or an SBX_E_* code), duration_ms, reason (NULL or
+ * "": none; "idle", "destroy_after", "adopted", "recorded", "absent").
  * Returns 0 or -1 with err internal.
  */
 int broker_state_audit(struct broker_state *s, int64_t ts_ms, const char *op,
     const char *id, const char *outcome, int64_t duration_ms,
-    struct sbx_err *err);
+    const char *reason, struct sbx_err *err);
 
 #endif

@@ -65,7 +65,7 @@ struct engine {
 
 enum op_kind {
 	OP_ENSURE, OP_STATUS, OP_EXEC, OP_READ, OP_WRITE, OP_LIST, OP_STOP,
-	OP_DESTROY, OP_SANDBOXES, OP_HEALTH, OP_KILL,
+	OP_DESTROY, OP_SANDBOXES, OP_HEALTH, OP_KILL, OP_RECOVER,
 };
 
 struct eop;
@@ -467,6 +467,7 @@ finish_err(struct eop *op, const struct sbx_err *err)
 	case OP_WRITE:
 	case OP_STOP:
 	case OP_DESTROY:
+	case OP_RECOVER:
 		finish_done(op, err);
 		break;
 	case OP_KILL:
@@ -1217,6 +1218,10 @@ stop_inspected(struct eop *op, int status, json_t *body,
 		finish_err(op, err);
 		return;
 	}
+	if (status == 404 && op->kind == OP_RECOVER) {
+		finish_done(op, NULL);   /* no container, no process */
+		return;
+	}
 	if (status == 404) {
 		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
 		finish_err(op, &e);
@@ -1229,6 +1234,10 @@ stop_inspected(struct eop *op, int status, json_t *body,
 	}
 	if (status_from_inspect(op, body, &st, &e) < 0) {
 		finish_err(op, &e);
+		return;
+	}
+	if (st.state != SBX_STATE_RUNNING && op->kind == OP_RECOVER) {
+		finish_done(op, NULL);   /* a stop killed everything */
 		return;
 	}
 	if (st.state != SBX_STATE_RUNNING) {
@@ -1898,6 +1907,14 @@ exec_exited(struct eop *op, int code)
 		}
 		op_release(op);
 		return;
+	case OP_RECOVER:
+		if (code != 0) {
+			helper_error(op, code, &e);
+			finish_err(op, &e);
+			return;
+		}
+		finish_done(op, NULL);
+		return;
 	case OP_KILL:
 		if (code != 0) {
 			helper_error(op, code, &e);
@@ -2003,7 +2020,8 @@ deliver(struct eop *op, int stream, const unsigned char *buf, size_t len)
 		if (len <= ERRTAIL_MAX)
 			evbuffer_add(op->errtail, buf, len);
 	}
-	if (op->kind == OP_LIST || op->kind == OP_KILL || op->kind == OP_WRITE) {
+	if (op->kind == OP_LIST || op->kind == OP_KILL || op->kind == OP_WRITE ||
+	    op->kind == OP_RECOVER) {
 		if (evbuffer_get_length(op->out) + len > (size_t)op->cap) {
 			op->truncated = 1;
 			return;
@@ -2293,6 +2311,10 @@ exec_target_inspected(struct eop *op, int status, json_t *body,
 		finish_err(op, err);
 		return;
 	}
+	if (status == 404 && op->kind == OP_RECOVER) {
+		finish_done(op, NULL);   /* no container, no process */
+		return;
+	}
 	if (status == 404) {
 		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
 		finish_err(op, &e);
@@ -2305,6 +2327,10 @@ exec_target_inspected(struct eop *op, int status, json_t *body,
 	}
 	if (status_from_inspect(op, body, &st, &e) < 0) {
 		finish_err(op, &e);
+		return;
+	}
+	if (st.state != SBX_STATE_RUNNING && op->kind == OP_RECOVER) {
+		finish_done(op, NULL);   /* a stop killed everything */
 		return;
 	}
 	if (st.state != SBX_STATE_RUNNING) {
@@ -2566,6 +2592,33 @@ eng_list(struct sbx_driver *d, const char *id, const char *path,
 	return &op->base;
 }
 
+/* ---------- recover ---------- */
+
+/* `sbx-helper killall`: SIGKILLs every exec group the helper recorded in
+ * the sandbox's /tmp (sbx_helper_proto.h), i.e. execs of a broker that
+ * died without cancelling them. */
+static struct sbx_op *
+eng_recover(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+
+	if ((op = helper_op(e, OP_RECOVER, id, err)) == NULL)
+		return NULL;
+	op->done_cb = cb;
+	op->arg = arg;
+	op->cap = ERRTAIL_MAX;
+	op->timeout_ms = KILL_TIMEOUT_MS;
+	if ((op->cmd = helper_cmd("killall")) == NULL) {
+		op_free(op);
+		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		return NULL;
+	}
+	exec_begin(op);
+	return &op->base;
+}
+
 /* ---------- handle control ---------- */
 
 static void
@@ -2784,6 +2837,7 @@ const struct sbx_driver_ops sbx_engine_driver_ops = {
 	.destroy = eng_destroy,
 	.list_sandboxes = eng_list_sandboxes,
 	.health = eng_health,
+	.recover = eng_recover,
 	.cancel = eng_cancel,
 	.pause = eng_pause,
 	.resume = eng_resume,

@@ -173,6 +173,15 @@ struct sbx_driver_ops {
 	    sbx_sandboxes_cb cb, void *arg, struct sbx_err *err);
 	struct sbx_op *(*health)(struct sbx_driver *d, sbx_health_cb cb,
 	    void *arg, struct sbx_err *err);
+	/* Crash recovery (SPEC §7): kills every exec process tree that an
+	 * earlier instance of the caller started in sandbox id through this
+	 * driver and can no longer cancel (its handles died with it). Called
+	 * by the broker at start, before it serves requests, for each running
+	 * sandbox. A stopped or absent sandbox has nothing left: ok. Errors:
+	 * invalid_id, runtime_unavailable, runtime_error. Optional: NULL in a
+	 * driver whose execs cannot outlive their caller (callers skip it). */
+	struct sbx_op *(*recover)(struct sbx_driver *d, const char *id,
+	    sbx_done_cb cb, void *arg, struct sbx_err *err);
 
 	/* Handle control (see rules above). pause/resume apply to streams:
 	 * a paused stream stops reading from its producer, so memory stays

@@ -306,6 +306,9 @@ finish_simple(struct fake_op *o)
 			else
 				s->state = SBX_STATE_STOPPED;
 			break;
+		case SBX_FAKE_RECOVER:
+			/* Fake execs live in this process: nothing outlives it. */
+			break;
 		case SBX_FAKE_DESTROY:
 			if (s != NULL) {
 				s->state = SBX_STATE_ABSENT;
@@ -798,6 +801,21 @@ fake_destroy(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
 }
 
 static struct sbx_op *
+fake_recover(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct fake_op *o;
+
+	if ((o = op_new((struct fake_driver *)d, SBX_FAKE_RECOVER, K_DONE, id,
+	    err)) == NULL)
+		return NULL;
+	o->done_cb = cb;
+	o->arg = arg;
+	op_arm(o);
+	return &o->base;
+}
+
+static struct sbx_op *
 fake_list_sandboxes(struct sbx_driver *d, sbx_sandboxes_cb cb, void *arg,
     struct sbx_err *err)
 {
@@ -901,6 +919,7 @@ static const struct sbx_driver_ops fake_ops = {
 	.list = fake_list,
 	.stop = fake_stop,
 	.destroy = fake_destroy,
+	.recover = fake_recover,
 	.list_sandboxes = fake_list_sandboxes,
 	.health = fake_health,
 	.cancel = fake_cancel,

@@ -25,6 +25,7 @@
 #include <sqlite3.h>
 
 #include "broker.h"
+#include "broker_reaper.h"
 #include "driver_fake.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
@@ -1340,7 +1341,7 @@ test_metrics_count_requests(void **state)
 	assert_non_null(strstr(r.body, "sbx_broker_execs_started_total 1\n"));
 	assert_non_null(strstr(r.body, "sbx_broker_execs_finished_total 1\n"));
 	assert_non_null(strstr(r.body, "sbx_broker_execs_running 0\n"));
-	assert_non_null(strstr(r.body, "sbx_broker_exec_output_bytes_total 6\n"));
+	assert_non_null(strstr(r.body, "sbx_broker_exec_output_bytes_total{stream=\"stdout\"} 6\n"));
 	assert_non_null(strstr(r.body,
 	    "sbx_broker_sandboxes{state=\"running\"} 1\n"));
 	resp_free(&r);
@@ -1448,6 +1449,287 @@ test_drain_cancels_after_grace(void **state)
 	assert_int_equal(sbx_fake_stats(F.fake)->exec_cancels, 1);
 }
 
+/* ------------------------------------------------------------------ */
+/* Reaper and recovery (broker_reaper.c)                               */
+
+static void
+sql_exec(const char *sql)
+{
+	char path[128];
+	sqlite3 *db = NULL;
+
+	snprintf(path, sizeof(path), "%s/broker.db", F.dir);
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	sqlite3_busy_timeout(db, 5000);
+	assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+}
+
+static void
+test_status_reads_are_not_use(void **state)
+{
+	struct resp r;
+
+	(void)state;
+	start(NULL);
+	ensure_ok("u1");
+	sql_exec("UPDATE sandboxes SET last_used_at = 1000 WHERE id = 'u1'");
+	r = jreq("GET", "/v1/sandboxes/u1", NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	r = jreq("GET", "/v1/sandboxes", NULL);
+	resp_free(&r);
+	assert_int_equal(count_rows("SELECT count(*) FROM sandboxes WHERE "
+	    "id = 'u1' AND last_used_at = 1000"), 1);
+	r = jreq("GET", "/v1/sandboxes/u1/list?path=/work", NULL);
+	resp_free(&r);
+	assert_int_equal(count_rows("SELECT count(*) FROM sandboxes WHERE "
+	    "id = 'u1' AND last_used_at > 1000"), 1);
+}
+
+struct open_exec {
+	struct conn c;
+	int started;
+};
+
+/* Starts an exec on r2 and keeps its connection open. */
+static void
+open_exec_fn(void *arg)
+{
+	struct open_exec *o = arg;
+	const char *body = "{\"argv\":[\"make\"]}";
+
+	memset(&o->c, 0, sizeof(o->c));
+	o->c.fd = cl_connect();
+	cl_send(o->c.fd, "POST", "/v1/sandboxes/r2/exec", AUTH, SBX_CT_JSON,
+	    body, strlen(body));
+	o->started = cl_read_until(&o->c, "\"start\"");
+}
+
+struct pair {
+	struct call ensure, exec;
+};
+
+static void *
+call_thread(void *arg)
+{
+	do_call(arg);
+	return NULL;
+}
+
+/* An ensure of r3 and an exec on r1, at the same time. */
+static void
+pair_fn(void *arg)
+{
+	struct pair *p = arg;
+	pthread_t t;
+
+	p->ensure = (struct call){ "PUT", "/v1/sandboxes/r3", AUTH, SBX_CT_JSON,
+	    "{\"egress\":false}", 0, { 0 } };
+	p->exec = (struct call){ "POST", "/v1/sandboxes/r1/exec", AUTH,
+	    SBX_CT_JSON, "{\"argv\":[\"true\"]}", 0, { 0 } };
+	if (pthread_create(&t, NULL, call_thread, &p->exec) != 0)
+		return;
+	do_call(&p->ensure);
+	pthread_join(t, NULL);
+}
+
+static int
+r1_stopped(void *arg)
+{
+	(void)arg;
+	return sbx_fake_state(F.fake, "r1") == SBX_STATE_STOPPED &&
+	    broker_server_inflight(F.server) == 1;  /* the open exec */
+}
+
+static void
+test_reaper_stops_idle_spares_busy_and_never_loses_an_ensure(void **state)
+{
+	static const char *const extra[] = { "--idle-timeout", "1ms",
+	    "--reap-interval", "1h", NULL };
+	static const struct sbx_fake_step hang[] = {
+		{ .kind = SBX_FAKE_STEP_HANG },
+	};
+	struct broker_reaper *reaper;
+	struct open_exec o;
+	struct pair p;
+	struct sbx_err err;
+	struct resp r;
+	json_t *j;
+
+	(void)state;
+	start(extra);
+	ensure_ok("r1");
+	ensure_ok("r2");
+	ensure_ok("r3");
+	sbx_fake_set_exec_script(F.fake, hang, 1);
+	run_client(open_exec_fn, &o);
+	assert_true(o.started);
+	sql_exec("UPDATE sandboxes SET last_used_at = 1000");
+	/* Slow driver: the reaper's jobs are still running when the ensure
+	 * of r3 arrives, so it must queue behind them, not be lost. */
+	sbx_fake_set_delay_ms(F.fake, 100);
+	reaper = broker_reaper_new(F.server, &err);
+	assert_non_null(reaper);
+	broker_reaper_scan(reaper);
+	memset(&p, 0, sizeof(p));
+	run_client(pair_fn, &p);
+	assert_int_equal(p.ensure.r.status, 200);
+	j = body_json(&p.ensure.r);
+	assert_string_equal(json_string_value(json_object_get(j, "state")),
+	    "running");
+	json_decref(j);
+	resp_free(&p.ensure.r);
+	/* The exec arrived while r1 was being stopped: it waited for the
+	 * stop instead of racing it, and was told to ensure first. */
+	expect_error(&p.exec.r, 409, SBX_E_NOT_RUNNING);
+	assert_true(loop_until(r1_stopped, NULL, 5000));
+	assert_int_equal(sbx_fake_state(F.fake, "r2"), SBX_STATE_RUNNING);
+	assert_int_equal(sbx_fake_state(F.fake, "r3"), SBX_STATE_RUNNING);
+	assert_int_equal(sbx_fake_stats(F.fake)->max_mutating_per_id, 1);
+	assert_int_equal(count_rows("SELECT count(*) FROM sandboxes WHERE "
+	    "id = 'r1' AND state = 'stopped' AND stop_reason = 'idle' AND "
+	    "stopped_at > 0"), 1);
+	assert_int_equal(count_rows("SELECT count(*) FROM sandboxes WHERE "
+	    "id = 'r3' AND state = 'running' AND stop_reason = ''"), 1);
+	assert_int_equal(count_rows("SELECT count(*) FROM audit WHERE "
+	    "op = 'reap' AND id = 'r1' AND outcome = 'ok' AND reason = 'idle'"),
+	    1);
+	assert_int_equal(count_rows("SELECT count(*) FROM audit WHERE "
+	    "op = 'reap' AND id = 'r2'"), 0);
+	r = jreq("GET", "/v1/sandboxes/r1", NULL);
+	assert_non_null(strstr(r.body, "\"stop_reason\":\"idle\""));
+	resp_free(&r);
+	sbx_fake_set_delay_ms(F.fake, 0);
+	r = jreq("GET", "/metrics", NULL);
+	assert_non_null(strstr(r.body,
+	    "sbx_broker_reaped_total{action=\"stop\"} "));
+	assert_null(strstr(r.body,
+	    "sbx_broker_reaped_total{action=\"stop\"} 0\n"));
+	resp_free(&r);
+	close(o.c.fd);
+	free(o.c.buf);
+	assert_true(loop_until(exec_cancelled, NULL, 5000));
+	broker_reaper_free(reaper);
+}
+
+static void
+test_reaper_destroys_after_destroy_after(void **state)
+{
+	static const char *const extra[] = { "--idle-timeout", "0",
+	    "--destroy-after", "1s", "--reap-interval", "1h", NULL };
+	struct broker_reaper *reaper;
+	struct sbx_err err;
+	struct resp r;
+
+	(void)state;
+	start(extra);
+	ensure_ok("k1");
+	ensure_ok("k2");
+	r = jreq("POST", "/v1/sandboxes/k1/stop", NULL);
+	resp_free(&r);
+	r = jreq("POST", "/v1/sandboxes/k2/stop", NULL);
+	resp_free(&r);
+	sql_exec("UPDATE sandboxes SET stopped_at = 1000, last_used_at = 1000"
+	    " WHERE id = 'k1'");
+	reaper = broker_reaper_new(F.server, &err);
+	assert_non_null(reaper);
+	broker_reaper_scan(reaper);
+	assert_true(loop_until(nothing_in_flight, NULL, 5000));
+	assert_int_equal(sbx_fake_state(F.fake, "k1"), SBX_STATE_ABSENT);
+	assert_int_equal(sbx_fake_state(F.fake, "k2"), SBX_STATE_STOPPED);
+	assert_int_equal(count_rows("SELECT count(*) FROM sandboxes"), 1);
+	assert_int_equal(count_rows("SELECT count(*) FROM audit WHERE "
+	    "op = 'reap_destroy' AND id = 'k1' AND reason = 'destroy_after'"),
+	    1);
+	broker_reaper_free(reaper);
+}
+
+static int recovered_flag;
+
+static void
+recovered_cb(void *arg, const struct sbx_err *err)
+{
+	(void)arg;
+	recovered_flag = err == NULL ? 1 : -1;
+}
+
+static int
+is_recovered(void *arg)
+{
+	(void)arg;
+	return recovered_flag != 0;
+}
+
+static void
+test_recovery_adopts_records_and_marks_absent(void **state)
+{
+	struct broker_recovery *rec;
+	struct sbx_err err;
+	struct resp r;
+
+	(void)state;
+	start(NULL);
+	ensure_ok("a1");
+	ensure_ok("a2");
+	ensure_ok("a3");
+	r = jreq("POST", "/v1/sandboxes/a3/stop", NULL);
+	resp_free(&r);
+	/* The state lost a2, still thinks a3 runs, and knows a ghost. */
+	sql_exec("DELETE FROM sandboxes WHERE id = 'a2';"
+	    "UPDATE sandboxes SET state = 'running', stop_reason = ''"
+	    " WHERE id = 'a3';"
+	    "INSERT INTO sandboxes(id, state) VALUES('ghost', 'running')");
+	recovered_flag = 0;
+	rec = broker_recover(F.server, recovered_cb, NULL, &err);
+	assert_non_null(rec);
+	assert_true(loop_until(is_recovered, NULL, 5000));
+	assert_int_equal(recovered_flag, 1);
+	broker_recovery_free(rec);
+	assert_int_equal(count_rows("SELECT count(*) FROM sandboxes WHERE "
+	    "id = 'a1' AND state = 'running'"), 1);
+	assert_int_equal(count_rows("SELECT count(*) FROM sandboxes WHERE "
+	    "id = 'a2' AND state = 'running' AND last_used_at > 0"), 1);
+	/* a stop the state missed takes the runtime's reason (the fake's) */
+	assert_int_equal(count_rows("SELECT count(*) FROM sandboxes WHERE "
+	    "id = 'a3' AND state = 'stopped' AND stop_reason = 'operator' AND "
+	    "stopped_at > 0"), 1);
+	assert_int_equal(count_rows("SELECT count(*) FROM sandboxes WHERE "
+	    "id = 'ghost' AND state = 'absent'"), 1);
+	/* The execs of the two running ones were cleaned up. */
+	assert_int_equal(calls(SBX_FAKE_RECOVER), 2);
+	assert_int_equal(count_rows("SELECT count(*) FROM audit WHERE "
+	    "op = 'recover' AND reason = 'recorded' AND id = 'a2'"), 1);
+	assert_int_equal(count_rows("SELECT count(*) FROM audit WHERE "
+	    "op = 'recover' AND reason = 'absent' AND id = 'ghost'"), 1);
+	r = jreq("GET", "/metrics", NULL);
+	assert_non_null(strstr(r.body,
+	    "sbx_broker_recovered_total{result=\"adopted\"} 2\n"));
+	assert_non_null(strstr(r.body,
+	    "sbx_broker_recovered_total{result=\"recorded\"} 1\n"));
+	assert_non_null(strstr(r.body,
+	    "sbx_broker_sandboxes{state=\"absent\"} 1\n"));
+	resp_free(&r);
+}
+
+static void
+test_recovery_reports_an_unreachable_runtime(void **state)
+{
+	struct broker_recovery *rec;
+	struct sbx_err err;
+
+	(void)state;
+	start(NULL);
+	sbx_fake_fail_next(F.fake, SBX_FAKE_LIST_SANDBOXES,
+	    SBX_E_RUNTIME_UNAVAILABLE, 0);
+	recovered_flag = 0;
+	rec = broker_recover(F.server, recovered_cb, NULL, &err);
+	assert_non_null(rec);
+	assert_true(loop_until(is_recovered, NULL, 5000));
+	assert_int_equal(recovered_flag, -1);
+	broker_recovery_free(rec);
+}
+
 int
 main(void)
 {
@@ -1472,6 +1754,11 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_metrics_count_requests, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_canary_token_never_leaks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_drain_cancels_after_grace, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_status_reads_are_not_use, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reaper_stops_idle_spares_busy_and_never_loses_an_ensure, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reaper_destroys_after_destroy_after, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_recovery_adopts_records_and_marks_absent, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_recovery_reports_an_unreachable_runtime, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

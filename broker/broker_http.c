@@ -90,7 +90,7 @@ struct broker_server {
 	TAILQ_HEAD(, breq) inflight;
 	unsigned ninflight;
 	LIST_HEAD(, bsbx) sbxs;
-	LIST_HEAD(, bgate) gates; /* one per connection that sent bytes */
+	LIST_HEAD(, bgate) gates; /* one per accepted connection */
 	char nonce[33];           /* marks the gate's rewritten requests */
 	unsigned pending_new;     /* ensures of new ids under way */
 	int draining, stopping;
@@ -480,8 +480,8 @@ stream_flush(struct breq *b)
 }
 
 /*
- * Watches b->conn for the client going away (stream_closed), or stops
- * watching (b NULL). The gate owns the connection's close callback when
+ * Watches conn for the client of b going away (w = b: stream_closed), or
+ * stops watching (w NULL). The gate owns the connection's close callback when
  * there is one, so the watch goes through it.
  */
 static void
@@ -1648,7 +1648,7 @@ head_request_line(const char *l, size_t n, struct head *h)
 	    sp2 == sp1 + 1)
 		return;
 	for (c = sp1 + 1; c < sp2; c++)
-		if (*c < 0x21 || *c > 0x7e)
+		if ((unsigned char)*c < 0x21 || (unsigned char)*c > 0x7e)
 			return;
 	if (l + n - (sp2 + 1) != 8 || (memcmp(sp2 + 1, "HTTP/1.1", 8) != 0 &&
 	    memcmp(sp2 + 1, "HTTP/1.0", 8) != 0))
@@ -1727,7 +1727,7 @@ head_parse(const char *p, size_t n, struct head *h)
 		if (ll == 0)
 			break;
 		for (c = ls; c < ls + ll; c++)
-			if ((*c >= 0 && *c < 0x20 && *c != '\t') || *c == 0x7f)
+			if (((unsigned char)*c < 0x20 && *c != '\t') || *c == 0x7f)
 				h->bad = 1;   /* NUL, bare CR, other controls */
 		if (first)
 			head_request_line(ls, ll, h);

@@ -1583,6 +1583,14 @@ test_authenticated_body_over_cap_gets_413_unread(void **state)
 		    sizeof(buf)), 16);
 		assert_memory_equal(buf, "0123456789abcdef", 16);
 	}
+	/* The gate's verdict header planted by a client counts for nothing. */
+	c = raw("GET /v1/health HTTP/1.1\r\nAuthorization: " AUTH "\r\n"
+	    "X-Sbx-Refused: 00000000000000000000000000000000 too_large\r\n"
+	    "Connection: close\r\n\r\n", 0, NULL);
+	assert_int_equal(split_responses(&c, r, 2), 1);
+	assert_int_equal(r[0].status, 200);
+	resp_free(&r[0]);
+	free(c.buf);
 }
 
 static void

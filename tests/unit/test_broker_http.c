@@ -1174,8 +1174,7 @@ test_files_roundtrip_and_size_caps(void **state)
 {
 	static const char *const extra[] = { "--file-size-max", "16",
 	    "--body-max", "64", NULL };
-	/* evhttp refuses bodies above max(file_size_max, body_max) itself
-	 * (a plain 413); below that the broker answers JSON 413 too_large. */
+	/* Bodies over the route's cap: JSON 413 too_large (the gate). */
 	struct resp r;
 	json_t *j, *e;
 	char buf[64];
@@ -1239,7 +1238,7 @@ test_files_roundtrip_and_size_caps(void **state)
 	r = req("PUT", "/v1/sandboxes/f1/files?path=/work/big", AUTH,
 	    "application/octet-stream", "0123456789abcdefX");
 	expect_error(&r, 413, SBX_E_TOO_LARGE);
-	/* Over body_max but under evhttp's cap: our JSON 413. */
+	/* Over body_max on exec: JSON 413 too. */
 	snprintf(big, sizeof(big), "{\"argv\":[\"%060d\"]}", 0);
 	assert_true(strlen(big) > 64);
 	r = jreq("POST", "/v1/sandboxes/f1/exec", big);
@@ -1376,6 +1375,277 @@ test_canary_token_never_leaks(void **state)
 	assert_null(strstr(logs, TOKEN));   /* ... without either token */
 	assert_null(strstr(logs, WRONG));
 	assert_null(strstr(logs, "canary"));
+}
+
+/* ------------------------------------------------------------------ */
+/* The gate: heads are checked before a body is read                   */
+
+/* Raw bytes sent on one connection, then everything read until EOF. */
+struct raw {
+	const char *out;
+	size_t outlen;
+	size_t junk;          /* then this many more bytes, errors ignored */
+	size_t junk_sent;
+	struct conn c;
+};
+
+static void
+raw_fn(void *arg)
+{
+	static char junk[65536];
+	struct raw *x = arg;
+	struct timeval tv = { 10, 0 };
+	size_t off = 0, n;
+	ssize_t w;
+
+	if ((x->c.fd = cl_connect()) == -1)
+		return;
+	/* A broker that waits for the body never answers: fail, not hang. */
+	setsockopt(x->c.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(x->c.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	while (off < x->outlen && (w = send(x->c.fd, x->out + off,
+	    x->outlen - off, MSG_NOSIGNAL)) > 0)
+		off += (size_t)w;
+	memset(junk, 'j', sizeof(junk));
+	while (x->junk_sent < x->junk) {
+		n = x->junk - x->junk_sent;
+		if (n > sizeof(junk))
+			n = sizeof(junk);
+		if ((w = send(x->c.fd, junk, n, MSG_NOSIGNAL)) <= 0)
+			break;   /* the broker answered and closed */
+		x->junk_sent += (size_t)w;
+	}
+	cl_read_all(&x->c);
+	close(x->c.fd);
+}
+
+/* Sends out (+ junk filler bytes); returns what came back until EOF. */
+static struct conn
+raw(const char *out, size_t junk, size_t *junk_sent)
+{
+	struct raw x;
+
+	memset(&x, 0, sizeof(x));
+	x.out = out;
+	x.outlen = strlen(out);
+	x.junk = junk;
+	x.c.fd = -1;
+	run_client(raw_fn, &x);
+	if (junk_sent != NULL)
+		*junk_sent = x.junk_sent;
+	return x.c;
+}
+
+/*
+ * Splits the responses in c (each with a Content-Length, as evhttp sends
+ * them) into rs; returns how many there were.
+ */
+static int
+split_responses(struct conn *c, struct resp *rs, int max)
+{
+	struct conn one;
+	const char *p = c->buf, *end = c->buf + c->len, *hend, *cl;
+	size_t blen;
+	int n = 0;
+
+	while (p != NULL && p < end && n < max) {
+		if ((hend = memmem(p, (size_t)(end - p), "\r\n\r\n", 4)) == NULL)
+			break;
+		cl = strcasestr(p, "\r\nContent-Length:");
+		blen = cl != NULL && cl < hend ? strtoul(cl + 17, NULL, 10) : 0;
+		one.buf = strndup(p, (size_t)(hend + 4 - p) + blen);
+		one.len = strlen(one.buf);
+		cl_parse(&one, &rs[n++]);
+		free(one.buf);
+		p = hend + 4 + blen;
+	}
+	return n;
+}
+
+#define BIG_CL "Content-Length: 100000000\r\n"
+
+static void
+test_unauthenticated_big_body_gets_401_unread(void **state)
+{
+	static const char *const heads[] = {
+		/* no token, no body sent at all: the answer comes anyway */
+		"PUT /v1/sandboxes/g1/files?path=/work/big HTTP/1.1\r\n"
+		    "Host: t\r\n" BIG_CL "\r\n",
+		"PUT /v1/sandboxes/g1 HTTP/1.1\r\nHost: t\r\n"
+		    "Authorization: Bearer " WRONG "\r\n" BIG_CL "\r\n",
+		"POST /v1/sandboxes/g1/exec HTTP/1.1\r\n"
+		    "Transfer-Encoding: chunked\r\n\r\n",
+		"PUT /v1/sandboxes/g1/files?path=/work/big HTTP/1.1\r\n"
+		    "Authorization: Bearer " WRONG "\r\n"
+		    "Expect: 100-continue\r\n" BIG_CL "\r\n",
+		/* a bad framing from a stranger is still a 401 */
+		"PUT /v1/sandboxes/g1 HTTP/1.1\r\nContent-Length: 1\r\n"
+		    "Content-Length: 2\r\n\r\n",
+	};
+	struct conn c;
+	struct resp r[2];
+	size_t i, sent;
+
+	(void)state;
+	start(NULL);
+	for (i = 0; i < sizeof(heads) / sizeof(heads[0]); i++) {
+		c = raw(heads[i], 0, NULL);
+		assert_int_equal(split_responses(&c, r, 2), 1);
+		assert_non_null(strcasestr(r[0].headers, "Connection: close"));
+		assert_non_null(strcasestr(r[0].headers, "WWW-Authenticate: Bearer"));
+		assert_null(strstr(r[0].headers, "100 Continue"));
+		expect_error(&r[0], 401, SBX_E_UNAUTHORIZED);
+		free(c.buf);
+	}
+	/* A client that sends the body all the same: 401, and the broker
+	 * closes rather than reading 64 MiB from a stranger. */
+	c = raw(heads[0], (size_t)64 << 20, &sent);
+	assert_int_equal(split_responses(&c, r, 2), 1);
+	expect_error(&r[0], 401, SBX_E_UNAUTHORIZED);
+	assert_true(sent < (size_t)32 << 20);
+	free(c.buf);
+	assert_int_equal(all_calls(), 0);
+}
+
+static void
+test_authenticated_body_over_cap_gets_413_unread(void **state)
+{
+	static const char *const extra[] = { "--file-size-max", "16",
+	    "--body-max", "64", NULL };
+	struct conn c;
+	struct resp r[2];
+	json_t *j;
+
+	(void)state;
+	start(extra);
+	ensure_ok("g2");
+	/* Content-Length over the file cap: 413 before any body byte. */
+	c = raw("PUT /v1/sandboxes/g2/files?path=/work/big HTTP/1.1\r\n"
+	    "Authorization: " AUTH "\r\n" BIG_CL "\r\n", 0, NULL);
+	assert_int_equal(split_responses(&c, r, 2), 1);
+	assert_non_null(strcasestr(r[0].headers, "Connection: close"));
+	expect_error(&r[0], 413, SBX_E_TOO_LARGE);
+	free(c.buf);
+	/* Over the JSON body cap on exec, with 100-continue: 413, no 100. */
+	c = raw("POST /v1/sandboxes/g2/exec HTTP/1.1\r\n"
+	    "Authorization: " AUTH "\r\nExpect: 100-continue\r\n"
+	    "Content-Length: 65\r\n\r\n", 0, NULL);
+	assert_int_equal(split_responses(&c, r, 2), 1);
+	expect_error(&r[0], 413, SBX_E_TOO_LARGE);
+	free(c.buf);
+	/* A route that takes no body: 400, unread. */
+	c = raw("GET /v1/sandboxes/g2 HTTP/1.1\r\n"
+	    "Authorization: " AUTH "\r\n" BIG_CL "\r\n", 0, NULL);
+	assert_int_equal(split_responses(&c, r, 2), 1);
+	expect_error(&r[0], 400, SBX_E_BAD_REQUEST);
+	free(c.buf);
+	/* An unknown endpoint stays a 404 whatever its body. */
+	c = raw("PUT /v1/nothing HTTP/1.1\r\n"
+	    "Authorization: " AUTH "\r\n" BIG_CL "\r\n", 0, NULL);
+	assert_int_equal(split_responses(&c, r, 2), 1);
+	expect_error(&r[0], 404, SBX_E_NOT_FOUND);
+	free(c.buf);
+	/* Chunked over the cap (10 + 7 > 16): 413 once the cap is passed. */
+	c = raw("PUT /v1/sandboxes/g2/files?path=/work/ch HTTP/1.1\r\n"
+	    "Authorization: " AUTH "\r\nTransfer-Encoding: chunked\r\n\r\n"
+	    "a\r\n0123456789\r\n7\r\nabcdefg\r\n", 0, NULL);
+	assert_int_equal(split_responses(&c, r, 2), 1);
+	expect_error(&r[0], 413, SBX_E_TOO_LARGE);
+	free(c.buf);
+	/* Chunk syntax the gate does not take (an extension): 400. */
+	c = raw("PUT /v1/sandboxes/g2/files?path=/work/ch HTTP/1.1\r\n"
+	    "Authorization: " AUTH "\r\nTransfer-Encoding: chunked\r\n\r\n"
+	    "3;x=y\r\nabc\r\n0\r\n\r\n", 0, NULL);
+	assert_int_equal(split_responses(&c, r, 2), 1);
+	expect_error(&r[0], 400, SBX_E_BAD_REQUEST);
+	free(c.buf);
+	assert_int_equal(calls(SBX_FAKE_WRITE), 0);
+	assert_int_equal(calls(SBX_FAKE_EXEC), 0);
+	/* Chunked within the cap, then a second request on the same
+	 * connection: both answered, the file holds the 16 bytes. */
+	c = raw("PUT /v1/sandboxes/g2/files?path=/work/ch HTTP/1.1\r\n"
+	    "Authorization: " AUTH "\r\nTransfer-Encoding: chunked\r\n\r\n"
+	    "a\r\n0123456789\r\n6\r\nabcdef\r\n0\r\n\r\n"
+	    "GET /v1/sandboxes/g2 HTTP/1.1\r\nAuthorization: " AUTH "\r\n"
+	    "Connection: close\r\n\r\n", 0, NULL);
+	assert_int_equal(split_responses(&c, r, 2), 2);
+	assert_int_equal(r[0].status, 200);
+	j = body_json(&r[0]);
+	assert_int_equal(json_integer_value(json_object_get(j, "size")), 16);
+	json_decref(j);
+	assert_int_equal(r[1].status, 200);
+	resp_free(&r[0]);
+	resp_free(&r[1]);
+	free(c.buf);
+	{
+		char buf[32];
+
+		assert_int_equal(sbx_fake_get_file(F.fake, "g2", "/work/ch", buf,
+		    sizeof(buf)), 16);
+		assert_memory_equal(buf, "0123456789abcdef", 16);
+	}
+	/* The gate's verdict header planted by a client counts for nothing. */
+	c = raw("GET /v1/health HTTP/1.1\r\nAuthorization: " AUTH "\r\n"
+	    "X-Sbx-Refused: 00000000000000000000000000000000 too_large\r\n"
+	    "Connection: close\r\n\r\n", 0, NULL);
+	assert_int_equal(split_responses(&c, r, 2), 1);
+	assert_int_equal(r[0].status, 200);
+	resp_free(&r[0]);
+	free(c.buf);
+}
+
+static void
+test_content_length_smaller_than_sent(void **state)
+{
+	static const char *const extra[] = { "--file-size-max", "16", NULL };
+	struct conn c;
+	struct resp r[3];
+	char buf[32];
+	json_t *j;
+
+	(void)state;
+	start(extra);
+	ensure_ok("g3");
+	/* 4 bytes declared, more sent: the rest is the next request, and
+	 * that one carries no token of its own. */
+	c = raw("PUT /v1/sandboxes/g3/files?path=/work/a HTTP/1.1\r\n"
+	    "Authorization: " AUTH "\r\nContent-Length: 4\r\n\r\n"
+	    "abcdPUT /v1/sandboxes/g3/files?path=/work/evil HTTP/1.1\r\n"
+	    "Content-Length: 3\r\n\r\nxyz", 0, NULL);
+	assert_int_equal(split_responses(&c, r, 3), 2);
+	assert_int_equal(r[0].status, 200);
+	j = body_json(&r[0]);
+	assert_int_equal(json_integer_value(json_object_get(j, "size")), 4);
+	json_decref(j);
+	resp_free(&r[0]);
+	expect_error(&r[1], 401, SBX_E_UNAUTHORIZED);
+	free(c.buf);
+	assert_int_equal(sbx_fake_get_file(F.fake, "g3", "/work/a", buf,
+	    sizeof(buf)), 4);
+	assert_memory_equal(buf, "abcd", 4);
+	assert_true(sbx_fake_get_file(F.fake, "g3", "/work/evil", buf,
+	    sizeof(buf)) < 0);
+	/* The rest is garbage: an answer (401: no credentials), then close. */
+	c = raw("PUT /v1/sandboxes/g3/files?path=/work/b HTTP/1.1\r\n"
+	    "Authorization: " AUTH "\r\nContent-Length: 2\r\n\r\n"
+	    "xyGARBAGE\r\n\r\n", 0, NULL);
+	assert_int_equal(split_responses(&c, r, 3), 2);
+	assert_int_equal(r[0].status, 200);
+	resp_free(&r[0]);
+	expect_error(&r[1], 401, SBX_E_UNAUTHORIZED);
+	free(c.buf);
+	/* An authenticated follower over the cap: 200, then 413, then close. */
+	c = raw("PUT /v1/sandboxes/g3/files?path=/work/c HTTP/1.1\r\n"
+	    "Authorization: " AUTH "\r\nContent-Length: 1\r\n\r\n"
+	    "zPUT /v1/sandboxes/g3/files?path=/work/d HTTP/1.1\r\n"
+	    "Authorization: " AUTH "\r\nContent-Length: 17\r\n\r\n"
+	    "01234567890123456", 0, NULL);
+	assert_int_equal(split_responses(&c, r, 3), 2);
+	assert_int_equal(r[0].status, 200);
+	resp_free(&r[0]);
+	expect_error(&r[1], 413, SBX_E_TOO_LARGE);
+	free(c.buf);
+	assert_int_equal(calls(SBX_FAKE_WRITE), 3);
 }
 
 static int drained_flag;
@@ -1759,6 +2029,9 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_reaper_destroys_after_destroy_after, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recovery_adopts_records_and_marks_absent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recovery_reports_an_unreachable_runtime, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unauthenticated_big_body_gets_401_unread, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_authenticated_body_over_cap_gets_413_unread, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_content_length_smaller_than_sent, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

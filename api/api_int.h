@@ -113,6 +113,8 @@ void areq_reply_json(struct areq *a, int status, json_t *obj);  /* steals obj */
 void areq_fail(struct areq *a, const struct sbx_err *err);
 void areq_fail_code(struct areq *a, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* areq_fail for an error the driver (the broker) gave: also counted in
+ * sbx_api_broker_errors_total by its code. */
 void areq_fail_broker(struct areq *a, const struct sbx_err *err);
 void areq_finish(struct areq *a, int status, const char *outcome);
 json_t *api_status_json(const struct areq *a, const struct sbx_status *st);

@@ -6,7 +6,6 @@ Everything the user sees is asserted: stdout, stderr, exit codes (docs/cli.md).
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -14,92 +13,10 @@ import time
 import unittest
 
 import sbxtest
-from sbxtest import BUILD, REPO
+from sbxtest import BUILD
+from stackfix import Stack, clean_env
 
 SBX = os.path.join(BUILD, "sbx")
-BROKER = os.path.join(BUILD, "sandbox-broker")
-API = os.path.join(BUILD, "sandbox-api")
-
-
-def gen_token():
-    import base64
-    return base64.b64encode(os.urandom(32)).decode().translate({ord(c): None for c in "/+="})
-
-
-class Stack:
-    """A broker on the runtime under test and an api on 127.0.0.1:0, with
-    their state in one short directory; an operator and a player key."""
-
-    def __init__(self, prefix):
-        self.dir = sbxtest.short_tmpdir("sbxcli-")
-        self.prefix = prefix
-        self.token_file = os.path.join(self.dir, "broker.token")
-        with open(os.open(self.token_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write(gen_token())
-        self.sock = os.path.join(self.dir, "broker.sock")
-        env = clean_env()
-        self.broker = sbxtest.start_process(
-            [BROKER, "--listen", "unix:" + self.sock, "--runtime", sbxtest.runtime_host(),
-             "--token-file", self.token_file, "--state-dir", os.path.join(self.dir, "broker"),
-             "--image", sbxtest.test_image(), "--name-prefix", prefix,
-             "--exec-timeout-max", "5m"],
-            env=env, log_path=os.path.join(sbxtest.out_dir(), prefix + "broker.log"))
-        sbxtest.wait_for_unix_socket(self.sock, 20, self.broker)
-        self.api_state = os.path.join(self.dir, "api")
-        self.api = sbxtest.start_process(
-            [API, "--listen", "127.0.0.1:0", "--broker", "unix:" + self.sock,
-             "--broker-token-file", self.token_file, "--state-dir", self.api_state],
-            env=env, log_path=os.path.join(sbxtest.out_dir(), prefix + "api.log"))
-        port = []
-
-        def listening():
-            m = re.search(r'"msg":"listening".*?"port":"(\d+)"', self.api.output())
-            if m:
-                port.append(int(m.group(1)))
-            return bool(port)
-        sbxtest.wait_until(listening, 20, "sandbox-api listening", self.api)
-        self.url = "http://127.0.0.1:%d" % port[0]
-        self.operator = self.admin("create-operator", "op")
-        self.player = self.admin("create-player", "pl")
-        self.other = self.admin("create-player", "other")
-
-    def admin(self, what, name):
-        r = subprocess.run([API, "--state-dir", self.api_state, "admin", what, name],
-                           env=clean_env(), capture_output=True, timeout=30)
-        if r.returncode != 0:
-            raise AssertionError("admin %s: %s" % (what, r.stderr.decode()))
-        key = r.stdout.decode().strip()
-        assert len(key) >= 32, "no key printed"
-        return key
-
-    def managed(self):
-        """Containers the broker made (its labels and our name prefix)."""
-        eng = sbxtest.Engine()
-        return [c for c in eng.containers(label=sbxtest.LABEL_MANAGED + "=true")
-                if any(n.lstrip("/").startswith(self.prefix) for n in c.get("Names", []))]
-
-    def close(self):
-        self.api.stop()
-        self.broker.stop()
-        # Whatever a failed test left: remove it straight on the runtime.
-        eng = sbxtest.Engine()
-        for c in self.managed():
-            eng.remove(c["Id"])
-        for v in eng.volumes(label=sbxtest.LABEL_MANAGED + "=true"):
-            if v["Name"].startswith(self.prefix):
-                eng.call("DELETE", "/volumes/%s" % v["Name"], params={"force": "1"},
-                         ok=(200, 204, 404, 409))
-        shutil.rmtree(self.dir, True)
-
-
-def clean_env():
-    """The environment without SBX_* settings a daemon or the CLI would read."""
-    env = dict(os.environ)
-    for k in list(env):
-        if k.startswith("SBX_") and k not in ("SBX_TEST_RUNTIME", "SBX_RUNTIME_HOST",
-                                              "SBX_TEST_IMAGE", "SBX_TEST_OUT"):
-            del env[k]
-    return env
 
 
 class CLITest(unittest.TestCase):

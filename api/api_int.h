@@ -52,7 +52,7 @@ struct api_server {
 };
 
 /* Flags of a route. */
-#define R_AUTH     0x01  /* needs a principal (every /api/v1 route) */
+#define R_AUTH     0x01  /* needs a principal (every /api/v1 route, /metrics) */
 #define R_NPC      0x02  /* path has {npc}: loaded and ownership-checked */
 #define R_JSON     0x04  /* body is a JSON object, at most body_max bytes */
 #define R_JSON_OPT 0x08  /* like R_JSON, but an empty body is fine */

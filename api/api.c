@@ -38,7 +38,9 @@ static const char synopsis[] =
     "or short broker token, unusable state dir, listen address in use).\n"
     "\n"
     "Signals: SIGTERM/SIGINT stop accepting, let open requests and exec\n"
-    "streams finish, exit 0; SIGHUP reopens log_file.";
+    "streams finish for up to shutdown_grace, then cancel the rest (an exec\n"
+    "stream ends with an SSE error shutting_down), exit 0; a second signal\n"
+    "exits at once. SIGHUP reopens log_file.";
 
 struct main_ctx {
 	struct event_base *base;

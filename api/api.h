@@ -37,6 +37,7 @@ struct api_config {
 	long long heartbeat;        /* ms between ": ping" comments on an idle SSE stream */
 	long long broker_timeout;   /* ms to connect and get response headers from the broker */
 	long long request_timeout;  /* ms a client may take to send a request (evhttp timeout) */
+	long long shutdown_grace;   /* ms a drain waits for in-flight requests before cancelling them */
 	char *log_level;
 	char *log_file;             /* NULL: stderr */
 };
@@ -84,8 +85,12 @@ unsigned api_server_inflight(const struct api_server *s);
 /*
  * Graceful stop (SIGTERM): stop accepting, answer new requests on open
  * connections 503 shutting_down, let in-flight requests (exec streams too)
- * finish; done(arg) is called once nothing is in flight (from the loop,
- * never synchronously).
+ * finish for up to cfg->shutdown_grace ms. Then whatever still runs is
+ * cancelled (its driver operation too, so the broker kills an exec): an
+ * open exec stream gets a last SSE event `error` with code shutting_down,
+ * a file read stream is cut, a request still waiting for the broker gets
+ * 503 shutting_down. done(arg) is called once nothing is in flight (from
+ * the loop, never synchronously). A second call does nothing.
  */
 void api_server_drain(struct api_server *s, void (*done)(void *), void *arg);
 

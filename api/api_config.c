@@ -36,6 +36,8 @@ const struct sbx_config_key api_config_keys[] = {
 	    "time to connect to the broker and get its response headers"),
 	K("request_timeout", SBX_CFG_DURATION_MS, request_timeout, "60s",
 	    "time a client may take to send its request"),
+	K("shutdown_grace", SBX_CFG_DURATION_MS, shutdown_grace, "10s",
+	    "SIGTERM: how long open requests and exec streams may run on before they are cancelled"),
 	K("log_level", SBX_CFG_STRING, log_level, "info",
 	    "debug, info, warn or error"),
 	K("log_file", SBX_CFG_STRING, log_file, NULL,
@@ -90,6 +92,9 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 		return sbx_err_set(err, SBX_E_CONFIG, "max_execs_per_principal, "
 		    "requests_per_minute, body_max, file_size_max, heartbeat, "
 		    "broker_timeout and request_timeout must be above 0.");
+	if (cfg->shutdown_grace < 0)
+		return sbx_err_set(err, SBX_E_CONFIG,
+		    "shutdown_grace must be 0 or more.");
 	if (cfg->log_level != NULL && sbx_log_level_parse(cfg->log_level) < 0)
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    "log_level must be debug, info, warn or error.");

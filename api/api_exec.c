@@ -169,6 +169,10 @@ stream_begin(struct areq *a, const char *ctype)
 	evhttp_connection_set_closecb(a->conn, stream_closed, a);
 	evhttp_send_reply_start(a->req, 200, "OK");
 	a->streaming = 1;
+	if (a->sse) {
+		a->sse_counted = 1;
+		api_metrics_sse(&a->s->metrics, 1);
+	}
 	ping_arm(a);
 	return 0;
 }
@@ -246,6 +250,9 @@ exec_start(void *arg, const char *exec_id)
 		return;
 	}
 	log_debug("exec started", "npc", a->npc.name, "exec_id", exec_id, NULL);
+	a->exec_started = 1;
+	a->exec_started_ms = api_mono_ms();
+	api_metrics_exec_started(&a->s->metrics);
 	if (sbx_ndjson_start(line, exec_id, a->s->now_ms()) == 0)
 		sse_emit(a, line);
 	evbuffer_free(line);
@@ -265,6 +272,7 @@ exec_output(void *arg, int stream, const unsigned char *buf, size_t len)
 		exec_start(a, "");
 	if (!a->streaming || a->req == NULL || (line = evbuffer_new()) == NULL)
 		return;
+	api_metrics_stream_bytes(&a->s->metrics, stream, len);
 	while (len > 0) {
 		n = len < SBX_NDJSON_MAX_CHUNK ? len : SBX_NDJSON_MAX_CHUNK;
 		if (sbx_ndjson_output(line, stream, buf, n) == 0)
@@ -305,9 +313,10 @@ exec_error(void *arg, const struct sbx_err *err)
 
 	a->op = NULL;
 	if (!a->streaming) {
-		areq_fail(a, err);
+		areq_fail_broker(a, err);
 		return;
 	}
+	api_metrics_broker_error(&a->s->metrics, err->code);
 	if ((line = evbuffer_new()) != NULL) {
 		if (sbx_ndjson_error(line, err->code, err->message[0] != '\0' ?
 		    err->message : err->code) == 0)
@@ -315,6 +324,24 @@ exec_error(void *arg, const struct sbx_err *err)
 		evbuffer_free(line);
 	}
 	stream_end(a, err->code);
+}
+
+void
+api_stream_shutdown(struct areq *a)
+{
+	struct evbuffer *line;
+
+	if (!a->sse) {
+		stream_abort(a, SBX_E_SHUTTING_DOWN);
+		return;
+	}
+	if ((line = evbuffer_new()) != NULL) {
+		if (sbx_ndjson_error(line, SBX_E_SHUTTING_DOWN, "The api is "
+		    "shutting down; the exec was cancelled.") == 0)
+			sse_emit(a, line);
+		evbuffer_free(line);
+	}
+	stream_end(a, SBX_E_SHUTTING_DOWN);
 }
 
 /* A JSON array of strings without NUL into a NULL-terminated vector. */
@@ -461,6 +488,7 @@ api_h_exec(struct areq *a)
 		goto done;
 	/* Concurrent execs of this principal. */
 	if (a->lim != NULL && a->lim->execs >= (unsigned)a->s->cfg->max_execs) {
+		api_metrics_rejected(&a->s->metrics, 1);
 		areq_fail_code(a, SBX_E_TOO_MANY, "You already run %lld execs; "
 		    "wait for one to end.", a->s->cfg->max_execs);
 		goto done;
@@ -479,7 +507,7 @@ api_h_exec(struct areq *a)
 	a->op = a->s->driver->ops->exec(a->s->driver, a->npc.sandbox_id, &er,
 	    &sink, &err);
 	if (a->op == NULL)
-		areq_fail(a, &err);
+		areq_fail_broker(a, &err);
 done:
 	free(argv);
 	free(env);
@@ -517,6 +545,7 @@ read_output(void *arg, int stream, const unsigned char *buf, size_t len)
 	}
 	if (a->req == NULL)
 		return;
+	api_metrics_stream_bytes(&a->s->metrics, 0, len);
 	evbuffer_add(a->chunk, buf, len);
 	stream_flush(a);
 }
@@ -542,9 +571,10 @@ read_error(void *arg, const struct sbx_err *err)
 
 	a->op = NULL;
 	if (!a->streaming) {
-		areq_fail(a, err);
+		areq_fail_broker(a, err);
 		return;
 	}
+	api_metrics_broker_error(&a->s->metrics, err->code);
 	log_warn("file read failed mid-stream", "npc", a->npc.name, "code",
 	    err->code, NULL);
 	stream_abort(a, err->code);
@@ -572,5 +602,5 @@ api_h_read(struct areq *a)
 	a->op = a->s->driver->ops->read(a->s->driver, a->npc.sandbox_id,
 	    a->path, &sink, &err);
 	if (a->op == NULL)
-		areq_fail(a, &err);
+		areq_fail_broker(a, &err);
 }

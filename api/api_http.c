@@ -22,6 +22,7 @@
 
 #define API_PREFIX "/api/v1"
 #define NPCS_PATH API_PREFIX "/npcs"
+#define METRICS_PATH "/metrics"
 
 /* The sentence a player gets when asking for egress (SPEC §8). */
 #define EGRESS_FORBIDDEN "Network egress is granted by an operator; ask an " \
@@ -37,6 +38,7 @@ static void h_write(struct areq *);
 static void h_list(struct areq *);
 static void h_stop(struct areq *);
 static void h_egress(struct areq *);
+static void h_metrics(struct areq *);
 
 /*
  * The route table. Routes with R_NPC match "/api/v1/npcs/{npc}" + suffix;
@@ -67,6 +69,9 @@ static const struct api_route routes[] = {
 	    R_AUTH | R_NPC | R_JSON_OPT | R_MUTATING, "sandbox.stop" },
 	{ EVHTTP_REQ_PUT, "/egress", h_egress,
 	    R_AUTH | R_NPC | R_JSON | R_OPERATOR | R_MUTATING, "egress" },
+	/* Operators only: the figures are about every principal's use. */
+	{ EVHTTP_REQ_GET, METRICS_PATH, h_metrics, R_AUTH | R_OPERATOR,
+	    "metrics" },
 	{ 0, NULL, NULL, 0, NULL },
 };
 
@@ -127,6 +132,10 @@ drain_fire(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
+	if (s->inflight > 0)
+		return;
+	if (s->grace_ev != NULL)
+		event_del(s->grace_ev);
 	if (s->drain_done != NULL) {
 		void (*done)(void *) = s->drain_done;
 
@@ -140,9 +149,38 @@ drain_check(struct api_server *s)
 {
 	struct timeval now = { 0, 0 };
 
-	if (s->draining && s->inflight == 0 && s->drain_done != NULL &&
-	    s->drain_ev != NULL)
+	if (s->draining && s->inflight == 0 && s->drain_ev != NULL)
 		evtimer_add(s->drain_ev, &now);
+}
+
+/*
+ * shutdown_grace is over: cancel what still runs (the broker kills a
+ * cancelled exec) and end each request with the reason (SPEC §9).
+ */
+static void
+grace_over(evutil_socket_t fd, short what, void *arg)
+{
+	struct api_server *s = arg;
+	struct areq *a;
+	struct sbx_op *op;
+	char n[16];
+
+	(void)fd;
+	(void)what;
+	snprintf(n, sizeof(n), "%u", s->inflight);
+	log_warn("shutdown grace period over; cancelling in-flight requests",
+	    "in_flight", n, NULL);
+	/* Each turn finishes (unlinks) the head, so this ends. */
+	while ((a = s->live) != NULL) {
+		op = a->op;
+		a->op = NULL;
+		sbx_op_cancel(op);
+		if (a->streaming && a->req != NULL)
+			api_stream_shutdown(a);
+		else
+			areq_fail_code(a, SBX_E_SHUTTING_DOWN, "The api is "
+			    "shutting down.");
+	}
 }
 
 /*
@@ -163,6 +201,13 @@ areq_finish(struct areq *a, int status, const char *outcome)
 		api_store_audit(s->store, a->authed ? a->who.name : NULL,
 		    action, a->has_npc ? a->npc.name : NULL, outcome);
 	}
+	api_metrics_request(&s->metrics, a->route != NULL ? a->route->action :
+	    a->label != NULL ? a->label : "unknown", status);
+	if (a->exec_started)
+		api_metrics_exec_finished(&s->metrics,
+		    api_mono_ms() - a->exec_started_ms);
+	if (a->sse_counted)
+		api_metrics_sse(&s->metrics, -1);
 	snprintf(st, sizeof(st), "%d", status);
 	snprintf(ms, sizeof(ms), "%lld",
 	    (long long)(api_mono_ms() - a->started_ms));
@@ -274,6 +319,13 @@ areq_fail(struct areq *a, const struct sbx_err *err)
 		a->req = NULL;
 	}
 	areq_finish(a, status, err->code);
+}
+
+void
+areq_fail_broker(struct areq *a, const struct sbx_err *err)
+{
+	api_metrics_broker_error(&a->s->metrics, err->code);
+	areq_fail(a, err);
 }
 
 void
@@ -453,7 +505,7 @@ status_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 
 	a->op = NULL;
 	if (err != NULL) {
-		areq_fail(a, err);
+		areq_fail_broker(a, err);
 		return;
 	}
 	areq_reply_json(a, 200, api_status_json(a, st));
@@ -526,7 +578,7 @@ h_ensure(struct areq *a)
 	a->op = a->s->driver->ops->ensure(a->s->driver, a->npc.sandbox_id,
 	    &spec, ensure_done, a, &err);
 	if (a->op == NULL)
-		areq_fail(a, &err);
+		areq_fail_broker(a, &err);
 }
 
 static void
@@ -538,7 +590,7 @@ h_status(struct areq *a)
 	a->op = a->s->driver->ops->status(a->s->driver, a->npc.sandbox_id,
 	    status_done, a, &err);
 	if (a->op == NULL)
-		areq_fail(a, &err);
+		areq_fail_broker(a, &err);
 }
 
 static void
@@ -546,7 +598,7 @@ done_reply(struct areq *a, const struct sbx_err *err, const char *state)
 {
 	a->op = NULL;
 	if (err != NULL) {
-		areq_fail(a, err);
+		areq_fail_broker(a, err);
 		return;
 	}
 	areq_reply_json(a, 200, json_pack("{s:s,s:s,s:s}", "npc", a->npc.name,
@@ -568,7 +620,7 @@ h_destroy(struct areq *a)
 	a->op = a->s->driver->ops->destroy(a->s->driver, a->npc.sandbox_id,
 	    destroy_done, a, &err);
 	if (a->op == NULL)
-		areq_fail(a, &err);
+		areq_fail_broker(a, &err);
 }
 
 static void
@@ -590,7 +642,7 @@ h_stop(struct areq *a)
 	a->op = a->s->driver->ops->stop(a->s->driver, a->npc.sandbox_id,
 	    stop_done, a, &err);
 	if (a->op == NULL)
-		areq_fail(a, &err);
+		areq_fail_broker(a, &err);
 }
 
 /* ?path= decoded once and checked (SPEC §4 path rules). */
@@ -616,7 +668,7 @@ write_done(void *arg, const struct sbx_err *err)
 
 	a->op = NULL;
 	if (err != NULL) {
-		areq_fail(a, err);
+		areq_fail_broker(a, err);
 		return;
 	}
 	areq_reply_json(a, 200, json_pack("{s:s,s:s}", "npc", a->npc.name,
@@ -661,7 +713,7 @@ h_write(struct areq *a)
 	a->op = a->s->driver->ops->write(a->s->driver, a->npc.sandbox_id,
 	    a->path, a->mode, in, write_done, a, &err);
 	if (a->op == NULL)
-		areq_fail(a, &err);
+		areq_fail_broker(a, &err);
 }
 
 static void
@@ -675,7 +727,7 @@ list_done(void *arg, const struct sbx_err *err, const struct sbx_dirent *ents,
 
 	a->op = NULL;
 	if (err != NULL) {
-		areq_fail(a, err);
+		areq_fail_broker(a, err);
 		return;
 	}
 	if ((arr = json_array()) == NULL) {
@@ -713,7 +765,7 @@ h_list(struct areq *a)
 	a->op = a->s->driver->ops->list(a->s->driver, a->npc.sandbox_id,
 	    a->path, list_done, a, &err);
 	if (a->op == NULL)
-		areq_fail(a, &err);
+		areq_fail_broker(a, &err);
 }
 
 static void
@@ -726,7 +778,7 @@ egress_ensured(void *arg, const struct sbx_err *err,
 	a->op = NULL;
 	if (err != NULL) {
 		/* The grant is stored and applies at the next ensure. */
-		areq_fail(a, err);
+		areq_fail_broker(a, err);
 		return;
 	}
 	obj = api_status_json(a, st);
@@ -746,7 +798,7 @@ egress_status(void *arg, const struct sbx_err *err,
 	a->op = NULL;
 	sbx_err_clear(&e2);
 	if (err != NULL) {
-		areq_fail(a, err);
+		areq_fail_broker(a, err);
 		return;
 	}
 	if (st->state == SBX_STATE_ABSENT) {
@@ -763,7 +815,7 @@ egress_status(void *arg, const struct sbx_err *err,
 	a->op = a->s->driver->ops->ensure(a->s->driver, a->npc.sandbox_id,
 	    &spec, egress_ensured, a, &e2);
 	if (a->op == NULL)
-		areq_fail(a, &e2);
+		areq_fail_broker(a, &e2);
 }
 
 static void
@@ -799,7 +851,29 @@ h_egress(struct areq *a)
 	a->op = a->s->driver->ops->status(a->s->driver, a->npc.sandbox_id,
 	    egress_status, a, &err);
 	if (a->op == NULL)
-		areq_fail(a, &err);
+		areq_fail_broker(a, &err);
+}
+
+static void
+h_metrics(struct areq *a)
+{
+	struct evbuffer *out = NULL;
+
+	if ((out = evbuffer_new()) == NULL ||
+	    api_metrics_render(&a->s->metrics, out, a->s->inflight) == -1) {
+		if (out != NULL)
+			evbuffer_free(out);
+		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		return;
+	}
+	evhttp_add_header(evhttp_request_get_output_headers(a->req),
+	    "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+	evhttp_add_header(evhttp_request_get_output_headers(a->req),
+	    "Cache-Control", "no-store");
+	evhttp_send_reply(a->req, 200, "OK", out);
+	evbuffer_free(out);
+	a->req = NULL;
+	areq_finish(a, 200, "ok");
 }
 
 /* ------------------------------------------------------------------ */
@@ -971,6 +1045,7 @@ api_dispatch(struct evhttp_request *req, void *arg)
 	}
 	if (strcmp(path, "/healthz") == 0 &&
 	    evhttp_request_get_command(req) == EVHTTP_REQ_GET) {
+		a->label = "healthz";
 		areq_reply_json(a, 200, json_pack("{s:s}", "status",
 		    s->draining ? "draining" : "ok"));
 		return;
@@ -982,7 +1057,8 @@ api_dispatch(struct evhttp_request *req, void *arg)
 	}
 	/* 1. Authentication first, so nobody unauthenticated learns which
 	 * routes or NPCs exist. */
-	if (strncmp(path, API_PREFIX "/", sizeof(API_PREFIX)) == 0) {
+	if (strncmp(path, API_PREFIX "/", sizeof(API_PREFIX)) == 0 ||
+	    strcmp(path, METRICS_PATH) == 0) {
 		key = bearer_key(req, &keylen);
 		r = key != NULL ? api_store_authenticate(s->store, key, keylen,
 		    &a->who) : 0;
@@ -1027,6 +1103,7 @@ api_dispatch(struct evhttp_request *req, void *arg)
 			snprintf(ra, sizeof(ra), "%ld", wait);
 			evhttp_add_header(evhttp_request_get_output_headers(req),
 			    "Retry-After", ra);
+			api_metrics_rejected(&s->metrics, 0);
 			areq_fail_code(a, SBX_E_RATE_LIMITED, "Too many "
 			    "requests: at most %lld per minute.",
 			    s->cfg->rate_per_minute);
@@ -1115,7 +1192,8 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 	if ((s->store = api_store_open(cfg->state_dir, err)) == NULL)
 		goto fail;
 	if ((s->http = evhttp_new(base)) == NULL ||
-	    (s->drain_ev = evtimer_new(base, drain_fire, s)) == NULL) {
+	    (s->drain_ev = evtimer_new(base, drain_fire, s)) == NULL ||
+	    (s->grace_ev = evtimer_new(base, grace_over, s)) == NULL) {
 		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
 		goto fail;
 	}
@@ -1175,6 +1253,11 @@ api_server_set_clock(struct api_server *s, int64_t (*now)(void))
 void
 api_server_drain(struct api_server *s, void (*done)(void *), void *arg)
 {
+	struct timeval tv;
+	char n[16];
+
+	if (s->draining)
+		return;
 	s->draining = 1;
 	s->drain_done = done;
 	s->drain_arg = arg;
@@ -1182,6 +1265,12 @@ api_server_drain(struct api_server *s, void (*done)(void *), void *arg)
 		evhttp_del_accept_socket(s->http, s->bound);
 		s->bound = NULL;
 	}
+	snprintf(n, sizeof(n), "%u", s->inflight);
+	log_info("draining", "in_flight", n, NULL);
+	tv.tv_sec = s->cfg->shutdown_grace / 1000;
+	tv.tv_usec = (s->cfg->shutdown_grace % 1000) * 1000;
+	if (s->inflight > 0)
+		evtimer_add(s->grace_ev, &tv);
 	drain_check(s);
 }
 
@@ -1210,6 +1299,8 @@ api_server_free(struct api_server *s)
 		evhttp_free(s->http);
 	if (s->drain_ev != NULL)
 		event_free(s->drain_ev);
+	if (s->grace_ev != NULL)
+		event_free(s->grace_ev);
 	while ((l = s->limits) != NULL) {
 		s->limits = l->next;
 		free(l);

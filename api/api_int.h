@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "api.h"
+#include "api_metrics.h"
 #include "api_store.h"
 #include "sbx_driver.h"
 #include "sbx_err.h"
@@ -45,11 +46,13 @@ struct api_server {
 	void (*drain_done)(void *);
 	void *drain_arg;
 	struct event *drain_ev;
+	struct event *grace_ev;     /* shutdown_grace over: cancel what runs */
 	int64_t (*now_ms)(void);
+	struct api_metrics metrics;
 };
 
 /* Flags of a route. */
-#define R_AUTH     0x01  /* needs a principal (every /api/v1 route) */
+#define R_AUTH     0x01  /* needs a principal (every /api/v1 route, /metrics) */
 #define R_NPC      0x02  /* path has {npc}: loaded and ownership-checked */
 #define R_JSON     0x04  /* body is a JSON object, at most body_max bytes */
 #define R_JSON_OPT 0x08  /* like R_JSON, but an empty body is fine */
@@ -81,6 +84,10 @@ struct areq {
 	struct api_limit *lim;
 	int exec_counted;
 	int64_t started_ms;
+	const char *label;                  /* metrics route when route is NULL */
+	int exec_started;                   /* counted in execs_started */
+	int64_t exec_started_ms;            /* monotonic */
+	int sse_counted;                    /* counted in sse_clients */
 	/* streams */
 	struct evhttp_connection *conn;
 	struct evbuffer *chunk;
@@ -106,12 +113,22 @@ void areq_reply_json(struct areq *a, int status, json_t *obj);  /* steals obj */
 void areq_fail(struct areq *a, const struct sbx_err *err);
 void areq_fail_code(struct areq *a, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* areq_fail for an error the driver (the broker) gave: also counted in
+ * sbx_api_broker_errors_total by its code. */
+void areq_fail_broker(struct areq *a, const struct sbx_err *err);
 void areq_finish(struct areq *a, int status, const char *outcome);
 json_t *api_status_json(const struct areq *a, const struct sbx_status *st);
 
 /* api_exec.c */
 void api_h_exec(struct areq *a);
 void api_h_read(struct areq *a);
+
+/*
+ * Grace over (api_server_drain): ends a started stream whose driver
+ * operation was cancelled. An exec stream gets a last SSE error event
+ * shutting_down and ends normally; a file read is cut. Finishes a.
+ */
+void api_stream_shutdown(struct areq *a);
 
 /*
  * Appends the SSE event for one NDJSON exec event line (line[0..len), with

@@ -125,7 +125,7 @@ class HelperCase(unittest.TestCase):
         self.assertEqual(r.returncode, exit_code, r.stderr)
         lines = r.stderr.decode().strip().split("\n")
         err = json.loads(lines[-1])
-        self.assertEqual(err["sbx_helper"], 1)
+        self.assertEqual(err["sbx_helper"], 2)
         self.assertEqual(err["error"]["code"], code)
         self.assertTrue(err["error"]["message"])
 
@@ -147,7 +147,7 @@ class TestVersion(HelperCase):
     def test_version_prints_protocol(self):
         r = self.run_helper(["version"])
         self.assertEqual(r.returncode, 0)
-        self.assertEqual(r.stdout, b"sbx-helper 1\n")
+        self.assertEqual(r.stdout, b"sbx-helper 2\n")
 
     def test_unknown_mode_is_bad_request(self):
         self.assertError(self.run_helper(["frobnicate"]), EXIT_BAD_REQUEST, "bad_request")

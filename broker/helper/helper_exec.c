@@ -374,7 +374,7 @@ fwait_run(struct fwait *w, int records)
 	struct pollfd pf[4];
 	uint64_t now;
 	ssize_t r;
-	int np, idx[2], i, tmo, n;
+	int np, idx[2], i, tmo, n, outi;
 
 	for (;;) {
 		now = now_ms();
@@ -396,10 +396,13 @@ fwait_run(struct fwait *w, int records)
 		pf[np].fd = w->sigfd;
 		pf[np++].events = POLLIN;
 		idx[0] = idx[1] = -1;
-		if (fr->len > 0) {
-			pf[np].fd = fr->fd;
-			pf[np++].events = POLLOUT;
-		} else {
+		/* Our stdout is polled even with nothing to write: a reader
+		 * gone (the broker died, the runtime closed the stream) ends the
+		 * exec now, not when the command next writes. */
+		outi = np;
+		pf[np].fd = fr->fd;
+		pf[np++].events = fr->len > 0 ? POLLOUT : 0;
+		if (fr->len == 0) {
 			for (i = 0; i < 2; i++)
 				if (w->pipes[i] >= 0) {
 					idx[i] = np;
@@ -421,8 +424,12 @@ fwait_run(struct fwait *w, int records)
 		}
 		if (pf[0].revents != 0)
 			fwait_signals(w);
+		if (fr->len == 0 && (pf[outi].revents & (POLLERR | POLLHUP | POLLNVAL))) {
+			w->gone = 1;
+			return -1;
+		}
 		if (fr->len > 0) {
-			if (pf[1].revents != 0 && framer_flush(fr) < 0) {
+			if (pf[outi].revents != 0 && framer_flush(fr) < 0) {
 				w->gone = 1;
 				return -1;
 			}

@@ -83,7 +83,8 @@
  *       user): a stream without an exit record means "ask the runtime".
  *       The helper does not write frames blocking: when its stdout stays
  *       full past the --timeout-ms backstop it gives up and exits, and when
- *       stdout is closed (EPIPE) it kills the group and exits.
+ *       its stdout's reader is gone (EPIPE, or POLLERR while it has nothing
+ *       to write) it kills the group and exits.
  *   sbx-helper kill ID
  *       SIGKILLs the process group recorded for ID. Exit 0 whether it was
  *       running, already gone or not started yet: a kill that arrives first

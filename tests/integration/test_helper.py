@@ -680,13 +680,19 @@ class TestFramedExec(HelperCase):
             os.kill(pid, signal.SIGKILL)
 
     def test_reader_gone_kills_the_group(self):
-        p = self.spawn(["exec", "--framed", "--id", "rg", "--", "sh", "-c", "yes"],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        pgid = self.handle("rg")
-        p.stdout.read(8)
-        p.stdout.close()
-        p.wait(timeout=5)
-        self.assertTreeGone(pgid)
+        # Whether the command writes (EPIPE) or stays silent (POLLERR on
+        # the helper's stdout): the exec ends with its reader.
+        for exec_id, cmd in (("rg1", "yes"), ("rg2", "sleep 300 & sleep 300")):
+            p = self.spawn(["exec", "--framed", "--id", exec_id, "--", "sh", "-c", cmd],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            pgid = self.handle(exec_id)
+            if exec_id == "rg1":
+                p.stdout.read(8)
+            else:
+                wait_until(lambda: len(pgid_members(pgid)) >= 3, what="process tree")
+            p.stdout.close()
+            p.wait(timeout=5)
+            self.assertTreeGone(pgid)
 
     def test_backstop_holds_when_nobody_reads(self):
         p = self.spawn(["exec", "--framed", "--id", "st", "--timeout-ms", "500", "--", "yes"],

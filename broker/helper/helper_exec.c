@@ -217,6 +217,7 @@ static const int waitsigs[] = { SIGCHLD, SIGTERM, SIGINT, SIGHUP };
 #define DRAIN_QUIET_MS 100         /* after the exit: pipes empty this long = done */
 #define DRAIN_MAX (1024 * 1024)    /* after the exit: bytes read before giving up */
 #define PIPE_SIZE (256 * 1024)     /* the command's stdout pipe */
+#define GROUP_GONE_MS 1000         /* wait for SIGKILLed leftovers to be gone */
 #define GIVE_UP_MS 1000            /* past the backstop: time left to write frames */
 
 static uint64_t
@@ -466,6 +467,23 @@ fwait_run(struct fwait *w, int records)
 }
 
 /*
+ * Waits (at most GROUP_GONE_MS) until nothing is left in group pgid: a
+ * SIGKILLed process takes a moment to die (and init to reap it), and the
+ * exit record promises the tree is gone.
+ */
+static void
+group_wait_gone(pid_t pgid)
+{
+	struct timespec ts = { 0, 2 * 1000000 };
+	uint64_t until = now_ms() + GROUP_GONE_MS;
+
+	while (kill(-pgid, 0) == 0 && now_ms() < until) {
+		(void)kill(-pgid, SIGKILL);
+		nanosleep(&ts, NULL);
+	}
+}
+
+/*
  * Queues the error record (when err has a code) and the exit record, then
  * writes them within the backstop's bounds. Returns 0 or -1.
  */
@@ -693,6 +711,8 @@ helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
 				;
 		}
 		status = fw.status;
+		if (!fw.gone && !fw.abandoned)
+			group_wait_gone(pid);
 	} else {
 		for (;;) {
 			w = waitpid(pid, &status, WNOHANG);

@@ -71,7 +71,8 @@
  *       (how 2, 1..64; else 0), byte 3 flags (bit 0: the --timeout-ms
  *       backstop fired; other bits zero), bytes 4-7 zero.
  *       The exit record is the last frame and is written only after the
- *       command's process group has been SIGKILLed and the command reaped;
+ *       command has been reaped and its process group SIGKILLed and seen
+ *       empty (waited for up to 1 s: init reaps the leftovers);
  *       an error record (a helper failure: the command did not run, exit
  *       status 125/126/127, or the backstop fired) comes just before it.
  *       After the command exits the helper reads its pipes until EOF, until

@@ -19,6 +19,7 @@
 #include <sodium.h>
 
 #include "driver_engine.h"
+#include "helper/sbx_helper_proto.h"
 #include "sbx_http_client.h"
 #include "sbx_proto.h"
 
@@ -118,6 +119,17 @@ struct eop {
 	size_t fhdr_len;
 	uint32_t frame_left;
 	int frame_stream;
+	/* exec: sbx-helper's frames inside the runtime's stdout stream
+	 * (sbx_helper_proto.h, exec --framed); untrusted, checked strictly */
+	unsigned char hhdr[SBX_HELPER_FRAME_HDR];
+	size_t hhdr_len;
+	int htype;                    /* frame being read; 0: a header */
+	uint32_t hleft;               /* its payload bytes still to come */
+	unsigned char hrec[SBX_HELPER_ERROR_REC_MAX]; /* a record's payload */
+	size_t hrec_len;
+	int got_exit, got_herr;
+	int xhow, xcode, xsig, xtimeout; /* the exit record */
+	char herr_code[48], herr_msg[256]; /* the error record */
 	struct evbuffer *out;         /* stdout kept (list) */
 	struct evbuffer *errtail;     /* stderr kept (helper error line) */
 	int paused, streaming, stream_started, got_stream;
@@ -136,6 +148,8 @@ static void op_free(struct eop *);
 static void exec_begin(struct eop *);
 static void exec_after_stream(struct eop *);
 static void exec_poll_exit(struct eop *);
+static void exec_recorded(struct eop *);
+static void deliver(struct eop *, int, const unsigned char *, size_t);
 static void ensure_inspect(struct eop *);
 
 /* ---------- small utilities ---------- */
@@ -1709,7 +1723,8 @@ helper_line(struct eop *op, char *code, size_t csz, char *msg, size_t msz)
 	line = json_loadb(start, n - (size_t)(start - text),
 	    JSON_DISABLE_EOF_CHECK, NULL);
 	err = json_object_get(line, "error");
-	if (json_integer_value(json_object_get(line, "sbx_helper")) == 1 &&
+	if (json_integer_value(json_object_get(line, "sbx_helper")) ==
+	    SBX_HELPER_PROTO &&
 	    json_string_value(json_object_get(err, "code")) != NULL) {
 		snprintf(code, csz, "%s", jstr(err, "code"));
 		snprintf(msg, msz, "%s", jstr(err, "message"));
@@ -1928,6 +1943,70 @@ exec_exited(struct eop *op, int code)
 	}
 }
 
+/* A framed exec ended with the helper's exit record (and maybe its error
+ * record): no exec inspect needed. */
+static void
+exec_recorded(struct eop *op)
+{
+	static const char *const believed[] = {
+		SBX_E_PATH_OUTSIDE_WORK, SBX_E_NOT_FOUND, SBX_E_BAD_REQUEST,
+		SBX_E_FORBIDDEN, SBX_E_CANCELLED, NULL,
+	};
+	struct sbx_exit ex;
+	struct sbx_err e;
+	char line[300];
+	int n;
+	size_t i;
+
+	if (op->timer != NULL)
+		event_del(op->timer);
+	if (op->xtimeout && !op->truncated) {
+		sbx_err_set(&e, SBX_E_TIMEOUT, "exec ran longer than its timeout "
+		    "of %" PRId64 " ms; its processes were killed", op->timeout_ms);
+		finish_err(op, &e);
+		return;
+	}
+	if (op->got_herr && !op->truncated &&
+	    op->xhow == SBX_HELPER_EXIT_HOW_EXITED &&
+	    op->xcode == SBX_HELPER_EXEC_FAILED) {
+		/* The command never ran: the helper's code if it is about the
+		 * request, else the runtime side failed. */
+		sbx_err_set(&e, SBX_E_RUNTIME, "sbx-helper could not start the "
+		    "command: %s", op->herr_msg);
+		for (i = 0; believed[i] != NULL; i++)
+			if (strcmp(op->herr_code, believed[i]) == 0)
+				sbx_err_set(&e, believed[i], "%s", op->herr_msg[0] !=
+				    '\0' ? op->herr_msg : "sbx-helper refused the exec");
+		finish_err(op, &e);
+		return;
+	}
+	if (op->got_herr && op->xhow == SBX_HELPER_EXIT_HOW_EXITED &&
+	    (op->xcode == SBX_HELPER_EXEC_NOEXEC ||
+	    op->xcode == SBX_HELPER_EXEC_NOTFOUND)) {
+		/* Like a shell: the reason on stderr, then the status. */
+		n = snprintf(line, sizeof(line), "sbx-helper: %s\n", op->herr_msg);
+		if (n > 0 && (size_t)n < sizeof(line)) {
+			op_enter(op);
+			deliver(op, 2, (const unsigned char *)line, (size_t)n);
+			if (!op_leave(op))
+				return;
+		}
+	}
+	memset(&ex, 0, sizeof(ex));
+	ex.duration_ms = now_ms() - op->started_ms;
+	ex.truncated = op->truncated;
+	if (op->xhow == SBX_HELPER_EXIT_HOW_SIGNALED) {
+		ex.code = 128 + op->xsig;
+		ex.signal = sigabbrev_np(op->xsig);
+	} else
+		ex.code = op->xcode;
+	if (op->truncated && ex.signal == NULL)
+		ex.signal = "KILL";
+	if (op->sink.exit != NULL)
+		op->sink.exit(op->sink.arg, &ex);
+	op_release(op);
+}
+
 static void
 poll_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -2013,13 +2092,6 @@ deliver(struct eop *op, int stream, const unsigned char *buf, size_t len)
 			evbuffer_add(op->errtail, buf, len);
 		return;
 	}
-	if (op->kind == OP_EXEC && stream == 2) {
-		/* keep a tail for the helper's own error line (status 125) */
-		if (evbuffer_get_length(op->errtail) + len > ERRTAIL_MAX)
-			evbuffer_drain(op->errtail, evbuffer_get_length(op->errtail));
-		if (len <= ERRTAIL_MAX)
-			evbuffer_add(op->errtail, buf, len);
-	}
 	if (op->kind == OP_LIST || op->kind == OP_KILL || op->kind == OP_WRITE ||
 	    op->kind == OP_RECOVER) {
 		if (evbuffer_get_length(op->out) + len > (size_t)op->cap) {
@@ -2057,8 +2129,170 @@ deliver(struct eop *op, int stream, const unsigned char *buf, size_t len)
 	}
 }
 
+/* The helper's own stderr in a framed exec (the command's is framed in
+ * stdout): a tail kept for its error line when its frames never came. */
+static void
+keep_errtail(struct eop *op, const unsigned char *buf, size_t len)
+{
+	if (evbuffer_get_length(op->errtail) + len > ERRTAIL_MAX)
+		evbuffer_drain(op->errtail, evbuffer_get_length(op->errtail));
+	if (len <= ERRTAIL_MAX)
+		evbuffer_add(op->errtail, buf, len);
+}
+
+/* The helper broke its frame protocol: what it says can no longer be
+ * told apart from what the command wrote, so the exec ends here. */
+static void
+helper_protocol_error(struct eop *op, const char *what)
+{
+	struct sbx_err e;
+
+	sbx_err_set(&e, SBX_E_RUNTIME, "sbx-helper broke its output protocol "
+	    "(%s); the exec was killed", what);
+	op->streaming = 0;
+	start_kill(op->e, op->id, op->cid, op->exec_id, NULL);
+	finish_err(op, &e);
+}
+
+/* The exit record (sbx_helper_proto.h): -1 when malformed. */
+static int
+exit_record(struct eop *op)
+{
+	const unsigned char *r = op->hrec;
+
+	if ((r[3] & ~SBX_HELPER_EXIT_FLAG_TIMEOUT) != 0 || r[4] != 0 ||
+	    r[5] != 0 || r[6] != 0 || r[7] != 0)
+		return -1;
+	if (r[0] == SBX_HELPER_EXIT_HOW_EXITED && r[2] == 0)
+		op->xcode = r[1];
+	else if (r[0] == SBX_HELPER_EXIT_HOW_SIGNALED && r[1] == 0 &&
+	    r[2] >= 1 && r[2] <= 64)
+		op->xsig = r[2];
+	else
+		return -1;
+	op->xhow = r[0];
+	op->xtimeout = (r[3] & SBX_HELPER_EXIT_FLAG_TIMEOUT) != 0;
+	op->got_exit = 1;
+	return 0;
+}
+
+/* The error record: {"sbx_helper":2,"error":{"code":C,"message":M}} with
+ * C of [a-z_]; -1 when malformed. */
+static int
+error_record(struct eop *op)
+{
+	json_t *line, *err;
+	const char *code, *msg;
+	size_t i;
+	int rc = -1;
+
+	line = json_loadb((const char *)op->hrec, op->hrec_len, 0, NULL);
+	err = json_object_get(line, "error");
+	code = json_string_value(json_object_get(err, "code"));
+	msg = json_string_value(json_object_get(err, "message"));
+	if (json_integer_value(json_object_get(line, "sbx_helper")) !=
+	    SBX_HELPER_PROTO || code == NULL || msg == NULL || code[0] == '\0' ||
+	    strlen(code) >= sizeof(op->herr_code))
+		goto done;
+	for (i = 0; code[i] != '\0'; i++)
+		if (!(code[i] >= 'a' && code[i] <= 'z') && code[i] != '_')
+			goto done;
+	snprintf(op->herr_code, sizeof(op->herr_code), "%s", code);
+	snprintf(op->herr_msg, sizeof(op->herr_msg), "%s", msg);
+	op->got_herr = 1;
+	rc = 0;
+done:
+	json_decref(line);
+	return rc;
+}
+
+/* Decodes sbx-helper's frames from the runtime's stdout stream of a framed
+ * exec. Frames may be split anywhere, across runtime frames and reads. */
+static void
+helper_frames(struct eop *op, const unsigned char *buf, size_t len)
+{
+	const unsigned char *h = op->hhdr;
+	uint32_t plen;
+	size_t n;
+	int ok;
+
+	while (len > 0 && !op->dead && op->streaming) {
+		if (op->htype == 0) {
+			n = SBX_HELPER_FRAME_HDR - op->hhdr_len;
+			if (n > len)
+				n = len;
+			memcpy(op->hhdr + op->hhdr_len, buf, n);
+			op->hhdr_len += n;
+			buf += n;
+			len -= n;
+			if (op->hhdr_len < SBX_HELPER_FRAME_HDR)
+				break;
+			op->hhdr_len = 0;
+			plen = (uint32_t)h[4] << 24 | (uint32_t)h[5] << 16 |
+			    (uint32_t)h[6] << 8 | h[7];
+			if (op->got_exit) {
+				helper_protocol_error(op, "a frame after the exit record");
+				return;
+			}
+			if (h[1] != SBX_HELPER_PROTO || h[2] != 0 || h[3] != 0) {
+				helper_protocol_error(op, "bad frame header");
+				return;
+			}
+			switch (h[0]) {
+			case SBX_HELPER_FRAME_STDOUT:
+			case SBX_HELPER_FRAME_STDERR:
+				ok = plen >= 1 && plen <= SBX_HELPER_FRAME_MAX;
+				break;
+			case SBX_HELPER_FRAME_EXIT:
+				ok = plen == SBX_HELPER_EXIT_REC_LEN;
+				break;
+			case SBX_HELPER_FRAME_ERROR:
+				ok = plen >= 1 && plen <= SBX_HELPER_ERROR_REC_MAX &&
+				    !op->got_herr;
+				break;
+			default:
+				ok = 0;
+			}
+			if (!ok) {
+				helper_protocol_error(op, "bad frame type or length");
+				return;
+			}
+			op->htype = h[0];
+			op->hleft = plen;
+			op->hrec_len = 0;
+			continue;
+		}
+		n = op->hleft;
+		if (n > len)
+			n = len;
+		if (op->htype == SBX_HELPER_FRAME_STDOUT ||
+		    op->htype == SBX_HELPER_FRAME_STDERR) {
+			if (n > STREAM_CHUNK)
+				n = STREAM_CHUNK;
+			deliver(op, op->htype, buf, n);
+		} else {
+			memcpy(op->hrec + op->hrec_len, buf, n);
+			op->hrec_len += n;
+		}
+		op->hleft -= (uint32_t)n;
+		buf += n;
+		len -= n;
+		if (op->dead)
+			return;
+		if (op->hleft > 0)
+			continue;
+		if ((op->htype == SBX_HELPER_FRAME_EXIT && exit_record(op) < 0) ||
+		    (op->htype == SBX_HELPER_FRAME_ERROR && error_record(op) < 0)) {
+			helper_protocol_error(op, "malformed record");
+			return;
+		}
+		op->htype = 0;
+	}
+}
+
 /* Demultiplexes the 8-byte-framed stream (Engine API "Attach": byte 0 the
- * stream, bytes 4-7 the big-endian payload length). */
+ * stream, bytes 4-7 the big-endian payload length). An exec's stdout holds
+ * the helper's frames, its stderr only the helper's own words. */
 static void
 stream_body(void *arg, struct sbx_http_req *req, const unsigned char *buf,
     size_t len)
@@ -2096,7 +2330,12 @@ stream_body(void *arg, struct sbx_http_req *req, const unsigned char *buf,
 		if (n > STREAM_CHUNK)
 			n = STREAM_CHUNK;
 		op->frame_left -= (uint32_t)n;
-		deliver(op, op->frame_stream, buf, n);
+		if (op->kind != OP_EXEC)
+			deliver(op, op->frame_stream, buf, n);
+		else if (op->frame_stream == 1)
+			helper_frames(op, buf, n);
+		else if (op->frame_stream == 2)
+			keep_errtail(op, buf, n);
 		buf += n;
 		len -= n;
 	}
@@ -2149,6 +2388,12 @@ stream_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 			kill_ended(op, err);
 			return;
 		}
+		/* The exit record came: the command is reaped, its group dead;
+		 * a stream broken after that loses nothing. */
+		if (op->kind == OP_EXEC && op->got_exit) {
+			exec_recorded(op);
+			return;
+		}
 		/* Podman 4.3 resets the exec connection when the process exits
 		 * while stdin is still being sent (measured: 5 of 5 runs of
 		 * `exit 3` with 3 MB of stdin); the exit status is still
@@ -2183,7 +2428,10 @@ stream_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 			finish_err(op, &e);
 		return;
 	}
-	exec_after_stream(op);
+	if (op->kind == OP_EXEC && op->got_exit)
+		exec_recorded(op);
+	else
+		exec_after_stream(op);   /* no record: the helper was killed */
 }
 
 static void
@@ -2434,6 +2682,7 @@ eng_exec(struct sbx_driver *d, const char *id, const struct sbx_exec_req *req,
 	op->cap = cap;
 	op->cmd = helper_cmd("exec");
 	snprintf(num, sizeof(num), "%" PRId64, timeout + HELPER_GRACE_MS);
+	json_array_append_new(op->cmd, json_string("--framed"));
 	json_array_append_new(op->cmd, json_string("--id"));
 	json_array_append_new(op->cmd, json_string(op->exec_id));
 	json_array_append_new(op->cmd, json_string("--timeout-ms"));

@@ -78,20 +78,33 @@ struct sbx_engine_config {
  * "exited" for a stopped one (the broker overrides with its own reasons).
  *
  * exec: inspect (not_found, not_running, conflict), then an Engine API exec of
- * `sbx-helper exec --id EXEC_ID --timeout-ms T+2000 --cwd CWD -- argv` as the
- * sandbox user, started hijacked (Upgrade: tcp) and demultiplexed (8-byte
- * frames) into sink->output, pieces of at most 64 KiB. sink->start gets
- * EXEC_ID (random, ours, the helper's kill handle) once the runtime has
- * started the exec. stdin, when given, is written then half-closed. At EOF
- * the exit status comes from GET /exec/{id}/json; 128+n is reported with
- * signal = the name of signal n ("KILL", "TERM"). Timeout (the driver's timer
- * is authoritative): `sbx-helper kill EXEC_ID` as a second exec, the stream
- * closed, then sink->error timeout once the kill has run. Output cap: output
+ * `sbx-helper exec --framed --id EXEC_ID --timeout-ms T+2000 --cwd CWD --
+ * argv` as the sandbox user, started hijacked (Upgrade: tcp) and
+ * demultiplexed twice: the runtime's 8-byte frames, then inside its stdout
+ * the helper's frames (sbx_helper_proto.h; split anywhere, checked strictly:
+ * type, version, zero bytes, length within the type's bound, nothing after
+ * the exit record; anything else ends the exec with runtime_error and kills
+ * it). stdout/stderr reach sink->output in the order the helper read them
+ * (one pipe each, stdout first when both are ready), pieces of at most
+ * 64 KiB; the runtime's stderr holds only the helper's own words and is
+ * kept, not delivered. sink->start gets EXEC_ID (random, ours, the helper's
+ * kill handle) once the runtime has started the exec. stdin, when given, is
+ * written then half-closed. At EOF the exit code and signal come from the
+ * helper's exit record (signal = the name of signal n, "KILL", "TERM"; an
+ * `exit 137` stays code 137 without a signal); only a stream without one
+ * (the helper was killed) asks GET /exec/{id}/json, where 128+n is read as
+ * signal n. Timeout (the driver's timer is authoritative):
+ * `sbx-helper kill EXEC_ID` as a second exec, the stream closed, then
+ * sink->error timeout once the kill has run; an exit record saying the
+ * helper's own backstop fired is reported as timeout too. Output cap: output
  * stops at exactly the cap, the kill runs, the stream is drained to its end
  * and sink->exit has truncated=1 (code 137, signal "KILL"). Cancel: kill,
- * close, no callback. A helper that refused to start the command (status 125
- * with its error line: cwd outside /work, not found) ends in sink->error with
- * that code; its line has also reached sink->output as stderr.
+ * close, no callback. A helper that refused to start the command (error
+ * record and status 125: cwd outside /work, id in use) ends in sink->error
+ * with its code (path_outside_work, not_found, bad_request, forbidden,
+ * cancelled; others as runtime_error); a command not found or not
+ * executable (126/127) exits with that status after "sbx-helper: REASON" on
+ * stderr.
  *
  * read / write / list: execs of `sbx-helper read PATH --max N`,
  * `write PATH MODE --max N` (body as stdin) and `list PATH` as the sandbox

@@ -37,6 +37,14 @@ int helper_err_exit_code(const struct helper_err *err);
 void helper_err_print(const struct helper_err *err);
 
 /*
+ * Formats err as that JSON error line (with its "\n") into buf of size
+ * bytes (a message too long for size is shortened; 4096 always holds the
+ * whole line). Returns the length written (no NUL), 0 when even the
+ * shortest line does not fit.
+ */
+size_t helper_err_json(const struct helper_err *err, char *buf, size_t size);
+
+/*
  * What every mode needs; filled by main (a future long-lived helper, SPEC
  * §11, fills it once and calls the modes from its loop). rootfd is an
  * O_PATH|O_DIRECTORY descriptor of root, owned by whoever filled the context.
@@ -131,13 +139,15 @@ int helper_exec_id_valid(const char *id);
 /*
  * Runs argv (NULL-terminated, argv[0] looked up in PATH) as exec mode
  * describes (sbx_helper_proto.h) and waits for it. cwd may be NULL
- * (inherit); timeout_ms 0 means none. Returns the exit status the helper
- * should exit with; on a helper failure also fills err (code set) and
- * returns one of SBX_HELPER_EXEC_*. Blocks signals while it runs and
- * restores them.
+ * (inherit); timeout_ms 0 means none. framed 0: stdout/stderr passed
+ * through; 1: the command's output and the helper's records go as frames
+ * to fd 1 (made non-blocking while it runs, then restored), including the
+ * error record for err. Returns the exit status the helper should exit
+ * with; on a helper failure also fills err (code set) and returns one of
+ * SBX_HELPER_EXEC_*. Blocks signals while it runs and restores them.
  */
 int helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
-    uint64_t timeout_ms, char *const argv[], struct helper_err *err);
+    uint64_t timeout_ms, int framed, char *const argv[], struct helper_err *err);
 
 /* kill and killall modes: 0 (also when nothing was running), -1 with err. */
 int helper_kill(const struct helper_ctx *ctx, const char *id, struct helper_err *err);

@@ -84,27 +84,55 @@ helper_err_exit_code(const struct helper_err *err)
 	return SBX_HELPER_EXIT_INTERNAL;
 }
 
-void
-helper_err_print(const struct helper_err *err)
+/* The error line into o (fd unused: the caller takes o->buf). */
+static void
+err_line(struct helper_out *o, const struct helper_err *err, size_t max_msg)
 {
-	struct helper_out *o = NULL;
-	static struct helper_out out; /* 64 KiB: not on the stack */
 	const char *code;
+	size_t mlen;
 
 	code = err != NULL && err->code != NULL ? err->code : SBX_E_INTERNAL;
-	o = &out;
-	helper_out_init(o, 2);
 	helper_out_str(o, "{\"sbx_helper\":");
 	helper_out_u64(o, SBX_HELPER_PROTO);
 	helper_out_str(o, ",\"error\":{\"code\":");
 	helper_out_json_str(o, code, strlen(code));
 	helper_out_str(o, ",\"message\":");
-	if (err != NULL && err->code != NULL)
-		helper_out_json_str(o, err->message, strlen(err->message));
-	else
+	if (err != NULL && err->code != NULL) {
+		mlen = strlen(err->message);
+		helper_out_json_str(o, err->message, mlen < max_msg ? mlen : max_msg);
+	} else
 		helper_out_str(o, "\"unknown error\"");
 	helper_out_str(o, "}}\n");
-	(void)helper_out_flush(o);
+}
+
+void
+helper_err_print(const struct helper_err *err)
+{
+	static struct helper_out out; /* 64 KiB: not on the stack */
+
+	helper_out_init(&out, 2);
+	err_line(&out, err, sizeof(err->message));
+	(void)helper_out_flush(&out);
+}
+
+size_t
+helper_err_json(const struct helper_err *err, char *buf, size_t size)
+{
+	static struct helper_out out;
+	size_t max_msg = sizeof(err->message);
+
+	/* A message of n bytes takes at most 6n escaped (\u00XX). */
+	for (;;) {
+		helper_out_init(&out, -1);
+		err_line(&out, err, max_msg);
+		if (out.len <= size || max_msg == 0)
+			break;
+		max_msg /= 2;
+	}
+	if (out.len > size)
+		out.len = 0;
+	memcpy(buf, out.buf, out.len);
+	return out.len;
 }
 
 ssize_t

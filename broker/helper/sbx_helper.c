@@ -18,6 +18,7 @@
 #define OPT_TIMEOUT 0x04
 #define OPT_CWD 0x08
 #define OPT_ARGV 0x10 /* "--" then the command */
+#define OPT_FRAMED 0x20
 
 struct args {
 	const char *pos[2];
@@ -30,6 +31,7 @@ struct args {
 	const char *root;
 	const char *state_dir;
 	int no_openat2;
+	int framed;
 };
 
 struct mode {
@@ -78,7 +80,7 @@ run_exec(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 		helper_err_set(err, SBX_E_BAD_REQUEST, "exec needs --id");
 		return SBX_HELPER_EXEC_FAILED;
 	}
-	return helper_exec(ctx, a->id, a->cwd, a->timeout_ms, a->argv, err);
+	return helper_exec(ctx, a->id, a->cwd, a->timeout_ms, a->framed, a->argv, err);
 }
 
 static int
@@ -99,7 +101,8 @@ static const struct mode modes[] = {
 	{ SBX_HELPER_MODE_READ, run_read, 1, OPT_MAX, 1 },
 	{ SBX_HELPER_MODE_WRITE, run_write, 2, OPT_MAX, 1 },
 	{ SBX_HELPER_MODE_LIST, run_list, 1, 0, 1 },
-	{ SBX_HELPER_MODE_EXEC, run_exec, 0, OPT_ID | OPT_TIMEOUT | OPT_CWD | OPT_ARGV, 1 },
+	{ SBX_HELPER_MODE_EXEC, run_exec, 0, OPT_ID | OPT_TIMEOUT | OPT_CWD | OPT_ARGV | OPT_FRAMED,
+	    1 },
 	{ SBX_HELPER_MODE_KILL, run_kill, 1, 0, 0 },
 	{ SBX_HELPER_MODE_KILLALL, run_killall, 0, 0, 0 },
 	{ NULL, NULL, 0, 0, 0 },
@@ -173,6 +176,10 @@ parse_args(int argc, char **argv, const struct mode **mp, struct args *a,
 			a->no_openat2 = 1;
 			continue;
 		}
+		if (m != NULL && (m->opts & OPT_FRAMED) && strcmp(opt, "--framed") == 0) {
+			a->framed = 1;
+			continue;
+		}
 		if (strncmp(opt, "--", 2) == 0) {
 			if (i + 1 >= argc)
 				return helper_err_set(err, SBX_E_BAD_REQUEST, "option %.32s needs a value",
@@ -233,12 +240,16 @@ main(int argc, char **argv)
 	struct helper_err err;
 	struct args a;
 	const struct mode *m = NULL;
-	int rc, is_exec;
+	int rc, is_exec, fd;
 
 	memset(&ctx, 0, sizeof(ctx));
 	memset(&err, 0, sizeof(err));
 	memset(&a, 0, sizeof(a));
 	ctx.rootfd = -1;
+	/* A closed 0-2 would let a pipe land there and confuse who owns what. */
+	for (fd = 0; fd < 3; fd++)
+		if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) != fd)
+			return SBX_HELPER_EXIT_INTERNAL;
 	if (parse_args(argc, argv, &m, &a, &err) < 0)
 		goto fail;
 	is_exec = m->run == run_exec;
@@ -262,7 +273,8 @@ main(int argc, char **argv)
 		signal(SIGPIPE, SIG_IGN);
 	rc = m->run(&ctx, &a, &err);
 	if (is_exec) {
-		if (err.code != NULL)
+		/* Framed: the error record has carried it. */
+		if (err.code != NULL && !a.framed)
 			helper_err_print(&err);
 		return rc;
 	}

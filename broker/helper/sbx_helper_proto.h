@@ -9,10 +9,11 @@
  * SBX_HELPER_PATH in every sandbox and runs through the Engine API's exec as
  * the sandbox user (SPEC §4, §6). Everything it receives is untrusted.
  *
- * Protocol version 1 is one process per operation:
+ * Protocol version 2 is one process per operation (version 1 was the
+ * same without exec --framed; the broker of version 2 needs --framed):
  *
  *   sbx-helper version
- *       stdout "sbx-helper 1\n"; exit 0.
+ *       stdout "sbx-helper 2\n"; exit 0.
  *   sbx-helper read PATH [--max BYTES]
  *       stdout: the file's bytes. A file over BYTES (checked with fstat
  *       before the first byte, and again while streaming) -> too_large.
@@ -37,16 +38,54 @@
  *       UTF-8 is printed with each invalid byte as U+FFFD and the entry gets
  *       one more member "name_b64" holding the exact bytes (base64), so the
  *       name stays both displayable and recoverable.
- *   sbx-helper exec --id ID [--timeout-ms N] [--cwd DIR] -- ARGV...
- *       Runs ARGV (execvp) in its own session and process group, with
- *       stdin/stdout/stderr passed through; the helper writes nothing on
- *       stdout. The kill handle is the file SBX_HELPER_EXEC_DIR/ID. When the
- *       command exits, whatever is left in its process group is SIGKILLed.
+ *   sbx-helper exec --id ID [--framed] [--timeout-ms N] [--cwd DIR] -- ARGV...
+ *       Runs ARGV (execvp) in its own session and process group. The kill
+ *       handle is the file SBX_HELPER_EXEC_DIR/ID. When the command exits,
+ *       whatever is left in its process group is SIGKILLed.
  *       Exit status: the command's, or 128+signal when a signal ended it;
  *       see the SBX_HELPER_EXEC_* codes for the helper's own outcomes.
  *       SIGTERM/SIGINT/SIGHUP sent to the helper go to the whole group.
  *       --timeout-ms absent or 0: no backstop (the broker's timer rules).
  *       --cwd absent: the cwd the helper was started in.
+ *       stdin is passed through in both output modes.
+ *       Passthrough (no --framed): stdout/stderr are the command's own; the
+ *       helper writes nothing on stdout and its error line on stderr.
+ *       --framed (protocol 2; the only mode the broker uses): the command's
+ *       stdout and stderr are two pipes the helper reads in one loop
+ *       (stdout first when both are readable, so output keeps the order the
+ *       command produced it in) and the helper's stdout carries frames:
+ *
+ *         byte 0     type: SBX_HELPER_FRAME_STDOUT 1, _STDERR 2, _EXIT 3,
+ *                    _ERROR 4
+ *         byte 1     SBX_HELPER_PROTO (2)
+ *         bytes 2-3  zero
+ *         bytes 4-7  payload length, big-endian; 1..SBX_HELPER_FRAME_MAX
+ *         payload    stdout/stderr: the command's bytes (the helper reads
+ *                    at most 64 KiB at a time: one frame per read);
+ *                    exit: SBX_HELPER_EXIT_REC_LEN bytes, below;
+ *                    error: the JSON error line (below, with "\n"),
+ *                    at most SBX_HELPER_ERROR_REC_MAX bytes.
+ *
+ *       Exit record payload (8 bytes): byte 0 how (1 exited, 2 killed by a
+ *       signal), byte 1 exit status (how 1; else 0), byte 2 signal number
+ *       (how 2, 1..64; else 0), byte 3 flags (bit 0: the --timeout-ms
+ *       backstop fired; other bits zero), bytes 4-7 zero.
+ *       The exit record is the last frame and is written only after the
+ *       command has been reaped and its process group SIGKILLed and seen
+ *       empty (waited for up to 1 s: init reaps the leftovers);
+ *       an error record (a helper failure: the command did not run, exit
+ *       status 125/126/127, or the backstop fired) comes just before it.
+ *       After the command exits the helper reads its pipes until EOF, until
+ *       they stay empty for 100 ms, or until 1 MiB more has come (a process
+ *       that left the group may hold them open). Nothing the command runs
+ *       can write frames: the pipes are framed by the helper, and the helper
+ *       is not dumpable (PR_SET_DUMPABLE 0), so /proc/PID/fd/1 of the helper
+ *       is closed to the sandbox user. It can still kill the helper (same
+ *       user): a stream without an exit record means "ask the runtime".
+ *       The helper does not write frames blocking: when its stdout stays
+ *       full past the --timeout-ms backstop it gives up and exits, and when
+ *       its stdout's reader is gone (EPIPE, or POLLERR while it has nothing
+ *       to write) it kills the group and exits.
  *   sbx-helper kill ID
  *       SIGKILLs the process group recorded for ID. Exit 0 whether it was
  *       running, already gone or not started yet: a kill that arrives first
@@ -71,22 +110,39 @@
  * component is opened with O_NOFOLLOW and any symlink is refused.
  *
  * Errors: exit status non-zero and exactly one line on stderr,
- *   {"sbx_helper":1,"error":{"code":"<SBX_E_*>","message":"<sentence>"}}
+ *   {"sbx_helper":2,"error":{"code":"<SBX_E_*>","message":"<sentence>"}}
+ * (in exec --framed, that line is the error record instead).
  * Outside exec the exit status alone names the code (SBX_HELPER_EXIT_*), so
  * the broker can answer even when a runtime dropped the line. Attach stdin
  * only to write and exec (with input): a runtime may drop the output of a
  * process that exits with its stdin still open and unread.
- * In exec mode that line is mixed into the command's own stderr and the
- * command can print a look-alike, so the broker must believe it only
+ * In passthrough exec that line is mixed into the command's own stderr and
+ * the command can print a look-alike, so the broker must believe it only
  * together with a SBX_HELPER_EXEC_* status and never trust it further.
+ * Frames are untrusted input too: the broker checks every header (type,
+ * version, zero bytes, length within its type's bound, nothing after the
+ * exit record) and treats anything else as a protocol error.
  */
 
-#define SBX_HELPER_PROTO 1
+#define SBX_HELPER_PROTO 2
 #define SBX_HELPER_PATH "/.sbx/sbx-helper"   /* where the broker mounts it */
 #define SBX_HELPER_ROOT "/work"              /* default --root */
 #define SBX_HELPER_EXEC_DIR "/tmp/.sbx-exec" /* kill handles, one file per exec id */
 #define SBX_HELPER_PATH_MAX 4096             /* bytes of a PATH argument */
 #define SBX_HELPER_EXEC_ID_MAX 64            /* exec ids: [A-Za-z0-9_-]{1,64} */
+
+/* exec --framed: frame header, types and bounds (see above). */
+#define SBX_HELPER_FRAME_HDR 8
+#define SBX_HELPER_FRAME_STDOUT 1
+#define SBX_HELPER_FRAME_STDERR 2
+#define SBX_HELPER_FRAME_EXIT 3
+#define SBX_HELPER_FRAME_ERROR 4
+#define SBX_HELPER_FRAME_MAX (1024 * 1024)  /* any payload */
+#define SBX_HELPER_EXIT_REC_LEN 8
+#define SBX_HELPER_ERROR_REC_MAX 4096
+#define SBX_HELPER_EXIT_HOW_EXITED 1
+#define SBX_HELPER_EXIT_HOW_SIGNALED 2
+#define SBX_HELPER_EXIT_FLAG_TIMEOUT 0x01
 
 /* Modes (argv[1]). */
 #define SBX_HELPER_MODE_VERSION "version"

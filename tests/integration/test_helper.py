@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import tempfile
 import time
@@ -21,6 +22,9 @@ ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C"}
 # Exit codes of broker/helper/sbx_helper_proto.h.
 EXIT_INTERNAL, EXIT_BAD_REQUEST, EXIT_OUTSIDE, EXIT_NOT_FOUND, EXIT_TOO_LARGE = 1, 2, 3, 4, 5
 EXEC_TIMEOUT, EXEC_FAILED, EXEC_NOTFOUND = 124, 125, 127
+# exec --framed frames.
+F_STDOUT, F_STDERR, F_EXIT, F_ERROR = 1, 2, 3, 4
+PROTO = 2
 
 BASE = None
 BIN = None
@@ -81,6 +85,54 @@ def wait_until(pred, timeout=5.0, what="condition"):
         time.sleep(0.01)
 
 
+def parse_frames(data):
+    """Splits exec --framed output into [(type, payload)], checking every
+    header as strictly as the broker does."""
+    frames = []
+    i = 0
+    while i < len(data):
+        if len(data) - i < 8:
+            raise AssertionError("half a frame header at %d" % i)
+        t, v, z1, z2, n = struct.unpack(">BBBBI", data[i:i + 8])
+        if v != PROTO or z1 or z2 or t not in (1, 2, 3, 4):
+            raise AssertionError("bad frame header %r" % data[i:i + 8])
+        if t in (1, 2) and not 1 <= n <= 1 << 20 or t == 3 and n != 8 or \
+                t == 4 and not 1 <= n <= 4096:
+            raise AssertionError("bad length %d for type %d" % (n, t))
+        if frames and frames[-1][0] == F_EXIT:
+            raise AssertionError("a frame after the exit record")
+        if len(data) - i - 8 < n:
+            raise AssertionError("truncated payload")
+        frames.append((t, data[i + 8:i + 8 + n]))
+        i += 8 + n
+    return frames
+
+
+class Framed:
+    """Decoded exec --framed output."""
+
+    def __init__(self, data):
+        self.frames = parse_frames(data)
+        self.out = b"".join(p for t, p in self.frames if t == F_STDOUT)
+        self.err = b"".join(p for t, p in self.frames if t == F_STDERR)
+        errs = [p for t, p in self.frames if t == F_ERROR]
+        self.error = json.loads(errs[0]) if errs else None
+        self.exit = None
+        if self.frames and self.frames[-1][0] == F_EXIT:
+            how, code, sig, flags, rest = struct.unpack(">BBBBI", self.frames[-1][1])
+            assert rest == 0 and how in (1, 2), self.frames[-1]
+            self.exit = {"how": how, "code": code, "signal": sig, "timeout": bool(flags & 1)}
+            assert flags & ~1 == 0
+
+    def order(self):
+        """Stream types in order, runs merged."""
+        out = []
+        for t, _ in self.frames:
+            if t in (F_STDOUT, F_STDERR) and (not out or out[-1] != t):
+                out.append(t)
+        return out
+
+
 class HelperCase(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(dir=BASE)
@@ -125,7 +177,7 @@ class HelperCase(unittest.TestCase):
         self.assertEqual(r.returncode, exit_code, r.stderr)
         lines = r.stderr.decode().strip().split("\n")
         err = json.loads(lines[-1])
-        self.assertEqual(err["sbx_helper"], 1)
+        self.assertEqual(err["sbx_helper"], 2)
         self.assertEqual(err["error"]["code"], code)
         self.assertTrue(err["error"]["message"])
 
@@ -147,7 +199,7 @@ class TestVersion(HelperCase):
     def test_version_prints_protocol(self):
         r = self.run_helper(["version"])
         self.assertEqual(r.returncode, 0)
-        self.assertEqual(r.stdout, b"sbx-helper 1\n")
+        self.assertEqual(r.stdout, b"sbx-helper 2\n")
 
     def test_unknown_mode_is_bad_request(self):
         self.assertError(self.run_helper(["frobnicate"]), EXIT_BAD_REQUEST, "bad_request")
@@ -531,6 +583,128 @@ class TestExec(HelperCase):
         self.assertTrue(stat.S_ISDIR(st.st_mode))
         self.assertEqual(stat.S_IMODE(st.st_mode), 0o700)
         self.assertEqual(st.st_uid, UID)
+
+
+class TestFramedExec(HelperCase):
+    """exec --framed: the command's output and the helper's records as frames on stdout."""
+
+    def framed(self, exec_id, cmd, stdin=b"", extra=(), timeout=20):
+        r = self.run_helper(["exec", "--framed", "--id", exec_id] + list(extra) + ["--"] + cmd,
+                            stdin=stdin, timeout=timeout)
+        return r, Framed(r.stdout)
+
+    def test_stdout_comes_before_stderr_every_time(self):
+        for i in range(50):
+            r, f = self.framed("o%d" % i, ["sh", "-c", "echo out; echo err >&2; exit 3"])
+            self.assertEqual(f.order(), [F_STDOUT, F_STDERR], f.frames)
+            self.assertEqual((f.out, f.err), (b"out\n", b"err\n"))
+            self.assertEqual(f.exit, {"how": 1, "code": 3, "signal": 0, "timeout": False})
+            self.assertEqual(r.returncode, 3)
+            self.assertEqual(r.stderr, b"")
+
+    def test_interleaved_writes_keep_their_order(self):
+        script = "echo 1; echo 2 >&2; sleep 0.05; echo 3; sleep 0.05; echo 4 >&2"
+        r, f = self.framed("il", ["sh", "-c", script])
+        self.assertEqual(f.order(), [F_STDOUT, F_STDERR, F_STDOUT, F_STDERR], f.frames)
+
+    def test_binary_bytes_exact_both_streams_and_stdin(self):
+        blob = bytes(range(256)) * 64 + b"\x00\xff\r\n" + os.urandom(300 * 1024)
+        with open(self.p("blob"), "wb") as fh:
+            fh.write(blob)
+        r, f = self.framed("bin", ["sh", "-c", 'cat "$1"; cat "$1" >&2; cat', "sh",
+                                   self.p("blob")], stdin=blob[::-1])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(f.out == blob + blob[::-1], "stdout bytes differ")
+        self.assertTrue(f.err == blob, "stderr bytes differ")
+        self.assertTrue(all(len(p) <= 65536 for t, p in f.frames if t in (1, 2)))
+        self.assertEqual(f.exit["code"], 0)
+
+    def test_exit_record_code_and_signal(self):
+        r, f = self.framed("x1", ["sh", "-c", "exit 42"])
+        self.assertEqual(f.exit, {"how": 1, "code": 42, "signal": 0, "timeout": False})
+        r, f = self.framed("x2", ["sh", "-c", "kill -TERM $$"])
+        self.assertEqual(f.exit, {"how": 2, "code": 0, "signal": signal.SIGTERM,
+                                  "timeout": False})
+        self.assertEqual(r.returncode, 128 + signal.SIGTERM)
+        # A code that looks like a signal stays a code.
+        r, f = self.framed("x3", ["sh", "-c", "exit 137"])
+        self.assertEqual(f.exit, {"how": 1, "code": 137, "signal": 0, "timeout": False})
+        self.assertIsNone(f.error)
+
+    def test_timeout_record_after_the_tree_is_gone(self):
+        t0 = time.monotonic()
+        r, f = self.framed("tm", ["sh", "-c", "echo $$; sleep 300 & sleep 300"],
+                           extra=["--timeout-ms", "400"])
+        self.assertLess(time.monotonic() - t0, 3.0)
+        self.assertEqual(r.returncode, EXEC_TIMEOUT)
+        self.assertEqual(f.exit, {"how": 2, "code": 0, "signal": signal.SIGKILL, "timeout": True})
+        self.assertEqual(f.error["sbx_helper"], PROTO)
+        self.assertEqual(f.error["error"]["code"], "timeout")
+        self.assertEqual([t for t, _ in f.frames][-2:], [F_ERROR, F_EXIT])
+        self.assertFalse(pgid_members(int(f.out)))
+
+    def test_helper_errors_are_records_not_stderr(self):
+        r, f = self.framed("nf", ["no-such-command-sbx"])
+        self.assertEqual(r.returncode, EXEC_NOTFOUND)
+        self.assertEqual(r.stderr, b"")
+        self.assertEqual(f.error["error"]["code"], "not_found")
+        self.assertEqual(f.exit, {"how": 1, "code": EXEC_NOTFOUND, "signal": 0, "timeout": False})
+        r, f = self.framed("cw", ["true"], extra=["--cwd", "/etc"])
+        self.assertEqual(r.returncode, EXEC_FAILED)
+        self.assertEqual(f.error["error"]["code"], "path_outside_work")
+        self.assertEqual(f.exit["code"], EXEC_FAILED)
+
+    def test_command_cannot_forge_frames_through_proc(self):
+        # The helper's stdout is a pipe the sandbox user owns (created by a
+        # shell of that user), so only the helper being not dumpable keeps
+        # the command from opening /proc/HELPER/fd/1 and writing frames.
+        forge = ("printf '\\003\\002\\0\\0\\0\\0\\0\\010\\001\\0\\0\\0\\0\\0\\0\\0' "
+                 ">/proc/$PPID/fd/1 && echo forged || echo refused; exit 5")
+        args = [BIN, "--root", self.root, "--state-dir", self.state, "exec", "--framed",
+                "--id", "fg", "--", "sh", "-c", forge]
+        r = subprocess.run(as_user(["sh", "-c", '"$0" "$@" | cat'] + args),
+                           capture_output=True, timeout=20, env=ENV)
+        f = Framed(r.stdout)
+        self.assertEqual(f.out, b"refused\n", f.frames)
+        self.assertEqual(f.exit["code"], 5)
+
+    def test_a_process_that_left_the_group_does_not_hold_the_exec(self):
+        t0 = time.monotonic()
+        r, f = self.framed("esc", ["sh", "-c", "setsid sleep 317 & echo $!; exit 4"])
+        took = time.monotonic() - t0
+        pid = int(f.out)
+        try:
+            self.assertLess(took, 2.0)
+            self.assertEqual(f.exit["code"], 4)
+        finally:
+            os.kill(pid, signal.SIGKILL)
+
+    def test_reader_gone_kills_the_group(self):
+        # Whether the command writes (EPIPE) or stays silent (POLLERR on
+        # the helper's stdout): the exec ends with its reader.
+        for exec_id, cmd in (("rg1", "yes"), ("rg2", "sleep 300 & sleep 300")):
+            p = self.spawn(["exec", "--framed", "--id", exec_id, "--", "sh", "-c", cmd],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            pgid = self.handle(exec_id)
+            if exec_id == "rg1":
+                p.stdout.read(8)
+            else:
+                wait_until(lambda: len(pgid_members(pgid)) >= 3, what="process tree")
+            p.stdout.close()
+            p.wait(timeout=5)
+            self.assertTreeGone(pgid)
+
+    def test_backstop_holds_when_nobody_reads(self):
+        p = self.spawn(["exec", "--framed", "--id", "st", "--timeout-ms", "500", "--", "yes"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        pgid = self.handle("st")
+        t0 = time.monotonic()
+        self.assertEqual(p.wait(timeout=10), EXEC_TIMEOUT)
+        self.assertLess(time.monotonic() - t0, 3.0)
+        self.assertTreeGone(pgid)
+
+    def assertTreeGone(self, pgid):
+        wait_until(lambda: not pgid_members(pgid), what="group %d to die" % pgid)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "driver_engine.h"
+#include "helper/sbx_helper_proto.h"
 #include "sbx_proto.h"
 
 /*
@@ -29,11 +30,13 @@
  * otherwise) and its volume, answers the calls the driver makes, and logs
  * every request ("METHOD PATH") with its JSON body so tests can assert what
  * was asked of the runtime. Exec starts are answered "101 UPGRADED" followed
- * by the test's script of 8-byte frames, sent in small pieces.
+ * by the test's script of 8-byte frames, sent in small pieces. A user exec's
+ * script carries sbx-helper's frames (exec --framed, sbx_helper_proto.h)
+ * inside the runtime's stdout frames, as the real helper does.
  */
 
 #define MAX_LOG 64
-#define MAX_EXECS 16
+#define MAX_EXECS 256
 
 struct fexec {
 	char id[16];
@@ -91,6 +94,8 @@ struct fx {
 	struct sbx_health health;
 	struct sbx_op *op;
 	int cancel_on_output;
+	char order[64];               /* streams in the order output came, runs merged */
+	size_t norder;
 };
 
 struct conn {
@@ -351,6 +356,7 @@ route(struct conn *c, const char *method, const char *path, json_t *body)
 		f->c_exists = 0;
 		reply(bev, 204, "No Content", NULL);
 	} else if (strcmp(path, "/v1.41/containers/c0ffee0123456789/exec") == 0) {
+		assert_true(f->nexecs < MAX_EXECS);
 		x = &f->execs[f->nexecs];
 		snprintf(x->id, sizeof(x->id), "e%d", f->nexecs++);
 		x->cmd = json_incref(json_object_get(body, "Cmd"));
@@ -671,6 +677,9 @@ s_output(void *arg, int stream, const unsigned char *buf, size_t len)
 	assert_true(stream == 1 || stream == 2);
 	assert_true(len > 0 && len <= 64 * 1024);
 	evbuffer_add(f->out[stream], buf, len);
+	if ((f->norder == 0 || f->order[f->norder - 1] != '0' + stream) &&
+	    f->norder + 1 < sizeof(f->order))
+		f->order[f->norder++] = (char)('0' + stream);
 	if (f->cancel_on_output && f->op != NULL) {
 		sbx_op_cancel(f->op);
 		f->op = NULL;
@@ -1032,42 +1041,309 @@ exec_argv(struct fx *f, const char *const *argv, int64_t timeout,
 	return op;
 }
 
+/* One sbx-helper frame (sbx_helper_proto.h) at buf + at. */
+static size_t
+hframe(unsigned char *buf, size_t at, int type, const void *p, size_t n)
+{
+	buf[at] = (unsigned char)type;
+	buf[at + 1] = SBX_HELPER_PROTO;
+	buf[at + 2] = buf[at + 3] = 0;
+	buf[at + 4] = (unsigned char)(n >> 24);
+	buf[at + 5] = (unsigned char)(n >> 16);
+	buf[at + 6] = (unsigned char)(n >> 8);
+	buf[at + 7] = (unsigned char)n;
+	memcpy(buf + at + 8, p, n);
+	return at + 8 + n;
+}
+
+/* The helper's exit record. */
+static size_t
+hexit(unsigned char *buf, size_t at, int how, int code, int sig, int flags)
+{
+	unsigned char r[8] = { (unsigned char)how, (unsigned char)code,
+	    (unsigned char)sig, (unsigned char)flags, 0, 0, 0, 0 };
+
+	return hframe(buf, at, SBX_HELPER_FRAME_EXIT, r, sizeof(r));
+}
+
+/*
+ * The runtime's stream for helper bytes h[0..n): stdout frames cut at
+ * every position in cuts (ascending, 0 < cut < n), plus a stderr frame of
+ * the helper's own in the middle. Returns the script length.
+ */
+static size_t
+wrap(unsigned char *out, const unsigned char *h, size_t n, const size_t *cuts,
+    size_t ncuts)
+{
+	size_t at = 0, from = 0, i;
+
+	for (i = 0; i <= ncuts; i++) {
+		size_t to = i < ncuts ? cuts[i] : n;
+
+		at = script_add(out, at, 1, (const char *)h + from, to - from);
+		if (i == 0)
+			at = script_add(out, at, 2, "helper noise\n", 13);
+		from = to;
+	}
+	return at;
+}
+
+static void
+reset_exec(struct fx *f)
+{
+	int i;
+
+	f->terminal = 0;
+	f->have_err = 0;
+	f->norder = 0;
+	memset(&f->ex, 0, sizeof(f->ex));
+	for (i = 1; i < 3; i++)
+		evbuffer_drain(f->out[i], evbuffer_get_length(f->out[i]));
+}
+
 static void
 test_exec_demultiplexes_split_frames_exactly(void **state)
 {
 	static const char *const argv[] = { "sh", "-c", "x", NULL };
 	struct fx *f = *state;
-	unsigned char script[256];
-	size_t n = 0;
+	unsigned char h[256], script[4096];
+	size_t n = 0, cut;
 	json_t *cmd;
 
 	running_sandbox(f);
-	n = script_add(script, n, 1, "out\n", 4);
-	n = script_add(script, n, 2, "\xff\xfe\x00\r\n", 5);
-	n = script_add(script, n, 1, "more", 4);
+	n = hframe(h, n, SBX_HELPER_FRAME_STDOUT, "out\n", 4);
+	n = hframe(h, n, SBX_HELPER_FRAME_STDERR, "\xff\xfe\x00\r\n", 5);
+	n = hframe(h, n, SBX_HELPER_FRAME_STDOUT, "more", 4);
+	n = hexit(h, n, SBX_HELPER_EXIT_HOW_EXITED, 3, 0, 0);
 	f->script = script;
-	f->script_len = n;
-	f->script_exit = 3;
-	exec_argv(f, argv, 0, 0);
-	run_loop(f);
-	assert_false(f->have_err);
-	assert_int_equal(f->terminal, 1);
-	assert_int_equal(f->ex.code, 3);
-	assert_null(f->ex.signal);
-	assert_int_equal(f->ex.truncated, 0);
-	assert_int_equal(evbuffer_get_length(f->out[1]), 8);
-	assert_memory_equal(evbuffer_pullup(f->out[1], -1), "out\nmore", 8);
-	assert_int_equal(evbuffer_get_length(f->out[2]), 5);
-	assert_memory_equal(evbuffer_pullup(f->out[2], -1), "\xff\xfe\x00\r\n", 5);
-	/* The helper wraps argv with our exec id and its own timeout. */
-	cmd = f->execs[0].cmd;
+	f->script_exit = 99;      /* the exit record wins over exec inspect */
+	/* Both layers split at every byte: the runtime's frames cut at each
+	 * position of the helper's bytes, the fake sends 3 bytes at a time. */
+	for (cut = 1; cut < n; cut++) {
+		reset_exec(f);
+		f->script_len = wrap(script, h, n, &cut, 1);
+		exec_argv(f, argv, 0, 0);
+		run_loop(f);
+		assert_false(f->have_err);
+		assert_int_equal(f->terminal, 1);
+		assert_int_equal(f->ex.code, 3);
+		assert_null(f->ex.signal);
+		assert_int_equal(f->ex.truncated, 0);
+		assert_int_equal(evbuffer_get_length(f->out[1]), 8);
+		assert_memory_equal(evbuffer_pullup(f->out[1], -1), "out\nmore", 8);
+		assert_int_equal(evbuffer_get_length(f->out[2]), 5);
+		assert_memory_equal(evbuffer_pullup(f->out[2], -1),
+		    "\xff\xfe\x00\r\n", 5);
+		f->order[f->norder] = '\0';
+		assert_string_equal(f->order, "121");
+	}
+	assert_int_equal(logged(f, "GET /v1.41/exec/"), 0);
+	/* The helper wraps argv with --framed, our exec id and its timeout. */
+	cmd = f->execs[f->nexecs - 1].cmd;
 	assert_string_equal(json_string_value(json_array_get(cmd, 0)),
 	    "/.sbx/sbx-helper");
 	assert_string_equal(json_string_value(json_array_get(cmd, 1)), "exec");
-	assert_string_equal(json_string_value(json_array_get(cmd, 3)), f->exec_id);
-	assert_string_equal(json_string_value(json_array_get(cmd, 5)), "7000");
-	assert_string_equal(json_string_value(json_array_get(cmd, 8)), "--");
-	assert_string_equal(json_string_value(json_array_get(cmd, 9)), "sh");
+	assert_string_equal(json_string_value(json_array_get(cmd, 2)), "--framed");
+	assert_string_equal(json_string_value(json_array_get(cmd, 4)), f->exec_id);
+	assert_string_equal(json_string_value(json_array_get(cmd, 6)), "7000");
+	assert_string_equal(json_string_value(json_array_get(cmd, 9)), "--");
+	assert_string_equal(json_string_value(json_array_get(cmd, 10)), "sh");
+}
+
+static void
+test_exec_every_byte_its_own_runtime_frame(void **state)
+{
+	static const char *const argv[] = { "x", NULL };
+	struct fx *f = *state;
+	unsigned char h[128], script[4096];
+	size_t n = 0, cuts[128], i;
+
+	running_sandbox(f);
+	n = hframe(h, n, SBX_HELPER_FRAME_STDERR, "e1", 2);
+	n = hframe(h, n, SBX_HELPER_FRAME_STDOUT, "o1", 2);
+	n = hframe(h, n, SBX_HELPER_FRAME_STDERR, "e2", 2);
+	n = hexit(h, n, SBX_HELPER_EXIT_HOW_EXITED, 0, 0, 0);
+	for (i = 0; i + 1 < n; i++)
+		cuts[i] = i + 1;
+	f->script = script;
+	f->script_len = wrap(script, h, n, cuts, n - 1);
+	exec_argv(f, argv, 0, 0);
+	run_loop(f);
+	assert_false(f->have_err);
+	assert_int_equal(f->ex.code, 0);
+	f->order[f->norder] = '\0';
+	assert_string_equal(f->order, "212");
+	assert_memory_equal(evbuffer_pullup(f->out[2], -1), "e1e2", 4);
+}
+
+static void
+test_exec_exit_record_code_and_signal(void **state)
+{
+	static const char *const argv[] = { "x", NULL };
+	static const struct { int how, code, sig, want_code; const char *sig_name; }
+	    cases[] = {
+		{ SBX_HELPER_EXIT_HOW_SIGNALED, 0, 15, 143, "TERM" },
+		{ SBX_HELPER_EXIT_HOW_SIGNALED, 0, 9, 137, "KILL" },
+		/* `exit 137` is a code, not a signal: the record tells them apart */
+		{ SBX_HELPER_EXIT_HOW_EXITED, 137, 0, 137, NULL },
+		{ SBX_HELPER_EXIT_HOW_EXITED, 0, 0, 0, NULL },
+	};
+	struct fx *f = *state;
+	unsigned char h[64], script[256];
+	size_t i, n;
+
+	running_sandbox(f);
+	f->script = script;
+	f->script_exit = 1;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		reset_exec(f);
+		n = hexit(h, 0, cases[i].how, cases[i].code, cases[i].sig, 0);
+		f->script_len = script_add(script, 0, 1, (const char *)h, n);
+		exec_argv(f, argv, 0, 0);
+		run_loop(f);
+		assert_false(f->have_err);
+		assert_int_equal(f->ex.code, cases[i].want_code);
+		if (cases[i].sig_name == NULL)
+			assert_null(f->ex.signal);
+		else
+			assert_string_equal(f->ex.signal, cases[i].sig_name);
+	}
+	assert_int_equal(logged(f, "GET /v1.41/exec/"), 0);
+}
+
+static void
+test_exec_without_exit_record_asks_the_runtime(void **state)
+{
+	static const char *const argv[] = { "x", NULL };
+	struct fx *f = *state;
+	unsigned char h[64], script[256];
+	size_t n;
+
+	running_sandbox(f);
+	/* The helper was killed: output, no record, half a frame. */
+	n = hframe(h, 0, SBX_HELPER_FRAME_STDOUT, "partial", 7);
+	f->script = script;
+	f->script_len = script_add(script, 0, 1, (const char *)h, n + 5);
+	memcpy(script + f->script_len - 5, "\x01\x02\x00\x00\x00", 5);
+	f->script_exit = 137;
+	exec_argv(f, argv, 0, 0);
+	run_loop(f);
+	assert_false(f->have_err);
+	assert_int_equal(f->ex.code, 137);
+	assert_string_equal(f->ex.signal, "KILL");
+	assert_memory_equal(evbuffer_pullup(f->out[1], -1), "partial", 7);
+	assert_int_equal(logged(f, "GET /v1.41/exec/"), 1);
+}
+
+static void
+test_exec_bad_helper_frame_is_runtime_error_and_kills(void **state)
+{
+	static const char *const argv[] = { "x", NULL };
+	static const unsigned char bad[][8] = {
+		{ 5, SBX_HELPER_PROTO, 0, 0, 0, 0, 0, 1 },   /* unknown type */
+		{ 0, SBX_HELPER_PROTO, 0, 0, 0, 0, 0, 1 },   /* type 0 */
+		{ 1, 1, 0, 0, 0, 0, 0, 1 },                  /* version 1 */
+		{ 1, SBX_HELPER_PROTO, 0, 1, 0, 0, 0, 1 },   /* reserved byte */
+		{ 1, SBX_HELPER_PROTO, 0, 0, 0, 0, 0, 0 },   /* empty output */
+		{ 1, SBX_HELPER_PROTO, 0, 0, 0, 0x10, 0, 1 }, /* 1 MiB + 1 */
+		{ 2, SBX_HELPER_PROTO, 0, 0, 0xff, 0xff, 0xff, 0xff }, /* 4 GiB */
+		{ 3, SBX_HELPER_PROTO, 0, 0, 0, 0, 0, 7 },   /* exit record of 7 */
+		{ 4, SBX_HELPER_PROTO, 0, 0, 0, 0, 0x10, 1 }, /* error record > 4 KiB */
+	};
+	static const unsigned char bad_exit[][8] = {
+		{ 3, 0, 0, 0, 0, 0, 0, 0 },      /* how 3 */
+		{ 2, 0, 0, 0, 0, 0, 0, 0 },      /* signal 0 */
+		{ 2, 0, 65, 0, 0, 0, 0, 0 },     /* signal 65 */
+		{ 1, 0, 9, 0, 0, 0, 0, 0 },      /* exited with a signal */
+		{ 1, 0, 0, 2, 0, 0, 0, 0 },      /* unknown flag */
+		{ 1, 0, 0, 0, 0, 0, 1, 0 },      /* reserved byte */
+	};
+	struct fx *f = *state;
+	unsigned char h[128], script[512];
+	size_t i, n, total = sizeof(bad) / 8 + sizeof(bad_exit) / 8 + 2;
+
+	running_sandbox(f);
+	f->script = script;
+	f->script_hang = 1;           /* only the kill ends the stream */
+	for (i = 0; i < total; i++) {
+		reset_exec(f);
+		n = hframe(h, 0, SBX_HELPER_FRAME_STDOUT, "ok", 2);
+		if (i < sizeof(bad) / 8) {
+			memcpy(h + n, bad[i], 8);
+			n += 8;
+		} else if (i < sizeof(bad) / 8 + sizeof(bad_exit) / 8) {
+			n = hframe(h, n, SBX_HELPER_FRAME_EXIT,
+			    bad_exit[i - sizeof(bad) / 8], 8);
+		} else if (i == total - 2) {
+			/* anything after the exit record */
+			n = hexit(h, n, SBX_HELPER_EXIT_HOW_EXITED, 0, 0, 0);
+			n = hframe(h, n, SBX_HELPER_FRAME_STDOUT, "late", 4);
+		} else {
+			/* an error record that is not the helper's JSON */
+			n = hframe(h, n, SBX_HELPER_FRAME_ERROR, "{\"x\":1}", 7);
+		}
+		f->script_len = script_add(script, 0, 1, (const char *)h, n);
+		f->kills = 0;
+		exec_argv(f, argv, 0, 0);
+		run_loop(f);
+		assert_true(f->have_err);
+		assert_int_equal(f->terminal, 1);
+		assert_string_equal(f->err.code, SBX_E_RUNTIME);
+		assert_non_null(strstr(f->err.message, "protocol"));
+		assert_memory_equal(evbuffer_pullup(f->out[1], -1), "ok", 2);
+		assert_int_equal(evbuffer_get_length(f->out[1]), 2);
+		settle(f, 30);
+		assert_int_equal(f->kills, 1);
+		assert_string_equal(f->killed, f->exec_id);
+	}
+}
+
+static void
+test_exec_helper_records_timeout_and_refusal(void **state)
+{
+	static const char *const argv[] = { "x", NULL };
+	static const char refusal[] = "{\"sbx_helper\":2,\"error\":{\"code\":"
+	    "\"path_outside_work\",\"message\":\"chdir: the path leaves /work\"}}\n";
+	static const char notfound[] = "{\"sbx_helper\":2,\"error\":{\"code\":"
+	    "\"not_found\",\"message\":\"command not found\"}}\n";
+	static const char tmo[] = "{\"sbx_helper\":2,\"error\":{\"code\":"
+	    "\"timeout\",\"message\":\"command ran longer than 7000 ms\"}}\n";
+	struct fx *f = *state;
+	unsigned char h[512], script[1024];
+	size_t n;
+
+	running_sandbox(f);
+	f->script = script;
+	/* the helper's backstop fired */
+	n = hframe(h, 0, SBX_HELPER_FRAME_STDOUT, "x", 1);
+	n = hframe(h, n, SBX_HELPER_FRAME_ERROR, tmo, sizeof(tmo) - 1);
+	n = hexit(h, n, SBX_HELPER_EXIT_HOW_SIGNALED, 0, 9,
+	    SBX_HELPER_EXIT_FLAG_TIMEOUT);
+	f->script_len = script_add(script, 0, 1, (const char *)h, n);
+	exec_argv(f, argv, 0, 0);
+	run_loop(f);
+	assert_string_equal(f->err.code, SBX_E_TIMEOUT);
+	/* the command never ran: the helper's code, not an exit */
+	reset_exec(f);
+	n = hframe(h, 0, SBX_HELPER_FRAME_ERROR, refusal, sizeof(refusal) - 1);
+	n = hexit(h, n, SBX_HELPER_EXIT_HOW_EXITED, SBX_HELPER_EXEC_FAILED, 0, 0);
+	f->script_len = script_add(script, 0, 1, (const char *)h, n);
+	exec_argv(f, argv, 0, 0);
+	run_loop(f);
+	assert_string_equal(f->err.code, SBX_E_PATH_OUTSIDE_WORK);
+	assert_string_equal(f->err.message, "chdir: the path leaves /work");
+	/* command not found: status 127 and the reason on stderr */
+	reset_exec(f);
+	n = hframe(h, 0, SBX_HELPER_FRAME_ERROR, notfound, sizeof(notfound) - 1);
+	n = hexit(h, n, SBX_HELPER_EXIT_HOW_EXITED, SBX_HELPER_EXEC_NOTFOUND, 0, 0);
+	f->script_len = script_add(script, 0, 1, (const char *)h, n);
+	exec_argv(f, argv, 0, 0);
+	run_loop(f);
+	assert_false(f->have_err);
+	assert_int_equal(f->ex.code, 127);
+	assert_int_equal(evbuffer_get_length(f->out[2]), 30);
+	assert_memory_equal(evbuffer_pullup(f->out[2], -1),
+	    "sbx-helper: command not found\n", 30);
 }
 
 static void
@@ -1082,8 +1358,12 @@ test_exec_output_cap_is_exact_and_kills(void **state)
 
 	running_sandbox(f);
 	memset(chunk, 'y', sizeof(chunk));
-	for (i = 0; i < 8; i++)
-		n = script_add(script, n, i % 2 ? 2 : 1, chunk, sizeof(chunk));
+	for (i = 0; i < 8; i++) {
+		unsigned char h[120];
+		size_t hn = hframe(h, 0, i % 2 ? 2 : 1, chunk, sizeof(chunk));
+
+		n = script_add(script, n, 1, (const char *)h, hn);
+	}
 	f->script = script;
 	f->script_len = n;
 	f->script_hang = 1;       /* only the kill ends it */
@@ -1108,7 +1388,7 @@ test_exec_timeout_kills_then_reports_timeout(void **state)
 
 	running_sandbox(f);
 	f->script = script;
-	f->script_len = script_add(script, 0, 1, "z", 1);
+	f->script_len = script_add(script, 0, 1, "\1\2\0\0\0\0\0\1z", 9);
 	f->script_hang = 1;
 	exec_argv(f, argv, 200, 0);
 	run_loop(f);
@@ -1128,7 +1408,7 @@ test_exec_cancel_kills_and_makes_no_callback(void **state)
 
 	running_sandbox(f);
 	f->script = script;
-	f->script_len = script_add(script, 0, 1, "z", 1);
+	f->script_len = script_add(script, 0, 1, "\1\2\0\0\0\0\0\1z", 9);
 	f->script_hang = 1;
 	f->cancel_on_output = 1;  /* cancel from inside output() */
 	exec_argv(f, argv, 0, 0);
@@ -1194,7 +1474,7 @@ test_read_maps_helper_error_status(void **state)
 	struct sbx_err err;
 
 	running_sandbox(f);
-	f->helper_stderr = "{\"sbx_helper\":1,\"error\":{\"code\":"
+	f->helper_stderr = "{\"sbx_helper\":2,\"error\":{\"code\":"
 	    "\"path_outside_work\",\"message\":\"open: the path leaves /work\"}}\n";
 	f->helper_exit = 3;
 	f->returned = 0;
@@ -1293,6 +1573,11 @@ main(void)
 		T(test_unreachable_runtime_is_runtime_unavailable),
 		T(test_health_ok),
 		T(test_exec_demultiplexes_split_frames_exactly),
+		T(test_exec_every_byte_its_own_runtime_frame),
+		T(test_exec_exit_record_code_and_signal),
+		T(test_exec_without_exit_record_asks_the_runtime),
+		T(test_exec_bad_helper_frame_is_runtime_error_and_kills),
+		T(test_exec_helper_records_timeout_and_refusal),
 		T(test_exec_output_cap_is_exact_and_kills),
 		T(test_exec_timeout_kills_then_reports_timeout),
 		T(test_exec_cancel_kills_and_makes_no_callback),

@@ -176,7 +176,7 @@ if [ -z "$RT_HOST" ]; then
 	# Private Podman configuration of 'make run' (deploy/run.sh).
 	[containers]
 	# This machine's hard nofile limit is below podman's default ulimits.
-	default_ulimits = ["nofile=1024:1024", "nproc=512:512"]
+	default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]
 	log_driver = "k8s-file"
 
 	[engine]
@@ -186,7 +186,7 @@ if [ -z "$RT_HOST" ]; then
 	events_logger = "file"
 	# Each API exec keeps two conmon processes for this long (default
 	# 300 s); the broker reads the exit code as the stream ends.
-	exit_command_delay = 5
+	exit_command_delay = 60
 	tmp_dir = "$PODMAN_RUNROOT/tmp"
 
 	[network]

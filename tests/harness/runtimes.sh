@@ -210,8 +210,10 @@ write_podman_conf() {
 	mkdir -p "$p/root" "$p/networks" "$run/prun" "$run/ptmp"
 	cat > "$p/containers.conf" <<-EOF
 	# Private podman configuration for the sbx tests (see runtimes.sh).
+	# nproc counts every process of the sandbox uid (1000) on the whole machine,
+	# not per container (the pids cgroup limit is per container): leave room.
 	[containers]
-	default_ulimits = ["nofile=1024:1024", "nproc=512:512"]
+	default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]
 	log_driver = "k8s-file"
 
 	[engine]

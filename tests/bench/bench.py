@@ -225,6 +225,26 @@ def stream(addr, path, headers, body, kind):
             "term": term, "head": head[:300]}
 
 
+def get_count(addr, path, headers):
+    """GET path on a fresh connection (Connection: close); returns (status,
+    bytes after the headers, chunk framing included when chunked)."""
+    s = dial(addr)
+    s.sendall(req_bytes("GET", path, headers, None, True))
+    buf = bytearray(1 << 20)
+    head = b""
+    n_all = 0
+    while True:
+        n = s.recv_into(buf)
+        if n == 0:
+            break
+        if len(head) < 8192:
+            head += bytes(buf[:n])[:8192]
+        n_all += n
+    s.close()
+    hl = head.index(b"\r\n\r\n") + 4
+    return int(head.split(b" ", 2)[1]), n_all - hl
+
+
 def check_exit0(r, what):
     t = r["term"] or ""
     if r["status"] != 200 or ('"code":0' not in t) or "error" in t[:40]:
@@ -596,9 +616,10 @@ class Bench:
                 raise RuntimeError("broker write: %d %r" % (st, out[:200]))
 
         def br():
-            st, out = fc.request("GET", "/v1/sandboxes/%s/files?path=/work/b.bin" % self.sid(2))
-            if st != 200 or len(out) != FILE_BYTES:
-                raise RuntimeError("broker read: %d %d" % (st, len(out)))
+            st, n = get_count(self.bsock, "/v1/sandboxes/%s/files?path=/work/b.bin" % self.sid(2),
+                              [("Authorization", "Bearer " + self.token)])
+            if st != 200 or n < FILE_BYTES:
+                raise RuntimeError("broker read: %d %d" % (st, n))
 
         def cw():
             subprocess.run([self.docker, "cp", src, c + ":/work/c.bin"], env=self.denv, check=True,
@@ -799,8 +820,9 @@ class Bench:
                 pass
             except OSError:
                 ended += 1
-        conmons = subprocess.run("pgrep -c -x conmon", shell=True, capture_output=True,
-                                 text=True).stdout.strip()
+        rdir = os.path.dirname(os.path.dirname(self.rsock))
+        conmons = subprocess.run(["pgrep", "-c", "-f", "^/usr/bin/conmon .*" + rdir],
+                                 capture_output=True, text=True).stdout.strip()
         reason = ""
         if held < SSE_CLIENTS:
             reason = (" (target %d not reached: %s)" %
@@ -811,7 +833,7 @@ class Bench:
                   "ramp) held over %d sandboxes after %.0f s; %d ended early; %s conmon "
                   "processes on the host; CPU during the ramp: %s%s"
                   % (held, "SSE" if via == "api" else "NDJSON", NSANDBOX, ramp, ended, conmons,
-                     ", ".join("%s %.1f s" % (d, cpu[d]) for d in sorted(cpu)), reason))
+                     ", ".join("%s %.2f s" % (d, cpu[d]) for d in sorted(cpu)), reason))
         for d in ("api", "broker"):
             if d not in rss:
                 continue

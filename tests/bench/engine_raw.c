@@ -260,7 +260,7 @@ op_exec(json_t *q)
 	size_t hl = 0, avail, n;
 	uint32_t left = 0;
 	ssize_t r;
-	int status, code;
+	int status, code, tries;
 
 	if (cid == NULL)
 		return json_pack("{s:s}", "error", "no cid");
@@ -326,17 +326,21 @@ op_exec(json_t *q)
 	}
 	close(c.fd);
 	snprintf(path, sizeof(path), API "/exec/%s/json", xid);
-	for (;;) {
+	for (tries = 0;; tries++) {
 		ans = call("GET", path, NULL, &status);
-		if (status != 200)
-			return errj("exec inspect", status, ans);
-		/* the stream can end a moment before the exit is recorded */
-		if (!json_is_true(json_object_get(ans, "Running")))
+		/* the stream can end a moment before the exit is recorded;
+		 * podman 4.3 under load sometimes answers 500 "no such exec
+		 * session" for a session that just ended: exit unknown (-1) */
+		if (status == 200 && !json_is_true(json_object_get(ans, "Running")))
 			break;
 		json_decref(ans);
-		usleep(1000);
+		ans = NULL;
+		if (tries >= 50)
+			break;
+		usleep(2000);
 	}
-	code = (int)json_integer_value(json_object_get(ans, "ExitCode"));
+	code = ans != NULL ? (int)json_integer_value(json_object_get(ans,
+	    "ExitCode")) : -1;
 	json_decref(ans);
 	return json_pack("{s:I, s:I, s:I, s:i, s:I}", "ns", (json_int_t)(now_ns() - t0),
 	    "first_ns", (json_int_t)first, "bytes", (json_int_t)bytes, "exit", code,

@@ -38,6 +38,13 @@ teardown() {
 			kill -KILL "$p" 2>/dev/null || true
 		fi
 	done
+	# A podman service holding ~1,000 exec sessions takes minutes to empty
+	# through its API (and spawns a cleanup process per exec): kill it
+	# first, so `down` finds it silent and SIGKILLs everything from DIR.
+	p=$(cat "$DIR/podman/service.pid" 2>/dev/null || true)
+	if [ -n "$p" ] && grep -aqF "$DIR/" "/proc/$p/cmdline" 2>/dev/null; then
+		kill -KILL "$p" 2>/dev/null || true
+	fi
 	bash "$HARNESS" down "$DIR" >/dev/null 2>&1 || bash "$HARNESS" down "$DIR" || true
 	if ! bash "$HARNESS" gone "$DIR"; then
 		log "teardown left something behind (listed above)"

@@ -706,9 +706,16 @@ class Bench:
                or b'"code":0' not in EXIT_RE[kind].search(o["tail"]).group(0)]
         total = max(o["end"] for o in st)
         firsts = [o["first"] / 1e6 for o in st if o["first"] >= 0]
+        why = {}
+        for o in bad:
+            m = EXIT_RE[kind].search(o["tail"])
+            k = (re.sub(rb"[0-9a-f]{12,}", b"ID", m.group(0)).decode("utf-8", "replace")
+                 .strip().replace("\n", " ")[:160]
+                 if m else "no terminal event (cut after %d bytes)" % o["wire"])
+            why[k] = why.get(k, 0) + 1
         return {"agg": CONC * CONC_BYTES / (total / 1e9) / 1e6, "p99first": pct(firsts, 99),
                 "p50first": med(firsts), "bad": len(bad),
-                "badhead": bad[0]["head"][:200] if bad else b""}
+                "why": "; ".join("%d× %s" % (n, k) for k, n in sorted(why.items()))}
 
     def conc_raw(self):
         argv = ["sh", "-c", "yes 0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ | head -c %d"
@@ -741,8 +748,8 @@ class Bench:
         for v in vias:
             x = res[v]
             if x["bad"]:
-                self.note("%d concurrent via %s: %d streams did not end with exit 0 (first: %r)"
-                          % (CONC, v, x["bad"], x["badhead"]))
+                self.note("%d concurrent via %s: %d streams did not end with exit 0: %s"
+                          % (CONC, v, x["bad"], x["why"]))
             what = "broker NDJSON" if v == "broker" else "api SSE"
             self.row("%d concurrent execs × %d MiB text, via %s: aggregate throughput"
                      % (CONC, CONC_BYTES // MiB, what),

@@ -11,6 +11,11 @@
 # 512 to 8192 because uid 1000's processes of all sandboxes count against it
 # and the 1,000-stream figure needs ~2 per exec (sbx-helper + the command).
 # With docker in BENCH_RUNTIMES the harness's own `up` starts both.
+# exit_command_delay is 60 s, not the harness's 5 s: podman forgets an exec
+# that long after it exits, and a stream still draining then (100 concurrent
+# execs with slow readers here) loses its exit code: the broker's inspect
+# gets 500 "no such exec session" and reports runtime_error (seen here with
+# 5 s in 8-17 of 100 concurrent streams).
 # Teardown is always `runtimes.sh down`, which finds everything by DIR.
 
 set -eu
@@ -83,7 +88,7 @@ podman_up() {
 	runtime = "runc"
 	cgroup_manager = "cgroupfs"
 	events_logger = "file"
-	exit_command_delay = 5
+	exit_command_delay = 60
 	tmp_dir = "$run/ptmp"
 	[network]
 	network_backend = "netavark"

@@ -9,7 +9,7 @@ Never asserts a time: a figure that misses its target is reported as missed.
 
   bench.py --build DIR --runtime-sock PATH --runtime NAME --work DIR --out FILE
 
-Environment knobs (defaults in brackets): BENCH_ROUNDS [20] exec round trips,
+Environment knobs (defaults in brackets): BENCH_ROUNDS [30] exec round trips,
 BENCH_STREAM_BYTES [268435456], BENCH_STREAM_ROUNDS [3], BENCH_SSE_CLIENTS
 [1000], BENCH_SSE_RAMP_S [240], BENCH_CONC [100], BENCH_QUICK (fewer rounds).
 """
@@ -40,7 +40,7 @@ def env_int(name, dflt):
 
 
 QUICK = bool(os.environ.get("BENCH_QUICK"))
-ROUNDS = env_int("BENCH_ROUNDS", 6 if QUICK else 20)
+ROUNDS = env_int("BENCH_ROUNDS", 6 if QUICK else 30)
 STREAM_BYTES = env_int("BENCH_STREAM_BYTES", 64 * MiB if QUICK else 256 * MiB)
 STREAM_ROUNDS = env_int("BENCH_STREAM_ROUNDS", 1 if QUICK else 3)
 SSE_CLIENTS = env_int("BENCH_SSE_CLIENTS", 100 if QUICK else 1000)
@@ -434,7 +434,19 @@ class Bench:
 
     def fig_exec_rt(self):
         argv = ["true"]
-        methods = [("raw", lambda: self.exec_raw(0, argv)["ns"])]
+        polls = []
+
+        def raw_rt():
+            x = self.exec_raw(0, argv)
+            polls.append(x.get("polls", 0))
+            return x["ns"]
+        helper = ["/.sbx/sbx-helper", "exec", "--id", "xbench", "--timeout-ms", "70000",
+                  "--cwd", "/work", "--"] + argv
+        methods = [("raw", raw_rt),
+                   ("raw_helper", lambda: self.exec_raw(0, helper)["ns"]),
+                   ("raw_helper_inspect", lambda: self.rawq(
+                       {"op": "exec", "cid": self.cname(0), "cmd": helper, "user": "1000:1000",
+                        "inspect_first": True})["ns"])]
         methods.append(("broker", lambda: self.timed_stream(self.exec_broker(0, argv), "broker exec")))
         if self.has_api:
             methods.append(("api", lambda: self.timed_stream(self.exec_api(0, argv), "api exec")))
@@ -449,9 +461,18 @@ class Bench:
                     res[m].append(t)
         self.rt = res
         raw = med(res["raw"])
+        self.note("exec `true`: in %d of %d raw execs the runtime still said Running when the "
+                  "stream had ended (the raw client re-inspects every 2 ms; the broker's engine "
+                  "driver every EXIT_POLL_MS = 20 ms)" % (sum(1 for p in polls if p > 0), len(polls)))
 
         def fmt(m):
             return "%.1f ms (p99 %.1f)" % (med(res[m]), pct(res[m], 99))
+        self.note("exec `true`, where sbx's time goes (medians, same rounds): raw %.1f ms; raw "
+                  "running it through sbx-helper as the broker does %.1f ms; that plus the "
+                  "container inspect the broker makes before each exec %.1f ms; broker %.1f ms; "
+                  "api %s" % (raw, med(res["raw_helper"]), med(res["raw_helper_inspect"]),
+                               med(res["broker"]),
+                               "%.1f ms" % med(res["api"]) if "api" in res else "not built"))
         self.row("exec `true` round trip, via broker (NDJSON; start → exit)", fmt("broker"),
                  "raw Engine API " + fmt("raw"), "%.2f×" % (med(res["broker"]) / raw), "—")
         if self.has_api:

@@ -104,8 +104,8 @@ check: deps
 	$(MAKE) SANITIZE=address,undefined unit
 	@sh tests/run.sh
 
-bench: deps all
-	@sh tests/bench/run.sh
+bench: deps all $(BUILD)/engine-raw
+	@BUILD=$(BUILD) sh tests/bench/run.sh
 
 run: deps all
 	@sh deploy/run.sh
@@ -128,3 +128,8 @@ clean:
 # Hand-driven tool for the engine driver against a real runtime (not in all).
 $(BUILD)/engine-cli: tests/tools/engine_cli.c $(LIBBROKER) $(LIBSBX)
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(ALL_LDFLAGS) $(PKG_LIBS) -lm
+
+# The bench's raw Engine API baseline (no sbx code; tests/bench/run.sh).
+$(BUILD)/engine-raw: tests/bench/engine_raw.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(ALL_LDFLAGS) $(PKG_LIBS) -lm

@@ -149,8 +149,8 @@ run_admin(const struct api_config *cfg, char **args, int nargs)
 		printf("%s\n", key);
 		fflush(stdout);
 		sodium_memzero(key, sizeof(key));
-		fprintf(stderr, "created %s %s; the key above is shown only "
-		    "once\n", api_role_name(role), args[2]);
+		fprintf(stderr, "created %s %s; the key printed on standard "
+		    "output is shown only once\n", api_role_name(role), args[2]);
 	}
 	rc = API_EXIT_OK;
 	goto done;

@@ -1122,8 +1122,8 @@ api_dispatch(struct evhttp_request *req, void *arg)
 		if (r == 0 || (a->who.role != API_ROLE_OPERATOR &&
 		    a->npc.owner_id != a->who.id)) {
 			memset(&a->npc, 0, sizeof(a->npc));
-			areq_fail_code(a, SBX_E_NOT_FOUND, "No NPC of yours is "
-			    "named so.");
+			areq_fail_code(a, SBX_E_NOT_FOUND, "You have no NPC "
+			    "with that name.");
 			return;
 		}
 		a->has_npc = 1;

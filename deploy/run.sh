@@ -96,7 +96,7 @@ on_signal() {
 	printf '\n'
 	say "stopping sandbox-api and sandbox-broker ..."
 	stop_all
-	say "stopped. Sandboxes and their /work volumes stay (they survive restarts)."
+	say "stopped. Sandboxes and their /work volumes stay (their containers keep running); 'make run' adopts them again."
 	note "remove one with the daemons running:  sbx rm $NPC"
 	note "remove everything: run 'make run' again, 'sbx rm NPC' each NPC, then rm -rf $RUN"
 	exit 0
@@ -381,9 +381,14 @@ note "\$ sbx cat $NPC:/work/result.txt"
 out=$(sbx_p cat "$NPC:/work/result.txt" 2>&1) || die "reading /work/result.txt failed: $out" "see $RUN/api.log" "$RUN/api.log"
 printf '%s\n' "$out" | sed 's/^/    /'
 
+if [ "${SBX_RUN_DEMO_ONLY:-0}" = 1 ]; then
+	HEAD="demo done (SBX_RUN_DEMO_ONLY=1: the daemons stop now). Run 'make run' to keep sbx serving, then try it."
+else
+	HEAD="sbx is running: api $URL, broker unix:$BSOCK, runtime $RT_KIND ($RT_HOST)"
+fi
 cat <<EOF
 
-==> sbx is running: api $URL, broker unix:$BSOCK, runtime $RT_KIND ($RT_HOST)
+==> $HEAD
 
 Try it as the player:
     export PATH="$BIN:\$PATH"
@@ -403,7 +408,7 @@ EOF
 if [ "${SBX_RUN_DEMO_ONLY:-0}" = 1 ]; then
 	say "SBX_RUN_DEMO_ONLY=1: stopping the daemons"
 	stop_all
-	say "stopped. Sandboxes and their /work volumes stay; 'make run' starts sbx again."
+	say "stopped. Sandboxes and their /work volumes stay (their containers keep running); 'make run' starts sbx again and adopts them."
 	exit 0
 fi
 

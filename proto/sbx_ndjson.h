@@ -63,6 +63,13 @@ size_t sbx_json_escaped_len(const unsigned char *s, size_t len);
  * sbx_json_escaped_len(s, len) bytes; returns the end (no NUL written). */
 char *sbx_json_escape(char *dst, const unsigned char *s, size_t len);
 
+/* Standard padded base64 (RFC 4648 §4) of src[0..len) written at dst, which
+ * has room for 4 * ((len + 2) / 3) bytes; returns the end (no NUL written).
+ * Table-driven and not constant-time: for exec output and file bytes, never
+ * for secrets (those use libsodium's sodium_bin2base64). Output is identical
+ * to sodium_bin2base64(..., sodium_base64_VARIANT_ORIGINAL). */
+char *sbx_base64_encode(char *dst, const unsigned char *src, size_t len);
+
 /*
  * Recognises an output line exactly as sbx_ndjson_output writes it, so the
  * parser and the SSE mapping can skip general JSON parsing on the hot path.

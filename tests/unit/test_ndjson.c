@@ -781,6 +781,42 @@ decode_one(const char *line, unsigned char **got, size_t *n)
 	return rc;
 }
 
+/* The table-driven encoder used for output (not constant-time: output is
+ * not secret) writes exactly what libsodium's encoder writes, for every
+ * length remainder, all byte values, and a 1 MiB buffer. */
+static void
+test_base64_encoder_agrees_with_libsodium(void **state)
+{
+	static unsigned char src[1 << 20];
+	static char got[(1 << 20) / 3 * 4 + 8], want[(1 << 20) / 3 * 4 + 8];
+	size_t lens[] = { 0, 1, 2, 3, 4, 5, 6, 7, 63, 64, 65, 255, 256, 257,
+	    4095, 4096, 65535, 65536, 65537, sizeof(src) };
+	size_t i, j, n;
+	char *end;
+
+	(void)state;
+	for (j = 0; j < sizeof(src); j++)
+		src[j] = (unsigned char)(j < 256 ? j : rnd_below(256));
+	for (i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		n = lens[i];
+		sodium_bin2base64(want, sizeof(want), src, n,
+		    sodium_base64_VARIANT_ORIGINAL);
+		end = sbx_base64_encode(got, src, n);
+		assert_int_equal((size_t)(end - got), strlen(want));
+		assert_memory_equal(got, want, strlen(want));
+	}
+	for (i = 0; i < 2000; i++) {
+		n = rnd_below(300);
+		for (j = 0; j < n; j++)
+			src[j] = (unsigned char)rnd_below(256);
+		sodium_bin2base64(want, sizeof(want), src, n,
+		    sodium_base64_VARIANT_ORIGINAL);
+		end = sbx_base64_encode(got, src, n);
+		assert_int_equal((size_t)(end - got), strlen(want));
+		assert_memory_equal(got, want, strlen(want));
+	}
+}
+
 /* The parser's own base64 decoder accepts exactly what libsodium's strict
  * decoder accepts (padded standard alphabet, zero unused bits), with the
  * same bytes, on both the fast path and the general JSON path. */
@@ -991,6 +1027,7 @@ main(void)
 		cmocka_unit_test(test_parser_finish_detects_cut_streams),
 		cmocka_unit_test(test_callback_can_stop_the_parser),
 		cmocka_unit_test(test_base64_decoder_agrees_with_libsodium),
+		cmocka_unit_test(test_base64_encoder_agrees_with_libsodium),
 		cmocka_unit_test(test_other_spellings_decode_the_same),
 		cmocka_unit_test(test_golden_ndjson_is_exactly_what_the_encoder_writes),
 	};

@@ -1220,6 +1220,37 @@ stop_done(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 	finish_done(op, NULL);
 }
 
+/*
+ * Classifies a container inspect answer for an operation that acts on a
+ * running sandbox: 1 running, 0 absent (st->state ABSENT) or not running,
+ * -1 when op has already been finished with the error (transport, runtime
+ * or label). st is filled for 0 and 1.
+ */
+static int
+inspect_running(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err, struct sbx_status *st)
+{
+	struct sbx_err e;
+
+	memset(st, 0, sizeof(*st));
+	if (err != NULL) {
+		finish_err(op, err);
+		return -1;
+	}
+	if (status == 404)
+		return 0;
+	if (status != 200) {
+		runtime_err(&e, status, body, "inspect the container");
+		finish_err(op, &e);
+		return -1;
+	}
+	if (status_from_inspect(op, body, st, &e) < 0) {
+		finish_err(op, &e);
+		return -1;
+	}
+	return st->state == SBX_STATE_RUNNING;
+}
+
 static void
 stop_inspected(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
@@ -1227,35 +1258,17 @@ stop_inspected(struct eop *op, int status, json_t *body,
 	struct sbx_status st;
 	struct sbx_err e;
 	char path[256];
+	int r;
 
-	if (err != NULL) {
-		finish_err(op, err);
+	if ((r = inspect_running(op, status, body, err, &st)) < 0)
 		return;
-	}
-	if (status == 404 && op->kind == OP_RECOVER) {
-		finish_done(op, NULL);   /* no container, no process */
-		return;
-	}
-	if (status == 404) {
+	if (r == 0 && st.state == SBX_STATE_ABSENT) {
 		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
 		finish_err(op, &e);
 		return;
 	}
-	if (status != 200) {
-		runtime_err(&e, status, body, "inspect the container");
-		finish_err(op, &e);
-		return;
-	}
-	if (status_from_inspect(op, body, &st, &e) < 0) {
-		finish_err(op, &e);
-		return;
-	}
-	if (st.state != SBX_STATE_RUNNING && op->kind == OP_RECOVER) {
-		finish_done(op, NULL);   /* a stop killed everything */
-		return;
-	}
-	if (st.state != SBX_STATE_RUNNING) {
-		finish_done(op, NULL);
+	if (r == 0) {
+		finish_done(op, NULL);   /* already stopped */
 		return;
 	}
 	snprintf(path, sizeof(path), API "/containers/%s/stop?t=%d", op->cid,
@@ -2554,34 +2567,21 @@ exec_target_inspected(struct eop *op, int status, json_t *body,
 {
 	struct sbx_status st;
 	struct sbx_err e;
+	int r;
 
-	if (err != NULL) {
-		finish_err(op, err);
+	if ((r = inspect_running(op, status, body, err, &st)) < 0)
+		return;
+	if (r == 0 && op->kind == OP_RECOVER) {
+		/* no container, or a stop killed everything: no process left */
+		finish_done(op, NULL);
 		return;
 	}
-	if (status == 404 && op->kind == OP_RECOVER) {
-		finish_done(op, NULL);   /* no container, no process */
-		return;
-	}
-	if (status == 404) {
+	if (r == 0 && st.state == SBX_STATE_ABSENT) {
 		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
 		finish_err(op, &e);
 		return;
 	}
-	if (status != 200) {
-		runtime_err(&e, status, body, "inspect the container");
-		finish_err(op, &e);
-		return;
-	}
-	if (status_from_inspect(op, body, &st, &e) < 0) {
-		finish_err(op, &e);
-		return;
-	}
-	if (st.state != SBX_STATE_RUNNING && op->kind == OP_RECOVER) {
-		finish_done(op, NULL);   /* a stop killed everything */
-		return;
-	}
-	if (st.state != SBX_STATE_RUNNING) {
+	if (r == 0) {
 		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: "
 		    "ensure it first", op->id);
 		finish_err(op, &e);

@@ -148,6 +148,7 @@ struct breq {
 	void *job_arg;
 	struct evhttp_connection *conn;
 	struct evbuffer *chunk;
+	struct sbx_utf8_hold hold[2]; /* exec stdout/stderr split characters */
 	char exec_id[64];
 };
 
@@ -631,18 +632,22 @@ static void
 exec_output(void *arg, int stream, const unsigned char *buf, size_t len)
 {
 	struct breq *b = arg;
-	size_t n;
 
 	if (!b->streaming)
 		return;
 	broker_metrics_exec_output(b->s->metrics, stream, len);
-	while (len > 0) {
-		n = len < SBX_NDJSON_MAX_CHUNK ? len : SBX_NDJSON_MAX_CHUNK;
-		sbx_ndjson_output(b->chunk, stream, buf, n);
-		buf += n;
-		len -= n;
-	}
+	if (stream == SBX_STREAM_STDOUT || stream == SBX_STREAM_STDERR)
+		sbx_ndjson_output_held(b->chunk, &b->hold[stream - 1], stream, buf,
+		    len);
 	stream_flush(b);
+}
+
+/* The characters still held at the end of the output go as they are. */
+static void
+exec_output_end(struct breq *b)
+{
+	sbx_ndjson_output_flush(b->chunk, &b->hold[0], SBX_STREAM_STDOUT);
+	sbx_ndjson_output_flush(b->chunk, &b->hold[1], SBX_STREAM_STDERR);
 }
 
 static void
@@ -657,6 +662,7 @@ exec_exit(void *arg, const struct sbx_exit *ex)
 		    "before it started.");
 		return;
 	}
+	exec_output_end(b);
 	sbx_ndjson_exit(b->chunk, ex->code, ex->signal, ex->duration_ms,
 	    ex->truncated);
 	stream_end(b, "ok");
@@ -674,6 +680,7 @@ exec_error(void *arg, const struct sbx_err *err)
 	}
 	if (is_runtime_code(err->code))
 		broker_metrics_runtime_error(b->s->metrics, err->code);
+	exec_output_end(b);
 	sbx_ndjson_error(b->chunk, err->code, err->message);
 	stream_end(b, err->code);
 }

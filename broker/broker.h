@@ -50,6 +50,9 @@ struct broker_config {
 	long long file_size_max;  /* read/write cap, bytes */
 	long long body_max;       /* JSON request body cap, bytes */
 	long long max_execs_per_sandbox;
+	long long file_timeout;   /* ms without progress of a read/write/list */
+	long long list_max_entries; /* entries per list reply (<= 100000) */
+	long long max_file_ops_per_sandbox;
 	long long max_sandboxes;
 	long long idle_timeout, reap_interval, destroy_after; /* ms; reaper */
 	long long shutdown_grace; /* ms SIGTERM waits for in-flight requests */

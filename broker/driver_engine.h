@@ -37,6 +37,8 @@ struct sbx_engine_config {
 	int64_t exec_output_cap;      /* stdout+stderr bytes per exec, default and
 	                               * ceiling [16 MiB] */
 	int64_t file_max_bytes;       /* read and write size cap [64 MiB] */
+	int64_t file_timeout_ms;      /* read/write/list: longest time without
+	                               * progress before timeout and kill [30 s] */
 	const char *helper_path;      /* host path of the static sbx-helper binary,
 	                               * bind-mounted read-only at /.sbx/sbx-helper
 	                               * (required) */

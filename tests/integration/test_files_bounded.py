@@ -19,22 +19,28 @@ def fd_count(pid):
 
 class Streamer(threading.Thread):
     """A steady exec stream (a line every 20 ms) in another sandbox; the
-    arrival time of every output event is kept to find gaps."""
+    arrival time of every output event is kept to find gaps, and each line
+    carries the sandbox's /proc/uptime (the host's CLOCK_BOOTTIME, 10 ms
+    steps) so its delay on the way (runtime, broker, this client) is known
+    apart from how late the loop itself ran."""
 
-    def __init__(self, client, sid, lines=3000):
+    def __init__(self, client, sid, lines=1500, timeout_ms=60000):
         super().__init__(daemon=True)
-        self.client, self.sid = client, sid
-        self.argv = ["sh", "-c", "i=0; while [ $i -lt %d ]; do echo t$i; sleep 0.02; "
-                     "i=$((i+1)); done" % lines]
+        self.client, self.sid, self.timeout_ms = client, sid, timeout_ms
+        self.argv = ["sh", "-c", "i=0; while [ $i -lt %d ]; do read u _ < /proc/uptime; "
+                     "echo $u; sleep 0.02; i=$((i+1)); done" % lines]
         self.times = []
+        self.delays = []   # (arrival, seconds on the way) per line
         self.types = []
         self.error = None
         self.stop_flag = False
 
     def run(self):
         try:
-            self.conn, resp = self.client.exec_open(self.sid, self.argv, timeout_ms=120000,
+            self.conn, resp = self.client.exec_open(self.sid, self.argv, timeout_ms=self.timeout_ms,
                                                     timeout=180)
+            if resp.status != 200:
+                raise AssertionError("stream exec answered %d %r" % (resp.status, resp.read()[:300]))
             while not self.stop_flag:
                 line = resp.readline()
                 if not line:
@@ -42,7 +48,14 @@ class Streamer(threading.Thread):
                 ev = json.loads(line)
                 self.types.append(ev["type"])
                 if ev["type"] in ("stdout", "stderr"):
-                    self.times.append(time.monotonic())
+                    now = time.monotonic()
+                    boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+                    self.times.append(now)
+                    for l in ev.get("data", "").split():
+                        try:
+                            self.delays.append((now, boot - float(l)))
+                        except ValueError:
+                            pass
                 if ev["type"] in ("exit", "error"):
                     break
         except Exception as e:  # reported by the test
@@ -65,6 +78,9 @@ class Streamer(threading.Thread):
         if before:
             out.append(t1 - before[-1])
         return out
+
+    def delays_in(self, t0, t1):
+        return [d for t, d in self.delays if t0 <= t <= t1]
 
     def close(self):
         self.stop_flag = True
@@ -110,12 +126,12 @@ class TextStaysTextTest(BrokerTestCase):
         expect = b"a" * 8191 + "€".encode() + b"tail\n"
         # dd writes one 8 KiB block, pauses, then the rest: the helper reads
         # (and the broker gets) the euro's first byte apart from the others.
-        one = ("dd if=/work/euro bs=8192 count=1 2>/dev/null %s; sleep 0.03; "
-               "dd if=/work/euro bs=8192 skip=1 2>/dev/null %s; ")
+        one = ("dd if=/work/euro bs=8192 count=1 status=none %s; sleep 0.03; "
+               "dd if=/work/euro bs=8192 skip=1 status=none %s; ")
         runs = 0
         for stream, redir in (("out", ""), ("err", ">&2")) * 2:
             script = "for i in $(seq 25); do " + one % (redir, redir) + "done"
-            res = self.client.sh(self.sid, script, timeout_ms=60000)
+            res = self.client.exec(self.sid, ["sh", "-c", script], timeout_ms=60000, timeout=120)
             self.assertEqual(res.code, 0, res)
             data = bytes(res.out if stream == "out" else res.err)
             self.assertEqual(data, expect * 25)
@@ -142,7 +158,7 @@ class TextStaysTextTest(BrokerTestCase):
 class ListPagesTest(BrokerTestCase):
     """300,000 names in one directory: pages of list_max_entries (10,000)."""
 
-    limits = {"memory": 256 * MiB, "pids": 128}
+    limits = {"memory": 256 * MiB, "pids": 128, "exec_timeout_max_ms": 300000}
     N = 300000
 
     @classmethod
@@ -151,11 +167,20 @@ class ListPagesTest(BrokerTestCase):
         cls.other = cls.new_id("lstream")
         cls.ensure_ok(cls.sid)
         cls.ensure_ok(cls.other)
-        for lo in range(1, cls.N + 1, 100000):
-            r = cls.client.sh(cls.sid, "mkdir -p /work/big && cd /work/big && "
-                                       "seq %d %d | xargs touch" % (lo, lo + 99999),
-                              timeout_ms=60000)
-            assert r.code == 0, r
+        # 300,000 creates through a busybox exec take minutes on this
+        # shared machine; the host (root) fills the sandbox's volume directly:
+        # what is under test is the listing, which runs in the sandbox.
+        r = cls.client.sh(cls.sid, "mkdir -p /work/big")
+        assert r.code == 0, r
+        vols = cls.engine.volumes_of(cls.sid)
+        assert len(vols) == 1, vols
+        mp = vols[0].get("Mountpoint")
+        assert mp and os.path.isdir(os.path.join(mp, "big")), vols
+        big = os.path.join(mp, "big")
+        for i in range(1, cls.N + 1):
+            os.close(os.open(os.path.join(big, str(i)), os.O_CREAT | os.O_WRONLY, 0o644))
+        r = cls.client.sh(cls.sid, "ls /work/big | wc -l")
+        assert bytes(r.out).strip() == str(cls.N).encode(), r
 
     def page(self, cursor):
         path = "/v1/sandboxes/%s/list?path=/work/big&cursor=%s" % (
@@ -166,7 +191,8 @@ class ListPagesTest(BrokerTestCase):
 
     def test_300k_names_in_pages_with_a_cursor_while_an_exec_streams(self):
         broker = self.broker
-        s = Streamer(self.client, self.other)
+        # it outlasts the listing (about 30-40 s here): at most 5 min
+        s = Streamer(self.client, self.other, lines=15000, timeout_ms=300000)
         s.start()
         self.addCleanup(s.close)
         s.wait_events(20)
@@ -210,6 +236,7 @@ class ListPagesTest(BrokerTestCase):
         t1 = time.monotonic()
         done.set()
         sampler.join()
+        self.assertTrue(s.is_alive(), "the exec stream ended before the listing did")
         self.assertEqual(len(names), self.N)
         self.assertEqual(set(names), set(str(i) for i in range(1, self.N + 1)))
         self.assertEqual(pages[0], 10000)
@@ -222,21 +249,23 @@ class ListPagesTest(BrokerTestCase):
         self.assertEqual(r.headers.get("sbx-list-truncated"), "true")
         self.assertTrue(r.headers.get("sbx-list-cursor"))
         # The event loop never stalled: the other sandbox's stream kept
-        # coming. A shared 2-core machine delays a 20 ms loop now and then
-        # (measured in the baseline window); a blocked loop shows up as
-        # gaps of seconds.
+        # coming, and no line waited long on its way (a line's delay from the
+        # sandbox to this client grows by however long the broker's loop is
+        # blocked; how late the sandbox's own loop runs on a loaded machine
+        # does not count). Printed for the record; asserted: never a second.
         during = s.gaps(t0, t1)
         base = s.gaps(b0, t0)
-        self.assertTrue(during, "no stream events while listing")
-        over = [g for g in during if g > 0.1]
-        base_over = [g for g in base if g > 0.1]
-        rate = len(base_over) / max(t0 - b0, 0.001)
-        print("list pages: %.1f s for %d pages; stream max gap %.0f ms (%d over 100 ms; "
-              "baseline max %.0f ms, %d over 100 ms in %.1f s); broker RSS %d -> peak %d KiB"
-              % (t1 - t0, len(pages), 1000 * max(during), len(over), 1000 * max(base or [0]),
-                 len(base_over), t0 - b0, rss0, peak[0]))
-        self.assertLess(max(during), 1.0, "the broker's loop blocked")
-        self.assertLessEqual(len(over), rate * (t1 - t0) * 2 + 3, over)
+        dl, bdl = s.delays_in(t0, t1), s.delays_in(b0, t0)
+        self.assertTrue(during and dl, "no stream events while listing")
+        print("list pages: %.1f s for %d pages; stream: max gap %.0f ms (baseline %.0f ms), "
+              "line delay max %.0f ms, %d of %d over 100 ms (baseline max %.0f ms); "
+              "broker RSS %d -> peak %d KiB"
+              % (t1 - t0, len(pages), 1000 * max(during), 1000 * max(base or [0]),
+                 1000 * max(dl), len([d for d in dl if d > 0.1]), len(dl),
+                 1000 * max(bdl or [0]), rss0, peak[0]))
+        self.assertLess(max(during), 2.0, "the stream stopped")
+        self.assertLess(max(dl), 1.0, "a line waited %.2f s: the broker's loop blocked" % max(dl))
+        self.assertLessEqual(len([d for d in dl if d > 0.1]), max(3, len(dl) // 10))
         self.assertLess(peak[0] - rss0, 32 * 1024, "broker RSS grew by %d KiB" % (peak[0] - rss0))
         self.assertIsNone(s.error)
 
@@ -260,9 +289,10 @@ class StalledHelpersTest(BrokerTestCase):
         cls.other = cls.new_id("calm")
         cls.ensure_ok(cls.sid)
         cls.ensure_ok(cls.other)
-        r = cls.client.sh(cls.sid, "mkdir -p /work/d /work/w && cd /work/d && seq 1 20000 | "
-                                   "xargs touch && head -c 12582912 /dev/zero > /work/big.bin",
-                          timeout_ms=60000)
+        r = cls.client.exec(cls.sid, ["sh", "-c", "mkdir -p /work/d /work/w && cd /work/d && "
+                                              "seq 1 20000 | xargs touch && "
+                                              "head -c 12582912 /dev/zero > /work/big.bin"],
+                            timeout_ms=60000, timeout=120)
         assert r.code == 0, r
 
     def one(self, i, out):

@@ -336,6 +336,8 @@ main(int argc, char **argv)
 	ec.exec_output_cap = cfg.output_cap;
 	ec.file_max_bytes = cfg.file_size_max;
 	ec.helper_path = cfg.helper_path;
+	ec.helper_volume = cfg.helper_volume;
+	ec.run_bytes = cfg.run_size;
 	ec.oci_runtime = cfg.oci_runtime;
 	ec.egress_network = cfg.egress_network;
 	ec.name_prefix = cfg.name_prefix;

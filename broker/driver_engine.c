@@ -1464,7 +1464,6 @@ ensure_init(struct eop *op)
 		return;
 	}
 	sbx_err_clear(&op->aux_err);
-	op->aux_err.code[0] = '\0';
 	op->aux_tries = 0;
 	init_create(op);
 }
@@ -1780,7 +1779,6 @@ ensure_helper(struct eop *op)
 	e->hstate = H_BUSY;
 	snprintf(hp->image, sizeof(hp->image), "%s", op->image);
 	sbx_err_clear(&hp->aux_err);
-	hp->aux_err.code[0] = '\0';
 	call(hp, "GET", API "/version", NULL, hp_version);
 }
 

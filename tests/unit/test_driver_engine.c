@@ -1717,6 +1717,9 @@ test_file_op_without_progress_times_out_and_is_killed(void **state)
 	for (i = 0; i < 2000 && f->kills == 0; i++)
 		event_base_loop(f->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
 	assert_int_equal(f->kills, 1);
+	/* the runtime side sees its connection closed (and frees it) */
+	for (i = 0; i < 200; i++)
+		event_base_loop(f->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
 	id = json_string_value(json_array_get(f->execs[0].cmd, 6));
 	assert_non_null(id);
 	assert_string_equal(f->killed, id);

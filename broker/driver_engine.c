@@ -2571,9 +2571,13 @@ name_from_helper(json_t *o, char *out, size_t outsz)
 		out[len] = '\0';
 		return 0;
 	}
-	if (name == NULL || name[0] == '\0' || strlen(name) >= outsz)
+	if (name == NULL || name[0] == '\0' || strlen(name) >= outsz ||
+	    strchr(name, '/') != NULL)
 		return -1;
 	memcpy(out, name, strlen(name) + 1);
+	/* readdir never gives these (the helper leaves out . and ..) */
+	if (strcmp(out, ".") == 0 || strcmp(out, "..") == 0)
+		return -1;
 	return 0;
 }
 
@@ -2582,44 +2586,28 @@ name_from_helper(json_t *o, char *out, size_t outsz)
  * line. Untrusted: a line that is not one of the two marks the listing bad;
  * entries beyond the page's limit or after the end line too.
  */
-static void
-list_line(struct eop *op, const char *line, size_t len)
+int
+sbx_helper_list_line(const char *line, size_t len, struct sbx_dirent *d,
+    int *truncated)
 {
-	struct sbx_dirent *d;
 	json_t *o;
 	const char *t;
+	int rc = -1;
 
-	if (op->list_bad)
-		return;
-	o = json_loadb(line, len, 0, NULL);
-	if (!json_is_object(o) || op->list_end) {
-		op->list_bad = 1;
-		goto done;
-	}
-	if (json_object_get(o, "end") != NULL) {
-		op->list_end = 1;
-		op->list_trunc = json_is_true(json_object_get(o, "truncated"));
-		goto done;
-	}
-	if (op->nents >= op->list_limit) {
-		op->list_bad = 1;
-		goto done;
-	}
-	if (op->nents == op->ents_cap) {
-		size_t cap = op->ents_cap ? op->ents_cap * 2 : 256;
-		struct sbx_dirent *n;
-
-		if (cap > op->list_limit)
-			cap = op->list_limit;
-		if ((n = realloc(op->ents, cap * sizeof(*n))) == NULL) {
-			op->list_bad = 1;
-			goto done;
-		}
-		op->ents = n;
-		op->ents_cap = cap;
-	}
-	d = &op->ents[op->nents];
 	memset(d, 0, sizeof(*d));
+	if (line == NULL || len > LIST_LINE_MAX)
+		return -1;
+	o = json_loadb(line, len, 0, NULL);
+	if (!json_is_object(o))
+		goto done;
+	if (json_object_get(o, "end") != NULL) {
+		if (!json_is_true(json_object_get(o, "end")))
+			goto done;
+		*truncated = json_is_true(json_object_get(o, "truncated"));
+		rc = 2;
+		goto done;
+	}
+	rc = 0;
 	if (name_from_helper(o, d->name, sizeof(d->name)) < 0)
 		goto done;   /* an entry without a usable name: left out */
 	t = jstr(o, "type");
@@ -2628,9 +2616,51 @@ list_line(struct eop *op, const char *line, size_t len)
 	d->size = json_integer_value(json_object_get(o, "size"));
 	d->mode = (uint32_t)json_integer_value(json_object_get(o, "mode")) & 07777;
 	d->mtime = json_integer_value(json_object_get(o, "mtime"));
-	op->nents++;
+	rc = 1;
 done:
 	json_decref(o);
+	return rc;
+}
+
+/*
+ * One line of `sbx-helper list` into op's page. Untrusted: a line that is
+ * neither an entry nor the end line marks the listing bad; entries beyond
+ * the page's limit or after the end line too.
+ */
+static void
+list_line(struct eop *op, const char *line, size_t len)
+{
+	struct sbx_dirent d;
+	int r, trunc = 0;
+
+	if (op->list_bad)
+		return;
+	r = sbx_helper_list_line(line, len, &d, &trunc);
+	if (r < 0 || op->list_end || (r == 1 && op->nents >= op->list_limit)) {
+		op->list_bad = 1;
+		return;
+	}
+	if (r == 2) {
+		op->list_end = 1;
+		op->list_trunc = trunc;
+		return;
+	}
+	if (r == 0)
+		return;
+	if (op->nents == op->ents_cap) {
+		size_t cap = op->ents_cap ? op->ents_cap * 2 : 256;
+		struct sbx_dirent *n;
+
+		if (cap > op->list_limit)
+			cap = op->list_limit;
+		if ((n = realloc(op->ents, cap * sizeof(*n))) == NULL) {
+			op->list_bad = 1;
+			return;
+		}
+		op->ents = n;
+		op->ents_cap = cap;
+	}
+	op->ents[op->nents++] = d;
 }
 
 /* Parses the complete lines of op->out; a line over LIST_LINE_MAX is bad. */

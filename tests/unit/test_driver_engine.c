@@ -1658,6 +1658,43 @@ test_list_decodes_names(void **state)
 	assert_string_equal(f->ents[1].type, "dir");
 }
 
+/* The list line parser on plain buffers (what the fuzz target calls). */
+static void
+test_list_line_parser_on_plain_buffers(void **state)
+{
+	static const struct {
+		const char *line;
+		int rc;
+	} cases[] = {
+		{ "{\"name\":\"a\",\"type\":\"dir\",\"size\":1,\"mode\":493,\"mtime\":9223372036854775807}", 1 },
+		{ "{\"end\":true,\"truncated\":true}", 2 },
+		{ "{\"end\":false}", -1 },
+		{ "[1]", -1 },
+		{ "", -1 },
+		{ "{\"name\":\"a/b\"}", 0 },
+		{ "{\"name\":\"\"}", 0 },
+		{ "{\"name_b64\":\"YQBi\"}", 0 },          /* "a\0b" */
+		{ "{\"name\":\"x\",\"name_b64\":\"/w==\"}", 1 },
+		{ "{\"name\":\"x\"} trailing", -1 },
+	};
+	struct sbx_dirent d;
+	size_t i;
+	int trunc = 0;
+	char big[5000];
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		assert_int_equal(sbx_helper_list_line(cases[i].line,
+		    strlen(cases[i].line), &d, &trunc), cases[i].rc);
+	assert_true(trunc);
+	assert_int_equal(sbx_helper_list_line(cases[8].line, strlen(cases[8].line),
+	    &d, &trunc), 1);
+	assert_string_equal(d.name, "\xff");
+	assert_string_equal(d.type, "other");
+	memset(big, ' ', sizeof(big));
+	assert_int_equal(sbx_helper_list_line(big, sizeof(big), &d, &trunc), -1);
+}
+
 /* More entries than the page asked for, or no end line: not a page. */
 static void
 test_list_refuses_a_page_longer_than_asked(void **state)
@@ -1784,6 +1821,7 @@ main(void)
 		T(test_read_streams_stdout),
 		T(test_list_decodes_names),
 		T(test_list_refuses_a_page_longer_than_asked),
+		T(test_list_line_parser_on_plain_buffers),
 		T(test_file_op_without_progress_times_out_and_is_killed),
 		T(test_write_sends_body_as_stdin_with_mode),
 	};

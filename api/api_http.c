@@ -1104,6 +1104,78 @@ gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
 	return SBX_GATE_PASS;
 }
 
+/* ------------------------------------------------------------------ */
+/* Wake on use: a stopped sandbox is started before it is used         */
+
+/* Exec, file read, write and list use a sandbox; the others do not. */
+static int
+route_wakes(const struct api_route *r)
+{
+	return r->handler == api_h_exec || r->handler == api_h_read ||
+	    r->handler == h_write || r->handler == h_list;
+}
+
+static void
+wake_ensured(void *arg, const struct sbx_err *err, const struct sbx_status *st)
+{
+	struct areq *a = arg;
+
+	(void)st;
+	a->op = NULL;
+	if (err != NULL) {
+		areq_fail_broker(a, err);
+		return;
+	}
+	a->route->handler(a);
+}
+
+/* The sandbox's state: stopped by the idle reaper (stop_reason "idle") is
+ * ensured first, as adr/0006 says the api does, so an idle NPC's next exec
+ * runs. Running, absent, or stopped on purpose (POST .../stop, oom, exited)
+ * goes straight on: the handler's broker call answers 404 or 409. */
+static void
+wake_status(void *arg, const struct sbx_err *err, const struct sbx_status *st)
+{
+	struct areq *a = arg;
+	struct sbx_spec spec;
+	struct sbx_err e2;
+
+	a->op = NULL;
+	if (err != NULL) {
+		areq_fail_broker(a, err);
+		return;
+	}
+	if (st == NULL || st->state != SBX_STATE_STOPPED ||
+	    strcmp(st->stop_reason, "idle") != 0) {
+		a->route->handler(a);
+		return;
+	}
+	sbx_err_clear(&e2);
+	memset(&spec, 0, sizeof(spec));
+	/* The same spec as PUT .../sandbox without a body: the NPC's image
+	 * and its stored egress grant, so nothing is replaced. */
+	spec.image = a->npc.image[0] != '\0' ? a->npc.image : NULL;
+	spec.egress = a->npc.egress;
+	log_info("waking a stopped sandbox", "npc", a->npc.name, "reason",
+	    st->stop_reason, NULL);
+	a->op = a->s->driver->ops->ensure(a->s->driver, a->npc.sandbox_id,
+	    &spec, wake_ensured, a, &e2);
+	if (a->op == NULL)
+		areq_fail_broker(a, &e2);
+}
+
+static void
+wake_then_run(struct areq *a)
+{
+	struct sbx_err err;
+
+	sbx_err_clear(&err);
+	a->op = a->s->driver->ops->status(a->s->driver, a->npc.sandbox_id,
+	    wake_status, a, &err);
+	if (a->op == NULL)
+		areq_fail_broker(a, &err);
+}
+
 static void
 api_dispatch(struct evhttp_request *req, void *arg)
 {
@@ -1275,6 +1347,11 @@ api_dispatch(struct evhttp_request *req, void *arg)
 			    "one JSON object.");
 			return;
 		}
+	}
+	/* 7. A stopped sandbox is started before it is used. */
+	if (a->has_npc && route_wakes(a->route)) {
+		wake_then_run(a);
+		return;
 	}
 	a->route->handler(a);
 }

@@ -714,12 +714,23 @@ conn_refuse_now(struct gconn *c, enum sbx_gate_verdict v)
 {
 	struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
 	bufferevent_data_cb readcb = NULL;
+	struct evbuffer *in;
+	int frozen;
 
 	if (c->state == G_CLOSED || bev == NULL)
 		return;
+	in = bufferevent_get_input(bev);
+	/* A socket bufferevent keeps its input's end frozen between reads
+	 * (bufferevent_sock.c unfreezes it around evbuffer_read): do the
+	 * same around our addition. An empty add fails only when frozen. */
+	frozen = evbuffer_add(in, "", 0) == -1;
+	if (frozen)
+		evbuffer_unfreeze(in, 0);
 	c->busy = 1;
-	conn_refuse(c, bufferevent_get_input(bev), NULL, 0, v);
+	conn_refuse(c, in, NULL, 0, v);
 	c->busy = 0;
+	if (frozen)
+		evbuffer_freeze(in, 0);
 	bufferevent_getcb(bev, &readcb, NULL, NULL, NULL);
 	if (readcb != NULL && (bufferevent_get_enabled(bev) & EV_READ))
 		bufferevent_trigger(bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS);

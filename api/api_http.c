@@ -1039,12 +1039,13 @@ path_needs_auth(const char *path)
 /*
  * Who asks on method + path: the route's own hook (api_auth_fn) when the
  * route has one, else the bearer API key of authz. target is the request
- * target with its query. Returns 1 with *who, 0 when not authenticated, -1
- * on a database error.
+ * target with its query; final 0 in the gate, 1 in api_dispatch. Returns 1
+ * with *who, 0 when not authenticated, -1 on a database error.
  */
 static int
 api_authenticate(struct api_server *s, int method, const char *path,
-    const char *target, const char *authz, struct api_principal *who)
+    const char *target, const char *authz, int final,
+    struct api_principal *who)
 {
 	const struct api_route *r;
 	char npc[API_NPC_NAME_MAX + 2];
@@ -1055,7 +1056,7 @@ api_authenticate(struct api_server *s, int method, const char *path,
 
 	r = route_find(path, method, npc, sizeof(npc), &known);
 	if ((hook = route_auth(r)) != NULL)
-		return hook(s, target != NULL ? target : "", authz, who);
+		return hook(s, target != NULL ? target : "", authz, final, who);
 	key = bearer_key(authz, &keylen);
 	return key != NULL ? api_store_authenticate(s->store, key, keylen,
 	    who) : 0;
@@ -1086,7 +1087,7 @@ gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
 		if (h->auth != NULL)
 			authz = strndup(h->auth, h->alen);
 		ok = target == NULL || (h->auth != NULL && authz == NULL) ? 0 :
-		    api_authenticate(s, h->type, path, target, authz, &who);
+		    api_authenticate(s, h->type, path, target, authz, 0, &who);
 		sodium_memzero(&who, sizeof(who));
 		if (authz != NULL)
 			sodium_memzero(authz, h->alen);
@@ -1241,7 +1242,7 @@ api_dispatch(struct evhttp_request *req, void *arg)
 		r = api_authenticate(s, evhttp_request_get_command(req), path,
 		    evhttp_request_get_uri(req), evhttp_find_header(
 		    evhttp_request_get_input_headers(req), SBX_HDR_AUTHORIZATION),
-		    &a->who);
+		    1, &a->who);
 		if (r == -1) {
 			areq_fail_code(a, SBX_E_INTERNAL, "The api's database "
 			    "failed.");

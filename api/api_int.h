@@ -68,14 +68,14 @@ typedef void (*api_handler_fn)(struct areq *);
  * A route's own authentication, instead of "Authorization: Bearer KEY"
  * (e.g. a ticket in the query). target is the request target with its
  * query (NUL-terminated, not decoded); authorization is the Authorization
- * value or NULL. Runs twice per request: in the gate, before any body byte
- * is read (inside the socket read: no blocking work beyond an indexed
- * sqlite lookup), and again in api_dispatch. Returns 1 with *who filled,
- * 0 when the credential is absent or not good (401), -1 on a database
- * error (500).
+ * value or NULL. Runs twice per request: in the gate with final 0, before
+ * any body byte is read (inside the socket read: no blocking work beyond an
+ * indexed sqlite lookup), then in api_dispatch with final 1 — a single-use
+ * credential is consumed only then. Returns 1 with *who filled, 0 when the
+ * credential is absent or not good (401), -1 on a database error (500).
  */
 typedef int (*api_auth_fn)(struct api_server *s, const char *target,
-    const char *authorization, struct api_principal *who);
+    const char *authorization, int final, struct api_principal *who);
 
 struct api_route {
 	int method;                /* enum evhttp_cmd_type */

@@ -109,8 +109,9 @@ struct sbx_gate *sbx_gate_new(struct event_base *base, struct evhttp *http,
     const struct sbx_gate_limits *lim, sbx_gate_check_fn check, void *arg,
     struct sbx_err *err);
 
-/* Frees g; connections still open lose their gate (their input is then
- * dropped). NULL ok. Call before evhttp_free. */
+/* Frees g. Call after evhttp_free (which closes every connection; their
+ * close callbacks free the gate's per-connection state); connections still
+ * open then lose their gate and their input is dropped. NULL ok. */
 void sbx_gate_free(struct sbx_gate *g);
 
 /*

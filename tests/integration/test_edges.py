@@ -251,6 +251,16 @@ class EdgeTest(unittest.TestCase):
                     self.assertEqual(error_of(ans)[0], code)
                     self.assertNotIn(b"<html", ans.lower())
                     self.assertTrue(closed)
+            # A body over the route's cap, with the right credential: JSON 413
+            # from the head alone (never libevent's HTML page).
+            with self.subTest(listener=li.name, case="over the cap"):
+                ans, closed = li.exchange(("%s\r\nHost: t\r\nAuthorization: %s\r\n"
+                                           "Content-Length: %d\r\n\r\n"
+                                           % (li.upload, li.auth, 65 * MiB)).encode())
+                self.assertEqual(status_of(ans), 413, ans[:300])
+                self.assertEqual(error_of(ans)[0], "too_large")
+                self.assertNotIn(b"<html", ans.lower())
+                self.assertTrue(closed)
             # 100 headers are fine.
             ok = "%s %s HTTP/1.1\r\n%s%sConnection: close\r\n\r\n" % (
                 method, path, auth + "Host: t\r\n", "".join("X-H%d: v\r\n" % i for i in range(97)))

@@ -1408,9 +1408,12 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 			goto fail;
 	}
 	evhttp_set_timeout(s->http, (int)((cfg->request_timeout + 999) / 1000));
+	/* Every method reaches api_dispatch (JSON 404/405), never libevent's
+	 * HTML 501. */
 	evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
 	    EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
-	    EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+	    EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH | EVHTTP_REQ_TRACE |
+	    EVHTTP_REQ_CONNECT);
 	evhttp_set_gencb(s->http, api_dispatch, s);
 	colon = strrchr(cfg->listen, ':');
 	snprintf(host, sizeof(host), "%.*s", (int)(colon - cfg->listen),

@@ -275,6 +275,9 @@ head_parse(const char *p, size_t n, const struct sbx_gate_limits *lim,
 	if (!h->line_ok)
 		refuse(h, SBX_GATE_BAD_REQUEST, "The request line is not "
 		    "METHOD TARGET HTTP/1.1.");
+	else if (h->type == 0)
+		/* evhttp would answer an unknown method with its HTML 400. */
+		refuse(h, SBX_GATE_BAD_REQUEST, "Unknown method.");
 	if (h->has_cl && h->chunked)
 		refuse(h, SBX_GATE_BAD_REQUEST, "Content-Length and "
 		    "Transfer-Encoding together are not accepted.");
@@ -403,9 +406,12 @@ static void
 conn_refuse(struct gconn *c, struct evbuffer *in,
     const struct sbx_gate_head *h, int authed, enum sbx_gate_verdict v)
 {
-	if (h != NULL && h->line_ok)
+	if (h != NULL && h->line_ok && h->type != 0)
 		evbuffer_add_printf(in, "%.*s %.*s HTTP/1.1\r\n", (int)h->mlen,
 		    h->method, (int)h->tlen, h->target);
+	else if (h != NULL && h->line_ok)   /* a method evhttp would not parse */
+		evbuffer_add_printf(in, "GET %.*s HTTP/1.1\r\n", (int)h->tlen,
+		    h->target);
 	else
 		evbuffer_add_printf(in, "GET / HTTP/1.1\r\n");
 	if (authed && h != NULL && h->auth != NULL) {

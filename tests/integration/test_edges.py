@@ -261,6 +261,13 @@ class EdgeTest(unittest.TestCase):
                 self.assertEqual(error_of(ans)[0], "too_large")
                 self.assertNotIn(b"<html", ans.lower())
                 self.assertTrue(closed)
+            # Methods evhttp does not serve or know: JSON too.
+            for text, want in (("TRACE %s HTTP/1.1\r\n%sConnection: close\r\n\r\n" % (path, auth), (404, 405)),
+                               ("BREW %s HTTP/1.1\r\n%s\r\n" % (path, auth), (400,))):
+                with self.subTest(listener=li.name, case=text.split(" ")[0]):
+                    ans, _ = li.exchange(text.encode())
+                    self.assertIn(status_of(ans), want, ans[:300])
+                    self.assertIsNotNone(error_of(ans)[0])
             # 100 headers are fine.
             ok = "%s %s HTTP/1.1\r\n%s%sConnection: close\r\n\r\n" % (
                 method, path, auth + "Host: t\r\n", "".join("X-H%d: v\r\n" % i for i in range(97)))

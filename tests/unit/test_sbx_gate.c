@@ -102,6 +102,7 @@ test_parse_refuses_every_ambiguous_framing(void **state)
 		"GET / HTTP/2.0\r\n\r\n",
 		"GET  / HTTP/1.1\r\n\r\n",
 		"GARBAGE\r\n\r\n",
+		"BREW /pot HTTP/1.1\r\n\r\n",
 	};
 	struct sbx_gate_head h;
 	size_t i;
@@ -423,6 +424,7 @@ test_server_smuggling_is_400_and_close(void **state)
 		"PUT /up HTTP/1.1\r\n" GOOD "X-A: b\r\n  folded\r\n"
 		    "Content-Length: 5\r\n\r\n",
 		"GET /x HTTP/1.1\r\n" GOOD GOOD "\r\n",
+		"BREW /x HTTP/1.1\r\n" GOOD "\r\n",
 	};
 	char buf[1024];
 	const char *r;

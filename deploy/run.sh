@@ -19,7 +19,8 @@
 #
 # deploy/run.sh --purge removes everything 'make run' made in SBX_RUN_DIR and
 # says what, one line each: its sandboxes (the containers and /work volumes
-# of the NPCs in its api's database, found by their labels), the egress network when empty,
+# of the NPCs in its api's database, found by their labels), the helper
+# volumes they mounted (unless another container uses one), the egress network when empty,
 # the images it built (listed in $RUN/built-images), the private Podman
 # storage and runroot when it started Podman, then the state directory (keys,
 # token, databases, logs, image cache). Nothing of another broker's is
@@ -179,6 +180,7 @@ purge_engine() {
 	# Its sandboxes are those of the NPCs made through its api (the broker
 	# also records labelled containers of others it finds on the runtime).
 	ids=""
+	helpers=""
 	if [ -s "$RUN/api/api.db" ]; then
 		command -v sqlite3 >/dev/null 2>&1 || die "sqlite3 is not installed" "run: sh deploy/deps.sh"
 		ids=$(sqlite3 -readonly "$RUN/api/api.db" 'SELECT sandbox_id FROM npcs;') ||
@@ -188,6 +190,10 @@ purge_engine() {
 		filt=$(jq -cn --arg id "io.sbx.id=$id" '{label: ["io.sbx.managed=true", $id]}')
 		list=$(engine GET "/containers/json?all=1" -G --data-urlencode "filters=$filt") ||
 			die "listing the containers of sandbox $id failed: $(cat "$RUN/.purge.err")" "see the runtime's log"
+		# The labels are checked here again: Podman 4.3 matches a list of
+		# label filters when any one matches, not all.
+		list=$(printf '%s' "$list" | jq --arg id "$id" -c '[.[] | select(.Labels["io.sbx.managed"] == "true" and .Labels["io.sbx.id"] == $id)]')
+		helpers="$helpers $(printf '%s' "$list" | jq -r '.[] | .Labels["io.sbx.helper"] // empty')"
 		for c in $(printf '%s' "$list" | jq -r '.[] | .Id + "=" + (.Names[0] | ltrimstr("/"))'); do
 			engine DELETE "/containers/${c%%=*}?force=1" >/dev/null ||
 				die "removing container ${c#*=} failed: $(cat "$RUN/.purge.err")" "see the runtime's log"
@@ -195,11 +201,20 @@ purge_engine() {
 		done
 		list=$(engine GET "/volumes" -G --data-urlencode "filters=$filt") ||
 			die "listing the volumes of sandbox $id failed: $(cat "$RUN/.purge.err")" "see the runtime's log"
-		for v in $(printf '%s' "$list" | jq -r '.Volumes // [] | .[].Name'); do
+		for v in $(printf '%s' "$list" | jq -r --arg id "$id" '.Volumes // [] | .[] | select(.Labels["io.sbx.managed"] == "true" and .Labels["io.sbx.id"] == $id) | .Name'); do
 			engine DELETE "/volumes/$v?force=1" >/dev/null ||
 				die "removing volume $v failed: $(cat "$RUN/.purge.err")" "see the runtime's log"
 			note "removed sandbox $id: volume $v"
 		done
+	done
+	# The read-only helper volumes its sandboxes mounted (adr/0009), unless a
+	# container outside $RUN still uses one (the runtime then refuses: 409).
+	for v in $(printf '%s\n' $helpers | sort -u); do
+		if engine DELETE "/volumes/$v" >/dev/null; then
+			note "removed helper volume $v"
+		elif grep -q 409 "$RUN/.purge.err"; then
+			note "kept helper volume $v: another container uses it"
+		fi
 	done
 	# The egress network (broker default name), once no container uses it.
 	if net=$(engine GET "/networks/sbx-egress" 2>/dev/null) &&

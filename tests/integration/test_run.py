@@ -155,6 +155,11 @@ class RunTest(unittest.TestCase):
                          labels={sbxtest.LABEL_MANAGED: "true", sbxtest.LABEL_ID: "npc-x" + self.npc})
         self.addCleanup(eng.remove, cid)
         eng.start(cid)
+        other_vol = other + "-work"
+        eng.call("POST", "/volumes/create", {"Name": other_vol, "Labels": {
+            sbxtest.LABEL_MANAGED: "true", sbxtest.LABEL_ID: "npc-x" + self.npc}}, ok=(200, 201))
+        self.addCleanup(eng.call, "DELETE", "/volumes/" + other_vol, params={"force": "1"},
+                        ok=(200, 204, 404, 409))
         env = {k: v for k, v in self.env.items() if k != "SBX_RUN_IMAGE"}
         r = subprocess.run(["sh", os.path.join(REPO, "deploy", "run.sh")], env=dict(env, SBX_RUN_DEMO_ONLY="1"),
                            cwd=REPO, capture_output=True, timeout=300)
@@ -177,6 +182,9 @@ class RunTest(unittest.TestCase):
             self.assertNotIn(secret, out + r.stderr.decode())
         self.assertRegex(out, r"removed sandbox npc-%s: container \S+" % self.npc)
         self.assertRegex(out, r"removed sandbox npc-%s: volume \S+-work" % self.npc)
+        helper = re.search(r"removed helper volume (sbx-helper-[0-9a-f]{16})\n", out)
+        self.assertIsNotNone(helper, out)
+        self.assertEqual(eng.request("GET", "/volumes/" + helper.group(1)).status, 404)
         self.assertIn("removed the state directory %s " % self.dir, out)
         self.assertEqual(eng.containers(label=label), [])
         self.assertEqual(eng.volumes(label=label), [])
@@ -191,6 +199,7 @@ class RunTest(unittest.TestCase):
         # other broker's sandbox are untouched.
         self.assertEqual(eng.request("GET", "/images/%s/json" % sbxtest.test_image()).status, 200)
         self.assertEqual(eng.inspect(cid)["State"]["Running"], True)
+        self.assertEqual(eng.request("GET", "/volumes/" + other_vol).status, 200)
         self.assertNotIn(other, out)
         # Again: nothing left to do.
         r = subprocess.run(["sh", os.path.join(REPO, "deploy", "run.sh"), "--purge"], env=env,

@@ -15,7 +15,7 @@ set -eu
 PKGS="
 build-essential pkg-config
 libevent-dev libjansson-dev libsqlite3-dev libsodium-dev libcmocka-dev sqlite3
-docker.io podman runc catatonit conmon uidmap iptables netavark aardvark-dns
+docker.io docker-compose podman runc catatonit conmon uidmap iptables netavark aardvark-dns
 busybox-static debootstrap
 python3 curl jq iproute2 prometheus
 "

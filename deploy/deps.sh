@@ -24,6 +24,8 @@ python3 curl jq iproute2 prometheus
 # netavark (+ aardvark-dns for names): podman's bridge network backend; with
 # --no-install-recommends podman would otherwise get no network stack.
 # catatonit: podman's init for HostConfig.Init; docker.io brings tini.
+# docker-compose: Debian's 1.29, for deploy/compose (docs/deploy.md) and
+# tests/integration/test_compose.py.
 
 missing=""
 for p in $PKGS; do

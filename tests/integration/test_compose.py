@@ -70,8 +70,9 @@ class ComposeTest(unittest.TestCase):
                        SBX_API_PORT=str(cls.port), SBX_SANDBOX_IMAGE=sbxtest.test_image(),
                        SBX_SECRETS_DIR=cls.secrets, SBX_CACHE_DIR=cache, SBX_TAG=tag,
                        SBX_NAME_PREFIX=cls.prefix, SBX_COMPOSE_ENV_FILE=cls.envfile)
-        cls.env.pop("COMPOSE_FILE", None)
-        cls.env.pop("COMPOSE_PROJECT_NAME", None)
+        # up.sh runs `make all`: not as a child of the make running the suites.
+        for k in ("COMPOSE_FILE", "COMPOSE_PROJECT_NAME", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"):
+            cls.env.pop(k, None)
         cls.npcs = []
         cls.up_log = ""
         try:

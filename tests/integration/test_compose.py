@@ -323,6 +323,25 @@ class ComposeTest(unittest.TestCase):
         self.assertEqual(events[-1][1], "exit", events)
         self.assertEqual(events[-1][2]["code"], 0)
 
+    def test_restart_policy_brings_killed_daemons_back(self):
+        before = {s: self.inspect(s) for s in ("broker", "api")}
+        for s, c in before.items():
+            # A crash, as far as Docker can tell: SIGKILL from outside.
+            os.kill(c["State"]["Pid"], 9)
+        deadline = time.monotonic() + HEALTH_TIMEOUT
+        while time.monotonic() < deadline:
+            now = {s: self.inspect(s) for s in before}
+            if all(now[s]["RestartCount"] > before[s]["RestartCount"] and
+                   now[s]["State"]["Running"] for s in before):
+                break
+            time.sleep(0.5)
+        else:
+            self.fail("not restarted: %r" % {s: (c["RestartCount"], c["State"]["Status"])
+                                              for s, c in now.items()})
+        self.wait_healthy()
+        r = self.call("GET", "/api/v1/whoami", self.player)
+        self.assertEqual((r.status, r.json()["name"]), (200, "pl"), r.body)
+
     # ------------------------------------------------------------ cleanup
 
     @classmethod

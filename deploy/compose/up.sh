@@ -44,7 +44,7 @@ set -eu
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-export DOCKER_HOST=${DOCKER_HOST:-unix:///var/run/docker.sock}
+export DOCKER_HOST="${DOCKER_HOST:-unix:///var/run/docker.sock}"
 PROJECT=${SBX_COMPOSE_PROJECT:-sbx}
 SECRETS=${SBX_SECRETS_DIR:-$HERE/secrets}
 CACHE=${SBX_CACHE_DIR:-$REPO/build/images}
@@ -63,12 +63,14 @@ case $DOCKER_HOST in
 unix://*) ;;
 *) die "DOCKER_HOST=$DOCKER_HOST is not a unix socket" "the broker needs the runtime's unix socket: set DOCKER_HOST=unix://PATH" ;;
 esac
-export SBX_RUNTIME_SOCKET=${DOCKER_HOST#unix://}
+export SBX_RUNTIME_SOCKET="${DOCKER_HOST#unix://}"
 "$DOCKER" version >/dev/null 2>&1 || die "no Docker Engine answers at $DOCKER_HOST" \
 	"start it (systemctl start docker) or set DOCKER_HOST=unix://PATH of one"
 case $SECRETS in /*) ;; *) SECRETS=$(pwd)/$SECRETS ;; esac
 case $CACHE in /*) ;; *) CACHE=$(pwd)/$CACHE ;; esac
-export SBX_SECRETS_DIR=$SECRETS
+case ${SBX_COMPOSE_OVERRIDE:-/} in /*) ;; *) SBX_COMPOSE_OVERRIDE=$(pwd)/$SBX_COMPOSE_OVERRIDE ;; esac
+case ${SBX_COMPOSE_ENV_FILE:-/} in /*) ;; *) SBX_COMPOSE_ENV_FILE=$(pwd)/$SBX_COMPOSE_ENV_FILE ;; esac
+export SBX_SECRETS_DIR="$SECRETS"
 
 # ---------------------------------------------------------------- 2. build
 

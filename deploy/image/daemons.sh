@@ -76,7 +76,7 @@ if [ ! -s "$BASE" ]; then
 	mkdir -p "$CACHE"
 	ROOT=$CACHE/daemon-rootfs
 	rm -rf "$ROOT"
-	include=$(echo $pkgs | tr ' ' ',')
+	include=$(printf "%s" "$pkgs" | tr -s " " "," | sed "s/,$//")
 	say "debootstrap $SUITE minbase + $include from $MIRROR (once; about 40 s) ..."
 	t0=$(date +%s)
 	if ! debootstrap --variant=minbase --include="$include" "$SUITE" "$ROOT" "$MIRROR" \

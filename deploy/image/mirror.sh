@@ -1,4 +1,5 @@
 # mirror.sh - sourced by the image scripts: the Debian mirror to debootstrap from.
+# shellcheck shell=sh
 #
 #   . deploy/image/mirror.sh; MIRROR=$(mirror bookworm)
 #

@@ -36,7 +36,7 @@ struct broker_config {
 	char **images;            /* more allowlisted images */
 	char *helper_path;        /* NULL/"": next to the binary (broker_config_finish) */
 	char *user;               /* "uid:gid" of the sandbox user */
-	char *egress_network;
+	char *egress_bridge_prefix;
 	char *oci_runtime;        /* NULL: runtime default */
 	char *name_prefix;        /* container/volume name prefix */
 	long long memory;         /* default memory limit, bytes */

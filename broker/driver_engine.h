@@ -42,7 +42,9 @@ struct sbx_engine_config {
 	                               * (required) */
 	const char *oci_runtime;      /* HostConfig.Runtime, e.g. "runsc" [NULL: the
 	                               * runtime's default] */
-	const char *egress_network;   /* bridge network for egress ["sbx-egress"] */
+	const char *egress_bridge_prefix; /* host interface names of the egress
+	                               * networks: "<this><hex>", 15 bytes; 1-6 of
+	                               * [a-z0-9], a letter first ["sbxe"] */
 	const char *name_prefix;      /* container "<prefix><id>", volume
 	                               * "<prefix><id>-work" ["sbx-"] */
 	int stop_timeout_s;           /* seconds between SIGTERM and SIGKILL on stop [2] */

@@ -17,13 +17,15 @@ build-essential pkg-config
 libevent-dev libjansson-dev libsqlite3-dev libsodium-dev libcmocka-dev sqlite3
 docker.io podman runc catatonit conmon uidmap iptables netavark aardvark-dns
 busybox-static debootstrap
-python3 curl jq iproute2 prometheus
+python3 curl jq iproute2 prometheus nftables
 "
 # prometheus: the only bookworm package that ships /usr/bin/promtool, used
 # by the tests to check the /metrics text format.
 # netavark (+ aardvark-dns for names): podman's bridge network backend; with
 # --no-install-recommends podman would otherwise get no network stack.
 # catatonit: podman's init for HostConfig.Init; docker.io brings tini.
+# nftables: deploy/egress-firewall.sh (ADR 0014) and its test, in a network
+# namespace the test creates (tests/integration/test_egress.py).
 
 missing=""
 for p in $PKGS; do

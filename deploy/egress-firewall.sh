@@ -137,7 +137,6 @@ nft_remove() {
 
 # Installed, with as many rules in each chain as apply installs.
 nft_check() {
-	local have want
 	have=$(nft list table inet "$TABLE" 2>/dev/null | grep -c -e ' accept$' -e ' drop$') || return 1
 	want=$(nft_rules | grep -c -e ' accept$' -e ' drop$')
 	[ "$have" = "$want" ]
@@ -147,7 +146,7 @@ nft_check() {
 
 ipt_rules() {
 	# $1: 4 or 6
-	local fam=$1 priv allow c
+	fam=$1
 	if [ "$fam" = 4 ]; then priv=$PRIVATE4; allow=$ALLOW4; else priv=$PRIVATE6; allow=$ALLOW6; fi
 	echo "-N SBX-EGRESS-FWD"
 	echo "-N SBX-EGRESS-IN"
@@ -179,7 +178,7 @@ ipt_fwd_parent() {
 }
 
 ipt_remove_one() {
-	local t=$1 parent
+	t=$1
 	for parent in DOCKER-USER FORWARD; do
 		while "$t" -w -D "$parent" -i "$PREFIX+" -j SBX-EGRESS-FWD 2>/dev/null; do :; done
 	done
@@ -192,7 +191,6 @@ ipt_remove_one() {
 }
 
 ipt_apply() {
-	local fam t line
 	for fam in 4 6; do
 		t=$(ipt_tool "$fam")
 		command -v "$t" >/dev/null 2>&1 || { echo "egress-firewall: $t not found" >&2; exit 1; }
@@ -208,7 +206,6 @@ ipt_apply() {
 
 # Installed, with as many rules in each chain as apply installs, and jumped to.
 ipt_check() {
-	local fam t have want
 	for fam in 4 6; do
 		t=$(ipt_tool "$fam")
 		have=$({ "$t" -w -S SBX-EGRESS-FWD && "$t" -w -S SBX-EGRESS-IN; } 2>/dev/null | grep -c '^-A') || return 1

@@ -57,16 +57,20 @@ struct sbx_engine_config {
  *
  * Names and labels. Container "<prefix><id>", volume "<prefix><id>-work",
  * both labelled io.sbx.managed=true, io.sbx.id=<id> (the container also
- * io.sbx.egress=0|1 and io.sbx.image=<image>); the egress network is
- * labelled io.sbx.managed=true. Anything with our name but without our
- * labels is never touched: conflict.
+ * io.sbx.egress=0|1 and io.sbx.image=<image>). A sandbox granted egress
+ * has a bridge network of its own, "<prefix><id>-egress", labelled
+ * io.sbx.managed=true, io.sbx.id=<id>, on the host interface
+ * "<egress_bridge_prefix><hex>" (ADR 0014). Anything with our name but
+ * without our labels is never touched: conflict.
  *
  * ensure: checks image (allowlist: image_not_allowed) and limits (above a
  * ceiling: limit_exceeded) before any runtime call, then inspects: running
  * with the same egress and image -> its status (one inspect); stopped -> start;
- * different egress or image -> remove the container (never the volume) and
- * create again; absent -> create the volume (idempotent), the egress network
- * if needed, the container, start. The container: User, Init, CapDrop ALL,
+ * different egress or image (or an egress sandbox not on its own network:
+ * made before ADR 0014) -> remove the container (never the volume) and
+ * create again, removing its egress network when egress was revoked;
+ * absent -> create the volume (idempotent), the sandbox's egress network if
+ * needed, the container, start. The container: User, Init, CapDrop ALL,
  * no-new-privileges, read-only root, /tmp tmpfs noexec,nosuid,nodev, Memory =
  * MemorySwap, NanoCpus, PidsLimit, the volume at /work, the helper read-only
  * at /.sbx/sbx-helper, NetworkMode "none" (loopback only) or the egress
@@ -117,8 +121,10 @@ struct sbx_engine_config {
  * (the helper's name_b64 decoded back to bytes).
  *
  * stop: inspect, POST stop?t=stop_timeout_s; absent -> not_found; already
- * stopped -> ok. destroy: remove the container (force), then the volume;
- * absent -> ok. list_sandboxes: GET /containers/json?all=1 filtered by
+ * stopped -> ok. destroy: remove the container (force), then the volume,
+ * then its egress network if sbx made it; absent -> ok. reconcile: removes
+ * labelled "<prefix><id>-egress" networks whose id has no labelled egress
+ * container (running or stopped) and the pre-0014 "<prefix>egress". list_sandboxes: GET /containers/json?all=1 filtered by
  * io.sbx.managed=true (and checked again). health: /_ping, /version (runtime
  * name and version, ApiVersion >= 1.41), default image present, helper file a
  * regular executable; any failure gives ok=0, status "degraded" and the

@@ -71,10 +71,15 @@ def bridge_of(network):
 
 
 def listen(client, sid, marker, port=LISTEN_PORT):
-    """busybox httpd in sandbox sid serving /index.html = marker (it daemonizes
-    into a session of its own, so it outlives the exec)."""
+    """busybox httpd in sandbox sid serving /index.html = marker. It daemonizes
+    into a session of its own, so it outlives the exec; the exec waits until
+    it answers, since until its setsid() the end of the exec (which kills the
+    exec's process group) would take it along."""
     r = client.sh(sid, "mkdir -p /tmp/www && echo %s > /tmp/www/index.html && "
-                       "httpd -p %d -h /tmp/www && echo started" % (marker, port))
+                       "httpd -p %d -h /tmp/www || exit 1; for i in $(seq 100); do "
+                       "printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | nc -w 1 127.0.0.1 %d "
+                       "| grep -q %s && echo started && exit 0; sleep 0.1; done; exit 1"
+                  % (marker, port, port, marker), timeout_ms=30000)
     assert r.code == 0 and b"started" in r.out, r
 
 
@@ -154,6 +159,7 @@ class EgressNetworkTest(BrokerTestCase):
         orphan = "orph-" + secrets.token_hex(3)
         plain = "plain-" + secrets.token_hex(3)
         self.ensure_ok(kept, egress=True)
+        cid = self.engine.inspect("sbx-" + kept)["Id"]
         r = self.client.stop(kept)
         self.assertIn(r.status, (200, 204), r)
         made = []
@@ -178,6 +184,9 @@ class EgressNetworkTest(BrokerTestCase):
             st = self.ensure_ok(kept, egress=True)
             self.assertEqual(st["state"], "running")
             self.assertEqual(net_of(self.engine, kept)[0], "sbx-%s-egress" % kept)
+            # Started again, not replaced: a stopped container still shows
+            # its own network.
+            self.assertEqual(self.engine.inspect("sbx-" + kept)["Id"], cid)
         finally:
             for name in made:
                 self.engine.call("DELETE", "/networks/" + name)

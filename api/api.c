@@ -29,7 +29,8 @@ static const char synopsis[] =
     "   or: sandbox-api [--state-dir DIR] admin revoke NAME\n"
     "   or: sandbox-api [--state-dir DIR] admin list\n"
     "\n"
-    "The broker token comes from --broker-token-file (mode 0600) or\n"
+    "The broker token comes from --broker-token-file (mode 0600), else the\n"
+    "systemd credential $CREDENTIALS_DIRECTORY/broker-token, else\n"
     "SBX_BROKER_TOKEN; it is never printed. create-* prints the new API key\n"
     "once on stdout; only a keyed hash of it is stored.\n"
     "\n"
@@ -264,7 +265,8 @@ main(int argc, char **argv)
 		rc = API_EXIT_OK;
 		goto done;
 	}
-	if (api_config_check(&cfg, &err) == -1) {
+	if (api_config_check(&cfg, &err) == -1 ||
+	    api_config_finish(&cfg, &err) == -1) {
 		fprintf(stderr, "sandbox-api: %s\n", err.message);
 		rc = API_EXIT_CONFIG;
 		goto done;
@@ -295,12 +297,13 @@ main(int argc, char **argv)
 	/* The broker token: required, never echoed, kept in locked memory. */
 	if (sbx_broker_token_read(cfg.broker_token_file,
 	    getenv("SBX_BROKER_TOKEN"), &token, &token_len, &err) == -1) {
-		unsetenv("SBX_BROKER_TOKEN");
+		sbx_env_scrub("SBX_BROKER_TOKEN");
 		fprintf(stderr, "sandbox-api: %s\n", err.message);
 		rc = API_EXIT_CONFIG;
 		goto done;
 	}
-	unsetenv("SBX_BROKER_TOKEN");
+	/* Out of /proc/PID/environ too, not only out of environ(7). */
+	sbx_env_scrub("SBX_BROKER_TOKEN");
 	sbx_log_add_secret(token);
 
 	if ((m.base = event_base_new()) == NULL) {

@@ -39,6 +39,10 @@ struct api_config {
 	long long broker_timeout;   /* ms to connect and get response headers from the broker */
 	long long request_timeout;  /* ms a client may take to send a request (evhttp timeout) */
 	long long shutdown_grace;   /* ms a drain waits for in-flight requests before cancelling them */
+	long long header_timeout;   /* ms for a whole request head (sbx_gate.h) */
+	long long head_max;         /* bytes of a request head */
+	long long headers_max;      /* header fields of a request */
+	long long max_connections;  /* client connections open at once */
 	char *log_level;
 	char *log_file;             /* NULL: stderr */
 };
@@ -58,6 +62,16 @@ int api_config_defaults(struct api_config *cfg, struct sbx_err *err);
  * or -1 with err config_error naming the key.
  */
 int api_config_check(const struct api_config *cfg, struct sbx_err *err);
+
+/*
+ * Fills defaults that depend on the environment: broker_token_file =
+ * $CREDENTIALS_DIRECTORY/broker-token when it is unset (NULL or "") and that
+ * systemd credential exists (sbx_cred.h; LoadCredential=broker-token in
+ * deploy/systemd/sandbox-api.service, ADR 0011). A configured
+ * broker_token_file always wins; without either, SBX_BROKER_TOKEN is used
+ * as before. Returns 0, or -1 with err internal when out of memory.
+ */
+int api_config_finish(struct api_config *cfg, struct sbx_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Server                                                              */

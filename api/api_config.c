@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "sbx_cred.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
 
@@ -17,7 +18,8 @@ const struct sbx_config_key api_config_keys[] = {
 	K("broker", SBX_CFG_STRING, broker, "unix:/run/sbx/broker.sock",
 	    "sandbox-broker address: unix:PATH or HOST:PORT"),
 	K("broker_token_file", SBX_CFG_STRING, broker_token_file, NULL,
-	    "file (mode 0600) holding the broker's bearer token; else env SBX_BROKER_TOKEN"),
+	    "file (mode 0600) holding the broker's bearer token (default: systemd "
+	    "credential $CREDENTIALS_DIRECTORY/broker-token if present); else env SBX_BROKER_TOKEN"),
 	K("state_dir", SBX_CFG_STRING, state_dir, "/var/lib/sbx-api",
 	    "directory of api.db and api.key (created 0700)"),
 	K("user", SBX_CFG_STRING, user, NULL,
@@ -33,6 +35,14 @@ const struct sbx_config_key api_config_keys[] = {
 	    "largest JSON request body (exec stdin included); more: 413"),
 	K("file_size_max", SBX_CFG_BYTES, file_size_max, "64m",
 	    "largest file written with PUT .../files (buffered in memory); more: 413"),
+	K("header_timeout", SBX_CFG_DURATION_MS, header_timeout, "10s",
+	    "a request head must arrive whole within this, however it trickles; else 408 and close"),
+	K("head_max", SBX_CFG_BYTES, head_max, "16k",
+	    "largest request head (request line + headers); more: 431 (a longer request line: 414)"),
+	K("headers_max", SBX_CFG_INT, headers_max, "100",
+	    "header fields per request; more: 431"),
+	K("max_connections", SBX_CFG_INT, max_connections, "512",
+	    "client connections open at once on the listener; more: 503 overloaded and close"),
 	K("heartbeat", SBX_CFG_DURATION_MS, heartbeat, "15s",
 	    "SSE: send a \": ping\" comment after this long without an event"),
 	K("broker_timeout", SBX_CFG_DURATION_MS, broker_timeout, "30s",
@@ -76,6 +86,23 @@ host_port(const char *s)
 }
 
 int
+api_config_finish(struct api_config *cfg, struct sbx_err *err)
+{
+	char cred[4096];
+	char *dup;
+
+	if (cfg->broker_token_file != NULL && cfg->broker_token_file[0] != '\0')
+		return 0;
+	if (!sbx_credential_path(SBX_CRED_BROKER_TOKEN, cred, sizeof(cred)))
+		return 0;
+	if ((dup = strdup(cred)) == NULL)
+		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	free(cfg->broker_token_file);
+	cfg->broker_token_file = dup;
+	return 0;
+}
+
+int
 api_config_check(const struct api_config *cfg, struct sbx_err *err)
 {
 	if (!host_port(cfg->listen))
@@ -92,10 +119,14 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 	    cfg->max_sandboxes_per_player <= 0 ||
 	    cfg->body_max <= 0 || cfg->file_size_max <= 0 ||
 	    cfg->heartbeat <= 0 || cfg->broker_timeout <= 0 ||
-	    cfg->request_timeout <= 0)
+	    cfg->request_timeout <= 0 || cfg->header_timeout <= 0 ||
+	    cfg->head_max <= 0 || cfg->headers_max <= 0 ||
+	    cfg->max_connections <= 0)
 		return sbx_err_set(err, SBX_E_CONFIG, "max_execs_per_principal, "
 		    "requests_per_minute, max_sandboxes_per_player, body_max, "
-		    "file_size_max, heartbeat, broker_timeout and request_timeout must be above 0.");
+		    "file_size_max, heartbeat, broker_timeout, request_timeout, "
+		    "header_timeout, head_max, headers_max and max_connections "
+		    "must be above 0.");
 	if (cfg->shutdown_grace < 0)
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    "shutdown_grace must be 0 or more.");

@@ -51,6 +51,10 @@ struct broker_config {
 	long long output_cap;     /* stdout+stderr bytes per exec */
 	long long file_size_max;  /* read/write cap, bytes */
 	long long body_max;       /* JSON request body cap, bytes */
+	long long header_timeout; /* ms for a whole request head (sbx_gate.h) */
+	long long head_max;       /* bytes of a request head */
+	long long headers_max;    /* header fields of a request */
+	long long max_connections; /* client connections open at once */
 	long long max_execs_per_sandbox;
 	long long max_sandboxes;
 	long long idle_timeout, reap_interval, destroy_after; /* ms; reaper */
@@ -68,8 +72,10 @@ extern const struct sbx_config_key broker_config_keys[];
  * Checks values that the table cannot (cpus syntax, defaults above maxima,
  * listen syntax, positive limits, log level) and fills the derived fields and
  * defaults that depend on the environment: runtime from $DOCKER_HOST when
- * unset, helper_path next to the executable (argv0_path, e.g.
- * /proc/self/exe resolved) when unset. Returns 0, or -1 with err
+ * unset, token_file = $CREDENTIALS_DIRECTORY/broker-token when unset and
+ * that systemd credential exists (sbx_cred.h), helper_path next to the
+ * executable (argv0_path, e.g. /proc/self/exe resolved) when unset.
+ * Returns 0, or -1 with err
  * config_error naming the key.
  */
 int broker_config_finish(struct broker_config *cfg, const char *exe_path,

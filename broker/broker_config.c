@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "broker.h"
+#include "sbx_cred.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
 
@@ -20,7 +21,8 @@ const struct sbx_config_key broker_config_keys[] = {
 	K("runtime", SBX_CFG_STRING, runtime, NULL,
 	    "Engine API socket unix:PATH (default: $DOCKER_HOST, else unix:/var/run/docker.sock)"),
 	K("token_file", SBX_CFG_STRING, token_file, NULL,
-	    "file (mode 0600) holding the bearer token; else env SBX_BROKER_TOKEN"),
+	    "file (mode 0600) holding the bearer token (default: systemd credential "
+	    "$CREDENTIALS_DIRECTORY/broker-token if present); else env SBX_BROKER_TOKEN"),
 	K("state_dir", SBX_CFG_STRING, state_dir, "/var/lib/sbx",
 	    "directory of broker.db (created 0700)"),
 	K("image", SBX_CFG_STRING, image, "sbx-sandbox:latest",
@@ -65,6 +67,14 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "largest file read or written"),
 	K("body_max", SBX_CFG_BYTES, body_max, "8m",
 	    "largest JSON request body (exec stdin included)"),
+	K("header_timeout", SBX_CFG_DURATION_MS, header_timeout, "10s",
+	    "a request head must arrive whole within this, however it trickles; else 408 and close"),
+	K("head_max", SBX_CFG_BYTES, head_max, "16k",
+	    "largest request head (request line + headers); more: 431 (a longer request line: 414)"),
+	K("headers_max", SBX_CFG_INT, headers_max, "100",
+	    "header fields per request; more: 431"),
+	K("max_connections", SBX_CFG_INT, max_connections, "512",
+	    "client connections open at once on the listener; more: 503 overloaded and close"),
 	K("max_execs_per_sandbox", SBX_CFG_INT, max_execs_per_sandbox, "8",
 	    "concurrent execs per sandbox; more: 429 too_many"),
 	K("max_sandboxes", SBX_CFG_INT, max_sandboxes, "100",
@@ -202,6 +212,10 @@ broker_config_finish(struct broker_config *cfg, const char *exe_path,
 	    need_positive(cfg->output_cap, "output_cap", err) == -1 ||
 	    need_positive(cfg->file_size_max, "file_size_max", err) == -1 ||
 	    need_positive(cfg->body_max, "body_max", err) == -1 ||
+	    need_positive(cfg->header_timeout, "header_timeout", err) == -1 ||
+	    need_positive(cfg->head_max, "head_max", err) == -1 ||
+	    need_positive(cfg->headers_max, "headers_max", err) == -1 ||
+	    need_positive(cfg->max_connections, "max_connections", err) == -1 ||
 	    need_positive(cfg->max_execs_per_sandbox, "max_execs_per_sandbox",
 	    err) == -1 ||
 	    need_positive(cfg->max_sandboxes, "max_sandboxes", err) == -1 ||
@@ -218,6 +232,15 @@ broker_config_finish(struct broker_config *cfg, const char *exe_path,
 	if (sbx_log_level_parse(cfg->log_level) == -1)
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    "log_level must be debug, info, warn or error.");
+	/* Under systemd the token is a credential (LoadCredential=broker-token,
+	 * ADR 0011): the default token_file when none is configured. */
+	if (cfg->token_file == NULL || cfg->token_file[0] == '\0') {
+		char cred[PATH_MAX];
+
+		if (sbx_credential_path(SBX_CRED_BROKER_TOKEN, cred,
+		    sizeof(cred)) && set_string(&cfg->token_file, cred) == -1)
+			return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	}
 	if ((cfg->helper_path == NULL || cfg->helper_path[0] == '\0') &&
 	    exe_path != NULL) {
 		/* Next to the binary (build/out/), then the installed layout

@@ -8,7 +8,8 @@
 #      Docker Engine at $DOCKER_HOST (default unix:///var/run/docker.sock).
 #   2. `make all` (the binaries the images carry).
 #   3. images, nothing pulled: sbx-broker:$SBX_TAG and sbx-api:$SBX_TAG
-#      (deploy/image/daemons.sh; ~40 s the first time, then a few seconds),
+#      (deploy/image/daemons.sh; 1–4 minutes the first time, depending on the mirror and the machine,
+#      then a few seconds),
 #      and the sandbox image sbx-default:bookworm (deploy/image/build.sh;
 #      skipped when present) unless SBX_SANDBOX_IMAGE names one the engine
 #      already has.

@@ -16,7 +16,8 @@
 #      /var/lib/sbx-api (api state, 10001 0700), /run/sbx (the broker's
 #      socket, root:10001 2750). Kept as CACHE_DIR/sbx-daemon-base-<hash>.tar
 #      (the hash is of the package list): the next build skips debootstrap;
-#      delete it to refresh. Measured here: ~40 s, ~130 MB, once.
+#      delete it to refresh. 1–4 minutes the first time, depending on the mirror and the machine,
+#      ~130 MB, once.
 #   2. per image: the base tar plus its files appended (tar -r), imported
 #      with `docker import -c`: ENV PATH/LANG, WORKDIR /, USER, ENTRYPOINT,
 #      a LABEL with the source revision.
@@ -77,7 +78,7 @@ if [ ! -s "$BASE" ]; then
 	ROOT=$CACHE/daemon-rootfs
 	rm -rf "$ROOT"
 	include=$(printf "%s" "$pkgs" | tr -s " " "," | sed "s/,$//")
-	say "debootstrap $SUITE minbase + $include from $MIRROR (once; about 40 s) ..."
+	say "debootstrap $SUITE minbase + $include from $MIRROR (once; 1–4 minutes the first time, depending on the mirror and the machine) ..."
 	t0=$(date +%s)
 	if ! debootstrap --variant=minbase --include="$include" "$SUITE" "$ROOT" "$MIRROR" \
 		>"$CACHE/daemon-debootstrap.log" 2>&1; then

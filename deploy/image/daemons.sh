@@ -25,7 +25,12 @@
 #                    /usr/local/libexec/sbx/sbx-helper (the make install
 #                    layout, where the broker finds its helper); USER 0.
 #        sbx-api:    /usr/local/bin/sandbox-api, USER 10001:10001.
-#      A previous image of the same name is removed when nothing uses it.
+#      Skipped when NAME:TAG already holds the same content: the label
+#      io.sbx.content is the sha256 of the inputs (the base tar, the files,
+#      the import options and the revision), compared with `docker image
+#      inspect`, so an unchanged tree keeps its image IDs and docker-compose
+#      recreates nothing. A previous image of the same name is removed when
+#      nothing uses it (up.sh prunes it once its container moved on).
 #      Each import takes a few seconds.
 # Needs root (debootstrap, chown) and the docker CLI (SBX_DOCKER_CLI, else
 # `docker`). Exit 0 when both images are in the engine; otherwise 1 with a
@@ -122,6 +127,16 @@ trap 'rm -rf "$STAGE"' EXIT
 image() {
 	name=$1 user=$2 entry=$3
 	shift 3
+	# What the image is made of; file names, modes and bytes, not mtimes.
+	sum=$( { printf '%s\n' "$REV" "$user" "$entry" "$ENVPATH" "$@"; sha256sum "$BASE" | cut -c1-64
+		for f in "$@"; do
+			[ -f "$STAGE/root/$f" ] && { stat -c %a "$STAGE/root/$f"; sha256sum <"$STAGE/root/$f"; }
+		done; } | sha256sum | cut -c1-64)
+	have=$(rt image inspect -f '{{index .Config.Labels "io.sbx.content"}}' "$name:$TAG" 2>/dev/null || true)
+	if [ "$have" = "$sum" ]; then
+		say "image $name:$TAG unchanged (revision $REV), kept"
+		return 0
+	fi
 	tar=$STAGE/$name.tar
 	cp "$BASE" "$tar"
 	# Only the files and the directories that are new: the base's own
@@ -132,7 +147,7 @@ image() {
 	t0=$(date +%s)
 	rt import -c "ENV PATH=$ENVPATH" -c "ENV LANG=C.UTF-8" -c "WORKDIR /" -c "USER $user" \
 		-c "ENTRYPOINT [\"$entry\"]" -c "LABEL org.opencontainers.image.revision=$REV" \
-		-c "LABEL org.opencontainers.image.title=$name" \
+		-c "LABEL org.opencontainers.image.title=$name" -c "LABEL io.sbx.content=$sum" \
 		"$tar" "$name:$TAG" >/dev/null ||
 		die "docker import of $name:$TAG failed; is the engine at $HOST up? (a broken base tar: delete $BASE)"
 	new=$(rt image inspect -f '{{.Id}}' "$name:$TAG")

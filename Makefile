@@ -65,7 +65,23 @@ $(LIBBROKER): $(call obj,$(BROKER_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(LIBAPI): $(call obj,$(API_SRC))
+# /console's page is embedded: api/console.html becomes a C array.
+CONSOLE_GEN := $(BUILD)/gen/api_console_html.c
+$(CONSOLE_GEN): api/console.html
+	@mkdir -p $(dir $@)
+	{ echo '/* generated from api/console.html by the Makefile; do not edit */'; \
+	  echo '#include <stddef.h>'; \
+	  echo 'extern const unsigned char api_console_html[];'; \
+	  echo 'extern const size_t api_console_html_len;'; \
+	  echo 'const unsigned char api_console_html[] = {'; \
+	  od -An -v -tx1 $< | sed 's/\([0-9a-f][0-9a-f]\)/0x\1,/g'; \
+	  echo '0x00 };'; \
+	  echo 'const size_t api_console_html_len = sizeof(api_console_html) - 1;'; \
+	} > $@.tmp && mv $@.tmp $@
+$(BUILD)/gen/api_console_html.o: $(CONSOLE_GEN)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(LIBAPI): $(call obj,$(API_SRC)) $(BUILD)/gen/api_console_html.o
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -45,6 +46,7 @@
 #define SEG_MAX ((uint64_t)1024 * 1024)
 #define VIEW_HIGH_WATER ((size_t)256 * 1024)
 #define VIEW_READ ((size_t)64 * 1024)
+#define VIEW_SNDBUF (128 * 1024)   /* SO_SNDBUF of a viewer's socket */
 #define LIST_DEFAULT 20
 #define LIST_MAX 200
 #define VIEW_TIMEOUT_S (24 * 3600)
@@ -1570,7 +1572,9 @@ api_h_execs_events(struct areq *a)
 	struct api_viewer *v = NULL;
 	struct api_exec *x;
 	struct seg *g, *at;
+	struct bufferevent *bev;
 	uint64_t last = 0;
+	int sfd, sndbuf = VIEW_SNDBUF;
 
 	memset(&q, 0, sizeof(q));
 	if (evhttp_parse_query_str(evhttp_uri_get_query(uri) ?
@@ -1644,6 +1648,12 @@ api_h_execs_events(struct areq *a)
 	evhttp_add_header(h, "Cache-Control", "no-cache");
 	evhttp_add_header(h, "X-Accel-Buffering", "no");
 	a->conn = evhttp_request_get_connection(a->req);
+	/* A fixed kernel send buffer: what a stalled viewer can hold is
+	 * VIEW_SNDBUF there plus VIEW_HIGH_WATER here, never more. */
+	bev = evhttp_connection_get_bufferevent(a->conn);
+	if (bev != NULL && (sfd = bufferevent_getfd(bev)) >= 0 &&
+	    setsockopt(sfd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)) == -1)
+		log_debug("cannot set a viewer's send buffer", NULL);
 	evhttp_connection_set_timeout_tv(a->conn, &tv);
 	evhttp_connection_set_closecb(a->conn, viewer_closed, a);
 	evhttp_send_reply_start(a->req, 200, "OK");

@@ -113,9 +113,15 @@ unit: $(UNIT_BINS)
 deps:
 	@sh deploy/deps.sh
 
+# The browser test's driver (playwright-core, no browser download: it uses
+# Debian's chromium), pinned by tests/e2e/package-lock.json.
+E2E_MODULES := tests/e2e/node_modules/.package-lock.json
+$(E2E_MODULES): tests/e2e/package.json tests/e2e/package-lock.json
+	cd tests/e2e && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund
+
 # The whole test suite: unit tests, the same under ASan+UBSan, integration
 # tests on real Docker and Podman started on private sockets. One summary line.
-check: deps
+check: deps $(E2E_MODULES)
 	$(MAKE) all unit
 	$(MAKE) SANITIZE=address,undefined unit
 	@sh tests/run.sh

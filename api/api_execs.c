@@ -918,7 +918,8 @@ api_execs_open(struct api_server *s, struct sbx_err *err)
 		all[n++] = x;
 	}
 	closedir(d);
-	qsort(all, n, sizeof(*all), cmp_started);
+	if (n > 0)
+		qsort(all, n, sizeof(*all), cmp_started);
 	for (i = n; i > 0; i--) {
 		x = all[i - 1];
 		x->next = s->execs;

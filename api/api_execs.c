@@ -192,6 +192,7 @@ meta_write(struct api_exec *x)
 {
 	char path[1024], tmp[1040];
 	json_t *o = exec_json(x);
+	int fd;
 
 	if (o == NULL)
 		return;
@@ -201,10 +202,14 @@ meta_write(struct api_exec *x)
 	    json_integer((json_int_t)x->dropped_events));
 	exec_path(path, sizeof(path), x, "meta.json");
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	if (json_dump_file(o, tmp, JSON_COMPACT) == -1 ||
-	    rename(tmp, path) == -1)
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || json_dumpfd(o, fd, JSON_COMPACT) == -1 || close(fd) != 0 ||
+	    rename(tmp, path) == -1) {
+		if (fd >= 0)
+			close(fd);
 		log_warn("cannot write an exec record", "exec_id", x->id,
 		    "error", strerror(errno), NULL);
+	}
 	json_decref(o);
 }
 
@@ -1181,7 +1186,8 @@ api_h_execs_ticket(struct areq *a)
 	struct ticket *t;
 	char tok[SBX_TOKEN_GEN_LEN + 1], hex[65], path[1024], url[512];
 	int64_t exp;
-	FILE *f;
+	FILE *f = NULL;
+	int fd, ok;
 	json_t *o;
 
 	if (x == NULL)
@@ -1200,10 +1206,14 @@ api_h_execs_ticket(struct areq *a)
 	 * a browser's EventSource reconnects with the same URL. */
 	sodium_bin2hex(hex, sizeof(hex), t->hash, sizeof(t->hash));
 	exec_path(path, sizeof(path), x, "tickets");
-	if ((f = fopen(path, "ae")) == NULL || fprintf(f, "%s %lld %s\n", hex,
-	    (long long)exp, t->principal) < 0 || fclose(f) != 0) {
-		if (f != NULL)
-			fclose(f);
+	fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (fd >= 0 && (f = fdopen(fd, "a")) == NULL)
+		close(fd);
+	ok = f != NULL && fprintf(f, "%s %lld %s\n", hex, (long long)exp,
+	    t->principal) > 0;
+	if (f != NULL && fclose(f) != 0)
+		ok = 0;
+	if (!ok) {
 		free(t);
 		sodium_memzero(tok, sizeof(tok));
 		areq_fail_code(a, SBX_E_INTERNAL, "The api cannot store the "

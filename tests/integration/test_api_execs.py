@@ -259,7 +259,12 @@ class ExecResourceTest(unittest.TestCase):
         self.assertEqual((st["state"], st["exit_code"], st["log"]["output_dropped"]),
                          ("exited", 0, False))
         self.assertEqual(st["bytes_out"], len("".join("%d\n" % i for i in range(1, 51))))
-        type(self).seq_exec = x
+        # The log is private to the api's user.
+        d = os.path.join(self.stack.api_state, "execs")
+        self.assertEqual(os.stat(d).st_mode & 0o777, 0o700)
+        self.assertEqual(os.stat(os.path.join(d, x["exec_id"])).st_mode & 0o777, 0o700)
+        for f in os.listdir(os.path.join(d, x["exec_id"])):
+            self.assertEqual(os.stat(os.path.join(d, x["exec_id"], f)).st_mode & 0o777, 0o600, f)
 
     def test_02_malformed_or_unknown_id_is_400(self):
         x = self.start("echo hi")

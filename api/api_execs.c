@@ -90,6 +90,7 @@ struct api_exec {
 	struct sbx_op *op;
 	struct api_limit *lim;        /* counted in lim->execs while running */
 	struct areq *creator;         /* POST waiting for the start event */
+	int64_t counted_ms;           /* monotonic start, counted in metrics; 0 not */
 	struct api_viewer *viewers;
 	struct ticket *tickets;
 	struct api_exec *prev, *next; /* s->execs, newest first */
@@ -491,6 +492,8 @@ x_start(void *arg, const char *exec_id)
 		log_line(x, line);
 	if (line != NULL)
 		evbuffer_free(line);
+	api_metrics_exec_started(&x->s->metrics);
+	x->counted_ms = api_mono_ms();
 	x->creator = NULL;
 	if (a != NULL) {
 		a->op = NULL;
@@ -510,7 +513,7 @@ x_output(void *arg, int stream, const unsigned char *buf, size_t len)
 {
 	struct api_exec *x = arg;
 	struct evbuffer *line;
-	size_t n;
+	size_t n, back;
 
 	if (x->last_id == 0)
 		x_start(x, "");
@@ -521,6 +524,12 @@ x_output(void *arg, int stream, const unsigned char *buf, size_t len)
 	/* Small events keep segments fine-grained and a resume cheap. */
 	while (len > 0) {
 		n = len < LOG_CHUNK ? len : LOG_CHUNK;
+		/* Split between characters, so UTF-8 text stays text (SPEC §5). */
+		for (back = 0; n < len && back < 3 && (buf[n] & 0xC0) == 0x80;
+		    back++)
+			n--;
+		if (back == 3 && (buf[n] & 0xC0) == 0x80)
+			n += 3;
 		if (sbx_ndjson_output(line, stream, buf, n) == 0)
 			log_line(x, line);
 		buf += n;
@@ -607,6 +616,10 @@ exec_end(struct api_exec *x, const char *state)
 	if (x->lim != NULL && x->lim->execs > 0)
 		x->lim->execs--;
 	x->lim = NULL;
+	if (x->counted_ms != 0)
+		api_metrics_exec_finished(&x->s->metrics, api_mono_ms() -
+		    x->counted_ms);
+	x->counted_ms = 0;
 	meta_write(x);
 	log_info("exec ended", "exec_id", x->id, "npc", x->npc, "state",
 	    state, NULL);
@@ -1071,7 +1084,6 @@ api_h_execs_create(struct areq *a)
 		areq_fail_broker(a, &err);
 		goto done;
 	}
-	api_metrics_exec_started(&s->metrics);
 	enforce_bounds(s);
 done:
 	free(argv);

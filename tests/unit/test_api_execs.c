@@ -285,6 +285,39 @@ test_tickets_are_per_exec_and_never_stored_plain(void **state)
 	tu_res_free(&r);
 }
 
+static void
+test_long_utf8_output_is_split_between_characters(void **state)
+{
+	static char text[70001];
+	struct sbx_fake_step steps[] = {
+		{ .kind = SBX_FAKE_STEP_OUTPUT, .stream = 1, .data = text,
+		    .len = 70000 },
+		{ .kind = SBX_FAKE_STEP_EXIT, .code = 0 },
+	};
+	char id[40], *all;
+	size_t i;
+	int st;
+
+	(void)state;
+	/* 'a' then "é" (2 bytes) repeated: a 64 KiB cut falls inside one. */
+	text[0] = 'a';
+	for (i = 1; i + 1 < 70000; i += 2) {
+		text[i] = (char)0xc3;
+		text[i + 1] = (char)0xa9;
+	}
+	text[69999] = 'z';
+	start();
+	assert_int_equal(sbx_fake_set_exec_script(T.drv, steps, 2), 0);
+	create(id);
+	assert_true(tu_loop_until(ended_cond, id, 5000));
+	all = events(id, "", KA, &st);
+	assert_int_equal(st, 200);
+	assert_non_null(strstr(all, "id: 2\nevent: stdout\ndata: {\"data\":\"a"));
+	assert_non_null(strstr(all, "id: 3\nevent: stdout\ndata: {\"data\":\""));
+	assert_null(strstr(all, "data_b64"));
+	free(all);
+}
+
 int
 main(void)
 {
@@ -300,6 +333,9 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_tickets_are_per_exec_and_never_stored_plain, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_long_utf8_output_is_split_between_characters, setup,
 		    teardown),
 	};
 

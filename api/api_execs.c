@@ -990,13 +990,16 @@ api_execs_close(struct api_server *s)
 /* ------------------------------------------------------------------ */
 /* Handlers                                                            */
 
+/* Exec id of the NPC of a (by name and by owner, so a record can never
+ * pass to another owner's NPC of the same name). */
 static struct api_exec *
-exec_find(struct api_server *s, const char *npc, const char *id)
+exec_find(struct areq *a, const char *id)
 {
 	struct api_exec *x;
 
-	for (x = s->execs; x != NULL; x = x->next)
-		if (strcmp(x->id, id) == 0 && strcmp(x->npc, npc) == 0)
+	for (x = a->s->execs; x != NULL; x = x->next)
+		if (strcmp(x->id, id) == 0 && strcmp(x->npc, a->npc.name) == 0 &&
+		    x->owner_id == a->npc.owner_id)
 			return x;
 	return NULL;
 }
@@ -1005,7 +1008,7 @@ exec_find(struct api_server *s, const char *npc, const char *id)
 static struct api_exec *
 exec_of(struct areq *a)
 {
-	struct api_exec *x = exec_find(a->s, a->npc.name, a->exec_id);
+	struct api_exec *x = exec_find(a, a->exec_id);
 
 	if (x == NULL)
 		areq_fail_code(a, SBX_E_NOT_FOUND, "That NPC has no exec with "
@@ -1119,7 +1122,7 @@ api_h_execs_list(struct areq *a)
 			return;
 		}
 	}
-	if (after != NULL && exec_find(a->s, a->npc.name, after) == NULL) {
+	if (after != NULL && exec_find(a, after) == NULL) {
 		evhttp_clear_headers(&q);
 		areq_fail_code(a, SBX_E_BAD_REQUEST, "after must name an exec "
 		    "of this NPC (the \"next\" of the previous page).");
@@ -1128,7 +1131,8 @@ api_h_execs_list(struct areq *a)
 	arr = json_array();
 	started = after == NULL;
 	for (x = a->s->execs; x != NULL && n > 0; x = x->next) {
-		if (strcmp(x->npc, a->npc.name) != 0)
+		if (strcmp(x->npc, a->npc.name) != 0 ||
+		    x->owner_id != a->npc.owner_id)
 			continue;
 		if (!started) {
 			started = strcmp(x->id, after) == 0;
@@ -1139,7 +1143,8 @@ api_h_execs_list(struct areq *a)
 	}
 	/* A next page exists when an exec of this NPC follows. */
 	for (; x != NULL; x = x->next)
-		if (strcmp(x->npc, a->npc.name) == 0)
+		if (strcmp(x->npc, a->npc.name) == 0 &&
+		    x->owner_id == a->npc.owner_id)
 			break;
 	o = json_pack("{s:o,s:o}", "execs", arr, "next", x != NULL &&
 	    json_array_size(arr) > 0 ? json_string(json_string_value(
@@ -1606,7 +1611,7 @@ api_h_execs_events(struct areq *a)
 		return;
 	}
 	tok = evhttp_find_header(&q, "ticket");
-	x = exec_find(a->s, a->npc.name, a->exec_id);
+	x = exec_find(a, a->exec_id);
 	if (a->ticket_auth) {
 		/* Tickets answer one way whatever is wrong: no probing of
 		 * which NPCs or execs exist. */

@@ -1248,32 +1248,77 @@ api_h_execs_ticket(struct areq *a)
 	areq_reply_json(a, 200, o);
 }
 
-/* 1 when tok is a live ticket of x whose principal may still see it. */
-static int
-ticket_ok(struct areq *a, struct api_exec *x, const char *tok)
+int
+api_execs_ticket_auth(struct api_server *s, const char *target,
+    struct api_principal *who)
 {
+	static const char pre[] = "/api/v1/npcs/";
 	struct api_principal p;
+	struct api_npc n;
+	struct api_exec *x;
+	struct evkeyvalq q;
 	struct ticket *t;
-	unsigned char h[32];
 	struct sbx_err err;
-	int64_t now = wall_now(), found = 0;
+	unsigned char h[32];
+	char npc[API_NPC_NAME_MAX + 1], id[EXEC_ID_LEN + 1];
+	const char *rest, *qs, *tok;
+	size_t nl;
+	int r, found = 0;
 
 	sbx_err_clear(&err);
-	ticket_hash(a->s, tok, strlen(tok), h);
-	for (t = x->tickets; t != NULL; t = t->next)
-		if (sodium_memcmp(t->hash, h, sizeof(h)) == 0 &&
-		    t->expires_ms > now) {
-			found = 1;
+	memset(&q, 0, sizeof(q));
+	/* /api/v1/npcs/NPC/sandbox/execs/ID/events?QUERY */
+	if (strncmp(target, pre, sizeof(pre) - 1) != 0)
+		return 0;
+	rest = target + sizeof(pre) - 1;
+	nl = strcspn(rest, "/");
+	if (nl == 0 || nl > API_NPC_NAME_MAX)
+		return 0;
+	memcpy(npc, rest, nl);
+	npc[nl] = '\0';
+	rest += nl;
+	if (strncmp(rest, "/sandbox/execs/", 15) != 0)
+		return 0;
+	rest += 15;
+	nl = strcspn(rest, "/");
+	if (nl != EXEC_ID_LEN || strncmp(rest + nl, "/events?", 8) != 0)
+		return 0;
+	memcpy(id, rest, nl);
+	id[nl] = '\0';
+	qs = rest + nl + 8;
+	if (!api_npc_name_valid(npc) || evhttp_parse_query_str(qs, &q) == -1 ||
+	    (tok = evhttp_find_header(&q, "ticket")) == NULL) {
+		evhttp_clear_headers(&q);
+		return 0;
+	}
+	if ((r = api_store_npc_get(s->store, npc, &n, &err)) != 1) {
+		evhttp_clear_headers(&q);
+		return r;
+	}
+	for (x = s->execs; x != NULL; x = x->next)
+		if (strcmp(x->id, id) == 0 && strcmp(x->npc, npc) == 0 &&
+		    x->owner_id == n.owner_id)
 			break;
-		}
+	if (x != NULL) {
+		ticket_hash(s, tok, strlen(tok), h);
+		for (t = x->tickets; t != NULL; t = t->next)
+			if (sodium_memcmp(t->hash, h, sizeof(h)) == 0 &&
+			    t->expires_ms > wall_now()) {
+				found = 1;
+				break;
+			}
+	}
+	evhttp_clear_headers(&q);
 	if (!found)
 		return 0;
-	/* The ticket is no stronger than its principal's key now. */
-	if (api_store_principal_get(a->s->store, t->principal, &p, &err) != 1 ||
-	    p.revoked_at != 0 || (p.role != API_ROLE_OPERATOR &&
-	    p.id != a->npc.owner_id))
+	/* A ticket is no stronger than its principal's key is now. */
+	if ((r = api_store_principal_get(s->store, t->principal, &p,
+	    &err)) != 1)
+		return r;
+	if (p.revoked_at != 0 || (p.role != API_ROLE_OPERATOR &&
+	    p.id != n.owner_id))
 		return 0;
-	a->who = p;
+	*who = p;
 	return 1;
 }
 
@@ -1596,7 +1641,7 @@ api_h_execs_events(struct areq *a)
 	struct evkeyvalq q;
 	struct evkeyvalq *h = evhttp_request_get_output_headers(a->req);
 	struct timeval tv = { VIEW_TIMEOUT_S, 0 };
-	const char *lei, *tok, *fol;
+	const char *lei, *fol;
 	struct api_viewer *v = NULL;
 	struct api_exec *x;
 	struct seg *g, *at;
@@ -1610,19 +1655,9 @@ api_h_execs_events(struct areq *a)
 		areq_fail_code(a, SBX_E_BAD_REQUEST, "Bad query string.");
 		return;
 	}
-	tok = evhttp_find_header(&q, "ticket");
+	/* A ticket was checked before (api_execs_ticket_auth). */
 	x = exec_find(a, a->exec_id);
-	if (a->ticket_auth) {
-		/* Tickets answer one way whatever is wrong: no probing of
-		 * which NPCs or execs exist. */
-		if (x == NULL || tok == NULL || !ticket_ok(a, x, tok)) {
-			evhttp_clear_headers(&q);
-			areq_fail_code(a, SBX_E_UNAUTHORIZED, "The ticket is "
-			    "invalid or expired, or not for this exec.");
-			return;
-		}
-		a->authed = 1;
-	} else if (x == NULL) {
+	if (x == NULL) {
 		evhttp_clear_headers(&q);
 		areq_fail_code(a, SBX_E_NOT_FOUND, "That NPC has no exec with "
 		    "that id.");

@@ -12,6 +12,7 @@
 #include "api_store.h"
 #include "sbx_driver.h"
 #include "sbx_err.h"
+#include "sbx_gate.h"
 
 struct evhttp;
 struct evhttp_request;
@@ -40,6 +41,7 @@ struct api_server {
 	struct api_store *store;
 	struct evhttp *http;
 	struct evhttp_bound_socket *bound;
+	struct sbx_gate *gate;      /* heads checked before bodies (sbx_gate.h) */
 	int port;
 	struct api_limit *limits;
 	struct areq *live;          /* requests being answered */
@@ -69,9 +71,21 @@ struct api_server {
 #define R_RAW      0x10  /* raw body up to file_size_max (file write) */
 #define R_OPERATOR 0x20  /* operators only: players get 403 */
 #define R_MUTATING 0x40  /* written to the audit table */
-#define R_TICKET   0x80  /* GET with ?ticket= and no key: the handler checks the ticket */
 
 typedef void (*api_handler_fn)(struct areq *);
+
+/*
+ * A route's own authentication, instead of "Authorization: Bearer KEY"
+ * (e.g. a ticket in the query). target is the request target with its
+ * query (NUL-terminated, not decoded); authorization is the Authorization
+ * value or NULL. Runs twice per request: in the gate with final 0, before
+ * any body byte is read (inside the socket read: no blocking work beyond an
+ * indexed sqlite lookup), then in api_dispatch with final 1 — a single-use
+ * credential is consumed only then. Returns 1 with *who filled, 0 when the
+ * credential is absent or not good (401), -1 on a database error (500).
+ */
+typedef int (*api_auth_fn)(struct api_server *s, const char *target,
+    const char *authorization, int final, struct api_principal *who);
 
 struct api_route {
 	int method;                /* enum evhttp_cmd_type */
@@ -79,6 +93,13 @@ struct api_route {
 	api_handler_fn handler;
 	unsigned flags;
 	const char *action;        /* audit/log name, e.g. "sandbox.ensure" */
+};
+
+/* A route (by its handler) that authenticates with its own hook instead of
+ * the bearer key: a row of route_auths in api_http.c. */
+struct api_route_auth {
+	api_handler_fn handler;
+	api_auth_fn auth;
 };
 
 /* One request being answered. */
@@ -99,7 +120,6 @@ struct areq {
 	int exec_started;                   /* counted in execs_started */
 	int64_t exec_started_ms;            /* monotonic */
 	char exec_id[40];                   /* {id} of .../execs/{id}... routes */
-	int ticket_auth;                    /* no key; ?ticket= must be checked */
 	struct api_viewer *viewer;          /* GET .../events being streamed */
 	int sse_counted;                    /* counted in sse_clients */
 	/* streams */
@@ -160,6 +180,16 @@ void api_h_execs_get(struct areq *a);
 void api_h_execs_delete(struct areq *a);
 void api_h_execs_events(struct areq *a);
 void api_h_execs_ticket(struct areq *a);
+/*
+ * api_auth_fn of the events route without a key: target is
+ * "/api/v1/npcs/NPC/sandbox/execs/ID/events?...ticket=T...". Returns 1 with
+ * *who = the ticket's principal when T is a live ticket of exec ID of NPC
+ * (same owner) and that principal is active and still owns the NPC or
+ * operates; 0 otherwise (401, one answer whatever is wrong); -1 when the
+ * database fails.
+ */
+int api_execs_ticket_auth(struct api_server *s, const char *target,
+    struct api_principal *who);
 /* GET /console: the embedded page (api_console.c generated from api/console.html). */
 void api_h_console(struct areq *a);
 /* Builds s->console_csp (hashes of the page's inline script and style). */

@@ -1370,7 +1370,7 @@ viewer_end(struct api_viewer *v, const char *outcome)
 	if (a->req != NULL) {
 		if (evbuffer_get_length(a->chunk) > 0)
 			viewer_send(a);
-		evhttp_connection_set_closecb(a->conn, NULL, NULL);
+		sbx_gate_watch(a->s->gate, a->conn, NULL, NULL);
 		evhttp_connection_set_timeout_tv(a->conn, &tv);
 		evhttp_send_reply_end(a->req);
 		a->req = NULL;
@@ -1419,7 +1419,7 @@ viewer_stalled(evutil_socket_t fd, short what, void *arg)
 	log_info("exec viewer stalled; cut off", "npc", a->npc.name, NULL);
 	viewer_detach(v);
 	if (a->req != NULL) {
-		evhttp_connection_set_closecb(a->conn, NULL, NULL);
+		sbx_gate_watch(a->s->gate, a->conn, NULL, NULL);
 		evhttp_connection_free(a->conn);
 		a->req = NULL;
 		a->conn = NULL;
@@ -1718,7 +1718,7 @@ api_h_execs_events(struct areq *a)
 	    setsockopt(sfd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)) == -1)
 		log_debug("cannot set a viewer's send buffer", NULL);
 	evhttp_connection_set_timeout_tv(a->conn, &tv);
-	evhttp_connection_set_closecb(a->conn, viewer_closed, a);
+	sbx_gate_watch(a->s->gate, a->conn, viewer_closed, a);
 	evhttp_send_reply_start(a->req, 200, "OK");
 	a->streaming = 1;
 	a->sse_counted = 1;

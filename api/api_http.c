@@ -1187,6 +1187,10 @@ gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
 	*cap = 0;
 	if (path == NULL)
 		return SBX_GATE_PASS;   /* api_dispatch: 400 */
+	/* A CORS preflight carries no credential by design (Fetch §4.8);
+	 * api_dispatch answers it (cors) or asks for a key; no body. */
+	if (h->type == EVHTTP_REQ_OPTIONS)
+		return SBX_GATE_PASS;
 	r = route_find(path, h->type, npc, sizeof(npc), &known, NULL);
 	if (path_needs_auth(path)) {
 		target = strndup(h->target, h->tlen);

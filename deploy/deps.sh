@@ -15,11 +15,16 @@ set -eu
 PKGS="
 build-essential pkg-config
 libevent-dev libjansson-dev libsqlite3-dev libsodium-dev libcmocka-dev sqlite3
-docker.io podman runc catatonit conmon uidmap iptables netavark aardvark-dns
+docker.io docker-compose podman runc catatonit conmon uidmap iptables netavark aardvark-dns
 busybox-static debootstrap
 python3 curl jq iproute2 prometheus
 chromium nodejs
+systemd nginx-light
 "
+# systemd: systemd-analyze (verify, security --offline) and systemd-sysusers
+# check deploy/systemd/ against a DESTDIR tree (tests/integration/test_deploy_units.py).
+# nginx-light: the reverse proxy of deploy/nginx/sbx.conf, started by
+# tests/integration/test_nginx.py on a loopback port.
 # prometheus: the only bookworm package that ships /usr/bin/promtool, used
 # by the tests to check the /metrics text format.
 # netavark (+ aardvark-dns for names): podman's bridge network backend; with
@@ -28,6 +33,8 @@ chromium nodejs
 # drives Debian's chromium with playwright-core, which `make check` installs
 # from tests/e2e/package-lock.json into tests/e2e/node_modules (npm ci).
 # catatonit: podman's init for HostConfig.Init; docker.io brings tini.
+# docker-compose: Debian's 1.29, for deploy/compose (docs/deploy.md) and
+# tests/integration/test_compose.py.
 
 missing=""
 for p in $PKGS; do

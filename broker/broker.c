@@ -595,7 +595,7 @@ main(int argc, char **argv)
 	ec.helper_volume = cfg.helper_volume;
 	ec.run_bytes = cfg.run_size;
 	ec.oci_runtime = cfg.oci_runtime;
-	ec.egress_network = cfg.egress_network;
+	ec.egress_bridge_prefix = cfg.egress_bridge_prefix;
 	ec.name_prefix = cfg.name_prefix;
 	if ((driver = sbx_engine_driver_new(m.base, &ec, &err)) == NULL) {
 		fprintf(stderr, "sandbox-broker: %s\n", err.message);

@@ -17,7 +17,7 @@ build-essential pkg-config
 libevent-dev libjansson-dev libsqlite3-dev libsodium-dev libcmocka-dev sqlite3
 docker.io docker-compose podman runc catatonit conmon uidmap iptables netavark aardvark-dns
 busybox-static debootstrap
-python3 curl jq iproute2 prometheus
+python3 curl jq iproute2 prometheus nftables
 chromium nodejs
 systemd nginx-light
 "
@@ -33,6 +33,8 @@ systemd nginx-light
 # drives Debian's chromium with playwright-core, which `make check` installs
 # from tests/e2e/package-lock.json into tests/e2e/node_modules (npm ci).
 # catatonit: podman's init for HostConfig.Init; docker.io brings tini.
+# nftables: deploy/egress-firewall.sh (ADR 0014) and its test, in a network
+# namespace the test creates (tests/integration/test_egress.py).
 # docker-compose: Debian's 1.29, for deploy/compose (docs/deploy.md) and
 # tests/integration/test_compose.py.
 

@@ -496,6 +496,13 @@ event_cb(struct bufferevent *bev, short what, void *arg)
 		return;
 	if (what & BEV_EVENT_CONNECTED) {
 		r->state = HS_STATUS;
+		/* The response, or the peer's EOF, may have been read before
+		 * the connect was reported (a unix socket peer that answered
+		 * or closed at once): process it now, else nothing would until
+		 * the next read, which may never come (found by fuzzing). */
+		enter(r);
+		process(r);
+		leave(r);
 		return;
 	}
 	if (r->state == HS_CONNECTING && (what & BEV_EVENT_ERROR)) {

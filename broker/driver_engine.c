@@ -1825,7 +1825,9 @@ name_from_helper(json_t *o, char *out, size_t outsz)
 		out[len] = '\0';
 		return 0;
 	}
-	if (name == NULL || name[0] == '\0' || strlen(name) >= outsz)
+	/* '/' refused as for name_b64: a name is one path segment (fuzzing) */
+	if (name == NULL || name[0] == '\0' || strlen(name) >= outsz ||
+	    strchr(name, '/') != NULL)
 		return -1;
 	memcpy(out, name, strlen(name) + 1);
 	return 0;

@@ -18,9 +18,12 @@ libevent-dev libjansson-dev libsqlite3-dev libsodium-dev libcmocka-dev sqlite3
 docker.io podman runc catatonit conmon uidmap iptables netavark aardvark-dns
 busybox-static debootstrap
 python3 curl jq iproute2 prometheus
+clang libclang-rt-14-dev
 "
 # prometheus: the only bookworm package that ships /usr/bin/promtool, used
 # by the tests to check the /metrics text format.
+# clang + libclang-rt-14-dev: the libFuzzer targets of tests/fuzz/ (`make
+# fuzz`, and their smoke run in `make check`).
 # netavark (+ aardvark-dns for names): podman's bridge network backend; with
 # --no-install-recommends podman would otherwise get no network stack.
 # catatonit: podman's init for HostConfig.Init; docker.io brings tini.

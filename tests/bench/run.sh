@@ -4,7 +4,8 @@
 #   BENCH_RUNTIMES=podman (default) | docker | docker,podman
 #   BUILD=build/out (set by make), BENCH_OUT=docs/bench.md (table; with two
 #   runtimes the second goes to docs/bench-RUNTIME.md), other BENCH_* knobs:
-#   see bench.py.
+#   see bench.py. The soak: BENCH_SOAK_SECONDS (default 1800),
+#   BENCH_SOAK=0 (skip) | only (soak alone), see soak.py.
 #
 # Podman alone is started by a lighter variant of tests/harness/runtimes.sh
 # (no dockerd, no containerd): same configuration except nproc, raised from
@@ -146,8 +147,17 @@ for rt in $(echo "$RUNTIMES" | tr ',' ' '); do
 	[ "$first" -eq 1 ] || out=$(dirname "$OUT")/bench-$rt.md
 	first=0
 	log "runtime $rt up after $(( $(date +%s) - t0 )) s; table goes to $out"
-	"$PY" "$ROOT/tests/bench/bench.py" --build "$BUILD" --runtime "$rt" \
-		--runtime-sock "$sock" --work "$WORK/$rt" --out "$out" \
-		--dominates "$ROOT/tests/bench/profile.md"
+	if [ "${BENCH_SOAK:-1}" != only ]; then
+		"$PY" "$ROOT/tests/bench/bench.py" --build "$BUILD" --runtime "$rt" \
+			--runtime-sock "$sock" --work "$WORK/$rt" --out "$out" \
+			--dominates "$ROOT/tests/bench/profile.md"
+	fi
+	# The soak (tests/bench/soak.py): BENCH_SOAK_SECONDS (1800) of mixed
+	# load; its section of $out is replaced. BENCH_SOAK=0 skips it,
+	# BENCH_SOAK=only runs it without the figures above.
+	if [ "${BENCH_SOAK:-1}" != 0 ]; then
+		"$PY" "$ROOT/tests/bench/soak.py" --build "$BUILD" --runtime "$rt" \
+			--runtime-sock "$sock" --work "$WORK/soak-$rt" --out "$out"
+	fi
 done
 log "done in $(( $(date +%s) - t0 )) s"

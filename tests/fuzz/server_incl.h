@@ -65,13 +65,25 @@ fz_exchange(struct event_base *base, int port, struct evbuffer *req,
 	int fd, idle = 0, turns, closed = 0, halfclosed = 0;
 	ssize_t n;
 
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	FUZZ_ASSERT(fd >= 0);
+	struct linger lg = { 1, 0 };
+	int tries;
+
 	memset(&sin, 0, sizeof(sin));
 	sin.sin_family = AF_INET;
 	sin.sin_port = htons((uint16_t)port);
 	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	FUZZ_ASSERT(connect(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0);
+	/* Hundreds of thousands of connections: close with RST (no
+	 * TIME_WAIT) and retry a connect that found no free local port. */
+	for (tries = 0; ; tries++) {
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		FUZZ_ASSERT(fd >= 0);
+		setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0)
+			break;
+		FUZZ_ASSERT(errno == EADDRNOTAVAIL && tries < 100);
+		close(fd);
+		usleep(10000);
+	}
 	FUZZ_ASSERT(fcntl(fd, F_SETFL, O_NONBLOCK) == 0);
 	for (turns = 0; !closed && turns < FZ_MAX_TURNS; turns++) {
 		if (off < len) {

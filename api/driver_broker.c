@@ -661,6 +661,8 @@ start(struct bop *b, const char *method, const char *path, const char *ctype,
 	opts.protocol_code = SBX_E_BROKER_UNAVAILABLE;
 	opts.peer_name = "the sandbox broker";
 	opts.header_timeout_ms = d->header_timeout_ms;
+	/* a broker that does not answer in time is unavailable (503) */
+	opts.header_timeout_code = SBX_E_BROKER_UNAVAILABLE;
 	cbs.response = on_response;
 	cbs.body = on_body;
 	cbs.done = on_done;

@@ -511,6 +511,9 @@ cmd_kill() {
 	fi
 	kill -KILL "$pid"
 	while ours "$pid"; do sleep 0.02; done
+	# dockerd refuses to start while its pid file names a process that
+	# exists, and the killed one may linger as a zombie nobody reaps.
+	[ "$rt" = docker ] && rm -f "$dir/docker/dockerd.pid"
 	log "killed $rt daemon $pid"
 }
 

@@ -32,6 +32,10 @@
 #define LIST_MAX (16 * 1024 * 1024)    /* a directory listing */
 #define HELPER_GRACE_MS 2000           /* helper's own timeout trails ours */
 #define KILL_TIMEOUT_MS 10000
+/* A kill the runtime could not take (unreachable: a restarting daemon) is
+ * tried again once a second this many times, so an exec cut off by the
+ * runtime's crash does not run on until its timeout (test_faults.py). */
+#define KILL_RETRIES 60
 #define EXIT_POLLS 50
 #define EXIT_POLL_MS 20
 #define ENSURE_RETRIES 5               /* create races lost before giving up */
@@ -1679,9 +1683,42 @@ exec_after_kill(struct eop *op)
 }
 
 static void
+kill_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	exec_begin(arg);
+}
+
+/* Queues a fresh kill op like k (no parent: whoever waited has its answer)
+ * for a second from now. Out of memory: the helper's backstop remains. */
+static void
+kill_later(struct eop *k)
+{
+	struct timeval tv = { 1, 0 };
+	struct sbx_err err;
+	struct eop *n;
+
+	if ((n = op_new(k->e, OP_KILL, k->id, &err)) == NULL)
+		return;
+	snprintf(n->cid, sizeof(n->cid), "%s", k->cid);
+	n->cmd = json_deep_copy(k->cmd);
+	n->timeout_ms = k->timeout_ms;
+	n->cap = k->cap;
+	n->retries = k->retries + 1;
+	n->retry = evtimer_new(k->e->base.base, kill_retry_cb, n);
+	if (n->cmd == NULL || n->retry == NULL || event_add(n->retry, &tv) < 0)
+		op_release(n);
+}
+
+static void
 kill_ended(struct eop *k, const struct sbx_err *err)
 {
 	struct eop *p = k->parent;
+
+	if (err != NULL && strcmp(err->code, SBX_E_RUNTIME_UNAVAILABLE) == 0 &&
+	    k->retries < KILL_RETRIES)
+		kill_later(k);
 
 	if (p != NULL) {
 		k->parent = NULL;

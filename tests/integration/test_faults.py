@@ -398,7 +398,7 @@ class StateDiskFullTest(unittest.TestCase):
         fs.free()
         r = cl.req("POST", "/api/v1/npcs", {"name": "a%d" % i})
         self.assertEqual(r.status, 201, r.body)
-        names = [n["name"] for n in cl.req("GET", "/api/v1/npcs").json()["npcs"]]
+        names = [n["name"] for n in cl.req("GET", "/api/v1/npcs").json()]
         self.assertIn("a%d" % i, names)
         self.assertEqual(integrity(os.path.join(state, "api.db")), [("ok",)])
         api.stop()

@@ -18,7 +18,7 @@
 static struct event_base *fz_base;
 static struct sbx_driver *fz_drv;
 
-static struct engine *
+static __attribute__((unused)) struct engine *
 fz_engine(void)
 {
 	struct sbx_engine_config cfg;
@@ -39,7 +39,7 @@ fz_engine(void)
 	return (struct engine *)fz_drv;
 }
 
-static void
+static __attribute__((unused)) void
 fz_drain(struct engine *e)
 {
 	struct eop *op, *next;

@@ -2075,10 +2075,16 @@ exec_inspected(struct eop *op, int status, json_t *body,
 	struct timeval tv = { 0, EXIT_POLL_MS * 1000 };
 
 	if (err != NULL) {
-		if (op->kind == OP_KILL)
+		if (op->kind == OP_KILL) {
 			kill_ended(op, err);
-		else
-			finish_err(op, err);
+			return;
+		}
+		/* No exit record and no answer (the runtime died with the
+		 * stream): the processes may live on; the kill is retried
+		 * until the runtime is back (test_faults.py). */
+		if (op->kind == OP_EXEC)
+			start_kill(op->e, op->id, op->cid, op->exec_id, NULL);
+		finish_err(op, err);
 		return;
 	}
 	if (status != 200) {

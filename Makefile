@@ -56,7 +56,7 @@ LIBBROKER := $(BUILD)/libsbxbroker.a
 LIBAPI := $(BUILD)/libsbxapi.a
 
 BINS := $(if $(wildcard broker/broker.c),$(BUILD)/sandbox-broker) $(if $(wildcard api/api.c),$(BUILD)/sandbox-api) \
-	$(if $(CLI_SRC),$(BUILD)/sbx) $(if $(HELPER_SRC),$(BUILD)/sbx-helper)
+	$(if $(CLI_SRC),$(BUILD)/sbxctl) $(if $(HELPER_SRC),$(BUILD)/sbx-helper)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzzers/%,$(FUZZ_SRC))
 
@@ -85,7 +85,8 @@ $(BUILD)/sandbox-broker: $(call obj,broker/broker.c) $(LIBBROKER) $(LIBSBX)
 $(BUILD)/sandbox-api: $(call obj,api/api.c) $(LIBAPI) $(LIBSBX)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS) -lm
 
-$(BUILD)/sbx: $(call obj,$(CLI_SRC)) $(LIBSBX)
+# The CLI is sbxctl (ADR 0011: Docker ships a command named sbx).
+$(BUILD)/sbxctl: $(call obj,$(CLI_SRC)) $(LIBSBX)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS) -lm
 
 # The helper runs inside sandboxes whose image we do not control: static,
@@ -147,7 +148,7 @@ install: all
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/sandbox-broker $(DESTDIR)$(BINDIR)/sandbox-api \
-		$(DESTDIR)$(BINDIR)/sbx $(DESTDIR)$(LIBEXECDIR)/sbx-helper
+		$(DESTDIR)$(BINDIR)/sbxctl $(DESTDIR)$(LIBEXECDIR)/sbx-helper
 	-rmdir $(DESTDIR)$(LIBEXECDIR)
 
 clean:

@@ -26,7 +26,7 @@
 
 /* The sentence a player gets when asking for egress (SPEC §8). */
 #define EGRESS_FORBIDDEN "Network egress is granted by an operator; ask an " \
-	"operator to run `sbx egress grant %s`."
+	"operator to run `sbxctl egress grant %s`."
 
 static void h_npc_create(struct areq *);
 static void h_npc_list(struct areq *);

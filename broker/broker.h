@@ -35,6 +35,7 @@ struct broker_config {
 	char *image;              /* default image */
 	char **images;            /* more allowlisted images */
 	char *helper_path;        /* NULL/"": next to the binary (broker_config_finish) */
+	char *helper_volume;      /* stem of the helper volume's name; NULL: "<name_prefix>helper" */
 	char *user;               /* "uid:gid" of the sandbox user */
 	char *egress_network;
 	char *oci_runtime;        /* NULL: runtime default */
@@ -45,6 +46,7 @@ struct broker_config {
 	char *cpus_max;
 	long long pids, pids_max;
 	long long tmp_size;
+	long long run_size;       /* /run/sbx tmpfs: the helper's exec state */
 	long long exec_timeout, exec_timeout_max; /* ms */
 	long long output_cap;     /* stdout+stderr bytes per exec */
 	long long file_size_max;  /* read/write cap, bytes */

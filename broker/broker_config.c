@@ -29,6 +29,9 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "further allowlisted images"),
 	K("helper_path", SBX_CFG_STRING, helper_path, NULL,
 	    "static sbx-helper binary (default: next to sandbox-broker, then ../libexec/sbx/)"),
+	K("helper_volume", SBX_CFG_STRING, helper_volume, NULL,
+	    "name stem of the read-only volume sbx-helper reaches sandboxes in; "
+	    "the volume is STEM-<sha256 prefix> (default: <name_prefix>helper)"),
 	K("user", SBX_CFG_STRING, user, "1000:1000",
 	    "uid:gid that exec and file operations run as in the sandbox"),
 	K("egress_network", SBX_CFG_STRING, egress_network, "sbx-egress",
@@ -49,6 +52,8 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "most pids a caller may ask for"),
 	K("tmp_size", SBX_CFG_BYTES, tmp_size, "64m",
 	    "size of the /tmp tmpfs (noexec)"),
+	K("run_size", SBX_CFG_BYTES, run_size, "1m",
+	    "size of the /run/sbx tmpfs holding the helper's exec state"),
 	K("exec_timeout", SBX_CFG_DURATION_MS, exec_timeout, "60s",
 	    "exec timeout when the caller gives none"),
 	K("exec_timeout_max", SBX_CFG_DURATION_MS, exec_timeout_max, "10m",
@@ -191,6 +196,7 @@ broker_config_finish(struct broker_config *cfg, const char *exe_path,
 	if (need_positive(cfg->memory, "memory", err) == -1 ||
 	    need_positive(cfg->pids, "pids", err) == -1 ||
 	    need_positive(cfg->tmp_size, "tmp_size", err) == -1 ||
+	    need_positive(cfg->run_size, "run_size", err) == -1 ||
 	    need_positive(cfg->exec_timeout, "exec_timeout", err) == -1 ||
 	    need_positive(cfg->output_cap, "output_cap", err) == -1 ||
 	    need_positive(cfg->file_size_max, "file_size_max", err) == -1 ||

@@ -5,6 +5,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,10 +22,10 @@
 #include "driver_engine.h"
 #include "helper/sbx_helper_proto.h"
 #include "sbx_http_client.h"
+#include "sbx_log.h"
 #include "sbx_proto.h"
 
 #define API "/v1.41"
-#define HELPER_IN "/.sbx/sbx-helper"
 #define WORK "/work"
 #define STREAM_CHUNK (64 * 1024)
 #define RESP_MAX (8 * 1024 * 1024)     /* JSON answers of the runtime */
@@ -43,13 +44,15 @@
 #define L_ID "io.sbx.id"
 #define L_EGRESS "io.sbx.egress"
 #define L_IMAGE "io.sbx.image"
+#define L_HELPER "io.sbx.helper"         /* the helper volume a container mounts */
+#define L_HELPER_SHA "io.sbx.helper-sha256"
+#define L_HELPER_STEM "io.sbx.helper-stem"
+#define L_ROLE "io.sbx.role"             /* helper-fill, init: not sandboxes */
+#define HELPER_MAX (64 * 1024 * 1024)    /* the helper file we read */
+#define RUN_SIZE_DEF (1024 * 1024)       /* SBX_HELPER_RUN_DIR tmpfs */
 
-/* The idle main process: busybox has no "sleep infinity"; the trap lets a
- * stop end it at once instead of after the stop timeout. */
-static const char *const idle_cmd[] = {
-	"/bin/sh", "-c",
-	"trap 'exit 0' TERM; while :; do sleep 3600 & wait; done", NULL
-};
+enum flavor { FLAVOR_UNKNOWN, FLAVOR_DOCKER, FLAVOR_PODMAN };
+enum hstate { H_NONE, H_BUSY, H_READY };
 
 struct engine {
 	struct sbx_driver base;       /* first: callers hold a struct sbx_driver * */
@@ -65,12 +68,26 @@ struct engine {
 	char *prefix;
 	int stop_timeout_s;
 	int64_t req_timeout_ms;
+	unsigned uid, gid;            /* of user */
+	int64_t run_bytes;            /* SBX_HELPER_RUN_DIR tmpfs size */
+	/* The helper, read once (adr/0009): its bytes as a one-file tar, the
+	 * volume named after its hash, and whether that volume is filled. */
+	unsigned char *helper_tar;
+	size_t helper_tar_len, helper_len;
+	char helper_sha[65];
+	char helper_stem[64];
+	char helper_vol[96];
+	char helper_err[256];         /* why the helper could not be read */
+	enum flavor flavor;           /* learnt from /version before any create */
+	enum hstate hstate;
+	TAILQ_HEAD(, eop) hwait;      /* ensures waiting for the helper volume */
 	TAILQ_HEAD(, eop) ops;
 };
 
 enum op_kind {
 	OP_ENSURE, OP_STATUS, OP_EXEC, OP_READ, OP_WRITE, OP_LIST, OP_STOP,
 	OP_DESTROY, OP_SANDBOXES, OP_HEALTH, OP_KILL, OP_RECOVER,
+	OP_HELPER, OP_HGC,            /* internal: fill the helper volume, drop old ones */
 };
 
 struct eop;
@@ -109,6 +126,17 @@ struct eop {
 	int64_t mem, cpus, pids;
 	int retries;                  /* lost create races so far */
 	struct event *retry;
+	int need_init;                /* Docker: chown /work in an init container */
+	int waiting;                  /* on e->hwait */
+	TAILQ_ENTRY(eop) wlink;
+	char old_helper[96];          /* helper label of the container removed */
+	char aux_cid[80];             /* init / fill container */
+	int aux_tries;
+	int64_t aux_code;             /* its exit status */
+	struct sbx_err aux_err;       /* the failure reported after its removal */
+	json_t *gc;                   /* OP_HGC: volume names to remove */
+	size_t gc_i;
+	int raw;                      /* call(): the answer stays raw in resp */
 
 	/* exec, read, write, list, kill */
 	json_t *cmd;                  /* helper argv */
@@ -149,6 +177,7 @@ struct eop {
 };
 
 static void op_free(struct eop *);
+static void helper_settle(struct engine *, const struct sbx_err *);
 static void exec_begin(struct eop *);
 static void exec_after_stream(struct eop *);
 static void exec_poll_exit(struct eop *);
@@ -375,6 +404,8 @@ op_free(struct eop *op)
 	if (op == NULL)
 		return;
 	TAILQ_REMOVE(&op->e->ops, op, link);
+	if (op->waiting)
+		TAILQ_REMOVE(&op->e->hwait, op, wlink);
 	sbx_http_req_cancel(op->http);
 	if (op->kill != NULL)
 		op->kill->parent = NULL;  /* the kill runs on alone */
@@ -396,6 +427,7 @@ op_free(struct eop *op)
 		evbuffer_free(op->errtail);
 	json_decref(op->cmd);
 	json_decref(op->env);
+	json_decref(op->gc);
 	free(op);
 }
 
@@ -489,6 +521,11 @@ finish_err(struct eop *op, const struct sbx_err *err)
 		finish_done(op, err);
 		break;
 	case OP_KILL:
+	case OP_HGC:
+		op_release(op);
+		break;
+	case OP_HELPER:
+		helper_settle(op->e, err);
 		op_release(op);
 		break;
 	}
@@ -577,6 +614,14 @@ call_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 		return;
 	}
 	n = evbuffer_get_length(op->resp);
+	if (op->raw) {
+		/* The continuation reads op->resp itself (a tar, not JSON). */
+		op->raw = 0;
+		cont(op, status, NULL, NULL);
+		if (op->resp != NULL)
+			evbuffer_drain(op->resp, evbuffer_get_length(op->resp));
+		return;
+	}
 	if (n > 0) {
 		body = json_loadb((const char *)evbuffer_pullup(op->resp, -1), n,
 		    JSON_DECODE_ANY, &jerr);
@@ -591,37 +636,35 @@ call_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 	json_decref(body);
 }
 
-/* Sends method path (with body, stolen, or NULL) and continues in cont with
- * the status and parsed answer, or with err. Failing to start ends the op. */
+/* Sends method path with len bytes of data (ctype; data may be NULL) and
+ * continues in cont with the status and the answer: parsed JSON, or with
+ * op->raw set the raw bytes left in op->resp. Failing to start ends the op. */
 static void
-call(struct eop *op, const char *method, const char *path, json_t *body,
-    cont_fn cont)
+call_bytes(struct eop *op, const char *method, const char *path,
+    const char *ctype, const void *data, size_t len, cont_fn cont)
 {
 	struct sbx_http_request q;
 	struct sbx_http_opts o;
 	struct sbx_http_cbs cbs;
 	struct sbx_err err;
-	char *text = NULL;
 
 	memset(&q, 0, sizeof(q));
 	memset(&o, 0, sizeof(o));
 	memset(&cbs, 0, sizeof(cbs));
 	sbx_err_clear(&err);
-	if (op->resp == NULL && (op->resp = evbuffer_new()) == NULL)
-		goto oom;
+	if (op->resp == NULL && (op->resp = evbuffer_new()) == NULL) {
+		sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
+		fail_later(op, &err);
+		return;
+	}
 	op->resp_over = 0;
 	evbuffer_drain(op->resp, evbuffer_get_length(op->resp));
 	q.method = method;
 	q.path = path;
-	if (body != NULL) {
-		text = json_dumps(body, JSON_COMPACT);
-		json_decref(body);
-		body = NULL;
-		if (text == NULL)
-			goto oom;
-		q.content_type = "application/json";
-		q.body = text;
-		q.body_len = strlen(text);
+	if (data != NULL) {
+		q.content_type = ctype;
+		q.body = data;
+		q.body_len = len;
 	}
 	o.peer_name = "the container runtime";
 	o.timeout_ms = op->e->req_timeout_ms;
@@ -632,14 +675,31 @@ call(struct eop *op, const char *method, const char *path, json_t *body,
 	op->cont = cont;
 	op->http = sbx_http_request(op->e->base.base, op->e->address, &q, &o,
 	    &cbs, &err);
-	free(text);
 	if (op->http == NULL)
 		fail_later(op, &err);
-	return;
-oom:
-	json_decref(body);
-	sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
-	fail_later(op, &err);
+}
+
+/* Sends method path (with body, stolen, or NULL) and continues in cont with
+ * the status and parsed answer, or with err. Failing to start ends the op. */
+static void
+call(struct eop *op, const char *method, const char *path, json_t *body,
+    cont_fn cont)
+{
+	struct sbx_err err;
+	char *text = NULL;
+
+	if (body != NULL) {
+		text = json_dumps(body, JSON_COMPACT);
+		json_decref(body);
+		if (text == NULL) {
+			sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
+			fail_later(op, &err);
+			return;
+		}
+	}
+	call_bytes(op, method, path, "application/json", text,
+	    text != NULL ? strlen(text) : 0, cont);
+	free(text);
 }
 
 /* ---------- status from an inspect answer ---------- */
@@ -747,35 +807,75 @@ eng_status(struct sbx_driver *d, const char *id, sbx_status_cb cb, void *arg,
 static json_t *
 labels_json(struct eop *op)
 {
-	return json_pack("{s:s, s:s, s:s, s:s}", L_MANAGED, "true", L_ID, op->id,
-	    L_EGRESS, op->egress ? "1" : "0", L_IMAGE, op->image);
+	return json_pack("{s:s, s:s, s:s, s:s, s:s}", L_MANAGED, "true", L_ID,
+	    op->id, L_EGRESS, op->egress ? "1" : "0", L_IMAGE, op->image,
+	    L_HELPER, op->e->helper_vol);
+}
+
+/*
+ * A tmpfs option string owned by the sandbox user: runc gives a tmpfs the
+ * mode of an existing mount point (so an image's 0755 /tmp beats mode=),
+ * hence the owner too. Docker takes uid=,gid=; Podman refuses them and
+ * takes U (chown to the container's user), and copies the image's
+ * directory into the tmpfs unless notmpcopyup. Measured: adr/0009.
+ */
+static void
+tmpfs_opts(struct engine *e, char *buf, size_t sz, int64_t size,
+    const char *mode)
+{
+	if (e->flavor == FLAVOR_PODMAN)
+		snprintf(buf, sz, "rw,noexec,nosuid,nodev,size=%" PRId64
+		    ",mode=%s,U,notmpcopyup", size, mode);
+	else
+		snprintf(buf, sz, "rw,noexec,nosuid,nodev,size=%" PRId64
+		    ",mode=%s,uid=%u,gid=%u", size, mode, e->uid, e->gid);
+}
+
+/* /tmp (1777) and the helper's state directory (0700), both the user's. */
+static json_t *
+sandbox_tmpfs(struct engine *e)
+{
+	char tmp[160], run[160];
+
+	tmpfs_opts(e, tmp, sizeof(tmp), e->tmp_bytes, "1777");
+	tmpfs_opts(e, run, sizeof(run), e->run_bytes, "0700");
+	return json_pack("{s:s, s:s}", "/tmp", tmp, SBX_HELPER_RUN_DIR, run);
+}
+
+/*
+ * The sandbox's volume at /work and the helper volume read-only at /.sbx.
+ * nocopy: Docker copies the image's /work into an empty volume, owner
+ * included, at every create while it stays empty; the init container's
+ * create has done that copy, so the sandbox container's must not undo
+ * its chown (adr/0009).
+ */
+static json_t *
+sandbox_mounts(struct eop *op, int nocopy)
+{
+	return json_pack("[{s:s, s:s, s:s, s:{s:b}}, {s:s, s:s, s:s, s:b}]",
+	    "Type", "volume", "Source", op->vname, "Target", WORK,
+	    "VolumeOptions", "NoCopy", nocopy,
+	    "Type", "volume", "Source", op->e->helper_vol, "Target",
+	    SBX_HELPER_DIR, "ReadOnly", 1);
 }
 
 static json_t *
 create_body(struct eop *op)
 {
 	struct engine *e = op->e;
-	json_t *hc = NULL, *body = NULL, *cmd = NULL, *mounts = NULL;
-	char tmpfs[128];
-	size_t i;
+	json_t *hc = NULL, *body = NULL, *mounts = NULL, *tmpfs = NULL;
 
-	snprintf(tmpfs, sizeof(tmpfs), "rw,noexec,nosuid,nodev,size=%" PRId64,
-	    e->tmp_bytes);
-	if ((cmd = json_array()) == NULL)
+	mounts = sandbox_mounts(op, e->flavor != FLAVOR_PODMAN);
+	tmpfs = sandbox_tmpfs(e);
+	if (mounts == NULL || tmpfs == NULL)
 		goto fail;
-	for (i = 0; idle_cmd[i] != NULL; i++)
-		json_array_append_new(cmd, json_string(idle_cmd[i]));
-	mounts = json_pack("[{s:s, s:s, s:s}, {s:s, s:s, s:s, s:b}]",
-	    "Type", "volume", "Source", op->vname, "Target", WORK,
-	    "Type", "bind", "Source", e->helper_path, "Target", HELPER_IN,
-	    "ReadOnly", 1);
-	hc = json_pack("{s:b, s:[s], s:[s], s:b, s:{s:s}, s:I, s:I, s:I, s:I,"
+	hc = json_pack("{s:b, s:[s], s:[s], s:b, s:o, s:I, s:I, s:I, s:I,"
 	    " s:o, s:s, s:{s:s}}",
 	    "Init", 1,
 	    "CapDrop", "ALL",
 	    "SecurityOpt", "no-new-privileges",
 	    "ReadonlyRootfs", 1,
-	    "Tmpfs", "/tmp", tmpfs,
+	    "Tmpfs", tmpfs,
 	    "Memory", (json_int_t)op->mem,
 	    "MemorySwap", (json_int_t)op->mem,
 	    "NanoCpus", (json_int_t)op->cpus,
@@ -783,17 +883,20 @@ create_body(struct eop *op)
 	    "Mounts", mounts,
 	    "NetworkMode", op->egress ? e->egress_net : "none",
 	    "RestartPolicy", "Name", "no");
-	mounts = NULL;
+	mounts = tmpfs = NULL;
 	if (hc == NULL)
 		goto fail;
 	if (e->oci_runtime != NULL)
 		json_object_set_new(hc, "Runtime", json_string(e->oci_runtime));
-	body = json_pack("{s:s, s:s, s:o, s:o, s:[s,s], s:s, s:i, s:b, s:b,"
-	    " s:o}",
+	/* The helper is the idle main process: the image needs no shell, and
+	 * an image's own ENTRYPOINT does not run. */
+	body = json_pack("{s:s, s:s, s:o, s:[s], s:[s], s:[s,s], s:s, s:i, s:b,"
+	    " s:b, s:o}",
 	    "Image", op->image,
 	    "User", e->user,
 	    "Labels", labels_json(op),
-	    "Cmd", cmd,
+	    "Entrypoint", SBX_HELPER_PATH,
+	    "Cmd", SBX_HELPER_MODE_IDLE,
 	    "Env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 	    "HOME=" WORK,
 	    "WorkingDir", WORK,
@@ -801,17 +904,19 @@ create_body(struct eop *op)
 	    "Tty", 0,
 	    "OpenStdin", 0,
 	    "HostConfig", hc);
-	cmd = NULL;
 	hc = NULL;
 	return body;
 fail:
-	json_decref(cmd);
 	json_decref(mounts);
+	json_decref(tmpfs);
 	json_decref(hc);
 	return NULL;
 }
 
 static void ensure_volume(struct eop *op);
+static void ensure_helper(struct eop *op);
+static void ensure_init(struct eop *op);
+static void helper_gc(struct engine *e);
 static void ensure_network(struct eop *op);
 static void ensure_create(struct eop *op);
 static void ensure_start(struct eop *op);
@@ -1046,17 +1151,26 @@ volume_created(struct eop *op, int status, json_t *body,
 		finish_err(op, &e);
 		return;
 	}
-	ensure_network(op);
+	ensure_init(op);
 }
 
 static void
 ensure_volume(struct eop *op)
 {
+	struct engine *en = op->e;
 	struct sbx_err e;
 	json_t *req;
+	char o[64];
 
 	req = json_pack("{s:s, s:o}", "Name", op->vname, "Labels",
 	    json_pack("{s:s, s:s}", L_MANAGED, "true", L_ID, op->id));
+	/* Podman's local driver sets the new volume's owner itself, also
+	 * when the image's /work is root's (adr/0009); Docker's refuses the
+	 * option without a device: there an init container does it. */
+	if (req != NULL && en->flavor == FLAVOR_PODMAN) {
+		snprintf(o, sizeof(o), "uid=%u,gid=%u", en->uid, en->gid);
+		json_object_set_new(req, "DriverOpts", json_pack("{s:s}", "o", o));
+	}
 	if (req == NULL) {
 		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
 		finish_err(op, &e);
@@ -1081,7 +1195,10 @@ ensure_removed(struct eop *op, int status, json_t *body,
 		return;
 	}
 	op->cid[0] = '\0';
-	ensure_volume(op);
+	if (op->old_helper[0] != '\0' &&
+	    strcmp(op->old_helper, op->e->helper_vol) != 0)
+		helper_gc(op->e);
+	ensure_helper(op);
 }
 
 static void
@@ -1090,6 +1207,7 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 {
 	struct sbx_status st;
 	struct sbx_err e;
+	const char *hl;
 	char path[256];
 
 	if (err != NULL) {
@@ -1097,7 +1215,10 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 		return;
 	}
 	if (status == 404) {
-		ensure_volume(op);
+		/* A new volume, or one left without its container: its root is
+		 * made the user's (never what is in it). */
+		op->need_init = 1;
+		ensure_helper(op);
 		return;
 	}
 	if (status != 200) {
@@ -1109,8 +1230,17 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 		finish_err(op, &e);
 		return;
 	}
-	if (st.egress != op->egress || strcmp(st.image, op->image) != 0) {
-		/* Replace the container; the volume (the sandbox's data) stays. */
+	hl = label(json_object_get(json_object_get(body, "Config"), "Labels"),
+	    L_HELPER);
+	snprintf(op->old_helper, sizeof(op->old_helper), "%s",
+	    hl != NULL ? hl : "");
+	if (st.egress != op->egress || strcmp(st.image, op->image) != 0 ||
+	    strcmp(op->old_helper, op->e->helper_vol) != 0) {
+		/* Replace the container; the volume (the sandbox's data) stays.
+		 * A helper other than ours (rebuilt, or the bind mount before
+		 * adr/0009) is replaced too. Without our helper label the
+		 * volume was made before /work got its owner: prepare it. */
+		op->need_init = hl == NULL;
 		snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0",
 		    op->cid);
 		call(op, "DELETE", path, NULL, ensure_removed);
@@ -1130,6 +1260,606 @@ ensure_inspect(struct eop *op)
 
 	inspect_path(op, path, sizeof(path));
 	call(op, "GET", path, NULL, ensure_inspected);
+}
+
+/* ---------- /work's owner: the init container (Docker) ---------- */
+
+/*
+ * On Docker a new volume takes the owner of the image's /work (root when
+ * the image has none): before the sandbox container exists, a short-lived
+ * container of the same image (so the volume's copy-up is the image's, as
+ * before) runs `sbx-helper initwork UID:GID` as root with CAP_CHOWN and
+ * CAP_FOWNER only, no network, read-only root, and is removed. The sandbox
+ * container itself never holds a capability (adr/0009).
+ */
+static void init_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err);
+
+static void
+init_remove(struct eop *op)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0",
+	    op->aux_cid);
+	call(op, "DELETE", path, NULL, init_removed);
+}
+
+/* Ends the init step with e (NULL: success) once its container is gone. */
+static void
+init_fail(struct eop *op, const struct sbx_err *e)
+{
+	op->aux_err = *e;
+	if (op->aux_cid[0] == '\0') {
+		finish_err(op, e);
+		return;
+	}
+	init_remove(op);
+}
+
+static void
+init_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	op->aux_cid[0] = '\0';
+	if (op->aux_err.code[0] != '\0') {
+		e = op->aux_err;
+		finish_err(op, &e);
+		return;
+	}
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status != 204 && status != 404) {
+		runtime_err(&e, status, body, "remove the init container");
+		finish_err(op, &e);
+		return;
+	}
+	if (op->aux_code != 0) {
+		sbx_err_set(&e, SBX_E_RUNTIME, "making /work of %s belong to the "
+		    "sandbox user failed (sbx-helper initwork exit status %" PRId64
+		    ")", op->cname, op->aux_code);
+		finish_err(op, &e);
+		return;
+	}
+	op->need_init = 0;
+	ensure_network(op);
+}
+
+static void
+init_waited(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		init_fail(op, err);
+		return;
+	}
+	if (status != 200 || !json_is_integer(json_object_get(body,
+	    "StatusCode"))) {
+		runtime_err(&e, status, body, "wait for the init container");
+		init_fail(op, &e);
+		return;
+	}
+	op->aux_code = json_integer_value(json_object_get(body, "StatusCode"));
+	init_remove(op);
+}
+
+static void
+init_started(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+	char path[256];
+
+	if (err != NULL) {
+		init_fail(op, err);
+		return;
+	}
+	if (status != 204 && status != 304) {
+		runtime_err(&e, status, body, "start the init container");
+		init_fail(op, &e);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/containers/%s/wait", op->aux_cid);
+	call(op, "POST", path, NULL, init_waited);
+}
+
+static void init_create(struct eop *op);
+
+static void
+init_stale_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	(void)status;
+	(void)body;
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	init_create(op);
+}
+
+static void
+init_created(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+	char path[300];
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (name_taken(status, body) && op->aux_tries++ == 0) {
+		/* Left by a broker that died here: ours by its name (ids
+		 * cannot hold a '.'). */
+		snprintf(path, sizeof(path), API "/containers/%s.init?force=1&v=0",
+		    op->cname);
+		call(op, "DELETE", path, NULL, init_stale_removed);
+		return;
+	}
+	if (status == 404) {
+		sbx_err_set(&e, SBX_E_RUNTIME, "image %s is not present in the "
+		    "runtime (nothing can be pulled here: build or import it)",
+		    op->image);
+		finish_err(op, &e);
+		return;
+	}
+	if (status != 201 || !name_ok(jstr(body, "Id"), sizeof(op->aux_cid) - 1)) {
+		runtime_err(&e, status, body, "create the init container");
+		finish_err(op, &e);
+		return;
+	}
+	snprintf(op->aux_cid, sizeof(op->aux_cid), "%s", jstr(body, "Id"));
+	snprintf(path, sizeof(path), API "/containers/%s/start", op->aux_cid);
+	call(op, "POST", path, NULL, init_started);
+}
+
+static void
+init_create(struct eop *op)
+{
+	struct engine *e = op->e;
+	struct sbx_err err;
+	json_t *body;
+	char path[300], owner[32];
+
+	snprintf(owner, sizeof(owner), "%u:%u", e->uid, e->gid);
+	body = json_pack("{s:s, s:s, s:[s], s:[s,s], s:s, s:{s:s, s:s},"
+	    " s:b, s:{s:s, s:[s], s:[s,s], s:[s], s:b, s:o, s:I, s:I}}",
+	    "Image", op->image,
+	    "User", "0:0",
+	    "Entrypoint", SBX_HELPER_PATH,
+	    "Cmd", SBX_HELPER_MODE_INITWORK, owner,
+	    "WorkingDir", "/",
+	    "Labels", L_MANAGED, "true", L_ROLE, "init",
+	    "NetworkDisabled", 1,
+	    "HostConfig",
+	    "NetworkMode", "none",
+	    "CapDrop", "ALL",
+	    "CapAdd", "CHOWN", "FOWNER",
+	    "SecurityOpt", "no-new-privileges",
+	    "ReadonlyRootfs", 1,
+	    "Mounts", sandbox_mounts(op, 0),
+	    "Memory", (json_int_t)(64 << 20),
+	    "PidsLimit", (json_int_t)16);
+	if (body == NULL) {
+		sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
+		finish_err(op, &err);
+		return;
+	}
+	if (e->oci_runtime != NULL)
+		json_object_set_new(json_object_get(body, "HostConfig"), "Runtime",
+		    json_string(e->oci_runtime));
+	snprintf(path, sizeof(path), API "/containers/create?name=%s.init",
+	    op->cname);
+	call(op, "POST", path, body, init_created);
+}
+
+static void
+ensure_init(struct eop *op)
+{
+	if (!op->need_init || op->e->flavor == FLAVOR_PODMAN) {
+		ensure_network(op);
+		return;
+	}
+	sbx_err_clear(&op->aux_err);
+	op->aux_tries = 0;
+	init_create(op);
+}
+
+/* ---------- the helper volume ---------- */
+
+/*
+ * The helper reaches sandboxes as a read-only named volume the broker
+ * fills through the Engine API, so it works wherever the broker runs (also
+ * in a container, where a bind source would be resolved on the host):
+ * volume <stem>-<16 hex of sha256>, labelled io.sbx.managed, io.sbx.helper-
+ * stem and io.sbx.helper-sha256. Once per broker process, before its first
+ * container: /version (Docker or Podman), create the volume, create (never
+ * start) a container of the ensure's image with it at /.sbx, GET the file
+ * back and, unless it is already our bytes, PUT the one-file tar, remove
+ * the container. Ensures that need a container wait for it; afterwards old
+ * helper volumes of the stem that no container uses are removed.
+ */
+static void hp_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err);
+
+static void
+helper_settle(struct engine *e, const struct sbx_err *err)
+{
+	struct eop *w;
+
+	e->hstate = err == NULL ? H_READY : H_NONE;
+	while ((w = TAILQ_FIRST(&e->hwait)) != NULL) {
+		TAILQ_REMOVE(&e->hwait, w, wlink);
+		w->waiting = 0;
+		if (err != NULL)
+			finish_err(w, err);
+		else
+			ensure_volume(w);
+	}
+	if (err == NULL)
+		helper_gc(e);
+}
+
+static void
+hp_finish(struct eop *op, const struct sbx_err *err)
+{
+	if (err != NULL)
+		log_warn("helper volume not ready", "volume", op->e->helper_vol,
+		    "error", err->message, NULL);
+	helper_settle(op->e, err);
+	op_release(op);
+}
+
+/* Removes the fill container (if any), then ends with err (NULL: ready). */
+static void
+hp_end(struct eop *op, const struct sbx_err *err)
+{
+	char path[256];
+
+	if (err != NULL)
+		op->aux_err = *err;
+	if (op->aux_cid[0] == '\0') {
+		hp_finish(op, err);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0",
+	    op->aux_cid);
+	call(op, "DELETE", path, NULL, hp_removed);
+}
+
+static void
+hp_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	op->aux_cid[0] = '\0';
+	if (op->aux_err.code[0] != '\0') {
+		e = op->aux_err;
+		hp_finish(op, &e);
+		return;
+	}
+	if (err != NULL) {
+		hp_finish(op, err);
+		return;
+	}
+	if (status != 204 && status != 404) {
+		runtime_err(&e, status, body, "remove the helper fill container");
+		hp_finish(op, &e);
+		return;
+	}
+	hp_finish(op, NULL);
+}
+
+static void
+hp_put(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		hp_end(op, err);
+		return;
+	}
+	if (status != 200) {
+		runtime_err(&e, status, body, "copy sbx-helper into its volume");
+		hp_end(op, &e);
+		return;
+	}
+	hp_end(op, NULL);
+}
+
+/* 1 when the tar in buf[0..n) starts with a regular file holding exactly
+ * the helper's bytes. */
+static int
+tar_holds_helper(struct engine *e, const unsigned char *buf, size_t n)
+{
+	unsigned long long size = 0;
+	size_t i;
+
+	if (n < 512 || (buf[156] != '0' && buf[156] != '\0'))
+		return 0;
+	for (i = 124; i < 136 && buf[i] >= '0' && buf[i] <= '7'; i++)
+		size = size * 8 + (unsigned)(buf[i] - '0');
+	return size == e->helper_len && n >= 512 + size &&
+	    memcmp(buf + 512, e->helper_tar + 512, e->helper_len) == 0;
+}
+
+static void
+hp_got(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct engine *e = op->e;
+	char path[256];
+	size_t n;
+
+	(void)body;
+	if (err != NULL) {
+		hp_end(op, err);
+		return;
+	}
+	n = evbuffer_get_length(op->resp);
+	/* Already filled (an earlier broker, or another one sharing the
+	 * runtime): never rewrite a file running sandboxes may be executing. */
+	if (status == 200 && !op->resp_over &&
+	    tar_holds_helper(e, evbuffer_pullup(op->resp, -1), n)) {
+		hp_end(op, NULL);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/containers/%s/archive?path=%s",
+	    op->aux_cid, SBX_HELPER_DIR);
+	call_bytes(op, "PUT", path, "application/x-tar", e->helper_tar,
+	    e->helper_tar_len, hp_put);
+}
+
+static void hp_fill(struct eop *op);
+
+static void
+hp_stale_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	(void)status;
+	(void)body;
+	if (err != NULL) {
+		hp_end(op, err);
+		return;
+	}
+	hp_fill(op);
+}
+
+static void
+hp_created(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct engine *e = op->e;
+	struct sbx_err er;
+	char path[300];
+
+	if (err != NULL) {
+		hp_end(op, err);
+		return;
+	}
+	if (name_taken(status, body) && op->aux_tries++ == 0) {
+		snprintf(path, sizeof(path), API "/containers/%s.fill?force=1&v=0",
+		    e->helper_vol);
+		call(op, "DELETE", path, NULL, hp_stale_removed);
+		return;
+	}
+	if (status == 404) {
+		sbx_err_set(&er, SBX_E_RUNTIME, "image %s is not present in the "
+		    "runtime (nothing can be pulled here: build or import it)",
+		    op->image);
+		hp_end(op, &er);
+		return;
+	}
+	if (status != 201 || !name_ok(jstr(body, "Id"), sizeof(op->aux_cid) - 1)) {
+		runtime_err(&er, status, body, "create the helper fill container");
+		hp_end(op, &er);
+		return;
+	}
+	snprintf(op->aux_cid, sizeof(op->aux_cid), "%s", jstr(body, "Id"));
+	snprintf(path, sizeof(path), API "/containers/%s/archive?path=%s",
+	    op->aux_cid, SBX_HELPER_PATH);
+	op->raw = 1;
+	call(op, "GET", path, NULL, hp_got);
+}
+
+static void
+hp_fill(struct eop *op)
+{
+	struct engine *e = op->e;
+	struct sbx_err err;
+	json_t *body;
+	char path[300];
+
+	/* Never started: any image will do, and the ensure's is present. */
+	body = json_pack("{s:s, s:[s], s:[s], s:{s:s, s:s}, s:b,"
+	    " s:{s:s, s:[s], s:[{s:s, s:s, s:s, s:{s:b}}]}}",
+	    "Image", op->image,
+	    "Entrypoint", SBX_HELPER_PATH,
+	    "Cmd", SBX_HELPER_MODE_VERSION,
+	    "Labels", L_MANAGED, "true", L_ROLE, "helper-fill",
+	    "NetworkDisabled", 1,
+	    "HostConfig",
+	    "NetworkMode", "none",
+	    "CapDrop", "ALL",
+	    "Mounts", "Type", "volume", "Source", e->helper_vol, "Target",
+	    SBX_HELPER_DIR, "VolumeOptions", "NoCopy", 1);
+	if (body == NULL) {
+		sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
+		hp_end(op, &err);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/containers/create?name=%s.fill",
+	    e->helper_vol);
+	call(op, "POST", path, body, hp_created);
+}
+
+static void
+hp_volume(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		hp_end(op, err);
+		return;
+	}
+	if (status != 201 && status != 200 && !name_taken(status, body)) {
+		runtime_err(&e, status, body, "create the helper volume");
+		hp_end(op, &e);
+		return;
+	}
+	if (status != 409 && status != 500 &&
+	    !managed(json_object_get(body, "Labels"))) {
+		sbx_err_set(&e, SBX_E_CONFLICT, "a volume named %s exists that "
+		    "sbx does not manage; it was left alone", op->e->helper_vol);
+		hp_end(op, &e);
+		return;
+	}
+	hp_fill(op);
+}
+
+static void
+hp_version(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct engine *e = op->e;
+	struct sbx_err er;
+	json_t *comp, *req;
+	size_t i;
+
+	if (err != NULL) {
+		hp_end(op, err);
+		return;
+	}
+	if (status != 200) {
+		runtime_err(&er, status, body, "tell its version");
+		hp_end(op, &er);
+		return;
+	}
+	e->flavor = FLAVOR_DOCKER;
+	json_array_foreach(json_object_get(body, "Components"), i, comp)
+		if (strstr(jstr(comp, "Name"), "Podman") != NULL)
+			e->flavor = FLAVOR_PODMAN;
+	req = json_pack("{s:s, s:{s:s, s:s, s:s}}", "Name", e->helper_vol,
+	    "Labels", L_MANAGED, "true", L_HELPER_STEM, e->helper_stem,
+	    L_HELPER_SHA, e->helper_sha);
+	if (req == NULL) {
+		sbx_err_set(&er, SBX_E_INTERNAL, "out of memory");
+		hp_end(op, &er);
+		return;
+	}
+	call(op, "POST", API "/volumes/create", req, hp_volume);
+}
+
+/* Waits op (an ensure about to create a container) for the helper volume. */
+static void
+ensure_helper(struct eop *op)
+{
+	struct engine *e = op->e;
+	struct sbx_err err;
+	struct eop *hp;
+
+	if (e->helper_tar == NULL) {
+		sbx_err_set(&err, SBX_E_RUNTIME, "%s", e->helper_err);
+		finish_err(op, &err);
+		return;
+	}
+	if (e->hstate == H_READY) {
+		ensure_volume(op);
+		return;
+	}
+	TAILQ_INSERT_TAIL(&e->hwait, op, wlink);
+	op->waiting = 1;
+	if (e->hstate == H_BUSY)
+		return;
+	if ((hp = op_new(e, OP_HELPER, NULL, &err)) == NULL) {
+		helper_settle(e, &err);
+		return;
+	}
+	e->hstate = H_BUSY;
+	snprintf(hp->image, sizeof(hp->image), "%s", op->image);
+	sbx_err_clear(&hp->aux_err);
+	call(hp, "GET", API "/version", NULL, hp_version);
+}
+
+/* ---------- old helper volumes ---------- */
+
+static void gc_next(struct eop *op);
+
+static void
+gc_removed(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	(void)status;
+	(void)body;
+	(void)err;
+	/* 409: still mounted by a container; it goes when that one does. */
+	gc_next(op);
+}
+
+static void
+gc_next(struct eop *op)
+{
+	char path[256];
+	const char *name;
+
+	if (op->gc_i >= json_array_size(op->gc)) {
+		op_release(op);
+		return;
+	}
+	name = json_string_value(json_array_get(op->gc, op->gc_i++));
+	snprintf(path, sizeof(path), API "/volumes/%s", name);
+	call(op, "DELETE", path, NULL, gc_removed);
+}
+
+static void
+gc_listed(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	json_t *v;
+	const char *name;
+	size_t i;
+
+	if (err != NULL || status != 200) {
+		op_release(op);
+		return;
+	}
+	json_array_foreach(json_object_get(body, "Volumes"), i, v) {
+		name = jstr(v, "Name");
+		/* The filter is the runtime's; check again ourselves. */
+		if (!managed(json_object_get(v, "Labels")) ||
+		    label(json_object_get(v, "Labels"), L_HELPER_STEM) == NULL ||
+		    strcmp(label(json_object_get(v, "Labels"), L_HELPER_STEM),
+		    op->e->helper_stem) != 0 ||
+		    strcmp(name, op->e->helper_vol) == 0 || !name_ok(name, 128))
+			continue;
+		json_array_append_new(op->gc, json_string(name));
+	}
+	gc_next(op);
+}
+
+/* Removes (in the background) this stem's helper volumes other than ours
+ * that no container mounts any more. */
+static void
+helper_gc(struct engine *e)
+{
+	struct sbx_err err;
+	struct eop *op;
+	char path[512], filt[256], raw[160];
+
+	if ((op = op_new(e, OP_HGC, NULL, &err)) == NULL)
+		return;
+	if ((op->gc = json_array()) == NULL) {
+		op_release(op);
+		return;
+	}
+	snprintf(raw, sizeof(raw), "{\"label\":[\"" L_HELPER_STEM "=%s\"]}",
+	    e->helper_stem);
+	urlencode(raw, filt, sizeof(filt));
+	snprintf(path, sizeof(path), API "/volumes?filters=%s", filt);
+	call(op, "GET", path, NULL, gc_listed);
 }
 
 static int
@@ -1371,6 +2101,10 @@ destroy_removed(struct eop *op, int status, json_t *body,
 		finish_err(op, &e);
 		return;
 	}
+	/* The last user of an old helper volume may have gone. */
+	if (op->old_helper[0] != '\0' &&
+	    strcmp(op->old_helper, op->e->helper_vol) != 0)
+		helper_gc(op->e);
 	destroy_volume(op);
 }
 
@@ -1399,6 +2133,10 @@ destroy_inspected(struct eop *op, int status, json_t *body,
 		finish_err(op, &e);
 		return;
 	}
+	snprintf(op->old_helper, sizeof(op->old_helper), "%s",
+	    label(json_object_get(json_object_get(body, "Config"), "Labels"),
+	    L_HELPER) != NULL ? label(json_object_get(json_object_get(body,
+	    "Config"), "Labels"), L_HELPER) : "");
 	snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0", op->cid);
 	call(op, "DELETE", path, NULL, destroy_removed);
 }
@@ -1502,14 +2240,9 @@ static void
 health_report(struct eop *op, const char *reason)
 {
 	struct sbx_health *h = &op->health;
-	struct stat sb;
 
-	if (reason == NULL) {
-		if (stat(op->e->helper_path, &sb) < 0 || !S_ISREG(sb.st_mode))
-			reason = "sbx-helper binary is missing on the host";
-		else if (access(op->e->helper_path, X_OK) < 0)
-			reason = "sbx-helper binary is not executable";
-	}
+	if (reason == NULL && op->e->helper_tar == NULL)
+		reason = op->e->helper_err;
 	h->ok = reason == NULL;
 	snprintf(h->status, sizeof(h->status), "%s", h->ok ? "ok" : "degraded");
 	snprintf(h->reason, sizeof(h->reason), "%s", reason != NULL ? reason : "");
@@ -1613,7 +2346,7 @@ eng_health(struct sbx_driver *d, sbx_health_cb cb, void *arg,
 static json_t *
 helper_cmd(const char *mode)
 {
-	return json_pack("[s,s]", HELPER_IN, mode);
+	return json_pack("[s,s]", SBX_HELPER_PATH, mode);
 }
 
 static void
@@ -2978,10 +3711,87 @@ eng_free(struct sbx_driver *d)
 	free(e->images);
 	free(e->user);
 	free(e->helper_path);
+	free(e->helper_tar);
 	free(e->oci_runtime);
 	free(e->egress_net);
 	free(e->prefix);
 	free(e);
+}
+
+/* A ustar header for a regular file name of size bytes, mode 0755, root's. */
+static void
+tar_header(unsigned char *h, const char *name, size_t size)
+{
+	unsigned sum = 0;
+	size_t i;
+
+	memset(h, 0, 512);
+	snprintf((char *)h, 100, "%s", name);
+	snprintf((char *)h + 100, 8, "%07o", 0755);
+	snprintf((char *)h + 108, 8, "%07o", 0);
+	snprintf((char *)h + 116, 8, "%07o", 0);
+	snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
+	snprintf((char *)h + 136, 12, "%011o", 0);
+	h[156] = '0';
+	memcpy(h + 257, "ustar", 6);
+	memcpy(h + 263, "00", 2);
+	memset(h + 148, ' ', 8);
+	for (i = 0; i < 512; i++)
+		sum += h[i];
+	snprintf((char *)h + 148, 8, "%06o", sum);
+}
+
+/*
+ * Reads the helper once: its bytes as the tar the helper volume is filled
+ * with, its sha256 and the volume's name. A helper that cannot be read is
+ * not fatal here: health says why, and every ensure that needs a new
+ * container fails with that sentence. -1 with e->helper_err set.
+ */
+static int
+helper_load(struct engine *e)
+{
+	unsigned char h[crypto_hash_sha256_BYTES];
+	struct stat st;
+	size_t pad;
+	ssize_t n;
+	int fd;
+
+	if ((fd = open(e->helper_path, O_RDONLY | O_CLOEXEC)) < 0) {
+		snprintf(e->helper_err, sizeof(e->helper_err), "sbx-helper "
+		    "cannot be read at %s: %s", e->helper_path, strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+	    st.st_size > HELPER_MAX || (st.st_mode & 0111) == 0) {
+		snprintf(e->helper_err, sizeof(e->helper_err), "sbx-helper at %s "
+		    "is not a non-empty executable file of at most 64 MiB",
+		    e->helper_path);
+		close(fd);
+		return -1;
+	}
+	e->helper_len = (size_t)st.st_size;
+	pad = (512 - e->helper_len % 512) % 512;
+	e->helper_tar_len = 512 + e->helper_len + pad + 1024;
+	if ((e->helper_tar = calloc(1, e->helper_tar_len)) == NULL) {
+		close(fd);
+		snprintf(e->helper_err, sizeof(e->helper_err), "out of memory");
+		return -1;
+	}
+	n = read(fd, e->helper_tar + 512, e->helper_len);
+	close(fd);
+	if (n < 0 || (size_t)n != e->helper_len) {
+		free(e->helper_tar);
+		e->helper_tar = NULL;
+		snprintf(e->helper_err, sizeof(e->helper_err), "sbx-helper at %s "
+		    "could not be read whole", e->helper_path);
+		return -1;
+	}
+	tar_header(e->helper_tar, "sbx-helper", e->helper_len);
+	crypto_hash_sha256(h, e->helper_tar + 512, e->helper_len);
+	sodium_bin2hex(e->helper_sha, sizeof(e->helper_sha), h, sizeof(h));
+	snprintf(e->helper_vol, sizeof(e->helper_vol), "%s-%.16s",
+	    e->helper_stem, e->helper_sha);
+	return 0;
 }
 
 static int
@@ -3023,6 +3833,7 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 	e->base.ops = &sbx_engine_driver_ops;
 	e->base.base = base;
 	TAILQ_INIT(&e->ops);
+	TAILQ_INIT(&e->hwait);
 	sock = c->runtime_socket;
 	if (sock != NULL && strncmp(sock, "unix://", 7) == 0)
 		sock += 6;
@@ -3067,6 +3878,8 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 	}
 	if ((e->user = strdup(user)) == NULL)
 		goto oom;
+	e->uid = uid;
+	e->gid = gid;
 	if (set_limit(&e->mem, &c->memory_bytes, 512LL << 20, 2LL << 30,
 	    "memory", err) < 0 ||
 	    set_limit(&e->cpus, &c->nano_cpus, 1000000000LL, 2000000000LL,
@@ -3086,6 +3899,22 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 		goto fail;
 	}
 	if ((e->helper_path = strdup(c->helper_path)) == NULL)
+		goto oom;
+	if (c->helper_volume != NULL && c->helper_volume[0] != '\0')
+		snprintf(e->helper_stem, sizeof(e->helper_stem), "%s",
+		    c->helper_volume);
+	else
+		snprintf(e->helper_stem, sizeof(e->helper_stem), "%shelper",
+		    c->name_prefix != NULL ? c->name_prefix : "sbx-");
+	if (!name_ok(e->helper_stem, 48) ||
+	    !isalnum((unsigned char)e->helper_stem[0])) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "engine config: helper volume "
+		    "name must be 1-48 of [A-Za-z0-9_.-], starting with a letter "
+		    "or digit");
+		goto fail;
+	}
+	e->run_bytes = c->run_bytes > 0 ? c->run_bytes : RUN_SIZE_DEF;
+	if (helper_load(e) < 0 && strcmp(e->helper_err, "out of memory") == 0)
 		goto oom;
 	if (c->oci_runtime != NULL && c->oci_runtime[0] != '\0') {
 		if (!name_ok(c->oci_runtime, 64)) {

@@ -37,9 +37,13 @@ struct sbx_engine_config {
 	int64_t exec_output_cap;      /* stdout+stderr bytes per exec, default and
 	                               * ceiling [16 MiB] */
 	int64_t file_max_bytes;       /* read and write size cap [64 MiB] */
-	const char *helper_path;      /* host path of the static sbx-helper binary,
-	                               * bind-mounted read-only at /.sbx/sbx-helper
-	                               * (required) */
+	const char *helper_path;      /* path of the static sbx-helper binary as
+	                               * the broker sees it (required; read once
+	                               * by sbx_engine_driver_new, never mounted) */
+	const char *helper_volume;    /* stem of the helper volume's name
+	                               * ["<name_prefix>helper"] */
+	int64_t run_bytes;            /* /run/sbx tmpfs (the helper's exec
+	                               * state) size [1 MiB] */
 	const char *oci_runtime;      /* HostConfig.Runtime, e.g. "runsc" [NULL: the
 	                               * runtime's default] */
 	const char *egress_network;   /* bridge network for egress ["sbx-egress"] */

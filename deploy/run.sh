@@ -13,7 +13,7 @@
 #      and never printed.
 #   5. the demo: an NPC, a Python program written into its /work through the
 #      api's files route, run with its events shown as they arrive over SSE,
-#      and a file it wrote read back; then the sbx commands to try next.
+#      and a file it wrote read back; then the sbxctl commands to try next.
 #   6. stays in the foreground until Ctrl-C, then stops the api, the broker
 #      (and the Podman service if it started it). Sandboxes and volumes stay.
 #
@@ -34,7 +34,7 @@ set -eu
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$REPO/build/out
-SBX=$BIN/sbx
+SBX=$BIN/sbxctl
 RUN=${SBX_RUN_DIR:-$REPO/.sbx-run}
 PORT=${SBX_API_PORT:-8080}
 NPC=${SBX_RUN_NPC:-demo}
@@ -97,8 +97,8 @@ on_signal() {
 	say "stopping sandbox-api and sandbox-broker ..."
 	stop_all
 	say "stopped. Sandboxes and their /work volumes stay (their containers keep running); 'make run' adopts them again."
-	note "remove one with the daemons running:  sbx rm $NPC"
-	note "remove everything: run 'make run' again, 'sbx rm NPC' each NPC, then rm -rf $RUN"
+	note "remove one with the daemons running:  sbxctl rm $NPC"
+	note "remove everything: run 'make run' again, 'sbxctl rm NPC' each NPC, then rm -rf $RUN"
 	exit 0
 }
 trap on_signal INT TERM
@@ -116,7 +116,7 @@ ping_socket() {
 
 # ---------------------------------------------------------------- checks
 
-for b in sandbox-broker sandbox-api sbx sbx-helper; do
+for b in sandbox-broker sandbox-api sbxctl sbx-helper; do
 	[ -x "$BIN/$b" ] || die "$BIN/$b is missing" "run 'make all' (or 'make run', which builds first)"
 done
 command -v curl >/dev/null 2>&1 || die "curl is not installed" "run: sh deploy/deps.sh"
@@ -314,12 +314,12 @@ sbx_p() { SBX_KEY=$PLAYER_KEY "$SBX" "$@"; }
 
 say "demo: NPC '$NPC' of the player"
 if ! out=$(sbx_p npc create "$NPC" 2>&1); then
-	sbx_p npc ls | grep -q "^$NPC " || die "sbx npc create $NPC failed: $out" "see $RUN/api.log" "$RUN/api.log"
+	sbx_p npc ls | grep -q "^$NPC " || die "sbxctl npc create $NPC failed: $out" "see $RUN/api.log" "$RUN/api.log"
 	note "NPC $NPC exists already"
 else
 	note "$out"
 fi
-note "\$ sbx up $NPC"
+note "\$ sbxctl up $NPC"
 out=$(sbx_p up "$NPC" 2>&1) || die "starting the sandbox of $NPC failed: $out" \
     "see $RUN/broker.log; '$BIN/sandbox-broker --check --runtime $RT_HOST --image $IMAGE' tells what the runtime lacks" "$RUN/broker.log"
 note "$out"
@@ -356,7 +356,7 @@ else
 	echo "wrote /work/result.txt"
 	EOF
 fi
-note "\$ sbx cp $PROGNAME $NPC:/work/$PROGNAME    (PUT /api/v1/npcs/$NPC/sandbox/files?path=/work/$PROGNAME)"
+note "\$ sbxctl cp $PROGNAME $NPC:/work/$PROGNAME    (PUT /api/v1/npcs/$NPC/sandbox/files?path=/work/$PROGNAME)"
 out=$(sbx_p cp "$PROG" "$NPC:/work/$PROGNAME" 2>&1) || { rm -f "$PROG"; die "writing /work/$PROGNAME failed: $out" "see $RUN/api.log" "$RUN/api.log"; }
 rm -f "$PROG"
 
@@ -377,7 +377,7 @@ fi
 rm -f "$EVENTS"
 
 say "demo: the file the program wrote, read back:"
-note "\$ sbx cat $NPC:/work/result.txt"
+note "\$ sbxctl cat $NPC:/work/result.txt"
 out=$(sbx_p cat "$NPC:/work/result.txt" 2>&1) || die "reading /work/result.txt failed: $out" "see $RUN/api.log" "$RUN/api.log"
 printf '%s\n' "$out" | sed 's/^/    /'
 
@@ -394,15 +394,15 @@ Try it as the player:
     export PATH="$BIN:\$PATH"
     export SBX_URL=$URL
     export SBX_KEY="\$(cat $RUN/player.key)"
-    sbx npc ls
-    sbx exec $NPC -- $RUNCMD
-    sbx exec $NPC -- sh -c 'echo out; echo err >&2; exit 3'; echo "exit \$?"
-    sbx cp ./some-file $NPC:/work/some-file
-    sbx ls $NPC:/work
-    sbx status $NPC --json
+    sbxctl npc ls
+    sbxctl exec $NPC -- $RUNCMD
+    sbxctl exec $NPC -- sh -c 'echo out; echo err >&2; exit 3'; echo "exit \$?"
+    sbxctl cp ./some-file $NPC:/work/some-file
+    sbxctl ls $NPC:/work
+    sbxctl status $NPC --json
 As the operator (egress is theirs to grant):
-    SBX_KEY="\$(cat $RUN/operator.key)" sbx egress grant $NPC
-More: sbx --help, docs/cli.md. Logs: $RUN/api.log, $RUN/broker.log
+    SBX_KEY="\$(cat $RUN/operator.key)" sbxctl egress grant $NPC
+More: sbxctl --help, docs/cli.md. Logs: $RUN/api.log, $RUN/broker.log
 EOF
 
 if [ "${SBX_RUN_DEMO_ONLY:-0}" = 1 ]; then

@@ -1,4 +1,4 @@
-/* cli.c - sbx: the command-line client of sandbox-api for players and operators (SPEC §8, §9; docs/cli.md). */
+/* cli.c - sbxctl: the command-line client of sandbox-api for players and operators (SPEC §8, §9; docs/cli.md). */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -24,7 +24,7 @@
 #define API_BASE "/api/v1"
 #define DEFAULT_URL "http://127.0.0.1:8080"
 
-/* Exit codes (docs/cli.md, `sbx --help`). */
+/* Exit codes (docs/cli.md, `sbxctl --help`). */
 #define CX_OK 0
 #define CX_ERR 1
 #define CX_USAGE 2
@@ -124,15 +124,15 @@ static const struct cmd cmds[] = {
 static const char exit_codes[] =
     "Exit codes:\n"
     "  0    success\n"
-    "  N    sbx exec: the command's own exit code (128+SIG when killed)\n"
+    "  N    sbxctl exec: the command's own exit code (128+SIG when killed)\n"
     "  1    other error (the server's sentence is printed)\n"
     "  2    bad usage or configuration (also HTTP 400 from the server)\n"
     "  3    refused: bad or missing key (401), not allowed (403)\n"
     "  4    not found (404): no such NPC of yours, file or directory\n"
     "  5    server unavailable: connection failed, HTTP 502/503/504\n"
-    "  124  sbx exec: the command hit its timeout\n"
+    "  124  sbxctl exec: the command hit its timeout\n"
     "  130  interrupted (Ctrl-C); a running exec is cancelled\n"
-    "  141  sbx exec: stdout or stderr was closed (a pipe reader left)\n";
+    "  141  sbxctl exec: stdout or stderr was closed (a pipe reader left)\n";
 
 static const struct cmd *
 cmd_of(int (*fn)(struct ctx *))
@@ -157,7 +157,7 @@ errmsg(const char *fmt, ...)
 	va_list ap;
 
 	fflush(stdout);
-	fputs("sbx: ", stderr);
+	fputs("sbxctl: ", stderr);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
@@ -175,10 +175,10 @@ main_help(FILE *f)
 {
 	const struct cmd *c;
 
-	fprintf(f, "usage: sbx [--help] [--version] COMMAND [ARGS]\n\n"
+	fprintf(f, "usage: sbxctl [--help] [--version] COMMAND [ARGS]\n\n"
 	    "The command-line client of sandbox-api. It reads the server's "
 	    "address from\nSBX_URL (default " DEFAULT_URL ") and the API key "
-	    "from SBX_KEY, else from\n~/.config/sbx/config (or $SBX_CLI_CONFIG): "
+	    "from SBX_KEY, else from\n~/.config/sbxctl/config (or $SBX_CLI_CONFIG): "
 	    "lines \"url = ...\" and \"key = ...\";\na file holding a key must "
 	    "not be readable by others (chmod 600).\n\nCommands:\n");
 	for (c = cmds; c->name != NULL; c++)
@@ -186,7 +186,7 @@ main_help(FILE *f)
 	fprintf(f, "\nUsage:\n");
 	for (c = cmds; c->name != NULL; c++)
 		usage_line(f, c);
-	fprintf(f, "\n'sbx COMMAND --help' shows one command. --json prints "
+	fprintf(f, "\n'sbxctl COMMAND --help' shows one command. --json prints "
 	    "the server's JSON\n(npc ls, status, ls, up, whoami, ...).\n\n%s",
 	    exit_codes);
 }
@@ -200,7 +200,7 @@ usage_err(const struct cmd *c, const char *fmt, ...)
 {
 	va_list ap;
 
-	fputs("sbx: ", stderr);
+	fputs("sbxctl: ", stderr);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
@@ -209,7 +209,7 @@ usage_err(const struct cmd *c, const char *fmt, ...)
 		fprintf(stderr, "usage:\n");
 		usage_line(stderr, c);
 	} else
-		fprintf(stderr, "Run 'sbx --help' for the commands.\n");
+		fprintf(stderr, "Run 'sbxctl --help' for the commands.\n");
 	return CX_USAGE;
 }
 
@@ -262,7 +262,7 @@ valid_key(const char *k)
 static int
 read_config_file(char **url, char **key)
 {
-	char path[PATH_MAX], line[8192], *k, *v, *e;
+	char path[PATH_MAX], old[PATH_MAX] = "", line[8192], *k, *v, *e;
 	const char *cf = getenv("SBX_CLI_CONFIG"), *home, *xdg;
 	struct stat st;
 	FILE *f = NULL;
@@ -270,13 +270,24 @@ read_config_file(char **url, char **key)
 
 	if (cf != NULL && *cf != '\0')
 		snprintf(path, sizeof(path), "%s", cf);
-	else if ((xdg = getenv("XDG_CONFIG_HOME")) != NULL && *xdg == '/')
-		snprintf(path, sizeof(path), "%s/sbx/config", xdg);
-	else if ((home = getenv("HOME")) != NULL && *home != '\0')
-		snprintf(path, sizeof(path), "%s/.config/sbx/config", home);
-	else
+	else if ((xdg = getenv("XDG_CONFIG_HOME")) != NULL && *xdg == '/') {
+		snprintf(path, sizeof(path), "%s/sbxctl/config", xdg);
+		snprintf(old, sizeof(old), "%s/sbx/config", xdg);
+	} else if ((home = getenv("HOME")) != NULL && *home != '\0') {
+		snprintf(path, sizeof(path), "%s/.config/sbxctl/config", home);
+		snprintf(old, sizeof(old), "%s/.config/sbx/config", home);
+	} else
 		return CX_OK;
-	if ((f = fopen(path, "re")) == NULL) {
+	/* The CLI was called sbx before (ADR 0011): read its old place too. */
+	if ((f = fopen(path, "re")) == NULL && errno == ENOENT &&
+	    old[0] != '\0') {
+		if ((f = fopen(old, "re")) != NULL)
+			fprintf(stderr, "sbxctl: warning: reading %s, the old "
+			    "place (deprecated); move it to %s.\n", old, path);
+		if (f != NULL || errno != ENOENT)
+			snprintf(path, sizeof(path), "%s", old);
+	}
+	if (f == NULL) {
 		if (errno == ENOENT && (cf == NULL || *cf == '\0'))
 			return CX_OK;
 		errmsg("cannot read %s: %s.", path, strerror(errno));
@@ -366,7 +377,7 @@ load_config(struct ctx *x)
 	}
 	if (key == NULL) {
 		errmsg("no API key: set SBX_KEY, or put \"key = ...\" in "
-		    "~/.config/sbx/config (chmod 600).");
+		    "~/.config/sbxctl/config (chmod 600).");
 		goto done;
 	}
 	if (!valid_key(key)) {
@@ -451,7 +462,7 @@ fail_resp(struct cli_conn *c, const struct cli_resp *r)
 		code = json_string_value(json_object_get(e, "code"));
 		if (code != NULL && strcmp(code, SBX_E_NOT_RUNNING) == 0 &&
 		    hint_npc != NULL)
-			errmsg("start it with: sbx up %s", hint_npc);
+			errmsg("start it with: sbxctl up %s", hint_npc);
 	} else if (r->status == 401)
 		errmsg("the server refused the API key (HTTP 401).");
 	else if (r->status == 413)
@@ -614,7 +625,7 @@ c_npc_create(struct ctx *x)
 	if (x->o.json)
 		rc = print_json(j);
 	else
-		printf("created NPC %s (owner %s); start its sandbox with: sbx "
+		printf("created NPC %s (owner %s); start its sandbox with: sbxctl "
 		    "up %s\n", jstr(j, "name"), jstr(j, "owner"), jstr(j,
 		    "name"));
 	json_decref(j);
@@ -987,7 +998,7 @@ c_exec(struct ctx *x)
 	sbx_err_clear(&err);
 	if (x->o.rest == NULL || x->o.rest[0] == NULL)
 		return usage_err(cmd_of(c_exec), "exec needs a command after the NPC "
-		    "(sbx exec NPC -- CMD ...).");
+		    "(sbxctl exec NPC -- CMD ...).");
 	if (npc_target(target, sizeof(target), x->o.pos[0], "/sandbox/exec",
 	    NULL) == -1)
 		return usage_err(NULL, "the NPC name is too long.");
@@ -1196,7 +1207,7 @@ cp_from(struct ctx *x, const char *npc, const char *rpath, const char *local)
 	return rc;
 }
 
-/* Reads all of stdin into memory (for "sbx cp - NPC:/work/F"). */
+/* Reads all of stdin into memory (for "sbxctl cp - NPC:/work/F"). */
 static char *
 slurp_stdin(size_t *len)
 {
@@ -1261,7 +1272,7 @@ cp_to(struct ctx *x, const char *local, const char *npc, const char *rpath)
 			goto done;
 		}
 		if (!S_ISREG(st.st_mode)) {
-			rc = usage_err(NULL, "%s is not a regular file (sbx cp "
+			rc = usage_err(NULL, "%s is not a regular file (sbxctl cp "
 			    "copies one file).", local);
 			goto done;
 		}
@@ -1525,7 +1536,7 @@ parse_args(const struct cmd *c, int argc, char **argv, struct opts *o)
 		    o->npos > 1 ? "s" : "");
 	if (is_exec)
 		return usage_err(c, "exec needs a command after the NPC "
-		    "(sbx exec NPC -- CMD ...).");
+		    "(sbxctl exec NPC -- CMD ...).");
 	return CX_OK;
 }
 
@@ -1543,7 +1554,7 @@ main(int argc, char **argv)
 			return CX_OK;
 		}
 		if (strcmp(argv[i], "--version") == 0) {
-			printf("sbx " SBX_CLI_VERSION " (api v1)\n");
+			printf("sbxctl " SBX_CLI_VERSION " (api v1)\n");
 			return CX_OK;
 		}
 		return usage_err(NULL, "unknown option \"%.80s\".", argv[i]);
@@ -1567,7 +1578,7 @@ main(int argc, char **argv)
 	    CX_OK)
 		return rc;
 	if (x.o.help) {
-		printf("usage: sbx %s %s\n\n%s.\n\n%s", c->name, c->args,
+		printf("usage: sbxctl %s %s\n\n%s.\n\n%s", c->name, c->args,
 		    c->help, exit_codes);
 		return CX_OK;
 	}

@@ -153,4 +153,21 @@ int helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
 int helper_kill(const struct helper_ctx *ctx, const char *id, struct helper_err *err);
 int helper_killall(const struct helper_ctx *ctx, struct helper_err *err);
 
+/*
+ * idle mode: the sandbox container's main process (no shell needed in the
+ * image). Waits for SIGTERM, SIGINT or SIGHUP and returns 0 (exit 0);
+ * -1 with err only when the signal mask cannot be set.
+ */
+int helper_idle(struct helper_err *err);
+
+/*
+ * initwork mode (run as root by the broker's short-lived init container,
+ * CAP_CHOWN and CAP_FOWNER only; adr/0009): makes ctx->root, not what is
+ * in it, owned by owner ("UID:GID", UID not 0) and gives the owner rwx,
+ * dropping setuid/setgid bits. A root that is a symlink is refused. Returns
+ * 0 (also when nothing had to change) or -1 with err (bad_request for a bad
+ * owner, forbidden without the capabilities, not_found).
+ */
+int helper_initwork(const struct helper_ctx *ctx, const char *owner, struct helper_err *err);
+
 #endif

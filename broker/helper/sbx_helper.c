@@ -96,6 +96,20 @@ run_killall(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 	return helper_killall(ctx, err);
 }
 
+static int
+run_idle(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	(void)ctx;
+	(void)a;
+	return helper_idle(err);
+}
+
+static int
+run_initwork(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	return helper_initwork(ctx, a->pos[0], err);
+}
+
 static const struct mode modes[] = {
 	{ SBX_HELPER_MODE_VERSION, run_version, 0, 0, 0 },
 	{ SBX_HELPER_MODE_READ, run_read, 1, OPT_MAX, 1 },
@@ -105,6 +119,8 @@ static const struct mode modes[] = {
 	    1 },
 	{ SBX_HELPER_MODE_KILL, run_kill, 1, 0, 0 },
 	{ SBX_HELPER_MODE_KILLALL, run_killall, 0, 0, 0 },
+	{ SBX_HELPER_MODE_IDLE, run_idle, 0, 0, 0 },
+	{ SBX_HELPER_MODE_INITWORK, run_initwork, 1, 0, 0 },
 	{ NULL, NULL, 0, 0, 0 },
 };
 
@@ -222,7 +238,7 @@ parse_args(int argc, char **argv, const struct mode **mp, struct args *a,
 	}
 	if (m == NULL)
 		return helper_err_set(err, SBX_E_BAD_REQUEST,
-		    "usage: sbx-helper version|read|write|list|exec|kill|killall ...");
+		    "usage: sbx-helper version|read|write|list|exec|kill|killall|idle|initwork ...");
 	if (a->npos != m->npos)
 		return helper_err_set(err, SBX_E_BAD_REQUEST, "%s needs %d argument(s)", m->name,
 		    m->npos);

@@ -5,9 +5,10 @@
 #include "../../proto/sbx_proto.h"
 
 /*
- * sbx-helper is a static binary the broker bind-mounts read-only at
- * SBX_HELPER_PATH in every sandbox and runs through the Engine API's exec as
- * the sandbox user (SPEC §4, §6). Everything it receives is untrusted.
+ * sbx-helper is a static binary the broker delivers in a read-only named
+ * volume mounted at SBX_HELPER_DIR (so SBX_HELPER_PATH) in every sandbox and
+ * runs through the Engine API's exec as the sandbox user (SPEC §4, §6;
+ * adr/0009). Everything it receives is untrusted.
  *
  * Protocol version 2 is one process per operation (version 1 was the
  * same without exec --framed; the broker of version 2 needs --framed):
@@ -94,6 +95,19 @@
  *   sbx-helper killall
  *       SIGKILLs every group recorded in SBX_HELPER_EXEC_DIR and empties it
  *       (broker recovery after a crash, SPEC §7). Exit 0.
+ *   sbx-helper idle
+ *       The sandbox container's main process (under the runtime's init):
+ *       waits for SIGTERM/SIGINT/SIGHUP, then exits 0. Needs nothing from
+ *       the image, not even a shell.
+ *   sbx-helper initwork UID:GID
+ *       Run as root in the broker's init container (CAP_CHOWN, CAP_FOWNER
+ *       only; never in a sandbox): makes the root (/work) itself owned by
+ *       UID:GID with u+rwx; its contents are left alone. Exit 0, or an
+ *       exit status and error line as for read.
+ *
+ * The kill handles live in SBX_HELPER_EXEC_DIR, created 0700 inside
+ * SBX_HELPER_RUN_DIR, a small tmpfs the broker mounts owned by the sandbox
+ * user: never in a directory whose mode the image decides.
  *
  * Global options, before or after the mode, for tests only:
  *   --root DIR       the directory standing for /work (absolute, canonical)
@@ -125,9 +139,11 @@
  */
 
 #define SBX_HELPER_PROTO 2
-#define SBX_HELPER_PATH "/.sbx/sbx-helper"   /* where the broker mounts it */
+#define SBX_HELPER_DIR "/.sbx"               /* the read-only helper volume */
+#define SBX_HELPER_PATH "/.sbx/sbx-helper"   /* the helper in it */
 #define SBX_HELPER_ROOT "/work"              /* default --root */
-#define SBX_HELPER_EXEC_DIR "/tmp/.sbx-exec" /* kill handles, one file per exec id */
+#define SBX_HELPER_RUN_DIR "/run/sbx"        /* the broker's private tmpfs (adr/0009) */
+#define SBX_HELPER_EXEC_DIR "/run/sbx/exec"  /* kill handles, one file per exec id */
 #define SBX_HELPER_PATH_MAX 4096             /* bytes of a PATH argument */
 #define SBX_HELPER_EXEC_ID_MAX 64            /* exec ids: [A-Za-z0-9_-]{1,64} */
 
@@ -152,6 +168,8 @@
 #define SBX_HELPER_MODE_EXEC "exec"
 #define SBX_HELPER_MODE_KILL "kill"
 #define SBX_HELPER_MODE_KILLALL "killall"
+#define SBX_HELPER_MODE_IDLE "idle"
+#define SBX_HELPER_MODE_INITWORK "initwork"
 
 /* Exit status of every mode except exec; the JSON line carries the code. */
 #define SBX_HELPER_EXIT_OK 0

@@ -602,14 +602,12 @@ class Bench:
                 "ReadonlyRootfs": True, "Tmpfs": {"/tmp": "rw,noexec,nosuid,nodev,size=67108864"},
                 "Memory": 512 * MiB, "MemorySwap": 512 * MiB, "NanoCpus": 1000000000,
                 "PidsLimit": 1024,
-                "Mounts": [{"Type": "volume", "Source": vol, "Target": "/work"},
-                           {"Type": "bind", "Source": os.path.realpath(os.path.join(self.build, "sbx-helper")),
-                            "Target": "/.sbx/sbx-helper", "ReadOnly": True}],
+                "Mounts": [{"Type": "volume", "Source": vol, "Target": "/work"}],
                 "NetworkMode": "none", "RestartPolicy": {"Name": "no"}}}
 
     def fig_cold_ensure(self):
         rounds = 3 if QUICK else 6
-        b, r = [], []
+        b, r, ex = [], [], []
         for i in range(rounds + 1):
             for which in ((0, 1) if i % 2 == 0 else (1, 0)):
                 name = "cold-%d-%d" % (i, which)
@@ -617,6 +615,14 @@ class Bench:
                     t0 = time.perf_counter_ns()
                     self.bconn.json("PUT", "/v1/sandboxes/" + name, {"egress": False})
                     t = (time.perf_counter_ns() - t0) / 1e6
+                    # The same id again on its existing volume: the
+                    # container removed through the runtime, then ensure.
+                    self.rawq({"op": "req", "method": "DELETE",
+                               "path": "/v1.41/containers/sbx-%s?force=1&v=0" % name})
+                    t0 = time.perf_counter_ns()
+                    self.bconn.json("PUT", "/v1/sandboxes/" + name, {"egress": False})
+                    if i >= 1:
+                        ex.append((time.perf_counter_ns() - t0) / 1e6)
                     self.bconn.json("DELETE", "/v1/sandboxes/" + name)
                 else:
                     x = self.rawq({"op": "cold", "volume": name + "-vol", "name": "raw-" + name,
@@ -629,10 +635,21 @@ class Bench:
                 if i >= 1:
                     (b if which == 0 else r).append(t)
         x = med(b) / med(r)
-        self.row("cold ensure (volume + container create + start), %d rounds" % rounds,
+        self.row("cold ensure, new volume (volume + /work owner step + container create "
+                 "+ start; adr/0009), %d rounds" % rounds,
                  "%.0f ms (p99 %.0f)" % (med(b), pct(b, 99)),
                  "raw Engine API %.0f ms (p99 %.0f)" % (med(r), pct(r, 99)),
                  "%.2f×" % x, "≤ 1.10 × raw", x <= 1.10)
+        y = med(ex) / med(r)
+        self.row("cold ensure, existing volume (container gone, volume kept), %d rounds" % rounds,
+                 "%.0f ms (p99 %.0f)" % (med(ex), pct(ex, 99)),
+                 "raw Engine API %.0f ms (p99 %.0f)" % (med(r), pct(r, 99)),
+                 "%.2f×" % y, "≤ 1.10 × raw", y <= 1.10)
+        self.note("cold ensure: on Docker the /work owner step is a short-lived init "
+                  "container (create, start, wait, remove) before the sandbox's own; on "
+                  "Podman a volume option, no extra container (adr/0009). The helper volume "
+                  "is checked once per broker process, before its first create, outside "
+                  "these rounds.")
 
     def fig_files(self):
         rounds = 1 if QUICK else 3

@@ -2,6 +2,7 @@
 # run.sh - `make bench`: start a private runtime, run tests/bench/bench.py against it, tear everything down.
 #
 #   BENCH_RUNTIMES=podman (default) | docker | docker,podman
+#   BENCH_ONLY=cold,warm (only those figures, for a quick look),
 #   BUILD=build/out (set by make), BENCH_OUT=docs/bench.md (table; with two
 #   runtimes the second goes to docs/bench-RUNTIME.md), other BENCH_* knobs:
 #   see bench.py. The soak: BENCH_SOAK_SECONDS (default 1800),
@@ -150,7 +151,7 @@ for rt in $(echo "$RUNTIMES" | tr ',' ' '); do
 	if [ "${BENCH_SOAK:-1}" != only ]; then
 		"$PY" "$ROOT/tests/bench/bench.py" --build "$BUILD" --runtime "$rt" \
 			--runtime-sock "$sock" --work "$WORK/$rt" --out "$out" \
-			--dominates "$ROOT/tests/bench/profile.md"
+			--dominates "$ROOT/tests/bench/profile.md" ${BENCH_ONLY:+--only "$BENCH_ONLY"}
 	fi
 	# The soak (tests/bench/soak.py): BENCH_SOAK_SECONDS (1800) of mixed
 	# load; its section of $out is replaced. BENCH_SOAK=0 skips it,

@@ -68,6 +68,21 @@ def broker_binary():
     return path
 
 
+def helper_binary():
+    build = os.environ.get("SBX_BUILD", os.path.join(REPO, "build", "out"))
+    return os.path.join(build, "sbx-helper")
+
+
+def helper_volume(prefix="sbx-", helper=None):
+    """Name of the read-only volume the broker delivers sbx-helper in
+    (adr/0009): <prefix>helper-<first 16 hex digits of its sha256>. It is
+    shared by every broker on the runtime with that helper, so it outlives
+    a test's sandboxes; any other helper volume of the stem is a leftover."""
+    import hashlib
+    with open(helper or helper_binary(), "rb") as f:
+        return "%shelper-%s" % (prefix, hashlib.sha256(f.read()).hexdigest()[:16])
+
+
 # ---------------------------------------------------------------------------
 # HTTP over a unix socket
 
@@ -425,7 +440,10 @@ class Engine:
         return self.call("DELETE", "/volumes/%s?force=1" % name)[0]
 
     def managed_leftovers(self):
-        return (self.containers(MANAGED_LABEL + "=true"), self.volumes(MANAGED_LABEL + "=true"))
+        """Managed containers and volumes, except the current helper volume."""
+        keep = helper_volume()
+        return (self.containers(MANAGED_LABEL + "=true"),
+                [v for v in self.volumes(MANAGED_LABEL + "=true") if v.get("Name") != keep])
 
 
 # ---------------------------------------------------------------------------
@@ -659,7 +677,7 @@ class BrokerTestCase(unittest.TestCase):
                 [c.get("Names") for c in conts], [v.get("Name") for v in vols]))
             for c in conts:
                 cls.engine.remove(c["Id"])
-            for v in cls.engine.volumes(MANAGED_LABEL + "=true"):
+            for v in vols:
                 cls.engine.remove_volume(v["Name"])
         seen = getattr(cls, "client", None)
         if seen is not None and any(CANARY.encode() in body for body in seen.seen):

@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 
+import brokerfix
 import sbxtest
 from sbxtest import BUILD
 
@@ -143,10 +144,12 @@ class Stack:
         return [c for c in eng.containers(label=sbxtest.LABEL_MANAGED + "=true")
                 if any(n.lstrip("/").startswith(self.prefix) for n in c.get("Names", []))]
 
-    def managed_volumes(self):
-        """Volumes the broker made (its labels and our name prefix)."""
+    def managed_volumes(self, helper=False):
+        """Volumes the broker made (its labels and our name prefix); the
+        current helper volume (shared, adr/0009) only with HELPER."""
+        keep = None if helper else brokerfix.helper_volume(self.prefix)
         return [v for v in sbxtest.Engine().volumes(label=sbxtest.LABEL_MANAGED + "=true")
-                if v["Name"].startswith(self.prefix)]
+                if v["Name"].startswith(self.prefix) and v["Name"] != keep]
 
     def close(self):
         for p in self.apis:
@@ -157,7 +160,7 @@ class Stack:
         eng = sbxtest.Engine()
         for c in self.managed():
             eng.remove(c["Id"])
-        for v in self.managed_volumes():
+        for v in self.managed_volumes(helper=True):
             eng.call("DELETE", "/volumes/%s" % v["Name"], params={"force": "1"},
                      ok=(200, 204, 404, 409))
         eng.call("DELETE", "/networks/%s" % (self.prefix + "egress"), ok=(200, 204, 404))

@@ -33,7 +33,7 @@ HELLO_SH = (b"#!/bin/sh\n"
             b"exit 3\n")
 HELLO_OUT = "hello from sh, uid 1000: caf\u00e9 \u20ac\n"
 EGRESS_SENTENCE = ("Network egress is granted by an operator; ask an operator to run "
-                   "`sbx egress grant alice`.")
+                   "`sbxctl egress grant alice`.")
 
 
 # ------------------------------------------------------------ SPEC §5 mapping

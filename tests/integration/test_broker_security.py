@@ -185,6 +185,11 @@ class ConfinementTest(BrokerTestCase):
         work = [m for m in d.get("Mounts") or [] if m.get("Destination") == "/work"]
         self.assertEqual(len(work), 1, d.get("Mounts"))
         self.assertEqual(work[0].get("Type"), "volume")
+        # sbx-helper comes in a read-only named volume, no host path (adr/0009)
+        self.assertEqual([m for m in d.get("Mounts") or [] if m.get("Type") == "bind"], [])
+        helper = [m for m in d.get("Mounts") or [] if m.get("Destination") == "/.sbx"]
+        self.assertEqual(len(helper), 1, d.get("Mounts"))
+        self.assertEqual((helper[0].get("Type"), helper[0].get("RW")), ("volume", False), helper)
         tmp = (h.get("Tmpfs") or {}).get("/tmp")
         self.assertIsNotNone(tmp, h.get("Tmpfs"))
         self.assertIn("noexec", tmp)

@@ -1,4 +1,4 @@
-"""test_cli - the `sbx` command-line client against a real sandbox-api and
+"""test_cli - the `sbxctl` command-line client against a real sandbox-api and
 sandbox-broker on the runtime under test (SBX_RUNTIME_HOST, SBX_TEST_IMAGE).
 
 Everything the user sees is asserted: stdout, stderr, exit codes (docs/cli.md).
@@ -16,7 +16,7 @@ import sbxtest
 from sbxtest import BUILD
 from stackfix import Stack, clean_env
 
-SBX = os.path.join(BUILD, "sbx")
+SBX = os.path.join(BUILD, "sbxctl")
 
 
 class CLITest(unittest.TestCase):
@@ -41,7 +41,7 @@ class CLITest(unittest.TestCase):
         finally:
             cls.stack.close()
             shutil.rmtree(cls.home, True)
-        assert not left, "sandboxes left after sbx rm: %r" % left
+        assert not left, "sandboxes left after sbxctl rm: %r" % left
 
     @classmethod
     def sbx_as(cls, key, *args, url=None, input=None, timeout=120, extra_env=None):
@@ -143,7 +143,7 @@ class CLITest(unittest.TestCase):
         self.addCleanup(shutil.rmtree, d, True)
         r = self.sbx("cp", "alice:/work/no/such/file", os.path.join(d, "x"))
         self.assertEqual(r.returncode, 4, r.stderr)
-        self.assertTrue(r.stderr.startswith(b"sbx: "))
+        self.assertTrue(r.stderr.startswith(b"sbxctl: "))
         self.assertEqual(os.listdir(d), [])
 
     def test_path_outside_work_is_refused_as_bad_usage(self):
@@ -178,7 +178,7 @@ class CLITest(unittest.TestCase):
         self.assertEqual(r.returncode, 3)
         self.assertEqual(r.stdout, b"")
         self.assertIn(b"operator", r.stderr)
-        self.assertIn(b"sbx egress grant alice", r.stderr)
+        self.assertIn(b"sbxctl egress grant alice", r.stderr)
         self.assertNoKey(r)
 
     def test_operator_manages_a_players_npc(self):
@@ -194,7 +194,7 @@ class CLITest(unittest.TestCase):
         self.assertEqual(json.loads(r.stdout)["state"], "stopped")
         r = self.sbx("exec", "bob", "--", "true")
         self.assertEqual(r.returncode, 1)
-        self.assertIn(b"sbx up bob", r.stderr)
+        self.assertIn(b"sbxctl up bob", r.stderr)
 
     def test_a_wrong_key_exits_3(self):
         r = self.sbx_as("x" * 43, "npc", "ls")
@@ -218,14 +218,45 @@ class CLITest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn(b"chmod 600", r.stderr)
         self.assertNoKey(r)
-        # The default place: ~/.config/sbx/config.
-        os.makedirs(os.path.join(self.home, ".config", "sbx"), exist_ok=True)
-        home_cfg = os.path.join(self.home, ".config", "sbx", "config")
+        # The default place: ~/.config/sbxctl/config.
+        os.makedirs(os.path.join(self.home, ".config", "sbxctl"), exist_ok=True)
+        home_cfg = os.path.join(self.home, ".config", "sbxctl", "config")
         shutil.copy(cfg, home_cfg)
         os.chmod(home_cfg, 0o600)
         self.addCleanup(os.unlink, home_cfg)
         r = self.sbx_as(None, "whoami", url="")
-        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, b"pl (player)\n", b""))
+
+    def test_old_config_place_is_read_with_one_deprecation_line(self):
+        # The CLI was called sbx: ~/.config/sbx/config still works, with one
+        # warning line naming the new place; the new place wins, silently.
+        old_dir = os.path.join(self.home, ".config", "sbx")
+        os.makedirs(old_dir, exist_ok=True)
+        old_cfg = os.path.join(old_dir, "config")
+        with open(old_cfg, "w") as f:
+            f.write("url = %s\nkey = %s\n" % (self.stack.url, self.stack.player))
+        os.chmod(old_cfg, 0o600)
+        self.addCleanup(os.unlink, old_cfg)
+        r = self.sbx_as(None, "whoami", url="")
+        self.assertEqual((r.returncode, r.stdout), (0, b"pl (player)\n"), r.stderr)
+        new_cfg = os.path.join(self.home, ".config", "sbxctl", "config")
+        self.assertEqual(r.stderr, ("sbxctl: warning: reading %s, the old place (deprecated); "
+                                    "move it to %s.\n" % (old_cfg, new_cfg)).encode())
+        self.assertNoKey(r)
+        # A bad old file is refused like a bad new one (chmod 600 rule).
+        os.chmod(old_cfg, 0o644)
+        r = self.sbx_as(None, "whoami", url="")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(b"chmod 600", r.stderr)
+        os.chmod(old_cfg, 0o600)
+        # The new place wins: its key is the operator's, and no warning.
+        os.makedirs(os.path.dirname(new_cfg), exist_ok=True)
+        with open(new_cfg, "w") as f:
+            f.write("url = %s\nkey = %s\n" % (self.stack.url, self.stack.operator))
+        os.chmod(new_cfg, 0o600)
+        self.addCleanup(os.unlink, new_cfg)
+        r = self.sbx_as(None, "whoami", url="")
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, b"op (operator)\n", b""))
 
     def test_no_server_exits_5(self):
         r = self.sbx("npc", "ls", url="http://127.0.0.1:1")
@@ -238,18 +269,18 @@ class CLITest(unittest.TestCase):
         for args in (["--help"], ["exec", "--help"], ["npc", "ls", "--help"]):
             r = self.sbx_as(None, *args)
             self.assertEqual(r.returncode, 0, args)
-            self.assertIn(b"usage: sbx", r.stdout)
+            self.assertIn(b"usage: sbxctl ", r.stdout)
         r = self.sbx_as(None, "--help")
         self.assertIn(b"Exit codes", r.stdout)
         r = self.sbx_as(None, "--version")
         self.assertEqual(r.returncode, 0)
-        self.assertTrue(r.stdout.startswith(b"sbx "))
+        self.assertTrue(r.stdout.startswith(b"sbxctl "))
         for args in ([], ["frobnicate"], ["exec", "alice"], ["status"],
                      ["status", "a", "b"], ["ls", "--bogus", "alice:/work"],
                      ["cp", "a", "b"], ["npc"]):
             r = self.sbx(*args)
             self.assertEqual(r.returncode, 2, (args, r.stderr))
-            self.assertIn(b"sbx", r.stderr)
+            self.assertIn(b"sbxctl", r.stderr)
 
 
 
@@ -347,7 +378,7 @@ class CLIAgainstScriptedServerTest(unittest.TestCase):
         r = self.sbx("exec", "npc1", "--", "true")
         self.assertEqual(r.returncode, 1)
         self.assertEqual(r.stdout, b"partial")
-        self.assertTrue(r.stderr.startswith(b"sbx: "), r.stderr)
+        self.assertTrue(r.stderr.startswith(b"sbxctl: "), r.stderr)
 
     def test_error_event_after_exit_is_reported(self):
         self.api.replies.append([SSE_HEAD] + chunked(
@@ -356,7 +387,7 @@ class CLIAgainstScriptedServerTest(unittest.TestCase):
             b"event: error\ndata: {\"code\":\"timeout\",\"message\":\"exec ran too long\"}\n\n"))
         r = self.sbx("exec", "npc1", "--", "sleep", "9")
         self.assertEqual(r.returncode, 124)
-        self.assertEqual(r.stderr, b"sbx: exec ran too long\n")
+        self.assertEqual(r.stderr, b"sbxctl: exec ran too long\n")
 
     def test_bare_gateway_errors_exit_5_and_json_errors_show_the_sentence(self):
         self.api.replies.append([b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 5\r\n\r\noops!"])
@@ -367,7 +398,7 @@ class CLIAgainstScriptedServerTest(unittest.TestCase):
         self.api.replies.append([b"HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\n"
                                  b"Content-Length: %d\r\n\r\n" % len(body), body])
         r = self.sbx("npc", "create", "x")
-        self.assertEqual((r.returncode, r.stderr), (1, b"sbx: An NPC has that name.\n"))
+        self.assertEqual((r.returncode, r.stderr), (1, b"sbxctl: An NPC has that name.\n"))
         self.api.replies.append([b"SSH-2.0-OpenSSH\r\n"])
         r = self.sbx("npc", "ls")
         self.assertEqual(r.returncode, 1)

@@ -21,6 +21,7 @@ ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C"}
 
 # Exit codes of broker/helper/sbx_helper_proto.h.
 EXIT_INTERNAL, EXIT_BAD_REQUEST, EXIT_OUTSIDE, EXIT_NOT_FOUND, EXIT_TOO_LARGE = 1, 2, 3, 4, 5
+EXIT_FORBIDDEN = 6
 EXEC_TIMEOUT, EXEC_FAILED, EXEC_NOTFOUND = 124, 125, 127
 # exec --framed frames.
 F_STDOUT, F_STDERR, F_EXIT, F_ERROR = 1, 2, 3, 4
@@ -193,6 +194,56 @@ class HelperCase(unittest.TestCase):
                 return None
             return int(line.split("pgid=")[1].split()[0]) if "pgid=" in line else None
         return wait_until(read, what="kill handle " + exec_id)
+
+
+class TestContainerModes(HelperCase):
+    """idle (a sandbox's main process) and initwork (the init container's
+    chown of /work, run as root there: adr/0009)."""
+
+    def test_idle_waits_then_exits_0_on_sigterm(self):
+        p = self.spawn(["idle"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(0.3)
+        self.assertIsNone(p.poll(), "idle returned on its own")
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(5), 0)
+
+    def initwork(self, owner, root=None, caps="+chown,+fowner"):
+        # As in the init container: root with only CAP_CHOWN and CAP_FOWNER.
+        argv = ["setpriv", "--inh-caps=-all", "--bounding-set=-all," + caps, BIN,
+                "--root", root or self.root, "initwork", owner]
+        return subprocess.run(argv, capture_output=True, timeout=10, env=ENV)
+
+    def test_initwork_chowns_the_root_only(self):
+        os.chown(self.root, 0, 0)
+        os.chmod(self.root, 0o500)
+        inner = self.p("shipped")
+        with open(inner, "w") as f:
+            f.write("x")
+        os.chown(inner, 0, 0)
+        r = self.initwork("1000:1000")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        st = os.stat(self.root)
+        self.assertEqual((st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)), (1000, 1000, 0o700))
+        self.assertEqual(os.stat(inner).st_uid, 0, "the contents changed owner")
+        # and the sandbox user can now write there
+        r = self.run_helper(["write", self.p("new"), "0644"], stdin=b"y")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_initwork_is_idempotent_and_needs_chown(self):
+        self.assertEqual(self.initwork("1000:1000").returncode, 0)
+        os.chown(self.root, 0, 0)
+        r = self.initwork("1000:1000", caps="+fowner")
+        self.assertError(r, EXIT_FORBIDDEN, "forbidden")
+
+    def test_initwork_refuses_bad_owners_and_a_symlink_root(self):
+        for owner in ("0:0", "1000", "x:1", "1000:", "1000:1000:1", "99999999999:1"):
+            with self.subTest(owner=owner):
+                self.assertError(self.initwork(owner), EXIT_BAD_REQUEST, "bad_request")
+        link = os.path.join(self.dir, "link")
+        os.symlink(self.root, link)
+        r = self.initwork("1000:1000", root=link)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertEqual(os.stat(self.root).st_uid, 1000)
 
 
 class TestVersion(HelperCase):

@@ -102,6 +102,9 @@ class RunTest(unittest.TestCase):
         # What to try next.
         self.assertIn("export SBX_URL=http://127.0.0.1:%s" % self.env["SBX_API_PORT"], out)
         self.assertIn('export SBX_KEY="$(cat %s/player.key)"' % self.dir, out)
+        # The CLI is sbxctl (Docker ships an `sbx`): no line tells to run `sbx`.
+        self.assertIn("    sbxctl exec %s -- " % self.npc, out)
+        self.assertNotRegex(out, r"(^|[\s$'`])sbx (npc|up|exec|cp|cat|ls|status|egress|rm|--help)\b")
         self.assertKeysSafe(out + r.stderr.decode())
         self.assertNoDaemons()
         # The sandbox and its volume stay.

@@ -193,7 +193,7 @@ test_player_egress_is_403_and_changes_nothing(void **state)
 	    "{\"enabled\":true}"), 403);
 	assert_string_equal(tu_code(&r), "forbidden");
 	assert_non_null(strstr(tu_text(&r), "granted by an operator"));
-	assert_non_null(strstr(tu_text(&r), "sbx egress grant alpha"));
+	assert_non_null(strstr(tu_text(&r), "sbxctl egress grant alpha"));
 	/* Sneaking egress into ensure is refused the same way. */
 	assert_int_equal(tu_req(&r, "PUT", "/api/v1/npcs/alpha/sandbox", KA,
 	    "{\"egress\":true}"), 403);

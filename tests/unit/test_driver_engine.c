@@ -20,6 +20,7 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <jansson.h>
+#include <sodium.h>
 
 #include "driver_engine.h"
 #include "helper/sbx_helper_proto.h"
@@ -58,6 +59,10 @@ struct fx {
 	int c_exists, c_labelled, c_running, c_egress;
 	char c_image[64];
 	int v_exists, v_labelled;
+	char c_helper[96];            /* the container's helper label */
+	char helper_vol[96];          /* the name the driver must use */
+	int hv_filled;                /* the helper volume holds the helper */
+	int init_exit;                /* the init container's exit status */
 	int net_exists;
 	json_t *created;              /* last container create body */
 	struct fexec execs[MAX_EXECS];
@@ -137,6 +142,9 @@ inspect_json(struct fx *f)
 		json_object_set_new(labels, "io.sbx.egress",
 		    json_string(f->c_egress ? "1" : "0"));
 		json_object_set_new(labels, "io.sbx.image", json_string(f->c_image));
+		if (f->c_helper[0] != '\0')
+			json_object_set_new(labels, "io.sbx.helper",
+			    json_string(f->c_helper));
 	}
 	return json_pack("{s:s, s:s, s:{s:b, s:b, s:s}, s:{s:s, s:o}}",
 	    "Id", "c0ffee0123456789", "Created", "2026-11-30T12:00:00.250Z",
@@ -303,6 +311,40 @@ route(struct conn *c, const char *method, const char *path, json_t *body)
 	} else if (strncmp(path, "/v1.41/containers/sbx-", 22) == 0 &&
 	    strstr(path, "/json") != NULL) {
 		reply(bev, 404, "Not Found", msg("No such container"));
+	} else if (strcmp(path, "/v1.41/volumes/create") == 0 &&
+	    strncmp(json_string_value(json_object_get(body, "Name")),
+	    "sbx-helper-", 11) == 0) {
+		reply(bev, 201, "Created", json_pack("{s:O, s:O}", "Name",
+		    json_object_get(body, "Name"), "Labels",
+		    json_object_get(body, "Labels")));
+	} else if (strncmp(path, "/v1.41/containers/create?name=sbx-helper-", 41)
+	    == 0 && ends_with(path, ".fill")) {
+		reply(bev, 201, "Created", json_pack("{s:s}", "Id", "f111"));
+	} else if (strncmp(path, "/v1.41/containers/f111/archive?", 31) == 0) {
+		if (strcmp(method, "PUT") == 0) {
+			f->hv_filled = 1;
+			reply(bev, 200, "OK", NULL);
+		} else {
+			reply(bev, 404, "Not Found", msg("no such file"));
+		}
+	} else if (strcmp(path, "/v1.41/containers/create?name=sbx-t1.init") == 0) {
+		reply(bev, 201, "Created", json_pack("{s:s}", "Id", "i111"));
+	} else if (strcmp(path, "/v1.41/containers/i111/start") == 0) {
+		reply(bev, 204, "No Content", NULL);
+	} else if (strcmp(path, "/v1.41/containers/i111/wait") == 0) {
+		reply(bev, 200, "OK", json_pack("{s:i}", "StatusCode",
+		    f->init_exit));
+	} else if ((strncmp(path, "/v1.41/containers/i111?", 23) == 0 ||
+	    strncmp(path, "/v1.41/containers/f111?", 23) == 0) &&
+	    strcmp(method, "DELETE") == 0) {
+		reply(bev, 204, "No Content", NULL);
+	} else if (strncmp(path, "/v1.41/volumes?filters=", 23) == 0) {
+		reply(bev, 200, "OK", json_pack("{s:[{s:s, s:{s:s, s:s}}]}",
+		    "Volumes", "Name", "sbx-helper-0000000000000000", "Labels",
+		    "io.sbx.managed", "true", "io.sbx.helper-stem", "sbx-helper"));
+	} else if (strcmp(path, "/v1.41/volumes/sbx-helper-0000000000000000")
+	    == 0 && strcmp(method, "DELETE") == 0) {
+		reply(bev, 204, "No Content", NULL);
 	} else if (strcmp(path, "/v1.41/volumes/create") == 0) {
 		if (!f->v_exists) {
 			f->v_exists = 1;
@@ -338,6 +380,9 @@ route(struct conn *c, const char *method, const char *path, json_t *body)
 		f->c_exists = 1;
 		f->c_labelled = 1;
 		f->c_running = 0;
+		snprintf(f->c_helper, sizeof(f->c_helper), "%s",
+		    json_string_value(json_object_get(json_object_get(body,
+		    "Labels"), "io.sbx.helper")));
 		f->c_egress = strcmp(json_string_value(json_object_get(
 		    json_object_get(body, "Labels"), "io.sbx.egress")), "1") == 0;
 		snprintf(f->c_image, sizeof(f->c_image), "%s",
@@ -522,8 +567,19 @@ setup(void **state)
 	snprintf(f->sock, sizeof(f->sock), "%s/engine.sock", f->dir);
 	snprintf(f->helper, sizeof(f->helper), "%s/sbx-helper", f->dir);
 	fp = fopen(f->helper, "w");
+	fputs("a fake sbx-helper\n", fp);
 	fclose(fp);
 	chmod(f->helper, 0755);
+	{
+		unsigned char h[crypto_hash_sha256_BYTES];
+		char hex[65];
+
+		crypto_hash_sha256(h, (const unsigned char *)"a fake sbx-helper\n",
+		    18);
+		sodium_bin2hex(hex, sizeof(hex), h, sizeof(h));
+		snprintf(f->helper_vol, sizeof(f->helper_vol),
+		    "sbx-helper-%.16s", hex);
+	}
 	memset(&sun, 0, sizeof(sun));
 	sun.sun_family = AF_UNIX;
 	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", f->sock);
@@ -737,6 +793,7 @@ running_sandbox(struct fx *f)
 {
 	f->c_exists = f->c_labelled = f->c_running = 1;
 	f->v_exists = f->v_labelled = 1;
+	snprintf(f->c_helper, sizeof(f->c_helper), "%s", f->helper_vol);
 }
 
 /* ---------- tests: ensure, status, stop, destroy ---------- */
@@ -753,8 +810,8 @@ test_ensure_creates_a_hardened_container(void **state)
 	assert_int_equal(f->st.state, SBX_STATE_RUNNING);
 	assert_string_equal(f->st.image, "img:1");
 	assert_int_equal(f->st.created_at_ms, 1796040000250LL);
-	assert_int_equal(logged(f, "POST /v1.41/volumes/create"), 1);
-	assert_int_equal(logged(f, "POST /v1.41/containers/create?name=sbx-t1"), 1);
+	assert_int_equal(logged(f, "POST /v1.41/volumes/create"), 2);
+	assert_int_equal(logged(f, "POST /v1.41/containers/create?name=sbx-t1"), 2);
 	assert_int_equal(logged(f, "GET /v1.41/networks"), 0);
 	assert_non_null(f->created);
 	assert_string_equal(json_string_value(json_object_get(f->created, "User")),
@@ -777,10 +834,60 @@ test_ensure_creates_a_hardened_container(void **state)
 	assert_non_null(strstr(json_string_value(json_object_get(json_object_get(
 	    hc, "Tmpfs"), "/tmp")), "noexec"));
 	m = json_array_get(json_object_get(hc, "Mounts"), 1);
+	assert_string_equal(json_string_value(json_object_get(m, "Type")),
+	    "volume");
+	assert_string_equal(json_string_value(json_object_get(m, "Source")),
+	    f->helper_vol);
 	assert_string_equal(json_string_value(json_object_get(m, "Target")),
-	    "/.sbx/sbx-helper");
+	    "/.sbx");
 	assert_true(json_is_true(json_object_get(m, "ReadOnly")));
 	assert_null(json_object_get(hc, "Binds"));
+	assert_string_equal(json_string_value(json_object_get(json_object_get(
+	    f->created, "Labels"), "io.sbx.helper")), f->helper_vol);
+	assert_string_equal(json_string_value(json_array_get(json_object_get(
+	    f->created, "Entrypoint"), 0)), "/.sbx/sbx-helper");
+	assert_non_null(strstr(json_string_value(json_object_get(json_object_get(
+	    hc, "Tmpfs"), "/tmp")), "uid=1000,gid=1000"));
+	assert_non_null(json_object_get(json_object_get(hc, "Tmpfs"), "/run/sbx"));
+	/* Docker: the helper volume was filled, /work prepared by a
+	 * short-lived init container, then the old helper volume dropped. */
+	assert_true(f->hv_filled);
+	assert_int_equal(logged(f, "POST /v1.41/containers/create?name=sbx-t1.init"),
+	    1);
+	assert_int_equal(logged(f, "POST /v1.41/containers/i111/wait"), 1);
+	assert_int_equal(logged(f, "DELETE /v1.41/containers/i111"), 1);
+	assert_int_equal(logged(f, "DELETE /v1.41/containers/f111"), 1);
+}
+
+static void
+test_ensure_init_container_failure_is_an_error(void **state)
+{
+	struct fx *f = *state;
+
+	f->init_exit = 6;
+	ensure(f, 0, NULL);
+	assert_true(f->have_err);
+	assert_string_equal(f->err.code, "runtime_error");
+	assert_non_null(strstr(f->err.message, "initwork"));
+	assert_int_equal(logged(f, "DELETE /v1.41/containers/i111"), 1);
+	assert_int_equal(logged(f, "POST /v1.41/containers/create?name=sbx-t1"), 1);
+}
+
+static void
+test_stale_helper_label_replaces_the_container(void **state)
+{
+	struct fx *f = *state;
+
+	running_sandbox(f);
+	snprintf(f->c_helper, sizeof(f->c_helper), "sbx-helper-0000000000000000");
+	ensure(f, 0, NULL);
+	assert_false(f->have_err);
+	assert_int_equal(logged(f, "DELETE /v1.41/containers/c0ffee0123456789"), 1);
+	assert_int_equal(logged(f, "DELETE /v1.41/volumes/sbx-t1-work"), 0);
+	assert_string_equal(f->c_helper, f->helper_vol);
+	/* labelled: its volume was prepared already */
+	assert_int_equal(logged(f, "POST /v1.41/containers/create?name=sbx-t1.init"),
+	    0);
 }
 
 static void
@@ -821,7 +928,7 @@ test_egress_change_replaces_container_keeps_volume(void **state)
 	assert_false(f->have_err);
 	assert_int_equal(f->st.egress, 1);
 	assert_int_equal(logged(f, "DELETE /v1.41/containers/c0ffee0123456789"), 1);
-	assert_int_equal(logged(f, "DELETE /v1.41/volumes"), 0);
+	assert_int_equal(logged(f, "DELETE /v1.41/volumes/sbx-t1-work"), 0);
 	assert_int_equal(logged(f, "POST /v1.41/networks/create"), 1);
 	assert_string_equal(json_string_value(json_object_get(json_object_get(
 	    f->created, "HostConfig"), "NetworkMode")), "sbx-egress");
@@ -864,7 +971,7 @@ test_unlabelled_volume_is_conflict(void **state)
 	f->v_labelled = 0;
 	ensure(f, 0, NULL);
 	assert_string_equal(f->err.code, SBX_E_CONFLICT);
-	assert_int_equal(logged(f, "POST /v1.41/containers/create"), 0);
+	assert_int_equal(logged(f, "POST /v1.41/containers/create?name=sbx-t1"), 0);
 }
 
 static void
@@ -1577,6 +1684,8 @@ main(void)
 		T(test_exec_exit_record_code_and_signal),
 		T(test_exec_without_exit_record_asks_the_runtime),
 		T(test_exec_bad_helper_frame_is_runtime_error_and_kills),
+		T(test_ensure_init_container_failure_is_an_error),
+		T(test_stale_helper_label_replaces_the_container),
 		T(test_exec_helper_records_timeout_and_refusal),
 		T(test_exec_output_cap_is_exact_and_kills),
 		T(test_exec_timeout_kills_then_reports_timeout),

@@ -754,6 +754,21 @@ status_json(struct broker_server *s, const struct sbx_status *st)
 		    "exited", wall_ms(), &err) == -1)
 			log_error("state write failed", "id", st->id, "error",
 			    err.message, NULL);
+		/* Running or gone behind our back (a start or remove a killed
+		 * broker had asked for ended after its restart's
+		 * reconciliation, test_faults.py): record what the runtime
+		 * says. */
+		if (st->state == SBX_STATE_RUNNING &&
+		    strcmp(row.state, "running") != 0 &&
+		    broker_state_adopt(s->state, st, row.volume, wall_ms(),
+		    &err) == -1)
+			log_error("state write failed", "id", st->id, "error",
+			    err.message, NULL);
+		if (st->state == SBX_STATE_ABSENT &&
+		    strcmp(row.state, "absent") != 0 &&
+		    broker_state_absent(s->state, st->id, &err) == -1)
+			log_error("state write failed", "id", st->id, "error",
+			    err.message, NULL);
 	}
 	if (st->state == SBX_STATE_ABSENT)
 		reason = "";

@@ -297,17 +297,30 @@ class BrokerKilledLoopTest(BrokerTestCase):
         finally:
             stop.set()
             th.join(60)
+        # Every sandbox comes up again (the first ensure of this broker
+        # removes a fill container a killed one left), destroy ends them, and
+        # then nothing of theirs is left in the runtime.
+        c = self.broker.client(timeout=120)
+        for sid in sids:
+            r = c.ensure(sid)
+            self.assertEqual((r.status, r.json().get("state")), (200, "running"), r)
+        for sid in sids:
+            self.assertEqual(c.destroy(sid).status, 200)
+        conts, vols = self.engine.managed_leftovers()
+        self.assertEqual((conts, vols), ([], []), "left after destroying all (seed %d)" % SEED)
         self.assertGreater(ops["n"], self.KILLS, ops)
         print("broker kill loop: %d operations, %d cut off by a kill" % (ops["n"], ops["errors"]))
 
     def check(self, i, sids, db):
         what = "after kill %d (seed %d)" % (i + 1, SEED)
-        inits = ["/sbx-%s.init" % s for s in sids]
+        transient = ["/sbx-%s.init" % s for s in sids] + ["/%s.fill" % helper_volume()]
         for ct in self.engine.containers(MANAGED_LABEL + "=true"):
             # A broker killed during a Docker ensure leaves that sandbox's
-            # init container (adr/0009) until its next ensure or destroy,
-            # which remove it (tearDownClass checks that nothing is left).
-            if ct["Labels"].get("io.sbx.role") == "init" and ct.get("Names", [""])[0] in inits:
+            # init container, or during the helper fill its never-started
+            # fill container (adr/0009), until the next ensure or destroy
+            # removes it (the end of the test checks that they do).
+            if (ct["Labels"].get("io.sbx.role") in ("init", "helper-fill") and
+                    ct.get("Names", [""])[0] in transient):
                 continue
             self.assertIn(ct["Labels"].get(ID_LABEL), sids, "orphan container %s %s"
                           % (ct.get("Names"), what))
@@ -429,7 +442,8 @@ class ApiFaultTest(unittest.TestCase):
     """api SIGKILLed with 50 exec streams open: every client sees its stream
     end (a clean close: EOF or reset), every exec is killed in the sandbox, a
     restarted api serves again. The broker SIGSTOPped for 30 s under load: the
-    api answers 503 broker_unavailable, none later than its broker_timeout,
+    api answers 503 broker_unavailable, none later than its broker_timeout
+    (5 s here) plus 3 s,
     and recovers by itself after SIGCONT."""
 
     @classmethod
@@ -438,7 +452,7 @@ class ApiFaultTest(unittest.TestCase):
                           broker_args=["--max-execs-per-sandbox", "64"],
                           api_args=["--max-execs-per-principal", "64",
                                     "--requests-per-minute", "100000",
-                                    "--broker-timeout", "2s"])
+                                    "--broker-timeout", "5s"])
 
     @classmethod
     def tearDownClass(cls):
@@ -493,7 +507,7 @@ class ApiFaultTest(unittest.TestCase):
         # a new api on the same state serves again
         self.stack.api, self.stack.url = self.stack.start_api(self.stack.api_state, (
             "--max-execs-per-principal", "64", "--requests-per-minute", "100000",
-            "--broker-timeout", "2s"), "api2")
+            "--broker-timeout", "5s"), "api2")
         r = self.client().req("GET", "/api/v1/npcs/fifty/sandbox")
         self.assertEqual(r.status, 200, r.body)
 
@@ -517,7 +531,7 @@ class ApiFaultTest(unittest.TestCase):
                     log.append((t0, time.monotonic() - t0, st, code))
                 time.sleep(0.05)
 
-        threads = [threading.Thread(target=load, daemon=True) for _ in range(4)]
+        threads = [threading.Thread(target=load, daemon=True) for _ in range(6)]
         for t in threads:
             t.start()
         time.sleep(2)
@@ -537,10 +551,10 @@ class ApiFaultTest(unittest.TestCase):
         for t in threads:
             t.join(30)
         during = [e for e in log if e[0] > frozen["from"] + 0.5 and e[0] + e[1] < frozen["to"]]
-        self.assertGreater(len(during), 20, "too little load while frozen: %d" % len(during))
+        self.assertGreater(len(during), 12, "too little load while frozen: %d" % len(during))
         for t0, dt, st, code in during:
             self.assertEqual((st, code), (503, "broker_unavailable"), (dt, st, code))
-            self.assertLess(dt, 2 + 3, "a request waited %.1fs (broker_timeout 2s)" % dt)
+            self.assertLess(dt, 5 + 3, "a request waited %.1fs (broker_timeout 5s)" % dt)
         print("broker frozen 30 s: %d requests answered 503 broker_unavailable, slowest %.2fs"
               % (len(during), max(e[1] for e in during)))
 

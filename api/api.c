@@ -295,12 +295,13 @@ main(int argc, char **argv)
 	/* The broker token: required, never echoed, kept in locked memory. */
 	if (sbx_broker_token_read(cfg.broker_token_file,
 	    getenv("SBX_BROKER_TOKEN"), &token, &token_len, &err) == -1) {
-		unsetenv("SBX_BROKER_TOKEN");
+		sbx_env_scrub("SBX_BROKER_TOKEN");
 		fprintf(stderr, "sandbox-api: %s\n", err.message);
 		rc = API_EXIT_CONFIG;
 		goto done;
 	}
-	unsetenv("SBX_BROKER_TOKEN");
+	/* Out of /proc/PID/environ too, not only out of environ(7). */
+	sbx_env_scrub("SBX_BROKER_TOKEN");
 	sbx_log_add_secret(token);
 
 	if ((m.base = event_base_new()) == NULL) {

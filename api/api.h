@@ -38,6 +38,10 @@ struct api_config {
 	long long broker_timeout;   /* ms to connect and get response headers from the broker */
 	long long request_timeout;  /* ms a client may take to send a request (evhttp timeout) */
 	long long shutdown_grace;   /* ms a drain waits for in-flight requests before cancelling them */
+	long long header_timeout;   /* ms for a whole request head (sbx_gate.h) */
+	long long head_max;         /* bytes of a request head */
+	long long headers_max;      /* header fields of a request */
+	long long max_connections;  /* client connections open at once */
 	char *log_level;
 	char *log_file;             /* NULL: stderr */
 };

@@ -30,6 +30,14 @@ const struct sbx_config_key api_config_keys[] = {
 	    "largest JSON request body (exec stdin included); more: 413"),
 	K("file_size_max", SBX_CFG_BYTES, file_size_max, "64m",
 	    "largest file written with PUT .../files (buffered in memory); more: 413"),
+	K("header_timeout", SBX_CFG_DURATION_MS, header_timeout, "10s",
+	    "a request head must arrive whole within this, however it trickles; else 408 and close"),
+	K("head_max", SBX_CFG_BYTES, head_max, "16k",
+	    "largest request head (request line + headers); more: 431 (a longer request line: 414)"),
+	K("headers_max", SBX_CFG_INT, headers_max, "100",
+	    "header fields per request; more: 431"),
+	K("max_connections", SBX_CFG_INT, max_connections, "512",
+	    "client connections open at once on the listener; more: 503 overloaded and close"),
 	K("heartbeat", SBX_CFG_DURATION_MS, heartbeat, "15s",
 	    "SSE: send a \": ping\" comment after this long without an event"),
 	K("broker_timeout", SBX_CFG_DURATION_MS, broker_timeout, "30s",
@@ -88,10 +96,13 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 	if (cfg->max_execs <= 0 || cfg->rate_per_minute <= 0 ||
 	    cfg->body_max <= 0 || cfg->file_size_max <= 0 ||
 	    cfg->heartbeat <= 0 || cfg->broker_timeout <= 0 ||
-	    cfg->request_timeout <= 0)
+	    cfg->request_timeout <= 0 || cfg->header_timeout <= 0 ||
+	    cfg->head_max <= 0 || cfg->headers_max <= 0 ||
+	    cfg->max_connections <= 0)
 		return sbx_err_set(err, SBX_E_CONFIG, "max_execs_per_principal, "
 		    "requests_per_minute, body_max, file_size_max, heartbeat, "
-		    "broker_timeout and request_timeout must be above 0.");
+		    "broker_timeout, request_timeout, header_timeout, head_max, "
+		    "headers_max and max_connections must be above 0.");
 	if (cfg->shutdown_grace < 0)
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    "shutdown_grace must be 0 or more.");

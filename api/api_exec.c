@@ -166,7 +166,7 @@ stream_begin(struct areq *a, const char *ctype)
 	evhttp_add_header(h, "X-Accel-Buffering", "no");
 	a->conn = evhttp_request_get_connection(a->req);
 	evhttp_connection_set_timeout_tv(a->conn, &tv);
-	evhttp_connection_set_closecb(a->conn, stream_closed, a);
+	sbx_gate_watch(a->s->gate, a->conn, stream_closed, a);
 	evhttp_send_reply_start(a->req, 200, "OK");
 	a->streaming = 1;
 	if (a->sse) {
@@ -187,7 +187,7 @@ stream_end(struct areq *a, const char *outcome)
 		stream_flush(a);
 		tv.tv_sec = (a->s->cfg->request_timeout + 999) / 1000;
 		tv.tv_usec = 0;
-		evhttp_connection_set_closecb(a->conn, NULL, NULL);
+		sbx_gate_watch(a->s->gate, a->conn, NULL, NULL);
 		evhttp_connection_set_timeout_tv(a->conn, &tv);
 		evhttp_send_reply_end(a->req);
 		a->req = NULL;
@@ -200,7 +200,7 @@ static void
 stream_abort(struct areq *a, const char *outcome)
 {
 	if (a->req != NULL) {
-		evhttp_connection_set_closecb(a->conn, NULL, NULL);
+		sbx_gate_watch(a->s->gate, a->conn, NULL, NULL);
 		evhttp_connection_free(a->conn);   /* frees a->req too */
 		a->req = NULL;
 	}

@@ -75,6 +75,23 @@ static const struct api_route routes[] = {
 	{ 0, NULL, NULL, 0, NULL },
 };
 
+/* Routes whose credential is not the bearer key (api_auth_fn): checked by
+ * the gate before the body and again by api_dispatch's step 1. */
+static const struct api_route_auth route_auths[] = {
+	{ NULL, NULL },
+};
+
+static api_auth_fn
+route_auth(const struct api_route *r)
+{
+	const struct api_route_auth *ra;
+
+	for (ra = route_auths; r != NULL && ra->handler != NULL; ra++)
+		if (ra->handler == r->handler)
+			return ra->auth;
+	return NULL;
+}
+
 int64_t
 api_mono_ms(void)
 {
@@ -244,9 +261,12 @@ reason_phrase(int status)
 	case 403: return "Forbidden";
 	case 404: return "Not Found";
 	case 405: return "Method Not Allowed";
+	case 408: return "Request Timeout";
 	case 409: return "Conflict";
 	case 413: return "Payload Too Large";
+	case 414: return "URI Too Long";
 	case 429: return "Too Many Requests";
+	case 431: return "Request Header Fields Too Large";
 	case 500: return "Internal Server Error";
 	case 502: return "Bad Gateway";
 	case 503: return "Service Unavailable";
@@ -924,14 +944,13 @@ limit_take(struct api_server *s, struct api_limit *l)
 /* ------------------------------------------------------------------ */
 /* Dispatch                                                            */
 
-/* The key of "Authorization: Bearer KEY", or NULL. */
+/* The key of an Authorization value "Bearer KEY" (scheme in any case,
+ * RFC 9110 §11.1), or NULL. */
 static const char *
-bearer_key(struct evhttp_request *req, size_t *len)
+bearer_key(const char *h, size_t *len)
 {
-	const char *h, *k, *e;
+	const char *k, *e;
 
-	h = evhttp_find_header(evhttp_request_get_input_headers(req),
-	    SBX_HDR_AUTHORIZATION);
 	if (h == NULL)
 		return NULL;
 	while (*h == ' ' || *h == '\t')
@@ -1009,6 +1028,155 @@ allow_header(struct evhttp_request *req, const char *path)
 	    allow);
 }
 
+/* Everything under /api/v1 and /metrics needs a principal. */
+static int
+path_needs_auth(const char *path)
+{
+	return strncmp(path, API_PREFIX "/", sizeof(API_PREFIX)) == 0 ||
+	    strcmp(path, METRICS_PATH) == 0;
+}
+
+/*
+ * Who asks on method + path: the route's own hook (api_auth_fn) when the
+ * route has one, else the bearer API key of authz. target is the request
+ * target with its query; final 0 in the gate, 1 in api_dispatch. Returns 1
+ * with *who, 0 when not authenticated, -1 on a database error.
+ */
+static int
+api_authenticate(struct api_server *s, int method, const char *path,
+    const char *target, const char *authz, int final,
+    struct api_principal *who)
+{
+	const struct api_route *r;
+	char npc[API_NPC_NAME_MAX + 2];
+	const char *key;
+	size_t keylen = 0;
+	api_auth_fn hook;
+	int known;
+
+	r = route_find(path, method, npc, sizeof(npc), &known);
+	if ((hook = route_auth(r)) != NULL)
+		return hook(s, target != NULL ? target : "", authz, final, who);
+	key = bearer_key(authz, &keylen);
+	return key != NULL ? api_store_authenticate(s->store, key, keylen,
+	    who) : 0;
+}
+
+/*
+ * The gate's check (common/sbx_gate.h), before any body byte is read: the
+ * credential (the same lookup as api_dispatch's step 1) and the route's
+ * body cap. A database error lets the head through with cap 0, so a body
+ * is still refused unread and dispatch answers 500.
+ */
+static enum sbx_gate_verdict
+gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
+    uint64_t *cap)
+{
+	struct api_server *s = arg;
+	const struct api_route *r;
+	struct api_principal who;
+	char npc[API_NPC_NAME_MAX + 2], *target = NULL, *authz = NULL;
+	int known, ok = 1;
+
+	*cap = 0;
+	if (path == NULL)
+		return SBX_GATE_PASS;   /* api_dispatch: 400 */
+	r = route_find(path, h->type, npc, sizeof(npc), &known);
+	if (path_needs_auth(path)) {
+		target = strndup(h->target, h->tlen);
+		if (h->auth != NULL)
+			authz = strndup(h->auth, h->alen);
+		ok = target == NULL || (h->auth != NULL && authz == NULL) ? 0 :
+		    api_authenticate(s, h->type, path, target, authz, 0, &who);
+		sodium_memzero(&who, sizeof(who));
+		if (authz != NULL)
+			sodium_memzero(authz, h->alen);
+		free(authz);
+		free(target);
+		if (ok == 0)
+			return SBX_GATE_UNAUTHORIZED;
+		if (ok == -1)
+			return SBX_GATE_PASS;
+	}
+	if (r != NULL && (r->flags & R_RAW))
+		*cap = (uint64_t)s->cfg->file_size_max;
+	else if (r != NULL && (r->flags & (R_JSON | R_JSON_OPT)))
+		*cap = (uint64_t)s->cfg->body_max;
+	return SBX_GATE_PASS;
+}
+
+/* ------------------------------------------------------------------ */
+/* Wake on use: a stopped sandbox is started before it is used         */
+
+/* Exec, file read, write and list use a sandbox; the others do not. */
+static int
+route_wakes(const struct api_route *r)
+{
+	return r->handler == api_h_exec || r->handler == api_h_read ||
+	    r->handler == h_write || r->handler == h_list;
+}
+
+static void
+wake_ensured(void *arg, const struct sbx_err *err, const struct sbx_status *st)
+{
+	struct areq *a = arg;
+
+	(void)st;
+	a->op = NULL;
+	if (err != NULL) {
+		areq_fail_broker(a, err);
+		return;
+	}
+	a->route->handler(a);
+}
+
+/* The sandbox's state: stopped by the idle reaper (stop_reason "idle") is
+ * ensured first, as adr/0006 says the api does, so an idle NPC's next exec
+ * runs. Running, absent, or stopped on purpose (POST .../stop, oom, exited)
+ * goes straight on: the handler's broker call answers 404 or 409. */
+static void
+wake_status(void *arg, const struct sbx_err *err, const struct sbx_status *st)
+{
+	struct areq *a = arg;
+	struct sbx_spec spec;
+	struct sbx_err e2;
+
+	a->op = NULL;
+	if (err != NULL) {
+		areq_fail_broker(a, err);
+		return;
+	}
+	if (st == NULL || st->state != SBX_STATE_STOPPED ||
+	    strcmp(st->stop_reason, "idle") != 0) {
+		a->route->handler(a);
+		return;
+	}
+	sbx_err_clear(&e2);
+	memset(&spec, 0, sizeof(spec));
+	/* The same spec as PUT .../sandbox without a body: the NPC's image
+	 * and its stored egress grant, so nothing is replaced. */
+	spec.image = a->npc.image[0] != '\0' ? a->npc.image : NULL;
+	spec.egress = a->npc.egress;
+	log_info("waking a stopped sandbox", "npc", a->npc.name, "reason",
+	    st->stop_reason, NULL);
+	a->op = a->s->driver->ops->ensure(a->s->driver, a->npc.sandbox_id,
+	    &spec, wake_ensured, a, &e2);
+	if (a->op == NULL)
+		areq_fail_broker(a, &e2);
+}
+
+static void
+wake_then_run(struct areq *a)
+{
+	struct sbx_err err;
+
+	sbx_err_clear(&err);
+	a->op = a->s->driver->ops->status(a->s->driver, a->npc.sandbox_id,
+	    wake_status, a, &err);
+	if (a->op == NULL)
+		areq_fail_broker(a, &err);
+}
+
 static void
 api_dispatch(struct evhttp_request *req, void *arg)
 {
@@ -1016,12 +1184,12 @@ api_dispatch(struct evhttp_request *req, void *arg)
 	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
 	const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
 	struct evbuffer *in = evhttp_request_get_input_buffer(req);
-	const char *key;
+	enum sbx_gate_verdict refused;
 	struct sbx_err err;
 	json_error_t jerr;
 	struct areq *a;
 	char npc[API_NPC_NAME_MAX + 2], ra[24];
-	size_t keylen = 0, blen;
+	size_t blen;
 	long wait;
 	int known, r;
 
@@ -1039,6 +1207,19 @@ api_dispatch(struct evhttp_request *req, void *arg)
 	s->live = a;
 	s->inflight++;
 
+	/* What the gate refused before any body byte was read: a head too
+	 * long or too slow, too many connections, framing (after the
+	 * credential verified), an ambiguous or a bad credential. A body over
+	 * the cap is answered at step 6, in order. */
+	refused = sbx_gate_refused(s->gate, req);
+	if (refused != SBX_GATE_PASS && refused != SBX_GATE_TOO_LARGE) {
+		sbx_gate_refusal(refused, &err);
+		if (refused == SBX_GATE_UNAUTHORIZED)
+			snprintf(err.message, sizeof(err.message), "A valid API "
+			    "key is required (Authorization: Bearer KEY).");
+		areq_fail(a, &err);
+		return;
+	}
 	if (path == NULL) {
 		areq_fail_code(a, SBX_E_BAD_REQUEST, "Bad request target.");
 		return;
@@ -1057,11 +1238,11 @@ api_dispatch(struct evhttp_request *req, void *arg)
 	}
 	/* 1. Authentication first, so nobody unauthenticated learns which
 	 * routes or NPCs exist. */
-	if (strncmp(path, API_PREFIX "/", sizeof(API_PREFIX)) == 0 ||
-	    strcmp(path, METRICS_PATH) == 0) {
-		key = bearer_key(req, &keylen);
-		r = key != NULL ? api_store_authenticate(s->store, key, keylen,
-		    &a->who) : 0;
+	if (path_needs_auth(path)) {
+		r = api_authenticate(s, evhttp_request_get_command(req), path,
+		    evhttp_request_get_uri(req), evhttp_find_header(
+		    evhttp_request_get_input_headers(req), SBX_HDR_AUTHORIZATION),
+		    1, &a->who);
 		if (r == -1) {
 			areq_fail_code(a, SBX_E_INTERNAL, "The api's database "
 			    "failed.");
@@ -1139,8 +1320,15 @@ api_dispatch(struct evhttp_request *req, void *arg)
 			    "may do this.");
 		return;
 	}
-	/* 6. Body size and syntax. */
-	blen = evbuffer_get_length(in);
+	/* 6. Body size and syntax. The gate refused a body over the cap
+	 * unread. */
+	blen = refused == SBX_GATE_TOO_LARGE ? SIZE_MAX :
+	    evbuffer_get_length(in);
+	if (!(a->route->flags & (R_JSON | R_JSON_OPT | R_RAW)) && blen > 0) {
+		areq_fail_code(a, SBX_E_BAD_REQUEST, "This route takes no "
+		    "body.");
+		return;
+	}
 	if (!(a->route->flags & R_RAW) && blen > (size_t)s->cfg->body_max) {
 		areq_fail_code(a, SBX_E_TOO_LARGE, "The request body is larger "
 		    "than %lld bytes.", s->cfg->body_max);
@@ -1160,6 +1348,11 @@ api_dispatch(struct evhttp_request *req, void *arg)
 			    "one JSON object.");
 			return;
 		}
+	}
+	/* 7. A stopped sandbox is started before it is used. */
+	if (a->has_npc && route_wakes(a->route)) {
+		wake_then_run(a);
+		return;
 	}
 	a->route->handler(a);
 }
@@ -1199,12 +1392,28 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 	}
 	maxbody = cfg->file_size_max > cfg->body_max ? cfg->file_size_max :
 	    cfg->body_max;
+	/* A backstop only: the gate refuses bodies over the route's cap with
+	 * JSON, after authentication, before they are read. */
 	evhttp_set_max_body_size(s->http, maxbody);
-	evhttp_set_max_headers_size(s->http, 64 * 1024);
+	{
+		struct sbx_gate_limits lim = {
+			.head_max = (size_t)cfg->head_max,
+			.headers_max = (unsigned)cfg->headers_max,
+			.header_timeout_ms = cfg->header_timeout,
+			.max_connections = (unsigned)cfg->max_connections,
+		};
+
+		if ((s->gate = sbx_gate_new(base, s->http, &lim, gate_check, s,
+		    err)) == NULL)
+			goto fail;
+	}
 	evhttp_set_timeout(s->http, (int)((cfg->request_timeout + 999) / 1000));
+	/* Every method reaches api_dispatch (JSON 404/405), never libevent's
+	 * HTML 501. */
 	evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
 	    EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
-	    EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+	    EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH | EVHTTP_REQ_TRACE |
+	    EVHTTP_REQ_CONNECT);
 	evhttp_set_gencb(s->http, api_dispatch, s);
 	colon = strrchr(cfg->listen, ':');
 	snprintf(host, sizeof(host), "%.*s", (int)(colon - cfg->listen),
@@ -1290,13 +1499,14 @@ api_server_free(struct api_server *s)
 		a->op = NULL;
 		sbx_op_cancel(op);
 		if (a->conn != NULL)
-			evhttp_connection_set_closecb(a->conn, NULL, NULL);
+			sbx_gate_watch(s->gate, a->conn, NULL, NULL);
 		a->req = NULL;
 		a->route = NULL;    /* no audit row for an abandoned request */
 		areq_finish(a, 503, SBX_E_SHUTTING_DOWN);
 	}
 	if (s->http != NULL)
-		evhttp_free(s->http);
+		evhttp_free(s->http);   /* frees every bound gate connection */
+	sbx_gate_free(s->gate);
 	if (s->drain_ev != NULL)
 		event_free(s->drain_ev);
 	if (s->grace_ev != NULL)

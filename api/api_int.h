@@ -12,6 +12,7 @@
 #include "api_store.h"
 #include "sbx_driver.h"
 #include "sbx_err.h"
+#include "sbx_gate.h"
 
 struct evhttp;
 struct evhttp_request;
@@ -38,6 +39,7 @@ struct api_server {
 	struct api_store *store;
 	struct evhttp *http;
 	struct evhttp_bound_socket *bound;
+	struct sbx_gate *gate;      /* heads checked before bodies (sbx_gate.h) */
 	int port;
 	struct api_limit *limits;
 	struct areq *live;          /* requests being answered */
@@ -62,12 +64,32 @@ struct api_server {
 
 typedef void (*api_handler_fn)(struct areq *);
 
+/*
+ * A route's own authentication, instead of "Authorization: Bearer KEY"
+ * (e.g. a ticket in the query). target is the request target with its
+ * query (NUL-terminated, not decoded); authorization is the Authorization
+ * value or NULL. Runs twice per request: in the gate with final 0, before
+ * any body byte is read (inside the socket read: no blocking work beyond an
+ * indexed sqlite lookup), then in api_dispatch with final 1 — a single-use
+ * credential is consumed only then. Returns 1 with *who filled, 0 when the
+ * credential is absent or not good (401), -1 on a database error (500).
+ */
+typedef int (*api_auth_fn)(struct api_server *s, const char *target,
+    const char *authorization, int final, struct api_principal *who);
+
 struct api_route {
 	int method;                /* enum evhttp_cmd_type */
 	const char *suffix;        /* after /api/v1/npcs/{npc}, or the full path */
 	api_handler_fn handler;
 	unsigned flags;
 	const char *action;        /* audit/log name, e.g. "sandbox.ensure" */
+};
+
+/* A route (by its handler) that authenticates with its own hook instead of
+ * the bearer key: a row of route_auths in api_http.c. */
+struct api_route_auth {
+	api_handler_fn handler;
+	api_auth_fn auth;
 };
 
 /* One request being answered. */

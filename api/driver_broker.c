@@ -246,10 +246,12 @@ error_from_body(struct bop *b, struct sbx_err *e)
 		snprintf(e->code, sizeof(e->code), "%s", json_string_value(code));
 		snprintf(e->message, sizeof(e->message), "%s",
 		    json_is_string(msg) ? json_string_value(msg) : e->code);
-		/* "unauthorized"/"forbidden" from the broker concern the api,
-		 * never the api's caller. */
-		if (strcmp(e->code, SBX_E_UNAUTHORIZED) == 0 ||
-		    strcmp(e->code, SBX_E_FORBIDDEN) == 0)
+		/* "unauthorized" from the broker concerns the api, never the
+		 * api's caller. The broker's "forbidden" is about the sandbox
+		 * (permission denied inside it): the caller's, with its
+		 * message; so are the other codes, whose status the one table
+		 * of sbx_err.c gives. */
+		if (strcmp(e->code, SBX_E_UNAUTHORIZED) == 0)
 			sbx_err_set(e, SBX_E_BROKER_UNAVAILABLE, "The sandbox "
 			    "broker refused the api.");
 	} else

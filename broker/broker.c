@@ -518,14 +518,15 @@ main(int argc, char **argv)
 	/* The token: refused unless present and long enough; never echoed. */
 	if (sbx_token_load(&token, cfg.token_file, getenv("SBX_BROKER_TOKEN"),
 	    &err) == -1) {
-		unsetenv("SBX_BROKER_TOKEN");
+		sbx_env_scrub("SBX_BROKER_TOKEN");
 		fprintf(stderr, "sandbox-broker: %s\n", err.message);
 		rc = BROKER_EXIT_CONFIG;
 		goto done;
 	}
 	if (getenv("SBX_BROKER_TOKEN") != NULL) {
 		sbx_log_add_secret(getenv("SBX_BROKER_TOKEN"));
-		unsetenv("SBX_BROKER_TOKEN");
+		/* Out of /proc/PID/environ too, not only out of environ(7). */
+		sbx_env_scrub("SBX_BROKER_TOKEN");
 	}
 
 	if ((m.base = event_base_new()) == NULL) {

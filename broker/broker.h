@@ -51,6 +51,10 @@ struct broker_config {
 	long long output_cap;     /* stdout+stderr bytes per exec */
 	long long file_size_max;  /* read/write cap, bytes */
 	long long body_max;       /* JSON request body cap, bytes */
+	long long header_timeout; /* ms for a whole request head (sbx_gate.h) */
+	long long head_max;       /* bytes of a request head */
+	long long headers_max;    /* header fields of a request */
+	long long max_connections; /* client connections open at once */
 	long long max_execs_per_sandbox;
 	long long max_sandboxes;
 	long long idle_timeout, reap_interval, destroy_after; /* ms; reaper */

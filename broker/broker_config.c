@@ -64,6 +64,14 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "largest file read or written"),
 	K("body_max", SBX_CFG_BYTES, body_max, "8m",
 	    "largest JSON request body (exec stdin included)"),
+	K("header_timeout", SBX_CFG_DURATION_MS, header_timeout, "10s",
+	    "a request head must arrive whole within this, however it trickles; else 408 and close"),
+	K("head_max", SBX_CFG_BYTES, head_max, "16k",
+	    "largest request head (request line + headers); more: 431 (a longer request line: 414)"),
+	K("headers_max", SBX_CFG_INT, headers_max, "100",
+	    "header fields per request; more: 431"),
+	K("max_connections", SBX_CFG_INT, max_connections, "512",
+	    "client connections open at once on the listener; more: 503 overloaded and close"),
 	K("max_execs_per_sandbox", SBX_CFG_INT, max_execs_per_sandbox, "8",
 	    "concurrent execs per sandbox; more: 429 too_many"),
 	K("max_sandboxes", SBX_CFG_INT, max_sandboxes, "100",
@@ -201,6 +209,10 @@ broker_config_finish(struct broker_config *cfg, const char *exe_path,
 	    need_positive(cfg->output_cap, "output_cap", err) == -1 ||
 	    need_positive(cfg->file_size_max, "file_size_max", err) == -1 ||
 	    need_positive(cfg->body_max, "body_max", err) == -1 ||
+	    need_positive(cfg->header_timeout, "header_timeout", err) == -1 ||
+	    need_positive(cfg->head_max, "head_max", err) == -1 ||
+	    need_positive(cfg->headers_max, "headers_max", err) == -1 ||
+	    need_positive(cfg->max_connections, "max_connections", err) == -1 ||
 	    need_positive(cfg->max_execs_per_sandbox, "max_execs_per_sandbox",
 	    err) == -1 ||
 	    need_positive(cfg->max_sandboxes, "max_sandboxes", err) == -1 ||

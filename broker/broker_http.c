@@ -28,6 +28,7 @@
 #include "broker_metrics.h"
 #include "broker_reaper.h"
 #include "broker_state.h"
+#include "sbx_gate.h"
 #include "sbx_log.h"
 #include "sbx_ndjson.h"
 #include "sbx_path.h"
@@ -39,13 +40,6 @@
 #define HTTP_TIMEOUT_S 60
 #define MAX_ARGV 4096
 #define MAX_ENV 1024
-/* Largest request head (request line + headers), as evhttp's own limit. */
-#define HEAD_MAX ((size_t)64 * 1024)
-/* The request header the gate uses to hand dispatch its verdict. */
-#define HDR_REFUSED "X-Sbx-Refused"
-#define REFUSED_UNAUTH "unauthorized"
-#define REFUSED_LARGE "too_large"
-#define REFUSED_BAD "bad_request"
 
 /* Route flags. */
 #define R_ID      0x01  /* pattern has {id}: validated before the handler */
@@ -81,8 +75,6 @@ struct bsbx {
 	int kicking;
 };
 
-struct bgate;
-
 struct broker_server {
 	struct event_base *base;
 	const struct broker_config *cfg;
@@ -98,8 +90,7 @@ struct broker_server {
 	TAILQ_HEAD(, breq) inflight;
 	unsigned ninflight;
 	LIST_HEAD(, bsbx) sbxs;
-	LIST_HEAD(, bgate) gates; /* one per accepted connection */
-	char nonce[33];           /* marks the gate's rewritten requests */
+	struct sbx_gate *gate;    /* heads checked before bodies (sbx_gate.h) */
 	unsigned pending_new;     /* ensures of new ids under way */
 	int draining, stopping;
 	struct event *grace_ev, *done_ev;
@@ -151,35 +142,6 @@ struct breq {
 	char exec_id[64];
 };
 
-/*
- * Per connection: the gate between the socket and evhttp. It sees every byte
- * read before evhttp does (a callback on the bufferevent's input buffer) and
- * lets evhttp see a request's body only after its head passed the bearer
- * check and the route's body cap (SPEC §4: 401 before anything, 413 JSON).
- */
-enum gate_state { G_HEAD, G_BODY, G_CHUNKED, G_CLOSED };
-enum chunk_state { C_SIZE, C_DATA, C_DATA_END, C_TRAILER };
-
-struct bgate {
-	LIST_ENTRY(bgate) link;
-	struct broker_server *s;
-	struct evhttp_connection *evcon;  /* NULL until gate_bind */
-	struct bufferevent *bev;          /* referenced until gate_bind */
-	struct event *bind_ev;
-	struct evbuffer_cb_entry *ent;
-	struct evbuffer *hold;    /* read, not yet let through to evhttp */
-	struct evbuffer *tmp;
-	struct breq *stream;      /* the streaming reply watching for a close */
-	enum gate_state state;
-	int busy;
-	size_t scanned;           /* G_HEAD: bytes of hold searched for the end */
-	uint64_t left;            /* G_BODY: Content-Length bytes still to pass */
-	size_t hlen, off;         /* G_CHUNKED: head length, parse offset */
-	uint64_t total, cap, cleft;
-	enum chunk_state cst;
-};
-
-static struct bgate *gate_find(struct broker_server *, struct evhttp_connection *);
 static void stream_closed(struct evhttp_connection *, void *);
 
 static void h_list_sandboxes(struct breq *);
@@ -456,8 +418,6 @@ breq_fail(struct breq *b, const struct sbx_err *err)
 	if (!sbx_err_is_set(&e))
 		sbx_err_set(&e, SBX_E_INTERNAL, "Internal error.");
 	status = sbx_err_http_status(&e);
-	if (strcmp(e.code, SBX_E_CANCELLED) == 0)
-		status = 503;
 	if (is_runtime_code(e.code))
 		broker_metrics_runtime_error(b->s->metrics, e.code);
 	if (status == 401 && b->req != NULL)
@@ -522,12 +482,7 @@ stream_flush(struct breq *b)
 static void
 stream_watch(struct breq *b, struct evhttp_connection *conn, struct breq *w)
 {
-	struct bgate *g = gate_find(b->s, conn);
-
-	if (g != NULL)
-		g->stream = w;
-	else
-		evhttp_connection_set_closecb(conn, w ? stream_closed : NULL, w);
+	sbx_gate_watch(b->s->gate, conn, w ? stream_closed : NULL, w);
 }
 
 /* Client went away mid-stream: kill the producer (SPEC §5). */
@@ -1640,629 +1595,31 @@ route_cap(const struct broker_server *s, const struct route *r)
 }
 
 /* ------------------------------------------------------------------ */
-/* The gate: heads checked before evhttp reads a body                  */
+/* The gate's check (common/sbx_gate.c): token and body cap of a head  */
 
-/*
- * libevent 2.1.12 has no hook between a server request's headers and its
- * body (evhttp_set_newreqcb came in 2.2; evhttp_request_set_header_cb needs
- * the request before its headers are read, which a 2.1 server never hands
- * out), and evhttp_set_max_body_size answers with its own HTML 413 before
- * the request is authenticated. So each connection's input buffer carries a
- * callback that runs inside the socket read, before evhttp's read callback:
- * new bytes move to the gate's hold buffer, and only what was checked goes
- * back for evhttp to parse. A head that passes (bearer token verified,
- * Content-Length within the route's cap) goes through unchanged and its body
- * streams after it; a chunked body is held until it is complete and within
- * the cap. Anything else is replaced by a body-less request carrying the
- * verdict in HDR_REFUSED (with the server's nonce, so a client cannot plant
- * one) and "Connection: close"; the rest of the connection's input is
- * thrown away. dispatch answers that request like any other, in order
- * behind earlier pipelined ones: 401, 400 or 413 JSON, then evhttp closes.
- * The gate is stricter than evhttp's parser (it refuses what evhttp would
- * merely tolerate), so both always agree on where a request ends.
- */
-struct head {
-	int line_ok;              /* request line understood */
-	const char *method, *target, *auth;
-	size_t mlen, tlen, alen;
-	enum evhttp_cmd_type type; /* 0: a method evhttp does not know */
-	int bad;                  /* framing refused */
-	int has_cl, chunked;
-	uint64_t cl;
-};
-
-static int
-tchar(int c)
+static enum sbx_gate_verdict
+gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
+    uint64_t *cap)
 {
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-	    (c >= '0' && c <= '9') || (c != '\0' &&
-	    strchr("!#$%&'*+-.^_`|~", c) != NULL);
-}
-
-static enum evhttp_cmd_type
-method_type(const char *m, size_t n)
-{
-	static const struct {
-		const char *name;
-		enum evhttp_cmd_type type;
-	} ms[] = {
-		{ "GET", EVHTTP_REQ_GET }, { "POST", EVHTTP_REQ_POST },
-		{ "HEAD", EVHTTP_REQ_HEAD }, { "PUT", EVHTTP_REQ_PUT },
-		{ "DELETE", EVHTTP_REQ_DELETE },
-		{ "OPTIONS", EVHTTP_REQ_OPTIONS },
-		{ "TRACE", EVHTTP_REQ_TRACE },
-		{ "CONNECT", EVHTTP_REQ_CONNECT },
-		{ "PATCH", EVHTTP_REQ_PATCH },
-	};
-	size_t i;
-
-	for (i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
-		if (strlen(ms[i].name) == n && memcmp(ms[i].name, m, n) == 0)
-			return ms[i].type;
-	return 0;
-}
-
-/* As evhttp_method_may_have_body in libevent 2.1.12 http.c. */
-static int
-method_has_body(enum evhttp_cmd_type t)
-{
-	return t == EVHTTP_REQ_POST || t == EVHTTP_REQ_PUT ||
-	    t == EVHTTP_REQ_PATCH || t == EVHTTP_REQ_GET ||
-	    t == EVHTTP_REQ_DELETE || t == EVHTTP_REQ_OPTIONS ||
-	    t == EVHTTP_REQ_CONNECT;
-}
-
-/* "METHOD SP target SP HTTP/1.x", target visible ASCII. */
-static void
-head_request_line(const char *l, size_t n, struct head *h)
-{
-	const char *sp1, *sp2, *c;
-
-	if ((sp1 = memchr(l, ' ', n)) == NULL || sp1 == l || sp1 - l > 16)
-		return;
-	for (c = l; c < sp1; c++)
-		if (*c < 'A' || *c > 'Z')
-			return;
-	if ((sp2 = memchr(sp1 + 1, ' ', n - (size_t)(sp1 + 1 - l))) == NULL ||
-	    sp2 == sp1 + 1)
-		return;
-	for (c = sp1 + 1; c < sp2; c++)
-		if ((unsigned char)*c < 0x21 || (unsigned char)*c > 0x7e)
-			return;
-	if (l + n - (sp2 + 1) != 8 || (memcmp(sp2 + 1, "HTTP/1.1", 8) != 0 &&
-	    memcmp(sp2 + 1, "HTTP/1.0", 8) != 0))
-		return;
-	h->method = l;
-	h->mlen = (size_t)(sp1 - l);
-	h->target = sp1 + 1;
-	h->tlen = (size_t)(sp2 - sp1 - 1);
-	h->type = method_type(h->method, h->mlen);
-	h->line_ok = 1;
-}
-
-static int
-hname_is(const char *name, size_t n, const char *want)
-{
-	return strlen(want) == n && strncasecmp(name, want, n) == 0;
-}
-
-/* One header line (no EOL). Sets h->bad for what the gate refuses. */
-static void
-head_field(const char *l, size_t n, struct head *h)
-{
-	const char *c = l, *v, *ve = l + n;
-	size_t nl, i;
-
-	while (c < ve && tchar((unsigned char)*c))
-		c++;
-	if (c == l || c == ve || *c != ':') {
-		h->bad = 1;   /* obs-fold, no colon, bad name */
-		return;
-	}
-	nl = (size_t)(c - l);
-	for (v = c + 1; v < ve && (*v == ' ' || *v == '\t'); v++)
-		;
-	while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
-		ve--;
-	if (hname_is(l, nl, "Authorization")) {
-		if (h->auth == NULL) {   /* evhttp_find_header: the first */
-			h->auth = v;
-			h->alen = (size_t)(ve - v);
-		}
-	} else if (hname_is(l, nl, "Content-Length")) {
-		if (h->has_cl || ve == v || ve - v > 18)
-			h->bad = 1;
-		h->has_cl = 1;
-		for (i = 0; v + i < ve; i++) {
-			if (v[i] < '0' || v[i] > '9') {
-				h->bad = 1;
-				break;
-			}
-			h->cl = h->cl * 10 + (uint64_t)(v[i] - '0');
-		}
-	} else if (hname_is(l, nl, "Transfer-Encoding")) {
-		if (h->chunked || !hname_is(v, (size_t)(ve - v), "chunked"))
-			h->bad = 1;
-		h->chunked = 1;
-	} else if (hname_is(l, nl, "Expect")) {
-		if (!hname_is(v, (size_t)(ve - v), "100-continue"))
-			h->bad = 1;
-	}
-}
-
-/* Parses the n bytes of a complete head (ending in its empty line). */
-static void
-head_parse(const char *p, size_t n, struct head *h)
-{
-	const char *ls = p, *le, *end = p + n, *c;
-	size_t ll;
-	int first = 1;
-
-	memset(h, 0, sizeof(*h));
-	while (ls < end && (le = memchr(ls, '\n', (size_t)(end - ls))) != NULL) {
-		ll = (size_t)(le - ls);
-		if (ll > 0 && ls[ll - 1] == '\r')
-			ll--;
-		if (ll == 0)
-			break;
-		for (c = ls; c < ls + ll; c++)
-			if (((unsigned char)*c < 0x20 && *c != '\t') || *c == 0x7f)
-				h->bad = 1;   /* NUL, bare CR, other controls */
-		if (first)
-			head_request_line(ls, ll, h);
-		else
-			head_field(ls, ll, h);
-		first = 0;
-		ls = le + 1;
-	}
-	if (!h->line_ok || (h->has_cl && h->chunked) ||
-	    ((h->chunked || h->cl > 0) && !method_has_body(h->type)))
-		h->bad = 1;
-}
-
-/* Length of the head at the start of p (n bytes), or 0 when incomplete. */
-static size_t
-head_end(const char *p, size_t n, size_t from)
-{
-	size_t i;
-
-	if (n >= 1 && p[0] == '\n')
-		return 1;
-	if (n >= 2 && p[0] == '\r' && p[1] == '\n')
-		return 2;
-	for (i = from > 2 ? from - 2 : 0; i < n; i++) {
-		if (p[i] != '\n')
-			continue;
-		if (i + 1 < n && p[i + 1] == '\n')
-			return i + 2;
-		if (i + 2 < n && p[i + 1] == '\r' && p[i + 2] == '\n')
-			return i + 3;
-	}
-	return 0;
-}
-
-static int
-head_authed(const struct broker_server *s, const struct head *h)
-{
-	char buf[SBX_TOKEN_MAX_LEN + 64];
+	struct broker_server *s = arg;
+	const struct route *r = NULL;
+	char buf[SBX_TOKEN_MAX_LEN + 64], id[64];
 	int ok;
 
+	*cap = 0;
 	if (h->auth == NULL || h->alen >= sizeof(buf))
-		return 0;
+		return SBX_GATE_UNAUTHORIZED;
 	memcpy(buf, h->auth, h->alen);
 	buf[h->alen] = '\0';
 	ok = sbx_bearer_verify(&s->token, buf);
 	sodium_memzero(buf, sizeof(buf));
-	return ok;
-}
-
-/*
- * Replaces the request whose head is h (NULL: not understood) by a body-less
- * one carrying reason, hands it to evhttp (in), and throws away everything
- * else this connection sends. The bearer credential goes along only when it
- * verified, so dispatch checks it again as for any request.
- */
-static void
-gate_refuse(struct bgate *g, struct evbuffer *in, const struct head *h,
-    int authed, const char *reason)
-{
-	if (h != NULL && h->line_ok)
-		evbuffer_add_printf(in, "%.*s %.*s HTTP/1.1\r\n", (int)h->mlen,
-		    h->method, (int)h->tlen, h->target);
-	else
-		evbuffer_add_printf(in, "GET / HTTP/1.1\r\n");
-	if (authed) {
-		evbuffer_add_printf(in, "%s: ", SBX_HDR_AUTHORIZATION);
-		evbuffer_add(in, h->auth, h->alen);
-		evbuffer_add(in, "\r\n", 2);
-	}
-	evbuffer_add_printf(in, "Connection: close\r\n%s: %s %s\r\n\r\n",
-	    HDR_REFUSED, g->s->nonce, reason);
-	evbuffer_drain(g->hold, evbuffer_get_length(g->hold));
-	g->state = G_CLOSED;
-}
-
-/* The route of h and its body cap. */
-static uint64_t
-head_cap(const struct broker_server *s, const struct head *h)
-{
-	const struct route *r = NULL;
-	struct evhttp_uri *uri;
-	char *target, id[64];
-
-	if (h->type == EVHTTP_REQ_CONNECT ||
-	    (target = strndup(h->target, h->tlen)) == NULL)
-		return 0;
-	/* The parser evhttp_parse_request_line uses: the same path. */
-	if ((uri = evhttp_uri_parse_with_flags(target,
-	    EVHTTP_URI_NONCONFORMANT)) != NULL) {
-		r = route_find(h->type, evhttp_uri_get_path(uri), id, sizeof(id),
-		    NULL, 0);
-		evhttp_uri_free(uri);
-	}
-	free(target);
-	return route_cap(s, r);
-}
-
-/* G_HEAD: returns 1 when it moved on, 0 when it needs more bytes. */
-static int
-gate_head(struct bgate *g, struct evbuffer *in)
-{
-	size_t len = evbuffer_get_length(g->hold), n, hl;
-	const char *p;
-	struct head h;
-	uint64_t cap;
-	int authed;
-
-	if (len == 0)
-		return 0;
-	n = len < HEAD_MAX ? len : HEAD_MAX;
-	if ((p = (const char *)evbuffer_pullup(g->hold, (ev_ssize_t)n)) == NULL)
-		return 0;
-	if ((hl = head_end(p, n, g->scanned)) == 0) {
-		g->scanned = n;
-		if (n == HEAD_MAX)
-			gate_refuse(g, in, NULL, 0, REFUSED_UNAUTH);
-		return n == HEAD_MAX;
-	}
-	g->scanned = 0;
-	head_parse(p, hl, &h);
-	/* Authentication before anything that could tell a stranger anything. */
-	if (!(authed = head_authed(g->s, &h))) {
-		gate_refuse(g, in, &h, 0, REFUSED_UNAUTH);
-		return 1;
-	}
-	if (h.bad) {
-		gate_refuse(g, in, &h, 1, REFUSED_BAD);
-		return 1;
-	}
-	cap = head_cap(g->s, &h);
-	if (h.chunked) {
-		g->state = G_CHUNKED;
-		g->hlen = g->off = hl;
-		g->total = g->cleft = 0;
-		g->cap = cap;
-		g->cst = C_SIZE;
-		return 1;
-	}
-	if (h.cl > cap) {
-		gate_refuse(g, in, &h, 1, REFUSED_LARGE);
-		return 1;
-	}
-	evbuffer_remove_buffer(g->hold, in, hl);
-	if (h.cl > 0) {
-		g->state = G_BODY;
-		g->left = h.cl;
-	}
-	return 1;
-}
-
-/* A chunked body refused: the head is still at the start of hold. */
-static void
-gate_chunk_refuse(struct bgate *g, struct evbuffer *in, const char *reason)
-{
-	const char *p = (const char *)evbuffer_pullup(g->hold,
-	    (ev_ssize_t)g->hlen);
-	struct head h;
-
-	if (p == NULL) {
-		gate_refuse(g, in, NULL, 0, REFUSED_UNAUTH);
-		return;
-	}
-	head_parse(p, g->hlen, &h);
-	gate_refuse(g, in, &h, head_authed(g->s, &h), reason);
-}
-
-/*
- * G_CHUNKED: parses the chunked body from g->off, holding it. Chunk sizes
- * are plain hex (no extensions), each chunk ends in CRLF, no trailers: the
- * subset on which evhttp_handle_chunked_read agrees. Returns 1 when it
- * moved on (passed or refused), 0 when it needs more bytes.
- */
-static int
-gate_chunked(struct bgate *g, struct evbuffer *in)
-{
-	struct evbuffer_ptr pos, eol;
-	size_t len, eollen, ll, i;
-	char line[24];
-	uint64_t v;
-
-	for (;;) {
-		len = evbuffer_get_length(g->hold);
-		/* Framing may cost an eighth of the body: held bytes stay bounded. */
-		if (g->off - g->hlen > g->cap + g->cap / 8 + 65536) {
-			gate_chunk_refuse(g, in, REFUSED_LARGE);
-			return 1;
-		}
-		if (g->cst == C_DATA) {
-			if (len - g->off < g->cleft)
-				return 0;
-			g->off += g->cleft;
-			g->cst = C_DATA_END;
-			continue;
-		}
-		if (evbuffer_ptr_set(g->hold, &pos, g->off, EVBUFFER_PTR_SET) ==
-		    -1)
-			return 0;
-		eol = evbuffer_search_eol(g->hold, &pos, &eollen, EVBUFFER_EOL_LF);
-		if (eol.pos == -1) {
-			if (len - g->off > sizeof(line)) {
-				gate_chunk_refuse(g, in, REFUSED_BAD);
-				return 1;
-			}
-			return 0;
-		}
-		ll = (size_t)eol.pos - g->off;
-		if (ll > sizeof(line) - 1) {
-			gate_chunk_refuse(g, in, REFUSED_BAD);
-			return 1;
-		}
-		evbuffer_copyout_from(g->hold, &pos, line, ll);
-		if (ll > 0 && line[ll - 1] == '\r')
-			ll--;
-		g->off = (size_t)eol.pos + 1;
-		if (g->cst != C_SIZE) {   /* C_DATA_END, C_TRAILER: empty line */
-			if (ll != 0) {
-				gate_chunk_refuse(g, in, REFUSED_BAD);
-				return 1;
-			}
-			if (g->cst == C_DATA_END) {
-				g->cst = C_SIZE;
-				continue;
-			}
-			evbuffer_remove_buffer(g->hold, in, g->off);
-			g->state = G_HEAD;
-			return 1;
-		}
-		for (i = 0, v = 0; i < ll; i++) {
-			if (i >= 15 || !((line[i] >= '0' && line[i] <= '9') ||
-			    (line[i] >= 'a' && line[i] <= 'f') ||
-			    (line[i] >= 'A' && line[i] <= 'F')))
-				break;
-			v = v * 16 + (uint64_t)(line[i] <= '9' ? line[i] - '0' :
-			    (line[i] | 0x20) - 'a' + 10);
-		}
-		if (ll == 0 || i != ll) {
-			gate_chunk_refuse(g, in, REFUSED_BAD);
-			return 1;
-		}
-		if (v == 0) {
-			g->cst = C_TRAILER;
-			continue;
-		}
-		if (v > g->cap - g->total) {
-			gate_chunk_refuse(g, in, REFUSED_LARGE);
-			return 1;
-		}
-		g->total += v;
-		g->cleft = v;
-		g->cst = C_DATA;
-	}
-}
-
-/* Lets through to in whatever of hold can be decided now. */
-static void
-gate_run(struct bgate *g, struct evbuffer *in)
-{
-	size_t n;
-
-	for (;;) {
-		switch (g->state) {
-		case G_CLOSED:
-			evbuffer_drain(g->hold, evbuffer_get_length(g->hold));
-			return;
-		case G_BODY:
-			n = evbuffer_get_length(g->hold);
-			if (n > g->left)
-				n = (size_t)g->left;
-			evbuffer_remove_buffer(g->hold, in, n);
-			if ((g->left -= n) > 0)
-				return;
-			g->state = G_HEAD;
-			break;
-		case G_HEAD:
-			if (!gate_head(g, in))
-				return;
-			break;
-		case G_CHUNKED:
-			if (!gate_chunked(g, in))
-				return;
-			break;
-		}
-	}
-}
-
-/*
- * Input buffer callback: runs inside evbuffer_read, before evhttp's read
- * callback. The n_added newest bytes move to hold (older bytes were let
- * through already); then gate_run decides.
- */
-static void
-gate_cb(struct evbuffer *in, const struct evbuffer_cb_info *info, void *arg)
-{
-	struct bgate *g = arg;
-	size_t len = evbuffer_get_length(in), keep;
-
-	if (g->busy || info->n_added == 0 || info->n_added > len)
-		return;
-	g->busy = 1;   /* our own moves below call back here */
-	if (g->state == G_BODY && evbuffer_get_length(g->hold) == 0 &&
-	    info->n_added <= g->left) {
-		/* The common case, body bytes: they stay where they are. */
-		g->left -= info->n_added;
-		if (g->left == 0)
-			g->state = G_HEAD;
-		g->busy = 0;
-		return;
-	}
-	keep = len - info->n_added;
-	evbuffer_remove_buffer(in, g->tmp, keep);
-	evbuffer_add_buffer(g->hold, in);
-	evbuffer_add_buffer(in, g->tmp);
-	gate_run(g, in);
-	g->busy = 0;
-}
-
-/* Input callback of a connection whose gate could not be made. */
-static void
-gate_drop(struct evbuffer *in, const struct evbuffer_cb_info *info, void *arg)
-{
-	(void)arg;
-	if (info->n_added > 0)
-		evbuffer_drain(in, evbuffer_get_length(in));
-}
-
-static void
-gate_free(struct bgate *g)
-{
-	if (g == NULL)
-		return;
-	LIST_REMOVE(g, link);
-	if (g->bind_ev != NULL)
-		event_free(g->bind_ev);
-	if (g->bev != NULL)
-		bufferevent_decref(g->bev);   /* the reference held until bound */
-	if (g->hold != NULL)
-		evbuffer_free(g->hold);
-	if (g->tmp != NULL)
-		evbuffer_free(g->tmp);
-	free(g);
-}
-
-/* evhttp is freeing the connection: tell a stream, then go. */
-static void
-gate_closed(struct evhttp_connection *evcon, void *arg)
-{
-	struct bgate *g = arg;
-	struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
-	struct breq *b = g->stream;
-
-	g->stream = NULL;
-	if (b != NULL)
-		stream_closed(evcon, b);
-	if (bev != NULL)
-		evbuffer_remove_cb_entry(bufferevent_get_input(bev), g->ent);
-	gate_free(g);
-}
-
-static struct bgate *
-gate_find(struct broker_server *s, struct evhttp_connection *evcon)
-{
-	struct bgate *g;
-
-	LIST_FOREACH(g, &s->gates, link)
-		if (g->evcon == evcon)
-			return g;
-	return NULL;
-}
-
-/*
- * Runs once, right after evhttp made the connection around the bufferevent
- * gate_bev_new returned (in the same accept callback, before any read).
- * evhttp passes its connection as the bufferevent's callback argument
- * (bufferevent_getcb), which is the only way a 2.1 server learns it before a
- * request completes; its close callback then frees the gate with it.
- */
-static void
-gate_bind(evutil_socket_t fd, short what, void *arg)
-{
-	struct bgate *g = arg;
-	struct bufferevent *bev = g->bev;
-	void *cbarg = NULL;
-
-	(void)fd;
-	(void)what;
-	bufferevent_getcb(bev, NULL, NULL, NULL, &cbarg);
-	if (cbarg == NULL || evhttp_connection_get_bufferevent(cbarg) != bev) {
-		/* evhttp gave the connection up before it started. */
-		evbuffer_remove_cb_entry(bufferevent_get_input(bev), g->ent);
-		gate_free(g);
-		return;
-	}
-	g->evcon = cbarg;
-	evhttp_connection_set_closecb(g->evcon, gate_closed, g);
-	g->bev = NULL;
-	bufferevent_decref(bev);
-}
-
-/* evhttp_set_bevcb: each accepted connection's bufferevent, gated. */
-static struct bufferevent *
-gate_bev_new(struct event_base *base, void *arg)
-{
-	struct broker_server *s = arg;
-	struct bufferevent *bev = NULL;
-	struct bgate *g = NULL;
-
-	if ((bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE)) ==
-	    NULL || (g = calloc(1, sizeof(*g))) == NULL)
-		goto fail;
-	g->s = s;
-	LIST_INSERT_HEAD(&s->gates, g, link);
-	if ((g->hold = evbuffer_new()) == NULL ||
-	    (g->tmp = evbuffer_new()) == NULL ||
-	    (g->bind_ev = evtimer_new(base, gate_bind, g)) == NULL ||
-	    (g->ent = evbuffer_add_cb(bufferevent_get_input(bev), gate_cb,
-	    g)) == NULL)
-		goto fail;
-	bufferevent_incref(bev);
-	g->bev = bev;
-	event_active(g->bind_ev, EV_TIMEOUT, 1);
-	return bev;
-fail:
-	/* NULL would make evhttp use an ungated bufferevent of its own: keep
-	 * ours, and let nothing it reads through (the request times out). */
-	log_error("out of memory accepting a connection", NULL);
-	if (g != NULL)
-		gate_free(g);
-	if (bev != NULL && evbuffer_add_cb(bufferevent_get_input(bev),
-	    gate_drop, NULL) == NULL) {
-		bufferevent_free(bev);
-		bev = NULL;
-	}
-	return bev;
-}
-
-/*
- * The gate's verdict on a request it rewrote (gate_refuse): REFUSED_* or
- * NULL. Only a value starting with this server's nonce counts, so a client
- * cannot plant one.
- */
-static const char *
-refused_reason(const struct broker_server *s, struct evhttp_request *req)
-{
-	const char *v = evhttp_find_header(evhttp_request_get_input_headers(req),
-	    HDR_REFUSED);
-	size_t n = strlen(s->nonce);
-
-	if (v == NULL || strlen(v) <= n || v[n] != ' ' ||
-	    sodium_memcmp(v, s->nonce, n) != 0)
-		return NULL;
-	v += n + 1;
-	if (strcmp(v, REFUSED_LARGE) == 0)
-		return REFUSED_LARGE;
-	if (strcmp(v, REFUSED_BAD) == 0)
-		return REFUSED_BAD;
-	return REFUSED_UNAUTH;
+	if (!ok)
+		return SBX_GATE_UNAUTHORIZED;
+	if (path != NULL)
+		r = route_find((enum evhttp_cmd_type)h->type, path, id,
+		    sizeof(id), NULL, 0);
+	*cap = route_cap(s, r);
+	return SBX_GATE_PASS;
 }
 
 static void
@@ -2273,7 +1630,8 @@ dispatch(struct evhttp_request *req, void *arg)
 	const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
 	enum evhttp_cmd_type method = evhttp_request_get_command(req);
 	const struct route *r = NULL;
-	const char *refused;
+	enum sbx_gate_verdict refused;
+	struct sbx_err gerr;
 	char id[64], allow[128] = "";
 	size_t len;
 	struct breq *b;
@@ -2289,22 +1647,25 @@ dispatch(struct evhttp_request *req, void *arg)
 	b->ts_ms = wall_ms();
 	TAILQ_INSERT_TAIL(&s->inflight, b, link);
 	s->ninflight++;
-	refused = refused_reason(s, req);
+	refused = sbx_gate_refused(s->gate, req);
 
+	/* What the gate refused before it knew who asks (head too long or too
+	 * slow, too many connections, an ambiguous credential), and framing
+	 * it refused after the token verified: nothing to look up. */
+	if (refused != SBX_GATE_PASS && refused != SBX_GATE_UNAUTHORIZED &&
+	    refused != SBX_GATE_TOO_LARGE) {
+		sbx_gate_refusal(refused, &gerr);
+		breq_fail(b, &gerr);
+		return;
+	}
 	/* Authentication before anything that could tell a stranger anything. */
-	if ((refused != NULL && strcmp(refused, REFUSED_UNAUTH) == 0) ||
+	if (refused == SBX_GATE_UNAUTHORIZED ||
 	    !sbx_bearer_verify(&s->token, evhttp_find_header(
 	    evhttp_request_get_input_headers(req), SBX_HDR_AUTHORIZATION))) {
 		breq_fail_code(b, SBX_E_UNAUTHORIZED, "unauthorized");
 		return;
 	}
 	b->authed = 1;
-	if (refused != NULL && strcmp(refused, REFUSED_BAD) == 0) {
-		breq_fail_code(b, SBX_E_BAD_REQUEST, "The request's framing is "
-		    "not accepted (Content-Length, Transfer-Encoding, chunk "
-		    "syntax, Expect or header syntax).");
-		return;
-	}
 	r = route_find(method, path, id, sizeof(id), allow, sizeof(allow));
 	if (r == NULL && allow[0] != '\0') {
 		evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
@@ -2341,7 +1702,7 @@ dispatch(struct evhttp_request *req, void *arg)
 	 * within the cap; the lengths are checked again all the same. */
 	len = evhttp_request_get_input_buffer(req) != NULL ?
 	    evbuffer_get_length(evhttp_request_get_input_buffer(req)) : 0;
-	if (refused != NULL)
+	if (refused == SBX_GATE_TOO_LARGE)
 		len = SIZE_MAX;
 	if ((r->flags & R_JSON) && len > (size_t)s->cfg->body_max) {
 		breq_fail_code(b, SBX_E_TOO_LARGE, "The body is larger than "
@@ -2528,7 +1889,6 @@ broker_server_new(struct event_base *base, const struct broker_config *cfg,
     struct sbx_err *err)
 {
 	struct broker_server *s = NULL;
-	unsigned char nonce[16];
 	long long maxbody;
 
 	if (sodium_init() < 0) {
@@ -2543,9 +1903,6 @@ broker_server_new(struct event_base *base, const struct broker_config *cfg,
 	s->token = *token;
 	TAILQ_INIT(&s->inflight);
 	LIST_INIT(&s->sbxs);
-	LIST_INIT(&s->gates);
-	randombytes_buf(nonce, sizeof(nonce));
-	sodium_bin2hex(s->nonce, sizeof(s->nonce), nonce, sizeof(nonce));
 	if ((s->state = broker_state_open(cfg->state_dir, err)) == NULL)
 		goto fail;
 	if ((s->metrics = broker_metrics_new()) == NULL ||
@@ -2557,8 +1914,18 @@ broker_server_new(struct event_base *base, const struct broker_config *cfg,
 	/* A backstop only: the gate refuses bodies over the route's cap with
 	 * JSON, after authentication, before they are read. */
 	evhttp_set_max_body_size(s->http, maxbody);
-	evhttp_set_bevcb(s->http, gate_bev_new, s);
-	evhttp_set_max_headers_size(s->http, 64 * 1024);
+	{
+		struct sbx_gate_limits lim = {
+			.head_max = (size_t)cfg->head_max,
+			.headers_max = (unsigned)cfg->headers_max,
+			.header_timeout_ms = cfg->header_timeout,
+			.max_connections = (unsigned)cfg->max_connections,
+		};
+
+		if ((s->gate = sbx_gate_new(base, s->http, &lim, gate_check, s,
+		    err)) == NULL)
+			goto fail;
+	}
 	evhttp_set_timeout(s->http, HTTP_TIMEOUT_S);
 	/* Every method reaches dispatch, so even a 405 needs the token. */
 	evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
@@ -2839,8 +2206,7 @@ broker_server_free(struct broker_server *s)
 	}
 	if (s->http != NULL)
 		evhttp_free(s->http);   /* frees every bound gate (gate_closed) */
-	while (!LIST_EMPTY(&s->gates))
-		gate_free(LIST_FIRST(&s->gates));
+	sbx_gate_free(s->gate);
 	if (s->unix_path != NULL && !s->draining)
 		unlink(s->unix_path);
 	free(s->unix_path);

@@ -65,14 +65,27 @@ struct sbx_engine_config {
  *
  * ensure: checks image (allowlist: image_not_allowed) and limits (above a
  * ceiling: limit_exceeded) before any runtime call, then inspects: running
- * with the same egress and image -> its status (one inspect); stopped -> start;
- * different egress or image -> remove the container (never the volume) and
- * create again; absent -> create the volume (idempotent), the egress network
- * if needed, the container, start. The container: User, Init, CapDrop ALL,
- * no-new-privileges, read-only root, /tmp tmpfs noexec,nosuid,nodev, Memory =
- * MemorySwap, NanoCpus, PidsLimit, the volume at /work, the helper read-only
- * at /.sbx/sbx-helper, NetworkMode "none" (loopback only) or the egress
- * network, optional Runtime, an idle shell loop as its command, StopTimeout.
+ * with the same egress, image and helper volume (label io.sbx.helper) -> its
+ * status (one inspect); stopped -> start; different egress, image or helper
+ * -> remove the container (never the volume) and create again; absent ->
+ * create again. Creating: the helper volume first, once per driver
+ * (adr/0009: "<helper_volume>-<sha256 prefix>", filled through a
+ * never-started container and the archive API unless it already holds the
+ * helper's bytes; ensures wait for it; old helper volumes of the stem are
+ * removed in the background when unused), the volume (Podman: owned by the
+ * user through the volume option o=uid=,gid=; idempotent), on Docker when
+ * the container was absent (or made before adr/0009) an init container
+ * "<prefix><id>.init" of the same image running `sbx-helper initwork
+ * UID:GID` as root with CAP_CHOWN and CAP_FOWNER only (its exit status
+ * checked, then removed), the egress network if needed, the container,
+ * start. The container: User, Init, CapDrop ALL, no-new-privileges,
+ * read-only root, /tmp (mode 1777) and /run/sbx (0700, the helper's exec
+ * state) tmpfs noexec,nosuid,nodev owned by the user, Memory = MemorySwap,
+ * NanoCpus, PidsLimit, the volume at /work (NoCopy on Docker: the init
+ * container's create made the copy-up), the helper volume read-only at
+ * /.sbx, NetworkMode "none" (loopback only) or the egress network, optional
+ * Runtime, `/.sbx/sbx-helper idle` as entrypoint (no shell needed),
+ * StopTimeout.
  * Limits apply when the container is created: a running sandbox is not
  * replaced because an ensure asks for other limits. A create that lost a race
  * with another ensure (Docker 409, Podman 500 "already in use") starts over
@@ -120,10 +133,10 @@ struct sbx_engine_config {
  *
  * stop: inspect, POST stop?t=stop_timeout_s; absent -> not_found; already
  * stopped -> ok. destroy: remove the container (force), then the volume;
- * absent -> ok. list_sandboxes: GET /containers/json?all=1 filtered by
+ * absent -> ok. The helper volume is shared and stays. list_sandboxes: GET /containers/json?all=1 filtered by
  * io.sbx.managed=true (and checked again). health: /_ping, /version (runtime
- * name and version, ApiVersion >= 1.41), default image present, helper file a
- * regular executable; any failure gives ok=0, status "degraded" and the
+ * name and version, ApiVersion >= 1.41), default image present, helper file
+ * read at creation; any failure gives ok=0, status "degraded" and the
  * reason (the callback's err stays NULL).
  *
  * Errors: a runtime that cannot be reached -> runtime_unavailable; a runtime
@@ -135,8 +148,10 @@ struct sbx_engine_config {
 
 /*
  * Creates an engine driver on base. Checks the configuration (required fields,
- * defaults not above ceilings, names short enough) but does not contact the
- * runtime: health() does. Returns the driver (free with sbx_driver_free) or
+ * defaults not above ceilings, names short enough) and reads the helper file
+ * once (an unreadable one is not an error here: health says why and ensures
+ * that must create a container fail with that sentence), but does not
+ * contact the runtime: health() does. Returns the driver (free with sbx_driver_free) or
  * NULL with err set to bad_request naming the bad field, or internal when out
  * of memory. Source: Docker Engine API v1.41 (both Docker 20.10 and Podman
  * 4.3's compatible service).

@@ -14,6 +14,7 @@
 
 #include "sbx_config.h"
 #include "sbx_log.h"
+#include "sbx_token.h"
 
 #define CONFIG_FILE_MAX (1 << 20) /* bytes; a config file is small */
 
@@ -708,6 +709,10 @@ sbx_config_load(const struct sbx_config_key *keys, void *cfg, int argc,
 		snprintf(src.what, sizeof(src.what), "environment variable %s", env);
 		if (set_text(k, cfg, v, &src, err) != 0)
 			return -1;
+		/* A secret given in the environment leaves the process's
+		 * environment block too (set_text copied it). */
+		if (k->secret)
+			sbx_env_scrub(env);
 	}
 
 	return parse_flags(keys, cfg, argc, argv, opts, err);

@@ -52,6 +52,9 @@ static const struct {
 	{ SBX_E_CONFLICT, 409 },
 	{ SBX_E_NOT_RUNNING, 409 },
 	{ SBX_E_TOO_LARGE, 413 },
+	{ SBX_E_URI_TOO_LONG, 414 },
+	{ SBX_E_HEAD_TOO_LARGE, 431 },
+	{ SBX_E_REQUEST_TIMEOUT, 408 },
 	{ SBX_E_RATE_LIMITED, 429 },
 	{ SBX_E_TOO_MANY, 429 },
 	{ SBX_E_INTERNAL, 500 },
@@ -60,8 +63,10 @@ static const struct {
 	{ SBX_E_SHUTTING_DOWN, 503 },
 	{ SBX_E_BROKER_UNAVAILABLE, 503 },
 	{ SBX_E_STORAGE_FULL, 503 },
+	{ SBX_E_OVERLOADED, 503 },
 	{ SBX_E_TIMEOUT, 504 },
-	
+	/* Whoever cancelled rarely reads the reply; a shutdown cancels too. */
+	{ SBX_E_CANCELLED, 503 },
 };
 
 int

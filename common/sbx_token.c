@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sodium.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
@@ -212,4 +214,57 @@ sbx_token_generate(char *out, size_t outlen)
 	    sodium_base64_VARIANT_URLSAFE_NO_PADDING);
 	sodium_memzero(raw, sizeof(raw));
 	return 0;
+}
+
+/* env_start and env_end (fields 50 and 51) of /proc/self/stat. */
+static int
+env_block(uintptr_t *start, uintptr_t *end)
+{
+	char buf[4096], *p;
+	unsigned long long a = 0, b = 0;
+	FILE *f;
+	size_t n;
+	int field;
+
+	if ((f = fopen("/proc/self/stat", "re")) == NULL)
+		return -1;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	/* Field 2 (comm) may hold spaces: count from its closing ')'. */
+	if ((p = strrchr(buf, ')')) == NULL)
+		return -1;
+	for (field = 2; *p != '\0' && field < 49; p++)
+		if (*p == ' ')
+			field++;
+	/* p is at field 49 (arg_end). */
+	if (sscanf(p, "%*s %llu %llu", &a, &b) != 2 || a == 0 || b <= a)
+		return -1;
+	*start = (uintptr_t)a;
+	*end = (uintptr_t)b;
+	return 0;
+}
+
+int
+sbx_env_scrub(const char *name)
+{
+	extern char **environ;
+	char *found[16];
+	size_t nlen = strlen(name), nfound = 0, i;
+	uintptr_t start = 0, end = 0, q;
+	int have = env_block(&start, &end) == 0, wiped = 0;
+	char **e;
+
+	for (e = environ; e != NULL && *e != NULL && nfound < 16; e++)
+		if (strncmp(*e, name, nlen) == 0 && (*e)[nlen] == '=')
+			found[nfound++] = *e;
+	unsetenv(name);
+	for (i = 0; i < nfound; i++) {
+		q = (uintptr_t)found[i];
+		if (!have || q < start || q >= end)
+			continue;
+		sodium_memzero(found[i], strnlen(found[i], end - q));
+		wiped++;
+	}
+	return wiped;
 }

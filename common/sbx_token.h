@@ -80,4 +80,16 @@ int sbx_bearer_verify(const struct sbx_token *t, const char *authorization_heade
  */
 int sbx_token_generate(char *out, size_t outlen);
 
+/*
+ * Removes the environment variable name (e.g. "SBX_BROKER_TOKEN") from the
+ * process: unsetenv(3), and every "name=value" string of it that lies in the
+ * process's initial environment block (env_start..env_end of
+ * /proc/self/stat, proc(5)) is overwritten with NUL bytes in place, so
+ * /proc/PID/environ, which shows that block as it is now and not what
+ * environ(7) points to, no longer holds it. Strings setenv(3) made are only
+ * unset (glibc may keep them). Copy the value before calling: getenv's
+ * pointer then points at zeros. Returns the number of strings wiped.
+ */
+int sbx_env_scrub(const char *name);
+
 #endif

@@ -75,6 +75,9 @@
 #define SBX_E_CONFLICT "conflict"                   /* [409] e.g. unlabelled container with our name */
 #define SBX_E_NOT_RUNNING "not_running"             /* [409] sandbox stopped: ensure it first */
 #define SBX_E_TOO_LARGE "too_large"                 /* [413] body or file over the cap */
+#define SBX_E_URI_TOO_LONG "uri_too_long"           /* [414] request line longer than head_max */
+#define SBX_E_HEAD_TOO_LARGE "head_too_large"       /* [431] over head_max bytes or headers_max fields */
+#define SBX_E_REQUEST_TIMEOUT "request_timeout"     /* [408] head not complete within header_timeout */
 #define SBX_E_RATE_LIMITED "rate_limited"           /* [429] */
 #define SBX_E_TOO_MANY "too_many"                   /* [429] concurrent execs / sandboxes cap */
 #define SBX_E_INTERNAL "internal"                   /* [500] */
@@ -83,7 +86,8 @@
 #define SBX_E_SHUTTING_DOWN "shutting_down"         /* [503] draining after SIGTERM */
 #define SBX_E_BROKER_UNAVAILABLE "broker_unavailable" /* [503] (api) broker unreachable */
 #define SBX_E_STORAGE_FULL "storage_full"           /* [503] state dir's filesystem full (SQLITE_FULL) */
+#define SBX_E_OVERLOADED "overloaded"               /* [503] max_connections open on the listener */
 #define SBX_E_TIMEOUT "timeout"                     /* [504] exec or operation timed out */
-#define SBX_E_CANCELLED "cancelled"                 /* operation cancelled by its caller */
+#define SBX_E_CANCELLED "cancelled"                 /* [503] operation cancelled by its caller */
 
 #endif

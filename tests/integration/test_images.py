@@ -241,6 +241,21 @@ class TestAnyImage(ImagesBase):
         self.assertEqual((bytes(res.out), res.code), (b"x\ny\n", 0), res)
 
 
+    def test_image_change_keeps_work_as_the_user_left_it(self):
+        # An existing volume is not prepared again: replacing the container
+        # (another image) neither re-chowns /work nor copies the new image's
+        # /work into it.
+        sid = self.check_image(IMAGES["bare"])
+        res = self.client.sh(sid, "chmod 0750 /work && stat -c '%a %u' /work")
+        self.assertEqual(bytes(res.out), b"750 1000\n", res)
+        old = self.engine.containers_of(sid)[0]["Id"]
+        r = self.client.ensure(sid, image=IMAGES["rootwork"])
+        self.assertEqual((r.status, r.json()["image"]), (200, IMAGES["rootwork"]), r)
+        self.assertNotEqual(self.engine.containers_of(sid)[0]["Id"], old)
+        res = self.client.sh(sid, "stat -c '%a %u' /work; ls /work")
+        self.assertEqual(bytes(res.out).decode().split(), ["750", "1000", "a", "dir"], res)
+
+
 class TestHelperVolume(ImagesBase):
     """sbx-helper arrives in a read-only named volume named by its hash."""
 

@@ -1,0 +1,145 @@
+/* sbx_gate.h - the request gate both listeners put in front of evhttp: heads checked (framing, size, time, credentials, body cap) before any body byte is read (adr/0008, adr/0012). */
+#ifndef SBX_GATE_H
+#define SBX_GATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sbx_err.h"
+
+struct event_base;
+struct evhttp;
+struct evhttp_connection;
+struct evhttp_request;
+
+/*
+ * A gate's verdict on one request head. SBX_GATE_PASS lets the request
+ * through unchanged; every other value replaces it by a body-less request
+ * that the daemon's dispatch answers (sbx_gate_refused) with the JSON error
+ * sbx_gate_refusal gives, after which evhttp closes the connection.
+ */
+enum sbx_gate_verdict {
+	SBX_GATE_PASS = 0,
+	SBX_GATE_UNAUTHORIZED,   /* 401: the daemon's check refused the credential */
+	SBX_GATE_BAD_REQUEST,    /* 400: framing refused (see sbx_gate_parse) */
+	SBX_GATE_TOO_LARGE,      /* 413: declared or chunked body over the route's cap */
+	SBX_GATE_HEAD_TOO_LARGE, /* 431: more than head_max bytes or headers_max headers */
+	SBX_GATE_URI_TOO_LONG,   /* 414: request line alone longer than head_max */
+	SBX_GATE_TIMEOUT,        /* 408: head not complete within header_timeout */
+	SBX_GATE_OVERLOADED,     /* 503: max_connections connections already open */
+};
+
+/* Limits of one gate; every one has a config key in both daemons
+ * (docs/security.md). */
+struct sbx_gate_limits {
+	size_t head_max;           /* bytes of request line + headers + empty line (16 KiB) */
+	unsigned headers_max;      /* header fields per request (100) */
+	int64_t header_timeout_ms; /* whole head within this, however it trickles (10 s) */
+	unsigned max_connections;  /* connections open at once on this server (512) */
+};
+
+/*
+ * One parsed request head. Pointers borrow the buffer given to
+ * sbx_gate_parse and stay valid while it does; nothing is NUL-terminated.
+ */
+struct sbx_gate_head {
+	size_t len;                /* bytes of the head, its empty line included */
+	int line_ok;               /* "METHOD SP target SP HTTP/1.x" understood */
+	const char *method, *target, *auth;
+	size_t mlen, tlen, alen;
+	int type;                  /* enum evhttp_cmd_type; 0: a method evhttp lacks */
+	unsigned nheaders;
+	unsigned nauth;            /* Authorization fields seen */
+	int has_cl, chunked;
+	uint64_t cl;               /* Content-Length, when has_cl */
+	/* SBX_GATE_PASS, or BAD_REQUEST / HEAD_TOO_LARGE / URI_TOO_LONG */
+	enum sbx_gate_verdict bad;
+	const char *why;           /* static sentence saying what was refused */
+};
+
+/*
+ * Parses the head at the start of p (n bytes received so far, no socket
+ * needed: the fuzzing entry point). Returns 1 with h filled when the head
+ * is complete (h->len bytes) or refused on size, 0 when more bytes are
+ * needed. h->bad is set for (RFC 9112 / RFC 9110 sections in brackets):
+ *   BAD_REQUEST: a request line not "METHOD SP target SP HTTP/1.0|1.1" with
+ *     an upper-case method and a visible-ASCII target (§3); a control byte
+ *     (NUL, bare CR, ...) anywhere; a field line without a token name and a
+ *     colon, obs-fold included (§5.2: "reject the message"); a second
+ *     Content-Length, even an equal one (§6.3 allows the server to reject a
+ *     list of values; we do, so no two parsers can differ); a Content-Length
+ *     not 1..18 digits; Transfer-Encoding other than exactly "chunked" (so
+ *     "gzip, chunked" and a second Transfer-Encoding field are refused), or
+ *     with a Content-Length (§6.3 item 3: "ought to be handled as an error");
+ *     Expect other than 100-continue; a second Authorization field (which
+ *     one would be the credential?); a body on a method without one.
+ *   HEAD_TOO_LARGE: more than lim->headers_max fields, or no end of head in
+ *     lim->head_max bytes while the request line did end.
+ *   URI_TOO_LONG: no end of the request line in lim->head_max bytes.
+ * The head ends at the first empty line (CRLF or bare LF line ends).
+ */
+int sbx_gate_parse(const char *p, size_t n, const struct sbx_gate_limits *lim,
+    struct sbx_gate_head *h);
+
+/*
+ * The daemon's verdict on a head that parsed (bad or not): whether its
+ * credential is good for its route, and the route's body cap. h is the
+ * parsed head; path is the target's path as evhttp will see it
+ * (NUL-terminated, NULL when the target does not parse). Must set *cap to
+ * the largest body the route takes, bytes (0: none, or no such route) and
+ * return SBX_GATE_PASS (credential good, or the route needs none) or
+ * SBX_GATE_UNAUTHORIZED. Runs synchronously inside the socket read, so it
+ * may not block for long (an indexed sqlite lookup is fine). A route-level
+ * hook (e.g. a ticket in the query instead of a key) lives here: the target
+ * with its query is in h->target.
+ */
+typedef enum sbx_gate_verdict (*sbx_gate_check_fn)(void *arg,
+    const struct sbx_gate_head *h, const char *path, uint64_t *cap);
+
+struct sbx_gate;
+
+/*
+ * Puts a gate in front of every connection http accepts from now on
+ * (evhttp_set_bevcb; the caller must not set its own). lim is copied; check
+ * and arg must outlive the gate. Also sets evhttp's header size limit above
+ * head_max (the gate decides first). Returns the gate, or NULL with err
+ * (internal: out of memory). Free it with sbx_gate_free before evhttp_free.
+ */
+struct sbx_gate *sbx_gate_new(struct event_base *base, struct evhttp *http,
+    const struct sbx_gate_limits *lim, sbx_gate_check_fn check, void *arg,
+    struct sbx_err *err);
+
+/* Frees g. Call after evhttp_free (which closes every connection; their
+ * close callbacks free the gate's per-connection state); connections still
+ * open then lose their gate and their input is dropped. NULL ok. */
+void sbx_gate_free(struct sbx_gate *g);
+
+/*
+ * The gate's verdict on req as dispatch sees it: SBX_GATE_PASS for a request
+ * that passed, else the reason it was replaced. Only the gate's own marker
+ * (a per-gate random nonce) counts, so a client cannot plant a verdict.
+ */
+enum sbx_gate_verdict sbx_gate_refused(const struct sbx_gate *g,
+    struct evhttp_request *req);
+
+/*
+ * The JSON error for a refusal: sets err's code (proto/sbx_proto.h:
+ * unauthorized, bad_request, too_large, head_too_large, uri_too_long,
+ * request_timeout, overloaded) and a sentence. Returns the HTTP status
+ * (sbx_err_http_status of that code), 0 for SBX_GATE_PASS.
+ */
+int sbx_gate_refusal(enum sbx_gate_verdict v, struct sbx_err *err);
+
+/*
+ * Calls closed(conn, arg) once when evhttp frees conn (the client went away
+ * or the connection ended), instead of evhttp_connection_set_closecb, which
+ * the gate owns. closed NULL stops watching. Returns 0, or -1 when conn has
+ * no gate (then evhttp_connection_set_closecb was used instead).
+ */
+int sbx_gate_watch(struct sbx_gate *g, struct evhttp_connection *conn,
+    void (*closed)(struct evhttp_connection *, void *), void *arg);
+
+/* Connections open through g now (for tests and metrics). */
+unsigned sbx_gate_connections(const struct sbx_gate *g);
+
+#endif

@@ -1,0 +1,565 @@
+/* test_sbx_gate.c - the shared request gate: its parser on plain buffers, its verdicts, and a gated evhttp server on 127.0.0.1:0. */
+#include <sys/socket.h>
+#include <poll.h>
+#include <sys/time.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "sbx_err.h"
+#include "sbx_gate.h"
+#include "sbx_proto.h"
+
+static const struct sbx_gate_limits LIM = {
+	.head_max = 16384, .headers_max = 100, .header_timeout_ms = 10000,
+	.max_connections = 512,
+};
+
+/* Parses text (NUL-terminated) as one head; returns sbx_gate_parse's value. */
+static int
+parse(const char *text, struct sbx_gate_head *h)
+{
+	return sbx_gate_parse(text, strlen(text), &LIM, h);
+}
+
+static void
+test_parse_accepts_one_framing(void **state)
+{
+	struct sbx_gate_head h;
+
+	(void)state;
+	assert_int_equal(parse("GET /a?b=c HTTP/1.1\r\nHost: x\r\n"
+	    "Authorization: bEaReR k\r\n\r\nrest", &h), 1);
+	assert_int_equal(h.bad, SBX_GATE_PASS);
+	assert_int_equal(h.len, strlen("GET /a?b=c HTTP/1.1\r\nHost: x\r\n"
+	    "Authorization: bEaReR k\r\n\r\n"));
+	assert_int_equal(h.line_ok, 1);
+	assert_int_equal(h.type, EVHTTP_REQ_GET);
+	assert_int_equal(h.nheaders, 2);
+	assert_int_equal(h.alen, strlen("bEaReR k"));
+	assert_memory_equal(h.auth, "bEaReR k", h.alen);
+	assert_int_equal(parse("PUT /f HTTP/1.1\r\nContent-Length: 12\r\n\r\n",
+	    &h), 1);
+	assert_int_equal(h.bad, SBX_GATE_PASS);
+	assert_int_equal(h.has_cl, 1);
+	assert_int_equal(h.cl, 12);
+	assert_int_equal(parse("PUT /f HTTP/1.1\r\ntransfer-encoding: Chunked"
+	    "\r\n\r\n", &h), 1);
+	assert_int_equal(h.bad, SBX_GATE_PASS);
+	assert_int_equal(h.chunked, 1);
+	/* Bare LF line ends are taken (RFC 9112 §2.2). */
+	assert_int_equal(parse("GET / HTTP/1.0\nA: b\n\n", &h), 1);
+	assert_int_equal(h.bad, SBX_GATE_PASS);
+}
+
+static void
+test_parse_refuses_every_ambiguous_framing(void **state)
+{
+	static const char *const heads[] = {
+		"PUT /f HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+		/* equal values too: RFC 9112 §6.3 lets us reject, and we do */
+		"PUT /f HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+		"PUT /f HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\n",
+		"PUT /f HTTP/1.1\r\nContent-Length: +5\r\n\r\n",
+		"PUT /f HTTP/1.1\r\nContent-Length: 1234567890123456789\r\n\r\n",
+		"PUT /f HTTP/1.1\r\nContent-Length: 5\r\n"
+		    "Transfer-Encoding: chunked\r\n\r\n",
+		"PUT /f HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+		"PUT /f HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+		    "Transfer-Encoding: chunked\r\n\r\n",
+		"PUT /f HTTP/1.1\r\nTransfer-Encoding: identity\r\n\r\n",
+		/* obs-fold */
+		"GET / HTTP/1.1\r\nX-A: b\r\n c\r\n\r\n",
+		"GET / HTTP/1.1\r\nX-A: b\r\n\tc\r\n\r\n",
+		"GET / HTTP/1.1\r\nContent-Length : 0\r\n\r\n",
+		"GET / HTTP/1.1\r\nNoColon\r\n\r\n",
+		"GET / HTTP/1.1\r\nX: a\rb\r\n\r\n",
+		"GET / HTTP/1.1\r\nX: a\0b\r\n\r\n",
+		"GET / HTTP/1.1\r\nAuthorization: Bearer a\r\n"
+		    "Authorization: Bearer a\r\n\r\n",
+		"GET / HTTP/1.1\r\nExpect: something\r\n\r\n",
+		"HEAD / HTTP/1.1\r\nContent-Length: 3\r\n\r\n",
+		"get / HTTP/1.1\r\n\r\n",
+		"GET / HTTP/2.0\r\n\r\n",
+		"GET  / HTTP/1.1\r\n\r\n",
+		"GARBAGE\r\n\r\n",
+		"BREW /pot HTTP/1.1\r\n\r\n",
+	};
+	struct sbx_gate_head h;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(heads) / sizeof(heads[0]); i++) {
+		size_t n = strlen(heads[i]);
+
+		if (i == 14)   /* holds a NUL: measure past it */
+			n += 1 + strlen(heads[i] + n + 1);
+		assert_int_equal(sbx_gate_parse(heads[i], n, &LIM, &h), 1);
+		if (h.bad != SBX_GATE_BAD_REQUEST)
+			fail_msg("head %zu not refused: %s", i, heads[i]);
+		assert_non_null(h.why);
+	}
+	assert_int_equal(parse(heads[15], &h), 1);
+	assert_int_equal(h.nauth, 2);
+}
+
+static void
+test_parse_limits_headers_and_size(void **state)
+{
+	char *buf = malloc(32768);
+	struct sbx_gate_head h;
+	size_t n, i;
+
+	(void)state;
+	assert_non_null(buf);
+	/* 100 fields pass, 101 are 431. */
+	for (int count = 100; count <= 101; count++) {
+		n = (size_t)sprintf(buf, "GET / HTTP/1.1\r\n");
+		for (i = 0; i < (size_t)count; i++)
+			n += (size_t)sprintf(buf + n, "X-%zu: v\r\n", i);
+		n += (size_t)sprintf(buf + n, "\r\n");
+		assert_int_equal(sbx_gate_parse(buf, n, &LIM, &h), 1);
+		assert_int_equal(h.bad, count == 100 ? SBX_GATE_PASS :
+		    SBX_GATE_HEAD_TOO_LARGE);
+	}
+	/* A 20 KiB request line: 414 once head_max bytes hold no line end. */
+	n = (size_t)sprintf(buf, "GET /");
+	memset(buf + n, 'a', 20480);
+	n += 20480;
+	assert_int_equal(sbx_gate_parse(buf, LIM.head_max - 1, &LIM, &h), 0);
+	assert_int_equal(sbx_gate_parse(buf, n, &LIM, &h), 1);
+	assert_int_equal(h.bad, SBX_GATE_URI_TOO_LONG);
+	/* Headers past head_max without an end: 431. */
+	n = (size_t)sprintf(buf, "GET / HTTP/1.1\r\nX: ");
+	memset(buf + n, 'b', 20000);
+	n += 20000;
+	assert_int_equal(sbx_gate_parse(buf, n, &LIM, &h), 1);
+	assert_int_equal(h.bad, SBX_GATE_HEAD_TOO_LARGE);
+	free(buf);
+}
+
+static void
+test_parse_needs_the_whole_head(void **state)
+{
+	static const char head[] = "POST /x HTTP/1.1\r\nContent-Length: 3\r\n"
+	    "Authorization: Bearer k\r\n\r\n";
+	struct sbx_gate_head h;
+	size_t n;
+
+	(void)state;
+	for (n = 0; n < sizeof(head) - 1; n++)
+		assert_int_equal(sbx_gate_parse(head, n, &LIM, &h), 0);
+	assert_int_equal(sbx_gate_parse(head, n, &LIM, &h), 1);
+	assert_int_equal(h.bad, SBX_GATE_PASS);
+	assert_int_equal(h.cl, 3);
+}
+
+static void
+test_refusals_are_json_codes_with_fitting_statuses(void **state)
+{
+	static const struct {
+		enum sbx_gate_verdict v;
+		int status;
+		const char *code;
+	} want[] = {
+		{ SBX_GATE_UNAUTHORIZED, 401, SBX_E_UNAUTHORIZED },
+		{ SBX_GATE_BAD_REQUEST, 400, SBX_E_BAD_REQUEST },
+		{ SBX_GATE_TOO_LARGE, 413, SBX_E_TOO_LARGE },
+		{ SBX_GATE_HEAD_TOO_LARGE, 431, SBX_E_HEAD_TOO_LARGE },
+		{ SBX_GATE_URI_TOO_LONG, 414, SBX_E_URI_TOO_LONG },
+		{ SBX_GATE_TIMEOUT, 408, SBX_E_REQUEST_TIMEOUT },
+		{ SBX_GATE_OVERLOADED, 503, SBX_E_OVERLOADED },
+	};
+	struct sbx_err err;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		assert_int_equal(sbx_gate_refusal(want[i].v, &err),
+		    want[i].status);
+		assert_string_equal(err.code, want[i].code);
+		assert_true(strlen(err.message) > 10);
+	}
+	assert_int_equal(sbx_gate_refusal(SBX_GATE_PASS, &err), 0);
+}
+
+/* Every error code of proto/sbx_proto.h has its own row in sbx_err.c's
+ * table: a code that falls through to 500 is a code nobody mapped. */
+static void
+test_every_proto_code_has_a_status(void **state)
+{
+	FILE *f = fopen("proto/sbx_proto.h", "r");
+	char line[512], code[64];
+	struct sbx_err err;
+	int n = 0;
+
+	(void)state;
+	if (f == NULL)
+		fail_msg("run from the repository root: proto/sbx_proto.h: %s",
+		    strerror(errno));
+	while (fgets(line, sizeof(line), f) != NULL) {
+		if (sscanf(line, "#define SBX_E_%*s \"%63[^\"]\"", code) != 1)
+			continue;
+		sbx_err_set(&err, code, "x");
+		if (strcmp(code, SBX_E_INTERNAL) != 0 &&
+		    sbx_err_http_status(&err) == 500)
+			fail_msg("error code %s has no HTTP status", code);
+		n++;
+	}
+	fclose(f);
+	assert_true(n >= 25);
+	sbx_err_set(&err, SBX_E_FORBIDDEN, "x");
+	assert_int_equal(sbx_err_http_status(&err), 403);
+}
+
+/* ------------------------------------------------------------------ */
+/* A gated server on its own thread                                    */
+
+static struct {
+	struct event_base *base;
+	struct evhttp *http;
+	struct sbx_gate *gate;
+	int port;
+	pthread_t th;
+	int handled;          /* requests that reached the handler, passed */
+} S;
+
+static enum sbx_gate_verdict
+check(void *arg, const struct sbx_gate_head *h, const char *path,
+    uint64_t *cap)
+{
+	(void)arg;
+	*cap = path != NULL && strcmp(path, "/up") == 0 ? 1024 : 0;
+	if (h->auth != NULL && h->alen == strlen("Bearer good-token-0123") &&
+	    strncasecmp(h->auth, "Bearer good-token-0123", h->alen) == 0)
+		return SBX_GATE_PASS;
+	return SBX_GATE_UNAUTHORIZED;
+}
+
+static void
+handler(struct evhttp_request *req, void *arg)
+{
+	struct evbuffer *out = evbuffer_new();
+	enum sbx_gate_verdict v = sbx_gate_refused(S.gate, req);
+	struct sbx_err err;
+	int status = 200;
+
+	(void)arg;
+	if (v != SBX_GATE_PASS) {
+		status = sbx_gate_refusal(v, &err);
+		evbuffer_add_printf(out, "{\"error\":{\"code\":\"%s\","
+		    "\"message\":\"%s\"}}\n", err.code, err.message);
+	} else {
+		__atomic_add_fetch(&S.handled, 1, __ATOMIC_SEQ_CST);
+		evbuffer_add_printf(out, "{\"len\":%zu}\n", evbuffer_get_length(
+		    evhttp_request_get_input_buffer(req)));
+	}
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+	    "Content-Type", "application/json");
+	evhttp_send_reply(req, status, NULL, out);
+	evbuffer_free(out);
+}
+
+static void *
+loop(void *arg)
+{
+	(void)arg;
+	event_base_dispatch(S.base);
+	return NULL;
+}
+
+static int
+server_setup(void **state)
+{
+	struct sbx_gate_limits lim = LIM;
+	struct evhttp_bound_socket *b;
+	struct sockaddr_in sin;
+	socklen_t sl = sizeof(sin);
+	struct sbx_err err;
+
+	(void)state;
+	lim.header_timeout_ms = 1500;
+	lim.max_connections = 4;
+	memset(&S, 0, sizeof(S));
+	S.base = event_base_new();
+	S.http = evhttp_new(S.base);
+	evhttp_set_max_body_size(S.http, 1 << 20);
+	S.gate = sbx_gate_new(S.base, S.http, &lim, check, NULL, &err);
+	assert_non_null(S.gate);
+	evhttp_set_gencb(S.http, handler, NULL);
+	b = evhttp_bind_socket_with_handle(S.http, "127.0.0.1", 0);
+	assert_non_null(b);
+	getsockname(evhttp_bound_socket_get_fd(b), (struct sockaddr *)&sin, &sl);
+	S.port = ntohs(sin.sin_port);
+	assert_int_equal(pthread_create(&S.th, NULL, loop, NULL), 0);
+	return 0;
+}
+
+static int
+server_teardown(void **state)
+{
+	(void)state;
+	/* The loop thread runs until the process ends: the fixture is one
+	 * server for the whole group. */
+	return 0;
+}
+
+static int
+dial(void)
+{
+	struct sockaddr_in sin;
+	struct timeval tv = { 10, 0 };
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons((uint16_t)S.port);
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+/* Reads until the server closes (or 10 s pass); returns what came. */
+static char *
+read_all(int fd, int *closed)
+{
+	static char buf[65536];
+	size_t n = 0;
+	ssize_t r;
+
+	*closed = 0;
+	while (n < sizeof(buf) - 1 && (r = read(fd, buf + n,
+	    sizeof(buf) - 1 - n)) > 0)
+		n += (size_t)r;
+	if (r == 0)
+		*closed = 1;
+	buf[n] = '\0';
+	return buf;
+}
+
+static int64_t
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Sends text on a new connection; returns the whole answer, closed or not. */
+static char *
+exchange(const char *text, size_t len, int *closed)
+{
+	int fd = dial();
+	char *r;
+
+	assert_int_equal(write(fd, text, len), (ssize_t)len);
+	r = read_all(fd, closed);
+	close(fd);
+	return r;
+}
+
+#define GOOD "Authorization: Bearer good-token-0123\r\n"
+
+static void
+test_server_refuses_before_the_body(void **state)
+{
+	const char *r;
+	int closed;
+
+	(void)state;
+	/* A stranger's 60 MiB announcement: 401 with nothing of it sent. */
+	r = exchange("PUT /up HTTP/1.1\r\nContent-Length: 62914560\r\n\r\n",
+	    strlen("PUT /up HTTP/1.1\r\nContent-Length: 62914560\r\n\r\n"),
+	    &closed);
+	assert_non_null(strstr(r, "HTTP/1.1 401"));
+	assert_non_null(strstr(r, "\"unauthorized\""));
+	assert_int_equal(closed, 1);
+	/* Authenticated but over the route's cap: 413 JSON, unread. */
+	r = exchange("PUT /up HTTP/1.1\r\n" GOOD "Content-Length: 4096\r\n\r\n",
+	    strlen("PUT /up HTTP/1.1\r\n" GOOD "Content-Length: 4096\r\n\r\n"),
+	    &closed);
+	assert_non_null(strstr(r, "HTTP/1.1 413"));
+	assert_non_null(strstr(r, "\"too_large\""));
+	assert_null(strstr(r, "<html"));
+	assert_int_equal(closed, 1);
+	/* Within the cap: through, body and all. */
+	r = exchange("PUT /up HTTP/1.1\r\n" GOOD "Content-Length: 5\r\n"
+	    "Connection: close\r\n\r\nhello", strlen("PUT /up HTTP/1.1\r\n" GOOD
+	    "Content-Length: 5\r\nConnection: close\r\n\r\nhello"), &closed);
+	assert_non_null(strstr(r, "HTTP/1.1 200"));
+	assert_non_null(strstr(r, "{\"len\":5}"));
+}
+
+static void
+test_server_smuggling_is_400_and_close(void **state)
+{
+	static const char *const heads[] = {
+		"PUT /up HTTP/1.1\r\n" GOOD "Content-Length: 5\r\n"
+		    "Content-Length: 40\r\n\r\n",
+		"PUT /up HTTP/1.1\r\n" GOOD "Content-Length: 5\r\n"
+		    "Transfer-Encoding: chunked\r\n\r\n",
+		"PUT /up HTTP/1.1\r\n" GOOD "Transfer-Encoding: gzip, chunked"
+		    "\r\n\r\n",
+		"PUT /up HTTP/1.1\r\n" GOOD "X-A: b\r\n  folded\r\n"
+		    "Content-Length: 5\r\n\r\n",
+		"GET /x HTTP/1.1\r\n" GOOD GOOD "\r\n",
+		"BREW /x HTTP/1.1\r\n" GOOD "\r\n",
+	};
+	char buf[1024];
+	const char *r;
+	int closed, before;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(heads) / sizeof(heads[0]); i++) {
+		before = __atomic_load_n(&S.handled, __ATOMIC_SEQ_CST);
+		/* The body holds a whole second request: it must never run. */
+		snprintf(buf, sizeof(buf), "%s0\r\n\r\nGET /smuggled HTTP/1.1\r\n"
+		    GOOD "\r\n", heads[i]);
+		r = exchange(buf, strlen(buf), &closed);
+		if (strstr(r, "HTTP/1.1 400") == NULL)
+			fail_msg("head %zu: %s", i, r);
+		assert_non_null(strstr(r, "\"bad_request\""));
+		assert_null(strstr(r, "HTTP/1.1 200"));
+		assert_int_equal(closed, 1);
+		assert_int_equal(__atomic_load_n(&S.handled, __ATOMIC_SEQ_CST),
+		    before);
+	}
+}
+
+static void
+test_server_head_limits(void **state)
+{
+	char *buf = malloc(32768);
+	const char *r;
+	size_t n, i;
+	int closed;
+
+	(void)state;
+	n = (size_t)sprintf(buf, "GET /x HTTP/1.1\r\n" GOOD);
+	for (i = 0; i < 101; i++)
+		n += (size_t)sprintf(buf + n, "X-%zu: v\r\n", i);
+	n += (size_t)sprintf(buf + n, "\r\n");
+	r = exchange(buf, n, &closed);
+	assert_non_null(strstr(r, "HTTP/1.1 431"));
+	assert_non_null(strstr(r, "\"head_too_large\""));
+	assert_int_equal(closed, 1);
+	n = (size_t)sprintf(buf, "GET /");
+	memset(buf + n, 'a', 20480);
+	n += 20480;
+	n += (size_t)sprintf(buf + n, " HTTP/1.1\r\n" GOOD "\r\n");
+	r = exchange(buf, n, &closed);
+	assert_non_null(strstr(r, "HTTP/1.1 414"));
+	assert_non_null(strstr(r, "\"uri_too_long\""));
+	assert_int_equal(closed, 1);
+	free(buf);
+}
+
+static void
+test_server_trickled_head_meets_header_timeout(void **state)
+{
+	static const char head[] = "GET /x HTTP/1.1\r\n" GOOD "X-Slow: "
+	    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+	int fd = dial(), closed;
+	int64_t t0 = now_ms(), took;
+	const char *r;
+	size_t i;
+
+	(void)state;
+	/* One byte every 200 ms: each read resets an inactivity timer, never
+	 * the head's deadline (1.5 s here). */
+	for (i = 0; i < sizeof(head) - 1 && now_ms() - t0 < 4000; i++) {
+		struct pollfd pfd = { fd, POLLIN, 0 };
+
+		if (write(fd, head + i, 1) != 1 || poll(&pfd, 1, 200) != 0)
+			break;   /* answered: stop before a reset loses it */
+	}
+	r = read_all(fd, &closed);
+	took = now_ms() - t0;
+	close(fd);
+	assert_non_null(strstr(r, "HTTP/1.1 408"));
+	assert_non_null(strstr(r, "\"request_timeout\""));
+	assert_int_equal(closed, 1);
+	assert_true(took < 4500);
+	assert_true(i < sizeof(head) - 1);
+}
+
+static void
+test_server_caps_open_connections(void **state)
+{
+	int fds[4], extra, closed, other;
+	const char *r;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < 4; i++) {
+		fds[i] = dial();
+		assert_int_equal(write(fds[i], "G", 1), 1);
+	}
+	usleep(200 * 1000);
+	/* A fifth: 503 overloaded at once, JSON, closed. */
+	extra = dial();
+	r = read_all(extra, &closed);
+	close(extra);
+	assert_non_null(strstr(r, "HTTP/1.1 503"));
+	assert_non_null(strstr(r, "\"overloaded\""));
+	assert_int_equal(closed, 1);
+	for (i = 0; i < 4; i++)
+		close(fds[i]);
+	/* Closed ones free their slots. */
+	usleep(300 * 1000);
+	other = dial();
+	assert_int_equal(write(other, "GET /x HTTP/1.1\r\n" GOOD
+	    "Connection: close\r\n\r\n", strlen("GET /x HTTP/1.1\r\n" GOOD
+	    "Connection: close\r\n\r\n")), (ssize_t)strlen("GET /x HTTP/1.1\r\n"
+	    GOOD "Connection: close\r\n\r\n"));
+	r = read_all(other, &closed);
+	close(other);
+	assert_non_null(strstr(r, "HTTP/1.1 200"));
+	assert_int_equal(sbx_gate_connections(S.gate) <= 1, 1);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest parser[] = {
+		cmocka_unit_test(test_parse_accepts_one_framing),
+		cmocka_unit_test(test_parse_refuses_every_ambiguous_framing),
+		cmocka_unit_test(test_parse_limits_headers_and_size),
+		cmocka_unit_test(test_parse_needs_the_whole_head),
+		cmocka_unit_test(test_refusals_are_json_codes_with_fitting_statuses),
+		cmocka_unit_test(test_every_proto_code_has_a_status),
+	};
+	const struct CMUnitTest server[] = {
+		cmocka_unit_test(test_server_refuses_before_the_body),
+		cmocka_unit_test(test_server_smuggling_is_400_and_close),
+		cmocka_unit_test(test_server_head_limits),
+		cmocka_unit_test(test_server_trickled_head_meets_header_timeout),
+		cmocka_unit_test(test_server_caps_open_connections),
+	};
+	int rc = cmocka_run_group_tests_name("parser", parser, NULL, NULL);
+
+	return rc + cmocka_run_group_tests_name("server", server, server_setup,
+	    server_teardown);
+}

@@ -161,8 +161,19 @@ class Soak:
         time.sleep(5)
         end = self.figures()
         # destroy everything through the api, then look in the runtime
+        # (a fresh connection: the set-up one idled past the api's timeout)
+        conn = Conn(b.api_addr, [("Authorization", "Bearer " + b.akey)])
         for i in range(self.a.sandboxes):
-            b.aconn.request("DELETE", "/api/v1/npcs/%s/sandbox" % self.npc(i))
+            for attempt in range(3):
+                try:
+                    st, body = conn.request("DELETE", "/api/v1/npcs/%s/sandbox" % self.npc(i))
+                    break
+                except (OSError, ConnectionError):
+                    conn.close()
+            else:
+                raise RuntimeError("cannot destroy %s" % self.npc(i))
+            if st != 200:
+                raise RuntimeError("destroy %s -> %d %r" % (self.npc(i), st, body[:200]))
         nconts, nvols = self.orphans()
         self.write(start, end, load_s, nconts, nvols, time.time() - t0)
         b.stop_daemons()

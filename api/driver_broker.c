@@ -401,8 +401,11 @@ finish_plain(struct bop *b, const struct sbx_err *terr)
 				sbx_err_set(&e, SBX_E_INTERNAL, "Out of memory.");
 				break;
 			}
+			/* each entry names its sandbox: an id the rule
+			 * refuses is a malformed answer (found by fuzzing) */
 			json_array_foreach(root, i, v)
-				if (status_from_json(v, &sts[i]) == -1) {
+				if (status_from_json(v, &sts[i]) == -1 ||
+				    !sbx_id_valid(sts[i].id)) {
 					malformed(&e);
 					break;
 				}

@@ -51,6 +51,19 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 		FUZZ_ASSERT(size < lim.head_max + 2);
 		return 0;
 	}
+	if (h.bad == SBX_GATE_HEAD_TOO_LARGE || h.bad == SBX_GATE_URI_TOO_LONG) {
+		/* refused on size (len says nothing): only once past a limit */
+		FUZZ_ASSERT(size >= lim.head_max || h.nheaders > lim.headers_max);
+		memset(&h2, 0, sizeof(h2));
+		more = malloc(size + 64);
+		FUZZ_ASSERT(more != NULL);
+		memcpy(more, data, size);
+		memset(more + size, 'x', 64);
+		FUZZ_ASSERT(sbx_gate_parse(more, size + 64, &lim, &h2) == 1 &&
+		    h2.bad == h.bad);
+		free(more);
+		return 0;
+	}
 	FUZZ_ASSERT(h.len > 0 && h.len <= size);
 	if (h.bad == SBX_GATE_PASS) {
 		FUZZ_ASSERT(h.len <= lim.head_max);

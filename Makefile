@@ -3,6 +3,9 @@
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 LIBEXECDIR ?= $(PREFIX)/libexec/sbx
+# systemd searches /usr/local/lib too, so the defaults work for PREFIX=/usr/local.
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 DESTDIR ?=
 CC ?= cc
 PYTHON ?= /usr/bin/python3
@@ -141,14 +144,30 @@ bench: deps all $(BUILD)/engine-raw
 run: deps all
 	@sh deploy/run.sh
 
+UNITS := $(wildcard deploy/systemd/*.service)
+
+# Binaries, the helper, the systemd units (their /usr/local paths rewritten
+# to BINDIR/LIBEXECDIR) and the sysusers.d file. No `sbx`: the CLI is sbxctl.
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR)
 	install -m 0755 $(filter-out $(BUILD)/sbx-helper,$(BINS)) $(DESTDIR)$(BINDIR)/
 	$(if $(HELPER_SRC),install -m 0755 $(BUILD)/sbx-helper $(DESTDIR)$(LIBEXECDIR)/)
+	install -d $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR)
+	for u in $(UNITS); do \
+		sed -e 's|/usr/local/bin/|$(BINDIR)/|g' \
+		    -e 's|/usr/local/libexec/sbx/|$(LIBEXECDIR)/|g' $$u \
+		    > $(DESTDIR)$(SYSTEMDUNITDIR)/$${u##*/}.tmp && \
+		chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/$${u##*/}.tmp && \
+		mv -f $(DESTDIR)$(SYSTEMDUNITDIR)/$${u##*/}.tmp \
+		    $(DESTDIR)$(SYSTEMDUNITDIR)/$${u##*/} || exit 1; \
+	done
+	install -m 0644 deploy/systemd/sysusers.d/sbx.conf $(DESTDIR)$(SYSUSERSDIR)/sbx.conf
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/sandbox-broker $(DESTDIR)$(BINDIR)/sandbox-api \
-		$(DESTDIR)$(BINDIR)/sbxctl $(DESTDIR)$(LIBEXECDIR)/sbx-helper
+		$(DESTDIR)$(BINDIR)/sbxctl $(DESTDIR)$(LIBEXECDIR)/sbx-helper \
+		$(patsubst deploy/systemd/%,$(DESTDIR)$(SYSTEMDUNITDIR)/%,$(UNITS)) \
+		$(DESTDIR)$(SYSUSERSDIR)/sbx.conf
 	-rmdir $(DESTDIR)$(LIBEXECDIR)
 
 clean:

@@ -29,7 +29,8 @@ static const char synopsis[] =
     "   or: sandbox-api [--state-dir DIR] admin revoke NAME\n"
     "   or: sandbox-api [--state-dir DIR] admin list\n"
     "\n"
-    "The broker token comes from --broker-token-file (mode 0600) or\n"
+    "The broker token comes from --broker-token-file (mode 0600), else the\n"
+    "systemd credential $CREDENTIALS_DIRECTORY/broker-token, else\n"
     "SBX_BROKER_TOKEN; it is never printed. create-* prints the new API key\n"
     "once on stdout; only a keyed hash of it is stored.\n"
     "\n"
@@ -264,7 +265,8 @@ main(int argc, char **argv)
 		rc = API_EXIT_OK;
 		goto done;
 	}
-	if (api_config_check(&cfg, &err) == -1) {
+	if (api_config_check(&cfg, &err) == -1 ||
+	    api_config_finish(&cfg, &err) == -1) {
 		fprintf(stderr, "sandbox-api: %s\n", err.message);
 		rc = API_EXIT_CONFIG;
 		goto done;

@@ -62,6 +62,16 @@ int api_config_defaults(struct api_config *cfg, struct sbx_err *err);
  */
 int api_config_check(const struct api_config *cfg, struct sbx_err *err);
 
+/*
+ * Fills defaults that depend on the environment: broker_token_file =
+ * $CREDENTIALS_DIRECTORY/broker-token when it is unset (NULL or "") and that
+ * systemd credential exists (sbx_cred.h; LoadCredential=broker-token in
+ * deploy/systemd/sandbox-api.service, ADR 0011). A configured
+ * broker_token_file always wins; without either, SBX_BROKER_TOKEN is used
+ * as before. Returns 0, or -1 with err internal when out of memory.
+ */
+int api_config_finish(struct api_config *cfg, struct sbx_err *err);
+
 /* ------------------------------------------------------------------ */
 /* Server                                                              */
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "sbx_cred.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
 
@@ -17,7 +18,8 @@ const struct sbx_config_key api_config_keys[] = {
 	K("broker", SBX_CFG_STRING, broker, "unix:/run/sbx/broker.sock",
 	    "sandbox-broker address: unix:PATH or HOST:PORT"),
 	K("broker_token_file", SBX_CFG_STRING, broker_token_file, NULL,
-	    "file (mode 0600) holding the broker's bearer token; else env SBX_BROKER_TOKEN"),
+	    "file (mode 0600) holding the broker's bearer token (default: systemd "
+	    "credential $CREDENTIALS_DIRECTORY/broker-token if present); else env SBX_BROKER_TOKEN"),
 	K("state_dir", SBX_CFG_STRING, state_dir, "/var/lib/sbx-api",
 	    "directory of api.db and api.key (created 0700)"),
 	K("user", SBX_CFG_STRING, user, NULL,
@@ -78,6 +80,23 @@ host_port(const char *s)
 		return 0;
 	port = strtol(colon + 1, &end, 10);
 	return colon[1] != '\0' && *end == '\0' && port >= 0 && port <= 65535;
+}
+
+int
+api_config_finish(struct api_config *cfg, struct sbx_err *err)
+{
+	char cred[4096];
+	char *dup;
+
+	if (cfg->broker_token_file != NULL && cfg->broker_token_file[0] != '\0')
+		return 0;
+	if (!sbx_credential_path(SBX_CRED_BROKER_TOKEN, cred, sizeof(cred)))
+		return 0;
+	if ((dup = strdup(cred)) == NULL)
+		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	free(cfg->broker_token_file);
+	cfg->broker_token_file = dup;
+	return 0;
 }
 
 int

@@ -72,8 +72,10 @@ extern const struct sbx_config_key broker_config_keys[];
  * Checks values that the table cannot (cpus syntax, defaults above maxima,
  * listen syntax, positive limits, log level) and fills the derived fields and
  * defaults that depend on the environment: runtime from $DOCKER_HOST when
- * unset, helper_path next to the executable (argv0_path, e.g.
- * /proc/self/exe resolved) when unset. Returns 0, or -1 with err
+ * unset, token_file = $CREDENTIALS_DIRECTORY/broker-token when unset and
+ * that systemd credential exists (sbx_cred.h), helper_path next to the
+ * executable (argv0_path, e.g. /proc/self/exe resolved) when unset.
+ * Returns 0, or -1 with err
  * config_error naming the key.
  */
 int broker_config_finish(struct broker_config *cfg, const char *exe_path,

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "broker.h"
+#include "sbx_cred.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
 
@@ -20,7 +21,8 @@ const struct sbx_config_key broker_config_keys[] = {
 	K("runtime", SBX_CFG_STRING, runtime, NULL,
 	    "Engine API socket unix:PATH (default: $DOCKER_HOST, else unix:/var/run/docker.sock)"),
 	K("token_file", SBX_CFG_STRING, token_file, NULL,
-	    "file (mode 0600) holding the bearer token; else env SBX_BROKER_TOKEN"),
+	    "file (mode 0600) holding the bearer token (default: systemd credential "
+	    "$CREDENTIALS_DIRECTORY/broker-token if present); else env SBX_BROKER_TOKEN"),
 	K("state_dir", SBX_CFG_STRING, state_dir, "/var/lib/sbx",
 	    "directory of broker.db (created 0700)"),
 	K("image", SBX_CFG_STRING, image, "sbx-sandbox:latest",
@@ -229,6 +231,15 @@ broker_config_finish(struct broker_config *cfg, const char *exe_path,
 	if (sbx_log_level_parse(cfg->log_level) == -1)
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    "log_level must be debug, info, warn or error.");
+	/* Under systemd the token is a credential (LoadCredential=broker-token,
+	 * ADR 0011): the default token_file when none is configured. */
+	if (cfg->token_file == NULL || cfg->token_file[0] == '\0') {
+		char cred[PATH_MAX];
+
+		if (sbx_credential_path(SBX_CRED_BROKER_TOKEN, cred,
+		    sizeof(cred)) && set_string(&cfg->token_file, cred) == -1)
+			return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	}
 	if ((cfg->helper_path == NULL || cfg->helper_path[0] == '\0') &&
 	    exe_path != NULL) {
 		/* Next to the binary (build/out/), then the installed layout

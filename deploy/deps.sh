@@ -19,7 +19,12 @@ docker.io podman runc catatonit conmon uidmap iptables netavark aardvark-dns
 busybox-static debootstrap
 python3 curl jq iproute2 prometheus
 clang libclang-rt-14-dev
+systemd nginx-light
 "
+# systemd: systemd-analyze (verify, security --offline) and systemd-sysusers
+# check deploy/systemd/ against a DESTDIR tree (tests/integration/test_deploy_units.py).
+# nginx-light: the reverse proxy of deploy/nginx/sbx.conf, started by
+# tests/integration/test_nginx.py on a loopback port.
 # prometheus: the only bookworm package that ships /usr/bin/promtool, used
 # by the tests to check the /metrics text format.
 # clang + libclang-rt-14-dev: the libFuzzer targets of tests/fuzz/ (`make

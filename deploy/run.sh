@@ -17,6 +17,16 @@
 #   6. stays in the foreground until Ctrl-C, then stops the api, the broker
 #      (and the Podman service if it started it). Sandboxes and volumes stay.
 #
+# deploy/run.sh --purge removes everything 'make run' made in SBX_RUN_DIR and
+# says what, one line each: its sandboxes (the containers and /work volumes
+# of the NPCs in its api's database, found by their labels), the helper
+# volumes they mounted (unless another container uses one), the egress network when empty,
+# the images it built (listed in $RUN/built-images), the private Podman
+# storage and runroot when it started Podman, then the state directory (keys,
+# token, databases, logs, image cache). Nothing of another broker's is
+# touched. Refused while a 'make run' uses the directory; when the runtime
+# cannot be reached it removes nothing and says so.
+#
 # Environment:
 #   SBX_RUN_DIR        state directory (default ./.sbx-run)
 #   SBX_API_PORT       api port on 127.0.0.1 (default 8080)
@@ -36,6 +46,12 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$REPO/build/out
 SBX=$BIN/sbxctl
 RUN=${SBX_RUN_DIR:-$REPO/.sbx-run}
+MODE=run
+case ${1:-} in
+"") ;;
+--purge) MODE=purge ;;
+*) printf 'usage: %s [--purge]\n' "$0" >&2; exit 2 ;;
+esac
 PORT=${SBX_API_PORT:-8080}
 NPC=${SBX_RUN_NPC:-demo}
 DEFAULT_IMAGE=sbx-default:bookworm
@@ -98,7 +114,7 @@ on_signal() {
 	stop_all
 	say "stopped. Sandboxes and their /work volumes stay (their containers keep running); 'make run' adopts them again."
 	note "remove one with the daemons running:  sbxctl rm $NPC"
-	note "remove everything: run 'make run' again, 'sbxctl rm NPC' each NPC, then rm -rf $RUN"
+	note "remove everything it made (sandboxes, volumes, built images, state): sh deploy/run.sh --purge"
 	exit 0
 }
 trap on_signal INT TERM
@@ -114,7 +130,145 @@ ping_socket() {
 	curl -sf --max-time 3 --unix-socket "$1" http://d/_ping >/dev/null 2>&1
 }
 
+has_image() {
+	curl -sf --unix-socket "${RT_HOST#unix://}" "http://d/v1.41/images/$1/json" >/dev/null 2>&1
+}
+
+# ---------------------------------------------------------------- --purge
+
+# engine METHOD PATH [curl args]: the Engine API of the recorded runtime;
+# prints the body, fails on a status >= 400 (the body is kept in $RUN/.purge.err).
+engine() {
+	m=$1
+	u=$2
+	shift 2
+	curl -sS --fail-with-body --max-time 60 --unix-socket "${RT_HOST#unix://}" \
+		-X "$m" "$@" "http://d/v1.41$u" 2>"$RUN/.purge.err"
+}
+
+purge_private_podman() {
+	P=$RUN/podman
+	pod() { CONTAINERS_CONF=$P/containers.conf CONTAINERS_STORAGE_CONF=$P/storage.conf podman "$@"; }
+	for c in $(pod ps -a --format '{{.Names}}' 2>/dev/null); do
+		pod rm -f -t 0 "$c" >/dev/null 2>&1 && note "removed container $c"
+	done
+	for v in $(pod volume ls -q 2>/dev/null); do
+		pod volume rm -f "$v" >/dev/null 2>&1 && note "removed volume $v"
+	done
+	pod images --format '{{.ID}} {{.Repository}}:{{.Tag}}' 2>/dev/null | while read -r id name; do
+		pod rmi -f "$id" >/dev/null 2>&1 && note "removed image $name ($id)"
+	done
+	for n in $(pod network ls --format '{{.Name}}' 2>/dev/null); do
+		[ "$n" = podman ] && continue
+		pod network rm -f "$n" >/dev/null 2>&1 && note "removed network $n"
+	done
+	pod system reset -f >/dev/null 2>&1 || true
+	if grep -q " $P/storage/overlay " /proc/mounts 2>/dev/null; then
+		umount "$P/storage/overlay" 2>/dev/null || umount -l "$P/storage/overlay" 2>/dev/null || true
+	fi
+	PODMAN_RUNROOT=/run/sbx-run-$(printf '%s' "$RUN" | sha256sum | cut -c1-12)
+	if [ -d "$PODMAN_RUNROOT" ]; then
+		rm -rf "$PODMAN_RUNROOT" && note "removed Podman's runroot $PODMAN_RUNROOT"
+	fi
+	note "removed the private Podman storage $P"
+}
+
+purge_engine() {
+	ping_socket "${RT_HOST#unix://}" ||
+		die "the runtime at $RT_HOST does not answer; nothing was removed" \
+		    "start it (the sandboxes of $RUN live there) and run --purge again"
+	# Its sandboxes are those of the NPCs made through its api (the broker
+	# also records labelled containers of others it finds on the runtime).
+	ids=""
+	helpers=""
+	if [ -s "$RUN/api/api.db" ]; then
+		command -v sqlite3 >/dev/null 2>&1 || die "sqlite3 is not installed" "run: sh deploy/deps.sh"
+		ids=$(sqlite3 -readonly "$RUN/api/api.db" 'SELECT sandbox_id FROM npcs;') ||
+			die "cannot read $RUN/api/api.db" "remove its sandboxes by hand, then rm -rf $RUN"
+	fi
+	for id in $ids; do
+		filt=$(jq -cn --arg id "io.sbx.id=$id" '{label: ["io.sbx.managed=true", $id]}')
+		list=$(engine GET "/containers/json?all=1" -G --data-urlencode "filters=$filt") ||
+			die "listing the containers of sandbox $id failed: $(cat "$RUN/.purge.err")" "see the runtime's log"
+		# The labels are checked here again: Podman 4.3 matches a list of
+		# label filters when any one matches, not all.
+		list=$(printf '%s' "$list" | jq --arg id "$id" -c '[.[] | select(.Labels["io.sbx.managed"] == "true" and .Labels["io.sbx.id"] == $id)]')
+		helpers="$helpers $(printf '%s' "$list" | jq -r '.[] | .Labels["io.sbx.helper"] // empty')"
+		for c in $(printf '%s' "$list" | jq -r '.[] | .Id + "=" + (.Names[0] | ltrimstr("/"))'); do
+			engine DELETE "/containers/${c%%=*}?force=1" >/dev/null ||
+				die "removing container ${c#*=} failed: $(cat "$RUN/.purge.err")" "see the runtime's log"
+			note "removed sandbox $id: container ${c#*=} ($(printf '%s' "${c%%=*}" | cut -c1-12))"
+		done
+		list=$(engine GET "/volumes" -G --data-urlencode "filters=$filt") ||
+			die "listing the volumes of sandbox $id failed: $(cat "$RUN/.purge.err")" "see the runtime's log"
+		for v in $(printf '%s' "$list" | jq -r --arg id "$id" '.Volumes // [] | .[] | select(.Labels["io.sbx.managed"] == "true" and .Labels["io.sbx.id"] == $id) | .Name'); do
+			engine DELETE "/volumes/$v?force=1" >/dev/null ||
+				die "removing volume $v failed: $(cat "$RUN/.purge.err")" "see the runtime's log"
+			note "removed sandbox $id: volume $v"
+		done
+	done
+	# The read-only helper volumes its sandboxes mounted (adr/0009), unless a
+	# container outside $RUN still uses one (the runtime then refuses: 409).
+	for v in $(printf '%s\n' $helpers | sort -u); do
+		if engine DELETE "/volumes/$v" >/dev/null; then
+			note "removed helper volume $v"
+		elif grep -q 409 "$RUN/.purge.err"; then
+			note "kept helper volume $v: another container uses it"
+		fi
+	done
+	# The egress network (broker default name), once no container uses it.
+	if net=$(engine GET "/networks/sbx-egress" 2>/dev/null) &&
+	    [ "$(printf '%s' "$net" | jq -r '.Labels["io.sbx.managed"] // ""')" = true ] &&
+	    [ "$(printf '%s' "$net" | jq -r '(.Containers // {}) | length')" = 0 ]; then
+		engine DELETE "/networks/sbx-egress" >/dev/null && note "removed network sbx-egress"
+	fi
+	if [ -s "$RUN/built-images" ]; then
+		while read -r img; do
+			[ -n "$img" ] || continue
+			if has_image "$img"; then
+				engine DELETE "/images/$img" >/dev/null ||
+					die "removing image $img failed: $(cat "$RUN/.purge.err")" \
+					    "a container outside $RUN uses it; remove that first"
+				note "removed image $img (built by make run)"
+			fi
+		done <"$RUN/built-images"
+	fi
+}
+
+purge() {
+	[ -d "$RUN" ] || { say "nothing to purge: $RUN does not exist"; exit 0; }
+	for f in api.pid broker.pid podman.pid; do
+		if [ -f "$RUN/$f" ] && kill -0 "$(cat "$RUN/$f")" 2>/dev/null; then
+			die "a 'make run' is using $RUN (pid $(cat "$RUN/$f"))" "stop it with Ctrl-C first"
+		fi
+	done
+	RT_KIND=""
+	RT_HOST=""
+	[ -s "$RUN/runtime" ] && read -r RT_KIND RT_HOST <"$RUN/runtime"
+	if [ -d "$RUN/podman" ]; then
+		say "purge: everything 'make run' made in $RUN (private Podman)"
+		command -v podman >/dev/null 2>&1 || die "podman is not installed" "run: sh deploy/deps.sh"
+		purge_private_podman
+	else
+		if [ -z "$RT_HOST" ]; then
+			# A state directory from before runtime was recorded: step 1's choice.
+			case ${DOCKER_HOST:-} in unix://*) RT_HOST=$DOCKER_HOST ;; *) RT_HOST=unix:///var/run/docker.sock ;; esac
+		fi
+		say "purge: everything 'make run' made in $RUN (runtime at $RT_HOST)"
+		purge_engine
+	fi
+	rm -rf "$RUN" || die "removing $RUN failed" "remove it by hand"
+	note "removed the state directory $RUN (keys, broker token, databases, logs, image cache)"
+	say "purged"
+	exit 0
+}
+
 # ---------------------------------------------------------------- checks
+
+if [ "$MODE" = purge ]; then
+	case $RUN in /*) ;; *) RUN=$(pwd)/$RUN ;; esac
+	purge
+fi
 
 for b in sandbox-broker sandbox-api sbxctl sbx-helper; do
 	[ -x "$BIN/$b" ] || die "$BIN/$b is missing" "run 'make all' (or 'make run', which builds first)"
@@ -219,15 +373,22 @@ if [ -z "$RT_HOST" ]; then
 	RT_KIND=podman
 	RT_HOST=unix://$SOCK
 fi
+# For --purge: which runtime this state directory's sandboxes live in.
+printf '%s %s\n' "$RT_KIND" "$RT_HOST" >"$RUN/runtime"
 
 # ---------------------------------------------------------------- 2. image
 
 if [ "$IMAGE" = "$DEFAULT_IMAGE" ]; then
 	say "image: $IMAGE (built once with debootstrap, then cached)"
+	had_image=0
+	has_image "$IMAGE" && had_image=1
 	sh "$REPO/deploy/image/build.sh" "$RT_KIND" "$RT_HOST" "$RUN/image" "$IMAGE" ||
 		die "building the sandbox image failed (the line above says why)" \
 		    "fix that and run again, or set SBX_RUN_IMAGE to an image the runtime already has"
-elif curl -sf --unix-socket "${RT_HOST#unix://}" "http://d/v1.41/images/$IMAGE/json" >/dev/null 2>&1; then
+	if [ "$had_image" = 0 ] && ! grep -qxF "$IMAGE" "$RUN/built-images" 2>/dev/null; then
+		echo "$IMAGE" >>"$RUN/built-images"    # ours: --purge removes it
+	fi
+elif has_image "$IMAGE"; then
 	say "image: $IMAGE (from SBX_RUN_IMAGE)"
 else
 	die "SBX_RUN_IMAGE=$IMAGE is not in the runtime at $RT_HOST" \

@@ -9,7 +9,8 @@
 #      ca-certificates bookworm into CACHE_DIR/rootfs, from the mirror this
 #      machine's own apt sources name (/etc/apt/sources.list, then
 #      /etc/apt/sources.list.d/*.list and *.sources); SBX_IMAGE_MIRROR
-#      overrides it. Measured here: ~30 s, ~240 MB.
+#      overrides it. Measured here: ~30 s, ~240 MB. Progress (phase and
+#      package counts from debootstrap's log) is shown every few seconds.
 #   2. adds user and group sbx 1000:1000 with home /work, creates /work owned
 #      1000:1000 (a new named volume copies its mount point's owner, so the
 #      sandbox user can write its /work) and the /.sbx mount point of the
@@ -76,6 +77,35 @@ mirror() {
 	done | head -n 1
 }
 
+# progress PID LOG T0: while debootstrap (PID) runs, one line when its phase
+# changes and every 5 s, from the "I: ..." lines of its LOG, so the ~50 s
+# first build is not silent.
+count() { grep -c "$1" "$2" 2>/dev/null || true; }
+progress() {
+	last=""
+	lastt=0
+	while kill -0 "$1" 2>/dev/null; do
+		sleep 1
+		now=$(date +%s)
+		if grep -q '^I: Configuring ' "$2" 2>/dev/null; then
+			phase="configuring packages ($(count '^I: Configuring ' "$2") done)"
+		elif grep -q '^I: Unpacking ' "$2" 2>/dev/null; then
+			phase="unpacking packages ($(count '^I: Unpacking ' "$2") done)"
+		elif grep -q '^I: Extracting ' "$2" 2>/dev/null; then
+			phase="extracting packages ($(count '^I: Extracting ' "$2") done)"
+		elif grep -q '^I: Retrieving ' "$2" 2>/dev/null; then
+			phase="downloading packages ($(count '^I: Retrieving ' "$2") fetched)"
+		else
+			phase="resolving packages"
+		fi
+		if [ "${phase%% (*}" != "$last" ] || [ $((now - lastt)) -ge 5 ]; then
+			say "debootstrap $((now - $3)) s: $phase"
+			last=${phase%% (*}
+			lastt=$now
+		fi
+	done
+}
+
 TAR=$CACHE/sbx-default-$SUITE.tar
 if [ ! -s "$TAR" ]; then
 	[ "$(id -u)" -eq 0 ] || die "building the image needs root (debootstrap); run as root, or import an image yourself and set SBX_RUN_IMAGE"
@@ -87,8 +117,11 @@ if [ ! -s "$TAR" ]; then
 	rm -rf "$ROOT"
 	say "debootstrap $SUITE (minbase + bash, python3-minimal, ca-certificates) from $MIRROR; about 30 s, 240 MB ..."
 	t0=$(date +%s)
-	if ! debootstrap --variant=minbase --include=bash,coreutils,python3-minimal,ca-certificates \
-		"$SUITE" "$ROOT" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1; then
+	debootstrap --variant=minbase --include=bash,coreutils,python3-minimal,ca-certificates \
+		"$SUITE" "$ROOT" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 &
+	dpid=$!
+	progress "$dpid" "$CACHE/debootstrap.log" "$t0"
+	if ! wait "$dpid"; then
 		tail -n 15 "$CACHE/debootstrap.log" | sed 's/^/  | /' >&2
 		rm -rf "$ROOT"
 		die "debootstrap failed (log: $CACHE/debootstrap.log); check that $MIRROR is reachable, or set SBX_IMAGE_MIRROR"

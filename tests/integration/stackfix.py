@@ -4,6 +4,7 @@ suites that drive the whole stack (test_cli.py, test_api.py).
 
     stack = Stack("sbxfoo%d-" % os.getpid())       # broker + api, three keys
     stack = Stack(prefix, api_user="nobody")       # api started as root, --user nobody
+    stack = Stack(prefix, credentials=True)        # token as a systemd credential
     stack.close()                                  # stop both, remove what is left
 
 Everything the broker makes carries the name prefix PREFIX, so close() (and a
@@ -49,11 +50,14 @@ class Stack:
     api_user: start the api as root with `--user API_USER` (it drops to that
     user after binding); the directory is then given to the user's primary
     group with the setgid bit, so the broker's socket (mode 0660) is in that
-    group and the api can reach it. broker_args / api_args: extra flags."""
+    group and the api can reach it. broker_args / api_args: extra flags.
+    credentials: no token flag; both daemons get CREDENTIALS_DIRECTORY with a
+    0400 file broker-token, as systemd's LoadCredential= makes it."""
 
-    def __init__(self, prefix, api_user=None, broker_args=(), api_args=()):
+    def __init__(self, prefix, api_user=None, broker_args=(), api_args=(), credentials=False):
         self.prefix = prefix
         self.api_user = api_user
+        self.credentials = credentials
         self.broker_args = list(broker_args)
         self.dir = sbxtest.short_tmpdir("sbxstack-")
         self.broker = None
@@ -69,6 +73,13 @@ class Stack:
             self.token_file = os.path.join(self.dir, "broker.token")
             with open(os.open(self.token_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
                 f.write(self.token)
+            if credentials:
+                self.cred_dir = os.path.join(self.dir, "credentials")
+                os.mkdir(self.cred_dir, 0o700)
+                cred = os.path.join(self.cred_dir, "broker-token")
+                with open(os.open(cred, os.O_WRONLY | os.O_CREAT, 0o400), "w") as f:
+                    f.write(self.token + "\n")
+                os.chmod(self.cred_dir, 0o500)
             self.sock = os.path.join(self.dir, "broker.sock")
             self.start_broker()
             self.api_state = os.path.join(self.dir, "api")
@@ -85,14 +96,25 @@ class Stack:
     def start_broker(self):
         """Start (or restart) the broker on self.sock; waits until it answers."""
         self.broker = sbxtest.start_process(
-            [BROKER, "--listen", "unix:" + self.sock, "--runtime", sbxtest.runtime_host(),
-             "--token-file", self.token_file, "--state-dir", os.path.join(self.dir, "broker"),
+            [BROKER, "--listen", "unix:" + self.sock, "--runtime", sbxtest.runtime_host()]
+            + self.token_args("--token-file") + ["--state-dir", os.path.join(self.dir, "broker"),
              "--image", sbxtest.test_image(), "--name-prefix", self.prefix,
              "--egress-network", self.prefix + "egress",
              "--exec-timeout-max", "5m"] + self.broker_args,
-            env=clean_env(), log_path=self.next_broker_log())
+            env=self.daemon_env(), log_path=self.next_broker_log())
         sbxtest.wait_for_unix_socket(self.sock, 20, self.broker)
         return self.broker
+
+    def token_args(self, flag):
+        """The token flag, or none when the token is a credential."""
+        return [] if self.credentials else [flag, self.token_file]
+
+    def daemon_env(self):
+        env = clean_env()
+        env.pop("CREDENTIALS_DIRECTORY", None)
+        if self.credentials:
+            env["CREDENTIALS_DIRECTORY"] = self.cred_dir
+        return env
 
     def next_broker_log(self):
         """PREFIXbroker.log for the first start, PREFIXbroker.N.log after."""
@@ -104,11 +126,11 @@ class Stack:
     def start_api(self, state_dir, extra_args=(), name="api"):
         """Start another api on 127.0.0.1:0 against this broker, with its own
         STATE_DIR; returns (Process, url). Stopped by close()."""
-        argv = [API, "--listen", "127.0.0.1:0", "--broker", "unix:" + self.sock,
-                "--broker-token-file", self.token_file, "--state-dir", state_dir]
+        argv = [API, "--listen", "127.0.0.1:0", "--broker", "unix:" + self.sock] \
+            + self.token_args("--broker-token-file") + ["--state-dir", state_dir]
         if self.api_user is not None:
             argv += ["--user", self.api_user]
-        p = sbxtest.start_process(argv + list(extra_args), env=clean_env(),
+        p = sbxtest.start_process(argv + list(extra_args), env=self.daemon_env(),
                                   log_path=os.path.join(sbxtest.out_dir(),
                                                         self.prefix + name + ".log"))
         self.apis.append(p)

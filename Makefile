@@ -152,6 +152,7 @@ install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR)
 	install -m 0755 $(filter-out $(BUILD)/sbx-helper,$(BINS)) $(DESTDIR)$(BINDIR)/
 	$(if $(HELPER_SRC),install -m 0755 $(BUILD)/sbx-helper $(DESTDIR)$(LIBEXECDIR)/)
+	install -m 0755 deploy/egress-firewall.sh $(DESTDIR)$(LIBEXECDIR)/
 	install -d $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR)
 	for u in $(UNITS); do \
 		sed -e 's|/usr/local/bin/|$(BINDIR)/|g' \
@@ -166,6 +167,7 @@ install: all
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/sandbox-broker $(DESTDIR)$(BINDIR)/sandbox-api \
 		$(DESTDIR)$(BINDIR)/sbxctl $(DESTDIR)$(LIBEXECDIR)/sbx-helper \
+		$(DESTDIR)$(LIBEXECDIR)/egress-firewall.sh \
 		$(patsubst deploy/systemd/%,$(DESTDIR)$(SYSTEMDUNITDIR)/%,$(UNITS)) \
 		$(DESTDIR)$(SYSUSERSDIR)/sbx.conf
 	-rmdir $(DESTDIR)$(LIBEXECDIR)

@@ -17,6 +17,7 @@
 #include "api_store.h"
 #include "driver_broker.h"
 #include "sbx_log.h"
+#include "sbx_probe.h"
 #include "sbx_proto.h"
 #include "sbx_token.h"
 
@@ -24,6 +25,7 @@ static const char synopsis[] =
     "[--listen HOST:PORT] [--broker unix:PATH|HOST:PORT]\n"
     "       [--broker-token-file FILE] [--state-dir DIR] [--config FILE]\n"
     "       [--print-config] [--help] [--version] [more --KEY VALUE below]\n"
+    "   or: sandbox-api [--listen HOST:PORT] --health\n"
     "   or: sandbox-api [--state-dir DIR] admin create-operator NAME\n"
     "   or: sandbox-api [--state-dir DIR] admin create-player NAME\n"
     "   or: sandbox-api [--state-dir DIR] admin revoke NAME\n"
@@ -34,9 +36,14 @@ static const char synopsis[] =
     "SBX_BROKER_TOKEN; it is never printed. create-* prints the new API key\n"
     "once on stdout; only a keyed hash of it is stored.\n"
     "\n"
-    "Exit codes: 0 ok (also after SIGTERM drained), 1 internal error or a\n"
-    "refused admin command, 64 usage, 78 configuration (bad value, missing\n"
-    "or short broker token, unusable state dir, listen address in use).\n"
+    "--health asks the running api at its listen address for GET /healthz\n"
+    "(for a container or service health check; needs no key), prints one\n"
+    "line and exits 0 when it answers status ok, else 1.\n"
+    "\n"
+    "Exit codes: 0 ok (also after SIGTERM drained), 1 internal error, a\n"
+    "refused admin command or --health unhealthy, 64 usage, 78\n"
+    "configuration (bad value, missing or short broker token, unusable state\n"
+    "dir, listen address in use).\n"
     "\n"
     "Signals: SIGTERM/SIGINT stop accepting, let open requests and exec\n"
     "streams finish for up to shutdown_grace, then cancel the rest (an exec\n"
@@ -246,7 +253,8 @@ main(int argc, char **argv)
 	umask(077);
 	sbx_log_init("sandbox-api", 2, SBX_LOG_INFO);
 
-	opts.accept = SBX_OPT_HELP | SBX_OPT_VERSION | SBX_OPT_PRINT_CONFIG;
+	opts.accept = SBX_OPT_HELP | SBX_OPT_VERSION | SBX_OPT_PRINT_CONFIG |
+	    SBX_OPT_HEALTH;
 	if (sbx_config_load(api_config_keys, &cfg, argc, argv, &opts,
 	    &err) == -1) {
 		rc = sbx_config_exit_code(&err);
@@ -274,6 +282,15 @@ main(int argc, char **argv)
 	if (opts.print_config) {
 		sbx_config_print(stdout, api_config_keys, &cfg);
 		rc = API_EXIT_OK;
+		goto done;
+	}
+	if (opts.health) {
+		char detail[512];
+
+		rc = sbx_probe_health(cfg.listen, "/healthz", NULL, 0, 5000,
+		    detail, sizeof(detail));
+		printf("%s: %s\n", rc == SBX_PROBE_HEALTHY ? "healthy" :
+		    "unhealthy", detail);
 		goto done;
 	}
 	if (opts.nargs > 0 && strcmp(opts.args[0], "admin") == 0) {

@@ -32,6 +32,7 @@ struct api_config {
 	char *user;                 /* started as root: drop to this user after binding */
 	long long max_execs;        /* concurrent execs per principal; more: 429 */
 	long long rate_per_minute;  /* requests per minute per principal; more: 429 */
+	long long max_sandboxes_per_player; /* sandboxes a player's NPCs hold; more: 429 (operators exempt) */
 	long long body_max;         /* largest JSON request body, bytes; more: 413 */
 	long long file_size_max;    /* largest file written through PUT files, bytes */
 	long long heartbeat;        /* ms between ": ping" comments on an idle SSE stream */

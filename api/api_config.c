@@ -28,6 +28,9 @@ const struct sbx_config_key api_config_keys[] = {
 	    "concurrent execs per principal; more: 429 too_many"),
 	K("requests_per_minute", SBX_CFG_INT, rate_per_minute, "600",
 	    "requests per minute per principal; more: 429 rate_limited"),
+	K("max_sandboxes_per_player", SBX_CFG_INT, max_sandboxes_per_player, "10",
+	    "sandboxes the NPCs of one player may hold (ensured, not yet destroyed); "
+	    "a player's ensure of one more: 429 too_many; operators are exempt"),
 	K("body_max", SBX_CFG_BYTES, body_max, "1m",
 	    "largest JSON request body (exec stdin included); more: 413"),
 	K("file_size_max", SBX_CFG_BYTES, file_size_max, "64m",
@@ -113,15 +116,17 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    "state_dir must be an absolute path.");
 	if (cfg->max_execs <= 0 || cfg->rate_per_minute <= 0 ||
+	    cfg->max_sandboxes_per_player <= 0 ||
 	    cfg->body_max <= 0 || cfg->file_size_max <= 0 ||
 	    cfg->heartbeat <= 0 || cfg->broker_timeout <= 0 ||
 	    cfg->request_timeout <= 0 || cfg->header_timeout <= 0 ||
 	    cfg->head_max <= 0 || cfg->headers_max <= 0 ||
 	    cfg->max_connections <= 0)
 		return sbx_err_set(err, SBX_E_CONFIG, "max_execs_per_principal, "
-		    "requests_per_minute, body_max, file_size_max, heartbeat, "
-		    "broker_timeout, request_timeout, header_timeout, head_max, "
-		    "headers_max and max_connections must be above 0.");
+		    "requests_per_minute, max_sandboxes_per_player, body_max, "
+		    "file_size_max, heartbeat, broker_timeout, request_timeout, "
+		    "header_timeout, head_max, headers_max and max_connections "
+		    "must be above 0.");
 	if (cfg->shutdown_grace < 0)
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    "shutdown_grace must be 0 or more.");

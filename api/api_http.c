@@ -538,12 +538,46 @@ ensure_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 	struct sbx_err e2;
 
 	sbx_err_clear(&e2);
+	if (err != NULL && a->slot_claimed &&
+	    api_store_sandbox_release(a->s->store, a->npc.id, &e2) == -1)
+		log_warn("cannot give a sandbox slot back", "npc", a->npc.name,
+		    NULL);
 	if (err == NULL && a->set_image &&
 	    api_store_npc_set_image(a->s->store, a->npc.name, a->npc.image,
 	    &e2) == -1)
 		log_warn("cannot remember the NPC's image", "npc", a->npc.name,
 		    NULL);
 	status_done(arg, err, st);
+}
+
+/*
+ * max_sandboxes_per_player: the NPC's sandbox takes one of its owner's
+ * slots before the broker is asked, so a burst of ensures cannot pass the
+ * cap. Operators are exempt (their ensures are recorded, never refused).
+ * Returns 0, or -1 having answered (429 too_many, 500).
+ */
+static int
+claim_slot(struct areq *a)
+{
+	long long max = a->who.role == API_ROLE_OPERATOR ? 0 :
+	    a->s->cfg->max_sandboxes_per_player;
+	struct sbx_err err;
+	int r;
+
+	sbx_err_clear(&err);
+	r = api_store_sandbox_claim(a->s->store, &a->npc, max,
+	    &a->slot_claimed, &err);
+	if (r == 1)
+		return 0;
+	if (r == 0)
+		areq_fail_code(a, SBX_E_TOO_MANY, "%s already has %lld "
+		    "sandboxes, the most one player may have "
+		    "(max_sandboxes_per_player); delete one with DELETE "
+		    "/api/v1/npcs/NPC/sandbox, or ask an operator.",
+		    a->npc.owner, max);
+	else
+		areq_fail(a, &err);
+	return -1;
 }
 
 static void
@@ -595,10 +629,15 @@ h_ensure(struct areq *a)
 	spec.image = a->npc.image[0] != '\0' ? a->npc.image : NULL;
 	/* Egress comes from the stored grant, never from the caller. */
 	spec.egress = a->npc.egress;
+	if (claim_slot(a) == -1)
+		return;
 	a->op = a->s->driver->ops->ensure(a->s->driver, a->npc.sandbox_id,
 	    &spec, ensure_done, a, &err);
-	if (a->op == NULL)
+	if (a->op == NULL) {
+		if (a->slot_claimed)
+			api_store_sandbox_release(a->s->store, a->npc.id, &err);
 		areq_fail_broker(a, &err);
+	}
 }
 
 static void
@@ -628,6 +667,14 @@ done_reply(struct areq *a, const struct sbx_err *err, const char *state)
 static void
 destroy_done(void *arg, const struct sbx_err *err)
 {
+	struct areq *a = arg;
+	struct sbx_err e2;
+
+	sbx_err_clear(&e2);
+	if (err == NULL &&
+	    api_store_sandbox_release(a->s->store, a->npc.id, &e2) == -1)
+		log_warn("cannot give a sandbox slot back", "npc", a->npc.name,
+		    NULL);
 	done_reply(arg, err, "absent");
 }
 

@@ -124,6 +124,7 @@ struct areq {
 	int egress;
 	int egress_parsed;
 	int set_image;
+	int slot_claimed;                   /* this ensure took a sandbox slot */
 	unsigned char *stdin_data;
 	size_t stdin_len;
 	struct areq *prev, *next;

@@ -51,7 +51,15 @@ static const char schema[] =
     " principal TEXT,"
     " action TEXT NOT NULL,"
     " npc TEXT,"
-    " outcome TEXT NOT NULL);";
+    " outcome TEXT NOT NULL);"
+    /* One row per NPC whose sandbox the api ensured and has not destroyed:
+     * what max_sandboxes_per_player counts. Its own table, so databases
+     * made before it need no ALTER. */
+    "CREATE TABLE IF NOT EXISTS sandboxes ("
+    " npc_id INTEGER PRIMARY KEY REFERENCES npcs(id),"
+    " owner_id INTEGER NOT NULL REFERENCES principals(id),"
+    " since INTEGER NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS sandboxes_owner ON sandboxes(owner_id);";
 
 static int64_t
 now_ms(void)
@@ -607,6 +615,108 @@ api_store_npc_set_image(struct api_store *st, const char *name,
 	sqlite3_bind_text(stmt, 2, name, -1, SQLITE_TRANSIENT);
 	if (sqlite3_step(stmt) != SQLITE_DONE) {
 		db_fail(st, err, "set image");
+		goto done;
+	}
+	rc = 0;
+done:
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+int
+api_store_sandbox_count(struct api_store *st, int64_t owner_id,
+    int64_t *out, struct sbx_err *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc = -1;
+
+	if (sqlite3_prepare_v2(st->db, "SELECT COUNT(*) FROM sandboxes WHERE "
+	    "owner_id = ?", -1, &stmt, NULL) != SQLITE_OK) {
+		db_fail(st, err, "count sandboxes");
+		goto done;
+	}
+	sqlite3_bind_int64(stmt, 1, owner_id);
+	if (sqlite3_step(stmt) != SQLITE_ROW) {
+		db_fail(st, err, "count sandboxes");
+		goto done;
+	}
+	*out = sqlite3_column_int64(stmt, 0);
+	rc = 0;
+done:
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+int
+api_store_sandbox_claim(struct api_store *st, const struct api_npc *n,
+    long long max, int *claimed, struct sbx_err *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc = -1;
+
+	*claimed = 0;
+	/* One statement: the count and the insert cannot be split by a
+	 * concurrent claim, even from another process on the same file. */
+	if (sqlite3_prepare_v2(st->db, "INSERT OR IGNORE INTO sandboxes "
+	    "(npc_id, owner_id, since) SELECT ?1, ?2, ?3 WHERE ?4 <= 0 OR "
+	    "EXISTS (SELECT 1 FROM sandboxes WHERE npc_id = ?1) OR "
+	    "(SELECT COUNT(*) FROM sandboxes WHERE owner_id = ?2) < ?4", -1,
+	    &stmt, NULL) != SQLITE_OK) {
+		db_fail(st, err, "claim a sandbox");
+		goto done;
+	}
+	sqlite3_bind_int64(stmt, 1, n->id);
+	sqlite3_bind_int64(stmt, 2, n->owner_id);
+	sqlite3_bind_int64(stmt, 3, now_ms());
+	sqlite3_bind_int64(stmt, 4, max);
+	if (sqlite3_step(stmt) != SQLITE_DONE) {
+		db_fail(st, err, "claim a sandbox");
+		goto done;
+	}
+	if (sqlite3_changes(st->db) > 0) {
+		*claimed = 1;
+		rc = 1;
+		goto done;
+	}
+	/* Nothing inserted: the NPC holds its slot already, or none is free. */
+	sqlite3_finalize(stmt);
+	stmt = NULL;
+	if (sqlite3_prepare_v2(st->db, "SELECT 1 FROM sandboxes WHERE "
+	    "npc_id = ?", -1, &stmt, NULL) != SQLITE_OK) {
+		db_fail(st, err, "claim a sandbox");
+		goto done;
+	}
+	sqlite3_bind_int64(stmt, 1, n->id);
+	switch (sqlite3_step(stmt)) {
+	case SQLITE_ROW:
+		rc = 1;
+		break;
+	case SQLITE_DONE:
+		rc = 0;
+		break;
+	default:
+		db_fail(st, err, "claim a sandbox");
+	}
+done:
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+int
+api_store_sandbox_release(struct api_store *st, int64_t npc_id,
+    struct sbx_err *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc = -1;
+
+	if (sqlite3_prepare_v2(st->db, "DELETE FROM sandboxes WHERE "
+	    "npc_id = ?", -1, &stmt, NULL) != SQLITE_OK) {
+		db_fail(st, err, "release a sandbox");
+		goto done;
+	}
+	sqlite3_bind_int64(stmt, 1, npc_id);
+	if (sqlite3_step(stmt) != SQLITE_DONE) {
+		db_fail(st, err, "release a sandbox");
 		goto done;
 	}
 	rc = 0;

@@ -128,6 +128,31 @@ int api_store_npc_set_image(struct api_store *st, const char *name,
     const char *image, struct sbx_err *err);
 
 /*
+ * Sandbox quota (max_sandboxes_per_player, docs/security.md). A sandbox
+ * counts for the NPC's owner from the api's first ensure of it until the api
+ * destroys it, stopped or not: the api knows only what it asked for, so one
+ * the broker's destroy_after removed keeps counting until DELETE.
+ *
+ * api_store_sandbox_claim: takes a slot for NPC n (n->id, n->owner_id) when
+ * it holds none yet and its owner holds fewer than max (max <= 0: no cap,
+ * the slot is still recorded). Count and insert are one statement. Returns 1
+ * (n holds a slot now; *claimed 1 when this call took it, so a failed ensure
+ * can give it back), 0 when the owner already holds max (nothing changed),
+ * -1 with err internal.
+ */
+int api_store_sandbox_claim(struct api_store *st, const struct api_npc *n,
+    long long max, int *claimed, struct sbx_err *err);
+
+/* Gives NPC npc_id's slot back (its sandbox was destroyed, or the ensure
+ * that claimed it failed); none held is fine. Returns 0 or -1 (internal). */
+int api_store_sandbox_release(struct api_store *st, int64_t npc_id,
+    struct sbx_err *err);
+
+/* Slots owner_id holds, in *out. Returns 0 or -1 (internal). */
+int api_store_sandbox_count(struct api_store *st, int64_t owner_id,
+    int64_t *out, struct sbx_err *err);
+
+/*
  * Appends an audit row (ts now, principal, action, npc, outcome). Strings may
  * be NULL (stored as NULL). A failure is logged, never returned: the request
  * it describes has already happened.

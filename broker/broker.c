@@ -16,26 +16,35 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <jansson.h>
+#include <sodium.h>
 
 #include "broker.h"
 #include "broker_reaper.h"
 #include "driver_engine.h"
 #include "sbx_http_client.h"
 #include "sbx_log.h"
+#include "sbx_probe.h"
 #include "sbx_proto.h"
 #include "sbx_token.h"
 
 static const char synopsis[] =
     "[--listen unix:PATH|HOST:PORT] [--runtime unix:PATH] [--token-file FILE]\n"
     "       [--state-dir DIR] [--image NAME] [--config FILE] [--check]\n"
-    "       [--print-config] [--help] [--version] [more --KEY VALUE below]\n"
+    "       [--health] [--print-config] [--help] [--version]\n"
+    "       [more --KEY VALUE below]\n"
     "\n"
     "The bearer token comes from --token-file (mode 0600), else the systemd\n"
     "credential $CREDENTIALS_DIRECTORY/broker-token, else SBX_BROKER_TOKEN;\n"
     "at least 16 characters, never printed.\n"
     "\n"
-    "Exit codes: 0 ok (also after SIGTERM drained), 1 internal error,\n"
-    "64 usage, 69 --check found the runtime, image or helper unusable,\n"
+    "--health asks the running broker at its listen address for GET /v1/health\n"
+    "with the token from the same token file (for a container or service\n"
+    "health check: no token on any command line), prints one line and exits\n"
+    "0 when the broker answers status ok, else 1.\n"
+    "\n"
+    "Exit codes: 0 ok (also after SIGTERM drained), 1 internal error or\n"
+    "--health unhealthy, 64 usage, 69 --check found the runtime, image or\n"
+    "helper unusable,\n"
     "78 configuration (bad value, missing or short token, unusable state dir\n"
     "or listen address).\n"
     "\n"
@@ -442,6 +451,32 @@ run_check(struct main_ctx *m, struct sbx_driver *driver,
 	return c.problems > 0 ? BROKER_EXIT_UNAVAILABLE : BROKER_EXIT_OK;
 }
 
+/*
+ * --health: GET /v1/health from the broker that serves cfg->listen, with the
+ * token of token_file (or SBX_BROKER_TOKEN); one line on stdout, 0 or 1.
+ */
+static int
+run_health(const struct broker_config *cfg)
+{
+	char tok[SBX_TOKEN_MAX_LEN + 1], detail[512];
+	struct sbx_err err;
+	size_t len = 0;
+	int rc;
+
+	sbx_err_clear(&err);
+	if (sbx_token_read(cfg->token_file, getenv("SBX_BROKER_TOKEN"), tok,
+	    sizeof(tok), &len, &err) == -1) {
+		printf("unhealthy: %s\n", err.message);
+		return SBX_PROBE_UNHEALTHY;
+	}
+	rc = sbx_probe_health(cfg->listen, SBX_PATH_HEALTH, tok, len, 5000,
+	    detail, sizeof(detail));
+	sodium_memzero(tok, sizeof(tok));
+	printf("%s: %s\n", rc == SBX_PROBE_HEALTHY ? "healthy" : "unhealthy",
+	    detail);
+	return rc;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -471,7 +506,7 @@ main(int argc, char **argv)
 	sbx_log_init("sandbox-broker", 2, SBX_LOG_INFO);
 
 	opts.accept = SBX_OPT_HELP | SBX_OPT_VERSION | SBX_OPT_PRINT_CONFIG |
-	    SBX_OPT_CHECK;
+	    SBX_OPT_CHECK | SBX_OPT_HEALTH;
 	if (sbx_config_load(broker_config_keys, &cfg, argc, argv, &opts,
 	    &err) == -1) {
 		rc = sbx_config_exit_code(&err);
@@ -506,6 +541,10 @@ main(int argc, char **argv)
 	if (opts.print_config) {
 		sbx_config_print(stdout, broker_config_keys, &cfg);
 		rc = BROKER_EXIT_OK;
+		goto done;
+	}
+	if (opts.health) {
+		rc = run_health(&cfg);
 		goto done;
 	}
 	sbx_log_set_level(sbx_log_level_parse(cfg.log_level));
@@ -556,7 +595,7 @@ main(int argc, char **argv)
 	ec.helper_volume = cfg.helper_volume;
 	ec.run_bytes = cfg.run_size;
 	ec.oci_runtime = cfg.oci_runtime;
-	ec.egress_network = cfg.egress_network;
+	ec.egress_bridge_prefix = cfg.egress_bridge_prefix;
 	ec.name_prefix = cfg.name_prefix;
 	if ((driver = sbx_engine_driver_new(m.base, &ec, &err)) == NULL) {
 		fprintf(stderr, "sandbox-broker: %s\n", err.message);

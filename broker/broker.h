@@ -37,7 +37,7 @@ struct broker_config {
 	char *helper_path;        /* NULL/"": next to the binary (broker_config_finish) */
 	char *helper_volume;      /* stem of the helper volume's name; NULL: "<name_prefix>helper" */
 	char *user;               /* "uid:gid" of the sandbox user */
-	char *egress_network;
+	char *egress_bridge_prefix;
 	char *oci_runtime;        /* NULL: runtime default */
 	char *name_prefix;        /* container/volume name prefix */
 	long long memory;         /* default memory limit, bytes */

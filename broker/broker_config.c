@@ -36,8 +36,9 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "the volume is STEM-<sha256 prefix> (default: <name_prefix>helper)"),
 	K("user", SBX_CFG_STRING, user, "1000:1000",
 	    "uid:gid that exec and file operations run as in the sandbox"),
-	K("egress_network", SBX_CFG_STRING, egress_network, "sbx-egress",
-	    "runtime network of sandboxes granted egress"),
+	K("egress_bridge_prefix", SBX_CFG_STRING, egress_bridge_prefix, "sbxe",
+	    "host interface name prefix of the per-sandbox egress networks "
+	    "(matched by deploy/egress-firewall.sh)"),
 	K("oci_runtime", SBX_CFG_STRING, oci_runtime, NULL,
 	    "OCI runtime for sandboxes, e.g. runsc (default: the runtime's)"),
 	K("name_prefix", SBX_CFG_STRING, name_prefix, "sbx-",

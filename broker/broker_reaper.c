@@ -63,6 +63,7 @@ struct broker_recovery {
 	void (*done)(void *, const struct sbx_err *);
 	void *arg;
 	struct sbx_op *list_op;
+	struct sbx_op *gc_op;         /* the driver's reconcile */
 	struct sbx_op **kill_ops;     /* one per running sandbox */
 	char (*kill_ids)[64];
 	struct kill_slot *slots;
@@ -131,6 +132,23 @@ slot_killed(void *arg, const struct sbx_err *err)
 		log_info("execs left by an earlier broker killed", "id", id,
 		    NULL);
 		audit(r->s, wall_ms(), "recover", id, "ok", 0, "killed");
+	}
+	recovery_step_done(r);
+}
+
+static void
+gc_done(void *arg, const struct sbx_err *err)
+{
+	struct broker_recovery *r = arg;
+
+	r->gc_op = NULL;
+	if (err != NULL) {
+		/* As for the kills: only an unreachable runtime is retried. */
+		if (!sbx_err_is_set(&r->first_err) &&
+		    strcmp(err->code, SBX_E_RUNTIME_UNAVAILABLE) == 0)
+			r->first_err = *err;
+		log_warn("cannot remove runtime objects no sandbox needs",
+		    "code", err->code, "error", err->message, NULL);
 	}
 	recovery_step_done(r);
 }
@@ -247,6 +265,15 @@ listed(void *arg, const struct sbx_err *err, const struct sbx_status *sts,
 		}
 		r->nkill++;
 	}
+	/* Egress networks of sandboxes that no longer have egress (ADR 0014). */
+	if (d->ops->reconcile != NULL) {
+		r->pending++;
+		if ((r->gc_op = d->ops->reconcile(d, gc_done, r, &e)) == NULL) {
+			r->pending--;
+			log_warn("cannot remove runtime objects no sandbox needs",
+			    "error", e.message, NULL);
+		}
+	}
 out:
 	free(rows);
 	free(sorted);
@@ -291,6 +318,7 @@ broker_recovery_free(struct broker_recovery *r)
 	if (r == NULL)
 		return;
 	sbx_op_cancel(r->list_op);
+	sbx_op_cancel(r->gc_op);
 	for (i = 0; i < r->nkill; i++)
 		if (r->kill_ops[i] != NULL)
 			sbx_op_cancel(r->kill_ops[i]);

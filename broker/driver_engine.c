@@ -64,7 +64,7 @@ struct engine {
 	int64_t tmp_bytes, output_cap, file_max;
 	char *helper_path;
 	char *oci_runtime;
-	char *egress_net;
+	char *bridge_prefix;          /* host interface names of egress networks */
 	char *prefix;
 	int stop_timeout_s;
 	int64_t req_timeout_ms;
@@ -86,7 +86,7 @@ struct engine {
 
 enum op_kind {
 	OP_ENSURE, OP_STATUS, OP_EXEC, OP_READ, OP_WRITE, OP_LIST, OP_STOP,
-	OP_DESTROY, OP_SANDBOXES, OP_HEALTH, OP_KILL, OP_RECOVER,
+	OP_DESTROY, OP_SANDBOXES, OP_HEALTH, OP_KILL, OP_RECOVER, OP_RECONCILE,
 	OP_HELPER, OP_HGC,            /* internal: fill the helper volume, drop old ones */
 };
 
@@ -103,6 +103,8 @@ struct eop {
 	char id[64];
 	char cname[128];              /* container name */
 	char vname[140];              /* volume name */
+	char nname[140];              /* egress network name */
+	void (*after_net)(struct eop *); /* net_drop's continuation */
 	char cid[80];                 /* runtime container id once inspected */
 
 	/* The runtime call in flight (one at a time). */
@@ -124,6 +126,7 @@ struct eop {
 	char image[256];
 	int egress;
 	int64_t mem, cpus, pids;
+	int drop_net;                 /* egress revoked: remove its network */
 	int retries;                  /* lost create races so far */
 	struct event *retry;
 	int need_init;                /* Docker: chown /work in an init container */
@@ -170,6 +173,12 @@ struct eop {
 	struct eop *kill;             /* kill exec run on our behalf */
 	struct eop *parent;           /* for a kill: who waits for it */
 	struct sbx_err kerr;
+
+	/* reconcile */
+	json_t *rkeep;                /* ids whose egress network stays */
+	json_t *rnets;                /* managed networks, walked by ri */
+	size_t ri;
+	unsigned rgone;
 
 	struct sbx_health health;
 	struct event *defer;          /* reports a failure from the loop */
@@ -258,6 +267,20 @@ name_ok(const char *s, size_t max)
 	for (; *s != '\0'; s++)
 		if (!isalnum((unsigned char)*s) && *s != '-' && *s != '_' &&
 		    *s != '.')
+			return 0;
+	return 1;
+}
+
+/* Host interface prefix: leaves at least 9 hex digits of the 15 bytes. */
+static int
+bridge_prefix_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n > 6 || !islower((unsigned char)s[0]))
+		return 0;
+	for (; *s != '\0'; s++)
+		if (!islower((unsigned char)*s) && !isdigit((unsigned char)*s))
 			return 0;
 	return 1;
 }
@@ -393,6 +416,8 @@ op_new(struct engine *e, enum op_kind kind, const char *id, struct sbx_err *err)
 		snprintf(op->id, sizeof(op->id), "%s", id);
 		snprintf(op->cname, sizeof(op->cname), "%s%s", e->prefix, id);
 		snprintf(op->vname, sizeof(op->vname), "%s%s-work", e->prefix, id);
+		snprintf(op->nname, sizeof(op->nname), "%s%s-egress", e->prefix,
+		    id);
 	}
 	TAILQ_INSERT_TAIL(&e->ops, op, link);
 	return op;
@@ -427,6 +452,8 @@ op_free(struct eop *op)
 		evbuffer_free(op->errtail);
 	json_decref(op->cmd);
 	json_decref(op->env);
+	json_decref(op->rkeep);
+	json_decref(op->rnets);
 	json_decref(op->gc);
 	free(op);
 }
@@ -518,6 +545,7 @@ finish_err(struct eop *op, const struct sbx_err *err)
 	case OP_STOP:
 	case OP_DESTROY:
 	case OP_RECOVER:
+	case OP_RECONCILE:
 		finish_done(op, err);
 		break;
 	case OP_KILL:
@@ -881,7 +909,7 @@ create_body(struct eop *op)
 	    "NanoCpus", (json_int_t)op->cpus,
 	    "PidsLimit", (json_int_t)op->pids,
 	    "Mounts", mounts,
-	    "NetworkMode", op->egress ? e->egress_net : "none",
+	    "NetworkMode", op->egress ? op->nname : "none",
 	    "RestartPolicy", "Name", "no");
 	mounts = tmpfs = NULL;
 	if (hc == NULL)
@@ -1055,6 +1083,95 @@ ensure_create(struct eop *op)
 	call(op, "POST", path, body, ensure_created);
 }
 
+/* ---------- the egress network of one sandbox (ADR 0014) ----------
+ *
+ * Each sandbox granted egress has a bridge network of its own,
+ * "<prefix><id>-egress", labelled io.sbx.managed=true and io.sbx.id=<id>,
+ * whose host interface is "<egress_bridge_prefix><hex>" (at most 15 bytes,
+ * IFNAMSIZ - 1): no other sandbox shares its layer 2, and the host firewall
+ * (deploy/egress-firewall.sh) matches every sandbox bridge by that prefix.
+ */
+
+static void
+bridge_name(const struct eop *op, char *out, size_t sz)
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char h[8];
+	size_t i, o;
+
+	crypto_generichash(h, sizeof(h), (const unsigned char *)op->nname,
+	    strlen(op->nname), NULL, 0);
+	o = (size_t)snprintf(out, sz, "%s", op->e->bridge_prefix);
+	for (i = 0; i < 2 * sizeof(h) && o < 15 && o + 1 < sz; i++)
+		out[o++] = hex[(h[i / 2] >> (i % 2 ? 0 : 4)) & 15];
+	out[o] = '\0';
+}
+
+/* 1 when a network inspect answer is this sandbox's network. */
+static int
+net_ours(const struct eop *op, json_t *net)
+{
+	json_t *labels = json_object_get(net, "Labels");
+	const char *v = label(labels, L_ID);
+
+	return managed(labels) && v != NULL && strcmp(v, op->id) == 0;
+}
+
+static void
+net_dropped(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status != 200 && status != 204 && status != 404) {
+		runtime_err(&e, status, body, "remove the egress network");
+		finish_err(op, &e);
+		return;
+	}
+	op->after_net(op);
+}
+
+static void
+net_drop_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+	char path[256];
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	/* Absent, or a network of that name sbx did not make: nothing of ours. */
+	if (status == 404 || (status == 200 && !net_ours(op, body))) {
+		op->after_net(op);
+		return;
+	}
+	if (status != 200 || !name_ok(jstr(body, "Id"), 128)) {
+		runtime_err(&e, status, body, "inspect the egress network");
+		finish_err(op, &e);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/networks/%s", jstr(body, "Id"));
+	call(op, "DELETE", path, NULL, net_dropped);
+}
+
+/* Removes the sandbox's egress network if sbx made it (its container must be
+ * gone: a network in use is an error), then continues in after. */
+static void
+net_drop(struct eop *op, void (*after)(struct eop *))
+{
+	char path[256];
+
+	op->after_net = after;
+	snprintf(path, sizeof(path), API "/networks/%s", op->nname);
+	call(op, "GET", path, NULL, net_drop_inspected);
+}
+
 static void
 network_created(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
@@ -1065,7 +1182,7 @@ network_created(struct eop *op, int status, json_t *body,
 		finish_err(op, err);
 		return;
 	}
-	/* Taken: created by a concurrent ensure, with our labels too. */
+	/* Taken: created by a concurrent ensure of the same id. */
 	if (status != 201 && status != 200 && !name_taken(status, body)) {
 		runtime_err(&e, status, body, "create the egress network");
 		finish_err(op, &e);
@@ -1080,16 +1197,17 @@ network_inspected(struct eop *op, int status, json_t *body,
 {
 	struct sbx_err e;
 	json_t *req;
-	char path[256];
+	char path[256], bridge[32];
 
 	if (err != NULL) {
 		finish_err(op, err);
 		return;
 	}
 	if (status == 200) {
-		if (!managed(json_object_get(body, "Labels"))) {
-			sbx_err_set(&e, SBX_E_CONFLICT, "network %s exists and is "
-			    "not managed by sbx", op->e->egress_net);
+		if (!net_ours(op, body)) {
+			sbx_err_set(&e, SBX_E_CONFLICT, "a network named %s "
+			    "exists that sbx does not manage; it was left alone",
+			    op->nname);
 			finish_err(op, &e);
 			return;
 		}
@@ -1101,8 +1219,11 @@ network_inspected(struct eop *op, int status, json_t *body,
 		finish_err(op, &e);
 		return;
 	}
-	req = json_pack("{s:s, s:s, s:b, s:{s:s}}", "Name", op->e->egress_net,
-	    "Driver", "bridge", "CheckDuplicate", 1, "Labels", L_MANAGED, "true");
+	bridge_name(op, bridge, sizeof(bridge));
+	req = json_pack("{s:s, s:s, s:b, s:b, s:{s:s, s:s}, s:{s:s}}",
+	    "Name", op->nname, "Driver", "bridge", "CheckDuplicate", 1,
+	    "Internal", 0, "Labels", L_MANAGED, "true", L_ID, op->id,
+	    "Options", "com.docker.network.bridge.name", bridge);
 	if (req == NULL) {
 		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
 		finish_err(op, &e);
@@ -1118,10 +1239,14 @@ ensure_network(struct eop *op)
 	char path[256];
 
 	if (!op->egress) {
-		ensure_create(op);
+		/* Egress revoked: the old container is gone, so is its network. */
+		if (op->drop_net)
+			net_drop(op, ensure_create);
+		else
+			ensure_create(op);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/networks/%s", op->e->egress_net);
+	snprintf(path, sizeof(path), API "/networks/%s", op->nname);
 	call(op, "GET", path, NULL, network_inspected);
 }
 
@@ -1224,6 +1349,18 @@ ensure_removed(struct eop *op, int status, json_t *body,
 	ensure_helper(op);
 }
 
+/* 1 when a container inspect answer shows it attached to the sandbox's own
+ * egress network; 0 for one made before ADR 0014 on the shared one, which
+ * ensure replaces (the volume stays). */
+static int
+on_own_network(const struct eop *op, json_t *c)
+{
+	json_t *nets = json_object_get(json_object_get(c, "NetworkSettings"),
+	    "Networks");
+
+	return json_object_get(nets, op->nname) != NULL;
+}
+
 static void
 ensure_inspected(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
@@ -1257,12 +1394,16 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 	    L_HELPER);
 	snprintf(op->old_helper, sizeof(op->old_helper), "%s",
 	    hl != NULL ? hl : "");
+	/* Egress revoked: its network goes once the container has. */
+	op->drop_net = st.egress && !op->egress;
 	if (st.egress != op->egress || strcmp(st.image, op->image) != 0 ||
-	    strcmp(op->old_helper, op->e->helper_vol) != 0) {
+	    strcmp(op->old_helper, op->e->helper_vol) != 0 ||
+	    (op->egress && !on_own_network(op, body))) {
 		/* Replace the container; the volume (the sandbox's data) stays.
 		 * A helper other than ours (rebuilt, or the bind mount before
-		 * adr/0009) is replaced too. Without our helper label the
-		 * volume was made before /work got its owner: prepare it. */
+		 * adr/0009) is replaced too, and so is an egress sandbox not on
+		 * its own network (before adr/0014). Without our helper label
+		 * the volume was made before /work got its owner: prepare it. */
 		op->need_init = hl == NULL;
 		snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0",
 		    op->cid);
@@ -2074,6 +2215,13 @@ eng_stop(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
 
 /* ---------- destroy ---------- */
 
+/* Last step of destroy: container, volume, then the egress network gone. */
+static void
+destroy_finish(struct eop *op)
+{
+	finish_done(op, NULL);
+}
+
 static void
 destroy_volume_removed(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
@@ -2089,7 +2237,7 @@ destroy_volume_removed(struct eop *op, int status, json_t *body,
 		finish_err(op, &e);
 		return;
 	}
-	finish_done(op, NULL);
+	net_drop(op, destroy_finish);
 }
 
 static void
@@ -2104,7 +2252,7 @@ destroy_volume_inspected(struct eop *op, int status, json_t *body,
 		return;
 	}
 	if (status == 404) {
-		finish_done(op, NULL);
+		net_drop(op, destroy_finish);
 		return;
 	}
 	if (status != 200) {
@@ -2296,6 +2444,153 @@ eng_list_sandboxes(struct sbx_driver *d, sbx_sandboxes_cb cb, void *arg,
 	snprintf(path, sizeof(path), API "/containers/json?all=1&filters=%s",
 	    filt);
 	call(op, "GET", path, NULL, sandboxes_listed);
+	return &op->base;
+}
+
+/* ---------- reconcile: egress networks nobody needs (ADR 0014) ---------- */
+
+static void rec_next(struct eop *op);
+
+static void
+rec_deleted(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	json_t *n = json_array_get(op->rnets, op->ri);
+	const char *name = jstr(n, "Name");
+
+	(void)body;
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status >= 200 && status < 300) {
+		op->rgone++;
+		log_info("orphaned egress network removed", "network", name, NULL);
+	} else if (status != 404) {
+		/* In use (the pre-0014 shared network still has containers) or
+		 * refused: left for the next start. */
+		log_warn("egress network not removed", "network", name, "why",
+		    json_string_value(json_object_get(body, "message")), NULL);
+	}
+	op->ri++;
+	rec_next(op);
+}
+
+/* 1 when managed network n is ours and no sandbox needs it any more. */
+static int
+rec_orphan(struct eop *op, json_t *n)
+{
+	json_t *labels = json_object_get(n, "Labels");
+	const char *name = jstr(n, "Name"), *id = label(labels, L_ID);
+	size_t pl = strlen(op->e->prefix);
+	char want[160];
+
+	if (!managed(labels) || strncmp(name, op->e->prefix, pl) != 0)
+		return 0;
+	if (id == NULL)   /* the shared network of sbx before ADR 0014 */
+		return strcmp(name + pl, "egress") == 0;
+	if (!id_valid(id))
+		return 0;
+	snprintf(want, sizeof(want), "%s%s-egress", op->e->prefix, id);
+	return strcmp(name, want) == 0 &&
+	    json_object_get(op->rkeep, id) == NULL;
+}
+
+static void
+rec_next(struct eop *op)
+{
+	json_t *n;
+	char path[256];
+	char gone[16];
+
+	for (; op->ri < json_array_size(op->rnets); op->ri++) {
+		n = json_array_get(op->rnets, op->ri);
+		if (!rec_orphan(op, n) || !name_ok(jstr(n, "Id"), 128))
+			continue;
+		snprintf(path, sizeof(path), API "/networks/%s", jstr(n, "Id"));
+		call(op, "DELETE", path, NULL, rec_deleted);
+		return;
+	}
+	snprintf(gone, sizeof(gone), "%u", op->rgone);
+	if (op->rgone > 0)
+		log_info("egress networks reconciled", "removed", gone, NULL);
+	finish_done(op, NULL);
+}
+
+static void
+rec_networks(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status != 200 || !json_is_array(body)) {
+		runtime_err(&e, status, body, "list networks");
+		finish_err(op, &e);
+		return;
+	}
+	op->rnets = json_incref(body);
+	op->ri = 0;
+	rec_next(op);
+}
+
+static void
+rec_containers(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+	json_t *c, *labels;
+	const char *id, *eg;
+	char path[512], filt[256];
+	size_t i;
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status != 200 || !json_is_array(body)) {
+		runtime_err(&e, status, body, "list containers");
+		finish_err(op, &e);
+		return;
+	}
+	if ((op->rkeep = json_object()) == NULL) {
+		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		finish_err(op, &e);
+		return;
+	}
+	/* Stopped ones count: starting them again needs their network. */
+	json_array_foreach(body, i, c) {
+		labels = json_object_get(c, "Labels");
+		id = label(labels, L_ID);
+		eg = label(labels, L_EGRESS);
+		if (managed(labels) && id != NULL && eg != NULL &&
+		    strcmp(eg, "1") == 0)
+			json_object_set_new(op->rkeep, id, json_true());
+	}
+	urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
+	snprintf(path, sizeof(path), API "/networks?filters=%s", filt);
+	call(op, "GET", path, NULL, rec_networks);
+}
+
+static struct sbx_op *
+eng_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+	char path[512], filt[256];
+
+	if ((op = op_new(e, OP_RECONCILE, NULL, err)) == NULL)
+		return NULL;
+	op->done_cb = cb;
+	op->arg = arg;
+	urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
+	snprintf(path, sizeof(path), API "/containers/json?all=1&filters=%s",
+	    filt);
+	call(op, "GET", path, NULL, rec_containers);
 	return &op->base;
 }
 
@@ -3778,7 +4073,7 @@ eng_free(struct sbx_driver *d)
 	free(e->helper_path);
 	free(e->helper_tar);
 	free(e->oci_runtime);
-	free(e->egress_net);
+	free(e->bridge_prefix);
 	free(e->prefix);
 	free(e);
 }
@@ -3990,16 +4285,19 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 		if ((e->oci_runtime = strdup(c->oci_runtime)) == NULL)
 			goto oom;
 	}
-	e->egress_net = strdup(c->egress_network != NULL ? c->egress_network :
-	    "sbx-egress");
+	e->bridge_prefix = strdup(c->egress_bridge_prefix != NULL ?
+	    c->egress_bridge_prefix : "sbxe");
 	e->prefix = strdup(c->name_prefix != NULL ? c->name_prefix : "sbx-");
-	if (e->egress_net == NULL || e->prefix == NULL)
+	if (e->bridge_prefix == NULL || e->prefix == NULL)
 		goto oom;
-	if (!name_ok(e->egress_net, 64) || !name_ok(e->prefix, 32) ||
-	    !isalnum((unsigned char)e->prefix[0])) {
-		sbx_err_set(err, SBX_E_BAD_REQUEST, "engine config: egress network "
-		    "and name prefix must be [A-Za-z0-9_.-] (prefix starting with "
-		    "a letter or digit)");
+	if (!name_ok(e->prefix, 32) || !isalnum((unsigned char)e->prefix[0])) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "engine config: name prefix "
+		    "must be [A-Za-z0-9_.-], starting with a letter or digit");
+		goto fail;
+	}
+	if (!bridge_prefix_ok(e->bridge_prefix)) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "engine config: egress bridge "
+		    "prefix must be 1 to 6 of [a-z0-9], starting with a letter");
 		goto fail;
 	}
 	e->stop_timeout_s = c->stop_timeout_s > 0 ? c->stop_timeout_s : 2;
@@ -4026,6 +4324,7 @@ const struct sbx_driver_ops sbx_engine_driver_ops = {
 	.list_sandboxes = eng_list_sandboxes,
 	.health = eng_health,
 	.recover = eng_recover,
+	.reconcile = eng_reconcile,
 	.cancel = eng_cancel,
 	.pause = eng_pause,
 	.resume = eng_resume,

@@ -46,7 +46,9 @@ struct sbx_engine_config {
 	                               * state) size [1 MiB] */
 	const char *oci_runtime;      /* HostConfig.Runtime, e.g. "runsc" [NULL: the
 	                               * runtime's default] */
-	const char *egress_network;   /* bridge network for egress ["sbx-egress"] */
+	const char *egress_bridge_prefix; /* host interface names of the egress
+	                               * networks: "<this><hex>", 15 bytes; 1-6 of
+	                               * [a-z0-9], a letter first ["sbxe"] */
 	const char *name_prefix;      /* container "<prefix><id>", volume
 	                               * "<prefix><id>-work" ["sbx-"] */
 	int stop_timeout_s;           /* seconds between SIGTERM and SIGKILL on stop [2] */
@@ -59,15 +61,19 @@ struct sbx_engine_config {
  *
  * Names and labels. Container "<prefix><id>", volume "<prefix><id>-work",
  * both labelled io.sbx.managed=true, io.sbx.id=<id> (the container also
- * io.sbx.egress=0|1 and io.sbx.image=<image>); the egress network is
- * labelled io.sbx.managed=true. Anything with our name but without our
- * labels is never touched: conflict.
+ * io.sbx.egress=0|1 and io.sbx.image=<image>). A sandbox granted egress
+ * has a bridge network of its own, "<prefix><id>-egress", labelled
+ * io.sbx.managed=true, io.sbx.id=<id>, on the host interface
+ * "<egress_bridge_prefix><hex>" (ADR 0014). Anything with our name but
+ * without our labels is never touched: conflict.
  *
  * ensure: checks image (allowlist: image_not_allowed) and limits (above a
  * ceiling: limit_exceeded) before any runtime call, then inspects: running
  * with the same egress, image and helper volume (label io.sbx.helper) -> its
- * status (one inspect); stopped -> start; different egress, image or helper
- * -> remove the container (never the volume) and create again; absent ->
+ * status (one inspect); stopped -> start; different egress, image or helper,
+ * or an egress sandbox not on its own network (made before ADR 0014) ->
+ * remove the container (never the volume) and create again, removing its
+ * egress network when egress was revoked; absent ->
  * create again. Creating: the helper volume first, once per driver
  * (adr/0009: "<helper_volume>-<sha256 prefix>", filled through a
  * never-started container and the archive API unless it already holds the
@@ -77,7 +83,7 @@ struct sbx_engine_config {
  * the container was absent (or made before adr/0009) an init container
  * "<prefix><id>.init" of the same image running `sbx-helper initwork
  * UID:GID` as root with CAP_CHOWN and CAP_FOWNER only (its exit status
- * checked, then removed), the egress network if needed, the container,
+ * checked, then removed), the sandbox's egress network if needed, the container,
  * start. The container: User, Init, CapDrop ALL, no-new-privileges,
  * read-only root, /tmp (mode 1777) and /run/sbx (0700, the helper's exec
  * state) tmpfs noexec,nosuid,nodev owned by the user, Memory = MemorySwap,
@@ -132,8 +138,11 @@ struct sbx_engine_config {
  * (the helper's name_b64 decoded back to bytes).
  *
  * stop: inspect, POST stop?t=stop_timeout_s; absent -> not_found; already
- * stopped -> ok. destroy: remove the container (force), then the volume;
- * absent -> ok. The helper volume is shared and stays. list_sandboxes: GET /containers/json?all=1 filtered by
+ * stopped -> ok. destroy: remove the container (force), then the volume,
+ * then its egress network if sbx made it; absent -> ok. The helper volume is
+ * shared and stays. reconcile: removes labelled "<prefix><id>-egress"
+ * networks whose id has no labelled egress container (running or stopped)
+ * and the pre-0014 "<prefix>egress". list_sandboxes: GET /containers/json?all=1 filtered by
  * io.sbx.managed=true (and checked again). health: /_ping, /version (runtime
  * name and version, ApiVersion >= 1.41), default image present, helper file
  * read at creation; any failure gives ok=0, status "degraded" and the

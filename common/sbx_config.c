@@ -522,7 +522,7 @@ push_arg(struct sbx_config_opts *opts, char *arg, int argno, struct sbx_err *err
 	return 0;
 }
 
-/* Handles --help/--version/--print-config/--check and extra flags. 1 = consumed. */
+/* Handles --help/--version/--print-config/--check/--health and extra flags. 1 = consumed. */
 static int
 bare_flag(struct sbx_config_opts *opts, const char *a)
 {
@@ -537,6 +537,7 @@ bare_flag(struct sbx_config_opts *opts, const char *a)
 		{ "--print-config", SBX_OPT_PRINT_CONFIG,
 		    offsetof(struct sbx_config_opts, print_config) },
 		{ "--check", SBX_OPT_CHECK, offsetof(struct sbx_config_opts, check) },
+		{ "--health", SBX_OPT_HEALTH, offsetof(struct sbx_config_opts, health) },
 	};
 	size_t i;
 

@@ -50,6 +50,7 @@ struct sbx_config_key {
 #define SBX_OPT_VERSION 0x2      /* --version */
 #define SBX_OPT_PRINT_CONFIG 0x4 /* --print-config */
 #define SBX_OPT_CHECK 0x8        /* --check */
+#define SBX_OPT_HEALTH 0x10      /* --health */
 
 #define SBX_CONFIG_MAX_EXTRA 32
 
@@ -68,7 +69,7 @@ struct sbx_config_opts {
 	                                    left as positional (for "sbx exec NPC ls -l");
 	                                    0: flags and positionals may mix. "--" always ends flags */
 	/* out */
-	int help, version, print_config, check; /* 1 when the flag was given */
+	int help, version, print_config, check, health; /* 1 when the flag was given */
 	unsigned extra_seen;             /* bit i set when extra_flags[i] was given */
 	char **args;                     /* positional arguments, NULL-terminated; the array is
 	                                    owned (sbx_config_opts_free), the strings are argv's */

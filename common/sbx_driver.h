@@ -182,6 +182,16 @@ struct sbx_driver_ops {
 	 * driver whose execs cannot outlive their caller (callers skip it). */
 	struct sbx_op *(*recover)(struct sbx_driver *d, const char *id,
 	    sbx_done_cb cb, void *arg, struct sbx_err *err);
+	/* Start-up garbage collection (SPEC §7): removes what this driver made
+	 * in the runtime for sandboxes that no longer need it, and nothing it
+	 * did not make (engine: an egress network "<prefix><id>-egress"
+	 * labelled io.sbx.managed=true whose sandbox has no egress container,
+	 * running or stopped; ADR 0014). Called by the broker at start, after
+	 * listing the sandboxes and before it serves requests, so no ensure
+	 * of its own runs meanwhile. Errors: runtime_unavailable,
+	 * runtime_error. Optional: NULL when a driver leaves nothing behind. */
+	struct sbx_op *(*reconcile)(struct sbx_driver *d, sbx_done_cb cb,
+	    void *arg, struct sbx_err *err);
 
 	/* Handle control (see rules above). pause/resume apply to streams:
 	 * a paused stream stops reading from its producer, so memory stays

@@ -216,6 +216,46 @@ sbx_token_generate(char *out, size_t outlen)
 	return 0;
 }
 
+int
+sbx_token_read(const char *file, const char *env_value, char *out,
+    size_t outsz, size_t *outlen, struct sbx_err *err)
+{
+	struct sbx_token check;
+	ssize_t n;
+	size_t len = 0;
+
+	*outlen = 0;
+	if (out == NULL || outsz < SBX_TOKEN_MAX_LEN + 1)
+		return sbx_err_set(err, SBX_E_BAD_TOKEN, "token buffer too small");
+	if (file != NULL) {
+		if ((n = read_token_file(file, out, SBX_TOKEN_MAX_LEN + 1,
+		    err)) < 0)
+			goto fail;
+		len = (size_t)n;
+	} else if (env_value != NULL) {
+		len = strlen(env_value);
+		if (len > SBX_TOKEN_MAX_LEN) {
+			sbx_err_set(err, SBX_E_BAD_TOKEN, "token is longer than %d "
+			    "bytes", SBX_TOKEN_MAX_LEN);
+			goto fail;
+		}
+		memcpy(out, env_value, len);
+	}
+	while (len > 0 && (out[len - 1] == '\n' || out[len - 1] == '\r' ||
+	    out[len - 1] == ' ' || out[len - 1] == '\t'))
+		len--;
+	out[len] = '\0';
+	/* The rules are sbx_token_set's; only its verdict is kept. */
+	if (sbx_token_set(&check, out, len, err) != 0)
+		goto fail;
+	sbx_token_clear(&check);
+	*outlen = len;
+	return 0;
+fail:
+	sodium_memzero(out, outsz);
+	return -1;
+}
+
 /* env_start and env_end (fields 50 and 51) of /proc/self/stat. */
 static int
 env_block(uintptr_t *start, uintptr_t *end)

@@ -81,6 +81,19 @@ int sbx_bearer_verify(const struct sbx_token *t, const char *authorization_heade
 int sbx_token_generate(char *out, size_t outlen);
 
 /*
+ * Reads the token's plaintext for a client of the daemon that holds it (its
+ * own --health probe, sbx_probe.h): the same sources and rules as
+ * sbx_token_load (file first, else env_value; trailing whitespace trimmed;
+ * length and characters checked). out must have room for at least
+ * SBX_TOKEN_MAX_LEN + 1 bytes (outsz); it receives the NUL-terminated token
+ * and *outlen its length. Returns 0, or -1 with out wiped and err set as by
+ * sbx_token_load (SBX_E_BAD_TOKEN, also when outsz is too small).
+ * The caller wipes out (sodium_memzero) as soon as it has sent the token.
+ */
+int sbx_token_read(const char *file, const char *env_value, char *out,
+    size_t outsz, size_t *outlen, struct sbx_err *err);
+
+/*
  * Removes the environment variable name (e.g. "SBX_BROKER_TOKEN") from the
  * process: unsetenv(3), and every "name=value" string of it that lies in the
  * process's initial environment block (env_start..env_end of

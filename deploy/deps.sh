@@ -15,9 +15,9 @@ set -eu
 PKGS="
 build-essential pkg-config
 libevent-dev libjansson-dev libsqlite3-dev libsodium-dev libcmocka-dev sqlite3
-docker.io podman runc catatonit conmon uidmap iptables netavark aardvark-dns
+docker.io docker-compose podman runc catatonit conmon uidmap iptables netavark aardvark-dns
 busybox-static debootstrap
-python3 curl jq iproute2 prometheus
+python3 curl jq iproute2 prometheus nftables
 clang libclang-rt-14-dev
 systemd nginx-light
 "
@@ -32,6 +32,10 @@ systemd nginx-light
 # netavark (+ aardvark-dns for names): podman's bridge network backend; with
 # --no-install-recommends podman would otherwise get no network stack.
 # catatonit: podman's init for HostConfig.Init; docker.io brings tini.
+# nftables: deploy/egress-firewall.sh (ADR 0014) and its test, in a network
+# namespace the test creates (tests/integration/test_egress.py).
+# docker-compose: Debian's 1.29, for deploy/compose (docs/deploy.md) and
+# tests/integration/test_compose.py.
 
 missing=""
 for p in $PKGS; do

@@ -206,6 +206,14 @@ purge_engine() {
 				die "removing volume $v failed: $(cat "$RUN/.purge.err")" "see the runtime's log"
 			note "removed sandbox $id: volume $v"
 		done
+		# Its egress network (adr/0014: one per egress sandbox).
+		list=$(engine GET "/networks" -G --data-urlencode "filters=$filt") ||
+			die "listing the networks of sandbox $id failed: $(cat "$RUN/.purge.err")" "see the runtime's log"
+		for n in $(printf '%s' "$list" | jq -r --arg id "$id" '.[] | select(.Labels["io.sbx.managed"] == "true" and .Labels["io.sbx.id"] == $id) | .Id + "=" + .Name'); do
+			engine DELETE "/networks/${n%%=*}" >/dev/null ||
+				die "removing network ${n#*=} failed: $(cat "$RUN/.purge.err")" "see the runtime's log"
+			note "removed sandbox $id: network ${n#*=}"
+		done
 	done
 	# The read-only helper volumes its sandboxes mounted (adr/0009), unless a
 	# container outside $RUN still uses one (the runtime then refuses: 409).
@@ -216,7 +224,7 @@ purge_engine() {
 			note "kept helper volume $v: another container uses it"
 		fi
 	done
-	# The egress network (broker default name), once no container uses it.
+	# The shared egress network of brokers before adr/0014, once unused.
 	if net=$(engine GET "/networks/sbx-egress" 2>/dev/null) &&
 	    [ "$(printf '%s' "$net" | jq -r '.Labels["io.sbx.managed"] // ""')" = true ] &&
 	    [ "$(printf '%s' "$net" | jq -r '(.Containers // {}) | length')" = 0 ]; then

@@ -167,7 +167,7 @@ errmsg(const char *fmt, ...)
 static void
 usage_line(FILE *f, const struct cmd *c)
 {
-	fprintf(f, "  sbx %s %s\n", c->name, c->args);
+	fprintf(f, "  sbxctl %s %s\n", c->name, c->args);
 }
 
 static void

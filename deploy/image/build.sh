@@ -45,37 +45,8 @@ if [ "${SBX_IMAGE_REBUILD:-0}" != 1 ] && rt image inspect "$IMAGE" >/dev/null 2>
 	exit 0
 fi
 
-# The first deb URI whose suites include $SUITE, from the machine's own apt
-# sources: one-line format ("deb [opts] URI SUITE COMP...") and deb822
-# (.sources stanzas with Types/URIs/Suites).
-mirror() {
-	if [ -n "${SBX_IMAGE_MIRROR:-}" ]; then
-		echo "$SBX_IMAGE_MIRROR"
-		return
-	fi
-	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-		[ -f "$f" ] || continue
-		awk -v s="$SUITE" '$1 == "deb" {
-			i = 2
-			if ($2 ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
-			if ($(i + 1) == s) { print $i; exit }
-		}' "$f"
-	done | head -n 1 | grep . && return
-	for f in /etc/apt/sources.list.d/*.sources; do
-		[ -f "$f" ] || continue
-		awk -v s="$SUITE" '
-		function flush() {
-			if (deb && uri != "" && suite) { print uri; found = 1; exit }
-			deb = 0; uri = ""; suite = 0
-		}
-		/^[ \t]*$/ { flush(); next }
-		/^[ \t]*#/ { next }
-		tolower($1) == "types:" { for (i = 2; i <= NF; i++) if ($i == "deb") deb = 1 }
-		tolower($1) == "uris:" { uri = $2 }
-		tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == s) suite = 1 }
-		END { if (!found) flush() }' "$f"
-	done | head -n 1
-}
+# mirror(): SBX_IMAGE_MIRROR, else the machine's own apt sources.
+. "$(dirname "$0")/mirror.sh"
 
 # progress PID LOG T0: while debootstrap (PID) runs, one line when its phase
 # changes and every 5 s, from the "I: ..." lines of its LOG, so the ~50 s
@@ -110,7 +81,7 @@ TAR=$CACHE/sbx-default-$SUITE.tar
 if [ ! -s "$TAR" ]; then
 	[ "$(id -u)" -eq 0 ] || die "building the image needs root (debootstrap); run as root, or import an image yourself and set SBX_RUN_IMAGE"
 	command -v debootstrap >/dev/null 2>&1 || die "debootstrap is not installed; run: sh deploy/deps.sh"
-	MIRROR=$(mirror)
+	MIRROR=$(mirror "$SUITE")
 	[ -n "$MIRROR" ] || die "no apt source for $SUITE found in /etc/apt/sources.list(.d); set SBX_IMAGE_MIRROR to a Debian mirror URL"
 	mkdir -p "$CACHE"
 	ROOT=$CACHE/rootfs

@@ -21,6 +21,13 @@
 #                           mounted under it and it no longer exists; else list
 #                           what is left and exit 1.
 #
+# Two knobs for a suite that brings up runtimes of its own (test_egress.py):
+#   SBX_RUNTIMES_ONLY=docker|podman   start only that one.
+#   SBX_RUNTIME_NETNS=NAME            run dockerd and the podman service in
+#       the network namespace NAME (made by the caller: `ip netns add`), so
+#       their bridges, routes and any firewall rule a test applies there stay
+#       out of the host's; the API sockets are files and work from anywhere.
+#
 # Persistent state, API sockets and logs live under DIR; runtime state (exec
 # roots, podman's runroot and tmp_dir, containerd's socket) under a short
 # RUN=/run/sbx-rt-<hash of DIR>: measured here, podman 4.3 with a runroot and
@@ -72,6 +79,17 @@ UP_DEADLINE=${SBX_RUNTIME_UP_DEADLINE:-60}     # seconds per daemon
 DOWN_DEADLINE=${SBX_RUNTIME_DOWN_DEADLINE:-20} # seconds before SIGKILL
 
 log() { printf 'runtimes: %s\n' "$*" >&2; }
+
+# in_netns CMD...: CMD in SBX_RUNTIME_NETNS when set, else as is.
+in_netns() {
+	if [ -n "${SBX_RUNTIME_NETNS:-}" ]; then
+		# nsenter, not `ip netns exec`: that remounts /sys, and with it the
+		# cgroup mounts dockerd needs.
+		nsenter --net="/run/netns/$SBX_RUNTIME_NETNS" "$@"
+	else
+		"$@"
+	fi
+}
 now_ms() { date +%s%3N; }
 
 usage() {
@@ -247,7 +265,7 @@ write_podman_conf() {
 # containerd; returns once it answers (up, and `start` after a `kill`).
 start_dockerd() {
 	local dir=$1 run=$2 d=$1/docker pid
-	setsid "$DOCKERD" --config-file "$d/daemon.json" \
+	in_netns setsid "$DOCKERD" --config-file "$d/daemon.json" \
 		--host "unix://$d/docker.sock" --containerd "$run/containerd.sock" \
 		--data-root "$d/data" --exec-root "$run/dexec" --pidfile "$d/dockerd.pid" \
 		--bridge none --iptables=false --ip-masq=false \
@@ -261,7 +279,7 @@ start_dockerd() {
 start_podman() {
 	local p=$1/podman pid
 	CONTAINERS_CONF="$p/containers.conf" CONTAINERS_STORAGE_CONF="$p/storage.conf" \
-		setsid "$PODMAN" system service --time=0 "unix://$p/podman.sock" \
+		in_netns setsid "$PODMAN" system service --time=0 "unix://$p/podman.sock" \
 		</dev/null >>"$p/service.log" 2>&1 &
 	pid=$!
 	echo "$pid" > "$p/service.pid"
@@ -333,8 +351,16 @@ cmd_up() {
 	fi
 	mkdir -p "$dir/image" "$run"
 	build_image "$dir/image"
-	if up_docker "$dir" "$run"; then ok="$ok,docker"; else failed="$failed docker"; fi
-	if up_podman "$dir" "$run"; then ok="$ok,podman"; else failed="$failed podman"; fi
+	if [ -n "${SBX_RUNTIME_NETNS:-}" ] && [ ! -e "/run/netns/$SBX_RUNTIME_NETNS" ]; then
+		log "no network namespace $SBX_RUNTIME_NETNS (ip netns add it first)"
+		exit 1
+	fi
+	if [ "${SBX_RUNTIMES_ONLY:-docker}" = docker ]; then
+		if up_docker "$dir" "$run"; then ok="$ok,docker"; else failed="$failed docker"; fi
+	fi
+	if [ "${SBX_RUNTIMES_ONLY:-podman}" = podman ]; then
+		if up_podman "$dir" "$run"; then ok="$ok,podman"; else failed="$failed podman"; fi
+	fi
 	cat > "$dir/env" <<-EOF
 	SBX_RUNTIMES_DIR=$dir
 	SBX_RUNTIMES=${ok#,}
@@ -462,6 +488,8 @@ cmd_down() {
 	if [ -n "$netns" ] && [ -d /run/netns ]; then
 		for f in /run/netns/*; do
 			[ -e "$f" ] || continue
+			# The caller's namespace the daemons ran in is the caller's.
+			[ "$f" = "/run/netns/${SBX_RUNTIME_NETNS:-}" ] && continue
 			if echo "$netns" | grep -qx "$(stat -L -c %i "$f" 2>/dev/null)"; then
 				umount "$f" 2>/dev/null || umount -l "$f" 2>/dev/null || true
 				rm -f "$f"

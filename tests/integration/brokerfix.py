@@ -445,6 +445,11 @@ class Engine:
         return (self.containers(MANAGED_LABEL + "=true"),
                 [v for v in self.volumes(MANAGED_LABEL + "=true") if v.get("Name") != keep])
 
+    def managed_networks(self):
+        """Networks labelled io.sbx.managed=true (the egress networks, ADR 0014)."""
+        return self.call("GET", "/networks?filters=%s" % urllib.parse.quote(
+            json.dumps({"label": [MANAGED_LABEL + "=true"]})))[1] or []
+
 
 # ---------------------------------------------------------------------------
 # The broker process
@@ -679,6 +684,11 @@ class BrokerTestCase(unittest.TestCase):
                 cls.engine.remove(c["Id"])
             for v in vols:
                 cls.engine.remove_volume(v["Name"])
+        nets = cls.engine.managed_networks()
+        if nets:
+            problems.append("left in the runtime: networks %r" % [n.get("Name") for n in nets])
+            for n in nets:
+                cls.engine.call("DELETE", "/networks/%s" % n["Id"])
         seen = getattr(cls, "client", None)
         if seen is not None and any(CANARY.encode() in body for body in seen.seen):
             problems.append("the token appears in a response body")

@@ -12,6 +12,7 @@ test) can find and remove exactly this stack's containers and volumes.
 """
 
 import base64
+import json
 import os
 import pwd
 import re
@@ -99,7 +100,6 @@ class Stack:
             [BROKER, "--listen", "unix:" + self.sock, "--runtime", sbxtest.runtime_host()]
             + self.token_args("--token-file") + ["--state-dir", os.path.join(self.dir, "broker"),
              "--image", sbxtest.test_image(), "--name-prefix", self.prefix,
-             "--egress-network", self.prefix + "egress",
              "--exec-timeout-max", "5m"] + self.broker_args,
             env=self.daemon_env(), log_path=self.next_broker_log())
         sbxtest.wait_for_unix_socket(self.sock, 20, self.broker)
@@ -185,5 +185,8 @@ class Stack:
         for v in self.managed_volumes(helper=True):
             eng.call("DELETE", "/volumes/%s" % v["Name"], params={"force": "1"},
                      ok=(200, 204, 404, 409))
-        eng.call("DELETE", "/networks/%s" % (self.prefix + "egress"), ok=(200, 204, 404))
+        for n in eng.call("GET", "/networks", params={
+                "filters": json.dumps({"label": ["io.sbx.managed=true"]})}) or []:
+            if n.get("Name", "").startswith(self.prefix):
+                eng.call("DELETE", "/networks/%s" % n["Id"], ok=(200, 204, 404))
         shutil.rmtree(self.dir, True)

@@ -272,6 +272,9 @@ class CLITest(unittest.TestCase):
             self.assertIn(b"usage: sbxctl ", r.stdout)
         r = self.sbx_as(None, "--help")
         self.assertIn(b"Exit codes", r.stdout)
+        # Every usage line names the command the user types (ADR 0011).
+        self.assertNotRegex(r.stdout, rb"(?m)^\s*sbx ", r.stdout)
+        self.assertRegex(r.stdout, rb"(?m)^  sbxctl npc create ")
         r = self.sbx_as(None, "--version")
         self.assertEqual(r.returncode, 0)
         self.assertTrue(r.stdout.startswith(b"sbxctl "))

@@ -63,7 +63,9 @@ struct fx {
 	char helper_vol[96];          /* the name the driver must use */
 	int hv_filled;                /* the helper volume holds the helper */
 	int init_exit;                /* the init container's exit status */
-	int net_exists;
+	int net_exists, net_labelled;
+	int no_t1_listed;             /* containers/json without t1 */
+	json_t *net_created;          /* last network create body */
 	json_t *created;              /* last container create body */
 	struct fexec execs[MAX_EXECS];
 	int nexecs;
@@ -146,11 +148,14 @@ inspect_json(struct fx *f)
 			json_object_set_new(labels, "io.sbx.helper",
 			    json_string(f->c_helper));
 	}
-	return json_pack("{s:s, s:s, s:{s:b, s:b, s:s}, s:{s:s, s:o}}",
+	return json_pack("{s:s, s:s, s:{s:b, s:b, s:s}, s:{s:s, s:o},"
+	    " s:{s:o}}",
 	    "Id", "c0ffee0123456789", "Created", "2026-11-30T12:00:00.250Z",
 	    "State", "Running", f->c_running, "OOMKilled", 0, "Status",
 	    f->c_running ? "running" : "exited",
-	    "Config", "Image", f->c_image, "Labels", labels);
+	    "Config", "Image", f->c_image, "Labels", labels,
+	    "NetworkSettings", "Networks", f->c_egress ?
+	    json_pack("{s:{}}", "sbx-t1-egress") : json_pack("{s:{}}", "none"));
 }
 
 static void
@@ -365,15 +370,39 @@ route(struct conn *c, const char *method, const char *path, json_t *body)
 			    "sbx-t1-work", "Labels", f->v_labelled ? json_pack(
 			    "{s:s}", "io.sbx.managed", "true") : json_object()));
 		}
-	} else if (strcmp(path, "/v1.41/networks/sbx-egress") == 0) {
+	} else if (strcmp(path, "/v1.41/networks/sbx-t1-egress") == 0) {
 		if (!f->net_exists)
 			reply(bev, 404, "Not Found", msg("network not found"));
 		else
-			reply(bev, 200, "OK", json_pack("{s:s, s:{s:s}}", "Name",
-			    "sbx-egress", "Labels", "io.sbx.managed", "true"));
+			reply(bev, 200, "OK", json_pack("{s:s, s:s, s:o}", "Name",
+			    "sbx-t1-egress", "Id", "n1", "Labels", f->net_labelled ?
+			    json_pack("{s:s, s:s}", "io.sbx.managed", "true",
+			    "io.sbx.id", "t1") : json_object()));
 	} else if (strcmp(path, "/v1.41/networks/create") == 0) {
-		f->net_exists = 1;
+		f->net_exists = f->net_labelled = 1;
+		json_decref(f->net_created);
+		f->net_created = json_incref(body);
 		reply(bev, 201, "Created", json_pack("{s:s}", "Id", "n1"));
+	} else if (strcmp(method, "DELETE") == 0 &&
+	    strncmp(path, "/v1.41/networks/", 16) == 0) {
+		if (strcmp(path + 16, "n1") == 0)
+			f->net_exists = 0;
+		reply(bev, 204, "No Content", NULL);
+	} else if (strncmp(path, "/v1.41/networks?filters=", 24) == 0) {
+		/* Ours and orphaned (when t1 is not listed), ours in use, another
+		 * broker's, one sbx never made, the shared one of old. */
+		reply(bev, 200, "OK", json_pack("[{s:s, s:s, s:{s:s, s:s}},"
+		    " {s:s, s:s, s:{s:s, s:s}}, {s:s, s:s, s:{s:s, s:s}},"
+		    " {s:s, s:s, s:{}}, {s:s, s:s, s:{s:s}}]",
+		    "Name", "sbx-t1-egress", "Id", "n1", "Labels",
+		    "io.sbx.managed", "true", "io.sbx.id", "t1",
+		    "Name", "sbx-t2-egress", "Id", "n2", "Labels",
+		    "io.sbx.managed", "true", "io.sbx.id", "t2",
+		    "Name", "zzz-t3-egress", "Id", "n3", "Labels",
+		    "io.sbx.managed", "true", "io.sbx.id", "t3",
+		    "Name", "sbx-t4-egress", "Id", "n4", "Labels",
+		    "Name", "sbx-egress", "Id", "n5", "Labels",
+		    "io.sbx.managed", "true"));
 	} else if (strcmp(path, "/v1.41/containers/create?name=sbx-t1") == 0) {
 		json_decref(f->created);
 		f->created = json_incref(body);
@@ -415,11 +444,13 @@ route(struct conn *c, const char *method, const char *path, json_t *body)
 		reply(bev, 200, "OK", json_pack("{s:s, s:b, s:i}", "ID", x->id,
 		    "Running", x->running, "ExitCode", x->exit_code));
 	} else if (strncmp(path, "/v1.41/containers/json?", 23) == 0) {
+		/* no_t1_listed: t1 is gone, t2 is a stopped egress sandbox. */
 		reply(bev, 200, "OK", json_pack("[{s:s, s:s, s:s, s:i, s:{s:s, s:s,"
 		    " s:s}}, {s:s, s:s, s:s, s:i, s:{}}]",
-		    "Id", "c0ffee0123456789", "Image", "img:1", "State", "running",
+		    "Id", "c0ffee0123456789", "Image", "img:1", "State",
+		    f->no_t1_listed ? "exited" : "running",
 		    "Created", 1764500000, "Labels", "io.sbx.managed", "true",
-		    "io.sbx.id", "t1", "io.sbx.egress", "1",
+		    "io.sbx.id", f->no_t1_listed ? "t2" : "t1", "io.sbx.egress", "1",
 		    "Id", "deadbeef", "Image", "other", "State", "running",
 		    "Created", 1, "Labels"));
 	} else {
@@ -613,6 +644,7 @@ teardown(void **state)
 		json_decref(f->bodies[i]);
 	}
 	json_decref(f->created);
+	json_decref(f->net_created);
 	for (i = 0; i < 3; i++)
 		evbuffer_free(f->out[i]);
 	event_base_free(f->base);
@@ -633,6 +665,34 @@ logged(struct fx *f, const char *prefix)
 		if (strncmp(f->log[i], prefix, strlen(prefix)) == 0)
 			n++;
 	return n;
+}
+
+/* 1 when a request starting with first was logged before one starting
+ * with then (both logged). */
+static int
+logged_before(struct fx *f, const char *first, const char *then)
+{
+	int i, a = -1, b = -1;
+
+	for (i = 0; i < f->nlog; i++) {
+		if (a < 0 && strncmp(f->log[i], first, strlen(first)) == 0)
+			a = i;
+		if (strncmp(f->log[i], then, strlen(then)) == 0)
+			b = i;
+	}
+	return a >= 0 && b > a;
+}
+
+static void
+log_reset(struct fx *f)
+{
+	int i;
+
+	for (i = 0; i < f->nlog; i++) {
+		free(f->log[i]);
+		json_decref(f->bodies[i]);
+	}
+	f->nlog = 0;
 }
 
 static void
@@ -931,8 +991,111 @@ test_egress_change_replaces_container_keeps_volume(void **state)
 	assert_int_equal(logged(f, "DELETE /v1.41/volumes/sbx-t1-work"), 0);
 	assert_int_equal(logged(f, "POST /v1.41/networks/create"), 1);
 	assert_string_equal(json_string_value(json_object_get(json_object_get(
-	    f->created, "HostConfig"), "NetworkMode")), "sbx-egress");
+	    f->created, "HostConfig"), "NetworkMode")), "sbx-t1-egress");
 	assert_true(f->v_exists);
+}
+
+static void
+test_egress_network_is_the_sandboxs_own_labelled_bridge(void **state)
+{
+	struct fx *f = *state;
+	json_t *n = NULL;
+	const char *br;
+
+	ensure(f, 1, NULL);
+	assert_false(f->have_err);
+	n = f->net_created;
+	assert_non_null(n);
+	assert_string_equal(json_string_value(json_object_get(n, "Name")),
+	    "sbx-t1-egress");
+	assert_string_equal(json_string_value(json_object_get(n, "Driver")),
+	    "bridge");
+	assert_string_equal(json_string_value(json_object_get(json_object_get(n,
+	    "Labels"), "io.sbx.managed")), "true");
+	assert_string_equal(json_string_value(json_object_get(json_object_get(n,
+	    "Labels"), "io.sbx.id")), "t1");
+	br = json_string_value(json_object_get(json_object_get(n, "Options"),
+	    "com.docker.network.bridge.name"));
+	assert_non_null(br);
+	assert_int_equal(strlen(br), 15);
+	assert_int_equal(strncmp(br, "sbxe", 4), 0);
+	assert_int_equal(strspn(br + 4, "0123456789abcdef"), 11);
+	/* A second ensure of the running sandbox touches no network. */
+	log_reset(f);
+	ensure(f, 1, NULL);
+	assert_false(f->have_err);
+	assert_int_equal(f->nlog, 1);
+}
+
+static void
+test_egress_revoked_removes_the_network_after_the_container(void **state)
+{
+	struct fx *f = *state;
+
+	ensure(f, 1, NULL);
+	assert_true(f->net_exists);
+	ensure(f, 0, NULL);
+	assert_false(f->have_err);
+	assert_int_equal(f->st.egress, 0);
+	assert_false(f->net_exists);
+	assert_true(logged_before(f, "DELETE /v1.41/containers/",
+	    "DELETE /v1.41/networks/n1"));
+	assert_string_equal(json_string_value(json_object_get(json_object_get(
+	    f->created, "HostConfig"), "NetworkMode")), "none");
+	assert_true(f->v_exists);
+}
+
+static void
+test_unlabelled_network_of_that_name_is_conflict_and_untouched(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_err err;
+
+	f->net_exists = 1;
+	f->net_labelled = 0;
+	ensure(f, 1, NULL);
+	assert_true(f->have_err);
+	assert_string_equal(f->err.code, SBX_E_CONFLICT);
+	/* No sandbox container (only, on Docker, the /work init one). */
+	assert_int_equal(logged(f, "POST /v1.41/containers/create?name=sbx-t1"),
+	    logged(f, "POST /v1.41/containers/create?name=sbx-t1.init"));
+	/* destroy leaves it too */
+	f->have_err = 0;
+	f->returned = 0;
+	assert_non_null(f->drv->ops->destroy(f->drv, "t1", on_done, f, &err));
+	run_loop(f);
+	assert_false(f->have_err);
+	assert_int_equal(logged(f, "DELETE /v1.41/networks/"), 0);
+	assert_true(f->net_exists);
+}
+
+static void
+test_reconcile_removes_only_orphaned_sbx_networks(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_err err;
+
+	f->no_t1_listed = 1;
+	f->returned = 0;
+	assert_non_null(f->drv->ops->reconcile(f->drv, on_done, f, &err));
+	run_loop(f);
+	assert_false(f->have_err);
+	/* t1 has no container: its network goes; so does the shared one of
+	 * old. t2's stays (its stopped container needs it to start); t3 is
+	 * another prefix's, t4's is not labelled. */
+	assert_int_equal(logged(f, "DELETE /v1.41/networks/n1"), 1);
+	assert_int_equal(logged(f, "DELETE /v1.41/networks/n5"), 1);
+	assert_int_equal(logged(f, "DELETE /v1.41/networks/n2"), 0);
+	assert_int_equal(logged(f, "DELETE /v1.41/networks/n3"), 0);
+	assert_int_equal(logged(f, "DELETE /v1.41/networks/n4"), 0);
+	/* With t1 listed (an egress container), nothing of it goes. */
+	f->no_t1_listed = 0;
+	log_reset(f);
+	f->returned = 0;
+	assert_non_null(f->drv->ops->reconcile(f->drv, on_done, f, &err));
+	run_loop(f);
+	assert_false(f->have_err);
+	assert_int_equal(logged(f, "DELETE /v1.41/networks/n1"), 0);
 }
 
 static void
@@ -1038,11 +1201,15 @@ test_destroy_removes_container_then_volume(void **state)
 
 	running_sandbox(f);
 	f->returned = 0;
+	f->net_exists = f->net_labelled = 1;
 	assert_non_null(f->drv->ops->destroy(f->drv, "t1", on_done, f, &err));
 	run_loop(f);
 	assert_false(f->have_err);
 	assert_false(f->c_exists);
 	assert_false(f->v_exists);
+	assert_false(f->net_exists);
+	assert_true(logged_before(f, "DELETE /v1.41/volumes/",
+	    "DELETE /v1.41/networks/n1"));
 }
 
 static void
@@ -1670,6 +1837,10 @@ main(void)
 		T(test_warm_ensure_is_one_inspect),
 		T(test_ensure_starts_a_stopped_sandbox),
 		T(test_egress_change_replaces_container_keeps_volume),
+		T(test_egress_network_is_the_sandboxs_own_labelled_bridge),
+		T(test_egress_revoked_removes_the_network_after_the_container),
+		T(test_unlabelled_network_of_that_name_is_conflict_and_untouched),
+		T(test_reconcile_removes_only_orphaned_sbx_networks),
 		T(test_unlabelled_container_is_conflict_and_untouched),
 		T(test_unlabelled_volume_is_conflict),
 		T(test_refusals_happen_before_any_runtime_call),

@@ -530,7 +530,15 @@ cmd_kill() {
 	case $rt in
 	docker) pid=$(cat "$dir/docker/dockerd.pid" 2>/dev/null ||
 		cat "$dir/docker/dockerd.spawned" 2>/dev/null || true) ;;
-	podman) pid=$(cat "$dir/podman/service.pid" 2>/dev/null || true) ;;
+	podman)
+		# service.pid may name the in_netns wrapper, not podman: find the
+		# process serving this DIR's socket by its exact arguments.
+		pid=$(for f in /proc/[0-9]*/cmdline; do
+			if { tr '\0' ' ' <"$f"; } 2>/dev/null | grep -qF \
+				"system service --time=0 unix://$dir/podman/podman.sock"; then
+				f=${f#/proc/}; echo "${f%/cmdline}"
+			fi
+		done | head -n 1) ;;
 	*) usage ;;
 	esac
 	if ! ours "$pid"; then

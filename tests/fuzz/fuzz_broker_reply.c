@@ -119,10 +119,11 @@ on_done(void *arg, const struct sbx_err *err)
 
 static void
 on_list(void *arg, const struct sbx_err *err, const struct sbx_dirent *e,
-    size_t n)
+    size_t n, int truncated)
 {
 	(void)e;
 	(void)n;
+	(void)truncated;
 	on_done(arg, err);
 }
 
@@ -247,6 +248,7 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	struct sbx_sink sink = { on_start, on_output, on_exit_, on_error, NULL };
 	struct sbx_exec_req xr;
 	struct sbx_spec spec;
+	struct sbx_list_page page = { NULL, 100 };
 	struct evbuffer *body = NULL;
 	struct sbx_op *op = NULL;
 	struct sbx_err err;
@@ -277,7 +279,7 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 		op = drv->ops->write(drv, "fz", "/work/a", 0644, body, on_done,
 		    &g, &err);
 		break;
-	case 5: op = drv->ops->list(drv, "fz", "/work", on_list, &g, &err); break;
+	case 5: op = drv->ops->list(drv, "fz", "/work", &page, on_list, &g, &err); break;
 	case 6: op = drv->ops->stop(drv, "fz", on_done, &g, &err); break;
 	case 7: op = drv->ops->destroy(drv, "fz", on_done, &g, &err); break;
 	case 8: op = drv->ops->list_sandboxes(drv, on_sandboxes, &g, &err); break;

@@ -407,8 +407,11 @@ finish_plain(struct bop *b, const struct sbx_err *terr)
 				sbx_err_set(&e, SBX_E_INTERNAL, "Out of memory.");
 				break;
 			}
+			/* each entry names its sandbox: an id the rule
+			 * refuses is a malformed answer (found by fuzzing) */
 			json_array_foreach(root, i, v)
-				if (status_from_json(v, &sts[i]) == -1) {
+				if (status_from_json(v, &sts[i]) == -1 ||
+				    !sbx_id_valid(sts[i].id)) {
 					malformed(&e);
 					break;
 				}
@@ -670,6 +673,8 @@ start(struct bop *b, const char *method, const char *path, const char *ctype,
 	opts.protocol_code = SBX_E_BROKER_UNAVAILABLE;
 	opts.peer_name = "the sandbox broker";
 	opts.header_timeout_ms = d->header_timeout_ms;
+	/* a broker that does not answer in time is unavailable (503) */
+	opts.header_timeout_code = SBX_E_BROKER_UNAVAILABLE;
 	cbs.response = on_response;
 	cbs.body = on_body;
 	cbs.done = on_done;

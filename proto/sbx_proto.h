@@ -86,6 +86,7 @@
 #define SBX_E_RUNTIME_UNAVAILABLE "runtime_unavailable" /* [503] runtime socket unreachable */
 #define SBX_E_SHUTTING_DOWN "shutting_down"         /* [503] draining after SIGTERM */
 #define SBX_E_BROKER_UNAVAILABLE "broker_unavailable" /* [503] (api) broker unreachable */
+#define SBX_E_STORAGE_FULL "storage_full"           /* [503] state dir's filesystem full (SQLITE_FULL) */
 #define SBX_E_OVERLOADED "overloaded"               /* [503] max_connections open on the listener */
 #define SBX_E_TIMEOUT "timeout"                     /* [504] exec or operation timed out */
 #define SBX_E_CANCELLED "cancelled"                 /* [503] operation cancelled by its caller */

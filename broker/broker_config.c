@@ -85,6 +85,10 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "reaper: how often to look"),
 	K("destroy_after", SBX_CFG_DURATION_MS, destroy_after, "0",
 	    "reaper: destroy sandboxes stopped longer than this (0: never)"),
+	K("usage_timeout", SBX_CFG_DURATION_MS, usage_timeout, "5s",
+	    "status ?usage=1: longest walk of /work; then the figures say partial"),
+	K("usage_max_entries", SBX_CFG_INT, usage_max_entries, "200000",
+	    "status ?usage=1: most /work entries walked; then the figures say partial"),
 	K("shutdown_grace", SBX_CFG_DURATION_MS, shutdown_grace, "10s",
 	    "SIGTERM: how long in-flight requests may finish"),
 	K("socket_mode", SBX_CFG_INT, socket_mode, "432",
@@ -225,6 +229,9 @@ broker_config_finish(struct broker_config *cfg, const char *exe_path,
 	    not_above(cfg->pids, cfg->pids_max, "pids", "pids_max", err) == -1 ||
 	    not_above(cfg->exec_timeout, cfg->exec_timeout_max, "exec_timeout",
 	    "exec_timeout_max", err) == -1)
+		return -1;
+	if (need_positive(cfg->usage_timeout, "usage_timeout", err) == -1 ||
+	    need_positive(cfg->usage_max_entries, "usage_max_entries", err) == -1)
 		return -1;
 	if (cfg->socket_mode < 0 || cfg->socket_mode > 0777)
 		return sbx_err_set(err, SBX_E_CONFIG,

@@ -53,6 +53,8 @@ struct sbx_engine_config {
 	                               * "<prefix><id>-work" ["sbx-"] */
 	int stop_timeout_s;           /* seconds between SIGTERM and SIGKILL on stop [2] */
 	int64_t request_timeout_ms;   /* bound on each non-streaming runtime call [60 s] */
+	int64_t usage_timeout_ms;     /* status_usage: the helper's walk [5 s] */
+	int64_t usage_max_entries;    /* status_usage: entries walked at most [200000] */
 };
 
 /*

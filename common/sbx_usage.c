@@ -1,8 +1,10 @@
 /* sbx_usage.c - /work usage to and from JSON; the ?usage= query flag. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sbx_path.h"
+#include "sbx_proto.h"
 #include "sbx_usage.h"
 
 json_t *

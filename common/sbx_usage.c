@@ -81,11 +81,12 @@ int
 sbx_query_flag(const char *query, const char *name, struct sbx_err *err)
 {
 	char *v = NULL;
+	size_t n = 0;
 	int r;
 
 	if (query == NULL)
 		return 0;
-	switch (sbx_query_param(query, name, &v, NULL, err)) {
+	switch (sbx_query_param(query, name, &v, &n, err)) {
 	case -1:
 		return -1;
 	case 0:
@@ -93,7 +94,7 @@ sbx_query_flag(const char *query, const char *name, struct sbx_err *err)
 	default:
 		break;
 	}
-	r = strcmp(v, "1") == 0 ? 1 : strcmp(v, "0") == 0 ? 0 : -1;
+	r = n != 1 ? -1 : v[0] == '1' ? 1 : v[0] == '0' ? 0 : -1;
 	free(v);
 	if (r < 0)
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Parameter \"%s\" must "

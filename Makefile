@@ -95,6 +95,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(call obj,$(FAKE_SRC)) $(LIBBROKER) $(LIBAPI) 
 
 # The CLI is no library: its SSE parser is linked into its unit test.
 $(BUILD)/tests/test_cli_sse: $(call obj,api/cli/cli_sse.c)
+$(BUILD)/tests/test_cli_print: $(call obj,api/cli/cli_print.c)
 
 unit: $(UNIT_BINS)
 

@@ -31,6 +31,7 @@ struct api_config {
 	char *state_dir;            /* api.db and api.key live here (created 0700) */
 	char *user;                 /* started as root: drop to this user after binding */
 	long long max_execs;        /* concurrent execs per principal; more: 429 */
+	long long max_file_ops;     /* concurrent reads/writes/lists per principal; more: 429 */
 	long long rate_per_minute;  /* requests per minute per principal; more: 429 */
 	long long max_sandboxes_per_player; /* sandboxes a player's NPCs hold; more: 429 (operators exempt) */
 	long long body_max;         /* largest JSON request body, bytes; more: 413 */

@@ -26,6 +26,8 @@ const struct sbx_config_key api_config_keys[] = {
 	    "when started as root: user to switch to after binding and opening files"),
 	K("max_execs_per_principal", SBX_CFG_INT, max_execs, "4",
 	    "concurrent execs per principal; more: 429 too_many"),
+	K("max_file_ops_per_principal", SBX_CFG_INT, max_file_ops, "8",
+	    "concurrent file reads, writes and lists per principal; more: 429 too_many"),
 	K("requests_per_minute", SBX_CFG_INT, rate_per_minute, "600",
 	    "requests per minute per principal; more: 429 rate_limited"),
 	K("max_sandboxes_per_player", SBX_CFG_INT, max_sandboxes_per_player, "10",
@@ -115,7 +117,8 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 	if (cfg->state_dir == NULL || cfg->state_dir[0] != '/')
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    "state_dir must be an absolute path.");
-	if (cfg->max_execs <= 0 || cfg->rate_per_minute <= 0 ||
+	if (cfg->max_execs <= 0 || cfg->max_file_ops <= 0 ||
+	    cfg->rate_per_minute <= 0 ||
 	    cfg->max_sandboxes_per_player <= 0 ||
 	    cfg->body_max <= 0 || cfg->file_size_max <= 0 ||
 	    cfg->heartbeat <= 0 || cfg->broker_timeout <= 0 ||
@@ -123,6 +126,7 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 	    cfg->head_max <= 0 || cfg->headers_max <= 0 ||
 	    cfg->max_connections <= 0)
 		return sbx_err_set(err, SBX_E_CONFIG, "max_execs_per_principal, "
+		    "max_file_ops_per_principal, "
 		    "requests_per_minute, max_sandboxes_per_player, body_max, "
 		    "file_size_max, heartbeat, broker_timeout, request_timeout, "
 		    "header_timeout, head_max, headers_max and max_connections "

@@ -599,6 +599,8 @@ api_h_read(struct areq *a)
 	sink.exit = read_exit;
 	sink.error = read_error;
 	sink.arg = a;
+	if (api_fileop_admit(a) == -1)
+		return;
 	a->op = a->s->driver->ops->read(a->s->driver, a->npc.sandbox_id,
 	    a->path, &sink, &err);
 	if (a->op == NULL)

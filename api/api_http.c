@@ -235,6 +235,8 @@ areq_finish(struct areq *a, int status, const char *outcome)
 	    "ms", ms, NULL);
 	if (a->exec_counted && a->lim != NULL && a->lim->execs > 0)
 		a->lim->execs--;
+	if (a->fileop_counted && a->lim != NULL && a->lim->fileops > 0)
+		a->lim->fileops--;
 	if (a->ping != NULL)
 		event_free(a->ping);
 	if (a->chunk != NULL)
@@ -792,6 +794,22 @@ write_done(void *arg, const struct sbx_err *err)
 	    "path", a->path));
 }
 
+int
+api_fileop_admit(struct areq *a)
+{
+	if (a->lim == NULL)
+		return 0;
+	if (a->lim->fileops >= (unsigned long long)a->s->cfg->max_file_ops) {
+		areq_fail_code(a, SBX_E_TOO_MANY, "You already run %lld file "
+		    "operations; try again when one has ended.",
+		    a->s->cfg->max_file_ops);
+		return -1;
+	}
+	a->lim->fileops++;
+	a->fileop_counted = 1;
+	return 0;
+}
+
 static void
 h_write(struct areq *a)
 {
@@ -825,6 +843,8 @@ h_write(struct areq *a)
 	default:
 		break;
 	}
+	if (api_fileop_admit(a) == -1)
+		return;
 	/* The body was buffered by evhttp (at most file_size_max bytes); the
 	 * driver drains it towards the broker. */
 	a->op = a->s->driver->ops->write(a->s->driver, a->npc.sandbox_id,
@@ -835,12 +855,13 @@ h_write(struct areq *a)
 
 static void
 list_done(void *arg, const struct sbx_err *err, const struct sbx_dirent *ents,
-    size_t n)
+    size_t n, int truncated)
 {
 	struct areq *a = arg;
-	json_t *arr, *e;
+	json_t *arr, *e, *page;
 	size_t i, len;
 	char b64[sodium_base64_ENCODED_LEN(256, sodium_base64_VARIANT_ORIGINAL)];
+	char cursor[sodium_base64_ENCODED_LEN(256, sodium_base64_VARIANT_ORIGINAL)];
 
 	a->op = NULL;
 	if (err != NULL) {
@@ -868,19 +889,72 @@ list_done(void *arg, const struct sbx_err *err, const struct sbx_dirent *ents,
 		}
 		json_array_append_new(arr, e);
 	}
-	areq_reply_json(a, 200, arr);
+	/* As the broker: the cursor is the base64url of the last name. */
+	cursor[0] = '\0';
+	if (truncated && n > 0)
+		sodium_bin2base64(cursor, sizeof(cursor),
+		    (const unsigned char *)ents[n - 1].name,
+		    strnlen(ents[n - 1].name, sizeof(ents[n - 1].name)),
+		    sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+	if (!a->list_obj) {
+		if (cursor[0] != '\0') {
+			evhttp_add_header(evhttp_request_get_output_headers(a->req),
+			    "Sbx-List-Truncated", "true");
+			evhttp_add_header(evhttp_request_get_output_headers(a->req),
+			    "Sbx-List-Cursor", cursor);
+		}
+		areq_reply_json(a, 200, arr);
+		return;
+	}
+	page = json_pack("{s:o,s:b,s:s?}", "entries", arr, "truncated",
+	    cursor[0] != '\0', "cursor", cursor[0] != '\0' ? cursor : NULL);
+	if (page == NULL) {
+		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		return;
+	}
+	areq_reply_json(a, 200, page);
 }
 
 static void
 h_list(struct areq *a)
 {
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->req);
+	struct sbx_list_page page;
 	struct sbx_err err;
+	unsigned char name[256];
+	char *cur = NULL;
+	size_t len = 0, nl = 0;
+	int r;
 
 	sbx_err_clear(&err);
 	if (query_path(a) == -1)
 		return;
+	/* ?cursor= (adr/0013): present, even empty, asks for the page object. */
+	r = sbx_query_param(evhttp_uri_get_query(uri), SBX_QUERY_CURSOR, &cur,
+	    &len, &err);
+	if (r == -1) {
+		areq_fail(a, &err);
+		return;
+	}
+	a->list_obj = r == 1;
+	if (len > 0 && (len > 344 || sodium_base642bin(name, sizeof(name) - 1,
+	    cur, len, NULL, &nl, NULL, sodium_base64_VARIANT_URLSAFE_NO_PADDING) !=
+	    0 || nl == 0 || memchr(name, '\0', nl) != NULL ||
+	    memchr(name, '/', nl) != NULL)) {
+		free(cur);
+		areq_fail_code(a, SBX_E_BAD_REQUEST, "Parameter \"cursor\" is not a "
+		    "cursor of a listing (pass the \"cursor\" of the last page, or "
+		    "nothing to start).");
+		return;
+	}
+	free(cur);
+	name[nl] = '\0';
+	page.after = nl > 0 ? (const char *)name : NULL;
+	page.limit = API_LIST_MAX_ENTRIES;
+	if (api_fileop_admit(a) == -1)
+		return;
 	a->op = a->s->driver->ops->list(a->s->driver, a->npc.sandbox_id,
-	    a->path, list_done, a, &err);
+	    a->path, &page, list_done, a, &err);
 	if (a->op == NULL)
 		areq_fail_broker(a, &err);
 }

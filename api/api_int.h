@@ -27,10 +27,14 @@ struct api_limit {
 	double tokens;            /* token bucket for requests per minute */
 	int64_t refilled_ms;      /* monotonic ms of the last refill */
 	unsigned execs;           /* exec streams open now */
+	unsigned fileops;         /* reads, writes, lists in flight */
 	struct api_limit *next;
 };
 
 struct areq;
+
+/* Entries a list asks the broker for (its own list_max_entries may be lower). */
+#define API_LIST_MAX_ENTRIES 10000
 
 struct api_server {
 	struct event_base *base;
@@ -105,6 +109,8 @@ struct areq {
 	struct sbx_op *op;                  /* driver operation in flight */
 	struct api_limit *lim;
 	int exec_counted;
+	int fileop_counted;
+	int list_obj;             /* list: ?cursor= given, reply is the page object */
 	int64_t started_ms;
 	const char *label;                  /* metrics route when route is NULL */
 	int exec_started;                   /* counted in execs_started */
@@ -134,6 +140,13 @@ struct areq {
 int64_t api_mono_ms(void);
 void areq_reply_json(struct areq *a, int status, json_t *obj);  /* steals obj */
 void areq_fail(struct areq *a, const struct sbx_err *err);
+/*
+ * A read, write or list of the principal may start: at most
+ * max_file_ops_per_principal at once (api config), else 429 too_many with
+ * Retry-After. Returns 0, or -1 after replying.
+ */
+int api_fileop_admit(struct areq *a);
+
 void areq_fail_code(struct areq *a, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* areq_fail for an error the driver (the broker) gave: also counted in

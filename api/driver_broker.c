@@ -354,9 +354,9 @@ finish_plain(struct bop *b, const struct sbx_err *terr)
 	struct sbx_status st, *sts = NULL;
 	struct sbx_dirent *ents = NULL;
 	struct sbx_health h;
-	json_t *root = NULL, *v, *x;
+	json_t *root = NULL, *v, *x, *list;
 	size_t i, n = 0, blen;
-	int ok;
+	int ok, list_trunc = 0;
 
 	sbx_err_clear(&e);
 	if (terr != NULL)
@@ -372,16 +372,22 @@ finish_plain(struct bop *b, const struct sbx_err *terr)
 				malformed(&e);
 			break;
 		case BK_LIST:
-			if (!json_is_array(root)) {
+			/* The page object (?cursor= is always sent); a
+			 * broker before adr/0013 answers the bare array. */
+			list_trunc = json_is_true(json_object_get(root,
+			    "truncated"));
+			list = json_is_array(root) ? root :
+			    json_object_get(root, "entries");
+			if (!json_is_array(list)) {
 				malformed(&e);
 				break;
 			}
-			n = json_array_size(root);
+			n = json_array_size(list);
 			if ((ents = calloc(n + 1, sizeof(*ents))) == NULL) {
 				sbx_err_set(&e, SBX_E_INTERNAL, "Out of memory.");
 				break;
 			}
-			json_array_foreach(root, i, v) {
+			json_array_foreach(list, i, v) {
 				x = json_object_get(v, "type");
 				ents[i].type = !json_is_string(x) ? "other" :
 				    strcmp(json_string_value(x), "file") == 0 ?
@@ -444,7 +450,8 @@ finish_plain(struct bop *b, const struct sbx_err *terr)
 		b->done_cb(b->arg, ok ? NULL : &e);
 		break;
 	case BK_LIST:
-		b->list_cb(b->arg, ok ? NULL : &e, ok ? ents : NULL, ok ? n : 0);
+		b->list_cb(b->arg, ok ? NULL : &e, ok ? ents : NULL, ok ? n : 0,
+		    ok && list_trunc);
 		break;
 	case BK_SANDBOXES:
 		b->sandboxes_cb(b->arg, ok ? NULL : &e, ok ? sts : NULL,
@@ -958,13 +965,24 @@ b_write(struct sbx_driver *drv, const char *id, const char *path,
 
 static struct sbx_op *
 b_list(struct sbx_driver *drv, const char *id, const char *path,
-    sbx_list_cb cb, void *arg, struct sbx_err *err)
+    const struct sbx_list_page *page, sbx_list_cb cb, void *arg,
+    struct sbx_err *err)
 {
 	struct bdriver *d = (struct bdriver *)drv;
 	struct bop *b;
 	struct sbx_op *op;
-	char *url;
+	char *url, *full = NULL, cur[360] = "";
+	size_t an = page != NULL && page->after != NULL ? strlen(page->after) : 0;
 
+	if (an > 255) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "The cursor names no entry.");
+		return NULL;
+	}
+	/* The broker's cursor is the base64url of the last name: the same
+	 * value names the same place on both sides (adr/0013). */
+	if (an > 0)
+		sodium_bin2base64(cur, sizeof(cur), (const unsigned char *)
+		    page->after, an, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
 	if ((b = bop_new(d, BK_LIST, id, arg, err)) == NULL)
 		return NULL;
 	b->list_cb = cb;
@@ -972,8 +990,15 @@ b_list(struct sbx_driver *drv, const char *id, const char *path,
 		bop_free(b);
 		return NULL;
 	}
-	op = start(b, "GET", url, NULL, NULL, 0, err);
+	if (asprintf(&full, "%s&" SBX_QUERY_CURSOR "=%s", url, cur) == -1) {
+		free(url);
+		bop_free(b);
+		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return NULL;
+	}
+	op = start(b, "GET", full, NULL, NULL, 0, err);
 	free(url);
+	free(full);
 	return op;
 }
 

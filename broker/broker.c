@@ -591,6 +591,7 @@ main(int argc, char **argv)
 	ec.exec_timeout_ms.ceiling = cfg.exec_timeout_max;
 	ec.exec_output_cap = cfg.output_cap;
 	ec.file_max_bytes = cfg.file_size_max;
+	ec.file_timeout_ms = cfg.file_timeout;
 	ec.usage_timeout_ms = cfg.usage_timeout;
 	ec.usage_max_entries = cfg.usage_max_entries;
 	ec.helper_path = cfg.helper_path;

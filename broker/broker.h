@@ -56,6 +56,9 @@ struct broker_config {
 	long long headers_max;    /* header fields of a request */
 	long long max_connections; /* client connections open at once */
 	long long max_execs_per_sandbox;
+	long long file_timeout;   /* ms without progress of a read/write/list */
+	long long list_max_entries; /* entries per list reply (<= 100000) */
+	long long max_file_ops_per_sandbox;
 	long long max_sandboxes;
 	long long idle_timeout, reap_interval, destroy_after; /* ms; reaper */
 	long long shutdown_grace; /* ms SIGTERM waits for in-flight requests */

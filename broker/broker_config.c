@@ -77,6 +77,12 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "client connections open at once on the listener; more: 503 overloaded and close"),
 	K("max_execs_per_sandbox", SBX_CFG_INT, max_execs_per_sandbox, "8",
 	    "concurrent execs per sandbox; more: 429 too_many"),
+	K("file_timeout", SBX_CFG_DURATION_MS, file_timeout, "30s",
+	    "read/write/list: longest time without progress; then 504 timeout and the helper is killed"),
+	K("list_max_entries", SBX_CFG_INT, list_max_entries, "10000",
+	    "directory entries per list reply; more: truncated with a cursor"),
+	K("max_file_ops_per_sandbox", SBX_CFG_INT, max_file_ops_per_sandbox, "16",
+	    "concurrent reads, writes and lists per sandbox; more: 429 too_many"),
 	K("max_sandboxes", SBX_CFG_INT, max_sandboxes, "100",
 	    "sandboxes the broker keeps; ensure of one more: 429 too_many"),
 	K("idle_timeout", SBX_CFG_DURATION_MS, idle_timeout, "30m",
@@ -223,6 +229,10 @@ broker_config_finish(struct broker_config *cfg, const char *exe_path,
 	    need_positive(cfg->max_execs_per_sandbox, "max_execs_per_sandbox",
 	    err) == -1 ||
 	    need_positive(cfg->max_sandboxes, "max_sandboxes", err) == -1 ||
+	    need_positive(cfg->file_timeout, "file_timeout", err) == -1 ||
+	    need_positive(cfg->list_max_entries, "list_max_entries", err) == -1 ||
+	    need_positive(cfg->max_file_ops_per_sandbox,
+	    "max_file_ops_per_sandbox", err) == -1 ||
 	    need_positive(cfg->reap_interval, "reap_interval", err) == -1 ||
 	    not_above(cfg->memory, cfg->memory_max, "memory", "memory_max",
 	    err) == -1 ||
@@ -230,6 +240,9 @@ broker_config_finish(struct broker_config *cfg, const char *exe_path,
 	    not_above(cfg->exec_timeout, cfg->exec_timeout_max, "exec_timeout",
 	    "exec_timeout_max", err) == -1)
 		return -1;
+	if (cfg->list_max_entries > 100000)
+		return sbx_err_set(err, SBX_E_CONFIG,
+		    "list_max_entries must be at most 100000.");
 	if (need_positive(cfg->usage_timeout, "usage_timeout", err) == -1 ||
 	    need_positive(cfg->usage_max_entries, "usage_max_entries", err) == -1)
 		return -1;

@@ -72,6 +72,7 @@ struct bsbx {
 	struct breq *running;
 	struct breq *blocker;     /* a job that parks the other requests */
 	unsigned execs;
+	unsigned fileops;         /* reads, writes, lists in flight */
 	unsigned refs;
 	int kicking;
 };
@@ -114,7 +115,10 @@ struct breq {
 	handler_fn serial_start;
 	int queued;
 	int64_t t0_mono, ts_ms;
-	int holds_exec, holds_new;
+	int holds_exec, holds_new, holds_fileop;
+	int watching;             /* the connection's close is watched */
+	int list_obj;             /* list: ?cursor= given, reply is the page object */
+	char *after;              /* list: the cursor's name */
 	/* parsed input, owned */
 	json_t *body;
 	struct sbx_spec spec;
@@ -140,10 +144,12 @@ struct breq {
 	void *job_arg;
 	struct evhttp_connection *conn;
 	struct evbuffer *chunk;
+	struct sbx_utf8_hold hold[2]; /* exec stdout/stderr split characters */
 	char exec_id[64];
 };
 
 static void stream_closed(struct evhttp_connection *, void *);
+static void stream_watch(struct breq *, struct evhttp_connection *, struct breq *);
 
 static void h_list_sandboxes(struct breq *);
 static void h_ensure(struct breq *);
@@ -289,6 +295,7 @@ breq_free(struct breq *b)
 		free(b->stdin_buf);
 	}
 	free(b->path);
+	free(b->after);
 	if (b->chunk != NULL)
 		evbuffer_free(b->chunk);
 	if (b->job_free != NULL)
@@ -341,6 +348,8 @@ breq_done(struct breq *b, int status, const char *outcome)
 	if (x != NULL) {
 		if (b->holds_exec)
 			x->execs--;
+		if (b->holds_fileop)
+			x->fileops--;
 		if (b->queued)
 			TAILQ_REMOVE(&x->queue, b, qlink);
 		if (b->parked)
@@ -369,6 +378,10 @@ reply_json(struct breq *b, int status, json_t *obj, const char *outcome)
 	struct evbuffer *out = NULL;
 	char *text = NULL;
 
+	if (b->watching && b->conn != NULL) {
+		stream_watch(b, b->conn, NULL);
+		b->watching = 0;
+	}
 	if (b->req != NULL) {
 		text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
 		if ((out = evbuffer_new()) == NULL) {
@@ -424,6 +437,10 @@ breq_fail(struct breq *b, const struct sbx_err *err)
 	if (status == 401 && b->req != NULL)
 		evhttp_add_header(evhttp_request_get_output_headers(b->req),
 		    "WWW-Authenticate", "Bearer");
+	/* A limit on what runs at once: worth trying again soon. */
+	if (status == 429 && b->req != NULL)
+		evhttp_add_header(evhttp_request_get_output_headers(b->req),
+		    "Retry-After", "1");
 	obj = json_pack("{s:{s:s,s:s}}", "error", "code", e.code, "message",
 	    e.message);
 	reply_json(b, status, obj, e.code);
@@ -495,6 +512,7 @@ stream_closed(struct evhttp_connection *conn, void *arg)
 
 	(void)conn;
 	b->op = NULL;
+	b->watching = 0;
 	sbx_op_cancel(op);
 	/* The request was detached from its connection: ending it frees it. */
 	if (b->req != NULL)
@@ -535,6 +553,7 @@ stream_begin(struct breq *b, const char *ctype)
 	tv.tv_usec = 0;
 	evhttp_connection_set_timeout_tv(b->conn, &tv);
 	stream_watch(b, b->conn, b);
+	b->watching = 1;
 	evhttp_send_reply_start(b->req, 200, "OK");
 	b->streaming = 1;
 	return 0;
@@ -549,6 +568,7 @@ stream_end(struct breq *b, const char *outcome)
 	if (b->req != NULL) {
 		stream_flush(b);
 		stream_watch(b, b->conn, NULL);
+		b->watching = 0;
 		evhttp_connection_set_timeout_tv(b->conn, &tv);
 		evhttp_send_reply_end(b->req);
 		b->req = NULL;
@@ -562,6 +582,7 @@ stream_abort(struct breq *b, const char *outcome)
 {
 	if (b->req != NULL) {
 		stream_watch(b, b->conn, NULL);
+		b->watching = 0;
 		evhttp_connection_free(b->conn);   /* frees b->req too */
 		b->req = NULL;
 	}
@@ -587,18 +608,22 @@ static void
 exec_output(void *arg, int stream, const unsigned char *buf, size_t len)
 {
 	struct breq *b = arg;
-	size_t n;
 
 	if (!b->streaming)
 		return;
 	broker_metrics_exec_output(b->s->metrics, stream, len);
-	while (len > 0) {
-		n = len < SBX_NDJSON_MAX_CHUNK ? len : SBX_NDJSON_MAX_CHUNK;
-		sbx_ndjson_output(b->chunk, stream, buf, n);
-		buf += n;
-		len -= n;
-	}
+	if (stream == SBX_STREAM_STDOUT || stream == SBX_STREAM_STDERR)
+		sbx_ndjson_output_held(b->chunk, &b->hold[stream - 1], stream, buf,
+		    len);
 	stream_flush(b);
+}
+
+/* The characters still held at the end of the output go as they are. */
+static void
+exec_output_end(struct breq *b)
+{
+	sbx_ndjson_output_flush(b->chunk, &b->hold[0], SBX_STREAM_STDOUT);
+	sbx_ndjson_output_flush(b->chunk, &b->hold[1], SBX_STREAM_STDERR);
 }
 
 static void
@@ -613,6 +638,7 @@ exec_exit(void *arg, const struct sbx_exit *ex)
 		    "before it started.");
 		return;
 	}
+	exec_output_end(b);
 	sbx_ndjson_exit(b->chunk, ex->code, ex->signal, ex->duration_ms,
 	    ex->truncated);
 	stream_end(b, "ok");
@@ -630,6 +656,7 @@ exec_error(void *arg, const struct sbx_err *err)
 	}
 	if (is_runtime_code(err->code))
 		broker_metrics_runtime_error(b->s->metrics, err->code);
+	exec_output_end(b);
 	sbx_ndjson_error(b->chunk, err->code, err->message);
 	stream_end(b, err->code);
 }
@@ -1277,6 +1304,53 @@ h_exec(struct breq *b)
 		breq_fail(b, &err);
 }
 
+/*
+ * A file operation may start: at most max_file_ops_per_sandbox of them run
+ * at once per sandbox (429 too_many with Retry-After). Returns 0, or -1
+ * after replying.
+ */
+static int
+fileop_admit(struct breq *b)
+{
+	if (b->sbx->fileops >= (unsigned long long)
+	    b->s->cfg->max_file_ops_per_sandbox) {
+		breq_fail_code(b, SBX_E_TOO_MANY, "Sandbox %s already runs its "
+		    "maximum of %lld file operations; try again shortly.", b->id,
+		    b->s->cfg->max_file_ops_per_sandbox);
+		return -1;
+	}
+	b->sbx->fileops++;
+	b->holds_fileop = 1;
+	return 0;
+}
+
+/*
+ * From dispatch on, a client that goes away ends its file operation (the
+ * helper is killed), also before any reply byte: evhttp reads nothing
+ * between a request and its reply, so reading is turned on here with no
+ * read callback — what evhttp does itself while it writes a reply — and
+ * the close reaches stream_closed through the gate.
+ */
+static void
+fileop_watch(struct breq *b)
+{
+	struct evhttp_connection *conn = evhttp_request_get_connection(b->req);
+	struct bufferevent *bev;
+	bufferevent_data_cb wcb = NULL;
+	bufferevent_event_cb ecb = NULL;
+	void *cbarg = NULL;
+
+	if (conn == NULL || (bev = evhttp_connection_get_bufferevent(conn)) ==
+	    NULL)
+		return;
+	bufferevent_getcb(bev, NULL, &wcb, &ecb, &cbarg);
+	bufferevent_setcb(bev, NULL, wcb, ecb, cbarg);
+	bufferevent_enable(bev, EV_READ);
+	b->conn = conn;
+	stream_watch(b, conn, b);
+	b->watching = 1;
+}
+
 /* ?path= checked by sbx_query_path; returns 0 or -1 after replying. */
 static int
 query_path(struct breq *b)
@@ -1307,10 +1381,14 @@ h_read(struct breq *b)
 		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
 		return;
 	}
+	if (fileop_admit(b) == -1)
+		return;
 	b->op = b->s->driver->ops->read(b->s->driver, b->id, b->path, &sink,
 	    &err);
 	if (b->op == NULL)
 		breq_fail(b, &err);
+	else
+		fileop_watch(b);
 }
 
 static void
@@ -1365,20 +1443,25 @@ h_write(struct breq *b)
 	default:
 		break;
 	}
+	if (fileop_admit(b) == -1)
+		return;
 	/* Kept for the reply: the driver drains the body. */
 	b->wsize = evbuffer_get_length(in);
 	b->op = b->s->driver->ops->write(b->s->driver, b->id, b->path, b->mode,
 	    in, write_done, b, &err);
 	if (b->op == NULL)
 		breq_fail(b, &err);
+	else
+		fileop_watch(b);
 }
 
 static void
 list_done(void *arg, const struct sbx_err *err, const struct sbx_dirent *ents,
-    size_t n)
+    size_t n, int truncated)
 {
 	struct breq *b = arg;
-	json_t *arr, *o;
+	json_t *arr, *o, *page;
+	char cursor[sizeof(ents[0].name) * 4 / 3 + 8];
 	size_t i;
 
 	b->op = NULL;
@@ -1409,21 +1492,96 @@ list_done(void *arg, const struct sbx_err *err, const struct sbx_dirent *ents,
 		if (o != NULL)
 			json_array_append_new(arr, o);
 	}
-	reply_json(b, 200, arr, "ok");
+	/* The cursor names the last entry: the next page starts after it. */
+	cursor[0] = '\0';
+	if (truncated && n > 0)
+		sodium_bin2base64(cursor, sizeof(cursor),
+		    (const unsigned char *)ents[n - 1].name,
+		    strnlen(ents[n - 1].name, sizeof(ents[n - 1].name)),
+		    sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+	if (!b->list_obj) {
+		/* The array of v1: its first page only; the headers say so. */
+		if (truncated && b->req != NULL) {
+			evhttp_add_header(evhttp_request_get_output_headers(b->req),
+			    "Sbx-List-Truncated", "true");
+			evhttp_add_header(evhttp_request_get_output_headers(b->req),
+			    "Sbx-List-Cursor", cursor);
+		}
+		reply_json(b, 200, arr, "ok");
+		return;
+	}
+	page = json_pack("{s:o,s:b,s:s?}", "entries", arr, "truncated",
+	    truncated && n > 0, "cursor", cursor[0] != '\0' ? cursor : NULL);
+	if (page == NULL) {
+		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
+		return;
+	}
+	reply_json(b, 200, page, "ok");
+}
+
+/* ?cursor=: absent (0), empty or a cursor of list_done (1; b->after set),
+ * or -1 after replying 400. */
+static int
+list_cursor(struct breq *b)
+{
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(b->req);
+	struct sbx_err err;
+	unsigned char name[256];
+	char *cur = NULL;
+	size_t len = 0, nl = 0;
+	int r;
+
+	sbx_err_clear(&err);
+	r = sbx_query_param(evhttp_uri_get_query(uri), SBX_QUERY_CURSOR, &cur,
+	    &len, &err);
+	if (r == -1) {
+		breq_fail(b, &err);
+		return -1;
+	}
+	if (r == 0)
+		return 0;
+	b->list_obj = 1;
+	if (len > 0 && (len > 344 || sodium_base642bin(name, sizeof(name) - 1, cur,
+	    len, NULL, &nl, NULL, sodium_base64_VARIANT_URLSAFE_NO_PADDING) != 0 ||
+	    nl == 0 || memchr(name, '\0', nl) != NULL ||
+	    memchr(name, '/', nl) != NULL)) {
+		free(cur);
+		breq_fail_code(b, SBX_E_BAD_REQUEST, "Parameter \"cursor\" is not "
+		    "a cursor of a listing (pass the \"cursor\" of the last page, "
+		    "or nothing to start).");
+		return -1;
+	}
+	free(cur);
+	if (nl > 0) {
+		if ((b->after = malloc(nl + 1)) == NULL) {
+			breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
+			return -1;
+		}
+		memcpy(b->after, name, nl);
+		b->after[nl] = '\0';
+	}
+	return 1;
 }
 
 static void
 h_list(struct breq *b)
 {
+	struct sbx_list_page page;
 	struct sbx_err err;
 
 	sbx_err_clear(&err);
-	if (query_path(b) == -1)
+	if (query_path(b) == -1 || list_cursor(b) == -1)
 		return;
-	b->op = b->s->driver->ops->list(b->s->driver, b->id, b->path, list_done,
-	    b, &err);
+	if (fileop_admit(b) == -1)
+		return;
+	page.after = b->after;
+	page.limit = (size_t)b->s->cfg->list_max_entries;
+	b->op = b->s->driver->ops->list(b->s->driver, b->id, b->path, &page,
+	    list_done, b, &err);
 	if (b->op == NULL)
 		breq_fail(b, &err);
+	else
+		fileop_watch(b);
 }
 
 static int

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <jansson.h>
 #include <sodium.h>
@@ -32,6 +33,7 @@
 #define RESP_MAX (8 * 1024 * 1024)     /* JSON answers of the runtime */
 #define ERRTAIL_MAX 2048               /* stderr kept to read the helper's error */
 #define LIST_MAX (16 * 1024 * 1024)    /* a directory listing */
+#define LIST_LINE_MAX 4096             /* one entry line of sbx-helper list */
 #define HELPER_GRACE_MS 2000           /* helper's own timeout trails ours */
 #define KILL_TIMEOUT_MS 10000
 #define EXIT_POLLS 50
@@ -58,7 +60,7 @@ struct engine {
 	char **images;                /* NULL-terminated, default included */
 	char *user;
 	struct sbx_engine_limit mem, cpus, pids, timeout;
-	int64_t tmp_bytes, output_cap, file_max;
+	int64_t tmp_bytes, output_cap, file_max, file_timeout;
 	char *helper_path;
 	char *oci_runtime;
 	char *bridge_prefix;          /* host interface names of egress networks */
@@ -165,6 +167,14 @@ struct eop {
 	int xhow, xcode, xsig, xtimeout; /* the exit record */
 	char herr_code[48], herr_msg[256]; /* the error record */
 	struct evbuffer *out;         /* stdout kept (list) */
+	/* list: the page parsed line by line as it arrives */
+	struct sbx_dirent *ents;
+	size_t nents, ents_cap, list_limit;
+	int list_end, list_trunc, list_bad;
+	char after_hex[2 * 255 + 1];
+	/* read, write, list: no progress for file_timeout ends the op */
+	struct event *ftimer;
+	struct evbuffer_cb_entry *drain_ent;
 	struct evbuffer *errtail;     /* stderr kept (helper error line) */
 	int paused, streaming, stream_started, got_stream;
 	int timed_out, truncated, killing;
@@ -441,6 +451,9 @@ op_free(struct eop *op)
 		op->parent->kill = NULL;
 	if (op->timer != NULL)
 		event_free(op->timer);
+	if (op->ftimer != NULL)
+		event_free(op->ftimer);
+	free(op->ents);
 	if (op->defer != NULL)
 		event_free(op->defer);
 	if (op->retry != NULL)
@@ -532,7 +545,7 @@ finish_err(struct eop *op, const struct sbx_err *err)
 		break;
 	case OP_LIST:
 		if (op->list_cb != NULL)
-			op->list_cb(op->arg, err, NULL, 0);
+			op->list_cb(op->arg, err, NULL, 0, 0);
 		op_release(op);
 		break;
 	case OP_SANDBOXES:
@@ -2861,50 +2874,179 @@ name_from_helper(json_t *o, char *out, size_t outsz)
 		out[len] = '\0';
 		return 0;
 	}
-	if (name == NULL || name[0] == '\0' || strlen(name) >= outsz)
+	if (name == NULL || name[0] == '\0' || strlen(name) >= outsz ||
+	    strchr(name, '/') != NULL)
 		return -1;
 	memcpy(out, name, strlen(name) + 1);
+	/* readdir never gives these (the helper leaves out . and ..) */
+	if (strcmp(out, ".") == 0 || strcmp(out, "..") == 0)
+		return -1;
 	return 0;
 }
 
-static int
-parse_dirents(struct eop *op, sbx_list_cb cb, void *arg, struct sbx_err *e)
+/*
+ * One line of `sbx-helper list` (sbx_helper_proto.h): an entry, or the end
+ * line. Untrusted: a line that is not one of the two marks the listing bad;
+ * entries beyond the page's limit or after the end line too.
+ */
+int
+sbx_helper_list_line(const char *line, size_t len, struct sbx_dirent *d,
+    int *truncated)
 {
-	struct sbx_dirent *ents = NULL;
-	json_t *arr, *o;
+	json_t *o;
 	const char *t;
-	size_t i, n, m;
+	int rc = -1;
 
-	arr = json_loadb((const char *)evbuffer_pullup(op->out, -1),
-	    evbuffer_get_length(op->out), 0, NULL);
-	if (!json_is_array(arr)) {
-		json_decref(arr);
-		return sbx_err_set(e, SBX_E_RUNTIME, "sbx-helper list gave no "
-		    "JSON array");
+	memset(d, 0, sizeof(*d));
+	if (line == NULL || len > LIST_LINE_MAX)
+		return -1;
+	o = json_loadb(line, len, 0, NULL);
+	if (!json_is_object(o))
+		goto done;
+	if (json_object_get(o, "end") != NULL) {
+		if (!json_is_true(json_object_get(o, "end")))
+			goto done;
+		*truncated = json_is_true(json_object_get(o, "truncated"));
+		rc = 2;
+		goto done;
 	}
-	n = json_array_size(arr);
-	if (n > 0 && (ents = calloc(n, sizeof(*ents))) == NULL) {
-		json_decref(arr);
-		return sbx_err_set(e, SBX_E_INTERNAL, "out of memory");
+	rc = 0;
+	if (name_from_helper(o, d->name, sizeof(d->name)) < 0)
+		goto done;   /* an entry without a usable name: left out */
+	t = jstr(o, "type");
+	d->type = strcmp(t, "file") == 0 ? "file" : strcmp(t, "dir") == 0 ?
+	    "dir" : strcmp(t, "symlink") == 0 ? "symlink" : "other";
+	d->size = json_integer_value(json_object_get(o, "size"));
+	d->mode = (uint32_t)json_integer_value(json_object_get(o, "mode")) & 07777;
+	d->mtime = json_integer_value(json_object_get(o, "mtime"));
+	rc = 1;
+done:
+	json_decref(o);
+	return rc;
+}
+
+/*
+ * One line of `sbx-helper list` into op's page. Untrusted: a line that is
+ * neither an entry nor the end line marks the listing bad; entries beyond
+ * the page's limit or after the end line too.
+ */
+static void
+list_line(struct eop *op, const char *line, size_t len)
+{
+	struct sbx_dirent d;
+	int r, trunc = 0;
+
+	if (op->list_bad)
+		return;
+	r = sbx_helper_list_line(line, len, &d, &trunc);
+	if (r < 0 || op->list_end || (r == 1 && op->nents >= op->list_limit)) {
+		op->list_bad = 1;
+		return;
 	}
-	m = 0;
-	json_array_foreach(arr, i, o) {
-		if (name_from_helper(o, ents[m].name, sizeof(ents[m].name)) < 0)
+	if (r == 2) {
+		op->list_end = 1;
+		op->list_trunc = trunc;
+		return;
+	}
+	if (r == 0)
+		return;
+	if (op->nents == op->ents_cap) {
+		size_t cap = op->ents_cap ? op->ents_cap * 2 : 256;
+		struct sbx_dirent *n;
+
+		if (cap > op->list_limit)
+			cap = op->list_limit;
+		if ((n = realloc(op->ents, cap * sizeof(*n))) == NULL) {
+			op->list_bad = 1;
+			return;
+		}
+		op->ents = n;
+		op->ents_cap = cap;
+	}
+	op->ents[op->nents++] = d;
+}
+
+/* Parses the complete lines of op->out; a line over LIST_LINE_MAX is bad. */
+static void
+list_lines(struct eop *op)
+{
+	struct evbuffer_ptr p;
+	size_t n, eol;
+	char line[LIST_LINE_MAX + 1];
+
+	for (;;) {
+		p = evbuffer_search_eol(op->out, NULL, &eol, EVBUFFER_EOL_LF);
+		if (p.pos < 0) {
+			if (evbuffer_get_length(op->out) > LIST_LINE_MAX) {
+				op->list_bad = 1;
+				evbuffer_drain(op->out, evbuffer_get_length(op->out));
+			}
+			return;
+		}
+		n = (size_t)p.pos;
+		if (n > LIST_LINE_MAX) {
+			op->list_bad = 1;
+			evbuffer_drain(op->out, n + eol);
 			continue;
-		t = jstr(o, "type");
-		ents[m].type = strcmp(t, "file") == 0 ? "file" :
-		    strcmp(t, "dir") == 0 ? "dir" :
-		    strcmp(t, "symlink") == 0 ? "symlink" : "other";
-		ents[m].size = json_integer_value(json_object_get(o, "size"));
-		ents[m].mode = (uint32_t)json_integer_value(json_object_get(o,
-		    "mode")) & 07777;
-		ents[m].mtime = json_integer_value(json_object_get(o, "mtime"));
-		m++;
+		}
+		evbuffer_remove(op->out, line, n);
+		evbuffer_drain(op->out, eol);
+		list_line(op, line, n);
 	}
-	cb(arg, NULL, ents, m);
-	free(ents);
-	json_decref(arr);
+}
+
+/* ---------- file operations: no progress for file_timeout ---------- */
+
+static void
+file_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct eop *op = arg;
+	struct sbx_err e;
+
+	(void)fd;
+	(void)what;
+	/* Answer now, whatever the sandbox does: the runtime connection goes
+	 * (sbx_http_req_cancel in finish), the helper is killed by its handle
+	 * on the side (that kill is bounded by its own timeout). */
+	if (op->cid[0] != '\0')
+		start_kill(op->e, op->id, op->cid, op->exec_id, NULL);
+	sbx_err_set(&e, SBX_E_TIMEOUT, "the %s made no progress for %" PRId64
+	    " ms (file_timeout); it was cancelled and its helper killed",
+	    op->kind == OP_READ ? "file read" : op->kind == OP_WRITE ?
+	    "file write" : "directory listing", op->e->file_timeout);
+	finish_err(op, &e);
+}
+
+/* (Re)starts the progress timer of a file operation. */
+static void
+file_progress(struct eop *op)
+{
+	struct timeval tv;
+
+	if (op->ftimer == NULL || op->paused)
+		return;
+	tv.tv_sec = op->e->file_timeout / 1000;
+	tv.tv_usec = (op->e->file_timeout % 1000) * 1000;
+	event_add(op->ftimer, &tv);
+}
+
+static int
+file_timer_new(struct eop *op)
+{
+	if ((op->ftimer = evtimer_new(op->e->base.base, file_timer_cb, op)) == NULL)
+		return -1;
+	file_progress(op);
 	return 0;
+}
+
+/* A write's stdin leaving for the runtime is progress. */
+static void
+write_drained(struct evbuffer *buf, const struct evbuffer_cb_info *info,
+    void *arg)
+{
+	(void)buf;
+	if (info->n_deleted > 0)
+		file_progress(arg);
 }
 
 /* The exec has ended with exit status code. */
@@ -2959,16 +3101,17 @@ exec_exited(struct eop *op, int code)
 			finish_err(op, &e);
 			return;
 		}
-		if (op->truncated) {
-			sbx_err_set(&e, SBX_E_TOO_LARGE, "directory listing is "
-			    "larger than %d bytes", LIST_MAX);
+		list_lines(op);
+		if (op->truncated || op->list_bad || !op->list_end ||
+		    evbuffer_get_length(op->out) > 0) {
+			sbx_err_set(&e, SBX_E_RUNTIME, "sbx-helper list gave "
+			    "no well-formed page");
 			finish_err(op, &e);
 			return;
 		}
-		if (parse_dirents(op, op->list_cb, op->arg, &e) < 0) {
-			finish_err(op, &e);
-			return;
-		}
+		if (op->list_cb != NULL)
+			op->list_cb(op->arg, NULL, op->ents, op->nents,
+			    op->list_trunc);
 		op_release(op);
 		return;
 	case OP_RECOVER:
@@ -3138,6 +3281,8 @@ deliver(struct eop *op, int stream, const unsigned char *buf, size_t len)
 
 	if (stream != 1 && stream != 2)
 		return;  /* 0 is stdin echo: never sent with Tty false */
+	if (op->ftimer != NULL)
+		file_progress(op);
 	if (stream == 2 && op->kind != OP_EXEC) {
 		/* stderr of a helper mode: only its error line matters */
 		if (evbuffer_get_length(op->errtail) + len <= ERRTAIL_MAX)
@@ -3151,6 +3296,8 @@ deliver(struct eop *op, int stream, const unsigned char *buf, size_t len)
 			return;
 		}
 		evbuffer_add(op->out, buf, len);
+		if (op->kind == OP_LIST)
+			list_lines(op);   /* parsed as it comes: never one big parse */
 		return;
 	}
 	room = (size_t)(op->cap - op->delivered);
@@ -3412,6 +3559,10 @@ stream_response(void *arg, struct sbx_http_req *req, int status)
 			finish_err(op, &e);
 			return;
 		}
+		if (op->kind == OP_WRITE && op->ftimer != NULL &&
+		    sbx_http_req_bufferevent(req) != NULL)
+			evbuffer_add_cb(bufferevent_get_output(
+			    sbx_http_req_bufferevent(req)), write_drained, op);
 		if (op->stdin_buf != NULL)
 			sbx_http_req_write_buffer(req, op->stdin_buf);
 		sbx_http_req_close_write(req);
@@ -3561,7 +3712,9 @@ exec_created(struct eop *op, int status, json_t *body,
 		return;
 	}
 	op->started_ms = now_ms();
-	if (op->timeout_ms > 0) {
+	if (op->ftimer != NULL)
+		file_progress(op);
+	else if (op->timeout_ms > 0) {
 		/* The driver's timer is authoritative (the helper's trails). */
 		op->timer = evtimer_new(op->e->base.base, exec_timer_cb, op);
 		tv.tv_sec = op->timeout_ms / 1000;
@@ -3791,7 +3944,16 @@ eng_read(struct sbx_driver *d, const char *id, const char *path,
 	}
 	json_array_append_new(op->cmd, json_string("--max"));
 	json_array_append_new(op->cmd, json_string(num));
-	/* No timer: a slow reader may hold a paused stream as long as it likes. */
+	json_array_append_new(op->cmd, json_string("--id"));
+	json_array_append_new(op->cmd, json_string(op->exec_id));
+	/* A timer on progress, not on the whole read: a slow reader may hold
+	 * a paused stream (the timer stops while paused), a stalled helper
+	 * may not. */
+	if (file_timer_new(op) < 0) {
+		op_free(op);
+		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		return NULL;
+	}
 	exec_begin(op);
 	return &op->base;
 }
@@ -3848,16 +4010,27 @@ eng_write(struct sbx_driver *d, const char *id, const char *path,
 	json_array_append_new(op->cmd, json_string(mstr));
 	json_array_append_new(op->cmd, json_string("--max"));
 	json_array_append_new(op->cmd, json_string(num));
+	json_array_append_new(op->cmd, json_string("--id"));
+	json_array_append_new(op->cmd, json_string(op->exec_id));
+	if (file_timer_new(op) < 0) {
+		op_free(op);
+		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		return NULL;
+	}
 	exec_begin(op);
 	return &op->base;
 }
 
 static struct sbx_op *
 eng_list(struct sbx_driver *d, const char *id, const char *path,
-    sbx_list_cb cb, void *arg, struct sbx_err *err)
+    const struct sbx_list_page *page, sbx_list_cb cb, void *arg,
+    struct sbx_err *err)
 {
 	struct engine *e = (struct engine *)d;
 	struct eop *op;
+	size_t limit = page != NULL && page->limit > 0 ? page->limit :
+	    SBX_HELPER_LIST_MAX, i, an;
+	char num[32];
 
 	if (!id_valid(id)) {
 		sbx_err_set(err, SBX_E_INVALID_ID,
@@ -3866,16 +4039,44 @@ eng_list(struct sbx_driver *d, const char *id, const char *path,
 	}
 	if (path_ok(path, err) < 0)
 		return NULL;
+	if (limit > SBX_HELPER_LIST_MAX)
+		limit = SBX_HELPER_LIST_MAX;
+	an = page != NULL && page->after != NULL ? strlen(page->after) : 0;
+	if (page != NULL && page->after != NULL && (an == 0 || an > 255 ||
+	    strchr(page->after, '/') != NULL)) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "the cursor does not name a "
+		    "directory entry");
+		return NULL;
+	}
 	if ((op = helper_op(e, OP_LIST, id, err)) == NULL)
 		return NULL;
 	op->list_cb = cb;
 	op->arg = arg;
-	op->cap = LIST_MAX;
-	op->timeout_ms = e->timeout.ceiling;
+	op->list_limit = limit;
+	/* An entry line is at most ~1.4 KiB (255-byte name, escaped, and
+	 * its base64): the page's output has a bound. */
+	op->cap = (int64_t)limit * 1536 + 4096;
 	op->cmd = helper_cmd("list");
 	if (json_array_append_new(op->cmd, json_string(path)) < 0) {
 		op_free(op);
 		sbx_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "path must be UTF-8");
+		return NULL;
+	}
+	snprintf(num, sizeof(num), "%zu", limit);
+	json_array_append_new(op->cmd, json_string("--limit"));
+	json_array_append_new(op->cmd, json_string(num));
+	if (an > 0) {
+		for (i = 0; i < an; i++)
+			snprintf(op->after_hex + 2 * i, 3, "%02x",
+			    (unsigned char)page->after[i]);
+		json_array_append_new(op->cmd, json_string("--after-hex"));
+		json_array_append_new(op->cmd, json_string(op->after_hex));
+	}
+	json_array_append_new(op->cmd, json_string("--id"));
+	json_array_append_new(op->cmd, json_string(op->exec_id));
+	if (file_timer_new(op) < 0) {
+		op_free(op);
+		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
 		return NULL;
 	}
 	exec_begin(op);
@@ -3961,6 +4162,9 @@ eng_status_usage(struct sbx_driver *d, const char *id, sbx_status_cb cb,
 	op->cap = ERRTAIL_MAX;
 	op->timeout_ms = e->usage_timeout_ms + HELPER_GRACE_MS;
 	op->cmd = helper_cmd(SBX_HELPER_MODE_DU);
+	/* A kill handle: a cancel or the timer ends the walk too. */
+	json_array_append_new(op->cmd, json_string("--id"));
+	json_array_append_new(op->cmd, json_string(op->exec_id));
 	snprintf(num, sizeof(num), "%" PRId64, e->usage_max);
 	json_array_append_new(op->cmd, json_string("--max"));
 	json_array_append_new(op->cmd, json_string(num));
@@ -4011,7 +4215,8 @@ eng_cancel(struct sbx_driver *d, struct sbx_op *o)
 	/* An exec that may have been created is killed by its handle; the
 	 * helper leaves a tombstone when the kill arrives first. */
 	if ((op->kind == OP_EXEC || op->kind == OP_READ || op->kind == OP_WRITE ||
-	    op->kind == OP_LIST) && op->cid[0] != '\0' && !op->killing)
+	    op->kind == OP_LIST || op->kind == OP_USAGE) && op->cid[0] != '\0' &&
+	    !op->killing)
 		start_kill(op->e, op->id, op->cid, op->exec_id, NULL);
 	op_release(op);
 }
@@ -4025,6 +4230,8 @@ eng_pause(struct sbx_driver *d, struct sbx_op *o)
 	if (op == NULL || op->dead || (op->kind != OP_EXEC && op->kind != OP_READ))
 		return;
 	op->paused = 1;
+	if (op->ftimer != NULL)
+		event_del(op->ftimer);   /* the reader's choice, not a stall */
 	if (op->streaming)
 		sbx_http_req_pause(op->http);
 }
@@ -4038,6 +4245,7 @@ eng_resume(struct sbx_driver *d, struct sbx_op *o)
 	if (op == NULL || op->dead || !op->paused)
 		return;
 	op->paused = 0;
+	file_progress(op);
 	if (op->streaming)
 		sbx_http_req_resume(op->http);
 }
@@ -4243,6 +4451,7 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 	e->tmp_bytes = c->tmp_bytes > 0 ? c->tmp_bytes : 64LL << 20;
 	e->output_cap = c->exec_output_cap > 0 ? c->exec_output_cap : 16LL << 20;
 	e->file_max = c->file_max_bytes > 0 ? c->file_max_bytes : 64LL << 20;
+	e->file_timeout = c->file_timeout_ms > 0 ? c->file_timeout_ms : 30000;
 	if (c->helper_path == NULL || c->helper_path[0] != '/' ||
 	    strchr(c->helper_path, ':') != NULL ||
 	    strchr(c->helper_path, ',') != NULL) {

@@ -37,6 +37,8 @@ struct sbx_engine_config {
 	int64_t exec_output_cap;      /* stdout+stderr bytes per exec, default and
 	                               * ceiling [16 MiB] */
 	int64_t file_max_bytes;       /* read and write size cap [64 MiB] */
+	int64_t file_timeout_ms;      /* read/write/list: longest time without
+	                               * progress before timeout and kill [30 s] */
 	const char *helper_path;      /* path of the static sbx-helper binary as
 	                               * the broker sees it (required; read once
 	                               * by sbx_engine_driver_new, never mounted) */
@@ -169,6 +171,18 @@ struct sbx_engine_config {
  */
 struct sbx_driver *sbx_engine_driver_new(struct event_base *base,
     const struct sbx_engine_config *cfg, struct sbx_err *err);
+
+/*
+ * Parses one line (len bytes, no '\n') of `sbx-helper list` output
+ * (sbx_helper_proto.h): an entry into *d (name decoded from "name_b64" when
+ * present), or the end line {"end":true,"truncated":B} into *truncated.
+ * The line is untrusted: at most 4096 bytes, one JSON object. Returns 1 for
+ * an entry, 0 for an entry without a usable name (empty, NUL, '/', too
+ * long: to be left out), 2 for the end line, -1 for anything else. Pure (no
+ * driver, no I/O): the fuzz target of the list parser.
+ */
+int sbx_helper_list_line(const char *line, size_t len, struct sbx_dirent *d,
+    int *truncated);
 
 extern const struct sbx_driver_ops sbx_engine_driver_ops;
 

@@ -96,6 +96,15 @@ struct sbx_dirent {
 	int64_t mtime;           /* Unix seconds */
 };
 
+/* Which page of a directory list() returns (adr/0013). */
+struct sbx_list_page {
+	const char *after;       /* NULL: from the first name; else only names
+	                          * sorting after this one (bytewise) */
+	size_t limit;            /* entries at most, >= 1 (the broker's
+	                          * list_max_entries; a driver may have a lower
+	                          * ceiling and then reports truncated) */
+};
+
 /* Exec request (SPEC §4). */
 struct sbx_exec_req {
 	const char *const *argv; /* NULL-terminated, argv[0] required */
@@ -139,8 +148,10 @@ struct sbx_health {
 typedef void (*sbx_status_cb)(void *arg, const struct sbx_err *err,
     const struct sbx_status *st);
 typedef void (*sbx_done_cb)(void *arg, const struct sbx_err *err);
+/* ents: one page of entries sorted by name (bytewise); truncated 1: more
+ * names follow the last one (ask again with page.after = its name). */
 typedef void (*sbx_list_cb)(void *arg, const struct sbx_err *err,
-    const struct sbx_dirent *ents, size_t n);
+    const struct sbx_dirent *ents, size_t n, int truncated);
 typedef void (*sbx_sandboxes_cb)(void *arg, const struct sbx_err *err,
     const struct sbx_status *sts, size_t n);
 typedef void (*sbx_health_cb)(void *arg, const struct sbx_err *err,
@@ -179,8 +190,12 @@ struct sbx_driver_ops {
 	struct sbx_op *(*write)(struct sbx_driver *d, const char *id,
 	    const char *path, uint32_t mode, struct evbuffer *body,
 	    sbx_done_cb cb, void *arg, struct sbx_err *err);
+	/* One page of the directory's entries (page: which, see above),
+	 * sorted by name, symlinks not followed. Errors: not_found,
+	 * bad_request (not a directory), path_outside_work, timeout. */
 	struct sbx_op *(*list)(struct sbx_driver *d, const char *id,
-	    const char *path, sbx_list_cb cb, void *arg, struct sbx_err *err);
+	    const char *path, const struct sbx_list_page *page,
+	    sbx_list_cb cb, void *arg, struct sbx_err *err);
 	/* Stops the container; the volume stays. Absent: not_found. */
 	struct sbx_op *(*stop)(struct sbx_driver *d, const char *id,
 	    sbx_done_cb cb, void *arg, struct sbx_err *err);

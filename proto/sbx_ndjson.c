@@ -483,6 +483,96 @@ sbx_ndjson_output(struct evbuffer *out, int stream, const unsigned char *buf,
 	return evbuffer_commit_space(out, &v, 1);
 }
 
+/* Bytes of the character whose lead byte is c (1 for ASCII and invalid leads). */
+static size_t
+utf8_seq_len(unsigned char c)
+{
+	int n = utf8_extra(c);
+
+	return n > 0 ? (size_t)n + 1 : 1;
+}
+
+/* buf[0..len) as output events cut on character boundaries, len > 0. */
+static int
+output_pieces(struct evbuffer *out, int stream, const unsigned char *buf,
+    size_t len)
+{
+	size_t n, cut;
+
+	while (len > 0) {
+		n = len;
+		if (n > SBX_NDJSON_MAX_CHUNK) {
+			n = SBX_NDJSON_MAX_CHUNK;
+			cut = sbx_utf8_incomplete_tail(buf, n);
+			if (cut < n)
+				n -= cut;
+		}
+		if (sbx_ndjson_output(out, stream, buf, n) == -1)
+			return -1;
+		buf += n;
+		len -= n;
+	}
+	return 0;
+}
+
+int
+sbx_ndjson_output_held(struct evbuffer *out, struct sbx_utf8_hold *h,
+    int stream, const unsigned char *buf, size_t len)
+{
+	unsigned char joined[8];
+	size_t need, t, jl;
+
+	if (out == NULL || h == NULL || h->len > 3 || (buf == NULL && len > 0) ||
+	    (stream != SBX_STREAM_STDOUT && stream != SBX_STREAM_STDERR))
+		return -1;
+	if (len == 0)
+		return 0;
+	if (h->len > 0) {
+		/* Only continuation bytes can finish it: a broken character
+		 * goes alone (as data_b64), the text after it stays text. */
+		need = utf8_seq_len(h->tail[0]) - h->len;
+		for (t = 0; t < need && t < len && (buf[t] & 0xC0) == 0x80; t++)
+			;
+		need = t;
+		memcpy(joined, h->tail, h->len);
+		memcpy(joined + h->len, buf, need);
+		jl = h->len + need;
+		buf += need;
+		len -= need;
+		h->len = 0;
+		/* Still short of its end (a 1-byte read): hold on. */
+		if (len == 0 && (t = sbx_utf8_incomplete_tail(joined, jl)) == jl) {
+			memcpy(h->tail, joined, jl);
+			h->len = jl;
+			return 0;
+		}
+		if (sbx_ndjson_output(out, stream, joined, jl) == -1)
+			return -1;
+		if (len == 0)
+			return 0;
+	}
+	t = sbx_utf8_incomplete_tail(buf, len);
+	if (t > 0) {
+		memcpy(h->tail, buf + len - t, t);
+		h->len = t;
+		len -= t;
+	}
+	return len > 0 ? output_pieces(out, stream, buf, len) : 0;
+}
+
+int
+sbx_ndjson_output_flush(struct evbuffer *out, struct sbx_utf8_hold *h,
+    int stream)
+{
+	size_t n;
+
+	if (h == NULL || h->len == 0)
+		return 0;
+	n = h->len;
+	h->len = 0;
+	return sbx_ndjson_output(out, stream, h->tail, n);
+}
+
 static const char b64_alphabet[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 

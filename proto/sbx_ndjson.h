@@ -109,6 +109,37 @@ int sbx_ndjson_output(struct evbuffer *out, int stream,
     const unsigned char *buf, size_t len);
 
 /*
+ * A stream's held UTF-8 tail (SPEC §5: text cut by a read boundary stays
+ * text): at most 3 bytes that start a character the last piece did not
+ * finish. One per stream of an exec; zero-initialise it.
+ */
+struct sbx_utf8_hold {
+	unsigned char tail[4];
+	size_t len;              /* 0..3 */
+};
+
+/*
+ * Like sbx_ndjson_output for buf[0..len) of any length, with hold h of
+ * that stream: the bytes held from the previous call go first, a
+ * character split at the end of buf is held back (at most 3 bytes) for the
+ * next call, and pieces longer than SBX_NDJSON_MAX_CHUNK are cut on
+ * character boundaries. When the held bytes are completed by buf they go
+ * out as one short event of their own, so the bytes of buf are not copied.
+ * Appends zero or more lines to out; returns 0, or -1 (bad stream, buf
+ * NULL with len > 0, allocation failure). Decoding every event of the
+ * stream plus sbx_ndjson_output_flush gives back exactly the bytes given.
+ * Pure: works on plain buffers (fuzzed).
+ */
+int sbx_ndjson_output_held(struct evbuffer *out, struct sbx_utf8_hold *h,
+    int stream, const unsigned char *buf, size_t len);
+
+/* At the end of a stream (exit, error): the held bytes, as they are (data_b64
+ * since they are incomplete), then h is empty. Nothing when h is empty.
+ * Returns 0 or -1 as sbx_ndjson_output. */
+int sbx_ndjson_output_flush(struct evbuffer *out, struct sbx_utf8_hold *h,
+    int stream);
+
+/*
  * {"type":"exit","code":CODE,"signal":SIGNAL|null,"duration_ms":MS,
  *  "truncated":true|false}
  * code: exit status (0..255; 128+N when ended by signal N). signal: NULL

@@ -38,6 +38,7 @@
 #define SBX_ID_MAX_LEN 63                   /* [a-z0-9][a-z0-9-]{0,62} */
 #define SBX_QUERY_PATH "path"               /* ?path= of files and list */
 #define SBX_QUERY_MODE "mode"               /* ?mode= of files PUT, octal, e.g. 0644 */
+#define SBX_QUERY_CURSOR "cursor"           /* ?cursor= of list: "" or a page's cursor (adr/0013) */
 #define SBX_QUERY_USAGE "usage"             /* ?usage=1 of status: add /work usage (adr/0017) */
 #define SBX_WORK_DIR "/work"                /* the only tree file operations reach */
 

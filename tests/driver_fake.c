@@ -55,6 +55,8 @@ struct fake_op {
 	sbx_status_cb status_cb;
 	sbx_done_cb done_cb;
 	sbx_list_cb list_cb;
+	char list_after[256];       /* page: names after this ("" none) */
+	size_t list_limit;
 	sbx_sandboxes_cb sandboxes_cb;
 	sbx_health_cb health_cb;
 	void *arg;
@@ -266,6 +268,13 @@ mutating_begin(struct fake_op *o)
 		o->fd->stats.max_mutating_per_id = s->mutating;
 }
 
+static int
+dirent_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct sbx_dirent *)a)->name,
+	    ((const struct sbx_dirent *)b)->name);
+}
+
 /* Terminal callbacks of the non-stream operations. */
 static void
 finish_simple(struct fake_op *o)
@@ -277,6 +286,7 @@ finish_simple(struct fake_op *o)
 	struct sbx_health h;
 	struct sbx_err err;
 	size_t n = 0, cap = 0;
+	int list_trunc = 0;
 	struct fake_file *f;
 	struct fake_op copy = *o;
 	const struct sbx_err *e = sbx_err_is_set(&o->fail) ? &o->fail : NULL;
@@ -382,6 +392,25 @@ finish_simple(struct fake_op *o)
 				ents[n].mtime = f->mtime;
 				n++;
 			}
+			/* One page, as the vtable says: sorted, unique names after
+			 * list_after, at most list_limit. */
+			if (n > 0) {
+				size_t i, m = 0;
+
+				qsort(ents, n, sizeof(*ents), dirent_cmp);
+				for (i = 0; i < n; i++) {
+					if (strcmp(ents[i].name, o->list_after) <= 0 ||
+					    (m > 0 && strcmp(ents[m - 1].name,
+					    ents[i].name) == 0))
+						continue;
+					ents[m++] = ents[i];
+				}
+				n = m;
+				if (o->list_limit > 0 && n > o->list_limit) {
+					n = o->list_limit;
+					list_trunc = 1;
+				}
+			}
 			break;
 		default:
 			break;
@@ -401,7 +430,8 @@ finish_simple(struct fake_op *o)
 		break;
 	case K_LIST:
 		copy.list_cb(copy.arg, sbx_err_is_set(&err) ? &err : NULL,
-		    ents, sbx_err_is_set(&err) ? 0 : n);
+		    ents, sbx_err_is_set(&err) ? 0 : n,
+		    !sbx_err_is_set(&err) && list_trunc);
 		break;
 	case K_SANDBOXES:
 		if (!sbx_err_is_set(&err)) {
@@ -790,7 +820,8 @@ fake_write(struct sbx_driver *d, const char *id, const char *path,
 
 static struct sbx_op *
 fake_list(struct sbx_driver *d, const char *id, const char *path,
-    sbx_list_cb cb, void *arg, struct sbx_err *err)
+    const struct sbx_list_page *page, sbx_list_cb cb, void *arg,
+    struct sbx_err *err)
 {
 	struct fake_driver *fd = (struct fake_driver *)d;
 	struct fake_op *o;
@@ -803,6 +834,9 @@ fake_list(struct sbx_driver *d, const char *id, const char *path,
 	if ((o = op_new(fd, SBX_FAKE_LIST, K_LIST, id, err)) == NULL)
 		return NULL;
 	snprintf(o->path, sizeof(o->path), "%s", path);
+	if (page != NULL && page->after != NULL)
+		snprintf(o->list_after, sizeof(o->list_after), "%s", page->after);
+	o->list_limit = page != NULL ? page->limit : 0;
 	o->list_cb = cb;
 	o->arg = arg;
 	op_arm(o);

@@ -15,6 +15,7 @@
 #include <sodium.h>
 
 #include "cli_http.h"
+#include "cli_print.h"
 #include "cli_sse.h"
 #include "sbx_config.h"
 #include "sbx_ndjson.h"
@@ -156,14 +157,19 @@ errmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void
 errmsg(const char *fmt, ...)
 {
+	char msg[1024], esc[4 * sizeof(msg)];
 	va_list ap;
+	int n;
 
 	fflush(stdout);
-	fputs("sbxctl: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	n = vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	if (n < 0)
+		n = 0;
+	/* Messages carry server text: no control byte reaches the terminal. */
+	cli_escape(msg, strnlen(msg, sizeof(msg)), esc, sizeof(esc));
+	fprintf(stderr, "sbxctl: %s\n", esc);
 }
 
 static void
@@ -218,21 +224,37 @@ usage_err(const struct cmd *c, const char *fmt, ...)
 static const char *
 ms_time(json_t *v, char *buf, size_t cap)
 {
-	time_t t;
-
 	if (!json_is_integer(v) || json_integer_value(v) <= 0)
 		return "-";
-	t = (time_t)(json_integer_value(v) / 1000);
-	strftime(buf, cap, "%Y-%m-%d %H:%M:%S UTC", gmtime(&t));
-	return buf;
+	return cli_time(json_integer_value(v) / 1000, 1, buf, cap);
 }
 
+/* A string member of a server reply, escaped for printing (cli_escape);
+ * "-" when absent. Borrowed from a ring of buffers: valid for the next
+ * seven calls, enough for one printf. */
 static const char *
 jstr(json_t *obj, const char *k)
 {
+	static char ring[8][2048];
+	static unsigned next;
+	json_t *v = json_object_get(obj, k);
+	char *out;
+
+	if (!json_is_string(v))
+		return "-";
+	out = ring[next++ % 8];
+	cli_escape(json_string_value(v), json_string_length(v), out,
+	    sizeof(ring[0]));
+	return out;
+}
+
+/* The raw string member (for comparisons, never for printing). */
+static const char *
+jraw(json_t *obj, const char *k)
+{
 	const char *s = json_string_value(json_object_get(obj, k));
 
-	return s != NULL ? s : "-";
+	return s != NULL ? s : "";
 }
 
 static int
@@ -1405,23 +1427,47 @@ mode_string(char *out, const char *type, long long mode)
 	out[10] = '\0';
 }
 
-static int
-cmp_name(const void *a, const void *b)
+/* One directory entry as a line: mode, size, mtime, escaped name. */
+static void
+print_dirent(json_t *e)
 {
-	json_t *const *x = a, *const *y = b;
+	char ms[16], tb[40], name[1100], raw[300];
+	json_t *nm = json_object_get(e, "name");
+	const char *b64 = json_string_value(json_object_get(e, "name_b64"));
+	json_t *mt = json_object_get(e, "mtime");
+	size_t rl = 0;
 
-	return strcmp(jstr(*x, "name"), jstr(*y, "name"));
+	mode_string(ms, jraw(e, "type"),
+	    json_integer_value(json_object_get(e, "mode")));
+	if (json_is_integer(mt))
+		cli_time(json_integer_value(mt), 0, tb, sizeof(tb));
+	else
+		snprintf(tb, sizeof(tb), "%-16s", "-");
+	if (json_is_string(nm))
+		cli_escape(json_string_value(nm), json_string_length(nm), name,
+		    sizeof(name));
+	else if (b64 != NULL && sodium_base642bin((unsigned char *)raw,
+	    sizeof(raw), b64, strlen(b64), NULL, &rl, NULL,
+	    sodium_base64_VARIANT_ORIGINAL) == 0)
+		cli_escape(raw, rl, name, sizeof(name));
+	else
+		snprintf(name, sizeof(name), "(no name)");
+	printf("%s %10lld %s %s%s\n", ms,
+	    (long long)json_integer_value(json_object_get(e, "size")), tb, name,
+	    strcmp(jraw(e, "type"), "dir") == 0 ? "/" : "");
 }
+
+/* Pages of a listing at most this many: 100 x list_max_entries. */
+#define LS_PAGES_MAX 1000
 
 static int
 c_ls(struct ctx *x)
 {
-	const char *path;
-	char npc[128], target[8192], ms[16], tb[32];
-	json_t *j = NULL, *e, **ents = NULL;
-	size_t i, n;
-	time_t t;
-	int rc;
+	const char *path, *cur;
+	char npc[128], target[8192], *cursor = NULL, *enc;
+	json_t *j = NULL, *e, *ents, *all = NULL;
+	size_t i, pages = 0;
+	int rc = CX_OK;
 
 	if (!remote_spec(x->o.pos[0], npc, sizeof(npc), &path))
 		return usage_err(cmd_of(c_ls), "expected NPC:/work/DIR, not "
@@ -1429,38 +1475,63 @@ c_ls(struct ctx *x)
 	if (npc_target(target, sizeof(target), npc, "/sandbox/list",
 	    path) == -1)
 		return usage_err(NULL, "the NPC name or path is too long.");
-	if ((rc = call_json(x, "GET", target, NULL, &j)) != CX_OK)
-		return rc;
-	if (x->o.json || !json_is_array(j)) {
-		rc = print_json(j);
-		json_decref(j);
-		return rc;
-	}
-	n = json_array_size(j);
-	if (n > 0 && (ents = calloc(n, sizeof(*ents))) == NULL) {
-		json_decref(j);
+	if (x->o.json && (all = json_array()) == NULL) {
 		errmsg("out of memory.");
 		return CX_ERR;
 	}
-	json_array_foreach(j, i, e)
-		ents[i] = e;
-	if (n > 0)
-		qsort(ents, n, sizeof(*ents), cmp_name);
-	for (i = 0; i < n; i++) {
-		e = ents[i];
-		mode_string(ms, jstr(e, "type"),
-		    json_integer_value(json_object_get(e, "mode")));
-		t = (time_t)json_integer_value(json_object_get(e, "mtime"));
-		strftime(tb, sizeof(tb), "%Y-%m-%d %H:%M", gmtime(&t));
-		printf("%s %10lld %s %s%s\n", ms,
-		    (long long)json_integer_value(json_object_get(e, "size")),
-		    tb, json_is_string(json_object_get(e, "name")) ?
-		    jstr(e, "name") : "(name not UTF-8; see --json)",
-		    strcmp(jstr(e, "type"), "dir") == 0 ? "/" : "");
+	/* Pages ({"entries","truncated","cursor"}, proto/broker-api.md)
+	 * until the last one; sorted by the server, printed as they come. */
+	for (;;) {
+		size_t tl = strlen(target);
+
+		enc = cursor != NULL ? cursor : "";
+		if (snprintf(target + tl, sizeof(target) - tl, "&cursor=%s",
+		    enc) >= (int)(sizeof(target) - tl)) {
+			errmsg("the listing's cursor is too long.");
+			rc = CX_ERR;
+			break;
+		}
+		rc = call_json(x, "GET", target, NULL, &j);
+		target[tl] = '\0';
+		if (rc != CX_OK)
+			break;
+		ents = json_is_array(j) ? j : json_object_get(j, "entries");
+		if (!json_is_array(ents)) {
+			errmsg("the server's listing is not a list of entries.");
+			rc = CX_ERR;
+			break;
+		}
+		json_array_foreach(ents, i, e) {
+			if (!json_is_object(e))
+				continue;
+			if (all != NULL)
+				json_array_append(all, e);
+			else
+				print_dirent(e);
+		}
+		cur = json_string_value(json_object_get(j, "cursor"));
+		free(cursor);
+		cursor = NULL;
+		if (!json_is_object(j) ||
+		    !json_is_true(json_object_get(j, "truncated")) || cur == NULL ||
+		    cur[0] == '\0' || ++pages >= LS_PAGES_MAX)
+			break;
+		/* base64url: nothing to percent-encode, but check it is that */
+		if (strspn(cur, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+		    "0123456789-_") != strlen(cur) || (cursor = strdup(cur)) == NULL) {
+			errmsg("the server sent a cursor sbxctl cannot use.");
+			rc = CX_ERR;
+			break;
+		}
+		json_decref(j);
+		j = NULL;
 	}
-	free(ents);
+	if (rc == CX_OK && all != NULL)
+		rc = print_json(all);
+	free(cursor);
 	json_decref(j);
-	return CX_OK;
+	json_decref(all);
+	return rc;
 }
 
 /* ------------------------------------------------------------------ */

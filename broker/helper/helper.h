@@ -130,8 +130,10 @@ int helper_read_file(const struct helper_ctx *ctx, const char *path, uint64_t ma
     struct helper_err *err);
 int helper_write_file(const struct helper_ctx *ctx, const char *path, const char *mode,
     uint64_t max, int infd, struct helper_err *err);
-int helper_list_dir(const struct helper_ctx *ctx, const char *path, int outfd,
-    struct helper_err *err);
+/* list: after NULL or a name (entries sorted bytewise after it only);
+ * limit 1..SBX_HELPER_LIST_MAX entries (sbx_helper_proto.h). */
+int helper_list_dir(const struct helper_ctx *ctx, const char *path, const char *after,
+    uint64_t limit, int outfd, struct helper_err *err);
 
 /* What du mode counted (sbx_helper_proto.h, du). */
 struct helper_du_result {
@@ -171,6 +173,15 @@ int helper_exec_id_valid(const char *id);
  */
 int helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
     uint64_t timeout_ms, int framed, char *const argv[], struct helper_err *err);
+
+/*
+ * read, write, list and du with --id: a kill handle naming the helper itself
+ * (pgid = its own pid), so `kill ID` ends a file operation the broker gave
+ * up on, stopped (SIGSTOP) or not. Returns 0, or -1 with err (cancelled
+ * when ID is taken: a kill came first). helper_handle_drop removes it.
+ */
+int helper_handle_self(const struct helper_ctx *ctx, const char *id, struct helper_err *err);
+void helper_handle_drop(const struct helper_ctx *ctx, const char *id);
 
 /* kill and killall modes: 0 (also when nothing was running), -1 with err. */
 int helper_kill(const struct helper_ctx *ctx, const char *id, struct helper_err *err);

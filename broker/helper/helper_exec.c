@@ -899,3 +899,41 @@ done:
 		close(sfd);
 	return rc;
 }
+
+int
+helper_handle_self(const struct helper_ctx *ctx, const char *id, struct helper_err *err)
+{
+	unsigned long long start = 0;
+	char text[160];
+	int sfd, r;
+
+	if (!helper_exec_id_valid(id))
+		return helper_err_set(err, SBX_E_BAD_REQUEST,
+		    "--id must match [A-Za-z0-9_-]{1,64}");
+	if ((sfd = state_dir_open(ctx, 1, err)) < 0)
+		return -1;
+	if (proc_start_time(getpid(), &start) != 1)
+		start = 0;
+	/* The helper is its own group's leader (the runtime's exec makes it
+	 * one); kill then reaches it, stopped or not. */
+	snprintf(text, sizeof(text), HANDLE_MAGIC "pgid=%d start=%llu helper=%d\n",
+	    (int)getpid(), start, (int)getpid());
+	r = handle_create(sfd, id, text, err);
+	close(sfd);
+	if (r == 0)
+		return helper_err_set(err, SBX_E_CANCELLED,
+		    "cancelled before it started (id already used)");
+	return r < 0 ? -1 : 0;
+}
+
+void
+helper_handle_drop(const struct helper_ctx *ctx, const char *id)
+{
+	int sfd;
+
+	if ((sfd = open(ctx->state_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+	    O_CLOEXEC)) < 0)
+		return;
+	(void)unlinkat(sfd, id, 0);
+	close(sfd);
+}

@@ -328,20 +328,102 @@ type_name(mode_t m)
 	return "other";
 }
 
+/* A max-heap of the smallest names seen (bytewise), at most cap of them. */
+struct name_heap {
+	char **v;
+	size_t n, cap;
+};
+
+static void
+heap_sift_down(struct name_heap *h, size_t i)
+{
+	size_t l, r, m;
+	char *t;
+
+	for (;;) {
+		l = 2 * i + 1;
+		r = l + 1;
+		m = i;
+		if (l < h->n && strcmp(h->v[l], h->v[m]) > 0)
+			m = l;
+		if (r < h->n && strcmp(h->v[r], h->v[m]) > 0)
+			m = r;
+		if (m == i)
+			return;
+		t = h->v[i];
+		h->v[i] = h->v[m];
+		h->v[m] = t;
+		i = m;
+	}
+}
+
+/* Offers name; keeps it when it is among the cap smallest. -1: no memory. */
+static int
+heap_offer(struct name_heap *h, const char *name)
+{
+	size_t i, p;
+	char *t, *c;
+
+	if (h->cap == 0)
+		return 0;
+	if (h->n == h->cap) {
+		if (strcmp(name, h->v[0]) >= 0)
+			return 0;
+		if ((c = strdup(name)) == NULL)
+			return -1;
+		free(h->v[0]);
+		h->v[0] = c;
+		heap_sift_down(h, 0);
+		return 0;
+	}
+	if ((c = strdup(name)) == NULL)
+		return -1;
+	i = h->n++;
+	h->v[i] = c;
+	while (i > 0) {
+		p = (i - 1) / 2;
+		if (strcmp(h->v[p], h->v[i]) >= 0)
+			break;
+		t = h->v[p];
+		h->v[p] = h->v[i];
+		h->v[i] = t;
+		i = p;
+	}
+	return 0;
+}
+
+static int
+name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 int
-helper_list_dir(const struct helper_ctx *ctx, const char *path, int outfd,
-    struct helper_err *err)
+helper_list_dir(const struct helper_ctx *ctx, const char *path, const char *after,
+    uint64_t limit, int outfd, struct helper_err *err)
 {
 	static struct helper_out out;
 	struct helper_out *o = &out;
+	struct name_heap h = { NULL, 0, 0 };
 	const char *rel = NULL;
 	struct dirent *de;
 	struct stat st;
 	DIR *d = NULL;
-	size_t nlen;
-	int fd = -1, rc = -1, first = 1;
+	uint64_t more = 0;
+	size_t nlen, i;
+	int fd = -1, rc = -1;
 
 	helper_out_init(o, outfd);
+	if (limit == 0 || limit > SBX_HELPER_LIST_MAX) {
+		helper_err_set(err, SBX_E_BAD_REQUEST, "--limit must be 1 to %d",
+		    SBX_HELPER_LIST_MAX);
+		goto done;
+	}
+	h.cap = (size_t)limit;
+	if ((h.v = calloc(h.cap, sizeof(*h.v))) == NULL) {
+		helper_err_set(err, SBX_E_INTERNAL, "out of memory");
+		goto done;
+	}
 	if (helper_path_check(ctx, path, &rel, err) < 0)
 		goto done;
 	fd = helper_open(ctx, rel, O_RDONLY | O_DIRECTORY | O_NONBLOCK, err);
@@ -362,7 +444,8 @@ helper_list_dir(const struct helper_ctx *ctx, const char *path, int outfd,
 		goto done;
 	}
 	fd = -1;
-	helper_out_bytes(o, "[", 1);
+	/* Names only first: the directory may hold millions; only the
+	 * page's entries are stat'ed and printed (memory: limit names). */
 	for (;;) {
 		errno = 0;
 		if ((de = readdir(d)) == NULL) {
@@ -374,18 +457,27 @@ helper_list_dir(const struct helper_ctx *ctx, const char *path, int outfd,
 		}
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (after != NULL && strcmp(de->d_name, after) <= 0)
+			continue;
+		more++;
+		if (heap_offer(&h, de->d_name) < 0) {
+			helper_err_set(err, SBX_E_INTERNAL, "out of memory");
+			goto done;
+		}
+	}
+	qsort(h.v, h.n, sizeof(*h.v), name_cmp);
+	for (i = 0; i < h.n; i++) {
+		if (fstatat(dirfd(d), h.v[i], &st, AT_SYMLINK_NOFOLLOW) < 0) {
 			if (errno == ENOENT) /* removed since readdir */
 				continue;
 			helper_err_errno(err, errno, "stat");
 			goto done;
 		}
-		nlen = strlen(de->d_name);
-		helper_out_str(o, first ? "{\"name\":" : ",{\"name\":");
-		first = 0;
-		if (!helper_out_json_str(o, de->d_name, nlen)) {
+		nlen = strlen(h.v[i]);
+		helper_out_str(o, "{\"name\":");
+		if (!helper_out_json_str(o, h.v[i], nlen)) {
 			helper_out_str(o, ",\"name_b64\":");
-			helper_out_json_b64(o, (const unsigned char *)de->d_name, nlen);
+			helper_out_json_b64(o, (const unsigned char *)h.v[i], nlen);
 		}
 		helper_out_str(o, ",\"type\":\"");
 		helper_out_str(o, type_name(st.st_mode));
@@ -395,15 +487,19 @@ helper_list_dir(const struct helper_ctx *ctx, const char *path, int outfd,
 		helper_out_u64(o, (uint64_t)(st.st_mode & 07777));
 		helper_out_str(o, ",\"mtime\":");
 		helper_out_i64(o, (int64_t)st.st_mtim.tv_sec);
-		helper_out_bytes(o, "}", 1);
+		helper_out_str(o, "}\n");
 	}
-	helper_out_str(o, "]\n");
+	helper_out_str(o, more > limit ? "{\"end\":true,\"truncated\":true}\n" :
+	    "{\"end\":true,\"truncated\":false}\n");
 	if (helper_out_flush(o) < 0) {
 		helper_err_errno(err, errno, "write");
 		goto done;
 	}
 	rc = 0;
 done:
+	for (i = 0; i < h.n; i++)
+		free(h.v[i]);
+	free(h.v);
 	if (d != NULL)
 		closedir(d);
 	if (fd >= 0)

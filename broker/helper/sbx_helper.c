@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "helper.h"
@@ -19,6 +20,7 @@
 #define OPT_CWD 0x08
 #define OPT_ARGV 0x10 /* "--" then the command */
 #define OPT_FRAMED 0x20
+#define OPT_LIST 0x40   /* --limit, --after-hex */
 
 struct args {
 	const char *pos[2];
@@ -32,6 +34,9 @@ struct args {
 	const char *state_dir;
 	int no_openat2;
 	int framed;
+	uint64_t limit;
+	char after[256];
+	int has_after;
 };
 
 struct mode {
@@ -70,7 +75,8 @@ run_write(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 static int
 run_list(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 {
-	return helper_list_dir(ctx, a->pos[0], 1, err);
+	return helper_list_dir(ctx, a->pos[0], a->has_after ? a->after : NULL,
+	    a->limit != 0 ? a->limit : SBX_HELPER_LIST_MAX, 1, err);
 }
 
 static int
@@ -119,16 +125,16 @@ run_du(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 
 static const struct mode modes[] = {
 	{ SBX_HELPER_MODE_VERSION, run_version, 0, 0, 0 },
-	{ SBX_HELPER_MODE_READ, run_read, 1, OPT_MAX, 1 },
-	{ SBX_HELPER_MODE_WRITE, run_write, 2, OPT_MAX, 1 },
-	{ SBX_HELPER_MODE_LIST, run_list, 1, 0, 1 },
+	{ SBX_HELPER_MODE_READ, run_read, 1, OPT_MAX | OPT_ID, 1 },
+	{ SBX_HELPER_MODE_WRITE, run_write, 2, OPT_MAX | OPT_ID, 1 },
+	{ SBX_HELPER_MODE_LIST, run_list, 1, OPT_ID | OPT_LIST, 1 },
 	{ SBX_HELPER_MODE_EXEC, run_exec, 0, OPT_ID | OPT_TIMEOUT | OPT_CWD | OPT_ARGV | OPT_FRAMED,
 	    1 },
 	{ SBX_HELPER_MODE_KILL, run_kill, 1, 0, 0 },
 	{ SBX_HELPER_MODE_KILLALL, run_killall, 0, 0, 0 },
 	{ SBX_HELPER_MODE_IDLE, run_idle, 0, 0, 0 },
 	{ SBX_HELPER_MODE_INITWORK, run_initwork, 1, 0, 0 },
-	{ SBX_HELPER_MODE_DU, run_du, 0, OPT_MAX | OPT_TIMEOUT, 1 },
+	{ SBX_HELPER_MODE_DU, run_du, 0, OPT_MAX | OPT_TIMEOUT | OPT_ID, 1 },
 	{ NULL, NULL, 0, 0, 0 },
 };
 
@@ -151,6 +157,28 @@ parse_u64(const char *s, uint64_t limit, uint64_t *out)
 	if (v > limit)
 		return -1;
 	*out = v;
+	return 0;
+}
+
+/* Lower-case hex of 1..255 bytes, none NUL or '/': a name. */
+static int
+parse_hex_name(const char *s, char *out, size_t cap)
+{
+	size_t n = strlen(s), i;
+	int hi, lo;
+
+	if (n == 0 || n % 2 != 0 || n / 2 >= cap || n / 2 > 255)
+		return -1;
+	for (i = 0; i < n / 2; i++) {
+		hi = s[2 * i] >= '0' && s[2 * i] <= '9' ? s[2 * i] - '0' :
+		    s[2 * i] >= 'a' && s[2 * i] <= 'f' ? s[2 * i] - 'a' + 10 : -1;
+		lo = s[2 * i + 1] >= '0' && s[2 * i + 1] <= '9' ? s[2 * i + 1] - '0' :
+		    s[2 * i + 1] >= 'a' && s[2 * i + 1] <= 'f' ? s[2 * i + 1] - 'a' + 10 : -1;
+		if (hi < 0 || lo < 0 || (hi == 0 && lo == 0) || (hi * 16 + lo) == '/')
+			return -1;
+		out[i] = (char)(hi * 16 + lo);
+	}
+	out[n / 2] = '\0';
 	return 0;
 }
 
@@ -217,6 +245,18 @@ parse_args(int argc, char **argv, const struct mode **mp, struct args *a,
 				if (parse_u64(val, UINT64_MAX - 1, &a->max) < 0)
 					return helper_err_set(err, SBX_E_BAD_REQUEST,
 					    "--max must be a byte count");
+			} else if (m != NULL && (m->opts & OPT_LIST) &&
+			    strcmp(opt, "--limit") == 0) {
+				if (parse_u64(val, SBX_HELPER_LIST_MAX, &a->limit) < 0 ||
+				    a->limit == 0)
+					return helper_err_set(err, SBX_E_BAD_REQUEST,
+					    "--limit must be 1 to %d", SBX_HELPER_LIST_MAX);
+			} else if (m != NULL && (m->opts & OPT_LIST) &&
+			    strcmp(opt, "--after-hex") == 0) {
+				if (parse_hex_name(val, a->after, sizeof(a->after)) < 0)
+					return helper_err_set(err, SBX_E_BAD_REQUEST,
+					    "--after-hex must be 1 to 255 bytes of a name in hex");
+				a->has_after = 1;
 			} else if (m != NULL && (m->opts & OPT_ID) && strcmp(opt, "--id") == 0)
 				a->id = val;
 			else if (m != NULL && (m->opts & OPT_TIMEOUT) &&
@@ -292,10 +332,17 @@ main(int argc, char **argv)
 			goto fail;
 		}
 	}
+	/* Every mode, not only exec: the sandbox's own code (same user) must
+	 * not reach into the helper through /proc/PID (fds, memory). */
+	(void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	/* A reader gone away is an error to report, not a reason to die silently. */
 	if (!is_exec)
 		signal(SIGPIPE, SIG_IGN);
+	if (!is_exec && a.id != NULL && helper_handle_self(&ctx, a.id, &err) < 0)
+		goto fail;
 	rc = m->run(&ctx, &a, &err);
+	if (!is_exec && a.id != NULL)
+		helper_handle_drop(&ctx, a.id);
 	if (is_exec) {
 		/* Framed: the error record has carried it. */
 		if (err.code != NULL && !a.framed)

@@ -30,15 +30,24 @@
  *       On any error the rest of stdin (at most BYTES + 1) is read and
  *       dropped before exiting: podman 4.3's exec stream loses the error
  *       line when the process exits with input unread.
- *   sbx-helper list PATH
- *       stdout: one JSON array, then "\n":
- *       [{"name":S,"type":"file|dir|symlink|other","size":N,"mode":N,"mtime":N}]
- *       mode = permission bits (st_mode & 07777) as an integer, mtime = Unix
+ *   sbx-helper list PATH [--limit N] [--after-hex HEX]
+ *       stdout: one JSON object per line for each entry, sorted by name
+ *       (bytewise, as strcmp), at most N of them (1..SBX_HELPER_LIST_MAX,
+ *       default SBX_HELPER_LIST_MAX), only names after the one whose bytes
+ *       HEX spells (lower-case hex, 1..255 bytes: the last name of the
+ *       previous page), then the end line:
+ *       {"name":S,"type":"file|dir|symlink|other","size":N,"mode":N,"mtime":N}
+ *       ...
+ *       {"end":true,"truncated":true|false}
+ *       truncated: more names follow the last one printed. mode =
+ *       permission bits (st_mode & 07777) as an integer, mtime = Unix
  *       seconds; types come from fstatat(AT_SYMLINK_NOFOLLOW). "." and ".."
- *       are left out; order is the directory's. A name that is not valid
- *       UTF-8 is printed with each invalid byte as U+FFFD and the entry gets
- *       one more member "name_b64" holding the exact bytes (base64), so the
- *       name stays both displayable and recoverable.
+ *       are left out. The helper holds at most N names however large the
+ *       directory is, and stats only the N it prints. A name that is not
+ *       valid UTF-8 is printed with each invalid byte as U+FFFD and the
+ *       entry gets one more member "name_b64" holding the exact bytes
+ *       (base64), so the name stays both displayable and recoverable.
+ *       (Protocol 2 before the page options printed one JSON array.)
  *   sbx-helper exec --id ID [--framed] [--timeout-ms N] [--cwd DIR] -- ARGV...
  *       Runs ARGV (execvp) in its own session and process group. The kill
  *       handle is the file SBX_HELPER_EXEC_DIR/ID. When the command exits,
@@ -104,7 +113,7 @@
  *       only; never in a sandbox): makes the root (/work) itself owned by
  *       UID:GID with u+rwx; its contents are left alone. Exit 0, or an
  *       exit status and error line as for read.
- *   sbx-helper du [--max ENTRIES] [--timeout-ms N]
+ *   sbx-helper du [--max ENTRIES] [--timeout-ms N] [--id ID]
  *       How much /work holds (adr/0017): walks the root depth first with
  *       openat/fstatat beneath it, never following a symlink and never
  *       entering or counting another filesystem (st_dev differs from the
@@ -121,6 +130,7 @@
  *       directory it cannot read or enter, an entry it cannot stat, a
  *       mount, or a directory deeper than SBX_HELPER_DU_DEPTH_MAX make it
  *       partial too ("unreadable"), counted in skipped. Not dumpable.
+ *       --id ID: a kill handle for the helper itself, as for read.
  *
  * The kill handles live in SBX_HELPER_EXEC_DIR, created 0700 inside
  * SBX_HELPER_RUN_DIR, a small tmpfs the broker mounts owned by the sandbox
@@ -163,6 +173,7 @@
 #define SBX_HELPER_EXEC_DIR "/run/sbx/exec"  /* kill handles, one file per exec id */
 #define SBX_HELPER_PATH_MAX 4096             /* bytes of a PATH argument */
 #define SBX_HELPER_EXEC_ID_MAX 64            /* exec ids: [A-Za-z0-9_-]{1,64} */
+#define SBX_HELPER_LIST_MAX 100000           /* list --limit ceiling and default */
 
 /* exec --framed: frame header, types and bounds (see above). */
 #define SBX_HELPER_FRAME_HDR 8

@@ -487,6 +487,11 @@ def write_config(path, limits):
         "idle_timeout": 3600000,
         "reap_interval": 3600000,
     }
+    # Bounded file operations (adr/0013): only when a suite sets them.
+    for key, name in (("file_timeout_ms", "file_timeout"), ("list_max_entries", "list_max_entries"),
+                      ("max_file_ops", "max_file_ops_per_sandbox")):
+        if key in limits:
+            cfg[name] = limits[key]
     with open(path, "w") as f:
         json.dump(cfg, f, indent=1)
 

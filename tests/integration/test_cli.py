@@ -418,5 +418,68 @@ class CLIAgainstScriptedServerTest(unittest.TestCase):
         self.assertEqual(body, b"\x00\x01")
 
 
+    @staticmethod
+    def json_reply(obj, status=200):
+        body = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+        return [b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                % (status, len(body)) + body]
+
+    def test_ls_survives_int64_mtime_and_escapes_control_bytes(self):
+        ents = [{"name": "evil\x1b[2J\x1b]0;pwned\x07name\n", "type": "file", "size": 1,
+                 "mode": 420, "mtime": 9223372036854775807},
+                {"name_b64": "/xtbMzFt", "type": "file", "size": 2, "mode": 420,
+                 "mtime": -9223372036854775808},
+                {"name": "c1\u009b2J", "type": "dir", "size": 3, "mode": 493, "mtime": 0}]
+        self.api.replies.append(self.json_reply({"entries": ents, "truncated": False,
+                                                 "cursor": None}))
+        r = self.sbx("ls", "npc1:/work")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout + r.stderr
+        self.assertNotIn(b"\x1b", out)
+        self.assertNotIn(b"\x07", out)
+        self.assertNotIn(b"\xc2\x9b", out)
+        lines = r.stdout.decode().splitlines()
+        self.assertEqual(len(lines), 3, r.stdout)
+        self.assertIn("@9223372036854775807", lines[0])
+        self.assertIn("evil\\x1b[2J\\x1b]0;pwned\\x07name\\x0a", lines[0])
+        self.assertIn("@-9223372036854775808", lines[1])
+        self.assertIn("\\xff\\x1b[31m", lines[1])      # name_b64 decoded, escaped
+        self.assertIn("c1\\xc2\\x9b2J/", lines[2])
+        self.assertIn("1970-01-01 00:00", lines[2])
+        self.assertIn("cursor=", self.api.seen[0][1])
+
+    def test_ls_follows_the_cursor_and_reads_the_old_array(self):
+        self.api.replies.append(self.json_reply({"entries": [{"name": "a", "type": "file", "size": 1,
+                                                              "mode": 420, "mtime": 1}],
+                                                 "truncated": True, "cursor": "Yg"}))
+        self.api.replies.append(self.json_reply({"entries": [{"name": "c", "type": "file", "size": 1,
+                                                              "mode": 420, "mtime": 1}],
+                                                 "truncated": False, "cursor": None}))
+        r = self.sbx("ls", "npc1:/work")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([l.split()[-1] for l in r.stdout.decode().splitlines()], ["a", "c"])
+        self.assertTrue(self.api.seen[0][1].endswith("&cursor="), self.api.seen[0][1])
+        self.assertTrue(self.api.seen[1][1].endswith("&cursor=Yg"), self.api.seen[1][1])
+        # a server of before the pages: the bare array
+        self.api.replies.append(self.json_reply([{"name": "z", "type": "dir", "size": 1,
+                                                  "mode": 493, "mtime": 1}]))
+        r = self.sbx("ls", "npc1:/work")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.decode().rstrip().endswith("z/"), r.stdout)
+
+    def test_ls_never_crashes_on_odd_replies(self):
+        odd = [b"\"just a string\"", b"{\"entries\":7}", b"null", b"[1,\"x\",null,[]]",
+               json.dumps({"entries": [{"name": 5, "mtime": "soon", "size": "big", "type": 3,
+                                        "mode": None}], "truncated": True,
+                           "cursor": "../../etc"}).encode(),
+               json.dumps({"entries": [{"name_b64": "!!!", "mtime": 1e300}],
+                           "truncated": True, "cursor": None}).encode(),
+               b"{\"entries\":[{\"name\":\"" + b"\\u001b" * 5000 + b"\"}]}"]
+        for body in odd:
+            self.api.replies.append(self.json_reply(body))
+            r = self.sbx("ls", "npc1:/work")
+            self.assertIn(r.returncode, (0, 1), (body[:80], r.returncode, r.stderr))
+            self.assertNotIn(b"\x1b", r.stdout + r.stderr)
+
 if __name__ == "__main__":
     unittest.main()

@@ -58,6 +58,22 @@ def as_user(args):
     return ["setpriv", "--reuid=%d" % UID, "--regid=%d" % GID, "--clear-groups"] + args
 
 
+def list_page(out):
+    """sbx-helper list output: one JSON object per entry line, then the end
+    line {"end":true,"truncated":B}. Returns (entries, truncated)."""
+    lines = out.decode("utf-8").split("\n")
+    assert lines[-1] == "", out[-80:]
+    objs = [json.loads(l) for l in lines[:-1]]
+    assert objs and objs[-1].get("end") is True, out[-200:]
+    for o in objs[:-1]:
+        assert "end" not in o
+    return objs[:-1], objs[-1]["truncated"]
+
+
+def list_entries(out):
+    return list_page(out)[0]
+
+
 def pgid_members(pgid):
     """Pids of live (non-zombie) processes whose process group is pgid."""
     out = []
@@ -348,8 +364,7 @@ class TestFiles(HelperCase):
         os.mkfifo(self.p("fifo"))
         r = self.run_helper(["list", self.root])
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertTrue(r.stdout.endswith(b"]\n"))
-        entries = {e["name"]: e for e in json.loads(r.stdout)}
+        entries = {e["name"]: e for e in list_entries(r.stdout)}
         self.assertEqual(set(entries), {"file", "dir", "link", "fifo"})
         self.assertEqual(entries["file"], {"name": "file", "type": "file", "size": 5,
                                            "mode": 0o604, "mtime": 1700000000})
@@ -359,9 +374,73 @@ class TestFiles(HelperCase):
         self.assertEqual(entries["link"]["type"], "symlink")
         self.assertEqual(entries["link"]["size"], len("/etc"))
         self.assertEqual(entries["fifo"]["type"], "other")
-        self.assertEqual(self.run_helper(["list", self.p("dir")]).stdout, b"[]\n")
+        self.assertEqual(self.run_helper(["list", self.p("dir")]).stdout,
+                         b'{"end":true,"truncated":false}\n')
         self.assertError(self.run_helper(["list", self.p("file")]), EXIT_BAD_REQUEST,
                          "bad_request")
+
+    def test_list_pages_are_sorted_bounded_and_continue_after_a_name(self):
+        names = sorted(["b%04d" % i for i in range(250)] + ["a", "\u00e9t\u00e9", "Z", "b"])
+        for n in names:
+            open(os.path.join(self.root, n), "wb").close()
+        seen, after, pages = [], None, 0
+        while True:
+            args = ["list", self.root, "--limit", "100"]
+            if after is not None:
+                args += ["--after-hex", after.encode().hex()]
+            r = self.run_helper(args)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            ents, trunc = list_page(r.stdout)
+            self.assertLessEqual(len(ents), 100)
+            page = [e["name"] for e in ents]
+            self.assertEqual(page, sorted(page, key=lambda n: n.encode()))
+            seen += page
+            pages += 1
+            if not trunc:
+                break
+            self.assertEqual(len(ents), 100)
+            after = page[-1]
+        self.assertEqual(pages, 3)
+        self.assertEqual(seen, sorted(names, key=lambda n: n.encode()))
+        # a cursor past everything: an empty last page
+        r = self.run_helper(["list", self.root, "--after-hex", b"\xff".hex()])
+        self.assertEqual(list_page(r.stdout), ([], False))
+        for bad in (["--limit", "0"], ["--limit", "100001"], ["--after-hex", "2f"],
+                    ["--after-hex", "00"], ["--after-hex", "abc"], ["--after-hex", "GG"]):
+            self.assertError(self.run_helper(["list", self.root] + bad), EXIT_BAD_REQUEST,
+                             "bad_request")
+
+    def test_file_modes_are_not_dumpable(self):
+        # The sandbox's code runs as the same user: only a non-dumpable
+        # helper keeps it out of /proc/HELPER (fds, environ, memory).
+        with open(self.p("big"), "wb") as f:
+            f.write(b"x" * (4 << 20))
+        for n in range(3000):
+            open(self.p("n%05d" % n), "wb").close()
+        control = subprocess.Popen(as_user(["sleep", "30"]), env=ENV)
+        self.procs.append(control)
+        probe = ["sh", "-c", 'cat /proc/$0/environ >/dev/null 2>&1 && echo open || echo refused']
+        def is_sleep():
+            with open("/proc/%d/comm" % control.pid) as f:
+                return f.read().strip() == "sleep"
+        wait_until(is_sleep, what="sleep")
+        r = subprocess.run(as_user(probe + [str(control.pid)]), capture_output=True, env=ENV)
+        self.assertEqual(r.stdout, b"open\n")   # the probe can read a dumpable process
+        cases = [(["write", self.p("w"), "644"], dict(stdin=subprocess.PIPE)),
+                 (["read", self.p("big")], dict(stdout=subprocess.PIPE)),
+                 (["list", self.root], dict(stdout=subprocess.PIPE))]
+        for args, kw in cases:
+            # write waits for stdin; read and list block on a full stdout pipe
+            p = self.spawn(args + ["--id", "dump-" + args[0]], **kw)
+            time.sleep(0.5)
+            self.assertIsNone(p.poll(), args)
+            r = subprocess.run(as_user(probe + [str(p.pid)]), capture_output=True, env=ENV)
+            self.assertEqual(r.stdout, b"refused\n", args)
+            # the kill handle names it: kill ends it even when stopped
+            os.kill(p.pid, signal.SIGSTOP)
+            r = self.run_helper(["kill", "dump-" + args[0]])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(p.wait(10), -signal.SIGKILL, args)
 
     def test_list_escapes_names_and_marks_invalid_utf8(self):
         names = [b'q"uote', b"back\\slash", b"new\nline", b"ctl\x01\x1f\x7f", b"caf\xc3\xa9",
@@ -371,7 +450,7 @@ class TestFiles(HelperCase):
             open(os.path.join(self.root.encode(), n), "wb").close()
         r = self.run_helper(["list", self.root])
         self.assertEqual(r.returncode, 0, r.stderr)
-        entries = json.loads(r.stdout.decode("utf-8"))
+        entries = list_entries(r.stdout)
         got = {}
         for e in entries:
             raw = base64.b64decode(e["name_b64"]) if "name_b64" in e else e["name"].encode()
@@ -480,7 +559,7 @@ class TestPaths(HelperCase):
         r = self.run_helper(["read", self.p("a", "b", "c")], no_openat2=True)
         self.assertEqual(r.stdout, data)
         r = self.run_helper(["list", self.p("a")], no_openat2=True)
-        self.assertEqual([e["name"] for e in json.loads(r.stdout)], ["b"])
+        self.assertEqual([e["name"] for e in list_entries(r.stdout)], ["b"])
 
     def test_bad_paths_are_refused(self):
         bad = ["relative/path", "", "/etc/passwd", self.root + "x/f", self.root + "/../x",

@@ -140,13 +140,12 @@ class TestDu(HelperCase):
 
     def test_bad_arguments_are_refused(self):
         for args in (["du", "/work"], ["du", "--max", "x"], ["du", "--timeout-ms", "-1"],
-                     ["du", "--id", "a"]):
+                     ["du", "--limit", "3"], ["du", "--id", "bad/id"]):
             self.assertError(self.run_helper(args), EXIT_BAD_REQUEST, "bad_request")
 
-    def test_du_is_not_dumpable(self):
-        # Its stdout is a pipe we filled: its one line blocks, so it is
-        # caught alive. Non-dumpable: /proc/PID belongs to root.
-        self.fill()
+    def blocked_du(self, *extra):
+        """du with its stdout a pipe we filled: its one line blocks, so it
+        is caught alive. Returns (process, read end)."""
         rfd, wfd = os.pipe()
         os.set_blocking(wfd, False)
         try:
@@ -155,33 +154,47 @@ class TestDu(HelperCase):
         except BlockingIOError:
             pass
         os.set_blocking(wfd, True)
-        p = subprocess.Popen(self.argv(["du"]), stdout=wfd, stderr=subprocess.DEVNULL,
-                             env=test_helper.ENV)
+        p = subprocess.Popen(self.argv(["du"] + list(extra)), stdout=wfd,
+                             stderr=subprocess.DEVNULL, env=test_helper.ENV)
         os.close(wfd)
-        try:
-            def blocked():
-                try:
-                    with open("/proc/%d/wchan" % p.pid) as f:
-                        w = f.read()
-                    with open("/proc/%d/comm" % p.pid) as f:
-                        comm = f.read().strip()
-                except OSError:
-                    return None
-                return comm == "sbx-helper" and "pipe" in w
-            test_helper.wait_until(blocked, what="du blocked on its stdout")
-            self.assertEqual(os.stat("/proc/%d/fd" % p.pid).st_uid, 0)
-            self.assertEqual(os.stat("/proc/%d/mem" % p.pid).st_uid, 0)
-        finally:
-            data = b""
-            while p.poll() is None or not data.endswith(b"\n"):
-                chunk = os.read(rfd, 65536)
-                if not chunk:
-                    break
-                data += chunk
-            p.wait()
-            os.close(rfd)
+        self.addCleanup(os.close, rfd)
+        self.procs.append(p)
+
+        def blocked():
+            try:
+                with open("/proc/%d/wchan" % p.pid) as f:
+                    w = f.read()
+                with open("/proc/%d/comm" % p.pid) as f:
+                    comm = f.read().strip()
+            except OSError:
+                return None
+            return comm == "sbx-helper" and "pipe" in w
+        test_helper.wait_until(blocked, what="du blocked on its stdout")
+        return p, rfd
+
+    def test_du_is_not_dumpable(self):
+        self.fill()
+        p, rfd = self.blocked_du()
+        # Non-dumpable: /proc/PID belongs to root, not to the sandbox user.
+        self.assertEqual(os.stat("/proc/%d/fd" % p.pid).st_uid, 0)
+        self.assertEqual(os.stat("/proc/%d/mem" % p.pid).st_uid, 0)
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = os.read(rfd, 65536)
+            if not chunk:
+                break
+            data += chunk
+        p.wait(10)
         self.assertEqual(p.returncode, 0)
         self.assertEqual(json.loads(data.lstrip(b"\0"))["files"], 1003)
+
+    def test_kill_by_id_ends_a_walk(self):
+        self.fill()
+        p, _ = self.blocked_du("--id", "du-1")
+        self.assertTrue(os.path.exists(os.path.join(self.state, "du-1")))
+        r = self.run_helper(["kill", "du-1"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(p.wait(10), -9)
 
 
 if __name__ == "__main__":

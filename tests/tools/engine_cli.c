@@ -93,11 +93,12 @@ sandboxes_cb(void *arg, const struct sbx_err *err, const struct sbx_status *sts,
 
 static void
 list_cb(void *arg, const struct sbx_err *err, const struct sbx_dirent *e,
-    size_t n)
+    size_t n, int truncated)
 {
 	size_t i;
 
 	(void)arg;
+	(void)truncated;
 	cur = NULL;
 	if (err != NULL)
 		print_err(err);
@@ -420,7 +421,7 @@ main(int argc, char **argv)
 		    argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 8) : 0, in, done_cb,
 		    NULL, &err);
 	} else if (strcmp(cmd, "list") == 0 && argc > 2) {
-		cur = drv->ops->list(drv, argv[1], argv[2], list_cb, NULL, &err);
+		cur = drv->ops->list(drv, argv[1], argv[2], NULL, list_cb, NULL, &err);
 	} else {
 		fprintf(stderr, "unknown command\n");
 		return 2;

@@ -471,6 +471,9 @@ test_files_list_and_egress_reach_the_broker(void **state)
 	assert_memory_equal(evbuffer_pullup(r.body, -1), "file\0bytes", 10);
 	assert_int_equal(tu_req(&r, "GET",
 	    "/api/v1/npcs/alpha/sandbox/list?path=/work", KA, NULL), 200);
+	/* the page object is asked for (adr/0013) */
+	assert_string_equal(B.last_uri,
+	    "/v1/sandboxes/npc-alpha/list?path=/work&cursor=");
 	t = tu_text(&r);
 	assert_non_null(strstr(t, "\"name\":\"a.txt\""));
 	assert_non_null(strstr(t, "\"name_b64\":\"/w==\""));

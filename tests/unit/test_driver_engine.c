@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -80,6 +81,8 @@ struct fx {
 	const char *helper_stderr;    /* a helper mode's error line */
 	int helper_exit;
 	const char *helper_stdout;
+	int file_hang;                /* read/write/list: never answer */
+	int truncated;                /* list callback's truncated */
 
 	/* request log */
 	char *log[MAX_LOG];
@@ -248,6 +251,12 @@ start_exec(struct conn *c, struct fexec *x)
 		bufferevent_setcb(c->bev, NULL, NULL, NULL, c);
 		conn_free(c);
 		evbuffer_free(b);
+		return;
+	}
+	if (strcmp(mode, "exec") != 0 && f->file_hang) {
+		/* a stopped helper: the stream stays open, silent */
+		evbuffer_free(b);
+		c->streaming = NULL;
 		return;
 	}
 	if (strcmp(mode, "exec") != 0) {
@@ -579,6 +588,7 @@ new_driver(struct fx *f, const char *sock)
 	cfg.exec_timeout_ms.def = 5000;
 	cfg.exec_timeout_ms.ceiling = 10000;
 	cfg.exec_output_cap = 1000;
+	cfg.file_timeout_ms = 300;
 	d = sbx_engine_driver_new(f->base, &cfg, &err);
 	assert_non_null(d);
 	return d;
@@ -750,11 +760,12 @@ on_done(void *arg, const struct sbx_err *err)
 
 static void
 on_list(void *arg, const struct sbx_err *err, const struct sbx_dirent *e,
-    size_t n)
+    size_t n, int truncated)
 {
 	struct fx *f = arg;
 
 	f->terminal++;
+	f->truncated = truncated;
 	if (err != NULL) {
 		f->err = *err;
 		f->have_err = 1;
@@ -1784,24 +1795,138 @@ static void
 test_list_decodes_names(void **state)
 {
 	struct fx *f = *state;
+	struct sbx_list_page page = { "a", 2 };
 	struct sbx_err err;
+	json_t *cmd;
 
 	running_sandbox(f);
-	f->helper_stdout = "[{\"name\":\"a.txt\",\"type\":\"file\",\"size\":3,"
-	    "\"mode\":420,\"mtime\":7},{\"name\":\"bad\\ufffd\",\"name_b64\":"
+	f->helper_stdout = "{\"name\":\"a.txt\",\"type\":\"file\",\"size\":3,"
+	    "\"mode\":420,\"mtime\":7}\n{\"name\":\"bad\\ufffd\",\"name_b64\":"
 	    "\"YmFk/w==\",\"type\":\"dir\",\"size\":4096,\"mode\":493,"
-	    "\"mtime\":8}]\n";
+	    "\"mtime\":8}\n{\"end\":true,\"truncated\":true}\n";
 	f->returned = 0;
-	assert_non_null(f->drv->ops->list(f->drv, "t1", "/work", on_list, f,
-	    &err));
+	assert_non_null(f->drv->ops->list(f->drv, "t1", "/work", &page, on_list,
+	    f, &err));
 	run_loop(f);
 	assert_false(f->have_err);
+	assert_true(f->truncated);
+	/* the page goes to the helper: --limit 2 --after-hex 61 --id ID */
+	cmd = f->execs[f->nexecs - 1].cmd;
+	assert_string_equal(json_string_value(json_array_get(cmd, 3)), "--limit");
+	assert_string_equal(json_string_value(json_array_get(cmd, 4)), "2");
+	assert_string_equal(json_string_value(json_array_get(cmd, 5)), "--after-hex");
+	assert_string_equal(json_string_value(json_array_get(cmd, 6)), "61");
+	assert_string_equal(json_string_value(json_array_get(cmd, 7)), "--id");
 	assert_int_equal(f->nents, 2);
 	assert_string_equal(f->ents[0].name, "a.txt");
 	assert_string_equal(f->ents[0].type, "file");
 	assert_int_equal(f->ents[0].mode, 0644);
 	assert_string_equal(f->ents[1].name, "bad\xff");
 	assert_string_equal(f->ents[1].type, "dir");
+}
+
+/* The list line parser on plain buffers (what the fuzz target calls). */
+static void
+test_list_line_parser_on_plain_buffers(void **state)
+{
+	static const struct {
+		const char *line;
+		int rc;
+	} cases[] = {
+		{ "{\"name\":\"a\",\"type\":\"dir\",\"size\":1,\"mode\":493,\"mtime\":9223372036854775807}", 1 },
+		{ "{\"end\":true,\"truncated\":true}", 2 },
+		{ "{\"end\":false}", -1 },
+		{ "[1]", -1 },
+		{ "", -1 },
+		{ "{\"name\":\"a/b\"}", 0 },
+		{ "{\"name\":\"\"}", 0 },
+		{ "{\"name_b64\":\"YQBi\"}", 0 },          /* "a\0b" */
+		{ "{\"name\":\"x\",\"name_b64\":\"/w==\"}", 1 },
+		{ "{\"name\":\"x\"} trailing", -1 },
+	};
+	struct sbx_dirent d;
+	size_t i;
+	int trunc = 0;
+	char big[5000];
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		assert_int_equal(sbx_helper_list_line(cases[i].line,
+		    strlen(cases[i].line), &d, &trunc), cases[i].rc);
+	assert_true(trunc);
+	assert_int_equal(sbx_helper_list_line(cases[8].line, strlen(cases[8].line),
+	    &d, &trunc), 1);
+	assert_string_equal(d.name, "\xff");
+	assert_string_equal(d.type, "other");
+	memset(big, ' ', sizeof(big));
+	assert_int_equal(sbx_helper_list_line(big, sizeof(big), &d, &trunc), -1);
+}
+
+/* More entries than the page asked for, or no end line: not a page. */
+static void
+test_list_refuses_a_page_longer_than_asked(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_list_page page = { NULL, 1 };
+	struct sbx_err err;
+
+	running_sandbox(f);
+	f->helper_stdout = "{\"name\":\"a\",\"type\":\"file\",\"size\":3,"
+	    "\"mode\":420,\"mtime\":7}\n{\"name\":\"b\",\"type\":\"file\","
+	    "\"size\":3,\"mode\":420,\"mtime\":7}\n{\"end\":true,"
+	    "\"truncated\":false}\n";
+	assert_non_null(f->drv->ops->list(f->drv, "t1", "/work", &page, on_list,
+	    f, &err));
+	run_loop(f);
+	assert_true(f->have_err);
+	assert_string_equal(f->err.code, SBX_E_RUNTIME);
+	f->have_err = 0;
+	f->helper_stdout = "{\"name\":\"a\",\"type\":\"file\",\"size\":3,"
+	    "\"mode\":420,\"mtime\":7}\n";
+	assert_non_null(f->drv->ops->list(f->drv, "t1", "/work", &page, on_list,
+	    f, &err));
+	run_loop(f);
+	assert_true(f->have_err);
+	assert_string_equal(f->err.code, SBX_E_RUNTIME);
+}
+
+/*
+ * A helper that never answers (SIGSTOPped by the sandbox): the list ends
+ * with timeout after file_timeout (300 ms here) without waiting for the
+ * kill, and the helper is killed by its id.
+ */
+static void
+test_file_op_without_progress_times_out_and_is_killed(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_list_page page = { NULL, 10 };
+	struct sbx_err err;
+	struct timespec t0, t1;
+	const char *id;
+	int i;
+
+	running_sandbox(f);
+	f->file_hang = 1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_non_null(f->drv->ops->list(f->drv, "t1", "/work", &page, on_list,
+	    f, &err));
+	run_loop(f);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	assert_true(f->have_err);
+	assert_string_equal(f->err.code, SBX_E_TIMEOUT);
+	assert_non_null(strstr(f->err.message, "file_timeout"));
+	assert_true((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) /
+	    1000000 < 3000);
+	/* the kill exec follows on its own */
+	for (i = 0; i < 2000 && f->kills == 0; i++)
+		event_base_loop(f->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+	assert_int_equal(f->kills, 1);
+	/* the runtime side sees its connection closed (and frees it) */
+	for (i = 0; i < 200; i++)
+		event_base_loop(f->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+	id = json_string_value(json_array_get(f->execs[0].cmd, 6));
+	assert_non_null(id);
+	assert_string_equal(f->killed, id);
 }
 
 static void
@@ -1866,6 +1991,9 @@ main(void)
 		T(test_read_maps_helper_error_status),
 		T(test_read_streams_stdout),
 		T(test_list_decodes_names),
+		T(test_list_refuses_a_page_longer_than_asked),
+		T(test_list_line_parser_on_plain_buffers),
+		T(test_file_op_without_progress_times_out_and_is_killed),
 		T(test_write_sends_body_as_stdin_with_mode),
 	};
 #undef T

@@ -285,6 +285,133 @@ test_random_buffers_round_trip_exactly(void **state)
 	free(buf);
 }
 
+/* Decodes every output line in out into dst (appending); counts data_b64 events. */
+static size_t
+decode_lines(struct evbuffer *out, unsigned char *dst, size_t *b64s)
+{
+	size_t n, total = 0, len;
+	char *all = take(out, &n), *line = all, *nl;
+	unsigned char bin[64];
+	json_t *j;
+	const char *v;
+
+	while (line < all + n && (nl = memchr(line, '\n', (size_t)(all + n - line))) != NULL) {
+		j = json_loadb(line, (size_t)(nl - line), JSON_ALLOW_NUL, NULL);
+		assert_non_null(j);
+		if ((v = json_string_value(json_object_get(j, "data"))) != NULL) {
+			len = json_string_length(json_object_get(j, "data"));
+			memcpy(dst + total, v, len);
+			total += len;
+		} else {
+			v = json_string_value(json_object_get(j, "data_b64"));
+			assert_non_null(v);
+			assert_int_equal(sodium_base642bin(bin, sizeof(bin), v, strlen(v),
+			    NULL, &len, NULL, sodium_base64_VARIANT_ORIGINAL), 0);
+			memcpy(dst + total, bin, len);
+			total += len;
+			(*b64s)++;
+		}
+		json_decref(j);
+		line = nl + 1;
+	}
+	free(all);
+	return total;
+}
+
+/*
+ * SPEC §5: text cut anywhere by reads stays text. Every split of a text
+ * holding 2-, 3- and 4-byte characters into two reads, and the text fed one
+ * byte at a time, gives only "data" events; mixed with invalid bytes, only
+ * the broken characters go as data_b64; bytes always come back exactly.
+ */
+static void
+test_held_tail_keeps_split_characters_text(void **state)
+{
+	static const unsigned char text[] = "a\xE2\x82\xAC" "b\xC3\xA9\xF0\x9F\x98\x80z\xE2\x82\xAC";
+	static const unsigned char mixed[] = "x\xE2\x82" "y\xFF\xE2\x82\xAC\xF0\x9F";
+	struct sbx_utf8_hold h;
+	struct evbuffer *out = evbuffer_new();
+	unsigned char got[64];
+	size_t tl = sizeof(text) - 1, ml = sizeof(mixed) - 1, cut, i, b64s, n;
+
+	(void)state;
+	for (cut = 0; cut <= tl; cut++) {
+		memset(&h, 0, sizeof(h));
+		assert_int_equal(sbx_ndjson_output_held(out, &h, 1, text, cut), 0);
+		assert_int_equal(sbx_ndjson_output_held(out, &h, 1, text + cut, tl - cut), 0);
+		assert_int_equal(h.len, 0);
+		assert_int_equal(sbx_ndjson_output_flush(out, &h, 1), 0);
+		b64s = 0;
+		n = decode_lines(out, got, &b64s);
+		assert_int_equal(n, tl);
+		assert_memory_equal(got, text, tl);
+		assert_int_equal(b64s, 0);
+	}
+	memset(&h, 0, sizeof(h));
+	for (i = 0; i < tl; i++)
+		assert_int_equal(sbx_ndjson_output_held(out, &h, 2, text + i, 1), 0);
+	assert_int_equal(sbx_ndjson_output_flush(out, &h, 2), 0);
+	b64s = 0;
+	assert_int_equal(decode_lines(out, got, &b64s), tl);
+	assert_memory_equal(got, text, tl);
+	assert_int_equal(b64s, 0);
+	/* Broken: E2 82 before 'y', FF, and F0 9F cut by the end of the stream. */
+	for (cut = 0; cut <= ml; cut++) {
+		memset(&h, 0, sizeof(h));
+		assert_int_equal(sbx_ndjson_output_held(out, &h, 1, mixed, cut), 0);
+		assert_int_equal(sbx_ndjson_output_held(out, &h, 1, mixed + cut, ml - cut), 0);
+		assert_int_equal(h.len, 2);   /* F0 9F held */
+		assert_int_equal(sbx_ndjson_output_flush(out, &h, 1), 0);
+		assert_int_equal(sbx_ndjson_output_flush(out, &h, 1), 0); /* empty now */
+		b64s = 0;
+		assert_int_equal(decode_lines(out, got, &b64s), ml);
+		assert_memory_equal(got, mixed, ml);
+	}
+	assert_int_equal(sbx_ndjson_output_held(out, &h, 3, text, 1), -1);
+	assert_int_equal(sbx_ndjson_output_held(out, NULL, 1, text, 1), -1);
+	assert_int_equal(evbuffer_get_length(out), 0);
+	evbuffer_free(out);
+}
+
+/* A piece over SBX_NDJSON_MAX_CHUNK is cut between characters, not inside one. */
+static void
+test_held_output_cuts_big_pieces_on_character_boundaries(void **state)
+{
+	size_t len = SBX_NDJSON_MAX_CHUNK + 7, i, n;
+	unsigned char *buf = malloc(len), *got = malloc(len + 8);
+	struct sbx_utf8_hold h = { { 0 }, 0 };
+	struct evbuffer *out = evbuffer_new();
+	size_t b64s = 0;
+	char *all, *nl;
+	json_t *j;
+
+	(void)state;
+	assert_non_null(buf);
+	assert_non_null(got);
+	for (i = 0; i + 3 <= len; i += 3)
+		memcpy(buf + i, "\xE2\x82\xAC", 3);
+	len = i;
+	assert_int_equal(sbx_ndjson_output_held(out, &h, 1, buf, len), 0);
+	assert_int_equal(h.len, 0);
+	/* every line is data */
+	all = take(out, &n);
+	for (char *l = all; l < all + n; l = nl + 1) {
+		nl = memchr(l, '\n', (size_t)(all + n - l));
+		assert_non_null(nl);
+		j = json_loadb(l, (size_t)(nl - l), 0, NULL);
+		assert_non_null(json_object_get(j, "data"));
+		json_decref(j);
+	}
+	evbuffer_add(out, all, n);
+	free(all);
+	assert_int_equal(decode_lines(out, got, &b64s), len);
+	assert_int_equal(b64s, 0);
+	assert_memory_equal(got, buf, len);
+	evbuffer_free(out);
+	free(buf);
+	free(got);
+}
+
 static void
 test_utf8_validator_is_strict(void **state)
 {
@@ -1016,6 +1143,8 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_utf8_validator_is_strict),
 		cmocka_unit_test(test_incomplete_tail_finds_split_characters),
+		cmocka_unit_test(test_held_tail_keeps_split_characters_text),
+		cmocka_unit_test(test_held_output_cuts_big_pieces_on_character_boundaries),
 		cmocka_unit_test(test_encoder_refuses_bad_arguments_without_writing),
 		cmocka_unit_test(test_encoder_writes_the_documented_lines),
 		cmocka_unit_test(test_random_buffers_round_trip_exactly),

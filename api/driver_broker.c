@@ -19,6 +19,7 @@
 #include "sbx_path.h"
 #include "sbx_proto.h"
 #include "sbx_token.h"
+#include "sbx_usage.h"
 
 #define JSON_BODY_MAX ((size_t)16 * 1024 * 1024)  /* list answers */
 #define ERROR_BODY_MAX ((size_t)64 * 1024)
@@ -289,6 +290,19 @@ opt_str(json_t *o, const char *k, char *dst, size_t cap)
 	snprintf(dst, cap, "%s", json_is_string(v) ? json_string_value(v) : "");
 }
 
+/* The "usage" member of a ?usage=1 status (adr/0017); absent or null:
+ * usage.present 0. A malformed one makes the whole answer unreadable. */
+static int
+status_usage_from_json(json_t *o, struct sbx_status *st)
+{
+	json_t *u = json_object_get(o, "usage");
+	struct sbx_err e;
+
+	if (u == NULL)
+		return 0;
+	return sbx_usage_from_json(u, &st->usage, &e);
+}
+
 static int
 status_from_json(json_t *o, struct sbx_status *st)
 {
@@ -311,7 +325,7 @@ status_from_json(json_t *o, struct sbx_status *st)
 	st->created_at_ms = opt_int(o, "created_at");
 	st->last_used_at_ms = opt_int(o, "last_used_at");
 	opt_str(o, "stop_reason", st->stop_reason, sizeof(st->stop_reason));
-	return 0;
+	return status_usage_from_json(o, st);
 }
 
 static json_t *
@@ -757,6 +771,23 @@ b_status(struct sbx_driver *drv, const char *id, sbx_status_cb cb, void *arg,
 	return start(b, "GET", path, NULL, NULL, 0, err);
 }
 
+/* GET /v1/sandboxes/{id}?usage=1: the status with its "usage" member. */
+static struct sbx_op *
+b_status_usage(struct sbx_driver *drv, const char *id, sbx_status_cb cb,
+    void *arg, struct sbx_err *err)
+{
+	struct bdriver *d = (struct bdriver *)drv;
+	struct bop *b;
+	char path[160];
+
+	if ((b = bop_new(d, BK_STATUS, id, arg, err)) == NULL)
+		return NULL;
+	b->status_cb = cb;
+	snprintf(path, sizeof(path), SBX_PATH_SANDBOXES "/%s?" SBX_QUERY_USAGE
+	    "=1", id);
+	return start(b, "GET", path, NULL, NULL, 0, err);
+}
+
 static struct sbx_op *
 b_done_op(struct sbx_driver *drv, const char *method, const char *id,
     const char *suffix, sbx_done_cb cb, void *arg, struct sbx_err *err)
@@ -1052,6 +1083,7 @@ static const struct sbx_driver_ops broker_driver_ops = {
 	.name = "broker",
 	.ensure = b_ensure,
 	.status = b_status,
+	.status_usage = b_status_usage,
 	.exec = b_exec,
 	.read = b_read,
 	.write = b_write,

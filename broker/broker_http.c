@@ -32,6 +32,7 @@
 #include "sbx_log.h"
 #include "sbx_ndjson.h"
 #include "sbx_path.h"
+#include "sbx_usage.h"
 #include "sbx_proto.h"
 
 /* Backpressure: pause the driver when this much is queued for the client. */
@@ -997,10 +998,57 @@ status_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 }
 
 static void
+status_usage_done(void *arg, const struct sbx_err *err,
+    const struct sbx_status *st)
+{
+	struct breq *b = arg;
+	json_t *o;
+
+	b->op = NULL;
+	if (err != NULL) {
+		breq_fail(b, err);
+		return;
+	}
+	o = status_json(b->s, st);
+	if (o != NULL)
+		json_object_set_new(o, "usage", sbx_usage_json(&st->usage));
+	reply_json(b, 200, o, "ok");
+}
+
+/* ?usage=1: the status plus /work usage, one helper exec (adr/0017). */
+static int
+status_usage_start(struct breq *b)
+{
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(b->req);
+	struct sbx_err err;
+	int on;
+
+	sbx_err_clear(&err);
+	if ((on = sbx_query_flag(evhttp_uri_get_query(uri), SBX_QUERY_USAGE,
+	    &err)) != 1) {
+		if (on < 0)
+			breq_fail(b, &err);
+		return on;
+	}
+	if (b->s->driver->ops->status_usage == NULL) {
+		breq_fail_code(b, SBX_E_BAD_REQUEST, "This broker's driver cannot "
+		    "count /work usage.");
+		return -1;
+	}
+	b->op = b->s->driver->ops->status_usage(b->s->driver, b->id,
+	    status_usage_done, b, &err);
+	if (b->op == NULL)
+		breq_fail(b, &err);
+	return 1;
+}
+
+static void
 h_status(struct breq *b)
 {
 	struct sbx_err err;
 
+	if (status_usage_start(b) != 0)
+		return;
 	sbx_err_clear(&err);
 	b->op = b->s->driver->ops->status(b->s->driver, b->id, status_done, b,
 	    &err);

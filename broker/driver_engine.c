@@ -21,6 +21,7 @@
 #include <sodium.h>
 
 #include "driver_engine.h"
+#include "sbx_usage.h"
 #include "helper/sbx_helper_proto.h"
 #include "sbx_http_client.h"
 #include "sbx_log.h"
@@ -70,6 +71,7 @@ struct engine {
 	char *prefix;
 	int stop_timeout_s;
 	int64_t req_timeout_ms;
+	int64_t usage_timeout_ms, usage_max; /* status_usage's walk */
 	unsigned uid, gid;            /* of user */
 	int64_t run_bytes;            /* SBX_HELPER_RUN_DIR tmpfs size */
 	/* The helper, read once (adr/0009): its bytes as a one-file tar, the
@@ -90,6 +92,7 @@ enum op_kind {
 	OP_ENSURE, OP_STATUS, OP_EXEC, OP_READ, OP_WRITE, OP_LIST, OP_STOP,
 	OP_DESTROY, OP_SANDBOXES, OP_HEALTH, OP_KILL, OP_RECOVER, OP_RECONCILE,
 	OP_HELPER, OP_HGC,            /* internal: fill the helper volume, drop old ones */
+	OP_USAGE,                     /* status + sbx-helper du (adr/0017) */
 };
 
 struct eop;
@@ -190,6 +193,8 @@ struct eop {
 	size_t ri;
 	unsigned rgone;
 
+	struct sbx_status ust;        /* OP_USAGE: the status the walk adds to */
+
 	struct sbx_health health;
 	struct event *defer;          /* reports a failure from the loop */
 	struct sbx_err derr;
@@ -203,6 +208,8 @@ static void exec_poll_exit(struct eop *);
 static void exec_recorded(struct eop *);
 static void deliver(struct eop *, int, const unsigned char *, size_t);
 static void ensure_inspect(struct eop *);
+static void usage_exited(struct eop *, int);
+static int usage_target(struct eop *, int, const struct sbx_status *);
 
 /* ---------- small utilities ---------- */
 
@@ -533,6 +540,7 @@ finish_err(struct eop *op, const struct sbx_err *err)
 	switch (op->kind) {
 	case OP_ENSURE:
 	case OP_STATUS:
+	case OP_USAGE:
 		finish_status(op, err, NULL);
 		break;
 	case OP_EXEC:
@@ -3217,6 +3225,9 @@ exec_exited(struct eop *op, int code)
 		}
 		finish_done(op, NULL);
 		return;
+	case OP_USAGE:
+		usage_exited(op, code);
+		return;
 	case OP_KILL:
 		if (code != 0) {
 			helper_error(op, code, &e);
@@ -3388,7 +3399,7 @@ deliver(struct eop *op, int stream, const unsigned char *buf, size_t len)
 		return;
 	}
 	if (op->kind == OP_LIST || op->kind == OP_KILL || op->kind == OP_WRITE ||
-	    op->kind == OP_RECOVER) {
+	    op->kind == OP_RECOVER || op->kind == OP_USAGE) {
 		if (evbuffer_get_length(op->out) + len > (size_t)op->cap) {
 			op->truncated = 1;
 			return;
@@ -3861,6 +3872,8 @@ exec_target_inspected(struct eop *op, int status, json_t *body,
 
 	if ((r = inspect_running(op, status, body, err, &st)) < 0)
 		return;
+	if (op->kind == OP_USAGE && usage_target(op, r, &st))
+		return;
 	if (r == 0 && op->kind == OP_RECOVER) {
 		/* no container, or a stop killed everything: no process left */
 		finish_done(op, NULL);
@@ -4179,6 +4192,98 @@ eng_list(struct sbx_driver *d, const char *id, const char *path,
 	return &op->base;
 }
 
+/* ---------- status with /work usage (adr/0017) ---------- */
+
+/* The container inspected (r: 1 running, 0 stopped or absent): keeps its
+ * status for the walk; a sandbox not running is answered here, uncounted.
+ * Returns 1 when op has been finished. */
+static int
+usage_target(struct eop *op, int r, const struct sbx_status *st)
+{
+	struct sbx_status a;
+
+	if (r == 1) {
+		op->ust = *st;
+		return 0;
+	}
+	if (st->state == SBX_STATE_ABSENT) {
+		absent_status(op, &a);
+		st = &a;
+	}
+	finish_status(op, NULL, st);
+	return 1;
+}
+
+/* The helper's one line (sbx_helper_proto.h, du) into u; untrusted. */
+static int
+usage_parse(struct eop *op, struct sbx_usage *u)
+{
+	struct sbx_err e;
+	json_t *o;
+	int rc;
+
+	o = json_loadb((const char *)evbuffer_pullup(op->out, -1),
+	    evbuffer_get_length(op->out), 0, NULL);
+	rc = o != NULL && !json_is_null(o) ? sbx_usage_from_json(o, u, &e) : -1;
+	json_decref(o);
+	return rc;
+}
+
+static void
+usage_exited(struct eop *op, int code)
+{
+	struct sbx_err e;
+
+	if (code != 0) {
+		helper_error(op, code, &e);
+		finish_err(op, &e);
+		return;
+	}
+	if (op->truncated || usage_parse(op, &op->ust.usage) < 0) {
+		sbx_err_set(&e, SBX_E_RUNTIME, "sbx-helper du gave no usable "
+		    "answer");
+		finish_err(op, &e);
+		return;
+	}
+	finish_status(op, NULL, &op->ust);
+}
+
+/* `sbx-helper du --max N --timeout-ms T`: the helper stops itself at T and
+ * says partial; the driver's timer (T + grace) only catches a helper that
+ * does not answer. */
+static struct sbx_op *
+eng_status_usage(struct sbx_driver *d, const char *id, sbx_status_cb cb,
+    void *arg, struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+	char num[32];
+
+	if (!id_valid(id)) {
+		sbx_err_set(err, SBX_E_INVALID_ID,
+		    "sandbox id must match [a-z0-9][a-z0-9-]{0,62}");
+		return NULL;
+	}
+	if ((op = helper_op(e, OP_USAGE, id, err)) == NULL)
+		return NULL;
+	op->status_cb = cb;
+	op->arg = arg;
+	op->cap = ERRTAIL_MAX;
+	op->timeout_ms = e->usage_timeout_ms + HELPER_GRACE_MS;
+	op->cmd = helper_cmd(SBX_HELPER_MODE_DU);
+	/* A kill handle: a cancel or the timer ends the walk too. */
+	json_array_append_new(op->cmd, json_string("--id"));
+	json_array_append_new(op->cmd, json_string(op->exec_id));
+	snprintf(num, sizeof(num), "%" PRId64, e->usage_max);
+	json_array_append_new(op->cmd, json_string("--max"));
+	json_array_append_new(op->cmd, json_string(num));
+	snprintf(num, sizeof(num), "%" PRId64, e->usage_timeout_ms);
+	json_array_append_new(op->cmd, json_string("--timeout-ms"));
+	json_array_append_new(op->cmd, json_string(num));
+	exec_begin(op);
+	return &op->base;
+}
+
 /* ---------- recover ---------- */
 
 /* `sbx-helper killall`: SIGKILLs every exec group the helper recorded in
@@ -4219,7 +4324,8 @@ eng_cancel(struct sbx_driver *d, struct sbx_op *o)
 	/* An exec that may have been created is killed by its handle; the
 	 * helper leaves a tombstone when the kill arrives first. */
 	if ((op->kind == OP_EXEC || op->kind == OP_READ || op->kind == OP_WRITE ||
-	    op->kind == OP_LIST) && op->cid[0] != '\0' && !op->killing)
+	    op->kind == OP_LIST || op->kind == OP_USAGE) && op->cid[0] != '\0' &&
+	    !op->killing)
 		start_kill(op->e, op->id, op->cid, op->exec_id, NULL);
 	op_release(op);
 }
@@ -4505,6 +4611,8 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 		goto fail;
 	}
 	e->stop_timeout_s = c->stop_timeout_s > 0 ? c->stop_timeout_s : 2;
+	e->usage_timeout_ms = c->usage_timeout_ms > 0 ? c->usage_timeout_ms : 5000;
+	e->usage_max = c->usage_max_entries > 0 ? c->usage_max_entries : 200000;
 	e->req_timeout_ms = c->request_timeout_ms > 0 ? c->request_timeout_ms :
 	    60000;
 	return &e->base;
@@ -4529,6 +4637,7 @@ const struct sbx_driver_ops sbx_engine_driver_ops = {
 	.health = eng_health,
 	.recover = eng_recover,
 	.reconcile = eng_reconcile,
+	.status_usage = eng_status_usage,
 	.cancel = eng_cancel,
 	.pause = eng_pause,
 	.resume = eng_resume,

@@ -39,6 +39,7 @@
 #define SBX_QUERY_PATH "path"               /* ?path= of files and list */
 #define SBX_QUERY_MODE "mode"               /* ?mode= of files PUT, octal, e.g. 0644 */
 #define SBX_QUERY_CURSOR "cursor"           /* ?cursor= of list: "" or a page's cursor (adr/0013) */
+#define SBX_QUERY_USAGE "usage"             /* ?usage=1 of status: add /work usage (adr/0017) */
 #define SBX_WORK_DIR "/work"                /* the only tree file operations reach */
 
 /* SSE response headers the api sends on exec streams (SPEC §5). */

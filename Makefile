@@ -17,7 +17,15 @@ ifneq ($(CI),)
 WARN += -Werror
 endif
 
-ifneq ($(SANITIZE),)
+ifneq ($(FUZZ),)
+# libFuzzer builds (tests/fuzz/, `make fuzz`): clang, every object with
+# coverage feedback, ASan and UBSan; the targets link -fsanitize=fuzzer.
+BUILD := build/fuzz
+CC := clang
+SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer \
+	-fno-sanitize-recover=undefined
+OPT := -O1
+else ifneq ($(SANITIZE),)
 BUILD ?= build/san
 SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 OPT := -O1
@@ -42,6 +50,7 @@ CLI_SRC := $(wildcard api/cli/*.c)
 HELPER_SRC := $(wildcard broker/helper/*.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 FAKE_SRC := $(wildcard tests/driver_fake.c)
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -52,8 +61,9 @@ LIBAPI := $(BUILD)/libsbxapi.a
 BINS := $(if $(wildcard broker/broker.c),$(BUILD)/sandbox-broker) $(if $(wildcard api/api.c),$(BUILD)/sandbox-api) \
 	$(if $(CLI_SRC),$(BUILD)/sbxctl) $(if $(HELPER_SRC),$(BUILD)/sbx-helper)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzzers/%,$(FUZZ_SRC))
 
-.PHONY: all check bench install uninstall clean deps unit sanitize run
+.PHONY: all check bench install uninstall clean deps unit sanitize run fuzz fuzzers fuzz-smoke
 all: $(BINS)
 
 $(BUILD)/obj/%.o: %.c
@@ -68,7 +78,23 @@ $(LIBBROKER): $(call obj,$(BROKER_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(LIBAPI): $(call obj,$(API_SRC))
+# /console's page is embedded: api/console.html becomes a C array.
+CONSOLE_GEN := $(BUILD)/gen/api_console_html.c
+$(CONSOLE_GEN): api/console.html
+	@mkdir -p $(dir $@)
+	{ echo '/* generated from api/console.html by the Makefile; do not edit */'; \
+	  echo '#include <stddef.h>'; \
+	  echo 'extern const unsigned char api_console_html[];'; \
+	  echo 'extern const size_t api_console_html_len;'; \
+	  echo 'const unsigned char api_console_html[] = {'; \
+	  od -An -v -tx1 $< | sed 's/\([0-9a-f][0-9a-f]\)/0x\1,/g'; \
+	  echo '0x00 };'; \
+	  echo 'const size_t api_console_html_len = sizeof(api_console_html) - 1;'; \
+	} > $@.tmp && mv $@.tmp $@
+$(BUILD)/gen/api_console_html.o: $(CONSOLE_GEN)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(LIBAPI): $(call obj,$(API_SRC)) $(BUILD)/gen/api_console_html.o
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
@@ -99,14 +125,40 @@ $(BUILD)/tests/test_cli_print: $(call obj,api/cli/cli_print.c)
 
 unit: $(UNIT_BINS)
 
+# libFuzzer targets (tests/fuzz/README.md). Some include the .c they fuzz to
+# reach its static parser; the archive then supplies only the rest.
+$(BUILD)/fuzzers/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) $(call obj,$(FAKE_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests -Itests/fuzz -Iapi/cli -fsanitize=fuzzer -o $@ \
+		$< $(filter %.o %.a,$^) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
+# The CLI is no library: its reply parser's target links its other files.
+$(BUILD)/fuzzers/fuzz_cli_reply: $(call obj,$(filter-out api/cli/cli.c,$(CLI_SRC))) api/cli/cli.c
+$(BUILD)/fuzzers/fuzz_cli_sse: $(call obj,api/cli/cli_sse.c)
+
+fuzzers: $(FUZZ_BINS)
+
+# Every fuzz target for FUZZ_SECONDS (default 60) each; prints a table of
+# target, executions, corpus size, crashes (tests/fuzz/run.sh).
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	$(MAKE) FUZZ=1 fuzzers
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run.sh campaign
+
 deps:
 	@sh deploy/deps.sh
 
+# The browser test's driver (playwright-core, no browser download: it uses
+# Debian's chromium), pinned by tests/e2e/package-lock.json.
+E2E_MODULES := tests/e2e/node_modules/.package-lock.json
+$(E2E_MODULES): tests/e2e/package.json tests/e2e/package-lock.json
+	cd tests/e2e && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund
+
 # The whole test suite: unit tests, the same under ASan+UBSan, integration
 # tests on real Docker and Podman started on private sockets. One summary line.
-check: deps
+check: deps $(E2E_MODULES)
 	$(MAKE) all unit
 	$(MAKE) SANITIZE=address,undefined unit
+	$(MAKE) FUZZ=1 fuzzers
 	@sh tests/run.sh
 
 bench: deps all $(BUILD)/engine-raw

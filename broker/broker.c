@@ -612,6 +612,8 @@ main(int argc, char **argv)
 	ec.exec_output_cap = cfg.output_cap;
 	ec.file_max_bytes = cfg.file_size_max;
 	ec.file_timeout_ms = cfg.file_timeout;
+	ec.usage_timeout_ms = cfg.usage_timeout;
+	ec.usage_max_entries = cfg.usage_max_entries;
 	ec.helper_path = cfg.helper_path;
 	ec.helper_volume = cfg.helper_volume;
 	ec.run_bytes = cfg.run_size;

@@ -91,6 +91,10 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "reaper: how often to look"),
 	K("destroy_after", SBX_CFG_DURATION_MS, destroy_after, "0",
 	    "reaper: destroy sandboxes stopped longer than this (0: never)"),
+	K("usage_timeout", SBX_CFG_DURATION_MS, usage_timeout, "5s",
+	    "status ?usage=1: longest walk of /work; then the figures say partial"),
+	K("usage_max_entries", SBX_CFG_INT, usage_max_entries, "200000",
+	    "status ?usage=1: most /work entries walked; then the figures say partial"),
 	K("shutdown_grace", SBX_CFG_DURATION_MS, shutdown_grace, "10s",
 	    "SIGTERM: how long in-flight requests may finish"),
 	K("socket_mode", SBX_CFG_MODE, socket_mode, "0660",
@@ -239,6 +243,9 @@ broker_config_finish(struct broker_config *cfg, const char *exe_path,
 	if (cfg->list_max_entries > 100000)
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    "list_max_entries must be at most 100000.");
+	if (need_positive(cfg->usage_timeout, "usage_timeout", err) == -1 ||
+	    need_positive(cfg->usage_max_entries, "usage_max_entries", err) == -1)
+		return -1;
 	if (cfg->socket_mode < 0 || cfg->socket_mode > 0777)
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    "socket_mode must be permission bits 0000..0777, e.g. 0660.");

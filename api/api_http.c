@@ -1365,13 +1365,18 @@ gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
 	r = route_find(path, h->type, npc, sizeof(npc), &known, NULL);
 	if (path_needs_auth(path)) {
 		target = strndup(h->target, h->tlen);
-		if (h->auth != NULL)
-			authz = strndup(h->auth, h->alen);
+		/* A copy of exactly alen bytes: the value may hold a NUL, and
+		 * strndup would then allocate less than the alen bytes the
+		 * memzero below clears (a heap overrun fuzz_api_http found). */
+		if (h->auth != NULL && (authz = malloc(h->alen + 1)) != NULL) {
+			memcpy(authz, h->auth, h->alen);
+			authz[h->alen] = '\0';
+		}
 		ok = target == NULL || (h->auth != NULL && authz == NULL) ? 0 :
 		    api_authenticate(s, h->type, path, target, authz, 0, &who);
 		sodium_memzero(&who, sizeof(who));
 		if (authz != NULL)
-			sodium_memzero(authz, h->alen);
+			sodium_memzero(authz, h->alen + 1);
 		free(authz);
 		free(target);
 		if (ok == 0)

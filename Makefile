@@ -68,7 +68,23 @@ $(LIBBROKER): $(call obj,$(BROKER_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(LIBAPI): $(call obj,$(API_SRC))
+# /console's page is embedded: api/console.html becomes a C array.
+CONSOLE_GEN := $(BUILD)/gen/api_console_html.c
+$(CONSOLE_GEN): api/console.html
+	@mkdir -p $(dir $@)
+	{ echo '/* generated from api/console.html by the Makefile; do not edit */'; \
+	  echo '#include <stddef.h>'; \
+	  echo 'extern const unsigned char api_console_html[];'; \
+	  echo 'extern const size_t api_console_html_len;'; \
+	  echo 'const unsigned char api_console_html[] = {'; \
+	  od -An -v -tx1 $< | sed 's/\([0-9a-f][0-9a-f]\)/0x\1,/g'; \
+	  echo '0x00 };'; \
+	  echo 'const size_t api_console_html_len = sizeof(api_console_html) - 1;'; \
+	} > $@.tmp && mv $@.tmp $@
+$(BUILD)/gen/api_console_html.o: $(CONSOLE_GEN)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(LIBAPI): $(call obj,$(API_SRC)) $(BUILD)/gen/api_console_html.o
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
@@ -102,9 +118,15 @@ unit: $(UNIT_BINS)
 deps:
 	@sh deploy/deps.sh
 
+# The browser test's driver (playwright-core, no browser download: it uses
+# Debian's chromium), pinned by tests/e2e/package-lock.json.
+E2E_MODULES := tests/e2e/node_modules/.package-lock.json
+$(E2E_MODULES): tests/e2e/package.json tests/e2e/package-lock.json
+	cd tests/e2e && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund
+
 # The whole test suite: unit tests, the same under ASan+UBSan, integration
 # tests on real Docker and Podman started on private sockets. One summary line.
-check: deps
+check: deps $(E2E_MODULES)
 	$(MAKE) all unit
 	$(MAKE) SANITIZE=address,undefined unit
 	@sh tests/run.sh

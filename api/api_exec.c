@@ -398,13 +398,12 @@ opt_nonneg(struct areq *a, const char *name, int64_t *out)
 	return 0;
 }
 
-void
-api_h_exec(struct areq *a)
+int
+api_exec_parse(struct areq *a, struct sbx_exec_req *er, const char ***argvp,
+    const char ***envp)
 {
 	static const char *const allowed[] = { "argv", "cwd", "env", "stdin",
 	    "timeout_ms", "output_cap", NULL };
-	struct sbx_exec_req er;
-	struct sbx_sink sink;
 	struct sbx_err err;
 	const char **argv = NULL, **env = NULL;
 	const char *k, *sin;
@@ -412,7 +411,8 @@ api_h_exec(struct areq *a)
 	size_t i, slen, blen;
 
 	sbx_err_clear(&err);
-	memset(&er, 0, sizeof(er));
+	memset(er, 0, sizeof(*er));
+	*argvp = *envp = NULL;
 	json_object_foreach(a->body, k, v) {
 		for (i = 0; allowed[i] != NULL; i++)
 			if (strcmp(allowed[i], k) == 0)
@@ -420,79 +420,99 @@ api_h_exec(struct areq *a)
 		if (allowed[i] == NULL) {
 			areq_fail_code(a, SBX_E_UNKNOWN_FIELD, "Member \"%.64s\" "
 			    "is not accepted here.", k);
-			goto done;
+			goto fail;
 		}
 	}
 	if ((v = json_object_get(a->body, "argv")) == NULL) {
 		areq_fail_code(a, SBX_E_BAD_REQUEST, "Member \"argv\" is "
 		    "required.");
-		goto done;
+		goto fail;
 	}
 	if ((argv = string_vector(a, v, "argv", EXEC_ARGV_MAX, 1)) == NULL)
-		goto done;
+		goto fail;
 	if (argv[0][0] == '\0') {
 		areq_fail_code(a, SBX_E_BAD_REQUEST, "argv[0] must not be "
 		    "empty.");
-		goto done;
+		goto fail;
 	}
-	er.argv = argv;
+	er->argv = argv;
 	if ((v = json_object_get(a->body, "cwd")) != NULL) {
 		if (!json_is_string(v)) {
 			areq_fail_code(a, SBX_E_WRONG_TYPE, "Member \"cwd\" must "
 			    "be a string.");
-			goto done;
+			goto fail;
 		}
 		if (sbx_path_check(json_string_value(v), json_string_length(v),
 		    &err) == -1) {
 			areq_fail(a, &err);
-			goto done;
+			goto fail;
 		}
-		er.cwd = json_string_value(v);
+		er->cwd = json_string_value(v);
 	}
 	if ((v = json_object_get(a->body, "env")) != NULL) {
 		if ((env = string_vector(a, v, "env", EXEC_ENV_MAX, 0)) == NULL)
-			goto done;
+			goto fail;
 		for (i = 0; env[i] != NULL; i++)
 			if (strchr(env[i], '=') == NULL || env[i][0] == '=') {
 				areq_fail_code(a, SBX_E_BAD_REQUEST, "Each env "
 				    "entry must be NAME=value.");
-				goto done;
+				goto fail;
 			}
-		er.env = env;
+		er->env = env;
 	}
 	if ((v = json_object_get(a->body, "stdin")) != NULL) {
 		if (!json_is_string(v)) {
 			areq_fail_code(a, SBX_E_WRONG_TYPE, "Member \"stdin\" "
 			    "must be a base64 string.");
-			goto done;
+			goto fail;
 		}
 		sin = json_string_value(v);
 		slen = json_string_length(v);
 		if ((a->stdin_data = malloc(slen / 4 * 3 + 3)) == NULL) {
 			areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
-			goto done;
+			goto fail;
 		}
 		if (sodium_base642bin(a->stdin_data, slen / 4 * 3 + 3, sin,
 		    slen, NULL, &blen, NULL,
 		    sodium_base64_VARIANT_ORIGINAL) != 0) {
 			areq_fail_code(a, SBX_E_BAD_REQUEST, "Member \"stdin\" "
 			    "must be standard base64 with padding.");
-			goto done;
+			goto fail;
 		}
 		a->stdin_len = blen;
-		er.stdin_data = a->stdin_data;
-		er.stdin_len = blen;
+		er->stdin_data = a->stdin_data;
+		er->stdin_len = blen;
 	}
-	if (opt_nonneg(a, "timeout_ms", &er.timeout_ms) == -1 ||
-	    opt_nonneg(a, "output_cap", &er.output_cap) == -1)
-		goto done;
-	/* Concurrent execs of this principal. */
+	if (opt_nonneg(a, "timeout_ms", &er->timeout_ms) == -1 ||
+	    opt_nonneg(a, "output_cap", &er->output_cap) == -1)
+		goto fail;
+	/* Concurrent execs of this principal (streams and resource execs). */
 	if (a->lim != NULL && a->lim->execs >= (unsigned)a->s->cfg->max_execs) {
 		api_metrics_rejected(&a->s->metrics, 1);
 		areq_fail_code(a, SBX_E_TOO_MANY, "You already run %lld execs; "
 		    "wait for one to end.", a->s->cfg->max_execs);
-		goto done;
+		goto fail;
 	}
+	*argvp = argv;
+	*envp = env;
+	return 0;
+fail:
+	free(argv);
+	free(env);
+	return -1;
+}
+
+void
+api_h_exec(struct areq *a)
+{
+	struct sbx_exec_req er;
+	struct sbx_sink sink;
+	struct sbx_err err;
+	const char **argv = NULL, **env = NULL;
+
+	sbx_err_clear(&err);
+	if (api_exec_parse(a, &er, &argv, &env) == -1)
+		return;
 	if (a->lim != NULL) {
 		a->lim->execs++;
 		a->exec_counted = 1;
@@ -508,7 +528,6 @@ api_h_exec(struct areq *a)
 	    &sink, &err);
 	if (a->op == NULL)
 		areq_fail_broker(a, &err);
-done:
 	free(argv);
 	free(env);
 }

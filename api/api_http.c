@@ -69,15 +69,34 @@ static const struct api_route routes[] = {
 	    R_AUTH | R_NPC | R_JSON_OPT | R_MUTATING, "sandbox.stop" },
 	{ EVHTTP_REQ_PUT, "/egress", h_egress,
 	    R_AUTH | R_NPC | R_JSON | R_OPERATOR | R_MUTATING, "egress" },
+	/* Execs as resources (api_execs.c, ADR 0015); '*' is the exec id. */
+	{ EVHTTP_REQ_POST, "/sandbox/execs", api_h_execs_create,
+	    R_AUTH | R_NPC | R_JSON | R_MUTATING, "execs.create" },
+	{ EVHTTP_REQ_GET, "/sandbox/execs", api_h_execs_list, R_AUTH | R_NPC,
+	    "execs.list" },
+	{ EVHTTP_REQ_GET, "/sandbox/execs/*", api_h_execs_get, R_AUTH | R_NPC,
+	    "execs.get" },
+	{ EVHTTP_REQ_DELETE, "/sandbox/execs/*", api_h_execs_delete,
+	    R_AUTH | R_NPC | R_MUTATING, "execs.delete" },
+	{ EVHTTP_REQ_GET, "/sandbox/execs/*/events", api_h_execs_events,
+	    R_AUTH | R_NPC, "execs.events" },
+	{ EVHTTP_REQ_POST, "/sandbox/execs/*/ticket", api_h_execs_ticket,
+	    R_AUTH | R_NPC | R_JSON_OPT | R_MUTATING, "execs.ticket" },
+	{ EVHTTP_REQ_GET, "/console", api_h_console, 0, "console" },
 	/* Operators only: the figures are about every principal's use. */
 	{ EVHTTP_REQ_GET, METRICS_PATH, h_metrics, R_AUTH | R_OPERATOR,
 	    "metrics" },
 	{ 0, NULL, NULL, 0, NULL },
 };
 
+static int events_auth(struct api_server *, const char *, const char *, int,
+    struct api_principal *);
+
 /* Routes whose credential is not the bearer key (api_auth_fn): checked by
  * the gate before the body and again by api_dispatch's step 1. */
 static const struct api_route_auth route_auths[] = {
+	/* A browser's EventSource cannot send a key: ?ticket= (ADR 0015). */
+	{ api_h_execs_events, events_auth },
 	{ NULL, NULL },
 };
 
@@ -236,6 +255,7 @@ areq_finish(struct areq *a, int status, const char *outcome)
 		a->lim->execs--;
 	if (a->fileop_counted && a->lim != NULL && a->lim->fileops > 0)
 		a->lim->fileops--;
+	api_execs_areq_end(a);
 	if (a->ping != NULL)
 		event_free(a->ping);
 	if (a->chunk != NULL)
@@ -258,6 +278,7 @@ reason_phrase(int status)
 	switch (status) {
 	case 200: return "OK";
 	case 201: return "Created";
+	case 204: return "No Content";
 	case 400: return "Bad Request";
 	case 401: return "Unauthorized";
 	case 403: return "Forbidden";
@@ -1090,10 +1111,60 @@ bearer_key(const char *h, size_t *len)
 	return k;
 }
 
+/*
+ * The events route's credential: the bearer key when an Authorization
+ * header is present (then a ticket is not looked at), else ?ticket= of
+ * that exec (api_execs_ticket_auth). Cheap enough for the gate.
+ */
+static int
+events_auth(struct api_server *s, const char *target, const char *authz,
+    int final, struct api_principal *who)
+{
+	const char *key;
+	size_t keylen = 0;
+
+	(void)final;
+	if (authz != NULL) {
+		key = bearer_key(authz, &keylen);
+		return key != NULL ? api_store_authenticate(s->store, key,
+		    keylen, who) : 0;
+	}
+	return api_execs_ticket_auth(s, target, who);
+}
+
+/*
+ * 1 when rest matches a route suffix; a '*' segment of the pattern matches
+ * one path segment of [a-z0-9]{1,39}, copied to id (capacity 40) when id is
+ * not NULL.
+ */
+static int
+suffix_match(const char *pat, const char *rest, char *id)
+{
+	const char *star = strchr(pat, '*');
+	size_t pre, n;
+
+	if (star == NULL)
+		return strcmp(pat, rest) == 0;
+	pre = (size_t)(star - pat);
+	if (strncmp(pat, rest, pre) != 0)
+		return 0;
+	rest += pre;
+	for (n = 0; (rest[n] >= 'a' && rest[n] <= 'z') ||
+	    (rest[n] >= '0' && rest[n] <= '9'); n++)
+		;
+	if (n == 0 || n > 39 || strcmp(star + 1, rest + n) != 0)
+		return 0;
+	if (id != NULL) {
+		memcpy(id, rest, n);
+		id[n] = '\0';
+	}
+	return 1;
+}
+
 /* Splits path into an NPC name and a suffix; NULL route when none matches. */
 static const struct api_route *
 route_find(const char *path, int method, char *npc, size_t npccap,
-    int *path_known)
+    int *path_known, char *id)
 {
 	const struct api_route *r;
 	const char *rest = NULL, *slash;
@@ -1115,7 +1186,7 @@ route_find(const char *path, int method, char *npc, size_t npccap,
 	}
 	for (r = routes; r->suffix != NULL; r++) {
 		if (rest != NULL ? !(r->flags & R_NPC) ||
-		    strcmp(r->suffix, rest) != 0 :
+		    !suffix_match(r->suffix, rest, id) :
 		    (r->flags & R_NPC) || strcmp(r->suffix, path) != 0)
 			continue;
 		*path_known = 1;
@@ -1138,7 +1209,7 @@ allow_header(struct evhttp_request *req, const char *path)
 		return;
 	for (r = routes; r->suffix != NULL; r++) {
 		if (rest != NULL ? !(r->flags & R_NPC) ||
-		    strcmp(r->suffix, rest) != 0 :
+		    !suffix_match(r->suffix, rest, NULL) :
 		    (r->flags & R_NPC) || strcmp(r->suffix, path) != 0)
 			continue;
 		used = strlen(allow);
@@ -1147,6 +1218,41 @@ allow_header(struct evhttp_request *req, const char *path)
 	}
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
 	    allow);
+}
+
+/*
+ * CORS (Fetch standard §3.2), off unless cors_origins lists the request's
+ * Origin: then the answer names it. Returns 1 when req was a preflight
+ * and has been answered.
+ */
+static int
+cors(struct api_server *s, struct evhttp_request *req)
+{
+	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+	const char *origin = evhttp_find_header(in, "Origin");
+	char **o;
+
+	if (origin == NULL || s->cfg->cors_origins == NULL)
+		return 0;
+	for (o = s->cfg->cors_origins; *o != NULL; o++)
+		if (strcmp(*o, origin) == 0)
+			break;
+	if (*o == NULL)
+		return 0;
+	evhttp_add_header(out, "Access-Control-Allow-Origin", origin);
+	evhttp_add_header(out, "Vary", "Origin");
+	evhttp_add_header(out, "Access-Control-Expose-Headers", "Location");
+	if (evhttp_request_get_command(req) != EVHTTP_REQ_OPTIONS ||
+	    evhttp_find_header(in, "Access-Control-Request-Method") == NULL)
+		return 0;
+	evhttp_add_header(out, "Access-Control-Allow-Methods",
+	    "GET, POST, PUT, DELETE");
+	evhttp_add_header(out, "Access-Control-Allow-Headers",
+	    "Authorization, Content-Type, Last-Event-ID");
+	evhttp_add_header(out, "Access-Control-Max-Age", "600");
+	evhttp_send_reply(req, 204, "No Content", NULL);
+	return 1;
 }
 
 /* Everything under /api/v1 and /metrics needs a principal. */
@@ -1175,7 +1281,7 @@ api_authenticate(struct api_server *s, int method, const char *path,
 	api_auth_fn hook;
 	int known;
 
-	r = route_find(path, method, npc, sizeof(npc), &known);
+	r = route_find(path, method, npc, sizeof(npc), &known, NULL);
 	if ((hook = route_auth(r)) != NULL)
 		return hook(s, target != NULL ? target : "", authz, final, who);
 	key = bearer_key(authz, &keylen);
@@ -1202,7 +1308,11 @@ gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
 	*cap = 0;
 	if (path == NULL)
 		return SBX_GATE_PASS;   /* api_dispatch: 400 */
-	r = route_find(path, h->type, npc, sizeof(npc), &known);
+	/* A CORS preflight carries no credential by design (Fetch §4.8);
+	 * api_dispatch answers it (cors) or asks for a key; no body. */
+	if (h->type == EVHTTP_REQ_OPTIONS)
+		return SBX_GATE_PASS;
+	r = route_find(path, h->type, npc, sizeof(npc), &known, NULL);
 	if (path_needs_auth(path)) {
 		target = strndup(h->target, h->tlen);
 		if (h->auth != NULL)
@@ -1314,6 +1424,8 @@ api_dispatch(struct evhttp_request *req, void *arg)
 	long wait;
 	int known, r;
 
+	if (cors(s, req))
+		return;
 	if ((a = calloc(1, sizeof(*a))) == NULL) {
 		evhttp_send_error(req, 500, NULL);
 		return;
@@ -1380,7 +1492,7 @@ api_dispatch(struct evhttp_request *req, void *arg)
 	}
 	/* 2. Route and method. */
 	a->route = route_find(path, evhttp_request_get_command(req), npc,
-	    sizeof(npc), &known);
+	    sizeof(npc), &known, a->exec_id);
 	if (a->route == NULL) {
 		if (known) {
 			allow_header(req, path);
@@ -1505,6 +1617,12 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 	s->now_ms = wall_ms;
 	if ((s->store = api_store_open(cfg->state_dir, err)) == NULL)
 		goto fail;
+	if (api_execs_open(s, err) == -1)
+		goto fail;
+	if (api_console_init(s) == -1) {
+		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		goto fail;
+	}
 	if ((s->http = evhttp_new(base)) == NULL ||
 	    (s->drain_ev = evtimer_new(base, drain_fire, s)) == NULL ||
 	    (s->grace_ev = evtimer_new(base, grace_over, s)) == NULL) {
@@ -1595,6 +1713,8 @@ api_server_drain(struct api_server *s, void (*done)(void *), void *arg)
 		evhttp_del_accept_socket(s->http, s->bound);
 		s->bound = NULL;
 	}
+	/* Viewers of resource execs end now: they resume later. */
+	api_execs_drain(s);
 	snprintf(n, sizeof(n), "%u", s->inflight);
 	log_info("draining", "in_flight", n, NULL);
 	tv.tv_sec = s->cfg->shutdown_grace / 1000;
@@ -1625,6 +1745,8 @@ api_server_free(struct api_server *s)
 		a->route = NULL;    /* no audit row for an abandoned request */
 		areq_finish(a, 503, SBX_E_SHUTTING_DOWN);
 	}
+	api_execs_close(s);
+	free(s->console_csp);
 	if (s->http != NULL)
 		evhttp_free(s->http);   /* frees every bound gate connection */
 	sbx_gate_free(s->gate);

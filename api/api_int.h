@@ -32,6 +32,8 @@ struct api_limit {
 };
 
 struct areq;
+struct api_exec;
+struct api_viewer;
 
 /* Entries a list asks the broker for (its own list_max_entries may be lower). */
 #define API_LIST_MAX_ENTRIES 10000
@@ -55,6 +57,14 @@ struct api_server {
 	struct event *grace_ev;     /* shutdown_grace over: cancel what runs */
 	int64_t (*now_ms)(void);
 	struct api_metrics metrics;
+	/* Resource execs (api_execs.c). */
+	struct api_exec *execs;     /* newest first */
+	unsigned nexecs;
+	uint64_t log_total;         /* bytes of all exec logs on disk */
+	char *execs_dir;            /* state_dir/execs */
+	unsigned char ticket_key[32];
+	struct event *sweep_ev;     /* retention sweep */
+	char *console_csp;          /* Content-Security-Policy of /console */
 };
 
 /* Flags of a route. */
@@ -115,6 +125,8 @@ struct areq {
 	const char *label;                  /* metrics route when route is NULL */
 	int exec_started;                   /* counted in execs_started */
 	int64_t exec_started_ms;            /* monotonic */
+	char exec_id[40];                   /* {id} of .../execs/{id}... routes */
+	struct api_viewer *viewer;          /* GET .../events being streamed */
 	int sse_counted;                    /* counted in sse_clients */
 	/* streams */
 	struct evhttp_connection *conn;
@@ -157,6 +169,45 @@ json_t *api_status_json(const struct areq *a, const struct sbx_status *st);
 
 /* api_exec.c */
 void api_h_exec(struct areq *a);
+/*
+ * Parses and checks an exec body (a->body) into er (its strings borrowed
+ * from a->body; *argv and *env owned by the caller: free), also the
+ * principal's concurrent exec limit. Returns 0, or -1 after failing a.
+ */
+int api_exec_parse(struct areq *a, struct sbx_exec_req *er,
+    const char ***argv, const char ***env);
+
+/* api_execs.c: execs as resources with a durable event log (ADR 0015). */
+/* Loads state_dir/execs (execs running at a crash become failed) and the
+ * ticket key. Returns 0, or -1 with err config_error. */
+int api_execs_open(struct api_server *s, struct sbx_err *err);
+/* Kills the execs still running (terminal event "shutting_down"), frees all. */
+void api_execs_close(struct api_server *s);
+/* Drain: ends every viewer stream at once (viewers resume elsewhere/later). */
+void api_execs_drain(struct api_server *s);
+/* A request ends (areq_finish): a viewer is detached from its exec and
+ * freed; a POST waiting for its exec's start is forgotten by the exec. */
+void api_execs_areq_end(struct areq *a);
+void api_h_execs_create(struct areq *a);
+void api_h_execs_list(struct areq *a);
+void api_h_execs_get(struct areq *a);
+void api_h_execs_delete(struct areq *a);
+void api_h_execs_events(struct areq *a);
+void api_h_execs_ticket(struct areq *a);
+/*
+ * api_auth_fn of the events route without a key: target is
+ * "/api/v1/npcs/NPC/sandbox/execs/ID/events?...ticket=T...". Returns 1 with
+ * *who = the ticket's principal when T is a live ticket of exec ID of NPC
+ * (same owner) and that principal is active and still owns the NPC or
+ * operates; 0 otherwise (401, one answer whatever is wrong); -1 when the
+ * database fails.
+ */
+int api_execs_ticket_auth(struct api_server *s, const char *target,
+    struct api_principal *who);
+/* GET /console: the embedded page (api_console.c generated from api/console.html). */
+void api_h_console(struct areq *a);
+/* Builds s->console_csp (hashes of the page's inline script and style). */
+int api_console_init(struct api_server *s);
 void api_h_read(struct areq *a);
 
 /*

@@ -18,6 +18,7 @@ libevent-dev libjansson-dev libsqlite3-dev libsodium-dev libcmocka-dev sqlite3
 docker.io docker-compose podman runc catatonit conmon uidmap iptables netavark aardvark-dns
 busybox-static debootstrap
 python3 curl jq iproute2 prometheus nftables
+chromium nodejs
 systemd nginx-light
 "
 # systemd: systemd-analyze (verify, security --offline) and systemd-sysusers
@@ -28,6 +29,9 @@ systemd nginx-light
 # by the tests to check the /metrics text format.
 # netavark (+ aardvark-dns for names): podman's bridge network backend; with
 # --no-install-recommends podman would otherwise get no network stack.
+# chromium, nodejs (+ npm, below): the browser test of /console (test_console.py)
+# drives Debian's chromium with playwright-core, which `make check` installs
+# from tests/e2e/package-lock.json into tests/e2e/node_modules (npm ci).
 # catatonit: podman's init for HostConfig.Init; docker.io brings tini.
 # nftables: deploy/egress-firewall.sh (ADR 0014) and its test, in a network
 # namespace the test creates (tests/integration/test_egress.py).
@@ -39,6 +43,9 @@ for p in $PKGS; do
 	st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
 	[ "$st" = installed ] || missing="$missing $p"
 done
+# Debian's nodejs comes without npm (package npm); a nodejs from elsewhere
+# (e.g. NodeSource) ships its own and conflicts with Debian's npm.
+command -v npm >/dev/null 2>&1 || missing="$missing npm"
 
 if [ -z "$missing" ]; then
 	exit 0

@@ -49,9 +49,15 @@
 #define O_OWNER 0x20
 #define O_IMAGE 0x40
 #define O_MODE 0x80
+#define O_DETACH 0x100
+#define O_FOLLOW 0x200
+
+/* Reconnects of an exec's event stream without progress before giving up;
+ * the waits grow from 200 ms to 2 s (about 11 s in all). */
+#define RESUME_TRIES 8
 
 struct opts {
-	int json, help, stdin_flag;
+	int json, help, stdin_flag, detach, follow;
 	const char *cwd, *timeout, *owner, *image, *mode;
 	const char *env[MAX_ENV];
 	int nenv;
@@ -88,6 +94,7 @@ static int c_cat(struct ctx *);
 static int c_ls(struct ctx *);
 static int c_egress_grant(struct ctx *);
 static int c_egress_revoke(struct ctx *);
+static int c_logs(struct ctx *);
 
 static const struct cmd cmds[] = {
 	{ "npc create", "NAME [--owner PLAYER]", "create an NPC (an operator "
@@ -103,9 +110,14 @@ static const struct cmd cmds[] = {
 	    1, 1, c_stop },
 	{ "rm", "NPC", "remove the sandbox AND its /work volume "
 	    "(irreversible)", O_JSON, 1, 1, c_rm },
-	{ "exec", "[-w DIR] [-e NAME=VALUE]... [-t SECONDS] [-i] NPC -- CMD "
-	    "[ARG...]", "run a command, streaming its output; exits with "
-	    "its exit code", O_CWD | O_ENV | O_TIMEOUT | O_STDIN, 1, 1, c_exec },
+	{ "exec", "[-w DIR] [-e NAME=VALUE]... [-t SECONDS] [-i] [-d] NPC -- "
+	    "CMD [ARG...]", "run a command, streaming its output (resumed "
+	    "when the connection drops); exits with its exit code; -d: print "
+	    "the exec id and leave it running", O_CWD | O_ENV | O_TIMEOUT |
+	    O_STDIN | O_DETACH, 1, 1, c_exec },
+	{ "logs", "[-f] NPC EXEC_ID", "print an exec's output so far; -f: "
+	    "follow it to its end (resumed when the connection drops)",
+	    O_FOLLOW, 2, 2, c_logs },
 	{ "cp", "[--mode OCTAL] LOCAL NPC:/work/PATH | NPC:/work/PATH LOCAL",
 	    "copy a file into or out of the sandbox (LOCAL '-' is "
 	    "stdin/stdout)", O_MODE, 2, 2, c_cp },
@@ -125,7 +137,7 @@ static const struct cmd cmds[] = {
 static const char exit_codes[] =
     "Exit codes:\n"
     "  0    success\n"
-    "  N    sbxctl exec: the command's own exit code (128+SIG when killed)\n"
+    "  N    sbxctl exec, sbxctl logs: the command's own exit code (128+SIG when killed)\n"
     "  1    other error (the server's sentence is printed)\n"
     "  2    bad usage or configuration (also HTTP 400 from the server)\n"
     "  3    refused: bad or missing key (401), not allowed (403)\n"
@@ -817,6 +829,8 @@ struct exec_state {
 	char err_msg[256];
 	int out_broken;  /* stdout or stderr closed (EPIPE) */
 	struct sbx_err perr;
+	char last_id[24];   /* id of the last event read: where a resume starts */
+	int started;        /* a start event went into the decoder */
 };
 
 static int
@@ -876,17 +890,41 @@ on_sse(void *arg, const char *event, const char *data, size_t len,
 {
 	static const char *const known[] = { SBX_EV_START, SBX_EV_STDOUT,
 		SBX_EV_STDERR, SBX_EV_EXIT, SBX_EV_ERROR, NULL };
+	static const char start_line[] = "{\"type\":\"start\",\"exec_id\":\"\","
+	    "\"ts\":0}\n";
 	struct exec_state *s = arg;
 	char *line;
 	size_t n, i;
 	int r;
 
-	(void)id;
+	if (id != NULL && id[0] != '\0')
+		snprintf(s->last_id, sizeof(s->last_id), "%s", id);
+	if (strcmp(event, "reset") == 0) {
+		/* The server no longer keeps some events: say so, go on. */
+		json_t *j = json_loadb(data, len, 0, NULL);
+
+		errmsg("some output is no longer kept by the server: %s",
+		    json_string_value(json_object_get(j, "message")) ?
+		    json_string_value(json_object_get(j, "message")) : "reset");
+		json_decref(j);
+		return 0;
+	}
 	for (i = 0; known[i] != NULL; i++)
 		if (strcmp(known[i], event) == 0)
 			break;
 	if (known[i] == NULL)
 		return 0;
+	if (strcmp(event, SBX_EV_START) == 0) {
+		if (s->started)
+			return 0;
+		s->started = 1;
+	} else if (!s->started) {
+		/* The log's start was dropped: the decoder wants one first. */
+		s->started = 1;
+		if (sbx_ndjson_parser_feed(s->nd, start_line,
+		    sizeof(start_line) - 1, &s->perr) == -1)
+			return 1;
+	}
 	if ((line = cli_sse_ndjson_line(event, data, len, &n)) == NULL) {
 		sbx_err_set(&s->perr, SBX_E_BAD_REQUEST, "a malformed %s event "
 		    "arrived.", event);
@@ -1003,104 +1041,239 @@ fail:
 }
 
 static int
+retryable(const char *code)
+{
+	return strcmp(code, CLI_E_IO) == 0 || strcmp(code, CLI_E_UNAVAILABLE) == 0;
+}
+
+/* Waits before reconnect number tries (0-based): 200 ms doubling, at most
+ * 2 s. Returns -1 when a signal arrived meanwhile. */
+static int
+backoff(int tries)
+{
+	long ms = 200L << (tries < 4 ? tries : 4);
+	struct timespec ts;
+
+	if (ms > 2000)
+		ms = 2000;
+	ts.tv_sec = ms / 1000;
+	ts.tv_nsec = (ms % 1000) * 1000000L;
+	nanosleep(&ts, NULL);
+	return cli_http_interrupted() ? -1 : 0;
+}
+
+/*
+ * Reads exec id's events (GET .../execs/ID/events) into s, from where s
+ * stopped (s->last_id, sent as ?last_event_id=), reconnecting when the
+ * connection drops before the terminal event (docs/cli.md). follow 0: up
+ * to the end of what the server has logged. Returns CX_OK once the stream
+ * is complete, CX_INTR on a signal, 141 when our output was closed, or
+ * another exit code after printing why.
+ */
+static int
+follow_events(struct ctx *x, const char *npc, const char *id, int follow,
+    struct exec_state *s)
+{
+	char target[8192], suffix[256], before[24], buf[65536];
+	struct cli_resp r;
+	struct cli_conn *c;
+	struct cli_sse *sse;
+	struct sbx_err err;
+	ssize_t n;
+	int tries = 0, rc;
+
+	cli_http_set_idle_timeout(60000);   /* heartbeats come every 15 s */
+	for (;;) {
+		snprintf(suffix, sizeof(suffix), "/sandbox/execs/%s/events?"
+		    "follow=%d%s%s", id, follow, s->last_id[0] != '\0' ?
+		    "&last_event_id=" : "", s->last_id);
+		if (npc_target(target, sizeof(target), npc, suffix, NULL) == -1) {
+			errmsg("the NPC name or exec id is too long.");
+			return CX_USAGE;
+		}
+		snprintf(before, sizeof(before), "%s", s->last_id);
+		sbx_err_clear(&err);
+		c = cli_http_request(&x->url, "GET", target, x->key, NULL, &r,
+		    &err);
+		if (c == NULL) {
+			if (strcmp(err.code, CLI_E_INTERRUPTED) == 0)
+				return CX_INTR;
+			if (retryable(err.code) && tries < RESUME_TRIES) {
+				if (backoff(tries++) == -1)
+					return CX_INTR;
+				continue;
+			}
+			return fail_err(&err);
+		}
+		if (r.status == 204) {      /* nothing after the last event */
+			cli_http_close(c);
+			return CX_OK;
+		}
+		if (r.status != 200) {
+			if ((r.status == 502 || r.status == 503 ||
+			    r.status == 504) && tries < RESUME_TRIES) {
+				cli_http_close(c);
+				if (backoff(tries++) == -1)
+					return CX_INTR;
+				continue;
+			}
+			rc = fail_resp(c, &r);
+			cli_http_close(c);
+			return rc;
+		}
+		if (strncmp(r.content_type, SBX_CT_SSE, strlen(SBX_CT_SSE)) != 0) {
+			errmsg("the server answered with %s, not an event "
+			    "stream.", r.content_type[0] != '\0' ?
+			    r.content_type : "no type");
+			cli_http_close(c);
+			return CX_ERR;
+		}
+		if ((sse = cli_sse_new(0, on_sse, s)) == NULL) {
+			cli_http_close(c);
+			errmsg("out of memory.");
+			return CX_ERR;
+		}
+		rc = -1;
+		for (;;) {
+			n = cli_http_read(c, buf, sizeof(buf), &err);
+			if (n <= 0)
+				break;
+			if (cli_sse_feed(sse, buf, (size_t)n, &err) == -1) {
+				if (s->out_broken)
+					rc = 141;   /* like a shell's SIGPIPE death */
+				else {
+					errmsg("bad event stream from the server: "
+					    "%s", sbx_err_is_set(&s->perr) ?
+					    s->perr.message : err.message);
+					rc = CX_ERR;
+				}
+				break;
+			}
+		}
+		cli_sse_free(sse);
+		cli_http_close(c);
+		if (rc != -1)
+			return rc;
+		if (n < 0 && strcmp(err.code, CLI_E_INTERRUPTED) == 0)
+			return CX_INTR;
+		if (s->exited || s->err_code[0] != '\0' || (!follow && n == 0))
+			return CX_OK;
+		/* Cut before the end: resume after the last event read. */
+		if (strcmp(before, s->last_id) != 0)
+			tries = 0;
+		if (tries >= RESUME_TRIES) {
+			errmsg("the event stream broke %d times without progress; "
+			    "giving up (resume with: sbxctl logs -f %s %s).",
+			    RESUME_TRIES, npc, id);
+			return CX_UNAVAIL;
+		}
+		if (backoff(tries++) == -1)
+			return CX_INTR;
+	}
+}
+
+/* The exit code for a complete exec stream (s), after printing why it
+ * did not simply exit. */
+static int
+exec_outcome(const struct exec_state *s)
+{
+	if (s->err_code[0] != '\0') {
+		errmsg("%s", s->err_msg[0] != '\0' ? s->err_msg : s->err_code);
+		return strcmp(s->err_code, SBX_E_TIMEOUT) == 0 ? CX_TIMEOUT :
+		    CX_ERR;
+	}
+	if (!s->exited) {
+		errmsg("the event stream ended before the command's exit status "
+		    "arrived.");
+		return CX_ERR;
+	}
+	if (s->truncated)
+		errmsg("the output reached the server's cap; the command was "
+		    "ended and its output truncated.");
+	return s->code;
+}
+
+static int
 c_exec(struct ctx *x)
 {
 	struct exec_state s;
-	struct cli_body b = { SBX_CT_JSON, NULL, 0, -1 };
-	struct cli_resp r;
-	struct cli_conn *c = NULL;
-	struct cli_sse *sse = NULL;
-	struct sbx_err err;
-	json_t *body = NULL;
-	char target[8192], *req = NULL, buf[65536];
-	ssize_t n;
+	char target[8192], suffix[256];
+	const char *id;
+	json_t *body = NULL, *ans = NULL, *gone = NULL;
 	int rc = CX_ERR;
 
 	memset(&s, 0, sizeof(s));
-	sbx_err_clear(&err);
 	if (x->o.rest == NULL || x->o.rest[0] == NULL)
 		return usage_err(cmd_of(c_exec), "exec needs a command after the NPC "
 		    "(sbxctl exec NPC -- CMD ...).");
-	if (npc_target(target, sizeof(target), x->o.pos[0], "/sandbox/exec",
+	if (npc_target(target, sizeof(target), x->o.pos[0], "/sandbox/execs",
 	    NULL) == -1)
 		return usage_err(NULL, "the NPC name is too long.");
 	if ((body = exec_body(x, &rc)) == NULL)
 		return rc;
-	if ((req = json_dumps(body, JSON_COMPACT)) == NULL) {
+	/* A resource exec (docs/api.md): it outlives this connection, so a
+	 * dropped connection is resumed, not fatal. */
+	if ((rc = call_json(x, "POST", target, body, &ans)) != CX_OK)
+		goto done;
+	rc = CX_ERR;
+	id = json_string_value(json_object_get(ans, "exec_id"));
+	if (id == NULL || strlen(id) > 64 || strspn(id,
+	    "abcdefghijklmnopqrstuvwxyz0123456789") != strlen(id)) {
+		errmsg("the server's answer has no exec id.");
+		goto done;
+	}
+	if (x->o.detach) {
+		printf("%s\n", id);
+		rc = CX_OK;
+		goto done;
+	}
+	if ((s.nd = sbx_ndjson_parser_new(0, on_event, &s)) == NULL) {
 		errmsg("out of memory.");
 		goto done;
 	}
-	if ((s.nd = sbx_ndjson_parser_new(0, on_event, &s)) == NULL ||
-	    (sse = cli_sse_new(0, on_sse, &s)) == NULL) {
-		errmsg("out of memory.");
+	rc = follow_events(x, x->o.pos[0], id, 1, &s);
+	if (rc == CX_INTR || rc == 141) {
+		/* We are going away: so does the command (DELETE kills its
+		 * process tree). */
+		cli_http_clear_interrupt();
+		snprintf(suffix, sizeof(suffix), "/sandbox/execs/%s", id);
+		(void)npc_call(x, "DELETE", x->o.pos[0], suffix, NULL, &gone);
+		if (rc == CX_INTR)
+			errmsg("interrupted; the command was cancelled.");
 		goto done;
 	}
-	b.data = req;
-	b.len = strlen(req);
-	/* The api sends a heartbeat every 15 s; a minute of silence means
-	 * the connection is gone. */
-	cli_http_set_idle_timeout(60000);
-	if ((c = cli_http_request(&x->url, "POST", target, x->key, &b, &r,
-	    &err)) == NULL) {
-		rc = fail_err(&err);
-		goto done;
-	}
-	if (r.status != 200) {
-		rc = fail_resp(c, &r);
-		goto done;
-	}
-	if (strncmp(r.content_type, SBX_CT_SSE, strlen(SBX_CT_SSE)) != 0) {
-		errmsg("the server answered with %s, not an event stream.",
-		    r.content_type[0] != '\0' ? r.content_type : "no type");
-		goto done;
-	}
-	for (;;) {
-		n = cli_http_read(c, buf, sizeof(buf), &err);
-		if (n < 0) {
-			/* Closing the connection (below) is what cancels the
-			 * command on the server: the api kills its process tree. */
-			if (strcmp(err.code, CLI_E_INTERRUPTED) == 0) {
-				errmsg("interrupted; the command was cancelled.");
-				rc = CX_INTR;
-			} else if (s.exited) {
-				rc = s.code;
-			} else
-				rc = fail_err(&err);
-			goto done;
-		}
-		if (n == 0)
-			break;
-		if (cli_sse_feed(sse, buf, (size_t)n, &err) == -1) {
-			if (s.out_broken) {
-				rc = 141;   /* like a shell's SIGPIPE death */
-				goto done;
-			}
-			errmsg("bad event stream from the server: %s",
-			    sbx_err_is_set(&s.perr) ? s.perr.message :
-			    err.message);
-			goto done;
-		}
-	}
-	if (s.err_code[0] != '\0') {
-		errmsg("%s", s.err_msg[0] != '\0' ? s.err_msg : s.err_code);
-		rc = strcmp(s.err_code, SBX_E_TIMEOUT) == 0 ? CX_TIMEOUT : CX_ERR;
-		goto done;
-	}
-	if (!s.exited) {
-		errmsg("the event stream ended before the command's exit status "
-		    "arrived.");
-		goto done;
-	}
-	if (s.truncated)
-		errmsg("the output reached the server's cap; the command was "
-		    "ended and its output truncated.");
-	rc = s.code;
+	if (rc == CX_OK)
+		rc = exec_outcome(&s);
 done:
-	cli_http_close(c);
-	cli_sse_free(sse);
 	sbx_ndjson_parser_free(s.nd);
 	json_decref(body);
-	free(req);
+	json_decref(ans);
+	json_decref(gone);
+	return rc;
+}
+
+static int
+c_logs(struct ctx *x)
+{
+	struct exec_state s;
+	const char *id = x->o.pos[1];
+	int rc;
+
+	memset(&s, 0, sizeof(s));
+	if (strlen(id) == 0 || strlen(id) > 64 || strspn(id,
+	    "abcdefghijklmnopqrstuvwxyz0123456789") != strlen(id))
+		return usage_err(cmd_of(c_logs), "EXEC_ID is what 'sbxctl exec -d' "
+		    "printed (letters and digits).");
+	if ((s.nd = sbx_ndjson_parser_new(0, on_event, &s)) == NULL) {
+		errmsg("out of memory.");
+		return CX_ERR;
+	}
+	rc = follow_events(x, x->o.pos[0], id, x->o.follow, &s);
+	if (rc == CX_INTR)
+		errmsg("interrupted.");
+	else if (rc == CX_OK && (s.exited || s.err_code[0] != '\0'))
+		rc = exec_outcome(&s);   /* ended: its exit code, like exec */
+	sbx_ndjson_parser_free(s.nd);
 	return rc;
 }
 
@@ -1533,6 +1706,8 @@ parse_args(const struct cmd *c, int argc, char **argv, struct opts *o)
 		{ "--owner", 0, O_OWNER, 1 },
 		{ "--image", 0, O_IMAGE, 1 },
 		{ "--mode", 0, O_MODE, 1 },
+		{ "--detach", 'd', O_DETACH, 0 },
+		{ "--follow", 'f', O_FOLLOW, 0 },
 	};
 	const char *a, *val;
 	size_t i, ll;
@@ -1599,6 +1774,8 @@ parse_args(const struct cmd *c, int argc, char **argv, struct opts *o)
 		case O_OWNER: o->owner = val; break;
 		case O_IMAGE: o->image = val; break;
 		case O_MODE: o->mode = val; break;
+		case O_DETACH: o->detach = 1; break;
+		case O_FOLLOW: o->follow = 1; break;
 		default: break;
 		}
 	}

@@ -59,6 +59,12 @@ cli_http_interrupted(void)
 }
 
 void
+cli_http_clear_interrupt(void)
+{
+	got_signal = 0;
+}
+
+void
 cli_http_set_idle_timeout(int ms)
 {
 	idle_timeout_ms = ms;

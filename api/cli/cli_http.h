@@ -107,5 +107,7 @@ void cli_http_set_idle_timeout(int ms);
  */
 void cli_http_signals(void);
 int cli_http_interrupted(void);
+/* Forgets a signal seen, so one more request (a cancel) can be made. */
+void cli_http_clear_interrupt(void);
 
 #endif

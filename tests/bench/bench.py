@@ -559,6 +559,84 @@ class Bench:
                          "%.2f s" % med(cpu["api"]["broker"]),
                          "raw client %.2f s" % med(cpu["raw"]["client"]), "—", "— (reported)")
 
+    # -- resource execs (ADR 0015)
+
+    def resource_exec(self, i, argv):
+        """POST .../execs; waits until the exec ended; returns its status."""
+        x = self.aconn.json("POST", "/api/v1/npcs/bench-%d/sandbox/execs" % i, {"argv": argv})
+        path = "/api/v1/npcs/bench-%d/sandbox/execs/%s" % (i, x["exec_id"])
+        while True:
+            st = self.aconn.json("GET", path)
+            if st["state"] != "running":
+                return st
+            time.sleep(0.05)
+
+    def first_event_ns(self, path, last):
+        """Connect, GET path with Last-Event-ID: last; ns until the first
+        event block (its id line) has arrived."""
+        t0 = time.perf_counter_ns()
+        s = dial(self.api_addr)
+        s.sendall(req_bytes("GET", path, [("Authorization", "Bearer " + self.akey),
+                                          ("Last-Event-ID", str(last))], None, True))
+        buf = b""
+        want = ("\nid: %d\n" % (last + 1)).encode()
+        while want not in buf:
+            c = s.recv(65536)
+            if not c:
+                raise RuntimeError("events ended before event %d: %r" % (last + 1, buf[-300:]))
+            buf += c
+        t = time.perf_counter_ns() - t0
+        s.close()
+        return t
+
+    def fig_resume(self):
+        if not self.has_api:
+            self.row("resource execs", "not measured: sandbox-api is not built", "—", "—", "—")
+            return
+        # A finished exec with many events: reconnects land anywhere in its log.
+        st = self.resource_exec(2, ["sh", "-c", "for i in $(seq 1 4000); do echo line $i; done"])
+        last = st["log"]["last_id"]
+        ev = st["events_url"]
+        import random
+        rnd = random.Random(14)
+        res, base = [], []
+        for r in range(ROUNDS * 3 + 2):
+            lid = rnd.randrange(1, last - 1)
+            t_res = self.first_event_ns(ev, lid)
+            t0 = time.perf_counter_ns()
+            get_count(self.api_addr, "/healthz", [])
+            t_base = time.perf_counter_ns() - t0
+            if r >= 2:
+                res.append(t_res / 1e6)
+                base.append(t_base / 1e6)
+        self.row("reconnect with Last-Event-ID to the first replayed event, p50 (p99), "
+                 "log of %d events" % last,
+                 "%.2f ms (%.2f)" % (med(res), pct(res, 99)),
+                 "GET /healthz %.2f ms" % med(base), "%.1f×" % (med(res) / med(base)),
+                 "— (reported)")
+        # Spool cost: api CPU per GiB written to the log with no viewer, next
+        # to the api CPU per GiB streamed to one client (POST .../exec).
+        n = STREAM_BYTES
+        argv = ["head", "-c", str(n), "/dev/zero"]
+        spool, streamed = [], []
+        for r in range(STREAM_ROUNDS):
+            c0 = proc_cpu(self.pid("api"))
+            st = self.resource_exec(2, argv)
+            c1 = proc_cpu(self.pid("api"))
+            if st["state"] != "exited" or st["bytes_out"] != n:
+                raise RuntimeError("resource exec: %r" % st)
+            spool.append((c1 - c0) * GiB / n)
+            c0 = proc_cpu(self.pid("api"))
+            x = self.exec_api(2, argv)
+            c1 = proc_cpu(self.pid("api"))
+            check_exit0(x, "api stream")
+            streamed.append((c1 - c0) * GiB / n)
+        self.row("api CPU seconds per GiB logged (resource exec of `head -c %d MiB /dev/zero`, "
+                 "no viewer; log capped at exec_log_max)" % (n // MiB),
+                 "%.2f s" % med(spool), "streamed to one client %.2f s" % med(streamed),
+                 "%.2f×" % (med(spool) / med(streamed)) if med(streamed) > 0 else "—",
+                 "— (reported)")
+
     def fig_warm_ensure(self):
         b, r = [], []
         rc = Conn(self.rsock)
@@ -1009,7 +1087,7 @@ def main():
     b = Bench(a)
     figs = [("idle", b.fig_idle_rss), ("rt", b.fig_exec_rt), ("warm", b.fig_warm_ensure),
             ("cold", b.fig_cold_ensure), ("files", b.fig_files), ("stream", b.fig_stream),
-            ("conc", b.fig_concurrent), ("many", b.fig_many_streams)]
+            ("resume", b.fig_resume), ("conc", b.fig_concurrent), ("many", b.fig_many_streams)]
     only = set(x for x in a.only.split(",") if x)
     try:
         b.start_daemons()

@@ -111,6 +111,48 @@ class CLITest(unittest.TestCase):
             return r.returncode == 0 and b"sleep 1234" not in r.stdout
         sbxtest.wait_until(gone, 15, "the cancelled exec's processes to be gone")
 
+    def test_exec_detach_prints_the_id_and_logs_follows_it(self):
+        r = self.sbx("exec", "-d", "alice", "--", "sh", "-c",
+                     "for i in 1 2 3; do echo out $i; sleep 1; done; echo err >&2; exit 4")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        xid = r.stdout.decode().strip()
+        self.assertRegex(xid, r"^x[0-9a-f]{24}$")
+        # Without -f: what is logged so far, at once; exit 0 while it runs.
+        t0 = time.monotonic()
+        r = self.sbx("logs", "alice", xid)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertLess(time.monotonic() - t0, 2.5)
+        self.assertTrue(b"out 1\n".startswith(r.stdout) or r.stdout.startswith(b"out 1\n"),
+                        r.stdout)
+        # -f: to the end, with the command's exit code.
+        r = self.sbx("logs", "-f", "alice", xid)
+        self.assertEqual((r.returncode, r.stdout, r.stderr),
+                         (4, b"out 1\nout 2\nout 3\n", b"err\n"))
+        # Once ended, without -f too.
+        r = self.sbx("logs", "alice", xid)
+        self.assertEqual((r.returncode, r.stdout), (4, b"out 1\nout 2\nout 3\n"))
+        r = self.sbx("logs", "alice", "x0000")
+        self.assertEqual(r.returncode, 4)
+        r = self.sbx_as(self.stack.other, "logs", "alice", xid)
+        self.assertEqual(r.returncode, 4)
+
+    def test_exec_resumes_by_itself_when_its_connection_drops(self):
+        import test_console   # its cuttable proxy (a module, so no tests of it run here)
+        proxy = test_console.CuttableProxy(int(self.stack.url.rsplit(":", 1)[1]))
+        self.addCleanup(proxy.close)
+        env = clean_env()
+        env.update(HOME=self.home, SBX_URL="http://127.0.0.1:%d" % proxy.port,
+                   SBX_KEY=self.stack.player)
+        p = subprocess.Popen([SBX, "exec", "alice", "--", "sh", "-c",
+                              "for i in $(seq 1 30); do echo l$i; sleep 0.1; done; exit 6"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        first = p.stdout.readline()
+        self.assertGreaterEqual(proxy.cut(), 1)
+        rest, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 6, err)
+        self.assertEqual(first + rest, b"".join(b"l%d\n" % i for i in range(1, 31)))
+        self.assertEqual(err, b"")
+
     # ------------------------------------------------------------ files
 
     def test_cp_round_trips_a_3mib_binary_file_byte_exact(self):
@@ -336,6 +378,9 @@ def chunked(*parts):
 
 SSE_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n")
+CREATED = b'{"exec_id":"x1","state":"running"}'
+CREATED_REPLY = [b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(CREATED), CREATED]
 
 
 class CLIAgainstScriptedServerTest(unittest.TestCase):
@@ -363,27 +408,47 @@ class CLIAgainstScriptedServerTest(unittest.TestCase):
                   b"data: \"/w==\"}\n\n"
                   b"event: exit\ndata: {\"code\":9,\"signal\":null,\"duration_ms\":1,\"truncated\":false}\n\n")
         pieces = [stream[i:i + 7] for i in range(0, len(stream), 7)]
+        self.api.replies.append(CREATED_REPLY)
         self.api.replies.append([SSE_HEAD] + chunked(*pieces))
         r = self.sbx("exec", "-e", "A=1", "-w", "/work/x", "-t", "2.5", "npc1", "--", "echo", "hi there")
         self.assertEqual(r.returncode, 9, r.stderr)
         self.assertEqual(r.stdout, b"a\x00b\n")
         self.assertEqual(r.stderr, b"\xff")
+        self.assertEqual(self.api.seen[1][:2], ("GET", "/api/v1/npcs/npc1/sandbox/execs/x1/"
+                                                        "events?follow=1"))
         method, path, headers, body = self.api.seen[0]
-        self.assertEqual((method, path), ("POST", "/api/v1/npcs/npc1/sandbox/exec"))
+        self.assertEqual((method, path), ("POST", "/api/v1/npcs/npc1/sandbox/execs"))
         self.assertEqual(headers["Authorization"], "Bearer " + self.KEY)
         self.assertEqual(json.loads(body), {"argv": ["echo", "hi there"], "cwd": "/work/x",
                                             "env": ["A=1"], "timeout_ms": 2500})
 
-    def test_a_stream_cut_before_exit_is_an_error(self):
+    def test_a_stream_cut_before_exit_is_resumed_after_the_last_id(self):
+        self.api.replies.append(CREATED_REPLY)
+        self.api.replies.append([SSE_HEAD] + chunked(
+            b"retry: 2000\n\nid: 1\nevent: start\ndata: {\"exec_id\":\"e\",\"ts\":1}\n\n",
+            b"id: 2\nevent: stdout\ndata: {\"data\":\"partial \"}\n\n")[:-1])
+        self.api.replies.append([SSE_HEAD] + chunked(
+            b"id: 3\nevent: stdout\ndata: {\"data\":\"rest\"}\n\n"
+            b"id: 4\nevent: exit\ndata: {\"code\":3,\"signal\":null,\"duration_ms\":1,"
+            b"\"truncated\":false}\n\n"))
+        r = self.sbx("exec", "npc1", "--", "true")
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (3, b"partial rest", b""))
+        self.assertEqual(self.api.seen[2][:2], ("GET", "/api/v1/npcs/npc1/sandbox/execs/x1/"
+                                                        "events?follow=1&last_event_id=2"))
+
+    def test_a_stream_cut_that_cannot_be_resumed_is_an_error(self):
+        self.api.replies.append(CREATED_REPLY)
         self.api.replies.append([SSE_HEAD] + chunked(
             b"event: start\ndata: {\"exec_id\":\"e\",\"ts\":1}\n\n",
             b"event: stdout\ndata: {\"data\":\"partial\"}\n\n")[:-1])
+        self.api.replies.append([b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"])
         r = self.sbx("exec", "npc1", "--", "true")
-        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.returncode, 4)
         self.assertEqual(r.stdout, b"partial")
         self.assertTrue(r.stderr.startswith(b"sbxctl: "), r.stderr)
 
     def test_error_event_after_exit_is_reported(self):
+        self.api.replies.append(CREATED_REPLY)
         self.api.replies.append([SSE_HEAD] + chunked(
             b"event: start\ndata: {\"exec_id\":\"e\",\"ts\":1}\n\n"
             b"event: exit\ndata: {\"code\":137,\"signal\":\"KILL\",\"duration_ms\":1,\"truncated\":false}\n\n"

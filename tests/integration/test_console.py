@@ -1,0 +1,179 @@
+"""test_console - GET /console in a real headless Chromium (Debian `chromium`,
+driven by playwright-core from tests/e2e/node_modules), against a real api and
+broker on the runtime under test (issue 14 item 6, ADR 0015).
+
+The page is reached through a small TCP proxy that the test cuts while the
+output streams: every connection the browser has (its EventSource included)
+is closed, and the page must still end with every line exactly once.
+"""
+
+import json
+import os
+import select
+import socket
+import subprocess
+import threading
+import unittest
+
+import sbxtest
+from sbxtest import REPO
+from stackfix import Stack
+
+E2E = os.path.join(REPO, "tests", "e2e")
+NODE = "/usr/bin/node"
+LINES = 40
+CMD = "for i in $(seq 1 %d); do echo line-$i; sleep 0.15; done; exit 5" % LINES
+
+
+class CuttableProxy:
+    """127.0.0.1:0 -> TARGET, byte for byte; cut() closes every open
+    connection (new ones are accepted as before)."""
+
+    def __init__(self, target_port):
+        self.target = target_port
+        self.lsock = socket.socket()
+        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(64)
+        self.port = self.lsock.getsockname()[1]
+        self.lock = threading.Lock()
+        self.pairs = []
+        self.cuts = 0
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            try:
+                u = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                c.close()
+                continue
+            with self.lock:
+                self.pairs.append((c, u))
+            threading.Thread(target=self._pipe, args=(c, u), daemon=True).start()
+
+    def _pipe(self, c, u):
+        socks = [c, u]
+        try:
+            while True:
+                r, _, _ = select.select(socks, [], [], 1.0)
+                for s in r:
+                    data = s.recv(65536)
+                    if not data:
+                        raise OSError("closed")
+                    (u if s is c else c).sendall(data)
+        except (OSError, ValueError):
+            pass
+        finally:
+            for s in socks:
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def cut(self):
+        with self.lock:
+            pairs, self.pairs = self.pairs, []
+            self.cuts += 1
+        for c, u in pairs:
+            for s in (c, u):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        return len(pairs)
+
+    def close(self):
+        self.closed = True
+        self.lsock.close()
+        self.cut()
+
+
+class ConsoleTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        for path in (NODE, "/usr/bin/chromium", os.path.join(E2E, "node_modules",
+                                                             "playwright-core")):
+            if not os.path.exists(path):
+                raise AssertionError("%s is missing: run deploy/deps.sh (make check does)"
+                                     % path)
+        cls.stack = Stack("sbxcon%d-" % (os.getpid() % 100000))
+        st = cls.stack
+        cls.host, cls.port = "127.0.0.1", int(st.url.rsplit(":", 1)[1])
+        r = sbxtest.tcp_http(cls.host, cls.port, "POST", "/api/v1/npcs", {"name": "eve"},
+                             {"Authorization": "Bearer " + st.player})
+        assert r.status == 201, r.body
+        r = sbxtest.tcp_http(cls.host, cls.port, "PUT", "/api/v1/npcs/eve/sandbox", None,
+                             {"Authorization": "Bearer " + st.player}, 120)
+        assert r.status == 200, r.body
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.close()
+
+    def test_console_page_headers(self):
+        r = sbxtest.tcp_http(self.host, self.port, "GET", "/console")
+        self.assertEqual(r.status, 200)
+        self.assertTrue(r.headers["Content-Type"].startswith("text/html"))
+        csp = r.headers["Content-Security-Policy"]
+        self.assertIn("default-src 'none'", csp)
+        self.assertIn("script-src 'sha256-", csp)
+        self.assertNotIn("unsafe", csp)
+        self.assertIn("frame-ancestors 'none'", csp)
+        self.assertEqual(r.headers.get("Referrer-Policy"), "no-referrer")
+        self.assertIn(b"EventSource", r.body)
+        with open(os.path.join(REPO, "api", "console.html"), "rb") as f:
+            self.assertEqual(r.body, f.read())
+
+    def test_chromium_runs_a_command_and_survives_cut_connections(self):
+        proxy = CuttableProxy(self.port)
+        self.addCleanup(proxy.close)
+        env = dict(os.environ, SBX_CONSOLE_URL="http://127.0.0.1:%d" % proxy.port,
+                   SBX_KEY=self.stack.player, SBX_NPC="eve", SBX_CMD=CMD)
+        p = subprocess.Popen([NODE, os.path.join(E2E, "console.mjs")], cwd=E2E, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(p.kill)
+        seen, result, cuts = [], None, []
+        timer = threading.Timer(180, p.kill)
+        timer.start()
+        self.addCleanup(timer.cancel)
+        for line in p.stdout:
+            if line.startswith("LINES "):
+                n = int(line.split()[1])
+                seen.append(n)
+                # Cut twice mid-stream: every connection of the page drops.
+                if (n >= 10 and not cuts) or (n >= 25 and len(cuts) == 1):
+                    cuts.append((n, proxy.cut()))
+            elif line.startswith("RESULT "):
+                result = json.loads(line[len("RESULT "):])
+        p.wait(30)
+        err = p.stderr.read()
+        self.assertIsNotNone(result, err)
+        self.assertNotIn("error", result, result.get("error"))
+        self.assertEqual(result["status"], 200)
+        self.assertNotIn("timeout", result, result)
+        self.assertEqual(len(cuts), 2, (cuts, seen))
+        self.assertTrue(all(n >= 1 for _, n in cuts), cuts)
+        # Live: lines showed up one by one, not all at the end.
+        self.assertGreater(len([n for n in seen if 0 < n < LINES]), 5, seen)
+        self.assertEqual(result["text"], "".join("line-%d\n" % i for i in range(1, LINES + 1)))
+        self.assertEqual(result["code"], "5")
+        self.assertIn("exit code 5", result["exit"])
+        # It reconnected (more than one events request) and no CSP violation.
+        evreq = [r for r in result["requests"] if "/events" in r]
+        self.assertGreaterEqual(len(evreq), 3, result["requests"])
+        self.assertFalse([m for m in result["console"] if "Content Security Policy" in m],
+                         result["console"])
+        self.assertEqual(result["storage"], {"session": True, "local": 0, "cookie": ""})
+        with open(self.stack.apis[0].log_path, errors="replace") as f:
+            self.assertNotIn(self.stack.player, f.read())
+
+
+if __name__ == "__main__":
+    unittest.main()

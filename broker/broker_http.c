@@ -407,9 +407,11 @@ reply_json(struct breq *b, int status, json_t *obj, const char *outcome)
 			evbuffer_add_printf(out, "%s\n", text);
 		evhttp_add_header(evhttp_request_get_output_headers(b->req),
 		    "Content-Type", SBX_CT_JSON);
-		/* A streamed body not read to its end: what follows on the
-		 * connection is no request (adr/0018). */
-		if (b->s->draining || (b->gbody != NULL &&
+		/* A streamed body not read to its end is read and dropped
+		 * after the reply (the gate), so the client can finish sending
+		 * and read it; one that stopped coming (504) ends here
+		 * (adr/0018). */
+		if (b->s->draining || (b->gbody != NULL && status == 504 &&
 		    !sbx_gate_body_complete(b->gbody)))
 			evhttp_add_header(evhttp_request_get_output_headers(
 			    b->req), "Connection", "close");

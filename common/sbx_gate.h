@@ -193,8 +193,9 @@ void sbx_gate_body_window(struct sbx_gate_body *b, size_t window);
 /* Re-decides reading (call after setting evhttp's read callback to NULL). */
 void sbx_gate_body_kick(struct sbx_gate_body *b);
 
-/* Frees b; the rest of its body is read and thrown away. The reply to a
- * request whose body is not complete must close the connection. NULL ok. */
+/* Frees b; the rest of its body is read and thrown away (the connection
+ * then serves its next request), unless the reply closes the connection.
+ * NULL ok. */
 void sbx_gate_body_free(struct sbx_gate_body *b);
 
 /* Connections open through g now (for tests and metrics). */

@@ -17,7 +17,15 @@ ifneq ($(CI),)
 WARN += -Werror
 endif
 
-ifneq ($(SANITIZE),)
+ifneq ($(FUZZ),)
+# libFuzzer builds (tests/fuzz/, `make fuzz`): clang, every object with
+# coverage feedback, ASan and UBSan; the targets link -fsanitize=fuzzer.
+BUILD := build/fuzz
+CC := clang
+SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer \
+	-fno-sanitize-recover=undefined
+OPT := -O1
+else ifneq ($(SANITIZE),)
 BUILD ?= build/san
 SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 OPT := -O1
@@ -42,6 +50,7 @@ CLI_SRC := $(wildcard api/cli/*.c)
 HELPER_SRC := $(wildcard broker/helper/*.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 FAKE_SRC := $(wildcard tests/driver_fake.c)
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -52,8 +61,9 @@ LIBAPI := $(BUILD)/libsbxapi.a
 BINS := $(if $(wildcard broker/broker.c),$(BUILD)/sandbox-broker) $(if $(wildcard api/api.c),$(BUILD)/sandbox-api) \
 	$(if $(CLI_SRC),$(BUILD)/sbxctl) $(if $(HELPER_SRC),$(BUILD)/sbx-helper)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzzers/%,$(FUZZ_SRC))
 
-.PHONY: all check bench install uninstall clean deps unit sanitize run
+.PHONY: all check bench install uninstall clean deps unit sanitize run fuzz fuzzers fuzz-smoke
 all: $(BINS)
 
 $(BUILD)/obj/%.o: %.c
@@ -115,6 +125,25 @@ $(BUILD)/tests/test_cli_print: $(call obj,api/cli/cli_print.c)
 
 unit: $(UNIT_BINS)
 
+# libFuzzer targets (tests/fuzz/README.md). Some include the .c they fuzz to
+# reach its static parser; the archive then supplies only the rest.
+$(BUILD)/fuzzers/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) $(call obj,$(FAKE_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests -Itests/fuzz -Iapi/cli -fsanitize=fuzzer -o $@ \
+		$< $(filter %.o %.a,$^) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
+# The CLI is no library: its reply parser's target links its other files.
+$(BUILD)/fuzzers/fuzz_cli_reply: $(call obj,$(filter-out api/cli/cli.c,$(CLI_SRC))) api/cli/cli.c
+$(BUILD)/fuzzers/fuzz_cli_sse: $(call obj,api/cli/cli_sse.c)
+
+fuzzers: $(FUZZ_BINS)
+
+# Every fuzz target for FUZZ_SECONDS (default 60) each; prints a table of
+# target, executions, corpus size, crashes (tests/fuzz/run.sh).
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	$(MAKE) FUZZ=1 fuzzers
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run.sh campaign
+
 deps:
 	@sh deploy/deps.sh
 
@@ -129,6 +158,7 @@ $(E2E_MODULES): tests/e2e/package.json tests/e2e/package-lock.json
 check: deps $(E2E_MODULES)
 	$(MAKE) all unit
 	$(MAKE) SANITIZE=address,undefined unit
+	$(MAKE) FUZZ=1 fuzzers
 	@sh tests/run.sh
 
 bench: deps all $(BUILD)/engine-raw

@@ -19,6 +19,7 @@
 #include "sbx_log.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"
+#include "sbx_usage.h"
 
 #define API_PREFIX "/api/v1"
 #define NPCS_PATH API_PREFIX "/npcs"
@@ -664,10 +665,59 @@ h_ensure(struct areq *a)
 }
 
 static void
+status_usage_done(void *arg, const struct sbx_err *err,
+    const struct sbx_status *st)
+{
+	struct areq *a = arg;
+	json_t *o;
+
+	a->op = NULL;
+	if (err != NULL) {
+		areq_fail_broker(a, err);
+		return;
+	}
+	o = api_status_json(a, st);
+	if (o != NULL)
+		json_object_set_new(o, "usage", sbx_usage_json(&st->usage));
+	areq_reply_json(a, 200, o);
+}
+
+/* ?usage=1: the broker counts /work (one helper exec, adr/0017); returns
+ * 1 when started or answered, 0 when the flag is absent or 0. */
+static int
+status_usage_start(struct areq *a)
+{
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->req);
+	struct sbx_err err;
+	int on;
+
+	sbx_err_clear(&err);
+	if ((on = sbx_query_flag(evhttp_uri_get_query(uri), SBX_QUERY_USAGE,
+	    &err)) == 0)
+		return 0;
+	if (on < 0) {
+		areq_fail(a, &err);
+		return 1;
+	}
+	if (a->s->driver->ops->status_usage == NULL) {
+		areq_fail_code(a, SBX_E_BAD_REQUEST, "This api's driver cannot "
+		    "count /work usage.");
+		return 1;
+	}
+	a->op = a->s->driver->ops->status_usage(a->s->driver,
+	    a->npc.sandbox_id, status_usage_done, a, &err);
+	if (a->op == NULL)
+		areq_fail_broker(a, &err);
+	return 1;
+}
+
+static void
 h_status(struct areq *a)
 {
 	struct sbx_err err;
 
+	if (status_usage_start(a))
+		return;
 	sbx_err_clear(&err);
 	a->op = a->s->driver->ops->status(a->s->driver, a->npc.sandbox_id,
 	    status_done, a, &err);

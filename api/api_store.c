@@ -113,6 +113,10 @@ db_fail(struct api_store *st, struct sbx_err *err, const char *what)
 {
 	log_error("database error", "op", what, "error",
 	    sqlite3_errmsg(st->db), NULL);
+	/* A full disk is the operator's to fix and passes: 503, not 500. */
+	if (sqlite3_errcode(st->db) == SQLITE_FULL)
+		return sbx_err_set(err, SBX_E_STORAGE_FULL, "The api's state "
+		    "directory is full; nothing was recorded (%s).", what);
 	return sbx_err_set(err, SBX_E_INTERNAL, "The api's database failed "
 	    "(%s).", what);
 }

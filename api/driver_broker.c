@@ -19,6 +19,7 @@
 #include "sbx_path.h"
 #include "sbx_proto.h"
 #include "sbx_token.h"
+#include "sbx_usage.h"
 
 #define JSON_BODY_MAX ((size_t)16 * 1024 * 1024)  /* list answers */
 #define ERROR_BODY_MAX ((size_t)64 * 1024)
@@ -289,6 +290,19 @@ opt_str(json_t *o, const char *k, char *dst, size_t cap)
 	snprintf(dst, cap, "%s", json_is_string(v) ? json_string_value(v) : "");
 }
 
+/* The "usage" member of a ?usage=1 status (adr/0017); absent or null:
+ * usage.present 0. A malformed one makes the whole answer unreadable. */
+static int
+status_usage_from_json(json_t *o, struct sbx_status *st)
+{
+	json_t *u = json_object_get(o, "usage");
+	struct sbx_err e;
+
+	if (u == NULL)
+		return 0;
+	return sbx_usage_from_json(u, &st->usage, &e);
+}
+
 static int
 status_from_json(json_t *o, struct sbx_status *st)
 {
@@ -311,7 +325,7 @@ status_from_json(json_t *o, struct sbx_status *st)
 	st->created_at_ms = opt_int(o, "created_at");
 	st->last_used_at_ms = opt_int(o, "last_used_at");
 	opt_str(o, "stop_reason", st->stop_reason, sizeof(st->stop_reason));
-	return 0;
+	return status_usage_from_json(o, st);
 }
 
 static json_t *
@@ -407,8 +421,11 @@ finish_plain(struct bop *b, const struct sbx_err *terr)
 				sbx_err_set(&e, SBX_E_INTERNAL, "Out of memory.");
 				break;
 			}
+			/* each entry names its sandbox: an id the rule
+			 * refuses is a malformed answer (found by fuzzing) */
 			json_array_foreach(root, i, v)
-				if (status_from_json(v, &sts[i]) == -1) {
+				if (status_from_json(v, &sts[i]) == -1 ||
+				    !sbx_id_valid(sts[i].id)) {
 					malformed(&e);
 					break;
 				}
@@ -670,6 +687,8 @@ start(struct bop *b, const char *method, const char *path, const char *ctype,
 	opts.protocol_code = SBX_E_BROKER_UNAVAILABLE;
 	opts.peer_name = "the sandbox broker";
 	opts.header_timeout_ms = d->header_timeout_ms;
+	/* a broker that does not answer in time is unavailable (503) */
+	opts.header_timeout_code = SBX_E_BROKER_UNAVAILABLE;
 	cbs.response = on_response;
 	cbs.body = on_body;
 	cbs.done = on_done;
@@ -749,6 +768,23 @@ b_status(struct sbx_driver *drv, const char *id, sbx_status_cb cb, void *arg,
 		return NULL;
 	b->status_cb = cb;
 	snprintf(path, sizeof(path), SBX_PATH_SANDBOXES "/%s", id);
+	return start(b, "GET", path, NULL, NULL, 0, err);
+}
+
+/* GET /v1/sandboxes/{id}?usage=1: the status with its "usage" member. */
+static struct sbx_op *
+b_status_usage(struct sbx_driver *drv, const char *id, sbx_status_cb cb,
+    void *arg, struct sbx_err *err)
+{
+	struct bdriver *d = (struct bdriver *)drv;
+	struct bop *b;
+	char path[160];
+
+	if ((b = bop_new(d, BK_STATUS, id, arg, err)) == NULL)
+		return NULL;
+	b->status_cb = cb;
+	snprintf(path, sizeof(path), SBX_PATH_SANDBOXES "/%s?" SBX_QUERY_USAGE
+	    "=1", id);
 	return start(b, "GET", path, NULL, NULL, 0, err);
 }
 
@@ -1047,6 +1083,7 @@ static const struct sbx_driver_ops broker_driver_ops = {
 	.name = "broker",
 	.ensure = b_ensure,
 	.status = b_status,
+	.status_usage = b_status_usage,
 	.exec = b_exec,
 	.read = b_read,
 	.write = b_write,

@@ -43,10 +43,14 @@ static const char synopsis[] =
     "0 when the broker answers status ok, else 1.\n"
     "\n"
     "Exit codes: 0 ok (also after SIGTERM drained), 1 internal error or\n"
-    "--health unhealthy, 64 usage, 69 --check found the runtime, image or\n"
-    "helper unusable,\n"
-    "78 configuration (bad value, missing or short token, unusable state dir\n"
+    "--health unhealthy, 64 usage, 69 --check found a problem (runtime,\n"
+    "images, helper, or a configured token that cannot be used), 78\n"
+    "configuration (bad value, missing or short token, unusable state dir\n"
     "or listen address).\n"
+    "\n"
+    "--check needs no token: it checks the runtime, the allowlisted images\n"
+    "and the helper, creates nothing, and exits 0 or 69 (78 when a value\n"
+    "is bad).\n"
     "\n"
     "Signals: SIGTERM/SIGINT drain in-flight requests (shutdown_grace) and\n"
     "exit 0; SIGHUP reopens log_file.\n"
@@ -416,7 +420,7 @@ check_image(struct check *c, const char *runtime, const char *image,
  * created: images without /work, a 0755 /tmp or no shell are fine. */
 static int
 run_check(struct main_ctx *m, struct sbx_driver *driver,
-    const struct broker_config *cfg)
+    const struct broker_config *cfg, const char *token_problem)
 {
 	struct check c;
 	struct sbx_err err;
@@ -430,6 +434,9 @@ run_check(struct main_ctx *m, struct sbx_driver *driver,
 	if ((c.body = evbuffer_new()) == NULL)
 		return BROKER_EXIT_INTERNAL;
 	printf("runtime socket: %s\n", cfg->runtime);
+	if (token_problem != NULL)
+		problem(&c, "broker token: %s; the broker would refuse to "
+		    "start (exit 78)", token_problem);
 	harch = check_helper(&c, cfg->helper_path);
 	sbx_err_clear(&err);
 	op = driver->ops->health(driver, check_done, &c, &err);
@@ -491,7 +498,7 @@ main(int argc, char **argv)
 	struct event *sigs[4] = { NULL, NULL, NULL, NULL };
 	static const int signums[4] = { SIGTERM, SIGINT, SIGHUP, 0 };
 	const char **allow = NULL;
-	char exe[PATH_MAX];
+	char exe[PATH_MAX], token_problem[256];
 	ssize_t n;
 	int rc = BROKER_EXIT_INTERNAL, i;
 
@@ -499,6 +506,7 @@ main(int argc, char **argv)
 	memset(&opts, 0, sizeof(opts));
 	memset(&token, 0, sizeof(token));
 	memset(&m, 0, sizeof(m));
+	token_problem[0] = '\0';
 	sbx_err_clear(&err);
 	signal(SIGPIPE, SIG_IGN);
 	/* broker.db and anything else we create is ours alone. */
@@ -555,13 +563,25 @@ main(int argc, char **argv)
 		goto done;
 	}
 
-	/* The token: refused unless present and long enough; never echoed. */
+	/* The token: refused unless present and long enough; never echoed.
+	 * --check needs none; a configured one that cannot be used is one of
+	 * its problems (said after the runtime socket line). */
 	if (sbx_token_load(&token, cfg.token_file, getenv("SBX_BROKER_TOKEN"),
 	    &err) == -1) {
+		int configured = (cfg.token_file != NULL &&
+		    cfg.token_file[0] != '\0') || getenv("SBX_BROKER_TOKEN") != NULL;
+
 		sbx_env_scrub("SBX_BROKER_TOKEN");
-		fprintf(stderr, "sandbox-broker: %s\n", err.message);
-		rc = BROKER_EXIT_CONFIG;
-		goto done;
+		if (opts.check) {
+			if (configured)
+				snprintf(token_problem, sizeof(token_problem),
+				    "%s", err.message);
+			sbx_err_clear(&err);
+		} else {
+			fprintf(stderr, "sandbox-broker: %s\n", err.message);
+			rc = BROKER_EXIT_CONFIG;
+			goto done;
+		}
 	}
 	if (getenv("SBX_BROKER_TOKEN") != NULL) {
 		sbx_log_add_secret(getenv("SBX_BROKER_TOKEN"));
@@ -592,6 +612,8 @@ main(int argc, char **argv)
 	ec.exec_output_cap = cfg.output_cap;
 	ec.file_max_bytes = cfg.file_size_max;
 	ec.file_timeout_ms = cfg.file_timeout;
+	ec.usage_timeout_ms = cfg.usage_timeout;
+	ec.usage_max_entries = cfg.usage_max_entries;
 	ec.helper_path = cfg.helper_path;
 	ec.helper_volume = cfg.helper_volume;
 	ec.run_bytes = cfg.run_size;
@@ -604,7 +626,8 @@ main(int argc, char **argv)
 		goto done;
 	}
 	if (opts.check) {
-		rc = run_check(&m, driver, &cfg);
+		rc = run_check(&m, driver, &cfg,
+		    token_problem[0] != '\0' ? token_problem : NULL);
 		goto done;
 	}
 	if ((m.server = broker_server_new(m.base, &cfg, driver, &token,

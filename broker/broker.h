@@ -62,6 +62,8 @@ struct broker_config {
 	long long max_sandboxes;
 	long long idle_timeout, reap_interval, destroy_after; /* ms; reaper */
 	long long shutdown_grace; /* ms SIGTERM waits for in-flight requests */
+	long long usage_timeout;  /* ms a /work usage walk may take (adr/0017) */
+	long long usage_max_entries; /* entries a /work usage walk counts at most */
 	long long socket_mode;    /* unix socket permission bits, e.g. 0660 */
 	char *log_level;
 	char *log_file;           /* NULL: stderr */

@@ -25,7 +25,7 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "$CREDENTIALS_DIRECTORY/broker-token if present); else env SBX_BROKER_TOKEN"),
 	K("state_dir", SBX_CFG_STRING, state_dir, "/var/lib/sbx",
 	    "directory of broker.db (created 0700)"),
-	K("image", SBX_CFG_STRING, image, "sbx-sandbox:latest",
+	K("image", SBX_CFG_STRING, image, "sbx-default:bookworm",
 	    "default sandbox image (always allowlisted)"),
 	K("images", SBX_CFG_STRLIST, images, NULL,
 	    "further allowlisted images"),
@@ -91,10 +91,14 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "reaper: how often to look"),
 	K("destroy_after", SBX_CFG_DURATION_MS, destroy_after, "0",
 	    "reaper: destroy sandboxes stopped longer than this (0: never)"),
+	K("usage_timeout", SBX_CFG_DURATION_MS, usage_timeout, "5s",
+	    "status ?usage=1: longest walk of /work; then the figures say partial"),
+	K("usage_max_entries", SBX_CFG_INT, usage_max_entries, "200000",
+	    "status ?usage=1: most /work entries walked; then the figures say partial"),
 	K("shutdown_grace", SBX_CFG_DURATION_MS, shutdown_grace, "10s",
 	    "SIGTERM: how long in-flight requests may finish"),
-	K("socket_mode", SBX_CFG_INT, socket_mode, "432",
-	    "permission bits of the unix socket (decimal; 432 = 0660)"),
+	K("socket_mode", SBX_CFG_MODE, socket_mode, "0660",
+	    "permission bits of the unix socket, octal as chmod writes them"),
 	K("log_level", SBX_CFG_STRING, log_level, "info",
 	    "debug, info, warn or error"),
 	K("log_file", SBX_CFG_STRING, log_file, NULL,
@@ -239,9 +243,12 @@ broker_config_finish(struct broker_config *cfg, const char *exe_path,
 	if (cfg->list_max_entries > 100000)
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    "list_max_entries must be at most 100000.");
+	if (need_positive(cfg->usage_timeout, "usage_timeout", err) == -1 ||
+	    need_positive(cfg->usage_max_entries, "usage_max_entries", err) == -1)
+		return -1;
 	if (cfg->socket_mode < 0 || cfg->socket_mode > 0777)
 		return sbx_err_set(err, SBX_E_CONFIG,
-		    "socket_mode must be permission bits (0..511, e.g. 432 for 0660).");
+		    "socket_mode must be permission bits 0000..0777, e.g. 0660.");
 	if (sbx_log_level_parse(cfg->log_level) == -1)
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    "log_level must be debug, info, warn or error.");

@@ -32,6 +32,7 @@
 #include "sbx_log.h"
 #include "sbx_ndjson.h"
 #include "sbx_path.h"
+#include "sbx_usage.h"
 #include "sbx_proto.h"
 
 /* Backpressure: pause the driver when this much is queued for the client. */
@@ -749,6 +750,21 @@ status_json(struct broker_server *s, const struct sbx_status *st)
 		    "exited", wall_ms(), &err) == -1)
 			log_error("state write failed", "id", st->id, "error",
 			    err.message, NULL);
+		/* Running or gone behind our back (a start or remove a killed
+		 * broker had asked for ended after its restart's
+		 * reconciliation, test_faults.py): record what the runtime
+		 * says. */
+		if (st->state == SBX_STATE_RUNNING &&
+		    strcmp(row.state, "running") != 0 &&
+		    broker_state_adopt(s->state, st, row.volume, wall_ms(),
+		    &err) == -1)
+			log_error("state write failed", "id", st->id, "error",
+			    err.message, NULL);
+		if (st->state == SBX_STATE_ABSENT &&
+		    strcmp(row.state, "absent") != 0 &&
+		    broker_state_absent(s->state, st->id, &err) == -1)
+			log_error("state write failed", "id", st->id, "error",
+			    err.message, NULL);
 	}
 	if (st->state == SBX_STATE_ABSENT)
 		reason = "";
@@ -886,9 +902,14 @@ ensure_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 	}
 	snprintf(volume, sizeof(volume), "%s%s-work", b->s->cfg->name_prefix,
 	    st->id);
-	if (broker_state_put(b->s->state, st, volume, wall_ms(), &serr) == -1)
+	if (broker_state_put(b->s->state, st, volume, wall_ms(), &serr) == -1) {
+		/* Not recorded (a full state dir: storage_full, 503): the
+		 * sandbox exists in the runtime, a retry records it. */
 		log_error("state write failed", "id", b->id, "error",
 		    serr.message, NULL);
+		breq_fail(b, &serr);
+		return;
+	}
 	broker_state_touch(b->s->state, b->id, wall_ms(), &serr);
 	reply_json(b, 200, status_json(b->s, st), "ok");
 }
@@ -990,10 +1011,57 @@ status_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 }
 
 static void
+status_usage_done(void *arg, const struct sbx_err *err,
+    const struct sbx_status *st)
+{
+	struct breq *b = arg;
+	json_t *o;
+
+	b->op = NULL;
+	if (err != NULL) {
+		breq_fail(b, err);
+		return;
+	}
+	o = status_json(b->s, st);
+	if (o != NULL)
+		json_object_set_new(o, "usage", sbx_usage_json(&st->usage));
+	reply_json(b, 200, o, "ok");
+}
+
+/* ?usage=1: the status plus /work usage, one helper exec (adr/0017). */
+static int
+status_usage_start(struct breq *b)
+{
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(b->req);
+	struct sbx_err err;
+	int on;
+
+	sbx_err_clear(&err);
+	if ((on = sbx_query_flag(evhttp_uri_get_query(uri), SBX_QUERY_USAGE,
+	    &err)) != 1) {
+		if (on < 0)
+			breq_fail(b, &err);
+		return on;
+	}
+	if (b->s->driver->ops->status_usage == NULL) {
+		breq_fail_code(b, SBX_E_BAD_REQUEST, "This broker's driver cannot "
+		    "count /work usage.");
+		return -1;
+	}
+	b->op = b->s->driver->ops->status_usage(b->s->driver, b->id,
+	    status_usage_done, b, &err);
+	if (b->op == NULL)
+		breq_fail(b, &err);
+	return 1;
+}
+
+static void
 h_status(struct breq *b)
 {
 	struct sbx_err err;
 
+	if (status_usage_start(b) != 0)
+		return;
 	sbx_err_clear(&err);
 	b->op = b->s->driver->ops->status(b->s->driver, b->id, status_done, b,
 	    &err);
@@ -1013,9 +1081,14 @@ destroy_done(void *arg, const struct sbx_err *err)
 		breq_fail(b, err);
 		return;
 	}
-	if (broker_state_delete(b->s->state, b->id, &serr) == -1)
+	if (broker_state_delete(b->s->state, b->id, &serr) == -1) {
+		/* Gone from the runtime, still recorded: say so (503 when the
+		 * state dir is full); destroy is idempotent, a retry ends it. */
 		log_error("state write failed", "id", b->id, "error",
 		    serr.message, NULL);
+		breq_fail(b, &serr);
+		return;
+	}
 	memset(&gone, 0, sizeof(gone));
 	snprintf(gone.id, sizeof(gone.id), "%s", b->id);
 	reply_json(b, 200, status_json(b->s, &gone), "ok");
@@ -1051,9 +1124,14 @@ stop_done(void *arg, const struct sbx_err *err)
 		return;
 	}
 	if (broker_state_stopped(b->s->state, b->id, "operator", wall_ms(),
-	    &serr) == -1)
+	    &serr) == -1) {
+		/* Stopped but not recorded: 503 storage_full when the state
+		 * dir is full; a retry (stopped -> ok) records it. */
 		log_error("state write failed", "id", b->id, "error",
 		    serr.message, NULL);
+		breq_fail(b, &serr);
+		return;
+	}
 	/* The reply is the status object: ask the driver, still in our turn. */
 	sbx_err_clear(&serr);
 	b->op = b->s->driver->ops->status(b->s->driver, b->id, status_done, b,

@@ -104,6 +104,10 @@ struct broker_state {
 static int
 db_fail(struct broker_state *s, struct sbx_err *err)
 {
+	/* A full disk is the operator's to fix and passes: 503, not 500. */
+	if (sqlite3_errcode(s->db) == SQLITE_FULL)
+		return sbx_err_set(err, SBX_E_STORAGE_FULL, "The broker's state "
+		    "directory is full; nothing was recorded.");
 	return sbx_err_set(err, SBX_E_INTERNAL, "State database error: %s.",
 	    sqlite3_errmsg(s->db));
 }

@@ -21,6 +21,7 @@
 #include <sodium.h>
 
 #include "driver_engine.h"
+#include "sbx_usage.h"
 #include "helper/sbx_helper_proto.h"
 #include "sbx_http_client.h"
 #include "sbx_log.h"
@@ -35,6 +36,10 @@
 #define LIST_LINE_MAX 4096             /* one entry line of sbx-helper list */
 #define HELPER_GRACE_MS 2000           /* helper's own timeout trails ours */
 #define KILL_TIMEOUT_MS 10000
+/* A kill the runtime could not take (unreachable: a restarting daemon) is
+ * tried again once a second this many times, so an exec cut off by the
+ * runtime's crash does not run on until its timeout (test_faults.py). */
+#define KILL_RETRIES 60
 #define EXIT_POLLS 50
 #define EXIT_POLL_MS 20
 #define ENSURE_RETRIES 5               /* create races lost before giving up */
@@ -66,6 +71,7 @@ struct engine {
 	char *prefix;
 	int stop_timeout_s;
 	int64_t req_timeout_ms;
+	int64_t usage_timeout_ms, usage_max; /* status_usage's walk */
 	unsigned uid, gid;            /* of user */
 	int64_t run_bytes;            /* SBX_HELPER_RUN_DIR tmpfs size */
 	/* The helper, read once (adr/0009): its bytes as a one-file tar, the
@@ -86,6 +92,7 @@ enum op_kind {
 	OP_ENSURE, OP_STATUS, OP_EXEC, OP_READ, OP_WRITE, OP_LIST, OP_STOP,
 	OP_DESTROY, OP_SANDBOXES, OP_HEALTH, OP_KILL, OP_RECOVER, OP_RECONCILE,
 	OP_HELPER, OP_HGC,            /* internal: fill the helper volume, drop old ones */
+	OP_USAGE,                     /* status + sbx-helper du (adr/0017) */
 };
 
 struct eop;
@@ -192,6 +199,8 @@ struct eop {
 	size_t ri;
 	unsigned rgone;
 
+	struct sbx_status ust;        /* OP_USAGE: the status the walk adds to */
+
 	struct sbx_health health;
 	struct event *defer;          /* reports a failure from the loop */
 	struct sbx_err derr;
@@ -205,6 +214,8 @@ static void exec_poll_exit(struct eop *);
 static void exec_recorded(struct eop *);
 static void deliver(struct eop *, int, const unsigned char *, size_t);
 static void ensure_inspect(struct eop *);
+static void usage_exited(struct eop *, int);
+static int usage_target(struct eop *, int, const struct sbx_status *);
 
 /* ---------- small utilities ---------- */
 
@@ -547,6 +558,7 @@ finish_err(struct eop *op, const struct sbx_err *err)
 	switch (op->kind) {
 	case OP_ENSURE:
 	case OP_STATUS:
+	case OP_USAGE:
 		finish_status(op, err, NULL);
 		break;
 	case OP_EXEC:
@@ -1277,6 +1289,26 @@ ensure_network(struct eop *op)
 	call(op, "GET", path, NULL, network_inspected);
 }
 
+/* The volume existed and its create answer showed no labels: inspect's. */
+static void
+volume_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
+	if (status != 200 || !managed(json_object_get(body, "Labels"))) {
+		sbx_err_set(&e, SBX_E_CONFLICT, "a volume named %s exists that "
+		    "sbx does not manage; it was left alone", op->vname);
+		finish_err(op, &e);
+		return;
+	}
+	ensure_init(op);
+}
+
 static void
 volume_created(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
@@ -1296,11 +1328,14 @@ volume_created(struct eop *op, int status, json_t *body,
 		finish_err(op, &e);
 		return;
 	}
-	/* An existing volume is returned as is: it must be ours. */
+	/* An existing volume is returned as is: it must be ours. Docker
+	 * 20.10 answers a create of an existing volume after a daemon
+	 * restart without its labels ("Labels":null): ask inspect. */
 	if (!managed(json_object_get(body, "Labels"))) {
-		sbx_err_set(&e, SBX_E_CONFLICT, "a volume named %s exists that "
-		    "sbx does not manage; it was left alone", op->vname);
-		finish_err(op, &e);
+		char path[256];
+
+		snprintf(path, sizeof(path), API "/volumes/%s", op->vname);
+		call(op, "GET", path, NULL, volume_inspected);
 		return;
 	}
 	ensure_init(op);
@@ -1868,6 +1903,25 @@ hp_fill(struct eop *op)
 }
 
 static void
+hp_volume_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		hp_end(op, err);
+		return;
+	}
+	if (status != 200 || !managed(json_object_get(body, "Labels"))) {
+		sbx_err_set(&e, SBX_E_CONFLICT, "a volume named %s exists that "
+		    "sbx does not manage; it was left alone", op->e->helper_vol);
+		hp_end(op, &e);
+		return;
+	}
+	hp_fill(op);
+}
+
+static void
 hp_volume(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 {
 	struct sbx_err e;
@@ -1883,9 +1937,12 @@ hp_volume(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 	}
 	if (status != 409 && status != 500 &&
 	    !managed(json_object_get(body, "Labels"))) {
-		sbx_err_set(&e, SBX_E_CONFLICT, "a volume named %s exists that "
-		    "sbx does not manage; it was left alone", op->e->helper_vol);
-		hp_end(op, &e);
+		/* Docker 20.10 after a restart: labels only in inspect. */
+		char path[256];
+
+		snprintf(path, sizeof(path), API "/volumes/%s",
+		    op->e->helper_vol);
+		call(op, "GET", path, NULL, hp_volume_inspected);
 		return;
 	}
 	hp_fill(op);
@@ -2253,12 +2310,32 @@ destroy_volume_inspected(struct eop *op, int status, json_t *body,
 }
 
 static void
-destroy_volume(struct eop *op)
+destroy_init_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
 {
 	char path[256];
 
+	(void)status;
+	(void)body;
+	if (err != NULL) {
+		finish_err(op, err);
+		return;
+	}
 	snprintf(path, sizeof(path), API "/volumes/%s", op->vname);
 	call(op, "GET", path, NULL, destroy_volume_inspected);
+}
+
+/* First the init container a broker killed during an ensure may have left
+ * (ours by its name: ids cannot hold a '.'; it holds the volume, found by
+ * test_faults.py), then the volume. */
+static void
+destroy_volume(struct eop *op)
+{
+	char path[300];
+
+	snprintf(path, sizeof(path), API "/containers/%s.init?force=1&v=0",
+	    op->cname);
+	call(op, "DELETE", path, NULL, destroy_init_removed);
 }
 
 static void
@@ -2738,9 +2815,42 @@ exec_after_kill(struct eop *op)
 }
 
 static void
+kill_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	exec_begin(arg);
+}
+
+/* Queues a fresh kill op like k (no parent: whoever waited has its answer)
+ * for a second from now. Out of memory: the helper's backstop remains. */
+static void
+kill_later(struct eop *k)
+{
+	struct timeval tv = { 1, 0 };
+	struct sbx_err err;
+	struct eop *n;
+
+	if ((n = op_new(k->e, OP_KILL, k->id, &err)) == NULL)
+		return;
+	snprintf(n->cid, sizeof(n->cid), "%s", k->cid);
+	n->cmd = json_deep_copy(k->cmd);
+	n->timeout_ms = k->timeout_ms;
+	n->cap = k->cap;
+	n->retries = k->retries + 1;
+	n->retry = evtimer_new(k->e->base.base, kill_retry_cb, n);
+	if (n->cmd == NULL || n->retry == NULL || event_add(n->retry, &tv) < 0)
+		op_release(n);
+}
+
+static void
 kill_ended(struct eop *k, const struct sbx_err *err)
 {
 	struct eop *p = k->parent;
+
+	if (err != NULL && strcmp(err->code, SBX_E_RUNTIME_UNAVAILABLE) == 0 &&
+	    k->retries < KILL_RETRIES)
+		kill_later(k);
 
 	if (p != NULL) {
 		k->parent = NULL;
@@ -2884,6 +2994,7 @@ name_from_helper(json_t *o, char *out, size_t outsz)
 		out[len] = '\0';
 		return 0;
 	}
+	/* '/' refused as for name_b64: a name is one path segment (fuzzing) */
 	if (name == NULL || name[0] == '\0' || strlen(name) >= outsz ||
 	    strchr(name, '/') != NULL)
 		return -1;
@@ -3180,6 +3291,9 @@ exec_exited(struct eop *op, int code)
 		}
 		finish_done(op, NULL);
 		return;
+	case OP_USAGE:
+		usage_exited(op, code);
+		return;
 	case OP_KILL:
 		if (code != 0) {
 			helper_error(op, code, &e);
@@ -3273,10 +3387,16 @@ exec_inspected(struct eop *op, int status, json_t *body,
 	struct timeval tv = { 0, EXIT_POLL_MS * 1000 };
 
 	if (err != NULL) {
-		if (op->kind == OP_KILL)
+		if (op->kind == OP_KILL) {
 			kill_ended(op, err);
-		else
-			finish_err(op, err);
+			return;
+		}
+		/* No exit record and no answer (the runtime died with the
+		 * stream): the processes may live on; the kill is retried
+		 * until the runtime is back (test_faults.py). */
+		if (op->kind == OP_EXEC)
+			start_kill(op->e, op->id, op->cid, op->exec_id, NULL);
+		finish_err(op, err);
 		return;
 	}
 	if (status != 200) {
@@ -3345,7 +3465,7 @@ deliver(struct eop *op, int stream, const unsigned char *buf, size_t len)
 		return;
 	}
 	if (op->kind == OP_LIST || op->kind == OP_KILL || op->kind == OP_WRITE ||
-	    op->kind == OP_RECOVER) {
+	    op->kind == OP_RECOVER || op->kind == OP_USAGE) {
 		if (evbuffer_get_length(op->out) + len > (size_t)op->cap) {
 			op->truncated = 1;
 			return;
@@ -3821,6 +3941,8 @@ exec_target_inspected(struct eop *op, int status, json_t *body,
 
 	if ((r = inspect_running(op, status, body, err, &st)) < 0)
 		return;
+	if (op->kind == OP_USAGE && usage_target(op, r, &st))
+		return;
 	if (r == 0 && op->kind == OP_RECOVER) {
 		/* no container, or a stop killed everything: no process left */
 		finish_done(op, NULL);
@@ -4173,6 +4295,98 @@ eng_list(struct sbx_driver *d, const char *id, const char *path,
 	return &op->base;
 }
 
+/* ---------- status with /work usage (adr/0017) ---------- */
+
+/* The container inspected (r: 1 running, 0 stopped or absent): keeps its
+ * status for the walk; a sandbox not running is answered here, uncounted.
+ * Returns 1 when op has been finished. */
+static int
+usage_target(struct eop *op, int r, const struct sbx_status *st)
+{
+	struct sbx_status a;
+
+	if (r == 1) {
+		op->ust = *st;
+		return 0;
+	}
+	if (st->state == SBX_STATE_ABSENT) {
+		absent_status(op, &a);
+		st = &a;
+	}
+	finish_status(op, NULL, st);
+	return 1;
+}
+
+/* The helper's one line (sbx_helper_proto.h, du) into u; untrusted. */
+static int
+usage_parse(struct eop *op, struct sbx_usage *u)
+{
+	struct sbx_err e;
+	json_t *o;
+	int rc;
+
+	o = json_loadb((const char *)evbuffer_pullup(op->out, -1),
+	    evbuffer_get_length(op->out), 0, NULL);
+	rc = o != NULL && !json_is_null(o) ? sbx_usage_from_json(o, u, &e) : -1;
+	json_decref(o);
+	return rc;
+}
+
+static void
+usage_exited(struct eop *op, int code)
+{
+	struct sbx_err e;
+
+	if (code != 0) {
+		helper_error(op, code, &e);
+		finish_err(op, &e);
+		return;
+	}
+	if (op->truncated || usage_parse(op, &op->ust.usage) < 0) {
+		sbx_err_set(&e, SBX_E_RUNTIME, "sbx-helper du gave no usable "
+		    "answer");
+		finish_err(op, &e);
+		return;
+	}
+	finish_status(op, NULL, &op->ust);
+}
+
+/* `sbx-helper du --max N --timeout-ms T`: the helper stops itself at T and
+ * says partial; the driver's timer (T + grace) only catches a helper that
+ * does not answer. */
+static struct sbx_op *
+eng_status_usage(struct sbx_driver *d, const char *id, sbx_status_cb cb,
+    void *arg, struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+	char num[32];
+
+	if (!id_valid(id)) {
+		sbx_err_set(err, SBX_E_INVALID_ID,
+		    "sandbox id must match [a-z0-9][a-z0-9-]{0,62}");
+		return NULL;
+	}
+	if ((op = helper_op(e, OP_USAGE, id, err)) == NULL)
+		return NULL;
+	op->status_cb = cb;
+	op->arg = arg;
+	op->cap = ERRTAIL_MAX;
+	op->timeout_ms = e->usage_timeout_ms + HELPER_GRACE_MS;
+	op->cmd = helper_cmd(SBX_HELPER_MODE_DU);
+	/* A kill handle: a cancel or the timer ends the walk too. */
+	json_array_append_new(op->cmd, json_string("--id"));
+	json_array_append_new(op->cmd, json_string(op->exec_id));
+	snprintf(num, sizeof(num), "%" PRId64, e->usage_max);
+	json_array_append_new(op->cmd, json_string("--max"));
+	json_array_append_new(op->cmd, json_string(num));
+	snprintf(num, sizeof(num), "%" PRId64, e->usage_timeout_ms);
+	json_array_append_new(op->cmd, json_string("--timeout-ms"));
+	json_array_append_new(op->cmd, json_string(num));
+	exec_begin(op);
+	return &op->base;
+}
+
 /* ---------- recover ---------- */
 
 /* `sbx-helper killall`: SIGKILLs every exec group the helper recorded in
@@ -4213,7 +4427,8 @@ eng_cancel(struct sbx_driver *d, struct sbx_op *o)
 	/* An exec that may have been created is killed by its handle; the
 	 * helper leaves a tombstone when the kill arrives first. */
 	if ((op->kind == OP_EXEC || op->kind == OP_READ || op->kind == OP_WRITE ||
-	    op->kind == OP_LIST) && op->cid[0] != '\0' && !op->killing)
+	    op->kind == OP_LIST || op->kind == OP_USAGE) && op->cid[0] != '\0' &&
+	    !op->killing)
 		start_kill(op->e, op->id, op->cid, op->exec_id, NULL);
 	op_release(op);
 }
@@ -4499,6 +4714,8 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 		goto fail;
 	}
 	e->stop_timeout_s = c->stop_timeout_s > 0 ? c->stop_timeout_s : 2;
+	e->usage_timeout_ms = c->usage_timeout_ms > 0 ? c->usage_timeout_ms : 5000;
+	e->usage_max = c->usage_max_entries > 0 ? c->usage_max_entries : 200000;
 	e->req_timeout_ms = c->request_timeout_ms > 0 ? c->request_timeout_ms :
 	    60000;
 	return &e->base;
@@ -4524,6 +4741,7 @@ const struct sbx_driver_ops sbx_engine_driver_ops = {
 	.health = eng_health,
 	.recover = eng_recover,
 	.reconcile = eng_reconcile,
+	.status_usage = eng_status_usage,
 	.cancel = eng_cancel,
 	.pause = eng_pause,
 	.resume = eng_resume,

@@ -55,6 +55,8 @@ struct sbx_engine_config {
 	                               * "<prefix><id>-work" ["sbx-"] */
 	int stop_timeout_s;           /* seconds between SIGTERM and SIGKILL on stop [2] */
 	int64_t request_timeout_ms;   /* bound on each non-streaming runtime call [60 s] */
+	int64_t usage_timeout_ms;     /* status_usage: the helper's walk [5 s] */
+	int64_t usage_max_entries;    /* status_usage: entries walked at most [200000] */
 };
 
 /*
@@ -101,6 +103,13 @@ struct sbx_engine_config {
  *
  * status: inspect; 404 -> absent; stop_reason "oom" (State.OOMKilled) or
  * "exited" for a stopped one (the broker overrides with its own reasons).
+ *
+ * status_usage (adr/0017): the same inspect; running -> an exec of
+ * `sbx-helper du --id EXEC_ID --max usage_max_entries --timeout-ms
+ * usage_timeout` as the sandbox user, its one JSON line read strictly
+ * (common/sbx_usage.h) into st->usage; stopped or absent -> the plain status,
+ * usage.present 0. Timer usage_timeout + 2 s (then the helper is killed by
+ * its handle, timeout); a helper failure is its exit status's code.
  *
  * exec: inspect (not_found, not_running, conflict), then an Engine API exec of
  * `sbx-helper exec --framed --id EXEC_ID --timeout-ms T+2000 --cwd CWD --

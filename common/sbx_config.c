@@ -65,6 +65,7 @@ clear_field(const struct sbx_config_key *k, void *cfg)
 		*FIELD(cfg, k, int) = 0;
 		break;
 	case SBX_CFG_INT:
+	case SBX_CFG_MODE:
 	case SBX_CFG_DURATION_MS:
 	case SBX_CFG_BYTES:
 		*FIELD(cfg, k, long long) = 0;
@@ -173,6 +174,24 @@ sbx_parse_bool(const char *s, int *out)
 	return -1;
 }
 
+/* Permission bits: "0660" octal (leading 0), "432" decimal; >= 0 (the
+ * process checks the range). */
+static int
+parse_mode(const char *s, long long *out)
+{
+	long long v;
+	char *end = NULL;
+
+	if (s == NULL || *s < '0' || *s > '9')
+		return -1;
+	errno = 0;
+	v = strtoll(s, &end, s[0] == '0' ? 8 : 10);
+	if (errno != 0 || *end != '\0')
+		return -1;
+	*out = v;
+	return 0;
+}
+
 static int
 parse_int(const char *s, long long *out)
 {
@@ -228,6 +247,8 @@ type_hint(enum sbx_config_type t)
 		return "a string";
 	case SBX_CFG_INT:
 		return "an integer";
+	case SBX_CFG_MODE:
+		return "permission bits, octal with a leading 0 such as 0660";
 	case SBX_CFG_BOOL:
 		return "true or false";
 	case SBX_CFG_DURATION_MS:
@@ -290,6 +311,10 @@ set_text(const struct sbx_config_key *k, void *cfg, const char *text,
 		if (parse_int(text, &v) != 0)
 			return bad_value(k, src, text, err);
 		break;
+	case SBX_CFG_MODE:
+		if (parse_mode(text, &v) != 0)
+			return bad_value(k, src, text, err);
+		break;
 	case SBX_CFG_DURATION_MS:
 		if (sbx_parse_duration_ms(text, &v) != 0)
 			return bad_value(k, src, text, err);
@@ -329,6 +354,7 @@ set_json(const struct sbx_config_key *k, void *cfg, json_t *v,
 		*FIELD(cfg, k, int) = json_is_true(v);
 		return 0;
 	case SBX_CFG_INT:
+	case SBX_CFG_MODE:
 	case SBX_CFG_DURATION_MS:
 	case SBX_CFG_BYTES:
 		if (!json_is_integer(v) ||
@@ -783,6 +809,11 @@ sbx_config_print(FILE *out, const struct sbx_config_key *keys, const void *cfg)
 			else
 				v = json_boolean(*FIELD(cfg, k, int));
 			break;
+		case SBX_CFG_MODE:
+			/* as written: "0660" reads back the same (octal) */
+			v = k->secret ? json_string("[redacted]") :
+			    json_sprintf("0%03llo", *FIELD(cfg, k, long long));
+			break;
 		default:
 			if (k->secret)
 				v = *FIELD(cfg, k, long long) ?
@@ -813,6 +844,8 @@ placeholder(enum sbx_config_type t)
 		return " STRING";
 	case SBX_CFG_INT:
 		return " N";
+	case SBX_CFG_MODE:
+		return " MODE";
 	case SBX_CFG_BOOL:
 		return "";
 	case SBX_CFG_DURATION_MS:

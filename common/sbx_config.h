@@ -26,6 +26,9 @@ enum sbx_config_type {
 	                        trailing "b"/"ib", any case) or plain bytes */
 	SBX_CFG_STRLIST,     /* char **, NULL-terminated, NULL when unset; JSON array of strings
 	                        in the file, comma-separated in env and flags ("" = empty list) */
+	SBX_CFG_MODE,        /* long long permission bits; text with a leading 0 is octal as chmod(1)
+	                        writes it ("0660"), without one decimal ("432", kept for configs written
+	                        before; ADR 0019); a JSON integer is decimal (JSON has no octal) */
 };
 
 /*

@@ -56,6 +56,24 @@ struct sbx_spec {
 	int64_t pids;            /* pids limit */
 };
 
+/*
+ * How much a running sandbox's /work holds (status_usage, adr/0017),
+ * counted inside the sandbox as its user without following symlinks or
+ * crossing mounts. present 0: not counted (the sandbox is not running, or
+ * the op was status); every other member is then 0.
+ */
+struct sbx_usage {
+	int present;
+	int64_t bytes;           /* allocated: st_blocks * 512, /work included */
+	int64_t apparent_bytes;  /* st_size of the regular files */
+	int64_t files;           /* regular files */
+	int64_t dirs;
+	int64_t entries;         /* entries of any type below /work */
+	int64_t elapsed_ms;      /* how long the walk took */
+	int partial;             /* 1: a bound was hit; the figures are lower bounds */
+	char partial_reason[16]; /* "", "max_entries", "timeout", "unreadable" */
+};
+
 /* What status() and list_sandboxes() report. Times in Unix milliseconds. */
 struct sbx_status {
 	char id[64];
@@ -66,6 +84,7 @@ struct sbx_status {
 	int64_t last_used_at_ms;  /* 0 when unknown (filled by the broker) */
 	char stop_reason[16];     /* "", "idle", "operator", "oom", "exited" */
 	char container_id[72];    /* runtime's container id, "" when absent */
+	struct sbx_usage usage;   /* filled by status_usage only */
 };
 
 /* One entry of list(). */
@@ -222,6 +241,18 @@ struct sbx_driver_ops {
 	struct sbx_op *(*write_stream)(struct sbx_driver *d, const char *id,
 	    const char *path, uint32_t mode, struct evbuffer *src, uint64_t len,
 	    sbx_done_cb cb, void *arg, struct sbx_err *err);
+
+	/* status plus, for a running sandbox, st->usage (present 1): /work
+	 * walked inside the sandbox, bounded by the driver's configuration
+	 * (engine: usage_max_entries entries, usage_timeout ms; a bound hit
+	 * is partial 1, not an error). Costs a runtime exec, so callers ask
+	 * for it only when their caller did (adr/0017). A stopped or absent
+	 * sandbox answers like status, usage.present 0. Errors: those of
+	 * status, and timeout / runtime_error / forbidden when the walk
+	 * itself fails. Optional: NULL when a driver cannot count (callers
+	 * answer bad_request). */
+	struct sbx_op *(*status_usage)(struct sbx_driver *d, const char *id,
+	    sbx_status_cb cb, void *arg, struct sbx_err *err);
 
 	/* Handle control (see rules above). pause/resume apply to streams:
 	 * a paused stream stops reading from its producer, so memory stays

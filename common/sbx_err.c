@@ -62,6 +62,7 @@ static const struct {
 	{ SBX_E_RUNTIME_UNAVAILABLE, 503 },
 	{ SBX_E_SHUTTING_DOWN, 503 },
 	{ SBX_E_BROKER_UNAVAILABLE, 503 },
+	{ SBX_E_STORAGE_FULL, 503 },
 	{ SBX_E_OVERLOADED, 503 },
 	{ SBX_E_TIMEOUT, 504 },
 	/* Whoever cancelled rarely reads the reply; a shutdown cancels too. */

@@ -53,6 +53,7 @@ struct sbx_http_req {
 	struct sbx_http_cbs cbs;
 	char unavailable_code[48];
 	char protocol_code[48];
+	char hdr_timeout_code[48];
 	char peer[64];
 	char address[128];
 	enum hstate state;
@@ -445,7 +446,9 @@ more:
 			finish(r, NULL);
 		else if (r->state == HS_STATUS && r->status == 0 &&
 		    evbuffer_get_length(in) == 0)
-			fail(r, r->protocol_code,
+			/* not one byte of an answer: the peer is gone (a
+			 * daemon killed mid-request), not misbehaving */
+			fail(r, r->unavailable_code,
 			    "%s closed the connection without a response%s", NULL);
 		else
 			protocol_fail(r, "connection closed before the response was complete");
@@ -496,6 +499,13 @@ event_cb(struct bufferevent *bev, short what, void *arg)
 		return;
 	if (what & BEV_EVENT_CONNECTED) {
 		r->state = HS_STATUS;
+		/* The response, or the peer's EOF, may have been read before
+		 * the connect was reported (a unix socket peer that answered
+		 * or closed at once): process it now, else nothing would until
+		 * the next read, which may never come (found by fuzzing). */
+		enter(r);
+		process(r);
+		leave(r);
 		return;
 	}
 	if (r->state == HS_CONNECTING && (what & BEV_EVENT_ERROR)) {
@@ -531,7 +541,11 @@ event_cb(struct bufferevent *bev, short what, void *arg)
 		r->eof = 1;
 		process(r);
 	} else if (what & BEV_EVENT_ERROR) {
-		sbx_err_set(&e, r->protocol_code, "connection to %s failed: %s",
+		/* A reset before any byte of the answer: unavailable, as above. */
+		sbx_err_set(&e, r->state == HS_STATUS && r->status == 0 &&
+		    evbuffer_get_length(bufferevent_get_input(bev)) == 0 ?
+		    r->unavailable_code : r->protocol_code,
+		    "connection to %s failed: %s",
 		    r->peer, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
 		finish(r, &e);
 	}
@@ -565,6 +579,22 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	enter(r);
 	sbx_err_set(&e, SBX_E_TIMEOUT, "%s did not answer in time", r->peer);
+	finish(r, &e);
+	leave(r);
+}
+
+/* The header timeout: its own code (opts.header_timeout_code). */
+static void
+hdr_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct sbx_http_req *r = arg;
+	struct sbx_err e;
+
+	(void)fd;
+	(void)what;
+	enter(r);
+	sbx_err_set(&e, r->hdr_timeout_code, "%s did not answer in time",
+	    r->peer);
 	finish(r, &e);
 	leave(r);
 }
@@ -659,6 +689,9 @@ sbx_http_request(struct event_base *base, const char *address,
 	snprintf(r->protocol_code, sizeof(r->protocol_code), "%s",
 	    opts != NULL && opts->protocol_code != NULL ?
 	    opts->protocol_code : SBX_E_RUNTIME);
+	snprintf(r->hdr_timeout_code, sizeof(r->hdr_timeout_code), "%s",
+	    opts != NULL && opts->header_timeout_code != NULL ?
+	    opts->header_timeout_code : SBX_E_TIMEOUT);
 	snprintf(r->peer, sizeof(r->peer), "%s",
 	    opts != NULL && opts->peer_name != NULL ? opts->peer_name :
 	    "the runtime");
@@ -666,7 +699,7 @@ sbx_http_request(struct event_base *base, const char *address,
 	r->is_head = strcmp(q->method, "HEAD") == 0;
 	r->upgrade_req = q->upgrade != 0;
 	r->kick = event_new(base, -1, 0, kick_cb, r);
-	r->hdr_timer = evtimer_new(base, timer_cb, r);
+	r->hdr_timer = evtimer_new(base, hdr_timer_cb, r);
 	r->tot_timer = evtimer_new(base, timer_cb, r);
 	r->bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
 	if (r->kick == NULL || r->hdr_timer == NULL || r->tot_timer == NULL ||

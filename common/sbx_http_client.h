@@ -42,7 +42,10 @@ struct sbx_http_cbs {
 	 * reached EOF). Else err->code is opts.unavailable_code when the
 	 * connection could not be made, SBX_E_TIMEOUT on a timeout, or
 	 * opts.protocol_code for a malformed response, a reset or a body
-	 * shorter than announced. */
+	 * shorter than announced. A connection the peer closes or resets
+	 * before sending any byte of a response (a daemon that died) is
+	 * opts.unavailable_code too; a header timeout is
+	 * opts.header_timeout_code. */
 	void (*done)(void *arg, struct sbx_http_req *req,
 	    const struct sbx_err *err);
 	void *arg;
@@ -53,6 +56,10 @@ struct sbx_http_opts {
 	const char *protocol_code;    /* bad response, reset [SBX_E_RUNTIME] */
 	const char *peer_name;        /* names the peer in messages ["the runtime"] */
 	int64_t header_timeout_ms;    /* connect + send + response headers; 0: none */
+	const char *header_timeout_code; /* err code when header_timeout_ms
+	                                  * passes [SBX_E_TIMEOUT]; the api says
+	                                  * broker_unavailable (a peer that does
+	                                  * not answer at all is unavailable) */
 	int64_t timeout_ms;           /* whole request until done(); 0: none */
 };
 

@@ -19,6 +19,7 @@ docker.io docker-compose podman runc catatonit conmon uidmap iptables netavark a
 busybox-static debootstrap
 python3 curl jq iproute2 prometheus nftables
 chromium nodejs
+clang libclang-rt-14-dev
 systemd nginx-light
 "
 # systemd: systemd-analyze (verify, security --offline) and systemd-sysusers
@@ -27,6 +28,8 @@ systemd nginx-light
 # tests/integration/test_nginx.py on a loopback port.
 # prometheus: the only bookworm package that ships /usr/bin/promtool, used
 # by the tests to check the /metrics text format.
+# clang + libclang-rt-14-dev: the libFuzzer targets of tests/fuzz/ (`make
+# fuzz`, and their smoke run in `make check`).
 # netavark (+ aardvark-dns for names): podman's bridge network backend; with
 # --no-install-recommends podman would otherwise get no network stack.
 # chromium, nodejs (+ npm, below): the browser test of /console (test_console.py)

@@ -17,7 +17,7 @@
 #   6. stays in the foreground until Ctrl-C, then stops the api, the broker
 #      (and the Podman service if it started it). Sandboxes and volumes stay.
 #
-# deploy/run.sh --purge removes everything 'make run' made in SBX_RUN_DIR and
+# sh deploy/run.sh --purge (or deploy/run.sh --purge) removes everything 'make run' made in SBX_RUN_DIR and
 # says what, one line each: its sandboxes (the containers and /work volumes
 # of the NPCs in its api's database, found by their labels), the helper
 # volumes they mounted (unless another container uses one), the egress network when empty,
@@ -32,7 +32,8 @@
 #   SBX_API_PORT       api port on 127.0.0.1 (default 8080)
 #   SBX_RUN_IMAGE      use this image, already in the runtime, instead of
 #                      building sbx-default:bookworm (the tests use the
-#                      busybox test image to skip a ~30 s debootstrap)
+#                      busybox test image to skip the debootstrap:
+#                      1–4 minutes the first time, depending on the mirror and the machine)
 #   SBX_RUN_NPC        the demo NPC's name (default demo)
 #   SBX_RUN_RUNTIME    docker | podman: skip the detection (podman: start
 #                      the private service even if a Docker socket answers)

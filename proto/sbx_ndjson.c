@@ -861,11 +861,13 @@ decode_event(struct sbx_ndjson_parser *p, json_t *o, struct sbx_event *ev,
 	} else if (strcmp(type, SBX_EV_EXIT) == 0) {
 		ev->type = SBX_EVENT_EXIT;
 		sig = json_object_get(o, SBX_EVF_SIGNAL);
-		if (get_int64(o, SBX_EVF_CODE, &code) || code < INT_MIN ||
-		    code > INT_MAX || (!json_is_null(sig) && !json_is_string(sig)) ||
+		/* code is an exit status, 0..255 (SPEC §5): a caller passes
+		 * it on as its own (the CLI's exit code; found by fuzzing) */
+		if (get_int64(o, SBX_EVF_CODE, &code) || code < 0 ||
+		    code > 255 || (!json_is_null(sig) && !json_is_string(sig)) ||
 		    get_int64(o, SBX_EVF_DURATION_MS, &ev->duration_ms) ||
 		    !json_is_boolean(json_object_get(o, SBX_EVF_TRUNCATED))) {
-			*why = "exit needs code (integer), signal (string or "
+			*why = "exit needs code (integer 0..255), signal (string or "
 			    "null), duration_ms (integer), truncated (boolean)";
 			return -1;
 		}

@@ -224,7 +224,8 @@ struct sbx_ndjson_parser *sbx_ndjson_parser_new(size_t max_line,
  *    member (stdout/stderr need exactly one of "data"/"data_b64", the latter
  *    valid padded standard base64); an event out of order (start first, or a
  *    lone error; stdout/stderr only between start and exit; after exit only
- *    one error; nothing after error). An empty line ("\n") is an error too.
+ *    one error; nothing after error); an exit "code" outside 0..255. An
+ *    empty line ("\n") is an error too.
  *    Unknown extra members are accepted (forward compatibility).
  *  - cancelled: cb returned nonzero.
  *  - internal: out of memory.

@@ -39,6 +39,7 @@
 #define SBX_QUERY_PATH "path"               /* ?path= of files and list */
 #define SBX_QUERY_MODE "mode"               /* ?mode= of files PUT, octal, e.g. 0644 */
 #define SBX_QUERY_CURSOR "cursor"           /* ?cursor= of list: "" or a page's cursor (adr/0013) */
+#define SBX_QUERY_USAGE "usage"             /* ?usage=1 of status: add /work usage (adr/0017) */
 #define SBX_WORK_DIR "/work"                /* the only tree file operations reach */
 
 /* SSE response headers the api sends on exec streams (SPEC §5). */
@@ -86,6 +87,7 @@
 #define SBX_E_RUNTIME_UNAVAILABLE "runtime_unavailable" /* [503] runtime socket unreachable */
 #define SBX_E_SHUTTING_DOWN "shutting_down"         /* [503] draining after SIGTERM */
 #define SBX_E_BROKER_UNAVAILABLE "broker_unavailable" /* [503] (api) broker unreachable */
+#define SBX_E_STORAGE_FULL "storage_full"           /* [503] state dir's filesystem full (SQLITE_FULL) */
 #define SBX_E_OVERLOADED "overloaded"               /* [503] max_connections open on the listener */
 #define SBX_E_TIMEOUT "timeout"                     /* [504] exec or operation timed out */
 #define SBX_E_CANCELLED "cancelled"                 /* [503] operation cancelled by its caller */

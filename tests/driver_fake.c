@@ -36,6 +36,8 @@ struct fake_sbx {
 
 enum fake_kind { K_STATUS, K_DONE, K_LIST, K_SANDBOXES, K_HEALTH, K_STREAM };
 
+static void fill_usage(const struct fake_sbx *, struct sbx_usage *);
+
 struct fake_driver;
 
 struct fake_op {
@@ -418,6 +420,8 @@ finish_simple(struct fake_op *o)
 	switch (copy.kind) {
 	case K_STATUS:
 		fill_status(s, copy.id, &st);
+		if (copy.op == SBX_FAKE_STATUS_USAGE)
+			fill_usage(s, &st.usage);
 		copy.status_cb(copy.arg, sbx_err_is_set(&err) ? &err : NULL,
 		    sbx_err_is_set(&err) ? NULL : &st);
 		break;
@@ -625,6 +629,40 @@ fake_status(struct sbx_driver *d, const char *id, sbx_status_cb cb, void *arg,
 
 	if ((o = op_new((struct fake_driver *)d, SBX_FAKE_STATUS, K_STATUS, id,
 	    err)) == NULL)
+		return NULL;
+	o->status_cb = cb;
+	o->arg = arg;
+	op_arm(o);
+	return &o->base;
+}
+
+/* status_usage of the fake: its in-memory files counted, running only;
+ * bytes = apparent_bytes (no blocks in memory), entries = files. */
+static void
+fill_usage(const struct fake_sbx *s, struct sbx_usage *u)
+{
+	const struct fake_file *f;
+
+	memset(u, 0, sizeof(*u));
+	if (s == NULL || s->state != SBX_STATE_RUNNING)
+		return;
+	u->present = 1;
+	LIST_FOREACH(f, &s->files, link) {
+		u->files++;
+		u->entries++;
+		u->apparent_bytes += (int64_t)f->len;
+	}
+	u->bytes = u->apparent_bytes;
+}
+
+static struct sbx_op *
+fake_status_usage(struct sbx_driver *d, const char *id, sbx_status_cb cb,
+    void *arg, struct sbx_err *err)
+{
+	struct fake_op *o;
+
+	if ((o = op_new((struct fake_driver *)d, SBX_FAKE_STATUS_USAGE,
+	    K_STATUS, id, err)) == NULL)
 		return NULL;
 	o->status_cb = cb;
 	o->arg = arg;
@@ -947,6 +985,7 @@ static const struct sbx_driver_ops fake_ops = {
 	.name = "fake",
 	.ensure = fake_ensure,
 	.status = fake_status,
+	.status_usage = fake_status_usage,
 	.exec = fake_exec,
 	.read = fake_read,
 	.write = fake_write,

@@ -34,6 +34,7 @@ enum sbx_fake_op {
 	SBX_FAKE_LIST_SANDBOXES,
 	SBX_FAKE_HEALTH,
 	SBX_FAKE_RECOVER,
+	SBX_FAKE_STATUS_USAGE,    /* status_usage: status + the files counted */
 	SBX_FAKE_NOPS
 };
 

@@ -9,6 +9,10 @@
 # A suite that needs no container runtime carries a line `SBX_ONCE = True`
 # and runs once (under the first runtime's environment) instead of per runtime.
 #
+# Between them, the fuzz smoke: every libFuzzer target of tests/fuzz/ for
+# FUZZ_SMOKE_SECONDS (default 20) over its corpus, one test each (skipped
+# when SBX_SUITES names a subset, unless SBX_FUZZ=1).
+#
 # Environment: SBX_SUITE_TIMEOUT (s, per suite and runtime, default 900),
 # SBX_UNIT_TIMEOUT (s, per unit binary, default 300), SBX_SUITES (space
 # separated suite files to run instead of all tests/integration/test_*.py).
@@ -90,6 +94,33 @@ for kind in out san; do
 	done
 done
 [ "$units" -eq 0 ] && echo "unit: no test binaries in build/out/tests or build/san/tests"
+
+# ---------------------------------------------------------------- fuzz smoke
+
+# Every libFuzzer target (make FUZZ=1 fuzzers) for FUZZ_SMOKE_SECONDS (20 s)
+# over its corpus and regression inputs, two at a time; each is one test,
+# failed by any crash, leak, hang or runaway allocation (tests/fuzz/run.sh).
+# A partial run (SBX_SUITES set) skips it unless SBX_FUZZ=1.
+if [ -n "${SBX_SUITES:-}" ] && [ "${SBX_FUZZ:-0}" != 1 ]; then
+	:
+elif ls build/fuzz/fuzzers/fuzz_* >/dev/null 2>&1; then
+	t0=$(now_ms)
+	bash tests/fuzz/run.sh smoke >"$LOGS/fuzz-smoke.log" 2>&1
+	for res in tests/out/fuzz/*/result; do
+		[ -f "$res" ] || continue
+		t=$(basename "$(dirname "$res")")
+		[ -x "build/fuzz/fuzzers/fuzz_$t" ] || continue
+		read -r execs corpus crashes rc <"$res"
+		if [ "$crashes" -eq 0 ] && [ "$execs" -gt 0 ]; then
+			report "fuzz/$t ($execs runs, corpus $corpus)" 1 0
+		else
+			report "fuzz/$t" 0 1 "$REPO/tests/out/fuzz/$t/log"
+		fi
+	done
+	printf 'fuzz smoke in %d ms\n' $(($(now_ms) - t0))
+else
+	report "fuzz smoke (no targets in build/fuzz/fuzzers: make FUZZ=1 fuzzers)" 0 1
+fi
 
 # ---------------------------------------------------------------- integration
 

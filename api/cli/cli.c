@@ -51,13 +51,14 @@
 #define O_MODE 0x80
 #define O_DETACH 0x100
 #define O_FOLLOW 0x200
+#define O_USAGE 0x1000
 
 /* Reconnects of an exec's event stream without progress before giving up;
  * the waits grow from 200 ms to 2 s (about 11 s in all). */
 #define RESUME_TRIES 8
 
 struct opts {
-	int json, help, stdin_flag, detach, follow;
+	int json, help, stdin_flag, detach, follow, usage;
 	const char *cwd, *timeout, *owner, *image, *mode;
 	const char *env[MAX_ENV];
 	int nenv;
@@ -104,7 +105,8 @@ static const struct cmd cmds[] = {
 	    O_JSON, 0, 0, c_npc_ls },
 	{ "up", "NPC [--image IMAGE] [--json]", "create or start the NPC's "
 	    "sandbox (idempotent)", O_JSON | O_IMAGE, 1, 1, c_up },
-	{ "status", "NPC [--json]", "show the sandbox's state", O_JSON, 1, 1,
+	{ "status", "NPC [--usage] [--json]", "show the sandbox's state "
+	    "(--usage: and what its /work holds)", O_JSON | O_USAGE, 1, 1,
 	    c_status },
 	{ "stop", "NPC", "stop the sandbox (its /work volume stays)", O_JSON,
 	    1, 1, c_stop },
@@ -690,6 +692,21 @@ c_npc_ls(struct ctx *x)
 	return CX_OK;
 }
 
+/* A server word printed raw only when it is [a-z_]{1,32}; else "?". */
+static const char *
+cli_safe_word(json_t *v)
+{
+	const char *s = json_string_value(v);
+	size_t i;
+
+	if (s == NULL || s[0] == '\0' || strlen(s) > 32)
+		return "?";
+	for (i = 0; s[i] != '\0'; i++)
+		if ((s[i] < 'a' || s[i] > 'z') && s[i] != '_')
+			return "?";
+	return s;
+}
+
 static void
 print_status(json_t *j)
 {
@@ -733,19 +750,46 @@ c_up(struct ctx *x)
 	return rc;
 }
 
+/* The "usage" member of status --usage (docs/api.md); null: not running. */
+static void
+print_usage(json_t *j)
+{
+	json_t *u = json_object_get(j, "usage");
+
+	if (u == NULL)
+		return;
+	if (!json_is_object(u)) {
+		printf("/work:      not counted (the sandbox is not running)\n");
+		return;
+	}
+	printf("/work:      %" JSON_INTEGER_FORMAT " bytes on disk, %"
+	    JSON_INTEGER_FORMAT " bytes in %" JSON_INTEGER_FORMAT " files, %"
+	    JSON_INTEGER_FORMAT " entries (%" JSON_INTEGER_FORMAT " ms)%s%s\n",
+	    json_integer_value(json_object_get(u, "bytes")),
+	    json_integer_value(json_object_get(u, "apparent_bytes")),
+	    json_integer_value(json_object_get(u, "files")),
+	    json_integer_value(json_object_get(u, "entries")),
+	    json_integer_value(json_object_get(u, "elapsed_ms")),
+	    json_is_true(json_object_get(u, "partial")) ? ", PARTIAL: " : "",
+	    json_is_true(json_object_get(u, "partial")) ?
+	    cli_safe_word(json_object_get(u, "partial_reason")) : "");
+}
+
 static int
 c_status(struct ctx *x)
 {
 	json_t *j = NULL;
 	int rc;
 
-	if ((rc = npc_call(x, "GET", x->o.pos[0], "/sandbox", NULL, &j)) !=
-	    CX_OK)
+	if ((rc = npc_call(x, "GET", x->o.pos[0], x->o.usage ?
+	    "/sandbox?usage=1" : "/sandbox", NULL, &j)) != CX_OK)
 		return rc;
 	if (x->o.json)
 		rc = print_json(j);
-	else
+	else {
 		print_status(j);
+		print_usage(j);
+	}
 	json_decref(j);
 	return rc;
 }
@@ -1708,6 +1752,7 @@ parse_args(const struct cmd *c, int argc, char **argv, struct opts *o)
 		{ "--mode", 0, O_MODE, 1 },
 		{ "--detach", 'd', O_DETACH, 0 },
 		{ "--follow", 'f', O_FOLLOW, 0 },
+		{ "--usage", 0, O_USAGE, 0 },
 	};
 	const char *a, *val;
 	size_t i, ll;
@@ -1776,6 +1821,7 @@ parse_args(const struct cmd *c, int argc, char **argv, struct opts *o)
 		case O_MODE: o->mode = val; break;
 		case O_DETACH: o->detach = 1; break;
 		case O_FOLLOW: o->follow = 1; break;
+		case O_USAGE: o->usage = 1; break;
 		default: break;
 		}
 	}

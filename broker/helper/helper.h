@@ -136,6 +136,29 @@ int helper_write_file(const struct helper_ctx *ctx, const char *path, const char
 int helper_list_dir(const struct helper_ctx *ctx, const char *path, const char *after,
     uint64_t limit, int outfd, struct helper_err *err);
 
+/* What du mode counted (sbx_helper_proto.h, du). */
+struct helper_du_result {
+	uint64_t bytes;          /* st_blocks * 512 of /work and every entry counted */
+	uint64_t apparent_bytes; /* st_size of the regular files */
+	uint64_t files, dirs;    /* regular files, directories (below /work) */
+	uint64_t entries;        /* every entry counted, of any type */
+	uint64_t skipped;        /* entries not counted or directories not entered */
+	uint64_t elapsed_ms;
+};
+
+/*
+ * du mode: walks ctx->root depth first with openat/fstatat
+ * (AT_SYMLINK_NOFOLLOW, O_NOFOLLOW): no symlink is followed, an entry on
+ * another device than the root (a mount) is neither counted nor entered,
+ * directories deeper than SBX_HELPER_DU_DEPTH_MAX are counted but not
+ * entered. Stops after max_entries entries or timeout_ms (0: no time
+ * bound) and then says "partial":true. Makes itself non-dumpable first.
+ * Writes one JSON line to outfd. Returns 0, or -1 with err when the root
+ * cannot be opened or the line cannot be written.
+ */
+int helper_du(const struct helper_ctx *ctx, uint64_t max_entries, uint64_t timeout_ms, int outfd,
+    struct helper_err *err);
+
 /* 1 when id matches [A-Za-z0-9_-]{1,64}, else 0. */
 int helper_exec_id_valid(const char *id);
 
@@ -153,7 +176,7 @@ int helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
     uint64_t timeout_ms, int framed, char *const argv[], struct helper_err *err);
 
 /*
- * read, write and list with --id: a kill handle naming the helper itself
+ * read, write, list and du with --id: a kill handle naming the helper itself
  * (pgid = its own pid), so `kill ID` ends a file operation the broker gave
  * up on, stopped (SIGSTOP) or not. Returns 0, or -1 with err (cancelled
  * when ID is taken: a kill came first). helper_handle_drop removes it.

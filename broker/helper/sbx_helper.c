@@ -118,6 +118,13 @@ run_initwork(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 	return helper_initwork(ctx, a->pos[0], err);
 }
 
+static int
+run_du(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	return helper_du(ctx, a->max == UINT64_MAX ? SBX_HELPER_DU_MAX_DEF : a->max,
+	    a->timeout_ms, 1, err);
+}
+
 static const struct mode modes[] = {
 	{ SBX_HELPER_MODE_VERSION, run_version, 0, 0, 0 },
 	{ SBX_HELPER_MODE_READ, run_read, 1, OPT_MAX | OPT_ID, 1 },
@@ -129,6 +136,7 @@ static const struct mode modes[] = {
 	{ SBX_HELPER_MODE_KILLALL, run_killall, 0, 0, 0 },
 	{ SBX_HELPER_MODE_IDLE, run_idle, 0, 0, 0 },
 	{ SBX_HELPER_MODE_INITWORK, run_initwork, 1, 0, 0 },
+	{ SBX_HELPER_MODE_DU, run_du, 0, OPT_MAX | OPT_TIMEOUT | OPT_ID, 1 },
 	{ NULL, NULL, 0, 0, 0 },
 };
 
@@ -286,7 +294,7 @@ parse_args(int argc, char **argv, const struct mode **mp, struct args *a,
 	}
 	if (m == NULL)
 		return helper_err_set(err, SBX_E_BAD_REQUEST,
-		    "usage: sbx-helper version|read|write|list|exec|kill|killall|idle|initwork ...");
+		    "usage: sbx-helper version|read|write|list|exec|kill|killall|idle|initwork|du ...");
 	if (a->npos != m->npos)
 		return helper_err_set(err, SBX_E_BAD_REQUEST, "%s needs %d argument(s)", m->name,
 		    m->npos);

@@ -116,6 +116,24 @@
  *       only; never in a sandbox): makes the root (/work) itself owned by
  *       UID:GID with u+rwx; its contents are left alone. Exit 0, or an
  *       exit status and error line as for read.
+ *   sbx-helper du [--max ENTRIES] [--timeout-ms N] [--id ID]
+ *       How much /work holds (adr/0017): walks the root depth first with
+ *       openat/fstatat beneath it, never following a symlink and never
+ *       entering or counting another filesystem (st_dev differs from the
+ *       root's). stdout: one line,
+ *       {"bytes":N,"apparent_bytes":N,"files":N,"dirs":N,"entries":N,
+ *        "skipped":N,"elapsed_ms":N,"partial":B[,"partial_reason":S]}
+ *       bytes = st_blocks*512 of the root and of every entry counted (what
+ *       the filesystem holds for /work, what a quota would count; a file
+ *       with several hard links counts each time); apparent_bytes = st_size
+ *       of the regular files; entries = every entry below the root, of any
+ *       type. It stops after ENTRIES entries (default
+ *       SBX_HELPER_DU_MAX_DEF) or N ms (absent/0: no bound) with
+ *       "partial":true and partial_reason "max_entries" or "timeout"; a
+ *       directory it cannot read or enter, an entry it cannot stat, a
+ *       mount, or a directory deeper than SBX_HELPER_DU_DEPTH_MAX make it
+ *       partial too ("unreadable"), counted in skipped. Not dumpable.
+ *       --id ID: a kill handle for the helper itself, as for read.
  *
  * The kill handles live in SBX_HELPER_EXEC_DIR, created 0700 inside
  * SBX_HELPER_RUN_DIR, a small tmpfs the broker mounts owned by the sandbox
@@ -183,6 +201,11 @@
 #define SBX_HELPER_MODE_KILLALL "killall"
 #define SBX_HELPER_MODE_IDLE "idle"
 #define SBX_HELPER_MODE_INITWORK "initwork"
+#define SBX_HELPER_MODE_DU "du"
+
+/* du: entries walked when --max is absent; directories entered at most. */
+#define SBX_HELPER_DU_MAX_DEF 1000000
+#define SBX_HELPER_DU_DEPTH_MAX 256
 
 /* Exit status of every mode except exec; the JSON line carries the code. */
 #define SBX_HELPER_EXIT_OK 0

@@ -9,7 +9,8 @@
 #      ca-certificates bookworm into CACHE_DIR/rootfs, from the mirror this
 #      machine's own apt sources name (/etc/apt/sources.list, then
 #      /etc/apt/sources.list.d/*.list and *.sources); SBX_IMAGE_MIRROR
-#      overrides it. Measured here: ~30 s, ~240 MB. Progress (phase and
+#      overrides it. 1–4 minutes the first time, depending on the mirror and the machine,
+#      ~240 MB. Progress (phase and
 #      package counts from debootstrap's log) is shown every few seconds.
 #   2. adds user and group sbx 1000:1000 with home /work, creates /work owned
 #      1000:1000 (a new named volume copies its mount point's owner, so the
@@ -86,7 +87,7 @@ if [ ! -s "$TAR" ]; then
 	mkdir -p "$CACHE"
 	ROOT=$CACHE/rootfs
 	rm -rf "$ROOT"
-	say "debootstrap $SUITE (minbase + bash, python3-minimal, ca-certificates) from $MIRROR; about 30 s, 240 MB ..."
+	say "debootstrap $SUITE (minbase + bash, python3-minimal, ca-certificates) from $MIRROR; 1–4 minutes the first time, depending on the mirror and the machine, 240 MB ..."
 	t0=$(date +%s)
 	debootstrap --variant=minbase --include=bash,coreutils,python3-minimal,ca-certificates \
 		"$SUITE" "$ROOT" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 &

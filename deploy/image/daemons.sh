@@ -16,7 +16,8 @@
 #      /var/lib/sbx-api (api state, 10001 0700), /run/sbx (the broker's
 #      socket, root:10001 2750). Kept as CACHE_DIR/sbx-daemon-base-<hash>.tar
 #      (the hash is of the package list): the next build skips debootstrap;
-#      delete it to refresh. Measured here: ~40 s, ~130 MB, once.
+#      delete it to refresh. 1–4 minutes the first time, depending on the mirror and the machine,
+#      ~130 MB, once.
 #   2. per image: the base tar plus its files appended (tar -r), imported
 #      with `docker import -c`: ENV PATH/LANG, WORKDIR /, USER, ENTRYPOINT,
 #      a LABEL with the source revision.
@@ -24,7 +25,12 @@
 #                    /usr/local/libexec/sbx/sbx-helper (the make install
 #                    layout, where the broker finds its helper); USER 0.
 #        sbx-api:    /usr/local/bin/sandbox-api, USER 10001:10001.
-#      A previous image of the same name is removed when nothing uses it.
+#      Skipped when NAME:TAG already holds the same content: the label
+#      io.sbx.content is the sha256 of the inputs (the base tar, the files,
+#      the import options and the revision), compared with `docker image
+#      inspect`, so an unchanged tree keeps its image IDs and docker-compose
+#      recreates nothing. A previous image of the same name is removed when
+#      nothing uses it (up.sh prunes it once its container moved on).
 #      Each import takes a few seconds.
 # Needs root (debootstrap, chown) and the docker CLI (SBX_DOCKER_CLI, else
 # `docker`). Exit 0 when both images are in the engine; otherwise 1 with a
@@ -77,7 +83,7 @@ if [ ! -s "$BASE" ]; then
 	ROOT=$CACHE/daemon-rootfs
 	rm -rf "$ROOT"
 	include=$(printf "%s" "$pkgs" | tr -s " " "," | sed "s/,$//")
-	say "debootstrap $SUITE minbase + $include from $MIRROR (once; about 40 s) ..."
+	say "debootstrap $SUITE minbase + $include from $MIRROR (once; 1–4 minutes the first time, depending on the mirror and the machine) ..."
 	t0=$(date +%s)
 	if ! debootstrap --variant=minbase --include="$include" "$SUITE" "$ROOT" "$MIRROR" \
 		>"$CACHE/daemon-debootstrap.log" 2>&1; then
@@ -121,6 +127,16 @@ trap 'rm -rf "$STAGE"' EXIT
 image() {
 	name=$1 user=$2 entry=$3
 	shift 3
+	# What the image is made of; file names, modes and bytes, not mtimes.
+	sum=$( { printf '%s\n' "$REV" "$user" "$entry" "$ENVPATH" "$@"; sha256sum "$BASE" | cut -c1-64
+		for f in "$@"; do
+			[ -f "$STAGE/root/$f" ] && { stat -c %a "$STAGE/root/$f"; sha256sum <"$STAGE/root/$f"; }
+		done; } | sha256sum | cut -c1-64)
+	have=$(rt image inspect -f '{{index .Config.Labels "io.sbx.content"}}' "$name:$TAG" 2>/dev/null || true)
+	if [ "$have" = "$sum" ]; then
+		say "image $name:$TAG unchanged (revision $REV), kept"
+		return 0
+	fi
 	tar=$STAGE/$name.tar
 	cp "$BASE" "$tar"
 	# Only the files and the directories that are new: the base's own
@@ -131,7 +147,7 @@ image() {
 	t0=$(date +%s)
 	rt import -c "ENV PATH=$ENVPATH" -c "ENV LANG=C.UTF-8" -c "WORKDIR /" -c "USER $user" \
 		-c "ENTRYPOINT [\"$entry\"]" -c "LABEL org.opencontainers.image.revision=$REV" \
-		-c "LABEL org.opencontainers.image.title=$name" \
+		-c "LABEL org.opencontainers.image.title=$name" -c "LABEL io.sbx.content=$sum" \
 		"$tar" "$name:$TAG" >/dev/null ||
 		die "docker import of $name:$TAG failed; is the engine at $HOST up? (a broken base tar: delete $BASE)"
 	new=$(rt image inspect -f '{{.Id}}' "$name:$TAG")

@@ -5,7 +5,8 @@
 #   BENCH_ONLY=cold,warm (only those figures, for a quick look),
 #   BUILD=build/out (set by make), BENCH_OUT=docs/bench.md (table; with two
 #   runtimes the second goes to docs/bench-RUNTIME.md), other BENCH_* knobs:
-#   see bench.py.
+#   see bench.py. The soak: BENCH_SOAK_SECONDS (default 1800),
+#   BENCH_SOAK=0 (skip) | only (soak alone), see soak.py.
 #
 # Podman alone is started by a lighter variant of tests/harness/runtimes.sh
 # (no dockerd, no containerd): same configuration except nproc, raised from
@@ -147,8 +148,17 @@ for rt in $(echo "$RUNTIMES" | tr ',' ' '); do
 	[ "$first" -eq 1 ] || out=$(dirname "$OUT")/bench-$rt.md
 	first=0
 	log "runtime $rt up after $(( $(date +%s) - t0 )) s; table goes to $out"
-	"$PY" "$ROOT/tests/bench/bench.py" --build "$BUILD" --runtime "$rt" \
-		--runtime-sock "$sock" --work "$WORK/$rt" --out "$out" \
-		--dominates "$ROOT/tests/bench/profile.md" ${BENCH_ONLY:+--only "$BENCH_ONLY"}
+	if [ "${BENCH_SOAK:-1}" != only ]; then
+		"$PY" "$ROOT/tests/bench/bench.py" --build "$BUILD" --runtime "$rt" \
+			--runtime-sock "$sock" --work "$WORK/$rt" --out "$out" \
+			--dominates "$ROOT/tests/bench/profile.md" ${BENCH_ONLY:+--only "$BENCH_ONLY"}
+	fi
+	# The soak (tests/bench/soak.py): BENCH_SOAK_SECONDS (1800) of mixed
+	# load; its section of $out is replaced. BENCH_SOAK=0 skips it,
+	# BENCH_SOAK=only runs it without the figures above.
+	if [ "${BENCH_SOAK:-1}" != 0 ]; then
+		"$PY" "$ROOT/tests/bench/soak.py" --build "$BUILD" --runtime "$rt" \
+			--runtime-sock "$sock" --work "$WORK/soak-$rt" --out "$out"
+	fi
 done
 log "done in $(( $(date +%s) - t0 )) s"

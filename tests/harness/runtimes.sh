@@ -13,6 +13,10 @@
 #                           files left by dead daemons, unmount everything under
 #                           DIR, remove DIR. Safe on a half-started, crashed or
 #                           absent DIR.
+#   runtimes.sh kill DIR RT SIGKILL runtime RT's API daemon (docker: dockerd,
+#                           podman: the API service); containers stay.
+#   runtimes.sh start DIR RT start it again on the same socket and state.
+#                           (Both for tests/integration/test_faults.py.)
 #   runtimes.sh gone DIR    exit 0 if no process runs from DIR, nothing is
 #                           mounted under it and it no longer exists; else list
 #                           what is left and exit 1.
@@ -89,7 +93,7 @@ in_netns() {
 now_ms() { date +%s%3N; }
 
 usage() {
-	echo "usage: $0 up|down|gone DIR" >&2
+	echo "usage: $0 up|down|gone DIR | kill|start DIR docker|podman" >&2
 	exit 2
 }
 
@@ -257,6 +261,31 @@ write_podman_conf() {
 	EOF
 }
 
+# start_dockerd DIR RUN: dockerd on DIR's socket against the running
+# containerd; returns once it answers (up, and `start` after a `kill`).
+start_dockerd() {
+	local dir=$1 run=$2 d=$1/docker pid
+	in_netns setsid "$DOCKERD" --config-file "$d/daemon.json" \
+		--host "unix://$d/docker.sock" --containerd "$run/containerd.sock" \
+		--data-root "$d/data" --exec-root "$run/dexec" --pidfile "$d/dockerd.pid" \
+		--bridge none --iptables=false --ip-masq=false \
+		</dev/null >>"$d/dockerd.log" 2>&1 &
+	pid=$!
+	echo "$pid" > "$d/dockerd.spawned"
+	wait_for dockerd "$d/docker.sock" "$pid" "$d/dockerd.log"
+}
+
+# start_podman DIR RUN: the podman API service on DIR's socket.
+start_podman() {
+	local p=$1/podman pid
+	CONTAINERS_CONF="$p/containers.conf" CONTAINERS_STORAGE_CONF="$p/storage.conf" \
+		in_netns setsid "$PODMAN" system service --time=0 "unix://$p/podman.sock" \
+		</dev/null >>"$p/service.log" 2>&1 &
+	pid=$!
+	echo "$pid" > "$p/service.pid"
+	wait_for podman "$p/podman.sock" "$pid" "$p/service.log"
+}
+
 up_docker() {
 	local dir=$1 run=$2 d=$1/docker pid
 	mkdir -p "$d/containerd" "$d/data" "$run/dexec" "$run/cstate"
@@ -287,14 +316,7 @@ up_docker() {
 		t=$(( t + 1 ))
 		sleep 0.05
 	done
-	in_netns setsid "$DOCKERD" --config-file "$d/daemon.json" \
-		--host "unix://$d/docker.sock" --containerd "$run/containerd.sock" \
-		--data-root "$d/data" --exec-root "$run/dexec" --pidfile "$d/dockerd.pid" \
-		--bridge none --iptables=false --ip-masq=false \
-		</dev/null >"$d/dockerd.log" 2>&1 &
-	pid=$!
-	echo "$pid" > "$d/dockerd.spawned"
-	wait_for dockerd "$d/docker.sock" "$pid" "$d/dockerd.log" || return 1
+	start_dockerd "$dir" "$run" || return 1
 	DOCKER_HOST="unix://$d/docker.sock" "$DOCKER_CLI" import \
 		-c "ENV PATH=/bin:/usr/bin" "$dir/image/sbx-test.tar" "$IMAGE" >/dev/null
 }
@@ -302,12 +324,7 @@ up_docker() {
 up_podman() {
 	local dir=$1 run=$2 p=$1/podman pid
 	write_podman_conf "$p" "$run"
-	CONTAINERS_CONF="$p/containers.conf" CONTAINERS_STORAGE_CONF="$p/storage.conf" \
-		in_netns setsid "$PODMAN" system service --time=0 "unix://$p/podman.sock" \
-		</dev/null >"$p/service.log" 2>&1 &
-	pid=$!
-	echo "$pid" > "$p/service.pid"
-	wait_for podman "$p/podman.sock" "$pid" "$p/service.log" || return 1
+	start_podman "$dir" "$run" || return 1
 	CONTAINERS_CONF="$p/containers.conf" CONTAINERS_STORAGE_CONF="$p/storage.conf" \
 		"$PODMAN" import --quiet --change "ENV PATH=/bin:/usr/bin" \
 		"$dir/image/sbx-test.tar" "$IMAGE" >/dev/null
@@ -503,6 +520,51 @@ cmd_down() {
 	log "down in $(( $(now_ms) - t0 )) ms"
 }
 
+# kill DIR RT: SIGKILL one runtime's API daemon (dockerd, or podman's API
+# service), as a crash would; containerd, shims, conmon and the containers
+# stay. Returns once it is gone. For the fault-injection tests.
+cmd_kill() {
+	local dir=$1 rt=$2 pid run
+	run=$(run_dir "$dir")
+	G_DIR=$dir G_RUN=$run
+	case $rt in
+	docker) pid=$(cat "$dir/docker/dockerd.pid" 2>/dev/null ||
+		cat "$dir/docker/dockerd.spawned" 2>/dev/null || true) ;;
+	podman)
+		# service.pid may name the in_netns wrapper, not podman: find the
+		# process serving this DIR's socket by its exact arguments.
+		pid=$(for f in /proc/[0-9]*/cmdline; do
+			if { tr '\0' ' ' <"$f"; } 2>/dev/null | grep -qF \
+				"system service --time=0 unix://$dir/podman/podman.sock"; then
+				f=${f#/proc/}; echo "${f%/cmdline}"
+			fi
+		done | head -n 1) ;;
+	*) usage ;;
+	esac
+	if ! ours "$pid"; then
+		log "$rt daemon of $dir is not running"
+		return 1
+	fi
+	kill -KILL "$pid"
+	while ours "$pid"; do sleep 0.02; done
+	# dockerd refuses to start while its pid file names a process that
+	# exists, and the killed one may linger as a zombie nobody reaps.
+	[ "$rt" = docker ] && rm -f "$dir/docker/dockerd.pid"
+	log "killed $rt daemon $pid"
+}
+
+# start DIR RT: start that daemon again (after kill) on the same socket and
+# state; returns once it answers GET /version.
+cmd_start() {
+	local dir=$1 rt=$2 run
+	run=$(run_dir "$dir")
+	case $rt in
+	docker) start_dockerd "$dir" "$run" ;;
+	podman) rm -f "$dir/podman/podman.sock"; start_podman "$dir" "$run" ;;
+	*) usage ;;
+	esac
+}
+
 cmd_gone() {
 	local dir=$1 run left=0 pids m p
 	run=$(run_dir "$dir")
@@ -529,12 +591,14 @@ cmd_gone() {
 	return "$left"
 }
 
-[ $# -eq 2 ] || usage
+[ $# -eq 2 ] || { [ $# -eq 3 ] && { [ "$1" = kill ] || [ "$1" = start ]; }; } || usage
 dir=$(realpath -m -- "$2")
 check_dir_arg "$dir"
 case "$1" in
 up) cmd_up "$dir" ;;
 down) cmd_down "$dir" ;;
 gone) cmd_gone "$dir" ;;
+kill) cmd_kill "$dir" "$3" ;;
+start) cmd_start "$dir" "$3" ;;
 *) usage ;;
 esac

@@ -342,6 +342,59 @@ class ComposeTest(unittest.TestCase):
         r = self.call("GET", "/api/v1/whoami", self.player)
         self.assertEqual((r.status, r.json()["name"]), (200, "pl"), r.body)
 
+    def up(self, env):
+        r = subprocess.run(["sh", UP], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=900)
+        log = r.stdout.decode(errors="replace")
+        self.assertEqual(r.returncode, 0, log[-6000:])
+        self.assertNoSecret(self.token, log, "up.sh output")
+        return log
+
+    def images_of(self, ref):
+        return [i["Id"] for i in self.engine.get("/images/json")
+                if ref in (i.get("RepoTags") or [])]
+
+    def test_up_again_keeps_settings_images_and_containers(self):
+        # Runs last (u): it recreates the broker once, with an override.
+        override = os.path.join(self.dir, "override.yml")
+        with open(override, "w") as f:
+            f.write("services:\n  broker:\n    environment:\n"
+                    "      SBX_IMAGES: sbx-stock-busybox:1\n")
+        with open(self.envfile, "a") as f:
+            f.write("# mine\nOPERATOR_NOTE=keep me\n")
+        self.up(dict(self.env, SBX_COMPOSE_OVERRIDE=override))
+        # Again with none of the settings in the environment: the env file's
+        # port, prefix, tag, sandbox image and override are this run's defaults.
+        bare = {k: v for k, v in self.env.items() if k not in (
+            "SBX_API_PORT", "SBX_NAME_PREFIX", "SBX_TAG", "SBX_SANDBOX_IMAGE",
+            "SBX_COMPOSE_OVERRIDE")}
+        before = {s: self.inspect(s) for s in ("broker", "api")}
+        images = {t: self.images_of("%s:%s" % (t, self.tag)) for t in ("sbx-broker", "sbx-api")}
+        log = self.up(bare)
+        with open(self.envfile) as f:
+            text = f.read()
+        for line in ("SBX_API_PORT=%d" % self.port, "SBX_NAME_PREFIX=" + self.prefix,
+                     "SBX_TAG=" + self.tag, "SBX_SANDBOX_IMAGE=" + sbxtest.test_image(),
+                     "COMPOSE_FILE=%s:%s" % (COMPOSE_FILE, override), "# mine",
+                     "OPERATOR_NOTE=keep me"):
+            self.assertIn(line + "\n", text)
+        self.assertEqual(text.count("OPERATOR_NOTE="), 1, text)
+        after = {s: self.inspect(s) for s in ("broker", "api")}
+        self.assertIn("SBX_IMAGES=sbx-stock-busybox:1", after["broker"]["Config"]["Env"])
+        # Same content: not imported again, no container recreated.
+        self.assertIn("image sbx-broker:%s unchanged" % self.tag, log)
+        for s in ("broker", "api"):
+            self.assertEqual(after[s]["Id"], before[s]["Id"], s + " was recreated")
+        for t, ids in images.items():
+            self.assertEqual(self.images_of("%s:%s" % (t, self.tag)), ids, t)
+        dangling = [i["Id"] for i in self.engine.get(
+            "/images/json", params={"filters": json.dumps({"dangling": ["true"]})})
+            if (i.get("Labels") or {}).get("org.opencontainers.image.title") in (
+                "sbx-broker", "sbx-api")]
+        self.assertEqual(dangling, [])
+        r = self.call("GET", "/api/v1/whoami", self.player)
+        self.assertEqual((r.status, r.json()["name"]), (200, "pl"), r.body)
+
     # ------------------------------------------------------------ cleanup
 
     @classmethod

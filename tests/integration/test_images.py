@@ -357,16 +357,19 @@ class TestCheck(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.dir, True)
 
-    def check(self, images, helper=None):
+    def check(self, images, helper=None, token="default", runtime=None):
         argv = [brokerfix.broker_binary(), "--check", "--runtime",
-                "unix:" + brokerfix.unix_path(self.host), "--token-file", self.token,
+                runtime or "unix:" + brokerfix.unix_path(self.host),
                 "--state-dir", os.path.join(self.dir, "state"), "--image", images[0]]
+        if token is not None:
+            argv += ["--token-file", self.token if token == "default" else token]
         if len(images) > 1:
             argv += ["--images", ",".join(images[1:])]
         if helper is not None:
             argv += ["--helper-path", helper]
         env = dict(os.environ)
         env.pop("SBX_BROKER_TOKEN", None)
+        env.pop("CREDENTIALS_DIRECTORY", None)
         r = subprocess.run(argv, capture_output=True, timeout=120, env=env)
         out = r.stdout.decode()
         self.assertNotIn(brokerfix.CANARY, out + r.stderr.decode())
@@ -393,6 +396,32 @@ class TestCheck(unittest.TestCase):
         self.assertEqual(rc, 69, out)
         self.assertEqual(len(problems), 1, out)
         self.assertIn("dynamically linked", problems[0])
+
+    def test_no_token_is_needed(self):
+        # An operator checking a host by hand has no token: --check still
+        # checks (0 when all is well), and reports the runtime's problems.
+        rc, out, problems = self.check([IMAGES["bare"]], token=None)
+        self.assertEqual((rc, problems), (0, []), out)
+        self.assertIn("0 problems", out)
+        rc, out, problems = self.check([IMAGES["bare"]], token=None,
+                                       runtime="unix:" + os.path.join(self.dir, "none.sock"))
+        self.assertEqual(rc, 69, out)
+        self.assertIn("container runtime unreachable", problems[0])
+        self.assertFalse(any("token" in p for p in problems), out)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "state")))
+
+    def test_a_configured_short_token_is_one_problem(self):
+        short = os.path.join(self.dir, "short.token")
+        fd = os.open(short, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(fd, b"tooshort\n")
+        os.close(fd)
+        rc, out, problems = self.check([IMAGES["bare"]], token=short)
+        self.assertEqual(rc, 69, out)
+        self.assertEqual(len(problems), 1, out)
+        self.assertIn("broker token", problems[0])
+        self.assertIn("at least 16", problems[0])
+        self.assertNotIn("tooshort", out)
+        self.assertIn("image: %s (linux/amd64): ok" % IMAGES["bare"], out)
 
 
 if __name__ == "__main__":

@@ -105,6 +105,7 @@ test_player_b_gets_404_on_every_route_of_player_a(void **state)
 	} routes[] = {
 		{ "PUT", "/sandbox", NULL },
 		{ "GET", "/sandbox", NULL },
+		{ "GET", "/sandbox?usage=1", NULL },
 		{ "DELETE", "/sandbox", NULL },
 		{ "POST", "/sandbox/exec", "{\"argv\":[\"true\"]}" },
 		{ "GET", "/sandbox/files?path=/work/a", NULL },
@@ -741,6 +742,55 @@ test_drain_lets_open_streams_finish_and_refuses_new_connections(void **state)
 	tu_res_free(&r);
 }
 
+/* ?usage=1 asks the driver's status_usage (and only then); the figures
+ * come back as the "usage" member; a bad flag is 400 before the driver. */
+static void
+test_status_usage_is_opt_in_and_passed_through(void **state)
+{
+	struct tu_res r = { 0 };
+	unsigned before;
+	json_t *j, *u;
+
+	(void)state;
+	start_fake();
+	alice_npc("alpha");
+	assert_int_equal(tu_req(&r, "PUT",
+	    "/api/v1/npcs/alpha/sandbox/files?path=/work/a", KA, "12345"), 200);
+	assert_int_equal(tu_req(&r, "PUT",
+	    "/api/v1/npcs/alpha/sandbox/files?path=/work/d/b", KA, "xyz"), 200);
+	before = stats()->calls[SBX_FAKE_STATUS_USAGE];
+	assert_int_equal(tu_req(&r, "GET", "/api/v1/npcs/alpha/sandbox", KA,
+	    NULL), 200);
+	assert_null(strstr(tu_text(&r), "\"usage\""));
+	assert_int_equal(stats()->calls[SBX_FAKE_STATUS_USAGE], before);
+	assert_int_equal(tu_req(&r, "GET", "/api/v1/npcs/alpha/sandbox?usage=2",
+	    KA, NULL), 400);
+	assert_string_equal(tu_code(&r), "bad_request");
+	assert_int_equal(stats()->calls[SBX_FAKE_STATUS_USAGE], before);
+	assert_int_equal(tu_req(&r, "GET", "/api/v1/npcs/alpha/sandbox?usage=1",
+	    KA, NULL), 200);
+	assert_int_equal(stats()->calls[SBX_FAKE_STATUS_USAGE], before + 1);
+	j = json_loads(tu_text(&r), 0, NULL);
+	u = json_object_get(j, "usage");
+	assert_true(json_is_object(u));
+	assert_int_equal(json_integer_value(json_object_get(u, "files")), 2);
+	assert_int_equal(json_integer_value(json_object_get(u,
+	    "apparent_bytes")), 8);
+	assert_true(json_is_false(json_object_get(u, "partial")));
+	assert_string_equal(json_string_value(json_object_get(j, "state")),
+	    "running");
+	json_decref(j);
+	/* Stopped: usage null, still 200. */
+	assert_int_equal(tu_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/stop", KA,
+	    NULL), 200);
+	assert_int_equal(tu_req(&r, "GET", "/api/v1/npcs/alpha/sandbox?usage=1",
+	    KA, NULL), 200);
+	j = json_loads(tu_text(&r), 0, NULL);
+	assert_true(json_is_null(json_object_get(j, "usage")));
+	json_decref(j);
+	tu_res_free(&r);
+}
+
 int
 main(void)
 {
@@ -784,6 +834,8 @@ main(void)
 		    test_api_key_never_appears_in_logs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_npc_names_routes_and_methods,
 		    setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_status_usage_is_opt_in_and_passed_through, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_drain_lets_open_streams_finish_and_refuses_new_connections,
 		    setup, teardown),

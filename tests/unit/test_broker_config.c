@@ -110,6 +110,48 @@ test_bad_values_are_refused_naming_the_key(void **state)
 	assert_int_equal(cfg.nano_cpus, 250000000);
 }
 
+/* --socket-mode is written as chmod writes it (0660); the decimal form the
+ * docs gave before (432) still means the same bits. */
+static void
+test_socket_mode_is_octal_as_written(void **state)
+{
+	(void)state;
+	unsetenv("DOCKER_HOST");
+	assert_int_equal(load((const char *const[]){ "--socket-mode", "0660",
+	    NULL }), 0);
+	assert_int_equal(cfg.socket_mode, 0660);
+	assert_int_equal(load((const char *const[]){ "--socket-mode", "0600",
+	    NULL }), 0);
+	assert_int_equal(cfg.socket_mode, 0600);
+	assert_int_equal(load((const char *const[]){ "--socket-mode", "432",
+	    NULL }), 0);
+	assert_int_equal(cfg.socket_mode, 0660);
+	setenv("SBX_SOCKET_MODE", "0640", 1);
+	assert_int_equal(load(NULL), 0);
+	unsetenv("SBX_SOCKET_MODE");
+	assert_int_equal(cfg.socket_mode, 0640);
+	/* not octal digits, or not a number at all: refused naming the key */
+	assert_int_equal(load((const char *const[]){ "--socket-mode", "0680",
+	    NULL }), -1);
+	assert_non_null(strstr(err.message, "socket_mode"));
+	assert_int_equal(load((const char *const[]){ "--socket-mode", "rw",
+	    NULL }), -1);
+	assert_non_null(strstr(err.message, "socket_mode"));
+	assert_int_equal(load((const char *const[]){ "--socket-mode", "01777",
+	    NULL }), -1);
+	assert_string_equal(err.code, SBX_E_CONFIG);
+}
+
+static void
+test_default_image_is_the_one_the_tree_builds(void **state)
+{
+	(void)state;
+	unsetenv("DOCKER_HOST");
+	assert_int_equal(load(NULL), 0);
+	/* deploy/image/build.sh's IMAGE default */
+	assert_string_equal(cfg.image, "sbx-default:bookworm");
+}
+
 static void
 test_allowlist_is_image_then_images(void **state)
 {
@@ -134,6 +176,10 @@ main(void)
 		cmocka_unit_test_teardown(test_defaults_match_the_spec, teardown),
 		cmocka_unit_test_teardown(test_runtime_defaults_to_docker_host, teardown),
 		cmocka_unit_test_teardown(test_bad_values_are_refused_naming_the_key, teardown),
+		cmocka_unit_test_teardown(test_socket_mode_is_octal_as_written,
+		    teardown),
+		cmocka_unit_test_teardown(test_default_image_is_the_one_the_tree_builds,
+		    teardown),
 		cmocka_unit_test_teardown(test_allowlist_is_image_then_images, teardown),
 	};
 

@@ -112,6 +112,7 @@ struct breq {
 	char id[64];
 	struct bsbx *sbx;
 	struct sbx_op *op;
+	struct sbx_gate_body *gbody;  /* write: its streamed body (adr/0018) */
 	handler_fn serial_start;
 	int queued;
 	int64_t t0_mono, ts_ms;
@@ -280,6 +281,9 @@ serial_enqueue(struct breq *b, handler_fn start)
 /* ------------------------------------------------------------------ */
 /* The one way out of every request                                    */
 
+static void gather_cb(struct evbuffer *, const struct evbuffer_cb_info *,
+    void *);
+
 static void
 breq_free(struct breq *b)
 {
@@ -298,6 +302,10 @@ breq_free(struct breq *b)
 	free(b->after);
 	if (b->chunk != NULL)
 		evbuffer_free(b->chunk);
+	if (b->gbody != NULL) {
+		evbuffer_remove_cb(sbx_gate_body_buffer(b->gbody), gather_cb, b);
+		sbx_gate_body_free(b->gbody);
+	}
 	if (b->job_free != NULL)
 		b->job_free(b->job_arg);
 	free(b);
@@ -400,7 +408,12 @@ reply_json(struct breq *b, int status, json_t *obj, const char *outcome)
 			evbuffer_add_printf(out, "%s\n", text);
 		evhttp_add_header(evhttp_request_get_output_headers(b->req),
 		    "Content-Type", SBX_CT_JSON);
-		if (b->s->draining)
+		/* A streamed body not read to its end is read and dropped
+		 * after the reply (the gate), so the client can finish sending
+		 * and read it; one that stopped coming (504) ends here
+		 * (adr/0018). */
+		if (b->s->draining || (b->gbody != NULL && status == 504 &&
+		    !sbx_gate_body_complete(b->gbody)))
 			evhttp_add_header(evhttp_request_get_output_headers(
 			    b->req), "Connection", "close");
 		evhttp_send_reply(b->req, status, NULL, out);
@@ -1435,6 +1448,66 @@ write_done(void *arg, const struct sbx_err *err)
 	    (json_int_t)b->wsize), "ok");
 }
 
+/* A driver without write_stream: the whole body, then write (bounded by
+ * file_size_max as before adr/0018). */
+static void
+gather_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info,
+    void *arg)
+{
+	struct breq *b = arg;
+	struct sbx_err err;
+
+	if (info->n_added == 0 || b->op != NULL ||
+	    (uint64_t)evbuffer_get_length(buf) < b->wsize)
+		return;
+	evbuffer_remove_cb(buf, gather_cb, b);
+	sbx_err_clear(&err);
+	b->op = b->s->driver->ops->write(b->s->driver, b->id, b->path, b->mode,
+	    buf, write_done, b, &err);
+	if (b->op == NULL) {
+		if (b->watching && b->conn != NULL) {
+			stream_watch(b, b->conn, NULL);
+			b->watching = 0;
+		}
+		breq_fail(b, &err);
+	}
+}
+
+/* The body streams from the gate to the driver (adr/0018): the broker holds
+ * at most the gate's window of it, the driver WRITE_OUT_MAX. */
+static void
+write_streamed(struct breq *b)
+{
+	struct evbuffer *src = sbx_gate_body_buffer(b->gbody);
+	struct sbx_err err;
+
+	sbx_err_clear(&err);
+	b->wsize = sbx_gate_body_length(b->gbody);
+	if (b->s->driver->ops->write_stream == NULL) {
+		sbx_gate_body_window(b->gbody, (size_t)b->wsize);
+		if (evbuffer_add_cb(src, gather_cb, b) == NULL) {
+			breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
+			return;
+		}
+		fileop_watch(b);
+		sbx_gate_body_kick(b->gbody);
+		if ((uint64_t)evbuffer_get_length(src) >= b->wsize) {
+			struct evbuffer_cb_info info = { 0, 1, 0 };
+
+			gather_cb(src, &info, b);
+		}
+		return;
+	}
+	b->op = b->s->driver->ops->write_stream(b->s->driver, b->id, b->path,
+	    b->mode, src, b->wsize, write_done, b, &err);
+	if (b->op == NULL) {
+		breq_fail(b, &err);
+		return;
+	}
+	fileop_watch(b);
+	sbx_gate_body_kick(b->gbody);
+}
+
 static void
 h_write(struct breq *b)
 {
@@ -1475,6 +1548,10 @@ h_write(struct breq *b)
 	}
 	if (fileop_admit(b) == -1)
 		return;
+	if (b->gbody != NULL) {
+		write_streamed(b);
+		return;
+	}
 	/* Kept for the reply: the driver drains the body. */
 	b->wsize = evbuffer_get_length(in);
 	b->op = b->s->driver->ops->write(b->s->driver, b->id, b->path, b->mode,
@@ -1828,6 +1905,20 @@ gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
 	return SBX_GATE_PASS;
 }
 
+/* The gate's streaming hook: a file write's body goes to the handler as
+ * it arrives (adr/0018). */
+static int
+gate_stream(void *arg, const struct sbx_gate_head *h, const char *path)
+{
+	const struct route *r;
+	char id[64];
+
+	(void)arg;
+	r = route_find((enum evhttp_cmd_type)h->type, path, id, sizeof(id),
+	    NULL, 0);
+	return r != NULL && (r->flags & R_RAW);
+}
+
 static void
 dispatch(struct evhttp_request *req, void *arg)
 {
@@ -1908,6 +1999,9 @@ dispatch(struct evhttp_request *req, void *arg)
 	 * within the cap; the lengths are checked again all the same. */
 	len = evhttp_request_get_input_buffer(req) != NULL ?
 	    evbuffer_get_length(evhttp_request_get_input_buffer(req)) : 0;
+	if ((r->flags & R_RAW) &&
+	    (b->gbody = sbx_gate_body_take(s->gate, req)) != NULL)
+		len = (size_t)sbx_gate_body_length(b->gbody);
 	if (refused == SBX_GATE_TOO_LARGE)
 		len = SIZE_MAX;
 	if ((r->flags & R_JSON) && len > (size_t)s->cfg->body_max) {
@@ -2131,6 +2225,7 @@ broker_server_new(struct event_base *base, const struct broker_config *cfg,
 		if ((s->gate = sbx_gate_new(base, s->http, &lim, gate_check, s,
 		    err)) == NULL)
 			goto fail;
+		sbx_gate_set_stream(s->gate, gate_stream);
 	}
 	evhttp_set_timeout(s->http, HTTP_TIMEOUT_S);
 	/* Every method reaches dispatch, so even a 405 needs the token. */

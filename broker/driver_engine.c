@@ -153,6 +153,12 @@ struct eop {
 	char rexec[80];               /* the runtime's exec id */
 	struct evbuffer *stdin_buf;
 	int has_stdin;
+	/* write_stream: the caller's body source (adr/0018); src_left bytes
+	 * of it still to send; sent only while the runtime connection's
+	 * output holds less than WRITE_OUT_MAX */
+	struct evbuffer *src;
+	struct evbuffer_cb_entry *src_ent;
+	uint64_t src_left;
 	int64_t timeout_ms, cap, delivered, started_ms;
 	struct event *timer;
 	unsigned char fhdr[8];
@@ -478,10 +484,21 @@ op_free(struct eop *op)
 	free(op);
 }
 
+/* Lets go of a write_stream's source (before its owner hears the end). */
+static void
+src_detach(struct eop *op)
+{
+	if (op->src != NULL && op->src_ent != NULL)
+		evbuffer_remove_cb_entry(op->src, op->src_ent);
+	op->src_ent = NULL;
+	op->src = NULL;
+}
+
 /* Frees op now, or when the outermost callback frame on it returns. */
 static void
 op_release(struct eop *op)
 {
+	src_detach(op);
 	op->dead = 1;
 	sbx_http_req_cancel(op->http);
 	op->http = NULL;
@@ -520,6 +537,7 @@ finish_status(struct eop *op, const struct sbx_err *err,
 static void
 finish_done(struct eop *op, const struct sbx_err *err)
 {
+	src_detach(op);
 	if (op->done_cb != NULL)
 		op->done_cb(op->arg, err);
 	op_release(op);
@@ -3142,14 +3160,62 @@ file_timer_new(struct eop *op)
 	return 0;
 }
 
-/* A write's stdin leaving for the runtime is progress. */
+/* Bytes of a streamed write in the runtime connection's output at most:
+ * with the gate's window, what one write costs the broker (adr/0018). */
+#define WRITE_OUT_MAX (256 * 1024)
+
+/* Moves what the source has to the runtime while its output has room;
+ * closes the write side once every byte announced went. */
+static void
+src_pump(struct eop *op)
+{
+	struct bufferevent *bev;
+	struct evbuffer *out;
+	size_t n, have, room;
+
+	if (op->src == NULL || op->http == NULL || !op->got_stream ||
+	    (bev = sbx_http_req_bufferevent(op->http)) == NULL)
+		return;
+	out = bufferevent_get_output(bev);
+	while (op->src_left > 0 && (have = evbuffer_get_length(op->src)) > 0 &&
+	    evbuffer_get_length(out) < WRITE_OUT_MAX) {
+		room = WRITE_OUT_MAX - evbuffer_get_length(out);
+		n = have < room ? have : room;
+		if ((uint64_t)n > op->src_left)
+			n = (size_t)op->src_left;
+		if (evbuffer_remove_buffer(op->src, out, n) <= 0)
+			break;
+		op->src_left -= n;
+	}
+	if (op->src_left == 0) {
+		src_detach(op);
+		sbx_http_req_close_write(op->http);
+	}
+}
+
+/* New bytes in a write_stream's source. */
+static void
+src_added(struct evbuffer *buf, const struct evbuffer_cb_info *info,
+    void *arg)
+{
+	(void)buf;
+	if (info->n_added > 0)
+		src_pump(arg);
+}
+
+/* A write's stdin leaving for the runtime is progress (and room for more). */
 static void
 write_drained(struct evbuffer *buf, const struct evbuffer_cb_info *info,
     void *arg)
 {
+	struct eop *op = arg;
+
 	(void)buf;
-	if (info->n_deleted > 0)
-		file_progress(arg);
+	if (info->n_deleted > 0) {
+		file_progress(op);
+		if (op->src != NULL && evbuffer_get_length(buf) < WRITE_OUT_MAX / 2)
+			src_pump(op);
+	}
 }
 
 /* The exec has ended with exit status code. */
@@ -3674,7 +3740,10 @@ stream_response(void *arg, struct sbx_http_req *req, int status)
 			    sbx_http_req_bufferevent(req)), write_drained, op);
 		if (op->stdin_buf != NULL)
 			sbx_http_req_write_buffer(req, op->stdin_buf);
-		sbx_http_req_close_write(req);
+		if (op->src != NULL)
+			src_pump(op);     /* closes the write side at the end */
+		else
+			sbx_http_req_close_write(req);
 	}
 	if (op->kind == OP_EXEC && !op->stream_started) {
 		op->stream_started = 1;
@@ -4067,14 +4136,15 @@ eng_read(struct sbx_driver *d, const char *id, const char *path,
 	return &op->base;
 }
 
+/* write (body whole) or write_stream (src, len bytes, arriving). */
 static struct sbx_op *
-eng_write(struct sbx_driver *d, const char *id, const char *path,
-    uint32_t mode, struct evbuffer *body, sbx_done_cb cb, void *arg,
-    struct sbx_err *err)
+write_common(struct sbx_driver *d, const char *id, const char *path,
+    uint32_t mode, struct evbuffer *body, struct evbuffer *src, uint64_t len,
+    sbx_done_cb cb, void *arg, struct sbx_err *err)
 {
 	struct engine *e = (struct engine *)d;
 	struct eop *op;
-	char num[32], mstr[16];
+	char num[32], mstr[16], snum[32];
 
 	if (!id_valid(id)) {
 		sbx_err_set(err, SBX_E_INVALID_ID,
@@ -4089,7 +4159,9 @@ eng_write(struct sbx_driver *d, const char *id, const char *path,
 		sbx_err_set(err, SBX_E_BAD_REQUEST, "mode must be at most 0777");
 		return NULL;
 	}
-	if (body != NULL && evbuffer_get_length(body) > (size_t)e->file_max) {
+	if (body != NULL)
+		len = evbuffer_get_length(body);
+	if (len > (uint64_t)e->file_max) {
 		sbx_err_set(err, SBX_E_TOO_LARGE, "file is larger than the cap of "
 		    "%" PRId64 " bytes", e->file_max);
 		return NULL;
@@ -4121,13 +4193,44 @@ eng_write(struct sbx_driver *d, const char *id, const char *path,
 	json_array_append_new(op->cmd, json_string(num));
 	json_array_append_new(op->cmd, json_string("--id"));
 	json_array_append_new(op->cmd, json_string(op->exec_id));
+	/* The helper renames only when exactly len bytes came (a body cut
+	 * short never replaces the file). */
+	snprintf(snum, sizeof(snum), "%" PRIu64, len);
+	json_array_append_new(op->cmd, json_string("--size"));
+	json_array_append_new(op->cmd, json_string(snum));
 	if (file_timer_new(op) < 0) {
 		op_free(op);
 		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
 		return NULL;
 	}
+	if (src != NULL) {
+		op->src = src;
+		op->src_left = len;
+		if ((op->src_ent = evbuffer_add_cb(src, src_added, op)) == NULL) {
+			op->src = NULL;
+			op_free(op);
+			sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+			return NULL;
+		}
+	}
 	exec_begin(op);
 	return &op->base;
+}
+
+static struct sbx_op *
+eng_write(struct sbx_driver *d, const char *id, const char *path,
+    uint32_t mode, struct evbuffer *body, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	return write_common(d, id, path, mode, body, NULL, 0, cb, arg, err);
+}
+
+static struct sbx_op *
+eng_write_stream(struct sbx_driver *d, const char *id, const char *path,
+    uint32_t mode, struct evbuffer *src, uint64_t len, sbx_done_cb cb,
+    void *arg, struct sbx_err *err)
+{
+	return write_common(d, id, path, mode, NULL, src, len, cb, arg, err);
 }
 
 static struct sbx_op *
@@ -4630,6 +4733,7 @@ const struct sbx_driver_ops sbx_engine_driver_ops = {
 	.exec = eng_exec,
 	.read = eng_read,
 	.write = eng_write,
+	.write_stream = eng_write_stream,
 	.list = eng_list,
 	.stop = eng_stop,
 	.destroy = eng_destroy,

@@ -226,6 +226,21 @@ struct sbx_driver_ops {
 	 * runtime_error. Optional: NULL when a driver leaves nothing behind. */
 	struct sbx_op *(*reconcile)(struct sbx_driver *d, sbx_done_cb cb,
 	    void *arg, struct sbx_err *err);
+	/* write with the body streamed (SPEC §3 write(id, path, source);
+	 * adr/0018): len bytes (at most the driver's file cap, else
+	 * too_large) arrive in src over time, added by the caller; the driver
+	 * drains src only as fast as the sandbox takes them (the caller bounds
+	 * what it buffers in src, and learns of room from src's n_deleted),
+	 * and learns of new bytes through an evbuffer callback it puts on src
+	 * and removes before cb runs or when the op is cancelled. src must
+	 * live until then. The file is replaced only when exactly len bytes
+	 * came; a source that stops ends with timeout (file_timeout) or is
+	 * cancelled by its caller, the old file untouched. Errors as write.
+	 * Optional: NULL in a driver that takes whole bodies only (callers
+	 * then gather the body and use write). */
+	struct sbx_op *(*write_stream)(struct sbx_driver *d, const char *id,
+	    const char *path, uint32_t mode, struct evbuffer *src, uint64_t len,
+	    sbx_done_cb cb, void *arg, struct sbx_err *err);
 
 	/* status plus, for a running sandbox, st->usage (present 1): /work
 	 * walked inside the sandbox, bounded by the driver's configuration

@@ -19,6 +19,8 @@
 
 /* The request header the gate uses to hand dispatch its verdict. */
 #define HDR_REFUSED "X-Sbx-Refused"
+/* The request header tying a streamed body to its request (adr/0018). */
+#define HDR_BODY "X-Sbx-Body"
 
 /*
  * libevent 2.1.12 has no hook between a server request's headers and its
@@ -39,7 +41,7 @@
  * gate is stricter than evhttp's parser (it refuses what evhttp would merely
  * tolerate), so both always agree on where a request ends.
  */
-enum conn_state { G_HEAD, G_BODY, G_CHUNKED, G_CLOSED };
+enum conn_state { G_HEAD, G_BODY, G_SBODY, G_CHUNKED, G_CLOSED };
 enum chunk_state { C_SIZE, C_DATA, C_DATA_END, C_TRAILER };
 
 struct gconn {
@@ -62,6 +64,19 @@ struct gconn {
 	size_t hlen, off;         /* G_CHUNKED: head length, parse offset */
 	uint64_t total, cap, cleft;
 	enum chunk_state cst;
+	struct sbx_gate_body *body;  /* G_SBODY's body; NULL: released (discard) */
+};
+
+/* A streamed body (adr/0018): the gate keeps it from evhttp and hands it to
+ * whoever takes it, at most window bytes buffered at a time. */
+struct sbx_gate_body {
+	struct gconn *c;          /* NULL once the connection is gone */
+	struct evbuffer *buf;     /* arrived, not yet taken by the consumer */
+	struct evbuffer_cb_entry *ent;
+	uint64_t len, got;        /* Content-Length; bytes arrived so far */
+	uint64_t seq;
+	size_t window;
+	int taken;
 };
 
 struct sbx_gate {
@@ -71,6 +86,8 @@ struct sbx_gate {
 	sbx_gate_check_fn check;
 	void *arg;
 	char nonce[33];
+	sbx_gate_stream_fn stream;
+	uint64_t body_seq;
 	LIST_HEAD(, gconn) conns;
 	unsigned nconns;
 };
@@ -448,6 +465,132 @@ conn_check(struct gconn *c, const struct sbx_gate_head *h, uint64_t *cap)
 	return v == SBX_GATE_PASS ? SBX_GATE_PASS : SBX_GATE_UNAUTHORIZED;
 }
 
+/* Whether the daemon streams h's body (its route's hook). */
+static int
+conn_streams(struct gconn *c, const struct sbx_gate_head *h)
+{
+	struct evhttp_uri *uri = NULL;
+	char *target;
+	int r = 0;
+
+	if (!h->line_ok || h->type == EVHTTP_REQ_CONNECT ||
+	    (target = strndup(h->target, h->tlen)) == NULL)
+		return 0;
+	if ((uri = evhttp_uri_parse_with_flags(target,
+	    EVHTTP_URI_NONCONFORMANT)) != NULL &&
+	    evhttp_uri_get_path(uri) != NULL)
+		r = c->g->stream(c->g->arg, h, evhttp_uri_get_path(uri));
+	if (uri != NULL)
+		evhttp_uri_free(uri);
+	free(target);
+	return r;
+}
+
+/* Reading on while the consumer has room (and evhttp is not reading a
+ * request: its read callback would see bytes in a state it aborts on). */
+static void
+body_flow(struct sbx_gate_body *b)
+{
+	struct bufferevent *bev;
+	bufferevent_data_cb readcb = NULL;
+
+	if (b == NULL || b->c == NULL || b->c->body != b ||
+	    b->c->state != G_SBODY || b->c->evcon == NULL ||
+	    (bev = evhttp_connection_get_bufferevent(b->c->evcon)) == NULL)
+		return;
+	if (evbuffer_get_length(b->buf) >= b->window) {
+		bufferevent_disable(bev, EV_READ);
+		return;
+	}
+	bufferevent_getcb(bev, &readcb, NULL, NULL, NULL);
+	if (b->taken && readcb == NULL)
+		bufferevent_enable(bev, EV_READ);
+}
+
+/* The consumer took bytes: maybe room to read again. */
+static void
+body_drained(struct evbuffer *buf, const struct evbuffer_cb_info *info,
+    void *arg)
+{
+	(void)buf;
+	if (info->n_deleted > 0)
+		body_flow(arg);
+}
+
+/* Lets go of c's body (the consumer may still hold it). */
+static void
+conn_body_detach(struct gconn *c)
+{
+	struct sbx_gate_body *b = c->body;
+
+	c->body = NULL;
+	if (b == NULL)
+		return;
+	b->c = NULL;
+	if (!b->taken)
+		sbx_gate_body_free(b);
+}
+
+/*
+ * A head whose body streams: evhttp gets the head without its framing
+ * (no Content-Length, no Expect: it dispatches at once, body-less) and a
+ * HDR_BODY naming the body; the body's bytes go to c->body. Returns 0, or
+ * -1 (out of memory) to let the body through as usual.
+ */
+static int
+conn_stream_head(struct gconn *c, struct evbuffer *in, const char *p,
+    const struct sbx_gate_head *h)
+{
+	const char *ls = p, *le, *end = p + h->len, *colon;
+	struct sbx_gate_body *b;
+	struct bufferevent *bev;
+	size_t ll;
+	int first = 1, expect = 0;
+
+	if ((b = calloc(1, sizeof(*b))) == NULL ||
+	    (b->buf = evbuffer_new()) == NULL ||
+	    (b->ent = evbuffer_add_cb(b->buf, body_drained, b)) == NULL) {
+		if (b != NULL && b->buf != NULL)
+			evbuffer_free(b->buf);
+		free(b);
+		return -1;
+	}
+	b->len = h->cl;
+	b->window = SBX_GATE_BODY_WINDOW;
+	b->seq = ++c->g->body_seq;
+	while (ls < end && (le = memchr(ls, '\n', (size_t)(end - ls))) != NULL) {
+		ll = (size_t)(le - ls);
+		if (ll > 0 && ls[ll - 1] == '\r')
+			ll--;
+		if (ll == 0)
+			break;
+		colon = first ? NULL : memchr(ls, ':', ll);
+		if (colon != NULL && (hname_is(ls, (size_t)(colon - ls),
+		    "Content-Length") || hname_is(ls, (size_t)(colon - ls),
+		    HDR_BODY) || hname_is(ls, (size_t)(colon - ls), "Expect"))) {
+			expect |= hname_is(ls, (size_t)(colon - ls), "Expect");
+		} else {
+			evbuffer_add(in, ls, ll);
+			evbuffer_add(in, "\r\n", 2);
+		}
+		first = 0;
+		ls = le + 1;
+	}
+	evbuffer_add_printf(in, "%s: %s %llu\r\n\r\n", HDR_BODY, c->g->nonce,
+	    (unsigned long long)b->seq);
+	evbuffer_drain(c->hold, h->len);
+	conn_body_detach(c);
+	c->body = b;
+	b->c = c;
+	c->state = G_SBODY;
+	c->left = h->cl;
+	/* evhttp would have said it; without Expect it does not. */
+	if (expect && c->evcon != NULL &&
+	    (bev = evhttp_connection_get_bufferevent(c->evcon)) != NULL)
+		bufferevent_write(bev, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+	return 0;
+}
+
 /* G_HEAD: returns 1 when it moved on, 0 when it needs more bytes. */
 static int
 conn_head(struct gconn *c, struct evbuffer *in)
@@ -501,6 +644,9 @@ conn_head(struct gconn *c, struct evbuffer *in)
 		conn_refuse(c, in, &h, 1, SBX_GATE_TOO_LARGE);
 		return 1;
 	}
+	if (h.cl > 0 && c->g->stream != NULL && conn_streams(c, &h) &&
+	    conn_stream_head(c, in, p, &h) == 0)
+		return 1;
 	evbuffer_remove_buffer(c->hold, in, h.len);
 	if (h.cl > 0) {
 		c->state = G_BODY;
@@ -634,6 +780,21 @@ conn_run(struct gconn *c, struct evbuffer *in)
 				return;
 			c->state = G_HEAD;
 			break;
+		case G_SBODY:
+			n = evbuffer_get_length(c->hold);
+			if (n > c->left)
+				n = (size_t)c->left;
+			c->left -= n;
+			if (c->body != NULL) {
+				c->body->got += n;
+				evbuffer_remove_buffer(c->hold, c->body->buf, n);
+				body_flow(c->body);
+			} else
+				evbuffer_drain(c->hold, n);   /* released */
+			if (c->left > 0)
+				return;
+			c->state = G_HEAD;
+			break;
 		case G_HEAD:
 			if (!conn_head(c, in))
 				return;
@@ -692,6 +853,7 @@ conn_free(struct gconn *c)
 	if (c == NULL)
 		return;
 	LIST_REMOVE(c, link);
+	conn_body_detach(c);
 	if (c->counted)
 		c->g->nconns--;
 	if (c->bind_ev != NULL)
@@ -932,6 +1094,89 @@ sbx_gate_watch(struct sbx_gate *g, struct evhttp_connection *conn,
 	c->closed = closed;
 	c->closed_arg = closed != NULL ? arg : NULL;
 	return 0;
+}
+
+void
+sbx_gate_set_stream(struct sbx_gate *g, sbx_gate_stream_fn stream)
+{
+	g->stream = stream;
+}
+
+struct sbx_gate_body *
+sbx_gate_body_take(struct sbx_gate *g, struct evhttp_request *req)
+{
+	struct evhttp_connection *conn = evhttp_request_get_connection(req);
+	const char *v = evhttp_find_header(evhttp_request_get_input_headers(req),
+	    HDR_BODY);
+	struct gconn *c = g != NULL && conn != NULL ? conn_find(g, conn) : NULL;
+	size_t n = strlen(g != NULL ? g->nonce : "");
+	char want[32];
+
+	if (c == NULL || c->body == NULL || c->body->taken || v == NULL ||
+	    strlen(v) <= n || v[n] != ' ' || sodium_memcmp(v, g->nonce, n) != 0)
+		return NULL;
+	snprintf(want, sizeof(want), "%llu", (unsigned long long)c->body->seq);
+	if (strcmp(v + n + 1, want) != 0)
+		return NULL;
+	c->body->taken = 1;
+	return c->body;
+}
+
+struct evbuffer *
+sbx_gate_body_buffer(struct sbx_gate_body *b)
+{
+	return b->buf;
+}
+
+uint64_t
+sbx_gate_body_length(const struct sbx_gate_body *b)
+{
+	return b->len;
+}
+
+int
+sbx_gate_body_complete(const struct sbx_gate_body *b)
+{
+	return b->got == b->len;
+}
+
+void
+sbx_gate_body_window(struct sbx_gate_body *b, size_t window)
+{
+	b->window = window > 0 ? window : 1;
+	body_flow(b);
+}
+
+void
+sbx_gate_body_kick(struct sbx_gate_body *b)
+{
+	body_flow(b);
+}
+
+void
+sbx_gate_body_free(struct sbx_gate_body *b)
+{
+	if (b == NULL)
+		return;
+	if (b->c != NULL) {
+		/* The rest of the body is read and thrown away. */
+		b->c->body = NULL;
+		if (b->c->state == G_SBODY && b->c->evcon != NULL &&
+		    b->taken) {
+			struct bufferevent *bev =
+			    evhttp_connection_get_bufferevent(b->c->evcon);
+			bufferevent_data_cb readcb = NULL;
+
+			if (bev != NULL) {
+				bufferevent_getcb(bev, &readcb, NULL, NULL, NULL);
+				if (readcb == NULL)
+					bufferevent_enable(bev, EV_READ);
+			}
+		}
+	}
+	evbuffer_remove_cb_entry(b->buf, b->ent);
+	evbuffer_free(b->buf);
+	free(b);
 }
 
 unsigned

@@ -11,6 +11,7 @@ struct event_base;
 struct evhttp;
 struct evhttp_connection;
 struct evhttp_request;
+struct evbuffer;
 
 /*
  * A gate's verdict on one request head. SBX_GATE_PASS lets the request
@@ -138,6 +139,64 @@ int sbx_gate_refusal(enum sbx_gate_verdict v, struct sbx_err *err);
  */
 int sbx_gate_watch(struct sbx_gate *g, struct evhttp_connection *conn,
     void (*closed)(struct evhttp_connection *, void *), void *arg);
+
+/*
+ * Streamed bodies (adr/0018). For a head that passes with a Content-Length
+ * above 0 and for which stream(arg, h, path) returns 1, the gate keeps the
+ * body from evhttp: evhttp gets the head without Content-Length and Expect
+ * (so it dispatches at once, with an empty input buffer) plus a marker
+ * header, and the body's bytes go to a struct sbx_gate_body that the
+ * handler takes. At most a window (SBX_GATE_BODY_WINDOW unless changed)
+ * of unconsumed bytes is buffered: past it the gate stops reading the
+ * socket until the consumer drains the buffer. Reading is only turned on
+ * while evhttp's read callback is unset (the handler must set it to NULL,
+ * as broker_http.c fileop_watch does: evhttp aborts on bytes it did not
+ * expect). An Expect: 100-continue is answered by the gate. Chunked bodies
+ * are not streamed (they pass as before, held until within the cap).
+ * stream runs like check (synchronously, path as there); NULL: none.
+ */
+#define SBX_GATE_BODY_WINDOW (256 * 1024)
+
+typedef int (*sbx_gate_stream_fn)(void *arg, const struct sbx_gate_head *h,
+    const char *path);
+
+/* Sets g's streaming hook (arg is sbx_gate_new's). */
+void sbx_gate_set_stream(struct sbx_gate *g, sbx_gate_stream_fn stream);
+
+struct sbx_gate_body;
+
+/*
+ * The streamed body of req, once: NULL when req's body was not streamed
+ * (then it is in evhttp's input buffer as usual), or was taken already.
+ * Only the gate's marker with its nonce and this request's sequence number
+ * counts. The caller owns the result and frees it with sbx_gate_body_free
+ * (also after the connection is gone: it stays valid, just gets no more
+ * bytes).
+ */
+struct sbx_gate_body *sbx_gate_body_take(struct sbx_gate *g,
+    struct evhttp_request *req);
+
+/* The bytes arrived and not consumed yet. The consumer drains it (an
+ * evbuffer callback on it learns of new bytes: n_added); it must not add. */
+struct evbuffer *sbx_gate_body_buffer(struct sbx_gate_body *b);
+
+/* The body's Content-Length, bytes (within the route's cap). */
+uint64_t sbx_gate_body_length(const struct sbx_gate_body *b);
+
+/* 1 when every byte of the body has arrived (consumed or not). */
+int sbx_gate_body_complete(const struct sbx_gate_body *b);
+
+/* Bytes buffered before the gate stops reading (0 counts as 1); a consumer
+ * that needs the whole body at once sets the length. */
+void sbx_gate_body_window(struct sbx_gate_body *b, size_t window);
+
+/* Re-decides reading (call after setting evhttp's read callback to NULL). */
+void sbx_gate_body_kick(struct sbx_gate_body *b);
+
+/* Frees b; the rest of its body is read and thrown away (the connection
+ * then serves its next request), unless the reply closes the connection.
+ * NULL ok. */
+void sbx_gate_body_free(struct sbx_gate_body *b);
 
 /* Connections open through g now (for tests and metrics). */
 unsigned sbx_gate_connections(const struct sbx_gate *g);

@@ -129,7 +129,8 @@ int helper_write_all(int fd, const void *buf, size_t n);
 int helper_read_file(const struct helper_ctx *ctx, const char *path, uint64_t max, int outfd,
     struct helper_err *err);
 int helper_write_file(const struct helper_ctx *ctx, const char *path, const char *mode,
-    uint64_t max, int infd, struct helper_err *err);
+    uint64_t max,
+    uint64_t size /* exact bytes expected (UINT64_MAX: until EOF), else no rename */, int infd, struct helper_err *err);
 /* list: after NULL or a name (entries sorted bytewise after it only);
  * limit 1..SBX_HELPER_LIST_MAX entries (sbx_helper_proto.h). */
 int helper_list_dir(const struct helper_ctx *ctx, const char *path, const char *after,

@@ -205,7 +205,7 @@ create_temp(int pfd, char *tmp, size_t tmpsz, struct helper_err *err)
 
 int
 helper_write_file(const struct helper_ctx *ctx, const char *path, const char *modestr,
-    uint64_t max, int infd, struct helper_err *err)
+    uint64_t max, uint64_t size, int infd, struct helper_err *err)
 {
 	char target[SBX_HELPER_PATH_MAX + 1];
 	char tmp[64];
@@ -267,6 +267,11 @@ helper_write_file(const struct helper_ctx *ctx, const char *path, const char *mo
 		}
 		if (r == 0)
 			break;
+		if (size != UINT64_MAX && (uint64_t)r > size - total) {
+			helper_err_set(err, SBX_E_BAD_REQUEST, "input longer than the "
+			    "%llu bytes announced", (unsigned long long)size);
+			goto done;
+		}
 		if ((uint64_t)r > max - total) {
 			helper_err_set(err, SBX_E_TOO_LARGE, "input over the %llu byte limit",
 			    (unsigned long long)max);
@@ -277,6 +282,14 @@ helper_write_file(const struct helper_ctx *ctx, const char *path, const char *mo
 			goto done;
 		}
 		total += (uint64_t)r;
+	}
+	/* A body cut short (the client left, the stream broke) never replaces
+	 * the file: the temporary goes (adr/0018). */
+	if (size != UINT64_MAX && total != size) {
+		helper_err_set(err, SBX_E_CANCELLED, "input ended after %llu of the "
+		    "%llu bytes announced", (unsigned long long)total,
+		    (unsigned long long)size);
+		goto done;
 	}
 	if (fsync(tfd) < 0) {
 		helper_err_errno(err, errno, "fsync");

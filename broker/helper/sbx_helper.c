@@ -16,6 +16,7 @@
 /* Options a mode accepts besides the global ones. */
 #define OPT_MAX 0x01
 #define OPT_ID 0x02
+#define OPT_SIZE 0x100 /* write --size: the exact byte count expected (adr/0018) */
 #define OPT_TIMEOUT 0x04
 #define OPT_CWD 0x08
 #define OPT_ARGV 0x10 /* "--" then the command */
@@ -26,6 +27,7 @@ struct args {
 	const char *pos[2];
 	int npos;
 	uint64_t max;
+	uint64_t size;     /* write --size; UINT64_MAX: not given */
 	const char *id;
 	uint64_t timeout_ms;
 	const char *cwd;
@@ -69,7 +71,7 @@ run_read(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 static int
 run_write(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 {
-	return helper_write_file(ctx, a->pos[0], a->pos[1], a->max, 0, err);
+	return helper_write_file(ctx, a->pos[0], a->pos[1], a->max, a->size, 0, err);
 }
 
 static int
@@ -126,7 +128,7 @@ run_du(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 static const struct mode modes[] = {
 	{ SBX_HELPER_MODE_VERSION, run_version, 0, 0, 0 },
 	{ SBX_HELPER_MODE_READ, run_read, 1, OPT_MAX | OPT_ID, 1 },
-	{ SBX_HELPER_MODE_WRITE, run_write, 2, OPT_MAX | OPT_ID, 1 },
+	{ SBX_HELPER_MODE_WRITE, run_write, 2, OPT_MAX | OPT_ID | OPT_SIZE, 1 },
 	{ SBX_HELPER_MODE_LIST, run_list, 1, OPT_ID | OPT_LIST, 1 },
 	{ SBX_HELPER_MODE_EXEC, run_exec, 0, OPT_ID | OPT_TIMEOUT | OPT_CWD | OPT_ARGV | OPT_FRAMED,
 	    1 },
@@ -216,6 +218,7 @@ parse_args(int argc, char **argv, const struct mode **mp, struct args *a,
 	int i;
 
 	a->max = UINT64_MAX;
+	a->size = UINT64_MAX;
 	for (i = 1; i < argc; i++) {
 		opt = argv[i];
 		if (strcmp(opt, "--") == 0) {
@@ -245,6 +248,11 @@ parse_args(int argc, char **argv, const struct mode **mp, struct args *a,
 				if (parse_u64(val, UINT64_MAX - 1, &a->max) < 0)
 					return helper_err_set(err, SBX_E_BAD_REQUEST,
 					    "--max must be a byte count");
+			} else if (m != NULL && (m->opts & OPT_SIZE) &&
+			    strcmp(opt, "--size") == 0) {
+				if (parse_u64(val, UINT64_MAX - 1, &a->size) < 0)
+					return helper_err_set(err, SBX_E_BAD_REQUEST,
+					    "--size must be a byte count");
 			} else if (m != NULL && (m->opts & OPT_LIST) &&
 			    strcmp(opt, "--limit") == 0) {
 				if (parse_u64(val, SBX_HELPER_LIST_MAX, &a->limit) < 0 ||

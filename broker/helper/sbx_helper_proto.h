@@ -19,7 +19,10 @@
  *       stdout: the file's bytes. A file over BYTES (checked with fstat
  *       before the first byte, and again while streaming) -> too_large.
  *       Not a regular file -> bad_request.
- *   sbx-helper write PATH MODE [--max BYTES]
+ *   sbx-helper write PATH MODE [--max BYTES] [--size BYTES]
+ *       --size: the exact count the caller will send (adr/0018); stdin
+ *       ending before it -> cancelled, longer -> bad_request; either way
+ *       the temporary file is removed and PATH is untouched.
  *       stdin -> temporary file in PATH's directory, fsync, fchmod MODE
  *       (octal, at most 0777: setuid/setgid/sticky refused), renameat over
  *       PATH (atomic), fsync of the directory. Missing parent directories are

@@ -48,6 +48,9 @@ BROKER_SRC := $(filter-out broker/broker.c,$(wildcard broker/*.c))
 API_SRC := $(filter-out api/api.c,$(wildcard api/*.c))
 CLI_SRC := $(wildcard api/cli/*.c)
 HELPER_SRC := $(wildcard broker/helper/*.c)
+PROXY_SRC := $(wildcard broker/proxy/*.c)
+# The proxy's policy and request parser, also linked into its tests.
+PROXY_LIB_SRC := $(filter broker/proxy/proxy_policy.c broker/proxy/proxy_req.c,$(PROXY_SRC))
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 FAKE_SRC := $(wildcard tests/driver_fake.c)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
@@ -59,7 +62,8 @@ LIBBROKER := $(BUILD)/libsbxbroker.a
 LIBAPI := $(BUILD)/libsbxapi.a
 
 BINS := $(if $(wildcard broker/broker.c),$(BUILD)/sandbox-broker) $(if $(wildcard api/api.c),$(BUILD)/sandbox-api) \
-	$(if $(CLI_SRC),$(BUILD)/sbxctl) $(if $(HELPER_SRC),$(BUILD)/sbx-helper)
+	$(if $(CLI_SRC),$(BUILD)/sbxctl) $(if $(HELPER_SRC),$(BUILD)/sbx-helper) \
+	$(if $(PROXY_SRC),$(BUILD)/sbx-proxy)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzzers/%,$(FUZZ_SRC))
 
@@ -115,6 +119,15 @@ $(BUILD)/sbx-helper: $(HELPER_SRC) $(wildcard broker/helper/*.h) proto/sbx_proto
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -D_FORTIFY_SOURCE=2 $(CFLAGS) $(WARN) \
 		-fstack-protector-strong -static -o $@ $(HELPER_SRC)
 
+# The egress proxy runs in a container of the sandbox's image (adr/0026):
+# static like the helper, libevent linked in, glibc's NSS lookups replaced
+# (proxy_nonss.c: evdns is its only resolver).
+$(BUILD)/sbx-proxy: $(PROXY_SRC) $(wildcard broker/proxy/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -D_FORTIFY_SOURCE=2 $(CFLAGS) $(WARN) \
+		-fstack-protector-strong -static -o $@ $(PROXY_SRC) \
+		$(shell pkg-config --cflags libevent 2>/dev/null) -levent_extra -levent_core
+
 $(BUILD)/tests/%: tests/unit/%.c $(call obj,$(FAKE_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -o $@ $^ $(ALL_LDFLAGS) $(PKG_LIBS) -lcmocka -lm
@@ -122,6 +135,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(call obj,$(FAKE_SRC)) $(LIBBROKER) $(LIBAPI) 
 # The CLI is no library: its SSE parser is linked into its unit test.
 $(BUILD)/tests/test_cli_sse: $(call obj,api/cli/cli_sse.c)
 $(BUILD)/tests/test_cli_print: $(call obj,api/cli/cli_print.c)
+$(BUILD)/tests/test_proxy_policy: $(call obj,$(PROXY_LIB_SRC))
 
 unit: $(UNIT_BINS)
 
@@ -134,6 +148,7 @@ $(BUILD)/fuzzers/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) $(call obj,$(FAKE_
 # The CLI is no library: its reply parser's target links its other files.
 $(BUILD)/fuzzers/fuzz_cli_reply: $(call obj,$(filter-out api/cli/cli.c,$(CLI_SRC))) api/cli/cli.c
 $(BUILD)/fuzzers/fuzz_cli_sse: $(call obj,api/cli/cli_sse.c)
+$(BUILD)/fuzzers/fuzz_proxy_req: $(call obj,$(PROXY_LIB_SRC))
 
 fuzzers: $(FUZZ_BINS)
 
@@ -173,8 +188,9 @@ UNITS := $(wildcard deploy/systemd/*.service)
 # to BINDIR/LIBEXECDIR) and the sysusers.d file. No `sbx`: the CLI is sbxctl.
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR)
-	install -m 0755 $(filter-out $(BUILD)/sbx-helper,$(BINS)) $(DESTDIR)$(BINDIR)/
+	install -m 0755 $(filter-out $(BUILD)/sbx-helper $(BUILD)/sbx-proxy,$(BINS)) $(DESTDIR)$(BINDIR)/
 	$(if $(HELPER_SRC),install -m 0755 $(BUILD)/sbx-helper $(DESTDIR)$(LIBEXECDIR)/)
+	$(if $(PROXY_SRC),install -m 0755 $(BUILD)/sbx-proxy $(DESTDIR)$(LIBEXECDIR)/)
 	install -m 0755 deploy/egress-firewall.sh $(DESTDIR)$(LIBEXECDIR)/
 	install -d $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR)
 	for u in $(UNITS); do \
@@ -190,7 +206,7 @@ install: all
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/sandbox-broker $(DESTDIR)$(BINDIR)/sandbox-api \
 		$(DESTDIR)$(BINDIR)/sbxctl $(DESTDIR)$(LIBEXECDIR)/sbx-helper \
-		$(DESTDIR)$(LIBEXECDIR)/egress-firewall.sh \
+		$(DESTDIR)$(LIBEXECDIR)/sbx-proxy $(DESTDIR)$(LIBEXECDIR)/egress-firewall.sh \
 		$(patsubst deploy/systemd/%,$(DESTDIR)$(SYSTEMDUNITDIR)/%,$(UNITS)) \
 		$(DESTDIR)$(SYSUSERSDIR)/sbx.conf
 	-rmdir $(DESTDIR)$(LIBEXECDIR)

@@ -17,7 +17,7 @@ build-essential pkg-config
 libevent-dev libjansson-dev libsqlite3-dev libsodium-dev libcmocka-dev sqlite3
 docker.io docker-compose podman runc catatonit conmon uidmap iptables netavark aardvark-dns
 busybox-static debootstrap
-python3 curl jq iproute2 prometheus nftables
+python3 curl jq iproute2 prometheus nftables wget openssl
 chromium nodejs
 clang libclang-rt-14-dev
 systemd nginx-light
@@ -36,6 +36,9 @@ systemd nginx-light
 # drives Debian's chromium with playwright-core, which `make check` installs
 # from tests/e2e/package-lock.json into tests/e2e/node_modules (npm ci).
 # catatonit: podman's init for HostConfig.Init; docker.io brings tini.
+# wget, openssl: clients and the test certificate of the egress proxy's tests
+# (tests/integration/test_egress_proxy.py; libevent-dev's static archives
+# build the static sbx-proxy).
 # nftables: deploy/egress-firewall.sh (ADR 0014) and its test, in a network
 # namespace the test creates (tests/integration/test_egress.py).
 # docker-compose: Debian's 1.29, for deploy/compose (docs/deploy.md) and

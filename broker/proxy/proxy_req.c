@@ -28,10 +28,14 @@ proxy_req_head_len(const char *buf, size_t len)
 {
 	size_t i, n = len < PROXY_HEAD_MAX ? len : PROXY_HEAD_MAX;
 
-	for (i = 3; i < n; i++)
-		if (buf[i] == '\n' && buf[i - 1] == '\r' && buf[i - 2] == '\n' &&
-		    buf[i - 3] == '\r')
+	for (i = 0; i < n; i++) {
+		if (buf[i] != '\n')
+			continue;
+		if (i == 0 || buf[i - 1] != '\r')
+			return -2;
+		if (i >= 3 && buf[i - 2] == '\n' && buf[i - 3] == '\r')
 			return (long)(i + 1);
+	}
 	return len >= PROXY_HEAD_MAX ? -1 : 0;
 }
 

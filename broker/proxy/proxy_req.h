@@ -38,7 +38,8 @@ struct proxy_req {
 /*
  * Finds the end of a request head in buf (len bytes): returns the head's
  * length including the final CRLFCRLF, 0 when more bytes are needed (and
- * len < PROXY_HEAD_MAX), or -1 when no head ends within PROXY_HEAD_MAX.
+ * len < PROXY_HEAD_MAX), -1 when no head ends within PROXY_HEAD_MAX, or -2
+ * at a bare LF before the head's end (refused at once, not waited out).
  */
 long proxy_req_head_len(const char *buf, size_t len);
 

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
@@ -66,7 +67,10 @@ struct conn {
 	struct bufferevent *c, *u;
 	struct proxy_req req;
 	enum cstate st;
-	struct evutil_addrinfo *ai, *next;
+	struct evutil_addrinfo *ai;       /* evdns's answer (owned) */
+	struct evutil_addrinfo *list, *next; /* the checked addresses, next to dial */
+	struct evutil_addrinfo lit;       /* an IP literal's one address */
+	struct sockaddr_storage lit_sa;
 	struct evdns_getaddrinfo_request *dreq;
 	int closing;                      /* flush the peer's output, then free */
 };
@@ -196,10 +200,27 @@ deny(struct conn *k, int status, const char *why)
 }
 
 static void
+linger_read(struct bufferevent *bev, void *arg)
+{
+	(void)arg;
+	evbuffer_drain(bufferevent_get_input(bev), (size_t)-1);
+}
+
+/*
+ * The reply is out: half-close and read what the client still sends for a
+ * moment before closing, so that unread bytes (the rest of an oversized
+ * head) do not turn the close into a reset that eats the reply.
+ */
+static void
 reply_written(struct bufferevent *bev, void *arg)
 {
-	(void)bev;
-	conn_free(arg);
+	struct timeval t = { 2, 0 };
+
+	shutdown(bufferevent_getfd(bev), SHUT_WR);
+	bufferevent_setcb(bev, linger_read, NULL, reply_event, arg);
+	bufferevent_set_timeouts(bev, &t, NULL);
+	bufferevent_disable(bev, EV_WRITE);
+	bufferevent_enable(bev, EV_READ);
 }
 
 static void
@@ -368,7 +389,7 @@ check_addrs(struct conn *k, char *why, size_t len)
 	const char *range;
 	char s[64];
 
-	for (a = k->ai; a != NULL; a = a->ai_next) {
+	for (a = k->list; a != NULL; a = a->ai_next) {
 		if (proxy_addr_refused(a->ai_addr, px.pol, &range)) {
 			if (k->req.host_is_ip)
 				snprintf(why, len, "%s is in %s, which is never reached",
@@ -403,6 +424,7 @@ resolved(int result, struct evutil_addrinfo *res, void *arg)
 		return;
 	}
 	k->ai = res;
+	k->list = res;
 	k->next = res;
 	if (check_addrs(k, why, sizeof(why)) != 0) {
 		deny(k, 403, why);
@@ -427,6 +449,10 @@ head_read(struct bufferevent *bev, void *arg)
 
 	if (hl == 0)
 		return;
+	if (hl == -2) {
+		deny(k, 400, "bare LF in the request head");
+		return;
+	}
 	if (hl < 0) {
 		deny(k, 431, "request head longer than 8192 bytes");
 		return;
@@ -449,9 +475,32 @@ head_read(struct bufferevent *bev, void *arg)
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_protocol = IPPROTO_TCP;
 	is_ip = k->req.host_is_ip;
-	if (is_ip)
-		hints.ai_flags = EVUTIL_AI_NUMERICHOST;
-	/* The callback may run before this returns (numeric hosts, hosts file). */
+	if (is_ip) {
+		/* An address literal: no lookup (the NSS stubs would refuse it). */
+		struct sockaddr_in *s4 = (struct sockaddr_in *)&k->lit_sa;
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&k->lit_sa;
+
+		memset(&k->lit, 0, sizeof(k->lit));
+		if (k->req.host_is_v6) {
+			s6->sin6_family = AF_INET6;
+			inet_pton(AF_INET6, k->req.host, &s6->sin6_addr);
+			k->lit.ai_addrlen = sizeof(*s6);
+		} else {
+			s4->sin_family = AF_INET;
+			inet_pton(AF_INET, k->req.host, &s4->sin_addr);
+			k->lit.ai_addrlen = sizeof(*s4);
+		}
+		k->lit.ai_family = k->lit_sa.ss_family;
+		k->lit.ai_addr = (struct sockaddr *)&k->lit_sa;
+		k->list = k->next = &k->lit;
+		if (check_addrs(k, why, sizeof(why)) != 0) {
+			deny(k, 403, why);
+			return;
+		}
+		try_connect(k);
+		return;
+	}
+	/* The callback may run before this returns (the hosts file). */
 	d = evdns_getaddrinfo(px.dns, k->req.host, NULL, &hints, resolved, k);
 	if (d != NULL && k->st == C_RESOLVE && k->ai == NULL)
 		k->dreq = d;

@@ -96,7 +96,7 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	long hl;
 
 	hl = proxy_req_head_len(buf, size);
-	FUZZ_ASSERT(hl >= -1 && hl <= (long)size && hl <= PROXY_HEAD_MAX);
+	FUZZ_ASSERT(hl >= -2 && hl <= (long)size && hl <= PROXY_HEAD_MAX);
 	if (hl <= 0) {
 		/* Not a head: the parser must refuse it as one anyway. */
 		if (size <= PROXY_HEAD_MAX) {

@@ -14,10 +14,14 @@
  * (GET /containers/{id}/logs) for metrics and the api's recent denials.
  * Paths, query strings and header values are never printed.
  *
- * Usage: sbx-proxy [--listen HOST:PORT] [--policy FILE] [--allow ENTRY]...
+ * Usage: sbx-proxy [--listen HOST:PORT|unix:PATH] [--policy FILE] [--allow ENTRY]...
  *        [--cidr CIDR]... [--resolver IP[:PORT]]... [--hosts FILE]
  *        [--max-conns N] [--head-timeout-ms MS] [--connect-timeout-ms MS]
  *        [--idle-timeout-ms MS] [--dns-timeout-ms MS]
+ *        sbx-proxy relay [--listen HOST:PORT] --to PATH
+ * The relay runs in the sandbox (NetworkMode none: loopback only): it
+ * passes each connection to 127.0.0.1:3128 unparsed to the proxy's unix
+ * socket in a volume both containers mount; it decides nothing.
  * SIGHUP re-reads --policy FILE (a bad file allows nothing until fixed);
  * SIGTERM/SIGINT stop. Exit: 0 stopped, 2 usage, 1 start-up failure.
  */
@@ -33,6 +37,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -58,6 +63,8 @@ struct px {
 	unsigned long allowed, denied;
 	int conns, max_conns;
 	int head_ms, connect_ms, idle_ms, dns_ms;
+	struct sockaddr_un relay_to;      /* relay mode: the proxy's socket */
+	int relay;
 };
 
 enum cstate { C_HEAD, C_RESOLVE, C_CONNECT, C_PIPE, C_REPLY };
@@ -302,7 +309,9 @@ start_pipe(struct conn *k)
 	struct evbuffer *in = bufferevent_get_input(k->c);
 
 	k->st = C_PIPE;
-	if (k->req.kind == PROXY_REQ_CONNECT) {
+	if (px.relay) {
+		/* relay: bytes as they come, nothing parsed */
+	} else if (k->req.kind == PROXY_REQ_CONNECT) {
 		evbuffer_drain(in, k->req.head_len);
 		evbuffer_add_printf(bufferevent_get_output(k->c),
 		    "HTTP/1.1 200 Connection established\r\n\r\n");
@@ -331,6 +340,14 @@ up_event(struct bufferevent *bev, short what, void *arg)
 	char a[64];
 
 	(void)bev;
+	if (px.relay) {
+		if (what & BEV_EVENT_CONNECTED) {
+			start_pipe(k);
+			return;
+		}
+		reply(k, 502, "the egress proxy of this sandbox is not reachable");
+		return;
+	}
 	if (what & BEV_EVENT_CONNECTED) {
 		proxy_addr_str(k->next->ai_addr, a, sizeof(a));
 		px.allowed++;
@@ -551,6 +568,26 @@ accepted(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int 
 		reply(k, 503, "too many connections through this proxy");
 		return;
 	}
+	if (px.relay) {
+		/* The sandbox's side: on to the proxy's unix socket, unparsed. */
+		struct timeval ct = { px.connect_ms / 1000, (px.connect_ms % 1000) * 1000 };
+
+		k->u = bufferevent_socket_new(px.base, -1, BEV_OPT_CLOSE_ON_FREE);
+		if (k->u == NULL) {
+			conn_free(k);
+			return;
+		}
+		bufferevent_set_timeouts(k->u, NULL, &ct);
+		bufferevent_setcb(k->u, NULL, NULL, up_event, k);
+		bufferevent_setcb(k->c, NULL, NULL, head_event, k);
+		if (bufferevent_socket_connect(k->u, (struct sockaddr *)&px.relay_to,
+		    sizeof(px.relay_to)) != 0) {
+			bufferevent_free(k->u);
+			k->u = NULL;
+			reply(k, 502, "the egress proxy of this sandbox is not reachable");
+		}
+		return;
+	}
 	bufferevent_set_timeouts(k->c, &ht, NULL);
 	bufferevent_setcb(k->c, head_read, NULL, head_event, k);
 	bufferevent_enable(k->c, EV_READ);
@@ -621,14 +658,27 @@ on_term(evutil_socket_t fd, short what, void *arg)
 static void
 usage(void)
 {
-	fprintf(stderr, "usage: sbx-proxy [--listen HOST:PORT] [--policy FILE] [--allow ENTRY]...\n"
+	fprintf(stderr, "usage: sbx-proxy [--listen HOST:PORT|unix:PATH] [--policy FILE] [--allow ENTRY]...\n"
 	    "       [--cidr CIDR]... [--resolver IP[:PORT]]... [--hosts FILE] [--max-conns N]\n"
 	    "       [--head-timeout-ms MS] [--connect-timeout-ms MS] [--idle-timeout-ms MS]\n"
-	    "       [--dns-timeout-ms MS]\n");
+	    "       [--dns-timeout-ms MS]\n"
+	    "       sbx-proxy relay [--listen HOST:PORT] --to /PATH\n");
 	exit(2);
 }
 
-/* "IPv4:PORT" or "[IPv6]:PORT", PORT 0..65535 (0: any free port). */
+static int
+unix_addr(const char *path, struct sockaddr_un *un)
+{
+	memset(un, 0, sizeof(*un));
+	if (path[0] != '/' || strlen(path) >= sizeof(un->sun_path))
+		return -1;
+	un->sun_family = AF_UNIX;
+	strcpy(un->sun_path, path);
+	return 0;
+}
+
+/* "IPv4:PORT", "[IPv6]:PORT" (PORT 0..65535, 0: any free port) or
+ * "unix:/PATH". */
 static int
 parse_listen(const char *s, struct sockaddr_storage *ss, int *sl)
 {
@@ -638,6 +688,13 @@ parse_listen(const char *s, struct sockaddr_storage *ss, int *sl)
 	char *end;
 	long port;
 
+	memset(ss, 0, sizeof(*ss));
+	if (strncmp(s, "unix:", 5) == 0) {
+		if (unix_addr(s + 5, (struct sockaddr_un *)ss) != 0)
+			return -1;
+		*sl = sizeof(struct sockaddr_un);
+		return 0;
+	}
 	if (colon == NULL || colon[1] == '\0')
 		return -1;
 	hn = (size_t)(colon - s);
@@ -653,7 +710,6 @@ parse_listen(const char *s, struct sockaddr_storage *ss, int *sl)
 	port = strtol(colon + 1, &end, 10);
 	if (errno != 0 || *end != '\0' || port < 0 || port > 65535)
 		return -1;
-	memset(ss, 0, sizeof(*ss));
 	if (inet_pton(AF_INET, host, &((struct sockaddr_in *)ss)->sin_addr) == 1) {
 		((struct sockaddr_in *)ss)->sin_family = AF_INET;
 		((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
@@ -701,7 +757,13 @@ main(int argc, char **argv)
 	px.connect_ms = 10000;
 	px.idle_ms = 600000;
 	px.dns_ms = 3000;
-	for (i = 1; i < argc; i++) {
+	i = 1;
+	if (argc > 1 && strcmp(argv[1], "relay") == 0) {
+		px.relay = 1;
+		listen = "127.0.0.1:3128";
+		i = 2;
+	}
+	for (; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
 		if (v == NULL)
@@ -709,6 +771,10 @@ main(int argc, char **argv)
 		i++;
 		if (strcmp(a, "--listen") == 0)
 			listen = v;
+		else if (strcmp(a, "--to") == 0 && px.relay) {
+			if (unix_addr(v, &px.relay_to) != 0)
+				usage();
+		}
 		else if (strcmp(a, "--policy") == 0)
 			px.policy_file = v;
 		else if (strcmp(a, "--allow") == 0) {
@@ -741,6 +807,8 @@ main(int argc, char **argv)
 		else
 			usage();
 	}
+	if (px.relay && px.relay_to.sun_family != AF_UNIX)
+		usage();
 	if (px.policy_file != NULL && stdin_policy) {
 		fprintf(stderr, "sbx-proxy: --policy and --allow exclude each other\n");
 		return 2;
@@ -781,11 +849,19 @@ main(int argc, char **argv)
 		fprintf(stderr, "sbx-proxy: --hosts: cannot read the file\n");
 		return 1;
 	}
+	if (ss.ss_family == AF_UNIX)
+		unlink(((struct sockaddr_un *)&ss)->sun_path);   /* a previous proxy's */
 	lis = evconnlistener_new_bind(px.base, accepted, NULL,
 	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 128,
 	    (struct sockaddr *)&ss, sl);
 	if (lis == NULL) {
 		fprintf(stderr, "sbx-proxy: cannot listen on %s: %s\n", listen, strerror(errno));
+		return 1;
+	}
+	/* The socket's volume is the sandbox's alone (adr/0026): its users,
+	 * whatever their uid, may connect. */
+	if (ss.ss_family == AF_UNIX && chmod(((struct sockaddr_un *)&ss)->sun_path, 0666) != 0) {
+		fprintf(stderr, "sbx-proxy: chmod %s: %s\n", listen, strerror(errno));
 		return 1;
 	}
 	ev_hup = evsignal_new(px.base, SIGHUP, on_hup, NULL);
@@ -794,15 +870,22 @@ main(int argc, char **argv)
 	if (ev_hup == NULL || ev_term == NULL || ev_int == NULL || evsignal_add(ev_hup, NULL) != 0 ||
 	    evsignal_add(ev_term, NULL) != 0 || evsignal_add(ev_int, NULL) != 0)
 		return 1;
-	if (getsockname(evconnlistener_get_fd(lis), (struct sockaddr *)&ss, &len) == 0) {
+	if (ss.ss_family == AF_UNIX) {
+		printf("{\"event\":\"listening\",\"addr\":");
+		json_str(stdout, listen);
+		printf(",\"relay\":%s,\"rules\":%zu,\"cidrs\":%zu}\n", px.relay ? "true" : "false",
+		    pol.nrules, pol.ncidrs);
+		fflush(stdout);
+	} else if (getsockname(evconnlistener_get_fd(lis), (struct sockaddr *)&ss, &len) == 0) {
 		char a[64];
 		unsigned port = ss.ss_family == AF_INET6 ?
 		    ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) :
 		    ntohs(((struct sockaddr_in *)&ss)->sin_port);
 
 		proxy_addr_str((struct sockaddr *)&ss, a, sizeof(a));
-		printf("{\"event\":\"listening\",\"addr\":\"%s\",\"port\":%u,\"rules\":%zu,"
-		    "\"cidrs\":%zu}\n", a, port, pol.nrules, pol.ncidrs);
+		printf("{\"event\":\"listening\",\"addr\":\"%s\",\"port\":%u,\"relay\":%s,"
+		    "\"rules\":%zu,\"cidrs\":%zu}\n", a, port, px.relay ? "true" : "false",
+		    pol.nrules, pol.ncidrs);
 		fflush(stdout);
 	}
 	event_base_dispatch(px.base);

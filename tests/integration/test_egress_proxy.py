@@ -55,14 +55,12 @@ def run(*argv, check=True, **kw):
 class Proxy:
     """One sbx-proxy in the namespace; stdout (decision lines) kept."""
 
-    def __init__(self, ns, d, args):
+    def __init__(self, ns, d, args, listen="127.0.0.1:0", head=(PROXY,)):
         self.out_path = os.path.join(d, "proxy-%s.out" % secrets.token_hex(3))
         self.err_path = self.out_path + ".err"
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.p = subprocess.Popen(["ip", "netns", "exec", ns, PROXY, "--listen",
-                                       "127.0.0.1:0", "--resolver", DNS,
-                                       "--head-timeout-ms", "1500"] + args,
-                                      stdout=out, stderr=err)
+            self.p = subprocess.Popen(["ip", "netns", "exec", ns] + list(head) +
+                                      ["--listen", listen] + args, stdout=out, stderr=err)
         self.port = None
         if not wait_until(lambda: self._port() is not None or self.p.poll() is not None, 10) \
                 or self.port is None:
@@ -71,7 +69,7 @@ class Proxy:
     def _port(self):
         for l in self.lines():
             if l.get("event") == "listening":
-                self.port = l["port"]
+                self.port = l.get("port", 0)
         return self.port
 
     def text(self):
@@ -141,8 +139,9 @@ class EgressProxyTest(unittest.TestCase):
             raise
 
     @classmethod
-    def start_proxy(cls, *args):
-        p = Proxy(cls.ns, cls.dir, list(args))
+    def start_proxy(cls, *args, **kw):
+        p = Proxy(cls.ns, cls.dir, ["--resolver", DNS, "--head-timeout-ms", "1500"] + list(args),
+                  **kw)
         cls.proxies.append(p)
         return p
 
@@ -293,6 +292,33 @@ class EgressProxyTest(unittest.TestCase):
         self.assertTrue(wait_until(lambda: sum(l.get("event") == "policy"
                                                for l in p.lines()) == 2, 10))
         self.assertDenied("http://allowed.test:8080/", "not in this sandbox's allowlist", p)
+
+    def test_the_sandbox_side_relay_reaches_the_proxy_over_its_unix_socket_only(self):
+        # adr/0026: the sandbox has loopback only; its relay passes bytes to
+        # the proxy's socket in a volume both containers mount.
+        sock = os.path.join(self.dir, "px-%s.sock" % secrets.token_hex(3))
+        p = self.start_proxy("--allow", "allowed.test", listen="unix:" + sock)
+        self.assertEqual(os.stat(sock).st_mode & 0o777, 0o666)
+        relay = Proxy(self.ns, self.dir, ["--to", sock], head=(PROXY, "relay"))
+        self.proxies.append(relay)
+        code, body, _, _ = self.curl("http://allowed.test:8080/r", relay)
+        self.assertEqual(code, "200", body)
+        code, body, _, r = self.curl("https://allowed.test:8443/r", relay)
+        self.assertEqual(code, "200", (body, r.stderr))
+        self.assertIn("served-by %s:8443" % ALLOWED, body)
+        code, body, secs, _ = self.curl("http://denied.test:8080/", relay)
+        self.assertEqual(code, "403", body)
+        self.assertIn("denied.test:8080 is not in this sandbox's allowlist", body)
+        self.assertLess(secs, 1.0)
+        self.assertEqual([d["event"] for d in p.decisions()], ["allow", "allow", "deny"])
+        self.assertEqual([d["event"] for d in relay.decisions()], [])   # the relay decides nothing
+        # The proxy gone: the relay answers at once, it does not hang.
+        p.stop()
+        self.proxies.remove(p)
+        code, body, secs, _ = self.curl("http://allowed.test:8080/", relay)
+        self.assertEqual(code, "502", body)
+        self.assertIn("egress proxy of this sandbox is not reachable", body)
+        self.assertLess(secs, 1.0)
 
     # ------------------------------------------------- robustness, secrets
 

@@ -308,10 +308,18 @@ proxy_policy_parse(struct proxy_policy *p, const char *text, size_t len, char *w
 	return 0;
 }
 
+static int in_cidrs(const struct proxy_policy *p, int family, const uint8_t *a);
+
 int
 proxy_policy_allows(const struct proxy_policy *p, const char *host, uint16_t port)
 {
 	size_t i, hl = strlen(host);
+	uint8_t a[16];
+
+	/* An address literal inside an operator's CIDR is named by it. */
+	if ((inet_pton(AF_INET, host, a) == 1 && in_cidrs(p, AF_INET, a)) ||
+	    (inet_pton(AF_INET6, host, a) == 1 && in_cidrs(p, AF_INET6, a)))
+		return 1;
 
 	for (i = 0; i < p->nrules; i++) {
 		const struct proxy_rule *r = &p->rules[i];

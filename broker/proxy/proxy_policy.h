@@ -82,8 +82,8 @@ int proxy_host_normalise(const char *host, size_t len, char *out, int *is_ip,
  * 1 when the policy allows a normalised host (proxy_host_normalise) on
  * port, else 0. "*" matches all; "NAME" matches exactly NAME; "*.NAME"
  * matches any name ending in ".NAME" (not NAME itself); an entry with a
- * port matches only that port. An IP literal matches only "*" or an entry
- * naming the same literal.
+ * port matches only that port. An IP literal matches only "*", an entry
+ * naming the same literal, or (any port) one of p's CIDRs.
  */
 int proxy_policy_allows(const struct proxy_policy *p, const char *host, uint16_t port);
 

@@ -315,6 +315,11 @@ test_an_operator_cidr_opens_exactly_that_range(void **state)
 	assert_false(refused("192.168.5.7", &p, NULL));
 	assert_true(refused("192.168.5.8", &p, NULL));
 	assert_true(refused("169.254.169.254", &p, NULL));
+	/* a CIDR names its addresses as hosts too (any port), nothing else */
+	assert_true(proxy_policy_allows(&p, "10.77.3.4", 22));
+	assert_true(proxy_policy_allows(&p, "fd00:1::5", 443));
+	assert_false(proxy_policy_allows(&p, "10.78.3.4", 22));
+	assert_false(proxy_policy_allows(&p, "allowed.test", 443));
 	/* refused CIDRs: the list is unchanged */
 	assert_int_equal(proxy_policy_add_cidr(&p, "10.77.0.1/16", why, sizeof(why)), -1);
 	assert_non_null(strstr(why, "host bits"));

@@ -78,7 +78,7 @@ $(LIBSBX): $(call obj,$(COMMON_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(LIBBROKER): $(call obj,$(BROKER_SRC))
+$(LIBBROKER): $(call obj,$(BROKER_SRC) $(PROXY_LIB_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 

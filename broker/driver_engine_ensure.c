@@ -148,15 +148,8 @@ ensure_final(struct eop *op, int status, json_t *body, const struct sbx_err *err
 	struct sbx_status st;
 	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (REPLY_BAD(op, NULL, err, status, body, "inspect the new container", 200))
 		return;
-	}
-	if (status != 200) {
-		eng_runtime_err(&e, status, body, "inspect the new container");
-		eng_finish_err(op, &e);
-		return;
-	}
 	if (eng_status_from_inspect(op, body, &st, &e) < 0) {
 		eng_finish_err(op, &e);
 		return;
@@ -174,18 +167,10 @@ static void
 ensure_started(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
-	struct sbx_err e;
 	char path[256];
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (REPLY_BAD(op, NULL, err, status, body, "start the container", 204, 304))
 		return;
-	}
-	if (status != 204 && status != 304) {
-		eng_runtime_err(&e, status, body, "start the container");
-		eng_finish_err(op, &e);
-		return;
-	}
 	eng_inspect_path(op, path, sizeof(path));
 	eng_call(op, "GET", path, NULL, ensure_final);
 }
@@ -240,17 +225,12 @@ ensure_created(struct eop *op, int status, json_t *body,
 		return;
 	}
 	if (status == 404) {
-		sbx_err_set(&e, SBX_E_RUNTIME, "image %s is not present in the "
-		    "runtime (nothing can be pulled here: build or import it)",
-		    ens(op)->image);
+		eng_image_missing(&e, ens(op)->image);
 		eng_finish_err(op, &e);
 		return;
 	}
-	if (status != 201) {
-		eng_runtime_err(&e, status, body, "create the container");
-		eng_finish_err(op, &e);
+	if (REPLY_BAD(op, NULL, NULL, status, body, "create the container", 201))
 		return;
-	}
 	snprintf(op->cid, sizeof(op->cid), "%s", eng_jstr(body, "Id"));
 	if (!eng_name_ok(op->cid, sizeof(op->cid) - 1)) {
 		sbx_err_set(&e, SBX_E_RUNTIME, "runtime gave no container id");
@@ -314,17 +294,9 @@ static void
 net_dropped(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
-	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (REPLY_BAD(op, NULL, err, status, body, "remove the egress network", 200, 204, 404))
 		return;
-	}
-	if (status != 200 && status != 204 && status != 404) {
-		eng_runtime_err(&e, status, body, "remove the egress network");
-		eng_finish_err(op, &e);
-		return;
-	}
 	op->then(op);
 }
 
@@ -407,11 +379,8 @@ network_inspected(struct eop *op, int status, json_t *body,
 		ensure_create(op);
 		return;
 	}
-	if (status != 404) {
-		eng_runtime_err(&e, status, body, "inspect the egress network");
-		eng_finish_err(op, &e);
+	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the egress network", 404))
 		return;
-	}
 	bridge_name(op, bridge, sizeof(bridge));
 	req = json_pack("{s:s, s:s, s:b, s:b, s:{s:s, s:s}, s:{s:s}}",
 	    "Name", op->nname, "Driver", "bridge", "CheckDuplicate", 1,
@@ -467,7 +436,6 @@ static void
 volume_created(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
-	struct sbx_err e;
 
 	if (err != NULL) {
 		eng_finish_err(op, err);
@@ -477,11 +445,8 @@ volume_created(struct eop *op, int status, json_t *body,
 		ensure_retry_later(op);
 		return;
 	}
-	if (status != 201 && status != 200) {
-		eng_runtime_err(&e, status, body, "create the volume");
-		eng_finish_err(op, &e);
+	if (REPLY_BAD(op, NULL, NULL, status, body, "create the volume", 201, 200))
 		return;
-	}
 	/* An existing volume is returned as is: it must be ours. Docker
 	 * 20.10 answers a create of an existing volume after a daemon
 	 * restart without its labels ("Labels":null): ask inspect. */
@@ -524,17 +489,9 @@ static void
 ensure_removed(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
-	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (REPLY_BAD(op, NULL, err, status, body, "remove the old container", 204, 404))
 		return;
-	}
-	if (status != 204 && status != 404) {
-		eng_runtime_err(&e, status, body, "remove the old container");
-		eng_finish_err(op, &e);
-		return;
-	}
 	op->cid[0] = '\0';
 	if (ens(op)->old_helper[0] != '\0' &&
 	    strcmp(ens(op)->old_helper, op->e->helper_vol) != 0)
@@ -574,11 +531,8 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 		eng_ensure_helper(op);
 		return;
 	}
-	if (status != 200) {
-		eng_runtime_err(&e, status, body, "inspect the container");
-		eng_finish_err(op, &e);
+	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the container", 200))
 		return;
-	}
 	if (eng_status_from_inspect(op, body, &st, &e) < 0) {
 		eng_finish_err(op, &e);
 		return;
@@ -664,15 +618,8 @@ init_removed(struct eop *op, int status, json_t *body,
 		eng_finish_err(op, &e);
 		return;
 	}
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (REPLY_BAD(op, NULL, err, status, body, "remove the init container", 204, 404))
 		return;
-	}
-	if (status != 204 && status != 404) {
-		eng_runtime_err(&e, status, body, "remove the init container");
-		eng_finish_err(op, &e);
-		return;
-	}
 	if (ens(op)->aux_code != 0) {
 		sbx_err_set(&e, SBX_E_RUNTIME, "making /work of %s belong to the "
 		    "sandbox user failed (sbx-helper initwork exit status %" PRId64
@@ -708,18 +655,10 @@ static void
 init_started(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
-	struct sbx_err e;
 	char path[256];
 
-	if (err != NULL) {
-		init_fail(op, err);
+	if (REPLY_BAD(op, init_fail, err, status, body, "start the init container", 204, 304))
 		return;
-	}
-	if (status != 204 && status != 304) {
-		eng_runtime_err(&e, status, body, "start the init container");
-		init_fail(op, &e);
-		return;
-	}
 	snprintf(path, sizeof(path), API "/containers/%s/wait", ens(op)->aux_cid);
 	eng_call(op, "POST", path, NULL, init_waited);
 }
@@ -757,9 +696,7 @@ init_created(struct eop *op, int status, json_t *body,
 		return;
 	}
 	if (status == 404) {
-		sbx_err_set(&e, SBX_E_RUNTIME, "image %s is not present in the "
-		    "runtime (nothing can be pulled here: build or import it)",
-		    ens(op)->image);
+		eng_image_missing(&e, ens(op)->image);
 		eng_finish_err(op, &e);
 		return;
 	}

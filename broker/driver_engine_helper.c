@@ -104,32 +104,17 @@ hp_removed(struct eop *op, int status, json_t *body,
 		hp_finish(op, &e);
 		return;
 	}
-	if (err != NULL) {
-		hp_finish(op, err);
+	if (REPLY_BAD(op, hp_finish, err, status, body, "remove the helper fill container", 204, 404))
 		return;
-	}
-	if (status != 204 && status != 404) {
-		eng_runtime_err(&e, status, body, "remove the helper fill container");
-		hp_finish(op, &e);
-		return;
-	}
 	hp_finish(op, NULL);
 }
 
 static void
 hp_put(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 {
-	struct sbx_err e;
 
-	if (err != NULL) {
-		hp_end(op, err);
+	if (REPLY_BAD(op, hp_end, err, status, body, "copy sbx-helper into its volume", 200))
 		return;
-	}
-	if (status != 200) {
-		eng_runtime_err(&e, status, body, "copy sbx-helper into its volume");
-		hp_end(op, &e);
-		return;
-	}
 	hp_end(op, NULL);
 }
 
@@ -206,9 +191,7 @@ hp_created(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 		return;
 	}
 	if (status == 404) {
-		sbx_err_set(&er, SBX_E_RUNTIME, "image %s is not present in the "
-		    "runtime (nothing can be pulled here: build or import it)",
-		    hlp(op)->image);
+		eng_image_missing(&er, hlp(op)->image);
 		hp_end(op, &er);
 		return;
 	}
@@ -309,15 +292,8 @@ hp_version(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 	json_t *comp, *req;
 	size_t i;
 
-	if (err != NULL) {
-		hp_end(op, err);
+	if (REPLY_BAD(op, hp_end, err, status, body, "tell its version", 200))
 		return;
-	}
-	if (status != 200) {
-		eng_runtime_err(&er, status, body, "tell its version");
-		hp_end(op, &er);
-		return;
-	}
 	e->flavor = FLAVOR_DOCKER;
 	json_array_foreach(json_object_get(body, "Components"), i, comp)
 		if (strstr(eng_jstr(comp, "Name"), "Podman") != NULL)

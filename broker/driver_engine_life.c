@@ -27,6 +27,22 @@
 
 static void rec_next(struct eop *op);
 
+/* A new op of kind (size bytes) for sandbox id whose first step is the
+ * container's inspect, answered in cont. NULL with err. */
+static struct eop *
+inspect_first(struct sbx_driver *d, enum op_kind kind, size_t size,
+    const char *id, cont_fn cont, struct sbx_err *err)
+{
+	struct eop *op;
+	char path[256];
+
+	if ((op = eng_op_new((struct engine *)d, kind, id, size, err)) == NULL)
+		return NULL;
+	eng_inspect_path(op, path, sizeof(path));
+	eng_call(op, "GET", path, NULL, cont);
+	return op;
+}
+
 /* ---------- status ---------- */
 
 static void
@@ -45,11 +61,8 @@ status_inspected(struct eop *op, int status, json_t *body,
 		eng_finish_status(op, NULL, &st);
 		return;
 	}
-	if (status != 200) {
-		eng_runtime_err(&e, status, body, "inspect the container");
-		eng_finish_err(op, &e);
+	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the container", 200))
 		return;
-	}
 	if (eng_status_from_inspect(op, body, &st, &e) < 0) {
 		eng_finish_err(op, &e);
 		return;
@@ -61,16 +74,13 @@ struct sbx_op *
 eng_status(struct sbx_driver *d, const char *id, sbx_status_cb cb, void *arg,
     struct sbx_err *err)
 {
-	struct engine *e = (struct engine *)d;
 	struct eop *op;
-	char path[256];
 
-	if ((op = eng_op_new(e, OP_STATUS, id, sizeof(struct eop), err)) == NULL)
+	if ((op = inspect_first(d, OP_STATUS, sizeof(struct eop), id,
+	    status_inspected, err)) == NULL)
 		return NULL;
 	op->status_cb = cb;
 	op->arg = arg;
-	eng_inspect_path(op, path, sizeof(path));
-	eng_call(op, "GET", path, NULL, status_inspected);
 	return &op->base;
 }
 
@@ -90,11 +100,8 @@ stop_done(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 		eng_finish_err(op, &e);
 		return;
 	}
-	if (status != 204 && status != 304) {
-		eng_runtime_err(&e, status, body, "stop the container");
-		eng_finish_err(op, &e);
+	if (REPLY_BAD(op, NULL, NULL, status, body, "stop the container", 204, 304))
 		return;
-	}
 	eng_finish_done(op, NULL);
 }
 
@@ -127,16 +134,13 @@ struct sbx_op *
 eng_stop(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
     struct sbx_err *err)
 {
-	struct engine *e = (struct engine *)d;
 	struct eop *op;
-	char path[256];
 
-	if ((op = eng_op_new(e, OP_STOP, id, sizeof(struct eop), err)) == NULL)
+	if ((op = inspect_first(d, OP_STOP, sizeof(struct eop), id,
+	    stop_inspected, err)) == NULL)
 		return NULL;
 	op->done_cb = cb;
 	op->arg = arg;
-	eng_inspect_path(op, path, sizeof(path));
-	eng_call(op, "GET", path, NULL, stop_inspected);
 	return &op->base;
 }
 
@@ -153,17 +157,9 @@ static void
 destroy_volume_removed(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
-	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (REPLY_BAD(op, NULL, err, status, body, "remove the volume", 204, 404))
 		return;
-	}
-	if (status != 204 && status != 404) {
-		eng_runtime_err(&e, status, body, "remove the volume");
-		eng_finish_err(op, &e);
-		return;
-	}
 	eng_net_drop(op, destroy_finish);
 }
 
@@ -182,11 +178,8 @@ destroy_volume_inspected(struct eop *op, int status, json_t *body,
 		eng_net_drop(op, destroy_finish);
 		return;
 	}
-	if (status != 200) {
-		eng_runtime_err(&e, status, body, "inspect the volume");
-		eng_finish_err(op, &e);
+	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the volume", 200))
 		return;
-	}
 	if (!eng_managed(json_object_get(body, "Labels"))) {
 		sbx_err_set(&e, SBX_E_CONFLICT, "a volume named %s exists that "
 		    "sbx does not manage; it was left alone", op->vname);
@@ -230,17 +223,9 @@ static void
 destroy_removed(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
-	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (REPLY_BAD(op, NULL, err, status, body, "remove the container", 204, 404))
 		return;
-	}
-	if (status != 204 && status != 404) {
-		eng_runtime_err(&e, status, body, "remove the container");
-		eng_finish_err(op, &e);
-		return;
-	}
 	/* The last user of an old helper volume may have gone. */
 	if (dst(op)->old_helper[0] != '\0' &&
 	    strcmp(dst(op)->old_helper, op->e->helper_vol) != 0)
@@ -254,6 +239,7 @@ destroy_inspected(struct eop *op, int status, json_t *body,
 {
 	struct sbx_status st;
 	struct sbx_err e;
+	const char *hl;
 	char path[256];
 
 	if (err != NULL) {
@@ -264,19 +250,16 @@ destroy_inspected(struct eop *op, int status, json_t *body,
 		destroy_volume(op);
 		return;
 	}
-	if (status != 200) {
-		eng_runtime_err(&e, status, body, "inspect the container");
-		eng_finish_err(op, &e);
+	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the container", 200))
 		return;
-	}
 	if (eng_status_from_inspect(op, body, &st, &e) < 0) {
 		eng_finish_err(op, &e);
 		return;
 	}
+	hl = eng_label(json_object_get(json_object_get(body, "Config"), "Labels"),
+	    L_HELPER);
 	snprintf(dst(op)->old_helper, sizeof(dst(op)->old_helper), "%s",
-	    eng_label(json_object_get(json_object_get(body, "Config"), "Labels"),
-	    L_HELPER) != NULL ? eng_label(json_object_get(json_object_get(body,
-	    "Config"), "Labels"), L_HELPER) : "");
+	    hl != NULL ? hl : "");
 	snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0", op->cid);
 	eng_call(op, "DELETE", path, NULL, destroy_removed);
 }
@@ -285,16 +268,13 @@ struct sbx_op *
 eng_destroy(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
     struct sbx_err *err)
 {
-	struct engine *e = (struct engine *)d;
 	struct eop *op;
-	char path[256];
 
-	if ((op = eng_op_new(e, OP_DESTROY, id, sizeof(struct eop_destroy), err)) == NULL)
+	if ((op = inspect_first(d, OP_DESTROY, sizeof(struct eop_destroy), id,
+	    destroy_inspected, err)) == NULL)
 		return NULL;
 	op->done_cb = cb;
 	op->arg = arg;
-	eng_inspect_path(op, path, sizeof(path));
-	eng_call(op, "GET", path, NULL, destroy_inspected);
 	return &op->base;
 }
 

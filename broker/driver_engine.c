@@ -153,8 +153,9 @@ eng_finish_done(struct eop *op, const struct sbx_err *err)
 void
 eng_finish_sink_error(struct eop *op, const struct sbx_err *err)
 {
-	if (xop(op)->sink.error != NULL)
-		xop(op)->sink.error(xop(op)->sink.arg, err);
+	struct eop_exec *x = xop(op);
+	if (x->sink.error != NULL)
+		x->sink.error(x->sink.arg, err);
 	eng_op_release(op);
 }
 
@@ -447,7 +448,8 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 	e->prefix = strdup(c->name_prefix != NULL ? c->name_prefix : "sbx-");
 	if (e->bridge_prefix == NULL || e->prefix == NULL)
 		goto oom;
-	if (!eng_name_ok(e->prefix, 32) || !isalnum((unsigned char)e->prefix[0])) {
+	if (!eng_name_ok(e->prefix,
+	    32) || !isalnum((unsigned char)e->prefix[0])) {
 		sbx_err_set(err, SBX_E_BAD_REQUEST, "engine config: name prefix "
 		    "must be [A-Za-z0-9_.-], starting with a letter or digit");
 		goto fail;

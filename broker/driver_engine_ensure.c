@@ -91,6 +91,7 @@ sandbox_mounts(struct eop *op, int nocopy)
 static json_t *
 create_body(struct eop *op)
 {
+	struct eop_ensure *en = ens(op);
 	struct engine *e = op->e;
 	json_t *hc = NULL, *body = NULL, *mounts = NULL, *tmpfs = NULL;
 
@@ -105,12 +106,12 @@ create_body(struct eop *op)
 	    "SecurityOpt", "no-new-privileges",
 	    "ReadonlyRootfs", 1,
 	    "Tmpfs", tmpfs,
-	    "Memory", (json_int_t)ens(op)->mem,
-	    "MemorySwap", (json_int_t)ens(op)->mem,
-	    "NanoCpus", (json_int_t)ens(op)->cpus,
-	    "PidsLimit", (json_int_t)ens(op)->pids,
+	    "Memory", (json_int_t)en->mem,
+	    "MemorySwap", (json_int_t)en->mem,
+	    "NanoCpus", (json_int_t)en->cpus,
+	    "PidsLimit", (json_int_t)en->pids,
 	    "Mounts", mounts,
-	    "NetworkMode", ens(op)->egress ? op->nname : "none",
+	    "NetworkMode", en->egress ? op->nname : "none",
 	    "RestartPolicy", "Name", "no");
 	mounts = tmpfs = NULL;
 	if (hc == NULL)
@@ -121,7 +122,7 @@ create_body(struct eop *op)
 	 * an image's own ENTRYPOINT does not run. */
 	body = json_pack("{s:s, s:s, s:o, s:[s], s:[s], s:[s,s], s:s, s:i, s:b,"
 	    " s:b, s:o}",
-	    "Image", ens(op)->image,
+	    "Image", en->image,
 	    "User", e->user,
 	    "Labels", labels_json(op),
 	    "Entrypoint", SBX_HELPER_PATH,
@@ -148,7 +149,8 @@ ensure_final(struct eop *op, int status, json_t *body, const struct sbx_err *err
 	struct sbx_status st;
 	struct sbx_err e;
 
-	if (REPLY_BAD(op, NULL, err, status, body, "inspect the new container", 200))
+	if (REPLY_BAD(op, NULL, err, status, body, "inspect the new container",
+	    200))
 		return;
 	if (eng_status_from_inspect(op, body, &st, &e) < 0) {
 		eng_finish_err(op, &e);
@@ -169,7 +171,8 @@ ensure_started(struct eop *op, int status, json_t *body,
 {
 	char path[256];
 
-	if (REPLY_BAD(op, NULL, err, status, body, "start the container", 204, 304))
+	if (REPLY_BAD(op, NULL, err, status, body, "start the container", 204,
+	    304))
 		return;
 	eng_inspect_path(op, path, sizeof(path));
 	eng_call(op, "GET", path, NULL, ensure_final);
@@ -196,14 +199,15 @@ ensure_retry_cb(evutil_socket_t fd, short what, void *arg)
 static void
 ensure_retry_later(struct eop *op)
 {
+	struct eop_ensure *en = ens(op);
 	struct timeval tv = { 0, 0 };
 	struct sbx_err e;
 
-	ens(op)->retries++;
-	tv.tv_usec = 20000L * ens(op)->retries;
-	if (ens(op)->retry == NULL)
-		ens(op)->retry = evtimer_new(op->e->base.base, ensure_retry_cb, op);
-	if (ens(op)->retry == NULL || event_add(ens(op)->retry, &tv) < 0) {
+	en->retries++;
+	tv.tv_usec = 20000L * en->retries;
+	if (en->retry == NULL)
+		en->retry = evtimer_new(op->e->base.base, ensure_retry_cb, op);
+	if (en->retry == NULL || event_add(en->retry, &tv) < 0) {
 		sbx_err_set(&e, SBX_E_INTERNAL, "cannot arm a timer");
 		eng_finish_err(op, &e);
 	}
@@ -229,7 +233,8 @@ ensure_created(struct eop *op, int status, json_t *body,
 		eng_finish_err(op, &e);
 		return;
 	}
-	if (REPLY_BAD(op, NULL, NULL, status, body, "create the container", 201))
+	if (REPLY_BAD(op, NULL, NULL, status, body, "create the container",
+	    201))
 		return;
 	snprintf(op->cid, sizeof(op->cid), "%s", eng_jstr(body, "Id"));
 	if (!eng_name_ok(op->cid, sizeof(op->cid) - 1)) {
@@ -295,7 +300,8 @@ net_dropped(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
 
-	if (REPLY_BAD(op, NULL, err, status, body, "remove the egress network", 200, 204, 404))
+	if (REPLY_BAD(op, NULL, err, status, body, "remove the egress network",
+	    200, 204, 404))
 		return;
 	op->then(op);
 }
@@ -379,7 +385,8 @@ network_inspected(struct eop *op, int status, json_t *body,
 		ensure_create(op);
 		return;
 	}
-	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the egress network", 404))
+	if (REPLY_BAD(op, NULL, NULL, status, body,
+	    "inspect the egress network", 404))
 		return;
 	bridge_name(op, bridge, sizeof(bridge));
 	req = json_pack("{s:s, s:s, s:b, s:b, s:{s:s, s:s}, s:{s:s}}",
@@ -445,7 +452,8 @@ volume_created(struct eop *op, int status, json_t *body,
 		ensure_retry_later(op);
 		return;
 	}
-	if (REPLY_BAD(op, NULL, NULL, status, body, "create the volume", 201, 200))
+	if (REPLY_BAD(op, NULL, NULL, status, body, "create the volume", 201,
+	    200))
 		return;
 	/* An existing volume is returned as is: it must be ours. Docker
 	 * 20.10 answers a create of an existing volume after a daemon
@@ -490,7 +498,8 @@ ensure_removed(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
 
-	if (REPLY_BAD(op, NULL, err, status, body, "remove the old container", 204, 404))
+	if (REPLY_BAD(op, NULL, err, status, body, "remove the old container",
+	    204, 404))
 		return;
 	op->cid[0] = '\0';
 	if (ens(op)->old_helper[0] != '\0' &&
@@ -515,6 +524,7 @@ static void
 ensure_inspected(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
+	struct eop_ensure *en = ens(op);
 	struct sbx_status st;
 	struct sbx_err e;
 	const char *hl;
@@ -527,11 +537,12 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 	if (status == 404) {
 		/* A new volume, or one left without its container: its root is
 		 * made the user's (never what is in it). */
-		ens(op)->need_init = 1;
+		en->need_init = 1;
 		eng_ensure_helper(op);
 		return;
 	}
-	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the container", 200))
+	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the container",
+	    200))
 		return;
 	if (eng_status_from_inspect(op, body, &st, &e) < 0) {
 		eng_finish_err(op, &e);
@@ -539,19 +550,19 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 	}
 	hl = eng_label(json_object_get(json_object_get(body, "Config"), "Labels"),
 	    L_HELPER);
-	snprintf(ens(op)->old_helper, sizeof(ens(op)->old_helper), "%s",
+	snprintf(en->old_helper, sizeof(en->old_helper), "%s",
 	    hl != NULL ? hl : "");
 	/* Egress revoked: its network goes once the container has. */
-	ens(op)->drop_net = st.egress && !ens(op)->egress;
-	if (st.egress != ens(op)->egress || strcmp(st.image, ens(op)->image) != 0 ||
-	    strcmp(ens(op)->old_helper, op->e->helper_vol) != 0 ||
-	    (ens(op)->egress && !on_own_network(op, body))) {
+	en->drop_net = st.egress && !en->egress;
+	if (st.egress != en->egress || strcmp(st.image, en->image) != 0 ||
+	    strcmp(en->old_helper, op->e->helper_vol) != 0 ||
+	    (en->egress && !on_own_network(op, body))) {
 		/* Replace the container; the volume (the sandbox's data) stays.
 		 * A helper other than ours (rebuilt, or the bind mount before
 		 * adr/0009) is replaced too, and so is an egress sandbox not on
 		 * its own network (before adr/0014). Without our helper label
 		 * the volume was made before /work got its owner: prepare it. */
-		ens(op)->need_init = hl == NULL;
+		en->need_init = hl == NULL;
 		snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0",
 		    op->cid);
 		eng_call(op, "DELETE", path, NULL, ensure_removed);
@@ -610,24 +621,26 @@ static void
 init_removed(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
+	struct eop_ensure *en = ens(op);
 	struct sbx_err e;
 
-	ens(op)->aux_cid[0] = '\0';
-	if (ens(op)->aux_err.code[0] != '\0') {
-		e = ens(op)->aux_err;
+	en->aux_cid[0] = '\0';
+	if (en->aux_err.code[0] != '\0') {
+		e = en->aux_err;
 		eng_finish_err(op, &e);
 		return;
 	}
-	if (REPLY_BAD(op, NULL, err, status, body, "remove the init container", 204, 404))
+	if (REPLY_BAD(op, NULL, err, status, body, "remove the init container",
+	    204, 404))
 		return;
-	if (ens(op)->aux_code != 0) {
+	if (en->aux_code != 0) {
 		sbx_err_set(&e, SBX_E_RUNTIME, "making /work of %s belong to the "
 		    "sandbox user failed (sbx-helper initwork exit status %" PRId64
-		    ")", op->cname, ens(op)->aux_code);
+		    ")", op->cname, en->aux_code);
 		eng_finish_err(op, &e);
 		return;
 	}
-	ens(op)->need_init = 0;
+	en->need_init = 0;
 	ensure_network(op);
 }
 
@@ -657,7 +670,8 @@ init_started(struct eop *op, int status, json_t *body,
 {
 	char path[256];
 
-	if (REPLY_BAD(op, init_fail, err, status, body, "start the init container", 204, 304))
+	if (REPLY_BAD(op, init_fail, err, status, body,
+	    "start the init container", 204, 304))
 		return;
 	snprintf(path, sizeof(path), API "/containers/%s/wait", ens(op)->aux_cid);
 	eng_call(op, "POST", path, NULL, init_waited);
@@ -680,6 +694,7 @@ static void
 init_created(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
+	struct eop_ensure *en = ens(op);
 	struct sbx_err e;
 	char path[300];
 
@@ -687,7 +702,7 @@ init_created(struct eop *op, int status, json_t *body,
 		eng_finish_err(op, err);
 		return;
 	}
-	if (eng_name_taken(status, body) && ens(op)->aux_tries++ == 0) {
+	if (eng_name_taken(status, body) && en->aux_tries++ == 0) {
 		/* Left by a broker that died here: ours by its name (ids
 		 * cannot hold a '.'). */
 		snprintf(path, sizeof(path), API "/containers/%s.init?force=1&v=0",
@@ -696,17 +711,18 @@ init_created(struct eop *op, int status, json_t *body,
 		return;
 	}
 	if (status == 404) {
-		eng_image_missing(&e, ens(op)->image);
+		eng_image_missing(&e, en->image);
 		eng_finish_err(op, &e);
 		return;
 	}
-	if (status != 201 || !eng_name_ok(eng_jstr(body, "Id"), sizeof(ens(op)->aux_cid) - 1)) {
+	if (status != 201 || !eng_name_ok(eng_jstr(body, "Id"),
+	    sizeof(en->aux_cid) - 1)) {
 		eng_runtime_err(&e, status, body, "create the init container");
 		eng_finish_err(op, &e);
 		return;
 	}
-	snprintf(ens(op)->aux_cid, sizeof(ens(op)->aux_cid), "%s", eng_jstr(body, "Id"));
-	snprintf(path, sizeof(path), API "/containers/%s/start", ens(op)->aux_cid);
+	snprintf(en->aux_cid, sizeof(en->aux_cid), "%s", eng_jstr(body, "Id"));
+	snprintf(path, sizeof(path), API "/containers/%s/start", en->aux_cid);
 	eng_call(op, "POST", path, NULL, init_started);
 }
 
@@ -753,12 +769,13 @@ init_create(struct eop *op)
 static void
 ensure_init(struct eop *op)
 {
-	if (!ens(op)->need_init || op->e->flavor == FLAVOR_PODMAN) {
+	struct eop_ensure *en = ens(op);
+	if (!en->need_init || op->e->flavor == FLAVOR_PODMAN) {
 		ensure_network(op);
 		return;
 	}
-	sbx_err_clear(&ens(op)->aux_err);
-	ens(op)->aux_tries = 0;
+	sbx_err_clear(&en->aux_err);
+	en->aux_tries = 0;
 	init_create(op);
 }
 
@@ -825,7 +842,8 @@ eng_ensure(struct sbx_driver *d, const char *id, const struct sbx_spec *spec,
 	    pick_limit("nano_cpus", spec->nano_cpus, &e->cpus, &cpus, err) < 0 ||
 	    pick_limit("pids", spec->pids, &e->pids, &pids, err) < 0)
 		return NULL;
-	if ((op = eng_op_new(e, OP_ENSURE, id, sizeof(struct eop_ensure), err)) == NULL)
+	if ((op = eng_op_new(e, OP_ENSURE, id, sizeof(struct eop_ensure),
+	    err)) == NULL)
 		return NULL;
 	op->fini = ensure_fini;
 	op->status_cb = cb;

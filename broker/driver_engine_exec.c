@@ -53,6 +53,8 @@ exec_refused(struct eop *op, struct sbx_err *e)
 void
 eng_exec_recorded(struct eop *op)
 {
+	struct eop_exec *x = xop(op);
+	struct eop_cmd *cm = cmo(op);
 	static const char *const believed[] = {
 		SBX_E_PATH_OUTSIDE_WORK, SBX_E_NOT_FOUND, SBX_E_BAD_REQUEST,
 		SBX_E_FORBIDDEN, SBX_E_CANCELLED, NULL,
@@ -63,33 +65,33 @@ eng_exec_recorded(struct eop *op)
 	int n;
 	size_t i;
 
-	if (xop(op)->timer != NULL)
-		event_del(xop(op)->timer);
-	if (cmo(op)->xtimeout && !xop(op)->truncated) {
+	if (x->timer != NULL)
+		event_del(x->timer);
+	if (cm->xtimeout && !x->truncated) {
 		sbx_err_set(&e, SBX_E_TIMEOUT, "exec ran longer than its timeout "
-		    "of %" PRId64 " ms; its processes were killed", xop(op)->timeout_ms);
+		    "of %" PRId64 " ms; its processes were killed", x->timeout_ms);
 		eng_finish_err(op, &e);
 		return;
 	}
-	if (cmo(op)->got_herr && !xop(op)->truncated &&
-	    cmo(op)->xhow == SBX_HELPER_EXIT_HOW_EXITED &&
-	    cmo(op)->xcode == SBX_HELPER_EXEC_FAILED) {
+	if (cm->got_herr && !x->truncated &&
+	    cm->xhow == SBX_HELPER_EXIT_HOW_EXITED &&
+	    cm->xcode == SBX_HELPER_EXEC_FAILED) {
 		/* The command never ran: the helper's code if it is about the
 		 * request, else the runtime side failed. */
 		sbx_err_set(&e, SBX_E_RUNTIME, "sbx-helper could not start the "
-		    "command: %s", cmo(op)->herr_msg);
+		    "command: %s", cm->herr_msg);
 		for (i = 0; believed[i] != NULL; i++)
-			if (strcmp(cmo(op)->herr_code, believed[i]) == 0)
-				sbx_err_set(&e, believed[i], "%s", cmo(op)->herr_msg[0] !=
-				    '\0' ? cmo(op)->herr_msg : "sbx-helper refused the exec");
+			if (strcmp(cm->herr_code, believed[i]) == 0)
+				sbx_err_set(&e, believed[i], "%s", cm->herr_msg[0] !=
+				    '\0' ? cm->herr_msg : "sbx-helper refused the exec");
 		eng_finish_err(op, &e);
 		return;
 	}
-	if (cmo(op)->got_herr && cmo(op)->xhow == SBX_HELPER_EXIT_HOW_EXITED &&
-	    (cmo(op)->xcode == SBX_HELPER_EXEC_NOEXEC ||
-	    cmo(op)->xcode == SBX_HELPER_EXEC_NOTFOUND)) {
+	if (cm->got_herr && cm->xhow == SBX_HELPER_EXIT_HOW_EXITED &&
+	    (cm->xcode == SBX_HELPER_EXEC_NOEXEC ||
+	    cm->xcode == SBX_HELPER_EXEC_NOTFOUND)) {
 		/* Like a shell: the reason on stderr, then the status. */
-		n = snprintf(line, sizeof(line), "sbx-helper: %s\n", cmo(op)->herr_msg);
+		n = snprintf(line, sizeof(line), "sbx-helper: %s\n", cm->herr_msg);
 		if (n > 0 && (size_t)n < sizeof(line)) {
 			eng_op_enter(op);
 			eng_deliver(op, 2, (const unsigned char *)line, (size_t)n);
@@ -98,17 +100,17 @@ eng_exec_recorded(struct eop *op)
 		}
 	}
 	memset(&ex, 0, sizeof(ex));
-	ex.duration_ms = eng_now_ms() - xop(op)->started_ms;
-	ex.truncated = xop(op)->truncated;
-	if (cmo(op)->xhow == SBX_HELPER_EXIT_HOW_SIGNALED) {
-		ex.code = 128 + cmo(op)->xsig;
-		ex.signal = sigabbrev_np(cmo(op)->xsig);
+	ex.duration_ms = eng_now_ms() - x->started_ms;
+	ex.truncated = x->truncated;
+	if (cm->xhow == SBX_HELPER_EXIT_HOW_SIGNALED) {
+		ex.code = 128 + cm->xsig;
+		ex.signal = sigabbrev_np(cm->xsig);
 	} else
-		ex.code = cmo(op)->xcode;
-	if (xop(op)->truncated && ex.signal == NULL)
+		ex.code = cm->xcode;
+	if (x->truncated && ex.signal == NULL)
 		ex.signal = "KILL";
-	if (xop(op)->sink.exit != NULL)
-		xop(op)->sink.exit(xop(op)->sink.arg, &ex);
+	if (x->sink.exit != NULL)
+		x->sink.exit(x->sink.arg, &ex);
 	eng_op_release(op);
 }
 
@@ -117,10 +119,11 @@ eng_exec_recorded(struct eop *op)
 void
 eng_keep_errtail(struct eop *op, const unsigned char *buf, size_t len)
 {
-	if (evbuffer_get_length(xop(op)->errtail) + len > ERRTAIL_MAX)
-		evbuffer_drain(xop(op)->errtail, evbuffer_get_length(xop(op)->errtail));
+	struct eop_exec *x = xop(op);
+	if (evbuffer_get_length(x->errtail) + len > ERRTAIL_MAX)
+		evbuffer_drain(x->errtail, evbuffer_get_length(x->errtail));
 	if (len <= ERRTAIL_MAX)
-		evbuffer_add(xop(op)->errtail, buf, len);
+		evbuffer_add(x->errtail, buf, len);
 }
 
 /* The helper broke its frame protocol: what it says can no longer be
@@ -141,21 +144,22 @@ helper_protocol_error(struct eop *op, const char *what)
 static int
 exit_record(struct eop *op)
 {
-	const unsigned char *r = cmo(op)->hrec;
+	struct eop_cmd *cm = cmo(op);
+	const unsigned char *r = cm->hrec;
 
 	if ((r[3] & ~SBX_HELPER_EXIT_FLAG_TIMEOUT) != 0 || r[4] != 0 ||
 	    r[5] != 0 || r[6] != 0 || r[7] != 0)
 		return -1;
 	if (r[0] == SBX_HELPER_EXIT_HOW_EXITED && r[2] == 0)
-		cmo(op)->xcode = r[1];
+		cm->xcode = r[1];
 	else if (r[0] == SBX_HELPER_EXIT_HOW_SIGNALED && r[1] == 0 &&
 	    r[2] >= 1 && r[2] <= 64)
-		cmo(op)->xsig = r[2];
+		cm->xsig = r[2];
 	else
 		return -1;
-	cmo(op)->xhow = r[0];
-	cmo(op)->xtimeout = (r[3] & SBX_HELPER_EXIT_FLAG_TIMEOUT) != 0;
-	cmo(op)->got_exit = 1;
+	cm->xhow = r[0];
+	cm->xtimeout = (r[3] & SBX_HELPER_EXIT_FLAG_TIMEOUT) != 0;
+	cm->got_exit = 1;
 	return 0;
 }
 
@@ -164,25 +168,26 @@ exit_record(struct eop *op)
 static int
 error_record(struct eop *op)
 {
+	struct eop_cmd *cm = cmo(op);
 	json_t *line, *err;
 	const char *code, *msg;
 	size_t i;
 	int rc = -1;
 
-	line = json_loadb((const char *)cmo(op)->hrec, cmo(op)->hrec_len, 0, NULL);
+	line = json_loadb((const char *)cm->hrec, cm->hrec_len, 0, NULL);
 	err = json_object_get(line, "error");
 	code = json_string_value(json_object_get(err, "code"));
 	msg = json_string_value(json_object_get(err, "message"));
 	if (json_integer_value(json_object_get(line, "sbx_helper")) !=
 	    SBX_HELPER_PROTO || code == NULL || msg == NULL || code[0] == '\0' ||
-	    strlen(code) >= sizeof(cmo(op)->herr_code))
+	    strlen(code) >= sizeof(cm->herr_code))
 		goto done;
 	for (i = 0; code[i] != '\0'; i++)
 		if (!(code[i] >= 'a' && code[i] <= 'z') && code[i] != '_')
 			goto done;
-	snprintf(cmo(op)->herr_code, sizeof(cmo(op)->herr_code), "%s", code);
-	snprintf(cmo(op)->herr_msg, sizeof(cmo(op)->herr_msg), "%s", msg);
-	cmo(op)->got_herr = 1;
+	snprintf(cm->herr_code, sizeof(cm->herr_code), "%s", code);
+	snprintf(cm->herr_msg, sizeof(cm->herr_msg), "%s", msg);
+	cm->got_herr = 1;
 	rc = 0;
 done:
 	json_decref(line);
@@ -194,26 +199,27 @@ done:
 void
 eng_helper_frames(struct eop *op, const unsigned char *buf, size_t len)
 {
-	const unsigned char *h = cmo(op)->hhdr;
+	struct eop_cmd *cm = cmo(op);
+	const unsigned char *h = cm->hhdr;
 	uint32_t plen;
 	size_t n;
 	int ok;
 
 	while (len > 0 && !op->dead && xop(op)->streaming) {
-		if (cmo(op)->htype == 0) {
-			n = SBX_HELPER_FRAME_HDR - cmo(op)->hhdr_len;
+		if (cm->htype == 0) {
+			n = SBX_HELPER_FRAME_HDR - cm->hhdr_len;
 			if (n > len)
 				n = len;
-			memcpy(cmo(op)->hhdr + cmo(op)->hhdr_len, buf, n);
-			cmo(op)->hhdr_len += n;
+			memcpy(cm->hhdr + cm->hhdr_len, buf, n);
+			cm->hhdr_len += n;
 			buf += n;
 			len -= n;
-			if (cmo(op)->hhdr_len < SBX_HELPER_FRAME_HDR)
+			if (cm->hhdr_len < SBX_HELPER_FRAME_HDR)
 				break;
-			cmo(op)->hhdr_len = 0;
+			cm->hhdr_len = 0;
 			plen = (uint32_t)h[4] << 24 | (uint32_t)h[5] << 16 |
 			    (uint32_t)h[6] << 8 | h[7];
-			if (cmo(op)->got_exit) {
+			if (cm->got_exit) {
 				helper_protocol_error(op, "a frame after the exit record");
 				return;
 			}
@@ -231,7 +237,7 @@ eng_helper_frames(struct eop *op, const unsigned char *buf, size_t len)
 				break;
 			case SBX_HELPER_FRAME_ERROR:
 				ok = plen >= 1 && plen <= SBX_HELPER_ERROR_REC_MAX &&
-				    !cmo(op)->got_herr;
+				    !cm->got_herr;
 				break;
 			default:
 				ok = 0;
@@ -240,37 +246,43 @@ eng_helper_frames(struct eop *op, const unsigned char *buf, size_t len)
 				helper_protocol_error(op, "bad frame type or length");
 				return;
 			}
-			cmo(op)->htype = h[0];
-			cmo(op)->hleft = plen;
-			cmo(op)->hrec_len = 0;
+			cm->htype = h[0];
+			cm->hleft = plen;
+			cm->hrec_len = 0;
 			continue;
 		}
-		n = cmo(op)->hleft;
+		n = cm->hleft;
 		if (n > len)
 			n = len;
-		if (cmo(op)->htype == SBX_HELPER_FRAME_STDOUT ||
-		    cmo(op)->htype == SBX_HELPER_FRAME_STDERR) {
+		if (cm->htype == SBX_HELPER_FRAME_STDOUT ||
+		    cm->htype == SBX_HELPER_FRAME_STDERR) {
 			if (n > STREAM_CHUNK)
 				n = STREAM_CHUNK;
-			eng_deliver(op, cmo(op)->htype, buf, n);
+			eng_deliver(op, cm->htype, buf, n);
 		} else {
-			memcpy(cmo(op)->hrec + cmo(op)->hrec_len, buf, n);
-			cmo(op)->hrec_len += n;
+			memcpy(cm->hrec + cm->hrec_len, buf, n);
+			cm->hrec_len += n;
 		}
-		cmo(op)->hleft -= (uint32_t)n;
+		cm->hleft -= (uint32_t)n;
 		buf += n;
 		len -= n;
 		if (op->dead)
 			return;
-		if (cmo(op)->hleft > 0)
+		if (cm->hleft > 0)
 			continue;
-		if ((cmo(op)->htype == SBX_HELPER_FRAME_EXIT && exit_record(op) < 0) ||
-		    (cmo(op)->htype == SBX_HELPER_FRAME_ERROR && error_record(op) < 0)) {
+		if ((cm->htype == SBX_HELPER_FRAME_EXIT && exit_record(op) < 0) ||
+		    (cm->htype == SBX_HELPER_FRAME_ERROR && error_record(op) < 0)) {
 			helper_protocol_error(op, "malformed record");
 			return;
 		}
-		cmo(op)->htype = 0;
+		cm->htype = 0;
 	}
+}
+
+int
+eng_exec_got_exit(struct eop *op)
+{
+	return op->kind == OP_EXEC && cmo(op)->got_exit;
 }
 
 /* An exec without an exit record ended with exit status code (the helper
@@ -340,7 +352,8 @@ eng_exec(struct sbx_driver *d, const char *id, const struct sbx_exec_req *req,
 	}
 	timeout = req->timeout_ms > 0 ? req->timeout_ms : e->timeout.def;
 	cap = req->output_cap > 0 ? req->output_cap : e->output_cap;
-	if ((op = eng_helper_op(e, OP_EXEC, id, sizeof(struct eop_cmd), err)) == NULL)
+	if ((op = eng_helper_op(e, OP_EXEC, id, sizeof(struct eop_cmd),
+	    err)) == NULL)
 		return NULL;
 	xop(op)->sink = *sink;
 	xop(op)->exited = cmd_exited;

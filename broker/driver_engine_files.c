@@ -103,64 +103,67 @@ done:
 static void
 list_line(struct eop *op, const char *line, size_t len)
 {
+	struct eop_list *l = lso(op);
 	struct sbx_dirent d;
 	int r, trunc = 0;
 
-	if (lso(op)->list_bad)
+	if (l->list_bad)
 		return;
 	r = sbx_helper_list_line(line, len, &d, &trunc);
-	if (r < 0 || lso(op)->list_end || (r == 1 && lso(op)->nents >= lso(op)->list_limit)) {
-		lso(op)->list_bad = 1;
+	if (r < 0 || l->list_end || (r == 1 && l->nents >= l->list_limit)) {
+		l->list_bad = 1;
 		return;
 	}
 	if (r == 2) {
-		lso(op)->list_end = 1;
-		lso(op)->list_trunc = trunc;
+		l->list_end = 1;
+		l->list_trunc = trunc;
 		return;
 	}
 	if (r == 0)
 		return;
-	if (lso(op)->nents == lso(op)->ents_cap) {
-		size_t cap = lso(op)->ents_cap ? lso(op)->ents_cap * 2 : 256;
+	if (l->nents == l->ents_cap) {
+		size_t cap = l->ents_cap ? l->ents_cap * 2 : 256;
 		struct sbx_dirent *n;
 
-		if (cap > lso(op)->list_limit)
-			cap = lso(op)->list_limit;
-		if ((n = realloc(lso(op)->ents, cap * sizeof(*n))) == NULL) {
-			lso(op)->list_bad = 1;
+		if (cap > l->list_limit)
+			cap = l->list_limit;
+		if ((n = realloc(l->ents, cap * sizeof(*n))) == NULL) {
+			l->list_bad = 1;
 			return;
 		}
-		lso(op)->ents = n;
-		lso(op)->ents_cap = cap;
+		l->ents = n;
+		l->ents_cap = cap;
 	}
-	lso(op)->ents[lso(op)->nents++] = d;
+	l->ents[l->nents++] = d;
 }
 
-/* Parses the complete lines of xop(op)->out; a line over LIST_LINE_MAX is bad. */
+/* Parses the complete lines of the op's out; a line over LIST_LINE_MAX
+ * is bad. */
 void
 eng_list_lines(struct eop *op)
 {
+	struct eop_exec *x = xop(op);
 	struct evbuffer_ptr p;
 	size_t n, eol;
 	char line[LIST_LINE_MAX + 1];
 
 	for (;;) {
-		p = evbuffer_search_eol(xop(op)->out, NULL, &eol, EVBUFFER_EOL_LF);
+		p = evbuffer_search_eol(x->out, NULL, &eol, EVBUFFER_EOL_LF);
 		if (p.pos < 0) {
-			if (evbuffer_get_length(xop(op)->out) > LIST_LINE_MAX) {
+			if (evbuffer_get_length(x->out) > LIST_LINE_MAX) {
 				lso(op)->list_bad = 1;
-				evbuffer_drain(xop(op)->out, evbuffer_get_length(xop(op)->out));
+				evbuffer_drain(x->out, evbuffer_get_length(x->out));
 			}
 			return;
 		}
 		n = (size_t)p.pos;
 		if (n > LIST_LINE_MAX) {
 			lso(op)->list_bad = 1;
-			evbuffer_drain(xop(op)->out, n + eol);
+			evbuffer_drain(x->out, n + eol);
 			continue;
 		}
-		evbuffer_remove(xop(op)->out, line, n);
-		evbuffer_drain(xop(op)->out, eol);
+		evbuffer_remove(x->out, line, n);
+		evbuffer_drain(x->out, eol);
 		list_line(op, line, n);
 	}
 }
@@ -191,19 +194,21 @@ file_timer_cb(evutil_socket_t fd, short what, void *arg)
 void
 eng_file_progress(struct eop *op)
 {
+	struct eop_exec *x = xop(op);
 	struct timeval tv;
 
-	if (xop(op)->ftimer == NULL || xop(op)->paused)
+	if (x->ftimer == NULL || x->paused)
 		return;
 	tv.tv_sec = op->e->file_timeout / 1000;
 	tv.tv_usec = (op->e->file_timeout % 1000) * 1000;
-	event_add(xop(op)->ftimer, &tv);
+	event_add(x->ftimer, &tv);
 }
 
 static int
 file_timer_new(struct eop *op)
 {
-	if ((xop(op)->ftimer = evtimer_new(op->e->base.base, file_timer_cb, op)) == NULL)
+	if ((xop(op)->ftimer = evtimer_new(op->e->base.base, file_timer_cb,
+	    op)) == NULL)
 		return -1;
 	eng_file_progress(op);
 	return 0;
@@ -233,25 +238,26 @@ eng_src_detach(struct eop *op)
 static void
 src_pump(struct eop *op)
 {
+	struct eop_write *w = wro(op);
 	struct bufferevent *bev;
 	struct evbuffer *out;
 	size_t n, have, room;
 
-	if (wro(op)->src == NULL || op->http == NULL || !xop(op)->got_stream ||
+	if (w->src == NULL || op->http == NULL || !xop(op)->got_stream ||
 	    (bev = sbx_http_req_bufferevent(op->http)) == NULL)
 		return;
 	out = bufferevent_get_output(bev);
-	while (wro(op)->src_left > 0 && (have = evbuffer_get_length(wro(op)->src)) > 0 &&
+	while (w->src_left > 0 && (have = evbuffer_get_length(w->src)) > 0 &&
 	    evbuffer_get_length(out) < WRITE_OUT_MAX) {
 		room = WRITE_OUT_MAX - evbuffer_get_length(out);
 		n = have < room ? have : room;
-		if ((uint64_t)n > wro(op)->src_left)
-			n = (size_t)wro(op)->src_left;
-		if (evbuffer_remove_buffer(wro(op)->src, out, n) <= 0)
+		if ((uint64_t)n > w->src_left)
+			n = (size_t)w->src_left;
+		if (evbuffer_remove_buffer(w->src, out, n) <= 0)
 			break;
-		wro(op)->src_left -= n;
+		w->src_left -= n;
 	}
-	if (wro(op)->src_left == 0) {
+	if (w->src_left == 0) {
 		eng_src_detach(op);
 		sbx_http_req_close_write(op->http);
 	}
@@ -285,14 +291,15 @@ write_drained(struct evbuffer *buf, const struct evbuffer_cb_info *info,
 static void
 read_exited(struct eop *op, int code)
 {
+	struct eop_exec *x = xop(op);
 	struct sbx_exit ex;
 
 	if (eng_helper_failed(op, code))
 		return;
 	memset(&ex, 0, sizeof(ex));
-	ex.duration_ms = eng_now_ms() - xop(op)->started_ms;
-	if (xop(op)->sink.exit != NULL)
-		xop(op)->sink.exit(xop(op)->sink.arg, &ex);
+	ex.duration_ms = eng_now_ms() - x->started_ms;
+	if (x->sink.exit != NULL)
+		x->sink.exit(x->sink.arg, &ex);
 	eng_op_release(op);
 }
 
@@ -341,7 +348,8 @@ eng_read(struct sbx_driver *d, const char *id, const char *path,
 	}
 	if (eng_path_check(path, err) < 0)
 		return NULL;
-	if ((op = eng_helper_op(e, OP_READ, id, sizeof(struct eop_exec), err)) == NULL)
+	if ((op = eng_helper_op(e, OP_READ, id, sizeof(struct eop_exec),
+	    err)) == NULL)
 		return NULL;
 	xop(op)->sink = *sink;
 	xop(op)->exited = read_exited;
@@ -372,11 +380,12 @@ eng_read(struct sbx_driver *d, const char *id, const char *path,
 void
 eng_write_started(struct eop *op, struct sbx_http_req *req)
 {
-	if (xop(op)->ftimer != NULL && sbx_http_req_bufferevent(req) != NULL)
+	struct eop_exec *x = xop(op);
+	if (x->ftimer != NULL && sbx_http_req_bufferevent(req) != NULL)
 		evbuffer_add_cb(bufferevent_get_output(
 		    sbx_http_req_bufferevent(req)), write_drained, op);
-	if (xop(op)->stdin_buf != NULL)
-		sbx_http_req_write_buffer(req, xop(op)->stdin_buf);
+	if (x->stdin_buf != NULL)
+		sbx_http_req_write_buffer(req, x->stdin_buf);
 	if (wro(op)->src != NULL)
 		src_pump(op);     /* closes the write side at the end */
 	else
@@ -410,7 +419,8 @@ write_common(struct sbx_driver *d, const char *id, const char *path,
 		    "%" PRId64 " bytes", e->file_max);
 		return NULL;
 	}
-	if ((op = eng_helper_op(e, OP_WRITE, id, sizeof(struct eop_write), err)) == NULL)
+	if ((op = eng_helper_op(e, OP_WRITE, id, sizeof(struct eop_write),
+	    err)) == NULL)
 		return NULL;
 	op->done_cb = cb;
 	xop(op)->exited = done_exited;
@@ -502,7 +512,8 @@ eng_list(struct sbx_driver *d, const char *id, const char *path,
 		    "directory entry");
 		return NULL;
 	}
-	if ((op = eng_helper_op(e, OP_LIST, id, sizeof(struct eop_list), err)) == NULL)
+	if ((op = eng_helper_op(e, OP_LIST, id, sizeof(struct eop_list),
+	    err)) == NULL)
 		return NULL;
 	op->list_cb = cb;
 	xop(op)->exited = list_exited;
@@ -607,7 +618,8 @@ eng_status_usage(struct sbx_driver *d, const char *id, sbx_status_cb cb,
 
 	if (eng_id_check(id, err) < 0)
 		return NULL;
-	if ((op = eng_helper_op(e, OP_USAGE, id, sizeof(struct eop_usage), err)) == NULL)
+	if ((op = eng_helper_op(e, OP_USAGE, id, sizeof(struct eop_usage),
+	    err)) == NULL)
 		return NULL;
 	op->status_cb = cb;
 	xop(op)->exited = usage_exited;
@@ -640,7 +652,8 @@ eng_recover(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
 	struct engine *e = (struct engine *)d;
 	struct eop *op;
 
-	if ((op = eng_helper_op(e, OP_RECOVER, id, sizeof(struct eop_exec), err)) == NULL)
+	if ((op = eng_helper_op(e, OP_RECOVER, id, sizeof(struct eop_exec),
+	    err)) == NULL)
 		return NULL;
 	op->done_cb = cb;
 	xop(op)->exited = done_exited;

@@ -79,16 +79,17 @@ hp_finish(struct eop *op, const struct sbx_err *err)
 static void
 hp_end(struct eop *op, const struct sbx_err *err)
 {
+	struct eop_helper *hp = hlp(op);
 	char path[256];
 
 	if (err != NULL)
-		hlp(op)->aux_err = *err;
-	if (hlp(op)->aux_cid[0] == '\0') {
+		hp->aux_err = *err;
+	if (hp->aux_cid[0] == '\0') {
 		hp_finish(op, err);
 		return;
 	}
 	snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0",
-	    hlp(op)->aux_cid);
+	    hp->aux_cid);
 	eng_call(op, "DELETE", path, NULL, hp_removed);
 }
 
@@ -96,15 +97,17 @@ static void
 hp_removed(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
+	struct eop_helper *hp = hlp(op);
 	struct sbx_err e;
 
-	hlp(op)->aux_cid[0] = '\0';
-	if (hlp(op)->aux_err.code[0] != '\0') {
-		e = hlp(op)->aux_err;
+	hp->aux_cid[0] = '\0';
+	if (hp->aux_err.code[0] != '\0') {
+		e = hp->aux_err;
 		hp_finish(op, &e);
 		return;
 	}
-	if (REPLY_BAD(op, hp_finish, err, status, body, "remove the helper fill container", 204, 404))
+	if (REPLY_BAD(op, hp_finish, err, status, body,
+	    "remove the helper fill container", 204, 404))
 		return;
 	hp_finish(op, NULL);
 }
@@ -113,7 +116,8 @@ static void
 hp_put(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 {
 
-	if (REPLY_BAD(op, hp_end, err, status, body, "copy sbx-helper into its volume", 200))
+	if (REPLY_BAD(op, hp_end, err, status, body,
+	    "copy sbx-helper into its volume", 200))
 		return;
 	hp_end(op, NULL);
 }
@@ -176,6 +180,7 @@ hp_stale_removed(struct eop *op, int status, json_t *body,
 static void
 hp_created(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 {
+	struct eop_helper *hp = hlp(op);
 	struct engine *e = op->e;
 	struct sbx_err er;
 	char path[300];
@@ -184,25 +189,26 @@ hp_created(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 		hp_end(op, err);
 		return;
 	}
-	if (eng_name_taken(status, body) && hlp(op)->aux_tries++ == 0) {
+	if (eng_name_taken(status, body) && hp->aux_tries++ == 0) {
 		snprintf(path, sizeof(path), API "/containers/%s.fill?force=1&v=0",
 		    e->helper_vol);
 		eng_call(op, "DELETE", path, NULL, hp_stale_removed);
 		return;
 	}
 	if (status == 404) {
-		eng_image_missing(&er, hlp(op)->image);
+		eng_image_missing(&er, hp->image);
 		hp_end(op, &er);
 		return;
 	}
-	if (status != 201 || !eng_name_ok(eng_jstr(body, "Id"), sizeof(hlp(op)->aux_cid) - 1)) {
+	if (status != 201 || !eng_name_ok(eng_jstr(body, "Id"),
+	    sizeof(hp->aux_cid) - 1)) {
 		eng_runtime_err(&er, status, body, "create the helper fill container");
 		hp_end(op, &er);
 		return;
 	}
-	snprintf(hlp(op)->aux_cid, sizeof(hlp(op)->aux_cid), "%s", eng_jstr(body, "Id"));
+	snprintf(hp->aux_cid, sizeof(hp->aux_cid), "%s", eng_jstr(body, "Id"));
 	snprintf(path, sizeof(path), API "/containers/%s/archive?path=%s",
-	    hlp(op)->aux_cid, SBX_HELPER_PATH);
+	    hp->aux_cid, SBX_HELPER_PATH);
 	op->raw = 1;
 	eng_call(op, "GET", path, NULL, hp_got);
 }
@@ -313,6 +319,7 @@ hp_version(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 void
 eng_ensure_helper(struct eop *op)
 {
+	struct eop_ensure *en = ens(op);
 	struct engine *e = op->e;
 	struct sbx_err err;
 	struct eop *hp;
@@ -326,16 +333,17 @@ eng_ensure_helper(struct eop *op)
 		eng_ensure_volume(op);
 		return;
 	}
-	TAILQ_INSERT_TAIL(&e->hwait, ens(op), wlink);
-	ens(op)->waiting = 1;
+	TAILQ_INSERT_TAIL(&e->hwait, en, wlink);
+	en->waiting = 1;
 	if (e->hstate == H_BUSY)
 		return;
-	if ((hp = eng_op_new(e, OP_HELPER, NULL, sizeof(struct eop_helper), &err)) == NULL) {
+	if ((hp = eng_op_new(e, OP_HELPER, NULL, sizeof(struct eop_helper),
+	    &err)) == NULL) {
 		eng_helper_settle(e, &err);
 		return;
 	}
 	e->hstate = H_BUSY;
-	snprintf(hlp(hp)->image, sizeof(hlp(hp)->image), "%s", ens(op)->image);
+	snprintf(hlp(hp)->image, sizeof(hlp(hp)->image), "%s", en->image);
 	sbx_err_clear(&hlp(hp)->aux_err);
 	eng_call(hp, "GET", API "/version", NULL, hp_version);
 }
@@ -356,14 +364,15 @@ gc_removed(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 static void
 gc_next(struct eop *op)
 {
+	struct eop_gc *g = gco(op);
 	char path[256];
 	const char *name;
 
-	if (gco(op)->gc_i >= json_array_size(gco(op)->gc)) {
+	if (g->gc_i >= json_array_size(g->gc)) {
 		eng_op_release(op);
 		return;
 	}
-	name = json_string_value(json_array_get(gco(op)->gc, gco(op)->gc_i++));
+	name = json_string_value(json_array_get(g->gc, g->gc_i++));
 	snprintf(path, sizeof(path), API "/volumes/%s", name);
 	eng_call(op, "DELETE", path, NULL, gc_removed);
 }
@@ -386,7 +395,8 @@ gc_listed(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 		    eng_label(json_object_get(v, "Labels"), L_HELPER_STEM) == NULL ||
 		    strcmp(eng_label(json_object_get(v, "Labels"), L_HELPER_STEM),
 		    op->e->helper_stem) != 0 ||
-		    strcmp(name, op->e->helper_vol) == 0 || !eng_name_ok(name, 128))
+		    strcmp(name, op->e->helper_vol) == 0 || !eng_name_ok(name,
+		    128))
 			continue;
 		json_array_append_new(gco(op)->gc, json_string(name));
 	}
@@ -408,7 +418,8 @@ eng_helper_gc(struct engine *e)
 	struct eop *op;
 	char path[512], filt[256], raw[160];
 
-	if ((op = eng_op_new(e, OP_HGC, NULL, sizeof(struct eop_gc), &err)) == NULL)
+	if ((op = eng_op_new(e, OP_HGC, NULL, sizeof(struct eop_gc),
+	    &err)) == NULL)
 		return;
 	op->fini = gc_fini;
 	if ((gco(op)->gc = json_array()) == NULL) {

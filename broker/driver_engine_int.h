@@ -77,7 +77,7 @@ struct engine {
 	char helper_err[256];         /* why the helper could not be read */
 	enum flavor flavor;           /* learnt from /version before any create */
 	enum hstate hstate;
-	TAILQ_HEAD(, eop_ensure) hwait;      /* ensures waiting for the helper volume */
+	TAILQ_HEAD(, eop_ensure) hwait; /* ensures waiting for the helper volume */
 	TAILQ_HEAD(, eop) ops;
 };
 
@@ -271,18 +271,54 @@ struct eop_kill {
 };
 
 /* The kinds' accessors: op must be of a kind the struct belongs to. */
-static inline struct eop_ensure *ens(struct eop *op) { return (struct eop_ensure *)op; }
-static inline struct eop_destroy *dst(struct eop *op) { return (struct eop_destroy *)op; }
-static inline struct eop_helper *hlp(struct eop *op) { return (struct eop_helper *)op; }
-static inline struct eop_gc *gco(struct eop *op) { return (struct eop_gc *)op; }
-static inline struct eop_reconcile *rco(struct eop *op) { return (struct eop_reconcile *)op; }
-static inline struct eop_health *hlt(struct eop *op) { return (struct eop_health *)op; }
-static inline struct eop_exec *xop(struct eop *op) { return (struct eop_exec *)op; }
-static inline struct eop_cmd *cmo(struct eop *op) { return (struct eop_cmd *)op; }
-static inline struct eop_list *lso(struct eop *op) { return (struct eop_list *)op; }
-static inline struct eop_write *wro(struct eop *op) { return (struct eop_write *)op; }
-static inline struct eop_usage *uso(struct eop *op) { return (struct eop_usage *)op; }
-static inline struct eop_kill *kio(struct eop *op) { return (struct eop_kill *)op; }
+static inline struct eop_ensure *ens(struct eop *op)
+{
+	return (struct eop_ensure *)op;
+}
+static inline struct eop_destroy *dst(struct eop *op)
+{
+	return (struct eop_destroy *)op;
+}
+static inline struct eop_helper *hlp(struct eop *op)
+{
+	return (struct eop_helper *)op;
+}
+static inline struct eop_gc *gco(struct eop *op)
+{
+	return (struct eop_gc *)op;
+}
+static inline struct eop_reconcile *rco(struct eop *op)
+{
+	return (struct eop_reconcile *)op;
+}
+static inline struct eop_health *hlt(struct eop *op)
+{
+	return (struct eop_health *)op;
+}
+static inline struct eop_exec *xop(struct eop *op)
+{
+	return (struct eop_exec *)op;
+}
+static inline struct eop_cmd *cmo(struct eop *op)
+{
+	return (struct eop_cmd *)op;
+}
+static inline struct eop_list *lso(struct eop *op)
+{
+	return (struct eop_list *)op;
+}
+static inline struct eop_write *wro(struct eop *op)
+{
+	return (struct eop_write *)op;
+}
+static inline struct eop_usage *uso(struct eop *op)
+{
+	return (struct eop_usage *)op;
+}
+static inline struct eop_kill *kio(struct eop *op)
+{
+	return (struct eop_kill *)op;
+}
 
 /* ---- driver_engine.c: op lifetime ---- */
 
@@ -339,7 +375,8 @@ int eng_reply_bad(struct eop *op, void (*fail)(struct eop *,
     const struct sbx_err *), const struct sbx_err *err, int status,
     json_t *body, const char *what, const int *ok);
 #define REPLY_BAD(op, fail, err, status, body, what, ...) \
-	eng_reply_bad(op, fail, err, status, body, what, (const int[]){ __VA_ARGS__, 0 })
+	eng_reply_bad(op, fail, err, status, body, what, \
+	    (const int[]){ __VA_ARGS__, 0 })
 /* One JSON call: body stolen (NULL: none); continues in cont. */
 void eng_call(struct eop *op, const char *method, const char *path,
     json_t *body, cont_fn cont);
@@ -468,7 +505,8 @@ struct sbx_op *eng_recover(struct sbx_driver *d, const char *id,
 int eng_usage_target(struct eop *op, int r, const struct sbx_status *st);
 /* Lets go of an OP_WRITE's source (no-op for other kinds). */
 void eng_src_detach(struct eop *op);
-/* An OP_WRITE's runtime stream has started: its stdin, then the write side closed. */
+/* An OP_WRITE's runtime stream has started: its stdin, then the write
+ * side closed. */
 void eng_write_started(struct eop *op, struct sbx_http_req *req);
 /* Restarts a file op's progress timer. */
 void eng_file_progress(struct eop *op);

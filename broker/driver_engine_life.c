@@ -61,7 +61,8 @@ status_inspected(struct eop *op, int status, json_t *body,
 		eng_finish_status(op, NULL, &st);
 		return;
 	}
-	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the container", 200))
+	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the container",
+	    200))
 		return;
 	if (eng_status_from_inspect(op, body, &st, &e) < 0) {
 		eng_finish_err(op, &e);
@@ -100,7 +101,8 @@ stop_done(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 		eng_finish_err(op, &e);
 		return;
 	}
-	if (REPLY_BAD(op, NULL, NULL, status, body, "stop the container", 204, 304))
+	if (REPLY_BAD(op, NULL, NULL, status, body, "stop the container", 204,
+	    304))
 		return;
 	eng_finish_done(op, NULL);
 }
@@ -158,7 +160,8 @@ destroy_volume_removed(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
 
-	if (REPLY_BAD(op, NULL, err, status, body, "remove the volume", 204, 404))
+	if (REPLY_BAD(op, NULL, err, status, body, "remove the volume", 204,
+	    404))
 		return;
 	eng_net_drop(op, destroy_finish);
 }
@@ -224,7 +227,8 @@ destroy_removed(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
 
-	if (REPLY_BAD(op, NULL, err, status, body, "remove the container", 204, 404))
+	if (REPLY_BAD(op, NULL, err, status, body, "remove the container", 204,
+	    404))
 		return;
 	/* The last user of an old helper volume may have gone. */
 	if (dst(op)->old_helper[0] != '\0' &&
@@ -250,7 +254,8 @@ destroy_inspected(struct eop *op, int status, json_t *body,
 		destroy_volume(op);
 		return;
 	}
-	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the container", 200))
+	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the container",
+	    200))
 		return;
 	if (eng_status_from_inspect(op, body, &st, &e) < 0) {
 		eng_finish_err(op, &e);
@@ -343,7 +348,8 @@ eng_list_sandboxes(struct sbx_driver *d, sbx_sandboxes_cb cb, void *arg,
 	struct eop *op;
 	char path[512], filt[256];
 
-	if ((op = eng_op_new(e, OP_SANDBOXES, NULL, sizeof(struct eop), err)) == NULL)
+	if ((op = eng_op_new(e, OP_SANDBOXES, NULL, sizeof(struct eop),
+	    err)) == NULL)
 		return NULL;
 	op->sandboxes_cb = cb;
 	op->arg = arg;
@@ -361,7 +367,8 @@ static void
 rec_deleted(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
-	json_t *n = json_array_get(rco(op)->rnets, rco(op)->ri);
+	struct eop_reconcile *rc = rco(op);
+	json_t *n = json_array_get(rc->rnets, rc->ri);
 	const char *name = eng_jstr(n, "Name");
 
 	(void)body;
@@ -370,7 +377,7 @@ rec_deleted(struct eop *op, int status, json_t *body,
 		return;
 	}
 	if (status >= 200 && status < 300) {
-		rco(op)->rgone++;
+		rc->rgone++;
 		log_info("orphaned egress network removed", "network", name, NULL);
 	} else if (status != 404) {
 		/* In use (the pre-0014 shared network still has containers) or
@@ -378,7 +385,7 @@ rec_deleted(struct eop *op, int status, json_t *body,
 		log_warn("egress network not removed", "network", name, "why",
 		    json_string_value(json_object_get(body, "message")), NULL);
 	}
-	rco(op)->ri++;
+	rc->ri++;
 	rec_next(op);
 }
 
@@ -405,20 +412,21 @@ rec_orphan(struct eop *op, json_t *n)
 static void
 rec_next(struct eop *op)
 {
+	struct eop_reconcile *rc = rco(op);
 	json_t *n;
 	char path[256];
 	char gone[16];
 
-	for (; rco(op)->ri < json_array_size(rco(op)->rnets); rco(op)->ri++) {
-		n = json_array_get(rco(op)->rnets, rco(op)->ri);
+	for (; rc->ri < json_array_size(rc->rnets); rc->ri++) {
+		n = json_array_get(rc->rnets, rc->ri);
 		if (!rec_orphan(op, n) || !eng_name_ok(eng_jstr(n, "Id"), 128))
 			continue;
 		snprintf(path, sizeof(path), API "/networks/%s", eng_jstr(n, "Id"));
 		eng_call(op, "DELETE", path, NULL, rec_deleted);
 		return;
 	}
-	snprintf(gone, sizeof(gone), "%u", rco(op)->rgone);
-	if (rco(op)->rgone > 0)
+	snprintf(gone, sizeof(gone), "%u", rc->rgone);
+	if (rc->rgone > 0)
 		log_info("egress networks reconciled", "removed", gone, NULL);
 	eng_finish_done(op, NULL);
 }
@@ -496,7 +504,8 @@ eng_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
 	struct eop *op;
 	char path[512], filt[256];
 
-	if ((op = eng_op_new(e, OP_RECONCILE, NULL, sizeof(struct eop_reconcile), err)) == NULL)
+	if ((op = eng_op_new(e, OP_RECONCILE, NULL,
+	    sizeof(struct eop_reconcile), err)) == NULL)
 		return NULL;
 	op->fini = rec_fini;
 	op->done_cb = cb;
@@ -607,7 +616,8 @@ eng_health(struct sbx_driver *d, sbx_health_cb cb, void *arg,
 	struct engine *e = (struct engine *)d;
 	struct eop *op;
 
-	if ((op = eng_op_new(e, OP_HEALTH, NULL, sizeof(struct eop_health), err)) == NULL)
+	if ((op = eng_op_new(e, OP_HEALTH, NULL, sizeof(struct eop_health),
+	    err)) == NULL)
 		return NULL;
 	op->health_cb = cb;
 	op->arg = arg;

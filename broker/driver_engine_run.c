@@ -102,7 +102,8 @@ kill_op_new(struct engine *e, const char *id, const char *cid,
 {
 	struct eop *k;
 
-	if ((k = eng_op_new(e, OP_KILL, id, sizeof(struct eop_kill), err)) == NULL)
+	if ((k = eng_op_new(e, OP_KILL, id, sizeof(struct eop_kill),
+	    err)) == NULL)
 		return NULL;
 	k->fini = exec_fini;
 	snprintf(k->cid, sizeof(k->cid), "%s", cid);
@@ -140,12 +141,13 @@ eng_start_kill(struct engine *e, const char *id, const char *cid,
 static void
 kill_exec(struct eop *op)
 {
+	struct eop_exec *x = xop(op);
 	sbx_http_req_cancel(op->http);
 	op->http = NULL;
-	xop(op)->streaming = 0;
-	if (xop(op)->timer != NULL)
-		event_del(xop(op)->timer);
-	if (eng_start_kill(op->e, op->id, op->cid, xop(op)->exec_id, op) < 0)
+	x->streaming = 0;
+	if (x->timer != NULL)
+		event_del(x->timer);
+	if (eng_start_kill(op->e, op->id, op->cid, x->exec_id, op) < 0)
 		exec_after_kill(op);
 }
 
@@ -246,15 +248,16 @@ exec_timer_cb(evutil_socket_t fd, short what, void *arg)
 int
 eng_helper_line(struct eop *op, char *code, size_t csz, char *msg, size_t msz)
 {
+	struct eop_exec *x = xop(op);
 	const char *nl, *start, *text;
 	json_t *line, *err;
 	size_t n;
 	int ok = 0;
 
-	n = xop(op)->errtail != NULL ? evbuffer_get_length(xop(op)->errtail) : 0;
+	n = x->errtail != NULL ? evbuffer_get_length(x->errtail) : 0;
 	if (n == 0)
 		return 0;
-	text = (const char *)evbuffer_pullup(xop(op)->errtail, -1);
+	text = (const char *)evbuffer_pullup(x->errtail, -1);
 	start = text;
 	while ((nl = memchr(start, '\n', n - (size_t)(start - text))) != NULL &&
 	    (size_t)(nl + 1 - text) < n)
@@ -322,6 +325,7 @@ static void
 exec_inspected(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
+	struct eop_exec *x = xop(op);
 	struct sbx_err e;
 	struct timeval tv = { 0, EXIT_POLL_MS * 1000 };
 
@@ -334,7 +338,7 @@ exec_inspected(struct eop *op, int status, json_t *body,
 		 * stream): the processes may live on; the kill is retried
 		 * until the runtime is back (test_faults.py). */
 		if (op->kind == OP_EXEC)
-			eng_start_kill(op->e, op->id, op->cid, xop(op)->exec_id, NULL);
+			eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
 		eng_finish_err(op, err);
 		return;
 	}
@@ -348,16 +352,16 @@ exec_inspected(struct eop *op, int status, json_t *body,
 	}
 	/* The stream can end a moment before the runtime records the exit. */
 	if (json_is_true(json_object_get(body, "Running")) &&
-	    xop(op)->polls++ < EXIT_POLLS) {
-		event_free(xop(op)->timer);
-		xop(op)->timer = evtimer_new(op->e->base.base, poll_timer_cb, op);
-		if (xop(op)->timer != NULL && event_add(xop(op)->timer, &tv) == 0)
+	    x->polls++ < EXIT_POLLS) {
+		event_free(x->timer);
+		x->timer = evtimer_new(op->e->base.base, poll_timer_cb, op);
+		if (x->timer != NULL && event_add(x->timer, &tv) == 0)
 			return;
 	}
 	if (json_is_true(json_object_get(body, "Running"))) {
 		/* The stream ended but the process did not: it must not
 		 * outlive the operation. */
-		eng_start_kill(op->e, op->id, op->cid, xop(op)->exec_id, NULL);
+		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
 		if (op->kind == OP_KILL) {
 			sbx_err_set(&e, SBX_E_TIMEOUT, "kill exec did not finish");
 			eng_kill_ended(op, &e);
@@ -367,7 +371,7 @@ exec_inspected(struct eop *op, int status, json_t *body,
 		    "process kept running; it was killed");
 		eng_finish_err(op, &e);
 	} else
-		xop(op)->exited(op, (int)json_integer_value(json_object_get(body,
+		x->exited(op, (int)json_integer_value(json_object_get(body,
 		    "ExitCode")));
 }
 
@@ -391,53 +395,54 @@ eng_exec_after_stream(struct eop *op)
 void
 eng_deliver(struct eop *op, int stream, const unsigned char *buf, size_t len)
 {
+	struct eop_exec *x = xop(op);
 	size_t room;
 
 	if (stream != 1 && stream != 2)
 		return;  /* 0 is stdin echo: never sent with Tty false */
-	if (xop(op)->ftimer != NULL)
+	if (x->ftimer != NULL)
 		eng_file_progress(op);
 	if (stream == 2 && op->kind != OP_EXEC) {
 		/* stderr of a helper mode: only its error line matters */
-		if (evbuffer_get_length(xop(op)->errtail) + len <= ERRTAIL_MAX)
-			evbuffer_add(xop(op)->errtail, buf, len);
+		if (evbuffer_get_length(x->errtail) + len <= ERRTAIL_MAX)
+			evbuffer_add(x->errtail, buf, len);
 		return;
 	}
 	if (op->kind == OP_LIST || op->kind == OP_KILL || op->kind == OP_WRITE ||
 	    op->kind == OP_RECOVER || op->kind == OP_USAGE) {
-		if (evbuffer_get_length(xop(op)->out) + len > (size_t)xop(op)->cap) {
-			xop(op)->truncated = 1;
+		if (evbuffer_get_length(x->out) + len > (size_t)x->cap) {
+			x->truncated = 1;
 			return;
 		}
-		evbuffer_add(xop(op)->out, buf, len);
+		evbuffer_add(x->out, buf, len);
 		if (op->kind == OP_LIST)
 			eng_list_lines(op);   /* parsed as it comes: never one big parse */
 		return;
 	}
-	room = (size_t)(xop(op)->cap - xop(op)->delivered);
+	room = (size_t)(x->cap - x->delivered);
 	if (len > room)
 		len = room;
 	if (len > 0) {
-		xop(op)->delivered += (int64_t)len;
-		if (xop(op)->sink.output != NULL)
-			xop(op)->sink.output(xop(op)->sink.arg, stream, buf, len);
+		x->delivered += (int64_t)len;
+		if (x->sink.output != NULL)
+			x->sink.output(x->sink.arg, stream, buf, len);
 		if (op->dead)
 			return;
 	}
-	if (xop(op)->delivered < xop(op)->cap || xop(op)->truncated)
+	if (x->delivered < x->cap || x->truncated)
 		return;
-	xop(op)->truncated = 1;
+	x->truncated = 1;
 	if (op->kind == OP_EXEC) {
 		/* Keep reading (and dropping) until the killed exec's stream
 		 * ends, so the runtime records its real exit status; closing
 		 * early makes Docker 20.10 report 126 ("attach failed"). */
-		eng_start_kill(op->e, op->id, op->cid, xop(op)->exec_id, NULL);
+		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
 	} else if (op->kind == OP_READ) {
 		struct sbx_err e;
 
 		sbx_err_set(&e, SBX_E_TOO_LARGE, "file is larger than the cap of "
-		    "%" PRId64 " bytes", xop(op)->cap - 1);
-		eng_start_kill(op->e, op->id, op->cid, xop(op)->exec_id, NULL);
+		    "%" PRId64 " bytes", x->cap - 1);
+		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
 		eng_finish_err(op, &e);
 	}
 }
@@ -450,6 +455,7 @@ stream_body(void *arg, struct sbx_http_req *req, const unsigned char *buf,
     size_t len)
 {
 	struct eop *op = arg;
+	struct eop_exec *x = xop(op);
 	size_t n;
 
 	(void)req;
@@ -458,35 +464,35 @@ stream_body(void *arg, struct sbx_http_req *req, const unsigned char *buf,
 		return;
 	}
 	eng_op_enter(op);
-	while (len > 0 && !op->dead && xop(op)->streaming) {
-		if (xop(op)->frame_left == 0) {
-			n = 8 - xop(op)->fhdr_len;
+	while (len > 0 && !op->dead && x->streaming) {
+		if (x->frame_left == 0) {
+			n = 8 - x->fhdr_len;
 			if (n > len)
 				n = len;
-			memcpy(xop(op)->fhdr + xop(op)->fhdr_len, buf, n);
-			xop(op)->fhdr_len += n;
+			memcpy(x->fhdr + x->fhdr_len, buf, n);
+			x->fhdr_len += n;
 			buf += n;
 			len -= n;
-			if (xop(op)->fhdr_len < 8)
+			if (x->fhdr_len < 8)
 				break;
-			xop(op)->fhdr_len = 0;
-			xop(op)->frame_stream = xop(op)->fhdr[0];
-			xop(op)->frame_left = (uint32_t)xop(op)->fhdr[4] << 24 |
-			    (uint32_t)xop(op)->fhdr[5] << 16 | (uint32_t)xop(op)->fhdr[6] << 8 |
-			    xop(op)->fhdr[7];
+			x->fhdr_len = 0;
+			x->frame_stream = x->fhdr[0];
+			x->frame_left = (uint32_t)x->fhdr[4] << 24 |
+			    (uint32_t)x->fhdr[5] << 16 | (uint32_t)x->fhdr[6] << 8 |
+			    x->fhdr[7];
 			continue;
 		}
-		n = xop(op)->frame_left;
+		n = x->frame_left;
 		if (n > len)
 			n = len;
 		if (n > STREAM_CHUNK)
 			n = STREAM_CHUNK;
-		xop(op)->frame_left -= (uint32_t)n;
+		x->frame_left -= (uint32_t)n;
 		if (op->kind != OP_EXEC)
-			eng_deliver(op, xop(op)->frame_stream, buf, n);
-		else if (xop(op)->frame_stream == 1)
+			eng_deliver(op, x->frame_stream, buf, n);
+		else if (x->frame_stream == 1)
 			eng_helper_frames(op, buf, n);
-		else if (xop(op)->frame_stream == 2)
+		else if (x->frame_stream == 2)
 			eng_keep_errtail(op, buf, n);
 		buf += n;
 		len -= n;
@@ -498,33 +504,34 @@ static void
 stream_response(void *arg, struct sbx_http_req *req, int status)
 {
 	struct eop *op = arg;
+	struct eop_exec *x = xop(op);
 	struct sbx_err e;
 
 	if (status != 101 && status != 200)
 		return;          /* error answer: collected, reported at done */
-	xop(op)->streaming = 1;
-	xop(op)->got_stream = 1;
-	if (xop(op)->has_stdin) {
+	x->streaming = 1;
+	x->got_stream = 1;
+	if (x->has_stdin) {
 		if (!sbx_http_req_upgraded(req)) {
 			sbx_err_set(&e, SBX_E_RUNTIME, "runtime did not upgrade "
 			    "the exec connection, so stdin cannot be sent");
-			eng_start_kill(op->e, op->id, op->cid, xop(op)->exec_id, NULL);
+			eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
 			eng_finish_err(op, &e);
 			return;
 		}
 		if (op->kind == OP_WRITE) {
 			eng_write_started(op, req);
 		} else {
-			if (xop(op)->stdin_buf != NULL)
-				sbx_http_req_write_buffer(req, xop(op)->stdin_buf);
+			if (x->stdin_buf != NULL)
+				sbx_http_req_write_buffer(req, x->stdin_buf);
 			sbx_http_req_close_write(req);
 		}
 	}
-	if (op->kind == OP_EXEC && !xop(op)->stream_started) {
-		xop(op)->stream_started = 1;
+	if (op->kind == OP_EXEC && !x->stream_started) {
+		x->stream_started = 1;
 		eng_op_enter(op);
-		if (xop(op)->sink.start != NULL)
-			xop(op)->sink.start(xop(op)->sink.arg, xop(op)->exec_id);
+		if (x->sink.start != NULL)
+			x->sink.start(x->sink.arg, x->exec_id);
 		eng_op_leave(op);
 	}
 }
@@ -533,12 +540,13 @@ static void
 stream_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 {
 	struct eop *op = arg;
+	struct eop_exec *x = xop(op);
 	struct sbx_err e;
 	json_t *body = NULL;
 	int status = sbx_http_req_status(req);
 
 	op->http = NULL;
-	xop(op)->streaming = 0;
+	x->streaming = 0;
 	if (err != NULL) {
 		if (op->kind == OP_KILL) {
 			eng_kill_ended(op, err);
@@ -546,7 +554,7 @@ stream_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 		}
 		/* The exit record came: the command is reaped, its group dead;
 		 * a stream broken after that loses nothing. */
-		if (op->kind == OP_EXEC && cmo(op)->got_exit) {
+		if (eng_exec_got_exit(op)) {
 			eng_exec_recorded(op);
 			return;
 		}
@@ -554,14 +562,14 @@ stream_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 		 * while stdin is still being sent (measured: 5 of 5 runs of
 		 * `exit 3` with 3 MB of stdin); the exit status is still
 		 * there, so a reset of a running stream with stdin ends it. */
-		if (xop(op)->got_stream && xop(op)->has_stdin &&
+		if (x->got_stream && x->has_stdin &&
 		    strcmp(err->code, SBX_E_RUNTIME) == 0) {
 			eng_exec_after_stream(op);
 			return;
 		}
 		/* The stream broke: the processes may live on. */
 		e = *err;
-		eng_start_kill(op->e, op->id, op->cid, xop(op)->exec_id, NULL);
+		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
 		eng_finish_err(op, &e);
 		return;
 	}
@@ -584,7 +592,7 @@ stream_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 			eng_finish_err(op, &e);
 		return;
 	}
-	if (op->kind == OP_EXEC && cmo(op)->got_exit)
+	if (eng_exec_got_exit(op))
 		eng_exec_recorded(op);
 	else
 		eng_exec_after_stream(op);   /* no record: the helper was killed */
@@ -631,6 +639,7 @@ static void
 exec_created(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
+	struct eop_exec *x = xop(op);
 	struct sbx_err e;
 	struct timeval tv;
 
@@ -655,8 +664,8 @@ exec_created(struct eop *op, int status, json_t *body,
 			eng_finish_err(op, &e);
 		return;
 	}
-	snprintf(xop(op)->rexec, sizeof(xop(op)->rexec), "%s", eng_jstr(body, "Id"));
-	if (!eng_name_ok(xop(op)->rexec, sizeof(xop(op)->rexec) - 1)) {
+	snprintf(x->rexec, sizeof(x->rexec), "%s", eng_jstr(body, "Id"));
+	if (!eng_name_ok(x->rexec, sizeof(x->rexec) - 1)) {
 		sbx_err_set(&e, SBX_E_RUNTIME, "runtime gave no exec id");
 		if (op->kind == OP_KILL)
 			eng_kill_ended(op, &e);
@@ -664,15 +673,15 @@ exec_created(struct eop *op, int status, json_t *body,
 			eng_finish_err(op, &e);
 		return;
 	}
-	xop(op)->started_ms = eng_now_ms();
-	if (xop(op)->ftimer != NULL)
+	x->started_ms = eng_now_ms();
+	if (x->ftimer != NULL)
 		eng_file_progress(op);
-	else if (xop(op)->timeout_ms > 0) {
+	else if (x->timeout_ms > 0) {
 		/* The driver's timer is authoritative (the helper's trails). */
-		xop(op)->timer = evtimer_new(op->e->base.base, exec_timer_cb, op);
-		tv.tv_sec = xop(op)->timeout_ms / 1000;
-		tv.tv_usec = (xop(op)->timeout_ms % 1000) * 1000;
-		if (xop(op)->timer == NULL || event_add(xop(op)->timer, &tv) < 0) {
+		x->timer = evtimer_new(op->e->base.base, exec_timer_cb, op);
+		tv.tv_sec = x->timeout_ms / 1000;
+		tv.tv_usec = (x->timeout_ms % 1000) * 1000;
+		if (x->timer == NULL || event_add(x->timer, &tv) < 0) {
 			sbx_err_set(&e, SBX_E_INTERNAL, "cannot arm the exec timer");
 			eng_finish_err(op, &e);
 			return;
@@ -684,19 +693,20 @@ exec_created(struct eop *op, int status, json_t *body,
 static void
 exec_create(struct eop *op)
 {
+	struct eop_exec *x = xop(op);
 	struct sbx_err e;
 	json_t *req;
 	char path[256];
 
 	req = json_pack("{s:b, s:b, s:b, s:b, s:s, s:s, s:o, s:O}",
-	    "AttachStdin", xop(op)->has_stdin,
+	    "AttachStdin", x->has_stdin,
 	    "AttachStdout", 1,
 	    "AttachStderr", 1,
 	    "Tty", 0,
 	    "User", op->e->user,
 	    "WorkingDir", SBX_WORK_DIR,
-	    "Env", xop(op)->env != NULL ? json_incref(xop(op)->env) : json_array(),
-	    "Cmd", xop(op)->cmd);
+	    "Env", x->env != NULL ? json_incref(x->env) : json_array(),
+	    "Cmd", x->cmd);
 	if (req == NULL) {
 		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
 		eng_finish_err(op, &e);
@@ -740,16 +750,17 @@ exec_target_inspected(struct eop *op, int status, json_t *body,
 void
 eng_helper_run(struct eop *op)
 {
+	struct eop_exec *x = xop(op);
 	char path[256];
 
-	if (xop(op)->errtail == NULL)
-		xop(op)->errtail = evbuffer_new();
-	if (xop(op)->out == NULL)
-		xop(op)->out = evbuffer_new();
+	if (x->errtail == NULL)
+		x->errtail = evbuffer_new();
+	if (x->out == NULL)
+		x->out = evbuffer_new();
 	if (op->resp == NULL)
 		op->resp = evbuffer_new();
-	if (xop(op)->exec_id[0] == '\0')
-		new_exec_id(xop(op)->exec_id, sizeof(xop(op)->exec_id));
+	if (x->exec_id[0] == '\0')
+		new_exec_id(x->exec_id, sizeof(x->exec_id));
 	if (op->kind == OP_KILL) {
 		exec_create(op);   /* the parent checked the container */
 		return;

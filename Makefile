@@ -135,7 +135,6 @@ $(BUILD)/tests/%: tests/unit/%.c $(call obj,$(FAKE_SRC)) $(LIBBROKER) $(LIBAPI) 
 # The CLI is no library: its SSE parser is linked into its unit test.
 $(BUILD)/tests/test_cli_sse: $(call obj,api/cli/cli_sse.c)
 $(BUILD)/tests/test_cli_print: $(call obj,api/cli/cli_print.c)
-$(BUILD)/tests/test_proxy_policy: $(call obj,$(PROXY_LIB_SRC))
 
 unit: $(UNIT_BINS)
 
@@ -148,7 +147,6 @@ $(BUILD)/fuzzers/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) $(call obj,$(FAKE_
 # The CLI is no library: its reply parser's target links its other files.
 $(BUILD)/fuzzers/fuzz_cli_reply: $(call obj,$(filter-out api/cli/cli.c,$(CLI_SRC))) api/cli/cli.c
 $(BUILD)/fuzzers/fuzz_cli_sse: $(call obj,api/cli/cli_sse.c)
-$(BUILD)/fuzzers/fuzz_proxy_req: $(call obj,$(PROXY_LIB_SRC))
 
 fuzzers: $(FUZZ_BINS)
 

@@ -307,6 +307,8 @@ eng_free(struct sbx_driver *d)
 	free(e->helper_tar);
 	free(e->oci_runtime);
 	free(e->bridge_prefix);
+	free(e->proxy_resolver);
+	free(e->proxy_tar);
 	free(e->prefix);
 	free(e);
 }
@@ -441,6 +443,17 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 			goto fail;
 		}
 		if ((e->oci_runtime = strdup(c->oci_runtime)) == NULL)
+			goto oom;
+	}
+	e->proxy_mem = c->proxy_memory > 0 ? c->proxy_memory : 64 << 20;
+	if (c->proxy_resolver != NULL && c->proxy_resolver[0] != '\0') {
+		if (strspn(c->proxy_resolver, "0123456789abcdefABCDEF.:[]") !=
+		    strlen(c->proxy_resolver) || strlen(c->proxy_resolver) > 64) {
+			sbx_err_set(err, SBX_E_BAD_REQUEST, "engine config: egress "
+			    "proxy resolver must be IP or IP:PORT");
+			goto fail;
+		}
+		if ((e->proxy_resolver = strdup(c->proxy_resolver)) == NULL)
 			goto oom;
 	}
 	e->bridge_prefix = strdup(c->egress_bridge_prefix != NULL ?

@@ -39,6 +39,9 @@ struct sbx_engine_config {
 	int64_t file_max_bytes;       /* read and write size cap [64 MiB] */
 	int64_t file_timeout_ms;      /* read/write/list: longest time without
 	                               * progress before timeout and kill [30 s] */
+	const char *proxy_resolver;   /* egress proxy's DNS "IP[:PORT]", NULL: the
+	                               * proxy container's resolv.conf (adr/0026) */
+	int64_t proxy_memory;         /* egress proxy's memory limit [64 MiB] */
 	const char *helper_path;      /* path of the static sbx-helper binary as
 	                               * the broker sees it (required; read once
 	                               * by sbx_engine_driver_new, never mounted) */

@@ -354,7 +354,7 @@ eng_status_from_inspect(struct eop *op, json_t *c, struct sbx_status *st,
 	snprintf(st->image, sizeof(st->image), "%s",
 	    v != NULL ? v : eng_jstr(cfg, "Image"));
 	v = eng_label(labels, L_EGRESS);
-	st->egress = v != NULL && strcmp(v, "1") == 0;
+	st->egress = v != NULL && (strcmp(v, "1") == 0 || strcmp(v, "proxy") == 0);
 	st->created_at_ms = parse_time_ms(eng_jstr(c, "Created"));
 	if (st->state == SBX_STATE_STOPPED)
 		snprintf(st->stop_reason, sizeof(st->stop_reason), "%s",

@@ -24,6 +24,7 @@
 #include "sbx_log.h"
 #include "sbx_path.h"
 #include "sbx_usage.h"
+#include "broker_egress.h"
 
 static void ensure_inspect(struct eop *op);
 static void init_removed(struct eop *op, int status, json_t *body,
@@ -37,7 +38,8 @@ static json_t *
 labels_json(struct eop *op)
 {
 	return json_pack("{s:s, s:s, s:s, s:s, s:s}", L_MANAGED, "true", L_ID,
-	    op->id, L_EGRESS, ens(op)->egress ? "1" : "0", L_IMAGE, ens(op)->image,
+	    op->id, L_EGRESS, ens(op)->allow != NULL ? "proxy" : ens(op)->egress ?
+	    "1" : "0", L_IMAGE, ens(op)->image,
 	    L_HELPER, op->e->helper_vol);
 }
 
@@ -99,6 +101,13 @@ create_body(struct eop *op)
 	tmpfs = sandbox_tmpfs(e);
 	if (mounts == NULL || tmpfs == NULL)
 		goto fail;
+	/* Egress by allowlist (adr/0026): no network; the proxy's socket
+	 * volume read-only, where the relay (this container's main process)
+	 * finds sbx-proxy and the socket. */
+	if (en->allow != NULL && json_array_append_new(mounts, json_pack("{s:s, s:s, "
+	    "s:s, s:b}", "Type", "volume", "Source", en->px_vol, "Target",
+	    EGRESS_SOCK_DIR, "ReadOnly", 1)) != 0)
+		goto fail;
 	hc = json_pack("{s:b, s:[s], s:[s], s:b, s:o, s:I, s:I, s:I, s:I,"
 	    " s:o, s:s, s:{s:s}}",
 	    "Init", 1,
@@ -111,7 +120,7 @@ create_body(struct eop *op)
 	    "NanoCpus", (json_int_t)en->cpus,
 	    "PidsLimit", (json_int_t)en->pids,
 	    "Mounts", mounts,
-	    "NetworkMode", en->egress ? op->nname : "none",
+	    "NetworkMode", en->egress && en->allow == NULL ? op->nname : "none",
 	    "RestartPolicy", "Name", "no");
 	mounts = tmpfs = NULL;
 	if (hc == NULL)
@@ -135,6 +144,13 @@ create_body(struct eop *op)
 	    "OpenStdin", 0,
 	    "HostConfig", hc);
 	hc = NULL;
+	if (body != NULL && en->allow != NULL && (egress_sandbox_env(json_object_get(body,
+	    "Env")) != 0 || json_object_set_new(body, "Entrypoint", json_pack("[s]",
+	    EGRESS_SOCK_DIR "/sbx-proxy")) != 0 || json_object_set_new(body, "Cmd",
+	    json_pack("[s,s,s]", "relay", "--to", EGRESS_SOCK)) != 0)) {
+		json_decref(body);
+		return NULL;
+	}
 	return body;
 fail:
 	json_decref(mounts);
@@ -252,6 +268,11 @@ ensure_create(struct eop *op)
 	json_t *body;
 	char path[256];
 
+	/* The proxy first: it puts sbx-proxy into the volume the relay runs. */
+	if (ens(op)->allow != NULL && !ens(op)->proxy_done) {
+		eng_proxy_ensure(op, ensure_create);
+		return;
+	}
 	if ((body = create_body(op)) == NULL) {
 		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
 		eng_finish_err(op, &e);
@@ -407,6 +428,13 @@ ensure_network(struct eop *op)
 {
 	char path[256];
 
+	if (ens(op)->drop_proxy) {
+		/* The old container had a proxy and this one has none: it goes
+		 * before its network can. */
+		ens(op)->drop_proxy = 0;
+		eng_proxy_drop(op, ensure_network);
+		return;
+	}
 	if (!ens(op)->egress) {
 		/* Egress revoked: the old container is gone, so is its network. */
 		if (ens(op)->drop_net)
@@ -527,8 +555,9 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 	struct eop_ensure *en = ens(op);
 	struct sbx_status st;
 	struct sbx_err e;
-	const char *hl;
+	const char *hl, *mode;
 	char path[256];
+	int was_proxy;
 
 	if (err != NULL) {
 		eng_finish_err(op, err);
@@ -554,9 +583,14 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 	    hl != NULL ? hl : "");
 	/* Egress revoked: its network goes once the container has. */
 	en->drop_net = st.egress && !en->egress;
-	if (st.egress != en->egress || strcmp(st.image, en->image) != 0 ||
+	mode = eng_label(json_object_get(json_object_get(body, "Config"), "Labels"),
+	    L_EGRESS);
+	was_proxy = mode != NULL && strcmp(mode, "proxy") == 0;
+	en->drop_proxy = was_proxy && en->allow == NULL;
+	if (st.egress != en->egress || was_proxy != (en->allow != NULL) ||
+	    strcmp(st.image, en->image) != 0 ||
 	    strcmp(en->old_helper, op->e->helper_vol) != 0 ||
-	    (en->egress && !on_own_network(op, body))) {
+	    (en->egress && en->allow == NULL && !on_own_network(op, body))) {
 		/* Replace the container; the volume (the sandbox's data) stays.
 		 * A helper other than ours (rebuilt, or the bind mount before
 		 * adr/0009) is replaced too, and so is an egress sandbox not on
@@ -566,6 +600,12 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 		snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0",
 		    op->cid);
 		eng_call(op, "DELETE", path, NULL, ensure_removed);
+		return;
+	}
+	/* The same mode: a changed policy replaces the proxy only, the
+	 * sandbox and its processes stay (adr/0026). */
+	if (en->allow != NULL && !en->proxy_done) {
+		eng_proxy_ensure(op, ensure_inspect);
 		return;
 	}
 	if (st.state == SBX_STATE_RUNNING) {
@@ -810,6 +850,7 @@ ensure_fini(struct eop *op)
 {
 	struct eop_ensure *en = ens(op);
 
+	json_decref(en->allow);
 	if (en->waiting)
 		TAILQ_REMOVE(&op->e->hwait, en, wlink);
 	if (en->retry != NULL)
@@ -825,6 +866,7 @@ eng_ensure(struct sbx_driver *d, const char *id, const struct sbx_spec *spec,
 	const char *image;
 	int64_t mem, cpus, pids;
 	struct eop *op;
+	json_t *allow = NULL;
 
 	if (eng_id_check(id, err) < 0)
 		return NULL;
@@ -842,14 +884,38 @@ eng_ensure(struct sbx_driver *d, const char *id, const struct sbx_spec *spec,
 	    pick_limit("nano_cpus", spec->nano_cpus, &e->cpus, &cpus, err) < 0 ||
 	    pick_limit("pids", spec->pids, &e->pids, &pids, err) < 0)
 		return NULL;
+	if (spec->egress && spec->egress_allow != NULL &&
+	    strcmp(spec->egress_allow, "*") != 0) {
+		/* adr/0026: the entries, one per line, checked by the caller. */
+		const char *s = spec->egress_allow, *nl;
+
+		allow = json_array();
+		while (allow != NULL && *s != '\0') {
+			nl = strchr(s, '\n');
+			json_array_append_new(allow, json_stringn(s, nl != NULL ?
+			    (size_t)(nl - s) : strlen(s)));
+			s = nl != NULL ? nl + 1 : s + strlen(s);
+		}
+		if (allow == NULL || json_array_size(allow) == 0) {
+			json_decref(allow);
+			sbx_err_set(err, SBX_E_BAD_REQUEST, "egress allowlist is empty");
+			return NULL;
+		}
+	}
 	if ((op = eng_op_new(e, OP_ENSURE, id, sizeof(struct eop_ensure),
-	    err)) == NULL)
+	    err)) == NULL) {
+		json_decref(allow);
 		return NULL;
+	}
 	op->fini = ensure_fini;
 	op->status_cb = cb;
 	op->arg = arg;
 	snprintf(ens(op)->image, sizeof(ens(op)->image), "%s", image);
 	ens(op)->egress = spec->egress != 0;
+	ens(op)->allow = allow;
+	if (allow != NULL)
+		snprintf(ens(op)->px_vol, sizeof(ens(op)->px_vol), "%s%s-egsock",
+		    e->prefix, id);
 	ens(op)->mem = mem;
 	ens(op)->cpus = cpus;
 	ens(op)->pids = pids;

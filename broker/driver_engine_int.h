@@ -75,6 +75,12 @@ struct engine {
 	char helper_stem[64];
 	char helper_vol[96];
 	char helper_err[256];         /* why the helper could not be read */
+	/* The egress proxy (adr/0026): sbx-proxy beside the helper, read once
+	 * as a one-file tar; its resolver and memory limit. */
+	unsigned char *proxy_tar;
+	size_t proxy_tar_len;
+	char *proxy_resolver;
+	int64_t proxy_mem;
 	enum flavor flavor;           /* learnt from /version before any create */
 	enum hstate hstate;
 	TAILQ_HEAD(, eop_ensure) hwait; /* ensures waiting for the helper volume */
@@ -139,6 +145,13 @@ struct eop_ensure {
 	int egress;
 	int64_t mem, cpus, pids;
 	int drop_net;                 /* egress revoked: remove its network */
+	json_t *allow;                /* egress by allowlist (adr/0026), else NULL */
+	int proxy_done;               /* the proxy checked in this ensure */
+	int drop_proxy;               /* the old container had a proxy, this one not */
+	int px_tries;
+	char px_cid[80];
+	char px_vol[160];             /* "<prefix><id>-egsock" */
+	void (*proxy_then)(struct eop *);
 	int retries;                  /* lost create races so far */
 	struct event *retry;
 	int need_init;                /* Docker: chown /work in an init container */
@@ -395,6 +408,15 @@ void eng_inspect_path(struct eop *op, char *path, size_t sz);
 /* 1 running, 0 absent or stopped (st filled), -1 op already finished. */
 int eng_inspect_running(struct eop *op, int status, json_t *body,
     const struct sbx_err *err, struct sbx_status *st);
+
+/* ---- driver_engine_proxy.c (adr/0026) ---- */
+/* Makes sure op's egress proxy runs with ens(op)->allow (its socket volume,
+ * its container replaced when the policy differs), then then(op); a
+ * failure ends op. */
+void eng_proxy_ensure(struct eop *op, void (*then)(struct eop *));
+/* Removes op's egress proxy container and socket volume if sbx made them
+ * (absent is fine), then then(op) (uses op->then). */
+void eng_proxy_drop(struct eop *op, void (*then)(struct eop *));
 
 /* ---- driver_engine_ensure.c ---- */
 

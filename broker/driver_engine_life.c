@@ -212,8 +212,17 @@ destroy_init_removed(struct eop *op, int status, json_t *body,
 /* First the init container a broker killed during an ensure may have left
  * (ours by its name: ids cannot hold a '.'; it holds the volume, found by
  * test_faults.py), then the volume. */
+static void destroy_volume_now(struct eop *op);
+
+/* The egress proxy and its socket volume (adr/0026) before the rest. */
 static void
 destroy_volume(struct eop *op)
+{
+	eng_proxy_drop(op, destroy_volume_now);
+}
+
+static void
+destroy_volume_now(struct eop *op)
 {
 	char path[300];
 
@@ -324,7 +333,8 @@ sandboxes_listed(struct eop *op, int status, json_t *body,
 		snprintf(sts[n].image, sizeof(sts[n].image), "%s",
 		    v != NULL ? v : eng_jstr(c, "Image"));
 		v = eng_label(labels, L_EGRESS);
-		sts[n].egress = v != NULL && strcmp(v, "1") == 0;
+		sts[n].egress = v != NULL && (strcmp(v, "1") == 0 ||
+		    strcmp(v, "proxy") == 0);
 		sts[n].created_at_ms =
 		    (int64_t)json_integer_value(json_object_get(c, "Created")) * 1000;
 		if (sts[n].state == SBX_STATE_STOPPED)
@@ -481,7 +491,7 @@ rec_containers(struct eop *op, int status, json_t *body,
 		id = eng_label(labels, L_ID);
 		eg = eng_label(labels, L_EGRESS);
 		if (eng_managed(labels) && id != NULL && eg != NULL &&
-		    strcmp(eg, "1") == 0)
+		    (strcmp(eg, "1") == 0 || strcmp(eg, "proxy") == 0))
 			json_object_set_new(rco(op)->rkeep, id, json_true());
 	}
 	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));

@@ -54,6 +54,10 @@ struct sbx_spec {
 	int64_t memory_bytes;    /* memory (and memory+swap) limit, bytes */
 	int64_t nano_cpus;       /* CPU quota in 1e-9 CPUs (Engine API NanoCpus) */
 	int64_t pids;            /* pids limit */
+	/* With egress: the allowlist, entries joined by '\n' (adr/0026);
+	 * NULL or "*": full egress (ADR 0014). Checked by the caller with
+	 * egress_allow_check; borrowed for the call. */
+	const char *egress_allow;
 };
 
 /*

@@ -850,7 +850,7 @@ sink_of(struct fx *f)
 static void
 ensure(struct fx *f, int egress, const char *image)
 {
-	struct sbx_spec spec = { image, egress, 0, 0, 0 };
+	struct sbx_spec spec = { image, egress, 0, 0, 0, NULL };
 	struct sbx_err err;
 
 	f->returned = 0;
@@ -1152,7 +1152,7 @@ static void
 test_refusals_happen_before_any_runtime_call(void **state)
 {
 	struct fx *f = *state;
-	struct sbx_spec spec = { "evil:latest", 0, 0, 0, 0 };
+	struct sbx_spec spec = { "evil:latest", 0, 0, 0, 0, NULL };
 	struct sbx_err err;
 
 	assert_null(f->drv->ops->ensure(f->drv, "t1", &spec, on_status, f, &err));

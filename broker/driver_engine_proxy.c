@@ -1,0 +1,386 @@
+/* driver_engine_proxy.c - the engine driver's egress proxy of a sandbox: socket volume, proxy container (made, filled with sbx-proxy, started, replaced when its policy changes) and their removal (adr/0026). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "broker_egress.h"
+#include "driver_engine_int.h"
+#include "sbx_log.h"
+
+/*
+ * Names: container "<prefix><id>-proxy", volume "<prefix><id>-egsock",
+ * both labelled io.sbx.managed=true and io.sbx.proxy-of=<id> (not io.sbx.id:
+ * the proxy is not a sandbox and must not be listed as one), the container
+ * also io.sbx.role=proxy and io.sbx.egress-policy=<digest>.
+ */
+#define L_PROXY_OF "io.sbx.proxy-of"
+
+static void
+names(struct eop *op, char *px, size_t pxs, char *vol, size_t vols)
+{
+	snprintf(px, pxs, "%s%s-proxy", op->e->prefix, op->id);
+	snprintf(vol, vols, "%s%s-egsock", op->e->prefix, op->id);
+}
+
+static int
+ours(const struct eop *op, json_t *labels)
+{
+	const char *v = eng_label(labels, L_PROXY_OF);
+
+	return eng_managed(labels) && v != NULL && strcmp(v, op->id) == 0;
+}
+
+/* A ustar header for a regular file, mode 0755, root's. */
+static void
+tar_header(unsigned char *h, const char *name, size_t size)
+{
+	unsigned sum = 0;
+	size_t i;
+
+	memset(h, 0, 512);
+	snprintf((char *)h, 100, "%s", name);
+	snprintf((char *)h + 100, 8, "%07o", 0755);
+	snprintf((char *)h + 108, 8, "%07o", 0);
+	snprintf((char *)h + 116, 8, "%07o", 0);
+	snprintf((char *)h + 124, 12, "%011zo", size);
+	snprintf((char *)h + 136, 12, "%011o", 0);
+	h[156] = '0';
+	memcpy(h + 257, "ustar", 6);
+	memcpy(h + 263, "00", 2);
+	memset(h + 148, ' ', 8);
+	for (i = 0; i < 512; i++)
+		sum += h[i];
+	snprintf((char *)h + 148, 8, "%06o", sum);
+}
+
+/* sbx-proxy, beside sbx-helper, read once as a one-file tar. */
+static int
+proxy_load(struct engine *e, struct sbx_err *err)
+{
+	char path[4096], *slash;
+	struct stat sb;
+	size_t pad;
+	ssize_t n;
+	int fd;
+
+	if (e->proxy_tar != NULL)
+		return 0;
+	snprintf(path, sizeof(path), "%s", e->helper_path);
+	slash = strrchr(path, '/');
+	if (slash == NULL)
+		return sbx_err_set(err, SBX_E_INTERNAL, "no directory for sbx-proxy");
+	snprintf(slash + 1, sizeof(path) - (size_t)(slash + 1 - path), "sbx-proxy");
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return sbx_err_set(err, SBX_E_INTERNAL, "the egress proxy binary cannot "
+		    "be read at %s: %s", path, strerror(errno));
+	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size <= 0 ||
+	    sb.st_size > 64 * 1024 * 1024) {
+		close(fd);
+		return sbx_err_set(err, SBX_E_INTERNAL, "the egress proxy binary at %s "
+		    "is not a usable file", path);
+	}
+	pad = (512 - (size_t)sb.st_size % 512) % 512;
+	e->proxy_tar_len = 512 + (size_t)sb.st_size + pad + 1024;
+	if ((e->proxy_tar = calloc(1, e->proxy_tar_len)) == NULL) {
+		close(fd);
+		return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+	}
+	n = read(fd, e->proxy_tar + 512, (size_t)sb.st_size);
+	close(fd);
+	if (n != sb.st_size) {
+		free(e->proxy_tar);
+		e->proxy_tar = NULL;
+		return sbx_err_set(err, SBX_E_INTERNAL, "the egress proxy binary at %s "
+		    "could not be read whole", path);
+	}
+	tar_header(e->proxy_tar, "sbx-proxy", (size_t)sb.st_size);
+	return 0;
+}
+
+/* ---------- ensure: volume, container, fill, start ---------- */
+
+static void px_inspect(struct eop *op);
+
+static void
+px_done(struct eop *op)
+{
+	struct eop_ensure *en = ens(op);
+
+	en->proxy_done = 1;
+	en->proxy_then(op);
+}
+
+static void
+px_started(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	if (REPLY_BAD(op, NULL, err, status, body, "start the egress proxy", 204, 304))
+		return;
+	log_info("egress proxy started", "id", op->id, NULL);
+	px_done(op);
+}
+
+static void
+px_start(struct eop *op)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), API "/containers/%s/start", ens(op)->px_cid);
+	eng_call(op, "POST", path, NULL, px_started);
+}
+
+static void
+px_filled(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	if (REPLY_BAD(op, NULL, err, status, body, "put sbx-proxy into the egress "
+	    "proxy's volume", 200))
+		return;
+	px_start(op);
+}
+
+static void
+px_created(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct eop_ensure *en = ens(op);
+	struct sbx_err e;
+	char path[256];
+
+	if (err == NULL && eng_name_taken(status, body) && en->px_tries++ < 3) {
+		/* A concurrent ensure made it: look again. */
+		px_inspect(op);
+		return;
+	}
+	if (REPLY_BAD(op, NULL, err, status, body, "create the egress proxy", 201))
+		return;
+	snprintf(en->px_cid, sizeof(en->px_cid), "%s", eng_jstr(body, "Id"));
+	if (!eng_name_ok(en->px_cid, sizeof(en->px_cid) - 1)) {
+		sbx_err_set(&e, SBX_E_RUNTIME, "runtime gave no usable id for the "
+		    "egress proxy of %s", op->id);
+		eng_finish_err(op, &e);
+		return;
+	}
+	/* Into the socket volume, mounted read-write here: the relay of the
+	 * sandbox runs the same binary from it (read-only there). */
+	snprintf(path, sizeof(path), API "/containers/%s/archive?path=%s", en->px_cid,
+	    EGRESS_SOCK_DIR);
+	eng_call_bytes(op, "PUT", path, "application/x-tar", op->e->proxy_tar,
+	    op->e->proxy_tar_len, px_filled);
+}
+
+static void
+px_create(struct eop *op)
+{
+	struct eop_ensure *en = ens(op);
+	struct engine *e = op->e;
+	char px[160], vol[160], path[300];
+	struct sbx_err er;
+	struct egress_proxy_spec s;
+	json_t *body;
+
+	names(op, px, sizeof(px), vol, sizeof(vol));
+	memset(&s, 0, sizeof(s));
+	s.image = en->image;
+	s.helper_vol = NULL;
+	s.proxy_path = EGRESS_SOCK_DIR "/sbx-proxy";
+	s.sock_vol = vol;
+	s.network = op->nname;
+	s.resolver = e->proxy_resolver;
+	s.oci_runtime = e->oci_runtime;
+	s.mem_bytes = e->proxy_mem;
+	s.pids = 64;
+	s.allow = en->allow;
+	s.labels = json_pack("{s:s, s:s, s:s}", L_MANAGED, "true", L_PROXY_OF, op->id,
+	    L_ROLE, "proxy");
+	if ((body = egress_proxy_body(&s)) == NULL) {
+		sbx_err_set(&er, SBX_E_INTERNAL, "out of memory");
+		eng_finish_err(op, &er);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/containers/create?name=%s", px);
+	eng_call(op, "POST", path, body, px_created);
+}
+
+static void
+px_stale_removed(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	if (REPLY_BAD(op, NULL, err, status, body, "remove the old egress proxy", 204,
+	    404))
+		return;
+	log_info("egress proxy replaced (policy changed)", "id", op->id, NULL);
+	px_create(op);
+}
+
+static void
+px_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct eop_ensure *en = ens(op);
+	json_t *labels;
+	const char *have;
+	char want[65], path[300];
+	struct sbx_err e;
+
+	if (err != NULL) {
+		eng_finish_err(op, err);
+		return;
+	}
+	if (status == 404) {
+		px_create(op);
+		return;
+	}
+	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the egress proxy", 200))
+		return;
+	labels = json_object_get(json_object_get(body, "Config"), "Labels");
+	if (!ours(op, labels)) {
+		sbx_err_set(&e, SBX_E_CONFLICT, "a container named %s%s-proxy exists "
+		    "that sbx does not manage; it was left alone", op->e->prefix, op->id);
+		eng_finish_err(op, &e);
+		return;
+	}
+	snprintf(en->px_cid, sizeof(en->px_cid), "%s", eng_jstr(body, "Id"));
+	if (!eng_name_ok(en->px_cid, sizeof(en->px_cid) - 1)) {
+		sbx_err_set(&e, SBX_E_RUNTIME, "runtime gave no usable id for the "
+		    "egress proxy of %s", op->id);
+		eng_finish_err(op, &e);
+		return;
+	}
+	egress_policy_digest(en->allow, op->e->proxy_resolver, want);
+	have = eng_label(labels, EGRESS_L_POLICY);
+	if (have == NULL || strcmp(have, want) != 0) {
+		/* Another policy: this proxy goes, the sandbox stays. */
+		snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0", en->px_cid);
+		eng_call(op, "DELETE", path, NULL, px_stale_removed);
+		return;
+	}
+	if (json_is_true(json_object_get(json_object_get(body, "State"), "Running"))) {
+		px_done(op);
+		return;
+	}
+	px_start(op);
+}
+
+static void
+px_inspect(struct eop *op)
+{
+	char px[160], vol[160], path[300];
+
+	names(op, px, sizeof(px), vol, sizeof(vol));
+	snprintf(path, sizeof(path), API "/containers/%s/json", px);
+	eng_call(op, "GET", path, NULL, px_inspected);
+}
+
+static void
+px_volume(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	if (err == NULL && (status == 200 || status == 201 || eng_name_taken(status, body) ||
+	    status == 409)) {
+		px_inspect(op);
+		return;
+	}
+	REPLY_BAD(op, NULL, err, status, body, "create the egress proxy's volume", 201);
+}
+
+void
+eng_proxy_ensure(struct eop *op, void (*then)(struct eop *))
+{
+	struct eop_ensure *en = ens(op);
+	char px[160], vol[160], path[64];
+	struct sbx_err e;
+	json_t *req;
+
+	en->proxy_then = then;
+	if (proxy_load(op->e, &e) != 0) {
+		eng_finish_err(op, &e);
+		return;
+	}
+	names(op, px, sizeof(px), vol, sizeof(vol));
+	req = json_pack("{s:s, s:{s:s, s:s}}", "Name", vol, "Labels", L_MANAGED, "true",
+	    L_PROXY_OF, op->id);
+	if (req == NULL) {
+		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		eng_finish_err(op, &e);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/volumes/create");
+	eng_call(op, "POST", path, req, px_volume);
+}
+
+/* ---------- removal: container, then volume (never what is not ours) ---------- */
+
+static void
+drop_vol_removed(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	if (REPLY_BAD(op, NULL, err, status, body, "remove the egress proxy's volume",
+	    204, 404))
+		return;
+	op->then(op);
+}
+
+static void
+drop_vol_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	char px[160], vol[160], path[300];
+
+	if (err != NULL) {
+		eng_finish_err(op, err);
+		return;
+	}
+	if (status != 200 || !ours(op, json_object_get(body, "Labels"))) {
+		op->then(op);
+		return;
+	}
+	names(op, px, sizeof(px), vol, sizeof(vol));
+	snprintf(path, sizeof(path), API "/volumes/%s", vol);
+	eng_call(op, "DELETE", path, NULL, drop_vol_removed);
+}
+
+static void
+drop_volume(struct eop *op)
+{
+	char px[160], vol[160], path[300];
+
+	names(op, px, sizeof(px), vol, sizeof(vol));
+	snprintf(path, sizeof(path), API "/volumes/%s", vol);
+	eng_call(op, "GET", path, NULL, drop_vol_inspected);
+}
+
+static void
+drop_removed(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	if (REPLY_BAD(op, NULL, err, status, body, "remove the egress proxy", 204, 404))
+		return;
+	drop_volume(op);
+}
+
+static void
+drop_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	char path[300];
+
+	if (err != NULL) {
+		eng_finish_err(op, err);
+		return;
+	}
+	if (status != 200 || !ours(op, json_object_get(json_object_get(body, "Config"),
+	    "Labels")) || !eng_name_ok(eng_jstr(body, "Id"), 128)) {
+		drop_volume(op);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0", eng_jstr(body, "Id"));
+	eng_call(op, "DELETE", path, NULL, drop_removed);
+}
+
+void
+eng_proxy_drop(struct eop *op, void (*then)(struct eop *))
+{
+	char px[160], vol[160], path[300];
+
+	op->then = then;
+	names(op, px, sizeof(px), vol, sizeof(vol));
+	snprintf(path, sizeof(path), API "/containers/%s/json", px);
+	eng_call(op, "GET", path, NULL, drop_inspected);
+}

@@ -619,6 +619,8 @@ main(int argc, char **argv)
 	ec.run_bytes = cfg.run_size;
 	ec.oci_runtime = cfg.oci_runtime;
 	ec.egress_bridge_prefix = cfg.egress_bridge_prefix;
+	ec.proxy_resolver = cfg.egress_proxy_resolver;
+	ec.proxy_memory = cfg.egress_proxy_memory;
 	ec.name_prefix = cfg.name_prefix;
 	if ((driver = sbx_engine_driver_new(m.base, &ec, &err)) == NULL) {
 		fprintf(stderr, "sandbox-broker: %s\n", err.message);

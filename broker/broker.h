@@ -38,6 +38,8 @@ struct broker_config {
 	char *helper_volume;      /* stem of the helper volume's name; NULL: "<name_prefix>helper" */
 	char *user;               /* "uid:gid" of the sandbox user */
 	char *egress_bridge_prefix;
+	char *egress_proxy_resolver; /* "IP[:PORT]" the egress proxies ask (adr/0026) */
+	long long egress_proxy_memory; /* memory limit of one egress proxy */
 	char *oci_runtime;        /* NULL: runtime default */
 	char *name_prefix;        /* container/volume name prefix */
 	long long memory;         /* default memory limit, bytes */

@@ -39,6 +39,11 @@ const struct sbx_config_key broker_config_keys[] = {
 	K("egress_bridge_prefix", SBX_CFG_STRING, egress_bridge_prefix, "sbxe",
 	    "host interface name prefix of the per-sandbox egress networks "
 	    "(matched by deploy/egress-firewall.sh)"),
+	K("egress_proxy_resolver", SBX_CFG_STRING, egress_proxy_resolver, NULL,
+	    "DNS server IP[:PORT] of the egress proxies (adr/0026; default: the "
+	    "proxy container's /etc/resolv.conf)"),
+	K("egress_proxy_memory", SBX_CFG_BYTES, egress_proxy_memory, "64m",
+	    "memory limit of one sandbox's egress proxy container"),
 	K("oci_runtime", SBX_CFG_STRING, oci_runtime, NULL,
 	    "OCI runtime for sandboxes, e.g. runsc (default: the runtime's)"),
 	K("name_prefix", SBX_CFG_STRING, name_prefix, "sbx-",

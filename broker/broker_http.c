@@ -25,6 +25,7 @@
 #include <sodium.h>
 
 #include "broker.h"
+#include "broker_egress.h"
 #include "broker_metrics.h"
 #include "broker_reaper.h"
 #include "broker_state.h"
@@ -108,6 +109,7 @@ struct breq {
 	struct evhttp_request *req;
 	const struct route *route;
 	const char *name;         /* route name or "unknown" */
+	char *egress_allow;       /* ensure: the allowlist, '\n'-joined (adr/0026) */
 	int authed;               /* passed the bearer check: audited */
 	char id[64];
 	struct bsbx *sbx;
@@ -290,6 +292,7 @@ breq_free(struct breq *b)
 	size_t i;
 
 	json_decref(b->body);
+	free(b->egress_allow);
 	free(b->argv);
 	for (i = 0; i < b->nenv; i++)
 		free(b->env[i]);
@@ -949,11 +952,44 @@ ensure_start(struct breq *b)
 		breq_fail(b, &err);
 }
 
+/* "egress_allow": the allowlist of adr/0026, with egress true only;
+ * joined into b->egress_allow for the driver. */
+static int
+egress_allow_spec(struct breq *b, json_t *v)
+{
+	struct sbx_err err;
+	size_t i, n = 0;
+
+	sbx_err_clear(&err);
+	if (!b->spec.egress) {
+		breq_fail_code(b, SBX_E_BAD_REQUEST, "Field \"egress_allow\" needs "
+		    "\"egress\": true.");
+		return -1;
+	}
+	if (egress_allow_check(v, &err) != 0) {
+		breq_fail(b, &err);
+		return -1;
+	}
+	for (i = 0; i < json_array_size(v); i++)
+		n += json_string_length(json_array_get(v, i)) + 1;
+	if ((b->egress_allow = calloc(1, n + 1)) == NULL) {
+		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
+		return -1;
+	}
+	for (i = 0; i < json_array_size(v); i++) {
+		if (i > 0)
+			strcat(b->egress_allow, "\n");
+		strcat(b->egress_allow, json_string_value(json_array_get(v, i)));
+	}
+	b->spec.egress_allow = b->egress_allow;
+	return 0;
+}
+
 static void
 h_ensure(struct breq *b)
 {
 	static const char *const allowed[] = { "image", "egress",
-	    "memory_bytes", "nano_cpus", "pids", NULL };
+	    "egress_allow", "memory_bytes", "nano_cpus", "pids", NULL };
 	const struct broker_config *cfg = b->s->cfg;
 	const char *str;
 	json_t *v, *body;
@@ -986,6 +1022,9 @@ h_ensure(struct breq *b)
 		return;
 	}
 	b->spec.egress = json_is_true(v);
+	if ((v = json_object_get(b->body, "egress_allow")) != NULL &&
+	    egress_allow_spec(b, v) == -1)
+		return;
 	if (opt_int(b, b->body, "memory_bytes", &b->spec.memory_bytes) == -1 ||
 	    opt_int(b, b->body, "nano_cpus", &b->spec.nano_cpus) == -1 ||
 	    opt_int(b, b->body, "pids", &b->spec.pids) == -1 ||

@@ -126,7 +126,7 @@ egress_proxy_body(const struct egress_proxy_spec *s)
 	if (cmd == NULL)
 		goto fail;
 	hc = json_pack("{s:[s], s:[s], s:b, s:I, s:I, s:I, s:s, s:{s:s},"
-	    " s:[{s:s, s:s, s:s, s:b}, {s:s, s:s, s:s, s:b}]}",
+	    " s:[{s:s, s:s, s:s, s:b}]}",
 	    "CapDrop", "ALL",
 	    "SecurityOpt", "no-new-privileges",
 	    "ReadonlyRootfs", 1,
@@ -136,11 +136,13 @@ egress_proxy_body(const struct egress_proxy_spec *s)
 	    "NetworkMode", s->network,
 	    "RestartPolicy", "Name", "no",
 	    "Mounts",
-	    "Type", "volume", "Source", s->helper_vol, "Target", s->helper_dir,
-	    "ReadOnly", 1,
 	    "Type", "volume", "Source", s->sock_vol, "Target", EGRESS_SOCK_DIR,
 	    "ReadOnly", 0);
 	if (hc == NULL)
+		goto fail;
+	if (s->helper_vol != NULL && json_array_append_new(json_object_get(hc, "Mounts"),
+	    json_pack("{s:s, s:s, s:s, s:b}", "Type", "volume", "Source", s->helper_vol,
+	    "Target", s->helper_dir, "ReadOnly", 1)) != 0)
 		goto fail;
 	if (s->oci_runtime != NULL &&
 	    json_object_set_new(hc, "Runtime", json_string(s->oci_runtime)) != 0)

@@ -47,9 +47,10 @@ void egress_policy_digest(json_t *allow, const char *resolver, char out[65]);
 /* What the broker needs to create one sandbox's proxy container. */
 struct egress_proxy_spec {
 	const char *image;        /* the sandbox's image (allowlisted, present) */
-	const char *helper_vol;   /* the helper volume, read-only at helper_dir */
+	const char *helper_vol;   /* a volume read-only at helper_dir, or NULL */
 	const char *helper_dir;   /* e.g. "/.sbx" */
-	const char *proxy_path;   /* sbx-proxy inside it, e.g. "/.sbx/sbx-proxy" */
+	const char *proxy_path;   /* sbx-proxy in the container, e.g.
+	                           * EGRESS_SOCK_DIR "/sbx-proxy" */
 	const char *sock_vol;     /* "<prefix><id>-egsock", read-write at EGRESS_SOCK_DIR */
 	const char *network;      /* the sandbox's egress network (ADR 0014) */
 	const char *resolver;     /* "IP[:PORT]" for --resolver, or NULL */

@@ -79,7 +79,8 @@ struct conn {
 	struct evutil_addrinfo lit;       /* an IP literal's one address */
 	struct sockaddr_storage lit_sa;
 	struct evdns_getaddrinfo_request *dreq;
-	int closing;                      /* flush the peer's output, then free */
+	int eof;                          /* 1: client ended, 2: upstream ended */
+	int shut;                         /* 1/2: that side's write shut down */
 };
 
 static struct px px;
@@ -263,15 +264,37 @@ pipe_read(struct bufferevent *bev, void *arg)
 	}
 }
 
+/* Bit of k->eof: the client (1) or upstream (2) has sent its last byte. */
+static int
+side(struct conn *k, struct bufferevent *bev)
+{
+	return bev == k->c ? 1 : 2;
+}
+
+/* Half-close: once everything one side sent is written to the other,
+ * shut the other's write direction; free when both have ended. */
+static void
+pass_eof(struct conn *k, struct bufferevent *o)
+{
+	if (evbuffer_get_length(bufferevent_get_output(o)) > 0)
+		return;
+	if (!(k->shut & side(k, o))) {
+		k->shut |= side(k, o);
+		shutdown(bufferevent_getfd(o), SHUT_WR);
+	}
+	if (k->eof == 3)
+		conn_free(k);
+}
+
 static void
 pipe_write(struct bufferevent *bev, void *arg)
 {
 	struct conn *k = arg;
 	struct bufferevent *o = peer_of(k, bev);
 
-	if (k->closing) {
-		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-			conn_free(k);
+	/* bev's peer has ended and bev drained: pass the end on. */
+	if (k->eof & side(k, o)) {
+		pass_eof(k, bev);
 		return;
 	}
 	/* Drained below the low mark: read the other side again. */
@@ -285,18 +308,14 @@ pipe_event(struct bufferevent *bev, short what, void *arg)
 	struct conn *k = arg;
 	struct bufferevent *o = peer_of(k, bev);
 
-	if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) && !k->closing) {
-		/* One side ended: pass on what it sent, then close both. */
+	if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR)) {
+		/* One side ended: pass on what it sent, then its end. */
 		evbuffer_add_buffer(bufferevent_get_output(o), bufferevent_get_input(bev));
 		bufferevent_disable(bev, EV_READ);
-		if (evbuffer_get_length(bufferevent_get_output(o)) == 0) {
-			conn_free(k);
-			return;
-		}
-		k->closing = 1;
-		bufferevent_disable(o, EV_READ);
+		k->eof |= side(k, bev);
 		bufferevent_setwatermark(o, EV_WRITE, 0, 0);
-		bufferevent_setcb(o, NULL, pipe_write, pipe_event, k);
+		bufferevent_enable(o, EV_WRITE);
+		pass_eof(k, o);
 		return;
 	}
 	conn_free(k);

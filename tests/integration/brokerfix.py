@@ -489,7 +489,8 @@ def write_config(path, limits):
     }
     # Bounded file operations (adr/0013): only when a suite sets them.
     for key, name in (("file_timeout_ms", "file_timeout"), ("list_max_entries", "list_max_entries"),
-                      ("max_file_ops", "max_file_ops_per_sandbox")):
+                      ("max_file_ops", "max_file_ops_per_sandbox"),
+                      ("egress_proxy_resolver", "egress_proxy_resolver")):
         if key in limits:
             cfg[name] = limits[key]
     with open(path, "w") as f:

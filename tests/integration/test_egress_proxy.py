@@ -306,11 +306,18 @@ class EgressProxyTest(unittest.TestCase):
         code, body, _, r = self.curl("https://allowed.test:8443/r", relay)
         self.assertEqual(code, "200", (body, r.stderr))
         self.assertIn("served-by %s:8443" % ALLOWED, body)
+        # A half-closing client through the relay too (busybox nc does).
+        half = ("import socket,sys;s=socket.create_connection(('127.0.0.1',%d));"
+                "s.sendall(b'GET http://allowed.test:8080/h HTTP/1.0\\r\\n\\r\\n');"
+                "s.shutdown(socket.SHUT_WR);s.settimeout(5);b=b''\n"
+                "while True:\n c=s.recv(65536)\n if not c: break\n b+=c\n"
+                "sys.stdout.buffer.write(b)" % relay.port)
+        self.assertIn(b"served-by", self.nsrun("/usr/bin/python3", "-c", half).stdout)
         code, body, secs, _ = self.curl("http://denied.test:8080/", relay)
         self.assertEqual(code, "403", body)
         self.assertIn("denied.test:8080 is not in this sandbox's allowlist", body)
         self.assertLess(secs, 1.0)
-        self.assertEqual([d["event"] for d in p.decisions()], ["allow", "allow", "deny"])
+        self.assertEqual([d["event"] for d in p.decisions()], ["allow", "allow", "allow", "deny"])
         self.assertEqual([d["event"] for d in relay.decisions()], [])   # the relay decides nothing
         # The proxy gone: the relay answers at once, it does not hang.
         p.stop()
@@ -332,6 +339,18 @@ class EgressProxyTest(unittest.TestCase):
         t0 = time.monotonic()
         r = self.nsrun("/usr/bin/python3", "-c", code, input=data)
         return r.stdout, time.monotonic() - t0
+
+    def test_a_client_that_half_closes_still_gets_the_whole_answer(self):
+        # busybox nc shuts its sending side at the end of its input: the
+        # answer must still come back (relay and proxy pass the end on).
+        for p in (self.proxy,):
+            code = ("import socket,sys;s=socket.create_connection(('127.0.0.1',%d));"
+                    "s.sendall(b'GET http://allowed.test:8080/h HTTP/1.0\\r\\n\\r\\n');"
+                    "s.shutdown(socket.SHUT_WR);s.settimeout(5);b=b''\n"
+                    "while True:\n c=s.recv(65536)\n if not c: break\n b+=c\n"
+                    "sys.stdout.buffer.write(b)" % p.port)
+            r = self.nsrun("/usr/bin/python3", "-c", code)
+            self.assertIn(("served-by %s:8080" % ALLOWED).encode(), r.stdout)
 
     def test_garbage_gets_a_400_and_the_proxy_stays_up(self):
         for junk in (b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + os.urandom(64) + b"\r\n\r\n",

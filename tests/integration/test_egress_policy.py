@@ -1,0 +1,309 @@
+#!/usr/bin/python3
+# test_egress_policy.py - egress by allowlist through the broker (adr/0026) on a real runtime: the sandbox has no route, its relay reaches its own proxy container, which checks names and addresses.
+#
+# The runtime of this suite runs in a network namespace it makes
+# (tests/harness/runtimes.sh with SBX_RUNTIME_NETNS, as test_egress.py's
+# EgressIsolationTest), next to a second namespace standing for the
+# internet: "public" TEST-NET-2 addresses (198.51.100.10 allowed.test,
+# .11 other.test/denied.test, .53 the test DNS) served by
+# tests/integration/egress_world.py. "The host's private address" 10.77.0.1
+# and "cloud metadata" 169.254.169.254 are addresses of the runtime's
+# namespace with servers of their own. The broker's egress proxies ask the
+# test DNS (egress_proxy_resolver). No packet leaves the two namespaces.
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import time
+import unittest
+
+import sbxtest
+from brokerfix import BrokerTestCase, Engine, REPO, unix_path, wait_until
+
+RUNTIMES = os.path.join(REPO, "tests", "harness", "runtimes.sh")
+WORLD = os.path.join(REPO, "tests", "integration", "egress_world.py")
+WAN_IP = "198.51.100.1"
+RT_IP = "198.51.100.2"
+ALLOWED = "198.51.100.10"
+OTHER = "198.51.100.11"
+DNS = "198.51.100.53"
+PRIVATE = "10.77.0.1"
+META = "169.254.169.254"
+ZONE = {
+    "allowed.test": [ALLOWED],
+    "other.test": [OTHER],
+    "denied.test": [OTHER],
+    "meta.test": [META],
+    "private.test": [PRIVATE],
+    "mixed.test": [ALLOWED, PRIVATE],
+}
+
+
+def run(*argv, check=True, **kw):
+    r = subprocess.run(list(argv), capture_output=True, timeout=120, **kw)
+    if check and r.returncode != 0:
+        raise AssertionError("%s -> %d: %s %s" % (" ".join(argv), r.returncode,
+                                                  r.stdout.decode(errors="replace")[-2000:],
+                                                  r.stderr.decode(errors="replace")[-2000:]))
+    return r
+
+
+class EgressPolicyTest(BrokerTestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tag = secrets.token_hex(3)
+        cls.rt_ns = "sbxep-%s-rt" % cls.tag
+        cls.wan_ns = "sbxep-%s-wan" % cls.tag
+        cls.procs = []
+        cls.rtdir = None
+        cls.made_ns = []
+        cls.ids = []
+        cls.brokers = []
+        cls.broker = None
+        cls.runtime = os.environ.get("SBX_TEST_RUNTIME")
+        if cls.runtime not in ("docker", "podman"):
+            raise AssertionError("SBX_TEST_RUNTIME must be docker or podman")
+        try:
+            cls.setup_namespaces()
+            cls.setup_world()
+            cls.setup_runtime()
+            cls.broker = cls.start_broker({"egress_proxy_resolver": DNS},
+                                          runtime_sock=cls.runtime_sock)
+            cls.client = cls.broker.client(timeout=120)
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def ns(cls, name, *argv, check=True):
+        return run("ip", "netns", "exec", name, *argv, check=check)
+
+    @classmethod
+    def setup_namespaces(cls):
+        va, vb = "epv%sa" % cls.tag, "epv%sb" % cls.tag
+        for n in (cls.rt_ns, cls.wan_ns):
+            run("ip", "netns", "add", n)
+            cls.made_ns.append(n)
+            cls.ns(n, "ip", "link", "set", "lo", "up")
+        run("ip", "link", "add", va, "netns", cls.rt_ns, "type", "veth", "peer",
+            "name", vb, "netns", cls.wan_ns)
+        cls.ns(cls.rt_ns, "ip", "addr", "add", RT_IP + "/24", "dev", va)
+        cls.ns(cls.rt_ns, "ip", "link", "set", va, "up")
+        cls.ns(cls.rt_ns, "ip", "route", "add", "default", "via", WAN_IP)
+        cls.ns(cls.rt_ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        for a in (PRIVATE, META):
+            cls.ns(cls.rt_ns, "ip", "addr", "add", a + "/32", "dev", "lo")
+        cls.ns(cls.wan_ns, "ip", "addr", "add", WAN_IP + "/24", "dev", vb)
+        for a in (ALLOWED, OTHER, DNS):
+            cls.ns(cls.wan_ns, "ip", "addr", "add", a + "/32", "dev", vb)
+        cls.ns(cls.wan_ns, "ip", "link", "set", vb, "up")
+        for net in ("10.0.0.0/8", "172.16.0.0/12"):   # back to unmasqueraded containers
+            cls.ns(cls.wan_ns, "ip", "route", "add", net, "via", RT_IP)
+
+    @classmethod
+    def setup_world(cls):
+        cls.wdir = sbxtest.short_tmpdir("sbxep-")
+        with open(os.path.join(cls.wdir, "zone.json"), "w") as f:
+            json.dump(ZONE, f)
+        run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-keyout", os.path.join(cls.wdir, "key.pem"),
+            "-out", os.path.join(cls.wdir, "cert.pem"), "-subj", "/CN=allowed.test")
+        for n, dns, http, https in ((cls.wan_ns, DNS, [ALLOWED, OTHER], [ALLOWED]),
+                                    (cls.rt_ns, PRIVATE, [PRIVATE, META], [])):
+            argv = ["ip", "netns", "exec", n, "/usr/bin/python3", WORLD, "--dir", cls.wdir,
+                    "--dns", dns]
+            for ip in http:
+                argv += ["--http", ip + ":8080"]
+            for ip in https:
+                argv += ["--https", ip + ":8443"]
+            with open(os.path.join(cls.wdir, "world-%s.err" % n), "wb") as err:
+                p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err)
+            cls.procs.append(p)
+            if p.stdout.readline().strip() != b"ready":
+                raise AssertionError("egress_world did not start in " + n)
+
+    @classmethod
+    def setup_runtime(cls):
+        cls.rtdir = os.path.join(sbxtest.out_dir(), "rt-ep-" + cls.tag)
+        env = dict(os.environ, SBX_RUNTIME_NETNS=cls.rt_ns, SBX_RUNTIMES_ONLY=cls.runtime)
+        run("bash", RUNTIMES, "up", cls.rtdir, env=env)
+        with open(os.path.join(cls.rtdir, "env")) as f:
+            vals = dict(l.strip().split("=", 1) for l in f if "=" in l)
+        cls.runtime_sock = unix_path(vals["SBX_%s_HOST" % cls.runtime.upper()])
+        cls.engine = Engine(cls.runtime_sock)
+        cls.image = vals["SBX_TEST_IMAGE"]
+
+    @classmethod
+    def tearDownClass(cls):
+        problems = []
+        try:
+            if getattr(cls, "brokers", None):
+                BrokerTestCase.tearDownClass.__func__(cls)
+        except AssertionError as e:
+            problems.append(str(e))
+        finally:
+            for p in cls.procs:
+                p.terminate()
+                p.wait(10)
+                p.stdout.close()
+            if cls.rtdir is not None:
+                env = dict(os.environ, SBX_RUNTIME_NETNS=cls.rt_ns)
+                run("bash", RUNTIMES, "down", cls.rtdir, env=env, check=False)
+                r = run("bash", RUNTIMES, "gone", cls.rtdir, check=False)
+                if r.returncode != 0:
+                    problems.append("runtime left behind: " + r.stderr.decode())
+            for n in cls.made_ns:
+                run("ip", "netns", "del", n, check=False)
+            if getattr(cls, "wdir", None):
+                shutil.rmtree(cls.wdir, True)
+        if problems:
+            raise AssertionError("\n".join(problems))
+
+    # -------------------------------------------------------------- helpers
+
+    def ensure_allow(self, sid, allow, expect=200):
+        r = self.client.ensure(sid, body={"egress": True, "egress_allow": allow})
+        self.assertEqual(r.status, expect, r)
+        return r
+
+    def get(self, sid, url):
+        """GET url in the sandbox through its proxy variables (the test
+        image's busybox wget crashes on any URL here, so nc speaks HTTP):
+        (status, whole answer, seconds)."""
+        t0 = time.monotonic()
+        r = self.client.sh(sid, "p=${http_proxy#http://}; printf 'GET %s HTTP/1.0\\r\\n\\r\\n' "
+                                "| nc -w 20 ${p%%:*} ${p##*:}; true" % url, timeout_ms=60000)
+        out = bytes(r.out)
+        status = int(out.split(b" ", 2)[1]) if out.startswith(b"HTTP/1.") else 0
+        return status, out, time.monotonic() - t0
+
+    def raw(self, sid, data):
+        r = self.client.sh(sid, "printf '%s' | nc -w 5 127.0.0.1 3128; true" % data,
+                           timeout_ms=60000)
+        return bytes(r.out)
+
+    def proxy(self, sid):
+        return self.engine.inspect("sbx-%s-proxy" % sid)
+
+    # ---------------------------------------------------------------- tests
+
+    def test_1_allowed_name_works_others_are_403_with_the_reason(self):
+        sid = self.new_id("epa")
+        self.ensure_allow(sid, ["allowed.test"])
+        code, out, _ = self.get(sid, "http://allowed.test:8080/x")
+        self.assertEqual(code, 200, out)
+        self.assertIn(("served-by %s:8080" % ALLOWED).encode(), out)
+        code, out, secs = self.get(sid, "http://denied.test:8080/")
+        self.assertEqual(code, 403, out)
+        self.assertLess(secs, 5.0, "a denial took %.1f s (nc waits 20 s)" % secs)
+        out = self.raw(sid, "GET http://denied.test:8080/ HTTP/1.0\\r\\n\\r\\n")
+        self.assertIn(b"HTTP/1.1 403 Forbidden", out)
+        self.assertIn(b"sbx egress: denied.test:8080 is not in this sandbox's allowlist", out)
+        # CONNECT (what HTTPS clients send) to the allowed name is tunnelled.
+        out = self.raw(sid, "CONNECT allowed.test:8443 HTTP/1.1\\r\\n\\r\\n")
+        self.assertIn(b"HTTP/1.1 200 Connection established", out)
+        out = self.raw(sid, "CONNECT denied.test:8443 HTTP/1.1\\r\\n\\r\\n")
+        self.assertIn(b"403", out)
+        # The proxy variables are set for every process of the sandbox.
+        r = self.client.sh(sid, "echo $HTTP_PROXY $https_proxy $NO_PROXY")
+        self.assertEqual(bytes(r.out).split(), [b"http://127.0.0.1:3128",
+                                               b"http://127.0.0.1:3128",
+                                               b"localhost,127.0.0.1,::1"])
+
+    def test_2_metadata_and_private_addresses_are_refused_even_by_name(self):
+        sid = self.new_id("epm")
+        self.ensure_allow(sid, ["meta.test", "private.test", "mixed.test", META, PRIVATE])
+        for url, word in (("http://meta.test:8080/", b"169.254.0.0/16"),
+                          ("http://%s:8080/latest/meta-data/" % META, b"link-local"),
+                          ("http://private.test:8080/", b"10.0.0.0/8"),
+                          ("http://%s:8080/" % PRIVATE, b"private"),
+                          # rebinding across records: public and private at once
+                          ("http://mixed.test:8080/", b"10.77.0.1")):
+            out = self.raw(sid, "GET %s HTTP/1.0\\r\\n\\r\\n" % url)
+            self.assertIn(b"HTTP/1.1 403 Forbidden", out, url)
+            self.assertIn(word, out, url)
+        # The servers are there: the runtime's namespace reaches them.
+        r = self.ns(self.rt_ns, "curl", "-sS", "-m", "5", "http://%s:8080/" % META)
+        self.assertIn(b"served-by", r.stdout)
+
+    def test_3_a_direct_connection_has_no_route(self):
+        sid = self.new_id("epd")
+        self.ensure_allow(sid, ["allowed.test"])
+        r = self.client.sh(sid, "ip route; nc -w 3 %s 8080 </dev/null; echo rc=$?" % ALLOWED)
+        out = bytes(r.out)
+        self.assertIn(b"rc=1", out)
+        self.assertNotIn(b"default", out)
+        info = self.engine.inspect("sbx-" + sid)
+        self.assertEqual(info["HostConfig"]["NetworkMode"], "none")
+        # The proxy listens on no network at all: only its unix socket.
+        px = self.proxy(sid)
+        self.assertIsNotNone(px)
+        self.assertFalse(px["Config"].get("ExposedPorts"))
+        # Docker echoes "ALL"; Podman lists every capability it dropped.
+        caps = px["HostConfig"]["CapDrop"] or []
+        self.assertTrue(caps == ["ALL"] or {"CHOWN", "DAC_OVERRIDE", "SETUID", "SETGID",
+                                            "NET_BIND_SERVICE"} <= set(caps), caps)
+        self.assertFalse(px["HostConfig"].get("CapAdd"))
+
+    def test_4_widening_the_policy_keeps_the_sandbox_and_its_work(self):
+        sid = self.new_id("epw")
+        self.ensure_allow(sid, ["allowed.test"])
+        self.assertEqual(self.client.write(sid, "/work/keep.txt", b"kept").status // 100, 2)
+        box = self.engine.inspect("sbx-" + sid)["Id"]
+        px = self.proxy(sid)["Id"]
+        self.assertEqual(self.get(sid, "http://other.test:8080/")[0], 403)
+        self.ensure_allow(sid, ["allowed.test", "other.test"])
+        code, out, _ = self.get(sid, "http://other.test:8080/")
+        self.assertEqual(code, 200, out)
+        self.assertIn(("served-by %s:8080" % OTHER).encode(), out)
+        self.assertEqual(self.engine.inspect("sbx-" + sid)["Id"], box, "the sandbox was replaced")
+        self.assertNotEqual(self.proxy(sid)["Id"], px, "the proxy kept the old policy")
+        self.assertEqual(self.client.read(sid, "/work/keep.txt").body, b"kept")
+        # The same policy again: nothing replaced.
+        px = self.proxy(sid)["Id"]
+        self.ensure_allow(sid, ["allowed.test", "other.test"])
+        self.assertEqual(self.proxy(sid)["Id"], px)
+
+    def test_5_two_sandboxes_see_only_their_own_allowlist(self):
+        a, b = self.new_id("ep2a"), self.new_id("ep2b")
+        self.ensure_allow(a, ["allowed.test"])
+        self.ensure_allow(b, ["other.test"])
+        self.assertEqual(self.get(a, "http://allowed.test:8080/")[0], 200)
+        self.assertEqual(self.get(a, "http://other.test:8080/")[0], 403)
+        self.assertEqual(self.get(b, "http://other.test:8080/")[0], 200)
+        self.assertEqual(self.get(b, "http://allowed.test:8080/")[0], 403)
+
+    def test_6_revoking_and_destroying_remove_the_proxy_and_its_volume(self):
+        sid = self.new_id("epr")
+        self.ensure_allow(sid, ["allowed.test"])
+        self.client.write(sid, "/work/keep.txt", b"kept")
+        self.assertIsNotNone(self.proxy(sid))
+        st = self.ensure_ok(sid, egress=False)
+        self.assertIs(st["egress"], False)
+        self.assertIsNone(self.proxy(sid))
+        self.assertEqual(self.engine.call("GET", "/volumes/sbx-%s-egsock" % sid)[0], 404)
+        self.assertEqual(self.client.read(sid, "/work/keep.txt").body, b"kept")
+        self.ensure_allow(sid, ["allowed.test"])
+        self.assertEqual(self.get(sid, "http://allowed.test:8080/")[0], 200)
+        self.assertIn(self.client.destroy(sid).status, (200, 204))
+        self.assertIsNone(self.proxy(sid))
+        self.assertEqual(self.engine.call("GET", "/volumes/sbx-%s-egsock" % sid)[0], 404)
+        self.assertIsNone(self.engine.network("sbx-%s-egress" % sid))
+
+    def test_7_a_bad_allowlist_is_400_and_makes_nothing(self):
+        sid = self.new_id("epb")
+        for allow, word in ((["bad..name"], "allow[0]"), ([], "at least one"),
+                            (["*", "pypi.org"], "stands alone"), ("pypi.org", "array")):
+            r = self.ensure_allow(sid, allow, 400)
+            self.assertIn(word, json.loads(r.body)["error"]["message"])
+        r = self.client.ensure(sid, body={"egress": False, "egress_allow": ["a.test"]})
+        self.assertEqual(r.status, 400, r)
+        self.assertEqual(self.engine.containers_of(sid), [])
+        self.assertIsNone(self.proxy(sid))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -159,9 +159,10 @@ test_proxy_body_has_no_capability_no_tcp_listener_and_the_policy_as_argv(void **
 	assert_null(json_object_get(hc, "PortBindings"));
 	m = json_object_get(hc, "Mounts");
 	assert_int_equal(json_array_size(m), 2);
-	assert_true(json_is_true(json_object_get(json_array_get(m, 0), "ReadOnly")));
-	assert_string_equal(json_string_value(json_object_get(json_array_get(m, 1), "Target")),
+	assert_false(json_is_true(json_object_get(json_array_get(m, 0), "ReadOnly")));
+	assert_string_equal(json_string_value(json_object_get(json_array_get(m, 0), "Target")),
 	    EGRESS_SOCK_DIR);
+	assert_true(json_is_true(json_object_get(json_array_get(m, 1), "ReadOnly")));
 	cmd = json_object_get(b, "Cmd");
 	dump = json_dumps(cmd, JSON_COMPACT);
 	assert_string_equal(dump, "[\"--listen\",\"unix:/run/sbx-egress/proxy.sock\","

@@ -420,6 +420,27 @@ class Bench:
 
     # -- figures
 
+    def fig_egress(self):
+        """The egress proxy alone (adr/0026), in a namespace of its own:
+        tests/bench/egress_bench.py."""
+        r = subprocess.run(["/usr/bin/python3", os.path.join(os.path.dirname(
+            os.path.abspath(__file__)), "egress_bench.py"), self.a.build, "300"],
+            capture_output=True, timeout=300, check=True)
+        e = json.loads(r.stdout)
+        added = e["proxy_p50_ms"] - e["direct_p50_ms"]
+        self.row("HTTP request through the egress proxy (new connection, name resolved "
+                 "and checked), p50 / p99", "%.2f / %.2f ms" % (e["proxy_p50_ms"],
+                                                            e["proxy_p99_ms"]),
+                 "%.2f / %.2f ms direct" % (e["direct_p50_ms"], e["direct_p99_ms"]),
+                 "+%.2f ms p50" % added, "added p50 ≤ 5 ms", added <= 5.0)
+        self.row("egress proxy RSS per sandbox (sbx-proxy process: idle / 100 open tunnels)",
+                 "%.1f / %.1f MiB" % (e["rss_idle_kib"] / 1024.0,
+                                      e["rss_100_tunnels_kib"] / 1024.0),
+                 "—", "—", "≤ 8 MiB idle", e["rss_idle_kib"] <= 8 * 1024)
+        self.note("The egress proxy figures are the sbx-proxy process; each proxied "
+                  "sandbox also has one more container, whose runtime shim (conmon, "
+                  "containerd-shim) is not counted here.")
+
     def fig_idle_rss(self):
         time.sleep(0.5)
         self.idle = {n: proc_rss(self.pid(n)) for n in self.procs}
@@ -1087,7 +1108,8 @@ def main():
     b = Bench(a)
     figs = [("idle", b.fig_idle_rss), ("rt", b.fig_exec_rt), ("warm", b.fig_warm_ensure),
             ("cold", b.fig_cold_ensure), ("files", b.fig_files), ("stream", b.fig_stream),
-            ("resume", b.fig_resume), ("conc", b.fig_concurrent), ("many", b.fig_many_streams)]
+            ("resume", b.fig_resume), ("conc", b.fig_concurrent), ("many", b.fig_many_streams),
+            ("egress", b.fig_egress)]
     only = set(x for x in a.only.split(",") if x)
     try:
         b.start_daemons()

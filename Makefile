@@ -48,9 +48,11 @@ BROKER_SRC := $(filter-out broker/broker.c,$(wildcard broker/*.c))
 API_SRC := $(filter-out api/api.c,$(wildcard api/*.c))
 CLI_SRC := $(wildcard api/cli/*.c)
 HELPER_SRC := $(wildcard broker/helper/*.c)
-PROXY_SRC := $(wildcard broker/proxy/*.c)
-# The proxy's policy and request parser, also linked into its tests.
-PROXY_LIB_SRC := $(filter broker/proxy/proxy_policy.c broker/proxy/proxy_req.c,$(PROXY_SRC))
+# The egress proxy: its own files plus the policy grammar in common/
+# (common/proxy_policy.c, shared with the api's and the broker's checks).
+PROXY_SRC := $(wildcard broker/proxy/*.c) $(wildcard common/proxy_policy.c)
+# Its request parser, also linked into the broker library for the tests.
+PROXY_LIB_SRC := $(wildcard broker/proxy/proxy_req.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 FAKE_SRC := $(wildcard tests/driver_fake.c)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
@@ -122,10 +124,10 @@ $(BUILD)/sbx-helper: $(HELPER_SRC) $(wildcard broker/helper/*.h) proto/sbx_proto
 # The egress proxy runs in a container of the sandbox's image (adr/0026):
 # static like the helper, libevent linked in, glibc's NSS lookups replaced
 # (proxy_nonss.c: evdns is its only resolver).
-$(BUILD)/sbx-proxy: $(PROXY_SRC) $(wildcard broker/proxy/*.h)
+$(BUILD)/sbx-proxy: $(PROXY_SRC) $(wildcard broker/proxy/*.h) common/proxy_policy.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -D_FORTIFY_SOURCE=2 $(CFLAGS) $(WARN) \
-		-fstack-protector-strong -static -o $@ $(PROXY_SRC) \
+		-fstack-protector-strong -static -Icommon -o $@ $(PROXY_SRC) \
 		$(shell pkg-config --cflags libevent 2>/dev/null) -levent_extra -levent_core
 
 $(BUILD)/tests/%: tests/unit/%.c $(call obj,$(FAKE_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)

@@ -6,58 +6,7 @@
 #include <sodium.h>
 
 #include "broker_egress.h"
-#include "proxy/proxy_policy.h"
 #include "sbx_proto.h"
-
-int
-egress_allow_check(json_t *allow, struct sbx_err *err)
-{
-	static struct proxy_policy p;   /* large: not on the stack */
-	char why[PROXY_WHY_MAX];
-	size_t i, n;
-
-	if (!json_is_array(allow))
-		return sbx_err_set(err, SBX_E_WRONG_TYPE, "allow must be an array of "
-		    "host names.");
-	n = json_array_size(allow);
-	if (n == 0)
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "allow is empty: name at "
-		    "least one host, or \"*\" for full egress.");
-	if (n > EGRESS_ALLOW_MAX)
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "allow has %zu entries; at "
-		    "most %d are accepted.", n, EGRESS_ALLOW_MAX);
-	memset(&p, 0, sizeof(p));
-	for (i = 0; i < n; i++) {
-		json_t *v = json_array_get(allow, i);
-		const char *s = json_string_value(v);
-		int rc;
-
-		if (s == NULL)
-			return sbx_err_set(err, SBX_E_WRONG_TYPE, "allow[%zu] must be a "
-			    "string.", i);
-		if (strlen(s) != json_string_length(v))
-			return sbx_err_set(err, SBX_E_BAD_REQUEST, "allow[%zu] holds a "
-			    "NUL byte.", i);
-		if (strcmp(s, "*") == 0 && n > 1)
-			return sbx_err_set(err, SBX_E_BAD_REQUEST, "allow[%zu]: \"*\" "
-			    "(full egress) stands alone.", i);
-		if (strchr(s, '/') != NULL)
-			rc = proxy_policy_add_cidr(&p, s, why, sizeof(why));
-		else
-			rc = proxy_policy_add_allow(&p, s, why, sizeof(why));
-		if (rc != 0)
-			return sbx_err_set(err, SBX_E_BAD_REQUEST, "allow[%zu]: %s.", i, why);
-	}
-	return 0;
-}
-
-int
-egress_allow_full(json_t *allow)
-{
-	return allow == NULL || (json_array_size(allow) == 1 &&
-	    json_string_value(json_array_get(allow, 0)) != NULL &&
-	    strcmp(json_string_value(json_array_get(allow, 0)), "*") == 0);
-}
 
 void
 egress_policy_digest(json_t *allow, const char *resolver, char out[65])

@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 
+#include "sbx_egress.h"
 #include "sbx_err.h"
 
 /* Where the proxy's socket lives: a per-sandbox volume mounted read-write
@@ -15,26 +16,10 @@
 /* What the sandbox's relay listens on, inside its own network namespace. */
 #define EGRESS_RELAY_LISTEN "127.0.0.1:3128"
 #define EGRESS_PROXY_URL "http://127.0.0.1:3128"
-/* Allow entries per grant (docs/security.md "Limits"). */
-#define EGRESS_ALLOW_MAX 64
 /* Denials kept for GET .../egress, newest last. */
 #define EGRESS_DENIALS_MAX 20
 /* Label on the proxy container: the SHA-256 of its policy (hex). */
 #define EGRESS_L_POLICY "io.sbx.egress-policy"
-
-/*
- * Checks an allowlist as the api and the broker accept it: a JSON array of
- * 1..EGRESS_ALLOW_MAX strings; each "*" (alone only), a host entry that
- * proxy_policy_add_allow accepts ("NAME", "*.NAME", optional ":PORT") or a
- * CIDR ("10.1.0.0/16", "fd00::/8") that proxy_policy_add_cidr accepts.
- * Returns 0, or -1 with err set: SBX_E_WRONG_TYPE (not an array of
- * strings), SBX_E_BAD_REQUEST (empty, too long, a bad entry: the message
- * names the index and the rule, one sentence ending in '.').
- */
-int egress_allow_check(json_t *allow, struct sbx_err *err);
-
-/* 1 when allow is NULL or ["*"]: full egress, ADR 0014's network, no proxy. */
-int egress_allow_full(json_t *allow);
 
 /*
  * Writes the hex SHA-256 (64 chars + NUL, out must hold 65) of the policy

@@ -958,7 +958,6 @@ static int
 egress_allow_spec(struct breq *b, json_t *v)
 {
 	struct sbx_err err;
-	size_t i, n = 0;
 
 	sbx_err_clear(&err);
 	if (!b->spec.egress) {
@@ -970,16 +969,9 @@ egress_allow_spec(struct breq *b, json_t *v)
 		breq_fail(b, &err);
 		return -1;
 	}
-	for (i = 0; i < json_array_size(v); i++)
-		n += json_string_length(json_array_get(v, i)) + 1;
-	if ((b->egress_allow = calloc(1, n + 1)) == NULL) {
+	if ((b->egress_allow = egress_allow_join(v)) == NULL) {
 		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
 		return -1;
-	}
-	for (i = 0; i < json_array_size(v); i++) {
-		if (i > 0)
-			strcat(b->egress_allow, "\n");
-		strcat(b->egress_allow, json_string_value(json_array_get(v, i)));
 	}
 	b->spec.egress_allow = b->egress_allow;
 	return 0;

@@ -887,15 +887,7 @@ eng_ensure(struct sbx_driver *d, const char *id, const struct sbx_spec *spec,
 	if (spec->egress && spec->egress_allow != NULL &&
 	    strcmp(spec->egress_allow, "*") != 0) {
 		/* adr/0026: the entries, one per line, checked by the caller. */
-		const char *s = spec->egress_allow, *nl;
-
-		allow = json_array();
-		while (allow != NULL && *s != '\0') {
-			nl = strchr(s, '\n');
-			json_array_append_new(allow, json_stringn(s, nl != NULL ?
-			    (size_t)(nl - s) : strlen(s)));
-			s = nl != NULL ? nl + 1 : s + strlen(s);
-		}
+		allow = egress_allow_split(spec->egress_allow);
 		if (allow == NULL || json_array_size(allow) == 0) {
 			json_decref(allow);
 			sbx_err_set(err, SBX_E_BAD_REQUEST, "egress allowlist is empty");

@@ -23,7 +23,7 @@
 #include <strings.h>
 
 #include "fuzz.h"
-#include "proxy/proxy_policy.h"
+#include "proxy_policy.h"
 #include "proxy/proxy_req.h"
 
 static int

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "proxy/proxy_policy.h"
+#include "proxy_policy.h"
 #include "proxy/proxy_req.h"
 
 #define OK 1

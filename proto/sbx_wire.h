@@ -47,6 +47,14 @@
 int sbx_wire_body_object(const char *buf, size_t len, const char *const *allowed,
     int empty_ok, json_t **out, struct sbx_err *err);
 
+/*
+ * The member check of sbx_wire_body_object alone, for a body parsed
+ * elsewhere: 0 when every member of obj is named in allowed, else -1 with
+ * unknown_field (as above). obj must be an object (else bad_request).
+ */
+int sbx_wire_fields_check(const json_t *obj, const char *const *allowed,
+    struct sbx_err *err);
+
 /* The members an ensure body (PUT /v1/sandboxes/{id}) may hold. */
 extern const char *const sbx_wire_spec_fields[];
 /* The members an exec body (POST .../exec) may hold. */
@@ -57,12 +65,15 @@ extern const char *const sbx_wire_exec_fields[];
  * sbx_wire_body_object(..., sbx_wire_spec_fields, 1, ...). "egress"
  * (boolean) is required; "image" a string without NUL (spec->image borrows
  * it; NULL when absent); "memory_bytes", "nano_cpus", "pids" integers >= 0
- * (0 when absent). Errors: bad_request (egress missing, NUL in image),
- * wrong_type (a member of the wrong JSON type or negative). The allowlist
- * and the ceilings (limit_exceeded) are checked by the caller.
+ * (0 when absent). allowlist (NULL-terminated, or NULL: no check): an
+ * image not in it is image_not_allowed, checked right after the image's
+ * type so the error order is the broker's. Errors: bad_request (egress
+ * missing, NUL in image), wrong_type (a member of the wrong JSON type or
+ * negative), image_not_allowed. The ceilings (limit_exceeded) are the
+ * caller's: they come from its configuration.
  */
-int sbx_wire_spec_decode(const json_t *body, struct sbx_spec *spec,
-    struct sbx_err *err);
+int sbx_wire_spec_decode(const json_t *body, const char *const *allowlist,
+    struct sbx_spec *spec, struct sbx_err *err);
 
 /* *spec -> ensure body: {"egress":B} plus "image" when not NULL and each
  * limit when > 0. spec NULL: {"egress":false}. */
@@ -74,10 +85,10 @@ json_t *sbx_wire_spec_encode(const struct sbx_spec *spec);
  */
 struct sbx_wire_exec {
 	struct sbx_exec_req req;   /* what to pass to the driver */
-	const char **argv;         /* owned vector, strings borrowed from body */
-	char **env;                /* owned vector of owned "K=V" strings */
-	size_t nenv;
-	unsigned char *stdin_buf;  /* owned decoded stdin, NULL when none */
+	const char **argv;         /* owned vector (free), strings borrowed from body */
+	const char **env;          /* NULL, or ONE owned block (free) holding the
+	                            * vector and its "K=V" strings */
+	unsigned char *stdin_buf;  /* owned decoded stdin (free), NULL when none */
 };
 
 /*
@@ -102,7 +113,9 @@ struct sbx_wire_exec {
 int sbx_wire_exec_decode(const json_t *body, struct sbx_wire_exec *x,
     struct sbx_err *err);
 
-/* Frees what sbx_wire_exec_decode allocated and zeroes *x; NULL allowed. */
+/* Frees what sbx_wire_exec_decode allocated (stdin wiped first: it may be
+ * a secret) and zeroes *x; NULL allowed. A caller may take over argv, env
+ * and stdin_buf instead (set them NULL here), each freed with free(). */
 void sbx_wire_exec_free(struct sbx_wire_exec *x);
 
 /*

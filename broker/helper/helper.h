@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "sbx_helper_frame.h"
 #include "sbx_helper_proto.h"
 
 /*

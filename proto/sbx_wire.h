@@ -155,10 +155,10 @@ int sbx_wire_error_decode(const char *buf, size_t len, struct sbx_err *out);
 
 /*
  * Status object (proto/broker-api.md "status"):
- * {"id","state","image"?,"egress","created_at","last_used_at",
- *  "stop_reason"?[,"usage"]}. For state absent image is left out, egress
+ * {"id","state","image","egress","created_at","last_used_at",
+ *  "stop_reason"[,"usage"]}. For state absent image is null, egress
  * false, created_at null; times are Unix ms or null when 0; stop_reason
- * left out when "" or absent. with_usage 1 adds "usage" (sbx_usage_json:
+ * null when "" or absent. with_usage 1 adds "usage" (sbx_usage_json:
  * null when st->usage.present is 0).
  */
 json_t *sbx_wire_status_encode(const struct sbx_status *st, int with_usage);
@@ -193,9 +193,9 @@ int sbx_wire_sandboxes_decode(const json_t *arr, struct sbx_status **sts,
 json_t *sbx_wire_dirents_encode(const struct sbx_dirent *ents, size_t n);
 
 /*
- * A list page (adr/0013): {"entries":[...],"truncated":B,"cursor":S?};
+ * A list page (adr/0013): {"entries":[...],"truncated":B,"cursor":S|null};
  * truncated only when n > 0; cursor = sbx_wire_cursor_encode of the last
- * name, present only when truncated.
+ * name when truncated, else null.
  */
 json_t *sbx_wire_list_encode(const struct sbx_dirent *ents, size_t n,
     int truncated);
@@ -228,8 +228,9 @@ int sbx_wire_cursor_decode(const char *cur, size_t len, char *name,
     struct sbx_err *err);
 
 /*
- * Health object (proto/broker-api.md "health"): {"status","reason"?,
- * "runtime"?,"api_version"?,"version","driver"}; reason only when not ok.
+ * Health object (proto/broker-api.md "health"): {"status","reason",
+ * "runtime","api_version","version","driver"}; reason null when ok,
+ * runtime and api_version null when "" (h NULL: all three null).
  * version and driver are the broker's (not in struct sbx_health).
  */
 json_t *sbx_wire_health_encode(const struct sbx_health *h, const char *version,

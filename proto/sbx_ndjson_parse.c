@@ -460,6 +460,18 @@ decode_event(struct sbx_ndjson_parser *p, json_t *o, struct sbx_event *ev,
 	return 0;
 }
 
+/* Hands one decoded event to the callback: 0, or -1 (cancelled) when the
+ * consumer stops the stream. */
+static int
+hand_on(struct sbx_ndjson_parser *p, const struct sbx_event *ev,
+    const char *line, size_t len, struct sbx_err *err)
+{
+	if (p->cb(p->arg, ev, line, len) != 0)
+		return stop_with(p, err, SBX_E_CANCELLED,
+		    "event stream stopped by its consumer");
+	return 0;
+}
+
 /*
  * The hot path: a line exactly as sbx_ndjson_output writes it, decoded
  * without the general JSON parser. Builds the same raw object the parser
@@ -506,12 +518,7 @@ handle_canonical(struct sbx_ndjson_parser *p, const char *line, size_t len,
 		goto done;
 	}
 	ev.raw = o;
-	if (p->cb(p->arg, &ev, line, len) != 0) {
-		rc = stop_with(p, err, SBX_E_CANCELLED,
-		    "event stream stopped by its consumer");
-		goto done;
-	}
-	rc = 0;
+	rc = hand_on(p, &ev, line, len, err);
 done:
 	json_decref(o);
 	return rc;
@@ -553,12 +560,7 @@ handle_line(struct sbx_ndjson_parser *p, const char *line, size_t len,
 			rc = proto_fail(p, err, why);
 		goto done;
 	}
-	if (p->cb(p->arg, &ev, line, len) != 0) {
-		rc = stop_with(p, err, SBX_E_CANCELLED,
-		    "event stream stopped by its consumer");
-		goto done;
-	}
-	rc = 0;
+	rc = hand_on(p, &ev, line, len, err);
 done:
 	json_decref(o);
 	return rc;

@@ -113,6 +113,7 @@ static void viewer_pump(struct api_viewer *v);
 static void viewer_send(struct areq *a);
 static void viewer_drained(struct evhttp_connection *, void *);
 static void exec_end(struct api_exec *x, const char *state);
+static void areq_end(struct areq *a);
 
 static int64_t
 wall_now(void)
@@ -1029,8 +1030,10 @@ api_h_execs_create(struct areq *a)
 	char path[1024];
 
 	sbx_err_clear(&err);
-	if (api_exec_parse(a, &er, &argv, &env) == -1)
+	if (api_exec_parse(a, &er, &argv, &env, &err) == -1) {
+		areq_fail(a, &err);
 		return;
+	}
 	if ((x = calloc(1, sizeof(*x))) == NULL) {
 		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
 		goto done;
@@ -1067,6 +1070,7 @@ api_h_execs_create(struct areq *a)
 		x->lim = a->lim;
 	}
 	x->creator = a;
+	a->on_end = areq_end;
 	memset(&sink, 0, sizeof(sink));
 	sink.start = x_start;
 	sink.output = x_output;
@@ -1342,8 +1346,11 @@ viewer_detach(struct api_viewer *v)
 	v->fd = -1;
 }
 
-void
-api_execs_areq_end(struct areq *a)
+/* on_end of a request that created an exec or views one: a viewer is
+ * detached from its exec and freed; a POST waiting for its exec's start
+ * is forgotten by the exec. */
+static void
+areq_end(struct areq *a)
 {
 	struct api_viewer *v = a->viewer;
 	struct api_exec *x;
@@ -1705,6 +1712,7 @@ api_h_execs_events(struct areq *a)
 	v->follow = fol == NULL || strcmp(fol, "1") == 0;
 	evhttp_clear_headers(&q);
 	a->viewer = v;
+	a->on_end = areq_end;
 	v->next = x->viewers;
 	x->viewers = v;
 	evhttp_add_header(h, "Content-Type", SBX_CT_SSE);

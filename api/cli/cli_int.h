@@ -74,6 +74,9 @@ struct cmd {
 
 
 /* cli_util.c */
+/* The NPC the current command is about, for hints in error messages
+ * (set by npc_target; NULL: none). */
+extern const char *hint_npc;
 /* Prints "sbxctl: MSG" to stderr, control bytes escaped (cli_escape). */
 void errmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The usage line of c to f. */

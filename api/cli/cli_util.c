@@ -313,7 +313,7 @@ fail_err(const struct sbx_err *err)
 }
 
 /* The NPC the current command is about, for hints in error messages. */
-static const char *hint_npc;
+const char *hint_npc;
 
 /* Reads an error answer, prints the server's sentence, returns the exit code. */
 int

@@ -18,6 +18,7 @@
 #include "sbx_log.h"
 #include "sbx_proto.h"
 #include "sbx_sse.h"
+#include "sbx_wire.h"
 
 /* Bytes queued towards a client above which the producer is paused. */
 #define STREAM_HIGH_WATER (256 * 1024)
@@ -251,8 +252,7 @@ areq_reply_json(struct areq *a, int status, json_t *obj)
 static json_t *
 error_json(const char *code, const char *message)
 {
-	return json_pack("{s:{s:s,s:s}}", "error", "code", code, "message",
-	    message);
+	return sbx_wire_error_encode(code, message);
 }
 
 void

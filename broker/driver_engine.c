@@ -22,13 +22,14 @@
 
 #include "driver_engine.h"
 #include "sbx_usage.h"
-#include "helper/sbx_helper_proto.h"
+#include "sbx_helper_frame.h"
+#include "sbx_helper_proto.h"
 #include "sbx_http_client.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
 
 #define API "/v1.41"
-#define WORK "/work"
+#define WORK SBX_WORK_DIR
 #define STREAM_CHUNK (64 * 1024)
 #define RESP_MAX (8 * 1024 * 1024)     /* JSON answers of the runtime */
 #define ERRTAIL_MAX 2048               /* stderr kept to read the helper's error */
@@ -3532,20 +3533,14 @@ helper_protocol_error(struct eop *op, const char *what)
 static int
 exit_record(struct eop *op)
 {
-	const unsigned char *r = op->hrec;
+	struct sbx_helper_exit x;
 
-	if ((r[3] & ~SBX_HELPER_EXIT_FLAG_TIMEOUT) != 0 || r[4] != 0 ||
-	    r[5] != 0 || r[6] != 0 || r[7] != 0)
+	if (sbx_helper_exit_decode(op->hrec, &x) == -1)
 		return -1;
-	if (r[0] == SBX_HELPER_EXIT_HOW_EXITED && r[2] == 0)
-		op->xcode = r[1];
-	else if (r[0] == SBX_HELPER_EXIT_HOW_SIGNALED && r[1] == 0 &&
-	    r[2] >= 1 && r[2] <= 64)
-		op->xsig = r[2];
-	else
-		return -1;
-	op->xhow = r[0];
-	op->xtimeout = (r[3] & SBX_HELPER_EXIT_FLAG_TIMEOUT) != 0;
+	op->xhow = x.how;
+	op->xcode = x.code;
+	op->xsig = x.sig;
+	op->xtimeout = x.timed_out;
 	op->got_exit = 1;
 	return 0;
 }
@@ -3602,32 +3597,17 @@ helper_frames(struct eop *op, const unsigned char *buf, size_t len)
 			if (op->hhdr_len < SBX_HELPER_FRAME_HDR)
 				break;
 			op->hhdr_len = 0;
-			plen = (uint32_t)h[4] << 24 | (uint32_t)h[5] << 16 |
-			    (uint32_t)h[6] << 8 | h[7];
 			if (op->got_exit) {
 				helper_protocol_error(op, "a frame after the exit record");
 				return;
 			}
-			if (h[1] != SBX_HELPER_PROTO || h[2] != 0 || h[3] != 0) {
+			/* proto/sbx_helper_frame.h, the helper's own codec */
+			ok = sbx_helper_frame_check(h, &plen);
+			if (ok == SBX_HELPER_FRAME_BAD_HEADER) {
 				helper_protocol_error(op, "bad frame header");
 				return;
 			}
-			switch (h[0]) {
-			case SBX_HELPER_FRAME_STDOUT:
-			case SBX_HELPER_FRAME_STDERR:
-				ok = plen >= 1 && plen <= SBX_HELPER_FRAME_MAX;
-				break;
-			case SBX_HELPER_FRAME_EXIT:
-				ok = plen == SBX_HELPER_EXIT_REC_LEN;
-				break;
-			case SBX_HELPER_FRAME_ERROR:
-				ok = plen >= 1 && plen <= SBX_HELPER_ERROR_REC_MAX &&
-				    !op->got_herr;
-				break;
-			default:
-				ok = 0;
-			}
-			if (!ok) {
+			if (ok < 0 || (ok == SBX_HELPER_FRAME_ERROR && op->got_herr)) {
 				helper_protocol_error(op, "bad frame type or length");
 				return;
 			}

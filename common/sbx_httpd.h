@@ -202,7 +202,10 @@ void sbx_httpd_stream_abort(struct sbx_httpd_req *r);
 /*
  * Watches r's connection for the client going away before a reply
  * (ops->gone), e.g. while a file operation runs; sbx_httpd_unwatch stops.
- * Replies and stream ends stop watching by themselves.
+ * To see a close at once, reading is turned on with evhttp's read callback
+ * unset (what evhttp does while it writes a reply; a streamed body of the
+ * gate needs it unset too, sbx_gate.h). No-op when the request has no
+ * connection. Replies and stream ends stop watching by themselves.
  */
 void sbx_httpd_watch(struct sbx_httpd_req *r);
 void sbx_httpd_unwatch(struct sbx_httpd_req *r);

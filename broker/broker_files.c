@@ -16,6 +16,7 @@
 #include "sbx_log.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"
+#include "sbx_wire.h"
 
 static void
 read_start(void *arg, const char *exec_id)
@@ -129,8 +130,8 @@ write_done(void *arg, const struct sbx_err *err)
 		breq_fail(b, err);
 		return;
 	}
-	breq_reply_json(b, 200, json_pack("{s:s,s:I}", "path", b->path, "size",
-	    (json_int_t)b->wsize), "ok");
+	breq_reply_json(b, 200, sbx_wire_written_encode(b->path,
+	    (int64_t)b->wsize), "ok");
 }
 
 /* A driver without write_stream: the whole body, then write (bounded by
@@ -194,25 +195,16 @@ static int
 query_mode(struct breq *b, struct sbx_err *err)
 {
 	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(b->h.req);
-	char *mode = NULL, *end;
-	unsigned long m;
+	char *mode = NULL;
 	int r;
 
 	r = sbx_query_param(evhttp_uri_get_query(uri), SBX_QUERY_MODE, &mode,
 	    NULL, err);
 	if (r != 1)
 		return r;
-	errno = 0;
-	m = strtoul(mode, &end, 8);
-	if (mode[0] < '0' || mode[0] > '7' || strlen(mode) > 4 ||
-	    *end != '\0' || errno != 0 || m > 0777) {
-		free(mode);
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Parameter \"mode\" "
-		    "must be octal permission bits such as 0644.");
-	}
-	b->mode = (uint32_t)m;
+	r = sbx_wire_mode_decode(mode, &b->mode, err);
 	free(mode);
-	return 0;
+	return r;
 }
 
 int
@@ -244,63 +236,36 @@ list_done(void *arg, const struct sbx_err *err, const struct sbx_dirent *ents,
     size_t n, int truncated)
 {
 	struct breq *b = arg;
-	json_t *arr, *o, *page;
-	char cursor[sizeof(ents[0].name) * 4 / 3 + 8];
-	size_t i;
+	char cursor[SBX_WIRE_CURSOR_MAX + 1];
+	json_t *o;
 
 	b->op = NULL;
 	if (err != NULL) {
 		breq_fail(b, err);
 		return;
 	}
-	if ((arr = json_array()) == NULL) {
-		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
-		return;
-	}
-	for (i = 0; i < n; i++) {
-		size_t nl = strnlen(ents[i].name, sizeof(ents[i].name));
-		char b64[sizeof(ents[i].name) * 4 / 3 + 8];
-		int text = sbx_utf8_valid((const unsigned char *)ents[i].name, nl);
-
-		/* A name that is not UTF-8 cannot be a JSON string. */
-		if (!text)
-			sodium_bin2base64(b64, sizeof(b64),
-			    (const unsigned char *)ents[i].name, nl,
-			    sodium_base64_VARIANT_ORIGINAL);
-		o = json_pack("{s:s,s:s,s:I,s:I,s:I}", text ? "name" : "name_b64",
-		    text ? ents[i].name : b64,
-		    "type", ents[i].type ? ents[i].type : "other",
-		    "size", (json_int_t)ents[i].size,
-		    "mode", (json_int_t)ents[i].mode,
-		    "mtime", (json_int_t)ents[i].mtime);
-		if (o != NULL)
-			json_array_append_new(arr, o);
-	}
-	/* The cursor names the last entry: the next page starts after it. */
-	cursor[0] = '\0';
-	if (truncated && n > 0)
-		sodium_bin2base64(cursor, sizeof(cursor),
-		    (const unsigned char *)ents[n - 1].name,
-		    strnlen(ents[n - 1].name, sizeof(ents[n - 1].name)),
-		    sodium_base64_VARIANT_URLSAFE_NO_PADDING);
 	if (!b->list_obj) {
 		/* The array of v1: its first page only; the headers say so. */
-		if (truncated && b->h.req != NULL) {
-			evhttp_add_header(evhttp_request_get_output_headers(b->h.req),
-			    "Sbx-List-Truncated", "true");
-			evhttp_add_header(evhttp_request_get_output_headers(b->h.req),
-			    "Sbx-List-Cursor", cursor);
+		if ((o = sbx_wire_dirents_encode(ents, n)) == NULL) {
+			breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
+			return;
 		}
-		breq_reply_json(b, 200, arr, "ok");
+		if (truncated) {
+			cursor[0] = '\0';
+			if (n > 0)
+				sbx_wire_cursor_encode(ents[n - 1].name, cursor,
+				    sizeof(cursor));
+			sbx_httpd_header(&b->h, "Sbx-List-Truncated", "true");
+			sbx_httpd_header(&b->h, "Sbx-List-Cursor", cursor);
+		}
+		breq_reply_json(b, 200, o, "ok");
 		return;
 	}
-	page = json_pack("{s:o,s:b,s:s?}", "entries", arr, "truncated",
-	    truncated && n > 0, "cursor", cursor[0] != '\0' ? cursor : NULL);
-	if (page == NULL) {
+	if ((o = sbx_wire_list_encode(ents, n, truncated)) == NULL) {
 		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
 		return;
 	}
-	breq_reply_json(b, 200, page, "ok");
+	breq_reply_json(b, 200, o, "ok");
 }
 
 /* ?cursor=: absent (0), empty or a cursor of list_done (1; b->after set),
@@ -309,9 +274,9 @@ static int
 list_cursor(struct breq *b, struct sbx_err *err)
 {
 	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(b->h.req);
-	unsigned char name[256];
+	char name[SBX_PATH_SEGMENT_MAX + 1];
 	char *cur = NULL;
-	size_t len = 0, nl = 0;
+	size_t len = 0;
 	int r;
 
 	r = sbx_query_param(evhttp_uri_get_query(uri), SBX_QUERY_CURSOR, &cur,
@@ -319,22 +284,12 @@ list_cursor(struct breq *b, struct sbx_err *err)
 	if (r != 1)
 		return r;
 	b->list_obj = 1;
-	if (len > 0 && (len > 344 || sodium_base642bin(name, sizeof(name) - 1, cur,
-	    len, NULL, &nl, NULL, sodium_base64_VARIANT_URLSAFE_NO_PADDING) != 0 ||
-	    nl == 0 || memchr(name, '\0', nl) != NULL ||
-	    memchr(name, '/', nl) != NULL)) {
-		free(cur);
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Parameter \"cursor\" "
-		    "is not a cursor of a listing (pass the \"cursor\" of the "
-		    "last page, or nothing to start).");
-	}
+	r = sbx_wire_cursor_decode(cur, len, name, err);
 	free(cur);
-	if (nl > 0) {
-		if ((b->after = malloc(nl + 1)) == NULL)
-			return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
-		memcpy(b->after, name, nl);
-		b->after[nl] = '\0';
-	}
+	if (r == -1)
+		return -1;
+	if (name[0] != '\0' && (b->after = strdup(name)) == NULL)
+		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
 	return 1;
 }
 

@@ -17,6 +17,7 @@
 #include "sbx_proto.h"
 #include "sbx_time.h"
 #include "sbx_usage.h"
+#include "sbx_wire.h"
 
 static int h_list_sandboxes(struct breq *, struct sbx_err *);
 static int h_ensure(struct breq *, struct sbx_err *);
@@ -53,6 +54,7 @@ static json_t *
 status_json(struct broker_server *s, const struct sbx_status *st)
 {
 	struct broker_row row;
+	struct sbx_status out;
 	struct sbx_err err;
 	const char *reason = st->stop_reason;
 	int64_t last_used = st->last_used_at_ms;
@@ -88,17 +90,12 @@ status_json(struct broker_server *s, const struct sbx_status *st)
 			log_error("state write failed", "id", st->id, "error",
 			    err.message, NULL);
 	}
-	if (st->state == SBX_STATE_ABSENT)
-		reason = "";
-	return json_pack("{s:s,s:s,s:s?,s:b,s:o,s:o,s:s?}",
-	    "id", st->id,
-	    "state", sbx_state_name(st->state),
-	    "image", st->state == SBX_STATE_ABSENT ? NULL : st->image,
-	    "egress", st->state == SBX_STATE_ABSENT ? 0 : st->egress,
-	    "created_at", st->state != SBX_STATE_ABSENT && st->created_at_ms > 0 ?
-	    json_integer(st->created_at_ms) : json_null(),
-	    "last_used_at", last_used > 0 ? json_integer(last_used) : json_null(),
-	    "stop_reason", reason[0] != '\0' ? reason : NULL);
+	/* What the broker knows better than the driver, then the one
+	 * encoding of a status (sbx_wire.h). */
+	out = *st;
+	out.last_used_at_ms = last_used;
+	snprintf(out.stop_reason, sizeof(out.stop_reason), "%s", reason);
+	return sbx_wire_status_encode(&out, 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -110,68 +107,10 @@ broker_body_object(struct breq *b, const char *const *allowed, int empty_ok,
 {
 	struct evbuffer *in = evhttp_request_get_input_buffer(b->h.req);
 	size_t len = evbuffer_get_length(in);
-	json_error_t jerr;
-	const char *key;
-	json_t *obj, *v;
-	size_t i;
 
-	*out = NULL;
-	if (len == 0 && empty_ok) {
-		if ((*out = json_object()) == NULL)
-			return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
-		return 0;
-	}
-	if (len == 0)
-		return sbx_err_set(err, SBX_E_BAD_REQUEST,
-		    "A JSON body is required.");
-	obj = json_loadb((const char *)evbuffer_pullup(in, -1), len,
-	    JSON_REJECT_DUPLICATES, &jerr);
-	if (obj == NULL)
-		return sbx_err_set(err, SBX_E_BAD_REQUEST,
-		    "The body is not valid JSON (line %d, column %d).",
-		    jerr.line, jerr.column);
-	if (!json_is_object(obj)) {
-		json_decref(obj);
-		return sbx_err_set(err, SBX_E_BAD_REQUEST,
-		    "The body must be a JSON object.");
-	}
-	json_object_foreach(obj, key, v) {
-		for (i = 0; allowed[i] != NULL; i++)
-			if (strcmp(key, allowed[i]) == 0)
-				break;
-		if (allowed[i] == NULL) {
-			char shown[64];
-			/* Name the field, but only a bounded, printable part. */
-			for (i = 0; key[i] != '\0' && i < sizeof(shown) - 1; i++)
-				shown[i] = (key[i] >= 0x20 && key[i] < 0x7f) ?
-				    key[i] : '?';
-			shown[i] = '\0';
-			json_decref(obj);
-			return sbx_err_set(err, SBX_E_UNKNOWN_FIELD,
-			    "Field \"%s\" is not accepted here.", shown);
-		}
-	}
-	*out = obj;
-	return 0;
-}
-
-int
-broker_opt_int(json_t *obj, const char *name, int64_t *out,
-    struct sbx_err *err)
-{
-	json_t *v = json_object_get(obj, name);
-
-	*out = 0;
-	if (v == NULL)
-		return 0;
-	if (!json_is_integer(v))
-		return sbx_err_set(err, SBX_E_WRONG_TYPE, "Field \"%s\" must be "
-		    "an integer.", name);
-	if (json_integer_value(v) < 0)
-		return sbx_err_set(err, SBX_E_WRONG_TYPE, "Field \"%s\" must not "
-		    "be negative.", name);
-	*out = json_integer_value(v);
-	return 0;
+	return sbx_wire_body_object(len > 0 ?
+	    (const char *)evbuffer_pullup(in, -1) : "", len, allowed, empty_ok,
+	    out, err);
 }
 
 int
@@ -180,21 +119,6 @@ broker_within(int64_t v, int64_t max, const char *name, struct sbx_err *err)
 	if (v > max)
 		return sbx_err_set(err, SBX_E_LIMIT_EXCEEDED, "Field \"%s\" asks "
 		    "for more than the broker allows (%" PRId64 ").", name, max);
-	return 0;
-}
-
-int
-broker_plain_string(json_t *v, const char *name, const char **out,
-    struct sbx_err *err)
-{
-	*out = NULL;
-	if (!json_is_string(v))
-		return sbx_err_set(err, SBX_E_WRONG_TYPE, "Field \"%s\" must be "
-		    "a string.", name);
-	if (strlen(json_string_value(v)) != json_string_length(v))
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Field \"%s\" contains "
-		    "a NUL character.", name);
-	*out = json_string_value(v);
 	return 0;
 }
 
@@ -253,39 +177,17 @@ ensure_start(struct breq *b, struct sbx_err *err)
 	return b->op == NULL ? -1 : 0;
 }
 
-/* The ensure body (proto/broker-api.md) into b->spec. */
+/* The ensure body (proto/broker-api.md) into b->spec (sbx_wire.h), within
+ * the broker's ceilings. */
 static int
 ensure_parse(struct breq *b, struct sbx_err *err)
 {
-	static const char *const allowed[] = { "image", "egress",
-	    "memory_bytes", "nano_cpus", "pids", NULL };
 	const struct broker_config *cfg = b->s->cfg;
-	json_t *v;
-	size_t i;
 
-	if (broker_body_object(b, allowed, 1, &b->body, err) == -1)
-		return -1;
-	if ((v = json_object_get(b->body, "image")) != NULL) {
-		if (broker_plain_string(v, "image", &b->spec.image, err) == -1)
-			return -1;
-		for (i = 0; b->s->allowlist[i] != NULL; i++)
-			if (strcmp(b->s->allowlist[i], b->spec.image) == 0)
-				break;
-		if (b->s->allowlist[i] == NULL)
-			return sbx_err_set(err, SBX_E_IMAGE_NOT_ALLOWED, "That "
-			    "image is not in the broker's allowlist.");
-	}
-	if ((v = json_object_get(b->body, "egress")) == NULL)
-		return sbx_err_set(err, SBX_E_BAD_REQUEST,
-		    "Field \"egress\" is required (true or false).");
-	if (!json_is_boolean(v))
-		return sbx_err_set(err, SBX_E_WRONG_TYPE,
-		    "Field \"egress\" must be true or false.");
-	b->spec.egress = json_is_true(v);
-	if (broker_opt_int(b->body, "memory_bytes", &b->spec.memory_bytes,
+	if (broker_body_object(b, sbx_wire_spec_fields, 1, &b->body,
 	    err) == -1 ||
-	    broker_opt_int(b->body, "nano_cpus", &b->spec.nano_cpus, err) == -1 ||
-	    broker_opt_int(b->body, "pids", &b->spec.pids, err) == -1 ||
+	    sbx_wire_spec_decode(b->body, (const char *const *)b->s->allowlist,
+	    &b->spec, err) == -1 ||
 	    broker_within(b->spec.memory_bytes, cfg->memory_max,
 	    "memory_bytes", err) == -1 ||
 	    broker_within(b->spec.nano_cpus, cfg->nano_cpus_max, "nano_cpus",
@@ -505,23 +407,20 @@ static void
 health_done(void *arg, const struct sbx_err *err, const struct sbx_health *h)
 {
 	struct breq *b = arg;
+	struct sbx_health hv;
 	int ok = err == NULL && h != NULL && h->ok;
-	const char *reason;
 
 	b->op = NULL;
+	memset(&hv, 0, sizeof(hv));
+	if (h != NULL)
+		hv = *h;
+	hv.ok = ok;
 	if (err != NULL)
-		reason = err->message;
-	else
-		reason = h->reason;
+		snprintf(hv.reason, sizeof(hv.reason), "%s", err->message);
 	if (err != NULL && broker_is_runtime_code(err->code))
 		broker_metrics_runtime_error(b->s->metrics, err->code);
-	breq_reply_json(b, 200, json_pack("{s:s,s:s?,s:s?,s:s?,s:s,s:s}",
-	    "status", ok ? "ok" : "degraded",
-	    "reason", ok ? NULL : reason,
-	    "runtime", h != NULL && h->runtime[0] ? h->runtime : NULL,
-	    "api_version", h != NULL && h->api_version[0] ? h->api_version : NULL,
-	    "version", BROKER_VERSION,
-	    "driver", b->s->driver->ops->name), ok ? "ok" : "degraded");
+	breq_reply_json(b, 200, sbx_wire_health_encode(&hv, BROKER_VERSION,
+	    b->s->driver->ops->name), ok ? "ok" : "degraded");
 }
 
 /* A driver that cannot even start a health check is degraded: still 200. */

@@ -13,6 +13,7 @@
 #include "sbx_gate.h"
 #include "sbx_httpd.h"
 #include "sbx_ndjson.h"
+#include "sbx_wire.h"
 
 struct broker_state;
 struct broker_metrics;
@@ -109,11 +110,7 @@ struct breq {
 	/* parsed input, owned */
 	json_t *body;
 	struct sbx_spec spec;
-	const char **argv;
-	char **env;
-	size_t nenv;
-	unsigned char *stdin_buf;
-	struct sbx_exec_req xreq;
+	struct sbx_wire_exec x;   /* exec body (sbx_wire.h); x.req for the driver */
 	char *path;
 	uint32_t mode;
 	size_t wsize;             /* bytes written */
@@ -202,14 +199,8 @@ void broker_files_detach(struct breq *b);
  */
 int broker_body_object(struct breq *b, const char *const *allowed,
     int empty_ok, json_t **out, struct sbx_err *err);
-/* An optional non-negative integer member name of obj (0 when absent). */
-int broker_opt_int(json_t *obj, const char *name, int64_t *out,
-    struct sbx_err *err);
 /* v within max (limit_exceeded naming the field). */
 int broker_within(int64_t v, int64_t max, const char *name,
-    struct sbx_err *err);
-/* A JSON string without NUL: *out borrows it from v. */
-int broker_plain_string(json_t *v, const char *name, const char **out,
     struct sbx_err *err);
 
 #endif

@@ -27,17 +27,8 @@
 static void
 breq_free(struct breq *b)
 {
-	size_t i;
-
 	json_decref(b->body);
-	free(b->argv);
-	for (i = 0; i < b->nenv; i++)
-		free(b->env[i]);
-	free(b->env);
-	if (b->stdin_buf != NULL) {
-		sodium_memzero(b->stdin_buf, b->xreq.stdin_len);
-		free(b->stdin_buf);
-	}
+	sbx_wire_exec_free(&b->x);
 	free(b->path);
 	free(b->after);
 	sbx_httpd_req_clear(&b->h);

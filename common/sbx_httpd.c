@@ -23,6 +23,7 @@
 #include "sbx_httpd.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
+#include "sbx_wire.h"
 
 /* ------------------------------------------------------------------ */
 /* Routes                                                              */
@@ -227,9 +228,8 @@ sbx_httpd_reply_error(struct sbx_httpd_req *r, const struct sbx_err *err,
 			sbx_httpd_unwatch(r);
 		return status;
 	}
-	sbx_httpd_reply_json(r, status, json_pack("{s:{s:s,s:s}}", "error",
-	    "code", e.code, "message", e.message[0] != '\0' ? e.message :
-	    e.code), flags);
+	sbx_httpd_reply_json(r, status, sbx_wire_error_encode(e.code,
+	    e.message[0] != '\0' ? e.message : e.code), flags);
 	return status;
 }
 

@@ -30,6 +30,22 @@
 static void exec_end(struct api_exec *x, const char *state);
 static void creator_end(struct areq *a);
 
+/* Viewers waiting at the end of x's log read on. A pump may end its
+ * viewer (freed then): the next one is taken first. */
+static void
+wake_viewers(struct api_exec *x)
+{
+	struct api_viewer *v, *next;
+
+	for (v = x->viewers; v != NULL; v = next) {
+		next = v->next;
+		if (v->waiting) {
+			v->waiting = 0;
+			v->pump(v);
+		}
+	}
+}
+
 
 int64_t
 ax_wall_now(void)
@@ -314,7 +330,6 @@ log_append(struct api_exec *x, struct evbuffer *ev)
 {
 	struct api_server *s = x->s;
 	size_t len = evbuffer_get_length(ev);
-	struct api_viewer *v;
 	struct seg *g;
 	char path[1024];
 	const unsigned char *p;
@@ -363,11 +378,7 @@ log_append(struct api_exec *x, struct evbuffer *ev)
 	x->cur->bytes += len;
 	x->log_bytes += len;
 	s->log_total += len;
-	for (v = x->viewers; v != NULL; v = v->next)
-		if (v->waiting) {
-			v->waiting = 0;
-			v->pump(v);
-		}
+	wake_viewers(x);
 	return 0;
 fail:
 	log_error("cannot write an exec event log", "exec_id", x->id, "error",
@@ -522,7 +533,6 @@ x_error(void *arg, const struct sbx_err *err)
 static void
 exec_end(struct api_exec *x, const char *state)
 {
-	struct api_viewer *v;
 
 	snprintf(x->state, sizeof(x->state), "%s", state);
 	x->ended_at = ax_wall_now();
@@ -540,11 +550,7 @@ exec_end(struct api_exec *x, const char *state)
 	meta_write(x);
 	log_info("exec ended", "exec_id", x->id, "npc", x->npc, "state",
 	    state, NULL);
-	for (v = x->viewers; v != NULL; v = v->next)
-		if (v->waiting) {
-			v->waiting = 0;
-			v->pump(v);
-		}
+	wake_viewers(x);
 }
 
 /* on_end of a POST that created an exec: the exec forgets it (a start

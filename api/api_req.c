@@ -15,10 +15,10 @@
 #include <sodium.h>
 
 #include "api_int.h"
+#include "sbx_httpd.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
 #include "sbx_sse.h"
-#include "sbx_wire.h"
 
 /* Bytes queued towards a client above which the producer is paused. */
 #define STREAM_HIGH_WATER (256 * 1024)
@@ -186,95 +186,42 @@ areq_finish(struct areq *a, int status, const char *outcome)
 	api_req_drain_check(s);
 }
 
-static const char *
-reason_phrase(int status)
+/* The core's view of a (sbx_httpd.h) for one reply: JSON replies and
+ * error statuses and headers come from its one table. */
+static int
+reply_json(struct areq *a, int status, json_t *obj)
 {
-	switch (status) {
-	case 200: return "OK";
-	case 201: return "Created";
-	case 204: return "No Content";
-	case 400: return "Bad Request";
-	case 401: return "Unauthorized";
-	case 403: return "Forbidden";
-	case 404: return "Not Found";
-	case 405: return "Method Not Allowed";
-	case 408: return "Request Timeout";
-	case 409: return "Conflict";
-	case 413: return "Payload Too Large";
-	case 414: return "URI Too Long";
-	case 429: return "Too Many Requests";
-	case 431: return "Request Header Fields Too Large";
-	case 500: return "Internal Server Error";
-	case 502: return "Bad Gateway";
-	case 503: return "Service Unavailable";
-	case 504: return "Gateway Timeout";
-	default: return NULL;
-	}
-}
+	struct sbx_httpd_req h;
+	int sent;
 
-/* Sends obj (stolen) as the JSON reply; the request is not finished here. */
-static void
-send_json(struct evhttp_request *req, int status, json_t *obj)
-{
-	struct evbuffer *out = NULL;
-	char *text = NULL;
-
-	if (obj == NULL || (text = json_dumps(obj, JSON_COMPACT)) == NULL ||
-	    (out = evbuffer_new()) == NULL) {
-		evhttp_send_error(req, 500, NULL);
-		goto done;
-	}
-	evbuffer_add(out, text, strlen(text));
-	evbuffer_add(out, "\n", 1);
-	evhttp_add_header(evhttp_request_get_output_headers(req),
-	    "Content-Type", SBX_CT_JSON);
-	evhttp_add_header(evhttp_request_get_output_headers(req),
-	    "Cache-Control", "no-store");
-	evhttp_send_reply(req, status, reason_phrase(status), out);
-done:
-	free(text);
-	if (out != NULL)
-		evbuffer_free(out);
-	json_decref(obj);
+	memset(&h, 0, sizeof(h));
+	h.req = a->req;
+	h.gate = a->s->gate;
+	sent = sbx_httpd_reply_json(&h, status, obj, SBX_HTTPD_NO_STORE);
+	a->req = NULL;
+	return sent != 0 ? sent : status;
 }
 
 void
 areq_reply_json(struct areq *a, int status, json_t *obj)
 {
-	if (a->req != NULL)
-		send_json(a->req, status, obj);
-	else
-		json_decref(obj);
-	a->req = NULL;
-	areq_finish(a, status, "ok");
-}
-
-static json_t *
-error_json(const char *code, const char *message)
-{
-	return sbx_wire_error_encode(code, message);
+	areq_finish(a, reply_json(a, status, obj), "ok");
 }
 
 void
 areq_fail(struct areq *a, const struct sbx_err *err)
 {
-	struct evkeyvalq *h;
-	int status = sbx_err_http_status(err);
+	struct sbx_httpd_req h;
+	int status;
 
-	if (status == 500 && sbx_err_is_set(err) &&
-	    strcmp(err->code, SBX_E_INTERNAL) != 0)
-		log_warn("unmapped error code", "code", err->code, NULL);
-	if (a->req != NULL) {
-		h = evhttp_request_get_output_headers(a->req);
-		if (status == 401)
-			evhttp_add_header(h, "WWW-Authenticate", "Bearer");
-		if (strcmp(err->code, SBX_E_TOO_MANY) == 0)
-			evhttp_add_header(h, "Retry-After", "1");
-		send_json(a->req, status, error_json(err->code,
-		    err->message[0] != '\0' ? err->message : err->code));
-		a->req = NULL;
-	}
-	areq_finish(a, status, err->code);
+	memset(&h, 0, sizeof(h));
+	h.req = a->req;
+	h.gate = a->s->gate;
+	/* Status, body and the headers of the status or code (401's
+	 * WWW-Authenticate, too_many's Retry-After): the core's one table. */
+	status = sbx_httpd_reply_error(&h, err, SBX_HTTPD_NO_STORE);
+	a->req = NULL;
+	areq_finish(a, status, sbx_err_is_set(err) ? err->code : SBX_E_INTERNAL);
 }
 
 void

@@ -16,6 +16,7 @@
 #include <sodium.h>
 
 #include "api_int.h"
+#include "sbx_httpd.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"
@@ -665,12 +666,7 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
     struct sbx_driver *driver, struct sbx_err *err)
 {
 	struct api_server *s = NULL;
-	struct sockaddr_storage ss;
-	ev_socklen_t sl = sizeof(ss);
-	char host[256];
-	const char *colon;
 	long long maxbody;
-	evutil_socket_t fd;
 
 	if (api_config_check(cfg, err) == -1)
 		return NULL;
@@ -721,26 +717,11 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 	    EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH | EVHTTP_REQ_TRACE |
 	    EVHTTP_REQ_CONNECT);
 	evhttp_set_gencb(s->http, api_dispatch, s);
-	colon = strrchr(cfg->listen, ':');
-	snprintf(host, sizeof(host), "%.*s", (int)(colon - cfg->listen),
-	    cfg->listen);
-	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
-		memmove(host, host + 1, strlen(host));
-		host[strlen(host) - 1] = '\0';
-	}
-	if ((s->bound = evhttp_bind_socket_with_handle(s->http, host,
-	    (ev_uint16_t)atoi(colon + 1))) == NULL) {
-		sbx_err_set(err, SBX_E_CONFIG, "Cannot listen on %s: %s.",
-		    cfg->listen, strerror(errno));
+	/* HOST:PORT (a name, IPv4 or [IPv6]; port 0: any, read back). */
+	if (sbx_httpd_listen(s->http, base, cfg->listen, 0, 0, &s->listener,
+	    err) == -1)
 		goto fail;
-	}
-	fd = evhttp_bound_socket_get_fd(s->bound);
-	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
-		if (ss.ss_family == AF_INET)
-			s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-		else if (ss.ss_family == AF_INET6)
-			s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-	}
+	s->port = s->listener.port;
 	return s;
 fail:
 	api_server_free(s);
@@ -776,10 +757,7 @@ api_server_drain(struct api_server *s, void (*done)(void *), void *arg)
 	s->draining = 1;
 	s->drain_done = done;
 	s->drain_arg = arg;
-	if (s->bound != NULL) {
-		evhttp_del_accept_socket(s->http, s->bound);
-		s->bound = NULL;
-	}
+	sbx_httpd_unlisten(s->http, &s->listener);
 	/* Viewers of resource execs end now: they resume later. */
 	api_execs_drain(s);
 	snprintf(n, sizeof(n), "%u", s->inflight);
@@ -816,6 +794,7 @@ api_server_free(struct api_server *s)
 	free(s->console_csp);
 	if (s->http != NULL)
 		evhttp_free(s->http);   /* frees every bound gate connection */
+	sbx_httpd_listener_free(&s->listener);
 	sbx_gate_free(s->gate);
 	if (s->drain_ev != NULL)
 		event_free(s->drain_ev);

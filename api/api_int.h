@@ -14,6 +14,7 @@
 #include "sbx_driver.h"
 #include "sbx_err.h"
 #include "sbx_gate.h"
+#include "sbx_httpd.h"
 
 struct evhttp;
 struct evhttp_request;
@@ -45,7 +46,7 @@ struct api_server {
 	struct sbx_driver *driver;
 	struct api_store *store;
 	struct evhttp *http;
-	struct evhttp_bound_socket *bound;
+	struct sbx_httpd_listener listener;   /* cfg->listen (sbx_httpd.h) */
 	struct sbx_gate *gate;      /* heads checked before bodies (sbx_gate.h) */
 	int port;
 	struct api_limit *limits;

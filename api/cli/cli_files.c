@@ -185,18 +185,12 @@ static int
 cp_to(struct ctx *x, const char *local, const char *npc, const char *rpath)
 {
 	struct cli_body b = { SBX_CT_OCTET, NULL, 0, -1 };
-	struct cli_resp r;
-	struct cli_conn *c = NULL;
-	struct sbx_err err;
 	struct stat st;
-	json_t *j = NULL;
-	char dst[4096], target[16384], modeq[16], *mem = NULL, *ans = NULL,
-	    *end;
-	size_t rl = strlen(rpath), alen;
+	char dst[4096], target[16384], modeq[16], *mem = NULL, *end;
+	size_t rl = strlen(rpath);
 	unsigned long mode;
 	int rc = CX_ERR;
 
-	sbx_err_clear(&err);
 	if (strcmp(local, "-") == 0) {
 		if ((mem = slurp_stdin(&b.len)) == NULL) {
 			errmsg("cannot read standard input (at most %zu MiB).",
@@ -243,27 +237,12 @@ cp_to(struct ctx *x, const char *local, const char *npc, const char *rpath)
 	}
 	snprintf(modeq, sizeof(modeq), "&mode=%04lo", mode);
 	strcat(target, modeq);
-	if ((c = cli_http_request(&x->url, "PUT", target, x->key, &b, &r,
-	    &err)) == NULL) {
-		rc = fail_err(&err);
-		goto done;
-	}
-	if (r.status < 200 || r.status > 299) {
-		rc = fail_resp(c, &r);
-		goto done;
-	}
-	if ((ans = cli_http_read_all(c, JSON_MAX, &alen, &err)) == NULL) {
-		rc = fail_err(&err);
-		goto done;
-	}
-	rc = CX_OK;
+	/* The answer (JSON) is read and dropped. */
+	rc = call_body(x, "PUT", target, &b, NULL);
 done:
-	json_decref(j);
-	free(ans);
 	free(mem);
 	if (b.fd != -1)
 		close(b.fd);
-	cli_http_close(c);
 	return rc;
 }
 

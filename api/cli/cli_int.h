@@ -116,6 +116,10 @@ int call_json(struct ctx *x, const char *method, const char *target,
  * not NULL) into dst; -1 when it does not fit. Remembers npc for hints. */
 int npc_target(char *dst, size_t cap, const char *npc, const char *suffix,
     const char *path);
+/* The same with any body (b: its type, bytes or fd, as cli_http.h);
+ * out NULL: the answer is read and dropped. */
+int call_body(struct ctx *x, const char *method, const char *target,
+    const struct cli_body *b, json_t **out);
 /* call_json on an NPC's target (npc_target without a path). */
 int npc_call(struct ctx *x, const char *method, const char *npc,
     const char *suffix, json_t *body, json_t **out);

@@ -360,29 +360,21 @@ fail_resp(struct cli_conn *c, const struct cli_resp *r)
  * exit code returned.
  */
 int
-call_json(struct ctx *x, const char *method, const char *target,
-    json_t *body, json_t **out)
+call_body(struct ctx *x, const char *method, const char *target,
+    const struct cli_body *body, json_t **out)
 {
-	struct cli_body b = { NULL, NULL, 0, -1 };
+	struct cli_body b = *body;
 	struct cli_resp r;
 	struct cli_conn *c = NULL;
 	struct sbx_err err;
 	json_error_t jerr;
-	char *req = NULL, *ans = NULL;
+	char *ans = NULL;
 	size_t len = 0;
 	int rc;
 
 	sbx_err_clear(&err);
-	*out = NULL;
-	if (body != NULL) {
-		if ((req = json_dumps(body, JSON_COMPACT)) == NULL) {
-			errmsg("out of memory.");
-			return CX_ERR;
-		}
-		b.content_type = SBX_CT_JSON;
-		b.data = req;
-		b.len = strlen(req);
-	}
+	if (out != NULL)
+		*out = NULL;
 	if ((c = cli_http_request(&x->url, method, target, x->key, &b, &r,
 	    &err)) == NULL) {
 		rc = fail_err(&err);
@@ -397,14 +389,37 @@ call_json(struct ctx *x, const char *method, const char *target,
 		goto done;
 	}
 	rc = CX_OK;
-	if (len > 0 && (*out = json_loadb(ans, len, 0, &jerr)) == NULL) {
+	if (out != NULL && len > 0 &&
+	    (*out = json_loadb(ans, len, 0, &jerr)) == NULL) {
 		errmsg("the server's answer is not JSON (%s).", jerr.text);
 		rc = CX_ERR;
 	}
 done:
-	free(req);
 	free(ans);
 	cli_http_close(c);
+	return rc;
+}
+
+int
+call_json(struct ctx *x, const char *method, const char *target,
+    json_t *body, json_t **out)
+{
+	struct cli_body b = { NULL, NULL, 0, -1 };
+	char *req = NULL;
+	int rc;
+
+	if (body != NULL) {
+		if ((req = json_dumps(body, JSON_COMPACT)) == NULL) {
+			*out = NULL;
+			errmsg("out of memory.");
+			return CX_ERR;
+		}
+		b.content_type = SBX_CT_JSON;
+		b.data = req;
+		b.len = strlen(req);
+	}
+	rc = call_body(x, method, target, &b, out);
+	free(req);
 	return rc;
 }
 

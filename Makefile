@@ -133,7 +133,7 @@ unit: $(UNIT_BINS)
 $(BUILD)/fuzzers/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) $(call obj,$(FAKE_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -Itests/fuzz -Iapi/cli -fsanitize=fuzzer -o $@ \
-		$< $(filter %.o %.a,$^) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
+		$< $(filter %.o,$^) $(filter %.a,$^) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
 # The CLI is no library: its reply parser's target links its other files.
 $(BUILD)/fuzzers/fuzz_cli_reply: $(call obj,$(filter-out api/cli/cli.c,$(CLI_SRC))) api/cli/cli.c
 

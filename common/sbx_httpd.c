@@ -6,7 +6,6 @@
 #include <netinet/in.h>
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,20 +232,6 @@ sbx_httpd_reply_error(struct sbx_httpd_req *r, const struct sbx_err *err,
 	return status;
 }
 
-int
-sbx_httpd_reply_errorf(struct sbx_httpd_req *r, unsigned flags,
-    const char *code, const char *fmt, ...)
-{
-	struct sbx_err err;
-	va_list ap;
-
-	snprintf(err.code, sizeof(err.code), "%s", code);
-	va_start(ap, fmt);
-	vsnprintf(err.message, sizeof(err.message), fmt, ap);
-	va_end(ap);
-	return sbx_httpd_reply_error(r, &err, flags);
-}
-
 /* ------------------------------------------------------------------ */
 /* Streams                                                             */
 
@@ -342,7 +327,10 @@ sbx_httpd_stream_begin(struct sbx_httpd_req *r, const char *ctype,
 		return -1;
 	}
 	if (r->chunk == NULL && (r->chunk = evbuffer_new()) == NULL) {
-		sbx_httpd_reply_errorf(r, 0, SBX_E_INTERNAL, "Out of memory.");
+		struct sbx_err err;
+
+		sbx_err_set(&err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_httpd_reply_error(r, &err, 0);
 		return -1;
 	}
 	sbx_httpd_header(r, "Content-Type", ctype);

@@ -148,12 +148,8 @@ int sbx_httpd_reply_json(struct sbx_httpd_req *r, int status, json_t *obj,
 int sbx_httpd_reply_error(struct sbx_httpd_req *r, const struct sbx_err *err,
     unsigned flags);
 
-/* Formats an error (code from sbx_proto.h, printf message) and replies it. */
-int sbx_httpd_reply_errorf(struct sbx_httpd_req *r, unsigned flags,
-    const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-/* The one reason-phrase table (RFC 9110 §15); NULL for other statuses. */
+/* The one reason-phrase table (RFC 9110 §15); NULL for other statuses
+ * (then libevent picks its own). */
 const char *sbx_httpd_reason(int status);
 
 /* Adds a response header to r (before its reply); no-op once replied. */

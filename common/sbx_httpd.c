@@ -411,6 +411,37 @@ sbx_httpd_req_clear(struct sbx_httpd_req *r)
 }
 
 /* ------------------------------------------------------------------ */
+/* The server                                                          */
+
+struct evhttp *
+sbx_httpd_server_new(struct event_base *base, const struct sbx_httpd_config *c,
+    struct sbx_gate **gate, struct sbx_err *err)
+{
+	struct evhttp *http;
+
+	*gate = NULL;
+	if ((http = evhttp_new(base)) == NULL) {
+		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return NULL;
+	}
+	evhttp_set_max_body_size(http, c->max_body);
+	if ((*gate = sbx_gate_new(base, http, &c->gate, c->check, c->arg,
+	    err)) == NULL) {
+		evhttp_free(http);
+		return NULL;
+	}
+	if (c->stream != NULL)
+		sbx_gate_set_stream(*gate, c->stream);
+	evhttp_set_timeout(http, c->timeout_s);
+	evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
+	    EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+	    EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT |
+	    EVHTTP_REQ_PATCH);
+	evhttp_set_gencb(http, c->dispatch, c->arg);
+	return http;
+}
+
+/* ------------------------------------------------------------------ */
 /* Listeners                                                           */
 
 /* connect() to an existing unix socket: 1 when something answers. */

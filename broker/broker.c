@@ -21,6 +21,7 @@
 #include "broker.h"
 #include "broker_reaper.h"
 #include "driver_engine.h"
+#include "sbx_call.h"
 #include "sbx_http_client.h"
 #include "sbx_log.h"
 #include "sbx_probe.h"
@@ -439,7 +440,7 @@ run_check(struct main_ctx *m, struct sbx_driver *driver,
 		    "start (exit 78)", token_problem);
 	harch = check_helper(&c, cfg->helper_path);
 	sbx_err_clear(&err);
-	op = driver->ops->health(driver, check_done, &c, &err);
+	op = sbx_call_health(driver, check_done, &c, &err);
 	if (op == NULL)
 		problem(&c, "the runtime cannot be used: %s", err.message);
 	else

@@ -17,6 +17,7 @@
 #include <sodium.h>
 
 #include "broker_check.h"
+#include "sbx_call.h"
 #include "sbx_http_client.h"
 #include "sbx_log.h"
 #include "sbx_probe.h"
@@ -264,7 +265,7 @@ broker_run_check(struct event_base *base, struct sbx_driver *driver,
 		    "start (exit 78)", token_problem);
 	harch = check_helper(&c, cfg->helper_path);
 	sbx_err_clear(&err);
-	op = driver->ops->health(driver, check_done, &c, &err);
+	op = sbx_call_health(driver, check_done, &c, &err);
 	if (op == NULL)
 		problem(&c, "the runtime cannot be used: %s", err.message);
 	else

@@ -9,6 +9,7 @@
 
 #include "broker_int.h"
 #include "broker_metrics.h"
+#include "sbx_call.h"
 #include "sbx_ndjson.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"
@@ -127,7 +128,7 @@ h_exec(struct breq *b, struct sbx_err *err)
 	b->sbx->execs++;
 	b->holds_exec = 1;
 	b->is_exec = 1;
-	b->op = b->s->driver->ops->exec(b->s->driver, b->id, &b->x.req, &sink,
+	b->op = sbx_call_exec(b->s->driver, b->id, &b->x.req, &sink,
 	    err);
 	return b->op == NULL ? -1 : 0;
 }

@@ -12,6 +12,7 @@
 #include <sodium.h>
 
 #include "broker_int.h"
+#include "sbx_call.h"
 #include "sbx_gate.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
@@ -112,7 +113,7 @@ h_read(struct breq *b, struct sbx_err *err)
 		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
 	if (fileop_admit(b, err) == -1)
 		return -1;
-	b->op = b->s->driver->ops->read(b->s->driver, b->id, b->path, &sink,
+	b->op = sbx_call_read(b->s->driver, b->id, b->path, &sink,
 	    err);
 	if (b->op == NULL)
 		return -1;
@@ -148,7 +149,7 @@ gather_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info,
 		return;
 	evbuffer_remove_cb(buf, gather_cb, b);
 	sbx_err_clear(&err);
-	b->op = b->s->driver->ops->write(b->s->driver, b->id, b->path, b->mode,
+	b->op = sbx_call_write(b->s->driver, b->id, b->path, b->mode,
 	    buf, write_done, b, &err);
 	if (b->op == NULL)
 		breq_fail(b, &err);
@@ -168,7 +169,7 @@ write_streamed(struct breq *b, struct sbx_err *err)
 	struct evbuffer *src = sbx_gate_body_buffer(b->gbody);
 
 	b->wsize = sbx_gate_body_length(b->gbody);
-	if (b->s->driver->ops->write_stream == NULL) {
+	if (!sbx_call_supports(b->s->driver, SBX_CALL_WRITE_STREAM)) {
 		sbx_gate_body_window(b->gbody, (size_t)b->wsize);
 		if (evbuffer_add_cb(src, gather_cb, b) == NULL)
 			return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
@@ -181,7 +182,7 @@ write_streamed(struct breq *b, struct sbx_err *err)
 		}
 		return 0;
 	}
-	b->op = b->s->driver->ops->write_stream(b->s->driver, b->id, b->path,
+	b->op = sbx_call_write_stream(b->s->driver, b->id, b->path,
 	    b->mode, src, b->wsize, write_done, b, err);
 	if (b->op == NULL)
 		return -1;
@@ -223,7 +224,7 @@ h_write(struct breq *b, struct sbx_err *err)
 		return write_streamed(b, err);
 	/* Kept for the reply: the driver drains the body. */
 	b->wsize = evbuffer_get_length(in);
-	b->op = b->s->driver->ops->write(b->s->driver, b->id, b->path, b->mode,
+	b->op = sbx_call_write(b->s->driver, b->id, b->path, b->mode,
 	    in, write_done, b, err);
 	if (b->op == NULL)
 		return -1;
@@ -303,7 +304,7 @@ h_list(struct breq *b, struct sbx_err *err)
 		return -1;
 	page.after = b->after;
 	page.limit = (size_t)b->s->cfg->list_max_entries;
-	b->op = b->s->driver->ops->list(b->s->driver, b->id, b->path, &page,
+	b->op = sbx_call_list(b->s->driver, b->id, b->path, &page,
 	    list_done, b, err);
 	if (b->op == NULL)
 		return -1;

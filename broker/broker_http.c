@@ -12,6 +12,7 @@
 #include "broker_int.h"
 #include "broker_metrics.h"
 #include "broker_state.h"
+#include "sbx_call.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"
@@ -172,7 +173,7 @@ ensure_start(struct breq *b, struct sbx_err *err)
 		s->pending_new++;
 		b->holds_new = 1;
 	}
-	b->op = s->driver->ops->ensure(s->driver, b->id, &b->spec, ensure_done,
+	b->op = sbx_call_ensure(s->driver, b->id, &b->spec, ensure_done,
 	    b, err);
 	return b->op == NULL ? -1 : 0;
 }
@@ -248,10 +249,10 @@ status_usage_start(struct breq *b, struct sbx_err *err)
 	if ((on = sbx_query_flag(evhttp_uri_get_query(uri), SBX_QUERY_USAGE,
 	    err)) != 1)
 		return on;
-	if (b->s->driver->ops->status_usage == NULL)
+	if (!sbx_call_supports(b->s->driver, SBX_CALL_STATUS_USAGE))
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "This broker's driver "
 		    "cannot count /work usage.");
-	b->op = b->s->driver->ops->status_usage(b->s->driver, b->id,
+	b->op = sbx_call_status_usage(b->s->driver, b->id,
 	    status_usage_done, b, err);
 	return b->op == NULL ? -1 : 1;
 }
@@ -263,7 +264,7 @@ h_status(struct breq *b, struct sbx_err *err)
 
 	if ((r = status_usage_start(b, err)) != 0)
 		return r < 0 ? -1 : 0;
-	b->op = b->s->driver->ops->status(b->s->driver, b->id, status_done, b,
+	b->op = sbx_call_status(b->s->driver, b->id, status_done, b,
 	    err);
 	return b->op == NULL ? -1 : 0;
 }
@@ -296,7 +297,7 @@ destroy_done(void *arg, const struct sbx_err *err)
 static int
 destroy_start(struct breq *b, struct sbx_err *err)
 {
-	b->op = b->s->driver->ops->destroy(b->s->driver, b->id, destroy_done, b,
+	b->op = sbx_call_destroy(b->s->driver, b->id, destroy_done, b,
 	    err);
 	return b->op == NULL ? -1 : 0;
 }
@@ -331,7 +332,7 @@ stop_done(void *arg, const struct sbx_err *err)
 	}
 	/* The reply is the status object: ask the driver, still in our turn. */
 	sbx_err_clear(&serr);
-	b->op = b->s->driver->ops->status(b->s->driver, b->id, status_done, b,
+	b->op = sbx_call_status(b->s->driver, b->id, status_done, b,
 	    &serr);
 	if (b->op == NULL)
 		breq_fail(b, &serr);
@@ -340,7 +341,7 @@ stop_done(void *arg, const struct sbx_err *err)
 static int
 stop_start(struct breq *b, struct sbx_err *err)
 {
-	b->op = b->s->driver->ops->stop(b->s->driver, b->id, stop_done, b, err);
+	b->op = sbx_call_stop(b->s->driver, b->id, stop_done, b, err);
 	return b->op == NULL ? -1 : 0;
 }
 
@@ -398,7 +399,7 @@ sandboxes_done(void *arg, const struct sbx_err *err,
 static int
 h_list_sandboxes(struct breq *b, struct sbx_err *err)
 {
-	b->op = b->s->driver->ops->list_sandboxes(b->s->driver, sandboxes_done,
+	b->op = sbx_call_list_sandboxes(b->s->driver, sandboxes_done,
 	    b, err);
 	return b->op == NULL ? -1 : 0;
 }
@@ -420,14 +421,14 @@ health_done(void *arg, const struct sbx_err *err, const struct sbx_health *h)
 	if (err != NULL && broker_is_runtime_code(err->code))
 		broker_metrics_runtime_error(b->s->metrics, err->code);
 	breq_reply_json(b, 200, sbx_wire_health_encode(&hv, BROKER_VERSION,
-	    b->s->driver->ops->name), ok ? "ok" : "degraded");
+	    sbx_call_driver_name(b->s->driver)), ok ? "ok" : "degraded");
 }
 
 /* A driver that cannot even start a health check is degraded: still 200. */
 static int
 h_health(struct breq *b, struct sbx_err *err)
 {
-	b->op = b->s->driver->ops->health(b->s->driver, health_done, b, err);
+	b->op = sbx_call_health(b->s->driver, health_done, b, err);
 	if (b->op == NULL)
 		health_done(b, err, NULL);
 	return 0;

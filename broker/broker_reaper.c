@@ -10,6 +10,7 @@
 #include "broker_metrics.h"
 #include "broker_reaper.h"
 #include "broker_state.h"
+#include "sbx_call.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
 #include "sbx_time.h"
@@ -229,7 +230,7 @@ listed(void *arg, const struct sbx_err *err, const struct sbx_status *sts,
 		audit(s, now, "recover", rows[i].id, "ok", 0, "absent");
 	}
 	/* Execs of the broker that died with them running: kill them. */
-	for (i = 0; i < n && d->ops->recover != NULL; i++) {
+	for (i = 0; i < n && sbx_call_supports(d, SBX_CALL_RECOVER); i++) {
 		if (sorted[i].state != SBX_STATE_RUNNING)
 			continue;
 		ks = &r->slots[r->nkill];
@@ -238,7 +239,7 @@ listed(void *arg, const struct sbx_err *err, const struct sbx_status *sts,
 		snprintf(r->kill_ids[r->nkill], sizeof(r->kill_ids[0]), "%s",
 		    sorted[i].id);
 		r->pending++;
-		r->kill_ops[r->nkill] = d->ops->recover(d, sorted[i].id,
+		r->kill_ops[r->nkill] = sbx_call_recover(d, sorted[i].id,
 		    slot_killed, ks, &e);
 		if (r->kill_ops[r->nkill] == NULL) {
 			r->pending--;
@@ -249,9 +250,9 @@ listed(void *arg, const struct sbx_err *err, const struct sbx_status *sts,
 		r->nkill++;
 	}
 	/* Egress networks of sandboxes that no longer have egress (ADR 0014). */
-	if (d->ops->reconcile != NULL) {
+	if (sbx_call_supports(d, SBX_CALL_RECONCILE)) {
 		r->pending++;
-		if ((r->gc_op = d->ops->reconcile(d, gc_done, r, &e)) == NULL) {
+		if ((r->gc_op = sbx_call_reconcile(d, gc_done, r, &e)) == NULL) {
 			r->pending--;
 			log_warn("cannot remove runtime objects no sandbox needs",
 			    "error", e.message, NULL);
@@ -286,7 +287,7 @@ broker_recover(struct broker_server *s,
 		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
 		return NULL;
 	}
-	if ((r->list_op = d->ops->list_sandboxes(d, listed, r, err)) == NULL) {
+	if ((r->list_op = sbx_call_list_sandboxes(d, listed, r, err)) == NULL) {
 		broker_recovery_free(r);
 		return NULL;
 	}
@@ -434,7 +435,7 @@ reap_status(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 		broker_job_done(rp->job, "ok");
 		return;
 	}
-	if ((op = d->ops->stop(d, id, reap_stopped, rp, &e)) == NULL) {
+	if ((op = sbx_call_stop(d, id, reap_stopped, rp, &e)) == NULL) {
 		reap_end(rp, e.code, &e);
 		return;
 	}
@@ -473,7 +474,7 @@ reap_turn(struct broker_job *job, void *arg)
 			return;
 		}
 		broker_job_block(job);
-		if ((op = d->ops->destroy(d, id, reap_destroyed, rp, &e)) ==
+		if ((op = sbx_call_destroy(d, id, reap_destroyed, rp, &e)) ==
 		    NULL) {
 			reap_end(rp, e.code, &e);
 			return;
@@ -487,7 +488,7 @@ reap_turn(struct broker_job *job, void *arg)
 		return;
 	}
 	broker_job_block(job);
-	if ((op = d->ops->status(d, id, reap_status, rp, &e)) == NULL) {
+	if ((op = sbx_call_status(d, id, reap_status, rp, &e)) == NULL) {
 		reap_end(rp, e.code, &e);
 		return;
 	}

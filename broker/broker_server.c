@@ -59,7 +59,6 @@ broker_server_new(struct event_base *base, const struct broker_config *cfg,
     struct sbx_err *err)
 {
 	struct broker_server *s = NULL;
-	long long maxbody;
 
 	if (sodium_init() < 0) {
 		sbx_err_set(err, SBX_E_INTERNAL, "libsodium cannot initialise.");
@@ -76,34 +75,34 @@ broker_server_new(struct event_base *base, const struct broker_config *cfg,
 	if ((s->state = broker_state_open(cfg->state_dir, err)) == NULL)
 		goto fail;
 	if ((s->metrics = broker_metrics_new()) == NULL ||
-	    (s->allowlist = broker_config_allowlist(cfg)) == NULL ||
-	    (s->http = evhttp_new(base)) == NULL)
+	    (s->allowlist = broker_config_allowlist(cfg)) == NULL)
 		goto oom;
-	maxbody = cfg->file_size_max > cfg->body_max ? cfg->file_size_max :
-	    cfg->body_max;
-	/* A backstop only: the gate refuses bodies over the route's cap with
-	 * JSON, after authentication, before they are read. */
-	evhttp_set_max_body_size(s->http, maxbody);
 	{
-		struct sbx_gate_limits lim = {
-			.head_max = (size_t)cfg->head_max,
-			.headers_max = (unsigned)cfg->headers_max,
-			.header_timeout_ms = cfg->header_timeout,
-			.max_connections = (unsigned)cfg->max_connections,
+		/* Every method reaches dispatch, so even a 405 needs the
+		 * token; the body cap is a backstop only: the gate refuses
+		 * bodies over the route's cap with JSON, after
+		 * authentication, before they are read. */
+		struct sbx_httpd_config hc = {
+			.max_body = cfg->file_size_max > cfg->body_max ?
+			    cfg->file_size_max : cfg->body_max,
+			.timeout_s = HTTP_TIMEOUT_S,
+			.gate = {
+				.head_max = (size_t)cfg->head_max,
+				.headers_max = (unsigned)cfg->headers_max,
+				.header_timeout_ms = cfg->header_timeout,
+				.max_connections =
+				    (unsigned)cfg->max_connections,
+			},
+			.check = broker_gate_check,
+			.stream = broker_gate_stream,
+			.dispatch = broker_dispatch,
+			.arg = s,
 		};
 
-		if ((s->gate = sbx_gate_new(base, s->http, &lim, broker_gate_check, s,
+		if ((s->http = sbx_httpd_server_new(base, &hc, &s->gate,
 		    err)) == NULL)
 			goto fail;
-		sbx_gate_set_stream(s->gate, broker_gate_stream);
 	}
-	evhttp_set_timeout(s->http, HTTP_TIMEOUT_S);
-	/* Every method reaches dispatch, so even a 405 needs the token. */
-	evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
-	    EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-	    EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT |
-	    EVHTTP_REQ_PATCH);
-	evhttp_set_gencb(s->http, broker_dispatch, s);
 	return s;
 oom:
 	sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");

@@ -302,10 +302,10 @@ static int
 conn_stream_head(struct gconn *c, struct evbuffer *in, const char *p,
     const struct sbx_gate_head *h)
 {
-	const char *ls = p, *le, *end = p + h->len, *colon;
+	const char *ls = p, *end = p + h->len, *line, *colon;
 	struct sbx_gate_body *b;
 	struct bufferevent *bev;
-	size_t ll;
+	size_t ll, nl;
 	int first = 1, expect = 0;
 
 	if ((b = calloc(1, sizeof(*b))) == NULL ||
@@ -319,23 +319,18 @@ conn_stream_head(struct gconn *c, struct evbuffer *in, const char *p,
 	b->len = h->cl;
 	b->window = SBX_GATE_BODY_WINDOW;
 	b->seq = ++c->g->body_seq;
-	while (ls < end && (le = memchr(ls, '\n', (size_t)(end - ls))) != NULL) {
-		ll = (size_t)(le - ls);
-		if (ll > 0 && ls[ll - 1] == '\r')
-			ll--;
-		if (ll == 0)
-			break;
-		colon = first ? NULL : memchr(ls, ':', ll);
-		if (colon != NULL && (sbx_gate_hname_is(ls, (size_t)(colon - ls),
-		    "Content-Length") || sbx_gate_hname_is(ls, (size_t)(colon - ls),
-		    HDR_BODY) || sbx_gate_hname_is(ls, (size_t)(colon - ls), "Expect"))) {
-			expect |= sbx_gate_hname_is(ls, (size_t)(colon - ls), "Expect");
+	while (sbx_gate_line(&ls, end, &line, &ll)) {
+		colon = first ? NULL : memchr(line, ':', ll);
+		nl = colon != NULL ? (size_t)(colon - line) : 0;
+		if (colon != NULL && (sbx_gate_hname_is(line, nl,
+		    "Content-Length") || sbx_gate_hname_is(line, nl,
+		    HDR_BODY) || sbx_gate_hname_is(line, nl, "Expect"))) {
+			expect |= sbx_gate_hname_is(line, nl, "Expect");
 		} else {
-			evbuffer_add(in, ls, ll);
+			evbuffer_add(in, line, ll);
 			evbuffer_add(in, "\r\n", 2);
 		}
 		first = 0;
-		ls = le + 1;
 	}
 	evbuffer_add_printf(in, "%s: %s %llu\r\n\r\n", HDR_BODY, c->g->nonce,
 	    (unsigned long long)b->seq);

@@ -26,4 +26,12 @@ int sbx_gate_parse_from(const char *p, size_t n, size_t from,
  * RFC 9110 §5.1). */
 int sbx_gate_hname_is(const char *name, size_t n, const char *want);
 
+/*
+ * The next line of a head in [*ls, end): 1 with *line at its start and *len
+ * its bytes without the CR LF (or bare LF, RFC 9112 §2.2), *ls moved past
+ * it; 0 at the empty line that ends the head or when no LF is left.
+ */
+int sbx_gate_line(const char **ls, const char *end, const char **line,
+    size_t *len);
+
 #endif

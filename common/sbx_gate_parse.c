@@ -170,35 +170,46 @@ head_end(const char *p, size_t n, size_t from)
 	return 0;
 }
 
+int
+sbx_gate_line(const char **ls, const char *end, const char **line,
+    size_t *len)
+{
+	const char *le;
+
+	if (*ls >= end ||
+	    (le = memchr(*ls, '\n', (size_t)(end - *ls))) == NULL)
+		return 0;
+	*line = *ls;
+	*len = (size_t)(le - *ls);
+	if (*len > 0 && (*line)[*len - 1] == '\r')
+		(*len)--;
+	*ls = le + 1;
+	return *len > 0;
+}
+
 void
 sbx_gate_head_parse(const char *p, size_t n, const struct sbx_gate_limits *lim,
     struct sbx_gate_head *h)
 {
-	const char *ls = p, *le, *end = p + n, *c;
+	const char *ls = p, *end = p + n, *line, *c;
 	size_t ll;
 	int first = 1;
 
 	memset(h, 0, sizeof(*h));
 	h->len = n;
-	while (ls < end && (le = memchr(ls, '\n', (size_t)(end - ls))) != NULL) {
-		ll = (size_t)(le - ls);
-		if (ll > 0 && ls[ll - 1] == '\r')
-			ll--;
-		if (ll == 0)
-			break;
-		for (c = ls; c < ls + ll; c++)
+	while (sbx_gate_line(&ls, end, &line, &ll)) {
+		for (c = line; c < line + ll; c++)
 			if (((unsigned char)*c < 0x20 && *c != '\t') || *c == 0x7f)
 				refuse(h, SBX_GATE_BAD_REQUEST, "The head holds "
 				    "a control character.");
 		if (first)
-			head_request_line(ls, ll, h);
+			head_request_line(line, ll, h);
 		else if (++h->nheaders > lim->headers_max)
 			refuse(h, SBX_GATE_HEAD_TOO_LARGE, "Too many header "
 			    "fields.");
 		else
-			head_field(ls, ll, h);
+			head_field(line, ll, h);
 		first = 0;
-		ls = le + 1;
 	}
 	if (!h->line_ok)
 		refuse(h, SBX_GATE_BAD_REQUEST, "The request line is not "

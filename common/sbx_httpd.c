@@ -6,7 +6,6 @@
 #include <netinet/in.h>
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,20 +232,6 @@ sbx_httpd_reply_error(struct sbx_httpd_req *r, const struct sbx_err *err,
 	return status;
 }
 
-int
-sbx_httpd_reply_errorf(struct sbx_httpd_req *r, unsigned flags,
-    const char *code, const char *fmt, ...)
-{
-	struct sbx_err err;
-	va_list ap;
-
-	snprintf(err.code, sizeof(err.code), "%s", code);
-	va_start(ap, fmt);
-	vsnprintf(err.message, sizeof(err.message), fmt, ap);
-	va_end(ap);
-	return sbx_httpd_reply_error(r, &err, flags);
-}
-
 /* ------------------------------------------------------------------ */
 /* Streams                                                             */
 
@@ -342,7 +327,10 @@ sbx_httpd_stream_begin(struct sbx_httpd_req *r, const char *ctype,
 		return -1;
 	}
 	if (r->chunk == NULL && (r->chunk = evbuffer_new()) == NULL) {
-		sbx_httpd_reply_errorf(r, 0, SBX_E_INTERNAL, "Out of memory.");
+		struct sbx_err err;
+
+		sbx_err_set(&err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_httpd_reply_error(r, &err, 0);
 		return -1;
 	}
 	sbx_httpd_header(r, "Content-Type", ctype);
@@ -420,6 +408,37 @@ sbx_httpd_req_clear(struct sbx_httpd_req *r)
 	if (r->chunk != NULL)
 		evbuffer_free(r->chunk);
 	r->chunk = NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* The server                                                          */
+
+struct evhttp *
+sbx_httpd_server_new(struct event_base *base, const struct sbx_httpd_config *c,
+    struct sbx_gate **gate, struct sbx_err *err)
+{
+	struct evhttp *http;
+
+	*gate = NULL;
+	if ((http = evhttp_new(base)) == NULL) {
+		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return NULL;
+	}
+	evhttp_set_max_body_size(http, c->max_body);
+	if ((*gate = sbx_gate_new(base, http, &c->gate, c->check, c->arg,
+	    err)) == NULL) {
+		evhttp_free(http);
+		return NULL;
+	}
+	if (c->stream != NULL)
+		sbx_gate_set_stream(*gate, c->stream);
+	evhttp_set_timeout(http, c->timeout_s);
+	evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
+	    EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+	    EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT |
+	    EVHTTP_REQ_PATCH);
+	evhttp_set_gencb(http, c->dispatch, c->arg);
+	return http;
 }
 
 /* ------------------------------------------------------------------ */

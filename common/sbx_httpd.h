@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "sbx_err.h"
+#include "sbx_gate.h"
 
 struct event;
 struct event_base;
@@ -16,7 +17,6 @@ struct evhttp;
 struct evhttp_bound_socket;
 struct evhttp_connection;
 struct evhttp_request;
-struct sbx_gate;
 
 /*
  * What the core owns and what each daemon keeps (adr/0022): the core sends
@@ -148,12 +148,8 @@ int sbx_httpd_reply_json(struct sbx_httpd_req *r, int status, json_t *obj,
 int sbx_httpd_reply_error(struct sbx_httpd_req *r, const struct sbx_err *err,
     unsigned flags);
 
-/* Formats an error (code from sbx_proto.h, printf message) and replies it. */
-int sbx_httpd_reply_errorf(struct sbx_httpd_req *r, unsigned flags,
-    const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-/* The one reason-phrase table (RFC 9110 §15); NULL for other statuses. */
+/* The one reason-phrase table (RFC 9110 §15); NULL for other statuses
+ * (then libevent picks its own). */
 const char *sbx_httpd_reason(int status);
 
 /* Adds a response header to r (before its reply); no-op once replied. */
@@ -219,6 +215,33 @@ void sbx_httpd_release(struct sbx_httpd_req *r);
 
 /* Frees what the core allocated in r (r->chunk). r itself is the daemon's. */
 void sbx_httpd_req_clear(struct sbx_httpd_req *r);
+
+/* ------------------------------------------------------------------ */
+/* The server                                                          */
+
+/* What sbx_httpd_server_new sets up; check, dispatch and arg outlive it. */
+struct sbx_httpd_config {
+	int64_t max_body;          /* evhttp's backstop body cap, bytes (the
+	                            * gate refuses over-cap bodies first) */
+	int timeout_s;             /* evhttp's idle/read timeout, seconds */
+	struct sbx_gate_limits gate; /* the request gate's limits */
+	sbx_gate_check_fn check;   /* the gate's credential + cap hook */
+	sbx_gate_stream_fn stream; /* streamed bodies (adr/0018); NULL: none */
+	void (*dispatch)(struct evhttp_request *, void *);
+	void *arg;                 /* for check, stream and dispatch */
+};
+
+/*
+ * A new evhttp behind a request gate (sbx_gate_new, adr/0008): body cap and
+ * timeout of c, EVERY method let through to c->dispatch (so even a 405 or
+ * 404 is the daemon's JSON after its checks, never libevent's HTML 501),
+ * c->dispatch as the generic callback. *gate gets the gate (free it after
+ * evhttp_free). Returns the evhttp, or NULL with err (internal: out of
+ * memory) and nothing left allocated.
+ */
+struct evhttp *sbx_httpd_server_new(struct event_base *base,
+    const struct sbx_httpd_config *c, struct sbx_gate **gate,
+    struct sbx_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Listeners                                                           */

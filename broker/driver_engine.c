@@ -22,14 +22,14 @@
 
 #include "driver_engine.h"
 #include "sbx_usage.h"
-#include "helper/sbx_helper_proto.h"
+#include "sbx_helper_proto.h"
 #include "sbx_http_client.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"
 
 #define API "/v1.41"
-#define WORK "/work"
+#define WORK SBX_WORK_DIR
 #define STREAM_CHUNK (64 * 1024)
 #define RESP_MAX (8 * 1024 * 1024)     /* JSON answers of the runtime */
 #define ERRTAIL_MAX 2048               /* stderr kept to read the helper's error */

@@ -25,6 +25,7 @@
 #include "sbx_helper_proto.h"
 #include "sbx_http_client.h"
 #include "sbx_log.h"
+#include "sbx_path.h"
 #include "sbx_proto.h"
 
 #define API "/v1.41"
@@ -256,6 +257,8 @@ path_ok(const char *p, struct sbx_err *err)
 	const char *seg, *end;
 	size_t n;
 
+	if (p != NULL && sbx_path_check(p, strlen(p), err) != 0)
+		return -1;      /* SPEC §4 in full (look-alikes, UTF-8) */
 	if (p == NULL || (n = strlen(p)) == 0 || n > 4096)
 		goto bad;
 	if (strcmp(p, WORK) != 0 && strncmp(p, WORK "/", 6) != 0)

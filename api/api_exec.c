@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "api_int.h"
+#include "sbx_call.h"
 #include "sbx_log.h"
 #include "sbx_ndjson.h"
 #include "sbx_path.h"
@@ -209,7 +210,7 @@ api_h_exec(struct areq *a)
 	sink.exit = exec_exit;
 	sink.error = exec_error;
 	sink.arg = a;
-	a->op = a->s->driver->ops->exec(a->s->driver, a->npc.sandbox_id, &er,
+	a->op = sbx_call_exec(a->s->driver, a->npc.sandbox_id, &er,
 	    &sink, &err);
 	if (a->op == NULL)
 		areq_fail_broker(a, &err);
@@ -304,7 +305,7 @@ api_h_read(struct areq *a)
 	sink.exit = read_exit;
 	sink.error = read_error;
 	sink.arg = a;
-	a->op = a->s->driver->ops->read(a->s->driver, a->npc.sandbox_id,
+	a->op = sbx_call_read(a->s->driver, a->npc.sandbox_id,
 	    a->path, &sink, &err);
 	if (a->op == NULL)
 		areq_fail_broker(a, &err);

@@ -20,6 +20,7 @@
 #include <sodium.h>
 
 #include "api_int.h"
+#include "sbx_call.h"
 #include "sbx_log.h"
 #include "sbx_ndjson.h"
 #include "sbx_proto.h"
@@ -656,7 +657,7 @@ api_h_execs_create(struct areq *a)
 	sink.arg = x;
 	/* The op belongs to x, not to the request: the exec outlives it.
 	 * a->op stays NULL so a drain does not cancel it through a. */
-	x->op = s->driver->ops->exec(s->driver, x->sandbox_id, &er, &sink,
+	x->op = sbx_call_exec(s->driver, x->sandbox_id, &er, &sink,
 	    &err);
 	if (x->op == NULL) {
 		x->creator = NULL;

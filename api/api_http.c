@@ -16,6 +16,7 @@
 #include <sodium.h>
 
 #include "api_int.h"
+#include "sbx_call.h"
 #include "sbx_httpd.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
@@ -466,7 +467,7 @@ wake_status(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 	spec.egress = a->npc.egress;
 	log_info("waking a stopped sandbox", "npc", a->npc.name, "reason",
 	    st->stop_reason, NULL);
-	a->op = a->s->driver->ops->ensure(a->s->driver, a->npc.sandbox_id,
+	a->op = sbx_call_ensure(a->s->driver, a->npc.sandbox_id,
 	    &spec, wake_ensured, a, &e2);
 	if (a->op == NULL)
 		areq_fail_broker(a, &e2);
@@ -478,7 +479,7 @@ wake_then_run(struct areq *a)
 	struct sbx_err err;
 
 	sbx_err_clear(&err);
-	a->op = a->s->driver->ops->status(a->s->driver, a->npc.sandbox_id,
+	a->op = sbx_call_status(a->s->driver, a->npc.sandbox_id,
 	    wake_status, a, &err);
 	if (a->op == NULL)
 		areq_fail_broker(a, &err);

@@ -16,6 +16,7 @@
 #include <sodium.h>
 
 #include "api_int.h"
+#include "sbx_call.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"
@@ -293,7 +294,7 @@ api_h_ensure(struct areq *a)
 	spec.egress = a->npc.egress;
 	if (claim_slot(a) == -1)
 		return;
-	a->op = a->s->driver->ops->ensure(a->s->driver, a->npc.sandbox_id,
+	a->op = sbx_call_ensure(a->s->driver, a->npc.sandbox_id,
 	    &spec, ensure_done, a, &err);
 	if (a->op == NULL) {
 		if (a->slot_claimed)
@@ -337,12 +338,12 @@ status_usage_start(struct areq *a)
 		areq_fail(a, &err);
 		return 1;
 	}
-	if (a->s->driver->ops->status_usage == NULL) {
+	if (!sbx_call_supports(a->s->driver, SBX_CALL_STATUS_USAGE)) {
 		areq_fail_code(a, SBX_E_BAD_REQUEST, "This api's driver cannot "
 		    "count /work usage.");
 		return 1;
 	}
-	a->op = a->s->driver->ops->status_usage(a->s->driver,
+	a->op = sbx_call_status_usage(a->s->driver,
 	    a->npc.sandbox_id, status_usage_done, a, &err);
 	if (a->op == NULL)
 		areq_fail_broker(a, &err);
@@ -357,7 +358,7 @@ api_h_status(struct areq *a)
 	if (status_usage_start(a))
 		return;
 	sbx_err_clear(&err);
-	a->op = a->s->driver->ops->status(a->s->driver, a->npc.sandbox_id,
+	a->op = sbx_call_status(a->s->driver, a->npc.sandbox_id,
 	    status_done, a, &err);
 	if (a->op == NULL)
 		areq_fail_broker(a, &err);
@@ -395,7 +396,7 @@ api_h_destroy(struct areq *a)
 	struct sbx_err err;
 
 	sbx_err_clear(&err);
-	a->op = a->s->driver->ops->destroy(a->s->driver, a->npc.sandbox_id,
+	a->op = sbx_call_destroy(a->s->driver, a->npc.sandbox_id,
 	    destroy_done, a, &err);
 	if (a->op == NULL)
 		areq_fail_broker(a, &err);
@@ -417,7 +418,7 @@ api_h_stop(struct areq *a)
 		areq_fail_code(a, SBX_E_UNKNOWN_FIELD, "stop takes no members.");
 		return;
 	}
-	a->op = a->s->driver->ops->stop(a->s->driver, a->npc.sandbox_id,
+	a->op = sbx_call_stop(a->s->driver, a->npc.sandbox_id,
 	    stop_done, a, &err);
 	if (a->op == NULL)
 		areq_fail_broker(a, &err);
@@ -486,7 +487,7 @@ api_h_write(struct areq *a)
 	}
 	/* The body was buffered by evhttp (at most file_size_max bytes); the
 	 * driver drains it towards the broker. */
-	a->op = a->s->driver->ops->write(a->s->driver, a->npc.sandbox_id,
+	a->op = sbx_call_write(a->s->driver, a->npc.sandbox_id,
 	    a->path, a->mode, in, write_done, a, &err);
 	if (a->op == NULL)
 		areq_fail_broker(a, &err);
@@ -569,7 +570,7 @@ api_h_list(struct areq *a)
 		areq_fail(a, &err);
 		return;
 	}
-	a->op = a->s->driver->ops->list(a->s->driver, a->npc.sandbox_id,
+	a->op = sbx_call_list(a->s->driver, a->npc.sandbox_id,
 	    a->path, &page, list_done, a, &err);
 	if (a->op == NULL)
 		areq_fail_broker(a, &err);
@@ -619,7 +620,7 @@ egress_status(void *arg, const struct sbx_err *err,
 	memset(&spec, 0, sizeof(spec));
 	spec.egress = a->egress;
 	spec.image = a->npc.image[0] != '\0' ? a->npc.image : NULL;
-	a->op = a->s->driver->ops->ensure(a->s->driver, a->npc.sandbox_id,
+	a->op = sbx_call_ensure(a->s->driver, a->npc.sandbox_id,
 	    &spec, egress_ensured, a, &e2);
 	if (a->op == NULL)
 		areq_fail_broker(a, &e2);
@@ -655,7 +656,7 @@ api_h_egress(struct areq *a)
 	}
 	log_info(a->egress ? "egress granted" : "egress revoked", "npc",
 	    a->npc.name, "by", a->who.name, NULL);
-	a->op = a->s->driver->ops->status(a->s->driver, a->npc.sandbox_id,
+	a->op = sbx_call_status(a->s->driver, a->npc.sandbox_id,
 	    egress_status, a, &err);
 	if (a->op == NULL)
 		areq_fail_broker(a, &err);

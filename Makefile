@@ -53,6 +53,7 @@ HELPER_SRC := $(wildcard broker/helper/*.c)
 PROXY_SRC := $(wildcard broker/proxy/*.c) $(wildcard common/proxy_policy.c)
 # Its request parser, also linked into the broker library for the tests.
 PROXY_LIB_SRC := $(wildcard broker/proxy/proxy_req.c)
+HELPER_PROTO_SRC := $(wildcard proto/sbx_helper_frame.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 FAKE_SRC := $(wildcard tests/driver_fake.c)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
@@ -66,7 +67,8 @@ LIBAPI := $(BUILD)/libsbxapi.a
 BINS := $(if $(wildcard broker/broker.c),$(BUILD)/sandbox-broker) $(if $(wildcard api/api.c),$(BUILD)/sandbox-api) \
 	$(if $(CLI_SRC),$(BUILD)/sbxctl) $(if $(HELPER_SRC),$(BUILD)/sbx-helper) \
 	$(if $(PROXY_SRC),$(BUILD)/sbx-proxy)
-UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC)) \
+	$(if $(wildcard tests/conform/conform.c),$(BUILD)/tests/test_conform)
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzzers/%,$(FUZZ_SRC))
 
 .PHONY: all check bench install uninstall clean deps unit sanitize run fuzz fuzzers fuzz-smoke
@@ -116,10 +118,13 @@ $(BUILD)/sbxctl: $(call obj,$(CLI_SRC)) $(LIBSBX)
 
 # The helper runs inside sandboxes whose image we do not control: static,
 # no sanitizer runtime, no shared library.
-$(BUILD)/sbx-helper: $(HELPER_SRC) $(wildcard broker/helper/*.h) proto/sbx_proto.h
+# Its protocol header and frame codec live in proto/ (libc only), shared
+# with the broker.
+$(BUILD)/sbx-helper: $(HELPER_SRC) $(HELPER_PROTO_SRC) $(wildcard broker/helper/*.h) \
+		proto/sbx_proto.h proto/sbx_helper_proto.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -D_FORTIFY_SOURCE=2 $(CFLAGS) $(WARN) \
-		-fstack-protector-strong -static -o $@ $(HELPER_SRC)
+		-fstack-protector-strong -Iproto -static -o $@ $(HELPER_SRC) $(HELPER_PROTO_SRC)
 
 # The egress proxy runs in a container of the sandbox's image (adr/0026):
 # static like the helper, libevent linked in, glibc's NSS lookups replaced
@@ -130,12 +135,18 @@ $(BUILD)/sbx-proxy: $(PROXY_SRC) $(wildcard broker/proxy/*.h) common/proxy_polic
 		-fstack-protector-strong -static -Icommon -o $@ $(PROXY_SRC) \
 		$(shell pkg-config --cflags libevent 2>/dev/null) -levent_extra -levent_core
 
-$(BUILD)/tests/%: tests/unit/%.c $(call obj,$(FAKE_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
+# Helpers the unit tests share (a .c with a header, not statics).
+TESTUTIL_SRC := $(wildcard tests/unit/api_testutil.c)
+$(BUILD)/tests/%: tests/unit/%.c $(call obj,$(FAKE_SRC) $(TESTUTIL_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -o $@ $^ $(ALL_LDFLAGS) $(PKG_LIBS) -lcmocka -lm
 
-# The CLI is no library: its SSE parser is linked into its unit test.
-$(BUILD)/tests/test_cli_sse: $(call obj,api/cli/cli_sse.c)
+# The driver conformance suite (adr/0024): one binary, every driver.
+$(BUILD)/tests/test_conform: tests/conform/conform.c tests/conform/conform.h $(call obj,$(FAKE_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests -Itests/conform -o $@ $< $(filter %.o %.a,$^) $(ALL_LDFLAGS) $(PKG_LIBS) -lcmocka -lm
+
+# The CLI is no library: its printer is linked into its unit test.
 $(BUILD)/tests/test_cli_print: $(call obj,api/cli/cli_print.c)
 
 unit: $(UNIT_BINS)
@@ -145,10 +156,9 @@ unit: $(UNIT_BINS)
 $(BUILD)/fuzzers/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) $(call obj,$(FAKE_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -Itests/fuzz -Iapi/cli -fsanitize=fuzzer -o $@ \
-		$< $(filter %.o %.a,$^) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
+		$< $(filter %.o,$^) $(filter %.a,$^) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
 # The CLI is no library: its reply parser's target links its other files.
 $(BUILD)/fuzzers/fuzz_cli_reply: $(call obj,$(filter-out api/cli/cli.c,$(CLI_SRC))) api/cli/cli.c
-$(BUILD)/fuzzers/fuzz_cli_sse: $(call obj,api/cli/cli_sse.c)
 
 fuzzers: $(FUZZ_BINS)
 

@@ -15,6 +15,7 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "sbx_egress.h"
 #include "api_int.h"
 #include "sbx_call.h"
 #include "sbx_log.h"
@@ -34,15 +35,29 @@ opt_ms(int64_t v)
 	return v != 0 ? json_integer(v) : json_null();
 }
 
+/* The grant's allowlist as the api shows it: ["*"] for full egress
+ * (adr/0026), null without egress. */
+static json_t *
+allow_json(const struct api_npc *n)
+{
+	json_t *a;
+
+	if (!n->egress)
+		return json_null();
+	if (n->egress_allow[0] == '\0' || (a = egress_allow_split(n->egress_allow)) == NULL)
+		return json_pack("[s]", "*");
+	return a;
+}
+
 static json_t *
 npc_json(const struct api_npc *n)
 {
-	return json_pack("{s:s,s:s,s:s,s:o,s:b,s:o,s:o,s:I}", "name", n->name,
+	return json_pack("{s:s,s:s,s:s,s:o,s:b,s:o,s:o,s:o,s:I}", "name", n->name,
 	    "owner", n->owner, "sandbox_id", n->sandbox_id, "image",
 	    n->image[0] != '\0' ? json_string(n->image) : json_null(),
-	    "egress", n->egress, "egress_by", n->egress_by[0] != '\0' ?
-	    json_string(n->egress_by) : json_null(), "egress_at",
-	    opt_ms(n->egress_at), "created_at", (json_int_t)n->created_at);
+	    "egress", n->egress, "egress_allow", allow_json(n), "egress_by",
+	    n->egress_by[0] != '\0' ? json_string(n->egress_by) : json_null(),
+	    "egress_at", opt_ms(n->egress_at), "created_at", (json_int_t)n->created_at);
 }
 
 json_t *
@@ -292,6 +307,8 @@ api_h_ensure(struct areq *a)
 	spec.image = a->npc.image[0] != '\0' ? a->npc.image : NULL;
 	/* Egress comes from the stored grant, never from the caller. */
 	spec.egress = a->npc.egress;
+	spec.egress_allow = a->npc.egress && a->npc.egress_allow[0] != '\0' ?
+	    a->npc.egress_allow : NULL;
 	if (claim_slot(a) == -1)
 		return;
 	a->op = sbx_call_ensure(a->s->driver, a->npc.sandbox_id,
@@ -619,6 +636,8 @@ egress_status(void *arg, const struct sbx_err *err,
 	 * and so /work, survives (SPEC §4). */
 	memset(&spec, 0, sizeof(spec));
 	spec.egress = a->egress;
+	spec.egress_allow = a->egress && a->npc.egress_allow[0] != '\0' ?
+	    a->npc.egress_allow : NULL;
 	spec.image = a->npc.image[0] != '\0' ? a->npc.image : NULL;
 	a->op = sbx_call_ensure(a->s->driver, a->npc.sandbox_id,
 	    &spec, egress_ensured, a, &e2);
@@ -629,9 +648,10 @@ egress_status(void *arg, const struct sbx_err *err,
 void
 api_h_egress(struct areq *a)
 {
-	static const char *const allowed[] = { "enabled", NULL };
+	static const char *const allowed[] = { "enabled", "allow", NULL };
 	struct sbx_err err;
-	json_t *en;
+	json_t *en, *allow;
+	char *joined = NULL;
 
 	sbx_err_clear(&err);
 	if (only_members(a, a->body, allowed) == -1)
@@ -644,18 +664,44 @@ api_h_egress(struct areq *a)
 		return;
 	}
 	a->egress = json_is_true(en);
+	/* adr/0026: "allow" narrows the grant; absent (or ["*"]) is full
+	 * egress. Checked before anything is stored. */
+	allow = json_object_get(a->body, "allow");
+	if (allow != NULL && !a->egress) {
+		areq_fail_code(a, SBX_E_BAD_REQUEST, "Member \"allow\" needs "
+		    "\"enabled\": true.");
+		return;
+	}
+	if (allow != NULL) {
+		if (egress_allow_check(allow, &err) != 0) {
+			areq_fail(a, &err);
+			return;
+		}
+		if ((joined = egress_allow_join(allow)) == NULL ||
+		    strlen(joined) > API_EGRESS_ALLOW_MAX) {
+			free(joined);
+			areq_fail_code(a, SBX_E_BAD_REQUEST, "The allowlist is longer "
+			    "than %d bytes.", API_EGRESS_ALLOW_MAX);
+			return;
+		}
+	}
 	a->audit_pick = a->egress ? 2 : 1;   /* the row's grant/revoke */
-	if (api_store_npc_set_egress(a->s->store, a->npc.name, a->egress,
+	if ((a->egress && api_store_npc_set_egress_allow(a->s->store, a->npc.name,
+	    joined, &err) == -1) ||
+	    api_store_npc_set_egress(a->s->store, a->npc.name, a->egress,
 	    a->who.name, &err) == -1 ||
 	    api_store_npc_get(a->s->store, a->npc.name, &a->npc, &err) != 1) {
 		if (!sbx_err_is_set(&err))
 			sbx_err_set(&err, SBX_E_NOT_FOUND, "No NPC named %s.",
 			    a->npc.name);
+		free(joined);
 		areq_fail(a, &err);
 		return;
 	}
 	log_info(a->egress ? "egress granted" : "egress revoked", "npc",
-	    a->npc.name, "by", a->who.name, NULL);
+	    a->npc.name, "by", a->who.name, "allow", a->egress ? (joined != NULL ?
+	    joined : "*") : "-", NULL);
+	free(joined);
 	a->op = sbx_call_status(a->s->driver, a->npc.sandbox_id,
 	    egress_status, a, &err);
 	if (a->op == NULL)

@@ -39,6 +39,8 @@ enum {
 	Q_SANDBOX_RELEASE,
 	Q_AUDIT,
 	Q_AUDIT_LIST,
+	Q_EGRESS_ALLOW_SET,
+	Q_EGRESS_ALLOW_DEL,
 	Q_N
 };
 
@@ -49,7 +51,8 @@ struct api_store {
 };
 
 #define NPC_SELECT "SELECT n.id, n.name, n.owner_id, p.name, n.sandbox_id, " \
-	"n.egress, n.egress_by, n.egress_at, n.created_at, n.image FROM npcs n " \
+	"n.egress, n.egress_by, n.egress_at, n.created_at, n.image, " \
+	"(SELECT e.allow FROM egress_policies e WHERE e.npc_id = n.id) FROM npcs n " \
 	"JOIN principals p ON p.id = n.owner_id "
 
 /* Prepared once in api_store_open (after the schema), finalized in
@@ -71,6 +74,10 @@ static const char *const queries[Q_N] = {
 	[Q_NPC_LIST] = NPC_SELECT "WHERE ?1 = 0 OR n.owner_id = ?1 ORDER BY n.name",
 	[Q_NPC_SET_EGRESS] = "UPDATE npcs SET egress = ?, egress_by = ?, egress_at = ? "
 	    "WHERE name = ?",
+	[Q_EGRESS_ALLOW_SET] = "INSERT OR REPLACE INTO egress_policies (npc_id, allow) "
+	    "SELECT id, ?1 FROM npcs WHERE name = ?2",
+	[Q_EGRESS_ALLOW_DEL] = "DELETE FROM egress_policies WHERE npc_id = "
+	    "(SELECT id FROM npcs WHERE name = ?1)",
 	[Q_NPC_SET_IMAGE] = "UPDATE npcs SET image = ? WHERE name = ?",
 	[Q_SANDBOX_COUNT] = "SELECT COUNT(*) FROM sandboxes WHERE owner_id = ?",
 	[Q_SANDBOX_CLAIM] = "INSERT OR IGNORE INTO sandboxes (npc_id, owner_id, since) "
@@ -118,7 +125,12 @@ static const char schema[] =
     " npc_id INTEGER PRIMARY KEY REFERENCES npcs(id),"
     " owner_id INTEGER NOT NULL REFERENCES principals(id),"
     " since INTEGER NOT NULL);"
-    "CREATE INDEX IF NOT EXISTS sandboxes_owner ON sandboxes(owner_id);";
+    "CREATE INDEX IF NOT EXISTS sandboxes_owner ON sandboxes(owner_id);"
+    /* An egress grant's allowlist (adr/0026), '\n'-joined; no row: full
+     * egress. Its own table, as sandboxes, so older databases need no ALTER. */
+    "CREATE TABLE IF NOT EXISTS egress_policies ("
+    " npc_id INTEGER PRIMARY KEY REFERENCES npcs(id),"
+    " allow TEXT NOT NULL);";
 
 static int64_t
 now_ms(void)
@@ -496,6 +508,7 @@ row_npc(sqlite3_stmt *stmt, struct api_npc *n)
 	n->egress_at = sqlite3_column_int64(stmt, 7);
 	n->created_at = sqlite3_column_int64(stmt, 8);
 	copy_text(n->image, sizeof(n->image), stmt, 9);
+	copy_text(n->egress_allow, sizeof(n->egress_allow), stmt, 10);
 }
 
 int
@@ -574,6 +587,34 @@ api_store_npc_list(struct api_store *st, int64_t owner_id,
 	}
 	if (src != SQLITE_DONE) {
 		db_fail(st, err, "list npcs");
+		goto done;
+	}
+	rc = 0;
+done:
+	sbx_sqlite_done(stmt);
+	return rc;
+}
+
+int
+api_store_npc_set_egress_allow(struct api_store *st, const char *name,
+    const char *allow, struct sbx_err *err)
+{
+	sqlite3_stmt *stmt;
+	int rc = -1, full = allow == NULL || strcmp(allow, "*") == 0;
+
+	stmt = st->q[full ? Q_EGRESS_ALLOW_DEL : Q_EGRESS_ALLOW_SET];
+	if (full) {
+		sqlite3_bind_text(stmt, 1, name, -1, SQLITE_TRANSIENT);
+	} else {
+		sqlite3_bind_text(stmt, 1, allow, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_text(stmt, 2, name, -1, SQLITE_TRANSIENT);
+	}
+	if (sqlite3_step(stmt) != SQLITE_DONE) {
+		db_fail(st, err, "set the egress allowlist");
+		goto done;
+	}
+	if (!full && sqlite3_changes(st->db) == 0) {
+		sbx_err_set(err, SBX_E_NOT_FOUND, "No NPC named %s.", name);
 		goto done;
 	}
 	rc = 0;

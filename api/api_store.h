@@ -33,6 +33,9 @@ struct api_principal {
 	int64_t revoked_at;      /* Unix ms, 0 when active */
 };
 
+/* Bytes of an NPC's '\n'-joined egress allowlist (docs/security.md). */
+#define API_EGRESS_ALLOW_MAX 4096
+
 struct api_npc {
 	int64_t id;
 	char name[API_NPC_NAME_MAX + 1];
@@ -44,6 +47,9 @@ struct api_npc {
 	int64_t egress_at;       /* Unix ms of that change, 0 never */
 	int64_t created_at;      /* Unix ms */
 	char image[256];         /* image asked for at the last ensure; "" default */
+	/* With egress: the allowlist, entries joined by '\n' (adr/0026);
+	 * "": full egress ("*"). At most API_EGRESS_ALLOW_MAX bytes. */
+	char egress_allow[API_EGRESS_ALLOW_MAX + 1];
 };
 
 /* "player" / "operator". */
@@ -116,6 +122,15 @@ int api_store_npc_get(struct api_store *st, const char *name,
 int api_store_npc_list(struct api_store *st, int64_t owner_id,
     void (*cb)(void *arg, const struct api_npc *n), void *arg,
     struct sbx_err *err);
+
+/*
+ * Stores the allowlist of an NPC's egress grant (adr/0026): allow is the
+ * '\n'-joined checked list (sbx_egress.h), NULL or "*" for full egress.
+ * Applies whenever egress is granted (api_store_npc_set_egress). Returns 0,
+ * or -1 with err (not_found: no such NPC; internal: sqlite).
+ */
+int api_store_npc_set_egress_allow(struct api_store *st, const char *name,
+    const char *allow, struct sbx_err *err);
 
 /* Stores the egress grant of NPC name: enabled, by whom, now. Returns 0, or
  * -1 with err not_found / internal. */

@@ -32,6 +32,7 @@ static int c_stop(struct ctx *);
 static int c_rm(struct ctx *);
 static int c_egress_grant(struct ctx *);
 static int c_egress_revoke(struct ctx *);
+static int c_egress_show(struct ctx *);
 
 static const struct cmd cmds[] = {
 	{ "npc create", "NAME [--owner PLAYER]", "create an NPC (an operator "
@@ -63,8 +64,12 @@ static const struct cmd cmds[] = {
 	    c_cat },
 	{ "ls", "NPC:/work/DIR [--json]", "list a directory of the sandbox",
 	    O_JSON, 1, 1, c_ls },
-	{ "egress grant", "NPC", "allow the sandbox network egress "
-	    "(operators only)", O_JSON, 1, 1, c_egress_grant },
+	{ "egress grant", "NPC [--allow HOST]...", "allow the sandbox network "
+	    "egress, all of it or only to HOSTs (pypi.org, '*.pythonhosted.org', "
+	    "api.example.com:443, 10.1.0.0/16; operators only)", O_JSON | O_ALLOW, 1, 1,
+	    c_egress_grant },
+	{ "egress show", "NPC", "the egress grant: policy, who and when, recent "
+	    "denials (operators only)", O_JSON, 1, 1, c_egress_show },
 	{ "egress revoke", "NPC", "take network egress away again "
 	    "(operators only)", O_JSON, 1, 1, c_egress_revoke },
 	{ "whoami", "[--json]", "show the principal the key belongs to",
@@ -313,12 +318,24 @@ c_rm(struct ctx *x)
 static int
 egress(struct ctx *x, int on)
 {
-	json_t *body = json_pack("{s:b}", "enabled", on), *j = NULL;
-	int rc;
+	json_t *body = json_pack("{s:b}", "enabled", on), *j = NULL, *allow;
+	int rc, i;
 
 	if (body == NULL) {
 		errmsg("out of memory.");
 		return CX_ERR;
+	}
+	/* --allow narrows the grant to those hosts (adr/0026); the api checks
+	 * each entry. */
+	if (on && x->o.nallow > 0) {
+		if ((allow = json_array()) == NULL ||
+		    json_object_set_new(body, "allow", allow) != 0) {
+			json_decref(body);
+			errmsg("out of memory.");
+			return CX_ERR;
+		}
+		for (i = 0; i < x->o.nallow; i++)
+			json_array_append_new(allow, json_string(x->o.allow[i]));
 	}
 	rc = npc_call(x, "PUT", x->o.pos[0], "/egress", body, &j);
 	json_decref(body);
@@ -346,6 +363,46 @@ static int
 c_egress_revoke(struct ctx *x)
 {
 	return egress(x, 0);
+}
+
+/* GET .../egress: the grant, its allowlist and the proxy's recent denials. */
+static int
+c_egress_show(struct ctx *x)
+{
+	json_t *j = NULL, *v, *d;
+	size_t i;
+	int rc;
+
+	rc = npc_call(x, "GET", x->o.pos[0], "/egress", NULL, &j);
+	if (rc != CX_OK)
+		return rc;
+	if (x->o.json) {
+		rc = print_json(j);
+		json_decref(j);
+		return rc;
+	}
+	printf("egress:     %s\n", json_is_true(json_object_get(j, "enabled")) ? "on" : "off");
+	v = json_object_get(j, "allow");
+	printf("allow:     ");
+	for (i = 0; i < json_array_size(v); i++)
+		printf(" %s", json_string_value(json_array_get(v, i)));
+	printf("%s\n", json_array_size(v) == 0 ? " -" : "");
+	v = json_object_get(j, "granted_by");
+	printf("granted by: %s\n", json_is_string(v) ? json_string_value(v) : "-");
+	v = json_object_get(j, "proxy");
+	if (json_is_object(v))
+		printf("proxy:      %" JSON_INTEGER_FORMAT " allowed, %" JSON_INTEGER_FORMAT
+		    " denied\n", json_integer_value(json_object_get(v, "allowed")),
+		    json_integer_value(json_object_get(v, "denied")));
+	v = json_object_get(j, "denials");
+	json_array_foreach(v, i, d)
+		printf("denied:     %s %s:%" JSON_INTEGER_FORMAT " %s\n",
+		    json_string_value(json_object_get(d, "ts")) ?: "-",
+		    json_string_value(json_object_get(d, "host")) ?: "-",
+		    json_integer_value(json_object_get(d, "port")),
+		    json_string_value(json_object_get(d, "reason")) ?: "");
+	json_decref(j);
+	return CX_OK;
 }
 
 /* ------------------------------------------------------------------ */
@@ -394,6 +451,7 @@ parse_args(const struct cmd *c, int argc, char **argv, struct opts *o)
 		{ "--detach", 'd', O_DETACH, 0 },
 		{ "--follow", 'f', O_FOLLOW, 0 },
 		{ "--usage", 0, O_USAGE, 0 },
+		{ "--allow", 0, O_ALLOW, 1 },
 	};
 	const char *a, *val;
 	size_t i, ll;
@@ -463,6 +521,12 @@ parse_args(const struct cmd *c, int argc, char **argv, struct opts *o)
 		case O_DETACH: o->detach = 1; break;
 		case O_FOLLOW: o->follow = 1; break;
 		case O_USAGE: o->usage = 1; break;
+		case O_ALLOW:
+			if (o->nallow >= MAX_ENV)
+				return usage_err(c, "at most %d --allow options.",
+				    MAX_ENV);
+			o->allow[o->nallow++] = val;
+			break;
 		default: break;
 		}
 	}

@@ -40,6 +40,7 @@
 #define O_DETACH 0x100
 #define O_FOLLOW 0x200
 #define O_USAGE 0x1000
+#define O_ALLOW 0x4000   /* egress grant: --allow HOST (repeatable, adr/0026) */
 #define O_REST 0x2000    /* the command's own argv follows the positionals */
 
 /* Reconnects of an exec's event stream without progress before giving up;
@@ -51,6 +52,8 @@ struct opts {
 	const char *cwd, *timeout, *owner, *image, *mode;
 	const char *env[MAX_ENV];
 	int nenv;
+	const char *allow[MAX_ENV];   /* egress grant --allow, in order */
+	int nallow;
 	char *pos[MAX_POS];
 	int npos;
 	char **rest;     /* exec: the command's argv (NULL-terminated) */

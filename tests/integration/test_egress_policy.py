@@ -15,12 +15,15 @@ import json
 import os
 import secrets
 import shutil
+import sqlite3
 import subprocess
 import time
 import unittest
+import urllib.parse
 
 import sbxtest
 from brokerfix import BrokerTestCase, Engine, REPO, unix_path, wait_until
+from stackfix import Stack
 
 RUNTIMES = os.path.join(REPO, "tests", "harness", "runtimes.sh")
 WORLD = os.path.join(REPO, "tests", "integration", "egress_world.py")
@@ -303,6 +306,119 @@ class EgressPolicyTest(BrokerTestCase):
         self.assertEqual(r.status, 400, r)
         self.assertEqual(self.engine.containers_of(sid), [])
         self.assertIsNone(self.proxy(sid))
+
+
+class EgressGrantApiTest(unittest.TestCase):
+    """The grant through sandbox-api on the harness runtime: operator only,
+    audited, stored, passed on to the broker, widened in place."""
+
+    SENTENCE = ("Network egress is granted by an operator; ask an operator to run "
+                "`sbxctl egress grant %s`.")
+
+    @classmethod
+    def setUpClass(cls):
+        cls.prefix = "sbxeg%d-" % os.getpid()
+        cls.stack = Stack(cls.prefix)
+        u = urllib.parse.urlsplit(cls.stack.url)
+        cls.host, cls.port = u.hostname, u.port
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.close()
+
+    def req(self, key, method, path, body=None):
+        hdrs = {"Authorization": "Bearer " + key}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            hdrs["Content-Type"] = "application/json"
+        return sbxtest.tcp_http(self.host, self.port, method, path, data, hdrs, 120)
+
+    def inspect(self, name):
+        try:
+            return sbxtest.Engine().inspect(name)
+        except sbxtest.APIError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def box(self, npc):
+        return self.inspect(self.prefix + "npc-" + npc)
+
+    def proxy(self, npc):
+        return self.inspect(self.prefix + "npc-%s-proxy" % npc)
+
+    def audit(self, npc):
+        path = os.path.join(self.stack.api_state, "api.db")
+        with sqlite3.connect("file:%s?mode=ro" % path, uri=True) as db:
+            return db.execute("SELECT principal, action, outcome FROM audit WHERE npc=? AND "
+                              "action LIKE 'egress%' ORDER BY id", (npc,)).fetchall()
+
+    def test_grant_with_an_allowlist_is_operator_only_audited_and_widened_in_place(self):
+        pl, op = self.stack.player, self.stack.operator
+        npc = "egp" + secrets.token_hex(2)
+        self.assertEqual(self.req(pl, "POST", "/api/v1/npcs", {"name": npc}).status, 201)
+        self.assertEqual(self.req(pl, "PUT", "/api/v1/npcs/%s/sandbox" % npc).status, 200)
+        r = sbxtest.tcp_http(self.host, self.port, "PUT",
+                             "/api/v1/npcs/%s/sandbox/files?path=/work/k.txt" % npc, b"kept",
+                             {"Authorization": "Bearer " + pl}, 60)
+        self.assertEqual(r.status, 200, r)
+        cid = self.box(npc)["Id"]
+        # A player asking: 403 with the sentence, nothing changed.
+        r = self.req(pl, "PUT", "/api/v1/npcs/%s/egress" % npc,
+                     {"enabled": True, "allow": ["allowed.test"]})
+        self.assertEqual(r.status, 403, r)
+        self.assertEqual(json.loads(r.body)["error"]["message"], self.SENTENCE % npc)
+        self.assertEqual(self.box(npc)["Id"], cid)
+        self.assertIsNone(self.proxy(npc))
+        self.assertEqual(self.audit(npc), [("pl", "egress", "forbidden")])
+        # A bad list: 400 before anything is stored.
+        r = self.req(op, "PUT", "/api/v1/npcs/%s/egress" % npc,
+                     {"enabled": True, "allow": ["bad..name"]})
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("allow[0]", json.loads(r.body)["error"]["message"])
+        r = self.req(op, "PUT", "/api/v1/npcs/%s/egress" % npc,
+                     {"enabled": False, "allow": ["allowed.test"]})
+        self.assertEqual(r.status, 400, r)
+        npcs = {n["name"]: n for n in json.loads(self.req(op, "GET", "/api/v1/npcs").body)}
+        self.assertIs(npcs[npc]["egress"], False)
+        # The operator: the sandbox goes to proxy mode (/work kept).
+        r = self.req(op, "PUT", "/api/v1/npcs/%s/egress" % npc,
+                     {"enabled": True, "allow": ["allowed.test"]})
+        self.assertEqual(r.status, 200, r)
+        box = self.box(npc)
+        self.assertEqual(box["HostConfig"]["NetworkMode"], "none")
+        self.assertIn("HTTP_PROXY=http://127.0.0.1:3128", box["Config"]["Env"])
+        self.assertIsNotNone(self.proxy(npc))
+        npcs = {n["name"]: n for n in json.loads(self.req(op, "GET", "/api/v1/npcs").body)}
+        self.assertEqual((npcs[npc]["egress_allow"], npcs[npc]["egress_by"]),
+                         (["allowed.test"], "op"))
+        # Widened: the sandbox stays, the proxy is replaced, /work kept.
+        cid, px = box["Id"], self.proxy(npc)["Id"]
+        r = self.req(op, "PUT", "/api/v1/npcs/%s/egress" % npc,
+                     {"enabled": True, "allow": ["allowed.test", "*.pythonhosted.org"]})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(self.box(npc)["Id"], cid)
+        self.assertNotEqual(self.proxy(npc)["Id"], px)
+        self.assertIn("--allow", self.proxy(npc)["Config"]["Cmd"])
+        self.assertIn("*.pythonhosted.org", self.proxy(npc)["Config"]["Cmd"])
+        r = sbxtest.tcp_http(self.host, self.port, "GET",
+                             "/api/v1/npcs/%s/sandbox/files?path=/work/k.txt" % npc, None,
+                             {"Authorization": "Bearer " + op}, 60)
+        self.assertEqual(r.body, b"kept")
+        rows = self.audit(npc)
+        print("audit rows:", rows)
+        self.assertEqual(rows[0], ("pl", "egress", "forbidden"))
+        self.assertEqual([r for r in rows if r[2] == "ok"], [("op", "egress.grant", "ok")] * 2)
+        self.assertEqual(len([r for r in rows if r[0] == "op" and r[2] != "ok"]), 2, rows)
+        # {"enabled": true} alone is full egress (ADR 0014): no proxy any more.
+        r = self.req(op, "PUT", "/api/v1/npcs/%s/egress" % npc, {"enabled": True})
+        self.assertEqual(r.status, 200, r)
+        self.assertIsNone(self.proxy(npc))
+        self.assertEqual(self.box(npc)["HostConfig"]["NetworkMode"],
+                         self.prefix + "npc-%s-egress" % npc)
+        npcs = {n["name"]: n for n in json.loads(self.req(op, "GET", "/api/v1/npcs").body)}
+        self.assertEqual(npcs[npc]["egress_allow"], ["*"])
 
 
 if __name__ == "__main__":

@@ -71,6 +71,9 @@ static const struct api_route routes[] = {
 	    .action = "egress",
 	    .audit = { "egress.revoke", "egress.grant" },
 	    .forbidden = API_EGRESS_FORBIDDEN },
+	{ EVHTTP_REQ_GET, "/egress", api_h_egress_get,
+	    R_AUTH | R_NPC | R_OPERATOR, .action = "egress.show",
+	    .forbidden = API_EGRESS_FORBIDDEN },
 	/* Execs as resources (api_execs.c, ADR 0015); '*' is the exec id. */
 	{ EVHTTP_REQ_POST, "/sandbox/execs", api_h_execs_create,
 	    R_AUTH | R_NPC | R_JSON | R_MUTATING, .action = "execs.create" },

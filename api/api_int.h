@@ -218,6 +218,9 @@ void api_h_write(struct areq *a);
 void api_h_list(struct areq *a);
 void api_h_stop(struct areq *a);
 void api_h_egress(struct areq *a);
+/* GET .../egress (adr/0026): the grant, its allowlist, the proxy's counts
+ * and last denials (operators only). */
+void api_h_egress_get(struct areq *a);
 void api_h_metrics(struct areq *a);
 /* The status object of docs/api.md for st of a's NPC (new reference). */
 json_t *api_status_json(const struct areq *a, const struct sbx_status *st);

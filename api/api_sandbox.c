@@ -645,6 +645,47 @@ egress_status(void *arg, const struct sbx_err *err,
 		areq_fail_broker(a, &e2);
 }
 
+static void
+egress_stats_done(void *arg, const struct sbx_err *err, const char *text)
+{
+	struct areq *a = arg;
+	json_t *obj, *st = NULL, *den;
+
+	a->op = NULL;
+	if (err != NULL) {
+		areq_fail_broker(a, err);
+		return;
+	}
+	st = json_loads(text, 0, NULL);
+	den = json_object_get(st, "denials");
+	obj = json_pack("{s:s, s:b, s:o, s:o, s:o, s:{s:b, s:I, s:I}, s:o}",
+	    "npc", a->npc.name, "enabled", a->npc.egress, "allow", allow_json(&a->npc),
+	    "granted_by", a->npc.egress_by[0] != '\0' ? json_string(a->npc.egress_by) :
+	    json_null(), "granted_at", opt_ms(a->npc.egress_at), "proxy",
+	    "running", json_is_true(json_object_get(st, "proxy")),
+	    "allowed", json_integer_value(json_object_get(st, "allowed")),
+	    "denied", json_integer_value(json_object_get(st, "denied")),
+	    "denials", json_is_array(den) ? json_incref(den) : json_array());
+	json_decref(st);
+	if (obj == NULL) {
+		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		return;
+	}
+	areq_reply_json(a, 200, obj);
+}
+
+void
+api_h_egress_get(struct areq *a)
+{
+	struct sbx_err err;
+
+	sbx_err_clear(&err);
+	a->op = sbx_call_egress_stats(a->s->driver, a->npc.sandbox_id,
+	    egress_stats_done, a, &err);
+	if (a->op == NULL)
+		areq_fail_broker(a, &err);
+}
+
 void
 api_h_egress(struct areq *a)
 {

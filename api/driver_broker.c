@@ -32,6 +32,7 @@ enum bkind {
 	BK_LIST,
 	BK_SANDBOXES,
 	BK_HEALTH,
+	BK_JSON,        /* egress_stats: the answer's JSON text (adr/0026) */
 };
 
 struct bdriver {
@@ -52,6 +53,7 @@ struct bop {
 	sbx_list_cb list_cb;
 	sbx_sandboxes_cb sandboxes_cb;
 	sbx_health_cb health_cb;
+	sbx_json_cb json_cb;
 	struct sbx_sink sink;
 	void *arg;
 	char id[64];
@@ -302,6 +304,22 @@ finish_plain(struct bop *b, const struct sbx_err *terr)
 		break;
 	case BK_HEALTH:
 		b->health_cb(b->arg, ok ? NULL : &e, ok ? &h : NULL);
+		break;
+	case BK_JSON:
+		if (ok && !json_is_object(root)) {
+			malformed(&e);
+			ok = 0;
+		}
+		if (ok) {
+			char *text = json_dumps(root, JSON_COMPACT);
+
+			if (text == NULL)
+				sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+			b->json_cb(b->arg, text != NULL ? NULL : &e, text);
+			free(text);
+		} else {
+			b->json_cb(b->arg, &e, NULL);
+		}
 		break;
 	default:
 		break;
@@ -616,6 +634,22 @@ b_status_usage(struct sbx_driver *drv, const char *id, sbx_status_cb cb,
 	return start(b, "GET", path, NULL, NULL, 0, err);
 }
 
+/* GET /v1/sandboxes/{id}/egress (adr/0026). */
+static struct sbx_op *
+b_egress_stats(struct sbx_driver *drv, const char *id, sbx_json_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct bdriver *d = (struct bdriver *)drv;
+	struct bop *b;
+	char path[160];
+
+	if ((b = bop_new(d, BK_JSON, id, arg, err)) == NULL)
+		return NULL;
+	b->json_cb = cb;
+	snprintf(path, sizeof(path), SBX_PATH_SANDBOXES "/%s/egress", id);
+	return start(b, "GET", path, NULL, NULL, 0, err);
+}
+
 static struct sbx_op *
 b_done_op(struct sbx_driver *drv, const char *method, const char *id,
     const char *suffix, sbx_done_cb cb, void *arg, struct sbx_err *err)
@@ -867,6 +901,7 @@ static const struct sbx_driver_ops broker_driver_ops = {
 	.ensure = b_ensure,
 	.status = b_status,
 	.status_usage = b_status_usage,
+	.egress_stats = b_egress_stats,
 	.exec = b_exec,
 	.read = b_read,
 	.write = b_write,

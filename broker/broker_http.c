@@ -28,6 +28,7 @@ static int h_destroy(struct breq *, struct sbx_err *);
 static int h_stop(struct breq *, struct sbx_err *);
 static int h_health(struct breq *, struct sbx_err *);
 static int h_metrics(struct breq *, struct sbx_err *);
+static int h_egress(struct breq *, struct sbx_err *);
 
 /* The broker API (proto/broker-api.md); dispatch tries rows in this order. */
 const struct route broker_routes[] = {
@@ -46,6 +47,7 @@ const struct route broker_routes[] = {
 	{ { EVHTTP_REQ_GET, "/v1/sandboxes/{id}/list" }, "list", h_list, R_ID },
 	{ { EVHTTP_REQ_POST, "/v1/sandboxes/{id}/stop" }, "stop", h_stop,
 	    R_ID | R_JSON | R_SERIAL },
+	{ { EVHTTP_REQ_GET, "/v1/sandboxes/{id}/egress" }, "egress", h_egress, R_ID },
 	{ { EVHTTP_REQ_GET, "/v1/health" }, "health", h_health, 0 },
 	{ { EVHTTP_REQ_GET, "/metrics" }, "metrics", h_metrics, 0 },
 };
@@ -239,6 +241,34 @@ status_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 		return;
 	}
 	breq_reply_json(b, 200, status_json(b->s, st), "ok");
+}
+
+/* GET /v1/sandboxes/{id}/egress (adr/0026): the proxy's counts and its
+ * last denials, as the driver read them from its log. */
+static void
+egress_done(void *arg, const struct sbx_err *err, const char *text)
+{
+	struct breq *b = arg;
+	json_t *obj;
+
+	b->op = NULL;
+	if (err != NULL) {
+		breq_fail(b, err);
+		return;
+	}
+	if ((obj = json_loads(text, 0, NULL)) == NULL) {
+		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
+		return;
+	}
+	json_object_set_new(obj, "id", json_string(b->id));
+	breq_reply_json(b, 200, obj, "ok");
+}
+
+static int
+h_egress(struct breq *b, struct sbx_err *err)
+{
+	b->op = sbx_call_egress_stats(b->s->driver, b->id, egress_done, b, err);
+	return b->op == NULL ? -1 : 0;
 }
 
 static void

@@ -188,6 +188,11 @@ eng_finish_err(struct eop *op, const struct sbx_err *err)
 			op->health_cb(op->arg, err, NULL);
 		eng_op_release(op);
 		break;
+	case OP_EGRESS:
+		if (op->json_cb != NULL)
+			op->json_cb(op->arg, err, NULL);
+		eng_op_release(op);
+		break;
 	case OP_WRITE:
 	case OP_STOP:
 	case OP_DESTROY:
@@ -501,6 +506,7 @@ const struct sbx_driver_ops sbx_engine_driver_ops = {
 	.recover = eng_recover,
 	.reconcile = eng_reconcile,
 	.status_usage = eng_status_usage,
+	.egress_stats = eng_egress_stats,
 	.cancel = eng_cancel,
 	.pause = eng_pause,
 	.resume = eng_resume,

@@ -92,6 +92,7 @@ enum op_kind {
 	OP_DESTROY, OP_SANDBOXES, OP_HEALTH, OP_KILL, OP_RECOVER, OP_RECONCILE,
 	OP_HELPER, OP_HGC,            /* internal: fill the helper volume, drop old ones */
 	OP_USAGE,                     /* status + sbx-helper du (adr/0017) */
+	OP_EGRESS,                    /* the egress proxy's log (adr/0026) */
 };
 
 /* A runtime call's continuation: the HTTP status and the parsed answer, or
@@ -132,6 +133,7 @@ struct eop {
 	sbx_list_cb list_cb;
 	sbx_sandboxes_cb sandboxes_cb;
 	sbx_health_cb health_cb;
+	sbx_json_cb json_cb;
 	void *arg;
 
 	struct event *defer;          /* reports a failure from the loop */
@@ -417,6 +419,9 @@ void eng_proxy_ensure(struct eop *op, void (*then)(struct eop *));
 /* Removes op's egress proxy container and socket volume if sbx made them
  * (absent is fine), then then(op) (uses op->then). */
 void eng_proxy_drop(struct eop *op, void (*then)(struct eop *));
+/* The egress_stats op of the vtable (sbx_driver.h). */
+struct sbx_op *eng_egress_stats(struct sbx_driver *d, const char *id,
+    sbx_json_cb cb, void *arg, struct sbx_err *err);
 
 /* ---- driver_engine_ensure.c ---- */
 

@@ -384,3 +384,70 @@ eng_proxy_drop(struct eop *op, void (*then)(struct eop *))
 	snprintf(path, sizeof(path), API "/containers/%s/json", px);
 	eng_call(op, "GET", path, NULL, drop_inspected);
 }
+
+/* ---------- the decision log (egress_stats) ---------- */
+
+static void
+px_logs(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct egress_stats st;
+	struct sbx_err e;
+	json_t *out;
+	char *text = NULL;
+
+	(void)body;
+	if (err != NULL) {
+		eng_finish_err(op, err);
+		return;
+	}
+	memset(&st, 0, sizeof(st));
+	if (status == 404) {
+		st.denials = json_array();
+	} else if (status != 200) {
+		eng_runtime_err(&e, status, NULL, "read the egress proxy's log");
+		eng_finish_err(op, &e);
+		return;
+	} else if (egress_log_scan(evbuffer_pullup(op->resp, -1),
+	    evbuffer_get_length(op->resp), &st) != 0) {
+		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		eng_finish_err(op, &e);
+		return;
+	}
+	out = json_pack("{s:b, s:I, s:I, s:o}", "proxy", status == 200,
+	    "allowed", (json_int_t)st.allowed, "denied", (json_int_t)st.denied,
+	    "denials", st.denials);
+	st.denials = NULL;
+	if (out == NULL || (text = json_dumps(out, JSON_COMPACT)) == NULL) {
+		json_decref(out);
+		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		eng_finish_err(op, &e);
+		return;
+	}
+	json_decref(out);
+	if (op->json_cb != NULL)
+		op->json_cb(op->arg, NULL, text);
+	free(text);
+	eng_op_release(op);
+}
+
+struct sbx_op *
+eng_egress_stats(struct sbx_driver *d, const char *id, sbx_json_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+	char path[300];
+
+	if (eng_id_check(id, err) < 0)
+		return NULL;
+	if ((op = eng_op_new(e, OP_EGRESS, id, sizeof(struct eop), err)) == NULL)
+		return NULL;
+	op->json_cb = cb;
+	op->arg = arg;
+	op->raw = 1;
+	/* stdout only: the decision lines (stderr holds start-up errors). */
+	snprintf(path, sizeof(path), API "/containers/%s%s-proxy/logs?stdout=1&stderr=0"
+	    "&tail=500", e->prefix, id);
+	eng_call(op, "GET", path, NULL, px_logs);
+	return &op->base;
+}

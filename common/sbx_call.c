@@ -26,6 +26,7 @@ static const char *const op_names[SBX_CALL_NOPS] = {
 	[SBX_CALL_HEALTH] = "health",
 	[SBX_CALL_RECOVER] = "recover",
 	[SBX_CALL_RECONCILE] = "reconcile",
+	[SBX_CALL_EGRESS_STATS] = "egress_stats",
 };
 
 const char *
@@ -58,6 +59,8 @@ sbx_call_supports(const struct sbx_driver *d, enum sbx_call_op op)
 		return d->ops->recover != NULL;
 	case SBX_CALL_RECONCILE:
 		return d->ops->reconcile != NULL;
+	case SBX_CALL_EGRESS_STATS:
+		return d->ops->egress_stats != NULL;
 	default:
 		return 1;
 	}
@@ -314,4 +317,14 @@ sbx_call_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
 		return done(d, SBX_CALL_RECONCILE, NULL, err);
 	return done(d, SBX_CALL_RECONCILE, d->ops->reconcile(d, cb, arg, err),
 	    err);
+}
+
+struct sbx_op *
+sbx_call_egress_stats(struct sbx_driver *d, const char *id, sbx_json_cb cb,
+    void *arg, struct sbx_err *err)
+{
+	if (check(d, SBX_CALL_EGRESS_STATS, id, 1, NULL, 0, err) == -1)
+		return done(d, SBX_CALL_EGRESS_STATS, NULL, err);
+	return done(d, SBX_CALL_EGRESS_STATS, d->ops->egress_stats(d, id, cb, arg,
+	    err), err);
 }

@@ -68,6 +68,7 @@ enum sbx_call_op {
 	SBX_CALL_HEALTH,
 	SBX_CALL_RECOVER,
 	SBX_CALL_RECONCILE,
+	SBX_CALL_EGRESS_STATS,
 	SBX_CALL_NOPS
 };
 
@@ -149,5 +150,8 @@ struct sbx_op *sbx_call_recover(struct sbx_driver *d, const char *id,
     sbx_done_cb cb, void *arg, struct sbx_err *err);
 struct sbx_op *sbx_call_reconcile(struct sbx_driver *d, sbx_done_cb cb,
     void *arg, struct sbx_err *err);
+/* Optional op (adr/0026): bad_request when the driver lacks it. */
+struct sbx_op *sbx_call_egress_stats(struct sbx_driver *d, const char *id,
+    sbx_json_cb cb, void *arg, struct sbx_err *err);
 
 #endif

@@ -59,6 +59,10 @@ typedef void (*sbx_sandboxes_cb)(void *arg, const struct sbx_err *err,
     const struct sbx_status *sts, size_t n);
 typedef void (*sbx_health_cb)(void *arg, const struct sbx_err *err,
     const struct sbx_health *h);
+/* An answer that is a JSON text (NUL-terminated, borrowed for the call),
+ * or NULL with err. */
+typedef void (*sbx_json_cb)(void *arg, const struct sbx_err *err,
+    const char *json);
 
 /*
  * The operations. Each implementation is one file exporting one const
@@ -156,6 +160,14 @@ struct sbx_driver_ops {
 	 * answer bad_request). */
 	struct sbx_op *(*status_usage)(struct sbx_driver *d, const char *id,
 	    sbx_status_cb cb, void *arg, struct sbx_err *err);
+
+	/* What the sandbox's egress proxy decided (adr/0026): cb gets
+	 * {"proxy":bool (one runs), "allowed":N, "denied":N, "denials":[{"ts",
+	 * "host","port","reason"}, ...newest last, at most 20]}; counts 0 and
+	 * no denials without a proxy. Errors: invalid_id, runtime_error,
+	 * runtime_unavailable. Optional: NULL when a driver runs no proxy. */
+	struct sbx_op *(*egress_stats)(struct sbx_driver *d, const char *id,
+	    sbx_json_cb cb, void *arg, struct sbx_err *err);
 
 	/* Handle control (see rules above). pause/resume apply to streams:
 	 * a paused stream stops reading from its producer, so memory stays

@@ -243,11 +243,11 @@ call_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 	}
 	n = evbuffer_get_length(op->resp);
 	if (op->raw) {
-		/* The continuation reads op->resp itself (a tar, not JSON). */
+		/* The continuation reads op->resp itself (a tar, a log, not
+		 * JSON) and may end the op: op is not touched after it (the next
+		 * call drains resp first). */
 		op->raw = 0;
 		cont(op, status, NULL, NULL);
-		if (op->resp != NULL)
-			evbuffer_drain(op->resp, evbuffer_get_length(op->resp));
 		return;
 	}
 	if (n > 0) {

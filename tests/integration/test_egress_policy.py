@@ -296,6 +296,26 @@ class EgressPolicyTest(BrokerTestCase):
         self.assertEqual(self.engine.call("GET", "/volumes/sbx-%s-egsock" % sid)[0], 404)
         self.assertIsNone(self.engine.network("sbx-%s-egress" % sid))
 
+    def test_8_the_broker_shows_counts_and_the_last_denials(self):
+        sid = self.new_id("eps")
+        self.ensure_allow(sid, ["allowed.test"])
+        self.assertEqual(self.get(sid, "http://allowed.test:8080/")[0], 200)
+        for host in ("denied.test", "meta.test"):
+            self.assertEqual(self.get(sid, "http://%s:8080/secret-path?k=v" % host)[0], 403)
+        r = self.client.request("GET", "/v1/sandboxes/%s/egress" % sid)
+        self.assertEqual(r.status, 200, r)
+        st = r.json()
+        self.assertEqual((st["proxy"], st["allowed"], st["denied"]), (True, 1, 2), st)
+        self.assertEqual([d["host"] for d in st["denials"]], ["denied.test", "meta.test"])
+        self.assertIn("is not in this sandbox's allowlist", st["denials"][0]["reason"])
+        self.assertNotIn("secret-path", r.body.decode())
+        # A sandbox without a proxy: nothing counted, not an error.
+        other = self.new_id("epn")
+        self.ensure_ok(other, egress=False)
+        st = self.client.request("GET", "/v1/sandboxes/%s/egress" % other).json()
+        self.assertEqual((st["proxy"], st["allowed"], st["denied"], st["denials"]),
+                         (False, 0, 0, []))
+
     def test_7_a_bad_allowlist_is_400_and_makes_nothing(self):
         sid = self.new_id("epb")
         for allow, word in ((["bad..name"], "allow[0]"), ([], "at least one"),
@@ -358,11 +378,12 @@ class EgressGrantApiTest(unittest.TestCase):
         pl, op = self.stack.player, self.stack.operator
         npc = "egp" + secrets.token_hex(2)
         self.assertEqual(self.req(pl, "POST", "/api/v1/npcs", {"name": npc}).status, 201)
-        self.assertEqual(self.req(pl, "PUT", "/api/v1/npcs/%s/sandbox" % npc).status, 200)
+        r = self.req(pl, "PUT", "/api/v1/npcs/%s/sandbox" % npc)
+        self.assertEqual(r.status, 200, r.body)
         r = sbxtest.tcp_http(self.host, self.port, "PUT",
                              "/api/v1/npcs/%s/sandbox/files?path=/work/k.txt" % npc, b"kept",
                              {"Authorization": "Bearer " + pl}, 60)
-        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.status, 200, r.body)
         cid = self.box(npc)["Id"]
         # A player asking: 403 with the sentence, nothing changed.
         r = self.req(pl, "PUT", "/api/v1/npcs/%s/egress" % npc,
@@ -420,6 +441,26 @@ class EgressGrantApiTest(unittest.TestCase):
                          [self.prefix + "npc-%s-egress" % npc])
         npcs = {n["name"]: n for n in json.loads(self.req(op, "GET", "/api/v1/npcs").body)}
         self.assertEqual(npcs[npc]["egress_allow"], ["*"])
+
+    def test_get_egress_shows_policy_and_grant_to_operators_only(self):
+        pl, op = self.stack.player, self.stack.operator
+        npc = "egs" + secrets.token_hex(2)
+        self.assertEqual(self.req(pl, "POST", "/api/v1/npcs", {"name": npc}).status, 201)
+        r = self.req(pl, "PUT", "/api/v1/npcs/%s/sandbox" % npc)
+        self.assertEqual(r.status, 200, r.body)
+        r = self.req(op, "PUT", "/api/v1/npcs/%s/egress" % npc,
+                     {"enabled": True, "allow": ["pypi.org", "*.pythonhosted.org"]})
+        self.assertEqual(r.status, 200, r)
+        r = self.req(op, "GET", "/api/v1/npcs/%s/egress" % npc)
+        self.assertEqual(r.status, 200, r.body)
+        e = json.loads(r.body)
+        self.assertEqual((e["enabled"], e["allow"], e["granted_by"]),
+                         (True, ["pypi.org", "*.pythonhosted.org"], "op"))
+        self.assertIsInstance(e["granted_at"], int)
+        self.assertEqual(e["proxy"]["running"], True)
+        self.assertEqual(e["denials"], [])
+        r = self.req(pl, "GET", "/api/v1/npcs/%s/egress" % npc)
+        self.assertEqual(r.status, 403, r)
 
 
 if __name__ == "__main__":

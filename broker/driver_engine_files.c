@@ -214,6 +214,34 @@ file_timer_new(struct eop *op)
 	return 0;
 }
 
+/* Appends a file op's path to its helper argv; on failure frees op. */
+static int
+cmd_path(struct eop *op, const char *path, struct sbx_err *err)
+{
+	if (json_array_append_new(xop(op)->cmd, json_string(path)) < 0) {
+		eng_op_free(op);
+		sbx_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "path must be UTF-8");
+		return -1;
+	}
+	return 0;
+}
+
+/* The end of read and list: "--id EXEC_ID" (the kill handle), the progress
+ * timer, then the helper run; on failure frees op and returns NULL. */
+static struct sbx_op *
+file_op_start(struct eop *op, struct sbx_err *err)
+{
+	json_array_append_new(xop(op)->cmd, json_string("--id"));
+	json_array_append_new(xop(op)->cmd, json_string(xop(op)->exec_id));
+	if (file_timer_new(op) < 0) {
+		eng_op_free(op);
+		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		return NULL;
+	}
+	eng_helper_run(op);
+	return &op->base;
+}
+
 /* Lets go of a write_stream's source (before its owner hears the end). */
 void
 eng_src_detach(struct eop *op)
@@ -356,25 +384,14 @@ eng_read(struct sbx_driver *d, const char *id, const char *path,
 	xop(op)->cap = e->file_max + 1;   /* the helper refuses above file_max */
 	xop(op)->cmd = eng_helper_cmd("read");
 	snprintf(num, sizeof(num), "%" PRId64, e->file_max);
-	if (json_array_append_new(xop(op)->cmd, json_string(path)) < 0) {
-		eng_op_free(op);
-		sbx_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "path must be UTF-8");
+	if (cmd_path(op, path, err) < 0)
 		return NULL;
-	}
 	json_array_append_new(xop(op)->cmd, json_string("--max"));
 	json_array_append_new(xop(op)->cmd, json_string(num));
-	json_array_append_new(xop(op)->cmd, json_string("--id"));
-	json_array_append_new(xop(op)->cmd, json_string(xop(op)->exec_id));
 	/* A timer on progress, not on the whole read: a slow reader may hold
 	 * a paused stream (the timer stops while paused), a stalled helper
 	 * may not. */
-	if (file_timer_new(op) < 0) {
-		eng_op_free(op);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
-		return NULL;
-	}
-	eng_helper_run(op);
-	return &op->base;
+	return file_op_start(op, err);
 }
 
 void
@@ -438,11 +455,8 @@ write_common(struct sbx_driver *d, const char *id, const char *path,
 	xop(op)->cmd = eng_helper_cmd("write");
 	snprintf(num, sizeof(num), "%" PRId64, e->file_max);
 	snprintf(mstr, sizeof(mstr), "0%o", (unsigned)mode);
-	if (json_array_append_new(xop(op)->cmd, json_string(path)) < 0) {
-		eng_op_free(op);
-		sbx_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "path must be UTF-8");
+	if (cmd_path(op, path, err) < 0)
 		return NULL;
-	}
 	json_array_append_new(xop(op)->cmd, json_string(mstr));
 	json_array_append_new(xop(op)->cmd, json_string("--max"));
 	json_array_append_new(xop(op)->cmd, json_string(num));
@@ -523,11 +537,8 @@ eng_list(struct sbx_driver *d, const char *id, const char *path,
 	 * its base64): the page's output has a bound. */
 	xop(op)->cap = (int64_t)limit * 1536 + 4096;
 	xop(op)->cmd = eng_helper_cmd("list");
-	if (json_array_append_new(xop(op)->cmd, json_string(path)) < 0) {
-		eng_op_free(op);
-		sbx_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "path must be UTF-8");
+	if (cmd_path(op, path, err) < 0)
 		return NULL;
-	}
 	snprintf(num, sizeof(num), "%zu", limit);
 	json_array_append_new(xop(op)->cmd, json_string("--limit"));
 	json_array_append_new(xop(op)->cmd, json_string(num));
@@ -538,15 +549,7 @@ eng_list(struct sbx_driver *d, const char *id, const char *path,
 		json_array_append_new(xop(op)->cmd, json_string("--after-hex"));
 		json_array_append_new(xop(op)->cmd, json_string(lso(op)->after_hex));
 	}
-	json_array_append_new(xop(op)->cmd, json_string("--id"));
-	json_array_append_new(xop(op)->cmd, json_string(xop(op)->exec_id));
-	if (file_timer_new(op) < 0) {
-		eng_op_free(op);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
-		return NULL;
-	}
-	eng_helper_run(op);
-	return &op->base;
+	return file_op_start(op, err);
 }
 
 /* ---------- status with /work usage (adr/0017) ---------- */

@@ -395,6 +395,10 @@ void eng_inspect_path(struct eop *op, char *path, size_t sz);
 /* 1 running, 0 absent or stopped (st filled), -1 op already finished. */
 int eng_inspect_running(struct eop *op, int status, json_t *body,
     const struct sbx_err *err, struct sbx_status *st);
+/* 1 found (st; *helper if not NULL: its L_HELPER label or NULL, in body),
+ * 0 absent (404), -1 op already finished. */
+int eng_inspect_found(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err, struct sbx_status *st, const char **helper);
 
 /* ---- driver_engine_ensure.c ---- */
 

@@ -339,6 +339,24 @@ done_exited(struct eop *op, int code)
 		eng_finish_done(op, NULL);
 }
 
+/* A write or killall op: answered by cb with the exit status, timeout_ms
+ * for the helper run, ERRTAIL_MAX of error tail. NULL with err set. */
+static struct eop *
+done_op_new(struct engine *e, enum op_kind kind, const char *id, size_t size,
+    int64_t timeout_ms, sbx_done_cb cb, void *arg, struct sbx_err *err)
+{
+	struct eop *op;
+
+	if ((op = eng_helper_op(e, kind, id, size, err)) == NULL)
+		return NULL;
+	op->done_cb = cb;
+	xop(op)->exited = done_exited;
+	op->arg = arg;
+	xop(op)->cap = ERRTAIL_MAX;
+	xop(op)->timeout_ms = timeout_ms;
+	return op;
+}
+
 static void
 list_exited(struct eop *op, int code)
 {
@@ -436,14 +454,9 @@ write_common(struct sbx_driver *d, const char *id, const char *path,
 		    "%" PRId64 " bytes", e->file_max);
 		return NULL;
 	}
-	if ((op = eng_helper_op(e, OP_WRITE, id, sizeof(struct eop_write),
-	    err)) == NULL)
+	if ((op = done_op_new(e, OP_WRITE, id, sizeof(struct eop_write),
+	    e->timeout.ceiling, cb, arg, err)) == NULL)
 		return NULL;
-	op->done_cb = cb;
-	xop(op)->exited = done_exited;
-	op->arg = arg;
-	xop(op)->cap = ERRTAIL_MAX;
-	xop(op)->timeout_ms = e->timeout.ceiling;
 	xop(op)->has_stdin = 1;
 	if ((xop(op)->stdin_buf = evbuffer_new()) == NULL) {
 		eng_op_free(op);
@@ -655,14 +668,9 @@ eng_recover(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
 	struct engine *e = (struct engine *)d;
 	struct eop *op;
 
-	if ((op = eng_helper_op(e, OP_RECOVER, id, sizeof(struct eop_exec),
-	    err)) == NULL)
+	if ((op = done_op_new(e, OP_RECOVER, id, sizeof(struct eop_exec),
+	    KILL_TIMEOUT_MS, cb, arg, err)) == NULL)
 		return NULL;
-	op->done_cb = cb;
-	xop(op)->exited = done_exited;
-	op->arg = arg;
-	xop(op)->cap = ERRTAIL_MAX;
-	xop(op)->timeout_ms = KILL_TIMEOUT_MS;
 	if ((xop(op)->cmd = eng_helper_cmd("killall")) == NULL) {
 		eng_op_free(op);
 		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");

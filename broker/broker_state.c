@@ -247,24 +247,27 @@ broker_state_adopt(struct broker_state *s, const struct sbx_status *st,
 	return step_done(s, q, err);
 }
 
+/* A statement whose one parameter is the id, run to its end. */
+static int
+step_id(struct broker_state *s, sqlite3_stmt *q, const char *id,
+    struct sbx_err *err)
+{
+	sqlite3_bind_text(q, 1, id, -1, SQLITE_TRANSIENT);
+	return step_done(s, q, err);
+}
+
 int
 broker_state_absent(struct broker_state *s, const char *id,
     struct sbx_err *err)
 {
-	sqlite3_stmt *q = s->q[Q_ABSENT];
-
-	sqlite3_bind_text(q, 1, id, -1, SQLITE_TRANSIENT);
-	return step_done(s, q, err);
+	return step_id(s, s->q[Q_ABSENT], id, err);
 }
 
 int
 broker_state_delete(struct broker_state *s, const char *id,
     struct sbx_err *err)
 {
-	sqlite3_stmt *q = s->q[Q_DELETE];
-
-	sqlite3_bind_text(q, 1, id, -1, SQLITE_TRANSIENT);
-	return step_done(s, q, err);
+	return step_id(s, s->q[Q_DELETE], id, err);
 }
 
 int

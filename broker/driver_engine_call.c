@@ -431,3 +431,23 @@ eng_inspect_found(struct eop *op, int status, json_t *body,
 		    "Config"), "Labels"), L_HELPER);
 	return 1;
 }
+
+/* A frame header split anywhere across reads (the runtime's stream frames,
+ * sbx-helper's frames): see driver_engine_int.h. */
+int
+eng_hdr_fill(unsigned char *hdr, size_t *have, size_t want,
+    const unsigned char **buf, size_t *len)
+{
+	size_t n = want - *have;
+
+	if (n > *len)
+		n = *len;
+	memcpy(hdr + *have, *buf, n);
+	*have += n;
+	*buf += n;
+	*len -= n;
+	if (*have < want)
+		return 0;
+	*have = 0;
+	return 1;
+}

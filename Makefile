@@ -48,6 +48,8 @@ BROKER_SRC := $(filter-out broker/broker.c,$(wildcard broker/*.c))
 API_SRC := $(filter-out api/api.c,$(wildcard api/*.c))
 CLI_SRC := $(wildcard api/cli/*.c)
 HELPER_SRC := $(wildcard broker/helper/*.c)
+# The helper's share of proto/: libc-only codecs (helper protocol 3, adr/0025).
+HELPER_PROTO_SRC := $(wildcard proto/sbx_agent.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 FAKE_SRC := $(wildcard tests/driver_fake.c)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
@@ -110,10 +112,10 @@ $(BUILD)/sbxctl: $(call obj,$(CLI_SRC)) $(LIBSBX)
 
 # The helper runs inside sandboxes whose image we do not control: static,
 # no sanitizer runtime, no shared library.
-$(BUILD)/sbx-helper: $(HELPER_SRC) $(wildcard broker/helper/*.h) proto/sbx_proto.h
+$(BUILD)/sbx-helper: $(HELPER_SRC) $(HELPER_PROTO_SRC) $(wildcard broker/helper/*.h) proto/sbx_proto.h proto/sbx_agent.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -D_FORTIFY_SOURCE=2 $(CFLAGS) $(WARN) \
-		-fstack-protector-strong -static -o $@ $(HELPER_SRC)
+		-fstack-protector-strong -static -o $@ $(HELPER_SRC) $(HELPER_PROTO_SRC)
 
 $(BUILD)/tests/%: tests/unit/%.c $(call obj,$(FAKE_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
 	@mkdir -p $(dir $@)

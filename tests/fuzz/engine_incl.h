@@ -1,17 +1,20 @@
-/* engine_incl.h - for the fuzz targets that reach static decoders of broker/driver_engine.c by including it. */
+/* engine_incl.h - for the fuzz targets that reach the engine driver's internals (broker/driver_engine_int.h). */
 #ifndef SBX_FUZZ_ENGINE_INCL_H
 #define SBX_FUZZ_ENGINE_INCL_H
 
 /*
- * The least invasive route to helper_frames() and parse_dirents(), which are
- * static: the target includes driver_engine.c itself (the link then takes
- * the rest of libsbxbroker.a but not driver_engine.o, whose symbols this
- * object already defines). fz_engine() makes a real engine driver aimed at
+ * The driver's files share their internals through driver_engine_int.h
+ * (eng_helper_frames(), the op structs), so a target links
+ * libsbxbroker.a as it is. fz_engine() makes a real engine driver aimed at
  * a socket that does not exist, so the kill execs a protocol error starts
  * fail at once ("runtime_unavailable") and end; fz_drain() runs the loop
  * until every op of the driver has ended (asserting that none leaks).
  */
-#include "../../broker/driver_engine.c"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../broker/driver_engine_int.h"
 
 #include "fuzz.h"
 
@@ -47,8 +50,8 @@ fz_drain(struct engine *e)
 
 	for (turns = 0; turns < 10000; turns++) {
 		TAILQ_FOREACH(op, &e->ops, link)
-			if (!(op->kind == OP_KILL && op->retry != NULL &&
-			    evtimer_pending(op->retry, NULL)))
+			if (!(op->kind == OP_KILL && kio(op)->retry != NULL &&
+			    evtimer_pending(kio(op)->retry, NULL)))
 				break;
 		if (op == NULL)
 			break;
@@ -59,9 +62,9 @@ fz_drain(struct engine *e)
 	 * would, anything else is a leaked op */
 	for (op = TAILQ_FIRST(&e->ops); op != NULL; op = next) {
 		next = TAILQ_NEXT(op, link);
-		FUZZ_ASSERT(op->kind == OP_KILL && op->retry != NULL &&
-		    evtimer_pending(op->retry, NULL));
-		op_free(op);
+		FUZZ_ASSERT(op->kind == OP_KILL && kio(op)->retry != NULL &&
+		    evtimer_pending(kio(op)->retry, NULL));
+		eng_op_free(op);
 	}
 }
 

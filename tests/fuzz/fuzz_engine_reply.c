@@ -1,6 +1,6 @@
 /*
  * fuzz_engine_reply.c - libFuzzer target: the engine driver's handling of
- * everything the runtime answers (broker/driver_engine.c over
+ * everything the runtime answers (broker/driver_engine*.c over
  * common/sbx_http_client.c: JSON of inspect, list, create, version, errors;
  * the hijacked exec stream with its 8-byte framing and the helper's frames
  * inside; exec inspect), for every driver operation.
@@ -287,8 +287,8 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	 * the ones waiting to retry (the loop has nothing else to do) */
 	for (turns = 0; turns < 100000; turns++) {
 		TAILQ_FOREACH(o, &e->ops, link)
-			if (!(o->kind == OP_KILL && o->retry != NULL &&
-			    evtimer_pending(o->retry, NULL)))
+			if (!(o->kind == OP_KILL && kio(o)->retry != NULL &&
+			    evtimer_pending(kio(o)->retry, NULL)))
 				break;
 		if (o == NULL)
 			break;
@@ -296,8 +296,8 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	}
 	for (o = TAILQ_FIRST(&e->ops); o != NULL; o = next) {
 		next = TAILQ_NEXT(o, link);
-		FUZZ_ASSERT(o->kind == OP_KILL && o->retry != NULL);
-		op_free(o);
+		FUZZ_ASSERT(o->kind == OP_KILL && kio(o)->retry != NULL);
+		eng_op_free(o);
 	}
 	FUZZ_ASSERT(g.terminal <= 1);
 	if (body != NULL)

@@ -1,6 +1,6 @@
 /*
  * fuzz_helper_frames.c - libFuzzer target: the broker's decoder of
- * sbx-helper's exec frames (broker/driver_engine.c helper_frames(),
+ * sbx-helper's exec frames (broker/driver_engine_exec.c eng_helper_frames(),
  * protocol of broker/helper/sbx_helper_proto.h), which reads bytes a
  * sandbox process can influence.
  *
@@ -149,25 +149,23 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	data++;
 	size--;
 	memset(&g, 0, sizeof(g));
-	op = op_new(e, OP_EXEC, "fuzz", &err);
+	op = eng_helper_op(e, OP_EXEC, "fuzz", sizeof(struct eop_cmd), &err);
 	FUZZ_ASSERT(op != NULL);
 	snprintf(op->cid, sizeof(op->cid), "%s", "0123456789ab");
-	snprintf(op->exec_id, sizeof(op->exec_id), "%s", "fuzz-exec");
-	op->cap = (int64_t)16 * 1024 * 1024;
-	op->streaming = 1;
-	op->errtail = evbuffer_new();
-	op->out = evbuffer_new();
-	op->sink.output = on_output;
-	op->sink.exit = on_exit_;
-	op->sink.error = on_error;
-	op->sink.arg = &g;
-	op_enter(op);
+	snprintf(xop(op)->exec_id, sizeof(xop(op)->exec_id), "%s", "fuzz-exec");
+	xop(op)->cap = (int64_t)16 * 1024 * 1024;
+	xop(op)->streaming = 1;
+	xop(op)->sink.output = on_output;
+	xop(op)->sink.exit = on_exit_;
+	xop(op)->sink.error = on_error;
+	xop(op)->sink.arg = &g;
+	eng_op_enter(op);
 	while (off < size && !op->dead) {
 		n = step == 0 || step > size - off ? size - off : step;
-		helper_frames(op, data + off, n);
+		eng_helper_frames(op, data + off, n);
 		off += n;
 	}
-	alive = op_leave(op);
+	alive = eng_op_leave(op);
 
 	exp[1] = malloc(size + 1);
 	exp[2] = malloc(size + 1);
@@ -176,11 +174,11 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	FUZZ_ASSERT(g.exits == 0);
 	if (valid) {
 		FUZZ_ASSERT(alive && g.errors == 0);
-		FUZZ_ASSERT(op->got_exit == got_exit);
-		if (op->got_exit)
-			FUZZ_ASSERT(op->xhow == 1 || (op->xhow == 2 &&
-			    op->xsig >= 1 && op->xsig <= 64));
-		op_release(op);
+		FUZZ_ASSERT(cmo(op)->got_exit == got_exit);
+		if (cmo(op)->got_exit)
+			FUZZ_ASSERT(cmo(op)->xhow == 1 || (cmo(op)->xhow == 2 &&
+			    cmo(op)->xsig >= 1 && cmo(op)->xsig <= 64));
+		eng_op_release(op);
 	} else {
 		FUZZ_ASSERT(!alive && g.errors == 1);
 		FUZZ_ASSERT(strcmp(g.code, SBX_E_RUNTIME) == 0);

@@ -1,0 +1,415 @@
+/* driver_engine_call.c - the engine driver's one runtime call (Engine API v1.41 JSON request and answer over the socket) and inspect parsing. */
+#include <sys/queue.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "driver_engine_int.h"
+#include "sbx_log.h"
+#include "sbx_path.h"
+#include "sbx_usage.h"
+
+/* ---------- small utilities ---------- */
+
+int64_t
+eng_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int
+eng_name_ok(const char *s, size_t max)
+{
+	size_t n;
+
+	if (s == NULL || (n = strlen(s)) == 0 || n > max)
+		return 0;
+	for (; *s != '\0'; s++)
+		if (!isalnum((unsigned char)*s) && *s != '-' && *s != '_' &&
+		    *s != '.')
+			return 0;
+	return 1;
+}
+
+/* The shared rules of SPEC §4 (proto/sbx_path.h): a caller of the vtable
+ * may skip its own check, so the driver keeps this one. */
+int
+eng_id_check(const char *id, struct sbx_err *err)
+{
+	if (sbx_id_valid(id))
+		return 0;
+	return sbx_err_set(err, SBX_E_INVALID_ID, MSG_BAD_ID);
+}
+
+/* The helper checks again, with symlinks, at use time (openat2
+ * RESOLVE_BENEATH). */
+int
+eng_path_check(const char *p, struct sbx_err *err)
+{
+	return sbx_path_check(p, p != NULL ? strlen(p) : 0, err);
+}
+
+void
+eng_urlencode(const char *in, char *out, size_t outsz)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t o = 0;
+
+	for (; *in != '\0' && o + 4 < outsz; in++) {
+		unsigned char c = (unsigned char)*in;
+
+		if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+			out[o++] = (char)c;
+		} else {
+			out[o++] = '%';
+			out[o++] = hex[c >> 4];
+			out[o++] = hex[c & 15];
+		}
+	}
+	out[o] = '\0';
+}
+
+/* RFC 3339 with optional fraction and a Z or +hh:mm offset -> Unix ms. */
+static int64_t
+parse_time_ms(const char *s)
+{
+	struct tm tm;
+	const char *p;
+	int64_t ms = 0, scale = 100, t;
+	int sign, oh, om;
+
+	if (s == NULL)
+		return 0;
+	memset(&tm, 0, sizeof(tm));
+	p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (p == NULL)
+		return 0;
+	if (*p == '.') {
+		for (p++; isdigit((unsigned char)*p); p++) {
+			ms += (*p - '0') * scale;
+			scale /= 10;
+		}
+	}
+	t = (int64_t)timegm(&tm) * 1000 + ms;
+	if (*p == '+' || *p == '-') {
+		sign = *p == '-' ? -1 : 1;
+		if (sscanf(p + 1, "%2d:%2d", &oh, &om) == 2)
+			t -= sign * ((int64_t)oh * 3600 + om * 60) * 1000;
+	}
+	return t;
+}
+
+const char *
+eng_jstr(json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+
+	return s != NULL ? s : "";
+}
+
+const char *
+eng_label(json_t *labels, const char *key)
+{
+	return json_string_value(json_object_get(labels, key));
+}
+
+int
+eng_managed(json_t *labels)
+{
+	const char *v = eng_label(labels, L_MANAGED);
+
+	return v != NULL && strcmp(v, "true") == 0;
+}
+
+/* A runtime error answer: {"message":"..."} (Docker and Podman). */
+void
+eng_runtime_err(struct sbx_err *err, int status, json_t *body, const char *what)
+{
+	const char *m = json_string_value(json_object_get(body, "message"));
+
+	sbx_err_set(err, SBX_E_RUNTIME, "runtime refused to %s (HTTP %d): %s",
+	    what, status, m != NULL ? m : "no message");
+}
+
+void
+eng_image_missing(struct sbx_err *err, const char *image)
+{
+	sbx_err_set(err, SBX_E_RUNTIME, "image %s is not present in the "
+	    "runtime (nothing can be pulled here: build or import it)", image);
+}
+
+int
+eng_reply_bad(struct eop *op, void (*fail)(struct eop *,
+    const struct sbx_err *), const struct sbx_err *err, int status,
+    json_t *body, const char *what, const int *ok)
+{
+	struct sbx_err e;
+
+	if (fail == NULL)
+		fail = eng_finish_err;
+	if (err != NULL) {
+		fail(op, err);
+		return 1;
+	}
+	for (; *ok != 0; ok++)
+		if (status == *ok)
+			return 0;
+	eng_runtime_err(&e, status, body, what);
+	fail(op, &e);
+	return 1;
+}
+
+/* A create that lost a race with a concurrent one: Docker answers 409,
+ * Podman 4.3 answers 500 "... is already in use" / "already exists". */
+int
+eng_name_taken(int status, json_t *body)
+{
+	const char *m = json_string_value(json_object_get(body, "message"));
+
+	return status == 409 || (status == 500 && m != NULL &&
+	    (strstr(m, "already in use") != NULL ||
+	    strstr(m, "already exists") != NULL));
+}
+
+/* ---------- one JSON call to the runtime ---------- */
+
+static void
+call_response(void *arg, struct sbx_http_req *req, int status)
+{
+	(void)arg;
+	(void)req;
+	(void)status;
+}
+
+void
+eng_call_body(void *arg, struct sbx_http_req *req, const unsigned char *buf,
+    size_t len)
+{
+	struct eop *op = arg;
+
+	(void)req;
+	if (op->resp_over || evbuffer_get_length(op->resp) + len > RESP_MAX) {
+		op->resp_over = 1;
+		return;
+	}
+	evbuffer_add(op->resp, buf, len);
+}
+
+static void
+call_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
+{
+	struct eop *op = arg;
+	json_t *body = NULL;
+	json_error_t jerr;
+	struct sbx_err e;
+	size_t n;
+	int status = sbx_http_req_status(req);
+	cont_fn cont = op->cont;
+
+	op->http = NULL;
+	op->cont = NULL;
+	if (err != NULL) {
+		e = *err;
+		if (strcmp(e.code, SBX_E_RUNTIME_UNAVAILABLE) == 0)
+			snprintf(e.message, sizeof(e.message),
+			    "container runtime unreachable at %s: is dockerd or "
+			    "the podman service running?", op->e->address);
+		cont(op, 0, NULL, &e);
+		return;
+	}
+	if (op->resp_over) {
+		sbx_err_set(&e, SBX_E_RUNTIME, "runtime answer too large");
+		cont(op, status, NULL, &e);
+		return;
+	}
+	n = evbuffer_get_length(op->resp);
+	if (op->raw) {
+		/* The continuation reads op->resp itself (a tar, not JSON). */
+		op->raw = 0;
+		cont(op, status, NULL, NULL);
+		if (op->resp != NULL)
+			evbuffer_drain(op->resp, evbuffer_get_length(op->resp));
+		return;
+	}
+	if (n > 0) {
+		body = json_loadb((const char *)evbuffer_pullup(op->resp, -1), n,
+		    JSON_DECODE_ANY, &jerr);
+		/* Some answers are text ("OK", plain errors): keep the text. */
+		if (body == NULL)
+			body = json_pack("{s:s%}", "message",
+			    (const char *)evbuffer_pullup(op->resp, -1),
+			    n > 200 ? (size_t)200 : n);
+	}
+	evbuffer_drain(op->resp, n);
+	cont(op, status, body, NULL);
+	json_decref(body);
+}
+
+/* Sends method path with len bytes of data (ctype; data may be NULL) and
+ * continues in cont with the status and the answer: parsed JSON, or with
+ * op->raw set the raw bytes left in op->resp. Failing to start ends the op. */
+void
+eng_call_bytes(struct eop *op, const char *method, const char *path,
+    const char *ctype, const void *data, size_t len, cont_fn cont)
+{
+	struct sbx_http_request q;
+	struct sbx_http_opts o;
+	struct sbx_http_cbs cbs;
+	struct sbx_err err;
+
+	memset(&q, 0, sizeof(q));
+	memset(&o, 0, sizeof(o));
+	memset(&cbs, 0, sizeof(cbs));
+	sbx_err_clear(&err);
+	if (op->resp == NULL && (op->resp = evbuffer_new()) == NULL) {
+		sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
+		eng_fail_later(op, &err);
+		return;
+	}
+	op->resp_over = 0;
+	evbuffer_drain(op->resp, evbuffer_get_length(op->resp));
+	q.method = method;
+	q.path = path;
+	if (data != NULL) {
+		q.content_type = ctype;
+		q.body = data;
+		q.body_len = len;
+	}
+	o.peer_name = "the container runtime";
+	o.timeout_ms = op->e->req_timeout_ms;
+	cbs.response = call_response;
+	cbs.body = eng_call_body;
+	cbs.done = call_done;
+	cbs.arg = op;
+	op->cont = cont;
+	op->http = sbx_http_request(op->e->base.base, op->e->address, &q, &o,
+	    &cbs, &err);
+	if (op->http == NULL)
+		eng_fail_later(op, &err);
+}
+
+/* Sends method path (with body, stolen, or NULL) and continues in cont with
+ * the status and parsed answer, or with err. Failing to start ends the op. */
+void
+eng_call(struct eop *op, const char *method, const char *path, json_t *body,
+    cont_fn cont)
+{
+	struct sbx_err err;
+	char *text = NULL;
+
+	if (body != NULL) {
+		text = json_dumps(body, JSON_COMPACT);
+		json_decref(body);
+		if (text == NULL) {
+			sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
+			eng_fail_later(op, &err);
+			return;
+		}
+	}
+	eng_call_bytes(op, method, path, "application/json", text,
+	    text != NULL ? strlen(text) : 0, cont);
+	free(text);
+}
+
+/* ---------- status from an inspect answer ---------- */
+
+int
+eng_status_from_inspect(struct eop *op, json_t *c, struct sbx_status *st,
+    struct sbx_err *err)
+{
+	json_t *cfg = json_object_get(c, "Config");
+	json_t *labels = json_object_get(cfg, "Labels");
+	json_t *state = json_object_get(c, "State");
+	const char *v;
+
+	if (!eng_managed(labels) || (v = eng_label(labels, L_ID)) == NULL ||
+	    strcmp(v, op->id) != 0)
+		return sbx_err_set(err, SBX_E_CONFLICT, "a container named %s "
+		    "exists that sbx does not manage; it was left alone",
+		    op->cname);
+	memset(st, 0, sizeof(*st));
+	snprintf(st->id, sizeof(st->id), "%s", op->id);
+	st->state = json_is_true(json_object_get(state, "Running")) ?
+	    SBX_STATE_RUNNING : SBX_STATE_STOPPED;
+	v = eng_label(labels, L_IMAGE);
+	snprintf(st->image, sizeof(st->image), "%s",
+	    v != NULL ? v : eng_jstr(cfg, "Image"));
+	v = eng_label(labels, L_EGRESS);
+	st->egress = v != NULL && strcmp(v, "1") == 0;
+	st->created_at_ms = parse_time_ms(eng_jstr(c, "Created"));
+	if (st->state == SBX_STATE_STOPPED)
+		snprintf(st->stop_reason, sizeof(st->stop_reason), "%s",
+		    json_is_true(json_object_get(state, "OOMKilled")) ? "oom" :
+		    "exited");
+	snprintf(st->container_id, sizeof(st->container_id), "%s",
+	    eng_jstr(c, "Id"));
+	snprintf(op->cid, sizeof(op->cid), "%s", eng_jstr(c, "Id"));
+	if (op->cid[0] == '\0' || !eng_name_ok(op->cid, sizeof(op->cid) - 1))
+		return sbx_err_set(err, SBX_E_RUNTIME,
+		    "runtime gave no usable container id for %s", op->cname);
+	return 0;
+}
+
+void
+eng_absent_status(struct eop *op, struct sbx_status *st)
+{
+	memset(st, 0, sizeof(*st));
+	snprintf(st->id, sizeof(st->id), "%s", op->id);
+	st->state = SBX_STATE_ABSENT;
+}
+
+void
+eng_inspect_path(struct eop *op, char *path, size_t sz)
+{
+	snprintf(path, sz, API "/containers/%s/json", op->cname);
+}
+
+/*
+ * Classifies a container inspect answer for an operation that acts on a
+ * running sandbox: 1 running, 0 absent (st->state ABSENT) or not running,
+ * -1 when op has already been finished with the error (transport, runtime
+ * or label). st is filled for 0 and 1.
+ */
+int
+eng_inspect_running(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err, struct sbx_status *st)
+{
+	struct sbx_err e;
+
+	memset(st, 0, sizeof(*st));
+	if (err != NULL) {
+		eng_finish_err(op, err);
+		return -1;
+	}
+	if (status == 404)
+		return 0;
+	if (status != 200) {
+		eng_runtime_err(&e, status, body, "inspect the container");
+		eng_finish_err(op, &e);
+		return -1;
+	}
+	if (eng_status_from_inspect(op, body, st, &e) < 0) {
+		eng_finish_err(op, &e);
+		return -1;
+	}
+	return st->state == SBX_STATE_RUNNING;
+}

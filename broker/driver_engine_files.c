@@ -1,0 +1,670 @@
+/* driver_engine_files.c - the engine driver's file operations through sbx-helper: read, write, list, du, killall (adr/0013, adr/0017, adr/0018). */
+#include <sys/queue.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "driver_engine_int.h"
+#include "sbx_log.h"
+#include "sbx_path.h"
+#include "sbx_usage.h"
+
+/* An entry's exact name: "name_b64" (the helper's form for bytes that are
+ * not UTF-8) decoded, else "name". -1 for an entry without a usable name. */
+static int
+name_from_helper(json_t *o, char *out, size_t outsz)
+{
+	const char *b64 = json_string_value(json_object_get(o, "name_b64"));
+	const char *name = json_string_value(json_object_get(o, "name"));
+	size_t len = 0;
+
+	if (b64 != NULL) {
+		if (sodium_base642bin((unsigned char *)out, outsz - 1, b64,
+		    strlen(b64), NULL, &len, NULL,
+		    sodium_base64_VARIANT_ORIGINAL) != 0 || len == 0 ||
+		    memchr(out, '\0', len) != NULL || memchr(out, '/', len) != NULL)
+			return -1;
+		out[len] = '\0';
+		return 0;
+	}
+	/* '/' refused as for name_b64: a name is one path segment (fuzzing) */
+	if (name == NULL || name[0] == '\0' || strlen(name) >= outsz ||
+	    strchr(name, '/') != NULL)
+		return -1;
+	memcpy(out, name, strlen(name) + 1);
+	/* readdir never gives these (the helper leaves out . and ..) */
+	if (strcmp(out, ".") == 0 || strcmp(out, "..") == 0)
+		return -1;
+	return 0;
+}
+
+/*
+ * One line of `sbx-helper list` (sbx_helper_proto.h): an entry, or the end
+ * line. Untrusted: a line that is not one of the two marks the listing bad;
+ * entries beyond the page's limit or after the end line too.
+ */
+int
+sbx_helper_list_line(const char *line, size_t len, struct sbx_dirent *d,
+    int *truncated)
+{
+	json_t *o;
+	const char *t;
+	int rc = -1;
+
+	memset(d, 0, sizeof(*d));
+	if (line == NULL || len > LIST_LINE_MAX)
+		return -1;
+	o = json_loadb(line, len, 0, NULL);
+	if (!json_is_object(o))
+		goto done;
+	if (json_object_get(o, "end") != NULL) {
+		if (!json_is_true(json_object_get(o, "end")))
+			goto done;
+		*truncated = json_is_true(json_object_get(o, "truncated"));
+		rc = 2;
+		goto done;
+	}
+	rc = 0;
+	if (name_from_helper(o, d->name, sizeof(d->name)) < 0)
+		goto done;   /* an entry without a usable name: left out */
+	t = eng_jstr(o, "type");
+	d->type = strcmp(t, "file") == 0 ? "file" : strcmp(t, "dir") == 0 ?
+	    "dir" : strcmp(t, "symlink") == 0 ? "symlink" : "other";
+	d->size = json_integer_value(json_object_get(o, "size"));
+	d->mode = (uint32_t)json_integer_value(json_object_get(o, "mode")) & 07777;
+	d->mtime = json_integer_value(json_object_get(o, "mtime"));
+	rc = 1;
+done:
+	json_decref(o);
+	return rc;
+}
+
+/*
+ * One line of `sbx-helper list` into op's page. Untrusted: a line that is
+ * neither an entry nor the end line marks the listing bad; entries beyond
+ * the page's limit or after the end line too.
+ */
+static void
+list_line(struct eop *op, const char *line, size_t len)
+{
+	struct eop_list *l = lso(op);
+	struct sbx_dirent d;
+	int r, trunc = 0;
+
+	if (l->list_bad)
+		return;
+	r = sbx_helper_list_line(line, len, &d, &trunc);
+	if (r < 0 || l->list_end || (r == 1 && l->nents >= l->list_limit)) {
+		l->list_bad = 1;
+		return;
+	}
+	if (r == 2) {
+		l->list_end = 1;
+		l->list_trunc = trunc;
+		return;
+	}
+	if (r == 0)
+		return;
+	if (l->nents == l->ents_cap) {
+		size_t cap = l->ents_cap ? l->ents_cap * 2 : 256;
+		struct sbx_dirent *n;
+
+		if (cap > l->list_limit)
+			cap = l->list_limit;
+		if ((n = realloc(l->ents, cap * sizeof(*n))) == NULL) {
+			l->list_bad = 1;
+			return;
+		}
+		l->ents = n;
+		l->ents_cap = cap;
+	}
+	l->ents[l->nents++] = d;
+}
+
+/* Parses the complete lines of the op's out; a line over LIST_LINE_MAX
+ * is bad. */
+void
+eng_list_lines(struct eop *op)
+{
+	struct eop_exec *x = xop(op);
+	struct evbuffer_ptr p;
+	size_t n, eol;
+	char line[LIST_LINE_MAX + 1];
+
+	for (;;) {
+		p = evbuffer_search_eol(x->out, NULL, &eol, EVBUFFER_EOL_LF);
+		if (p.pos < 0) {
+			if (evbuffer_get_length(x->out) > LIST_LINE_MAX) {
+				lso(op)->list_bad = 1;
+				evbuffer_drain(x->out, evbuffer_get_length(x->out));
+			}
+			return;
+		}
+		n = (size_t)p.pos;
+		if (n > LIST_LINE_MAX) {
+			lso(op)->list_bad = 1;
+			evbuffer_drain(x->out, n + eol);
+			continue;
+		}
+		evbuffer_remove(x->out, line, n);
+		evbuffer_drain(x->out, eol);
+		list_line(op, line, n);
+	}
+}
+
+/* ---------- file operations: no progress for file_timeout ---------- */
+
+static void
+file_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct eop *op = arg;
+	struct sbx_err e;
+
+	(void)fd;
+	(void)what;
+	/* Answer now, whatever the sandbox does: the runtime connection goes
+	 * (sbx_http_req_cancel in finish), the helper is killed by its handle
+	 * on the side (that kill is bounded by its own timeout). */
+	if (op->cid[0] != '\0')
+		eng_start_kill(op->e, op->id, op->cid, xop(op)->exec_id, NULL);
+	sbx_err_set(&e, SBX_E_TIMEOUT, "the %s made no progress for %" PRId64
+	    " ms (file_timeout); it was cancelled and its helper killed",
+	    op->kind == OP_READ ? "file read" : op->kind == OP_WRITE ?
+	    "file write" : "directory listing", op->e->file_timeout);
+	eng_finish_err(op, &e);
+}
+
+/* (Re)starts the progress timer of a file operation. */
+void
+eng_file_progress(struct eop *op)
+{
+	struct eop_exec *x = xop(op);
+	struct timeval tv;
+
+	if (x->ftimer == NULL || x->paused)
+		return;
+	tv.tv_sec = op->e->file_timeout / 1000;
+	tv.tv_usec = (op->e->file_timeout % 1000) * 1000;
+	event_add(x->ftimer, &tv);
+}
+
+static int
+file_timer_new(struct eop *op)
+{
+	if ((xop(op)->ftimer = evtimer_new(op->e->base.base, file_timer_cb,
+	    op)) == NULL)
+		return -1;
+	eng_file_progress(op);
+	return 0;
+}
+
+/* Lets go of a write_stream's source (before its owner hears the end). */
+void
+eng_src_detach(struct eop *op)
+{
+	struct eop_write *w;
+
+	if (op->kind != OP_WRITE)
+		return;
+	w = wro(op);
+	if (w->src != NULL && w->src_ent != NULL)
+		evbuffer_remove_cb_entry(w->src, w->src_ent);
+	w->src_ent = NULL;
+	w->src = NULL;
+}
+
+/* Bytes of a streamed write in the runtime connection's output at most:
+ * with the gate's window, what one write costs the broker (adr/0018). */
+#define WRITE_OUT_MAX (256 * 1024)
+
+/* Moves what the source has to the runtime while its output has room;
+ * closes the write side once every byte announced went. */
+static void
+src_pump(struct eop *op)
+{
+	struct eop_write *w = wro(op);
+	struct bufferevent *bev;
+	struct evbuffer *out;
+	size_t n, have, room;
+
+	if (w->src == NULL || op->http == NULL || !xop(op)->got_stream ||
+	    (bev = sbx_http_req_bufferevent(op->http)) == NULL)
+		return;
+	out = bufferevent_get_output(bev);
+	while (w->src_left > 0 && (have = evbuffer_get_length(w->src)) > 0 &&
+	    evbuffer_get_length(out) < WRITE_OUT_MAX) {
+		room = WRITE_OUT_MAX - evbuffer_get_length(out);
+		n = have < room ? have : room;
+		if ((uint64_t)n > w->src_left)
+			n = (size_t)w->src_left;
+		if (evbuffer_remove_buffer(w->src, out, n) <= 0)
+			break;
+		w->src_left -= n;
+	}
+	if (w->src_left == 0) {
+		eng_src_detach(op);
+		sbx_http_req_close_write(op->http);
+	}
+}
+
+/* New bytes in a write_stream's source. */
+static void
+src_added(struct evbuffer *buf, const struct evbuffer_cb_info *info,
+    void *arg)
+{
+	(void)buf;
+	if (info->n_added > 0)
+		src_pump(arg);
+}
+
+/* A write's stdin leaving for the runtime is progress (and room for more). */
+static void
+write_drained(struct evbuffer *buf, const struct evbuffer_cb_info *info,
+    void *arg)
+{
+	struct eop *op = arg;
+
+	(void)buf;
+	if (info->n_deleted > 0) {
+		eng_file_progress(op);
+		if (wro(op)->src != NULL && evbuffer_get_length(buf) < WRITE_OUT_MAX / 2)
+			src_pump(op);
+	}
+}
+
+static void
+read_exited(struct eop *op, int code)
+{
+	struct eop_exec *x = xop(op);
+	struct sbx_exit ex;
+
+	if (eng_helper_failed(op, code))
+		return;
+	memset(&ex, 0, sizeof(ex));
+	ex.duration_ms = eng_now_ms() - x->started_ms;
+	if (x->sink.exit != NULL)
+		x->sink.exit(x->sink.arg, &ex);
+	eng_op_release(op);
+}
+
+/* write, killall: the exit status is the answer. */
+static void
+done_exited(struct eop *op, int code)
+{
+	if (!eng_helper_failed(op, code))
+		eng_finish_done(op, NULL);
+}
+
+static void
+list_exited(struct eop *op, int code)
+{
+	struct eop_list *l = lso(op);
+	struct sbx_err e;
+
+	if (eng_helper_failed(op, code))
+		return;
+	eng_list_lines(op);
+	if (l->x.truncated || l->list_bad || !l->list_end ||
+	    evbuffer_get_length(l->x.out) > 0) {
+		sbx_err_set(&e, SBX_E_RUNTIME, "sbx-helper list gave "
+		    "no well-formed page");
+		eng_finish_err(op, &e);
+		return;
+	}
+	if (op->list_cb != NULL)
+		op->list_cb(op->arg, NULL, l->ents, l->nents, l->list_trunc);
+	eng_op_release(op);
+}
+
+struct sbx_op *
+eng_read(struct sbx_driver *d, const char *id, const char *path,
+    const struct sbx_sink *sink, struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+	char num[32];
+
+	if (eng_id_check(id, err) < 0)
+		return NULL;
+	if (sink == NULL) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "read needs a sink");
+		return NULL;
+	}
+	if (eng_path_check(path, err) < 0)
+		return NULL;
+	if ((op = eng_helper_op(e, OP_READ, id, sizeof(struct eop_exec),
+	    err)) == NULL)
+		return NULL;
+	xop(op)->sink = *sink;
+	xop(op)->exited = read_exited;
+	xop(op)->cap = e->file_max + 1;   /* the helper refuses above file_max */
+	xop(op)->cmd = eng_helper_cmd("read");
+	snprintf(num, sizeof(num), "%" PRId64, e->file_max);
+	if (json_array_append_new(xop(op)->cmd, json_string(path)) < 0) {
+		eng_op_free(op);
+		sbx_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "path must be UTF-8");
+		return NULL;
+	}
+	json_array_append_new(xop(op)->cmd, json_string("--max"));
+	json_array_append_new(xop(op)->cmd, json_string(num));
+	json_array_append_new(xop(op)->cmd, json_string("--id"));
+	json_array_append_new(xop(op)->cmd, json_string(xop(op)->exec_id));
+	/* A timer on progress, not on the whole read: a slow reader may hold
+	 * a paused stream (the timer stops while paused), a stalled helper
+	 * may not. */
+	if (file_timer_new(op) < 0) {
+		eng_op_free(op);
+		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		return NULL;
+	}
+	eng_helper_run(op);
+	return &op->base;
+}
+
+void
+eng_write_started(struct eop *op, struct sbx_http_req *req)
+{
+	struct eop_exec *x = xop(op);
+	if (x->ftimer != NULL && sbx_http_req_bufferevent(req) != NULL)
+		evbuffer_add_cb(bufferevent_get_output(
+		    sbx_http_req_bufferevent(req)), write_drained, op);
+	if (x->stdin_buf != NULL)
+		sbx_http_req_write_buffer(req, x->stdin_buf);
+	if (wro(op)->src != NULL)
+		src_pump(op);     /* closes the write side at the end */
+	else
+		sbx_http_req_close_write(req);
+}
+
+/* write (body whole) or write_stream (src, len bytes, arriving). */
+static struct sbx_op *
+write_common(struct sbx_driver *d, const char *id, const char *path,
+    uint32_t mode, struct evbuffer *body, struct evbuffer *src, uint64_t len,
+    sbx_done_cb cb, void *arg, struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+	char num[32], mstr[16], snum[32];
+
+	if (eng_id_check(id, err) < 0)
+		return NULL;
+	if (eng_path_check(path, err) < 0)
+		return NULL;
+	if (mode == 0)
+		mode = 0644;
+	if (mode > 0777) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "mode must be at most 0777");
+		return NULL;
+	}
+	if (body != NULL)
+		len = evbuffer_get_length(body);
+	if (len > (uint64_t)e->file_max) {
+		sbx_err_set(err, SBX_E_TOO_LARGE, "file is larger than the cap of "
+		    "%" PRId64 " bytes", e->file_max);
+		return NULL;
+	}
+	if ((op = eng_helper_op(e, OP_WRITE, id, sizeof(struct eop_write),
+	    err)) == NULL)
+		return NULL;
+	op->done_cb = cb;
+	xop(op)->exited = done_exited;
+	op->arg = arg;
+	xop(op)->cap = ERRTAIL_MAX;
+	xop(op)->timeout_ms = e->timeout.ceiling;
+	xop(op)->has_stdin = 1;
+	if ((xop(op)->stdin_buf = evbuffer_new()) == NULL) {
+		eng_op_free(op);
+		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		return NULL;
+	}
+	if (body != NULL)
+		evbuffer_add_buffer(xop(op)->stdin_buf, body);
+	xop(op)->cmd = eng_helper_cmd("write");
+	snprintf(num, sizeof(num), "%" PRId64, e->file_max);
+	snprintf(mstr, sizeof(mstr), "0%o", (unsigned)mode);
+	if (json_array_append_new(xop(op)->cmd, json_string(path)) < 0) {
+		eng_op_free(op);
+		sbx_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "path must be UTF-8");
+		return NULL;
+	}
+	json_array_append_new(xop(op)->cmd, json_string(mstr));
+	json_array_append_new(xop(op)->cmd, json_string("--max"));
+	json_array_append_new(xop(op)->cmd, json_string(num));
+	json_array_append_new(xop(op)->cmd, json_string("--id"));
+	json_array_append_new(xop(op)->cmd, json_string(xop(op)->exec_id));
+	/* The helper renames only when exactly len bytes came (a body cut
+	 * short never replaces the file). */
+	snprintf(snum, sizeof(snum), "%" PRIu64, len);
+	json_array_append_new(xop(op)->cmd, json_string("--size"));
+	json_array_append_new(xop(op)->cmd, json_string(snum));
+	if (file_timer_new(op) < 0) {
+		eng_op_free(op);
+		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		return NULL;
+	}
+	if (src != NULL) {
+		wro(op)->src = src;
+		wro(op)->src_left = len;
+		if ((wro(op)->src_ent = evbuffer_add_cb(src, src_added, op)) == NULL) {
+			wro(op)->src = NULL;
+			eng_op_free(op);
+			sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+			return NULL;
+		}
+	}
+	eng_helper_run(op);
+	return &op->base;
+}
+
+struct sbx_op *
+eng_write(struct sbx_driver *d, const char *id, const char *path,
+    uint32_t mode, struct evbuffer *body, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	return write_common(d, id, path, mode, body, NULL, 0, cb, arg, err);
+}
+
+struct sbx_op *
+eng_write_stream(struct sbx_driver *d, const char *id, const char *path,
+    uint32_t mode, struct evbuffer *src, uint64_t len, sbx_done_cb cb,
+    void *arg, struct sbx_err *err)
+{
+	return write_common(d, id, path, mode, NULL, src, len, cb, arg, err);
+}
+
+struct sbx_op *
+eng_list(struct sbx_driver *d, const char *id, const char *path,
+    const struct sbx_list_page *page, sbx_list_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+	size_t limit = page != NULL && page->limit > 0 ? page->limit :
+	    SBX_HELPER_LIST_MAX, i, an;
+	char num[32];
+
+	if (eng_id_check(id, err) < 0)
+		return NULL;
+	if (eng_path_check(path, err) < 0)
+		return NULL;
+	if (limit > SBX_HELPER_LIST_MAX)
+		limit = SBX_HELPER_LIST_MAX;
+	an = page != NULL && page->after != NULL ? strlen(page->after) : 0;
+	if (page != NULL && page->after != NULL && (an == 0 || an > 255 ||
+	    strchr(page->after, '/') != NULL)) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "the cursor does not name a "
+		    "directory entry");
+		return NULL;
+	}
+	if ((op = eng_helper_op(e, OP_LIST, id, sizeof(struct eop_list),
+	    err)) == NULL)
+		return NULL;
+	op->list_cb = cb;
+	xop(op)->exited = list_exited;
+	op->arg = arg;
+	lso(op)->list_limit = limit;
+	/* An entry line is at most ~1.4 KiB (255-byte name, escaped, and
+	 * its base64): the page's output has a bound. */
+	xop(op)->cap = (int64_t)limit * 1536 + 4096;
+	xop(op)->cmd = eng_helper_cmd("list");
+	if (json_array_append_new(xop(op)->cmd, json_string(path)) < 0) {
+		eng_op_free(op);
+		sbx_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "path must be UTF-8");
+		return NULL;
+	}
+	snprintf(num, sizeof(num), "%zu", limit);
+	json_array_append_new(xop(op)->cmd, json_string("--limit"));
+	json_array_append_new(xop(op)->cmd, json_string(num));
+	if (an > 0) {
+		for (i = 0; i < an; i++)
+			snprintf(lso(op)->after_hex + 2 * i, 3, "%02x",
+			    (unsigned char)page->after[i]);
+		json_array_append_new(xop(op)->cmd, json_string("--after-hex"));
+		json_array_append_new(xop(op)->cmd, json_string(lso(op)->after_hex));
+	}
+	json_array_append_new(xop(op)->cmd, json_string("--id"));
+	json_array_append_new(xop(op)->cmd, json_string(xop(op)->exec_id));
+	if (file_timer_new(op) < 0) {
+		eng_op_free(op);
+		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		return NULL;
+	}
+	eng_helper_run(op);
+	return &op->base;
+}
+
+/* ---------- status with /work usage (adr/0017) ---------- */
+
+/* The container inspected (r: 1 running, 0 stopped or absent): keeps its
+ * status for the walk; a sandbox not running is answered here, uncounted.
+ * Returns 1 when op has been finished. */
+int
+eng_usage_target(struct eop *op, int r, const struct sbx_status *st)
+{
+	struct sbx_status a;
+
+	if (r == 1) {
+		uso(op)->ust = *st;
+		return 0;
+	}
+	if (st->state == SBX_STATE_ABSENT) {
+		eng_absent_status(op, &a);
+		st = &a;
+	}
+	eng_finish_status(op, NULL, st);
+	return 1;
+}
+
+/* The helper's one line (sbx_helper_proto.h, du) into u; untrusted. */
+static int
+usage_parse(struct eop *op, struct sbx_usage *u)
+{
+	struct sbx_err e;
+	json_t *o;
+	int rc;
+
+	o = json_loadb((const char *)evbuffer_pullup(xop(op)->out, -1),
+	    evbuffer_get_length(xop(op)->out), 0, NULL);
+	rc = o != NULL && !json_is_null(o) ? sbx_usage_from_json(o, u, &e) : -1;
+	json_decref(o);
+	return rc;
+}
+
+static void
+usage_exited(struct eop *op, int code)
+{
+	struct sbx_err e;
+
+	if (code != 0) {
+		eng_helper_error(op, code, &e);
+		eng_finish_err(op, &e);
+		return;
+	}
+	if (xop(op)->truncated || usage_parse(op, &uso(op)->ust.usage) < 0) {
+		sbx_err_set(&e, SBX_E_RUNTIME, "sbx-helper du gave no usable "
+		    "answer");
+		eng_finish_err(op, &e);
+		return;
+	}
+	eng_finish_status(op, NULL, &uso(op)->ust);
+}
+
+/* `sbx-helper du --max N --timeout-ms T`: the helper stops itself at T and
+ * says partial; the driver's timer (T + grace) only catches a helper that
+ * does not answer. */
+struct sbx_op *
+eng_status_usage(struct sbx_driver *d, const char *id, sbx_status_cb cb,
+    void *arg, struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+	char num[32];
+
+	if (eng_id_check(id, err) < 0)
+		return NULL;
+	if ((op = eng_helper_op(e, OP_USAGE, id, sizeof(struct eop_usage),
+	    err)) == NULL)
+		return NULL;
+	op->status_cb = cb;
+	xop(op)->exited = usage_exited;
+	op->arg = arg;
+	xop(op)->cap = ERRTAIL_MAX;
+	xop(op)->timeout_ms = e->usage_timeout_ms + HELPER_GRACE_MS;
+	xop(op)->cmd = eng_helper_cmd(SBX_HELPER_MODE_DU);
+	/* A kill handle: a cancel or the timer ends the walk too. */
+	json_array_append_new(xop(op)->cmd, json_string("--id"));
+	json_array_append_new(xop(op)->cmd, json_string(xop(op)->exec_id));
+	snprintf(num, sizeof(num), "%" PRId64, e->usage_max);
+	json_array_append_new(xop(op)->cmd, json_string("--max"));
+	json_array_append_new(xop(op)->cmd, json_string(num));
+	snprintf(num, sizeof(num), "%" PRId64, e->usage_timeout_ms);
+	json_array_append_new(xop(op)->cmd, json_string("--timeout-ms"));
+	json_array_append_new(xop(op)->cmd, json_string(num));
+	eng_helper_run(op);
+	return &op->base;
+}
+
+/* ---------- recover ---------- */
+
+/* `sbx-helper killall`: SIGKILLs every exec group the helper recorded in
+ * the sandbox's /tmp (sbx_helper_proto.h), i.e. execs of a broker that
+ * died without cancelling them. */
+struct sbx_op *
+eng_recover(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+
+	if ((op = eng_helper_op(e, OP_RECOVER, id, sizeof(struct eop_exec),
+	    err)) == NULL)
+		return NULL;
+	op->done_cb = cb;
+	xop(op)->exited = done_exited;
+	op->arg = arg;
+	xop(op)->cap = ERRTAIL_MAX;
+	xop(op)->timeout_ms = KILL_TIMEOUT_MS;
+	if ((xop(op)->cmd = eng_helper_cmd("killall")) == NULL) {
+		eng_op_free(op);
+		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		return NULL;
+	}
+	eng_helper_run(op);
+	return &op->base;
+}

@@ -1,0 +1,510 @@
+/* driver_engine_helper.c - the engine driver's helper volume: sbx-helper read once, filled into a named volume, old ones removed (adr/0009). */
+#include <sys/queue.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "driver_engine_int.h"
+#include "sbx_log.h"
+#include "sbx_path.h"
+#include "sbx_usage.h"
+
+#define HELPER_MAX (64 * 1024 * 1024)    /* the helper file we read */
+
+static void hp_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err);
+static void hp_fill(struct eop *op);
+static void gc_next(struct eop *op);
+
+/* ---------- the helper volume ---------- */
+
+/*
+ * The helper reaches sandboxes as a read-only named volume the broker
+ * fills through the Engine API, so it works wherever the broker runs (also
+ * in a container, where a bind source would be resolved on the host):
+ * volume <stem>-<16 hex of sha256>, labelled io.sbx.managed, io.sbx.helper-
+ * stem and io.sbx.helper-sha256. Once per broker process, before its first
+ * container: /version (Docker or Podman), create the volume, create (never
+ * start) a container of the ensure's image with it at /.sbx, GET the file
+ * back and, unless it is already our bytes, PUT the one-file tar, remove
+ * the container. Ensures that need a container wait for it; afterwards old
+ * helper volumes of the stem that no container uses are removed.
+ */
+
+void
+eng_helper_settle(struct engine *e, const struct sbx_err *err)
+{
+	struct eop_ensure *w;
+
+	e->hstate = err == NULL ? H_READY : H_NONE;
+	while ((w = TAILQ_FIRST(&e->hwait)) != NULL) {
+		TAILQ_REMOVE(&e->hwait, w, wlink);
+		w->waiting = 0;
+		if (err != NULL)
+			eng_finish_err(&w->op, err);
+		else
+			eng_ensure_volume(&w->op);
+	}
+	if (err == NULL)
+		eng_helper_gc(e);
+}
+
+static void
+hp_finish(struct eop *op, const struct sbx_err *err)
+{
+	if (err != NULL)
+		log_warn("helper volume not ready", "volume", op->e->helper_vol,
+		    "error", err->message, NULL);
+	eng_helper_settle(op->e, err);
+	eng_op_release(op);
+}
+
+/* Removes the fill container (if any), then ends with err (NULL: ready). */
+static void
+hp_end(struct eop *op, const struct sbx_err *err)
+{
+	struct eop_helper *hp = hlp(op);
+	char path[256];
+
+	if (err != NULL)
+		hp->aux_err = *err;
+	if (hp->aux_cid[0] == '\0') {
+		hp_finish(op, err);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0",
+	    hp->aux_cid);
+	eng_call(op, "DELETE", path, NULL, hp_removed);
+}
+
+static void
+hp_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct eop_helper *hp = hlp(op);
+	struct sbx_err e;
+
+	hp->aux_cid[0] = '\0';
+	if (hp->aux_err.code[0] != '\0') {
+		e = hp->aux_err;
+		hp_finish(op, &e);
+		return;
+	}
+	if (REPLY_BAD(op, hp_finish, err, status, body,
+	    "remove the helper fill container", 204, 404))
+		return;
+	hp_finish(op, NULL);
+}
+
+static void
+hp_put(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+
+	if (REPLY_BAD(op, hp_end, err, status, body,
+	    "copy sbx-helper into its volume", 200))
+		return;
+	hp_end(op, NULL);
+}
+
+/* 1 when the tar in buf[0..n) starts with a regular file holding exactly
+ * the helper's bytes. */
+static int
+tar_holds_helper(struct engine *e, const unsigned char *buf, size_t n)
+{
+	unsigned long long size = 0;
+	size_t i;
+
+	if (n < 512 || (buf[156] != '0' && buf[156] != '\0'))
+		return 0;
+	for (i = 124; i < 136 && buf[i] >= '0' && buf[i] <= '7'; i++)
+		size = size * 8 + (unsigned)(buf[i] - '0');
+	return size == e->helper_len && n >= 512 + size &&
+	    memcmp(buf + 512, e->helper_tar + 512, e->helper_len) == 0;
+}
+
+static void
+hp_got(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct engine *e = op->e;
+	char path[256];
+	size_t n;
+
+	(void)body;
+	if (err != NULL) {
+		hp_end(op, err);
+		return;
+	}
+	n = evbuffer_get_length(op->resp);
+	/* Already filled (an earlier broker, or another one sharing the
+	 * runtime): never rewrite a file running sandboxes may be executing. */
+	if (status == 200 && !op->resp_over &&
+	    tar_holds_helper(e, evbuffer_pullup(op->resp, -1), n)) {
+		hp_end(op, NULL);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/containers/%s/archive?path=%s",
+	    hlp(op)->aux_cid, SBX_HELPER_DIR);
+	eng_call_bytes(op, "PUT", path, "application/x-tar", e->helper_tar,
+	    e->helper_tar_len, hp_put);
+}
+
+static void
+hp_stale_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	(void)status;
+	(void)body;
+	if (err != NULL) {
+		hp_end(op, err);
+		return;
+	}
+	hp_fill(op);
+}
+
+static void
+hp_created(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct eop_helper *hp = hlp(op);
+	struct engine *e = op->e;
+	struct sbx_err er;
+	char path[300];
+
+	if (err != NULL) {
+		hp_end(op, err);
+		return;
+	}
+	if (eng_name_taken(status, body) && hp->aux_tries++ == 0) {
+		snprintf(path, sizeof(path), API "/containers/%s.fill?force=1&v=0",
+		    e->helper_vol);
+		eng_call(op, "DELETE", path, NULL, hp_stale_removed);
+		return;
+	}
+	if (status == 404) {
+		eng_image_missing(&er, hp->image);
+		hp_end(op, &er);
+		return;
+	}
+	if (status != 201 || !eng_name_ok(eng_jstr(body, "Id"),
+	    sizeof(hp->aux_cid) - 1)) {
+		eng_runtime_err(&er, status, body, "create the helper fill container");
+		hp_end(op, &er);
+		return;
+	}
+	snprintf(hp->aux_cid, sizeof(hp->aux_cid), "%s", eng_jstr(body, "Id"));
+	snprintf(path, sizeof(path), API "/containers/%s/archive?path=%s",
+	    hp->aux_cid, SBX_HELPER_PATH);
+	op->raw = 1;
+	eng_call(op, "GET", path, NULL, hp_got);
+}
+
+static void
+hp_fill(struct eop *op)
+{
+	struct engine *e = op->e;
+	struct sbx_err err;
+	json_t *body;
+	char path[300];
+
+	/* Never started: any image will do, and the ensure's is present. */
+	body = json_pack("{s:s, s:[s], s:[s], s:{s:s, s:s}, s:b,"
+	    " s:{s:s, s:[s], s:[{s:s, s:s, s:s, s:{s:b}}]}}",
+	    "Image", hlp(op)->image,
+	    "Entrypoint", SBX_HELPER_PATH,
+	    "Cmd", SBX_HELPER_MODE_VERSION,
+	    "Labels", L_MANAGED, "true", L_ROLE, "helper-fill",
+	    "NetworkDisabled", 1,
+	    "HostConfig",
+	    "NetworkMode", "none",
+	    "CapDrop", "ALL",
+	    "Mounts", "Type", "volume", "Source", e->helper_vol, "Target",
+	    SBX_HELPER_DIR, "VolumeOptions", "NoCopy", 1);
+	if (body == NULL) {
+		sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
+		hp_end(op, &err);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/containers/create?name=%s.fill",
+	    e->helper_vol);
+	eng_call(op, "POST", path, body, hp_created);
+}
+
+static void
+hp_volume_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		hp_end(op, err);
+		return;
+	}
+	if (status != 200 || !eng_managed(json_object_get(body, "Labels"))) {
+		sbx_err_set(&e, SBX_E_CONFLICT, "a volume named %s exists that "
+		    "sbx does not manage; it was left alone", op->e->helper_vol);
+		hp_end(op, &e);
+		return;
+	}
+	hp_fill(op);
+}
+
+static void
+hp_volume(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		hp_end(op, err);
+		return;
+	}
+	if (status != 201 && status != 200 && !eng_name_taken(status, body)) {
+		eng_runtime_err(&e, status, body, "create the helper volume");
+		hp_end(op, &e);
+		return;
+	}
+	if (status != 409 && status != 500 &&
+	    !eng_managed(json_object_get(body, "Labels"))) {
+		/* Docker 20.10 after a restart: labels only in inspect. */
+		char path[256];
+
+		snprintf(path, sizeof(path), API "/volumes/%s",
+		    op->e->helper_vol);
+		eng_call(op, "GET", path, NULL, hp_volume_inspected);
+		return;
+	}
+	hp_fill(op);
+}
+
+static void
+hp_version(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct engine *e = op->e;
+	struct sbx_err er;
+	json_t *comp, *req;
+	size_t i;
+
+	if (REPLY_BAD(op, hp_end, err, status, body, "tell its version", 200))
+		return;
+	e->flavor = FLAVOR_DOCKER;
+	json_array_foreach(json_object_get(body, "Components"), i, comp)
+		if (strstr(eng_jstr(comp, "Name"), "Podman") != NULL)
+			e->flavor = FLAVOR_PODMAN;
+	req = json_pack("{s:s, s:{s:s, s:s, s:s}}", "Name", e->helper_vol,
+	    "Labels", L_MANAGED, "true", L_HELPER_STEM, e->helper_stem,
+	    L_HELPER_SHA, e->helper_sha);
+	if (req == NULL) {
+		sbx_err_set(&er, SBX_E_INTERNAL, "out of memory");
+		hp_end(op, &er);
+		return;
+	}
+	eng_call(op, "POST", API "/volumes/create", req, hp_volume);
+}
+
+/* Waits op (an ensure about to create a container) for the helper volume. */
+void
+eng_ensure_helper(struct eop *op)
+{
+	struct eop_ensure *en = ens(op);
+	struct engine *e = op->e;
+	struct sbx_err err;
+	struct eop *hp;
+
+	if (e->helper_tar == NULL) {
+		sbx_err_set(&err, SBX_E_RUNTIME, "%s", e->helper_err);
+		eng_finish_err(op, &err);
+		return;
+	}
+	if (e->hstate == H_READY) {
+		eng_ensure_volume(op);
+		return;
+	}
+	TAILQ_INSERT_TAIL(&e->hwait, en, wlink);
+	en->waiting = 1;
+	if (e->hstate == H_BUSY)
+		return;
+	if ((hp = eng_op_new(e, OP_HELPER, NULL, sizeof(struct eop_helper),
+	    &err)) == NULL) {
+		eng_helper_settle(e, &err);
+		return;
+	}
+	e->hstate = H_BUSY;
+	snprintf(hlp(hp)->image, sizeof(hlp(hp)->image), "%s", en->image);
+	sbx_err_clear(&hlp(hp)->aux_err);
+	eng_call(hp, "GET", API "/version", NULL, hp_version);
+}
+
+/* ---------- old helper volumes ---------- */
+
+
+static void
+gc_removed(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	(void)status;
+	(void)body;
+	(void)err;
+	/* 409: still mounted by a container; it goes when that one does. */
+	gc_next(op);
+}
+
+static void
+gc_next(struct eop *op)
+{
+	struct eop_gc *g = gco(op);
+	char path[256];
+	const char *name;
+
+	if (g->gc_i >= json_array_size(g->gc)) {
+		eng_op_release(op);
+		return;
+	}
+	name = json_string_value(json_array_get(g->gc, g->gc_i++));
+	snprintf(path, sizeof(path), API "/volumes/%s", name);
+	eng_call(op, "DELETE", path, NULL, gc_removed);
+}
+
+static void
+gc_listed(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	json_t *v;
+	const char *name;
+	size_t i;
+
+	if (err != NULL || status != 200) {
+		eng_op_release(op);
+		return;
+	}
+	json_array_foreach(json_object_get(body, "Volumes"), i, v) {
+		name = eng_jstr(v, "Name");
+		/* The filter is the runtime's; check again ourselves. */
+		if (!eng_managed(json_object_get(v, "Labels")) ||
+		    eng_label(json_object_get(v, "Labels"), L_HELPER_STEM) == NULL ||
+		    strcmp(eng_label(json_object_get(v, "Labels"), L_HELPER_STEM),
+		    op->e->helper_stem) != 0 ||
+		    strcmp(name, op->e->helper_vol) == 0 || !eng_name_ok(name,
+		    128))
+			continue;
+		json_array_append_new(gco(op)->gc, json_string(name));
+	}
+	gc_next(op);
+}
+
+static void
+gc_fini(struct eop *op)
+{
+	json_decref(gco(op)->gc);
+}
+
+/* Removes (in the background) this stem's helper volumes other than ours
+ * that no container mounts any more. */
+void
+eng_helper_gc(struct engine *e)
+{
+	struct sbx_err err;
+	struct eop *op;
+	char path[512], filt[256], raw[160];
+
+	if ((op = eng_op_new(e, OP_HGC, NULL, sizeof(struct eop_gc),
+	    &err)) == NULL)
+		return;
+	op->fini = gc_fini;
+	if ((gco(op)->gc = json_array()) == NULL) {
+		eng_op_release(op);
+		return;
+	}
+	snprintf(raw, sizeof(raw), "{\"label\":[\"" L_HELPER_STEM "=%s\"]}",
+	    e->helper_stem);
+	eng_urlencode(raw, filt, sizeof(filt));
+	snprintf(path, sizeof(path), API "/volumes?filters=%s", filt);
+	eng_call(op, "GET", path, NULL, gc_listed);
+}
+
+/* A ustar header for a regular file name of size bytes, mode 0755, root's. */
+static void
+tar_header(unsigned char *h, const char *name, size_t size)
+{
+	unsigned sum = 0;
+	size_t i;
+
+	memset(h, 0, 512);
+	snprintf((char *)h, 100, "%s", name);
+	snprintf((char *)h + 100, 8, "%07o", 0755);
+	snprintf((char *)h + 108, 8, "%07o", 0);
+	snprintf((char *)h + 116, 8, "%07o", 0);
+	snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
+	snprintf((char *)h + 136, 12, "%011o", 0);
+	h[156] = '0';
+	memcpy(h + 257, "ustar", 6);
+	memcpy(h + 263, "00", 2);
+	memset(h + 148, ' ', 8);
+	for (i = 0; i < 512; i++)
+		sum += h[i];
+	snprintf((char *)h + 148, 8, "%06o", sum);
+}
+
+/*
+ * Reads the helper once: its bytes as the tar the helper volume is filled
+ * with, its sha256 and the volume's name. A helper that cannot be read is
+ * not fatal here: health says why, and every ensure that needs a new
+ * container fails with that sentence. -1 with e->helper_err set.
+ */
+int
+eng_helper_load(struct engine *e)
+{
+	unsigned char h[crypto_hash_sha256_BYTES];
+	struct stat st;
+	size_t pad;
+	ssize_t n;
+	int fd;
+
+	if ((fd = open(e->helper_path, O_RDONLY | O_CLOEXEC)) < 0) {
+		snprintf(e->helper_err, sizeof(e->helper_err), "sbx-helper "
+		    "cannot be read at %s: %s", e->helper_path, strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+	    st.st_size > HELPER_MAX || (st.st_mode & 0111) == 0) {
+		snprintf(e->helper_err, sizeof(e->helper_err), "sbx-helper at %s "
+		    "is not a non-empty executable file of at most 64 MiB",
+		    e->helper_path);
+		close(fd);
+		return -1;
+	}
+	e->helper_len = (size_t)st.st_size;
+	pad = (512 - e->helper_len % 512) % 512;
+	e->helper_tar_len = 512 + e->helper_len + pad + 1024;
+	if ((e->helper_tar = calloc(1, e->helper_tar_len)) == NULL) {
+		close(fd);
+		snprintf(e->helper_err, sizeof(e->helper_err), "out of memory");
+		return -1;
+	}
+	n = read(fd, e->helper_tar + 512, e->helper_len);
+	close(fd);
+	if (n < 0 || (size_t)n != e->helper_len) {
+		free(e->helper_tar);
+		e->helper_tar = NULL;
+		snprintf(e->helper_err, sizeof(e->helper_err), "sbx-helper at %s "
+		    "could not be read whole", e->helper_path);
+		return -1;
+	}
+	tar_header(e->helper_tar, "sbx-helper", e->helper_len);
+	crypto_hash_sha256(h, e->helper_tar + 512, e->helper_len);
+	sodium_bin2hex(e->helper_sha, sizeof(e->helper_sha), h, sizeof(h));
+	snprintf(e->helper_vol, sizeof(e->helper_vol), "%s-%.16s",
+	    e->helper_stem, e->helper_sha);
+	return 0;
+}

@@ -1,0 +1,516 @@
+/* driver_engine_int.h - private to broker/driver_engine*.c: the driver, its operations' state and the calls the files share. */
+#ifndef DRIVER_ENGINE_INT_H
+#define DRIVER_ENGINE_INT_H
+
+#include <sys/queue.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "driver_engine.h"
+#include "helper/sbx_helper_proto.h"
+#include "sbx_http_client.h"
+#include "sbx_proto.h"
+
+/*
+ * Layout (adr/0020): driver_engine.c the ops table, the driver and the op
+ * lifetime; _call.c one runtime call and inspect parsing; _ensure.c ensure
+ * (container, volume, init container, egress network); _helper.c the
+ * helper volume; _life.c status, stop, destroy, list, reconcile, health;
+ * _run.c one sbx-helper invocation (the seam issue 13's agent replaces);
+ * _exec.c exec and the helper's frames; _files.c read, write, list, du,
+ * killall.
+ */
+
+#define API "/v1.41"                   /* Engine API version pinned (adr/0001) */
+#define STREAM_CHUNK (64 * 1024)
+#define RESP_MAX (8 * 1024 * 1024)     /* JSON answers of the runtime */
+#define ERRTAIL_MAX 2048               /* stderr kept to read the helper's error */
+#define LIST_LINE_MAX 4096             /* one entry line of sbx-helper list */
+#define HELPER_GRACE_MS 2000           /* helper's own timeout trails ours */
+#define KILL_TIMEOUT_MS 10000
+#define ENSURE_RETRIES 5               /* create races lost before giving up */
+#define L_MANAGED "io.sbx.managed"
+#define L_ID "io.sbx.id"
+#define L_EGRESS "io.sbx.egress"
+#define L_IMAGE "io.sbx.image"
+#define L_HELPER "io.sbx.helper"         /* the helper volume a container mounts */
+#define L_HELPER_SHA "io.sbx.helper-sha256"
+#define L_HELPER_STEM "io.sbx.helper-stem"
+#define L_ROLE "io.sbx.role"             /* helper-fill, init: not sandboxes */
+#define MSG_BAD_ID "sandbox id must match [a-z0-9][a-z0-9-]{0,62}"
+
+enum flavor { FLAVOR_UNKNOWN, FLAVOR_DOCKER, FLAVOR_PODMAN };
+enum hstate { H_NONE, H_BUSY, H_READY };
+
+struct eop;
+struct eop_ensure;
+
+struct engine {
+	struct sbx_driver base;       /* first: callers hold a struct sbx_driver * */
+	char *address;                /* "unix:/path" */
+	char *default_image;
+	char **images;                /* NULL-terminated, default included */
+	char *user;
+	struct sbx_engine_limit mem, cpus, pids, timeout;
+	int64_t tmp_bytes, output_cap, file_max, file_timeout;
+	char *helper_path;
+	char *oci_runtime;
+	char *bridge_prefix;          /* host interface names of egress networks */
+	char *prefix;
+	int stop_timeout_s;
+	int64_t req_timeout_ms;
+	int64_t usage_timeout_ms, usage_max; /* status_usage's walk */
+	unsigned uid, gid;            /* of user */
+	int64_t run_bytes;            /* SBX_HELPER_RUN_DIR tmpfs size */
+	/* The helper, read once (adr/0009): its bytes as a one-file tar, the
+	 * volume named after its hash, and whether that volume is filled. */
+	unsigned char *helper_tar;
+	size_t helper_tar_len, helper_len;
+	char helper_sha[65];
+	char helper_stem[64];
+	char helper_vol[96];
+	char helper_err[256];         /* why the helper could not be read */
+	enum flavor flavor;           /* learnt from /version before any create */
+	enum hstate hstate;
+	TAILQ_HEAD(, eop_ensure) hwait; /* ensures waiting for the helper volume */
+	TAILQ_HEAD(, eop) ops;
+};
+
+enum op_kind {
+	OP_ENSURE, OP_STATUS, OP_EXEC, OP_READ, OP_WRITE, OP_LIST, OP_STOP,
+	OP_DESTROY, OP_SANDBOXES, OP_HEALTH, OP_KILL, OP_RECOVER, OP_RECONCILE,
+	OP_HELPER, OP_HGC,            /* internal: fill the helper volume, drop old ones */
+	OP_USAGE,                     /* status + sbx-helper du (adr/0017) */
+};
+
+/* A runtime call's continuation: the HTTP status and the parsed answer, or
+ * err (transport, timeout, answer too large) with status 0 or the status. */
+typedef void (*cont_fn)(struct eop *, int status, json_t *body,
+    const struct sbx_err *err);
+
+/*
+ * What every operation has: the handle callers hold, the sandbox's names,
+ * the one runtime call in flight and the caller's callback. Each kind
+ * embeds this first in its own state struct below (op_new allocates the
+ * kind's size); a kind's accessor casts to it.
+ */
+struct eop {
+	struct sbx_op base;           /* first */
+	struct engine *e;
+	TAILQ_ENTRY(eop) link;
+	enum op_kind kind;
+	int busy, dead;               /* a sink may cancel from inside output() */
+	void (*fini)(struct eop *);   /* frees the kind's own state, or NULL */
+	char id[64];
+	char cname[128];              /* container name */
+	char vname[140];              /* volume name */
+	char nname[140];              /* egress network name */
+	char cid[80];                 /* runtime container id once inspected */
+	void (*then)(struct eop *);   /* eng_net_drop's continuation */
+
+	/* The runtime call in flight (one at a time). */
+	struct sbx_http_req *http;
+	struct evbuffer *resp;
+	int resp_over;
+	int raw;                      /* eng_call: the answer stays raw in resp */
+	cont_fn cont;
+
+	/* The caller's callback: the one of the op's kind is set. */
+	sbx_status_cb status_cb;
+	sbx_done_cb done_cb;
+	sbx_list_cb list_cb;
+	sbx_sandboxes_cb sandboxes_cb;
+	sbx_health_cb health_cb;
+	void *arg;
+
+	struct event *defer;          /* reports a failure from the loop */
+	struct sbx_err derr;
+};
+
+/* OP_ENSURE */
+struct eop_ensure {
+	struct eop op;
+	char image[256];
+	int egress;
+	int64_t mem, cpus, pids;
+	int drop_net;                 /* egress revoked: remove its network */
+	int retries;                  /* lost create races so far */
+	struct event *retry;
+	int need_init;                /* Docker: chown /work in an init container */
+	int waiting;                  /* on e->hwait */
+	TAILQ_ENTRY(eop_ensure) wlink;
+	char old_helper[96];          /* helper label of the container removed */
+	char aux_cid[80];             /* the init container */
+	int aux_tries;
+	int64_t aux_code;             /* its exit status */
+	struct sbx_err aux_err;       /* the failure reported after its removal */
+};
+
+/* OP_DESTROY */
+struct eop_destroy {
+	struct eop op;
+	char old_helper[96];          /* helper label of the container removed */
+};
+
+/* OP_HELPER: fills the helper volume */
+struct eop_helper {
+	struct eop op;
+	char image[256];              /* of the ensure that asked first */
+	char aux_cid[80];             /* the fill container */
+	int aux_tries;
+	struct sbx_err aux_err;       /* the failure reported after its removal */
+};
+
+/* OP_HGC: removes old helper volumes */
+struct eop_gc {
+	struct eop op;
+	json_t *gc;                   /* volume names to remove */
+	size_t gc_i;
+};
+
+/* OP_RECONCILE */
+struct eop_reconcile {
+	struct eop op;
+	json_t *rkeep;                /* ids whose egress network stays */
+	json_t *rnets;                /* managed networks, walked by ri */
+	size_t ri;
+	unsigned rgone;
+};
+
+/* OP_HEALTH */
+struct eop_health {
+	struct eop op;
+	struct sbx_health health;
+};
+
+/*
+ * One sbx-helper invocation (driver_engine_run.c): OP_EXEC, OP_READ,
+ * OP_WRITE, OP_LIST, OP_KILL, OP_RECOVER, OP_USAGE. The helper's argv,
+ * env and stdin, its bounds, and how its output and exit reach the kind.
+ */
+struct eop_exec {
+	struct eop op;
+	json_t *cmd;                  /* helper argv */
+	json_t *env;
+	char exec_id[40];             /* ours, the helper's kill handle */
+	char rexec[80];               /* the runtime's exec id */
+	struct evbuffer *stdin_buf;
+	int has_stdin;
+	int64_t timeout_ms, cap, delivered, started_ms;
+	struct event *timer;
+	/* the runtime's 8-byte stream frames */
+	unsigned char fhdr[8];
+	size_t fhdr_len;
+	uint32_t frame_left;
+	int frame_stream;
+	struct evbuffer *out;         /* stdout kept (list, write, du, kill) */
+	/* read, write, list: no progress for file_timeout ends the op */
+	struct event *ftimer;
+	struct evbuffer *errtail;     /* stderr kept (helper error line) */
+	int paused, streaming, stream_started, got_stream;
+	int timed_out, truncated, killing;
+	int polls;
+	struct eop *kill;             /* kill exec run on our behalf */
+	struct eop *parent;           /* for a kill: who waits for it */
+	struct sbx_err kerr;
+	struct sbx_sink sink;         /* exec, read */
+	/* The helper exited with status code (runtime's exit status). */
+	void (*exited)(struct eop *, int code);
+};
+
+/* OP_EXEC: sbx-helper's frames inside the runtime's stdout stream
+ * (sbx_helper_proto.h, exec --framed); untrusted, checked strictly */
+struct eop_cmd {
+	struct eop_exec x;
+	unsigned char hhdr[SBX_HELPER_FRAME_HDR];
+	size_t hhdr_len;
+	int htype;                    /* frame being read; 0: a header */
+	uint32_t hleft;               /* its payload bytes still to come */
+	unsigned char hrec[SBX_HELPER_ERROR_REC_MAX]; /* a record's payload */
+	size_t hrec_len;
+	int got_exit, got_herr;
+	int xhow, xcode, xsig, xtimeout; /* the exit record */
+	char herr_code[48], herr_msg[256]; /* the error record */
+};
+
+/* OP_LIST: the page parsed line by line as it arrives */
+struct eop_list {
+	struct eop_exec x;
+	struct sbx_dirent *ents;
+	size_t nents, ents_cap, list_limit;
+	int list_end, list_trunc, list_bad;
+	char after_hex[2 * 255 + 1];
+};
+
+/* OP_WRITE: write_stream's body source (adr/0018); src_left bytes of it
+ * still to send, sent only while the runtime connection's output holds
+ * less than WRITE_OUT_MAX */
+struct eop_write {
+	struct eop_exec x;
+	struct evbuffer *src;
+	struct evbuffer_cb_entry *src_ent;
+	uint64_t src_left;
+};
+
+/* OP_USAGE */
+struct eop_usage {
+	struct eop_exec x;
+	struct sbx_status ust;        /* the status the walk adds to */
+};
+
+/* OP_KILL */
+struct eop_kill {
+	struct eop_exec x;
+	int retries;                  /* runtime unreachable so far */
+	struct event *retry;
+};
+
+/* The kinds' accessors: op must be of a kind the struct belongs to. */
+static inline struct eop_ensure *ens(struct eop *op)
+{
+	return (struct eop_ensure *)op;
+}
+static inline struct eop_destroy *dst(struct eop *op)
+{
+	return (struct eop_destroy *)op;
+}
+static inline struct eop_helper *hlp(struct eop *op)
+{
+	return (struct eop_helper *)op;
+}
+static inline struct eop_gc *gco(struct eop *op)
+{
+	return (struct eop_gc *)op;
+}
+static inline struct eop_reconcile *rco(struct eop *op)
+{
+	return (struct eop_reconcile *)op;
+}
+static inline struct eop_health *hlt(struct eop *op)
+{
+	return (struct eop_health *)op;
+}
+static inline struct eop_exec *xop(struct eop *op)
+{
+	return (struct eop_exec *)op;
+}
+static inline struct eop_cmd *cmo(struct eop *op)
+{
+	return (struct eop_cmd *)op;
+}
+static inline struct eop_list *lso(struct eop *op)
+{
+	return (struct eop_list *)op;
+}
+static inline struct eop_write *wro(struct eop *op)
+{
+	return (struct eop_write *)op;
+}
+static inline struct eop_usage *uso(struct eop *op)
+{
+	return (struct eop_usage *)op;
+}
+static inline struct eop_kill *kio(struct eop *op)
+{
+	return (struct eop_kill *)op;
+}
+
+/* ---- driver_engine.c: op lifetime ---- */
+
+/* A new op of kind (size bytes, its state struct) for sandbox id (NULL:
+ * none; else checked with sbx_id_valid: invalid_id), on e's list. NULL
+ * with err invalid_id or internal. */
+struct eop *eng_op_new(struct engine *e, enum op_kind kind, const char *id,
+    size_t size, struct sbx_err *err);
+/* Frees op at once (NULL: no-op); only where no callback frame holds it. */
+void eng_op_free(struct eop *op);
+/* Frees op now, or when the outermost callback frame on it returns. */
+void eng_op_release(struct eop *op);
+void eng_op_enter(struct eop *op);
+/* Returns 1 when op is still alive. */
+int eng_op_leave(struct eop *op);
+/* Terminal callbacks: each releases op. */
+void eng_finish_status(struct eop *op, const struct sbx_err *err,
+    const struct sbx_status *st);
+void eng_finish_done(struct eop *op, const struct sbx_err *err);
+void eng_finish_sink_error(struct eop *op, const struct sbx_err *err);
+/* Any op's failure, routed to the callback its kind has. */
+void eng_finish_err(struct eop *op, const struct sbx_err *err);
+/* Reports err from the event loop (a request that could not be sent). */
+void eng_fail_later(struct eop *op, const struct sbx_err *err);
+
+/* ---- driver_engine_call.c: one runtime call, inspect parsing ---- */
+
+int64_t eng_now_ms(void);
+/* 0 when id follows SPEC §4 (sbx_id_valid), else -1 with err invalid_id. */
+int eng_id_check(const char *id, struct sbx_err *err);
+/* 1 when s is 1..max bytes of [A-Za-z0-9_.-]. */
+int eng_name_ok(const char *s, size_t max);
+/* sbx_path_check (SPEC §4) of NUL-terminated p (NULL refused): 0, or -1
+ * with err path_outside_work. */
+int eng_path_check(const char *p, struct sbx_err *err);
+void eng_urlencode(const char *in, char *out, size_t outsz);
+/* "" when key is absent or not a string. */
+const char *eng_jstr(json_t *o, const char *key);
+const char *eng_label(json_t *labels, const char *key);
+int eng_managed(json_t *labels);
+/* err = runtime_error "runtime refused to WHAT (HTTP n): message". */
+void eng_runtime_err(struct sbx_err *err, int status, json_t *body,
+    const char *what);
+/* err = runtime_error "image I is not present in the runtime ...". */
+void eng_image_missing(struct sbx_err *err, const char *image);
+/* A create that lost a race (Docker 409, Podman 500 "already ..."). */
+int eng_name_taken(int status, json_t *body);
+/*
+ * The common check of a continuation: err, or a status not in ok (a list
+ * ending in 0) -> the op ends through fail (NULL: eng_finish_err) with err
+ * or "runtime refused to WHAT"; returns 1 then, else 0.
+ */
+int eng_reply_bad(struct eop *op, void (*fail)(struct eop *,
+    const struct sbx_err *), const struct sbx_err *err, int status,
+    json_t *body, const char *what, const int *ok);
+#define REPLY_BAD(op, fail, err, status, body, what, ...) \
+	eng_reply_bad(op, fail, err, status, body, what, \
+	    (const int[]){ __VA_ARGS__, 0 })
+/* One JSON call: body stolen (NULL: none); continues in cont. */
+void eng_call(struct eop *op, const char *method, const char *path,
+    json_t *body, cont_fn cont);
+/* One call with len bytes of data of ctype; with op->raw set the answer
+ * stays raw in op->resp. */
+void eng_call_bytes(struct eop *op, const char *method, const char *path,
+    const char *ctype, const void *data, size_t len, cont_fn cont);
+/* The body callback of eng_call (an error answer of a stream too). */
+void eng_call_body(void *arg, struct sbx_http_req *req,
+    const unsigned char *buf, size_t len);
+/* A container inspect answer -> st (and op->cid); conflict when not ours. */
+int eng_status_from_inspect(struct eop *op, json_t *c, struct sbx_status *st,
+    struct sbx_err *err);
+void eng_absent_status(struct eop *op, struct sbx_status *st);
+void eng_inspect_path(struct eop *op, char *path, size_t sz);
+/* 1 running, 0 absent or stopped (st filled), -1 op already finished. */
+int eng_inspect_running(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err, struct sbx_status *st);
+
+/* ---- driver_engine_ensure.c ---- */
+
+struct sbx_op *eng_ensure(struct sbx_driver *d, const char *id,
+    const struct sbx_spec *spec, sbx_status_cb cb, void *arg,
+    struct sbx_err *err);
+/* The ensure continues once the helper volume is ready. */
+void eng_ensure_volume(struct eop *op);
+/* Removes op's egress network if sbx made it, then op->then(op). */
+void eng_net_drop(struct eop *op, void (*after)(struct eop *));
+
+/* ---- driver_engine_helper.c ---- */
+
+/* Waits ensure op for the helper volume (filling it once). */
+void eng_ensure_helper(struct eop *op);
+/* The helper volume's fill ended (err NULL: ready): wakes the waiters. */
+void eng_helper_settle(struct engine *e, const struct sbx_err *err);
+/* Removes unused old helper volumes of the stem, in the background. */
+void eng_helper_gc(struct engine *e);
+/* Reads the helper file once; -1 with e->helper_err set. */
+int eng_helper_load(struct engine *e);
+
+/* ---- driver_engine_life.c ---- */
+
+struct sbx_op *eng_status(struct sbx_driver *d, const char *id,
+    sbx_status_cb cb, void *arg, struct sbx_err *err);
+struct sbx_op *eng_stop(struct sbx_driver *d, const char *id, sbx_done_cb cb,
+    void *arg, struct sbx_err *err);
+struct sbx_op *eng_destroy(struct sbx_driver *d, const char *id,
+    sbx_done_cb cb, void *arg, struct sbx_err *err);
+struct sbx_op *eng_list_sandboxes(struct sbx_driver *d, sbx_sandboxes_cb cb,
+    void *arg, struct sbx_err *err);
+struct sbx_op *eng_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
+    struct sbx_err *err);
+struct sbx_op *eng_health(struct sbx_driver *d, sbx_health_cb cb, void *arg,
+    struct sbx_err *err);
+
+/* ---- driver_engine_run.c: one sbx-helper invocation ---- */
+
+/*
+ * A helper op of kind (size: its state struct) for sandbox id with a fresh
+ * exec id and its buffers; the caller sets cmd (eng_helper_cmd), cap,
+ * timeout_ms, exited, and the rest it needs, then calls eng_helper_run.
+ * NULL with err invalid_id or internal.
+ */
+struct eop *eng_helper_op(struct engine *e, enum op_kind kind,
+    const char *id, size_t size, struct sbx_err *err);
+/* ["/.sbx/sbx-helper", mode] */
+json_t *eng_helper_cmd(const char *mode);
+/*
+ * The one way sbx-helper runs in a sandbox: checks the container (not for
+ * a kill), execs cmd as the sandbox user, sends stdin, delivers output to
+ * the kind (eng_deliver; OP_EXEC's stdout to eng_helper_frames), then
+ * calls x->exited(op, status), or ends op with an error.
+ */
+void eng_helper_run(struct eop *op);
+/* Kills the helper exec exec_id in cid by its handle; parent (or NULL: fire
+ * and forget) hears the end in its kill_ended. -1 when it cannot start. */
+int eng_start_kill(struct engine *e, const char *id, const char *cid,
+    const char *exec_id, struct eop *parent);
+/* A kill op ended (err NULL: done). */
+void eng_kill_ended(struct eop *k, const struct sbx_err *err);
+/* Output of the helper on stream 1 or 2 for the kind. */
+void eng_deliver(struct eop *op, int stream, const unsigned char *buf,
+    size_t len);
+/* The helper's error line (last of stderr): 1 with code and msg. */
+int eng_helper_line(struct eop *op, char *code, size_t csz, char *msg,
+    size_t msz);
+/* The error of a helper mode that exited with status code. */
+void eng_helper_error(struct eop *op, int code, struct sbx_err *e);
+/* Ends op with the helper's error when code != 0 and returns 1. */
+int eng_helper_failed(struct eop *op, int code);
+/* The helper's stream ended without an exit record: ask the runtime. */
+void eng_exec_after_stream(struct eop *op);
+
+/* ---- driver_engine_exec.c ---- */
+
+struct sbx_op *eng_exec(struct sbx_driver *d, const char *id,
+    const struct sbx_exec_req *req, const struct sbx_sink *sink,
+    struct sbx_err *err);
+/* sbx-helper's frames in the runtime's stdout of an OP_EXEC. */
+void eng_helper_frames(struct eop *op, const unsigned char *buf, size_t len);
+/* The helper's own stderr of an OP_EXEC: a tail kept. */
+void eng_keep_errtail(struct eop *op, const unsigned char *buf, size_t len);
+/* An OP_EXEC ended with its exit record. */
+void eng_exec_recorded(struct eop *op);
+/* 1 when an OP_EXEC's stream brought the exit record. */
+int eng_exec_got_exit(struct eop *op);
+
+/* ---- driver_engine_files.c ---- */
+
+struct sbx_op *eng_read(struct sbx_driver *d, const char *id,
+    const char *path, const struct sbx_sink *sink, struct sbx_err *err);
+struct sbx_op *eng_write(struct sbx_driver *d, const char *id,
+    const char *path, uint32_t mode, struct evbuffer *body, sbx_done_cb cb,
+    void *arg, struct sbx_err *err);
+struct sbx_op *eng_write_stream(struct sbx_driver *d, const char *id,
+    const char *path, uint32_t mode, struct evbuffer *src, uint64_t len,
+    sbx_done_cb cb, void *arg, struct sbx_err *err);
+struct sbx_op *eng_list(struct sbx_driver *d, const char *id,
+    const char *path, const struct sbx_list_page *page, sbx_list_cb cb,
+    void *arg, struct sbx_err *err);
+struct sbx_op *eng_status_usage(struct sbx_driver *d, const char *id,
+    sbx_status_cb cb, void *arg, struct sbx_err *err);
+struct sbx_op *eng_recover(struct sbx_driver *d, const char *id,
+    sbx_done_cb cb, void *arg, struct sbx_err *err);
+/* An OP_USAGE's inspect: 1 when op was finished (not running). */
+int eng_usage_target(struct eop *op, int r, const struct sbx_status *st);
+/* Lets go of an OP_WRITE's source (no-op for other kinds). */
+void eng_src_detach(struct eop *op);
+/* An OP_WRITE's runtime stream has started: its stdin, then the write
+ * side closed. */
+void eng_write_started(struct eop *op, struct sbx_http_req *req);
+/* Restarts a file op's progress timer. */
+void eng_file_progress(struct eop *op);
+/* Parses the complete lines an OP_LIST holds in out. */
+void eng_list_lines(struct eop *op);
+
+#endif

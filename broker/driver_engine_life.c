@@ -1,0 +1,626 @@
+/* driver_engine_life.c - the engine driver's sandbox lifecycle besides ensure: status, stop, destroy, list, reconcile, health. */
+#include <sys/queue.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "driver_engine_int.h"
+#include "sbx_log.h"
+#include "sbx_path.h"
+#include "sbx_usage.h"
+
+static void rec_next(struct eop *op);
+
+/* A new op of kind (size bytes) for sandbox id whose first step is the
+ * container's inspect, answered in cont. NULL with err. */
+static struct eop *
+inspect_first(struct sbx_driver *d, enum op_kind kind, size_t size,
+    const char *id, cont_fn cont, struct sbx_err *err)
+{
+	struct eop *op;
+	char path[256];
+
+	if ((op = eng_op_new((struct engine *)d, kind, id, size, err)) == NULL)
+		return NULL;
+	eng_inspect_path(op, path, sizeof(path));
+	eng_call(op, "GET", path, NULL, cont);
+	return op;
+}
+
+/* ---------- status ---------- */
+
+static void
+status_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_status st;
+	struct sbx_err e;
+
+	if (err != NULL) {
+		eng_finish_err(op, err);
+		return;
+	}
+	if (status == 404) {
+		eng_absent_status(op, &st);
+		eng_finish_status(op, NULL, &st);
+		return;
+	}
+	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the container",
+	    200))
+		return;
+	if (eng_status_from_inspect(op, body, &st, &e) < 0) {
+		eng_finish_err(op, &e);
+		return;
+	}
+	eng_finish_status(op, NULL, &st);
+}
+
+struct sbx_op *
+eng_status(struct sbx_driver *d, const char *id, sbx_status_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct eop *op;
+
+	if ((op = inspect_first(d, OP_STATUS, sizeof(struct eop), id,
+	    status_inspected, err)) == NULL)
+		return NULL;
+	op->status_cb = cb;
+	op->arg = arg;
+	return &op->base;
+}
+
+/* ---------- stop ---------- */
+
+static void
+stop_done(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		eng_finish_err(op, err);
+		return;
+	}
+	if (status == 404) {
+		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
+		eng_finish_err(op, &e);
+		return;
+	}
+	if (REPLY_BAD(op, NULL, NULL, status, body, "stop the container", 204,
+	    304))
+		return;
+	eng_finish_done(op, NULL);
+}
+
+static void
+stop_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_status st;
+	struct sbx_err e;
+	char path[256];
+	int r;
+
+	if ((r = eng_inspect_running(op, status, body, err, &st)) < 0)
+		return;
+	if (r == 0 && st.state == SBX_STATE_ABSENT) {
+		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
+		eng_finish_err(op, &e);
+		return;
+	}
+	if (r == 0) {
+		eng_finish_done(op, NULL);   /* already stopped */
+		return;
+	}
+	snprintf(path, sizeof(path), API "/containers/%s/stop?t=%d", op->cid,
+	    op->e->stop_timeout_s);
+	eng_call(op, "POST", path, NULL, stop_done);
+}
+
+struct sbx_op *
+eng_stop(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct eop *op;
+
+	if ((op = inspect_first(d, OP_STOP, sizeof(struct eop), id,
+	    stop_inspected, err)) == NULL)
+		return NULL;
+	op->done_cb = cb;
+	op->arg = arg;
+	return &op->base;
+}
+
+/* ---------- destroy ---------- */
+
+/* Last step of destroy: container, volume, then the egress network gone. */
+static void
+destroy_finish(struct eop *op)
+{
+	eng_finish_done(op, NULL);
+}
+
+static void
+destroy_volume_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+
+	if (REPLY_BAD(op, NULL, err, status, body, "remove the volume", 204,
+	    404))
+		return;
+	eng_net_drop(op, destroy_finish);
+}
+
+static void
+destroy_volume_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+	char path[256];
+
+	if (err != NULL) {
+		eng_finish_err(op, err);
+		return;
+	}
+	if (status == 404) {
+		eng_net_drop(op, destroy_finish);
+		return;
+	}
+	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the volume", 200))
+		return;
+	if (!eng_managed(json_object_get(body, "Labels"))) {
+		sbx_err_set(&e, SBX_E_CONFLICT, "a volume named %s exists that "
+		    "sbx does not manage; it was left alone", op->vname);
+		eng_finish_err(op, &e);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/volumes/%s", op->vname);
+	eng_call(op, "DELETE", path, NULL, destroy_volume_removed);
+}
+
+static void
+destroy_init_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	char path[256];
+
+	(void)status;
+	(void)body;
+	if (err != NULL) {
+		eng_finish_err(op, err);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/volumes/%s", op->vname);
+	eng_call(op, "GET", path, NULL, destroy_volume_inspected);
+}
+
+/* First the init container a broker killed during an ensure may have left
+ * (ours by its name: ids cannot hold a '.'; it holds the volume, found by
+ * test_faults.py), then the volume. */
+static void
+destroy_volume(struct eop *op)
+{
+	char path[300];
+
+	snprintf(path, sizeof(path), API "/containers/%s.init?force=1&v=0",
+	    op->cname);
+	eng_call(op, "DELETE", path, NULL, destroy_init_removed);
+}
+
+static void
+destroy_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+
+	if (REPLY_BAD(op, NULL, err, status, body, "remove the container", 204,
+	    404))
+		return;
+	/* The last user of an old helper volume may have gone. */
+	if (dst(op)->old_helper[0] != '\0' &&
+	    strcmp(dst(op)->old_helper, op->e->helper_vol) != 0)
+		eng_helper_gc(op->e);
+	destroy_volume(op);
+}
+
+static void
+destroy_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_status st;
+	struct sbx_err e;
+	const char *hl;
+	char path[256];
+
+	if (err != NULL) {
+		eng_finish_err(op, err);
+		return;
+	}
+	if (status == 404) {
+		destroy_volume(op);
+		return;
+	}
+	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the container",
+	    200))
+		return;
+	if (eng_status_from_inspect(op, body, &st, &e) < 0) {
+		eng_finish_err(op, &e);
+		return;
+	}
+	hl = eng_label(json_object_get(json_object_get(body, "Config"), "Labels"),
+	    L_HELPER);
+	snprintf(dst(op)->old_helper, sizeof(dst(op)->old_helper), "%s",
+	    hl != NULL ? hl : "");
+	snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0", op->cid);
+	eng_call(op, "DELETE", path, NULL, destroy_removed);
+}
+
+struct sbx_op *
+eng_destroy(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct eop *op;
+
+	if ((op = inspect_first(d, OP_DESTROY, sizeof(struct eop_destroy), id,
+	    destroy_inspected, err)) == NULL)
+		return NULL;
+	op->done_cb = cb;
+	op->arg = arg;
+	return &op->base;
+}
+
+/* ---------- list_sandboxes ---------- */
+
+static void
+sandboxes_listed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_status *sts = NULL;
+	struct sbx_err e;
+	json_t *c, *labels;
+	const char *v, *state;
+	size_t i, n = 0;
+
+	if (err != NULL) {
+		eng_finish_err(op, err);
+		return;
+	}
+	if (status != 200 || !json_is_array(body)) {
+		eng_runtime_err(&e, status, body, "list containers");
+		eng_finish_err(op, &e);
+		return;
+	}
+	if (json_array_size(body) > 0 &&
+	    (sts = calloc(json_array_size(body), sizeof(*sts))) == NULL) {
+		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		eng_finish_err(op, &e);
+		return;
+	}
+	json_array_foreach(body, i, c) {
+		labels = json_object_get(c, "Labels");
+		/* The filter is the runtime's; check again ourselves. */
+		if (!eng_managed(labels) || (v = eng_label(labels, L_ID)) == NULL ||
+		    !sbx_id_valid(v))
+			continue;
+		snprintf(sts[n].id, sizeof(sts[n].id), "%s", v);
+		state = eng_jstr(c, "State");
+		sts[n].state = strcmp(state, "running") == 0 ?
+		    SBX_STATE_RUNNING : SBX_STATE_STOPPED;
+		v = eng_label(labels, L_IMAGE);
+		snprintf(sts[n].image, sizeof(sts[n].image), "%s",
+		    v != NULL ? v : eng_jstr(c, "Image"));
+		v = eng_label(labels, L_EGRESS);
+		sts[n].egress = v != NULL && strcmp(v, "1") == 0;
+		sts[n].created_at_ms =
+		    (int64_t)json_integer_value(json_object_get(c, "Created")) * 1000;
+		if (sts[n].state == SBX_STATE_STOPPED)
+			snprintf(sts[n].stop_reason, sizeof(sts[n].stop_reason),
+			    "exited");
+		snprintf(sts[n].container_id, sizeof(sts[n].container_id), "%s",
+		    eng_jstr(c, "Id"));
+		n++;
+	}
+	if (op->sandboxes_cb != NULL)
+		op->sandboxes_cb(op->arg, NULL, sts, n);
+	free(sts);
+	eng_op_release(op);
+}
+
+struct sbx_op *
+eng_list_sandboxes(struct sbx_driver *d, sbx_sandboxes_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+	char path[512], filt[256];
+
+	if ((op = eng_op_new(e, OP_SANDBOXES, NULL, sizeof(struct eop),
+	    err)) == NULL)
+		return NULL;
+	op->sandboxes_cb = cb;
+	op->arg = arg;
+	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
+	snprintf(path, sizeof(path), API "/containers/json?all=1&filters=%s",
+	    filt);
+	eng_call(op, "GET", path, NULL, sandboxes_listed);
+	return &op->base;
+}
+
+/* ---------- reconcile: egress networks nobody needs (ADR 0014) ---------- */
+
+
+static void
+rec_deleted(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct eop_reconcile *rc = rco(op);
+	json_t *n = json_array_get(rc->rnets, rc->ri);
+	const char *name = eng_jstr(n, "Name");
+
+	(void)body;
+	if (err != NULL) {
+		eng_finish_err(op, err);
+		return;
+	}
+	if (status >= 200 && status < 300) {
+		rc->rgone++;
+		log_info("orphaned egress network removed", "network", name, NULL);
+	} else if (status != 404) {
+		/* In use (the pre-0014 shared network still has containers) or
+		 * refused: left for the next start. */
+		log_warn("egress network not removed", "network", name, "why",
+		    json_string_value(json_object_get(body, "message")), NULL);
+	}
+	rc->ri++;
+	rec_next(op);
+}
+
+/* 1 when managed network n is ours and no sandbox needs it any more. */
+static int
+rec_orphan(struct eop *op, json_t *n)
+{
+	json_t *labels = json_object_get(n, "Labels");
+	const char *name = eng_jstr(n, "Name"), *id = eng_label(labels, L_ID);
+	size_t pl = strlen(op->e->prefix);
+	char want[160];
+
+	if (!eng_managed(labels) || strncmp(name, op->e->prefix, pl) != 0)
+		return 0;
+	if (id == NULL)   /* the shared network of sbx before ADR 0014 */
+		return strcmp(name + pl, "egress") == 0;
+	if (!sbx_id_valid(id))
+		return 0;
+	snprintf(want, sizeof(want), "%s%s-egress", op->e->prefix, id);
+	return strcmp(name, want) == 0 &&
+	    json_object_get(rco(op)->rkeep, id) == NULL;
+}
+
+static void
+rec_next(struct eop *op)
+{
+	struct eop_reconcile *rc = rco(op);
+	json_t *n;
+	char path[256];
+	char gone[16];
+
+	for (; rc->ri < json_array_size(rc->rnets); rc->ri++) {
+		n = json_array_get(rc->rnets, rc->ri);
+		if (!rec_orphan(op, n) || !eng_name_ok(eng_jstr(n, "Id"), 128))
+			continue;
+		snprintf(path, sizeof(path), API "/networks/%s", eng_jstr(n, "Id"));
+		eng_call(op, "DELETE", path, NULL, rec_deleted);
+		return;
+	}
+	snprintf(gone, sizeof(gone), "%u", rc->rgone);
+	if (rc->rgone > 0)
+		log_info("egress networks reconciled", "removed", gone, NULL);
+	eng_finish_done(op, NULL);
+}
+
+static void
+rec_networks(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		eng_finish_err(op, err);
+		return;
+	}
+	if (status != 200 || !json_is_array(body)) {
+		eng_runtime_err(&e, status, body, "list networks");
+		eng_finish_err(op, &e);
+		return;
+	}
+	rco(op)->rnets = json_incref(body);
+	rco(op)->ri = 0;
+	rec_next(op);
+}
+
+static void
+rec_containers(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e;
+	json_t *c, *labels;
+	const char *id, *eg;
+	char path[512], filt[256];
+	size_t i;
+
+	if (err != NULL) {
+		eng_finish_err(op, err);
+		return;
+	}
+	if (status != 200 || !json_is_array(body)) {
+		eng_runtime_err(&e, status, body, "list containers");
+		eng_finish_err(op, &e);
+		return;
+	}
+	if ((rco(op)->rkeep = json_object()) == NULL) {
+		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		eng_finish_err(op, &e);
+		return;
+	}
+	/* Stopped ones count: starting them again needs their network. */
+	json_array_foreach(body, i, c) {
+		labels = json_object_get(c, "Labels");
+		id = eng_label(labels, L_ID);
+		eg = eng_label(labels, L_EGRESS);
+		if (eng_managed(labels) && id != NULL && eg != NULL &&
+		    strcmp(eg, "1") == 0)
+			json_object_set_new(rco(op)->rkeep, id, json_true());
+	}
+	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
+	snprintf(path, sizeof(path), API "/networks?filters=%s", filt);
+	eng_call(op, "GET", path, NULL, rec_networks);
+}
+
+static void
+rec_fini(struct eop *op)
+{
+	json_decref(rco(op)->rkeep);
+	json_decref(rco(op)->rnets);
+}
+
+struct sbx_op *
+eng_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+	char path[512], filt[256];
+
+	if ((op = eng_op_new(e, OP_RECONCILE, NULL,
+	    sizeof(struct eop_reconcile), err)) == NULL)
+		return NULL;
+	op->fini = rec_fini;
+	op->done_cb = cb;
+	op->arg = arg;
+	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
+	snprintf(path, sizeof(path), API "/containers/json?all=1&filters=%s",
+	    filt);
+	eng_call(op, "GET", path, NULL, rec_containers);
+	return &op->base;
+}
+
+/* ---------- health ---------- */
+
+static void
+health_report(struct eop *op, const char *reason)
+{
+	struct sbx_health *h = &hlt(op)->health;
+
+	if (reason == NULL && op->e->helper_tar == NULL)
+		reason = op->e->helper_err;
+	h->ok = reason == NULL;
+	snprintf(h->status, sizeof(h->status), "%s", h->ok ? "ok" : "degraded");
+	snprintf(h->reason, sizeof(h->reason), "%s", reason != NULL ? reason : "");
+	if (op->health_cb != NULL)
+		op->health_cb(op->arg, NULL, h);
+	eng_op_release(op);
+}
+
+static void
+health_image(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	char reason[256];
+
+	(void)body;
+	if (err != NULL) {
+		health_report(op, err->message);
+		return;
+	}
+	if (status != 200) {
+		snprintf(reason, sizeof(reason), "default image %s is not present "
+		    "in the runtime", op->e->default_image);
+		health_report(op, reason);
+		return;
+	}
+	health_report(op, NULL);
+}
+
+static void
+health_version(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_health *h = &hlt(op)->health;
+	json_t *comp;
+	const char *api, *name = "Docker Engine";
+	char path[512], reason[256];
+	size_t i;
+	int maj = 0, min = 0;
+
+	if (err != NULL) {
+		health_report(op, err->message);
+		return;
+	}
+	if (status != 200) {
+		health_report(op, "runtime /version failed");
+		return;
+	}
+	json_array_foreach(json_object_get(body, "Components"), i, comp) {
+		if (strstr(eng_jstr(comp, "Name"), "Podman") != NULL)
+			name = "Podman Engine";
+	}
+	snprintf(h->runtime, sizeof(h->runtime), "%s %s", name,
+	    eng_jstr(body, "Version"));
+	api = eng_jstr(body, "ApiVersion");
+	snprintf(h->api_version, sizeof(h->api_version), "1.41");
+	if (sscanf(api, "%d.%d", &maj, &min) != 2 || maj < 1 ||
+	    (maj == 1 && min < 41)) {
+		snprintf(reason, sizeof(reason), "runtime speaks Engine API %s, "
+		    "sbx needs 1.41 or later", api);
+		health_report(op, reason);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/images/%s/json",
+	    op->e->default_image);
+	eng_call(op, "GET", path, NULL, health_image);
+}
+
+static void
+health_pinged(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	(void)body;
+	if (err != NULL) {
+		health_report(op, err->message);
+		return;
+	}
+	if (status != 200) {
+		health_report(op, "runtime /_ping did not answer OK");
+		return;
+	}
+	eng_call(op, "GET", API "/version", NULL, health_version);
+}
+
+struct sbx_op *
+eng_health(struct sbx_driver *d, sbx_health_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op;
+
+	if ((op = eng_op_new(e, OP_HEALTH, NULL, sizeof(struct eop_health),
+	    err)) == NULL)
+		return NULL;
+	op->health_cb = cb;
+	op->arg = arg;
+	eng_call(op, "GET", "/_ping", NULL, health_pinged);
+	return &op->base;
+}

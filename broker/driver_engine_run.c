@@ -1,0 +1,792 @@
+/* driver_engine_run.c - the engine driver's one sbx-helper invocation: a runtime exec of /.sbx/sbx-helper, its stream, exit and kill (adr/0002). */
+#include <sys/queue.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "driver_engine_int.h"
+#include "sbx_log.h"
+#include "sbx_path.h"
+#include "sbx_usage.h"
+
+/* A kill the runtime could not take (unreachable: a restarting daemon) is
+ * tried again once a second this many times, so an exec cut off by the
+ * runtime's crash does not run on until its timeout (test_faults.py). */
+#define KILL_RETRIES 60
+#define EXIT_POLLS 50
+#define EXIT_POLL_MS 20
+
+static void exec_after_kill(struct eop *op);
+static void exec_poll_exit(struct eop *op);
+
+/* ---------- helper execs: exec, read, write, list, kill ---------- */
+
+json_t *
+eng_helper_cmd(const char *mode)
+{
+	return json_pack("[s,s]", SBX_HELPER_PATH, mode);
+}
+
+static void
+new_exec_id(char *buf, size_t sz)
+{
+	unsigned char r[12];
+	char hex[sizeof(r) * 2 + 1];
+
+	randombytes_buf(r, sizeof(r));
+	sodium_bin2hex(hex, sizeof(hex), r, sizeof(r));
+	snprintf(buf, sz, "x%s", hex);
+}
+
+/* Frees what a helper op holds (its kind's part included). */
+static void
+exec_fini(struct eop *op)
+{
+	struct eop_exec *x = xop(op);
+
+	if (x->kill != NULL)
+		xop(x->kill)->parent = NULL;  /* the kill runs on alone */
+	if (x->parent != NULL)
+		xop(x->parent)->kill = NULL;
+	if (x->timer != NULL)
+		event_free(x->timer);
+	if (x->ftimer != NULL)
+		event_free(x->ftimer);
+	if (x->stdin_buf != NULL)
+		evbuffer_free(x->stdin_buf);
+	if (x->out != NULL)
+		evbuffer_free(x->out);
+	if (x->errtail != NULL)
+		evbuffer_free(x->errtail);
+	json_decref(x->cmd);
+	json_decref(x->env);
+	if (op->kind == OP_LIST)
+		free(lso(op)->ents);
+	if (op->kind == OP_KILL && kio(op)->retry != NULL)
+		event_free(kio(op)->retry);
+}
+
+static void
+kill_exited(struct eop *k, int code)
+{
+	struct sbx_err e;
+
+	if (code != 0) {
+		eng_helper_error(k, code, &e);
+		eng_kill_ended(k, &e);
+	} else {
+		eng_kill_ended(k, NULL);
+	}
+}
+
+/* A kill op of sandbox id for the helper exec exec_id in container cid. */
+static struct eop *
+kill_op_new(struct engine *e, const char *id, const char *cid,
+    const char *exec_id, struct sbx_err *err)
+{
+	struct eop *k;
+
+	if ((k = eng_op_new(e, OP_KILL, id, sizeof(struct eop_kill),
+	    err)) == NULL)
+		return NULL;
+	k->fini = exec_fini;
+	snprintf(k->cid, sizeof(k->cid), "%s", cid);
+	xop(k)->cmd = eng_helper_cmd("kill");
+	json_array_append_new(xop(k)->cmd, json_string(exec_id));
+	xop(k)->timeout_ms = KILL_TIMEOUT_MS;
+	xop(k)->cap = ERRTAIL_MAX;
+	xop(k)->exited = kill_exited;
+	return k;
+}
+
+int
+eng_start_kill(struct engine *e, const char *id, const char *cid,
+    const char *exec_id, struct eop *parent)
+{
+	struct eop *k;
+	struct sbx_err err;
+
+	if ((k = kill_op_new(e, id, cid, exec_id, &err)) == NULL) {
+		if (parent != NULL)
+			xop(parent)->kerr = err;
+		return -1;
+	}
+	xop(k)->parent = parent;
+	if (parent != NULL) {
+		xop(parent)->kill = k;
+		xop(parent)->killing = 1;
+	}
+	eng_helper_run(k);
+	return 0;
+}
+
+/* Stops talking to the runtime's stream and kills the exec's processes;
+ * op continues in eng_kill_ended() -> exec_after_kill(). */
+static void
+kill_exec(struct eop *op)
+{
+	struct eop_exec *x = xop(op);
+	sbx_http_req_cancel(op->http);
+	op->http = NULL;
+	x->streaming = 0;
+	if (x->timer != NULL)
+		event_del(x->timer);
+	if (eng_start_kill(op->e, op->id, op->cid, x->exec_id, op) < 0)
+		exec_after_kill(op);
+}
+
+/* The timeout's kill has ended: report the timeout. */
+static void
+exec_after_kill(struct eop *op)
+{
+	struct sbx_err e;
+
+	sbx_err_set(&e, SBX_E_TIMEOUT, "exec ran longer than its timeout "
+	    "of %" PRId64 " ms; its processes were killed", xop(op)->timeout_ms);
+	eng_finish_err(op, &e);
+}
+
+static void
+kill_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	eng_helper_run(arg);
+}
+
+/* Queues a fresh kill op like k (no parent: whoever waited has its answer)
+ * for a second from now. Out of memory: the helper's backstop remains. */
+static void
+kill_later(struct eop *k)
+{
+	struct timeval tv = { 1, 0 };
+	struct sbx_err err;
+	struct eop *n;
+
+	if ((n = kill_op_new(k->e, k->id, k->cid, "", &err)) == NULL)
+		return;
+	json_decref(xop(n)->cmd);
+	xop(n)->cmd = json_deep_copy(xop(k)->cmd);
+	kio(n)->retries = kio(k)->retries + 1;
+	kio(n)->retry = evtimer_new(k->e->base.base, kill_retry_cb, n);
+	if (xop(n)->cmd == NULL || kio(n)->retry == NULL ||
+	    event_add(kio(n)->retry, &tv) < 0)
+		eng_op_release(n);
+}
+
+void
+eng_kill_ended(struct eop *k, const struct sbx_err *err)
+{
+	struct eop *p = xop(k)->parent;
+
+	if (err != NULL && strcmp(err->code, SBX_E_RUNTIME_UNAVAILABLE) == 0 &&
+	    kio(k)->retries < KILL_RETRIES)
+		kill_later(k);
+
+	if (p != NULL) {
+		xop(k)->parent = NULL;
+		xop(p)->kill = NULL;
+		xop(p)->killing = 0;
+		if (err != NULL)
+			xop(p)->kerr = *err;
+	}
+	eng_op_release(k);
+	if (p != NULL)
+		exec_after_kill(p);
+}
+
+int
+eng_helper_failed(struct eop *op, int code)
+{
+	struct sbx_err e;
+
+	if (code == 0)
+		return 0;
+	eng_helper_error(op, code, &e);
+	eng_finish_err(op, &e);
+	return 1;
+}
+
+static void
+exec_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct eop *op = arg;
+
+	(void)fd;
+	(void)what;
+	if (op->kind == OP_KILL) {
+		struct sbx_err e;
+
+		sbx_err_set(&e, SBX_E_TIMEOUT, "kill exec did not finish");
+		eng_kill_ended(op, &e);
+		return;
+	}
+	if (xop(op)->killing)
+		return;
+	xop(op)->timed_out = 1;
+	kill_exec(op);
+}
+
+/* The helper's error line, {"sbx_helper":1,"error":{"code":..,"message":..}},
+ * the last line of stderr. Returns 1 with code and msg filled, else 0. */
+int
+eng_helper_line(struct eop *op, char *code, size_t csz, char *msg, size_t msz)
+{
+	struct eop_exec *x = xop(op);
+	const char *nl, *start, *text;
+	json_t *line, *err;
+	size_t n;
+	int ok = 0;
+
+	n = x->errtail != NULL ? evbuffer_get_length(x->errtail) : 0;
+	if (n == 0)
+		return 0;
+	text = (const char *)evbuffer_pullup(x->errtail, -1);
+	start = text;
+	while ((nl = memchr(start, '\n', n - (size_t)(start - text))) != NULL &&
+	    (size_t)(nl + 1 - text) < n)
+		start = nl + 1;
+	line = json_loadb(start, n - (size_t)(start - text),
+	    JSON_DISABLE_EOF_CHECK, NULL);
+	err = json_object_get(line, "error");
+	if (json_integer_value(json_object_get(line, "sbx_helper")) ==
+	    SBX_HELPER_PROTO &&
+	    json_string_value(json_object_get(err, "code")) != NULL) {
+		snprintf(code, csz, "%s", eng_jstr(err, "code"));
+		snprintf(msg, msz, "%s", eng_jstr(err, "message"));
+		ok = 1;
+	}
+	json_decref(line);
+	return ok;
+}
+
+/* The error of a helper mode that exited with status code: the code comes
+ * from the exit status (sbx_helper_proto.h), the sentence from the helper's
+ * line when that line agrees. */
+void
+eng_helper_error(struct eop *op, int code, struct sbx_err *e)
+{
+	static const struct { int exit; const char *code, *say; } map[] = {
+		{ 1, SBX_E_INTERNAL, "sbx-helper failed inside the sandbox" },
+		{ 2, SBX_E_BAD_REQUEST, "not a regular file or directory, or a "
+		    "bad mode" },
+		{ 3, SBX_E_PATH_OUTSIDE_WORK, "the path leaves /work (through a "
+		    "symlink or mount) or breaks the path rules" },
+		{ 4, SBX_E_NOT_FOUND, "no such file or directory" },
+		{ 5, SBX_E_TOO_LARGE, "the file is larger than the configured cap" },
+		{ 6, SBX_E_FORBIDDEN, "permission denied for the sandbox user" },
+		{ 7, SBX_E_CANCELLED, "cancelled" },
+	};
+	const char *ecode = SBX_E_RUNTIME, *say = NULL;
+	char lcode[48], msg[256];
+	size_t i;
+
+	for (i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+		if (map[i].exit == code) {
+			ecode = map[i].code;
+			say = map[i].say;
+		}
+	/* Podman sometimes loses the helper's stderr line (adr/0002); the
+	 * exit status alone names the code. */
+	if (eng_helper_line(op, lcode, sizeof(lcode), msg, sizeof(msg)) &&
+	    strcmp(lcode, ecode) == 0 && msg[0] != '\0')
+		sbx_err_set(e, ecode, "%s", msg);
+	else if (say != NULL)
+		sbx_err_set(e, ecode, "%s", say);
+	else
+		sbx_err_set(e, ecode, "sbx-helper failed with exit status %d", code);
+}
+
+static void
+poll_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	exec_poll_exit(arg);
+}
+
+static void
+exec_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct eop_exec *x = xop(op);
+	struct sbx_err e;
+	struct timeval tv = { 0, EXIT_POLL_MS * 1000 };
+
+	if (err != NULL) {
+		if (op->kind == OP_KILL) {
+			eng_kill_ended(op, err);
+			return;
+		}
+		/* No exit record and no answer (the runtime died with the
+		 * stream): the processes may live on; the kill is retried
+		 * until the runtime is back (test_faults.py). */
+		if (op->kind == OP_EXEC)
+			eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
+		eng_finish_err(op, err);
+		return;
+	}
+	if (status != 200) {
+		eng_runtime_err(&e, status, body, "inspect the exec");
+		if (op->kind == OP_KILL)
+			eng_kill_ended(op, &e);
+		else
+			eng_finish_err(op, &e);
+		return;
+	}
+	/* The stream can end a moment before the runtime records the exit. */
+	if (json_is_true(json_object_get(body, "Running")) &&
+	    x->polls++ < EXIT_POLLS) {
+		event_free(x->timer);
+		x->timer = evtimer_new(op->e->base.base, poll_timer_cb, op);
+		if (x->timer != NULL && event_add(x->timer, &tv) == 0)
+			return;
+	}
+	if (json_is_true(json_object_get(body, "Running"))) {
+		/* The stream ended but the process did not: it must not
+		 * outlive the operation. */
+		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
+		if (op->kind == OP_KILL) {
+			sbx_err_set(&e, SBX_E_TIMEOUT, "kill exec did not finish");
+			eng_kill_ended(op, &e);
+			return;
+		}
+		sbx_err_set(&e, SBX_E_RUNTIME, "exec output ended but the "
+		    "process kept running; it was killed");
+		eng_finish_err(op, &e);
+	} else
+		x->exited(op, (int)json_integer_value(json_object_get(body,
+		    "ExitCode")));
+}
+
+static void
+exec_poll_exit(struct eop *op)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), API "/exec/%s/json", xop(op)->rexec);
+	eng_call(op, "GET", path, NULL, exec_inspected);
+}
+
+void
+eng_exec_after_stream(struct eop *op)
+{
+	if (xop(op)->timer != NULL)
+		event_del(xop(op)->timer);
+	exec_poll_exit(op);
+}
+
+void
+eng_deliver(struct eop *op, int stream, const unsigned char *buf, size_t len)
+{
+	struct eop_exec *x = xop(op);
+	size_t room;
+
+	if (stream != 1 && stream != 2)
+		return;  /* 0 is stdin echo: never sent with Tty false */
+	if (x->ftimer != NULL)
+		eng_file_progress(op);
+	if (stream == 2 && op->kind != OP_EXEC) {
+		/* stderr of a helper mode: only its error line matters */
+		if (evbuffer_get_length(x->errtail) + len <= ERRTAIL_MAX)
+			evbuffer_add(x->errtail, buf, len);
+		return;
+	}
+	if (op->kind == OP_LIST || op->kind == OP_KILL || op->kind == OP_WRITE ||
+	    op->kind == OP_RECOVER || op->kind == OP_USAGE) {
+		if (evbuffer_get_length(x->out) + len > (size_t)x->cap) {
+			x->truncated = 1;
+			return;
+		}
+		evbuffer_add(x->out, buf, len);
+		if (op->kind == OP_LIST)
+			eng_list_lines(op);   /* parsed as it comes: never one big parse */
+		return;
+	}
+	room = (size_t)(x->cap - x->delivered);
+	if (len > room)
+		len = room;
+	if (len > 0) {
+		x->delivered += (int64_t)len;
+		if (x->sink.output != NULL)
+			x->sink.output(x->sink.arg, stream, buf, len);
+		if (op->dead)
+			return;
+	}
+	if (x->delivered < x->cap || x->truncated)
+		return;
+	x->truncated = 1;
+	if (op->kind == OP_EXEC) {
+		/* Keep reading (and dropping) until the killed exec's stream
+		 * ends, so the runtime records its real exit status; closing
+		 * early makes Docker 20.10 report 126 ("attach failed"). */
+		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
+	} else if (op->kind == OP_READ) {
+		struct sbx_err e;
+
+		sbx_err_set(&e, SBX_E_TOO_LARGE, "file is larger than the cap of "
+		    "%" PRId64 " bytes", x->cap - 1);
+		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
+		eng_finish_err(op, &e);
+	}
+}
+
+/* Demultiplexes the 8-byte-framed stream (Engine API "Attach": byte 0 the
+ * stream, bytes 4-7 the big-endian payload length). An exec's stdout holds
+ * the helper's frames, its stderr only the helper's own words. */
+static void
+stream_body(void *arg, struct sbx_http_req *req, const unsigned char *buf,
+    size_t len)
+{
+	struct eop *op = arg;
+	struct eop_exec *x = xop(op);
+	size_t n;
+
+	(void)req;
+	if (sbx_http_req_status(req) >= 300) {
+		eng_call_body(op, req, buf, len);
+		return;
+	}
+	eng_op_enter(op);
+	while (len > 0 && !op->dead && x->streaming) {
+		if (x->frame_left == 0) {
+			n = 8 - x->fhdr_len;
+			if (n > len)
+				n = len;
+			memcpy(x->fhdr + x->fhdr_len, buf, n);
+			x->fhdr_len += n;
+			buf += n;
+			len -= n;
+			if (x->fhdr_len < 8)
+				break;
+			x->fhdr_len = 0;
+			x->frame_stream = x->fhdr[0];
+			x->frame_left = (uint32_t)x->fhdr[4] << 24 |
+			    (uint32_t)x->fhdr[5] << 16 | (uint32_t)x->fhdr[6] << 8 |
+			    x->fhdr[7];
+			continue;
+		}
+		n = x->frame_left;
+		if (n > len)
+			n = len;
+		if (n > STREAM_CHUNK)
+			n = STREAM_CHUNK;
+		x->frame_left -= (uint32_t)n;
+		if (op->kind != OP_EXEC)
+			eng_deliver(op, x->frame_stream, buf, n);
+		else if (x->frame_stream == 1)
+			eng_helper_frames(op, buf, n);
+		else if (x->frame_stream == 2)
+			eng_keep_errtail(op, buf, n);
+		buf += n;
+		len -= n;
+	}
+	eng_op_leave(op);
+}
+
+static void
+stream_response(void *arg, struct sbx_http_req *req, int status)
+{
+	struct eop *op = arg;
+	struct eop_exec *x = xop(op);
+	struct sbx_err e;
+
+	if (status != 101 && status != 200)
+		return;          /* error answer: collected, reported at done */
+	x->streaming = 1;
+	x->got_stream = 1;
+	if (x->has_stdin) {
+		if (!sbx_http_req_upgraded(req)) {
+			sbx_err_set(&e, SBX_E_RUNTIME, "runtime did not upgrade "
+			    "the exec connection, so stdin cannot be sent");
+			eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
+			eng_finish_err(op, &e);
+			return;
+		}
+		if (op->kind == OP_WRITE) {
+			eng_write_started(op, req);
+		} else {
+			if (x->stdin_buf != NULL)
+				sbx_http_req_write_buffer(req, x->stdin_buf);
+			sbx_http_req_close_write(req);
+		}
+	}
+	if (op->kind == OP_EXEC && !x->stream_started) {
+		x->stream_started = 1;
+		eng_op_enter(op);
+		if (x->sink.start != NULL)
+			x->sink.start(x->sink.arg, x->exec_id);
+		eng_op_leave(op);
+	}
+}
+
+static void
+stream_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
+{
+	struct eop *op = arg;
+	struct eop_exec *x = xop(op);
+	struct sbx_err e;
+	json_t *body = NULL;
+	int status = sbx_http_req_status(req);
+
+	op->http = NULL;
+	x->streaming = 0;
+	if (err != NULL) {
+		if (op->kind == OP_KILL) {
+			eng_kill_ended(op, err);
+			return;
+		}
+		/* The exit record came: the command is reaped, its group dead;
+		 * a stream broken after that loses nothing. */
+		if (eng_exec_got_exit(op)) {
+			eng_exec_recorded(op);
+			return;
+		}
+		/* Podman 4.3 resets the exec connection when the process exits
+		 * while stdin is still being sent (measured: 5 of 5 runs of
+		 * `exit 3` with 3 MB of stdin); the exit status is still
+		 * there, so a reset of a running stream with stdin ends it. */
+		if (x->got_stream && x->has_stdin &&
+		    strcmp(err->code, SBX_E_RUNTIME) == 0) {
+			eng_exec_after_stream(op);
+			return;
+		}
+		/* The stream broke: the processes may live on. */
+		e = *err;
+		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
+		eng_finish_err(op, &e);
+		return;
+	}
+	if (status != 101 && status != 200) {
+		if (evbuffer_get_length(op->resp) > 0)
+			body = json_loadb((const char *)evbuffer_pullup(op->resp, -1),
+			    evbuffer_get_length(op->resp), 0, NULL);
+		if (status == 404)
+			sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist",
+			    op->id);
+		else if (status == 409)
+			sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not "
+			    "running", op->id);
+		else
+			eng_runtime_err(&e, status, body, "start the exec");
+		json_decref(body);
+		if (op->kind == OP_KILL)
+			eng_kill_ended(op, &e);
+		else
+			eng_finish_err(op, &e);
+		return;
+	}
+	if (eng_exec_got_exit(op))
+		eng_exec_recorded(op);
+	else
+		eng_exec_after_stream(op);   /* no record: the helper was killed */
+}
+
+static void
+exec_start(struct eop *op)
+{
+	struct sbx_http_request q;
+	struct sbx_http_opts o;
+	struct sbx_http_cbs cbs;
+	struct sbx_err err;
+	char path[256];
+	static const char body[] = "{\"Detach\":false,\"Tty\":false}";
+
+	memset(&q, 0, sizeof(q));
+	memset(&o, 0, sizeof(o));
+	memset(&cbs, 0, sizeof(cbs));
+	snprintf(path, sizeof(path), API "/exec/%s/start", xop(op)->rexec);
+	q.method = "POST";
+	q.path = path;
+	q.content_type = "application/json";
+	q.body = body;
+	q.body_len = sizeof(body) - 1;
+	q.upgrade = 1;
+	o.peer_name = "the container runtime";
+	o.header_timeout_ms = op->e->req_timeout_ms;
+	cbs.response = stream_response;
+	cbs.body = stream_body;
+	cbs.done = stream_done;
+	cbs.arg = op;
+	evbuffer_drain(op->resp, evbuffer_get_length(op->resp));
+	op->http = sbx_http_request(op->e->base.base, op->e->address, &q, &o,
+	    &cbs, &err);
+	if (op->http == NULL) {
+		eng_fail_later(op, &err);
+		return;
+	}
+	if (xop(op)->paused)
+		sbx_http_req_pause(op->http);
+}
+
+static void
+exec_created(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct eop_exec *x = xop(op);
+	struct sbx_err e;
+	struct timeval tv;
+
+	if (err != NULL) {
+		if (op->kind == OP_KILL)
+			eng_kill_ended(op, err);
+		else
+			eng_finish_err(op, err);
+		return;
+	}
+	if (status == 404)
+		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
+	else if (status == 409)
+		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: "
+		    "ensure it first", op->id);
+	else if (status != 201)
+		eng_runtime_err(&e, status, body, "create the exec");
+	if (status != 201) {
+		if (op->kind == OP_KILL)
+			eng_kill_ended(op, &e);
+		else
+			eng_finish_err(op, &e);
+		return;
+	}
+	snprintf(x->rexec, sizeof(x->rexec), "%s", eng_jstr(body, "Id"));
+	if (!eng_name_ok(x->rexec, sizeof(x->rexec) - 1)) {
+		sbx_err_set(&e, SBX_E_RUNTIME, "runtime gave no exec id");
+		if (op->kind == OP_KILL)
+			eng_kill_ended(op, &e);
+		else
+			eng_finish_err(op, &e);
+		return;
+	}
+	x->started_ms = eng_now_ms();
+	if (x->ftimer != NULL)
+		eng_file_progress(op);
+	else if (x->timeout_ms > 0) {
+		/* The driver's timer is authoritative (the helper's trails). */
+		x->timer = evtimer_new(op->e->base.base, exec_timer_cb, op);
+		tv.tv_sec = x->timeout_ms / 1000;
+		tv.tv_usec = (x->timeout_ms % 1000) * 1000;
+		if (x->timer == NULL || event_add(x->timer, &tv) < 0) {
+			sbx_err_set(&e, SBX_E_INTERNAL, "cannot arm the exec timer");
+			eng_finish_err(op, &e);
+			return;
+		}
+	}
+	exec_start(op);
+}
+
+static void
+exec_create(struct eop *op)
+{
+	struct eop_exec *x = xop(op);
+	struct sbx_err e;
+	json_t *req;
+	char path[256];
+
+	req = json_pack("{s:b, s:b, s:b, s:b, s:s, s:s, s:o, s:O}",
+	    "AttachStdin", x->has_stdin,
+	    "AttachStdout", 1,
+	    "AttachStderr", 1,
+	    "Tty", 0,
+	    "User", op->e->user,
+	    "WorkingDir", SBX_WORK_DIR,
+	    "Env", x->env != NULL ? json_incref(x->env) : json_array(),
+	    "Cmd", x->cmd);
+	if (req == NULL) {
+		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		eng_finish_err(op, &e);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/containers/%s/exec", op->cid);
+	eng_call(op, "POST", path, req, exec_created);
+}
+
+static void
+exec_target_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_status st;
+	struct sbx_err e;
+	int r;
+
+	if ((r = eng_inspect_running(op, status, body, err, &st)) < 0)
+		return;
+	if (op->kind == OP_USAGE && eng_usage_target(op, r, &st))
+		return;
+	if (r == 0 && op->kind == OP_RECOVER) {
+		/* no container, or a stop killed everything: no process left */
+		eng_finish_done(op, NULL);
+		return;
+	}
+	if (r == 0 && st.state == SBX_STATE_ABSENT) {
+		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
+		eng_finish_err(op, &e);
+		return;
+	}
+	if (r == 0) {
+		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: "
+		    "ensure it first", op->id);
+		eng_finish_err(op, &e);
+		return;
+	}
+	exec_create(op);
+}
+
+void
+eng_helper_run(struct eop *op)
+{
+	struct eop_exec *x = xop(op);
+	char path[256];
+
+	if (x->errtail == NULL)
+		x->errtail = evbuffer_new();
+	if (x->out == NULL)
+		x->out = evbuffer_new();
+	if (op->resp == NULL)
+		op->resp = evbuffer_new();
+	if (x->exec_id[0] == '\0')
+		new_exec_id(x->exec_id, sizeof(x->exec_id));
+	if (op->kind == OP_KILL) {
+		exec_create(op);   /* the parent checked the container */
+		return;
+	}
+	eng_inspect_path(op, path, sizeof(path));
+	eng_call(op, "GET", path, NULL, exec_target_inspected);
+}
+
+/* A helper exec op for sandbox id with mode and its arguments. */
+struct eop *
+eng_helper_op(struct engine *e, enum op_kind kind, const char *id,
+    size_t size, struct sbx_err *err)
+{
+	struct eop *op;
+
+	if ((op = eng_op_new(e, kind, id, size, err)) == NULL)
+		return NULL;
+	op->fini = exec_fini;
+	xop(op)->errtail = evbuffer_new();
+	xop(op)->out = evbuffer_new();
+	op->resp = evbuffer_new();
+	if (xop(op)->errtail == NULL || xop(op)->out == NULL || op->resp == NULL) {
+		eng_op_free(op);
+		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		return NULL;
+	}
+	new_exec_id(xop(op)->exec_id, sizeof(xop(op)->exec_id));
+	return op;
+}

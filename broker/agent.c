@@ -112,8 +112,10 @@ sbx_agent_chan_fail(struct sbx_agent_chan *ch, const struct sbx_err *err)
 	if (ch->keep != NULL)
 		event_del(ch->keep);
 	enter(ch);
-	sbx_err_set(&e, err != NULL ? err->code : SBX_E_RUNTIME, "the sandbox agent's "
-	    "channel ended: %s", err != NULL ? err->message : "unknown");
+	if (err != NULL)
+		e = *err;
+	else
+		sbx_err_set(&e, SBX_E_RUNTIME, "the sandbox agent's channel ended");
 	while ((st = TAILQ_FIRST(&ch->streams)) != NULL) {
 		struct sbx_agent_stream_cbs cbs = st->cbs;
 		int detached = st->detached;

@@ -75,7 +75,8 @@ int sbx_agent_chan_attach_bev(struct sbx_agent_chan *ch, struct bufferevent *bev
  */
 int sbx_agent_chan_input(struct sbx_agent_chan *ch, const unsigned char *buf, size_t len);
 
-/* Fails the channel with err (e.g. the transport ended); idempotent. */
+/* Fails the channel with err (e.g. the transport ended; every stream's error
+ * callback gets err as it is, NULL: runtime_error); idempotent. */
 void sbx_agent_chan_fail(struct sbx_agent_chan *ch, const struct sbx_err *err);
 
 /*

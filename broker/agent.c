@@ -44,6 +44,36 @@ struct sbx_agent_chan {
 	struct event *keep;
 };
 
+static uint64_t agent_restarts;
+static uint64_t channels_open;
+
+void
+sbx_agent_count_restart(void)
+{
+	agent_restarts++;
+}
+
+uint64_t
+sbx_agent_restarts(void)
+{
+	return agent_restarts;
+}
+
+int
+sbx_agent_metrics_render(struct evbuffer *out)
+{
+	return evbuffer_add_printf(out,
+	    "# HELP sbx_broker_agent_restarts_total Sandbox agents started again "
+	    "after theirs was killed or crashed.\n"
+	    "# TYPE sbx_broker_agent_restarts_total counter\n"
+	    "sbx_broker_agent_restarts_total %llu\n"
+	    "# HELP sbx_broker_agent_channels Sandbox agent channels open.\n"
+	    "# TYPE sbx_broker_agent_channels gauge\n"
+	    "sbx_broker_agent_channels %llu\n",
+	    (unsigned long long)agent_restarts,
+	    (unsigned long long)channels_open) < 0 ? -1 : 0;
+}
+
 static uint64_t
 mono_ms(struct sbx_agent_chan *ch)
 {
@@ -349,6 +379,7 @@ sbx_agent_chan_new(struct event_base *base, const struct sbx_agent_chan_cbs *cbs
 		ch->cbs = *cbs;
 	TAILQ_INIT(&ch->streams);
 	ch->next_id = 1;
+	channels_open++;
 	sbx_agent_dec_init(&ch->dec, 1, ch->rec, sizeof(ch->rec));
 	return ch;
 }
@@ -424,6 +455,7 @@ chan_free_now(struct sbx_agent_chan *ch)
 	if (ch->keep != NULL)
 		event_free(ch->keep);
 	evbuffer_free(ch->pending);
+	channels_open--;
 	free(ch);
 }
 

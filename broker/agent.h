@@ -161,4 +161,18 @@ void sbx_agent_pause(struct sbx_agent_stream *st, int paused);
  */
 void sbx_agent_cancel(struct sbx_agent_stream *st);
 
+/*
+ * Process-wide counters of the agents (one engine driver per broker):
+ * sbx_agent_count_restart() when an agent had to be started again in a
+ * container where one had run; channels open now are counted by
+ * sbx_agent_chan_new/free. sbx_agent_metrics_render appends, in the
+ * Prometheus text format 0.0.4 (docs/operations.md):
+ *   sbx_broker_agent_restarts_total   counter
+ *   sbx_broker_agent_channels         gauge
+ * Returns 0, -1 out of memory.
+ */
+void sbx_agent_count_restart(void);
+uint64_t sbx_agent_restarts(void);
+int sbx_agent_metrics_render(struct evbuffer *out);
+
 #endif

@@ -24,6 +24,7 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "agent.h"
 #include "broker.h"
 #include "broker_metrics.h"
 #include "broker_reaper.h"
@@ -1788,7 +1789,7 @@ h_metrics(struct breq *b)
 	stopped = broker_state_count_state(b->s->state, "stopped", &err);
 	absent = broker_state_count_state(b->s->state, "absent", &err);
 	if (out == NULL || broker_metrics_render(b->s->metrics, out, running,
-	    stopped, absent) == -1) {
+	    stopped, absent) == -1 || sbx_agent_metrics_render(out) < 0) {
 		if (out != NULL)
 			evbuffer_free(out);
 		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");

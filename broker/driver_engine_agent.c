@@ -110,12 +110,21 @@ static void
 chan_ready(void *arg, const struct sbx_agent_hello *h)
 {
 	struct eng_agent *ag = arg;
+	struct eop *op;
 
 	(void)h;
-	if (ag->ever_ready)
+	if (ag->ever_ready) {
 		ag->e->agent_restarts++;
+		sbx_agent_count_restart();
+	}
 	ag->ever_ready = 1;
 	ag->state = AG_READY;
+	/* The agent runs: the execs waiting for it have started (before, a
+	 * missing or stopped sandbox is still an error, not a stream). */
+	TAILQ_FOREACH(op, &ag->e->ops, link)
+		if (op->kind == OP_EXEC && !op->dead && xop(op)->ast != NULL &&
+		    xop(op)->astart != NULL && strcmp(op->id, ag->id) == 0)
+			event_active(xop(op)->astart, EV_TIMEOUT, 0);
 }
 
 /* The agent's exec stream: the runtime's 8-byte frames; stdout is the
@@ -381,6 +390,18 @@ oom:
 
 /* ---------- one invocation as a stream ---------- */
 
+static void started_cb(evutil_socket_t fd, short what, void *arg);
+
+/* An exec's start goes before its first output or end; the caller holds
+ * op (eng_op_enter). 0 when the sink ended op from inside start. */
+static int
+ensure_started(struct eop *op)
+{
+	if (op->kind == OP_EXEC && !xop(op)->stream_started)
+		started_cb(-1, 0, op);
+	return !op->dead;
+}
+
 static void
 st_output(void *arg, int fd, const unsigned char *buf, size_t len)
 {
@@ -390,7 +411,9 @@ st_output(void *arg, int fd, const unsigned char *buf, size_t len)
 	if (!x->streaming)
 		return;
 	eng_op_enter(op);
-	if (op->kind != OP_EXEC)
+	if (!ensure_started(op) || !x->streaming)
+		;
+	else if (op->kind != OP_EXEC)
 		eng_deliver(op, fd, buf, len);
 	else if (fd == 1)
 		eng_helper_frames(op, buf, len);
@@ -410,13 +433,17 @@ st_exit(void *arg, const struct sbx_agent_exit *ex)
 	x->streaming = 0;
 	if (x->killing)
 		return;   /* the kill's end reports (exec_after_kill) */
-	if (op->kind == OP_EXEC && eng_exec_got_exit(op)) {
+	eng_op_enter(op);
+	if (!ensure_started(op))
+		;
+	else if (op->kind == OP_EXEC && eng_exec_got_exit(op))
 		eng_exec_recorded(op);
-		return;
+	else {
+		if (x->timer != NULL)
+			event_del(x->timer);
+		x->exited(op, code);
 	}
-	if (x->timer != NULL)
-		event_del(x->timer);
-	x->exited(op, code);
+	eng_op_leave(op);
 }
 
 static void
@@ -578,7 +605,8 @@ eng_agent_run(struct eop *op)
 			sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
 			goto fail;
 		}
-		event_active(x->astart, EV_TIMEOUT, 0);
+		if (ag->state == AG_READY)
+			event_active(x->astart, EV_TIMEOUT, 0);
 	}
 	eng_agent_pump(op);
 	return 0;

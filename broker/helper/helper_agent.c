@@ -34,6 +34,7 @@
 #define DRAIN_AFTER_EXIT_MS 1000            /* child reaped: pipes must end within */
 #define CLOSE_GRACE_MS 1000                 /* channel gone: wait this long for children */
 #define IN_CHUNK 65536
+#define SOFT_KILL_MS 1000                   /* a cancelled write: EOF first, SIGKILL after */
 #define HANDLE_AGENT "agent"                /* the agent's own kill handle */
 
 struct astream {
@@ -48,7 +49,9 @@ struct astream {
 	uint32_t in_window;     /* stdin credit the broker holds */
 	int status, reaped, cancelled;
 	uint64_t reaped_ms;
-	char exec_id[SBX_HELPER_EXEC_ID_MAX + 1];
+	uint64_t kill_at;       /* soft cancel: SIGKILL at this time (0: none) */
+	int is_exec;
+	char exec_id[SBX_HELPER_EXEC_ID_MAX + 1]; /* --id: the mode's kill handle */
 };
 
 struct agent {
@@ -162,12 +165,33 @@ stream_kill(struct agent *a, struct astream *s)
 	struct helper_err err;
 
 	memset(&err, 0, sizeof(err));
-	if (s->exec_id[0] != '\0')
+	if (s->is_exec && s->exec_id[0] != '\0')
 		(void)helper_kill(a->ctx, s->exec_id, &err);
 	if (s->pid > 0) {
 		(void)kill(-s->pid, SIGKILL);
 		(void)kill(s->pid, SIGKILL);
 	}
+}
+
+/*
+ * Ends a stream the broker gave up on. A mode reading stdin (write) gets
+ * EOF first: short of its --size it removes its temporary file and exits
+ * cancelled, leaving the old file (sbx_helper_proto.h); SIGKILL follows
+ * only if it is still there SOFT_KILL_MS later. Anything else is killed.
+ */
+static void
+stream_cancel(struct agent *a, struct astream *s)
+{
+	if (s->cancelled)
+		return;
+	s->cancelled = 1;
+	if (!s->is_exec && s->inbuf != NULL && s->pid > 0) {
+		s->inlen = 0;
+		close_fd(&s->in);
+		s->kill_at = now_ms() + SOFT_KILL_MS;
+		return;
+	}
+	stream_kill(a, s);
 }
 
 static void
@@ -187,15 +211,13 @@ stream_free(struct agent *a, struct astream *s)
 	free(s);
 }
 
-/* The exec id (--id) of an exec mode's arguments, for its kill handle. */
+/* The id (--id) of a mode's arguments, its kill handle. */
 static void
 exec_id_of(char **argv, char *out)
 {
 	int i;
 
 	out[0] = '\0';
-	if (strcmp(argv[0], SBX_HELPER_MODE_EXEC) != 0)
-		return;
 	for (i = 1; argv[i] != NULL && strcmp(argv[i], "--") != 0; i++)
 		if (strcmp(argv[i], "--id") == 0 && argv[i + 1] != NULL &&
 		    helper_exec_id_valid(argv[i + 1])) {
@@ -305,11 +327,26 @@ stream_open(struct agent *a, const struct sbx_agent_frame *f, unsigned char *p, 
 		refuse(a, f->stream, SBX_E_TOO_MANY);
 		return;
 	}
+	/* `kill ID` of a file operation this agent runs: cancel it here (a
+	 * write first gets EOF, so its temporary file goes) and answer at once. */
+	if (strcmp(argv[0], SBX_HELPER_MODE_KILL) == 0 && argv[1] != NULL && argv[2] == NULL) {
+		size_t i;
+
+		for (i = 0; i < a->nstreams; i++)
+			if (!a->streams[i]->is_exec && strcmp(a->streams[i]->exec_id, argv[1]) == 0) {
+				unsigned char ex[SBX_AGENT_EXIT_LEN] = { SBX_AGENT_EXIT_EXITED, 0, 0, 0 };
+
+				stream_cancel(a, a->streams[i]);
+				q_frame(a, SBX_AGENT_T_EXIT, 0, f->stream, ex, sizeof(ex));
+				return;
+			}
+	}
 	if ((s = calloc(1, sizeof(*s))) == NULL)
 		goto fail;
 	s->id = f->stream;
 	s->in = s->out = s->err = -1;
 	s->credit = SBX_AGENT_WINDOW;
+	s->is_exec = strcmp(argv[0], SBX_HELPER_MODE_EXEC) == 0;
 	exec_id_of(argv, s->exec_id);
 	if ((f->flags & SBX_AGENT_OPEN_STDIN) &&
 	    (s->inbuf = malloc(SBX_AGENT_WINDOW)) == NULL)
@@ -417,7 +454,7 @@ on_frame(void *arg, const struct sbx_agent_frame *f, const unsigned char *p, siz
 		if (s->inbuf == NULL || s->in_eof || n > s->in_window)
 			return -1;   /* no stdin, or over its credit */
 		s->in_window -= (uint32_t)n;
-		if (s->in < 0) {
+		if (s->in < 0 || s->cancelled) {
 			s->in_owed += (uint32_t)n;   /* nobody reads: dropped */
 			stdin_pump(a, s);
 			return 0;
@@ -439,10 +476,7 @@ on_frame(void *arg, const struct sbx_agent_frame *f, const unsigned char *p, siz
 		s->credit += w;
 		return 0;
 	case SBX_AGENT_T_CANCEL:
-		if (!s->cancelled) {
-			s->cancelled = 1;
-			stream_kill(a, s);
-		}
+		stream_cancel(a, s);
 		return 0;
 	default:
 		return -1;
@@ -518,6 +552,10 @@ streams_finish(struct agent *a)
 
 	while (i < a->nstreams) {
 		s = a->streams[i];
+		if (s->kill_at != 0 && s->pid > 0 && now_ms() >= s->kill_at) {
+			s->kill_at = 0;
+			stream_kill(a, s);
+		}
 		if (s->reaped && (s->out >= 0 || s->err >= 0) &&
 		    now_ms() - s->reaped_ms > DRAIN_AFTER_EXIT_MS && s->credit > 0) {
 			/* Something the mode left behind holds the pipes. */
@@ -562,7 +600,7 @@ shutdown_streams(struct agent *a)
 	size_t i;
 
 	for (i = 0; i < a->nstreams; i++)
-		stream_kill(a, a->streams[i]);
+		stream_cancel(a, a->streams[i]);
 	while (now_ms() < until) {
 		int live = 0;
 
@@ -573,6 +611,9 @@ shutdown_streams(struct agent *a)
 			break;
 		nanosleep(&ts, NULL);
 	}
+	for (i = 0; i < a->nstreams; i++)   /* a write that did not end on EOF */
+		stream_kill(a, a->streams[i]);
+	reap(a);
 	while (a->nstreams > 0)
 		stream_free(a, a->streams[0]);
 }

@@ -27,6 +27,12 @@
 
 enum ag_state { AG_STARTING, AG_READY, AG_DEAD };
 
+/* The channel's end when the agent's exec ended: it was killed (by the
+ * sandbox user, a stop, a crash), and every stream's processes with it. */
+#define AGENT_ENDED "the sandbox agent ended (killed, or its sandbox stopped); " \
+	"the next operation starts it again"
+
+
 struct eng_agent {
 	TAILQ_ENTRY(eng_agent) link;
 	struct engine *e;
@@ -201,8 +207,7 @@ agent_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 		sbx_err_set(&e, SBX_E_RUNTIME, "the runtime refused to start the sandbox "
 		    "agent (HTTP %d)", status);
 	else
-		sbx_err_set(&e, SBX_E_RUNTIME, "the sandbox agent ended (killed, or its "
-		    "sandbox stopped); the next operation starts it again");
+		sbx_err_set(&e, SBX_E_RUNTIME, AGENT_ENDED);
 	agent_down(ag, &e);
 }
 
@@ -464,6 +469,16 @@ st_error(void *arg, const struct sbx_err *err)
 		eng_exec_recorded(op);
 		return;
 	}
+	/* The agent was killed under a running exec (a stop, the sandbox user,
+	 * a crash): the exec's processes died by SIGKILL with it, as a runtime
+	 * exec's did (its inspect said 137). */
+	if (op->kind == OP_EXEC && x->stream_started &&
+	    strcmp(err->message, AGENT_ENDED) == 0) {
+		if (x->timer != NULL)
+			event_del(x->timer);
+		x->exited(op, 128 + 9);
+		return;
+	}
 	/* The channel went, and the agent kills every stream's processes
 	 * when it does: nothing to kill from here. */
 	eng_finish_err(op, err);
@@ -634,12 +649,11 @@ void
 eng_agent_forget(struct engine *e, const char *id)
 {
 	struct eng_agent *ag = agent_find(e, id);
-	struct sbx_err err;
 
 	if (ag == NULL)
 		return;
-	sbx_err_set(&err, SBX_E_NOT_RUNNING, "sandbox %s was stopped", id);
-	agent_down(ag, &err);
+	/* Its channel ends by itself when the container stops (streams end
+	 * as a killed exec's did); what goes now is what it stood for. */
 	ag->ever_ready = 0;
 	ag->st_valid = 0;
 }
@@ -684,9 +698,13 @@ sbx_engine_agents_live(const struct sbx_driver *d)
 void
 eng_agent_note_status(struct engine *e, const struct sbx_status *st, const char *helper_vol)
 {
-	struct eng_agent *ag = agent_find(e, st->id);
+	struct eng_agent *ag;
+	struct sbx_err err;
 
-	if (ag == NULL || st->state != SBX_STATE_RUNNING)
+	if (!e->agent_on || st->state != SBX_STATE_RUNNING)
+		return;
+	/* Started now, in the background: the first exec finds it up. */
+	if ((ag = agent_get(e, st->id, &err)) == NULL)
 		return;
 	ag->st = *st;
 	snprintf(ag->helper_vol, sizeof(ag->helper_vol), "%s", helper_vol);

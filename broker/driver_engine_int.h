@@ -493,8 +493,8 @@ int eng_agent_run(struct eop *op);
 void eng_agent_stream_end(struct eop *op);
 /* Moves op's stdin (stdin_buf, a write's source) within the stream's credit. */
 void eng_agent_pump(struct eop *op);
-/* The sandbox was stopped or removed through the driver: its agent goes,
- * and its next start is not counted as a restart. */
+/* The sandbox is being stopped or removed through the driver: no warm
+ * ensure from its agent, and its next start is not counted as a restart. */
 void eng_agent_forget(struct engine *e, const char *id);
 /* Frees every agent record (driver free). */
 void eng_agents_free(struct engine *e);

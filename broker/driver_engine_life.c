@@ -141,6 +141,7 @@ eng_stop(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
 	if ((op = inspect_first(d, OP_STOP, sizeof(struct eop), id,
 	    stop_inspected, err)) == NULL)
 		return NULL;
+	eng_agent_forget(op->e, id);
 	op->done_cb = cb;
 	op->arg = arg;
 	return &op->base;
@@ -278,6 +279,7 @@ eng_destroy(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
 	if ((op = inspect_first(d, OP_DESTROY, sizeof(struct eop_destroy), id,
 	    destroy_inspected, err)) == NULL)
 		return NULL;
+	eng_agent_forget(op->e, id);
 	op->done_cb = cb;
 	op->arg = arg;
 	return &op->base;

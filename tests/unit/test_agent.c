@@ -162,6 +162,7 @@ struct got {
 	char code[48];
 	struct sbx_agent_stream *st;
 	int pause_after;   /* pause the stream once this much output came (0: never) */
+	int count_only;    /* keep no bytes, count them */
 };
 
 static void
@@ -170,6 +171,12 @@ g_output(void *arg, int fd, const unsigned char *buf, size_t len)
 	struct got *g = arg;
 
 	assert_true(fd == 1 || fd == 2);
+	if (g->count_only) {
+		g->len[fd] += len;
+		if (g->pause_after > 0 && g->len[fd] >= (size_t)g->pause_after)
+			sbx_agent_pause(g->st, 1);
+		return;
+	}
 	g->out[fd] = realloc(g->out[fd], g->len[fd] + len + 1);
 	memcpy(g->out[fd] + g->len[fd], buf, len);
 	g->len[fd] += len;
@@ -337,7 +344,7 @@ static void
 test_a_paused_stream_does_not_stall_the_others(void **state)
 {
 	static const char *const big[] = { "exec", "--framed", "--id", "big", "--", "sh", "-c",
-		"head -c 50000000 /dev/zero", NULL };
+		"head -c 20000000 /dev/zero", NULL };
 	char id[16];
 	const char *small[] = { "exec", "--framed", "--id", id, "--", "echo", "quick", NULL };
 	struct rig r;
@@ -347,6 +354,7 @@ test_a_paused_stream_does_not_stall_the_others(void **state)
 	(void)state;
 	rig_up(&r, NULL);
 	open_got(&r, &gb, big, 0);
+	gb.count_only = 1;
 	gb.pause_after = 1;   /* a reader that never reads again */
 	run_until(&r, &r.ready, 1, 5000);
 	for (i = 0; i < 10; i++) {
@@ -366,7 +374,7 @@ test_a_paused_stream_does_not_stall_the_others(void **state)
 	run_until(&r, &gb.exits, 1, 60000);
 	assert_int_equal(gb.exits, 1);
 	assert_int_equal(gb.status, 0);
-	assert_true(gb.len[1] > 50000000);
+	assert_true(gb.len[1] > 20000000);
 	got_free(&gb);
 	rig_down(&r);
 }

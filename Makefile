@@ -48,8 +48,8 @@ BROKER_SRC := $(filter-out broker/broker.c,$(wildcard broker/*.c))
 API_SRC := $(filter-out api/api.c,$(wildcard api/*.c))
 CLI_SRC := $(wildcard api/cli/*.c)
 HELPER_SRC := $(wildcard broker/helper/*.c)
-# The helper's share of proto/: libc-only codecs (helper protocol 3, adr/0025).
-HELPER_PROTO_SRC := $(wildcard proto/sbx_agent.c)
+# The helper's share of proto/: libc-only codecs (protocol 2 frames; protocol 3, adr/0025).
+HELPER_PROTO_SRC := $(wildcard proto/sbx_helper_frame.c proto/sbx_agent.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 FAKE_SRC := $(wildcard tests/driver_fake.c)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
@@ -112,17 +112,19 @@ $(BUILD)/sbxctl: $(call obj,$(CLI_SRC)) $(LIBSBX)
 
 # The helper runs inside sandboxes whose image we do not control: static,
 # no sanitizer runtime, no shared library.
-$(BUILD)/sbx-helper: $(HELPER_SRC) $(HELPER_PROTO_SRC) $(wildcard broker/helper/*.h) proto/sbx_proto.h proto/sbx_agent.h
+# Its protocol header and frame codec live in proto/ (libc only), shared
+# with the broker.
+$(BUILD)/sbx-helper: $(HELPER_SRC) $(HELPER_PROTO_SRC) $(wildcard broker/helper/*.h) \
+		proto/sbx_proto.h proto/sbx_helper_proto.h proto/sbx_agent.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -D_FORTIFY_SOURCE=2 $(CFLAGS) $(WARN) \
-		-fstack-protector-strong -static -o $@ $(HELPER_SRC) $(HELPER_PROTO_SRC)
+		-fstack-protector-strong -Iproto -static -o $@ $(HELPER_SRC) $(HELPER_PROTO_SRC)
 
 $(BUILD)/tests/%: tests/unit/%.c $(call obj,$(FAKE_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -o $@ $^ $(ALL_LDFLAGS) $(PKG_LIBS) -lcmocka -lm
 
-# The CLI is no library: its SSE parser is linked into its unit test.
-$(BUILD)/tests/test_cli_sse: $(call obj,api/cli/cli_sse.c)
+# The CLI is no library: its printer is linked into its unit test.
 $(BUILD)/tests/test_cli_print: $(call obj,api/cli/cli_print.c)
 
 unit: $(UNIT_BINS)
@@ -135,7 +137,6 @@ $(BUILD)/fuzzers/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) $(call obj,$(FAKE_
 		$< $(filter %.o %.a,$^) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
 # The CLI is no library: its reply parser's target links its other files.
 $(BUILD)/fuzzers/fuzz_cli_reply: $(call obj,$(filter-out api/cli/cli.c,$(CLI_SRC))) api/cli/cli.c
-$(BUILD)/fuzzers/fuzz_cli_sse: $(call obj,api/cli/cli_sse.c)
 
 fuzzers: $(FUZZ_BINS)
 

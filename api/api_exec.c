@@ -8,7 +8,6 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <jansson.h>
-#include <sodium.h>
 
 #include "api_int.h"
 #include "sbx_log.h"
@@ -16,60 +15,13 @@
 #include "sbx_path.h"
 #include "sbx_proto.h"
 #include "sbx_sse.h"
+#include "sbx_wire.h"
 
 /* Bytes queued towards a client above which the producer is paused. */
 #define STREAM_HIGH_WATER (256 * 1024)
 /* A stream's connection timeout: the exec timeout belongs to the broker;
  * heartbeats keep writing, backpressure pauses the producer meanwhile. */
 #define STREAM_TIMEOUT_S (24 * 3600)
-#define EXEC_ARGV_MAX 4096
-#define EXEC_ENV_MAX 4096
-
-/* ------------------------------------------------------------------ */
-/* NDJSON line -> SSE event                                            */
-
-int
-api_sse_from_ndjson_line(struct evbuffer *out, uint64_t id, const char *line,
-    size_t len, struct sbx_err *err)
-{
-	static const char pre[] = "{\"type\":\"";
-	char type[33], *data = NULL;
-	size_t i, t, rest;
-	int rc;
-
-	if (len > 0 && line[len - 1] == '\n')
-		len--;
-	/* Fast path: the encoder writes "type" first and compact, so the
-	 * object without it is "{" + what follows "\"type\":\"T\","; jansson
-	 * would re-dump exactly those bytes (proto/sbx_ndjson.h). */
-	if (len < sizeof(pre) + 2 || memcmp(line, pre, sizeof(pre) - 1) != 0)
-		goto slow;
-	i = sizeof(pre) - 1;
-	for (t = 0; i < len && t < sizeof(type) - 1 &&
-	    ((line[i] >= 'a' && line[i] <= 'z') ||
-	    (t > 0 && ((line[i] >= '0' && line[i] <= '9') || line[i] == '_')));
-	    i++, t++)
-		type[t] = line[i];
-	type[t] = '\0';
-	if (t == 0 || i + 1 >= len || line[i] != '"' || line[len - 1] != '}')
-		goto slow;
-	i++;
-	if (line[i] == '}' && i + 1 == len)
-		return sbx_sse_event(out, id, type, "{}", 2) == 0 ? 0 :
-		    sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
-	if (line[i] != ',')
-		goto slow;
-	rest = len - i - 1;
-	if ((data = malloc(rest + 1)) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
-	data[0] = '{';
-	memcpy(data + 1, line + i + 1, rest);
-	rc = sbx_sse_event(out, id, type, data, rest + 1);
-	free(data);
-	return rc == 0 ? 0 : sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
-slow:
-	return sbx_sse_from_ndjson(out, id, line, len, err);
-}
 
 /* ------------------------------------------------------------------ */
 /* Streams                                                             */
@@ -222,7 +174,7 @@ sse_emit(struct areq *a, struct evbuffer *line)
 	if (len == 0)
 		return -1;
 	p = (const char *)evbuffer_pullup(line, -1);
-	if (p == NULL || api_sse_from_ndjson_line(a->chunk, ++a->sse_id, p,
+	if (p == NULL || sbx_sse_from_own_ndjson(a->chunk, ++a->sse_id, p,
 	    len, &err) == -1) {
 		log_error("cannot map an exec event to SSE", "code", err.code,
 		    NULL);
@@ -344,162 +296,38 @@ api_stream_shutdown(struct areq *a)
 	stream_end(a, SBX_E_SHUTTING_DOWN);
 }
 
-/* A JSON array of strings without NUL into a NULL-terminated vector. */
-static const char **
-string_vector(struct areq *a, json_t *arr, const char *name, size_t max,
-    int need_one)
-{
-	const char **v;
-	json_t *e;
-	size_t i, n;
-
-	if (!json_is_array(arr)) {
-		areq_fail_code(a, SBX_E_WRONG_TYPE, "Member \"%s\" must be an "
-		    "array of strings.", name);
-		return NULL;
-	}
-	n = json_array_size(arr);
-	if ((need_one && n == 0) || n > max) {
-		areq_fail_code(a, SBX_E_BAD_REQUEST, "Member \"%s\" must hold "
-		    "%s%zu strings.", name, need_one ? "1 to " : "at most ", max);
-		return NULL;
-	}
-	if ((v = calloc(n + 1, sizeof(*v))) == NULL) {
-		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
-		return NULL;
-	}
-	json_array_foreach(arr, i, e) {
-		if (!json_is_string(e) ||
-		    strlen(json_string_value(e)) != json_string_length(e)) {
-			free(v);
-			areq_fail_code(a, SBX_E_WRONG_TYPE, "Member \"%s\" must "
-			    "hold strings without NUL.", name);
-			return NULL;
-		}
-		v[i] = json_string_value(e);
-	}
-	return v;
-}
-
-static int
-opt_nonneg(struct areq *a, const char *name, int64_t *out)
-{
-	json_t *v = json_object_get(a->body, name);
-
-	*out = 0;
-	if (v == NULL)
-		return 0;
-	if (!json_is_integer(v) || json_integer_value(v) < 0) {
-		areq_fail_code(a, SBX_E_WRONG_TYPE, "Member \"%s\" must be an "
-		    "integer of at least 0.", name);
-		return -1;
-	}
-	*out = json_integer_value(v);
-	return 0;
-}
-
 int
 api_exec_parse(struct areq *a, struct sbx_exec_req *er, const char ***argvp,
     const char ***envp)
 {
-	static const char *const allowed[] = { "argv", "cwd", "env", "stdin",
-	    "timeout_ms", "output_cap", NULL };
+	struct sbx_wire_exec x;
 	struct sbx_err err;
-	const char **argv = NULL, **env = NULL;
-	const char *k, *sin;
-	json_t *v;
-	size_t i, slen, blen;
 
 	sbx_err_clear(&err);
 	memset(er, 0, sizeof(*er));
 	*argvp = *envp = NULL;
-	json_object_foreach(a->body, k, v) {
-		for (i = 0; allowed[i] != NULL; i++)
-			if (strcmp(allowed[i], k) == 0)
-				break;
-		if (allowed[i] == NULL) {
-			areq_fail_code(a, SBX_E_UNKNOWN_FIELD, "Member \"%.64s\" "
-			    "is not accepted here.", k);
-			goto fail;
-		}
+	/* The broker's body rules are the contract (sbx_wire.h). */
+	if (sbx_wire_fields_check(a->body, sbx_wire_exec_fields, &err) == -1 ||
+	    sbx_wire_exec_decode(a->body, &x, &err) == -1) {
+		areq_fail(a, &err);
+		return -1;
 	}
-	if ((v = json_object_get(a->body, "argv")) == NULL) {
-		areq_fail_code(a, SBX_E_BAD_REQUEST, "Member \"argv\" is "
-		    "required.");
-		goto fail;
-	}
-	if ((argv = string_vector(a, v, "argv", EXEC_ARGV_MAX, 1)) == NULL)
-		goto fail;
-	if (argv[0][0] == '\0') {
-		areq_fail_code(a, SBX_E_BAD_REQUEST, "argv[0] must not be "
-		    "empty.");
-		goto fail;
-	}
-	er->argv = argv;
-	if ((v = json_object_get(a->body, "cwd")) != NULL) {
-		if (!json_is_string(v)) {
-			areq_fail_code(a, SBX_E_WRONG_TYPE, "Member \"cwd\" must "
-			    "be a string.");
-			goto fail;
-		}
-		if (sbx_path_check(json_string_value(v), json_string_length(v),
-		    &err) == -1) {
-			areq_fail(a, &err);
-			goto fail;
-		}
-		er->cwd = json_string_value(v);
-	}
-	if ((v = json_object_get(a->body, "env")) != NULL) {
-		if ((env = string_vector(a, v, "env", EXEC_ENV_MAX, 0)) == NULL)
-			goto fail;
-		for (i = 0; env[i] != NULL; i++)
-			if (strchr(env[i], '=') == NULL || env[i][0] == '=') {
-				areq_fail_code(a, SBX_E_BAD_REQUEST, "Each env "
-				    "entry must be NAME=value.");
-				goto fail;
-			}
-		er->env = env;
-	}
-	if ((v = json_object_get(a->body, "stdin")) != NULL) {
-		if (!json_is_string(v)) {
-			areq_fail_code(a, SBX_E_WRONG_TYPE, "Member \"stdin\" "
-			    "must be a base64 string.");
-			goto fail;
-		}
-		sin = json_string_value(v);
-		slen = json_string_length(v);
-		if ((a->stdin_data = malloc(slen / 4 * 3 + 3)) == NULL) {
-			areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
-			goto fail;
-		}
-		if (sodium_base642bin(a->stdin_data, slen / 4 * 3 + 3, sin,
-		    slen, NULL, &blen, NULL,
-		    sodium_base64_VARIANT_ORIGINAL) != 0) {
-			areq_fail_code(a, SBX_E_BAD_REQUEST, "Member \"stdin\" "
-			    "must be standard base64 with padding.");
-			goto fail;
-		}
-		a->stdin_len = blen;
-		er->stdin_data = a->stdin_data;
-		er->stdin_len = blen;
-	}
-	if (opt_nonneg(a, "timeout_ms", &er->timeout_ms) == -1 ||
-	    opt_nonneg(a, "output_cap", &er->output_cap) == -1)
-		goto fail;
 	/* Concurrent execs of this principal (streams and resource execs). */
 	if (a->lim != NULL && a->lim->execs >= (unsigned)a->s->cfg->max_execs) {
+		sbx_wire_exec_free(&x);
 		api_metrics_rejected(&a->s->metrics, 1);
 		areq_fail_code(a, SBX_E_TOO_MANY, "You already run %lld execs; "
 		    "wait for one to end.", a->s->cfg->max_execs);
-		goto fail;
+		return -1;
 	}
-	*argvp = argv;
-	*envp = env;
+	/* argv and env are the caller's to free; stdin is a's (wiped when a
+	 * is freed). */
+	*er = x.req;
+	*argvp = x.argv;
+	*envp = x.env;
+	a->stdin_data = x.stdin_buf;
+	a->stdin_len = x.req.stdin_len;
 	return 0;
-fail:
-	free(argv);
-	free(env);
-	return -1;
 }
 
 void

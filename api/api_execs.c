@@ -468,7 +468,7 @@ log_line(struct api_exec *x, struct evbuffer *line)
 	size_t len = evbuffer_get_length(line);
 
 	sbx_err_clear(&err);
-	if (ev != NULL && len > 0 && api_sse_from_ndjson_line(ev, x->last_id + 1,
+	if (ev != NULL && len > 0 && sbx_sse_from_own_ndjson(ev, x->last_id + 1,
 	    (const char *)evbuffer_pullup(line, -1), len, &err) == 0)
 		log_append(x, ev);
 	evbuffer_drain(line, len);

@@ -19,6 +19,7 @@
 #include "sbx_log.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"
+#include "sbx_wire.h"
 #include "sbx_usage.h"
 
 #define API_PREFIX "/api/v1"
@@ -339,8 +340,7 @@ areq_reply_json(struct areq *a, int status, json_t *obj)
 static json_t *
 error_json(const char *code, const char *message)
 {
-	return json_pack("{s:{s:s,s:s}}", "error", "code", code, "message",
-	    message);
+	return sbx_wire_error_encode(code, message);
 }
 
 void
@@ -837,8 +837,7 @@ h_write(struct areq *a)
 	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->req);
 	struct evbuffer *in = evhttp_request_get_input_buffer(a->req);
 	struct sbx_err err;
-	char *mode = NULL, *end;
-	unsigned long m;
+	char *mode = NULL;
 
 	sbx_err_clear(&err);
 	if (query_path(a) == -1)
@@ -849,16 +848,11 @@ h_write(struct areq *a)
 		areq_fail(a, &err);
 		return;
 	case 1:
-		errno = 0;
-		m = strtoul(mode, &end, 8);
-		if (mode[0] < '0' || mode[0] > '7' || strlen(mode) > 4 ||
-		    *end != '\0' || errno != 0 || m > 0777) {
+		if (sbx_wire_mode_decode(mode, &a->mode, &err) == -1) {
 			free(mode);
-			areq_fail_code(a, SBX_E_BAD_REQUEST, "Parameter \"mode\" "
-			    "must be octal permission bits such as 0644.");
+			areq_fail(a, &err);
 			return;
 		}
-		a->mode = (uint32_t)m;
 		free(mode);
 		break;
 	default:
@@ -879,61 +873,36 @@ list_done(void *arg, const struct sbx_err *err, const struct sbx_dirent *ents,
     size_t n, int truncated)
 {
 	struct areq *a = arg;
-	json_t *arr, *e, *page;
-	size_t i, len;
-	char b64[sodium_base64_ENCODED_LEN(256, sodium_base64_VARIANT_ORIGINAL)];
-	char cursor[sodium_base64_ENCODED_LEN(256, sodium_base64_VARIANT_ORIGINAL)];
+	char cursor[SBX_WIRE_CURSOR_MAX + 1];
+	json_t *o;
 
 	a->op = NULL;
 	if (err != NULL) {
 		areq_fail_broker(a, err);
 		return;
 	}
-	if ((arr = json_array()) == NULL) {
-		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
-		return;
-	}
-	for (i = 0; i < n; i++) {
-		len = strnlen(ents[i].name, sizeof(ents[i].name));
-		e = json_pack("{s:s,s:I,s:I,s:I}", "type", ents[i].type != NULL ?
-		    ents[i].type : "other", "size", (json_int_t)ents[i].size,
-		    "mode", (json_int_t)ents[i].mode, "mtime",
-		    (json_int_t)ents[i].mtime);
-		if (e == NULL)
-			continue;
-		if (json_object_set_new(e, "name", json_stringn(ents[i].name,
-		    len)) == -1) {
-			sodium_bin2base64(b64, sizeof(b64),
-			    (const unsigned char *)ents[i].name, len,
-			    sodium_base64_VARIANT_ORIGINAL);
-			json_object_set_new(e, "name_b64", json_string(b64));
-		}
-		json_array_append_new(arr, e);
-	}
-	/* As the broker: the cursor is the base64url of the last name. */
-	cursor[0] = '\0';
-	if (truncated && n > 0)
-		sodium_bin2base64(cursor, sizeof(cursor),
-		    (const unsigned char *)ents[n - 1].name,
-		    strnlen(ents[n - 1].name, sizeof(ents[n - 1].name)),
-		    sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+	/* As the broker (sbx_wire.h): the cursor is the base64url of the
+	 * last name. */
 	if (!a->list_obj) {
-		if (cursor[0] != '\0') {
+		if ((o = sbx_wire_dirents_encode(ents, n)) == NULL) {
+			areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+			return;
+		}
+		if (truncated && n > 0 && sbx_wire_cursor_encode(
+		    ents[n - 1].name, cursor, sizeof(cursor)) > 0) {
 			evhttp_add_header(evhttp_request_get_output_headers(a->req),
 			    "Sbx-List-Truncated", "true");
 			evhttp_add_header(evhttp_request_get_output_headers(a->req),
 			    "Sbx-List-Cursor", cursor);
 		}
-		areq_reply_json(a, 200, arr);
+		areq_reply_json(a, 200, o);
 		return;
 	}
-	page = json_pack("{s:o,s:b,s:s?}", "entries", arr, "truncated",
-	    cursor[0] != '\0', "cursor", cursor[0] != '\0' ? cursor : NULL);
-	if (page == NULL) {
+	if ((o = sbx_wire_list_encode(ents, n, truncated)) == NULL) {
 		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
 		return;
 	}
-	areq_reply_json(a, 200, page);
+	areq_reply_json(a, 200, o);
 }
 
 static void

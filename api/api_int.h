@@ -217,14 +217,6 @@ void api_h_read(struct areq *a);
  */
 void api_stream_shutdown(struct areq *a);
 
-/*
- * Appends the SSE event for one NDJSON exec event line (line[0..len), with
- * or without its '\n') to out with SSE id id. Same bytes as
- * sbx_sse_from_ndjson (proto/sbx_sse.h) on the same line; lines the encoder
- * of proto/sbx_ndjson.h wrote take a fast path that does not parse JSON.
- * Returns 0, or -1 with err (bad_request "protocol_error: ...", internal).
- */
-int api_sse_from_ndjson_line(struct evbuffer *out, uint64_t id,
-    const char *line, size_t len, struct sbx_err *err);
+/* NDJSON line -> SSE event: sbx_sse_from_own_ndjson (proto/sbx_sse.h). */
 
 #endif

@@ -19,7 +19,7 @@
 #include "sbx_path.h"
 #include "sbx_proto.h"
 #include "sbx_token.h"
-#include "sbx_usage.h"
+#include "sbx_wire.h"
 
 #define JSON_BODY_MAX ((size_t)16 * 1024 * 1024)  /* list answers */
 #define ERROR_BODY_MAX ((size_t)64 * 1024)
@@ -224,7 +224,6 @@ bop_end(struct bop *b)
 static void
 error_from_body(struct bop *b, struct sbx_err *e)
 {
-	json_t *root = NULL, *ej, *code, *msg;
 	size_t len = evbuffer_get_length(b->body);
 
 	sbx_err_clear(e);
@@ -236,17 +235,8 @@ error_from_body(struct bop *b, struct sbx_err *e)
 		log_error("the broker refused our token", NULL);
 		return;
 	}
-	if (len > 0)
-		root = json_loadb((const char *)evbuffer_pullup(b->body, -1),
-		    len, 0, NULL);
-	ej = json_object_get(root, "error");
-	code = json_object_get(ej, "code");
-	msg = json_object_get(ej, "message");
-	if (json_is_string(code) && json_string_length(code) > 0 &&
-	    json_string_length(code) < sizeof(e->code)) {
-		snprintf(e->code, sizeof(e->code), "%s", json_string_value(code));
-		snprintf(e->message, sizeof(e->message), "%s",
-		    json_is_string(msg) ? json_string_value(msg) : e->code);
+	if (sbx_wire_error_decode(len > 0 ? (const char *)evbuffer_pullup(
+	    b->body, -1) : "", len, e) == 0) {
 		/* "unauthorized" from the broker concerns the api, never the
 		 * api's caller. The broker's "forbidden" is about the sandbox
 		 * (permission denied inside it): the caller's, with its
@@ -259,7 +249,6 @@ error_from_body(struct bop *b, struct sbx_err *e)
 		sbx_err_set(e, b->status == 404 ? SBX_E_NOT_FOUND :
 		    b->status >= 500 ? SBX_E_BROKER_UNAVAILABLE : SBX_E_INTERNAL,
 		    "The sandbox broker answered HTTP %d.", b->status);
-	json_decref(root);
 }
 
 /* A transport error from the HTTP client, worded for the api's callers. */
@@ -272,60 +261,6 @@ error_from_transport(const struct sbx_err *in, struct sbx_err *e)
 		    "unavailable: %s.", in->message);
 	else
 		*e = *in;
-}
-
-static int64_t
-opt_int(json_t *o, const char *k)
-{
-	json_t *v = json_object_get(o, k);
-
-	return json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
-}
-
-static void
-opt_str(json_t *o, const char *k, char *dst, size_t cap)
-{
-	json_t *v = json_object_get(o, k);
-
-	snprintf(dst, cap, "%s", json_is_string(v) ? json_string_value(v) : "");
-}
-
-/* The "usage" member of a ?usage=1 status (adr/0017); absent or null:
- * usage.present 0. A malformed one makes the whole answer unreadable. */
-static int
-status_usage_from_json(json_t *o, struct sbx_status *st)
-{
-	json_t *u = json_object_get(o, "usage");
-	struct sbx_err e;
-
-	if (u == NULL)
-		return 0;
-	return sbx_usage_from_json(u, &st->usage, &e);
-}
-
-static int
-status_from_json(json_t *o, struct sbx_status *st)
-{
-	const char *state;
-
-	memset(st, 0, sizeof(*st));
-	if (!json_is_object(o) ||
-	    !json_is_string(json_object_get(o, "state")))
-		return -1;
-	opt_str(o, "id", st->id, sizeof(st->id));
-	state = json_string_value(json_object_get(o, "state"));
-	if (strcmp(state, "running") == 0)
-		st->state = SBX_STATE_RUNNING;
-	else if (strcmp(state, "stopped") == 0)
-		st->state = SBX_STATE_STOPPED;
-	else
-		st->state = SBX_STATE_ABSENT;
-	opt_str(o, "image", st->image, sizeof(st->image));
-	st->egress = json_is_true(json_object_get(o, "egress"));
-	st->created_at_ms = opt_int(o, "created_at");
-	st->last_used_at_ms = opt_int(o, "last_used_at");
-	opt_str(o, "stop_reason", st->stop_reason, sizeof(st->stop_reason));
-	return status_usage_from_json(o, st);
 }
 
 static json_t *
@@ -354,8 +289,8 @@ finish_plain(struct bop *b, const struct sbx_err *terr)
 	struct sbx_status st, *sts = NULL;
 	struct sbx_dirent *ents = NULL;
 	struct sbx_health h;
-	json_t *root = NULL, *v, *x, *list;
-	size_t i, n = 0, blen;
+	json_t *root = NULL;
+	size_t n = 0;
 	int ok, list_trunc = 0;
 
 	sbx_err_clear(&e);
@@ -366,78 +301,26 @@ finish_plain(struct bop *b, const struct sbx_err *terr)
 	else if (b->kind != BK_DONE && (root = body_json(b)) == NULL)
 		malformed(&e);
 	if (!sbx_err_is_set(&e)) {
+		/* The one decoding of each answer (sbx_wire.h); a body it
+		 * refuses is an answer the api cannot read. */
 		switch (b->kind) {
 		case BK_STATUS:
-			if (status_from_json(root, &st) == -1)
+			if (sbx_wire_status_decode(root, &st, &e) == -1)
 				malformed(&e);
 			break;
 		case BK_LIST:
-			/* The page object (?cursor= is always sent); a
-			 * broker before adr/0013 answers the bare array. */
-			list_trunc = json_is_true(json_object_get(root,
-			    "truncated"));
-			list = json_is_array(root) ? root :
-			    json_object_get(root, "entries");
-			if (!json_is_array(list)) {
+			if (sbx_wire_list_decode(root, &ents, &n, &list_trunc,
+			    &e) == -1 && strcmp(e.code, SBX_E_INTERNAL) != 0)
 				malformed(&e);
-				break;
-			}
-			n = json_array_size(list);
-			if ((ents = calloc(n + 1, sizeof(*ents))) == NULL) {
-				sbx_err_set(&e, SBX_E_INTERNAL, "Out of memory.");
-				break;
-			}
-			json_array_foreach(list, i, v) {
-				x = json_object_get(v, "type");
-				ents[i].type = !json_is_string(x) ? "other" :
-				    strcmp(json_string_value(x), "file") == 0 ?
-				    "file" : strcmp(json_string_value(x), "dir") ==
-				    0 ? "dir" : strcmp(json_string_value(x),
-				    "symlink") == 0 ? "symlink" : "other";
-				ents[i].size = opt_int(v, "size");
-				ents[i].mode = (uint32_t)opt_int(v, "mode");
-				ents[i].mtime = opt_int(v, "mtime");
-				if (json_is_string(x = json_object_get(v, "name")))
-					snprintf(ents[i].name,
-					    sizeof(ents[i].name), "%s",
-					    json_string_value(x));
-				else if (json_is_string(x = json_object_get(v,
-				    "name_b64")) && sodium_base642bin(
-				    (unsigned char *)ents[i].name,
-				    sizeof(ents[i].name) - 1,
-				    json_string_value(x), json_string_length(x),
-				    NULL, &blen, NULL,
-				    sodium_base64_VARIANT_ORIGINAL) == 0)
-					ents[i].name[blen] = '\0';
-			}
 			break;
 		case BK_SANDBOXES:
-			if (!json_is_array(root)) {
+			if (sbx_wire_sandboxes_decode(root, &sts, &n, &e) == -1 &&
+			    strcmp(e.code, SBX_E_INTERNAL) != 0)
 				malformed(&e);
-				break;
-			}
-			n = json_array_size(root);
-			if ((sts = calloc(n + 1, sizeof(*sts))) == NULL) {
-				sbx_err_set(&e, SBX_E_INTERNAL, "Out of memory.");
-				break;
-			}
-			/* each entry names its sandbox: an id the rule
-			 * refuses is a malformed answer (found by fuzzing) */
-			json_array_foreach(root, i, v)
-				if (status_from_json(v, &sts[i]) == -1 ||
-				    !sbx_id_valid(sts[i].id)) {
-					malformed(&e);
-					break;
-				}
 			break;
 		case BK_HEALTH:
-			memset(&h, 0, sizeof(h));
-			opt_str(root, "status", h.status, sizeof(h.status));
-			opt_str(root, "reason", h.reason, sizeof(h.reason));
-			opt_str(root, "runtime", h.runtime, sizeof(h.runtime));
-			opt_str(root, "api_version", h.api_version,
-			    sizeof(h.api_version));
-			h.ok = strcmp(h.status, "ok") == 0;
+			if (sbx_wire_health_decode(root, &h, &e) == -1)
+				malformed(&e);
 			break;
 		default:
 			break;
@@ -735,19 +618,7 @@ b_ensure(struct sbx_driver *drv, const char *id, const struct sbx_spec *spec,
 	if ((b = bop_new(d, BK_STATUS, id, arg, err)) == NULL)
 		return NULL;
 	b->status_cb = cb;
-	o = json_pack("{s:b}", "egress", spec != NULL && spec->egress);
-	if (o != NULL && spec != NULL) {
-		if (spec->image != NULL)
-			json_object_set_new(o, "image", json_string(spec->image));
-		if (spec->memory_bytes > 0)
-			json_object_set_new(o, "memory_bytes",
-			    json_integer(spec->memory_bytes));
-		if (spec->nano_cpus > 0)
-			json_object_set_new(o, "nano_cpus",
-			    json_integer(spec->nano_cpus));
-		if (spec->pids > 0)
-			json_object_set_new(o, "pids", json_integer(spec->pids));
-	}
+	o = sbx_wire_spec_encode(spec);
 	snprintf(path, sizeof(path), SBX_PATH_SANDBOXES "/%s", id);
 	return start_json(b, "PUT", path, o, err);
 }
@@ -842,10 +713,8 @@ b_exec(struct sbx_driver *drv, const char *id, const struct sbx_exec_req *req,
 {
 	struct bdriver *d = (struct bdriver *)drv;
 	struct bop *b;
-	json_t *o = NULL, *arr;
-	char path[128], *b64 = NULL;
-	size_t i, b64len;
-	struct sbx_op *op = NULL;
+	json_t *o;
+	char path[128];
 
 	if (req == NULL || req->argv == NULL || req->argv[0] == NULL) {
 		sbx_err_set(err, SBX_E_BAD_REQUEST, "argv is required.");
@@ -857,55 +726,13 @@ b_exec(struct sbx_driver *drv, const char *id, const struct sbx_exec_req *req,
 	if ((b = bop_new(d, BK_EXEC, id, NULL, err)) == NULL)
 		return NULL;
 	b->sink = *sink;
-	if ((o = json_object()) == NULL || (arr = json_array()) == NULL)
-		goto oom;
-	json_object_set_new(o, "argv", arr);
-	for (i = 0; req->argv[i] != NULL; i++)
-		if (json_array_append_new(arr, json_string(req->argv[i])) == -1)
-			goto notutf8;
-	if (req->cwd != NULL && json_object_set_new(o, "cwd",
-	    json_string(req->cwd)) == -1)
-		goto notutf8;
-	if (req->env != NULL) {
-		if ((arr = json_array()) == NULL)
-			goto oom;
-		json_object_set_new(o, "env", arr);
-		for (i = 0; req->env[i] != NULL; i++)
-			if (json_array_append_new(arr,
-			    json_string(req->env[i])) == -1)
-				goto notutf8;
+	if ((o = sbx_wire_exec_encode(req, err)) == NULL) {
+		bop_free(b);
+		return NULL;
 	}
-	if (req->stdin_data != NULL) {
-		b64len = sodium_base64_ENCODED_LEN(req->stdin_len,
-		    sodium_base64_VARIANT_ORIGINAL);
-		if ((b64 = malloc(b64len)) == NULL)
-			goto oom;
-		sodium_bin2base64(b64, b64len, req->stdin_data, req->stdin_len,
-		    sodium_base64_VARIANT_ORIGINAL);
-		json_object_set_new(o, "stdin", json_string(b64));
-		free(b64);
-	}
-	if (req->timeout_ms > 0)
-		json_object_set_new(o, "timeout_ms",
-		    json_integer(req->timeout_ms));
-	if (req->output_cap > 0)
-		json_object_set_new(o, "output_cap",
-		    json_integer(req->output_cap));
 	snprintf(path, sizeof(path), SBX_PATH_SANDBOXES "/%s"
 	    SBX_PATH_EXEC_SUFFIX, id);
-	op = start_json(b, "POST", path, o, err);
-	return op;
-notutf8:
-	json_decref(o);
-	bop_free(b);
-	sbx_err_set(err, SBX_E_BAD_REQUEST, "argv, cwd and env must be UTF-8 "
-	    "text.");
-	return NULL;
-oom:
-	json_decref(o);
-	bop_free(b);
-	sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
-	return NULL;
+	return start_json(b, "POST", path, o, err);
 }
 
 static struct sbx_op *
@@ -937,7 +764,7 @@ b_write(struct sbx_driver *drv, const char *id, const char *path,
 	struct bdriver *d = (struct bdriver *)drv;
 	struct bop *b;
 	struct sbx_op *op;
-	char *url = NULL, *full = NULL;
+	char *url = NULL, *full = NULL, mstr[8];
 	size_t len = body != NULL ? evbuffer_get_length(body) : 0;
 
 	if ((b = bop_new(d, BK_DONE, id, arg, err)) == NULL)
@@ -948,8 +775,8 @@ b_write(struct sbx_driver *drv, const char *id, const char *path,
 		return NULL;
 	}
 	if (mode != 0) {
-		if (asprintf(&full, "%s&" SBX_QUERY_MODE "=%04o", url,
-		    (unsigned)mode) == -1) {
+		if (asprintf(&full, "%s&" SBX_QUERY_MODE "=%s", url,
+		    sbx_wire_mode_encode(mode, mstr)) == -1) {
 			free(url);
 			bop_free(b);
 			sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
@@ -976,7 +803,7 @@ b_list(struct sbx_driver *drv, const char *id, const char *path,
 	struct bdriver *d = (struct bdriver *)drv;
 	struct bop *b;
 	struct sbx_op *op;
-	char *url, *full = NULL, cur[360] = "";
+	char *url, *full = NULL, cur[SBX_WIRE_CURSOR_MAX + 1] = "";
 	size_t an = page != NULL && page->after != NULL ? strlen(page->after) : 0;
 
 	if (an > 255) {
@@ -986,8 +813,7 @@ b_list(struct sbx_driver *drv, const char *id, const char *path,
 	/* The broker's cursor is the base64url of the last name: the same
 	 * value names the same place on both sides (adr/0013). */
 	if (an > 0)
-		sodium_bin2base64(cur, sizeof(cur), (const unsigned char *)
-		    page->after, an, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+		sbx_wire_cursor_encode(page->after, cur, sizeof(cur));
 	if ((b = bop_new(d, BK_LIST, id, arg, err)) == NULL)
 		return NULL;
 	b->list_cb = cb;

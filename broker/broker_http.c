@@ -34,6 +34,7 @@
 #include "sbx_ndjson.h"
 #include "sbx_path.h"
 #include "sbx_usage.h"
+#include "sbx_wire.h"
 #include "sbx_proto.h"
 
 /* Backpressure: pause the driver when this much is queued for the client. */
@@ -124,11 +125,7 @@ struct breq {
 	/* parsed input, owned */
 	json_t *body;
 	struct sbx_spec spec;
-	const char **argv;
-	char **env;
-	size_t nenv;
-	unsigned char *stdin_buf;
-	struct sbx_exec_req xreq;
+	struct sbx_wire_exec x;   /* exec body (sbx_wire.h); x.req for the driver */
 	char *path;
 	uint32_t mode;
 	size_t wsize;             /* bytes written */
@@ -288,17 +285,8 @@ static void gather_cb(struct evbuffer *, const struct evbuffer_cb_info *,
 static void
 breq_free(struct breq *b)
 {
-	size_t i;
-
 	json_decref(b->body);
-	free(b->argv);
-	for (i = 0; i < b->nenv; i++)
-		free(b->env[i]);
-	free(b->env);
-	if (b->stdin_buf != NULL) {
-		sodium_memzero(b->stdin_buf, b->xreq.stdin_len);
-		free(b->stdin_buf);
-	}
+	sbx_wire_exec_free(&b->x);
 	free(b->path);
 	free(b->after);
 	if (b->chunk != NULL)
@@ -455,8 +443,7 @@ breq_fail(struct breq *b, const struct sbx_err *err)
 	if (status == 429 && b->req != NULL)
 		evhttp_add_header(evhttp_request_get_output_headers(b->req),
 		    "Retry-After", "1");
-	obj = json_pack("{s:{s:s,s:s}}", "error", "code", e.code, "message",
-	    e.message);
+	obj = sbx_wire_error_encode(e.code, e.message);
 	reply_json(b, status, obj, e.code);
 }
 
@@ -732,6 +719,7 @@ static json_t *
 status_json(struct broker_server *s, const struct sbx_status *st)
 {
 	struct broker_row row;
+	struct sbx_status out;
 	struct sbx_err err;
 	const char *reason = st->stop_reason;
 	int64_t last_used = st->last_used_at_ms;
@@ -767,95 +755,35 @@ status_json(struct broker_server *s, const struct sbx_status *st)
 			log_error("state write failed", "id", st->id, "error",
 			    err.message, NULL);
 	}
-	if (st->state == SBX_STATE_ABSENT)
-		reason = "";
-	return json_pack("{s:s,s:s,s:s?,s:b,s:o,s:o,s:s?}",
-	    "id", st->id,
-	    "state", sbx_state_name(st->state),
-	    "image", st->state == SBX_STATE_ABSENT ? NULL : st->image,
-	    "egress", st->state == SBX_STATE_ABSENT ? 0 : st->egress,
-	    "created_at", st->state != SBX_STATE_ABSENT && st->created_at_ms > 0 ?
-	    json_integer(st->created_at_ms) : json_null(),
-	    "last_used_at", last_used > 0 ? json_integer(last_used) : json_null(),
-	    "stop_reason", reason[0] != '\0' ? reason : NULL);
+	/* What the broker knows better than the driver, then the one
+	 * encoding of a status (sbx_wire.h). */
+	out = *st;
+	out.last_used_at_ms = last_used;
+	snprintf(out.stop_reason, sizeof(out.stop_reason), "%s", reason);
+	return sbx_wire_status_encode(&out, 0);
 }
 
 /*
- * Strict body parsing: body must be one JSON object whose members are all
- * in allowed. Returns the object (owned) or NULL after replying (b is
- * freed then: callers store the result only when it is not NULL).
+ * Strict body parsing (sbx_wire_body_object): one JSON object whose
+ * members are all in allowed. Returns the object (owned) or NULL after
+ * replying (b is freed then: callers store the result only when it is not
+ * NULL).
  */
 static json_t *
 body_object(struct breq *b, const char *const *allowed, int empty_ok)
 {
 	struct evbuffer *in = evhttp_request_get_input_buffer(b->req);
 	size_t len = evbuffer_get_length(in);
-	json_error_t jerr;
-	const char *key;
-	json_t *obj, *v;
-	size_t i;
+	struct sbx_err err;
+	json_t *obj;
 
-	if (len == 0 && empty_ok)
-		return json_object();
-	if (len == 0) {
-		breq_fail_code(b, SBX_E_BAD_REQUEST, "A JSON body is required.");
+	sbx_err_clear(&err);
+	if (sbx_wire_body_object(len > 0 ? (const char *)evbuffer_pullup(in, -1) :
+	    "", len, allowed, empty_ok, &obj, &err) == -1) {
+		breq_fail(b, &err);
 		return NULL;
-	}
-	obj = json_loadb((const char *)evbuffer_pullup(in, -1), len,
-	    JSON_REJECT_DUPLICATES, &jerr);
-	if (obj == NULL) {
-		breq_fail_code(b, SBX_E_BAD_REQUEST,
-		    "The body is not valid JSON (line %d, column %d).",
-		    jerr.line, jerr.column);
-		return NULL;
-	}
-	if (!json_is_object(obj)) {
-		json_decref(obj);
-		breq_fail_code(b, SBX_E_BAD_REQUEST,
-		    "The body must be a JSON object.");
-		return NULL;
-	}
-	json_object_foreach(obj, key, v) {
-		for (i = 0; allowed[i] != NULL; i++)
-			if (strcmp(key, allowed[i]) == 0)
-				break;
-		if (allowed[i] == NULL) {
-			char shown[64];
-			/* Name the field, but only a bounded, printable part. */
-			for (i = 0; key[i] != '\0' && i < sizeof(shown) - 1; i++)
-				shown[i] = (key[i] >= 0x20 && key[i] < 0x7f) ?
-				    key[i] : '?';
-			shown[i] = '\0';
-			json_decref(obj);
-			breq_fail_code(b, SBX_E_UNKNOWN_FIELD,
-			    "Field \"%s\" is not accepted here.", shown);
-			return NULL;
-		}
 	}
 	return obj;
-}
-
-/* Reads an optional non-negative integer member. Returns 0, or -1 after replying. */
-static int
-opt_int(struct breq *b, json_t *obj, const char *name, int64_t *out)
-{
-	json_t *v = json_object_get(obj, name);
-
-	*out = 0;
-	if (v == NULL)
-		return 0;
-	if (!json_is_integer(v)) {
-		breq_fail_code(b, SBX_E_WRONG_TYPE, "Field \"%s\" must be an "
-		    "integer.", name);
-		return -1;
-	}
-	if (json_integer_value(v) < 0) {
-		breq_fail_code(b, SBX_E_WRONG_TYPE, "Field \"%s\" must not be "
-		    "negative.", name);
-		return -1;
-	}
-	*out = json_integer_value(v);
-	return 0;
 }
 
 static int
@@ -867,23 +795,6 @@ within(struct breq *b, int64_t v, int64_t max, const char *name)
 		return -1;
 	}
 	return 0;
-}
-
-/* A JSON string without NUL; returns it or NULL after replying. */
-static const char *
-plain_string(struct breq *b, json_t *v, const char *name)
-{
-	if (!json_is_string(v)) {
-		breq_fail_code(b, SBX_E_WRONG_TYPE, "Field \"%s\" must be a "
-		    "string.", name);
-		return NULL;
-	}
-	if (strlen(json_string_value(v)) != json_string_length(v)) {
-		breq_fail_code(b, SBX_E_BAD_REQUEST, "Field \"%s\" contains a "
-		    "NUL character.", name);
-		return NULL;
-	}
-	return json_string_value(v);
 }
 
 /* ------------------------------------------------------------------ */
@@ -953,44 +864,20 @@ ensure_start(struct breq *b)
 static void
 h_ensure(struct breq *b)
 {
-	static const char *const allowed[] = { "image", "egress",
-	    "memory_bytes", "nano_cpus", "pids", NULL };
 	const struct broker_config *cfg = b->s->cfg;
-	const char *str;
-	json_t *v, *body;
-	size_t i;
+	struct sbx_err err;
+	json_t *body;
 
-	if ((body = body_object(b, allowed, 1)) == NULL)
+	sbx_err_clear(&err);
+	if ((body = body_object(b, sbx_wire_spec_fields, 1)) == NULL)
 		return;
 	b->body = body;
-	if ((v = json_object_get(b->body, "image")) != NULL) {
-		if ((str = plain_string(b, v, "image")) == NULL)
-			return;
-		b->spec.image = str;
-		for (i = 0; b->s->allowlist[i] != NULL; i++)
-			if (strcmp(b->s->allowlist[i], b->spec.image) == 0)
-				break;
-		if (b->s->allowlist[i] == NULL) {
-			breq_fail_code(b, SBX_E_IMAGE_NOT_ALLOWED, "That image "
-			    "is not in the broker's allowlist.");
-			return;
-		}
-	}
-	if ((v = json_object_get(b->body, "egress")) == NULL) {
-		breq_fail_code(b, SBX_E_BAD_REQUEST,
-		    "Field \"egress\" is required (true or false).");
+	if (sbx_wire_spec_decode(b->body, (const char *const *)b->s->allowlist,
+	    &b->spec, &err) == -1) {
+		breq_fail(b, &err);
 		return;
 	}
-	if (!json_is_boolean(v)) {
-		breq_fail_code(b, SBX_E_WRONG_TYPE,
-		    "Field \"egress\" must be true or false.");
-		return;
-	}
-	b->spec.egress = json_is_true(v);
-	if (opt_int(b, b->body, "memory_bytes", &b->spec.memory_bytes) == -1 ||
-	    opt_int(b, b->body, "nano_cpus", &b->spec.nano_cpus) == -1 ||
-	    opt_int(b, b->body, "pids", &b->spec.pids) == -1 ||
-	    within(b, b->spec.memory_bytes, cfg->memory_max,
+	if (within(b, b->spec.memory_bytes, cfg->memory_max,
 	    "memory_bytes") == -1 ||
 	    within(b, b->spec.nano_cpus, cfg->nano_cpus_max, "nano_cpus") == -1 ||
 	    within(b, b->spec.pids, cfg->pids_max, "pids") == -1)
@@ -1165,171 +1052,31 @@ h_stop(struct breq *b)
 	serial_enqueue(b, stop_start);
 }
 
-/* An environment name: [A-Za-z_][A-Za-z0-9_]*, len bytes. */
-static int
-env_name_ok(const char *name, size_t len)
-{
-	size_t i;
-
-	if (len == 0 || (name[0] >= '0' && name[0] <= '9'))
-		return 0;
-	for (i = 0; i < len; i++)
-		if (!((name[i] >= 'a' && name[i] <= 'z') ||
-		    (name[i] >= 'A' && name[i] <= 'Z') ||
-		    (name[i] >= '0' && name[i] <= '9') || name[i] == '_'))
-			return 0;
-	return 1;
-}
-
-/* Parses "env": {"K":"V"} or ["K=V"]. Returns 0 or -1 after replying. */
-static int
-parse_env(struct breq *b, json_t *v)
-{
-	const char *key, *val;
-	json_t *e;
-	size_t i, n;
-
-	if (!json_is_object(v) && !json_is_array(v)) {
-		breq_fail_code(b, SBX_E_WRONG_TYPE, "Field \"env\" must be an "
-		    "object of strings or an array of \"K=V\" strings.");
-		return -1;
-	}
-	n = json_is_object(v) ? json_object_size(v) : json_array_size(v);
-	if (n > MAX_ENV) {
-		breq_fail_code(b, SBX_E_LIMIT_EXCEEDED, "Field \"env\" has more "
-		    "than %d entries.", MAX_ENV);
-		return -1;
-	}
-	if ((b->env = calloc(n + 1, sizeof(*b->env))) == NULL) {
-		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
-		return -1;
-	}
-	if (json_is_object(v)) {
-		json_object_foreach(v, key, e) {
-			if ((val = plain_string(b, e, "env")) == NULL)
-				return -1;
-			if (!env_name_ok(key, strlen(key))) {
-				breq_fail_code(b, SBX_E_BAD_REQUEST, "Env names "
-				    "are [A-Za-z_][A-Za-z0-9_]*.");
-				return -1;
-			}
-			if (asprintf(&b->env[b->nenv], "%s=%s", key, val) == -1) {
-				b->env[b->nenv] = NULL;
-				breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
-				return -1;
-			}
-			b->nenv++;
-		}
-		return 0;
-	}
-	json_array_foreach(v, i, e) {
-		if ((val = plain_string(b, e, "env")) == NULL)
-			return -1;
-		if (strchr(val, '=') == NULL ||
-		    !env_name_ok(val, (size_t)(strchr(val, '=') - val))) {
-			breq_fail_code(b, SBX_E_BAD_REQUEST, "Each env entry "
-			    "must be \"NAME=value\", NAME [A-Za-z_][A-Za-z0-9_]*.");
-			return -1;
-		}
-		if ((b->env[b->nenv] = strdup(val)) == NULL) {
-			breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
-			return -1;
-		}
-		b->nenv++;
-	}
-	return 0;
-}
-
 static void
 h_exec(struct breq *b)
 {
-	static const char *const allowed[] = { "argv", "cwd", "env", "stdin",
-	    "timeout_ms", "output_cap", NULL };
 	const struct broker_config *cfg = b->s->cfg;
 	struct sbx_sink sink = { exec_start, exec_output, exec_exit, exec_error,
 	    b };
 	struct sbx_err err;
-	json_t *v, *e, *body;
-	const char *str;
-	size_t i, n, blen;
+	json_t *body;
 
 	sbx_err_clear(&err);
-	if ((body = body_object(b, allowed, 0)) == NULL)
+	if ((body = body_object(b, sbx_wire_exec_fields, 0)) == NULL)
 		return;
 	b->body = body;
-	v = json_object_get(b->body, "argv");
-	if (v == NULL) {
-		breq_fail_code(b, SBX_E_BAD_REQUEST, "Field \"argv\" is required.");
+	if (sbx_wire_exec_decode(b->body, &b->x, &err) == -1) {
+		breq_fail(b, &err);
 		return;
 	}
-	if (!json_is_array(v)) {
-		breq_fail_code(b, SBX_E_WRONG_TYPE, "Field \"argv\" must be an "
-		    "array of strings.");
-		return;
-	}
-	if ((n = json_array_size(v)) == 0 || n > MAX_ARGV) {
-		breq_fail_code(b, SBX_E_BAD_REQUEST, "Field \"argv\" must hold "
-		    "1 to %d strings.", MAX_ARGV);
-		return;
-	}
-	if ((b->argv = calloc(n + 1, sizeof(*b->argv))) == NULL) {
-		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
-		return;
-	}
-	json_array_foreach(v, i, e)
-		if ((str = plain_string(b, e, "argv")) == NULL)
-			return;
-		else
-			b->argv[i] = str;
-	if (b->argv[0][0] == '\0') {
-		breq_fail_code(b, SBX_E_BAD_REQUEST, "argv[0] must not be empty.");
-		return;
-	}
-	b->xreq.argv = b->argv;
-	if ((v = json_object_get(b->body, "cwd")) != NULL) {
-		if ((str = plain_string(b, v, "cwd")) == NULL)
-			return;
-		if (sbx_path_check(str, strlen(str), &err) == -1) {
-			breq_fail(b, &err);
-			return;
-		}
-		b->xreq.cwd = str;
-	}
-	if ((v = json_object_get(b->body, "env")) != NULL) {
-		if (parse_env(b, v) == -1)
-			return;
-		b->xreq.env = (const char *const *)b->env;
-	}
-	if ((v = json_object_get(b->body, "stdin")) != NULL) {
-		if (!json_is_string(v)) {
-			breq_fail_code(b, SBX_E_WRONG_TYPE, "Field \"stdin\" must "
-			    "be a base64 string.");
-			return;
-		}
-		blen = json_string_length(v);
-		if ((b->stdin_buf = malloc(blen / 4 * 3 + 3)) == NULL) {
-			breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
-			return;
-		}
-		if (sodium_base642bin(b->stdin_buf, blen / 4 * 3 + 3,
-		    json_string_value(v), blen, NULL, &b->xreq.stdin_len, NULL,
-		    sodium_base64_VARIANT_ORIGINAL) != 0) {
-			breq_fail_code(b, SBX_E_BAD_REQUEST, "Field \"stdin\" is "
-			    "not valid base64.");
-			return;
-		}
-		b->xreq.stdin_data = b->stdin_buf;
-	}
-	if (opt_int(b, b->body, "timeout_ms", &b->xreq.timeout_ms) == -1 ||
-	    opt_int(b, b->body, "output_cap", &b->xreq.output_cap) == -1 ||
-	    within(b, b->xreq.timeout_ms, cfg->exec_timeout_max,
+	if (within(b, b->x.req.timeout_ms, cfg->exec_timeout_max,
 	    "timeout_ms") == -1 ||
-	    within(b, b->xreq.output_cap, cfg->output_cap, "output_cap") == -1)
+	    within(b, b->x.req.output_cap, cfg->output_cap, "output_cap") == -1)
 		return;
-	if (b->xreq.timeout_ms == 0)
-		b->xreq.timeout_ms = cfg->exec_timeout;
-	if (b->xreq.output_cap == 0)
-		b->xreq.output_cap = cfg->output_cap;
+	if (b->x.req.timeout_ms == 0)
+		b->x.req.timeout_ms = cfg->exec_timeout;
+	if (b->x.req.output_cap == 0)
+		b->x.req.output_cap = cfg->output_cap;
 	if (b->sbx->execs >= (unsigned long long)cfg->max_execs_per_sandbox) {
 		breq_fail_code(b, SBX_E_TOO_MANY, "Sandbox %s already runs its "
 		    "maximum of %lld execs.", b->id, cfg->max_execs_per_sandbox);
@@ -1342,7 +1089,7 @@ h_exec(struct breq *b)
 	b->sbx->execs++;
 	b->holds_exec = 1;
 	b->is_exec = 1;
-	b->op = b->s->driver->ops->exec(b->s->driver, b->id, &b->xreq, &sink,
+	b->op = b->s->driver->ops->exec(b->s->driver, b->id, &b->x.req, &sink,
 	    &err);
 	if (b->op == NULL)
 		breq_fail(b, &err);
@@ -1445,8 +1192,8 @@ write_done(void *arg, const struct sbx_err *err)
 		breq_fail(b, err);
 		return;
 	}
-	reply_json(b, 200, json_pack("{s:s,s:I}", "path", b->path, "size",
-	    (json_int_t)b->wsize), "ok");
+	reply_json(b, 200, sbx_wire_written_encode(b->path, (int64_t)b->wsize),
+	    "ok");
 }
 
 /* A driver without write_stream: the whole body, then write (bounded by
@@ -1515,8 +1262,7 @@ h_write(struct breq *b)
 	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(b->req);
 	struct evbuffer *in = evhttp_request_get_input_buffer(b->req);
 	struct sbx_err err;
-	char *mode = NULL, *end;
-	unsigned long m;
+	char *mode = NULL;
 
 	sbx_err_clear(&err);
 	if (query_path(b) == -1)
@@ -1532,16 +1278,11 @@ h_write(struct breq *b)
 		breq_fail(b, &err);
 		return;
 	case 1:
-		errno = 0;
-		m = strtoul(mode, &end, 8);
-		if (mode[0] < '0' || mode[0] > '7' || strlen(mode) > 4 ||
-		    *end != '\0' || errno != 0 || m > 0777) {
+		if (sbx_wire_mode_decode(mode, &b->mode, &err) == -1) {
 			free(mode);
-			breq_fail_code(b, SBX_E_BAD_REQUEST, "Parameter \"mode\" "
-			    "must be octal permission bits such as 0644.");
+			breq_fail(b, &err);
 			return;
 		}
-		b->mode = (uint32_t)m;
 		free(mode);
 		break;
 	default:
@@ -1568,63 +1309,38 @@ list_done(void *arg, const struct sbx_err *err, const struct sbx_dirent *ents,
     size_t n, int truncated)
 {
 	struct breq *b = arg;
-	json_t *arr, *o, *page;
-	char cursor[sizeof(ents[0].name) * 4 / 3 + 8];
-	size_t i;
+	char cursor[SBX_WIRE_CURSOR_MAX + 1];
+	json_t *o;
 
 	b->op = NULL;
 	if (err != NULL) {
 		breq_fail(b, err);
 		return;
 	}
-	if ((arr = json_array()) == NULL) {
-		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
-		return;
-	}
-	for (i = 0; i < n; i++) {
-		size_t nl = strnlen(ents[i].name, sizeof(ents[i].name));
-		char b64[sizeof(ents[i].name) * 4 / 3 + 8];
-		int text = sbx_utf8_valid((const unsigned char *)ents[i].name, nl);
-
-		/* A name that is not UTF-8 cannot be a JSON string. */
-		if (!text)
-			sodium_bin2base64(b64, sizeof(b64),
-			    (const unsigned char *)ents[i].name, nl,
-			    sodium_base64_VARIANT_ORIGINAL);
-		o = json_pack("{s:s,s:s,s:I,s:I,s:I}", text ? "name" : "name_b64",
-		    text ? ents[i].name : b64,
-		    "type", ents[i].type ? ents[i].type : "other",
-		    "size", (json_int_t)ents[i].size,
-		    "mode", (json_int_t)ents[i].mode,
-		    "mtime", (json_int_t)ents[i].mtime);
-		if (o != NULL)
-			json_array_append_new(arr, o);
-	}
-	/* The cursor names the last entry: the next page starts after it. */
-	cursor[0] = '\0';
-	if (truncated && n > 0)
-		sodium_bin2base64(cursor, sizeof(cursor),
-		    (const unsigned char *)ents[n - 1].name,
-		    strnlen(ents[n - 1].name, sizeof(ents[n - 1].name)),
-		    sodium_base64_VARIANT_URLSAFE_NO_PADDING);
 	if (!b->list_obj) {
 		/* The array of v1: its first page only; the headers say so. */
+		if ((o = sbx_wire_dirents_encode(ents, n)) == NULL) {
+			breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
+			return;
+		}
 		if (truncated && b->req != NULL) {
+			cursor[0] = '\0';
+			if (n > 0)
+				sbx_wire_cursor_encode(ents[n - 1].name, cursor,
+				    sizeof(cursor));
 			evhttp_add_header(evhttp_request_get_output_headers(b->req),
 			    "Sbx-List-Truncated", "true");
 			evhttp_add_header(evhttp_request_get_output_headers(b->req),
 			    "Sbx-List-Cursor", cursor);
 		}
-		reply_json(b, 200, arr, "ok");
+		reply_json(b, 200, o, "ok");
 		return;
 	}
-	page = json_pack("{s:o,s:b,s:s?}", "entries", arr, "truncated",
-	    truncated && n > 0, "cursor", cursor[0] != '\0' ? cursor : NULL);
-	if (page == NULL) {
+	if ((o = sbx_wire_list_encode(ents, n, truncated)) == NULL) {
 		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
 		return;
 	}
-	reply_json(b, 200, page, "ok");
+	reply_json(b, 200, o, "ok");
 }
 
 /* ?cursor=: absent (0), empty or a cursor of list_done (1; b->after set),
@@ -1634,9 +1350,9 @@ list_cursor(struct breq *b)
 {
 	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(b->req);
 	struct sbx_err err;
-	unsigned char name[256];
+	char name[SBX_PATH_SEGMENT_MAX + 1];
 	char *cur = NULL;
-	size_t len = 0, nl = 0;
+	size_t len = 0;
 	int r;
 
 	sbx_err_clear(&err);
@@ -1649,24 +1365,15 @@ list_cursor(struct breq *b)
 	if (r == 0)
 		return 0;
 	b->list_obj = 1;
-	if (len > 0 && (len > 344 || sodium_base642bin(name, sizeof(name) - 1, cur,
-	    len, NULL, &nl, NULL, sodium_base64_VARIANT_URLSAFE_NO_PADDING) != 0 ||
-	    nl == 0 || memchr(name, '\0', nl) != NULL ||
-	    memchr(name, '/', nl) != NULL)) {
-		free(cur);
-		breq_fail_code(b, SBX_E_BAD_REQUEST, "Parameter \"cursor\" is not "
-		    "a cursor of a listing (pass the \"cursor\" of the last page, "
-		    "or nothing to start).");
+	r = sbx_wire_cursor_decode(cur, len, name, &err);
+	free(cur);
+	if (r == -1) {
+		breq_fail(b, &err);
 		return -1;
 	}
-	free(cur);
-	if (nl > 0) {
-		if ((b->after = malloc(nl + 1)) == NULL) {
-			breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
-			return -1;
-		}
-		memcpy(b->after, name, nl);
-		b->after[nl] = '\0';
+	if (name[0] != '\0' && (b->after = strdup(name)) == NULL) {
+		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
+		return -1;
 	}
 	return 1;
 }
@@ -1748,23 +1455,20 @@ static void
 health_done(void *arg, const struct sbx_err *err, const struct sbx_health *h)
 {
 	struct breq *b = arg;
+	struct sbx_health hv;
 	int ok = err == NULL && h != NULL && h->ok;
-	const char *reason;
 
 	b->op = NULL;
+	memset(&hv, 0, sizeof(hv));
+	if (h != NULL)
+		hv = *h;
+	hv.ok = ok;
 	if (err != NULL)
-		reason = err->message;
-	else
-		reason = h->reason;
+		snprintf(hv.reason, sizeof(hv.reason), "%s", err->message);
 	if (err != NULL && is_runtime_code(err->code))
 		broker_metrics_runtime_error(b->s->metrics, err->code);
-	reply_json(b, 200, json_pack("{s:s,s:s?,s:s?,s:s?,s:s,s:s}",
-	    "status", ok ? "ok" : "degraded",
-	    "reason", ok ? NULL : reason,
-	    "runtime", h != NULL && h->runtime[0] ? h->runtime : NULL,
-	    "api_version", h != NULL && h->api_version[0] ? h->api_version : NULL,
-	    "version", BROKER_VERSION,
-	    "driver", b->s->driver->ops->name), ok ? "ok" : "degraded");
+	reply_json(b, 200, sbx_wire_health_encode(&hv, BROKER_VERSION,
+	    b->s->driver->ops->name), ok ? "ok" : "degraded");
 }
 
 static void

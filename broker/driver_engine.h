@@ -118,7 +118,7 @@ struct sbx_engine_config {
  * status_usage (adr/0017): the same inspect; running -> an exec of
  * `sbx-helper du --id EXEC_ID --max usage_max_entries --timeout-ms
  * usage_timeout` as the sandbox user, its one JSON line read strictly
- * (common/sbx_usage.h) into st->usage; stopped or absent -> the plain status,
+ * (proto/sbx_usage.h) into st->usage; stopped or absent -> the plain status,
  * usage.present 0. Timer usage_timeout + 2 s (then the helper is killed by
  * its handle, timeout); a helper failure is its exit status's code.
  *

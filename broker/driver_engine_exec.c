@@ -23,6 +23,7 @@
 #include "driver_engine_int.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
+#include "sbx_helper_frame.h"
 #include "sbx_usage.h"
 
 /* An exec whose helper could not start the command (status 125): the
@@ -145,20 +146,14 @@ static int
 exit_record(struct eop *op)
 {
 	struct eop_cmd *cm = cmo(op);
-	const unsigned char *r = cm->hrec;
+	struct sbx_helper_exit x;
 
-	if ((r[3] & ~SBX_HELPER_EXIT_FLAG_TIMEOUT) != 0 || r[4] != 0 ||
-	    r[5] != 0 || r[6] != 0 || r[7] != 0)
+	if (sbx_helper_exit_decode(cm->hrec, &x) == -1)
 		return -1;
-	if (r[0] == SBX_HELPER_EXIT_HOW_EXITED && r[2] == 0)
-		cm->xcode = r[1];
-	else if (r[0] == SBX_HELPER_EXIT_HOW_SIGNALED && r[1] == 0 &&
-	    r[2] >= 1 && r[2] <= 64)
-		cm->xsig = r[2];
-	else
-		return -1;
-	cm->xhow = r[0];
-	cm->xtimeout = (r[3] & SBX_HELPER_EXIT_FLAG_TIMEOUT) != 0;
+	cm->xhow = x.how;
+	cm->xcode = x.code;
+	cm->xsig = x.sig;
+	cm->xtimeout = x.timed_out;
 	cm->got_exit = 1;
 	return 0;
 }
@@ -217,32 +212,17 @@ eng_helper_frames(struct eop *op, const unsigned char *buf, size_t len)
 			if (cm->hhdr_len < SBX_HELPER_FRAME_HDR)
 				break;
 			cm->hhdr_len = 0;
-			plen = (uint32_t)h[4] << 24 | (uint32_t)h[5] << 16 |
-			    (uint32_t)h[6] << 8 | h[7];
 			if (cm->got_exit) {
 				helper_protocol_error(op, "a frame after the exit record");
 				return;
 			}
-			if (h[1] != SBX_HELPER_PROTO || h[2] != 0 || h[3] != 0) {
+			/* proto/sbx_helper_frame.h, the helper's own codec */
+			ok = sbx_helper_frame_check(h, &plen);
+			if (ok == SBX_HELPER_FRAME_BAD_HEADER) {
 				helper_protocol_error(op, "bad frame header");
 				return;
 			}
-			switch (h[0]) {
-			case SBX_HELPER_FRAME_STDOUT:
-			case SBX_HELPER_FRAME_STDERR:
-				ok = plen >= 1 && plen <= SBX_HELPER_FRAME_MAX;
-				break;
-			case SBX_HELPER_FRAME_EXIT:
-				ok = plen == SBX_HELPER_EXIT_REC_LEN;
-				break;
-			case SBX_HELPER_FRAME_ERROR:
-				ok = plen >= 1 && plen <= SBX_HELPER_ERROR_REC_MAX &&
-				    !cm->got_herr;
-				break;
-			default:
-				ok = 0;
-			}
-			if (!ok) {
+			if (ok < 0 || (ok == SBX_HELPER_FRAME_ERROR && cm->got_herr)) {
 				helper_protocol_error(op, "bad frame type or length");
 				return;
 			}

@@ -12,7 +12,7 @@
 #include <jansson.h>
 
 #include "driver_engine.h"
-#include "helper/sbx_helper_proto.h"
+#include "sbx_helper_proto.h"
 #include "sbx_http_client.h"
 #include "sbx_proto.h"
 

@@ -6,10 +6,9 @@
 #include <stdio.h>
 
 #include "sbx_err.h"
+#include "sbx_proto.h" /* SBX_E_USAGE, SBX_E_CONFIG */
 
 /* Error codes of this module (sbx_err.code) and the exit codes they map to. */
-#define SBX_E_USAGE "usage"         /* bad command line: unknown flag, missing value */
-#define SBX_E_CONFIG "config_error" /* bad config file or environment, bad value */
 #define SBX_EXIT_USAGE 64           /* sysexits EX_USAGE */
 #define SBX_EXIT_CONFIG 78          /* sysexits EX_CONFIG */
 

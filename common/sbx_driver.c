@@ -3,19 +3,7 @@
 
 #include "sbx_driver.h"
 
-const char *
-sbx_state_name(enum sbx_state st)
-{
-	switch (st) {
-	case SBX_STATE_RUNNING:
-		return "running";
-	case SBX_STATE_STOPPED:
-		return "stopped";
-	case SBX_STATE_ABSENT:
-		break;
-	}
-	return "absent";
-}
+/* sbx_state_name: proto/sbx_wire.c (the wire spells states). */
 
 void
 sbx_op_cancel(struct sbx_op *op)

@@ -5,8 +5,8 @@
 #include <stddef.h>
 
 #include "sbx_err.h"
+#include "sbx_proto.h" /* SBX_E_BAD_TOKEN */
 
-#define SBX_E_BAD_TOKEN "bad_token" /* token absent, too short, unreadable or unsafe file */
 
 #define SBX_TOKEN_MIN_LEN 16    /* characters (bytes) */
 #define SBX_TOKEN_MAX_LEN 4096  /* bytes, file content included */

@@ -40,7 +40,23 @@
 #define SBX_QUERY_MODE "mode"               /* ?mode= of files PUT, octal, e.g. 0644 */
 #define SBX_QUERY_CURSOR "cursor"           /* ?cursor= of list: "" or a page's cursor (adr/0013) */
 #define SBX_QUERY_USAGE "usage"             /* ?usage=1 of status: add /work usage (adr/0017) */
-#define SBX_WORK_DIR "/work"                /* the only tree file operations reach */
+#define SBX_WORK_DIR "/work"                /* the only tree file operations reach;
+                                             * the one spelling of it (SPEC §4) */
+
+/* Where the broker mounts sbx-helper in every sandbox (SPEC §6, adr/0009;
+ * protocol in sbx_helper_proto.h). */
+#define SBX_HELPER_DIR "/.sbx"               /* the read-only helper volume */
+#define SBX_HELPER_PATH "/.sbx/sbx-helper"   /* the helper in it */
+
+/* Shared limits of request bodies (proto/broker-api.md, exec). Both the
+ * broker and the api decode exec bodies with sbx_wire_exec_decode, so these
+ * are the one rule: argv 1..SBX_EXEC_ARGV_MAX strings, env at most
+ * SBX_EXEC_ENV_MAX entries, a sandbox path at most SBX_PATH_MAX bytes, a segment
+ * (an entry name; a list cursor names one) at most SBX_PATH_SEGMENT_MAX. */
+#define SBX_EXEC_ARGV_MAX 4096
+#define SBX_EXEC_ENV_MAX 1024
+#define SBX_PATH_MAX 4096                   /* bytes of a sandbox path */
+#define SBX_PATH_SEGMENT_MAX 255            /* bytes of one path segment / entry name */
 
 /* SSE response headers the api sends on exec streams (SPEC §5). */
 #define SBX_SSE_CACHE_CONTROL "no-cache"    /* Cache-Control */
@@ -91,5 +107,10 @@
 #define SBX_E_OVERLOADED "overloaded"               /* [503] max_connections open on the listener */
 #define SBX_E_TIMEOUT "timeout"                     /* [504] exec or operation timed out */
 #define SBX_E_CANCELLED "cancelled"                 /* [503] operation cancelled by its caller */
+
+/* Codes that never cross the wire (exit statuses of the daemons, the CLI). */
+#define SBX_E_USAGE "usage"         /* bad command line: unknown flag, missing value */
+#define SBX_E_CONFIG "config_error" /* bad config file or environment, bad value */
+#define SBX_E_BAD_TOKEN "bad_token" /* token absent, too short, unreadable or unsafe file */
 
 #endif

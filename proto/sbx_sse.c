@@ -236,9 +236,46 @@ done:
 	return rc;
 }
 
-int
-sbx_sse_from_ndjson(struct evbuffer *out, uint64_t id, const char *line,
-    size_t len, struct sbx_err *err)
+/*
+ * A line the encoder wrote has "type" first and is compact, so the object
+ * without it is "{" + what follows "\"type\":\"T\","; jansson would
+ * re-dump exactly those bytes (proto/sbx_ndjson.h). Returns 1 when mapped,
+ * 0 when line does not have that shape, -1 when out of memory.
+ */
+static int
+sse_type_first(struct evbuffer *out, uint64_t id, const char *line, size_t len)
+{
+	static const char pre[] = "{\"" SBX_EVF_TYPE "\":\"";
+	char type[33];
+	size_t i, t;
+
+	if (len < sizeof(pre) + 2 || memcmp(line, pre, sizeof(pre) - 1) != 0)
+		return 0;
+	i = sizeof(pre) - 1;
+	for (t = 0; i < len && t < sizeof(type) - 1 &&
+	    ((line[i] >= 'a' && line[i] <= 'z') ||
+	    (t > 0 && ((line[i] >= '0' && line[i] <= '9') || line[i] == '_')));
+	    i++, t++)
+		type[t] = line[i];
+	type[t] = '\0';
+	if (t == 0 || i + 1 >= len || line[i] != '"' || line[len - 1] != '}')
+		return 0;
+	i++;
+	if (line[i] == '}' && i + 1 == len)
+		return sbx_sse_event(out, id, type, "{}", 2) == 0 ? 1 : -1;
+	/* sse_put_line writes one data line: no CR or LF may be in it */
+	if (line[i] != ',' || memchr(line, '\n', len) != NULL ||
+	    memchr(line, '\r', len) != NULL)
+		return 0;
+	return sse_put_line(out, id, type, "{", 1, line + i + 1, len - i - 1, 0,
+	    "", 0) == 0 ? 1 : -1;
+}
+
+/* The one NDJSON line -> SSE event path; own: the line is this process's
+ * encoder's (sbx_sse_from_own_ndjson), so it may skip the JSON parse. */
+static int
+sse_from_line(struct evbuffer *out, uint64_t id, const char *line, size_t len,
+    int own, struct sbx_err *err)
 {
 	json_error_t jerr;
 	json_t *o = NULL;
@@ -263,6 +300,9 @@ sbx_sse_from_ndjson(struct evbuffer *out, uint64_t id, const char *line,
 			return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
 		return 0;
 	}
+	if (own && (rc = sse_type_first(out, id, line, n)) != 0)
+		return rc == 1 ? 0 : sbx_err_set(err, SBX_E_INTERNAL,
+		    "out of memory");
 	o = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
 	    &jerr);
 	if (o == NULL)
@@ -271,6 +311,20 @@ sbx_sse_from_ndjson(struct evbuffer *out, uint64_t id, const char *line,
 	rc = sse_from_object(out, id, o, err);
 	json_decref(o);
 	return rc;
+}
+
+int
+sbx_sse_from_ndjson(struct evbuffer *out, uint64_t id, const char *line,
+    size_t len, struct sbx_err *err)
+{
+	return sse_from_line(out, id, line, len, 0, err);
+}
+
+int
+sbx_sse_from_own_ndjson(struct evbuffer *out, uint64_t id, const char *line,
+    size_t len, struct sbx_err *err)
+{
+	return sse_from_line(out, id, line, len, 1, err);
 }
 
 int

@@ -71,6 +71,18 @@ int sbx_sse_from_ndjson(struct evbuffer *out, uint64_t id, const char *line,
     size_t len, struct sbx_err *err);
 
 /*
+ * Same mapping and bytes for a line this process's own sbx_ndjson encoder
+ * wrote (proto/sbx_ndjson.h; e.g. the api re-encoding the broker's events):
+ * any line with "type" first and compact is mapped by copying without
+ * parsing JSON; other lines as sbx_sse_from_ndjson. Never use it for bytes
+ * from elsewhere: it does not check that the rest is valid JSON. Same
+ * returns and errors. (The one NDJSON -> SSE path: sbx_sse_from_ndjson,
+ * this and sbx_sse_from_event share one mapping in sbx_sse.c.)
+ */
+int sbx_sse_from_own_ndjson(struct evbuffer *out, uint64_t id,
+    const char *line, size_t len, struct sbx_err *err);
+
+/*
  * Same mapping from an event the NDJSON parser already decoded, without
  * parsing the line again (uses ev->raw, which is not modified; ev->type
  * gives the event name). Same result bytes and errors as

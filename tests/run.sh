@@ -55,6 +55,16 @@ report() {
 	fi
 }
 
+# ---------------------------------------------------------------- layers
+
+# The include rules of adr/0020 (proto/ includes nothing of ours, no cycle
+# between folders): one cheap check, counted as one test.
+if "$PYTHON" tests/tools/check_layers.py "$REPO" >"$LOGS/check_layers.log" 2>&1; then
+	report "tools/check_layers" 1 0
+else
+	report "tools/check_layers" 0 1 "$LOGS/check_layers.log"
+fi
+
 # ---------------------------------------------------------------- unit
 
 run_unit() {

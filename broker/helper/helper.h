@@ -6,10 +6,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "sbx_helper_frame.h"
 #include "sbx_helper_proto.h"
 
 /*
- * An error, the same shape as common/sbx_err.h (the helper links nothing but
+ * An error, the same shape as proto/sbx_err.h (the helper links nothing but
  * libc): a SBX_E_* code and one sentence. Owned by the caller.
  */
 struct helper_err {

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "helper.h"
-#include "../../proto/sbx_agent.h"
+#include "sbx_agent.h"
 
 /*
  * The agent reads frames from its stdin and writes frames to its stdout

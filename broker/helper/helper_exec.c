@@ -257,18 +257,9 @@ struct framer {
 
 static struct framer framer;
 
-static void
-frame_header(unsigned char *h, int type, size_t len)
-{
-	h[0] = (unsigned char)type;
-	h[1] = SBX_HELPER_PROTO;
-	h[2] = 0;
-	h[3] = 0;
-	h[4] = (unsigned char)(len >> 24);
-	h[5] = (unsigned char)(len >> 16);
-	h[6] = (unsigned char)(len >> 8);
-	h[7] = (unsigned char)len;
-}
+/* Headers and the exit record: proto/sbx_helper_frame.c (the broker
+ * reads them with the same codec). */
+#define frame_header sbx_helper_frame_header
 
 /* Writes what is pending: 1 all written, 0 would block, -1 the reader is gone (errno). */
 static int
@@ -492,7 +483,7 @@ fwait_records(struct fwait *w, const struct helper_err *err, int how, int code,
     int sig)
 {
 	struct framer *fr = w->fr;
-	unsigned char *rec;
+	struct sbx_helper_exit x;
 	size_t n = 0;
 
 	if (fr->len != 0)
@@ -504,12 +495,11 @@ fwait_records(struct fwait *w, const struct helper_err *err, int how, int code,
 		n += SBX_HELPER_FRAME_HDR;
 	}
 	frame_header(fr->buf + n, SBX_HELPER_FRAME_EXIT, SBX_HELPER_EXIT_REC_LEN);
-	rec = fr->buf + n + SBX_HELPER_FRAME_HDR;
-	memset(rec, 0, SBX_HELPER_EXIT_REC_LEN);
-	rec[0] = (unsigned char)how;
-	rec[1] = (unsigned char)(how == SBX_HELPER_EXIT_HOW_EXITED ? code : 0);
-	rec[2] = (unsigned char)(how == SBX_HELPER_EXIT_HOW_SIGNALED ? sig : 0);
-	rec[3] = w->timed_out ? SBX_HELPER_EXIT_FLAG_TIMEOUT : 0;
+	x.how = how;
+	x.code = code;
+	x.sig = sig;
+	x.timed_out = w->timed_out;
+	sbx_helper_exit_encode(fr->buf + n + SBX_HELPER_FRAME_HDR, &x);
 	fr->len = n + SBX_HELPER_FRAME_HDR + SBX_HELPER_EXIT_REC_LEN;
 	fr->off = 0;
 	if (framer_flush(fr) < 0)

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "helper.h"
-#include "../../proto/sbx_agent.h"
+#include "sbx_agent.h"
 
 #define TIMEOUT_MS_MAX (30ULL * 24 * 3600 * 1000)
 

@@ -1,6 +1,6 @@
 /*
  * fuzz_cli_sse.c - libFuzzer target: the CLI's incremental SSE decoder
- * (api/cli/cli_sse.c) and its SSE -> NDJSON inverse mapping.
+ * (proto/cli_sse.c) and its SSE -> NDJSON inverse mapping.
  *
  * Invariants asserted:
  *  - no crash, leak or undefined behaviour;

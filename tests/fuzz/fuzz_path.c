@@ -1,6 +1,6 @@
 /*
  * fuzz_path.c - libFuzzer target: sandbox id, /work path and query rules
- * (common/sbx_path.c, SPEC §4).
+ * (proto/sbx_path.c, SPEC §4).
  *
  * Invariants asserted:
  *  - no crash, leak or undefined behaviour;

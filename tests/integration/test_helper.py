@@ -19,7 +19,7 @@ UID = GID = 1000
 # cannot search (execvp then reports EACCES instead of ENOENT).
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C"}
 
-# Exit codes of broker/helper/sbx_helper_proto.h.
+# Exit codes of proto/sbx_helper_proto.h.
 EXIT_INTERNAL, EXIT_BAD_REQUEST, EXIT_OUTSIDE, EXIT_NOT_FOUND, EXIT_TOO_LARGE = 1, 2, 3, 4, 5
 EXIT_FORBIDDEN = 6
 EXEC_TIMEOUT, EXEC_FAILED, EXEC_NOTFOUND = 124, 125, 127

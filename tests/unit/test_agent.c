@@ -22,7 +22,7 @@
 
 #include "agent.h"
 #include "sbx_proto.h"
-#include "helper/sbx_helper_proto.h"
+#include "sbx_helper_proto.h"
 
 /* ------------------------------------------------------------------ */
 /* a real agent child on a socketpair                                  */

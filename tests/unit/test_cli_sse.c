@@ -12,8 +12,8 @@
 
 #include "sbx_ndjson.h"
 
-/* The Makefile links api/cli/cli_sse.o into this test. */
-#include "cli/cli_sse.h"
+/* proto/cli_sse.c is in libsbx. */
+#include "cli_sse.h"
 
 #define MAXEV 64
 

@@ -24,7 +24,7 @@
 #include <sodium.h>
 
 #include "driver_engine.h"
-#include "helper/sbx_helper_proto.h"
+#include "sbx_helper_proto.h"
 #include "sbx_proto.h"
 
 /*

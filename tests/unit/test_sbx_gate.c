@@ -218,6 +218,9 @@ test_every_proto_code_has_a_status(void **state)
 		fail_msg("run from the repository root: proto/sbx_proto.h: %s",
 		    strerror(errno));
 	while (fgets(line, sizeof(line), f) != NULL) {
+		/* the codes after this line are exit statuses, never HTTP */
+		if (strstr(line, "never cross the wire") != NULL)
+			break;
 		if (sscanf(line, "#define SBX_E_%*s \"%63[^\"]\"", code) != 1)
 			continue;
 		sbx_err_set(&err, code, "x");

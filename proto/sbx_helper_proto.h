@@ -2,7 +2,7 @@
 #ifndef SBX_HELPER_PROTO_H
 #define SBX_HELPER_PROTO_H
 
-#include "../../proto/sbx_proto.h"
+#include "sbx_proto.h"
 
 /*
  * sbx-helper is a static binary the broker delivers in a read-only named
@@ -169,9 +169,8 @@
  */
 
 #define SBX_HELPER_PROTO 2
-#define SBX_HELPER_DIR "/.sbx"               /* the read-only helper volume */
-#define SBX_HELPER_PATH "/.sbx/sbx-helper"   /* the helper in it */
-#define SBX_HELPER_ROOT "/work"              /* default --root */
+/* SBX_HELPER_DIR and SBX_HELPER_PATH: sbx_proto.h (the broker mounts them). */
+#define SBX_HELPER_ROOT SBX_WORK_DIR         /* default --root */
 #define SBX_HELPER_RUN_DIR "/run/sbx"        /* the broker's private tmpfs (adr/0009) */
 #define SBX_HELPER_EXEC_DIR "/run/sbx/exec"  /* kill handles, one file per exec id */
 #define SBX_HELPER_PATH_MAX 4096             /* bytes of a PATH argument */

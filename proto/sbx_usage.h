@@ -4,7 +4,7 @@
 
 #include <jansson.h>
 
-#include "sbx_driver.h"
+#include "sbx_types.h"
 #include "sbx_err.h"
 
 /*

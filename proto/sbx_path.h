@@ -5,11 +5,10 @@
 #include <stddef.h>
 
 #include "sbx_err.h"
+#include "sbx_proto.h"
 
-#define SBX_ID_MAX 63          /* bytes of a sandbox id */
-#define SBX_PATH_MAX 4096      /* bytes of a path */
-#define SBX_PATH_SEGMENT_MAX 255 /* bytes of one path segment */
-#define SBX_WORK_ROOT "/work"
+#define SBX_ID_MAX SBX_ID_MAX_LEN /* bytes of a sandbox id */
+#define SBX_WORK_ROOT SBX_WORK_DIR /* older name of the one "/work" */
 
 /* Returns 1 when id matches [a-z0-9][a-z0-9-]{0,62} exactly, else 0 (NULL: 0). */
 int sbx_id_valid(const char *id);

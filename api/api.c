@@ -16,6 +16,7 @@
 #include "api.h"
 #include "api_store.h"
 #include "driver_broker.h"
+#include "sbx_daemon.h"
 #include "sbx_log.h"
 #include "sbx_probe.h"
 #include "sbx_proto.h"
@@ -249,9 +250,8 @@ main(int argc, char **argv)
 	memset(&opts, 0, sizeof(opts));
 	memset(&m, 0, sizeof(m));
 	sbx_err_clear(&err);
-	signal(SIGPIPE, SIG_IGN);
-	umask(077);
-	sbx_log_init("sandbox-api", 2, SBX_LOG_INFO);
+	/* SIGPIPE ignored, umask 077 (what we create is ours alone), log. */
+	sbx_daemon_begin("sandbox-api");
 
 	opts.accept = SBX_OPT_HELP | SBX_OPT_VERSION | SBX_OPT_PRINT_CONFIG |
 	    SBX_OPT_HEALTH;

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <event2/util.h>
 #include <jansson.h>
 
 #include "api.h"
@@ -13,6 +14,7 @@
 #include "sbx_driver.h"
 #include "sbx_err.h"
 #include "sbx_gate.h"
+#include "sbx_httpd.h"
 
 struct evhttp;
 struct evhttp_request;
@@ -44,7 +46,7 @@ struct api_server {
 	struct sbx_driver *driver;
 	struct api_store *store;
 	struct evhttp *http;
-	struct evhttp_bound_socket *bound;
+	struct sbx_httpd_listener listener;   /* cfg->listen (sbx_httpd.h) */
 	struct sbx_gate *gate;      /* heads checked before bodies (sbx_gate.h) */
 	int port;
 	struct api_limit *limits;
@@ -67,6 +69,10 @@ struct api_server {
 	char *console_csp;          /* Content-Security-Policy of /console */
 };
 
+/* The sentence a player gets when asking for egress (SPEC §8); %s: NPC. */
+#define API_EGRESS_FORBIDDEN "Network egress is granted by an operator; " \
+	"ask an operator to run `sbxctl egress grant %s`."
+
 /* Flags of a route. */
 #define R_AUTH     0x01  /* needs a principal (every /api/v1 route, /metrics) */
 #define R_NPC      0x02  /* path has {npc}: loaded and ownership-checked */
@@ -75,6 +81,7 @@ struct api_server {
 #define R_RAW      0x10  /* raw body up to file_size_max (file write) */
 #define R_OPERATOR 0x20  /* operators only: players get 403 */
 #define R_MUTATING 0x40  /* written to the audit table */
+#define R_WAKES    0x80  /* uses the sandbox: a stopped one is started first */
 
 typedef void (*api_handler_fn)(struct areq *);
 
@@ -97,13 +104,15 @@ struct api_route {
 	api_handler_fn handler;
 	unsigned flags;
 	const char *action;        /* audit/log name, e.g. "sandbox.ensure" */
-};
-
-/* A route (by its handler) that authenticates with its own hook instead of
- * the bearer key: a row of route_auths in api_http.c. */
-struct api_route_auth {
-	api_handler_fn handler;
+	/* Audit names of what the request turned out to do, picked by the
+	 * handler with a->audit_pick 1 or 2 (e.g. "egress.revoke",
+	 * "egress.grant"); NULL or pick 0: action. */
+	const char *audit[2];
+	/* Its own credential instead of the bearer key, or NULL. */
 	api_auth_fn auth;
+	/* R_OPERATOR: the 403 sentence for a player (%s: the NPC's name), or
+	 * NULL for "Only an operator may do this." */
+	const char *forbidden;
 };
 
 /* One request being answered. */
@@ -140,31 +149,77 @@ struct areq {
 	char *path;
 	uint32_t mode;
 	int egress;
-	int egress_parsed;
+	int audit_pick;                     /* 0, or 1/2: route->audit[pick-1] */
 	int set_image;
 	int slot_claimed;                   /* this ensure took a sandbox slot */
 	unsigned char *stdin_data;
 	size_t stdin_len;
+	/* Hooks of the file that owns a stream (NULL: none). on_end runs in
+	 * areq_finish before a is freed; on_shutdown ends a started stream
+	 * when shutdown_grace is over (default: the stream is cut). */
+	void (*on_end)(struct areq *a);
+	void (*on_shutdown)(struct areq *a);
 	struct areq *prev, *next;
 };
 
-/* api_http.c */
+/* api_req.c: the life of a request. Every request is made by areq_new and
+ * ends exactly once in areq_finish, called by the reply functions below
+ * (after them a is freed: do not touch it). */
 int64_t api_mono_ms(void);
+/* A request of s for req, linked into s->live and counted in s->inflight;
+ * NULL when out of memory. */
+struct areq *areq_new(struct api_server *s, struct evhttp_request *req);
 void areq_reply_json(struct areq *a, int status, json_t *obj);  /* steals obj */
+/* Replies with the JSON error of err (status from sbx_err_http_status),
+ * then finishes a. */
 void areq_fail(struct areq *a, const struct sbx_err *err);
-/*
- * A read, write or list of the principal may start: at most
- * max_file_ops_per_principal at once (api config), else 429 too_many with
- * Retry-After. Returns 0, or -1 after replying.
- */
-int api_fileop_admit(struct areq *a);
-
 void areq_fail_code(struct areq *a, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* areq_fail for an error the driver (the broker) gave: also counted in
  * sbx_api_broker_errors_total by its code. */
 void areq_fail_broker(struct areq *a, const struct sbx_err *err);
+/* Audit (R_MUTATING rows, action from the row), metrics, log, limits
+ * given back, the on_end hook, free. The reply has been sent (or the
+ * connection is gone). */
 void areq_finish(struct areq *a, int status, const char *outcome);
+/*
+ * A read, write or list of the principal may start: at most
+ * max_file_ops_per_principal at once (api config). Returns 0 (counted,
+ * given back by areq_finish), or -1 with err too_many (429, Retry-After).
+ */
+int api_fileop_admit(struct areq *a, struct sbx_err *err);
+/* Streamed replies (200, chunked): begin sends the head with Content-Type
+ * ctype (-1 when out of memory, nothing sent); a->sse adds heartbeats.
+ * flush sends a->chunk and pauses a->op above the high-water mark (resumed
+ * once drained); a client gone cancels a->op and finishes a (cancelled).
+ * end closes the body normally, abort cuts it; both finish a. */
+int areq_stream_begin(struct areq *a, const char *ctype);
+void areq_stream_flush(struct areq *a);
+void areq_stream_end(struct areq *a, const char *outcome);
+void areq_stream_abort(struct areq *a, const char *outcome);
+/* Re-arms the SSE heartbeat: it is sent after heartbeat ms of silence. */
+void areq_ping_arm(struct areq *a);
+/* Server drain (api_server_drain): drain_fire is s->drain_ev's callback
+ * (calls drain_done once nothing is in flight), drain_check arms it,
+ * grace_over is s->grace_ev's: cancels what runs and ends each request
+ * shutting_down (SPEC §9). */
+void api_req_drain_fire(evutil_socket_t fd, short what, void *arg);
+void api_req_drain_check(struct api_server *s);
+void api_req_grace_over(evutil_socket_t fd, short what, void *arg);
+
+/* api_sandbox.c: JSON handlers of NPCs, sandboxes, files, egress, metrics. */
+void api_h_npc_create(struct areq *a);
+void api_h_npc_list(struct areq *a);
+void api_h_whoami(struct areq *a);
+void api_h_ensure(struct areq *a);
+void api_h_status(struct areq *a);
+void api_h_destroy(struct areq *a);
+void api_h_write(struct areq *a);
+void api_h_list(struct areq *a);
+void api_h_stop(struct areq *a);
+void api_h_egress(struct areq *a);
+void api_h_metrics(struct areq *a);
+/* The status object of docs/api.md for st of a's NPC (new reference). */
 json_t *api_status_json(const struct areq *a, const struct sbx_status *st);
 
 /* api_exec.c */
@@ -172,10 +227,12 @@ void api_h_exec(struct areq *a);
 /*
  * Parses and checks an exec body (a->body) into er (its strings borrowed
  * from a->body; *argv and *env owned by the caller: free), also the
- * principal's concurrent exec limit. Returns 0, or -1 after failing a.
+ * principal's concurrent exec limit. Never replies. Returns 0, or -1 with
+ * err (wrong_type, unknown_field, bad_request, too_many, internal) and
+ * *argv, *env NULL.
  */
 int api_exec_parse(struct areq *a, struct sbx_exec_req *er,
-    const char ***argv, const char ***env);
+    const char ***argv, const char ***env, struct sbx_err *err);
 
 /* api_execs.c: execs as resources with a durable event log (ADR 0015). */
 /* Loads state_dir/execs (execs running at a crash become failed) and the
@@ -185,9 +242,6 @@ int api_execs_open(struct api_server *s, struct sbx_err *err);
 void api_execs_close(struct api_server *s);
 /* Drain: ends every viewer stream at once (viewers resume elsewhere/later). */
 void api_execs_drain(struct api_server *s);
-/* A request ends (areq_finish): a viewer is detached from its exec and
- * freed; a POST waiting for its exec's start is forgotten by the exec. */
-void api_execs_areq_end(struct areq *a);
 void api_h_execs_create(struct areq *a);
 void api_h_execs_list(struct areq *a);
 void api_h_execs_get(struct areq *a);
@@ -209,13 +263,6 @@ void api_h_console(struct areq *a);
 /* Builds s->console_csp (hashes of the page's inline script and style). */
 int api_console_init(struct api_server *s);
 void api_h_read(struct areq *a);
-
-/*
- * Grace over (api_server_drain): ends a started stream whose driver
- * operation was cancelled. An exec stream gets a last SSE error event
- * shutting_down and ends normally; a file read is cut. Finishes a.
- */
-void api_stream_shutdown(struct areq *a);
 
 /* NDJSON line -> SSE event: sbx_sse_from_own_ndjson (proto/sbx_sse.h). */
 

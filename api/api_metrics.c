@@ -6,11 +6,6 @@
 
 #include "api_metrics.h"
 
-/* Exec duration bucket bounds in milliseconds (le= in seconds); the same
- * as the broker's, so both histograms compare bucket by bucket. */
-static const int64_t bounds_ms[API_METRICS_NBOUNDS] = { 1, 5, 10, 50, 100,
-	500, 1000, 5000, 30000, 300000 };
-
 void
 api_metrics_request(struct api_metrics *m, const char *route, int status)
 {
@@ -47,16 +42,8 @@ api_metrics_exec_started(struct api_metrics *m)
 void
 api_metrics_exec_finished(struct api_metrics *m, int64_t duration_ms)
 {
-	size_t i;
-
-	if (duration_ms < 0)
-		duration_ms = 0;
 	m->execs_finished++;
-	for (i = 0; i < API_METRICS_NBOUNDS; i++)
-		if (duration_ms <= bounds_ms[i])
-			m->exec_le[i]++;
-	m->exec_count++;
-	m->exec_sum_ms += duration_ms;
+	sbx_hist_add(&m->exec_dur, duration_ms);
 }
 
 void
@@ -102,14 +89,6 @@ api_metrics_rejected(struct api_metrics *m, int execs)
 		m->rejected_rate++;
 }
 
-static int
-family(struct evbuffer *out, const char *name, const char *type,
-    const char *help)
-{
-	return evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name,
-	    help, name, type) < 0;
-}
-
 int
 api_metrics_render(const struct api_metrics *m, struct evbuffer *out,
     unsigned inflight)
@@ -117,47 +96,40 @@ api_metrics_render(const struct api_metrics *m, struct evbuffer *out,
 	size_t i;
 	int rc = 0;
 
-	rc |= family(out, "sbx_api_http_requests_total", "counter",
+	rc |= sbx_metrics_family(out, "sbx_api_http_requests_total", "counter",
 	    "HTTP requests answered, by route and status (streams when they end).");
 	for (i = 0; i < m->nreq; i++)
 		rc |= evbuffer_add_printf(out,
 		    "sbx_api_http_requests_total{route=\"%s\",code=\"%d\"} %llu\n",
 		    m->req[i].route, m->req[i].status,
 		    (unsigned long long)m->req[i].count) < 0;
-	rc |= family(out, "sbx_api_http_requests_in_flight", "gauge",
+	rc |= sbx_metrics_family(out, "sbx_api_http_requests_in_flight",
+	    "gauge",
 	    "Requests being answered now, open streams included.");
 	rc |= evbuffer_add_printf(out, "sbx_api_http_requests_in_flight %u\n",
 	    inflight) < 0;
-	rc |= family(out, "sbx_api_sse_clients", "gauge",
+	rc |= sbx_metrics_family(out, "sbx_api_sse_clients", "gauge",
 	    "Clients with an exec event stream (SSE) open now.");
 	rc |= evbuffer_add_printf(out, "sbx_api_sse_clients %llu\n",
 	    (unsigned long long)m->sse_clients) < 0;
-	rc |= family(out, "sbx_api_execs_started_total", "counter",
+	rc |= sbx_metrics_family(out, "sbx_api_execs_started_total", "counter",
 	    "Execs whose stream started (the broker's start event arrived).");
 	rc |= evbuffer_add_printf(out, "sbx_api_execs_started_total %llu\n",
 	    (unsigned long long)m->execs_started) < 0;
-	rc |= family(out, "sbx_api_execs_finished_total", "counter",
+	rc |= sbx_metrics_family(out, "sbx_api_execs_finished_total", "counter",
 	    "Started execs that ended: exit, error, timeout, client gone, shutdown.");
 	rc |= evbuffer_add_printf(out, "sbx_api_execs_finished_total %llu\n",
 	    (unsigned long long)m->execs_finished) < 0;
-	rc |= family(out, "sbx_api_execs_running", "gauge",
+	rc |= sbx_metrics_family(out, "sbx_api_execs_running", "gauge",
 	    "Execs whose stream has started and not ended.");
 	rc |= evbuffer_add_printf(out, "sbx_api_execs_running %llu\n",
 	    (unsigned long long)(m->execs_started - m->execs_finished)) < 0;
-	rc |= family(out, "sbx_api_exec_duration_seconds", "histogram",
+	rc |= sbx_metrics_family(out, "sbx_api_exec_duration_seconds",
+	    "histogram",
 	    "Run time of ended execs, from their start event to their end.");
-	for (i = 0; i < API_METRICS_NBOUNDS; i++)
-		rc |= evbuffer_add_printf(out,
-		    "sbx_api_exec_duration_seconds_bucket{le=\"%g\"} %llu\n",
-		    (double)bounds_ms[i] / 1000.0,
-		    (unsigned long long)m->exec_le[i]) < 0;
-	rc |= evbuffer_add_printf(out,
-	    "sbx_api_exec_duration_seconds_bucket{le=\"+Inf\"} %llu\n"
-	    "sbx_api_exec_duration_seconds_sum %.3f\n"
-	    "sbx_api_exec_duration_seconds_count %llu\n",
-	    (unsigned long long)m->exec_count, (double)m->exec_sum_ms / 1000.0,
-	    (unsigned long long)m->exec_count) < 0;
-	rc |= family(out, "sbx_api_stream_bytes_total", "counter",
+	rc |= sbx_metrics_hist(out, "sbx_api_exec_duration_seconds", "",
+	    &m->exec_dur);
+	rc |= sbx_metrics_family(out, "sbx_api_stream_bytes_total", "counter",
 	    "Bytes streamed to clients: exec stdout and stderr (raw, before SSE encoding) and file reads.");
 	rc |= evbuffer_add_printf(out,
 	    "sbx_api_stream_bytes_total{stream=\"stdout\"} %llu\n"
@@ -166,14 +138,15 @@ api_metrics_render(const struct api_metrics *m, struct evbuffer *out,
 	    (unsigned long long)m->bytes_stdout,
 	    (unsigned long long)m->bytes_stderr,
 	    (unsigned long long)m->bytes_file) < 0;
-	rc |= family(out, "sbx_api_broker_errors_total", "counter",
+	rc |= sbx_metrics_family(out, "sbx_api_broker_errors_total", "counter",
 	    "Errors the broker reported (or that reaching it gave), by error code.");
 	for (i = 0; i < m->nbroker_err; i++)
 		rc |= evbuffer_add_printf(out,
 		    "sbx_api_broker_errors_total{code=\"%s\"} %llu\n",
 		    m->broker_err[i].code,
 		    (unsigned long long)m->broker_err[i].count) < 0;
-	rc |= family(out, "sbx_api_rate_limit_rejections_total", "counter",
+	rc |= sbx_metrics_family(out, "sbx_api_rate_limit_rejections_total",
+	    "counter",
 	    "Requests refused with 429 by a per-principal limit, by limit.");
 	rc |= evbuffer_add_printf(out,
 	    "sbx_api_rate_limit_rejections_total{limit=\"requests_per_minute\"} %llu\n"

@@ -5,11 +5,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sbx_metrics.h"
+
 struct evbuffer;
 
 #define API_METRICS_MAX_REQ 128     /* route x status series kept */
 #define API_METRICS_MAX_CODES 32    /* broker error codes kept */
-#define API_METRICS_NBOUNDS 10      /* exec duration histogram buckets */
 
 /*
  * The api's counters, embedded in the server (zeroed = empty). Every label
@@ -31,8 +32,7 @@ struct api_metrics {
 	size_t nbroker_err;
 	uint64_t sse_clients;
 	uint64_t execs_started, execs_finished;
-	uint64_t exec_le[API_METRICS_NBOUNDS], exec_count;
-	int64_t exec_sum_ms;
+	struct sbx_hist exec_dur;   /* run time of ended execs */
 	uint64_t bytes_stdout, bytes_stderr, bytes_file;
 	uint64_t rejected_rate, rejected_execs;
 };

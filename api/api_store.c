@@ -13,6 +13,7 @@
 #include <sqlite3.h>
 
 #include "api_store.h"
+#include "sbx_sqlite.h"
 #include "sbx_config.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
@@ -21,9 +22,67 @@
 #define KEY_BYTES 32
 #define HASH_BYTES 32
 
+enum {
+	Q_PRINCIPAL_CREATE,
+	Q_PRINCIPAL_REVOKE,
+	Q_PRINCIPAL_LIST,
+	Q_PRINCIPAL_GET,
+	Q_AUTHENTICATE,
+	Q_NPC_CREATE,
+	Q_NPC_GET,
+	Q_NPC_LIST,
+	Q_NPC_SET_EGRESS,
+	Q_NPC_SET_IMAGE,
+	Q_SANDBOX_COUNT,
+	Q_SANDBOX_CLAIM,
+	Q_SANDBOX_CLAIM_2,
+	Q_SANDBOX_RELEASE,
+	Q_AUDIT,
+	Q_AUDIT_LIST,
+	Q_N
+};
+
 struct api_store {
 	sqlite3 *db;
+	sqlite3_stmt *q[Q_N];
 	unsigned char key[KEY_BYTES];
+};
+
+#define NPC_SELECT "SELECT n.id, n.name, n.owner_id, p.name, n.sandbox_id, " \
+	"n.egress, n.egress_by, n.egress_at, n.created_at, n.image FROM npcs n " \
+	"JOIN principals p ON p.id = n.owner_id "
+
+/* Prepared once in api_store_open (after the schema), finalized in
+ * api_store_close; each use ends in sbx_sqlite_done (as broker_state.c). */
+static const char *const queries[Q_N] = {
+	[Q_PRINCIPAL_CREATE] = "INSERT INTO principals (name, role, key_hash, created_at) "
+	    "VALUES (?, ?, ?, ?)",
+	[Q_PRINCIPAL_REVOKE] = "UPDATE principals SET revoked_at = ? WHERE name = ? AND "
+	    "revoked_at IS NULL",
+	[Q_PRINCIPAL_LIST] = "SELECT id, name, role, created_at, revoked_at FROM "
+	    "principals ORDER BY name",
+	[Q_PRINCIPAL_GET] = "SELECT id, name, role, created_at, revoked_at FROM "
+	    "principals WHERE name = ?",
+	[Q_AUTHENTICATE] = "SELECT id, name, role, created_at, revoked_at, key_hash "
+	    "FROM principals WHERE key_hash = ?",
+	[Q_NPC_CREATE] = "INSERT INTO npcs (name, owner_id, sandbox_id, created_at) "
+	    "VALUES (?, ?, ?, ?)",
+	[Q_NPC_GET] = NPC_SELECT "WHERE n.name = ?",
+	[Q_NPC_LIST] = NPC_SELECT "WHERE ?1 = 0 OR n.owner_id = ?1 ORDER BY n.name",
+	[Q_NPC_SET_EGRESS] = "UPDATE npcs SET egress = ?, egress_by = ?, egress_at = ? "
+	    "WHERE name = ?",
+	[Q_NPC_SET_IMAGE] = "UPDATE npcs SET image = ? WHERE name = ?",
+	[Q_SANDBOX_COUNT] = "SELECT COUNT(*) FROM sandboxes WHERE owner_id = ?",
+	[Q_SANDBOX_CLAIM] = "INSERT OR IGNORE INTO sandboxes (npc_id, owner_id, since) "
+	    "SELECT ?1, ?2, ?3 WHERE ?4 <= 0 OR EXISTS (SELECT 1 FROM "
+	    "sandboxes WHERE npc_id = ?1) OR (SELECT COUNT(*) FROM "
+	    "sandboxes WHERE owner_id = ?2) < ?4",
+	[Q_SANDBOX_CLAIM_2] = "SELECT 1 FROM sandboxes WHERE npc_id = ?",
+	[Q_SANDBOX_RELEASE] = "DELETE FROM sandboxes WHERE npc_id = ?",
+	[Q_AUDIT] = "INSERT INTO audit (ts, principal, action, npc, outcome) "
+	    "VALUES (?, ?, ?, ?, ?)",
+	[Q_AUDIT_LIST] = "SELECT ts, principal, action, npc, outcome FROM audit "
+	    "ORDER BY id",
 };
 
 static const char schema[] =
@@ -228,6 +287,8 @@ api_store_open(const char *state_dir, struct sbx_err *err)
 		sqlite3_free(msg);
 		goto fail;
 	}
+	if (sbx_sqlite_prepare_all(st->db, queries, Q_N, st->q, err) == -1)
+		goto fail;
 	return st;
 fail:
 	api_store_close(st);
@@ -239,6 +300,7 @@ api_store_close(struct api_store *st)
 {
 	if (st == NULL)
 		return;
+	sbx_sqlite_finalize_all(st->q, Q_N);
 	if (st->db != NULL)
 		sqlite3_close(st->db);
 	sodium_memzero(st->key, sizeof(st->key));
@@ -288,12 +350,7 @@ api_store_principal_create(struct api_store *st, const char *name,
 	    sbx_token_generate(key, keylen) == -1)
 		return sbx_err_set(err, SBX_E_INTERNAL, "Cannot generate a key.");
 	key_hash(st, key, strlen(key), h);
-	if (sqlite3_prepare_v2(st->db, "INSERT INTO principals (name, role, "
-	    "key_hash, created_at) VALUES (?, ?, ?, ?)", -1, &stmt,
-	    NULL) != SQLITE_OK) {
-		db_fail(st, err, "create principal");
-		goto done;
-	}
+	stmt = st->q[Q_PRINCIPAL_CREATE];
 	sqlite3_bind_text(stmt, 1, name, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(stmt, 2, api_role_name(role), -1, SQLITE_STATIC);
 	sqlite3_bind_blob(stmt, 3, h, sizeof(h), SQLITE_TRANSIENT);
@@ -313,7 +370,7 @@ done:
 	if (rc == -1)
 		sodium_memzero(key, keylen);
 	sodium_memzero(h, sizeof(h));
-	sqlite3_finalize(stmt);
+	sbx_sqlite_done(stmt);
 	return rc;
 }
 
@@ -324,12 +381,7 @@ api_store_principal_revoke(struct api_store *st, const char *name,
 	sqlite3_stmt *stmt = NULL;
 	int rc = -1;
 
-	if (sqlite3_prepare_v2(st->db, "UPDATE principals SET revoked_at = ? "
-	    "WHERE name = ? AND revoked_at IS NULL", -1, &stmt,
-	    NULL) != SQLITE_OK) {
-		db_fail(st, err, "revoke principal");
-		goto done;
-	}
+	stmt = st->q[Q_PRINCIPAL_REVOKE];
 	sqlite3_bind_int64(stmt, 1, now_ms());
 	sqlite3_bind_text(stmt, 2, name, -1, SQLITE_TRANSIENT);
 	if (sqlite3_step(stmt) != SQLITE_DONE) {
@@ -343,7 +395,7 @@ api_store_principal_revoke(struct api_store *st, const char *name,
 	}
 	rc = 0;
 done:
-	sqlite3_finalize(stmt);
+	sbx_sqlite_done(stmt);
 	return rc;
 }
 
@@ -356,12 +408,7 @@ api_store_principal_list(struct api_store *st,
 	sqlite3_stmt *stmt = NULL;
 	int rc = -1, src;
 
-	if (sqlite3_prepare_v2(st->db, "SELECT id, name, role, created_at, "
-	    "revoked_at FROM principals ORDER BY name", -1, &stmt,
-	    NULL) != SQLITE_OK) {
-		db_fail(st, err, "list principals");
-		goto done;
-	}
+	stmt = st->q[Q_PRINCIPAL_LIST];
 	while ((src = sqlite3_step(stmt)) == SQLITE_ROW) {
 		row_principal(stmt, &p);
 		cb(arg, &p);
@@ -372,7 +419,7 @@ api_store_principal_list(struct api_store *st,
 	}
 	rc = 0;
 done:
-	sqlite3_finalize(stmt);
+	sbx_sqlite_done(stmt);
 	return rc;
 }
 
@@ -383,12 +430,7 @@ api_store_principal_get(struct api_store *st, const char *name,
 	sqlite3_stmt *stmt = NULL;
 	int rc = -1, src;
 
-	if (sqlite3_prepare_v2(st->db, "SELECT id, name, role, created_at, "
-	    "revoked_at FROM principals WHERE name = ?", -1, &stmt,
-	    NULL) != SQLITE_OK) {
-		db_fail(st, err, "get principal");
-		goto done;
-	}
+	stmt = st->q[Q_PRINCIPAL_GET];
 	sqlite3_bind_text(stmt, 1, name, -1, SQLITE_TRANSIENT);
 	src = sqlite3_step(stmt);
 	if (src == SQLITE_ROW) {
@@ -398,8 +440,7 @@ api_store_principal_get(struct api_store *st, const char *name,
 		rc = 0;
 	else
 		db_fail(st, err, "get principal");
-done:
-	sqlite3_finalize(stmt);
+	sbx_sqlite_done(stmt);
 	return rc;
 }
 
@@ -413,13 +454,7 @@ api_store_authenticate(struct api_store *st, const char *key, size_t len,
 	int rc = -1, src;
 
 	key_hash(st, key, len, h);
-	if (sqlite3_prepare_v2(st->db, "SELECT id, name, role, created_at, "
-	    "revoked_at, key_hash FROM principals WHERE key_hash = ?", -1,
-	    &stmt, NULL) != SQLITE_OK) {
-		log_error("database error", "op", "authenticate", "error",
-		    sqlite3_errmsg(st->db), NULL);
-		goto done;
-	}
+	stmt = st->q[Q_AUTHENTICATE];
 	sqlite3_bind_blob(stmt, 1, h, sizeof(h), SQLITE_STATIC);
 	src = sqlite3_step(stmt);
 	if (src == SQLITE_DONE) {
@@ -443,7 +478,7 @@ api_store_authenticate(struct api_store *st, const char *key, size_t len,
 	rc = out->revoked_at != 0 ? 0 : 1;
 done:
 	sodium_memzero(h, sizeof(h));
-	sqlite3_finalize(stmt);
+	sbx_sqlite_done(stmt);
 	return rc;
 }
 
@@ -463,10 +498,6 @@ row_npc(sqlite3_stmt *stmt, struct api_npc *n)
 	copy_text(n->image, sizeof(n->image), stmt, 9);
 }
 
-#define NPC_SELECT "SELECT n.id, n.name, n.owner_id, p.name, n.sandbox_id, " \
-	"n.egress, n.egress_by, n.egress_at, n.created_at, n.image FROM npcs n " \
-	"JOIN principals p ON p.id = n.owner_id "
-
 int
 api_store_npc_create(struct api_store *st, const char *name,
     int64_t owner_id, struct api_npc *out, struct sbx_err *err)
@@ -479,12 +510,7 @@ api_store_npc_create(struct api_store *st, const char *name,
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "An NPC name must "
 		    "match [a-z0-9][a-z0-9-]{0,40}.");
 	snprintf(sid, sizeof(sid), API_NPC_SANDBOX_PREFIX "%s", name);
-	if (sqlite3_prepare_v2(st->db, "INSERT INTO npcs (name, owner_id, "
-	    "sandbox_id, created_at) VALUES (?, ?, ?, ?)", -1, &stmt,
-	    NULL) != SQLITE_OK) {
-		db_fail(st, err, "create npc");
-		goto done;
-	}
+	stmt = st->q[Q_NPC_CREATE];
 	sqlite3_bind_text(stmt, 1, name, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int64(stmt, 2, owner_id);
 	sqlite3_bind_text(stmt, 3, sid, -1, SQLITE_TRANSIENT);
@@ -506,7 +532,7 @@ api_store_npc_create(struct api_store *st, const char *name,
 	}
 	rc = 0;
 done:
-	sqlite3_finalize(stmt);
+	sbx_sqlite_done(stmt);
 	return rc;
 }
 
@@ -517,11 +543,7 @@ api_store_npc_get(struct api_store *st, const char *name, struct api_npc *out,
 	sqlite3_stmt *stmt = NULL;
 	int rc = -1, src;
 
-	if (sqlite3_prepare_v2(st->db, NPC_SELECT "WHERE n.name = ?", -1,
-	    &stmt, NULL) != SQLITE_OK) {
-		db_fail(st, err, "get npc");
-		goto done;
-	}
+	stmt = st->q[Q_NPC_GET];
 	sqlite3_bind_text(stmt, 1, name, -1, SQLITE_TRANSIENT);
 	src = sqlite3_step(stmt);
 	if (src == SQLITE_ROW) {
@@ -531,8 +553,7 @@ api_store_npc_get(struct api_store *st, const char *name, struct api_npc *out,
 		rc = 0;
 	else
 		db_fail(st, err, "get npc");
-done:
-	sqlite3_finalize(stmt);
+	sbx_sqlite_done(stmt);
 	return rc;
 }
 
@@ -545,11 +566,7 @@ api_store_npc_list(struct api_store *st, int64_t owner_id,
 	sqlite3_stmt *stmt = NULL;
 	int rc = -1, src;
 
-	if (sqlite3_prepare_v2(st->db, NPC_SELECT "WHERE ?1 = 0 OR "
-	    "n.owner_id = ?1 ORDER BY n.name", -1, &stmt, NULL) != SQLITE_OK) {
-		db_fail(st, err, "list npcs");
-		goto done;
-	}
+	stmt = st->q[Q_NPC_LIST];
 	sqlite3_bind_int64(stmt, 1, owner_id);
 	while ((src = sqlite3_step(stmt)) == SQLITE_ROW) {
 		row_npc(stmt, &n);
@@ -561,7 +578,7 @@ api_store_npc_list(struct api_store *st, int64_t owner_id,
 	}
 	rc = 0;
 done:
-	sqlite3_finalize(stmt);
+	sbx_sqlite_done(stmt);
 	return rc;
 }
 
@@ -572,12 +589,7 @@ api_store_npc_set_egress(struct api_store *st, const char *name, int enabled,
 	sqlite3_stmt *stmt = NULL;
 	int rc = -1;
 
-	if (sqlite3_prepare_v2(st->db, "UPDATE npcs SET egress = ?, "
-	    "egress_by = ?, egress_at = ? WHERE name = ?", -1, &stmt,
-	    NULL) != SQLITE_OK) {
-		db_fail(st, err, "set egress");
-		goto done;
-	}
+	stmt = st->q[Q_NPC_SET_EGRESS];
 	sqlite3_bind_int(stmt, 1, enabled ? 1 : 0);
 	sqlite3_bind_text(stmt, 2, by, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int64(stmt, 3, now_ms());
@@ -592,7 +604,7 @@ api_store_npc_set_egress(struct api_store *st, const char *name, int enabled,
 	}
 	rc = 0;
 done:
-	sqlite3_finalize(stmt);
+	sbx_sqlite_done(stmt);
 	return rc;
 }
 
@@ -603,11 +615,7 @@ api_store_npc_set_image(struct api_store *st, const char *name,
 	sqlite3_stmt *stmt = NULL;
 	int rc = -1;
 
-	if (sqlite3_prepare_v2(st->db, "UPDATE npcs SET image = ? WHERE "
-	    "name = ?", -1, &stmt, NULL) != SQLITE_OK) {
-		db_fail(st, err, "set image");
-		goto done;
-	}
+	stmt = st->q[Q_NPC_SET_IMAGE];
 	if (image != NULL && image[0] != '\0')
 		sqlite3_bind_text(stmt, 1, image, -1, SQLITE_TRANSIENT);
 	else
@@ -619,7 +627,7 @@ api_store_npc_set_image(struct api_store *st, const char *name,
 	}
 	rc = 0;
 done:
-	sqlite3_finalize(stmt);
+	sbx_sqlite_done(stmt);
 	return rc;
 }
 
@@ -630,11 +638,7 @@ api_store_sandbox_count(struct api_store *st, int64_t owner_id,
 	sqlite3_stmt *stmt = NULL;
 	int rc = -1;
 
-	if (sqlite3_prepare_v2(st->db, "SELECT COUNT(*) FROM sandboxes WHERE "
-	    "owner_id = ?", -1, &stmt, NULL) != SQLITE_OK) {
-		db_fail(st, err, "count sandboxes");
-		goto done;
-	}
+	stmt = st->q[Q_SANDBOX_COUNT];
 	sqlite3_bind_int64(stmt, 1, owner_id);
 	if (sqlite3_step(stmt) != SQLITE_ROW) {
 		db_fail(st, err, "count sandboxes");
@@ -643,7 +647,7 @@ api_store_sandbox_count(struct api_store *st, int64_t owner_id,
 	*out = sqlite3_column_int64(stmt, 0);
 	rc = 0;
 done:
-	sqlite3_finalize(stmt);
+	sbx_sqlite_done(stmt);
 	return rc;
 }
 
@@ -657,14 +661,7 @@ api_store_sandbox_claim(struct api_store *st, const struct api_npc *n,
 	*claimed = 0;
 	/* One statement: the count and the insert cannot be split by a
 	 * concurrent claim, even from another process on the same file. */
-	if (sqlite3_prepare_v2(st->db, "INSERT OR IGNORE INTO sandboxes "
-	    "(npc_id, owner_id, since) SELECT ?1, ?2, ?3 WHERE ?4 <= 0 OR "
-	    "EXISTS (SELECT 1 FROM sandboxes WHERE npc_id = ?1) OR "
-	    "(SELECT COUNT(*) FROM sandboxes WHERE owner_id = ?2) < ?4", -1,
-	    &stmt, NULL) != SQLITE_OK) {
-		db_fail(st, err, "claim a sandbox");
-		goto done;
-	}
+	stmt = st->q[Q_SANDBOX_CLAIM];
 	sqlite3_bind_int64(stmt, 1, n->id);
 	sqlite3_bind_int64(stmt, 2, n->owner_id);
 	sqlite3_bind_int64(stmt, 3, now_ms());
@@ -679,13 +676,9 @@ api_store_sandbox_claim(struct api_store *st, const struct api_npc *n,
 		goto done;
 	}
 	/* Nothing inserted: the NPC holds its slot already, or none is free. */
-	sqlite3_finalize(stmt);
+	sbx_sqlite_done(stmt);
 	stmt = NULL;
-	if (sqlite3_prepare_v2(st->db, "SELECT 1 FROM sandboxes WHERE "
-	    "npc_id = ?", -1, &stmt, NULL) != SQLITE_OK) {
-		db_fail(st, err, "claim a sandbox");
-		goto done;
-	}
+	stmt = st->q[Q_SANDBOX_CLAIM_2];
 	sqlite3_bind_int64(stmt, 1, n->id);
 	switch (sqlite3_step(stmt)) {
 	case SQLITE_ROW:
@@ -698,7 +691,7 @@ api_store_sandbox_claim(struct api_store *st, const struct api_npc *n,
 		db_fail(st, err, "claim a sandbox");
 	}
 done:
-	sqlite3_finalize(stmt);
+	sbx_sqlite_done(stmt);
 	return rc;
 }
 
@@ -709,11 +702,7 @@ api_store_sandbox_release(struct api_store *st, int64_t npc_id,
 	sqlite3_stmt *stmt = NULL;
 	int rc = -1;
 
-	if (sqlite3_prepare_v2(st->db, "DELETE FROM sandboxes WHERE "
-	    "npc_id = ?", -1, &stmt, NULL) != SQLITE_OK) {
-		db_fail(st, err, "release a sandbox");
-		goto done;
-	}
+	stmt = st->q[Q_SANDBOX_RELEASE];
 	sqlite3_bind_int64(stmt, 1, npc_id);
 	if (sqlite3_step(stmt) != SQLITE_DONE) {
 		db_fail(st, err, "release a sandbox");
@@ -721,7 +710,7 @@ api_store_sandbox_release(struct api_store *st, int64_t npc_id,
 	}
 	rc = 0;
 done:
-	sqlite3_finalize(stmt);
+	sbx_sqlite_done(stmt);
 	return rc;
 }
 
@@ -731,10 +720,7 @@ api_store_audit(struct api_store *st, const char *principal,
 {
 	sqlite3_stmt *stmt = NULL;
 
-	if (sqlite3_prepare_v2(st->db, "INSERT INTO audit (ts, principal, "
-	    "action, npc, outcome) VALUES (?, ?, ?, ?, ?)", -1, &stmt,
-	    NULL) != SQLITE_OK)
-		goto fail;
+	stmt = st->q[Q_AUDIT];
 	sqlite3_bind_int64(stmt, 1, now_ms());
 	sqlite3_bind_text(stmt, 2, principal, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(stmt, 3, action != NULL ? action : "?", -1,
@@ -744,12 +730,12 @@ api_store_audit(struct api_store *st, const char *principal,
 	    SQLITE_TRANSIENT);
 	if (sqlite3_step(stmt) != SQLITE_DONE)
 		goto fail;
-	sqlite3_finalize(stmt);
+	sbx_sqlite_done(stmt);
 	return;
 fail:
 	log_error("audit write failed", "action", action, "error",
 	    sqlite3_errmsg(st->db), NULL);
-	sqlite3_finalize(stmt);
+	sbx_sqlite_done(stmt);
 }
 
 int
@@ -761,11 +747,7 @@ api_store_audit_list(struct api_store *st,
 	sqlite3_stmt *stmt = NULL;
 	int rc = -1, src;
 
-	if (sqlite3_prepare_v2(st->db, "SELECT ts, principal, action, npc, "
-	    "outcome FROM audit ORDER BY id", -1, &stmt, NULL) != SQLITE_OK) {
-		db_fail(st, err, "list audit");
-		goto done;
-	}
+	stmt = st->q[Q_AUDIT_LIST];
 	while ((src = sqlite3_step(stmt)) == SQLITE_ROW) {
 		memset(&r, 0, sizeof(r));
 		r.ts = sqlite3_column_int64(stmt, 0);
@@ -781,6 +763,6 @@ api_store_audit_list(struct api_store *st,
 	}
 	rc = 0;
 done:
-	sqlite3_finalize(stmt);
+	sbx_sqlite_done(stmt);
 	return rc;
 }

@@ -6,15 +6,12 @@
 #include <event2/buffer.h>
 
 #include "broker_metrics.h"
+#include "sbx_metrics.h"
 #include "sbx_proto.h"
 
 #define MAX_SERIES 128
 #define MAX_OPS 16
 
-/* Histogram bucket bounds in milliseconds (le= in seconds). */
-static const int64_t bounds_ms[] = { 1, 5, 10, 50, 100, 500, 1000, 5000,
-	30000, 300000 };
-#define NBOUNDS (sizeof(bounds_ms) / sizeof(bounds_ms[0]))
 
 /* Label values of the fixed families: static strings only. */
 static const char *const rt_codes[] = { SBX_E_RUNTIME,
@@ -32,9 +29,7 @@ struct series {
 
 struct hist {
 	const char *op;      /* static; NULL for an unlabelled histogram */
-	uint64_t le[NBOUNDS];
-	uint64_t count;
-	int64_t sum_ms;
+	struct sbx_hist h;
 };
 
 struct broker_metrics {
@@ -60,20 +55,6 @@ broker_metrics_free(struct broker_metrics *m)
 }
 
 static void
-hist_add(struct hist *h, int64_t ms)
-{
-	size_t i;
-
-	if (ms < 0)
-		ms = 0;
-	for (i = 0; i < NBOUNDS; i++)
-		if (ms <= bounds_ms[i])
-			h->le[i]++;
-	h->count++;
-	h->sum_ms += ms;
-}
-
-static void
 observe(struct broker_metrics *m, const char *op, int64_t ms)
 {
 	struct hist *h = NULL;
@@ -88,7 +69,7 @@ observe(struct broker_metrics *m, const char *op, int64_t ms)
 		h = &m->dur[m->ndur++];
 		h->op = op;
 	}
-	hist_add(h, ms);
+	sbx_hist_add(&h->h, ms);
 }
 
 void
@@ -120,7 +101,7 @@ void
 broker_metrics_exec_finished(struct broker_metrics *m, int64_t duration_ms)
 {
 	m->execs_finished++;
-	hist_add(&m->exec_dur, duration_ms);
+	sbx_hist_add(&m->exec_dur.h, duration_ms);
 }
 
 void
@@ -157,41 +138,6 @@ broker_metrics_recovered(struct broker_metrics *m, const char *result)
 			m->recovered[i]++;
 }
 
-/* Bucket, sum and count lines of h; labels is "" or `op="x",`. */
-static int
-render_hist(struct evbuffer *out, const char *name, const char *labels,
-    const struct hist *h)
-{
-	char lb[96];
-	size_t k, n;
-	int rc = 0;
-
-	for (k = 0; k < NBOUNDS; k++)
-		rc |= evbuffer_add_printf(out, "%s_bucket{%sle=\"%g\"} %llu\n",
-		    name, labels, (double)bounds_ms[k] / 1000.0,
-		    (unsigned long long)h->le[k]) < 0;
-	/* labels without the trailing comma for _sum and _count */
-	n = strlen(labels);
-	if (n > 0)
-		snprintf(lb, sizeof(lb), "{%.*s}", (int)(n - 1), labels);
-	else
-		lb[0] = '\0';
-	rc |= evbuffer_add_printf(out,
-	    "%s_bucket{%sle=\"+Inf\"} %llu\n%s_sum%s %.3f\n%s_count%s %llu\n",
-	    name, labels, (unsigned long long)h->count, name, lb,
-	    (double)h->sum_ms / 1000.0, name, lb,
-	    (unsigned long long)h->count) < 0;
-	return rc;
-}
-
-static int
-family(struct evbuffer *out, const char *name, const char *type,
-    const char *help)
-{
-	return evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name,
-	    help, name, type) < 0;
-}
-
 int
 broker_metrics_render(const struct broker_metrics *m, struct evbuffer *out,
     int sandboxes_running, int sandboxes_stopped, int sandboxes_absent)
@@ -200,37 +146,43 @@ broker_metrics_render(const struct broker_metrics *m, struct evbuffer *out,
 	size_t i;
 	int rc = 0;
 
-	rc |= family(out, "sbx_broker_requests_total", "counter",
+	rc |= sbx_metrics_family(out, "sbx_broker_requests_total", "counter",
 	    "HTTP requests answered, by route (op) and HTTP status (code).");
 	for (i = 0; i < m->nreq; i++)
 		rc |= evbuffer_add_printf(out,
 		    "sbx_broker_requests_total{op=\"%s\",code=\"%d\"} %llu\n",
 		    m->req[i].op, m->req[i].status,
 		    (unsigned long long)m->req[i].count) < 0;
-	rc |= family(out, "sbx_broker_request_duration_seconds", "histogram",
+	rc |= sbx_metrics_family(out, "sbx_broker_request_duration_seconds",
+	    "histogram",
 	    "Time to answer a request, by route (streams: until their end).");
 	for (i = 0; i < m->ndur; i++) {
 		snprintf(lb, sizeof(lb), "op=\"%s\",", m->dur[i].op);
-		rc |= render_hist(out, "sbx_broker_request_duration_seconds", lb,
-		    &m->dur[i]);
+		rc |= sbx_metrics_hist(out, "sbx_broker_request_duration_seconds",
+	    lb,
+		    &m->dur[i].h);
 	}
-	rc |= family(out, "sbx_broker_execs_running", "gauge",
+	rc |= sbx_metrics_family(out, "sbx_broker_execs_running", "gauge",
 	    "Execs whose stream has started and not ended.");
 	rc |= evbuffer_add_printf(out, "sbx_broker_execs_running %llu\n",
 	    (unsigned long long)(m->execs_started - m->execs_finished)) < 0;
-	rc |= family(out, "sbx_broker_execs_started_total", "counter",
+	rc |= sbx_metrics_family(out, "sbx_broker_execs_started_total",
+	    "counter",
 	    "Execs whose stream started.");
 	rc |= evbuffer_add_printf(out, "sbx_broker_execs_started_total %llu\n",
 	    (unsigned long long)m->execs_started) < 0;
-	rc |= family(out, "sbx_broker_execs_finished_total", "counter",
+	rc |= sbx_metrics_family(out, "sbx_broker_execs_finished_total",
+	    "counter",
 	    "Started execs that ended (exit, error, cancel or shutdown).");
 	rc |= evbuffer_add_printf(out, "sbx_broker_execs_finished_total %llu\n",
 	    (unsigned long long)m->execs_finished) < 0;
-	rc |= family(out, "sbx_broker_exec_duration_seconds", "histogram",
+	rc |= sbx_metrics_family(out, "sbx_broker_exec_duration_seconds",
+	    "histogram",
 	    "Run time of ended execs, from their start event to their end.");
-	rc |= render_hist(out, "sbx_broker_exec_duration_seconds", "",
-	    &m->exec_dur);
-	rc |= family(out, "sbx_broker_exec_output_bytes_total", "counter",
+	rc |= sbx_metrics_hist(out, "sbx_broker_exec_duration_seconds", "",
+	    &m->exec_dur.h);
+	rc |= sbx_metrics_family(out, "sbx_broker_exec_output_bytes_total",
+	    "counter",
 	    "Bytes of exec output streamed to clients, by stream.");
 	rc |= evbuffer_add_printf(out,
 	    "sbx_broker_exec_output_bytes_total{stream=\"stdout\"} %llu\n"
@@ -239,7 +191,7 @@ broker_metrics_render(const struct broker_metrics *m, struct evbuffer *out,
 	    (unsigned long long)m->output_bytes[1]) < 0;
 	if (sandboxes_running >= 0 && sandboxes_stopped >= 0 &&
 	    sandboxes_absent >= 0) {
-		rc |= family(out, "sbx_broker_sandboxes", "gauge",
+		rc |= sbx_metrics_family(out, "sbx_broker_sandboxes", "gauge",
 		    "Sandboxes in the broker's state table, by state.");
 		rc |= evbuffer_add_printf(out,
 		    "sbx_broker_sandboxes{state=\"running\"} %d\n"
@@ -247,20 +199,21 @@ broker_metrics_render(const struct broker_metrics *m, struct evbuffer *out,
 		    "sbx_broker_sandboxes{state=\"absent\"} %d\n",
 		    sandboxes_running, sandboxes_stopped, sandboxes_absent) < 0;
 	}
-	rc |= family(out, "sbx_broker_reaped_total", "counter",
+	rc |= sbx_metrics_family(out, "sbx_broker_reaped_total", "counter",
 	    "Sandboxes the idle reaper stopped or destroyed, by action.");
 	rc |= evbuffer_add_printf(out,
 	    "sbx_broker_reaped_total{action=\"stop\"} %llu\n"
 	    "sbx_broker_reaped_total{action=\"destroy\"} %llu\n",
 	    (unsigned long long)m->reaped[0],
 	    (unsigned long long)m->reaped[1]) < 0;
-	rc |= family(out, "sbx_broker_runtime_errors_total", "counter",
+	rc |= sbx_metrics_family(out, "sbx_broker_runtime_errors_total",
+	    "counter",
 	    "Driver operations that failed on the container runtime, by error code.");
 	for (i = 0; i < NRT; i++)
 		rc |= evbuffer_add_printf(out,
 		    "sbx_broker_runtime_errors_total{code=\"%s\"} %llu\n",
 		    rt_codes[i], (unsigned long long)m->runtime_errors[i]) < 0;
-	rc |= family(out, "sbx_broker_recovered_total", "counter",
+	rc |= sbx_metrics_family(out, "sbx_broker_recovered_total", "counter",
 	    "Start-up reconciliation with the runtime, by result.");
 	for (i = 0; i < NREC; i++)
 		rc |= evbuffer_add_printf(out,

@@ -10,26 +10,10 @@
 #include "broker_metrics.h"
 #include "broker_reaper.h"
 #include "broker_state.h"
+#include "sbx_call.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
-
-static int64_t
-wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t
-mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+#include "sbx_time.h"
 
 static void
 audit(struct broker_server *s, int64_t ts, const char *op, const char *id,
@@ -87,7 +71,7 @@ recovery_finish(evutil_socket_t fd, short what, void *arg)
 	snprintf(ab, sizeof(ab), "%u", r->absent);
 	snprintf(k, sizeof(k), "%u", r->killed);
 	snprintf(f, sizeof(f), "%u", r->failed);
-	snprintf(ms, sizeof(ms), "%" PRId64, mono_ms() - r->t0);
+	snprintf(ms, sizeof(ms), "%" PRId64, sbx_mono_ms() - r->t0);
 	if (sbx_err_is_set(&r->first_err)) {
 		log_warn("reconciliation with the runtime incomplete",
 		    "adopted", a, "recorded", rec, "absent", ab, "cleaned", k,
@@ -125,13 +109,13 @@ slot_killed(void *arg, const struct sbx_err *err)
 			r->first_err = *err;
 		log_warn("cannot kill execs left by an earlier broker", "id", id,
 		    "code", err->code, "error", err->message, NULL);
-		audit(r->s, wall_ms(), "recover", id, err->code, 0, "killed");
+		audit(r->s, sbx_wall_ms(), "recover", id, err->code, 0, "killed");
 	} else {
 		r->killed++;
 		broker_metrics_recovered(broker_server_metrics(r->s), "killed");
 		log_info("execs left by an earlier broker killed", "id", id,
 		    NULL);
-		audit(r->s, wall_ms(), "recover", id, "ok", 0, "killed");
+		audit(r->s, sbx_wall_ms(), "recover", id, "ok", 0, "killed");
 	}
 	recovery_step_done(r);
 }
@@ -175,7 +159,7 @@ listed(void *arg, const struct sbx_err *err, const struct sbx_status *sts,
 	char vol[192];
 	size_t i, nrows = 0;
 	int found;
-	int64_t now = wall_ms();
+	int64_t now = sbx_wall_ms();
 
 	r->list_op = NULL;
 	r->pending = 1;           /* this function's own step */
@@ -246,7 +230,7 @@ listed(void *arg, const struct sbx_err *err, const struct sbx_status *sts,
 		audit(s, now, "recover", rows[i].id, "ok", 0, "absent");
 	}
 	/* Execs of the broker that died with them running: kill them. */
-	for (i = 0; i < n && d->ops->recover != NULL; i++) {
+	for (i = 0; i < n && sbx_call_supports(d, SBX_CALL_RECOVER); i++) {
 		if (sorted[i].state != SBX_STATE_RUNNING)
 			continue;
 		ks = &r->slots[r->nkill];
@@ -255,7 +239,7 @@ listed(void *arg, const struct sbx_err *err, const struct sbx_status *sts,
 		snprintf(r->kill_ids[r->nkill], sizeof(r->kill_ids[0]), "%s",
 		    sorted[i].id);
 		r->pending++;
-		r->kill_ops[r->nkill] = d->ops->recover(d, sorted[i].id,
+		r->kill_ops[r->nkill] = sbx_call_recover(d, sorted[i].id,
 		    slot_killed, ks, &e);
 		if (r->kill_ops[r->nkill] == NULL) {
 			r->pending--;
@@ -266,9 +250,9 @@ listed(void *arg, const struct sbx_err *err, const struct sbx_status *sts,
 		r->nkill++;
 	}
 	/* Egress networks of sandboxes that no longer have egress (ADR 0014). */
-	if (d->ops->reconcile != NULL) {
+	if (sbx_call_supports(d, SBX_CALL_RECONCILE)) {
 		r->pending++;
-		if ((r->gc_op = d->ops->reconcile(d, gc_done, r, &e)) == NULL) {
+		if ((r->gc_op = sbx_call_reconcile(d, gc_done, r, &e)) == NULL) {
 			r->pending--;
 			log_warn("cannot remove runtime objects no sandbox needs",
 			    "error", e.message, NULL);
@@ -295,7 +279,7 @@ broker_recover(struct broker_server *s,
 	r->s = s;
 	r->done = done;
 	r->arg = arg;
-	r->t0 = mono_ms();
+	r->t0 = sbx_mono_ms();
 	sbx_err_clear(&r->first_err);
 	if ((r->finish_ev = event_new(broker_server_base(s), -1, 0,
 	    recovery_finish, r)) == NULL) {
@@ -303,7 +287,7 @@ broker_recover(struct broker_server *s,
 		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
 		return NULL;
 	}
-	if ((r->list_op = d->ops->list_sandboxes(d, listed, r, err)) == NULL) {
+	if ((r->list_op = sbx_call_list_sandboxes(d, listed, r, err)) == NULL) {
 		broker_recovery_free(r);
 		return NULL;
 	}
@@ -360,7 +344,7 @@ reap_end(struct reap *rp, const char *outcome, const struct sbx_err *err)
 	const char *id = broker_job_id(rp->job);
 	const char *op = rp->destroy ? "reap_destroy" : "reap";
 	const char *reason = rp->destroy ? "destroy_after" : "idle";
-	int64_t ms = mono_ms() - rp->t0;
+	int64_t ms = sbx_mono_ms() - rp->t0;
 
 	audit(s, rp->ts, op, id, outcome, ms, reason);
 	if (err != NULL)
@@ -384,7 +368,7 @@ reap_stopped(void *arg, const struct sbx_err *err)
 		reap_end(rp, err->code, err);
 		return;
 	}
-	if (broker_state_stopped(broker_server_state(s), id, "idle", wall_ms(),
+	if (broker_state_stopped(broker_server_state(s), id, "idle", sbx_wall_ms(),
 	    &serr) == -1)
 		log_error("state write failed", "id", id, "error", serr.message,
 		    NULL);
@@ -437,7 +421,7 @@ reap_status(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 	}
 	if (st->state == SBX_STATE_STOPPED) {
 		broker_state_stopped(broker_server_state(s), id,
-		    st->stop_reason[0] ? st->stop_reason : "exited", wall_ms(),
+		    st->stop_reason[0] ? st->stop_reason : "exited", sbx_wall_ms(),
 		    &e);
 		log_info("sandbox had stopped by itself", "id", id, "reason",
 		    st->stop_reason, NULL);
@@ -451,7 +435,7 @@ reap_status(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 		broker_job_done(rp->job, "ok");
 		return;
 	}
-	if ((op = d->ops->stop(d, id, reap_stopped, rp, &e)) == NULL) {
+	if ((op = sbx_call_stop(d, id, reap_stopped, rp, &e)) == NULL) {
 		reap_end(rp, e.code, &e);
 		return;
 	}
@@ -470,10 +454,10 @@ reap_turn(struct broker_job *job, void *arg)
 	struct broker_row row;
 	struct sbx_err e;
 	struct sbx_op *op;
-	int64_t now = wall_ms(), since;
+	int64_t now = sbx_wall_ms(), since;
 
 	rp->job = job;
-	rp->t0 = mono_ms();
+	rp->t0 = sbx_mono_ms();
 	rp->ts = now;
 	sbx_err_clear(&e);
 	if (broker_server_draining(s) || broker_job_others(job) > 0 ||
@@ -490,7 +474,7 @@ reap_turn(struct broker_job *job, void *arg)
 			return;
 		}
 		broker_job_block(job);
-		if ((op = d->ops->destroy(d, id, reap_destroyed, rp, &e)) ==
+		if ((op = sbx_call_destroy(d, id, reap_destroyed, rp, &e)) ==
 		    NULL) {
 			reap_end(rp, e.code, &e);
 			return;
@@ -504,7 +488,7 @@ reap_turn(struct broker_job *job, void *arg)
 		return;
 	}
 	broker_job_block(job);
-	if ((op = d->ops->status(d, id, reap_status, rp, &e)) == NULL) {
+	if ((op = sbx_call_status(d, id, reap_status, rp, &e)) == NULL) {
 		reap_end(rp, e.code, &e);
 		return;
 	}
@@ -537,7 +521,7 @@ broker_reaper_scan(struct broker_reaper *r)
 	struct broker_row *rows = NULL;
 	struct sbx_err e;
 	size_t i, n = 0;
-	int64_t now = wall_ms(), since;
+	int64_t now = sbx_wall_ms(), since;
 
 	if (broker_server_draining(s))
 		return;

@@ -24,6 +24,7 @@
 #include "driver_engine_int.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
+#include "sbx_proto.h"
 #include "sbx_usage.h"
 
 #define RUN_SIZE_DEF (1024 * 1024)       /* SBX_HELPER_RUN_DIR tmpfs */

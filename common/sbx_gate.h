@@ -150,7 +150,7 @@ int sbx_gate_watch(struct sbx_gate *g, struct evhttp_connection *conn,
  * of unconsumed bytes is buffered: past it the gate stops reading the
  * socket until the consumer drains the buffer. Reading is only turned on
  * while evhttp's read callback is unset (the handler must set it to NULL,
- * as broker_http.c fileop_watch does: evhttp aborts on bytes it did not
+ * as sbx_httpd_watch does: evhttp aborts on bytes it did not
  * expect). An Expect: 100-continue is answered by the gate. Chunked bodies
  * are not streamed (they pass as before, held until within the cap).
  * stream runs like check (synchronously, path as there); NULL: none.

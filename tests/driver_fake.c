@@ -11,6 +11,7 @@
 #include <event2/event.h>
 
 #include "driver_fake.h"
+#include "sbx_path.h"
 #include "sbx_proto.h"
 
 struct fake_file {
@@ -69,6 +70,8 @@ struct fake_op {
 	unsigned rep;
 	int started, paused, in_cb, cancelled, is_exec;
 	unsigned char *stepdata;
+	int64_t cap;                 /* exec output_cap (0: none), bytes */
+	int64_t emitted;             /* stdout+stderr bytes given to the sink */
 	/* write */
 	unsigned char *wdata;
 	size_t wlen;
@@ -100,28 +103,17 @@ now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The SPEC §4 rules, the same code every caller and driver uses. */
 static int
 id_ok(const char *id)
 {
-	size_t i;
-
-	if (id == NULL || id[0] == '\0' || strlen(id) > 63)
-		return 0;
-	for (i = 0; id[i] != '\0'; i++) {
-		char c = id[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-		    (c == '-' && i > 0)))
-			return 0;
-	}
-	return 1;
+	return sbx_id_valid(id);
 }
 
 static int
 path_ok(const char *p)
 {
-	return p != NULL && strncmp(p, "/work", 5) == 0 &&
-	    (p[5] == '\0' || p[5] == '/') && strstr(p, "/..") == NULL &&
-	    strstr(p, "//") == NULL && strlen(p) < 4096;
+	return p != NULL && sbx_path_check(p, strlen(p), NULL) == 0;
 }
 
 static struct fake_sbx *
@@ -500,6 +492,31 @@ stream_step(struct fake_op *o)
 	switch (st->kind) {
 	case SBX_FAKE_STEP_OUTPUT:
 		reps = st->repeat ? st->repeat : 1;
+		if (o->cap > 0 && o->emitted + (int64_t)st->len > o->cap) {
+			/* Output cap (SPEC §4): what fits, then killed. */
+			size_t fit = (size_t)(o->cap - o->emitted);
+
+			if (fit > 0) {
+				o->fd->stats.outputs++;
+				o->in_cb = 1;
+				sink.output(sink.arg, st->stream,
+				    (const unsigned char *)st->data, fit);
+				o->in_cb = 0;
+				if (o->cancelled) {
+					op_free(o);
+					return 1;
+				}
+			}
+			memset(&ex, 0, sizeof(ex));
+			ex.code = 137;
+			ex.signal = "KILL";
+			ex.truncated = 1;
+			ex.duration_ms = 1;
+			op_free(o);
+			sink.exit(sink.arg, &ex);
+			return 1;
+		}
+		o->emitted += (int64_t)st->len;
 		o->in_cb = 1;
 		o->fd->stats.outputs++;
 		if (st->len > 0)
@@ -746,6 +763,7 @@ fake_exec(struct sbx_driver *d, const char *id, const struct sbx_exec_req *req,
 	    err);
 	if (op != NULL) {
 		((struct fake_op *)op)->is_exec = 1;
+		((struct fake_op *)op)->cap = req->output_cap;
 		fd->stats.execs_live++;
 	}
 	return op;

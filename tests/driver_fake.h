@@ -16,7 +16,9 @@ struct event_base;
  * starting call returned, exactly one terminal callback, none after cancel.
  * By default an exec emits: start, stdout "hello\n", exit 0. A read emits
  * the file as one output then exit, without start (as the engine driver
- * does; the header leaves start optional for reads). Returns NULL
+ * does; the header leaves start optional for reads). An exec's output_cap
+ * (bytes, 0: none) is honoured: the output that fits, then exit 137 KILL
+ * truncated 1, as the engine driver does. Returns NULL
  * only when out of memory.
  */
 struct sbx_driver *sbx_fake_driver_new(struct event_base *base);

@@ -260,6 +260,19 @@ fill(struct cli_conn *c, struct sbx_err *err)
 	return 0;
 }
 
+/* More bytes for a line (head or chunk size) that has no end yet: -1 with
+ * too_long (protocol_error) past HDR_MAX, with cut (io_error) at eof. */
+static int
+fill_line(struct cli_conn *c, const char *too_long, const char *cut,
+    struct sbx_err *err)
+{
+	if (c->inlen - c->inoff > HDR_MAX)
+		return sbx_err_set(err, CLI_E_PROTOCOL, "%s", too_long);
+	if (c->eof)
+		return sbx_err_set(err, CLI_E_IO, "%s", cut);
+	return fill(c, err);
+}
+
 static int
 connect_to(const struct cli_url *u, struct sbx_err *err)
 {
@@ -437,13 +450,9 @@ read_head(struct cli_conn *c, struct cli_resp *resp, struct sbx_err *err)
 			}
 			scanned = c->inlen - c->inoff - 3;
 		}
-		if (c->inlen - c->inoff > HDR_MAX)
-			return sbx_err_set(err, CLI_E_PROTOCOL, "The server's "
-			    "headers are too large.");
-		if (c->eof)
-			return sbx_err_set(err, CLI_E_IO, "The server closed the "
-			    "connection without an answer.");
-		if (fill(c, err) == -1)
+		if (fill_line(c, "The server's headers are too large.",
+		    "The server closed the connection without an answer.",
+		    err) == -1)
 			return -1;
 	}
 }
@@ -561,13 +570,9 @@ skip_line(struct cli_conn *c, int *empty, struct sbx_err *err)
 		nl = memchr(c->in + c->inoff, '\n', c->inlen - c->inoff);
 		if (nl != NULL)
 			break;
-		if (c->inlen - c->inoff > HDR_MAX)
-			return sbx_err_set(err, CLI_E_PROTOCOL, "Bad chunked "
-			    "framing from the server.");
-		if (c->eof)
-			return sbx_err_set(err, CLI_E_IO, "The server closed the "
-			    "connection before the answer was complete.");
-		if (fill(c, err) == -1)
+		if (fill_line(c, "Bad chunked framing from the server.",
+		    "The server closed the connection before the answer was "
+		    "complete.", err) == -1)
 			return -1;
 	}
 	*empty = nl == c->in + c->inoff ||

@@ -1,0 +1,616 @@
+/* api_execs_view.c - sandbox-api resource exec viewers: browser tickets and the resumable SSE event stream read from the log (ADR 0015). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "api_int.h"
+#include "sbx_log.h"
+#include "sbx_ndjson.h"
+#include "sbx_proto.h"
+#include "sbx_sse.h"
+#include "sbx_token.h"
+#include "api_execs_int.h"
+
+static void viewer_pump(struct api_viewer *v);
+static void viewer_send(struct areq *a);
+static void viewer_drained(struct evhttp_connection *, void *);
+
+/* ------------------------------------------------------------------ */
+/* Tickets                                                             */
+
+static void
+ticket_hash(const struct api_server *s, const char *t, size_t len,
+    unsigned char out[32])
+{
+	crypto_generichash(out, 32, (const unsigned char *)t, len,
+	    s->ticket_key, sizeof(s->ticket_key));
+}
+
+void
+api_h_execs_ticket(struct areq *a)
+{
+	struct sbx_err err;
+	struct api_exec *x;
+	struct ticket *t;
+	char tok[SBX_TOKEN_GEN_LEN + 1], hex[65], path[1024], url[512];
+	int64_t exp;
+	FILE *f = NULL;
+	int fd, ok;
+	json_t *o;
+
+	sbx_err_clear(&err);
+	if ((x = ax_exec_of(a, &err)) == NULL) {
+		areq_fail(a, &err);
+		return;
+	}
+	if ((t = calloc(1, sizeof(*t))) == NULL ||
+	    sbx_token_generate(tok, sizeof(tok)) == -1) {
+		free(t);
+		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		return;
+	}
+	exp = ax_wall_now() + a->s->cfg->ticket_ttl;
+	ticket_hash(a->s, tok, strlen(tok), t->hash);
+	t->expires_ms = exp;
+	snprintf(t->principal, sizeof(t->principal), "%s", a->who.name);
+	/* Persisted (as its keyed hash) so a ticket survives an api restart:
+	 * a browser's EventSource reconnects with the same URL. */
+	sodium_bin2hex(hex, sizeof(hex), t->hash, sizeof(t->hash));
+	ax_exec_path(path, sizeof(path), x, "tickets");
+	fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (fd >= 0 && (f = fdopen(fd, "a")) == NULL)
+		close(fd);
+	ok = f != NULL && fprintf(f, "%s %lld %s\n", hex, (long long)exp,
+	    t->principal) > 0;
+	if (f != NULL && fclose(f) != 0)
+		ok = 0;
+	if (!ok) {
+		free(t);
+		sodium_memzero(tok, sizeof(tok));
+		areq_fail_code(a, SBX_E_INTERNAL, "The api cannot store the "
+		    "ticket.");
+		return;
+	}
+	t->next = x->tickets;
+	x->tickets = t;
+	snprintf(url, sizeof(url), "/api/v1/npcs/%s/sandbox/execs/%s/events"
+	    "?ticket=%s", x->npc, x->id, tok);
+	o = json_pack("{s:s,s:I,s:s}", "ticket", tok, "expires_at",
+	    (json_int_t)exp, "events_url", url);
+	sodium_memzero(tok, sizeof(tok));
+	sodium_memzero(url, sizeof(url));
+	areq_reply_json(a, 200, o);
+}
+
+int
+api_execs_ticket_auth(struct api_server *s, const char *target,
+    struct api_principal *who)
+{
+	static const char pre[] = "/api/v1/npcs/";
+	struct api_principal p;
+	struct api_npc n;
+	struct api_exec *x;
+	struct evkeyvalq q;
+	struct ticket *t;
+	struct sbx_err err;
+	unsigned char h[32];
+	char npc[API_NPC_NAME_MAX + 1], id[EXEC_ID_LEN + 1];
+	const char *rest, *qs, *tok;
+	size_t nl;
+	int r, found = 0;
+
+	sbx_err_clear(&err);
+	memset(&q, 0, sizeof(q));
+	/* /api/v1/npcs/NPC/sandbox/execs/ID/events?QUERY */
+	if (strncmp(target, pre, sizeof(pre) - 1) != 0)
+		return 0;
+	rest = target + sizeof(pre) - 1;
+	nl = strcspn(rest, "/");
+	if (nl == 0 || nl > API_NPC_NAME_MAX)
+		return 0;
+	memcpy(npc, rest, nl);
+	npc[nl] = '\0';
+	rest += nl;
+	if (strncmp(rest, "/sandbox/execs/", 15) != 0)
+		return 0;
+	rest += 15;
+	nl = strcspn(rest, "/");
+	if (nl != EXEC_ID_LEN || strncmp(rest + nl, "/events?", 8) != 0)
+		return 0;
+	memcpy(id, rest, nl);
+	id[nl] = '\0';
+	qs = rest + nl + 8;
+	if (!api_npc_name_valid(npc) || evhttp_parse_query_str(qs, &q) == -1 ||
+	    (tok = evhttp_find_header(&q, "ticket")) == NULL) {
+		evhttp_clear_headers(&q);
+		return 0;
+	}
+	if ((r = api_store_npc_get(s->store, npc, &n, &err)) != 1) {
+		evhttp_clear_headers(&q);
+		return r;
+	}
+	for (x = s->execs; x != NULL; x = x->next)
+		if (strcmp(x->id, id) == 0 && strcmp(x->npc, npc) == 0 &&
+		    x->owner_id == n.owner_id)
+			break;
+	if (x != NULL) {
+		ticket_hash(s, tok, strlen(tok), h);
+		for (t = x->tickets; t != NULL; t = t->next)
+			if (sodium_memcmp(t->hash, h, sizeof(h)) == 0 &&
+			    t->expires_ms > ax_wall_now()) {
+				found = 1;
+				break;
+			}
+	}
+	evhttp_clear_headers(&q);
+	if (!found)
+		return 0;
+	/* A ticket is no stronger than its principal's key is now. */
+	if ((r = api_store_principal_get(s->store, t->principal, &p,
+	    &err)) != 1)
+		return r;
+	if (p.revoked_at != 0 || (p.role != API_ROLE_OPERATOR &&
+	    p.id != n.owner_id))
+		return 0;
+	*who = p;
+	return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Viewers                                                             */
+
+static void
+viewer_detach(struct api_viewer *v)
+{
+	struct api_viewer **pp;
+
+	if (v->x != NULL)
+		for (pp = &v->x->viewers; *pp != NULL; pp = &(*pp)->next)
+			if (*pp == v) {
+				*pp = v->next;
+				break;
+			}
+	v->x = NULL;
+	if (v->fd >= 0)
+		close(v->fd);
+	v->fd = -1;
+}
+
+/* on_end of a request that created an exec or views one: a viewer is
+ * detached from its exec and freed; a POST waiting for its exec's start
+ * is forgotten by the exec. */
+static void
+areq_end(struct areq *a)
+{
+	struct api_viewer *v = a->viewer;
+
+	if (v == NULL)
+		return;
+	viewer_detach(v);
+	if (v->stall != NULL)
+		event_free(v->stall);
+	a->viewer = NULL;
+	free(v);
+}
+
+static void
+viewer_end(struct api_viewer *v, const char *outcome)
+{
+	struct areq *a = v->a;
+	struct timeval tv = { 10, 0 };
+
+	viewer_detach(v);
+	if (a->req != NULL) {
+		if (evbuffer_get_length(a->chunk) > 0)
+			viewer_send(a);
+		sbx_gate_watch(a->s->gate, a->conn, NULL, NULL);
+		evhttp_connection_set_timeout_tv(a->conn, &tv);
+		evhttp_send_reply_end(a->req);
+		a->req = NULL;
+	}
+	areq_finish(a, 200, outcome);
+}
+
+static void
+viewer_closed(struct evhttp_connection *conn, void *arg)
+{
+	struct areq *a = arg;
+
+	(void)conn;
+	if (a->req != NULL)
+		evhttp_send_reply_end(a->req);
+	a->req = NULL;
+	a->conn = NULL;
+	if (a->viewer != NULL)
+		viewer_detach(a->viewer);
+	areq_finish(a, 200, SBX_E_CANCELLED);
+}
+
+static void
+viewer_drained(struct evhttp_connection *conn, void *arg)
+{
+	struct api_viewer *v = arg;
+
+	(void)conn;
+	if (v->stall != NULL)
+		event_del(v->stall);
+	if (v->blocked) {
+		v->blocked = 0;
+		viewer_pump(v);
+	}
+}
+
+/* A viewer that read nothing for viewer_stall while events waited. */
+static void
+viewer_stalled(evutil_socket_t fd, short what, void *arg)
+{
+	struct api_viewer *v = arg;
+	struct areq *a = v->a;
+
+	(void)fd;
+	(void)what;
+	log_info("exec viewer stalled; cut off", "npc", a->npc.name, NULL);
+	viewer_detach(v);
+	if (a->req != NULL) {
+		sbx_gate_watch(a->s->gate, a->conn, NULL, NULL);
+		evhttp_connection_free(a->conn);
+		a->req = NULL;
+		a->conn = NULL;
+	}
+	areq_finish(a, 200, "stalled");
+}
+
+/* Sends a->chunk; the drain callback stays set (a plain send clears it). */
+static void
+viewer_send(struct areq *a)
+{
+	evhttp_send_reply_chunk_with_cb(a->req, a->chunk, viewer_drained,
+	    a->viewer);
+}
+
+static void
+ping_fire(evutil_socket_t fd, short what, void *arg)
+{
+	struct areq *a = arg;
+	struct timeval tv;
+
+	(void)fd;
+	(void)what;
+	if (a->req == NULL)
+		return;
+	sbx_sse_comment(a->chunk, SBX_SSE_PING);
+	viewer_send(a);
+	tv.tv_sec = a->s->cfg->heartbeat / 1000;
+	tv.tv_usec = (a->s->cfg->heartbeat % 1000) * 1000;
+	evtimer_add(a->ping, &tv);
+}
+
+static void
+ping_rearm(struct areq *a)
+{
+	struct timeval tv;
+
+	tv.tv_sec = a->s->cfg->heartbeat / 1000;
+	tv.tv_usec = (a->s->cfg->heartbeat % 1000) * 1000;
+	evtimer_add(a->ping, &tv);
+}
+
+static void
+send_reset(struct areq *a, const char *reason, const char *message,
+    uint64_t next_id)
+{
+	json_t *o = json_pack("{s:s,s:s,s:I}", "reason", reason, "message",
+	    message, "next_id", (json_int_t)next_id);
+	char *t = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+
+	/* No id: a reset is about the log, not an event of it. */
+	if (t != NULL)
+		evbuffer_add_printf(a->chunk, "event: reset\ndata: %s\n\n", t);
+	free(t);
+	json_decref(o);
+}
+
+static struct seg *
+seg_find(struct api_exec *x, uint64_t first)
+{
+	struct seg *g;
+
+	for (g = x->segs; g != NULL; g = g->next)
+		if (g->first_id == first)
+			return g;
+	return NULL;
+}
+
+static int
+seg_open(struct api_viewer *v, uint64_t first)
+{
+	char path[1024];
+
+	ax_seg_path(path, sizeof(path), v->x, first);
+	if (v->fd >= 0)
+		close(v->fd);
+	v->seg_first = first;
+	v->seg_last = 0;
+	v->fd = open(path, O_RDONLY | O_CLOEXEC);
+	return v->fd < 0 ? -1 : 0;
+}
+
+/*
+ * Sends what the log holds beyond the viewer's position, at the pace of
+ * its connection: at most VIEW_HIGH_WATER bytes wait in its output, then
+ * it waits for them to drain. Never touches the exec or other viewers.
+ */
+static void
+viewer_pump(struct api_viewer *v)
+{
+	struct areq *a = v->a;
+	struct api_exec *x = v->x;
+	struct bufferevent *bev;
+	struct seg *g, *nx;
+	struct timeval tv;
+	char buf[VIEW_READ];
+	uint64_t last;
+	ssize_t n;
+
+	if (a->req == NULL)
+		return;
+	if (x == NULL) {
+		viewer_end(v, "forgotten");
+		return;
+	}
+	for (;;) {
+		bev = evhttp_connection_get_bufferevent(a->conn);
+		if (bev != NULL && evbuffer_get_length(bufferevent_get_output(
+		    bev)) > VIEW_HIGH_WATER) {
+			v->blocked = 1;
+			viewer_send(a);
+			tv.tv_sec = a->s->cfg->viewer_stall / 1000;
+			tv.tv_usec = (a->s->cfg->viewer_stall % 1000) * 1000;
+			evtimer_add(v->stall, &tv);
+			return;
+		}
+		n = v->fd >= 0 ? read(v->fd, buf, sizeof(buf)) : 0;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n > 0) {
+			evbuffer_add(a->chunk, buf, (size_t)n);
+			viewer_send(a);
+			ping_rearm(a);
+			continue;
+		}
+		/* End of this segment's file. */
+		g = seg_find(x, v->seg_first);
+		if (v->fd >= 0 && g != NULL && g->next == NULL) {
+			/* The newest segment: wait for more, or the end. */
+			if (!ax_ended(x) && v->follow) {
+				v->waiting = 1;
+				return;
+			}
+			viewer_end(v, "ok");
+			return;
+		}
+		last = g != NULL ? g->last_id : v->seg_last;
+		for (nx = x->segs; nx != NULL && nx->first_id <= v->seg_first;
+		    nx = nx->next)
+			;
+		if (nx == NULL) {
+			/* Everything was dropped meanwhile (total cap). */
+			if (v->fd < 0 && x->segs == NULL) {
+				viewer_end(v, "ok");
+				return;
+			}
+			send_reset(a, x->removed[0] != '\0' ? x->removed :
+			    "dropped", "The rest of this exec's log is no longer "
+			    "kept.", x->last_id + 1);
+			viewer_end(v, "reset");
+			return;
+		}
+		if (v->fd >= 0 && nx->first_id != last + 1)
+			send_reset(a, "dropped", "Events were dropped from this "
+			    "exec's log (exec_log_max) before this viewer read "
+			    "them.", nx->first_id);
+		if (seg_open(v, nx->first_id) == -1) {
+			viewer_end(v, "io_error");
+			return;
+		}
+	}
+}
+
+/* Parses a Last-Event-ID value: decimal, no sign, at most 19 digits. */
+static int
+parse_event_id(const char *t, uint64_t *out)
+{
+	size_t i, n = strlen(t);
+
+	*out = 0;
+	if (n == 0 || n > 19)
+		return -1;
+	for (i = 0; i < n; i++) {
+		if (t[i] < '0' || t[i] > '9')
+			return -1;
+		*out = *out * 10 + (uint64_t)(t[i] - '0');
+	}
+	return 0;
+}
+
+/* Positions v just before event want (>= the segment's first id). */
+static int
+seek_event(struct api_viewer *v, struct seg *g, uint64_t want)
+{
+	char *buf;
+	size_t pos = 0;
+	const char *nn;
+	unsigned long long id;
+	ssize_t r;
+
+	if (seg_open(v, g->first_id) == -1)
+		return -1;
+	if (want <= g->first_id)
+		return 0;
+	if ((buf = malloc(g->bytes + 1)) == NULL)
+		return -1;
+	r = pread(v->fd, buf, g->bytes, 0);
+	if (r < 0) {
+		free(buf);
+		return -1;
+	}
+	buf[r] = '\0';
+	while (pos < (size_t)r) {
+		if (sscanf(buf + pos, "id: %llu\n", &id) != 1 || id >= want)
+			break;
+		nn = memmem(buf + pos, (size_t)r - pos, "\n\n", 2);
+		if (nn == NULL)
+			break;
+		pos = (size_t)(nn - buf) + 2;
+	}
+	free(buf);
+	return lseek(v->fd, (off_t)pos, SEEK_SET) < 0 ? -1 : 0;
+}
+
+void
+api_h_execs_events(struct areq *a)
+{
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->req);
+	struct evkeyvalq q;
+	struct evkeyvalq *h = evhttp_request_get_output_headers(a->req);
+	struct timeval tv = { VIEW_TIMEOUT_S, 0 };
+	const char *lei, *fol;
+	struct api_viewer *v = NULL;
+	struct api_exec *x;
+	struct seg *g, *at;
+	struct bufferevent *bev;
+	uint64_t last = 0;
+	int sfd, sndbuf = VIEW_SNDBUF;
+
+	memset(&q, 0, sizeof(q));
+	if (evhttp_parse_query_str(evhttp_uri_get_query(uri) ?
+	    evhttp_uri_get_query(uri) : "", &q) == -1) {
+		areq_fail_code(a, SBX_E_BAD_REQUEST, "Bad query string.");
+		return;
+	}
+	/* A ticket was checked before (api_execs_ticket_auth). */
+	x = ax_exec_find(a, a->exec_id);
+	if (x == NULL) {
+		evhttp_clear_headers(&q);
+		areq_fail_code(a, SBX_E_NOT_FOUND, "That NPC has no exec with "
+		    "that id.");
+		return;
+	}
+	lei = evhttp_find_header(evhttp_request_get_input_headers(a->req),
+	    "Last-Event-ID");
+	if (lei == NULL)
+		lei = evhttp_find_header(&q, "last_event_id");
+	fol = evhttp_find_header(&q, "follow");
+	if (lei != NULL && (parse_event_id(lei, &last) == -1 ||
+	    last > x->last_id)) {
+		evhttp_clear_headers(&q);
+		areq_fail_code(a, SBX_E_BAD_REQUEST, "Last-Event-ID must be the "
+		    "decimal id of an event this exec sent (its last is %" PRIu64
+		    ").", x->last_id);
+		return;
+	}
+	if (fol != NULL && strcmp(fol, "0") != 0 && strcmp(fol, "1") != 0) {
+		evhttp_clear_headers(&q);
+		areq_fail_code(a, SBX_E_BAD_REQUEST, "follow must be 0 or 1.");
+		return;
+	}
+	if (ax_ended(x) && last == x->last_id && lei != NULL) {
+		/* Nothing after the terminal event: 204 tells an EventSource
+		 * to stop reconnecting (WHATWG HTML §9.2). */
+		evhttp_clear_headers(&q);
+		evhttp_send_reply(a->req, 204, "No Content", NULL);
+		a->req = NULL;
+		areq_finish(a, 204, "ok");
+		return;
+	}
+	if ((v = calloc(1, sizeof(*v))) == NULL ||
+	    (a->chunk = evbuffer_new()) == NULL ||
+	    (a->ping = evtimer_new(a->s->base, ping_fire, a)) == NULL ||
+	    (v->stall = evtimer_new(a->s->base, viewer_stalled, v)) == NULL) {
+		free(v);
+		evhttp_clear_headers(&q);
+		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		return;
+	}
+	v->a = a;
+	v->pump = viewer_pump;
+	v->x = x;
+	v->fd = -1;
+	v->follow = fol == NULL || strcmp(fol, "1") == 0;
+	evhttp_clear_headers(&q);
+	a->viewer = v;
+	a->on_end = areq_end;
+	v->next = x->viewers;
+	x->viewers = v;
+	evhttp_add_header(h, "Content-Type", SBX_CT_SSE);
+	evhttp_add_header(h, "Cache-Control", "no-cache");
+	evhttp_add_header(h, "X-Accel-Buffering", "no");
+	a->conn = evhttp_request_get_connection(a->req);
+	/* A fixed kernel send buffer: what a stalled viewer can hold is
+	 * VIEW_SNDBUF there plus VIEW_HIGH_WATER here, never more. */
+	bev = evhttp_connection_get_bufferevent(a->conn);
+	if (bev != NULL && (sfd = bufferevent_getfd(bev)) >= 0 &&
+	    setsockopt(sfd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)) == -1)
+		log_debug("cannot set a viewer's send buffer", NULL);
+	evhttp_connection_set_timeout_tv(a->conn, &tv);
+	sbx_gate_watch(a->s->gate, a->conn, viewer_closed, a);
+	evhttp_send_reply_start(a->req, 200, "OK");
+	a->streaming = 1;
+	a->sse_counted = 1;
+	api_metrics_sse(&a->s->metrics, 1);
+	evbuffer_add_printf(a->chunk, "retry: %lld\n\n", a->s->cfg->sse_retry);
+	ping_rearm(a);
+	/* Where to start: the segment holding event last + 1. */
+	at = NULL;
+	for (g = x->segs; g != NULL && g->first_id <= last + 1; g = g->next)
+		at = g;
+	if (x->segs == NULL) {
+		if (x->last_id > last) {
+			send_reset(a, x->removed[0] != '\0' ? x->removed :
+			    "dropped", "This exec's log is no longer kept.",
+			    x->last_id + 1);
+			viewer_end(v, "reset");
+			return;
+		}
+		viewer_pump(v);
+		return;
+	}
+	if (at == NULL) {
+		send_reset(a, "dropped", "The events after that id were dropped "
+		    "from this exec's log (exec_log_max); the log goes on with "
+		    "the first event kept.", x->segs->first_id);
+		at = x->segs;
+	}
+	if (seek_event(v, at, last + 1) == -1) {
+		viewer_end(v, "io_error");
+		return;
+	}
+	viewer_pump(v);
+}
+
+void
+api_execs_drain(struct api_server *s)
+{
+	struct api_exec *x;
+	struct api_viewer *v;
+
+	for (x = s->execs; x != NULL; x = x->next)
+		while ((v = x->viewers) != NULL)
+			viewer_end(v, SBX_E_SHUTTING_DOWN);
+}

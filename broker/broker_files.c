@@ -1,0 +1,313 @@
+/* broker_files.c - file read, write and list of /work: admission, the client watched, bodies streamed to the driver (SPEC §6, adr/0018). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "broker_int.h"
+#include "sbx_call.h"
+#include "sbx_gate.h"
+#include "sbx_log.h"
+#include "sbx_path.h"
+#include "sbx_proto.h"
+#include "sbx_wire.h"
+
+static void
+read_start(void *arg, const char *exec_id)
+{
+	struct breq *b = arg;
+
+	(void)exec_id;
+	breq_stream_begin(b, SBX_CT_OCTET);
+}
+
+static void
+read_output(void *arg, int stream, const unsigned char *buf, size_t len)
+{
+	struct breq *b = arg;
+
+	(void)stream;
+	/* A driver need not call start for a read (the engine driver does
+	 * not): the first bytes start the reply. */
+	if (!b->h.streaming && breq_stream_begin(b, SBX_CT_OCTET) == -1)
+		return;
+	evbuffer_add(b->h.chunk, buf, len);
+	breq_stream_flush(b);
+}
+
+static void
+read_exit(void *arg, const struct sbx_exit *ex)
+{
+	struct breq *b = arg;
+
+	(void)ex;
+	b->op = NULL;
+	if (!b->h.streaming && breq_stream_begin(b, SBX_CT_OCTET) == -1)
+		return;   /* the driver broke the contract: exit without start */
+	breq_stream_end(b, "ok");
+}
+
+static void
+read_error(void *arg, const struct sbx_err *err)
+{
+	struct breq *b = arg;
+
+	b->op = NULL;
+	if (!b->h.streaming) {
+		breq_fail(b, err);
+		return;
+	}
+	log_warn("file read failed mid-stream", "id", b->id, "code",
+	    err->code, NULL);
+	breq_stream_abort(b, err->code);
+}
+
+/*
+ * A file operation may start: at most max_file_ops_per_sandbox of them run
+ * at once per sandbox (429 too_many with Retry-After). Returns 0, or -1
+ * with err.
+ */
+static int
+fileop_admit(struct breq *b, struct sbx_err *err)
+{
+	if (b->sbx->fileops >= (unsigned long long)
+	    b->s->cfg->max_file_ops_per_sandbox)
+		return sbx_err_set(err, SBX_E_TOO_MANY, "Sandbox %s already runs "
+		    "its maximum of %lld file operations; try again shortly.",
+		    b->id, b->s->cfg->max_file_ops_per_sandbox);
+	b->sbx->fileops++;
+	b->holds_fileop = 1;
+	return 0;
+}
+
+/* ?path= checked by sbx_query_path into b->path. */
+static int
+query_path(struct breq *b, struct sbx_err *err)
+{
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(b->h.req);
+
+	return sbx_query_path(evhttp_uri_get_query(uri), SBX_QUERY_PATH,
+	    &b->path, NULL, err);
+}
+
+/*
+ * From dispatch on, a client that goes away ends its file operation (the
+ * helper is killed), also before any reply byte (sbx_httpd_watch).
+ */
+int
+h_read(struct breq *b, struct sbx_err *err)
+{
+	struct sbx_sink sink = { read_start, read_output, read_exit, read_error,
+	    b };
+
+	if (query_path(b, err) == -1)
+		return -1;
+	if ((b->h.chunk = evbuffer_new()) == NULL)
+		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	if (fileop_admit(b, err) == -1)
+		return -1;
+	b->op = sbx_call_read(b->s->driver, b->id, b->path, &sink,
+	    err);
+	if (b->op == NULL)
+		return -1;
+	breq_watch(b);
+	return 0;
+}
+
+static void
+write_done(void *arg, const struct sbx_err *err)
+{
+	struct breq *b = arg;
+
+	b->op = NULL;
+	if (err != NULL) {
+		breq_fail(b, err);
+		return;
+	}
+	breq_reply_json(b, 200, sbx_wire_written_encode(b->path,
+	    (int64_t)b->wsize), "ok");
+}
+
+/* A driver without write_stream: the whole body, then write (bounded by
+ * file_size_max as before adr/0018). */
+static void
+gather_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info,
+    void *arg)
+{
+	struct breq *b = arg;
+	struct sbx_err err;
+
+	if (info->n_added == 0 || b->op != NULL ||
+	    (uint64_t)evbuffer_get_length(buf) < b->wsize)
+		return;
+	evbuffer_remove_cb(buf, gather_cb, b);
+	sbx_err_clear(&err);
+	b->op = sbx_call_write(b->s->driver, b->id, b->path, b->mode,
+	    buf, write_done, b, &err);
+	if (b->op == NULL)
+		breq_fail(b, &err);
+}
+
+void
+broker_files_detach(struct breq *b)
+{
+	evbuffer_remove_cb(sbx_gate_body_buffer(b->gbody), gather_cb, b);
+}
+
+/* The body streams from the gate to the driver (adr/0018): the broker holds
+ * at most the gate's window of it, the driver WRITE_OUT_MAX. */
+static int
+write_streamed(struct breq *b, struct sbx_err *err)
+{
+	struct evbuffer *src = sbx_gate_body_buffer(b->gbody);
+
+	b->wsize = sbx_gate_body_length(b->gbody);
+	if (!sbx_call_supports(b->s->driver, SBX_CALL_WRITE_STREAM)) {
+		sbx_gate_body_window(b->gbody, (size_t)b->wsize);
+		if (evbuffer_add_cb(src, gather_cb, b) == NULL)
+			return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		breq_watch(b);
+		sbx_gate_body_kick(b->gbody);
+		if ((uint64_t)evbuffer_get_length(src) >= b->wsize) {
+			struct evbuffer_cb_info info = { 0, 1, 0 };
+
+			gather_cb(src, &info, b);
+		}
+		return 0;
+	}
+	b->op = sbx_call_write_stream(b->s->driver, b->id, b->path,
+	    b->mode, src, b->wsize, write_done, b, err);
+	if (b->op == NULL)
+		return -1;
+	breq_watch(b);
+	sbx_gate_body_kick(b->gbody);
+	return 0;
+}
+
+/* ?mode= octal permission bits into b->mode (0 when absent). */
+static int
+query_mode(struct breq *b, struct sbx_err *err)
+{
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(b->h.req);
+	char *mode = NULL;
+	int r;
+
+	r = sbx_query_param(evhttp_uri_get_query(uri), SBX_QUERY_MODE, &mode,
+	    NULL, err);
+	if (r != 1)
+		return r;
+	r = sbx_wire_mode_decode(mode, &b->mode, err);
+	free(mode);
+	return r;
+}
+
+int
+h_write(struct breq *b, struct sbx_err *err)
+{
+	struct evbuffer *in = evhttp_request_get_input_buffer(b->h.req);
+
+	if (query_path(b, err) == -1)
+		return -1;
+	if (strcmp(b->path, SBX_WORK_DIR) == 0)
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "A file path under "
+		    "/work is needed, not /work itself.");
+	if (query_mode(b, err) == -1 || fileop_admit(b, err) == -1)
+		return -1;
+	if (b->gbody != NULL)
+		return write_streamed(b, err);
+	/* Kept for the reply: the driver drains the body. */
+	b->wsize = evbuffer_get_length(in);
+	b->op = sbx_call_write(b->s->driver, b->id, b->path, b->mode,
+	    in, write_done, b, err);
+	if (b->op == NULL)
+		return -1;
+	breq_watch(b);
+	return 0;
+}
+
+static void
+list_done(void *arg, const struct sbx_err *err, const struct sbx_dirent *ents,
+    size_t n, int truncated)
+{
+	struct breq *b = arg;
+	char cursor[SBX_WIRE_CURSOR_MAX + 1];
+	json_t *o;
+
+	b->op = NULL;
+	if (err != NULL) {
+		breq_fail(b, err);
+		return;
+	}
+	if (!b->list_obj) {
+		/* The array of v1: its first page only; the headers say so. */
+		if ((o = sbx_wire_dirents_encode(ents, n)) == NULL) {
+			breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
+			return;
+		}
+		if (truncated) {
+			cursor[0] = '\0';
+			if (n > 0)
+				sbx_wire_cursor_encode(ents[n - 1].name, cursor,
+				    sizeof(cursor));
+			sbx_httpd_header(&b->h, "Sbx-List-Truncated", "true");
+			sbx_httpd_header(&b->h, "Sbx-List-Cursor", cursor);
+		}
+		breq_reply_json(b, 200, o, "ok");
+		return;
+	}
+	if ((o = sbx_wire_list_encode(ents, n, truncated)) == NULL) {
+		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
+		return;
+	}
+	breq_reply_json(b, 200, o, "ok");
+}
+
+/* ?cursor=: absent (0), empty or a cursor of list_done (1; b->after set),
+ * or -1 with err (400). */
+static int
+list_cursor(struct breq *b, struct sbx_err *err)
+{
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(b->h.req);
+	char name[SBX_PATH_SEGMENT_MAX + 1];
+	char *cur = NULL;
+	size_t len = 0;
+	int r;
+
+	r = sbx_query_param(evhttp_uri_get_query(uri), SBX_QUERY_CURSOR, &cur,
+	    &len, err);
+	if (r != 1)
+		return r;
+	b->list_obj = 1;
+	r = sbx_wire_cursor_decode(cur, len, name, err);
+	free(cur);
+	if (r == -1)
+		return -1;
+	if (name[0] != '\0' && (b->after = strdup(name)) == NULL)
+		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	return 1;
+}
+
+int
+h_list(struct breq *b, struct sbx_err *err)
+{
+	struct sbx_list_page page;
+
+	if (query_path(b, err) == -1 || list_cursor(b, err) == -1 ||
+	    fileop_admit(b, err) == -1)
+		return -1;
+	page.after = b->after;
+	page.limit = (size_t)b->s->cfg->list_max_entries;
+	b->op = sbx_call_list(b->s->driver, b->id, b->path, &page,
+	    list_done, b, err);
+	if (b->op == NULL)
+		return -1;
+	breq_watch(b);
+	return 0;
+}

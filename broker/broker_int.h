@@ -1,0 +1,206 @@
+/* broker_int.h - inside the broker's HTTP server: the server, a request, the per-id queues, shared between broker_req.c, broker_queue.c, broker_server.c and the handler files (adr/0022). */
+#ifndef BROKER_INT_H
+#define BROKER_INT_H
+
+#include <sys/queue.h>
+
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "broker.h"
+#include "broker_reaper.h"
+#include "sbx_gate.h"
+#include "sbx_httpd.h"
+#include "sbx_ndjson.h"
+#include "sbx_wire.h"
+
+struct broker_state;
+struct broker_metrics;
+
+/* Idle keep-alive / request read timeout of ordinary requests, seconds. */
+#define HTTP_TIMEOUT_S 60
+
+/* Route flags. */
+#define R_ID      0x01  /* pattern has {id}: validated before the handler */
+#define R_JSON    0x02  /* body is JSON (object), at most body_max bytes */
+#define R_RAW     0x04  /* body is raw bytes, at most file_size_max */
+#define R_SERIAL  0x08  /* runs in the id's queue (ensure, stop, destroy) */
+
+struct breq;
+
+/*
+ * A handler, or a serialised start. Returns 0 when the request goes on
+ * (queued, a driver op started, or it was answered already: b may be freed
+ * then, so the caller does not touch it), or -1 with err set and nothing
+ * sent: the caller fails b with err (breq_run). The one way out of every
+ * handler is its return.
+ */
+typedef int (*handler_fn)(struct breq *b, struct sbx_err *err);
+
+/* One row of the route table (broker_http.c); rows begin with the core's. */
+struct route {
+	struct sbx_httpd_route r;  /* method (enum evhttp_cmd_type), pattern */
+	const char *name;          /* audit op and metrics label */
+	handler_fn handler;
+	unsigned flags;
+};
+
+extern const struct route broker_routes[];
+extern const size_t broker_nroutes;
+
+/*
+ * Per sandbox id while any request names it: the queue that serialises
+ * ensure/stop/destroy and the reaper's jobs, the execs in flight, and the
+ * requests parked while a reaper job stops or destroys the sandbox.
+ */
+struct bsbx {
+	LIST_ENTRY(bsbx) link;
+	char id[64];
+	TAILQ_HEAD(, breq) queue;
+	TAILQ_HEAD(, breq) parked;
+	struct breq *running;
+	struct breq *blocker;     /* a job that parks the other requests */
+	unsigned execs;
+	unsigned fileops;         /* reads, writes, lists in flight */
+	unsigned refs;
+	int kicking;
+};
+
+struct broker_server {
+	struct event_base *base;
+	const struct broker_config *cfg;
+	struct sbx_driver *driver;
+	struct sbx_token token;
+	struct evhttp *http;
+	struct sbx_httpd_listener listener;
+	struct broker_state *state;
+	struct broker_metrics *metrics;
+	const char **allowlist;
+	TAILQ_HEAD(, breq) inflight;
+	unsigned ninflight;
+	LIST_HEAD(, bsbx) sbxs;
+	struct sbx_gate *gate;    /* heads checked before bodies (sbx_gate.h) */
+	unsigned pending_new;     /* ensures of new ids under way */
+	int draining, stopping;
+	struct sbx_httpd_drain drain;
+	void (*drain_done)(void *);
+	void *drain_arg;
+};
+
+/* One request being answered. */
+struct breq {
+	struct sbx_httpd_req h;   /* the core's part: evhttp request, stream */
+	TAILQ_ENTRY(breq) link;   /* server inflight */
+	TAILQ_ENTRY(breq) qlink;  /* bsbx queue */
+	struct broker_server *s;
+	const struct route *route;
+	const char *name;         /* route name or "unknown" */
+	int authed;               /* passed the bearer check: audited */
+	char id[64];
+	struct bsbx *sbx;
+	struct sbx_op *op;
+	struct sbx_gate_body *gbody;  /* write: its streamed body (adr/0018) */
+	handler_fn serial_start;
+	int queued;
+	int64_t t0_mono, ts_ms;
+	int holds_exec, holds_new, holds_fileop;
+	int list_obj;             /* list: ?cursor= given, reply is the page object */
+	char *after;              /* list: the cursor's name */
+	/* parsed input, owned */
+	json_t *body;
+	struct sbx_spec spec;
+	struct sbx_wire_exec x;   /* exec body (sbx_wire.h); x.req for the driver */
+	char *path;
+	uint32_t mode;
+	size_t wsize;             /* bytes written */
+	/* streams */
+	int is_exec;
+	int exec_counted;
+	int64_t exec_t0;          /* monotonic ms of the exec's start event */
+	int parked;               /* waits in sbx->parked */
+	/* an internal job (the reaper's): no HTTP request, no reply */
+	int internal;
+	broker_job_fn job_start;
+	void (*job_free)(void *);
+	void *job_arg;
+	struct sbx_utf8_hold hold[2]; /* exec stdout/stderr split characters */
+	char exec_id[64];
+};
+
+/* ---- broker_req.c: the life of a request ---- */
+
+/* Ends b: audit, metrics, log, queue advance, free. The reply has been
+ * sent (status is what was sent). */
+void breq_done(struct breq *b, int status, const char *outcome);
+
+/* Sends obj (stolen) as b's JSON reply, then ends b. */
+void breq_reply_json(struct breq *b, int status, json_t *obj,
+    const char *outcome);
+
+/* Sends err as b's JSON error (sbx_httpd_reply_error), then ends b. */
+void breq_fail(struct breq *b, const struct sbx_err *err);
+void breq_fail_code(struct breq *b, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Runs fn on b; fails b with fn's error when it returns -1. */
+void breq_run(struct breq *b, handler_fn fn);
+
+/* Streams of b (sbx_httpd.h): begin returns -1 after ending b (the client
+ * went already). */
+int breq_stream_begin(struct breq *b, const char *ctype);
+void breq_stream_flush(struct breq *b);
+void breq_stream_end(struct breq *b, const char *outcome);
+void breq_stream_abort(struct breq *b, const char *outcome);
+
+/* From now on a client that goes away ends b (its op is cancelled). */
+void breq_watch(struct breq *b);
+void breq_unwatch(struct breq *b);
+
+/* 1 for the codes counted as runtime errors in /metrics. */
+int broker_is_runtime_code(const char *code);
+
+/* evhttp's callback for every request: the checks in dispatch order. */
+void broker_dispatch(struct evhttp_request *req, void *arg);
+
+/* The gate's hooks (sbx_gate.h): token and body cap; streamed bodies. */
+enum sbx_gate_verdict broker_gate_check(void *arg,
+    const struct sbx_gate_head *h, const char *path, uint64_t *cap);
+int broker_gate_stream(void *arg, const struct sbx_gate_head *h,
+    const char *path);
+
+/* ---- broker_queue.c: per-id queues and the reaper's jobs ---- */
+
+/* The entry of id (made on first use), referenced; NULL: out of memory. */
+struct bsbx *bsbx_get(struct broker_server *s, const char *id);
+/* Drops a reference; frees x at the last. NULL ok. */
+void bsbx_put(struct bsbx *x);
+/* Starts queued serialised operations of x, one at a time. */
+void bsbx_kick(struct broker_server *s, struct bsbx *x);
+/* Queues b's start behind the other ensure/stop/destroy of its id. */
+void serial_enqueue(struct breq *b, handler_fn start);
+/* The blocking job of x has ended: run what waited for it. */
+void bsbx_unpark(struct broker_server *s, struct bsbx *x);
+
+/* ---- the handlers (broker_http.c, broker_exec.c, broker_files.c) ---- */
+
+int h_exec(struct breq *b, struct sbx_err *err);
+int h_read(struct breq *b, struct sbx_err *err);
+int h_write(struct breq *b, struct sbx_err *err);
+int h_list(struct breq *b, struct sbx_err *err);
+
+/* Before b's streamed body goes: its gather callback leaves it. */
+void broker_files_detach(struct breq *b);
+
+/*
+ * Validators: 0, or -1 with err set; they never reply and never free b.
+ * body_object: b's body is one JSON object whose members are all in
+ * allowed (NULL-ended); *out gets it (owned by the caller).
+ */
+int broker_body_object(struct breq *b, const char *const *allowed,
+    int empty_ok, json_t **out, struct sbx_err *err);
+/* v within max (limit_exceeded naming the field). */
+int broker_within(int64_t v, int64_t max, const char *name,
+    struct sbx_err *err);
+
+#endif

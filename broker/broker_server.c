@@ -1,0 +1,225 @@
+/* broker_server.c - the broker's HTTP server: made, bound, drained and freed over the core (sbx_httpd.h); accessors the reaper and main use (SPEC §7). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <event2/http.h>
+#include <sodium.h>
+
+#include "broker_int.h"
+#include "broker_metrics.h"
+#include "broker_state.h"
+#include "sbx_gate.h"
+#include "sbx_log.h"
+#include "sbx_proto.h"
+
+int
+broker_server_draining(const struct broker_server *s)
+{
+	return s->draining || s->stopping;
+}
+
+struct broker_state *
+broker_server_state(struct broker_server *s)
+{
+	return s->state;
+}
+
+struct broker_metrics *
+broker_server_metrics(struct broker_server *s)
+{
+	return s->metrics;
+}
+
+struct sbx_driver *
+broker_server_driver(struct broker_server *s)
+{
+	return s->driver;
+}
+
+const struct broker_config *
+broker_server_config(const struct broker_server *s)
+{
+	return s->cfg;
+}
+
+struct event_base *
+broker_server_base(struct broker_server *s)
+{
+	return s->base;
+}
+
+/* ------------------------------------------------------------------ */
+/* Server life                                                         */
+
+struct broker_server *
+broker_server_new(struct event_base *base, const struct broker_config *cfg,
+    struct sbx_driver *driver, const struct sbx_token *token,
+    struct sbx_err *err)
+{
+	struct broker_server *s = NULL;
+
+	if (sodium_init() < 0) {
+		sbx_err_set(err, SBX_E_INTERNAL, "libsodium cannot initialise.");
+		return NULL;
+	}
+	if ((s = calloc(1, sizeof(*s))) == NULL)
+		goto oom;
+	s->base = base;
+	s->cfg = cfg;
+	s->driver = driver;
+	s->token = *token;
+	TAILQ_INIT(&s->inflight);
+	LIST_INIT(&s->sbxs);
+	if ((s->state = broker_state_open(cfg->state_dir, err)) == NULL)
+		goto fail;
+	if ((s->metrics = broker_metrics_new()) == NULL ||
+	    (s->allowlist = broker_config_allowlist(cfg)) == NULL)
+		goto oom;
+	{
+		/* Every method reaches dispatch, so even a 405 needs the
+		 * token; the body cap is a backstop only: the gate refuses
+		 * bodies over the route's cap with JSON, after
+		 * authentication, before they are read. */
+		struct sbx_httpd_config hc = {
+			.max_body = cfg->file_size_max > cfg->body_max ?
+			    cfg->file_size_max : cfg->body_max,
+			.timeout_s = HTTP_TIMEOUT_S,
+			.gate = {
+				.head_max = (size_t)cfg->head_max,
+				.headers_max = (unsigned)cfg->headers_max,
+				.header_timeout_ms = cfg->header_timeout,
+				.max_connections =
+				    (unsigned)cfg->max_connections,
+			},
+			.check = broker_gate_check,
+			.stream = broker_gate_stream,
+			.dispatch = broker_dispatch,
+			.arg = s,
+		};
+
+		if ((s->http = sbx_httpd_server_new(base, &hc, &s->gate,
+		    err)) == NULL)
+			goto fail;
+	}
+	return s;
+oom:
+	sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+fail:
+	broker_server_free(s);
+	return NULL;
+}
+
+int
+broker_server_listen(struct broker_server *s, struct sbx_err *err)
+{
+	return sbx_httpd_listen(s->http, s->base, s->cfg->listen, 1,
+	    (unsigned)s->cfg->socket_mode, &s->listener, err);
+}
+
+int
+broker_server_port(const struct broker_server *s)
+{
+	return s->listener.port;
+}
+
+unsigned
+broker_server_inflight(const struct broker_server *s)
+{
+	return s->ninflight;
+}
+
+/* Grace period over: cancel whatever still runs (SPEC §7). */
+static void
+grace_over(void *arg)
+{
+	struct broker_server *s = arg;
+	struct breq *b, *next;
+	struct sbx_op *op;
+
+	s->stopping = 1;
+	log_warn("shutdown grace period over; cancelling in-flight requests",
+	    NULL);
+	for (b = TAILQ_FIRST(&s->inflight); b != NULL; b = next) {
+		next = TAILQ_NEXT(b, link);
+		if (b->queued)
+			continue;   /* failed by bsbx_kick when its turn comes */
+		op = b->op;
+		b->op = NULL;
+		sbx_op_cancel(op);
+		if (b->h.streaming && b->is_exec) {
+			sbx_ndjson_error(b->h.chunk, SBX_E_SHUTTING_DOWN,
+			    "The broker is shutting down.");
+			breq_stream_end(b, SBX_E_SHUTTING_DOWN);
+		} else if (b->h.streaming)
+			breq_stream_abort(b, SBX_E_SHUTTING_DOWN);
+		else
+			breq_fail_code(b, SBX_E_SHUTTING_DOWN,
+			    "The broker is shutting down.");
+		/* Finishing b may have started/failed queued ones: restart. */
+		next = TAILQ_FIRST(&s->inflight);
+	}
+}
+
+static unsigned
+in_flight(void *arg)
+{
+	return ((struct broker_server *)arg)->ninflight;
+}
+
+static void
+drain_finished(void *arg)
+{
+	struct broker_server *s = arg;
+	void (*done)(void *) = s->drain_done;
+
+	s->drain_done = NULL;
+	if (done != NULL)
+		done(s->drain_arg);
+}
+
+void
+broker_server_drain(struct broker_server *s, void (*done)(void *), void *arg)
+{
+	if (s->draining)
+		return;
+	s->draining = 1;
+	s->drain_done = done;
+	s->drain_arg = arg;
+	sbx_httpd_unlisten(s->http, &s->listener);
+	log_info("draining", "in_flight", s->ninflight ? "yes" : "no", NULL);
+	/* Cannot wait politely (no memory for the events): cancelled now. */
+	sbx_httpd_drain_start(&s->drain, s->base, s->cfg->shutdown_grace,
+	    in_flight, grace_over, drain_finished, s);
+}
+
+void
+broker_server_free(struct broker_server *s)
+{
+	struct breq *b;
+	struct sbx_op *op;
+
+	if (s == NULL)
+		return;
+	s->stopping = 1;
+	/* Any request still here is abandoned: cancel its driver op. */
+	while ((b = TAILQ_FIRST(&s->inflight)) != NULL) {
+		op = b->op;
+		b->op = NULL;
+		sbx_op_cancel(op);
+		/* freed with the connection by evhttp_free */
+		sbx_httpd_release(&b->h);
+		breq_done(b, 503, SBX_E_SHUTTING_DOWN);
+	}
+	if (s->http != NULL)
+		evhttp_free(s->http);   /* frees every bound gate (gate_closed) */
+	sbx_gate_free(s->gate);
+	sbx_httpd_listener_free(&s->listener);
+	sbx_httpd_drain_free(&s->drain);
+	broker_state_close(s->state);
+	broker_metrics_free(s->metrics);
+	free(s->allowlist);
+	sbx_token_clear(&s->token);
+	free(s);
+}

@@ -1,0 +1,317 @@
+/* sbx_call.c - the call layer over the driver vtable: check once, log, count, call (adr/0024). */
+#include <stddef.h>
+#include <string.h>
+
+#include "sbx_call.h"
+#include "sbx_log.h"
+#include "sbx_path.h"
+#include "sbx_proto.h"
+
+static struct sbx_call_counts counts;
+static sbx_call_hook hook_fn;
+static void *hook_arg;
+
+static const char *const op_names[SBX_CALL_NOPS] = {
+	[SBX_CALL_ENSURE] = "ensure",
+	[SBX_CALL_STATUS] = "status",
+	[SBX_CALL_STATUS_USAGE] = "status_usage",
+	[SBX_CALL_EXEC] = "exec",
+	[SBX_CALL_READ] = "read",
+	[SBX_CALL_WRITE] = "write",
+	[SBX_CALL_WRITE_STREAM] = "write_stream",
+	[SBX_CALL_LIST] = "list",
+	[SBX_CALL_STOP] = "stop",
+	[SBX_CALL_DESTROY] = "destroy",
+	[SBX_CALL_LIST_SANDBOXES] = "list_sandboxes",
+	[SBX_CALL_HEALTH] = "health",
+	[SBX_CALL_RECOVER] = "recover",
+	[SBX_CALL_RECONCILE] = "reconcile",
+};
+
+const char *
+sbx_call_op_name(enum sbx_call_op op)
+{
+	if ((int)op < 0 || op >= SBX_CALL_NOPS)
+		return "unknown";
+	return op_names[op];
+}
+
+const char *
+sbx_call_driver_name(const struct sbx_driver *d)
+{
+	if (d == NULL || d->ops == NULL || d->ops->name == NULL)
+		return "";
+	return d->ops->name;
+}
+
+int
+sbx_call_supports(const struct sbx_driver *d, enum sbx_call_op op)
+{
+	if (d == NULL || d->ops == NULL || (int)op < 0 || op >= SBX_CALL_NOPS)
+		return 0;
+	switch (op) {
+	case SBX_CALL_STATUS_USAGE:
+		return d->ops->status_usage != NULL;
+	case SBX_CALL_WRITE_STREAM:
+		return d->ops->write_stream != NULL;
+	case SBX_CALL_RECOVER:
+		return d->ops->recover != NULL;
+	case SBX_CALL_RECONCILE:
+		return d->ops->reconcile != NULL;
+	default:
+		return 1;
+	}
+}
+
+void
+sbx_call_set_hook(sbx_call_hook fn, void *arg)
+{
+	hook_fn = fn;
+	hook_arg = fn != NULL ? arg : NULL;
+}
+
+void
+sbx_call_counts(struct sbx_call_counts *out)
+{
+	if (out != NULL)
+		*out = counts;
+}
+
+void
+sbx_call_counts_reset(void)
+{
+	memset(&counts, 0, sizeof(counts));
+}
+
+/*
+ * Step 1 and 2 of sbx_call.h: returns 0 when the call may go to the
+ * driver, else -1 with err set (and counted). id NULL means "no id" for the
+ * ops that take none; path and cwd are checked when has_path/has_cwd.
+ */
+static int
+check(struct sbx_driver *d, enum sbx_call_op op, const char *id, int has_id,
+    const char *path, int has_path, struct sbx_err *err)
+{
+	counts.calls[op]++;
+	log_debug("driver call", "driver", sbx_call_driver_name(d),
+	    "op", op_names[op], "id", has_id && id != NULL ? id : "", NULL);
+	if (!sbx_call_supports(d, op)) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "The %s driver has no %s "
+		    "operation.", sbx_call_driver_name(d), op_names[op]);
+		goto refused;
+	}
+	if (has_id && !sbx_id_valid(id)) {
+		sbx_err_set(err, SBX_E_INVALID_ID, "A sandbox id must match "
+		    "[a-z0-9][a-z0-9-]{0,62}.");
+		goto refused;
+	}
+	if (has_path) {
+		if (path == NULL) {
+			sbx_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "A path is "
+			    "required.");
+			goto refused;
+		}
+		if (sbx_path_check(path, strlen(path), err) == -1)
+			goto refused;
+	}
+	return 0;
+refused:
+	counts.checks_failed++;
+	return -1;
+}
+
+static int
+refuse(struct sbx_driver *d, enum sbx_call_op op, struct sbx_err *err,
+    const char *fmt)
+{
+	counts.calls[op]++;
+	counts.checks_failed++;
+	log_debug("driver call", "driver", sbx_call_driver_name(d),
+	    "op", op_names[op], NULL);
+	return sbx_err_set(err, SBX_E_BAD_REQUEST, "%s", fmt);
+}
+
+/* Step 3 and 4 after the driver answered (or check refused). */
+static struct sbx_op *
+done(struct sbx_driver *d, enum sbx_call_op op, struct sbx_op *h,
+    const struct sbx_err *err)
+{
+	if (h == NULL) {
+		counts.refused[op]++;
+		log_debug("driver call refused", "driver",
+		    sbx_call_driver_name(d), "op", op_names[op], "code",
+		    err != NULL ? err->code : "", NULL);
+	}
+	if (hook_fn != NULL)
+		hook_fn(hook_arg, op, h == NULL ? err : NULL);
+	return h;
+}
+
+struct sbx_op *
+sbx_call_ensure(struct sbx_driver *d, const char *id,
+    const struct sbx_spec *spec, sbx_status_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	if (check(d, SBX_CALL_ENSURE, id, 1, NULL, 0, err) == -1)
+		return done(d, SBX_CALL_ENSURE, NULL, err);
+	return done(d, SBX_CALL_ENSURE,
+	    d->ops->ensure(d, id, spec, cb, arg, err), err);
+}
+
+struct sbx_op *
+sbx_call_status(struct sbx_driver *d, const char *id, sbx_status_cb cb,
+    void *arg, struct sbx_err *err)
+{
+	if (check(d, SBX_CALL_STATUS, id, 1, NULL, 0, err) == -1)
+		return done(d, SBX_CALL_STATUS, NULL, err);
+	return done(d, SBX_CALL_STATUS, d->ops->status(d, id, cb, arg, err),
+	    err);
+}
+
+struct sbx_op *
+sbx_call_status_usage(struct sbx_driver *d, const char *id,
+    sbx_status_cb cb, void *arg, struct sbx_err *err)
+{
+	if (check(d, SBX_CALL_STATUS_USAGE, id, 1, NULL, 0, err) == -1)
+		return done(d, SBX_CALL_STATUS_USAGE, NULL, err);
+	return done(d, SBX_CALL_STATUS_USAGE,
+	    d->ops->status_usage(d, id, cb, arg, err), err);
+}
+
+struct sbx_op *
+sbx_call_exec(struct sbx_driver *d, const char *id,
+    const struct sbx_exec_req *req, const struct sbx_sink *sink,
+    struct sbx_err *err)
+{
+	if (req == NULL || req->argv == NULL || req->argv[0] == NULL ||
+	    sink == NULL) {
+		refuse(d, SBX_CALL_EXEC, err, req == NULL || sink == NULL ?
+		    "An exec needs a request and a sink." :
+		    "An exec needs argv[0].");
+		return done(d, SBX_CALL_EXEC, NULL, err);
+	}
+	if (check(d, SBX_CALL_EXEC, id, 1, req->cwd, req->cwd != NULL,
+	    err) == -1)
+		return done(d, SBX_CALL_EXEC, NULL, err);
+	return done(d, SBX_CALL_EXEC, d->ops->exec(d, id, req, sink, err),
+	    err);
+}
+
+struct sbx_op *
+sbx_call_read(struct sbx_driver *d, const char *id, const char *path,
+    const struct sbx_sink *sink, struct sbx_err *err)
+{
+	if (sink == NULL) {
+		refuse(d, SBX_CALL_READ, err, "A read needs a sink.");
+		return done(d, SBX_CALL_READ, NULL, err);
+	}
+	if (check(d, SBX_CALL_READ, id, 1, path, 1, err) == -1)
+		return done(d, SBX_CALL_READ, NULL, err);
+	return done(d, SBX_CALL_READ, d->ops->read(d, id, path, sink, err),
+	    err);
+}
+
+struct sbx_op *
+sbx_call_write(struct sbx_driver *d, const char *id, const char *path,
+    uint32_t mode, struct evbuffer *body, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	if (body == NULL) {
+		refuse(d, SBX_CALL_WRITE, err, "A write needs a body.");
+		return done(d, SBX_CALL_WRITE, NULL, err);
+	}
+	if (check(d, SBX_CALL_WRITE, id, 1, path, 1, err) == -1)
+		return done(d, SBX_CALL_WRITE, NULL, err);
+	return done(d, SBX_CALL_WRITE,
+	    d->ops->write(d, id, path, mode, body, cb, arg, err), err);
+}
+
+struct sbx_op *
+sbx_call_write_stream(struct sbx_driver *d, const char *id,
+    const char *path, uint32_t mode, struct evbuffer *src, uint64_t len,
+    sbx_done_cb cb, void *arg, struct sbx_err *err)
+{
+	if (src == NULL) {
+		refuse(d, SBX_CALL_WRITE_STREAM, err, "A write needs a source.");
+		return done(d, SBX_CALL_WRITE_STREAM, NULL, err);
+	}
+	if (check(d, SBX_CALL_WRITE_STREAM, id, 1, path, 1, err) == -1)
+		return done(d, SBX_CALL_WRITE_STREAM, NULL, err);
+	return done(d, SBX_CALL_WRITE_STREAM,
+	    d->ops->write_stream(d, id, path, mode, src, len, cb, arg, err),
+	    err);
+}
+
+struct sbx_op *
+sbx_call_list(struct sbx_driver *d, const char *id, const char *path,
+    const struct sbx_list_page *page, sbx_list_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	if (page == NULL || page->limit == 0) {
+		refuse(d, SBX_CALL_LIST, err, "A list needs a page of at "
+		    "least one entry.");
+		return done(d, SBX_CALL_LIST, NULL, err);
+	}
+	if (check(d, SBX_CALL_LIST, id, 1, path, 1, err) == -1)
+		return done(d, SBX_CALL_LIST, NULL, err);
+	return done(d, SBX_CALL_LIST,
+	    d->ops->list(d, id, path, page, cb, arg, err), err);
+}
+
+struct sbx_op *
+sbx_call_stop(struct sbx_driver *d, const char *id, sbx_done_cb cb,
+    void *arg, struct sbx_err *err)
+{
+	if (check(d, SBX_CALL_STOP, id, 1, NULL, 0, err) == -1)
+		return done(d, SBX_CALL_STOP, NULL, err);
+	return done(d, SBX_CALL_STOP, d->ops->stop(d, id, cb, arg, err), err);
+}
+
+struct sbx_op *
+sbx_call_destroy(struct sbx_driver *d, const char *id, sbx_done_cb cb,
+    void *arg, struct sbx_err *err)
+{
+	if (check(d, SBX_CALL_DESTROY, id, 1, NULL, 0, err) == -1)
+		return done(d, SBX_CALL_DESTROY, NULL, err);
+	return done(d, SBX_CALL_DESTROY, d->ops->destroy(d, id, cb, arg, err),
+	    err);
+}
+
+struct sbx_op *
+sbx_call_list_sandboxes(struct sbx_driver *d, sbx_sandboxes_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	if (check(d, SBX_CALL_LIST_SANDBOXES, NULL, 0, NULL, 0, err) == -1)
+		return done(d, SBX_CALL_LIST_SANDBOXES, NULL, err);
+	return done(d, SBX_CALL_LIST_SANDBOXES,
+	    d->ops->list_sandboxes(d, cb, arg, err), err);
+}
+
+struct sbx_op *
+sbx_call_health(struct sbx_driver *d, sbx_health_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	if (check(d, SBX_CALL_HEALTH, NULL, 0, NULL, 0, err) == -1)
+		return done(d, SBX_CALL_HEALTH, NULL, err);
+	return done(d, SBX_CALL_HEALTH, d->ops->health(d, cb, arg, err), err);
+}
+
+struct sbx_op *
+sbx_call_recover(struct sbx_driver *d, const char *id, sbx_done_cb cb,
+    void *arg, struct sbx_err *err)
+{
+	if (check(d, SBX_CALL_RECOVER, id, 1, NULL, 0, err) == -1)
+		return done(d, SBX_CALL_RECOVER, NULL, err);
+	return done(d, SBX_CALL_RECOVER, d->ops->recover(d, id, cb, arg, err),
+	    err);
+}
+
+struct sbx_op *
+sbx_call_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	if (check(d, SBX_CALL_RECONCILE, NULL, 0, NULL, 0, err) == -1)
+		return done(d, SBX_CALL_RECONCILE, NULL, err);
+	return done(d, SBX_CALL_RECONCILE, d->ops->reconcile(d, cb, arg, err),
+	    err);
+}

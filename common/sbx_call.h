@@ -1,0 +1,153 @@
+/* sbx_call.h - the one way callers reach a driver: check id and path once, log, count (adr/0024). */
+#ifndef SBX_CALL_H
+#define SBX_CALL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sbx_driver.h"
+
+/*
+ * Every caller of the driver vtable (broker/, api/, tools) calls these
+ * instead of d->ops->x(...). Each wrapper, in this order:
+ *
+ *   1. checks the sandbox id with sbx_id_valid() and every path (read,
+ *      write, write_stream, list: path; exec: req->cwd when not NULL) with
+ *      sbx_path_check() (SPEC §4; common/sbx_path.h), so the rules are
+ *      applied once, here, for every caller;
+ *   2. refuses an optional operation the driver does not implement
+ *      (recover, reconcile, write_stream, status_usage: NULL in the
+ *      vtable) — callers that have their own answer for that ask
+ *      sbx_call_supports() first;
+ *   3. logs one debug line {"msg":"driver call","driver":..,"op":..,
+ *      "id":..} (and "driver call refused" with "code" when 1 or 2 refuse
+ *      or the driver returns NULL); never a path, body, env or argv;
+ *   4. counts the call (and a refusal) for sbx_call_counts() and calls the
+ *      hook set with sbx_call_set_hook() (metrics);
+ *   5. calls the driver with the same arguments, unchanged.
+ *
+ * A refusal in 1 or 2 behaves exactly like a driver refusing to start: NULL
+ * is returned, err is filled, no callback is ever made and the driver is not
+ * called. Otherwise the return value, err, the callbacks, ownership of
+ * arguments and the handle's life are the driver's, as documented in
+ * sbx_driver.h (strings borrowed for the call; the handle freed by the
+ * driver after its terminal callback; sbx_op_cancel at any time before).
+ *
+ * Drivers keep their own checks (sbx_driver.h rules block): a driver is a
+ * trust boundary for code that does not use this layer (tests, tools), and
+ * the conformance suite (tests/conform/) asserts them on the raw vtable.
+ *
+ * Thread: like the driver, only from the thread running d->base. The
+ * counters and the hook are process-wide and not locked (each daemon calls
+ * its driver from one thread).
+ *
+ * Errors set by this layer (besides the driver's own, see sbx_driver.h):
+ *   SBX_E_INVALID_ID        id NULL or not [a-z0-9][a-z0-9-]{0,62};
+ *   SBX_E_PATH_OUTSIDE_WORK path NULL or breaking a rule of sbx_path_check
+ *                           (message names the rule, never the path);
+ *   SBX_E_BAD_REQUEST       exec with req or req->argv[0] NULL, list
+ *                           without page or with page->limit 0, sink /
+ *                           body / src NULL, or an optional op the
+ *                           driver lacks.
+ * spec NULL in ensure is passed on (the driver's defaults).
+ */
+
+/* The operations, for counting and for sbx_call_supports(). */
+enum sbx_call_op {
+	SBX_CALL_ENSURE = 0,
+	SBX_CALL_STATUS,
+	SBX_CALL_STATUS_USAGE,
+	SBX_CALL_EXEC,
+	SBX_CALL_READ,
+	SBX_CALL_WRITE,
+	SBX_CALL_WRITE_STREAM,
+	SBX_CALL_LIST,
+	SBX_CALL_STOP,
+	SBX_CALL_DESTROY,
+	SBX_CALL_LIST_SANDBOXES,
+	SBX_CALL_HEALTH,
+	SBX_CALL_RECOVER,
+	SBX_CALL_RECONCILE,
+	SBX_CALL_NOPS
+};
+
+/* "ensure", "status", "status_usage", "exec", "read", "write",
+ * "write_stream", "list", "stop", "destroy", "list_sandboxes", "health",
+ * "recover", "reconcile"; "unknown" out of range. Static strings. */
+const char *sbx_call_op_name(enum sbx_call_op op);
+
+/* The driver's name (d->ops->name, static), "" for NULL d. */
+const char *sbx_call_driver_name(const struct sbx_driver *d);
+
+/* 1 when d implements op (every mandatory op: 1; recover, reconcile,
+ * write_stream, status_usage: 1 only when not NULL in the vtable), else 0
+ * (also for NULL d or op out of range). */
+int sbx_call_supports(const struct sbx_driver *d, enum sbx_call_op op);
+
+/*
+ * Metrics hook: fn(arg, op, err) after every call; err NULL when the driver
+ * accepted the call (returned a handle), else the refusal (borrowed for the
+ * call; this layer's or the driver's). fn NULL removes the hook. One hook
+ * per process; arg borrowed until replaced.
+ */
+typedef void (*sbx_call_hook)(void *arg, enum sbx_call_op op,
+    const struct sbx_err *err);
+void sbx_call_set_hook(sbx_call_hook fn, void *arg);
+
+/* Counters since the process started (or sbx_call_counts_reset). */
+struct sbx_call_counts {
+	uint64_t calls[SBX_CALL_NOPS];   /* every call, refused ones included */
+	uint64_t refused[SBX_CALL_NOPS]; /* NULL returned (by this layer or the driver) */
+	uint64_t checks_failed;          /* refused by step 1 or 2 above */
+};
+void sbx_call_counts(struct sbx_call_counts *out);
+void sbx_call_counts_reset(void);
+
+/*
+ * The operations: arguments, callbacks and errors as the sbx_driver_ops
+ * member of the same name (sbx_driver.h, SPEC §3), plus the checks above.
+ * d must not be NULL.
+ */
+struct sbx_op *sbx_call_ensure(struct sbx_driver *d, const char *id,
+    const struct sbx_spec *spec, sbx_status_cb cb, void *arg,
+    struct sbx_err *err);
+struct sbx_op *sbx_call_status(struct sbx_driver *d, const char *id,
+    sbx_status_cb cb, void *arg, struct sbx_err *err);
+/* Optional op: bad_request when the driver lacks it (adr/0017). */
+struct sbx_op *sbx_call_status_usage(struct sbx_driver *d, const char *id,
+    sbx_status_cb cb, void *arg, struct sbx_err *err);
+/* Checks id and req->cwd (NULL: /work); req->argv[0] required. */
+struct sbx_op *sbx_call_exec(struct sbx_driver *d, const char *id,
+    const struct sbx_exec_req *req, const struct sbx_sink *sink,
+    struct sbx_err *err);
+struct sbx_op *sbx_call_read(struct sbx_driver *d, const char *id,
+    const char *path, const struct sbx_sink *sink, struct sbx_err *err);
+/* body: caller keeps the evbuffer object; the driver drains it. */
+struct sbx_op *sbx_call_write(struct sbx_driver *d, const char *id,
+    const char *path, uint32_t mode, struct evbuffer *body,
+    sbx_done_cb cb, void *arg, struct sbx_err *err);
+/* Optional op (adr/0018): bad_request when the driver lacks it; callers
+ * that can gather the body ask sbx_call_supports first and use write. */
+struct sbx_op *sbx_call_write_stream(struct sbx_driver *d, const char *id,
+    const char *path, uint32_t mode, struct evbuffer *src, uint64_t len,
+    sbx_done_cb cb, void *arg, struct sbx_err *err);
+/* page->limit >= 1 (adr/0013). */
+struct sbx_op *sbx_call_list(struct sbx_driver *d, const char *id,
+    const char *path, const struct sbx_list_page *page, sbx_list_cb cb,
+    void *arg, struct sbx_err *err);
+struct sbx_op *sbx_call_stop(struct sbx_driver *d, const char *id,
+    sbx_done_cb cb, void *arg, struct sbx_err *err);
+struct sbx_op *sbx_call_destroy(struct sbx_driver *d, const char *id,
+    sbx_done_cb cb, void *arg, struct sbx_err *err);
+struct sbx_op *sbx_call_list_sandboxes(struct sbx_driver *d,
+    sbx_sandboxes_cb cb, void *arg, struct sbx_err *err);
+struct sbx_op *sbx_call_health(struct sbx_driver *d, sbx_health_cb cb,
+    void *arg, struct sbx_err *err);
+/* Optional ops (SPEC §7): bad_request when the driver lacks them; the
+ * broker's start-up skips them then (sbx_call_supports). */
+struct sbx_op *sbx_call_recover(struct sbx_driver *d, const char *id,
+    sbx_done_cb cb, void *arg, struct sbx_err *err);
+struct sbx_op *sbx_call_reconcile(struct sbx_driver *d, sbx_done_cb cb,
+    void *arg, struct sbx_err *err);
+
+#endif

@@ -1,0 +1,315 @@
+/* sbx_httpd.h - the small HTTP server core both daemons use: route lookup with Allow, JSON replies and errors (one status table), streamed replies with backpressure and client-gone handling, listeners, drain (adr/0022). */
+#ifndef SBX_HTTPD_H
+#define SBX_HTTPD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "sbx_err.h"
+#include "sbx_gate.h"
+
+struct event;
+struct event_base;
+struct evbuffer;
+struct evhttp;
+struct evhttp_bound_socket;
+struct evhttp_connection;
+struct evhttp_request;
+
+/*
+ * What the core owns and what each daemon keeps (adr/0022): the core sends
+ * bytes (JSON replies, error replies, stream chunks), finds routes, binds
+ * listeners and times a drain. Each daemon keeps its route table (rows begin
+ * with struct sbx_httpd_route), its checks and their order, its audit,
+ * metrics and log line per request, and the end of a request (its own
+ * "done" function, called after the core has sent the reply). The core never
+ * frees the daemon's request; it only drops its borrowed evhttp pointers.
+ */
+
+/* ------------------------------------------------------------------ */
+/* Routes                                                              */
+
+/*
+ * The first member of every row of a daemon's route table. method is an
+ * enum evhttp_cmd_type value (one bit). pattern is a path where "{...}"
+ * (any name between braces) or "*" stands for one non-empty segment (no
+ * '/'); everything else matches byte for byte, and the whole path must be
+ * consumed. Tables end at a row whose pattern is NULL or after n rows.
+ */
+struct sbx_httpd_route {
+	int method;
+	const char *pattern;
+};
+
+/* Segments a pattern may capture, and bytes kept of each (NUL included). */
+#define SBX_HTTPD_CAPTURES 2
+#define SBX_HTTPD_CAPTURE_MAX 128
+
+/*
+ * The captured segments of a match, in pattern order. A segment longer
+ * than SBX_HTTPD_CAPTURE_MAX - 1 bytes is captured as "" (never a valid
+ * id or name, so the daemon's id check refuses it). ncap segments were
+ * captured.
+ */
+struct sbx_httpd_match {
+	char cap[SBX_HTTPD_CAPTURES][SBX_HTTPD_CAPTURE_MAX];
+	unsigned ncap;
+};
+
+/*
+ * Finds the row of method + path in table (n rows of stride bytes each;
+ * each row begins with struct sbx_httpd_route; a row with a NULL pattern
+ * ends it sooner). Rows are tried in table order, the first that matches
+ * both wins. m (may be NULL) gets the captures of the winning row. When no
+ * row matches and allow is not NULL, allow gets the methods the path does
+ * take, in table order, as an RFC 9110 §10.2.1 Allow value ("GET, PUT"),
+ * or "" when no row matches the path at all (then: 404, not 405);
+ * allowcap bytes, truncated if small (128 is ample). path NULL: no match.
+ * Returns the row (inside table) or NULL.
+ */
+const void *sbx_httpd_route_find(const void *table, size_t n, size_t stride,
+    int method, const char *path, struct sbx_httpd_match *m, char *allow,
+    size_t allowcap);
+
+/* "GET", "PUT", ... of an enum evhttp_cmd_type; "?" for none known. */
+const char *sbx_httpd_method_name(int method);
+
+/* ------------------------------------------------------------------ */
+/* A request                                                           */
+
+struct sbx_httpd_req;
+
+/*
+ * How a streamed reply talks back to the daemon. Both run on the event
+ * loop and may be NULL.
+ *   pause(r, 1): more than SBX_HTTPD_HIGH_WATER bytes wait in the
+ *     connection's output buffer: stop producing; pause(r, 0): it drained
+ *     to the point where libevent calls back: produce again.
+ *   gone(r): the client went away while the reply streamed (or while a
+ *     handler asked to be told, sbx_httpd_watch). By then the core has
+ *     released the request (r->req and r->conn are NULL); the daemon stops
+ *     its producer and ends its request. Called at most once per watch.
+ */
+struct sbx_httpd_ops {
+	void (*pause)(struct sbx_httpd_req *r, int on);
+	void (*gone)(struct sbx_httpd_req *r);
+};
+
+/* Bytes queued for a client above which a stream's producer is paused. */
+#define SBX_HTTPD_HIGH_WATER ((size_t)1024 * 1024)
+
+/*
+ * The part of a request the core handles. Embedded (not pointed to) in
+ * each daemon's own request struct; the daemon recovers its struct from
+ * the pointer the callbacks get (offsetof). Zero it, then set req, gate
+ * (NULL when the server has none) and ops before any call below.
+ * Every field is the core's to change; the daemon reads them.
+ */
+struct sbx_httpd_req {
+	struct evhttp_request *req;    /* borrowed; NULL once replied or gone */
+	struct evhttp_connection *conn;/* borrowed; set while streaming/watched */
+	struct sbx_gate *gate;         /* close callbacks go through it */
+	const struct sbx_httpd_ops *ops;
+	struct evbuffer *chunk;        /* owned; what the daemon adds to a stream */
+	int status;                    /* HTTP status sent (0: none yet) */
+	int streaming;                 /* 200 head sent, body chunks follow */
+	int paused;                    /* ops->pause(r, 1) is in force */
+	int watching;                  /* the connection's close is watched */
+};
+
+/* Reply flags. */
+#define SBX_HTTPD_CLOSE    0x01  /* "Connection: close": the connection ends after */
+#define SBX_HTTPD_NO_STORE 0x02  /* "Cache-Control: no-store" (the api's replies) */
+
+/*
+ * Sends obj (stolen, even on failure; NULL counts as out of memory) as the
+ * whole reply: status, "Content-Type: application/json", the compact JSON
+ * and a newline, plus the headers of flags. Out of memory: a 500 with the
+ * internal error body instead. Stops a watch first. Does nothing but free
+ * obj when r->req is NULL (the client went). Sets r->req NULL. Returns the
+ * status sent (500 on out of memory), or 0 when nothing was sent.
+ */
+int sbx_httpd_reply_json(struct sbx_httpd_req *r, int status, json_t *obj,
+    unsigned flags);
+
+/*
+ * The reply of an error: {"error":{"code":...,"message":...}} (SPEC §3)
+ * with the status of err's code (sbx_err_http_status: the one code->status
+ * table) and the headers that status or code carries, from this file's one
+ * table: 401 "WWW-Authenticate: Bearer" (RFC 9110 §11.6.1), too_many
+ * "Retry-After: 1" (RFC 9110 §10.2.3). A message "" is sent as the code.
+ * err unset: internal, "Internal error.". A code without a status is sent
+ * as 500 and logged as "unmapped error code". Returns the status (also
+ * when r->req is NULL and nothing could be sent). Like
+ * sbx_httpd_reply_json otherwise.
+ */
+int sbx_httpd_reply_error(struct sbx_httpd_req *r, const struct sbx_err *err,
+    unsigned flags);
+
+/* The one reason-phrase table (RFC 9110 §15); NULL for other statuses
+ * (then libevent picks its own). */
+const char *sbx_httpd_reason(int status);
+
+/* Adds a response header to r (before its reply); no-op once replied. */
+void sbx_httpd_header(struct sbx_httpd_req *r, const char *name,
+    const char *value);
+
+/* ------------------------------------------------------------------ */
+/* Streamed replies (exec NDJSON, file bytes, SSE)                     */
+
+/*
+ * Starts a 200 reply whose body follows in chunks: Content-Type ctype,
+ * "Cache-Control: no-cache", "X-Accel-Buffering: no"; the connection's
+ * timeout becomes timeout_s seconds (a silent producer must not trip
+ * evhttp's idle timeout; reading stays on so a disconnect is noticed) and
+ * its close is watched (ops->gone). Allocates r->chunk when NULL.
+ * Returns 0; -1 when the client has already gone (the request was detached
+ * from its connection): then the core has ended and released r->req, no
+ * callback runs, and the daemon ends its request (the broker logs 499).
+ * -1 too when r->chunk cannot be allocated (a 500 was sent).
+ */
+int sbx_httpd_stream_begin(struct sbx_httpd_req *r, const char *ctype,
+    int64_t timeout_s);
+
+/*
+ * Sends what the daemon added to r->chunk as one chunk; pauses the
+ * producer (ops->pause(r, 1)) when the output buffer is over
+ * SBX_HTTPD_HIGH_WATER, resumes it when that chunk has been written.
+ * No-op when nothing is queued or the client went.
+ */
+void sbx_httpd_stream_flush(struct sbx_httpd_req *r);
+
+/*
+ * Ends a stream normally: flushes r->chunk, stops the watch, sets the
+ * connection's timeout back to timeout_s (keep-alive), sends the last
+ * chunk. r->req becomes NULL. No-op when the client went.
+ */
+void sbx_httpd_stream_end(struct sbx_httpd_req *r, int64_t timeout_s);
+
+/*
+ * Ends a stream abnormally: the connection is closed, so the client sees a
+ * cut chunked body (RFC 9112 §7.1: incomplete) rather than a clean end.
+ * r->req and r->conn become NULL.
+ */
+void sbx_httpd_stream_abort(struct sbx_httpd_req *r);
+
+/*
+ * Watches r's connection for the client going away before a reply
+ * (ops->gone), e.g. while a file operation runs; sbx_httpd_unwatch stops.
+ * To see a close at once, reading is turned on with evhttp's read callback
+ * unset (what evhttp does while it writes a reply; a streamed body of the
+ * gate needs it unset too, sbx_gate.h). No-op when the request has no
+ * connection. Replies and stream ends stop watching by themselves.
+ */
+void sbx_httpd_watch(struct sbx_httpd_req *r);
+void sbx_httpd_unwatch(struct sbx_httpd_req *r);
+
+/*
+ * The server is freeing everything (evhttp_free follows, which frees the
+ * connections and their requests): drops r's borrowed pointers and its
+ * watch without sending anything.
+ */
+void sbx_httpd_release(struct sbx_httpd_req *r);
+
+/* Frees what the core allocated in r (r->chunk). r itself is the daemon's. */
+void sbx_httpd_req_clear(struct sbx_httpd_req *r);
+
+/* ------------------------------------------------------------------ */
+/* The server                                                          */
+
+/* What sbx_httpd_server_new sets up; check, dispatch and arg outlive it. */
+struct sbx_httpd_config {
+	int64_t max_body;          /* evhttp's backstop body cap, bytes (the
+	                            * gate refuses over-cap bodies first) */
+	int timeout_s;             /* evhttp's idle/read timeout, seconds */
+	struct sbx_gate_limits gate; /* the request gate's limits */
+	sbx_gate_check_fn check;   /* the gate's credential + cap hook */
+	sbx_gate_stream_fn stream; /* streamed bodies (adr/0018); NULL: none */
+	void (*dispatch)(struct evhttp_request *, void *);
+	void *arg;                 /* for check, stream and dispatch */
+};
+
+/*
+ * A new evhttp behind a request gate (sbx_gate_new, adr/0008): body cap and
+ * timeout of c, EVERY method let through to c->dispatch (so even a 405 or
+ * 404 is the daemon's JSON after its checks, never libevent's HTML 501),
+ * c->dispatch as the generic callback. *gate gets the gate (free it after
+ * evhttp_free). Returns the evhttp, or NULL with err (internal: out of
+ * memory) and nothing left allocated.
+ */
+struct evhttp *sbx_httpd_server_new(struct event_base *base,
+    const struct sbx_httpd_config *c, struct sbx_gate **gate,
+    struct sbx_err *err);
+
+/* ------------------------------------------------------------------ */
+/* Listeners                                                           */
+
+/* One bound listener. Zero it before sbx_httpd_listen. */
+struct sbx_httpd_listener {
+	struct evhttp_bound_socket *bound;  /* NULL once closed */
+	char *unix_path;    /* owned; the socket file, unlinked when it goes */
+	int port;           /* TCP: the port bound (0 asked: the one chosen) */
+};
+
+/*
+ * Binds http to spec: "unix:PATH" (allow_unix only) or "HOST:PORT" with
+ * HOST a name, an IPv4 address or [IPv6], PORT 0..65535 (0: any free one,
+ * read back into l->port). A unix socket's parent directories are made
+ * (0750); an existing socket file nothing answers on is replaced, one that
+ * answers or a file that is not a socket is refused; the socket gets mode
+ * socket_mode (an octal number, adr/0019) from the moment it is bound.
+ * Returns 0, or -1 with err: config (malformed spec, path longer than
+ * sun_path, in use, bind refused, port out of range) or internal.
+ */
+int sbx_httpd_listen(struct evhttp *http, struct event_base *base,
+    const char *spec, int allow_unix, unsigned socket_mode,
+    struct sbx_httpd_listener *l, struct sbx_err *err);
+
+/*
+ * Stops accepting (connections already open stay) and unlinks the socket
+ * file: what a drain does first (SPEC §7). Safe to call twice.
+ */
+void sbx_httpd_unlisten(struct evhttp *http, struct sbx_httpd_listener *l);
+
+/* Frees l's path; unlinks the socket file unless sbx_httpd_unlisten did.
+ * Call after evhttp_free. */
+void sbx_httpd_listener_free(struct sbx_httpd_listener *l);
+
+/* ------------------------------------------------------------------ */
+/* Drain (SPEC §7)                                                     */
+
+/*
+ * A drain: wait until nothing is in flight, but at most grace_ms; then
+ * grace_over runs once (the daemon cancels what still runs, which must end
+ * its requests), and done runs once when in_flight(arg) is 0. Zero it
+ * before use.
+ */
+struct sbx_httpd_drain {
+	struct event *grace_ev, *done_ev;
+	unsigned (*in_flight)(void *arg);
+	void (*grace_over)(void *arg);
+	void (*done)(void *arg);
+	void *arg;
+	int started;
+};
+
+/*
+ * Starts d: done runs (from the loop, never inside this call unless events
+ * cannot be made) when in_flight(arg) is 0, grace_over after grace_ms
+ * milliseconds if that has not happened. When events cannot be allocated,
+ * grace_over and done run at once. A second call does nothing.
+ * Returns 0, or -1 when it had to run them at once.
+ */
+int sbx_httpd_drain_start(struct sbx_httpd_drain *d, struct event_base *base,
+    int64_t grace_ms, unsigned (*in_flight)(void *),
+    void (*grace_over)(void *), void (*done)(void *), void *arg);
+
+/* A request ended: lets a started drain check again (no-op otherwise). */
+void sbx_httpd_drain_poke(struct sbx_httpd_drain *d);
+
+/* Frees d's events (done does not run any more). */
+void sbx_httpd_drain_free(struct sbx_httpd_drain *d);
+
+#endif

@@ -1,0 +1,58 @@
+/* sbx_metrics.c - the Prometheus text writer both daemons' /metrics use. */
+#include <stdio.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "sbx_metrics.h"
+
+const int64_t sbx_metrics_bounds_ms[SBX_METRICS_NBOUNDS] = { 1, 5, 10, 50,
+	100, 500, 1000, 5000, 30000, 300000 };
+
+void
+sbx_hist_add(struct sbx_hist *h, int64_t ms)
+{
+	size_t i;
+
+	if (ms < 0)
+		ms = 0;
+	for (i = 0; i < SBX_METRICS_NBOUNDS; i++)
+		if (ms <= sbx_metrics_bounds_ms[i])
+			h->le[i]++;
+	h->count++;
+	h->sum_ms += ms;
+}
+
+int
+sbx_metrics_family(struct evbuffer *out, const char *name, const char *type,
+    const char *help)
+{
+	return evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name,
+	    help, name, type) < 0;
+}
+
+int
+sbx_metrics_hist(struct evbuffer *out, const char *name, const char *labels,
+    const struct sbx_hist *h)
+{
+	char lb[96];
+	size_t k, n;
+	int rc = 0;
+
+	for (k = 0; k < SBX_METRICS_NBOUNDS; k++)
+		rc |= evbuffer_add_printf(out, "%s_bucket{%sle=\"%g\"} %llu\n",
+		    name, labels, (double)sbx_metrics_bounds_ms[k] / 1000.0,
+		    (unsigned long long)h->le[k]) < 0;
+	/* labels without the trailing comma for _sum and _count */
+	n = strlen(labels);
+	if (n > 0)
+		snprintf(lb, sizeof(lb), "{%.*s}", (int)(n - 1), labels);
+	else
+		lb[0] = '\0';
+	rc |= evbuffer_add_printf(out,
+	    "%s_bucket{%sle=\"+Inf\"} %llu\n%s_sum%s %.3f\n%s_count%s %llu\n",
+	    name, labels, (unsigned long long)h->count, name, lb,
+	    (double)h->sum_ms / 1000.0, name, lb,
+	    (unsigned long long)h->count) < 0;
+	return rc;
+}

@@ -451,6 +451,32 @@ st_exit(void *arg, const struct sbx_agent_exit *ex)
 	eng_op_leave(op);
 }
 
+/*
+ * The runtime answers (the container stopped, or runs on without the
+ * agent the sandbox user killed): the exec's processes were SIGKILLed with
+ * the agent (a stop kills the container; an agent gone makes its modes
+ * kill their groups), so it ended as a killed exec (137 KILL), as a runtime
+ * exec's inspect said. No answer (the runtime died): an error, and a kill
+ * for when it is back (the next agent's start kills the old one too).
+ */
+static void
+ended_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		eng_start_kill(op->e, op->id, op->cid, xop(op)->exec_id, NULL);
+		eng_finish_err(op, err);
+		return;
+	}
+	if (status != 200 && status != 404) {
+		eng_runtime_err(&e, status, body, "inspect the container");
+		eng_finish_err(op, &e);
+		return;
+	}
+	xop(op)->exited(op, 128 + 9);
+}
+
 static void
 st_error(void *arg, const struct sbx_err *err)
 {
@@ -469,14 +495,16 @@ st_error(void *arg, const struct sbx_err *err)
 		eng_exec_recorded(op);
 		return;
 	}
-	/* The agent was killed under a running exec (a stop, the sandbox user,
-	 * a crash): the exec's processes died by SIGKILL with it, as a runtime
-	 * exec's did (its inspect said 137). */
+	/* The agent's exec ended under a running exec: ask the runtime, as a
+	 * runtime exec without an exit record did (ended_inspected). */
 	if (op->kind == OP_EXEC && x->stream_started &&
 	    strcmp(err->message, AGENT_ENDED) == 0) {
+		char path[256];
+
 		if (x->timer != NULL)
 			event_del(x->timer);
-		x->exited(op, 128 + 9);
+		eng_inspect_path(op, path, sizeof(path));
+		eng_call(op, "GET", path, NULL, ended_inspected);
 		return;
 	}
 	/* The channel went, and the agent kills every stream's processes

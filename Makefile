@@ -48,7 +48,8 @@ BROKER_SRC := $(filter-out broker/broker.c,$(wildcard broker/*.c))
 API_SRC := $(filter-out api/api.c,$(wildcard api/*.c))
 CLI_SRC := $(wildcard api/cli/*.c)
 HELPER_SRC := $(wildcard broker/helper/*.c)
-HELPER_PROTO_SRC := $(wildcard proto/sbx_helper_frame.c)
+# The helper's share of proto/: libc-only codecs (protocol 2 frames; protocol 3, adr/0025).
+HELPER_PROTO_SRC := $(wildcard proto/sbx_helper_frame.c proto/sbx_agent.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 FAKE_SRC := $(wildcard tests/driver_fake.c)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
@@ -115,7 +116,7 @@ $(BUILD)/sbxctl: $(call obj,$(CLI_SRC)) $(LIBSBX)
 # Its protocol header and frame codec live in proto/ (libc only), shared
 # with the broker.
 $(BUILD)/sbx-helper: $(HELPER_SRC) $(HELPER_PROTO_SRC) $(wildcard broker/helper/*.h) \
-		proto/sbx_proto.h proto/sbx_helper_proto.h
+		proto/sbx_proto.h proto/sbx_helper_proto.h proto/sbx_agent.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -D_FORTIFY_SOURCE=2 $(CFLAGS) $(WARN) \
 		-fstack-protector-strong -Iproto -static -o $@ $(HELPER_SRC) $(HELPER_PROTO_SRC)

@@ -192,6 +192,7 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 	cfg.default_image = "sbx-test:latest";
 	cfg.helper_path = "/nonexistent/sbx-fuzz/sbx-helper";
 	cfg.request_timeout_ms = 1000;
+	cfg.agent_off = 1;   /* replies of per-operation runtime execs (fuzz_agent: the channel) */
 	cfg.stop_timeout_s = 1;
 	base = event_base_new();
 	FUZZ_ASSERT(base != NULL);

@@ -156,6 +156,15 @@ def wait_for_tcp(host, port, timeout=10.0, proc=None):
     wait_until(lambda: _tcp_connects(host, port), timeout, "tcp %s:%d" % (host, port), proc)
 
 
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def unix_http(path, method, url, body=None, headers=None, timeout=30):
     """One HTTP request over the unix socket PATH; returns a Response."""
     return http_request(UnixHTTPConnection(path, timeout), method, url, body, headers)

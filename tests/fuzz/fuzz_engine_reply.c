@@ -28,49 +28,13 @@
 #include <sys/un.h>
 
 #include "engine_incl.h"
+#include "reply_server.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
 
-#define SEP "\n--next--\n"
-#define MAXPARTS 32
-
-static int lfd = -1;
 static char sock_path[108];
 static struct event_base *base;
 static struct sbx_driver *drv;
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static unsigned char *parts[MAXPARTS];
-static size_t plen[MAXPARTS], nparts, served;
-
-static void *
-serve(void *arg)
-{
-	char buf[65536];
-	struct pollfd pfd;
-	int c;
-
-	(void)arg;
-	for (;;) {
-		c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-		if (c < 0)
-			continue;
-		pfd.fd = c;
-		pfd.events = POLLIN;
-		if (poll(&pfd, 1, 100) > 0 && read(c, buf, sizeof(buf)) < 0)
-			buf[0] = '\0';
-		pthread_mutex_lock(&mu);
-		if (served < nparts && plen[served] > 0 &&
-		    write(c, parts[served], plen[served]) < 0)
-			buf[0] = '\0';
-		served++;
-		pthread_mutex_unlock(&mu);
-		shutdown(c, SHUT_WR);
-		while (poll(&pfd, 1, 200) > 0 && read(c, buf, sizeof(buf)) > 0)
-			;
-		close(c);
-	}
-	return NULL;
-}
 
 struct got {
 	int terminal, started_returned, early;
@@ -167,26 +131,14 @@ int
 LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	struct sbx_engine_config cfg;
-	struct sockaddr_un sun;
 	struct sbx_err err;
-	pthread_t t;
 
 	(void)argc;
 	(void)argv;
 	signal(SIGPIPE, SIG_IGN);
 	sbx_log_init("fuzz", open("/dev/null", O_WRONLY | O_CLOEXEC),
 	    SBX_LOG_ERROR);
-	snprintf(sock_path, sizeof(sock_path), "/tmp/sbx-fuzz-engine-%d.sock",
-	    (int)getpid());
-	unlink(sock_path);
-	lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	FUZZ_ASSERT(lfd >= 0);
-	memset(&sun, 0, sizeof(sun));
-	sun.sun_family = AF_UNIX;
-	memcpy(sun.sun_path, sock_path, strlen(sock_path) + 1);
-	FUZZ_ASSERT(bind(lfd, (struct sockaddr *)&sun, sizeof(sun)) == 0);
-	FUZZ_ASSERT(listen(lfd, 64) == 0);
-	FUZZ_ASSERT(pthread_create(&t, NULL, serve, NULL) == 0);
+	reply_serve(reply_listen("engine", 64, sock_path, sizeof(sock_path)));
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.runtime_socket = sock_path;
 	cfg.default_image = "sbx-test:latest";
@@ -198,31 +150,6 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 	drv = sbx_engine_driver_new(base, &cfg, &err);
 	FUZZ_ASSERT(drv != NULL);
 	return 0;
-}
-
-static void
-split(const unsigned char *d, size_t n)
-{
-	const unsigned char *p;
-	size_t k;
-
-	pthread_mutex_lock(&mu);
-	for (k = 0; k < nparts; k++)
-		free(parts[k]);
-	nparts = served = 0;
-	while (nparts < MAXPARTS) {
-		p = memmem(d, n, SEP, strlen(SEP));
-		k = p != NULL ? (size_t)(p - d) : n;
-		parts[nparts] = malloc(k + 1);
-		FUZZ_ASSERT(parts[nparts] != NULL);
-		memcpy(parts[nparts], d, k);
-		plen[nparts++] = k;
-		if (p == NULL)
-			break;
-		d = p + strlen(SEP);
-		n -= k + strlen(SEP);
-	}
-	pthread_mutex_unlock(&mu);
 }
 
 int
@@ -245,7 +172,7 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	if (size == 0)
 		return 0;
 	which = data[0] % 11;
-	split(data + 1, size - 1);
+	reply_load(data + 1, size - 1);
 	memset(&g, 0, sizeof(g));
 	sink.arg = &g;
 	memset(&spec, 0, sizeof(spec));

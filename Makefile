@@ -144,6 +144,7 @@ $(BUILD)/fuzzers/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) $(call obj,$(FAKE_
 		$< $(filter %.o,$^) $(filter %.a,$^) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
 # The client-side targets share the scripted reply server (not a fuzz_* target).
 $(BUILD)/fuzzers/fuzz_broker_reply $(BUILD)/fuzzers/fuzz_engine_reply $(BUILD)/fuzzers/fuzz_http_client: $(call obj,tests/fuzz/reply_server.c)
+$(BUILD)/fuzzers/fuzz_broker_reply $(BUILD)/fuzzers/fuzz_engine_reply: $(call obj,tests/fuzz/driver_checks.c)
 # The CLI is no library: its reply parser's target links its other files.
 $(BUILD)/fuzzers/fuzz_cli_reply: $(call obj,$(filter-out api/cli/cli.c,$(CLI_SRC))) api/cli/cli.c
 

@@ -28,6 +28,7 @@
 #include <sys/un.h>
 
 #include "engine_incl.h"
+#include "driver_checks.h"
 #include "reply_server.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
@@ -35,97 +36,6 @@
 static char sock_path[108];
 static struct event_base *base;
 static struct sbx_driver *drv;
-
-struct got {
-	int terminal, started_returned, early;
-};
-
-static void
-on_status(void *arg, const struct sbx_err *err, const struct sbx_status *st)
-{
-	struct got *g = arg;
-
-	g->terminal++;
-	if (!g->started_returned)
-		g->early = 1;
-	if (err == NULL) {
-		FUZZ_ASSERT(st != NULL);
-		FUZZ_ASSERT(st->state == SBX_STATE_ABSENT ||
-		    st->state == SBX_STATE_RUNNING ||
-		    st->state == SBX_STATE_STOPPED);
-	}
-}
-
-static void
-on_done(void *arg, const struct sbx_err *err)
-{
-	struct got *g = arg;
-
-	(void)err;
-	g->terminal++;
-	if (!g->started_returned)
-		g->early = 1;
-}
-
-static void
-on_list(void *arg, const struct sbx_err *err, const struct sbx_dirent *e,
-    size_t n, int truncated)
-{
-	(void)e;
-	(void)n;
-	(void)truncated;
-	on_done(arg, err);
-}
-
-static void
-on_sandboxes(void *arg, const struct sbx_err *err,
-    const struct sbx_status *sts, size_t n)
-{
-	size_t i;
-
-	if (err == NULL)
-		for (i = 0; i < n; i++)
-			FUZZ_ASSERT(sbx_id_valid(sts[i].id));
-	on_done(arg, err);
-}
-
-static void
-on_health(void *arg, const struct sbx_err *err, const struct sbx_health *h)
-{
-	(void)h;
-	on_done(arg, err);
-}
-
-static void
-on_start(void *arg, const char *exec_id)
-{
-	struct got *g = arg;
-
-	FUZZ_ASSERT(exec_id != NULL && g->terminal == 0);
-}
-
-static void
-on_output(void *arg, int stream, const unsigned char *buf, size_t len)
-{
-	struct got *g = arg;
-
-	FUZZ_ASSERT((stream == 1 || stream == 2) && buf != NULL && len > 0);
-	FUZZ_ASSERT(g->terminal == 0);
-}
-
-static void
-on_exit_(void *arg, const struct sbx_exit *ex)
-{
-	FUZZ_ASSERT(ex->code >= 0 && ex->code <= 255);
-	on_done(arg, NULL);
-}
-
-static void
-on_error(void *arg, const struct sbx_err *err)
-{
-	FUZZ_ASSERT(err != NULL && err->code[0] != '\0');
-	on_done(arg, err);
-}
 
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -157,7 +67,7 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
 	static const char *const argv[] = { "sh", "-c", "echo hi", NULL };
 	struct engine *e = (struct engine *)drv;
-	struct sbx_sink sink = { on_start, on_output, on_exit_, on_error, NULL };
+	struct sbx_sink sink = { dc_start, dc_output, dc_exit, dc_error, NULL };
 	struct sbx_exec_req xr;
 	struct sbx_spec spec;
 	struct sbx_list_page page = { NULL, 100 };
@@ -165,7 +75,7 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	struct sbx_op *op = NULL;
 	struct sbx_err err;
 	struct eop *o, *next;
-	struct got g;
+	struct dc_got g;
 	struct timespec t0, t1;
 	int which, turns;
 
@@ -181,22 +91,22 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	xr.timeout_ms = 1000;
 	sbx_err_clear(&err);
 	switch (which) {
-	case 0: op = drv->ops->status(drv, "fz", on_status, &g, &err); break;
-	case 1: op = drv->ops->ensure(drv, "fz", &spec, on_status, &g, &err); break;
+	case 0: op = drv->ops->status(drv, "fz", dc_status, &g, &err); break;
+	case 1: op = drv->ops->ensure(drv, "fz", &spec, dc_status, &g, &err); break;
 	case 2: op = drv->ops->exec(drv, "fz", &xr, &sink, &err); break;
 	case 3: op = drv->ops->read(drv, "fz", "/work/a", &sink, &err); break;
 	case 4:
 		body = evbuffer_new();
 		evbuffer_add(body, "data", 4);
-		op = drv->ops->write(drv, "fz", "/work/a", 0644, body, on_done,
+		op = drv->ops->write(drv, "fz", "/work/a", 0644, body, dc_done,
 		    &g, &err);
 		break;
-	case 5: op = drv->ops->list(drv, "fz", "/work", &page, on_list, &g, &err); break;
-	case 6: op = drv->ops->stop(drv, "fz", on_done, &g, &err); break;
-	case 7: op = drv->ops->destroy(drv, "fz", on_done, &g, &err); break;
-	case 8: op = drv->ops->list_sandboxes(drv, on_sandboxes, &g, &err); break;
-	case 9: op = drv->ops->health(drv, on_health, &g, &err); break;
-	default: op = drv->ops->recover(drv, "fz", on_done, &g, &err); break;
+	case 5: op = drv->ops->list(drv, "fz", "/work", &page, dc_list, &g, &err); break;
+	case 6: op = drv->ops->stop(drv, "fz", dc_done, &g, &err); break;
+	case 7: op = drv->ops->destroy(drv, "fz", dc_done, &g, &err); break;
+	case 8: op = drv->ops->list_sandboxes(drv, dc_sandboxes, &g, &err); break;
+	case 9: op = drv->ops->health(drv, dc_health, &g, &err); break;
+	default: op = drv->ops->recover(drv, "fz", dc_done, &g, &err); break;
 	}
 	g.started_returned = 1;
 	if (op == NULL) {

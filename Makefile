@@ -121,7 +121,7 @@ $(BUILD)/sbx-helper: $(HELPER_SRC) $(HELPER_PROTO_SRC) $(wildcard broker/helper/
 		-fstack-protector-strong -Iproto -static -o $@ $(HELPER_SRC) $(HELPER_PROTO_SRC)
 
 # Helpers the unit tests share (a .c with a header, not statics).
-TESTUTIL_SRC := $(wildcard tests/unit/api_testutil.c)
+TESTUTIL_SRC := $(wildcard tests/unit/api_testutil.c tests/unit/golden.c)
 $(BUILD)/tests/%: tests/unit/%.c $(call obj,$(FAKE_SRC) $(TESTUTIL_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -o $@ $^ $(ALL_LDFLAGS) $(PKG_LIBS) -lcmocka -lm

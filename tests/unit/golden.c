@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include <cmocka.h>
+#include <event2/buffer.h>
 
 #include "golden.h"
 
@@ -37,5 +38,18 @@ slurp(const char *path, size_t *n)
 	fclose(f);
 	s[sz] = '\0';
 	*n = (size_t)sz;
+	return s;
+}
+
+char *
+take(struct evbuffer *out, size_t *n)
+{
+	char *s;
+
+	*n = evbuffer_get_length(out);
+	s = malloc(*n + 1);
+	assert_non_null(s);
+	assert_int_equal(evbuffer_remove(out, s, *n), (int)*n);
+	s[*n] = '\0';
 	return s;
 }

@@ -1,4 +1,4 @@
-/* golden.h - the unit tests' access to proto's golden NDJSON/SSE transcripts (tests/unit/golden.c). */
+/* golden.h - what the NDJSON/SSE transcript unit tests share: proto's golden files and draining an evbuffer (tests/unit/golden.c). */
 #ifndef SBX_TEST_GOLDEN_H
 #define SBX_TEST_GOLDEN_H
 
@@ -14,5 +14,10 @@ const char *golden_dir(void);
  * running cmocka test (fail_msg/assert), it never returns NULL.
  */
 char *slurp(const char *path, size_t *n);
+
+struct evbuffer;
+/* take(out, n): moves OUT's whole content into a malloc'd NUL-terminated
+ * buffer (caller frees), its length in *N; OUT is left empty. Asserts. */
+char *take(struct evbuffer *out, size_t *n);
 
 #endif

@@ -157,20 +157,6 @@ check_output_cb(void *arg, const struct sbx_event *ev, const char *line,
 	return 0;
 }
 
-/* Moves out's content into a malloc'd buffer; *n gets its length. */
-static char *
-take(struct evbuffer *out, size_t *n)
-{
-	char *s;
-
-	*n = evbuffer_get_length(out);
-	s = malloc(*n + 1);
-	assert_non_null(s);
-	assert_int_equal(evbuffer_remove(out, s, *n), (int)*n);
-	s[*n] = '\0';
-	return s;
-}
-
 /* Feeds s[0..n) in up to three random pieces. */
 static int
 feed_split(struct sbx_ndjson_parser *p, const char *s, size_t n,

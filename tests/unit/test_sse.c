@@ -155,19 +155,6 @@ rx_free(struct sse_rx *r)
 /* ------------------------------------------------------------------ */
 /* helpers                                                             */
 
-static char *
-take(struct evbuffer *out, size_t *n)
-{
-	char *s;
-
-	*n = evbuffer_get_length(out);
-	s = malloc(*n + 1);
-	assert_non_null(s);
-	assert_int_equal(evbuffer_remove(out, s, *n), (int)*n);
-	s[*n] = '\0';
-	return s;
-}
-
 /* CR LF and lone CR become LF, as a receiver sees data. */
 static size_t
 normalise_breaks(const char *s, size_t n, char *dst)

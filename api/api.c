@@ -58,29 +58,13 @@ struct main_ctx {
 };
 
 static void
-drained(void *arg)
-{
-	struct main_ctx *m = arg;
-	struct timeval flush = { 0, 100 * 1000 };
-
-	log_info("drained; exiting", NULL);
-	event_base_loopexit(m->base, &flush);
-}
-
-static void
 on_signal(evutil_socket_t sig, short what, void *arg)
 {
 	struct main_ctx *m = arg;
 
 	(void)what;
-	if (sig == SIGHUP) {
-		if (sbx_log_reopen(NULL) == -1)
-			log_warn("log reopen failed", "error", strerror(errno),
-			    NULL);
-		else
-			log_info("logs reopened", NULL);
+	if (sbx_daemon_sighup(sig))
 		return;
-	}
 	if (m->stopping) {
 		log_warn("second signal; exiting now", NULL);
 		event_base_loopbreak(m->base);
@@ -89,7 +73,7 @@ on_signal(evutil_socket_t sig, short what, void *arg)
 	m->stopping = 1;
 	log_info("signal received; draining", "signal",
 	    sig == SIGTERM ? "TERM" : "INT", NULL);
-	api_server_drain(m->server, drained, m);
+	api_server_drain(m->server, sbx_daemon_drained, m->base);
 }
 
 static void
@@ -239,12 +223,11 @@ main(int argc, char **argv)
 	struct sbx_err err;
 	struct main_ctx m;
 	struct sbx_driver *driver = NULL;
-	struct event *sigs[4] = { NULL, NULL, NULL, NULL };
-	static const int signums[4] = { SIGTERM, SIGINT, SIGHUP, 0 };
+	struct event *sigs[SBX_DAEMON_NSIGS] = { NULL, NULL, NULL };
 	char *token = NULL;
 	size_t token_len = 0;
 	char port[16];
-	int rc = API_EXIT_INTERNAL, i;
+	int rc = API_EXIT_INTERNAL;
 
 	memset(&cfg, 0, sizeof(cfg));
 	memset(&opts, 0, sizeof(opts));
@@ -255,24 +238,9 @@ main(int argc, char **argv)
 
 	opts.accept = SBX_OPT_HELP | SBX_OPT_VERSION | SBX_OPT_PRINT_CONFIG |
 	    SBX_OPT_HEALTH;
-	if (sbx_config_load(api_config_keys, &cfg, argc, argv, &opts,
-	    &err) == -1) {
-		rc = sbx_config_exit_code(&err);
-		fprintf(stderr, "sandbox-api: %s\n", err.message);
+	if (!sbx_daemon_options("sandbox-api", API_VERSION, synopsis,
+	    api_config_keys, &cfg, argc, argv, &opts, &rc))
 		goto done;
-	}
-	if (opts.help) {
-		sbx_config_usage(stdout, "sandbox-api", synopsis,
-		    api_config_keys);
-		rc = API_EXIT_OK;
-		goto done;
-	}
-	if (opts.version) {
-		printf("sandbox-api %s (broker API v%s)\n", API_VERSION,
-		    SBX_PROTO_VERSION);
-		rc = API_EXIT_OK;
-		goto done;
-	}
 	if (api_config_check(&cfg, &err) == -1 ||
 	    api_config_finish(&cfg, &err) == -1) {
 		fprintf(stderr, "sandbox-api: %s\n", err.message);
@@ -303,10 +271,8 @@ main(int argc, char **argv)
 		rc = API_EXIT_USAGE;
 		goto done;
 	}
-	sbx_log_set_level(sbx_log_level_parse(cfg.log_level));
-	if (cfg.log_file != NULL && sbx_log_reopen(cfg.log_file) == -1) {
-		fprintf(stderr, "sandbox-api: cannot open log_file %s: %s\n",
-		    cfg.log_file, strerror(errno));
+	if (sbx_daemon_log_setup("sandbox-api", cfg.log_level,
+	    cfg.log_file) == -1) {
 		rc = API_EXIT_CONFIG;
 		goto done;
 	}
@@ -352,13 +318,9 @@ main(int argc, char **argv)
 		rc = API_EXIT_CONFIG;
 		goto done;
 	}
-	for (i = 0; signums[i] != 0; i++) {
-		if ((sigs[i] = evsignal_new(m.base, signums[i], on_signal,
-		    &m)) == NULL || evsignal_add(sigs[i], NULL) == -1) {
-			fprintf(stderr, "sandbox-api: cannot set up signals\n");
-			goto done;
-		}
-	}
+	if (sbx_daemon_signals("sandbox-api", m.base, on_signal, &m,
+	    sigs) == -1)
+		goto done;
 	snprintf(port, sizeof(port), "%d", api_server_port(m.server));
 	log_info("listening", "listen", cfg.listen, "port", port, "broker",
 	    cfg.broker, "state_dir", cfg.state_dir, "version", API_VERSION,
@@ -370,9 +332,7 @@ main(int argc, char **argv)
 	log_info("stopped", NULL);
 	rc = API_EXIT_OK;
 done:
-	for (i = 0; i < 4; i++)
-		if (sigs[i] != NULL)
-			event_free(sigs[i]);
+	sbx_daemon_signals_free(sigs);
 	api_server_free(m.server);
 	sbx_driver_free(driver);
 	if (m.base != NULL)

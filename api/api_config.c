@@ -37,14 +37,7 @@ const struct sbx_config_key api_config_keys[] = {
 	    "largest JSON request body (exec stdin included); more: 413"),
 	K("file_size_max", SBX_CFG_BYTES, file_size_max, "64m",
 	    "largest file written with PUT .../files (buffered in memory); more: 413"),
-	K("header_timeout", SBX_CFG_DURATION_MS, header_timeout, "10s",
-	    "a request head must arrive whole within this, however it trickles; else 408 and close"),
-	K("head_max", SBX_CFG_BYTES, head_max, "16k",
-	    "largest request head (request line + headers); more: 431 (a longer request line: 414)"),
-	K("headers_max", SBX_CFG_INT, headers_max, "100",
-	    "header fields per request; more: 431"),
-	K("max_connections", SBX_CFG_INT, max_connections, "512",
-	    "client connections open at once on the listener; more: 503 overloaded and close"),
+	SBX_CONFIG_HTTP_ROWS(K),
 	K("heartbeat", SBX_CFG_DURATION_MS, heartbeat, "15s",
 	    "SSE: send a \": ping\" comment after this long without an event"),
 	K("broker_timeout", SBX_CFG_DURATION_MS, broker_timeout, "30s",
@@ -53,10 +46,7 @@ const struct sbx_config_key api_config_keys[] = {
 	    "time a client may take to send its request"),
 	K("shutdown_grace", SBX_CFG_DURATION_MS, shutdown_grace, "10s",
 	    "SIGTERM: how long open requests and exec streams may run on before they are cancelled"),
-	K("log_level", SBX_CFG_STRING, log_level, "info",
-	    "debug, info, warn or error"),
-	K("log_file", SBX_CFG_STRING, log_file, NULL,
-	    "append logs here instead of stderr (reopened on SIGHUP)"),
+	SBX_CONFIG_LOG_ROWS(K),
 	K("exec_log_max", SBX_CFG_BYTES, exec_log_max, "64m",
 	    "resource execs: bytes of one exec's event log on disk; beyond, its oldest events are dropped"),
 	K("exec_log_total", SBX_CFG_BYTES, exec_log_total, "1g",
@@ -106,17 +96,9 @@ host_port(const char *s)
 int
 api_config_finish(struct api_config *cfg, struct sbx_err *err)
 {
-	char cred[4096];
-	char *dup;
-
-	if (cfg->broker_token_file != NULL && cfg->broker_token_file[0] != '\0')
-		return 0;
-	if (!sbx_credential_path(SBX_CRED_BROKER_TOKEN, cred, sizeof(cred)))
-		return 0;
-	if ((dup = strdup(cred)) == NULL)
+	if (sbx_credential_default(&cfg->broker_token_file,
+	    SBX_CRED_BROKER_TOKEN) == -1)
 		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
-	free(cfg->broker_token_file);
-	cfg->broker_token_file = dup;
 	return 0;
 }
 

@@ -47,6 +47,21 @@ sse_emit(struct areq *a, struct evbuffer *line)
 	return 0;
 }
 
+/* The last event of a started exec stream: an SSE error event (code,
+ * message), then the stream ends with code as its outcome. */
+static void
+sse_end_error(struct areq *a, const char *code, const char *message)
+{
+	struct evbuffer *line;
+
+	if ((line = evbuffer_new()) != NULL) {
+		if (sbx_ndjson_error(line, code, message) == 0)
+			sse_emit(a, line);
+		evbuffer_free(line);
+	}
+	areq_stream_end(a, code);
+}
+
 static void
 exec_start(void *arg, const char *exec_id)
 {
@@ -118,25 +133,30 @@ exec_exit(void *arg, const struct sbx_exit *ex)
 	areq_stream_end(a, "ok");
 }
 
+/* The head of a driver error callback: the op is over; before the stream
+ * started the request fails with err (1: nothing left to do); mid-stream
+ * the broker error is counted (0: the caller ends its stream). */
+static int
+op_failed(struct areq *a, const struct sbx_err *err)
+{
+	a->op = NULL;
+	if (!a->streaming) {
+		areq_fail_broker(a, err);
+		return 1;
+	}
+	api_metrics_broker_error(&a->s->metrics, err->code);
+	return 0;
+}
+
 static void
 exec_error(void *arg, const struct sbx_err *err)
 {
 	struct areq *a = arg;
-	struct evbuffer *line;
 
-	a->op = NULL;
-	if (!a->streaming) {
-		areq_fail_broker(a, err);
+	if (op_failed(a, err))
 		return;
-	}
-	api_metrics_broker_error(&a->s->metrics, err->code);
-	if ((line = evbuffer_new()) != NULL) {
-		if (sbx_ndjson_error(line, err->code, err->message[0] != '\0' ?
-		    err->message : err->code) == 0)
-			sse_emit(a, line);
-		evbuffer_free(line);
-	}
-	areq_stream_end(a, err->code);
+	sse_end_error(a, err->code, err->message[0] != '\0' ? err->message :
+	    err->code);
 }
 
 /* on_shutdown of an exec stream: a last SSE error event shutting_down,
@@ -144,15 +164,8 @@ exec_error(void *arg, const struct sbx_err *err)
 static void
 exec_shutdown(struct areq *a)
 {
-	struct evbuffer *line;
-
-	if ((line = evbuffer_new()) != NULL) {
-		if (sbx_ndjson_error(line, SBX_E_SHUTTING_DOWN, "The api is "
-		    "shutting down; the exec was cancelled.") == 0)
-			sse_emit(a, line);
-		evbuffer_free(line);
-	}
-	areq_stream_end(a, SBX_E_SHUTTING_DOWN);
+	sse_end_error(a, SBX_E_SHUTTING_DOWN, "The api is shutting down; the "
+	    "exec was cancelled.");
 }
 
 int
@@ -275,12 +288,8 @@ read_error(void *arg, const struct sbx_err *err)
 {
 	struct areq *a = arg;
 
-	a->op = NULL;
-	if (!a->streaming) {
-		areq_fail_broker(a, err);
+	if (op_failed(a, err))
 		return;
-	}
-	api_metrics_broker_error(&a->s->metrics, err->code);
 	log_warn("file read failed mid-stream", "npc", a->npc.name, "code",
 	    err->code, NULL);
 	areq_stream_abort(a, err->code);

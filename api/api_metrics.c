@@ -9,19 +9,8 @@
 void
 api_metrics_request(struct api_metrics *m, const char *route, int status)
 {
-	size_t i;
-
-	for (i = 0; i < m->nreq; i++)
-		if (m->req[i].status == status &&
-		    strcmp(m->req[i].route, route) == 0) {
-			m->req[i].count++;
-			return;
-		}
-	if (m->nreq == API_METRICS_MAX_REQ)
-		return;
-	m->req[m->nreq].route = route;
-	m->req[m->nreq].status = status;
-	m->req[m->nreq++].count = 1;
+	sbx_req_series_count(m->req, &m->nreq, API_METRICS_MAX_REQ, route,
+	    status);
 }
 
 void
@@ -98,32 +87,22 @@ api_metrics_render(const struct api_metrics *m, struct evbuffer *out,
 
 	rc |= sbx_metrics_family(out, "sbx_api_http_requests_total", "counter",
 	    "HTTP requests answered, by route and status (streams when they end).");
-	for (i = 0; i < m->nreq; i++)
-		rc |= evbuffer_add_printf(out,
-		    "sbx_api_http_requests_total{route=\"%s\",code=\"%d\"} %llu\n",
-		    m->req[i].route, m->req[i].status,
-		    (unsigned long long)m->req[i].count) < 0;
-	rc |= sbx_metrics_family(out, "sbx_api_http_requests_in_flight",
-	    "gauge",
-	    "Requests being answered now, open streams included.");
-	rc |= evbuffer_add_printf(out, "sbx_api_http_requests_in_flight %u\n",
-	    inflight) < 0;
-	rc |= sbx_metrics_family(out, "sbx_api_sse_clients", "gauge",
-	    "Clients with an exec event stream (SSE) open now.");
-	rc |= evbuffer_add_printf(out, "sbx_api_sse_clients %llu\n",
-	    (unsigned long long)m->sse_clients) < 0;
-	rc |= sbx_metrics_family(out, "sbx_api_execs_started_total", "counter",
-	    "Execs whose stream started (the broker's start event arrived).");
-	rc |= evbuffer_add_printf(out, "sbx_api_execs_started_total %llu\n",
-	    (unsigned long long)m->execs_started) < 0;
-	rc |= sbx_metrics_family(out, "sbx_api_execs_finished_total", "counter",
-	    "Started execs that ended: exit, error, timeout, client gone, shutdown.");
-	rc |= evbuffer_add_printf(out, "sbx_api_execs_finished_total %llu\n",
-	    (unsigned long long)m->execs_finished) < 0;
-	rc |= sbx_metrics_family(out, "sbx_api_execs_running", "gauge",
-	    "Execs whose stream has started and not ended.");
-	rc |= evbuffer_add_printf(out, "sbx_api_execs_running %llu\n",
-	    (unsigned long long)(m->execs_started - m->execs_finished)) < 0;
+	rc |= sbx_req_series_render(out, "sbx_api_http_requests_total", "route",
+	    m->req, m->nreq);
+	rc |= sbx_metrics_one(out, "sbx_api_http_requests_in_flight", "gauge",
+	    "Requests being answered now, open streams included.", inflight);
+	rc |= sbx_metrics_one(out, "sbx_api_sse_clients", "gauge",
+	    "Clients with an exec event stream (SSE) open now.",
+	    (unsigned long long)m->sse_clients);
+	rc |= sbx_metrics_one(out, "sbx_api_execs_started_total", "counter",
+	    "Execs whose stream started (the broker's start event arrived).",
+	    (unsigned long long)m->execs_started);
+	rc |= sbx_metrics_one(out, "sbx_api_execs_finished_total", "counter",
+	    "Started execs that ended: exit, error, timeout, client gone, shutdown.",
+	    (unsigned long long)m->execs_finished);
+	rc |= sbx_metrics_one(out, "sbx_api_execs_running", "gauge",
+	    "Execs whose stream has started and not ended.",
+	    (unsigned long long)(m->execs_started - m->execs_finished));
 	rc |= sbx_metrics_family(out, "sbx_api_exec_duration_seconds",
 	    "histogram",
 	    "Run time of ended execs, from their start event to their end.");
@@ -141,10 +120,9 @@ api_metrics_render(const struct api_metrics *m, struct evbuffer *out,
 	rc |= sbx_metrics_family(out, "sbx_api_broker_errors_total", "counter",
 	    "Errors the broker reported (or that reaching it gave), by error code.");
 	for (i = 0; i < m->nbroker_err; i++)
-		rc |= evbuffer_add_printf(out,
-		    "sbx_api_broker_errors_total{code=\"%s\"} %llu\n",
-		    m->broker_err[i].code,
-		    (unsigned long long)m->broker_err[i].count) < 0;
+		rc |= sbx_metrics_label(out, "sbx_api_broker_errors_total",
+		    "code", m->broker_err[i].code,
+		    (unsigned long long)m->broker_err[i].count);
 	rc |= sbx_metrics_family(out, "sbx_api_rate_limit_rejections_total",
 	    "counter",
 	    "Requests refused with 429 by a per-principal limit, by limit.");

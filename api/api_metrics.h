@@ -19,11 +19,7 @@ struct evbuffer;
  * series are dropped (old ones keep counting).
  */
 struct api_metrics {
-	struct {
-		const char *route;          /* static */
-		int status;
-		uint64_t count;
-	} req[API_METRICS_MAX_REQ];
+	struct sbx_req_series req[API_METRICS_MAX_REQ]; /* route: static */
 	size_t nreq;
 	struct {
 		char code[32];

@@ -180,6 +180,35 @@ db_fail(struct api_store *st, struct sbx_err *err, const char *what)
 	    "(%s).", what);
 }
 
+/* Steps stmt once: 1 a row is current (read it, then sbx_sqlite_done), 0
+ * no (more) rows, -1 the database failed (err by db_fail, what names the
+ * use). Every read and list below is this one step. */
+static int
+step_row(struct api_store *st, sqlite3_stmt *stmt, const char *what,
+    struct sbx_err *err)
+{
+	int src = sqlite3_step(stmt);
+
+	if (src == SQLITE_ROW)
+		return 1;
+	if (src == SQLITE_DONE)
+		return 0;
+	db_fail(st, err, what);
+	return -1;
+}
+
+/* Steps a write (or a one-row read): 0 when it ended in want (SQLITE_DONE
+ * or SQLITE_ROW); else -1, err by db_fail(what). */
+static int
+step_want(struct api_store *st, sqlite3_stmt *stmt, int want,
+    const char *what, struct sbx_err *err)
+{
+	if (sqlite3_step(stmt) == want)
+		return 0;
+	db_fail(st, err, what);
+	return -1;
+}
+
 /* Reads or creates the 32-byte server key. */
 static int
 load_key(struct api_store *st, const char *path, struct sbx_err *err)
@@ -340,7 +369,7 @@ api_store_principal_create(struct api_store *st, const char *name,
     enum api_role role, char *key, size_t keylen, struct sbx_err *err)
 {
 	unsigned char h[HASH_BYTES];
-	sqlite3_stmt *stmt = NULL;
+	sqlite3_stmt *stmt = st->q[Q_PRINCIPAL_CREATE];
 	int rc = -1, src;
 
 	if (!api_principal_name_valid(name))
@@ -350,7 +379,6 @@ api_store_principal_create(struct api_store *st, const char *name,
 	    sbx_token_generate(key, keylen) == -1)
 		return sbx_err_set(err, SBX_E_INTERNAL, "Cannot generate a key.");
 	key_hash(st, key, strlen(key), h);
-	stmt = st->q[Q_PRINCIPAL_CREATE];
 	sqlite3_bind_text(stmt, 1, name, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(stmt, 2, api_role_name(role), -1, SQLITE_STATIC);
 	sqlite3_bind_blob(stmt, 3, h, sizeof(h), SQLITE_TRANSIENT);
@@ -378,16 +406,13 @@ int
 api_store_principal_revoke(struct api_store *st, const char *name,
     struct sbx_err *err)
 {
-	sqlite3_stmt *stmt = NULL;
+	sqlite3_stmt *stmt = st->q[Q_PRINCIPAL_REVOKE];
 	int rc = -1;
 
-	stmt = st->q[Q_PRINCIPAL_REVOKE];
 	sqlite3_bind_int64(stmt, 1, now_ms());
 	sqlite3_bind_text(stmt, 2, name, -1, SQLITE_TRANSIENT);
-	if (sqlite3_step(stmt) != SQLITE_DONE) {
-		db_fail(st, err, "revoke principal");
+	if (step_want(st, stmt, SQLITE_DONE, "revoke principal", err) == -1)
 		goto done;
-	}
 	if (sqlite3_changes(st->db) == 0) {
 		sbx_err_set(err, SBX_E_NOT_FOUND, "No active principal is named "
 		    "%s.", api_principal_name_valid(name) ? name : "so");
@@ -405,20 +430,13 @@ api_store_principal_list(struct api_store *st,
     struct sbx_err *err)
 {
 	struct api_principal p;
-	sqlite3_stmt *stmt = NULL;
-	int rc = -1, src;
+	sqlite3_stmt *stmt = st->q[Q_PRINCIPAL_LIST];
+	int rc = -1;
 
-	stmt = st->q[Q_PRINCIPAL_LIST];
-	while ((src = sqlite3_step(stmt)) == SQLITE_ROW) {
+	while ((rc = step_row(st, stmt, "list principals", err)) == 1) {
 		row_principal(stmt, &p);
 		cb(arg, &p);
 	}
-	if (src != SQLITE_DONE) {
-		db_fail(st, err, "list principals");
-		goto done;
-	}
-	rc = 0;
-done:
 	sbx_sqlite_done(stmt);
 	return rc;
 }
@@ -427,19 +445,12 @@ int
 api_store_principal_get(struct api_store *st, const char *name,
     struct api_principal *out, struct sbx_err *err)
 {
-	sqlite3_stmt *stmt = NULL;
-	int rc = -1, src;
+	sqlite3_stmt *stmt = st->q[Q_PRINCIPAL_GET];
+	int rc = -1;
 
-	stmt = st->q[Q_PRINCIPAL_GET];
 	sqlite3_bind_text(stmt, 1, name, -1, SQLITE_TRANSIENT);
-	src = sqlite3_step(stmt);
-	if (src == SQLITE_ROW) {
+	if ((rc = step_row(st, stmt, "get principal", err)) == 1)
 		row_principal(stmt, out);
-		rc = 1;
-	} else if (src == SQLITE_DONE)
-		rc = 0;
-	else
-		db_fail(st, err, "get principal");
 	sbx_sqlite_done(stmt);
 	return rc;
 }
@@ -449,12 +460,11 @@ api_store_authenticate(struct api_store *st, const char *key, size_t len,
     struct api_principal *out)
 {
 	unsigned char h[HASH_BYTES];
-	sqlite3_stmt *stmt = NULL;
+	sqlite3_stmt *stmt = st->q[Q_AUTHENTICATE];
 	const void *stored;
 	int rc = -1, src;
 
 	key_hash(st, key, len, h);
-	stmt = st->q[Q_AUTHENTICATE];
 	sqlite3_bind_blob(stmt, 1, h, sizeof(h), SQLITE_STATIC);
 	src = sqlite3_step(stmt);
 	if (src == SQLITE_DONE) {
@@ -502,7 +512,7 @@ int
 api_store_npc_create(struct api_store *st, const char *name,
     int64_t owner_id, struct api_npc *out, struct sbx_err *err)
 {
-	sqlite3_stmt *stmt = NULL;
+	sqlite3_stmt *stmt = st->q[Q_NPC_CREATE];
 	char sid[64];
 	int rc = -1, src;
 
@@ -510,7 +520,6 @@ api_store_npc_create(struct api_store *st, const char *name,
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "An NPC name must "
 		    "match [a-z0-9][a-z0-9-]{0,40}.");
 	snprintf(sid, sizeof(sid), API_NPC_SANDBOX_PREFIX "%s", name);
-	stmt = st->q[Q_NPC_CREATE];
 	sqlite3_bind_text(stmt, 1, name, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int64(stmt, 2, owner_id);
 	sqlite3_bind_text(stmt, 3, sid, -1, SQLITE_TRANSIENT);
@@ -540,19 +549,12 @@ int
 api_store_npc_get(struct api_store *st, const char *name, struct api_npc *out,
     struct sbx_err *err)
 {
-	sqlite3_stmt *stmt = NULL;
-	int rc = -1, src;
+	sqlite3_stmt *stmt = st->q[Q_NPC_GET];
+	int rc = -1;
 
-	stmt = st->q[Q_NPC_GET];
 	sqlite3_bind_text(stmt, 1, name, -1, SQLITE_TRANSIENT);
-	src = sqlite3_step(stmt);
-	if (src == SQLITE_ROW) {
+	if ((rc = step_row(st, stmt, "get npc", err)) == 1)
 		row_npc(stmt, out);
-		rc = 1;
-	} else if (src == SQLITE_DONE)
-		rc = 0;
-	else
-		db_fail(st, err, "get npc");
 	sbx_sqlite_done(stmt);
 	return rc;
 }
@@ -563,21 +565,14 @@ api_store_npc_list(struct api_store *st, int64_t owner_id,
     struct sbx_err *err)
 {
 	struct api_npc n;
-	sqlite3_stmt *stmt = NULL;
-	int rc = -1, src;
+	sqlite3_stmt *stmt = st->q[Q_NPC_LIST];
+	int rc = -1;
 
-	stmt = st->q[Q_NPC_LIST];
 	sqlite3_bind_int64(stmt, 1, owner_id);
-	while ((src = sqlite3_step(stmt)) == SQLITE_ROW) {
+	while ((rc = step_row(st, stmt, "list npcs", err)) == 1) {
 		row_npc(stmt, &n);
 		cb(arg, &n);
 	}
-	if (src != SQLITE_DONE) {
-		db_fail(st, err, "list npcs");
-		goto done;
-	}
-	rc = 0;
-done:
 	sbx_sqlite_done(stmt);
 	return rc;
 }
@@ -586,18 +581,15 @@ int
 api_store_npc_set_egress(struct api_store *st, const char *name, int enabled,
     const char *by, struct sbx_err *err)
 {
-	sqlite3_stmt *stmt = NULL;
+	sqlite3_stmt *stmt = st->q[Q_NPC_SET_EGRESS];
 	int rc = -1;
 
-	stmt = st->q[Q_NPC_SET_EGRESS];
 	sqlite3_bind_int(stmt, 1, enabled ? 1 : 0);
 	sqlite3_bind_text(stmt, 2, by, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int64(stmt, 3, now_ms());
 	sqlite3_bind_text(stmt, 4, name, -1, SQLITE_TRANSIENT);
-	if (sqlite3_step(stmt) != SQLITE_DONE) {
-		db_fail(st, err, "set egress");
+	if (step_want(st, stmt, SQLITE_DONE, "set egress", err) == -1)
 		goto done;
-	}
 	if (sqlite3_changes(st->db) == 0) {
 		sbx_err_set(err, SBX_E_NOT_FOUND, "No NPC named %s.", name);
 		goto done;
@@ -612,19 +604,16 @@ int
 api_store_npc_set_image(struct api_store *st, const char *name,
     const char *image, struct sbx_err *err)
 {
-	sqlite3_stmt *stmt = NULL;
+	sqlite3_stmt *stmt = st->q[Q_NPC_SET_IMAGE];
 	int rc = -1;
 
-	stmt = st->q[Q_NPC_SET_IMAGE];
 	if (image != NULL && image[0] != '\0')
 		sqlite3_bind_text(stmt, 1, image, -1, SQLITE_TRANSIENT);
 	else
 		sqlite3_bind_null(stmt, 1);
 	sqlite3_bind_text(stmt, 2, name, -1, SQLITE_TRANSIENT);
-	if (sqlite3_step(stmt) != SQLITE_DONE) {
-		db_fail(st, err, "set image");
+	if (step_want(st, stmt, SQLITE_DONE, "set image", err) == -1)
 		goto done;
-	}
 	rc = 0;
 done:
 	sbx_sqlite_done(stmt);
@@ -635,15 +624,12 @@ int
 api_store_sandbox_count(struct api_store *st, int64_t owner_id,
     int64_t *out, struct sbx_err *err)
 {
-	sqlite3_stmt *stmt = NULL;
+	sqlite3_stmt *stmt = st->q[Q_SANDBOX_COUNT];
 	int rc = -1;
 
-	stmt = st->q[Q_SANDBOX_COUNT];
 	sqlite3_bind_int64(stmt, 1, owner_id);
-	if (sqlite3_step(stmt) != SQLITE_ROW) {
-		db_fail(st, err, "count sandboxes");
+	if (step_want(st, stmt, SQLITE_ROW, "count sandboxes", err) == -1)
 		goto done;
-	}
 	*out = sqlite3_column_int64(stmt, 0);
 	rc = 0;
 done:
@@ -655,21 +641,18 @@ int
 api_store_sandbox_claim(struct api_store *st, const struct api_npc *n,
     long long max, int *claimed, struct sbx_err *err)
 {
-	sqlite3_stmt *stmt = NULL;
+	sqlite3_stmt *stmt = st->q[Q_SANDBOX_CLAIM];
 	int rc = -1;
 
 	*claimed = 0;
 	/* One statement: the count and the insert cannot be split by a
 	 * concurrent claim, even from another process on the same file. */
-	stmt = st->q[Q_SANDBOX_CLAIM];
 	sqlite3_bind_int64(stmt, 1, n->id);
 	sqlite3_bind_int64(stmt, 2, n->owner_id);
 	sqlite3_bind_int64(stmt, 3, now_ms());
 	sqlite3_bind_int64(stmt, 4, max);
-	if (sqlite3_step(stmt) != SQLITE_DONE) {
-		db_fail(st, err, "claim a sandbox");
+	if (step_want(st, stmt, SQLITE_DONE, "claim a sandbox", err) == -1)
 		goto done;
-	}
 	if (sqlite3_changes(st->db) > 0) {
 		*claimed = 1;
 		rc = 1;
@@ -677,19 +660,9 @@ api_store_sandbox_claim(struct api_store *st, const struct api_npc *n,
 	}
 	/* Nothing inserted: the NPC holds its slot already, or none is free. */
 	sbx_sqlite_done(stmt);
-	stmt = NULL;
 	stmt = st->q[Q_SANDBOX_CLAIM_2];
 	sqlite3_bind_int64(stmt, 1, n->id);
-	switch (sqlite3_step(stmt)) {
-	case SQLITE_ROW:
-		rc = 1;
-		break;
-	case SQLITE_DONE:
-		rc = 0;
-		break;
-	default:
-		db_fail(st, err, "claim a sandbox");
-	}
+	rc = step_row(st, stmt, "claim a sandbox", err);
 done:
 	sbx_sqlite_done(stmt);
 	return rc;
@@ -699,15 +672,12 @@ int
 api_store_sandbox_release(struct api_store *st, int64_t npc_id,
     struct sbx_err *err)
 {
-	sqlite3_stmt *stmt = NULL;
+	sqlite3_stmt *stmt = st->q[Q_SANDBOX_RELEASE];
 	int rc = -1;
 
-	stmt = st->q[Q_SANDBOX_RELEASE];
 	sqlite3_bind_int64(stmt, 1, npc_id);
-	if (sqlite3_step(stmt) != SQLITE_DONE) {
-		db_fail(st, err, "release a sandbox");
+	if (step_want(st, stmt, SQLITE_DONE, "release a sandbox", err) == -1)
 		goto done;
-	}
 	rc = 0;
 done:
 	sbx_sqlite_done(stmt);
@@ -718,9 +688,8 @@ void
 api_store_audit(struct api_store *st, const char *principal,
     const char *action, const char *npc, const char *outcome)
 {
-	sqlite3_stmt *stmt = NULL;
+	sqlite3_stmt *stmt = st->q[Q_AUDIT];
 
-	stmt = st->q[Q_AUDIT];
 	sqlite3_bind_int64(stmt, 1, now_ms());
 	sqlite3_bind_text(stmt, 2, principal, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(stmt, 3, action != NULL ? action : "?", -1,
@@ -744,11 +713,10 @@ api_store_audit_list(struct api_store *st,
     struct sbx_err *err)
 {
 	struct api_audit_row r;
-	sqlite3_stmt *stmt = NULL;
-	int rc = -1, src;
+	sqlite3_stmt *stmt = st->q[Q_AUDIT_LIST];
+	int rc = -1;
 
-	stmt = st->q[Q_AUDIT_LIST];
-	while ((src = sqlite3_step(stmt)) == SQLITE_ROW) {
+	while ((rc = step_row(st, stmt, "list audit", err)) == 1) {
 		memset(&r, 0, sizeof(r));
 		r.ts = sqlite3_column_int64(stmt, 0);
 		copy_text(r.principal, sizeof(r.principal), stmt, 1);
@@ -757,12 +725,6 @@ api_store_audit_list(struct api_store *st,
 		copy_text(r.outcome, sizeof(r.outcome), stmt, 4);
 		cb(arg, &r);
 	}
-	if (src != SQLITE_DONE) {
-		db_fail(st, err, "list audit");
-		goto done;
-	}
-	rc = 0;
-done:
 	sbx_sqlite_done(stmt);
 	return rc;
 }

@@ -74,17 +74,6 @@ struct main_ctx {
 };
 
 static void
-drained(void *arg)
-{
-	struct main_ctx *m = arg;
-	struct timeval flush = { 0, 100 * 1000 };
-
-	log_info("drained; exiting", NULL);
-	/* Let the last replies leave the socket buffers. */
-	event_base_loopexit(m->base, &flush);
-}
-
-static void
 tick(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd;
@@ -122,14 +111,8 @@ on_signal(evutil_socket_t sig, short what, void *arg)
 	struct main_ctx *m = arg;
 
 	(void)what;
-	if (sig == SIGHUP) {
-		if (sbx_log_reopen(NULL) == -1)
-			log_warn("log reopen failed", "error", strerror(errno),
-			    NULL);
-		else
-			log_info("logs reopened", NULL);
+	if (sbx_daemon_sighup(sig))
 		return;
-	}
 	if (m->recovering) {
 		log_info("signal received before serving; exiting", "signal",
 		    sig == SIGTERM ? "TERM" : "INT", NULL);
@@ -139,7 +122,7 @@ on_signal(evutil_socket_t sig, short what, void *arg)
 	}
 	log_info("signal received; draining", "signal",
 	    sig == SIGTERM ? "TERM" : "INT", NULL);
-	broker_server_drain(m->server, drained, m);
+	broker_server_drain(m->server, sbx_daemon_drained, m->base);
 }
 
 static void recovery_start(struct main_ctx *m);
@@ -201,12 +184,11 @@ main(int argc, char **argv)
 	struct main_ctx m;
 	struct sbx_driver *driver = NULL;
 	struct broker_reaper *reaper = NULL;
-	struct event *sigs[4] = { NULL, NULL, NULL, NULL };
-	static const int signums[4] = { SIGTERM, SIGINT, SIGHUP, 0 };
+	struct event *sigs[SBX_DAEMON_NSIGS] = { NULL, NULL, NULL };
 	const char **allow = NULL;
 	char exe[PATH_MAX], token_problem[256];
 	ssize_t n;
-	int rc = BROKER_EXIT_INTERNAL, i;
+	int rc = BROKER_EXIT_INTERNAL;
 
 	memset(&cfg, 0, sizeof(cfg));
 	memset(&opts, 0, sizeof(opts));
@@ -219,24 +201,9 @@ main(int argc, char **argv)
 
 	opts.accept = SBX_OPT_HELP | SBX_OPT_VERSION | SBX_OPT_PRINT_CONFIG |
 	    SBX_OPT_CHECK | SBX_OPT_HEALTH;
-	if (sbx_config_load(broker_config_keys, &cfg, argc, argv, &opts,
-	    &err) == -1) {
-		rc = sbx_config_exit_code(&err);
-		fprintf(stderr, "sandbox-broker: %s\n", err.message);
+	if (!sbx_daemon_options("sandbox-broker", BROKER_VERSION, synopsis,
+	    broker_config_keys, &cfg, argc, argv, &opts, &rc))
 		goto done;
-	}
-	if (opts.help) {
-		sbx_config_usage(stdout, "sandbox-broker", synopsis,
-		    broker_config_keys);
-		rc = BROKER_EXIT_OK;
-		goto done;
-	}
-	if (opts.version) {
-		printf("sandbox-broker %s (broker API v%s)\n", BROKER_VERSION,
-		    SBX_PROTO_VERSION);
-		rc = BROKER_EXIT_OK;
-		goto done;
-	}
 	if (opts.nargs > 0) {
 		fprintf(stderr, "sandbox-broker: unexpected argument %s\n",
 		    opts.args[0]);
@@ -259,10 +226,8 @@ main(int argc, char **argv)
 		rc = broker_run_health(&cfg);
 		goto done;
 	}
-	sbx_log_set_level(sbx_log_level_parse(cfg.log_level));
-	if (cfg.log_file != NULL && sbx_log_reopen(cfg.log_file) == -1) {
-		fprintf(stderr, "sandbox-broker: cannot open log_file %s: %s\n",
-		    cfg.log_file, strerror(errno));
+	if (sbx_daemon_log_setup("sandbox-broker", cfg.log_level,
+	    cfg.log_file) == -1) {
 		rc = BROKER_EXIT_CONFIG;
 		goto done;
 	}
@@ -342,13 +307,9 @@ main(int argc, char **argv)
 		goto done;
 	}
 	sbx_token_clear(&token);
-	for (i = 0; signums[i] != 0; i++) {
-		if ((sigs[i] = evsignal_new(m.base, signums[i], on_signal,
-		    &m)) == NULL || evsignal_add(sigs[i], NULL) == -1) {
-			fprintf(stderr, "sandbox-broker: cannot set up signals\n");
-			goto done;
-		}
-	}
+	if (sbx_daemon_signals("sandbox-broker", m.base, on_signal, &m,
+	    sigs) == -1)
+		goto done;
 	/* SPEC §7: account for every labelled container and kill orphaned
 	 * execs before the first request can start a new one. */
 	m.recovering = 1;
@@ -384,9 +345,7 @@ main(int argc, char **argv)
 	}
 	rc = BROKER_EXIT_OK;
 done:
-	for (i = 0; i < 4; i++)
-		if (sigs[i] != NULL)
-			event_free(sigs[i]);
+	sbx_daemon_signals_free(sigs);
 	broker_reaper_free(reaper);
 	broker_recovery_free(m.recovery);
 	if (m.retry_ev != NULL)

@@ -67,14 +67,7 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "largest file read or written"),
 	K("body_max", SBX_CFG_BYTES, body_max, "8m",
 	    "largest JSON request body (exec stdin included)"),
-	K("header_timeout", SBX_CFG_DURATION_MS, header_timeout, "10s",
-	    "a request head must arrive whole within this, however it trickles; else 408 and close"),
-	K("head_max", SBX_CFG_BYTES, head_max, "16k",
-	    "largest request head (request line + headers); more: 431 (a longer request line: 414)"),
-	K("headers_max", SBX_CFG_INT, headers_max, "100",
-	    "header fields per request; more: 431"),
-	K("max_connections", SBX_CFG_INT, max_connections, "512",
-	    "client connections open at once on the listener; more: 503 overloaded and close"),
+	SBX_CONFIG_HTTP_ROWS(K),
 	K("max_execs_per_sandbox", SBX_CFG_INT, max_execs_per_sandbox, "8",
 	    "concurrent execs per sandbox; more: 429 too_many"),
 	K("file_timeout", SBX_CFG_DURATION_MS, file_timeout, "30s",
@@ -99,10 +92,7 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "SIGTERM: how long in-flight requests may finish"),
 	K("socket_mode", SBX_CFG_MODE, socket_mode, "0660",
 	    "permission bits of the unix socket, octal as chmod writes them"),
-	K("log_level", SBX_CFG_STRING, log_level, "info",
-	    "debug, info, warn or error"),
-	K("log_file", SBX_CFG_STRING, log_file, NULL,
-	    "append logs here instead of stderr (reopened on SIGHUP)"),
+	SBX_CONFIG_LOG_ROWS(K),
 	{ NULL, 0, 0, NULL, 0, NULL },
 };
 
@@ -254,13 +244,9 @@ broker_config_finish(struct broker_config *cfg, const char *exe_path,
 		    "log_level must be debug, info, warn or error.");
 	/* Under systemd the token is a credential (LoadCredential=broker-token,
 	 * ADR 0011): the default token_file when none is configured. */
-	if (cfg->token_file == NULL || cfg->token_file[0] == '\0') {
-		char cred[PATH_MAX];
-
-		if (sbx_credential_path(SBX_CRED_BROKER_TOKEN, cred,
-		    sizeof(cred)) && set_string(&cfg->token_file, cred) == -1)
-			return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
-	}
+	if (sbx_credential_default(&cfg->token_file, SBX_CRED_BROKER_TOKEN) ==
+	    -1)
+		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
 	if ((cfg->helper_path == NULL || cfg->helper_path[0] == '\0') &&
 	    exe_path != NULL) {
 		/* Next to the binary (build/out/), then the installed layout

@@ -21,19 +21,13 @@ static const char *const rec_results[] = { "adopted", "recorded", "absent",
 	"killed" };
 #define NREC (sizeof(rec_results) / sizeof(rec_results[0]))
 
-struct series {
-	const char *op;      /* static */
-	int status;
-	uint64_t count;
-};
-
 struct hist {
 	const char *op;      /* static; NULL for an unlabelled histogram */
 	struct sbx_hist h;
 };
 
 struct broker_metrics {
-	struct series req[MAX_SERIES];
+	struct sbx_req_series req[MAX_SERIES]; /* route: the op, static */
 	size_t nreq;
 	struct hist dur[MAX_OPS];
 	size_t ndur;
@@ -76,19 +70,8 @@ void
 broker_metrics_request(struct broker_metrics *m, const char *op, int status,
     int64_t duration_ms)
 {
-	size_t i;
-
 	observe(m, op, duration_ms);
-	for (i = 0; i < m->nreq; i++)
-		if (m->req[i].status == status && strcmp(m->req[i].op, op) == 0) {
-			m->req[i].count++;
-			return;
-		}
-	if (m->nreq == MAX_SERIES)
-		return;
-	m->req[m->nreq].op = op;
-	m->req[m->nreq].status = status;
-	m->req[m->nreq++].count = 1;
+	sbx_req_series_count(m->req, &m->nreq, MAX_SERIES, op, status);
 }
 
 void
@@ -148,11 +131,8 @@ broker_metrics_render(const struct broker_metrics *m, struct evbuffer *out,
 
 	rc |= sbx_metrics_family(out, "sbx_broker_requests_total", "counter",
 	    "HTTP requests answered, by route (op) and HTTP status (code).");
-	for (i = 0; i < m->nreq; i++)
-		rc |= evbuffer_add_printf(out,
-		    "sbx_broker_requests_total{op=\"%s\",code=\"%d\"} %llu\n",
-		    m->req[i].op, m->req[i].status,
-		    (unsigned long long)m->req[i].count) < 0;
+	rc |= sbx_req_series_render(out, "sbx_broker_requests_total", "op",
+	    m->req, m->nreq);
 	rc |= sbx_metrics_family(out, "sbx_broker_request_duration_seconds",
 	    "histogram",
 	    "Time to answer a request, by route (streams: until their end).");
@@ -162,20 +142,15 @@ broker_metrics_render(const struct broker_metrics *m, struct evbuffer *out,
 	    lb,
 		    &m->dur[i].h);
 	}
-	rc |= sbx_metrics_family(out, "sbx_broker_execs_running", "gauge",
-	    "Execs whose stream has started and not ended.");
-	rc |= evbuffer_add_printf(out, "sbx_broker_execs_running %llu\n",
-	    (unsigned long long)(m->execs_started - m->execs_finished)) < 0;
-	rc |= sbx_metrics_family(out, "sbx_broker_execs_started_total",
-	    "counter",
-	    "Execs whose stream started.");
-	rc |= evbuffer_add_printf(out, "sbx_broker_execs_started_total %llu\n",
-	    (unsigned long long)m->execs_started) < 0;
-	rc |= sbx_metrics_family(out, "sbx_broker_execs_finished_total",
-	    "counter",
-	    "Started execs that ended (exit, error, cancel or shutdown).");
-	rc |= evbuffer_add_printf(out, "sbx_broker_execs_finished_total %llu\n",
-	    (unsigned long long)m->execs_finished) < 0;
+	rc |= sbx_metrics_one(out, "sbx_broker_execs_running", "gauge",
+	    "Execs whose stream has started and not ended.",
+	    (unsigned long long)(m->execs_started - m->execs_finished));
+	rc |= sbx_metrics_one(out, "sbx_broker_execs_started_total", "counter",
+	    "Execs whose stream started.",
+	    (unsigned long long)m->execs_started);
+	rc |= sbx_metrics_one(out, "sbx_broker_execs_finished_total", "counter",
+	    "Started execs that ended (exit, error, cancel or shutdown).",
+	    (unsigned long long)m->execs_finished);
 	rc |= sbx_metrics_family(out, "sbx_broker_exec_duration_seconds",
 	    "histogram",
 	    "Run time of ended execs, from their start event to their end.");
@@ -210,14 +185,14 @@ broker_metrics_render(const struct broker_metrics *m, struct evbuffer *out,
 	    "counter",
 	    "Driver operations that failed on the container runtime, by error code.");
 	for (i = 0; i < NRT; i++)
-		rc |= evbuffer_add_printf(out,
-		    "sbx_broker_runtime_errors_total{code=\"%s\"} %llu\n",
-		    rt_codes[i], (unsigned long long)m->runtime_errors[i]) < 0;
+		rc |= sbx_metrics_label(out, "sbx_broker_runtime_errors_total",
+		    "code", rt_codes[i],
+		    (unsigned long long)m->runtime_errors[i]);
 	rc |= sbx_metrics_family(out, "sbx_broker_recovered_total", "counter",
 	    "Start-up reconciliation with the runtime, by result.");
 	for (i = 0; i < NREC; i++)
-		rc |= evbuffer_add_printf(out,
-		    "sbx_broker_recovered_total{result=\"%s\"} %llu\n",
-		    rec_results[i], (unsigned long long)m->recovered[i]) < 0;
+		rc |= sbx_metrics_label(out, "sbx_broker_recovered_total",
+		    "result", rec_results[i],
+		    (unsigned long long)m->recovered[i]);
 	return rc ? -1 : 0;
 }

@@ -198,18 +198,25 @@ step_done(struct broker_state *s, sqlite3_stmt *q, struct sbx_err *err)
 	return 0;
 }
 
-int
-broker_state_put(struct broker_state *s, const struct sbx_status *st,
-    const char *volume, int64_t now_ms, struct sbx_err *err)
+/* Parameters 1-6 of put and adopt: the sandbox's row as the driver sees it. */
+static void
+bind_row(sqlite3_stmt *q, const struct sbx_status *st, const char *volume)
 {
-	sqlite3_stmt *q = s->q[Q_PUT];
-
 	sqlite3_bind_text(q, 1, st->id, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(q, 2, st->container_id, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(q, 3, volume ? volume : "", -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(q, 4, st->image, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int(q, 5, st->egress ? 1 : 0);
 	sqlite3_bind_text(q, 6, sbx_state_name(st->state), -1, SQLITE_STATIC);
+}
+
+int
+broker_state_put(struct broker_state *s, const struct sbx_status *st,
+    const char *volume, int64_t now_ms, struct sbx_err *err)
+{
+	sqlite3_stmt *q = s->q[Q_PUT];
+
+	bind_row(q, st, volume);
 	sqlite3_bind_int64(q, 7, st->created_at_ms);
 	sqlite3_bind_int64(q, 8, now_ms);
 	return step_done(s, q, err);
@@ -234,12 +241,7 @@ broker_state_adopt(struct broker_state *s, const struct sbx_status *st,
 	sqlite3_stmt *q = s->q[Q_ADOPT];
 	const char *reason = st->stop_reason[0] ? st->stop_reason : "exited";
 
-	sqlite3_bind_text(q, 1, st->id, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_text(q, 2, st->container_id, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_text(q, 3, volume ? volume : "", -1, SQLITE_TRANSIENT);
-	sqlite3_bind_text(q, 4, st->image, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_int(q, 5, st->egress ? 1 : 0);
-	sqlite3_bind_text(q, 6, sbx_state_name(st->state), -1, SQLITE_STATIC);
+	bind_row(q, st, volume);
 	sqlite3_bind_text(q, 7, st->state == SBX_STATE_STOPPED ? reason : "", -1,
 	    SQLITE_TRANSIENT);
 	sqlite3_bind_int64(q, 8, st->created_at_ms);
@@ -247,24 +249,27 @@ broker_state_adopt(struct broker_state *s, const struct sbx_status *st,
 	return step_done(s, q, err);
 }
 
+/* A statement whose one parameter is the id, run to its end. */
+static int
+step_id(struct broker_state *s, sqlite3_stmt *q, const char *id,
+    struct sbx_err *err)
+{
+	sqlite3_bind_text(q, 1, id, -1, SQLITE_TRANSIENT);
+	return step_done(s, q, err);
+}
+
 int
 broker_state_absent(struct broker_state *s, const char *id,
     struct sbx_err *err)
 {
-	sqlite3_stmt *q = s->q[Q_ABSENT];
-
-	sqlite3_bind_text(q, 1, id, -1, SQLITE_TRANSIENT);
-	return step_done(s, q, err);
+	return step_id(s, s->q[Q_ABSENT], id, err);
 }
 
 int
 broker_state_delete(struct broker_state *s, const char *id,
     struct sbx_err *err)
 {
-	sqlite3_stmt *q = s->q[Q_DELETE];
-
-	sqlite3_bind_text(q, 1, id, -1, SQLITE_TRANSIENT);
-	return step_done(s, q, err);
+	return step_id(s, s->q[Q_DELETE], id, err);
 }
 
 int

@@ -393,6 +393,23 @@ int
 eng_inspect_running(struct eop *op, int status, json_t *body,
     const struct sbx_err *err, struct sbx_status *st)
 {
+	int r;
+
+	if ((r = eng_inspect_found(op, status, body, err, st, NULL)) <= 0)
+		return r;
+	return st->state == SBX_STATE_RUNNING;
+}
+
+/*
+ * A container inspect answer: 1 found (st filled, and *helper, when helper
+ * is not NULL, its L_HELPER label, NULL without one; it lives in body),
+ * 0 absent (404), -1 when op has already been finished with the error
+ * (transport, runtime or label).
+ */
+int
+eng_inspect_found(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err, struct sbx_status *st, const char **helper)
+{
 	struct sbx_err e;
 
 	memset(st, 0, sizeof(*st));
@@ -402,14 +419,35 @@ eng_inspect_running(struct eop *op, int status, json_t *body,
 	}
 	if (status == 404)
 		return 0;
-	if (status != 200) {
-		eng_runtime_err(&e, status, body, "inspect the container");
-		eng_finish_err(op, &e);
+	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the container",
+	    200))
 		return -1;
-	}
 	if (eng_status_from_inspect(op, body, st, &e) < 0) {
 		eng_finish_err(op, &e);
 		return -1;
 	}
-	return st->state == SBX_STATE_RUNNING;
+	if (helper != NULL)
+		*helper = eng_label(json_object_get(json_object_get(body,
+		    "Config"), "Labels"), L_HELPER);
+	return 1;
+}
+
+/* A frame header split anywhere across reads (the runtime's stream frames,
+ * sbx-helper's frames): see driver_engine_int.h. */
+int
+eng_hdr_fill(unsigned char *hdr, size_t *have, size_t want,
+    const unsigned char **buf, size_t *len)
+{
+	size_t n = want - *have;
+
+	if (n > *len)
+		n = *len;
+	memcpy(hdr + *have, *buf, n);
+	*have += n;
+	*buf += n;
+	*len -= n;
+	if (*have < want)
+		return 0;
+	*have = 0;
+	return 1;
 }

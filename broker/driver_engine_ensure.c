@@ -526,30 +526,19 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 {
 	struct eop_ensure *en = ens(op);
 	struct sbx_status st;
-	struct sbx_err e;
 	const char *hl;
 	char path[256];
+	int r;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if ((r = eng_inspect_found(op, status, body, err, &st, &hl)) < 0)
 		return;
-	}
-	if (status == 404) {
+	if (r == 0) {
 		/* A new volume, or one left without its container: its root is
 		 * made the user's (never what is in it). */
 		en->need_init = 1;
 		eng_ensure_helper(op);
 		return;
 	}
-	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the container",
-	    200))
-		return;
-	if (eng_status_from_inspect(op, body, &st, &e) < 0) {
-		eng_finish_err(op, &e);
-		return;
-	}
-	hl = eng_label(json_object_get(json_object_get(body, "Config"), "Labels"),
-	    L_HELPER);
 	snprintf(en->old_helper, sizeof(en->old_helper), "%s",
 	    hl != NULL ? hl : "");
 	/* Egress revoked: its network goes once the container has. */

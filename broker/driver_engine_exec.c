@@ -202,16 +202,9 @@ eng_helper_frames(struct eop *op, const unsigned char *buf, size_t len)
 
 	while (len > 0 && !op->dead && xop(op)->streaming) {
 		if (cm->htype == 0) {
-			n = SBX_HELPER_FRAME_HDR - cm->hhdr_len;
-			if (n > len)
-				n = len;
-			memcpy(cm->hhdr + cm->hhdr_len, buf, n);
-			cm->hhdr_len += n;
-			buf += n;
-			len -= n;
-			if (cm->hhdr_len < SBX_HELPER_FRAME_HDR)
+			if (!eng_hdr_fill(cm->hhdr, &cm->hhdr_len,
+			    SBX_HELPER_FRAME_HDR, &buf, &len))
 				break;
-			cm->hhdr_len = 0;
 			if (cm->got_exit) {
 				helper_protocol_error(op, "a frame after the exit record");
 				return;

@@ -214,6 +214,34 @@ file_timer_new(struct eop *op)
 	return 0;
 }
 
+/* Appends a file op's path to its helper argv; on failure frees op. */
+static int
+cmd_path(struct eop *op, const char *path, struct sbx_err *err)
+{
+	if (json_array_append_new(xop(op)->cmd, json_string(path)) < 0) {
+		eng_op_free(op);
+		sbx_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "path must be UTF-8");
+		return -1;
+	}
+	return 0;
+}
+
+/* The end of read and list: "--id EXEC_ID" (the kill handle), the progress
+ * timer, then the helper run; on failure frees op and returns NULL. */
+static struct sbx_op *
+file_op_start(struct eop *op, struct sbx_err *err)
+{
+	json_array_append_new(xop(op)->cmd, json_string("--id"));
+	json_array_append_new(xop(op)->cmd, json_string(xop(op)->exec_id));
+	if (file_timer_new(op) < 0) {
+		eng_op_free(op);
+		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		return NULL;
+	}
+	eng_helper_run(op);
+	return &op->base;
+}
+
 /* Lets go of a write_stream's source (before its owner hears the end). */
 void
 eng_src_detach(struct eop *op)
@@ -311,6 +339,24 @@ done_exited(struct eop *op, int code)
 		eng_finish_done(op, NULL);
 }
 
+/* A write or killall op: answered by cb with the exit status, timeout_ms
+ * for the helper run, ERRTAIL_MAX of error tail. NULL with err set. */
+static struct eop *
+done_op_new(struct engine *e, enum op_kind kind, const char *id, size_t size,
+    int64_t timeout_ms, sbx_done_cb cb, void *arg, struct sbx_err *err)
+{
+	struct eop *op;
+
+	if ((op = eng_helper_op(e, kind, id, size, err)) == NULL)
+		return NULL;
+	op->done_cb = cb;
+	xop(op)->exited = done_exited;
+	op->arg = arg;
+	xop(op)->cap = ERRTAIL_MAX;
+	xop(op)->timeout_ms = timeout_ms;
+	return op;
+}
+
 static void
 list_exited(struct eop *op, int code)
 {
@@ -356,25 +402,14 @@ eng_read(struct sbx_driver *d, const char *id, const char *path,
 	xop(op)->cap = e->file_max + 1;   /* the helper refuses above file_max */
 	xop(op)->cmd = eng_helper_cmd("read");
 	snprintf(num, sizeof(num), "%" PRId64, e->file_max);
-	if (json_array_append_new(xop(op)->cmd, json_string(path)) < 0) {
-		eng_op_free(op);
-		sbx_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "path must be UTF-8");
+	if (cmd_path(op, path, err) < 0)
 		return NULL;
-	}
 	json_array_append_new(xop(op)->cmd, json_string("--max"));
 	json_array_append_new(xop(op)->cmd, json_string(num));
-	json_array_append_new(xop(op)->cmd, json_string("--id"));
-	json_array_append_new(xop(op)->cmd, json_string(xop(op)->exec_id));
 	/* A timer on progress, not on the whole read: a slow reader may hold
 	 * a paused stream (the timer stops while paused), a stalled helper
 	 * may not. */
-	if (file_timer_new(op) < 0) {
-		eng_op_free(op);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
-		return NULL;
-	}
-	eng_helper_run(op);
-	return &op->base;
+	return file_op_start(op, err);
 }
 
 void
@@ -419,14 +454,9 @@ write_common(struct sbx_driver *d, const char *id, const char *path,
 		    "%" PRId64 " bytes", e->file_max);
 		return NULL;
 	}
-	if ((op = eng_helper_op(e, OP_WRITE, id, sizeof(struct eop_write),
-	    err)) == NULL)
+	if ((op = done_op_new(e, OP_WRITE, id, sizeof(struct eop_write),
+	    e->timeout.ceiling, cb, arg, err)) == NULL)
 		return NULL;
-	op->done_cb = cb;
-	xop(op)->exited = done_exited;
-	op->arg = arg;
-	xop(op)->cap = ERRTAIL_MAX;
-	xop(op)->timeout_ms = e->timeout.ceiling;
 	xop(op)->has_stdin = 1;
 	if ((xop(op)->stdin_buf = evbuffer_new()) == NULL) {
 		eng_op_free(op);
@@ -438,11 +468,8 @@ write_common(struct sbx_driver *d, const char *id, const char *path,
 	xop(op)->cmd = eng_helper_cmd("write");
 	snprintf(num, sizeof(num), "%" PRId64, e->file_max);
 	snprintf(mstr, sizeof(mstr), "0%o", (unsigned)mode);
-	if (json_array_append_new(xop(op)->cmd, json_string(path)) < 0) {
-		eng_op_free(op);
-		sbx_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "path must be UTF-8");
+	if (cmd_path(op, path, err) < 0)
 		return NULL;
-	}
 	json_array_append_new(xop(op)->cmd, json_string(mstr));
 	json_array_append_new(xop(op)->cmd, json_string("--max"));
 	json_array_append_new(xop(op)->cmd, json_string(num));
@@ -523,11 +550,8 @@ eng_list(struct sbx_driver *d, const char *id, const char *path,
 	 * its base64): the page's output has a bound. */
 	xop(op)->cap = (int64_t)limit * 1536 + 4096;
 	xop(op)->cmd = eng_helper_cmd("list");
-	if (json_array_append_new(xop(op)->cmd, json_string(path)) < 0) {
-		eng_op_free(op);
-		sbx_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "path must be UTF-8");
+	if (cmd_path(op, path, err) < 0)
 		return NULL;
-	}
 	snprintf(num, sizeof(num), "%zu", limit);
 	json_array_append_new(xop(op)->cmd, json_string("--limit"));
 	json_array_append_new(xop(op)->cmd, json_string(num));
@@ -538,15 +562,7 @@ eng_list(struct sbx_driver *d, const char *id, const char *path,
 		json_array_append_new(xop(op)->cmd, json_string("--after-hex"));
 		json_array_append_new(xop(op)->cmd, json_string(lso(op)->after_hex));
 	}
-	json_array_append_new(xop(op)->cmd, json_string("--id"));
-	json_array_append_new(xop(op)->cmd, json_string(xop(op)->exec_id));
-	if (file_timer_new(op) < 0) {
-		eng_op_free(op);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
-		return NULL;
-	}
-	eng_helper_run(op);
-	return &op->base;
+	return file_op_start(op, err);
 }
 
 /* ---------- status with /work usage (adr/0017) ---------- */
@@ -652,14 +668,9 @@ eng_recover(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
 	struct engine *e = (struct engine *)d;
 	struct eop *op;
 
-	if ((op = eng_helper_op(e, OP_RECOVER, id, sizeof(struct eop_exec),
-	    err)) == NULL)
+	if ((op = done_op_new(e, OP_RECOVER, id, sizeof(struct eop_exec),
+	    KILL_TIMEOUT_MS, cb, arg, err)) == NULL)
 		return NULL;
-	op->done_cb = cb;
-	xop(op)->exited = done_exited;
-	op->arg = arg;
-	xop(op)->cap = ERRTAIL_MAX;
-	xop(op)->timeout_ms = KILL_TIMEOUT_MS;
 	if ((xop(op)->cmd = eng_helper_cmd("killall")) == NULL) {
 		eng_op_free(op);
 		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");

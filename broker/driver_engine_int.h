@@ -395,6 +395,15 @@ void eng_inspect_path(struct eop *op, char *path, size_t sz);
 /* 1 running, 0 absent or stopped (st filled), -1 op already finished. */
 int eng_inspect_running(struct eop *op, int status, json_t *body,
     const struct sbx_err *err, struct sbx_status *st);
+/* 1 found (st; *helper if not NULL: its L_HELPER label or NULL, in body),
+ * 0 absent (404), -1 op already finished. */
+/* Moves bytes of *buf (*len of them; both advanced) into hdr until *have
+ * reaches want: 1 when hdr is whole (*have back to 0), 0 when *buf ran out
+ * first (the rest comes with the next read). */
+int eng_hdr_fill(unsigned char *hdr, size_t *have, size_t want,
+    const unsigned char **buf, size_t *len);
+int eng_inspect_found(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err, struct sbx_status *st, const char **helper);
 
 /* ---- driver_engine_ensure.c ---- */
 

@@ -43,6 +43,21 @@ inspect_first(struct sbx_driver *d, enum op_kind kind, size_t size,
 	return op;
 }
 
+/* inspect_first for an op answered by a sbx_done_cb (stop, destroy). */
+static struct sbx_op *
+inspect_first_done(struct sbx_driver *d, enum op_kind kind, size_t size,
+    const char *id, cont_fn cont, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct eop *op;
+
+	if ((op = inspect_first(d, kind, size, id, cont, err)) == NULL)
+		return NULL;
+	op->done_cb = cb;
+	op->arg = arg;
+	return &op->base;
+}
+
 /* ---------- status ---------- */
 
 static void
@@ -136,14 +151,8 @@ struct sbx_op *
 eng_stop(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
     struct sbx_err *err)
 {
-	struct eop *op;
-
-	if ((op = inspect_first(d, OP_STOP, sizeof(struct eop), id,
-	    stop_inspected, err)) == NULL)
-		return NULL;
-	op->done_cb = cb;
-	op->arg = arg;
-	return &op->base;
+	return inspect_first_done(d, OP_STOP, sizeof(struct eop), id,
+	    stop_inspected, cb, arg, err);
 }
 
 /* ---------- destroy ---------- */
@@ -242,27 +251,16 @@ destroy_inspected(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
 	struct sbx_status st;
-	struct sbx_err e;
 	const char *hl;
 	char path[256];
+	int r;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if ((r = eng_inspect_found(op, status, body, err, &st, &hl)) < 0)
 		return;
-	}
-	if (status == 404) {
+	if (r == 0) {
 		destroy_volume(op);
 		return;
 	}
-	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the container",
-	    200))
-		return;
-	if (eng_status_from_inspect(op, body, &st, &e) < 0) {
-		eng_finish_err(op, &e);
-		return;
-	}
-	hl = eng_label(json_object_get(json_object_get(body, "Config"), "Labels"),
-	    L_HELPER);
 	snprintf(dst(op)->old_helper, sizeof(dst(op)->old_helper), "%s",
 	    hl != NULL ? hl : "");
 	snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0", op->cid);
@@ -273,14 +271,8 @@ struct sbx_op *
 eng_destroy(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
     struct sbx_err *err)
 {
-	struct eop *op;
-
-	if ((op = inspect_first(d, OP_DESTROY, sizeof(struct eop_destroy), id,
-	    destroy_inspected, err)) == NULL)
-		return NULL;
-	op->done_cb = cb;
-	op->arg = arg;
-	return &op->base;
+	return inspect_first_done(d, OP_DESTROY, sizeof(struct eop_destroy), id,
+	    destroy_inspected, cb, arg, err);
 }
 
 /* ---------- list_sandboxes ---------- */

@@ -466,16 +466,9 @@ stream_body(void *arg, struct sbx_http_req *req, const unsigned char *buf,
 	eng_op_enter(op);
 	while (len > 0 && !op->dead && x->streaming) {
 		if (x->frame_left == 0) {
-			n = 8 - x->fhdr_len;
-			if (n > len)
-				n = len;
-			memcpy(x->fhdr + x->fhdr_len, buf, n);
-			x->fhdr_len += n;
-			buf += n;
-			len -= n;
-			if (x->fhdr_len < 8)
+			if (!eng_hdr_fill(x->fhdr, &x->fhdr_len, sizeof(x->fhdr),
+			    &buf, &len))
 				break;
-			x->fhdr_len = 0;
 			x->frame_stream = x->fhdr[0];
 			x->frame_left = (uint32_t)x->fhdr[4] << 24 |
 			    (uint32_t)x->fhdr[5] << 16 | (uint32_t)x->fhdr[6] << 8 |

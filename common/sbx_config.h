@@ -57,6 +57,30 @@ struct sbx_config_key {
 #define SBX_CONFIG_MAX_EXTRA 32
 
 /*
+ * Rows both daemons' K() tables list word for word, so the names, defaults
+ * and help cannot drift: K is the table's own row macro (name, type, field,
+ * def, help) and the daemon's config struct has the fields named here.
+ * HTTP_ROWS are the request gate's limits (sbx_httpd.h, docs/security.md);
+ * LOG_ROWS the logging (sbx_log.h, reopened on SIGHUP by sbx_daemon.h).
+ * Used as "SBX_CONFIG_HTTP_ROWS(K)," in the table.
+ */
+#define SBX_CONFIG_HTTP_ROWS(K) \
+	K("header_timeout", SBX_CFG_DURATION_MS, header_timeout, "10s", \
+	    "a request head must arrive whole within this, however it trickles; else 408 and close"), \
+	K("head_max", SBX_CFG_BYTES, head_max, "16k", \
+	    "largest request head (request line + headers); more: 431 (a longer request line: 414)"), \
+	K("headers_max", SBX_CFG_INT, headers_max, "100", \
+	    "header fields per request; more: 431"), \
+	K("max_connections", SBX_CFG_INT, max_connections, "512", \
+	    "client connections open at once on the listener; more: 503 overloaded and close")
+
+#define SBX_CONFIG_LOG_ROWS(K) \
+	K("log_level", SBX_CFG_STRING, log_level, "info", \
+	    "debug, info, warn or error"), \
+	K("log_file", SBX_CFG_STRING, log_file, NULL, \
+	    "append logs here instead of stderr (reopened on SIGHUP)")
+
+/*
  * In/out options of sbx_config_load. Zero-initialise, fill the "in" part.
  */
 struct sbx_config_opts {

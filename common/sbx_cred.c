@@ -44,3 +44,19 @@ sbx_credential_path(const char *name, char *buf, size_t cap)
 	}
 	return 1;
 }
+
+int
+sbx_credential_default(char **field, const char *name)
+{
+	char cred[4096], *dup;
+
+	if (*field != NULL && (*field)[0] != '\0')
+		return 0;
+	if (!sbx_credential_path(name, cred, sizeof(cred)))
+		return 0;
+	if ((dup = strdup(cred)) == NULL)
+		return -1;
+	free(*field);
+	*field = dup;
+	return 0;
+}

@@ -27,4 +27,14 @@
  */
 int sbx_credential_path(const char *name, char *buf, size_t cap);
 
+/*
+ * A daemon's config default "the token file is the credential NAME when
+ * none is configured" (ADR 0011): when *field is NULL or "" and
+ * sbx_credential_path(name) finds the file, *field becomes a malloc'd copy
+ * of that path (the old value freed; the config owns it, sbx_config_free).
+ * Returns 0 (also when nothing changed); -1 when out of memory (*field
+ * unchanged; the caller reports internal_error).
+ */
+int sbx_credential_default(char **field, const char *name);
+
 #endif

@@ -1,10 +1,14 @@
 /* sbx_daemon.c - the start-up both daemons' mains share. */
 #include <sys/stat.h>
 
+#include <errno.h>
 #include <signal.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "sbx_daemon.h"
 #include "sbx_log.h"
+#include "sbx_proto.h"
 
 void
 sbx_daemon_begin(const char *name)
@@ -12,4 +16,94 @@ sbx_daemon_begin(const char *name)
 	signal(SIGPIPE, SIG_IGN);
 	umask(077);
 	sbx_log_init(name, 2, SBX_LOG_INFO);
+}
+
+int
+sbx_daemon_options(const char *name, const char *version,
+    const char *synopsis, const struct sbx_config_key *keys, void *cfg,
+    int argc, char **argv, struct sbx_config_opts *opts, int *exit_code)
+{
+	struct sbx_err err;
+
+	sbx_err_clear(&err);
+	if (sbx_config_load(keys, cfg, argc, argv, opts, &err) == -1) {
+		*exit_code = sbx_config_exit_code(&err);
+		fprintf(stderr, "%s: %s\n", name, err.message);
+		return 0;
+	}
+	if (opts->help) {
+		sbx_config_usage(stdout, name, synopsis, keys);
+		*exit_code = 0;
+		return 0;
+	}
+	if (opts->version) {
+		printf("%s %s (broker API v%s)\n", name, version,
+		    SBX_PROTO_VERSION);
+		*exit_code = 0;
+		return 0;
+	}
+	return 1;
+}
+
+int
+sbx_daemon_log_setup(const char *name, const char *level, const char *file)
+{
+	sbx_log_set_level(sbx_log_level_parse(level));
+	if (file != NULL && sbx_log_reopen(file) == -1) {
+		fprintf(stderr, "%s: cannot open log_file %s: %s\n", name, file,
+		    strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+int
+sbx_daemon_signals(const char *name, struct event_base *base,
+    event_callback_fn cb, void *arg, struct event **sigs)
+{
+	static const int signums[SBX_DAEMON_NSIGS] = { SIGTERM, SIGINT,
+	    SIGHUP };
+	int i;
+
+	for (i = 0; i < SBX_DAEMON_NSIGS; i++) {
+		if ((sigs[i] = evsignal_new(base, signums[i], cb, arg)) ==
+		    NULL || evsignal_add(sigs[i], NULL) == -1) {
+			fprintf(stderr, "%s: cannot set up signals\n", name);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+void
+sbx_daemon_signals_free(struct event **sigs)
+{
+	int i;
+
+	for (i = 0; i < SBX_DAEMON_NSIGS; i++) {
+		if (sigs[i] != NULL)
+			event_free(sigs[i]);
+		sigs[i] = NULL;
+	}
+}
+
+int
+sbx_daemon_sighup(int sig)
+{
+	if (sig != SIGHUP)
+		return 0;
+	if (sbx_log_reopen(NULL) == -1)
+		log_warn("log reopen failed", "error", strerror(errno), NULL);
+	else
+		log_info("logs reopened", NULL);
+	return 1;
+}
+
+void
+sbx_daemon_drained(void *base)
+{
+	struct timeval flush = { 0, 100 * 1000 };
+
+	log_info("drained; exiting", NULL);
+	event_base_loopexit(base, &flush);
 }

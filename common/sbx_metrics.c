@@ -32,6 +32,25 @@ sbx_metrics_family(struct evbuffer *out, const char *name, const char *type,
 }
 
 int
+sbx_metrics_one(struct evbuffer *out, const char *name, const char *type,
+    const char *help, unsigned long long v)
+{
+	int rc = sbx_metrics_family(out, name, type, help);
+
+	/* Two statements: the family lines must come first. */
+	rc |= evbuffer_add_printf(out, "%s %llu\n", name, v) < 0;
+	return rc;
+}
+
+int
+sbx_metrics_label(struct evbuffer *out, const char *name, const char *key,
+    const char *value, unsigned long long v)
+{
+	return evbuffer_add_printf(out, "%s{%s=\"%s\"} %llu\n", name, key,
+	    value, v) < 0;
+}
+
+int
 sbx_metrics_hist(struct evbuffer *out, const char *name, const char *labels,
     const struct sbx_hist *h)
 {
@@ -54,5 +73,37 @@ sbx_metrics_hist(struct evbuffer *out, const char *name, const char *labels,
 	    name, labels, (unsigned long long)h->count, name, lb,
 	    (double)h->sum_ms / 1000.0, name, lb,
 	    (unsigned long long)h->count) < 0;
+	return rc;
+}
+
+void
+sbx_req_series_count(struct sbx_req_series *s, size_t *n, size_t max,
+    const char *route, int status)
+{
+	size_t i;
+
+	for (i = 0; i < *n; i++)
+		if (s[i].status == status && strcmp(s[i].route, route) == 0) {
+			s[i].count++;
+			return;
+		}
+	if (*n == max)
+		return;
+	s[*n].route = route;
+	s[*n].status = status;
+	s[(*n)++].count = 1;
+}
+
+int
+sbx_req_series_render(struct evbuffer *out, const char *name,
+    const char *key, const struct sbx_req_series *s, size_t n)
+{
+	size_t i;
+	int rc = 0;
+
+	for (i = 0; i < n; i++)
+		rc |= evbuffer_add_printf(out, "%s{%s=\"%s\",code=\"%d\"} "
+		    "%llu\n", name, key, s[i].route, s[i].status,
+		    (unsigned long long)s[i].count) < 0;
 	return rc;
 }

@@ -24,6 +24,44 @@ struct sbx_hist {
 /* Counts one observation of ms milliseconds (negative counts as 0). */
 void sbx_hist_add(struct sbx_hist *h, int64_t ms);
 
+/* One counter of answered requests by (route, HTTP status); route is a
+ * static name of ours (the route row's), never caller text. */
+struct sbx_req_series {
+	const char *route;
+	int status;
+	uint64_t count;
+};
+
+/*
+ * Counts one request (route, status) in s[0..*n): the matching series goes
+ * up by one, or a new one is appended when *n < max; a full table drops new
+ * series (old ones keep counting).
+ */
+void sbx_req_series_count(struct sbx_req_series *s, size_t *n, size_t max,
+    const char *route, int status);
+
+/*
+ * Appends the samples 'name{key="route",code="status"} count' of s[0..n)
+ * (the family lines are the caller's). Returns 0, or 1 when out of memory.
+ */
+int sbx_req_series_render(struct evbuffer *out, const char *name,
+    const char *key, const struct sbx_req_series *s, size_t n);
+
+/*
+ * A family of one unlabelled sample: sbx_metrics_family, then "name v".
+ * Returns 0, or 1 when out of memory (so callers can OR results).
+ */
+int sbx_metrics_one(struct evbuffer *out, const char *name, const char *type,
+    const char *help, unsigned long long v);
+
+/*
+ * One sample with one label: "name{key=\"value\"} v". key and value are
+ * static text of ours or checked codes (no escaping done). Returns 0, or 1
+ * when out of memory.
+ */
+int sbx_metrics_label(struct evbuffer *out, const char *name,
+    const char *key, const char *value, unsigned long long v);
+
 /*
  * Appends "# HELP name help" and "# TYPE name type" (type: counter, gauge,
  * histogram). name and help are static text of ours (no escaping done).

@@ -58,6 +58,17 @@ helper_du(const struct helper_ctx *ctx, uint64_t max_entries, uint64_t timeout_m
 	uint64_t t0, deadline = 0;
 	size_t depth = 0;
 	int fd = -1, rc = -1;
+	/* The answer's members, in order (the first opens the object). */
+	const struct { const char *key; const uint64_t *v; } fields[] = {
+		{ "{\"bytes\":", &r.bytes },
+		{ ",\"apparent_bytes\":", &r.apparent_bytes },
+		{ ",\"files\":", &r.files },
+		{ ",\"dirs\":", &r.dirs },
+		{ ",\"entries\":", &r.entries },
+		{ ",\"skipped\":", &r.skipped },
+		{ ",\"elapsed_ms\":", &r.elapsed_ms },
+	};
+	size_t i;
 
 	/* The sandbox's own code runs as the same user: keep it out of /proc/PID. */
 	(void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
@@ -131,20 +142,10 @@ helper_du(const struct helper_ctx *ctx, uint64_t max_entries, uint64_t timeout_m
 	if (reason == NULL && r.skipped > 0)
 		reason = "unreadable";
 	r.elapsed_ms = mono_ms() - t0;
-	helper_out_str(o, "{\"bytes\":");
-	helper_out_u64(o, r.bytes);
-	helper_out_str(o, ",\"apparent_bytes\":");
-	helper_out_u64(o, r.apparent_bytes);
-	helper_out_str(o, ",\"files\":");
-	helper_out_u64(o, r.files);
-	helper_out_str(o, ",\"dirs\":");
-	helper_out_u64(o, r.dirs);
-	helper_out_str(o, ",\"entries\":");
-	helper_out_u64(o, r.entries);
-	helper_out_str(o, ",\"skipped\":");
-	helper_out_u64(o, r.skipped);
-	helper_out_str(o, ",\"elapsed_ms\":");
-	helper_out_u64(o, r.elapsed_ms);
+	for (i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+		helper_out_str(o, fields[i].key);
+		helper_out_u64(o, *fields[i].v);
+	}
 	if (reason != NULL) {
 		helper_out_str(o, ",\"partial\":true,\"partial_reason\":\"");
 		helper_out_str(o, reason);

@@ -122,7 +122,7 @@ $(BUILD)/sbx-helper: $(HELPER_SRC) $(HELPER_PROTO_SRC) $(wildcard broker/helper/
 		-fstack-protector-strong -Iproto -static -o $@ $(HELPER_SRC) $(HELPER_PROTO_SRC)
 
 # Helpers the unit tests share (a .c with a header, not statics).
-TESTUTIL_SRC := $(wildcard tests/unit/api_testutil.c)
+TESTUTIL_SRC := $(wildcard tests/unit/api_testutil.c tests/unit/golden.c)
 $(BUILD)/tests/%: tests/unit/%.c $(call obj,$(FAKE_SRC) $(TESTUTIL_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -o $@ $^ $(ALL_LDFLAGS) $(PKG_LIBS) -lcmocka -lm
@@ -143,6 +143,9 @@ $(BUILD)/fuzzers/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) $(call obj,$(FAKE_
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -Itests/fuzz -Iapi/cli -fsanitize=fuzzer -o $@ \
 		$< $(filter %.o,$^) $(filter %.a,$^) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
+# The client-side targets share the scripted reply server (not a fuzz_* target).
+$(BUILD)/fuzzers/fuzz_broker_reply $(BUILD)/fuzzers/fuzz_engine_reply $(BUILD)/fuzzers/fuzz_http_client: $(call obj,tests/fuzz/reply_server.c)
+$(BUILD)/fuzzers/fuzz_broker_reply $(BUILD)/fuzzers/fuzz_engine_reply: $(call obj,tests/fuzz/driver_checks.c)
 # The CLI is no library: its reply parser's target links its other files.
 $(BUILD)/fuzzers/fuzz_cli_reply: $(call obj,$(filter-out api/cli/cli.c,$(CLI_SRC))) api/cli/cli.c
 

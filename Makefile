@@ -53,7 +53,8 @@ HELPER_SRC := $(wildcard broker/helper/*.c)
 PROXY_SRC := $(wildcard broker/proxy/*.c) $(wildcard common/proxy_policy.c)
 # Its request parser, also linked into the broker library for the tests.
 PROXY_LIB_SRC := $(wildcard broker/proxy/proxy_req.c)
-HELPER_PROTO_SRC := $(wildcard proto/sbx_helper_frame.c)
+# The helper's share of proto/: libc-only codecs (protocol 2 frames; protocol 3, adr/0025).
+HELPER_PROTO_SRC := $(wildcard proto/sbx_helper_frame.c proto/sbx_agent.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 FAKE_SRC := $(wildcard tests/driver_fake.c)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
@@ -121,7 +122,7 @@ $(BUILD)/sbxctl: $(call obj,$(CLI_SRC)) $(LIBSBX)
 # Its protocol header and frame codec live in proto/ (libc only), shared
 # with the broker.
 $(BUILD)/sbx-helper: $(HELPER_SRC) $(HELPER_PROTO_SRC) $(wildcard broker/helper/*.h) \
-		proto/sbx_proto.h proto/sbx_helper_proto.h
+		proto/sbx_proto.h proto/sbx_helper_proto.h proto/sbx_agent.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -D_FORTIFY_SOURCE=2 $(CFLAGS) $(WARN) \
 		-fstack-protector-strong -Iproto -static -o $@ $(HELPER_SRC) $(HELPER_PROTO_SRC)
@@ -136,7 +137,7 @@ $(BUILD)/sbx-proxy: $(PROXY_SRC) $(wildcard broker/proxy/*.h) common/proxy_polic
 		$(shell pkg-config --cflags libevent 2>/dev/null) -levent_extra -levent_core
 
 # Helpers the unit tests share (a .c with a header, not statics).
-TESTUTIL_SRC := $(wildcard tests/unit/api_testutil.c)
+TESTUTIL_SRC := $(wildcard tests/unit/api_testutil.c tests/unit/golden.c)
 $(BUILD)/tests/%: tests/unit/%.c $(call obj,$(FAKE_SRC) $(TESTUTIL_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -o $@ $^ $(ALL_LDFLAGS) $(PKG_LIBS) -lcmocka -lm
@@ -157,6 +158,9 @@ $(BUILD)/fuzzers/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) $(call obj,$(FAKE_
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -Itests/fuzz -Iapi/cli -fsanitize=fuzzer -o $@ \
 		$< $(filter %.o,$^) $(filter %.a,$^) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
+# The client-side targets share the scripted reply server (not a fuzz_* target).
+$(BUILD)/fuzzers/fuzz_broker_reply $(BUILD)/fuzzers/fuzz_engine_reply $(BUILD)/fuzzers/fuzz_http_client: $(call obj,tests/fuzz/reply_server.c)
+$(BUILD)/fuzzers/fuzz_broker_reply $(BUILD)/fuzzers/fuzz_engine_reply: $(call obj,tests/fuzz/driver_checks.c)
 # The CLI is no library: its reply parser's target links its other files.
 $(BUILD)/fuzzers/fuzz_cli_reply: $(call obj,$(filter-out api/cli/cli.c,$(CLI_SRC))) api/cli/cli.c
 

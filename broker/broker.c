@@ -283,6 +283,10 @@ main(int argc, char **argv)
 	ec.file_timeout_ms = cfg.file_timeout;
 	ec.usage_timeout_ms = cfg.usage_timeout;
 	ec.usage_max_entries = cfg.usage_max_entries;
+	ec.agent_off = !cfg.agent;
+	ec.agent_idle_ms = cfg.agent_idle;
+	ec.agent_ping_ms = cfg.agent_ping;
+	ec.agent_fresh_ms = cfg.agent_fresh > 0 ? cfg.agent_fresh : -1;
 	ec.helper_path = cfg.helper_path;
 	ec.helper_volume = cfg.helper_volume;
 	ec.run_bytes = cfg.run_size;

@@ -66,6 +66,8 @@ struct broker_config {
 	long long shutdown_grace; /* ms SIGTERM waits for in-flight requests */
 	long long usage_timeout;  /* ms a /work usage walk may take (adr/0017) */
 	long long usage_max_entries; /* entries a /work usage walk counts at most */
+	int agent;                /* helper invocations through each sandbox's agent (adr/0025) */
+	long long agent_idle, agent_ping, agent_fresh; /* ms (adr/0025) */
 	long long socket_mode;    /* unix socket permission bits, e.g. 0660 */
 	char *log_level;
 	char *log_file;           /* NULL: stderr */

@@ -9,6 +9,7 @@
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
+#include "agent.h"
 #include "sbx_egress.h"
 #include "broker_int.h"
 #include "broker_metrics.h"
@@ -496,7 +497,7 @@ h_metrics(struct breq *b, struct sbx_err *err)
 	stopped = broker_state_count_state(b->s->state, "stopped", &serr);
 	absent = broker_state_count_state(b->s->state, "absent", &serr);
 	if (out == NULL || broker_metrics_render(b->s->metrics, out, running,
-	    stopped, absent) == -1) {
+	    stopped, absent) == -1 || sbx_agent_metrics_render(out) < 0) {
 		if (out != NULL)
 			evbuffer_free(out);
 		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");

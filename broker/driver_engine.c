@@ -20,9 +20,11 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "agent.h"
 #include "driver_engine_int.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
+#include "sbx_proto.h"
 #include "sbx_usage.h"
 
 #define RUN_SIZE_DEF (1024 * 1024)       /* SBX_HELPER_RUN_DIR tmpfs */
@@ -202,6 +204,7 @@ eng_finish_err(struct eop *op, const struct sbx_err *err)
 		break;
 	case OP_KILL:
 	case OP_HGC:
+	case OP_AGENT:
 		eng_op_release(op);
 		break;
 	case OP_HELPER:
@@ -270,7 +273,9 @@ eng_pause(struct sbx_driver *d, struct sbx_op *o)
 	xop(op)->paused = 1;
 	if (xop(op)->ftimer != NULL)
 		event_del(xop(op)->ftimer);   /* the reader's choice, not a stall */
-	if (xop(op)->streaming)
+	if (xop(op)->ast != NULL)
+		sbx_agent_pause(xop(op)->ast, 1);
+	else if (xop(op)->streaming)
 		sbx_http_req_pause(op->http);
 }
 
@@ -284,7 +289,9 @@ eng_resume(struct sbx_driver *d, struct sbx_op *o)
 		return;
 	xop(op)->paused = 0;
 	eng_file_progress(op);
-	if (xop(op)->streaming)
+	if (xop(op)->ast != NULL)
+		sbx_agent_pause(xop(op)->ast, 0);
+	else if (xop(op)->streaming)
 		sbx_http_req_resume(op->http);
 }
 
@@ -300,6 +307,7 @@ eng_free(struct sbx_driver *d)
 	if (e == NULL)
 		return;
 	/* Callers must have ended their ops; kills still running are ours. */
+	eng_agents_free(e);
 	while ((op = TAILQ_FIRST(&e->ops)) != NULL)
 		eng_op_free(op);
 	free(e->address);
@@ -358,6 +366,11 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 	e->base.base = base;
 	TAILQ_INIT(&e->ops);
 	TAILQ_INIT(&e->hwait);
+	TAILQ_INIT(&e->agents);
+	e->agent_on = !c->agent_off;
+	e->agent_idle_ms = c->agent_idle_ms > 0 ? c->agent_idle_ms : 60000;
+	e->agent_ping_ms = c->agent_ping_ms > 0 ? c->agent_ping_ms : 5000;
+	e->agent_fresh_ms = c->agent_fresh_ms != 0 ? c->agent_fresh_ms : 15000;
 	sock = c->runtime_socket;
 	if (sock != NULL && strncmp(sock, "unix://", 7) == 0)
 		sock += 6;

@@ -60,6 +60,17 @@ struct sbx_engine_config {
 	int64_t request_timeout_ms;   /* bound on each non-streaming runtime call [60 s] */
 	int64_t usage_timeout_ms;     /* status_usage: the helper's walk [5 s] */
 	int64_t usage_max_entries;    /* status_usage: entries walked at most [200000] */
+	/* The sandbox agent (adr/0025): each sandbox's helper invocations go
+	 * as streams over one long-lived `sbx-helper agent` exec. */
+	int agent_off;                /* 1: one runtime exec per invocation
+	                               * instead (protocol 2 only) [0: agent] */
+	int64_t agent_idle_ms;        /* the agent exits after this long without
+	                               * a frame from the broker [60 s] */
+	int64_t agent_ping_ms;        /* the broker pings each channel this often;
+	                               * unanswered for twice that: closed [5 s] */
+	int64_t agent_fresh_ms;       /* warm ensure answered from the live
+	                               * channel when the agent was heard from
+	                               * within this [15 s]; -1: always inspect */
 };
 
 /*
@@ -195,5 +206,12 @@ int sbx_helper_list_line(const char *line, size_t len, struct sbx_dirent *d,
     int *truncated);
 
 extern const struct sbx_driver_ops sbx_engine_driver_ops;
+
+/* Agents started again in a container where one had run (killed or
+ * crashed; sandbox_agent_restarts_total), since the driver was made. */
+uint64_t sbx_engine_agent_restarts(const struct sbx_driver *d);
+
+/* Agents whose channel is up now. */
+size_t sbx_engine_agents_live(const struct sbx_driver *d);
 
 #endif

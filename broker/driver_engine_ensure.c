@@ -178,6 +178,7 @@ ensure_final(struct eop *op, int status, json_t *body, const struct sbx_err *err
 		eng_finish_err(op, &e);
 		return;
 	}
+	eng_agent_note_status(op->e, &st, op->e->helper_vol);
 	eng_finish_status(op, NULL, &st);
 }
 
@@ -597,10 +598,27 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 		return;
 	}
 	if (st.state == SBX_STATE_RUNNING) {
+		eng_agent_note_status(op->e, &st, en->old_helper);
 		eng_finish_status(op, NULL, &st);
 		return;
 	}
 	ensure_start(op);
+}
+
+/* A warm ensure answered from the agent's live channel (adr/0025), from
+ * the loop; if the channel went meanwhile, the runtime is asked. */
+static void
+ensure_warm_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct eop *op = arg;
+	struct sbx_status st;
+
+	(void)fd;
+	(void)what;
+	if (eng_agent_warm(op->e, op->id, ens(op)->image, ens(op)->egress, &st))
+		eng_finish_status(op, NULL, &st);
+	else
+		ensure_inspect(op);
 }
 
 static void
@@ -851,6 +869,7 @@ eng_ensure(struct sbx_driver *d, const char *id, const struct sbx_spec *spec,
 {
 	struct engine *e = (struct engine *)d;
 	struct sbx_spec none;
+	struct sbx_status wst;
 	const char *image;
 	int64_t mem, cpus, pids;
 	struct eop *op;
@@ -899,6 +918,14 @@ eng_ensure(struct sbx_driver *d, const char *id, const struct sbx_spec *spec,
 	ens(op)->mem = mem;
 	ens(op)->cpus = cpus;
 	ens(op)->pids = pids;
+	/* Not for egress sandboxes: the agent's view knows egress on/off, not
+	 * full vs allowlist nor the policy, which only the inspect path (and
+	 * the proxy's label) checks (adr/0026). */
+	if (!ens(op)->egress && eng_agent_warm(e, id, image, ens(op)->egress, &wst) &&
+	    (ens(op)->retry = event_new(e->base.base, -1, 0, ensure_warm_cb, op)) != NULL) {
+		event_active(ens(op)->retry, EV_TIMEOUT, 0);
+		return &op->base;
+	}
 	ensure_inspect(op);
 	return &op->base;
 }

@@ -271,6 +271,10 @@ src_pump(struct eop *op)
 	struct evbuffer *out;
 	size_t n, have, room;
 
+	if (xop(op)->ast != NULL) {
+		eng_agent_pump(op);   /* adr/0025: within the stream's credit */
+		return;
+	}
 	if (w->src == NULL || op->http == NULL || !xop(op)->got_stream ||
 	    (bev = sbx_http_req_bufferevent(op->http)) == NULL)
 		return;

@@ -85,6 +85,11 @@ struct engine {
 	enum hstate hstate;
 	TAILQ_HEAD(, eop_ensure) hwait; /* ensures waiting for the helper volume */
 	TAILQ_HEAD(, eop) ops;
+	/* The sandboxes' agents (driver_engine_agent.c, adr/0025). */
+	int agent_on;
+	int64_t agent_idle_ms, agent_ping_ms, agent_fresh_ms;
+	uint64_t agent_restarts;
+	TAILQ_HEAD(, eng_agent) agents;
 };
 
 enum op_kind {
@@ -92,6 +97,7 @@ enum op_kind {
 	OP_DESTROY, OP_SANDBOXES, OP_HEALTH, OP_KILL, OP_RECOVER, OP_RECONCILE,
 	OP_HELPER, OP_HGC,            /* internal: fill the helper volume, drop old ones */
 	OP_USAGE,                     /* status + sbx-helper du (adr/0017) */
+	OP_AGENT,                     /* internal: the runtime calls starting an agent */
 	OP_EGRESS,                    /* the egress proxy's log (adr/0026) */
 };
 
@@ -236,6 +242,10 @@ struct eop_exec {
 	struct sbx_sink sink;         /* exec, read */
 	/* The helper exited with status code (runtime's exit status). */
 	void (*exited)(struct eop *, int code);
+	/* Through the agent (driver_engine_agent.c): the stream, and the
+	 * event that reports its start from the loop. */
+	struct sbx_agent_stream *ast;
+	struct event *astart;
 };
 
 /* OP_EXEC: sbx-helper's frames inside the runtime's stdout stream
@@ -505,6 +515,32 @@ void eng_helper_error(struct eop *op, int code, struct sbx_err *e);
 int eng_helper_failed(struct eop *op, int code);
 /* The helper's stream ended without an exit record: ask the runtime. */
 void eng_exec_after_stream(struct eop *op);
+
+/* The exec timeout's timer callback (op: the helper op). */
+void eng_exec_timer_cb(evutil_socket_t fd, short what, void *arg);
+
+/* ---- driver_engine_agent.c: invocations through the agent (adr/0025) ---- */
+
+struct eng_agent;
+/* Runs op's invocation as a stream on its sandbox's agent channel (the
+ * agent started first when needed); 0, or -1 when op was failed (later). */
+int eng_agent_run(struct eop *op);
+/* op ends: its stream (if any) is cancelled. */
+void eng_agent_stream_end(struct eop *op);
+/* Moves op's stdin (stdin_buf, a write's source) within the stream's credit. */
+void eng_agent_pump(struct eop *op);
+/* The sandbox is being stopped or removed through the driver: no warm
+ * ensure from its agent, and its next start is not counted as a restart. */
+void eng_agent_forget(struct engine *e, const char *id);
+/* Frees every agent record (driver free). */
+void eng_agents_free(struct engine *e);
+/* An ensure found st (running, on the helper volume helper_vol). */
+void eng_agent_note_status(struct engine *e, const struct sbx_status *st,
+    const char *helper_vol);
+/* 1 and *st when a warm ensure of id with image and egress can be answered
+ * from the live channel (fresh within agent_fresh_ms), else 0. */
+int eng_agent_warm(struct engine *e, const char *id, const char *image,
+    int egress, struct sbx_status *st);
 
 /* ---- driver_engine_exec.c ---- */
 

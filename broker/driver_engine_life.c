@@ -43,7 +43,8 @@ inspect_first(struct sbx_driver *d, enum op_kind kind, size_t size,
 	return op;
 }
 
-/* inspect_first for an op answered by a sbx_done_cb (stop, destroy). */
+/* inspect_first for an op answered by a sbx_done_cb (stop, destroy); the
+ * sandbox's agent channel is forgotten (adr/0025): its container goes. */
 static struct sbx_op *
 inspect_first_done(struct sbx_driver *d, enum op_kind kind, size_t size,
     const char *id, cont_fn cont, sbx_done_cb cb, void *arg,
@@ -53,6 +54,7 @@ inspect_first_done(struct sbx_driver *d, enum op_kind kind, size_t size,
 
 	if ((op = inspect_first(d, kind, size, id, cont, err)) == NULL)
 		return NULL;
+	eng_agent_forget(op->e, id);
 	op->done_cb = cb;
 	op->arg = arg;
 	return &op->base;

@@ -60,6 +60,7 @@ exec_fini(struct eop *op)
 {
 	struct eop_exec *x = xop(op);
 
+	eng_agent_stream_end(op);
 	if (x->kill != NULL)
 		xop(x->kill)->parent = NULL;  /* the kill runs on alone */
 	if (x->parent != NULL)
@@ -223,8 +224,8 @@ eng_helper_failed(struct eop *op, int code)
 	return 1;
 }
 
-static void
-exec_timer_cb(evutil_socket_t fd, short what, void *arg)
+void
+eng_exec_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct eop *op = arg;
 
@@ -671,7 +672,7 @@ exec_created(struct eop *op, int status, json_t *body,
 		eng_file_progress(op);
 	else if (x->timeout_ms > 0) {
 		/* The driver's timer is authoritative (the helper's trails). */
-		x->timer = evtimer_new(op->e->base.base, exec_timer_cb, op);
+		x->timer = evtimer_new(op->e->base.base, eng_exec_timer_cb, op);
 		tv.tv_sec = x->timeout_ms / 1000;
 		tv.tv_usec = (x->timeout_ms % 1000) * 1000;
 		if (x->timer == NULL || event_add(x->timer, &tv) < 0) {
@@ -754,6 +755,10 @@ eng_helper_run(struct eop *op)
 		op->resp = evbuffer_new();
 	if (x->exec_id[0] == '\0')
 		new_exec_id(x->exec_id, sizeof(x->exec_id));
+	if (op->e->agent_on) {
+		(void)eng_agent_run(op);   /* adr/0025 */
+		return;
+	}
 	if (op->kind == OP_KILL) {
 		exec_create(op);   /* the parent checked the container */
 		return;

@@ -206,4 +206,22 @@ int helper_idle(struct helper_err *err);
  */
 int helper_initwork(const struct helper_ctx *ctx, const char *owner, struct helper_err *err);
 
+/*
+ * The whole of sbx-helper's main (argument parsing, the mode table): the
+ * agent's children call it with a mode's arguments. Returns the exit
+ * status; never calls exit() itself.
+ */
+int helper_main(int argc, char **argv);
+
+/*
+ * agent mode (protocol 3, proto/sbx_agent.h, adr/0025): the sandbox's
+ * long-lived helper. Reads frames on fd 0 and writes frames on fd 1 until
+ * the channel ends, breaks the protocol, or nothing came from the broker
+ * for idle_ms (0: no bound); then kills every stream's processes and
+ * returns 0. Kills a previous agent of the sandbox first (its kill handle
+ * "agent" in ctx->state_dir). Not dumpable. -1 with err when it cannot
+ * start (signalfd, descriptors, state directory).
+ */
+int helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, struct helper_err *err);
+
 #endif

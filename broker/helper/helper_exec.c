@@ -877,8 +877,12 @@ helper_killall(const struct helper_ctx *ctx, struct helper_err *err)
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
 		if (helper_exec_id_valid(de->d_name) &&
-		    handle_read(dirfd(d), de->d_name, &h, &ignored) == 1)
+		    handle_read(dirfd(d), de->d_name, &h, &ignored) == 1) {
+			/* killall run by the agent (adr/0025) spares that agent. */
+			if (strcmp(de->d_name, "agent") == 0 && h.pgid == getppid())
+				continue;
 			handle_kill(&h);
+		}
 		(void)unlinkat(dirfd(d), de->d_name, 0);
 	}
 	rc = 0;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "helper.h"
+#include "sbx_agent.h"
 
 #define TIMEOUT_MS_MAX (30ULL * 24 * 3600 * 1000)
 
@@ -22,6 +23,7 @@
 #define OPT_ARGV 0x10 /* "--" then the command */
 #define OPT_FRAMED 0x20
 #define OPT_LIST 0x40   /* --limit, --after-hex */
+#define OPT_IDLE 0x200  /* agent --idle-ms (adr/0025) */
 
 struct args {
 	const char *pos[2];
@@ -30,6 +32,7 @@ struct args {
 	uint64_t size;     /* write --size; UINT64_MAX: not given */
 	const char *id;
 	uint64_t timeout_ms;
+	uint64_t idle_ms;
 	const char *cwd;
 	char **argv;
 	const char *root;
@@ -125,6 +128,12 @@ run_du(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 	    a->timeout_ms, 1, err);
 }
 
+static int
+run_agent(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	return helper_agent(ctx, a->idle_ms, err);
+}
+
 static const struct mode modes[] = {
 	{ SBX_HELPER_MODE_VERSION, run_version, 0, 0, 0 },
 	{ SBX_HELPER_MODE_READ, run_read, 1, OPT_MAX | OPT_ID, 1 },
@@ -137,6 +146,7 @@ static const struct mode modes[] = {
 	{ SBX_HELPER_MODE_IDLE, run_idle, 0, 0, 0 },
 	{ SBX_HELPER_MODE_INITWORK, run_initwork, 1, 0, 0 },
 	{ SBX_HELPER_MODE_DU, run_du, 0, OPT_MAX | OPT_TIMEOUT | OPT_ID, 1 },
+	{ SBX_AGENT_MODE, run_agent, 0, OPT_IDLE, 1 },
 	{ NULL, NULL, 0, 0, 0 },
 };
 
@@ -272,6 +282,11 @@ parse_args(int argc, char **argv, const struct mode **mp, struct args *a,
 				if (parse_u64(val, TIMEOUT_MS_MAX, &a->timeout_ms) < 0)
 					return helper_err_set(err, SBX_E_BAD_REQUEST,
 					    "--timeout-ms must be milliseconds up to 30 days");
+			} else if (m != NULL && (m->opts & OPT_IDLE) &&
+			    strcmp(opt, "--idle-ms") == 0) {
+				if (parse_u64(val, TIMEOUT_MS_MAX, &a->idle_ms) < 0)
+					return helper_err_set(err, SBX_E_BAD_REQUEST,
+					    "--idle-ms must be milliseconds up to 30 days");
 			} else if (m != NULL && (m->opts & OPT_CWD) && strcmp(opt, "--cwd") == 0)
 				a->cwd = val;
 			else
@@ -294,7 +309,7 @@ parse_args(int argc, char **argv, const struct mode **mp, struct args *a,
 	}
 	if (m == NULL)
 		return helper_err_set(err, SBX_E_BAD_REQUEST,
-		    "usage: sbx-helper version|read|write|list|exec|kill|killall|idle|initwork|du ...");
+		    "usage: sbx-helper version|read|write|list|exec|kill|killall|idle|initwork|du|agent ...");
 	if (a->npos != m->npos)
 		return helper_err_set(err, SBX_E_BAD_REQUEST, "%s needs %d argument(s)", m->name,
 		    m->npos);
@@ -306,7 +321,7 @@ parse_args(int argc, char **argv, const struct mode **mp, struct args *a,
 }
 
 int
-main(int argc, char **argv)
+helper_main(int argc, char **argv)
 {
 	struct helper_ctx ctx;
 	struct helper_err err;
@@ -365,4 +380,10 @@ fail:
 	if (m != NULL && m->run == run_exec)
 		return SBX_HELPER_EXEC_FAILED;
 	return helper_err_exit_code(&err);
+}
+
+int
+main(int argc, char **argv)
+{
+	return helper_main(argc, argv);
 }

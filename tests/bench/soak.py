@@ -36,6 +36,8 @@ import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import Bench, Conn, log, proc_rss, stream  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from engineapi import Engine  # noqa: E402
 
 
 def fds(pid):
@@ -124,11 +126,9 @@ class Soak:
         return out
 
     def orphans(self):
-        eng = b_engine(self.a.runtime_sock)
-        conts = eng("/containers/json?all=1&filters=" + urllib.parse.quote(
-            json.dumps({"label": ["io.sbx.managed=true"]})))
-        vols = (eng("/volumes?filters=" + urllib.parse.quote(
-            json.dumps({"label": ["io.sbx.managed=true"]}))) or {}).get("Volumes") or []
+        eng = Engine(self.a.runtime_sock)
+        conts = eng.containers("io.sbx.managed=true")
+        vols = eng.volumes("io.sbx.managed=true")
         # the helper volume (adr/0009) is shared by every sandbox and kept
         # by design: not an orphan
         vols = [v for v in vols if "io.sbx.helper-sha256" not in (v.get("Labels") or {})]
@@ -233,26 +233,6 @@ class Soak:
         text = text[:m.start()] + section + text[m.end():] if m else text.rstrip("\n") + "\n\n" + section
         with open(self.a.out, "w") as f:
             f.write(text)
-
-
-def b_engine(sock):
-    import http.client
-    import socket
-
-    class U(http.client.HTTPConnection):
-        def connect(self):
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.sock.connect(sock)
-
-    def get(path):
-        c = U("localhost", timeout=60)
-        try:
-            c.request("GET", "/v1.41" + path)
-            r = c.getresponse()
-            return json.loads(r.read() or b"null")
-        finally:
-            c.close()
-    return get
 
 
 def main():

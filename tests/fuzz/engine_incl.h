@@ -33,6 +33,7 @@ fz_engine(void)
 	cfg.runtime_socket = "/nonexistent/sbx-fuzz/runtime.sock";
 	cfg.default_image = "sbx-fuzz:latest";
 	cfg.helper_path = "/nonexistent/sbx-fuzz/sbx-helper";
+	cfg.agent_off = 1;   /* the targets feed runtime exec streams */
 	fz_base = event_base_new();
 	FUZZ_ASSERT(fz_base != NULL);
 	fz_drv = sbx_engine_driver_new(fz_base, &cfg, &err);

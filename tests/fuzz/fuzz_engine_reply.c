@@ -28,170 +28,33 @@
 #include <sys/un.h>
 
 #include "engine_incl.h"
+#include "driver_checks.h"
+#include "reply_server.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
 
-#define SEP "\n--next--\n"
-#define MAXPARTS 32
-
-static int lfd = -1;
 static char sock_path[108];
 static struct event_base *base;
 static struct sbx_driver *drv;
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static unsigned char *parts[MAXPARTS];
-static size_t plen[MAXPARTS], nparts, served;
-
-static void *
-serve(void *arg)
-{
-	char buf[65536];
-	struct pollfd pfd;
-	int c;
-
-	(void)arg;
-	for (;;) {
-		c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-		if (c < 0)
-			continue;
-		pfd.fd = c;
-		pfd.events = POLLIN;
-		if (poll(&pfd, 1, 100) > 0 && read(c, buf, sizeof(buf)) < 0)
-			buf[0] = '\0';
-		pthread_mutex_lock(&mu);
-		if (served < nparts && plen[served] > 0 &&
-		    write(c, parts[served], plen[served]) < 0)
-			buf[0] = '\0';
-		served++;
-		pthread_mutex_unlock(&mu);
-		shutdown(c, SHUT_WR);
-		while (poll(&pfd, 1, 200) > 0 && read(c, buf, sizeof(buf)) > 0)
-			;
-		close(c);
-	}
-	return NULL;
-}
-
-struct got {
-	int terminal, started_returned, early;
-};
-
-static void
-on_status(void *arg, const struct sbx_err *err, const struct sbx_status *st)
-{
-	struct got *g = arg;
-
-	g->terminal++;
-	if (!g->started_returned)
-		g->early = 1;
-	if (err == NULL) {
-		FUZZ_ASSERT(st != NULL);
-		FUZZ_ASSERT(st->state == SBX_STATE_ABSENT ||
-		    st->state == SBX_STATE_RUNNING ||
-		    st->state == SBX_STATE_STOPPED);
-	}
-}
-
-static void
-on_done(void *arg, const struct sbx_err *err)
-{
-	struct got *g = arg;
-
-	(void)err;
-	g->terminal++;
-	if (!g->started_returned)
-		g->early = 1;
-}
-
-static void
-on_list(void *arg, const struct sbx_err *err, const struct sbx_dirent *e,
-    size_t n, int truncated)
-{
-	(void)e;
-	(void)n;
-	(void)truncated;
-	on_done(arg, err);
-}
-
-static void
-on_sandboxes(void *arg, const struct sbx_err *err,
-    const struct sbx_status *sts, size_t n)
-{
-	size_t i;
-
-	if (err == NULL)
-		for (i = 0; i < n; i++)
-			FUZZ_ASSERT(sbx_id_valid(sts[i].id));
-	on_done(arg, err);
-}
-
-static void
-on_health(void *arg, const struct sbx_err *err, const struct sbx_health *h)
-{
-	(void)h;
-	on_done(arg, err);
-}
-
-static void
-on_start(void *arg, const char *exec_id)
-{
-	struct got *g = arg;
-
-	FUZZ_ASSERT(exec_id != NULL && g->terminal == 0);
-}
-
-static void
-on_output(void *arg, int stream, const unsigned char *buf, size_t len)
-{
-	struct got *g = arg;
-
-	FUZZ_ASSERT((stream == 1 || stream == 2) && buf != NULL && len > 0);
-	FUZZ_ASSERT(g->terminal == 0);
-}
-
-static void
-on_exit_(void *arg, const struct sbx_exit *ex)
-{
-	FUZZ_ASSERT(ex->code >= 0 && ex->code <= 255);
-	on_done(arg, NULL);
-}
-
-static void
-on_error(void *arg, const struct sbx_err *err)
-{
-	FUZZ_ASSERT(err != NULL && err->code[0] != '\0');
-	on_done(arg, err);
-}
 
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	struct sbx_engine_config cfg;
-	struct sockaddr_un sun;
 	struct sbx_err err;
-	pthread_t t;
 
 	(void)argc;
 	(void)argv;
 	signal(SIGPIPE, SIG_IGN);
 	sbx_log_init("fuzz", open("/dev/null", O_WRONLY | O_CLOEXEC),
 	    SBX_LOG_ERROR);
-	snprintf(sock_path, sizeof(sock_path), "/tmp/sbx-fuzz-engine-%d.sock",
-	    (int)getpid());
-	unlink(sock_path);
-	lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	FUZZ_ASSERT(lfd >= 0);
-	memset(&sun, 0, sizeof(sun));
-	sun.sun_family = AF_UNIX;
-	memcpy(sun.sun_path, sock_path, strlen(sock_path) + 1);
-	FUZZ_ASSERT(bind(lfd, (struct sockaddr *)&sun, sizeof(sun)) == 0);
-	FUZZ_ASSERT(listen(lfd, 64) == 0);
-	FUZZ_ASSERT(pthread_create(&t, NULL, serve, NULL) == 0);
+	reply_serve(reply_listen("engine", 64, sock_path, sizeof(sock_path)));
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.runtime_socket = sock_path;
 	cfg.default_image = "sbx-test:latest";
 	cfg.helper_path = "/nonexistent/sbx-fuzz/sbx-helper";
 	cfg.request_timeout_ms = 1000;
+	cfg.agent_off = 1;   /* replies of per-operation runtime execs (fuzz_agent: the channel) */
 	cfg.stop_timeout_s = 1;
 	base = event_base_new();
 	FUZZ_ASSERT(base != NULL);
@@ -200,37 +63,12 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
-static void
-split(const unsigned char *d, size_t n)
-{
-	const unsigned char *p;
-	size_t k;
-
-	pthread_mutex_lock(&mu);
-	for (k = 0; k < nparts; k++)
-		free(parts[k]);
-	nparts = served = 0;
-	while (nparts < MAXPARTS) {
-		p = memmem(d, n, SEP, strlen(SEP));
-		k = p != NULL ? (size_t)(p - d) : n;
-		parts[nparts] = malloc(k + 1);
-		FUZZ_ASSERT(parts[nparts] != NULL);
-		memcpy(parts[nparts], d, k);
-		plen[nparts++] = k;
-		if (p == NULL)
-			break;
-		d = p + strlen(SEP);
-		n -= k + strlen(SEP);
-	}
-	pthread_mutex_unlock(&mu);
-}
-
 int
 LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
 	static const char *const argv[] = { "sh", "-c", "echo hi", NULL };
 	struct engine *e = (struct engine *)drv;
-	struct sbx_sink sink = { on_start, on_output, on_exit_, on_error, NULL };
+	struct sbx_sink sink = { dc_start, dc_output, dc_exit, dc_error, NULL };
 	struct sbx_exec_req xr;
 	struct sbx_spec spec;
 	struct sbx_list_page page = { NULL, 100 };
@@ -238,14 +76,14 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	struct sbx_op *op = NULL;
 	struct sbx_err err;
 	struct eop *o, *next;
-	struct got g;
+	struct dc_got g;
 	struct timespec t0, t1;
 	int which, turns;
 
 	if (size == 0)
 		return 0;
 	which = data[0] % 11;
-	split(data + 1, size - 1);
+	reply_load(data + 1, size - 1);
 	memset(&g, 0, sizeof(g));
 	sink.arg = &g;
 	memset(&spec, 0, sizeof(spec));
@@ -254,22 +92,22 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	xr.timeout_ms = 1000;
 	sbx_err_clear(&err);
 	switch (which) {
-	case 0: op = drv->ops->status(drv, "fz", on_status, &g, &err); break;
-	case 1: op = drv->ops->ensure(drv, "fz", &spec, on_status, &g, &err); break;
+	case 0: op = drv->ops->status(drv, "fz", dc_status, &g, &err); break;
+	case 1: op = drv->ops->ensure(drv, "fz", &spec, dc_status, &g, &err); break;
 	case 2: op = drv->ops->exec(drv, "fz", &xr, &sink, &err); break;
 	case 3: op = drv->ops->read(drv, "fz", "/work/a", &sink, &err); break;
 	case 4:
 		body = evbuffer_new();
 		evbuffer_add(body, "data", 4);
-		op = drv->ops->write(drv, "fz", "/work/a", 0644, body, on_done,
+		op = drv->ops->write(drv, "fz", "/work/a", 0644, body, dc_done,
 		    &g, &err);
 		break;
-	case 5: op = drv->ops->list(drv, "fz", "/work", &page, on_list, &g, &err); break;
-	case 6: op = drv->ops->stop(drv, "fz", on_done, &g, &err); break;
-	case 7: op = drv->ops->destroy(drv, "fz", on_done, &g, &err); break;
-	case 8: op = drv->ops->list_sandboxes(drv, on_sandboxes, &g, &err); break;
-	case 9: op = drv->ops->health(drv, on_health, &g, &err); break;
-	default: op = drv->ops->recover(drv, "fz", on_done, &g, &err); break;
+	case 5: op = drv->ops->list(drv, "fz", "/work", &page, dc_list, &g, &err); break;
+	case 6: op = drv->ops->stop(drv, "fz", dc_done, &g, &err); break;
+	case 7: op = drv->ops->destroy(drv, "fz", dc_done, &g, &err); break;
+	case 8: op = drv->ops->list_sandboxes(drv, dc_sandboxes, &g, &err); break;
+	case 9: op = drv->ops->health(drv, dc_health, &g, &err); break;
+	default: op = drv->ops->recover(drv, "fz", dc_done, &g, &err); break;
 	}
 	g.started_returned = 1;
 	if (op == NULL) {

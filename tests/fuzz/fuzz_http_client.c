@@ -29,6 +29,7 @@
 #include <event2/event.h>
 
 #include "fuzz.h"
+#include "reply_server.h"
 #include "sbx_http_client.h"
 
 static struct event_base *base;
@@ -86,23 +87,12 @@ on_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	struct sockaddr_un sun;
-
 	(void)argc;
 	(void)argv;
 	signal(SIGPIPE, SIG_IGN);
 	base = event_base_new();
 	FUZZ_ASSERT(base != NULL);
-	snprintf(sock_path, sizeof(sock_path), "/tmp/sbx-fuzz-http-%d.sock",
-	    (int)getpid());
-	unlink(sock_path);
-	lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	FUZZ_ASSERT(lfd >= 0);
-	memset(&sun, 0, sizeof(sun));
-	sun.sun_family = AF_UNIX;
-	memcpy(sun.sun_path, sock_path, strlen(sock_path) + 1);
-	FUZZ_ASSERT(bind(lfd, (struct sockaddr *)&sun, sizeof(sun)) == 0);
-	FUZZ_ASSERT(listen(lfd, 16) == 0);
+	lfd = reply_listen("http", 16, sock_path, sizeof(sock_path));
 	return 0;
 }
 

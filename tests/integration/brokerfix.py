@@ -31,13 +31,15 @@ import time
 import unittest
 import urllib.parse
 
+import engineapi
+from engineapi import API, UnixHTTPConnection  # noqa: F401  (the one AF_UNIX HTTP client)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 CANARY = "canary-broker-token-XYZ123456789"
 MANAGED_LABEL = "io.sbx.managed"
 ID_LABEL = "io.sbx.id"
-API = "/v1.41"
 
 MiB = 1024 * 1024
 
@@ -85,33 +87,6 @@ def helper_volume(prefix="sbx-", helper=None):
 
 # ---------------------------------------------------------------------------
 # HTTP over a unix socket
-
-class UnixHTTPConnection(http.client.HTTPConnection):
-    """http.client over AF_UNIX; host is only used for the Host header."""
-
-    def __init__(self, path, timeout=60):
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            s.settimeout(self.timeout)
-            s.connect(self.unix_path)
-        except BaseException:
-            s.close()
-            raise
-        self.sock = s
-
-    def hard_close(self):
-        """Close the connection at once (the peer sees EOF/RST)."""
-        if self.sock is not None:
-            try:
-                self.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        self.close()
-
 
 class Reply:
     def __init__(self, status, headers, body):
@@ -375,69 +350,14 @@ class ExecStream:
 # ---------------------------------------------------------------------------
 # Raw Engine API (Docker and Podman's compat API), for checking the runtime.
 
-class Engine:
-    def __init__(self, sock_path):
-        self.sock_path = sock_path
-
-    def call(self, method, path, body=None, timeout=60):
-        conn = UnixHTTPConnection(self.sock_path, timeout)
-        try:
-            headers = {}
-            if body is not None:
-                body = json.dumps(body).encode()
-                headers["Content-Type"] = "application/json"
-            conn.request(method, API + path, body=body, headers=headers)
-            r = conn.getresponse()
-            data = r.read()
-            return r.status, (json.loads(data) if data.strip() and
-                              r.getheader("Content-Type", "").startswith("application/json")
-                              else data)
-        finally:
-            conn.close()
-
-    @staticmethod
-    def _filters(labels):
-        return urllib.parse.quote(json.dumps({"label": labels}))
-
-    def containers(self, *labels):
-        st, body = self.call("GET", "/containers/json?all=1&filters=" + self._filters(list(labels)))
-        assert st == 200, (st, body)
-        return body
+class Engine(engineapi.Engine):
+    """The one Engine API client (engineapi.Engine) plus the broker's labels."""
 
     def containers_of(self, sid):
         return self.containers("%s=%s" % (ID_LABEL, sid))
 
-    def volumes(self, *labels):
-        st, body = self.call("GET", "/volumes?filters=" + self._filters(list(labels)))
-        assert st == 200, (st, body)
-        return body.get("Volumes") or []
-
     def volumes_of(self, sid):
         return self.volumes("%s=%s" % (ID_LABEL, sid))
-
-    def inspect(self, cid):
-        st, body = self.call("GET", "/containers/%s/json" % cid)
-        return body if st == 200 else None
-
-    def network(self, name):
-        st, body = self.call("GET", "/networks/%s" % urllib.parse.quote(name, safe=""))
-        return body if st == 200 else None
-
-    def create(self, name, image, cmd, labels=None):
-        st, body = self.call("POST", "/containers/create?name=" + name,
-                             {"Image": image, "Cmd": cmd, "Labels": labels or {}})
-        assert st == 201, (st, body)
-        return body["Id"]
-
-    def start(self, cid):
-        st, body = self.call("POST", "/containers/%s/start" % cid)
-        assert st in (204, 304), (st, body)
-
-    def remove(self, cid):
-        return self.call("DELETE", "/containers/%s?force=1&v=1" % cid)[0]
-
-    def remove_volume(self, name):
-        return self.call("DELETE", "/volumes/%s?force=1" % name)[0]
 
     def managed_leftovers(self):
         """Managed containers and volumes, except the current helper volume."""
@@ -447,8 +367,8 @@ class Engine:
 
     def managed_networks(self):
         """Networks labelled io.sbx.managed=true (the egress networks, ADR 0014)."""
-        return self.call("GET", "/networks?filters=%s" % urllib.parse.quote(
-            json.dumps({"label": [MANAGED_LABEL + "=true"]})))[1] or []
+        return self.fetch("GET", "/networks", params={
+            "filters": json.dumps({"label": [MANAGED_LABEL + "=true"]})})[1] or []
 
 
 # ---------------------------------------------------------------------------
@@ -687,14 +607,14 @@ class BrokerTestCase(unittest.TestCase):
             problems.append("left in the runtime: containers %r volumes %r" % (
                 [c.get("Names") for c in conts], [v.get("Name") for v in vols]))
             for c in conts:
-                cls.engine.remove(c["Id"])
+                cls.engine.remove(c["Id"], ok=None)
             for v in vols:
                 cls.engine.remove_volume(v["Name"])
         nets = cls.engine.managed_networks()
         if nets:
             problems.append("left in the runtime: networks %r" % [n.get("Name") for n in nets])
             for n in nets:
-                cls.engine.call("DELETE", "/networks/%s" % n["Id"])
+                cls.engine.fetch("DELETE", "/networks/%s" % n["Id"])
         seen = getattr(cls, "client", None)
         if seen is not None and any(CANARY.encode() in body for body in seen.seen):
             problems.append("the token appears in a response body")

@@ -135,7 +135,8 @@ class EnsureTest(BrokerTestCase):
     def test_unlabelled_container_with_our_name_is_never_touched(self):
         sid = self.new_id("foreign")
         name = "sbx-" + sid
-        cid = self.engine.create(name, self.image, ["sleep", "600"], labels={"owner": "someone-else"})
+        cid = self.engine.create(name=name, image=self.image, cmd=["sleep", "600"],
+                                 labels={"owner": "someone-else"}, host_config={})
         try:
             self.engine.start(cid)
             before = self.engine.inspect(cid)

@@ -173,10 +173,10 @@ class CrashRecoveryTest(LifecycleCase):
         lost = self.new_id("lost")
         stranger = "sbx-%s-x" % lost      # our prefix, but no labels
         self.broker.stop()
-        cid = self.engine.create("sbx-" + lost, self.image, ["sleep", "3600"],
-                                 {MANAGED_LABEL: "true", ID_LABEL: lost})
+        cid = self.engine.create(name="sbx-" + lost, image=self.image, cmd=["sleep", "3600"],
+                                 labels={MANAGED_LABEL: "true", ID_LABEL: lost}, host_config={})
         self.engine.start(cid)
-        other = self.engine.create(stranger, self.image, ["sleep", "3600"])
+        other = self.engine.create(name=stranger, image=self.image, cmd=["sleep", "3600"], host_config={})
         self.addCleanup(self.engine.remove, other)
         self.engine.start(other)
         before = self.engine.inspect(other)["State"]

@@ -36,14 +36,6 @@ UP = os.path.join(REPO, "deploy", "compose", "up.sh")
 HEALTH_TIMEOUT = 180
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 class ComposeTest(unittest.TestCase):
 
     @classmethod
@@ -55,7 +47,7 @@ class ComposeTest(unittest.TestCase):
         cls.project = "sbxc%d" % os.getpid()
         cls.prefix = cls.project + "-"
         cls.tag = tag
-        cls.port = free_port()
+        cls.port = sbxtest.free_port()
         cls.dir = os.path.join(sbxtest.out_dir(), "compose")
         shutil.rmtree(cls.dir, ignore_errors=True)
         os.makedirs(cls.dir)

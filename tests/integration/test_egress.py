@@ -166,8 +166,8 @@ class EgressNetworkTest(BrokerTestCase):
         for name, labels in (("sbx-%s-egress" % orphan,
                               {"io.sbx.managed": "true", "io.sbx.id": orphan}),
                              ("sbx-%s-egress" % plain, {})):
-            st, body = self.engine.call("POST", "/networks/create",
-                                        {"Name": name, "Driver": "bridge", "Labels": labels})
+            st, body = self.engine.fetch("POST", "/networks/create",
+                                         {"Name": name, "Driver": "bridge", "Labels": labels})
             self.assertIn(st, (200, 201), body)
             made.append(name)
         try:
@@ -189,7 +189,7 @@ class EgressNetworkTest(BrokerTestCase):
             self.assertEqual(self.engine.inspect("sbx-" + kept)["Id"], cid)
         finally:
             for name in made:
-                self.engine.call("DELETE", "/networks/" + name)
+                self.engine.fetch("DELETE", "/networks/" + name)
 
 
 class EgressIsolationTest(BrokerTestCase):

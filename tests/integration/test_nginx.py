@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 import unittest
@@ -34,14 +33,6 @@ from stackfix import Stack
 SNIPPET = os.path.join(REPO, "deploy", "nginx", "sbx.conf")
 NGINX = "/usr/sbin/nginx"
 FIVE = "for i in 1 2 3 4 5; do echo $i; sleep 1; done"
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def site(snippet, port, api_port, upstream="sbx_api"):
@@ -161,7 +152,7 @@ class NginxTest(unittest.TestCase):
             with open(SNIPPET) as f:
                 cls.snippet = f.read()
             for attempt in range(3):
-                cls.port, cls.buffered_port = free_port(), free_port()
+                cls.port, cls.buffered_port = sbxtest.free_port(), sbxtest.free_port()
                 buffered = site(cls.snippet, cls.buffered_port, api_port, "sbx_api_buffered")
                 buffered = buffered.replace(
                     "proxy_buffering off;",

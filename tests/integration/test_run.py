@@ -11,57 +11,25 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import unittest
 
 import sbxtest
+from runfix import RunShTestCase, processes_mentioning
 from sbxtest import REPO
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+class RunTest(RunShTestCase):
 
-
-def processes_mentioning(text):
-    """PIDs of live processes whose command line contains TEXT."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if text.encode() in cmd:
-            found.append((int(pid), cmd.replace(b"\0", b" ").decode(errors="replace")))
-    return found
-
-
-class RunTest(unittest.TestCase):
-
-    def setUp(self):
-        self.dir = sbxtest.short_tmpdir("sbxrun-")
-        self.npc = "demo%d" % (os.getpid() % 100000)
-        self.addCleanup(self.cleanup)
+    def base_env(self):
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("SBX_") or k in ("SBX_TEST_OUT",)}
-        env.update(DOCKER_HOST=sbxtest.runtime_host(), SBX_RUN_IMAGE=sbxtest.test_image(),
-                   SBX_RUN_DIR=self.dir, SBX_API_PORT=str(free_port()), SBX_RUN_NPC=self.npc)
-        self.env = env
+        env.update(DOCKER_HOST=sbxtest.runtime_host(), SBX_RUN_IMAGE=sbxtest.test_image())
+        return env
 
     def cleanup(self):
-        for pid, _ in processes_mentioning(self.dir):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        self.kill_leftovers()
         eng = sbxtest.Engine()
         label = "io.sbx.id=npc-" + self.npc
         for c in eng.containers(label=label):
@@ -70,11 +38,6 @@ class RunTest(unittest.TestCase):
             eng.call("DELETE", "/volumes/%s" % v["Name"], params={"force": "1"},
                      ok=(200, 204, 404, 409))
         shutil.rmtree(self.dir, True)
-
-    def run_sh(self, **extra):
-        env = dict(self.env, **extra)
-        return subprocess.run(["sh", os.path.join(REPO, "deploy", "run.sh")], env=env,
-                              cwd=REPO, capture_output=True, timeout=300)
 
     def assertNoDaemons(self):
         left = processes_mentioning(self.dir)

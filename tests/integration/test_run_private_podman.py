@@ -11,39 +11,14 @@ busybox test rootfs), so no Debian mirror is needed. Runs once.
 import hashlib
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import time
 import unittest
 
 import sbxtest
-from sbxtest import REPO
+from runfix import RunShTestCase, processes_mentioning
 
 SBX_ONCE = True
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def processes_mentioning(text):
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if text.encode() in cmd:
-            found.append(int(pid))
-    return found
 
 
 def mounts_under(path):
@@ -51,34 +26,27 @@ def mounts_under(path):
         return [l.split()[1] for l in f if l.split()[1].startswith(path + "/")]
 
 
-class PrivatePodmanPurgeTest(unittest.TestCase):
+class PrivatePodmanPurgeTest(RunShTestCase):
 
-    def setUp(self):
-        self.dir = sbxtest.short_tmpdir("sbxrunpp-")
-        self.runroot = "/run/sbx-run-" + hashlib.sha256(self.dir.encode()).hexdigest()[:12]
-        self.npc = "pp%d" % (os.getpid() % 100000)
-        self.addCleanup(self.cleanup)
+    dir_prefix = "sbxrunpp-"
+    npc_prefix = "pp"
+
+    def base_env(self):
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("SBX_", "DOCKER_", "CONTAINERS_"))}
-        env.update(SBX_RUN_RUNTIME="podman", SBX_RUN_DIR=self.dir, SBX_API_PORT=str(free_port()),
-                   SBX_RUN_NPC=self.npc)
-        self.env = env
+        env.update(SBX_RUN_RUNTIME="podman")
+        return env
+
+    def setUp(self):
+        super().setUp()
+        self.runroot = "/run/sbx-run-" + hashlib.sha256(self.dir.encode()).hexdigest()[:12]
 
     def cleanup(self):
-        for pid in processes_mentioning(self.dir):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        self.kill_leftovers()
         for m in sorted(mounts_under(self.dir), reverse=True):
             subprocess.run(["umount", "-l", m], capture_output=True)
         shutil.rmtree(self.dir, True)
         shutil.rmtree(self.runroot, True)
-
-    def run_sh(self, *args, **extra):
-        return subprocess.run(["sh", os.path.join(REPO, "deploy", "run.sh")] + list(args),
-                              env=dict(self.env, **extra), cwd=REPO, capture_output=True,
-                              timeout=300)
 
     def test_purge_empties_the_private_podman_and_leaves_no_process_or_mount(self):
         os.makedirs(os.path.join(self.dir, "image"))

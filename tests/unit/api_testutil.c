@@ -1,6 +1,7 @@
 /* api_testutil.c - the sandbox-api unit tests' shared fixture: a server on 127.0.0.1:0 and an in-loop HTTP client (api_testutil.h). */
 #include "api_testutil.h"
 
+#include "../driver_fake.h"
 
 /* One server per test, on its own event base and state dir. */
 struct tu_fixture T;
@@ -277,3 +278,44 @@ tu_slurp(const char *path, size_t *len)
 	return buf;
 }
 
+
+int
+tu_up(void **state)
+{
+	(void)state;
+	tu_setup_base();
+	return 0;
+}
+
+int
+tu_down(void **state)
+{
+	(void)state;
+	tu_teardown();
+	return 0;
+}
+
+void
+tu_start_fake(char *ka, char *kb, char *kop)
+{
+	struct sbx_driver *fake = sbx_fake_driver_new(T.base);
+
+	assert_non_null(fake);
+	tu_start(fake);
+	tu_principal("alice", API_ROLE_PLAYER, ka);
+	tu_principal("bob", API_ROLE_PLAYER, kb);
+	tu_principal("op1", API_ROLE_OPERATOR, kop);
+}
+
+void
+tu_npc(const char *key, const char *name)
+{
+	struct tu_res r = { 0 };
+	char body[128], path[128];
+
+	snprintf(body, sizeof(body), "{\"name\":\"%s\"}", name);
+	assert_int_equal(tu_req(&r, "POST", "/api/v1/npcs", key, body), 201);
+	snprintf(path, sizeof(path), "/api/v1/npcs/%s/sandbox", name);
+	assert_int_equal(tu_req(&r, "PUT", path, key, NULL), 200);
+	tu_res_free(&r);
+}

@@ -60,11 +60,25 @@ struct tu_res {
  * listen 127.0.0.1:0, a new event base (asserts on failure). */
 void tu_setup_base(void);
 
+/* cmocka setup and teardown of one test: tu_setup_base() / tu_teardown();
+ * return 0 (failures assert). */
+int tu_up(void **state);
+int tu_down(void **state);
+
 /* Sets one config key (before tu_start). */
 void tu_set(const char *key, const char *value);
 
 /* Starts the api server on drv (T owns drv from now on) and records its port. */
 void tu_start(struct sbx_driver *drv);
+
+/* tu_start() on a new fake driver (tests/driver_fake.h) with players alice
+ * and bob and operator op1, their fresh keys written to ka, kb, kop
+ * (>= 44 bytes each, as tu_principal). */
+void tu_start_fake(char *ka, char *kb, char *kop);
+
+/* With key: POST /api/v1/npcs {"name":name} (asserts 201), then PUT its
+ * sandbox (asserts 200). name: a valid NPC name, < 64 bytes. */
+void tu_npc(const char *key, const char *name);
 
 /* Frees the server, driver, base and config; removes the state dir and log. */
 void tu_teardown(void);

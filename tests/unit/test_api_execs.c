@@ -6,22 +6,6 @@
 static char KA[SBX_TOKEN_GEN_LEN + 1];
 static char KB[SBX_TOKEN_GEN_LEN + 1];
 
-static int
-setup(void **state)
-{
-	(void)state;
-	tu_setup_base();
-	return 0;
-}
-
-static int
-teardown(void **state)
-{
-	(void)state;
-	tu_teardown();
-	return 0;
-}
-
 static void
 start(void)
 {
@@ -323,20 +307,20 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(
-		    test_log_replays_resumes_and_survives_a_restart, setup,
-		    teardown),
+		    test_log_replays_resumes_and_survives_a_restart, tu_up,
+		    tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_running_exec_ends_failed_when_the_api_stops, setup,
-		    teardown),
+		    test_running_exec_ends_failed_when_the_api_stops, tu_up,
+		    tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_log_cap_drops_the_oldest_events_with_a_reset, setup,
-		    teardown),
+		    test_log_cap_drops_the_oldest_events_with_a_reset, tu_up,
+		    tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_tickets_are_per_exec_and_never_stored_plain, setup,
-		    teardown),
+		    test_tickets_are_per_exec_and_never_stored_plain, tu_up,
+		    tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_long_utf8_output_is_split_between_characters, setup,
-		    teardown),
+		    test_long_utf8_output_is_split_between_characters, tu_up,
+		    tu_down),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -17,47 +17,6 @@
 
 static char KA[64], KB[64], KOP[64];   /* players alice and bob, operator op1 */
 
-static int
-setup(void **state)
-{
-	(void)state;
-	tu_setup_base();
-	return 0;
-}
-
-static int
-teardown(void **state)
-{
-	(void)state;
-	tu_teardown();
-	return 0;
-}
-
-static void
-start_fake(void)
-{
-	struct sbx_driver *fake = sbx_fake_driver_new(T.base);
-
-	assert_non_null(fake);
-	tu_start(fake);
-	tu_principal("alice", API_ROLE_PLAYER, KA);
-	tu_principal("bob", API_ROLE_PLAYER, KB);
-	tu_principal("op1", API_ROLE_OPERATOR, KOP);
-}
-
-static void
-alice_npc(const char *name)
-{
-	struct tu_res r = { 0 };
-	char body[128], path[128];
-
-	snprintf(body, sizeof(body), "{\"name\":\"%s\"}", name);
-	assert_int_equal(tu_req(&r, "POST", "/api/v1/npcs", KA, body), 201);
-	snprintf(path, sizeof(path), "/api/v1/npcs/%s/sandbox", name);
-	assert_int_equal(tu_req(&r, "PUT", path, KA, NULL), 200);
-	tu_res_free(&r);
-}
-
 static const struct sbx_fake_stats *
 stats(void)
 {
@@ -231,8 +190,8 @@ test_grace_over_ends_an_open_exec_stream_with_shutting_down(void **state)
 
 	(void)state;
 	tu_set("shutdown_grace", "300ms");
-	start_fake();
-	alice_npc("alpha");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
 	assert_int_equal(sbx_fake_set_exec_script(T.drv, script, 2), 0);
 	drain_called = 0;
 	tu_start_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/exec", KA,
@@ -275,8 +234,8 @@ test_drain_answers_503_on_an_open_connection_and_refuses_new_ones(void **state)
 
 	(void)state;
 	tu_set("shutdown_grace", "5s");
-	start_fake();
-	alice_npc("alpha");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
 	assert_int_equal(sbx_fake_set_exec_script(T.drv, script, 1), 0);
 	fd = raw_connect();
 	tu_start_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/exec", KA,
@@ -312,8 +271,8 @@ test_grace_over_answers_a_request_waiting_for_the_broker_503(void **state)
 
 	(void)state;
 	tu_set("shutdown_grace", "100ms");
-	start_fake();
-	alice_npc("alpha");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
 	sbx_fake_set_delay_ms(T.drv, 10000);
 	tu_start_req(&r, "GET", "/api/v1/npcs/alpha/sandbox", KA, NULL, 0);
 	tu_spin(50);
@@ -335,7 +294,7 @@ test_drain_with_nothing_in_flight_is_done_at_once(void **state)
 
 	(void)state;
 	tu_set("shutdown_grace", "10s");
-	start_fake();
+	tu_start_fake(KA, KB, KOP);
 	drain_called = 0;
 	t0 = mono_ms();
 	api_server_drain(T.srv, drain_done, NULL);
@@ -353,7 +312,7 @@ test_metrics_needs_an_operator_key(void **state)
 	struct tu_res r = { 0 };
 
 	(void)state;
-	start_fake();
+	tu_start_fake(KA, KB, KOP);
 	assert_int_equal(tu_req(&r, "GET", "/metrics", NULL, NULL), 401);
 	assert_string_equal(tu_code(&r), "unauthorized");
 	assert_int_equal(tu_req(&r, "GET", "/metrics", "wrong-key-0123456789",
@@ -390,8 +349,8 @@ test_metrics_move_by_the_expected_amounts(void **state)
 	double before_sum;
 
 	(void)state;
-	start_fake();
-	alice_npc("alpha");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
 	a = scrape(&m0);
 	assert_true(metric(a, "sbx_api_execs_started_total") == 0);
 	assert_true(metric(a, "sbx_api_sse_clients") == 0);
@@ -513,8 +472,8 @@ test_metrics_count_limit_rejections(void **state)
 	(void)state;
 	tu_set("requests_per_minute", "5");
 	tu_set("max_execs_per_principal", "1");
-	start_fake();
-	alice_npc("alpha");                       /* 2 of alice's 5 */
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");                       /* 2 of alice's 5 */
 	assert_int_equal(sbx_fake_set_exec_script(T.drv, hang, 1), 0);
 	tu_start_req(&h, "POST", "/api/v1/npcs/alpha/sandbox/exec", KA,
 	    EXEC_X, strlen(EXEC_X));              /* 3 */
@@ -555,13 +514,13 @@ test_metrics_text_passes_promtool(void **state)
 	const char *t;
 
 	(void)state;
-	start_fake();
+	tu_start_fake(KA, KB, KOP);
 	/* Empty families first (only HELP and TYPE for some). */
 	t = scrape(&m);
 	if (promtool_check(t, out, sizeof(out)) != 0)
 		fail_msg("promtool on a fresh server: %s\n%s", out, t);
 	/* Then every family with samples. */
-	alice_npc("alpha");
+	tu_npc(KA, "alpha");
 	assert_int_equal(sbx_fake_set_exec_script(T.drv, script, 2), 0);
 	assert_int_equal(tu_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/exec",
 	    KA, EXEC_X), 200);
@@ -591,8 +550,8 @@ test_status_shows_stop_reason_operator_after_stop(void **state)
 	json_t *j;
 
 	(void)state;
-	start_fake();
-	alice_npc("alpha");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
 	assert_int_equal(tu_req(&r, "GET", "/api/v1/npcs/alpha/sandbox", KA,
 	    NULL), 200);
 	assert_non_null(strstr(tu_text(&r), "\"stop_reason\":null"));
@@ -694,30 +653,30 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(
 		    test_grace_over_ends_an_open_exec_stream_with_shutting_down,
-		    setup, teardown),
+		    tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(
 		    test_drain_answers_503_on_an_open_connection_and_refuses_new_ones,
-		    setup, teardown),
+		    tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(
 		    test_grace_over_answers_a_request_waiting_for_the_broker_503,
-		    setup, teardown),
+		    tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_drain_with_nothing_in_flight_is_done_at_once, setup,
-		    teardown),
+		    test_drain_with_nothing_in_flight_is_done_at_once, tu_up,
+		    tu_down),
 		cmocka_unit_test_setup_teardown(test_metrics_needs_an_operator_key,
-		    setup, teardown),
+		    tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_metrics_move_by_the_expected_amounts, setup, teardown),
+		    test_metrics_move_by_the_expected_amounts, tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_metrics_count_limit_rejections, setup, teardown),
+		    test_metrics_count_limit_rejections, tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(test_metrics_text_passes_promtool,
-		    setup, teardown),
+		    tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_status_shows_stop_reason_operator_after_stop, setup,
-		    teardown),
+		    test_status_shows_stop_reason_operator_after_stop, tu_up,
+		    tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_status_passes_the_brokers_stop_reason_through, setup,
-		    teardown),
+		    test_status_passes_the_brokers_stop_reason_through, tu_up,
+		    tu_down),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

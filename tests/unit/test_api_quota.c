@@ -5,34 +5,6 @@
 
 static char KA[64], KB[64], KOP[64];   /* player alice, player bob, operator */
 
-static int
-setup(void **state)
-{
-	(void)state;
-	tu_setup_base();
-	return 0;
-}
-
-static int
-teardown(void **state)
-{
-	(void)state;
-	tu_teardown();
-	return 0;
-}
-
-static void
-start_fake(void)
-{
-	struct sbx_driver *fake = sbx_fake_driver_new(T.base);
-
-	assert_non_null(fake);
-	tu_start(fake);
-	tu_principal("alice", API_ROLE_PLAYER, KA);
-	tu_principal("bob", API_ROLE_PLAYER, KB);
-	tu_principal("op1", API_ROLE_OPERATOR, KOP);
-}
-
 static void
 npc(const char *key, const char *name)
 {
@@ -68,7 +40,7 @@ test_eleventh_sandbox_of_a_player_is_429_with_a_sentence(void **state)
 	int i;
 
 	(void)state;
-	start_fake();
+	tu_start_fake(KA, KB, KOP);
 	for (i = 0; i < 11; i++) {
 		snprintf(name, sizeof(name), "n%d", i);
 		npc(KA, name);
@@ -107,7 +79,7 @@ test_operator_ensures_are_exempt(void **state)
 
 	(void)state;
 	tu_set("max_sandboxes_per_player", "2");
-	start_fake();
+	tu_start_fake(KA, KB, KOP);
 	for (i = 0; i < 4; i++) {
 		snprintf(name, sizeof(name), "o%d", i);
 		npc(KOP, name);
@@ -136,7 +108,7 @@ test_a_failed_ensure_gives_its_slot_back(void **state)
 
 	(void)state;
 	tu_set("max_sandboxes_per_player", "1");
-	start_fake();
+	tu_start_fake(KA, KB, KOP);
 	npc(KA, "f0");
 	npc(KA, "f1");
 	sbx_fake_fail_next(T.drv, SBX_FAKE_ENSURE, SBX_E_RUNTIME_UNAVAILABLE, 0);
@@ -209,16 +181,16 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(
 		    test_eleventh_sandbox_of_a_player_is_429_with_a_sentence,
-		    setup, teardown),
+		    tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(test_operator_ensures_are_exempt,
-		    setup, teardown),
+		    tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_a_failed_ensure_gives_its_slot_back, setup, teardown),
+		    test_a_failed_ensure_gives_its_slot_back, tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_store_claim_counts_per_owner_and_is_idempotent, setup,
-		    teardown),
+		    test_store_claim_counts_per_owner_and_is_idempotent, tu_up,
+		    tu_down),
 		cmocka_unit_test_setup_teardown(test_config_refuses_a_cap_of_zero,
-		    setup, teardown),
+		    tu_up, tu_down),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

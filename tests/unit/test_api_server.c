@@ -11,49 +11,6 @@
 
 static char KA[64], KB[64], KOP[64];   /* player alice, player bob, operator */
 
-static int
-setup(void **state)
-{
-	(void)state;
-	tu_setup_base();
-	return 0;
-}
-
-static int
-teardown(void **state)
-{
-	(void)state;
-	tu_teardown();
-	return 0;
-}
-
-/* Server with the fake driver, players alice and bob, operator op1. */
-static void
-start_fake(void)
-{
-	struct sbx_driver *fake = sbx_fake_driver_new(T.base);
-
-	assert_non_null(fake);
-	tu_start(fake);
-	tu_principal("alice", API_ROLE_PLAYER, KA);
-	tu_principal("bob", API_ROLE_PLAYER, KB);
-	tu_principal("op1", API_ROLE_OPERATOR, KOP);
-}
-
-/* alice creates NPC name and its sandbox. */
-static void
-alice_npc(const char *name)
-{
-	struct tu_res r = { 0 };
-	char body[128], path[128];
-
-	snprintf(body, sizeof(body), "{\"name\":\"%s\"}", name);
-	assert_int_equal(tu_req(&r, "POST", "/api/v1/npcs", KA, body), 201);
-	snprintf(path, sizeof(path), "/api/v1/npcs/%s/sandbox", name);
-	assert_int_equal(tu_req(&r, "PUT", path, KA, NULL), 200);
-	tu_res_free(&r);
-}
-
 static const struct sbx_fake_stats *
 stats(void)
 {
@@ -70,7 +27,7 @@ test_missing_wrong_and_revoked_keys_get_401(void **state)
 	struct sbx_err err;
 
 	(void)state;
-	start_fake();
+	tu_start_fake(KA, KB, KOP);
 	assert_int_equal(tu_req(&r, "GET", "/api/v1/npcs", NULL, NULL), 401);
 	assert_string_equal(tu_code(&r), "unauthorized");
 	assert_int_equal(tu_req(&r, "GET", "/api/v1/npcs",
@@ -120,8 +77,8 @@ test_player_b_gets_404_on_every_route_of_player_a(void **state)
 	size_t i;
 
 	(void)state;
-	start_fake();
-	alice_npc("alpha");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
 	memcpy(before, stats()->calls, sizeof(before));
 	for (i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
 		snprintf(path, sizeof(path), "/api/v1/npcs/alpha%s",
@@ -187,8 +144,8 @@ test_player_egress_is_403_and_changes_nothing(void **state)
 	unsigned ensures;
 
 	(void)state;
-	start_fake();
-	alice_npc("alpha");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
 	ensures = stats()->calls[SBX_FAKE_ENSURE];
 	assert_int_equal(tu_req(&r, "PUT", "/api/v1/npcs/alpha/egress", KA,
 	    "{\"enabled\":true}"), 403);
@@ -215,8 +172,8 @@ test_operator_grant_ensures_with_egress_and_is_audited(void **state)
 	unsigned created;
 
 	(void)state;
-	start_fake();
-	alice_npc("alpha");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
 	created = stats()->containers_created;
 	assert_int_equal(tu_req(&r, "PUT", "/api/v1/npcs/alpha/egress", KOP,
 	    "{\"enabled\":true}"), 200);
@@ -288,9 +245,9 @@ test_exec_streams_sse_with_headers_ids_and_events(void **state)
 	char *want;
 
 	(void)state;
-	start_fake();
+	tu_start_fake(KA, KB, KOP);
 	api_server_set_clock(T.srv, fixed_clock);
-	alice_npc("alpha");
+	tu_npc(KA, "alpha");
 	assert_int_equal(sbx_fake_set_exec_script(T.drv, script, 4), 0);
 	assert_int_equal(tu_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/exec",
 	    KA, "{\"argv\":[\"sh\",\"-c\",\"x\"],\"cwd\":\"/work\","
@@ -335,8 +292,8 @@ test_exec_errors_before_start_are_json(void **state)
 	struct tu_res r = { 0 };
 
 	(void)state;
-	start_fake();
-	alice_npc("alpha");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
 	sbx_fake_fail_next(T.drv, SBX_FAKE_EXEC, SBX_E_NOT_RUNNING, 0);
 	assert_int_equal(tu_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/exec",
 	    KA, "{\"argv\":[\"true\"]}"), 409);
@@ -366,8 +323,8 @@ test_heartbeat_comment_on_a_silent_stream(void **state)
 
 	(void)state;
 	tu_set("heartbeat", "20ms");
-	start_fake();
-	alice_npc("alpha");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
 	assert_int_equal(sbx_fake_set_exec_script(T.drv, script, 2), 0);
 	/* Each step of the fake waits 150 ms: silence on the stream. */
 	sbx_fake_set_delay_ms(T.drv, 150);
@@ -408,8 +365,8 @@ test_concurrent_execs_over_limit_get_429_and_disconnect_cancels(void **state)
 
 	(void)state;
 	tu_set("max_execs_per_principal", "1");
-	start_fake();
-	alice_npc("alpha");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
 	assert_int_equal(sbx_fake_set_exec_script(T.drv, script, 2), 0);
 	tu_start_req(&first, "POST", "/api/v1/npcs/alpha/sandbox/exec", KA,
 	    EXEC_SLEEP, strlen(EXEC_SLEEP));
@@ -442,8 +399,8 @@ test_disconnect_of_a_silent_exec_cancels_it(void **state)
 	struct tu_res r = { 0 };
 
 	(void)state;
-	start_fake();
-	alice_npc("alpha");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
 	assert_int_equal(sbx_fake_set_exec_script(T.drv, script, 1), 0);
 	r.stop_when = "event: start";
 	tu_start_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/exec", KA,
@@ -462,7 +419,7 @@ test_requests_per_minute_over_limit_get_429_with_retry_after(void **state)
 
 	(void)state;
 	tu_set("requests_per_minute", "3");
-	start_fake();
+	tu_start_fake(KA, KB, KOP);
 	for (i = 0; i < 3; i++)
 		assert_int_equal(tu_req(&r, "GET", "/api/v1/npcs", KA, NULL),
 		    200);
@@ -482,8 +439,8 @@ test_body_over_limit_gets_413(void **state)
 	(void)state;
 	tu_set("body_max", "1k");
 	tu_set("file_size_max", "4k");
-	start_fake();
-	alice_npc("alpha");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
 	big = malloc(8192);
 	memset(big, ' ', 8191);
 	big[8191] = '\0';
@@ -511,8 +468,8 @@ test_files_write_read_list(void **state)
 	struct tu_res r = { 0 };
 
 	(void)state;
-	start_fake();
-	alice_npc("alpha");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
 	assert_int_equal(tu_req(&r, "PUT",
 	    "/api/v1/npcs/alpha/sandbox/files?path=/work/d/n.txt&mode=0600", KA,
 	    "hello\nworld"), 200);
@@ -557,8 +514,8 @@ test_slow_client_pauses_the_exec_and_gets_every_byte(void **state)
 	const char *p;
 
 	(void)state;
-	start_fake();
-	alice_npc("alpha");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
 	chunk = malloc(16384 + 1);
 	memset(chunk, 'x', 16384);
 	chunk[16384] = '\0';
@@ -607,8 +564,8 @@ test_database_holds_no_plaintext_key(void **state)
 	char *buf;
 
 	(void)state;
-	start_fake();
-	alice_npc("alpha");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
 	assert_int_equal(tu_req(&r, "GET", "/api/v1/npcs", KA, NULL), 200);
 	for (i = 0; i < 4; i++) {
 		snprintf(path, sizeof(path), "%s/%s", T.dir, files[i]);
@@ -638,8 +595,8 @@ test_api_key_never_appears_in_logs(void **state)
 	size_t len;
 
 	(void)state;
-	start_fake();
-	alice_npc("alpha");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
 	snprintf(wrong, sizeof(wrong), "canary-%s", KA);
 	assert_int_equal(tu_req(&r, "GET", "/api/v1/npcs", wrong, NULL), 401);
 	assert_int_equal(tu_req(&r, "POST", "/api/v1/npcs", wrong,
@@ -663,7 +620,7 @@ test_npc_names_routes_and_methods(void **state)
 	struct tu_res r = { 0 };
 
 	(void)state;
-	start_fake();
+	tu_start_fake(KA, KB, KOP);
 	assert_int_equal(tu_req(&r, "POST", "/api/v1/npcs", KA,
 	    "{\"name\":\"Bad_Name\"}"), 400);
 	assert_int_equal(tu_req(&r, "POST", "/api/v1/npcs", KA,
@@ -716,8 +673,8 @@ test_drain_lets_open_streams_finish_and_refuses_new_connections(void **state)
 	struct tu_res first = { 0 }, r = { 0 };
 
 	(void)state;
-	start_fake();
-	alice_npc("alpha");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
 	assert_int_equal(sbx_fake_set_exec_script(T.drv, script, 3), 0);
 	sbx_fake_set_delay_ms(T.drv, 100);
 	drain_called = 0;
@@ -752,8 +709,8 @@ test_status_usage_is_opt_in_and_passed_through(void **state)
 	json_t *j, *u;
 
 	(void)state;
-	start_fake();
-	alice_npc("alpha");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
 	assert_int_equal(tu_req(&r, "PUT",
 	    "/api/v1/npcs/alpha/sandbox/files?path=/work/a", KA, "12345"), 200);
 	assert_int_equal(tu_req(&r, "PUT",
@@ -796,49 +753,49 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(
-		    test_missing_wrong_and_revoked_keys_get_401, setup, teardown),
+		    test_missing_wrong_and_revoked_keys_get_401, tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_player_b_gets_404_on_every_route_of_player_a, setup,
-		    teardown),
+		    test_player_b_gets_404_on_every_route_of_player_a, tu_up,
+		    tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_player_egress_is_403_and_changes_nothing, setup,
-		    teardown),
+		    test_player_egress_is_403_and_changes_nothing, tu_up,
+		    tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_operator_grant_ensures_with_egress_and_is_audited, setup,
-		    teardown),
+		    test_operator_grant_ensures_with_egress_and_is_audited, tu_up,
+		    tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_exec_streams_sse_with_headers_ids_and_events, setup,
-		    teardown),
+		    test_exec_streams_sse_with_headers_ids_and_events, tu_up,
+		    tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_exec_errors_before_start_are_json, setup, teardown),
+		    test_exec_errors_before_start_are_json, tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_heartbeat_comment_on_a_silent_stream, setup, teardown),
+		    test_heartbeat_comment_on_a_silent_stream, tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(
 		    test_concurrent_execs_over_limit_get_429_and_disconnect_cancels,
-		    setup, teardown),
+		    tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_disconnect_of_a_silent_exec_cancels_it, setup, teardown),
+		    test_disconnect_of_a_silent_exec_cancels_it, tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(
 		    test_requests_per_minute_over_limit_get_429_with_retry_after,
-		    setup, teardown),
+		    tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(test_body_over_limit_gets_413,
-		    setup, teardown),
-		cmocka_unit_test_setup_teardown(test_files_write_read_list, setup,
-		    teardown),
+		    tu_up, tu_down),
+		cmocka_unit_test_setup_teardown(test_files_write_read_list, tu_up,
+		    tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_slow_client_pauses_the_exec_and_gets_every_byte, setup,
-		    teardown),
+		    test_slow_client_pauses_the_exec_and_gets_every_byte, tu_up,
+		    tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_database_holds_no_plaintext_key, setup, teardown),
+		    test_database_holds_no_plaintext_key, tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_api_key_never_appears_in_logs, setup, teardown),
+		    test_api_key_never_appears_in_logs, tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(test_npc_names_routes_and_methods,
-		    setup, teardown),
+		    tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(
-		    test_status_usage_is_opt_in_and_passed_through, setup, teardown),
+		    test_status_usage_is_opt_in_and_passed_through, tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(
 		    test_drain_lets_open_streams_finish_and_refuses_new_connections,
-		    setup, teardown),
+		    tu_up, tu_down),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

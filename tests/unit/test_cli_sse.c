@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "golden.h"
 #include "sbx_ndjson.h"
 
 /* proto/cli_sse.c is in libsbx. */
@@ -267,35 +268,6 @@ test_ndjson_line_rebuild(void **state)
 
 /* ------------------------------------------------------------------ */
 /* golden transcripts                                                  */
-
-static const char *
-golden_dir(void)
-{
-	const char *d = getenv("SBX_GOLDEN_DIR");
-
-	return d != NULL && *d != '\0' ? d : "proto/golden";
-}
-
-static char *
-slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	char *buf;
-	long sz;
-
-	if (f == NULL)
-		fail_msg("cannot open %s (run from the repository root or set "
-		    "SBX_GOLDEN_DIR)", path);
-	fseek(f, 0, SEEK_END);
-	sz = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	buf = malloc((size_t)sz + 1);
-	assert_int_equal(fread(buf, 1, (size_t)sz, f), (size_t)sz);
-	buf[sz] = '\0';
-	fclose(f);
-	*len = (size_t)sz;
-	return buf;
-}
 
 struct rebuild {
 	char *out;

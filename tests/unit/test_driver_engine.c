@@ -589,6 +589,7 @@ new_driver(struct fx *f, const char *sock)
 	cfg.exec_timeout_ms.ceiling = 10000;
 	cfg.exec_output_cap = 1000;
 	cfg.file_timeout_ms = 300;
+	cfg.agent_off = 1;   /* the scripted runtime speaks protocol 2 per exec */
 	d = sbx_engine_driver_new(f->base, &cfg, &err);
 	assert_non_null(d);
 	return d;

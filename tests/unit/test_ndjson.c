@@ -13,6 +13,7 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "golden.h"
 #include "sbx_ndjson.h"
 #include "sbx_proto.h"
 
@@ -154,20 +155,6 @@ check_output_cb(void *arg, const struct sbx_event *ev, const char *line,
 		assert_memory_equal(ev->data, x->buf, x->len);
 	x->seen++;
 	return 0;
-}
-
-/* Moves out's content into a malloc'd buffer; *n gets its length. */
-static char *
-take(struct evbuffer *out, size_t *n)
-{
-	char *s;
-
-	*n = evbuffer_get_length(out);
-	s = malloc(*n + 1);
-	assert_non_null(s);
-	assert_int_equal(evbuffer_remove(out, s, *n), (int)*n);
-	s[*n] = '\0';
-	return s;
 }
 
 /* Feeds s[0..n) in up to three random pieces. */
@@ -1038,36 +1025,6 @@ test_other_spellings_decode_the_same(void **state)
 }
 
 /* ---- golden transcripts --------------------------------------------- */
-
-static const char *
-golden_dir(void)
-{
-	const char *d = getenv("SBX_GOLDEN_DIR");
-
-	return d != NULL && *d != '\0' ? d : "proto/golden";
-}
-
-static char *
-slurp(const char *path, size_t *n)
-{
-	FILE *f = fopen(path, "rb");
-	char *s = NULL;
-	long sz;
-
-	if (f == NULL)
-		fail_msg("cannot open %s (run from the repo root or set "
-		    "SBX_GOLDEN_DIR)", path);
-	fseek(f, 0, SEEK_END);
-	sz = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	s = malloc((size_t)sz + 1);
-	assert_non_null(s);
-	assert_int_equal(fread(s, 1, (size_t)sz, f), (size_t)sz);
-	fclose(f);
-	s[sz] = '\0';
-	*n = (size_t)sz;
-	return s;
-}
 
 /* Re-encodes each decoded event and expects the identical line. */
 static int

@@ -1,0 +1,762 @@
+/* driver_engine_agent.c - the engine driver's sbx-helper invocations through each sandbox's agent channel (adr/0025). */
+#include <sys/queue.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "agent.h"
+#include "driver_engine_int.h"
+#include "sbx_log.h"
+
+/*
+ * One agent per running sandbox, started by one runtime exec of
+ * `sbx-helper agent` whose hijacked stream is the channel (adr/0025). An
+ * invocation (eng_helper_run with the agent on) opens a stream on the
+ * sandbox's channel, starting the agent first when there is none or it
+ * died; the stream's output, stdin and exit feed the same functions the
+ * runtime exec fed (eng_deliver, eng_helper_frames, x->exited), so the
+ * kinds do not know which transport ran them.
+ */
+
+enum ag_state { AG_STARTING, AG_READY, AG_DEAD };
+
+/* The channel's end when the agent's exec ended: it was killed (by the
+ * sandbox user, a stop, a crash), and every stream's processes with it. */
+#define AGENT_ENDED "the sandbox agent ended (killed, or its sandbox stopped); " \
+	"the next operation starts it again"
+
+
+struct eng_agent {
+	TAILQ_ENTRY(eng_agent) link;
+	struct engine *e;
+	char id[64];
+	char cid[80];                 /* the container the agent runs in */
+	char rexec[80];               /* its runtime exec */
+	enum ag_state state;
+	int ever_ready;               /* a restart is a start after this */
+	struct sbx_agent_chan *ch;
+	struct sbx_http_req *http;    /* the exec start stream = the channel */
+	struct eop *starter;          /* the runtime calls that start it */
+	unsigned char fhdr[8];        /* the runtime's 8-byte stream frames */
+	size_t fhdr_len;
+	uint32_t frame_left;
+	int frame_stream;
+	/* What the last ensure saw (warm ensure, adr/0025). */
+	int st_valid;
+	struct sbx_status st;
+	char helper_vol[96];
+};
+
+struct eop_agent {
+	struct eop op;
+	struct eng_agent *ag;
+};
+
+static struct eop_agent *
+ago(struct eop *op)
+{
+	return (struct eop_agent *)op;
+}
+
+static struct eng_agent *
+agent_find(struct engine *e, const char *id)
+{
+	struct eng_agent *ag;
+
+	TAILQ_FOREACH(ag, &e->agents, link)
+		if (strcmp(ag->id, id) == 0)
+			return ag;
+	return NULL;
+}
+
+/* The transport goes; the channel fails with err (its streams hear it). */
+static void
+agent_down(struct eng_agent *ag, const struct sbx_err *err)
+{
+	struct sbx_agent_chan *ch = ag->ch;
+	struct sbx_http_req *http = ag->http;
+
+	ag->state = AG_DEAD;
+	ag->http = NULL;
+	if (ag->starter != NULL) {
+		ago(ag->starter)->ag = NULL;
+		eng_op_release(ag->starter);
+		ag->starter = NULL;
+	}
+	if (ch != NULL && sbx_agent_chan_alive(ch))
+		sbx_agent_chan_fail(ch, err);
+	sbx_http_req_cancel(http);
+}
+
+static void
+chan_closed(void *arg, const struct sbx_err *err)
+{
+	struct eng_agent *ag = arg;
+
+	if (ag->state != AG_DEAD)
+		log_info("sandbox agent channel ended", "id", ag->id,
+		    "reason", err->message, NULL);
+	ag->state = AG_DEAD;
+	if (ag->http != NULL) {
+		struct sbx_http_req *http = ag->http;
+
+		ag->http = NULL;
+		sbx_http_req_cancel(http);
+	}
+}
+
+static void
+chan_ready(void *arg, const struct sbx_agent_hello *h)
+{
+	struct eng_agent *ag = arg;
+	struct eop *op;
+
+	(void)h;
+	if (ag->ever_ready) {
+		ag->e->agent_restarts++;
+		sbx_agent_count_restart();
+	}
+	ag->ever_ready = 1;
+	ag->state = AG_READY;
+	/* The agent runs: the execs waiting for it have started (before, a
+	 * missing or stopped sandbox is still an error, not a stream). */
+	TAILQ_FOREACH(op, &ag->e->ops, link)
+		if (op->kind == OP_EXEC && !op->dead && xop(op)->ast != NULL &&
+		    xop(op)->astart != NULL && strcmp(op->id, ag->id) == 0)
+			event_active(xop(op)->astart, EV_TIMEOUT, 0);
+}
+
+/* The agent's exec stream: the runtime's 8-byte frames; stdout is the
+ * channel, stderr only the agent's own words (dropped). */
+static void
+agent_body(void *arg, struct sbx_http_req *req, const unsigned char *buf, size_t len)
+{
+	struct eng_agent *ag = arg;
+	size_t n;
+
+	if (sbx_http_req_status(req) >= 300)
+		return;
+	while (len > 0 && ag->ch != NULL && sbx_agent_chan_alive(ag->ch)) {
+		if (ag->frame_left == 0) {
+			n = 8 - ag->fhdr_len;
+			if (n > len)
+				n = len;
+			memcpy(ag->fhdr + ag->fhdr_len, buf, n);
+			ag->fhdr_len += n;
+			buf += n;
+			len -= n;
+			if (ag->fhdr_len < 8)
+				break;
+			ag->fhdr_len = 0;
+			ag->frame_stream = ag->fhdr[0];
+			ag->frame_left = (uint32_t)ag->fhdr[4] << 24 |
+			    (uint32_t)ag->fhdr[5] << 16 | (uint32_t)ag->fhdr[6] << 8 |
+			    ag->fhdr[7];
+			continue;
+		}
+		n = ag->frame_left < len ? ag->frame_left : len;
+		ag->frame_left -= (uint32_t)n;
+		if (ag->frame_stream == 1 && sbx_agent_chan_input(ag->ch, buf, n) < 0)
+			return;   /* the channel failed (maybe freed with ag's streams) */
+		buf += n;
+		len -= n;
+	}
+}
+
+static void
+agent_response(void *arg, struct sbx_http_req *req, int status)
+{
+	struct eng_agent *ag = arg;
+	struct bufferevent *bev;
+	struct sbx_err e;
+
+	if (status != 101 && status != 200)
+		return;
+	if (!sbx_http_req_upgraded(req) || (bev = sbx_http_req_bufferevent(req)) == NULL) {
+		sbx_err_set(&e, SBX_E_RUNTIME, "the runtime did not upgrade the agent's "
+		    "exec connection");
+		agent_down(ag, &e);
+		return;
+	}
+	sbx_agent_chan_set_output(ag->ch, bufferevent_get_output(bev));
+}
+
+static void
+agent_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
+{
+	struct eng_agent *ag = arg;
+	struct sbx_err e;
+	int status = sbx_http_req_status(req);
+
+	ag->http = NULL;
+	if (err != NULL)
+		e = *err;
+	else if (status == 404)
+		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", ag->id);
+	else if (status == 409)
+		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: ensure it "
+		    "first", ag->id);
+	else if (status != 101 && status != 200)
+		sbx_err_set(&e, SBX_E_RUNTIME, "the runtime refused to start the sandbox "
+		    "agent (HTTP %d)", status);
+	else
+		sbx_err_set(&e, SBX_E_RUNTIME, AGENT_ENDED);
+	agent_down(ag, &e);
+}
+
+static void
+agent_start_exec(struct eng_agent *ag)
+{
+	struct sbx_http_request q;
+	struct sbx_http_opts o;
+	struct sbx_http_cbs cbs;
+	struct sbx_err err;
+	char path[256];
+	static const char body[] = "{\"Detach\":false,\"Tty\":false}";
+
+	memset(&q, 0, sizeof(q));
+	memset(&o, 0, sizeof(o));
+	memset(&cbs, 0, sizeof(cbs));
+	snprintf(path, sizeof(path), API "/exec/%s/start", ag->rexec);
+	q.method = "POST";
+	q.path = path;
+	q.content_type = "application/json";
+	q.body = body;
+	q.body_len = sizeof(body) - 1;
+	q.upgrade = 1;
+	o.peer_name = "the container runtime";
+	o.header_timeout_ms = ag->e->req_timeout_ms;
+	cbs.response = agent_response;
+	cbs.body = agent_body;
+	cbs.done = agent_done;
+	cbs.arg = ag;
+	ag->http = sbx_http_request(ag->e->base.base, ag->e->address, &q, &o, &cbs, &err);
+	if (ag->http == NULL)
+		agent_down(ag, &err);
+}
+
+/* The starter's last call: it goes, the agent's stream stays. */
+static void
+starter_end(struct eng_agent *ag)
+{
+	struct eop *op = ag->starter;
+
+	ag->starter = NULL;
+	if (op != NULL) {
+		ago(op)->ag = NULL;
+		eng_op_release(op);
+	}
+}
+
+static void
+agent_created(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct eng_agent *ag = ago(op)->ag;
+	struct sbx_err e;
+
+	if (ag == NULL)
+		return;
+	if (err != NULL)
+		e = *err;
+	else if (status == 404)
+		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
+	else if (status == 409)
+		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: ensure it "
+		    "first", op->id);
+	else if (status != 201)
+		eng_runtime_err(&e, status, body, "create the sandbox agent's exec");
+	if (err == NULL && status == 201) {
+		snprintf(ag->rexec, sizeof(ag->rexec), "%s", eng_jstr(body, "Id"));
+		if (eng_name_ok(ag->rexec, sizeof(ag->rexec) - 1)) {
+			starter_end(ag);
+			agent_start_exec(ag);
+			return;
+		}
+		sbx_err_set(&e, SBX_E_RUNTIME, "runtime gave no exec id");
+	}
+	agent_down(ag, &e);
+}
+
+static void
+agent_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct eng_agent *ag = ago(op)->ag;
+	struct sbx_status st;
+	struct sbx_err e;
+	json_t *req;
+	char path[256], idle[32];
+
+	if (ag == NULL)
+		return;
+	if (err != NULL) {
+		agent_down(ag, err);
+		return;
+	}
+	if (status == 404) {
+		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
+		agent_down(ag, &e);
+		return;
+	}
+	if (status != 200) {
+		eng_runtime_err(&e, status, body, "inspect the container");
+		agent_down(ag, &e);
+		return;
+	}
+	if (eng_status_from_inspect(op, body, &st, &e) < 0) {
+		agent_down(ag, &e);
+		return;
+	}
+	if (st.state != SBX_STATE_RUNNING) {
+		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: ensure it "
+		    "first", op->id);
+		agent_down(ag, &e);
+		return;
+	}
+	/* A start in the same container after one that was ready is a
+	 * restart (the agent was killed or crashed); another container is a
+	 * new sandbox life. */
+	if (strcmp(ag->cid, op->cid) != 0)
+		ag->ever_ready = 0;
+	snprintf(ag->cid, sizeof(ag->cid), "%s", op->cid);
+	snprintf(idle, sizeof(idle), "%" PRId64, ag->e->agent_idle_ms);
+	req = json_pack("{s:b, s:b, s:b, s:b, s:s, s:s, s:[], s:[s,s,s,s]}",
+	    "AttachStdin", 1, "AttachStdout", 1, "AttachStderr", 1, "Tty", 0,
+	    "User", op->e->user, "WorkingDir", SBX_WORK_DIR, "Env",
+	    "Cmd", SBX_HELPER_PATH, SBX_AGENT_MODE, "--idle-ms", idle);
+	if (req == NULL) {
+		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		agent_down(ag, &e);
+		return;
+	}
+	snprintf(path, sizeof(path), API "/containers/%s/exec", op->cid);
+	eng_call(op, "POST", path, req, agent_created);
+}
+
+static void
+agent_fini(struct eop *op)
+{
+	if (ago(op)->ag != NULL)
+		ago(op)->ag->starter = NULL;
+}
+
+/* The sandbox's live channel, or a new one whose agent is being started
+ * (streams may be opened on it at once: their frames wait). */
+static struct eng_agent *
+agent_get(struct engine *e, const char *id, struct sbx_err *err)
+{
+	struct sbx_agent_chan_cbs cbs;
+	struct eng_agent *ag = agent_find(e, id);
+	struct eop *op;
+	char path[256];
+
+	if (ag != NULL && ag->state != AG_DEAD && ag->ch != NULL &&
+	    sbx_agent_chan_alive(ag->ch))
+		return ag;
+	if (ag == NULL) {
+		if ((ag = calloc(1, sizeof(*ag))) == NULL)
+			goto oom;
+		ag->e = e;
+		snprintf(ag->id, sizeof(ag->id), "%s", id);
+		TAILQ_INSERT_TAIL(&e->agents, ag, link);
+	}
+	sbx_agent_chan_free(ag->ch);   /* its streams have all ended */
+	ag->ch = NULL;
+	ag->fhdr_len = 0;
+	ag->frame_left = 0;
+	memset(&cbs, 0, sizeof(cbs));
+	cbs.ready = chan_ready;
+	cbs.closed = chan_closed;
+	cbs.arg = ag;
+	if ((ag->ch = sbx_agent_chan_new(e->base.base, &cbs)) == NULL)
+		goto oom;
+	if (e->agent_ping_ms > 0 && sbx_agent_chan_keepalive(ag->ch,
+	    (uint64_t)e->agent_ping_ms) < 0)
+		goto oom;
+	if ((op = eng_op_new(e, OP_AGENT, id, sizeof(struct eop_agent), err)) == NULL)
+		return NULL;
+	op->fini = agent_fini;
+	ago(op)->ag = ag;
+	ag->starter = op;
+	ag->state = AG_STARTING;
+	eng_inspect_path(op, path, sizeof(path));
+	eng_call(op, "GET", path, NULL, agent_inspected);
+	return ag;
+oom:
+	sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+	return NULL;
+}
+
+/* ---------- one invocation as a stream ---------- */
+
+static void started_cb(evutil_socket_t fd, short what, void *arg);
+
+/* An exec's start goes before its first output or end; the caller holds
+ * op (eng_op_enter). 0 when the sink ended op from inside start. */
+static int
+ensure_started(struct eop *op)
+{
+	if (op->kind == OP_EXEC && !xop(op)->stream_started)
+		started_cb(-1, 0, op);
+	return !op->dead;
+}
+
+static void
+st_output(void *arg, int fd, const unsigned char *buf, size_t len)
+{
+	struct eop *op = arg;
+	struct eop_exec *x = xop(op);
+
+	if (!x->streaming)
+		return;
+	eng_op_enter(op);
+	if (!ensure_started(op) || !x->streaming)
+		;
+	else if (op->kind != OP_EXEC)
+		eng_deliver(op, fd, buf, len);
+	else if (fd == 1)
+		eng_helper_frames(op, buf, len);
+	else
+		eng_keep_errtail(op, buf, len);
+	eng_op_leave(op);
+}
+
+static void
+st_exit(void *arg, const struct sbx_agent_exit *ex)
+{
+	struct eop *op = arg;
+	struct eop_exec *x = xop(op);
+	int code = ex->how == SBX_AGENT_EXIT_EXITED ? ex->status : 128 + ex->sig;
+
+	x->ast = NULL;
+	x->streaming = 0;
+	if (x->killing)
+		return;   /* the kill's end reports (exec_after_kill) */
+	eng_op_enter(op);
+	if (!ensure_started(op))
+		;
+	else if (op->kind == OP_EXEC && eng_exec_got_exit(op))
+		eng_exec_recorded(op);
+	else {
+		if (x->timer != NULL)
+			event_del(x->timer);
+		x->exited(op, code);
+	}
+	eng_op_leave(op);
+}
+
+/*
+ * The runtime answers (the container stopped, or runs on without the
+ * agent the sandbox user killed): the exec's processes were SIGKILLed with
+ * the agent (a stop kills the container; an agent gone makes its modes
+ * kill their groups), so it ended as a killed exec (137 KILL), as a runtime
+ * exec's inspect said. No answer (the runtime died): an error, and a kill
+ * for when it is back (the next agent's start kills the old one too).
+ */
+static void
+ended_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		eng_start_kill(op->e, op->id, op->cid, xop(op)->exec_id, NULL);
+		eng_finish_err(op, err);
+		return;
+	}
+	if (status != 200 && status != 404) {
+		eng_runtime_err(&e, status, body, "inspect the container");
+		eng_finish_err(op, &e);
+		return;
+	}
+	xop(op)->exited(op, 128 + 9);
+}
+
+static void
+st_error(void *arg, const struct sbx_err *err)
+{
+	struct eop *op = arg;
+	struct eop_exec *x = xop(op);
+
+	x->ast = NULL;
+	x->streaming = 0;
+	if (op->kind == OP_KILL) {
+		eng_kill_ended(op, err);
+		return;
+	}
+	if (x->killing)
+		return;
+	if (op->kind == OP_EXEC && eng_exec_got_exit(op)) {
+		eng_exec_recorded(op);
+		return;
+	}
+	/* The agent's exec ended under a running exec: ask the runtime, as a
+	 * runtime exec without an exit record did (ended_inspected). */
+	if (op->kind == OP_EXEC && x->stream_started &&
+	    strcmp(err->message, AGENT_ENDED) == 0) {
+		char path[256];
+
+		if (x->timer != NULL)
+			event_del(x->timer);
+		eng_inspect_path(op, path, sizeof(path));
+		eng_call(op, "GET", path, NULL, ended_inspected);
+		return;
+	}
+	/* The channel went, and the agent kills every stream's processes
+	 * when it does: nothing to kill from here. */
+	eng_finish_err(op, err);
+}
+
+static void
+st_room(void *arg)
+{
+	struct eop *op = arg;
+
+	eng_file_progress(op);
+	eng_agent_pump(op);
+}
+
+void
+eng_agent_pump(struct eop *op)
+{
+	struct eop_exec *x = xop(op);
+	size_t room;
+
+	if (x->ast == NULL || !x->has_stdin)
+		return;
+	if (x->stdin_buf != NULL && evbuffer_get_length(x->stdin_buf) > 0) {
+		(void)sbx_agent_write_buffer(x->ast, x->stdin_buf,
+		    evbuffer_get_length(x->stdin_buf));
+		if (evbuffer_get_length(x->stdin_buf) > 0)
+			return;
+	}
+	if (op->kind == OP_WRITE && wro(op)->src != NULL) {
+		struct eop_write *w = wro(op);
+		ssize_t n;
+
+		room = sbx_agent_stdin_room(x->ast);
+		if ((uint64_t)room > w->src_left)
+			room = (size_t)w->src_left;
+		if (room > 0 && (n = sbx_agent_write_buffer(x->ast, w->src, room)) > 0) {
+			w->src_left -= (uint64_t)n;
+			eng_file_progress(op);
+		}
+		if (w->src_left > 0)
+			return;
+		eng_src_detach(op);
+	}
+	sbx_agent_close_stdin(x->ast);
+}
+
+/* The stream's start reaches the sink from the loop, never before the
+ * call that started the op has returned. */
+static void
+started_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct eop *op = arg;
+	struct eop_exec *x = xop(op);
+
+	(void)fd;
+	(void)what;
+	if (op->dead || x->stream_started)
+		return;
+	x->stream_started = 1;
+	eng_op_enter(op);
+	if (x->sink.start != NULL)
+		x->sink.start(x->sink.arg, x->exec_id);
+	eng_op_leave(op);
+}
+
+/* The argv of the runtime exec minus the helper's path: the mode first. */
+static const char **
+mode_argv(json_t *cmd, json_t *env, const char ***envp)
+{
+	size_t n = json_array_size(cmd), m = json_array_size(env), i;
+	const char **v = calloc(n + m + 2, sizeof(*v));
+
+	if (v == NULL || n < 2)
+		goto bad;
+	for (i = 1; i < n; i++)
+		if ((v[i - 1] = json_string_value(json_array_get(cmd, i))) == NULL)
+			goto bad;
+	v[n - 1] = NULL;
+	*envp = v + n;
+	for (i = 0; i < m; i++)
+		if (((*envp)[i] = json_string_value(json_array_get(env, i))) == NULL)
+			goto bad;
+	(*envp)[m] = NULL;
+	return v;
+bad:
+	free(v);
+	return NULL;
+}
+
+int
+eng_agent_run(struct eop *op)
+{
+	struct eop_exec *x = xop(op);
+	struct sbx_agent_stream_cbs cbs;
+	struct eng_agent *ag;
+	const char **argv, **env = NULL;
+	struct sbx_err e;
+	struct timeval tv;
+
+	if ((ag = agent_get(op->e, op->id, &e)) == NULL)
+		goto fail;
+	if ((argv = mode_argv(x->cmd, x->env, &env)) == NULL) {
+		sbx_err_set(&e, SBX_E_INTERNAL, "cannot pass the helper's arguments");
+		goto fail;
+	}
+	memset(&cbs, 0, sizeof(cbs));
+	cbs.output = st_output;
+	cbs.exit = st_exit;
+	cbs.error = st_error;
+	cbs.stdin_room = st_room;
+	cbs.arg = op;
+	x->ast = sbx_agent_open(ag->ch, argv, env, x->has_stdin, &cbs, &e);
+	free(argv);
+	if (x->ast == NULL)
+		goto fail;
+	if (ag->cid[0] != '\0' && op->cid[0] == '\0')
+		snprintf(op->cid, sizeof(op->cid), "%s", ag->cid);
+	if (op->cid[0] == '\0')   /* kills go through the agent: any mark will do */
+		snprintf(op->cid, sizeof(op->cid), "agent");
+	x->streaming = 1;
+	x->got_stream = 1;
+	x->started_ms = eng_now_ms();
+	if (x->paused)
+		sbx_agent_pause(x->ast, 1);
+	if (x->ftimer != NULL)
+		eng_file_progress(op);
+	else if (x->timeout_ms > 0) {
+		/* The driver's timer is authoritative (the helper's trails). */
+		x->timer = evtimer_new(op->e->base.base, eng_exec_timer_cb, op);
+		tv.tv_sec = x->timeout_ms / 1000;
+		tv.tv_usec = (x->timeout_ms % 1000) * 1000;
+		if (x->timer == NULL || event_add(x->timer, &tv) < 0) {
+			sbx_err_set(&e, SBX_E_INTERNAL, "cannot arm the exec timer");
+			goto fail;
+		}
+	}
+	if (op->kind == OP_EXEC) {
+		if ((x->astart = event_new(op->e->base.base, -1, 0, started_cb, op)) == NULL) {
+			sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+			goto fail;
+		}
+		if (ag->state == AG_READY)
+			event_active(x->astart, EV_TIMEOUT, 0);
+	}
+	eng_agent_pump(op);
+	return 0;
+fail:
+	eng_fail_later(op, &e);
+	return -1;
+}
+
+void
+eng_agent_stream_end(struct eop *op)
+{
+	struct eop_exec *x = xop(op);
+
+	if (x->astart != NULL) {
+		event_free(x->astart);
+		x->astart = NULL;
+	}
+	if (x->ast != NULL) {
+		sbx_agent_cancel(x->ast);
+		x->ast = NULL;
+	}
+}
+
+void
+eng_agent_forget(struct engine *e, const char *id)
+{
+	struct eng_agent *ag = agent_find(e, id);
+
+	if (ag == NULL)
+		return;
+	/* Its channel ends by itself when the container stops (streams end
+	 * as a killed exec's did); what goes now is what it stood for. */
+	ag->ever_ready = 0;
+	ag->st_valid = 0;
+}
+
+void
+eng_agents_free(struct engine *e)
+{
+	struct eng_agent *ag;
+
+	while ((ag = TAILQ_FIRST(&e->agents)) != NULL) {
+		TAILQ_REMOVE(&e->agents, ag, link);
+		if (ag->starter != NULL) {
+			ago(ag->starter)->ag = NULL;
+			ag->starter = NULL;
+		}
+		sbx_http_req_cancel(ag->http);
+		sbx_agent_chan_free(ag->ch);
+		free(ag);
+	}
+}
+
+uint64_t
+sbx_engine_agent_restarts(const struct sbx_driver *d)
+{
+	return ((const struct engine *)d)->agent_restarts;
+}
+
+size_t
+sbx_engine_agents_live(const struct sbx_driver *d)
+{
+	const struct engine *e = (const struct engine *)d;
+	const struct eng_agent *ag;
+	size_t n = 0;
+
+	TAILQ_FOREACH(ag, &e->agents, link)
+		n += ag->state == AG_READY;
+	return n;
+}
+
+/* ---------- warm ensure from the live channel ---------- */
+
+void
+eng_agent_note_status(struct engine *e, const struct sbx_status *st, const char *helper_vol)
+{
+	struct eng_agent *ag;
+	struct sbx_err err;
+
+	if (!e->agent_on || st->state != SBX_STATE_RUNNING)
+		return;
+	/* Started now, in the background: the first exec finds it up. */
+	if ((ag = agent_get(e, st->id, &err)) == NULL)
+		return;
+	ag->st = *st;
+	snprintf(ag->helper_vol, sizeof(ag->helper_vol), "%s", helper_vol);
+	ag->st_valid = 1;
+}
+
+int
+eng_agent_warm(struct engine *e, const char *id, const char *image, int egress,
+    struct sbx_status *st)
+{
+	struct eng_agent *ag = agent_find(e, id);
+	struct timeval now;
+	uint64_t ms;
+
+	if (ag == NULL || !ag->st_valid || ag->state != AG_READY || ag->ch == NULL ||
+	    !sbx_agent_chan_alive(ag->ch) || e->agent_fresh_ms <= 0)
+		return 0;
+	if (strcmp(ag->st.image, image) != 0 || ag->st.egress != egress ||
+	    strcmp(ag->helper_vol, e->helper_vol) != 0)
+		return 0;
+	event_base_gettimeofday_cached(e->base.base, &now);
+	ms = (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_usec / 1000;
+	if (ms - sbx_agent_chan_last_rx_ms(ag->ch) > (uint64_t)e->agent_fresh_ms)
+		return 0;
+	*st = ag->st;
+	return 1;
+}

@@ -1,0 +1,797 @@
+/* helper_agent.c - sbx-helper agent mode (protocol 3, proto/sbx_agent.h): one process per sandbox multiplexing helper modes over one channel. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "helper.h"
+#include "sbx_agent.h"
+
+/*
+ * The agent reads frames from its stdin and writes frames to its stdout
+ * (the runtime exec's attached streams, adr/0025). For each OPEN it forks
+ * a child that runs one protocol 2 mode through helper_main() with three
+ * pipes as its stdin, stdout and stderr; the agent moves bytes between
+ * those pipes and the channel, within each stream's credit, and sends the
+ * child's wait status as EXIT once its output is all sent. It never
+ * blocks: one poll loop, non-blocking descriptors, a bounded output queue.
+ * Nothing from the broker is trusted either: a malformed frame ends the
+ * channel (and with it every stream: their process groups are killed).
+ */
+
+#define OUTQ_CAP (2u * 1024 * 1024)         /* frames waiting for the channel */
+#define OUTQ_READ_ROOM (SBX_AGENT_HDR + SBX_AGENT_DATA_MAX + 64 * 1024)
+#define OUTQ_INPUT_MAX (1024u * 1024)       /* above this, stop reading the channel */
+#define DRAIN_AFTER_EXIT_MS 1000            /* child reaped: pipes must end within */
+#define CLOSE_GRACE_MS 1000                 /* channel gone: wait this long for children */
+#define IN_CHUNK 65536
+#define SOFT_KILL_MS 1000                   /* a cancelled write: EOF first, SIGKILL after */
+#define HANDLE_AGENT "agent"                /* the agent's own kill handle */
+
+struct astream {
+	uint32_t id;
+	pid_t pid;              /* the child (its own group), 0 once reaped */
+	int in, out, err;       /* stdin write end, stdout/stderr read ends; -1 closed */
+	uint32_t credit;        /* output bytes we may still send */
+	unsigned char *inbuf;   /* stdin bytes received, not yet written (<= window) */
+	size_t inlen;
+	int in_eof;             /* EOF received: close stdin once inbuf is written */
+	uint32_t in_owed;       /* stdin bytes written, credit not yet returned */
+	uint32_t in_window;     /* stdin credit the broker holds */
+	int status, reaped, cancelled;
+	uint64_t reaped_ms;
+	uint64_t kill_at;       /* soft cancel: SIGKILL at this time (0: none) */
+	int is_exec;
+	char exec_id[SBX_HELPER_EXEC_ID_MAX + 1]; /* --id: the mode's kill handle */
+};
+
+struct agent {
+	const struct helper_ctx *ctx;
+	int cin, cout, sigfd;
+	int in_eof, failed;
+	uint64_t idle_ms, last_rx_ms;
+	uint32_t last_id;
+	size_t nstreams;
+	struct astream *streams[SBX_AGENT_STREAMS_MAX];
+	struct sbx_agent_dec dec;
+	size_t qhead, qlen;
+	unsigned char *q;
+};
+
+static unsigned char outq[OUTQ_CAP];
+static unsigned char rec[SBX_AGENT_OPEN_MAX];
+
+static uint64_t
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static size_t
+q_free(const struct agent *a)
+{
+	return OUTQ_CAP - a->qhead - a->qlen;
+}
+
+/* Room for n more bytes at the end of the queue (compacting); 0 or -1. */
+static int
+q_reserve(struct agent *a, size_t n)
+{
+	if (q_free(a) >= n)
+		return 0;
+	if (a->qhead > 0) {
+		memmove(a->q, a->q + a->qhead, a->qlen);
+		a->qhead = 0;
+	}
+	return q_free(a) >= n ? 0 : -1;
+}
+
+/* Queues one frame; a queue full of control frames means a broker that
+ * does not read: the channel fails. */
+static void
+q_frame(struct agent *a, int type, int flags, uint32_t stream, const void *p, size_t n)
+{
+	unsigned char *h;
+
+	if (a->failed || q_reserve(a, SBX_AGENT_HDR + n) < 0) {
+		a->failed = 1;
+		return;
+	}
+	h = a->q + a->qhead + a->qlen;
+	sbx_agent_hdr_put(h, type, flags, stream, (uint32_t)n);
+	if (n > 0)
+		memcpy(h + SBX_AGENT_HDR, p, n);
+	a->qlen += SBX_AGENT_HDR + n;
+}
+
+static void
+q_flush(struct agent *a)
+{
+	ssize_t n;
+
+	while (a->qlen > 0) {
+		n = write(a->cout, a->q + a->qhead, a->qlen);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n <= 0) {
+			a->failed = 1;
+			return;
+		}
+		a->qhead += (size_t)n;
+		a->qlen -= (size_t)n;
+	}
+	a->qhead = 0;
+}
+
+static struct astream *
+stream_find(struct agent *a, uint32_t id)
+{
+	size_t i;
+
+	for (i = 0; i < a->nstreams; i++)
+		if (a->streams[i]->id == id)
+			return a->streams[i];
+	return NULL;
+}
+
+static void
+close_fd(int *fd)
+{
+	if (*fd >= 0) {
+		close(*fd);
+		*fd = -1;
+	}
+}
+
+/* Kills what the stream runs: the child's group, and an exec's command
+ * group through its kill handle (the command has a session of its own). */
+static void
+stream_kill(struct agent *a, struct astream *s)
+{
+	struct helper_err err;
+
+	memset(&err, 0, sizeof(err));
+	if (s->is_exec && s->exec_id[0] != '\0')
+		(void)helper_kill(a->ctx, s->exec_id, &err);
+	if (s->pid > 0) {
+		(void)kill(-s->pid, SIGKILL);
+		(void)kill(s->pid, SIGKILL);
+	}
+}
+
+/*
+ * Ends a stream the broker gave up on. A mode reading stdin (write) gets
+ * EOF first: short of its --size it removes its temporary file and exits
+ * cancelled, leaving the old file (sbx_helper_proto.h); SIGKILL follows
+ * only if it is still there SOFT_KILL_MS later. Anything else is killed.
+ */
+static void
+stream_cancel(struct agent *a, struct astream *s)
+{
+	if (s->cancelled)
+		return;
+	s->cancelled = 1;
+	if (!s->is_exec && s->inbuf != NULL && s->pid > 0) {
+		s->inlen = 0;
+		close_fd(&s->in);
+		s->kill_at = now_ms() + SOFT_KILL_MS;
+		return;
+	}
+	stream_kill(a, s);
+}
+
+static void
+stream_free(struct agent *a, struct astream *s)
+{
+	size_t i;
+
+	for (i = 0; i < a->nstreams; i++)
+		if (a->streams[i] == s) {
+			a->streams[i] = a->streams[--a->nstreams];
+			break;
+		}
+	close_fd(&s->in);
+	close_fd(&s->out);
+	close_fd(&s->err);
+	free(s->inbuf);
+	free(s);
+}
+
+/* The id (--id) of a mode's arguments, its kill handle. */
+static void
+exec_id_of(char **argv, char *out)
+{
+	int i;
+
+	out[0] = '\0';
+	for (i = 1; argv[i] != NULL && strcmp(argv[i], "--") != 0; i++)
+		if (strcmp(argv[i], "--id") == 0 && argv[i + 1] != NULL &&
+		    helper_exec_id_valid(argv[i + 1])) {
+			snprintf(out, SBX_HELPER_EXEC_ID_MAX + 1, "%s", argv[i + 1]);
+			return;
+		}
+}
+
+/* The modes a stream may run: everything a runtime exec of the helper
+ * ran for the broker, never agent, idle or initwork. */
+static int
+mode_allowed(const char *m)
+{
+	static const char *const ok[] = {
+		SBX_HELPER_MODE_VERSION, SBX_HELPER_MODE_READ, SBX_HELPER_MODE_WRITE,
+		SBX_HELPER_MODE_LIST, SBX_HELPER_MODE_EXEC, SBX_HELPER_MODE_KILL,
+		SBX_HELPER_MODE_KILLALL, SBX_HELPER_MODE_DU, NULL,
+	};
+	size_t i;
+
+	for (i = 0; ok[i] != NULL; i++)
+		if (strcmp(m, ok[i]) == 0)
+			return 1;
+	return 0;
+}
+
+static void
+refuse(struct agent *a, uint32_t id, const char *code)
+{
+	q_frame(a, SBX_AGENT_T_REFUSE, 0, id, code, strlen(code));
+}
+
+/* In the child: the stream's pipes become 0-2, nothing else stays open,
+ * signals as a fresh process has them, then the mode runs. */
+static void
+child_run(const struct helper_ctx *ctx, int in, int out, int err, char **argv, char **env)
+{
+	char *args[SBX_AGENT_ARGS_MAX + 8];
+	struct sigaction dfl;
+	sigset_t none;
+	int n = 0, i, fd;
+	char *eq;
+
+	(void)setsid();
+	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+		_exit(SBX_HELPER_EXIT_INTERNAL);
+	if (syscall(SYS_close_range, 3, ~0U, 0) < 0)
+		for (fd = 3; fd < 4096; fd++)
+			(void)close(fd);
+	memset(&dfl, 0, sizeof(dfl));
+	dfl.sa_handler = SIG_DFL;
+	for (i = 1; i < 65; i++)
+		(void)sigaction(i, &dfl, NULL);
+	sigemptyset(&none);
+	(void)sigprocmask(SIG_SETMASK, &none, NULL);
+	for (i = 0; env[i] != NULL; i++) {
+		eq = strchr(env[i], '=');
+		*eq = '\0';
+		(void)setenv(env[i], eq + 1, 1);
+		*eq = '=';
+	}
+	args[n++] = "sbx-helper";
+	args[n++] = "--root";
+	args[n++] = (char *)ctx->root;
+	args[n++] = "--state-dir";
+	args[n++] = (char *)ctx->state_dir;
+	if (ctx->no_openat2)
+		args[n++] = "--no-openat2";
+	for (i = 0; argv[i] != NULL; i++)
+		args[n++] = argv[i];
+	args[n] = NULL;
+	_exit(helper_main(n, args));
+}
+
+static int
+pipe_nb(int p[2])
+{
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -1;
+	return 0;
+}
+
+static void
+stream_open(struct agent *a, const struct sbx_agent_frame *f, unsigned char *p, size_t n)
+{
+	static char *argv[SBX_AGENT_ARGS_MAX + 1], *env[SBX_AGENT_ARGS_MAX + 1];
+	const char *why;
+	struct astream *s = NULL;
+	int pi[2] = { -1, -1 }, po[2] = { -1, -1 }, pe[2] = { -1, -1 };
+	pid_t pid;
+
+	if (f->stream <= a->last_id) {
+		a->failed = 1;   /* ids strictly increase: a replay or a bug */
+		return;
+	}
+	a->last_id = f->stream;
+	if (sbx_agent_open_parse(p, n, argv, SBX_AGENT_ARGS_MAX + 1, env,
+	    SBX_AGENT_ARGS_MAX + 1, &why) < 0) {
+		refuse(a, f->stream, SBX_E_BAD_REQUEST);
+		return;
+	}
+	if (!mode_allowed(argv[0])) {
+		refuse(a, f->stream, SBX_E_BAD_REQUEST);
+		return;
+	}
+	if (a->nstreams >= SBX_AGENT_STREAMS_MAX) {
+		refuse(a, f->stream, SBX_E_TOO_MANY);
+		return;
+	}
+	/* `kill ID` of a file operation this agent runs: cancel it here (a
+	 * write first gets EOF, so its temporary file goes) and answer at once. */
+	if (strcmp(argv[0], SBX_HELPER_MODE_KILL) == 0 && argv[1] != NULL && argv[2] == NULL) {
+		size_t i;
+
+		for (i = 0; i < a->nstreams; i++)
+			if (!a->streams[i]->is_exec && strcmp(a->streams[i]->exec_id, argv[1]) == 0) {
+				unsigned char ex[SBX_AGENT_EXIT_LEN] = { SBX_AGENT_EXIT_EXITED, 0, 0, 0 };
+
+				stream_cancel(a, a->streams[i]);
+				q_frame(a, SBX_AGENT_T_EXIT, 0, f->stream, ex, sizeof(ex));
+				return;
+			}
+	}
+	if ((s = calloc(1, sizeof(*s))) == NULL)
+		goto fail;
+	s->id = f->stream;
+	s->in = s->out = s->err = -1;
+	s->credit = SBX_AGENT_WINDOW;
+	s->is_exec = strcmp(argv[0], SBX_HELPER_MODE_EXEC) == 0;
+	exec_id_of(argv, s->exec_id);
+	if ((f->flags & SBX_AGENT_OPEN_STDIN) &&
+	    (s->inbuf = malloc(SBX_AGENT_WINDOW)) == NULL)
+		goto fail;
+	s->in_window = (f->flags & SBX_AGENT_OPEN_STDIN) ? SBX_AGENT_WINDOW : 0;
+	if ((f->flags & SBX_AGENT_OPEN_STDIN) ? pipe_nb(pi) < 0 :
+	    (pi[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
+		goto fail;
+	if (pipe_nb(po) < 0 || pipe_nb(pe) < 0)
+		goto fail;
+	if ((pid = fork()) < 0)
+		goto fail;
+	if (pid == 0)
+		child_run(a->ctx, pi[0], po[1], pe[1], argv, env);
+	s->pid = pid;
+	close(pi[0]);
+	close(po[1]);
+	close(pe[1]);
+	s->in = pi[1];
+	s->out = po[0];
+	s->err = pe[0];
+	if (s->in >= 0)
+		(void)fcntl(s->in, F_SETFL, O_NONBLOCK);
+	(void)fcntl(s->out, F_SETFL, O_NONBLOCK);
+	(void)fcntl(s->err, F_SETFL, O_NONBLOCK);
+	a->streams[a->nstreams++] = s;
+	return;
+fail:
+	close_fd(&pi[0]);
+	close_fd(&pi[1]);
+	close_fd(&po[0]);
+	close_fd(&po[1]);
+	close_fd(&pe[0]);
+	close_fd(&pe[1]);
+	if (s != NULL) {
+		free(s->inbuf);
+		free(s);
+	}
+	refuse(a, f->stream, SBX_E_INTERNAL);
+}
+
+/* Writes buffered stdin to the child; returns credit as it goes. */
+static void
+stdin_pump(struct agent *a, struct astream *s)
+{
+	unsigned char w[SBX_AGENT_WINDOW_LEN];
+	ssize_t n;
+
+	while (s->in >= 0 && s->inlen > 0) {
+		n = write(s->in, s->inbuf, s->inlen);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		if (n < 0) {
+			/* The mode stopped reading (it exited): drop the rest. */
+			s->in_owed += (uint32_t)s->inlen;
+			s->inlen = 0;
+			close_fd(&s->in);
+			break;
+		}
+		memmove(s->inbuf, s->inbuf + n, s->inlen - (size_t)n);
+		s->inlen -= (size_t)n;
+		s->in_owed += (uint32_t)n;
+	}
+	if (s->in_eof && s->inlen == 0)
+		close_fd(&s->in);
+	/* Credit back in batches: one WINDOW per quarter window, not per write. */
+	if (s->in_owed >= SBX_AGENT_WINDOW / 4 || (s->in_owed > 0 && s->inlen == 0)) {
+		sbx_agent_put32(w, s->in_owed);
+		q_frame(a, SBX_AGENT_T_WINDOW, 0, s->id, w, sizeof(w));
+		s->in_window += s->in_owed;
+		s->in_owed = 0;
+	}
+}
+
+/* One frame (or DATA piece) from the broker. */
+static int
+on_frame(void *arg, const struct sbx_agent_frame *f, const unsigned char *p, size_t n,
+    int last)
+{
+	struct agent *a = arg;
+	struct astream *s;
+	uint32_t w;
+
+	(void)last;
+	a->last_rx_ms = now_ms();
+	switch (f->type) {
+	case SBX_AGENT_T_PING:
+		q_frame(a, SBX_AGENT_T_PONG, 0, 0, p, n);
+		return a->failed ? -1 : 0;
+	case SBX_AGENT_T_OPEN:
+		stream_open(a, f, (unsigned char *)p, n);
+		return a->failed ? -1 : 0;
+	default:
+		break;
+	}
+	if ((s = stream_find(a, f->stream)) == NULL) {
+		/* A stream that ended while the broker was still sending to
+		 * it: ids it never opened are an error, ended ones are not. */
+		return f->stream <= a->last_id ? 0 : -1;
+	}
+	switch (f->type) {
+	case SBX_AGENT_T_DATA:
+		if (s->inbuf == NULL || s->in_eof || n > s->in_window)
+			return -1;   /* no stdin, or over its credit */
+		s->in_window -= (uint32_t)n;
+		if (s->in < 0 || s->cancelled) {
+			s->in_owed += (uint32_t)n;   /* nobody reads: dropped */
+			stdin_pump(a, s);
+			return 0;
+		}
+		memcpy(s->inbuf + s->inlen, p, n);
+		s->inlen += n;
+		stdin_pump(a, s);
+		return 0;
+	case SBX_AGENT_T_EOF:
+		if (s->inbuf == NULL)
+			return -1;
+		s->in_eof = 1;
+		stdin_pump(a, s);
+		return 0;
+	case SBX_AGENT_T_WINDOW:
+		w = sbx_agent_window_parse(p, n);
+		if (w == 0 || w > SBX_AGENT_WINDOW_MAX - s->credit)
+			return -1;
+		s->credit += w;
+		return 0;
+	case SBX_AGENT_T_CANCEL:
+		stream_cancel(a, s);
+		return 0;
+	default:
+		return -1;
+	}
+}
+
+/* Reads one chunk of fd (1 stdout, 2 stderr) of s into a DATA frame. */
+static void
+stream_read(struct agent *a, struct astream *s, int which)
+{
+	static unsigned char drop[IN_CHUNK];
+	int *fd = which == 1 ? &s->out : &s->err;
+	size_t want;
+	ssize_t n;
+	unsigned char *h;
+
+	if (s->cancelled) {
+		n = read(*fd, drop, sizeof(drop));
+		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+			close_fd(fd);
+		return;
+	}
+	want = s->credit < SBX_AGENT_DATA_MAX ? s->credit : SBX_AGENT_DATA_MAX;
+	if (want == 0 || q_reserve(a, SBX_AGENT_HDR + want) < 0)
+		return;
+	h = a->q + a->qhead + a->qlen;
+	n = read(*fd, h + SBX_AGENT_HDR, want);
+	if (n < 0 && (errno == EINTR || errno == EAGAIN))
+		return;
+	if (n <= 0) {
+		close_fd(fd);
+		return;
+	}
+	sbx_agent_hdr_put(h, SBX_AGENT_T_DATA, which, s->id, (uint32_t)n);
+	a->qlen += SBX_AGENT_HDR + (size_t)n;
+	s->credit -= (uint32_t)n;
+}
+
+/* Children that ended. */
+static void
+reap(struct agent *a)
+{
+	struct signalfd_siginfo si;
+	struct astream *s;
+	int status;
+	pid_t pid;
+
+	while (read(a->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+		;
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		size_t i;
+
+		for (i = 0; i < a->nstreams; i++) {
+			s = a->streams[i];
+			if (s->pid == pid) {
+				s->pid = 0;
+				s->reaped = 1;
+				s->status = status;
+				s->reaped_ms = now_ms();
+			}
+		}
+	}
+}
+
+/* Streams whose child is reaped and whose output is all queued end with EXIT. */
+static void
+streams_finish(struct agent *a)
+{
+	unsigned char p[SBX_AGENT_EXIT_LEN];
+	struct sbx_agent_exit ex;
+	struct astream *s;
+	size_t i = 0;
+
+	while (i < a->nstreams) {
+		s = a->streams[i];
+		if (s->kill_at != 0 && s->pid > 0 && now_ms() >= s->kill_at) {
+			s->kill_at = 0;
+			stream_kill(a, s);
+		}
+		if (s->reaped && (s->out >= 0 || s->err >= 0) &&
+		    now_ms() - s->reaped_ms > DRAIN_AFTER_EXIT_MS && s->credit > 0) {
+			/* Something the mode left behind holds the pipes. */
+			close_fd(&s->out);
+			close_fd(&s->err);
+		}
+		if (!s->reaped || s->out >= 0 || s->err >= 0) {
+			i++;
+			continue;
+		}
+		memset(&ex, 0, sizeof(ex));
+		if (WIFSIGNALED(s->status)) {
+			ex.how = SBX_AGENT_EXIT_SIGNALED;
+			ex.sig = WTERMSIG(s->status);
+		} else {
+			ex.how = SBX_AGENT_EXIT_EXITED;
+			ex.status = WEXITSTATUS(s->status);
+		}
+		sbx_agent_exit_put(p, &ex);
+		q_frame(a, SBX_AGENT_T_EXIT, 0, s->id, p, sizeof(p));
+		stream_free(a, s);
+	}
+}
+
+static void
+hello(struct agent *a)
+{
+	struct sbx_agent_hello h = { SBX_AGENT_PROTO, (uint32_t)getpid(), SBX_AGENT_WINDOW,
+		SBX_AGENT_STREAMS_MAX };
+	unsigned char p[SBX_AGENT_HELLO_LEN];
+
+	sbx_agent_hello_put(p, &h);
+	q_frame(a, SBX_AGENT_T_HELLO, 0, 0, p, sizeof(p));
+}
+
+/* The channel is gone: every stream's processes die, children are reaped. */
+static void
+shutdown_streams(struct agent *a)
+{
+	struct timespec ts = { 0, 5 * 1000000 };
+	uint64_t until = now_ms() + CLOSE_GRACE_MS;
+	size_t i;
+
+	for (i = 0; i < a->nstreams; i++)
+		stream_cancel(a, a->streams[i]);
+	while (now_ms() < until) {
+		int live = 0;
+
+		reap(a);
+		for (i = 0; i < a->nstreams; i++)
+			live += a->streams[i]->pid > 0;
+		if (live == 0)
+			break;
+		nanosleep(&ts, NULL);
+	}
+	for (i = 0; i < a->nstreams; i++)   /* a write that did not end on EOF */
+		stream_kill(a, a->streams[i]);
+	reap(a);
+	while (a->nstreams > 0)
+		stream_free(a, a->streams[0]);
+}
+
+/* Moves fd to a close-on-exec descriptor above 2 and puts /dev/null at fd. */
+static int
+park_fd(int fd, int flags)
+{
+	int n = fcntl(fd, F_DUPFD_CLOEXEC, 3), z;
+
+	if (n < 0)
+		return -1;
+	if ((z = open("/dev/null", O_RDWR)) < 0 || dup2(z, fd) < 0)
+		return -1;
+	if (z != fd)
+		close(z);
+	(void)fcntl(n, F_SETFL, flags | O_NONBLOCK);
+	return n;
+}
+
+/* Takes over the sandbox's agent slot: a previous agent (its broker gone,
+ * its channel dead) is killed; its streams die with it (their pipes). */
+static int
+take_slot(const struct helper_ctx *ctx, struct helper_err *err)
+{
+	char path[SBX_HELPER_PATH_MAX + 16];
+
+	(void)helper_kill(ctx, HANDLE_AGENT, err);
+	memset(err, 0, sizeof(*err));
+	snprintf(path, sizeof(path), "%s/%s", ctx->state_dir, HANDLE_AGENT);
+	(void)unlink(path);
+	return helper_handle_self(ctx, HANDLE_AGENT, err);
+}
+
+int
+helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, struct helper_err *err)
+{
+	struct pollfd pf[3 + 3 * SBX_AGENT_STREAMS_MAX];
+	struct astream *who[3 + 3 * SBX_AGENT_STREAMS_MAX];
+	int what[3 + 3 * SBX_AGENT_STREAMS_MAX];
+	struct agent a;
+	sigset_t set;
+	size_t i;
+	nfds_t np;
+	int tmo, r, rc = -1;
+	unsigned char buf[IN_CHUNK];
+	ssize_t n;
+
+	memset(&a, 0, sizeof(a));
+	a.ctx = ctx;
+	a.q = outq;
+	a.idle_ms = idle_ms;
+	a.cin = a.cout = a.sigfd = -1;
+	(void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	(void)setsid();   /* its own group: the kill handle names it */
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	if (sigprocmask(SIG_BLOCK, &set, NULL) < 0 ||
+	    (a.sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0) {
+		helper_err_errno(err, errno, "signalfd");
+		goto done;
+	}
+	/* The channel must not be inherited by anything a stream runs. */
+	if ((a.cin = park_fd(0, O_RDONLY)) < 0 || (a.cout = park_fd(1, O_WRONLY)) < 0) {
+		helper_err_errno(err, errno, "channel descriptors");
+		goto done;
+	}
+	if (take_slot(ctx, err) < 0)
+		goto done;
+	sbx_agent_dec_init(&a.dec, 0, rec, sizeof(rec));
+	a.last_rx_ms = now_ms();
+	hello(&a);
+	while (!a.failed) {
+		np = 0;
+		if (!a.in_eof && a.qlen < OUTQ_INPUT_MAX) {
+			pf[np].fd = a.cin;
+			pf[np].events = POLLIN;
+			who[np] = NULL;
+			what[np++] = 0;
+		}
+		pf[np].fd = a.cout;
+		pf[np].events = a.qlen > 0 ? POLLOUT : 0;
+		who[np] = NULL;
+		what[np++] = 1;
+		pf[np].fd = a.sigfd;
+		pf[np].events = POLLIN;
+		who[np] = NULL;
+		what[np++] = 2;
+		for (i = 0; i < a.nstreams; i++) {
+			struct astream *s = a.streams[i];
+			int room = s->cancelled || (s->credit > 0 &&
+			    OUTQ_CAP - a.qlen >= OUTQ_READ_ROOM);
+
+			if (s->out >= 0 && room) {
+				pf[np].fd = s->out;
+				pf[np].events = POLLIN;
+				who[np] = s;
+				what[np++] = 3;
+			}
+			if (s->err >= 0 && room) {
+				pf[np].fd = s->err;
+				pf[np].events = POLLIN;
+				who[np] = s;
+				what[np++] = 4;
+			}
+			if (s->in >= 0 && s->inlen > 0) {
+				pf[np].fd = s->in;
+				pf[np].events = POLLOUT;
+				who[np] = s;
+				what[np++] = 5;
+			}
+		}
+		tmo = a.nstreams > 0 ? 250 : -1;
+		if (a.idle_ms > 0) {
+			uint64_t now = now_ms(), until = a.last_rx_ms + a.idle_ms;
+			int left = until <= now ? 0 : until - now > 3600000 ? 3600000 :
+			    (int)(until - now);
+
+			if (left == 0)
+				break;   /* the broker has been silent: it is gone */
+			tmo = tmo < 0 || left < tmo ? left : tmo;
+		}
+		r = poll(pf, np, tmo);
+		if (r < 0 && errno != EINTR) {
+			helper_err_errno(err, errno, "poll");
+			goto done;
+		}
+		for (i = 0; r > 0 && i < np; i++) {
+			if (pf[i].revents == 0)
+				continue;
+			switch (what[i]) {
+			case 0:
+				n = read(a.cin, buf, sizeof(buf));
+				if (n < 0 && (errno == EINTR || errno == EAGAIN))
+					break;
+				if (n <= 0) {
+					a.in_eof = 1;
+					a.failed = 1;
+					break;
+				}
+				if (sbx_agent_dec_feed(&a.dec, buf, (size_t)n, on_frame, &a) < 0)
+					a.failed = 1;
+				break;
+			case 1:
+				if (pf[i].revents & (POLLERR | POLLHUP | POLLNVAL))
+					a.failed = 1;
+				break;
+			case 2:
+				reap(&a);
+				break;
+			case 3:
+				/* Earlier streams' frames first; a stream freed in
+				 * this round is not touched (who[] holds no freed
+				 * stream: frees happen in streams_finish only). */
+				stream_read(&a, who[i], 1);
+				break;
+			case 4:
+				/* stdout before stderr of one stream: only when
+				 * stdout had nothing this time. */
+				if (!(i > 0 && what[i - 1] == 3 && who[i - 1] == who[i] &&
+				    (pf[i - 1].revents & POLLIN)))
+					stream_read(&a, who[i], 2);
+				break;
+			case 5:
+				stdin_pump(&a, who[i]);
+				break;
+			}
+		}
+		reap(&a);
+		streams_finish(&a);
+		q_flush(&a);
+	}
+	rc = 0;
+done:
+	shutdown_streams(&a);
+	helper_handle_drop(ctx, HANDLE_AGENT);
+	if (a.sigfd >= 0)
+		close(a.sigfd);
+	return rc;
+}

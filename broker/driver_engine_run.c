@@ -755,7 +755,9 @@ eng_helper_run(struct eop *op)
 		op->resp = evbuffer_new();
 	if (x->exec_id[0] == '\0')
 		new_exec_id(x->exec_id, sizeof(x->exec_id));
-	if (op->e->agent_on) {
+	/* The usage walk answers the container's status too, running or not
+	 * (adr/0017), so it keeps its runtime exec after an inspect. */
+	if (op->e->agent_on && op->kind != OP_USAGE) {
 		(void)eng_agent_run(op);   /* adr/0025 */
 		return;
 	}

@@ -214,30 +214,15 @@ agent_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 static void
 agent_start_exec(struct eng_agent *ag)
 {
-	struct sbx_http_request q;
-	struct sbx_http_opts o;
 	struct sbx_http_cbs cbs;
 	struct sbx_err err;
-	char path[256];
-	static const char body[] = "{\"Detach\":false,\"Tty\":false}";
 
-	memset(&q, 0, sizeof(q));
-	memset(&o, 0, sizeof(o));
 	memset(&cbs, 0, sizeof(cbs));
-	snprintf(path, sizeof(path), API "/exec/%s/start", ag->rexec);
-	q.method = "POST";
-	q.path = path;
-	q.content_type = "application/json";
-	q.body = body;
-	q.body_len = sizeof(body) - 1;
-	q.upgrade = 1;
-	o.peer_name = "the container runtime";
-	o.header_timeout_ms = ag->e->req_timeout_ms;
 	cbs.response = agent_response;
 	cbs.body = agent_body;
 	cbs.done = agent_done;
 	cbs.arg = ag;
-	ag->http = sbx_http_request(ag->e->base.base, ag->e->address, &q, &o, &cbs, &err);
+	ag->http = eng_exec_start_stream(ag->e, ag->rexec, &cbs, &err);
 	if (ag->http == NULL)
 		agent_down(ag, &err);
 }

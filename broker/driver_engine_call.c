@@ -451,3 +451,26 @@ eng_hdr_fill(unsigned char *hdr, size_t *have, size_t want,
 	*have = 0;
 	return 1;
 }
+
+struct sbx_http_req *
+eng_exec_start_stream(struct engine *e, const char *rexec,
+    const struct sbx_http_cbs *cbs, struct sbx_err *err)
+{
+	static const char body[] = "{\"Detach\":false,\"Tty\":false}";
+	struct sbx_http_request q;
+	struct sbx_http_opts o;
+	char path[256];
+
+	memset(&q, 0, sizeof(q));
+	memset(&o, 0, sizeof(o));
+	snprintf(path, sizeof(path), API "/exec/%s/start", rexec);
+	q.method = "POST";
+	q.path = path;
+	q.content_type = "application/json";
+	q.body = body;
+	q.body_len = sizeof(body) - 1;
+	q.upgrade = 1;
+	o.peer_name = "the container runtime";
+	o.header_timeout_ms = e->req_timeout_ms;
+	return sbx_http_request(e->base.base, e->address, &q, &o, cbs, err);
+}

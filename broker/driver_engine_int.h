@@ -427,6 +427,13 @@ int eng_inspect_running(struct eop *op, int status, json_t *body,
  * first (the rest comes with the next read). */
 int eng_hdr_fill(unsigned char *hdr, size_t *have, size_t want,
     const unsigned char **buf, size_t *len);
+/* Starts runtime exec rexec attached (POST /exec/{id}/start, Detach and Tty
+ * false, upgraded: Engine API v1.41 hijack) with cbs on e's runtime socket.
+ * Returns the request (the caller owns it until cbs->done), or NULL with err
+ * set (internal, runtime_unavailable) and nothing called back. */
+struct sbx_http_req *eng_exec_start_stream(struct engine *e, const char *rexec,
+    const struct sbx_http_cbs *cbs, struct sbx_err *err);
+
 int eng_inspect_found(struct eop *op, int status, json_t *body,
     const struct sbx_err *err, struct sbx_status *st, const char **helper);
 

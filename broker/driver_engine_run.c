@@ -595,32 +595,16 @@ stream_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 static void
 exec_start(struct eop *op)
 {
-	struct sbx_http_request q;
-	struct sbx_http_opts o;
 	struct sbx_http_cbs cbs;
 	struct sbx_err err;
-	char path[256];
-	static const char body[] = "{\"Detach\":false,\"Tty\":false}";
 
-	memset(&q, 0, sizeof(q));
-	memset(&o, 0, sizeof(o));
 	memset(&cbs, 0, sizeof(cbs));
-	snprintf(path, sizeof(path), API "/exec/%s/start", xop(op)->rexec);
-	q.method = "POST";
-	q.path = path;
-	q.content_type = "application/json";
-	q.body = body;
-	q.body_len = sizeof(body) - 1;
-	q.upgrade = 1;
-	o.peer_name = "the container runtime";
-	o.header_timeout_ms = op->e->req_timeout_ms;
 	cbs.response = stream_response;
 	cbs.body = stream_body;
 	cbs.done = stream_done;
 	cbs.arg = op;
 	evbuffer_drain(op->resp, evbuffer_get_length(op->resp));
-	op->http = sbx_http_request(op->e->base.base, op->e->address, &q, &o,
-	    &cbs, &err);
+	op->http = eng_exec_start_stream(op->e, xop(op)->rexec, &cbs, &err);
 	if (op->http == NULL) {
 		eng_fail_later(op, &err);
 		return;

@@ -161,7 +161,8 @@ class RuntimeDaemonKilledTest(BrokerTestCase):
                              "an ensure still waits 90 s after the runtime died")
             for sid, (st, code, dt) in results.items():
                 self.assertTrue(st == 200 or (st == 503 and code == "runtime_unavailable"),
-                                "ensure %s during the crash: %r %r after %.1fs" % (sid, st, code, dt))
+                                "ensure %s during the crash: %r %r after %.1fs; broker log:\n%s"
+                                % (sid, st, code, dt, self.broker.log_text()[-3000:]))
             # While it is down: refused at once, with the same code.
             t0 = time.monotonic()
             r = c.ensure(self.new_id("rk"))

@@ -298,6 +298,7 @@ main(int argc, char **argv)
 	bc.token = token;
 	bc.token_len = token_len;
 	bc.header_timeout_ms = cfg.broker_timeout;
+	bc.write_out_max = (size_t)cfg.file_write_buffer;
 	if ((driver = sbx_broker_driver_new(m.base, &bc, &err)) == NULL) {
 		fprintf(stderr, "sandbox-api: %s\n", err.message);
 		rc = API_EXIT_CONFIG;

@@ -36,6 +36,9 @@ struct api_config {
 	long long max_sandboxes_per_player; /* sandboxes a player's NPCs hold; more: 429 (operators exempt) */
 	long long body_max;         /* largest JSON request body, bytes; more: 413 */
 	long long file_size_max;    /* largest file written through PUT files, bytes */
+	long long file_write_buffer; /* a streamed write's bytes held from the
+	                              * client, and again queued towards the
+	                              * broker, at most (adr/0030) */
 	long long heartbeat;        /* ms between ": ping" comments on an idle SSE stream */
 	long long broker_timeout;   /* ms to connect and get response headers from the broker */
 	long long request_timeout;  /* ms a client may take to send a request (evhttp timeout) */

@@ -36,7 +36,10 @@ const struct sbx_config_key api_config_keys[] = {
 	K("body_max", SBX_CFG_BYTES, body_max, "1m",
 	    "largest JSON request body (exec stdin included); more: 413"),
 	K("file_size_max", SBX_CFG_BYTES, file_size_max, "64m",
-	    "largest file written with PUT .../files (buffered in memory); more: 413"),
+	    "largest file written with PUT .../files (streamed to the broker); more: 413"),
+	K("file_write_buffer", SBX_CFG_BYTES, file_write_buffer, "256k",
+	    "bytes of a file write's body held from the client, and again queued "
+	    "towards the broker, at most; beyond, the client is not read"),
 	SBX_CONFIG_HTTP_ROWS(K),
 	K("heartbeat", SBX_CFG_DURATION_MS, heartbeat, "15s",
 	    "SSE: send a \": ping\" comment after this long without an event"),
@@ -119,6 +122,7 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 	    cfg->rate_per_minute <= 0 ||
 	    cfg->max_sandboxes_per_player <= 0 ||
 	    cfg->body_max <= 0 || cfg->file_size_max <= 0 ||
+	    cfg->file_write_buffer <= 0 ||
 	    cfg->heartbeat <= 0 || cfg->broker_timeout <= 0 ||
 	    cfg->request_timeout <= 0 || cfg->header_timeout <= 0 ||
 	    cfg->head_max <= 0 || cfg->headers_max <= 0 ||

@@ -424,6 +424,23 @@ gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
 	return SBX_GATE_PASS;
 }
 
+/* The gate's streaming hook: a file write's body goes to its handler as
+ * it arrives, not gathered whole (adr/0030; the broker's adr/0018). Runs
+ * only for a head that passed gate_check (authenticated). */
+static int
+gate_stream(void *arg, const struct sbx_gate_head *h, const char *path)
+{
+	const struct api_route *r;
+	char npc[API_NPC_NAME_MAX + 2];
+	int known;
+
+	(void)arg;
+	if (path == NULL)
+		return 0;
+	r = route_find(path, h->type, npc, sizeof(npc), &known, NULL);
+	return r != NULL && (r->flags & R_RAW);
+}
+
 /* ------------------------------------------------------------------ */
 /* Wake on use: a stopped sandbox is started before it is used         */
 
@@ -525,6 +542,9 @@ api_dispatch(struct evhttp_request *req, void *arg)
 		areq_fail(a, &err);
 		return;
 	}
+	/* A file write's body the gate keeps for the handler (adr/0030):
+	 * owned by a from here, given back in areq_finish. */
+	a->gbody = sbx_gate_body_take(s->gate, req);
 	if (path == NULL) {
 		areq_fail_code(a, SBX_E_BAD_REQUEST, "Bad request target.");
 		return;
@@ -627,8 +647,8 @@ api_dispatch(struct evhttp_request *req, void *arg)
 	}
 	/* 6. Body size and syntax. The gate refused a body over the cap
 	 * unread. */
-	blen = refused == SBX_GATE_TOO_LARGE ? SIZE_MAX :
-	    evbuffer_get_length(in);
+	blen = refused == SBX_GATE_TOO_LARGE ? SIZE_MAX : a->gbody != NULL ?
+	    (size_t)sbx_gate_body_length(a->gbody) : evbuffer_get_length(in);
 	if (!(a->route->flags & (R_JSON | R_JSON_OPT | R_RAW)) && blen > 0) {
 		areq_fail_code(a, SBX_E_BAD_REQUEST, "This route takes no "
 		    "body.");
@@ -712,6 +732,7 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 		if ((s->gate = sbx_gate_new(base, s->http, &lim, gate_check, s,
 		    err)) == NULL)
 			goto fail;
+		sbx_gate_set_stream(s->gate, gate_stream);
 	}
 	evhttp_set_timeout(s->http, (int)((cfg->request_timeout + 999) / 1000));
 	/* Every method reaches api_dispatch (JSON 404/405), never libevent's

@@ -159,8 +159,27 @@ struct areq {
 	 * when shutdown_grace is over (default: the stream is cut). */
 	void (*on_end)(struct areq *a);
 	void (*on_shutdown)(struct areq *a);
+	/* A file write's streamed body (sbx_gate.h) and what uses it
+	 * (api_files.c, adr/0030). */
+	struct sbx_gate_body *gbody;
+	uint64_t wsize;                     /* its Content-Length, bytes */
+	sbx_done_cb wdone;
+	struct sbx_httpd_req watch;         /* the client watched meanwhile */
 	struct areq *prev, *next;
 };
+
+/* api_files.c (adr/0030). api_write_stream: a->gbody (set; a->path,
+ * a->mode, a->npc too) goes to the driver's write_stream as it arrives,
+ * the gate reading the client only as fast as the broker takes it (a
+ * driver without write_stream gets the gathered body through write); done
+ * is the driver's callback (done(a, err)); a client that leaves meanwhile
+ * cancels the write and finishes a (499 cancelled). Ends in exactly one
+ * reply, as every handler. api_write_reply_flags: the reply flags of a
+ * status (SBX_HTTPD_CLOSE for a body cut short by a 504); stops the
+ * watch. api_write_release: for areq_finish; NULL gbody ok. */
+void api_write_stream(struct areq *a, sbx_done_cb done);
+unsigned api_write_reply_flags(struct areq *a, int status);
+void api_write_release(struct areq *a);
 
 /* api_req.c: the life of a request. Every request is made by areq_new and
  * ends exactly once in areq_finish, called by the reply functions below

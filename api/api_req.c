@@ -170,6 +170,7 @@ areq_finish(struct areq *a, int status, const char *outcome)
 		a->lim->fileops--;
 	if (a->on_end != NULL)
 		a->on_end(a);
+	api_write_release(a);
 	if (a->ping != NULL)
 		event_free(a->ping);
 	if (a->chunk != NULL)
@@ -197,7 +198,8 @@ reply_json(struct areq *a, int status, json_t *obj)
 	memset(&h, 0, sizeof(h));
 	h.req = a->req;
 	h.gate = a->s->gate;
-	sent = sbx_httpd_reply_json(&h, status, obj, SBX_HTTPD_NO_STORE);
+	sent = sbx_httpd_reply_json(&h, status, obj, SBX_HTTPD_NO_STORE |
+	    api_write_reply_flags(a, status));
 	a->req = NULL;
 	return sent != 0 ? sent : status;
 }
@@ -219,7 +221,9 @@ areq_fail(struct areq *a, const struct sbx_err *err)
 	h.gate = a->s->gate;
 	/* Status, body and the headers of the status or code (401's
 	 * WWW-Authenticate, too_many's Retry-After): the core's one table. */
-	status = sbx_httpd_reply_error(&h, err, SBX_HTTPD_NO_STORE);
+	status = sbx_httpd_reply_error(&h, err, SBX_HTTPD_NO_STORE |
+	    api_write_reply_flags(a, sbx_err_is_set(err) ?
+	    sbx_err_http_status(err) : 500));
 	a->req = NULL;
 	areq_finish(a, status, sbx_err_is_set(err) ? err->code : SBX_E_INTERNAL);
 }

@@ -502,8 +502,12 @@ api_h_write(struct areq *a)
 		areq_fail(a, &err);
 		return;
 	}
-	/* The body was buffered by evhttp (at most file_size_max bytes); the
-	 * driver drains it towards the broker. */
+	if (a->gbody != NULL) {
+		api_write_stream(a, write_done);   /* adr/0030 */
+		return;
+	}
+	/* A chunked body was gathered by the gate (at most file_size_max
+	 * bytes); the driver drains it towards the broker. */
 	a->op = sbx_call_write(a->s->driver, a->npc.sandbox_id,
 	    a->path, a->mode, in, write_done, a, &err);
 	if (a->op == NULL)

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <jansson.h>
 #include <sodium.h>
@@ -23,6 +24,10 @@
 
 #define JSON_BODY_MAX ((size_t)16 * 1024 * 1024)  /* list answers */
 #define ERROR_BODY_MAX ((size_t)64 * 1024)
+/* A streamed write's bytes queued towards the broker at most, unless
+ * configured (file_write_buffer): with the gate's window, what one write
+ * costs the api (adr/0030). */
+#define WRITE_OUT_MAX ((size_t)256 * 1024)
 
 enum bkind {
 	BK_STATUS,      /* ensure, status, stop and destroy answer a status */
@@ -40,6 +45,7 @@ struct bdriver {
 	char *address;
 	char *auth;                 /* "Authorization: Bearer TOKEN", sodium_malloc */
 	int64_t header_timeout_ms;
+	size_t write_out_max;       /* write_stream's output bound */
 	struct bop *live;
 };
 
@@ -69,8 +75,16 @@ struct bop {
 	struct sbx_err error;
 	int busy;                   /* inside one of our callbacks */
 	int dead;                   /* cancelled or ended: free when not busy */
+	/* write_stream (adr/0030): the caller's source, src_left bytes of it
+	 * still to send; moved only while the connection's output holds less
+	 * than WRITE_OUT_MAX. */
+	struct evbuffer *src;
+	struct evbuffer_cb_entry *src_ent, *out_ent;
+	uint64_t src_left;
 	struct bop *prev, *next;
 };
+
+static void src_detach(struct bop *);
 
 /* ------------------------------------------------------------------ */
 /* Tokens                                                              */
@@ -126,6 +140,7 @@ bop_free(struct bop *b)
 		d->live = b->next;
 	if (b->next != NULL)
 		b->next->prev = b->prev;
+	src_detach(b);
 	if (b->http != NULL)
 		sbx_http_req_cancel(b->http);
 	if (b->body != NULL)
@@ -168,6 +183,7 @@ static void
 bop_end(struct bop *b)
 {
 	b->dead = 1;
+	src_detach(b);
 	if (b->http != NULL) {
 		sbx_http_req_cancel(b->http);
 		b->http = NULL;
@@ -395,6 +411,9 @@ on_response(void *arg, struct sbx_http_req *req, int status)
 
 	(void)req;
 	b->status = status;
+	/* The broker answered a streamed write: the rest of the body is not
+	 * wanted (an early error), or there is none left (done). */
+	src_detach(b);
 	if (status != 200 || (b->kind != BK_EXEC && b->kind != BK_READ))
 		return;
 	b->streaming = 1;
@@ -504,6 +523,7 @@ on_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 	struct bop *b = arg;
 
 	(void)req;
+	src_detach(b);
 	b->http = NULL;         /* freed by the client after we return */
 	if (b->dead) {
 		if (b->busy == 0)
@@ -520,9 +540,12 @@ on_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 /* ------------------------------------------------------------------ */
 /* Starting requests                                                   */
 
+/* stream_len: a body the caller streams (write_stream), else 0 with
+ * body/body_len copied. */
 static struct sbx_op *
-start(struct bop *b, const char *method, const char *path, const char *ctype,
-    const void *body, size_t body_len, struct sbx_err *err)
+start_req(struct bop *b, const char *method, const char *path,
+    const char *ctype, const void *body, size_t body_len, int stream,
+    uint64_t stream_len, struct sbx_err *err)
 {
 	struct bdriver *d = b->d;
 	struct sbx_http_request hr;
@@ -541,6 +564,8 @@ start(struct bop *b, const char *method, const char *path, const char *ctype,
 	hr.content_type = ctype;
 	hr.body = body;
 	hr.body_len = body_len;
+	hr.body_stream = stream;
+	hr.stream_len = stream_len;
 	opts.unavailable_code = SBX_E_BROKER_UNAVAILABLE;
 	opts.protocol_code = SBX_E_BROKER_UNAVAILABLE;
 	opts.peer_name = "the sandbox broker";
@@ -558,6 +583,13 @@ start(struct bop *b, const char *method, const char *path, const char *ctype,
 		return NULL;
 	}
 	return &b->op;
+}
+
+static struct sbx_op *
+start(struct bop *b, const char *method, const char *path, const char *ctype,
+    const void *body, size_t body_len, struct sbx_err *err)
+{
+	return start_req(b, method, path, ctype, body, body_len, 0, 0, err);
 }
 
 static struct sbx_op *
@@ -747,6 +779,25 @@ b_read(struct sbx_driver *drv, const char *id, const char *path,
 	return op;
 }
 
+/* "/v1/sandboxes/ID/files?path=P[&mode=M]" or NULL (err set). */
+static char *
+write_url(const char *id, const char *path, uint32_t mode,
+    struct sbx_err *err)
+{
+	char *url, *full = NULL, mstr[8];
+
+	if ((url = path_url(id, SBX_PATH_FILES_SUFFIX, path, err)) == NULL ||
+	    mode == 0)
+		return url;
+	if (asprintf(&full, "%s&" SBX_QUERY_MODE "=%s", url,
+	    sbx_wire_mode_encode(mode, mstr)) == -1) {
+		full = NULL;
+		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	}
+	free(url);
+	return full;
+}
+
 static struct sbx_op *
 b_write(struct sbx_driver *drv, const char *id, const char *path,
     uint32_t mode, struct evbuffer *body, sbx_done_cb cb, void *arg,
@@ -755,26 +806,15 @@ b_write(struct sbx_driver *drv, const char *id, const char *path,
 	struct bdriver *d = (struct bdriver *)drv;
 	struct bop *b;
 	struct sbx_op *op;
-	char *url = NULL, *full = NULL, mstr[8];
+	char *url;
 	size_t len = body != NULL ? evbuffer_get_length(body) : 0;
 
 	if ((b = bop_new(d, BK_DONE, id, arg, err)) == NULL)
 		return NULL;
 	b->done_cb = cb;
-	if ((url = path_url(id, SBX_PATH_FILES_SUFFIX, path, err)) == NULL) {
+	if ((url = write_url(id, path, mode, err)) == NULL) {
 		bop_free(b);
 		return NULL;
-	}
-	if (mode != 0) {
-		if (asprintf(&full, "%s&" SBX_QUERY_MODE "=%s", url,
-		    sbx_wire_mode_encode(mode, mstr)) == -1) {
-			free(url);
-			bop_free(b);
-			sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
-			return NULL;
-		}
-		free(url);
-		url = full;
 	}
 	/* The client copies the body before returning; the evbuffer is
 	 * drained as the vtable says. */
@@ -783,6 +823,132 @@ b_write(struct sbx_driver *drv, const char *id, const char *path,
 	if (op != NULL && body != NULL)
 		evbuffer_drain(body, len);
 	free(url);
+	return op;
+}
+
+/* ---- write_stream: the body goes to the broker as it arrives (adr/0030) */
+
+/* Lets go of a write_stream's source: no more bytes are taken from it. */
+static void
+src_detach(struct bop *b)
+{
+	struct bufferevent *bev;
+
+	if (b->src != NULL && b->src_ent != NULL)
+		evbuffer_remove_cb_entry(b->src, b->src_ent);
+	if (b->out_ent != NULL && b->http != NULL &&
+	    (bev = sbx_http_req_bufferevent(b->http)) != NULL)
+		evbuffer_remove_cb_entry(bufferevent_get_output(bev), b->out_ent);
+	b->src_ent = b->out_ent = NULL;
+	b->src = NULL;
+}
+
+/* Moves what the source has to the broker while the connection's output
+ * has room (backpressure: the source's owner reads its client only as
+ * fast as this drains it). */
+static void
+src_pump(struct bop *b)
+{
+	struct bufferevent *bev;
+	struct evbuffer *out, *tmp;
+	size_t have, n, queued, max;
+
+	if (b->src == NULL || b->http == NULL ||
+	    (bev = sbx_http_req_bufferevent(b->http)) == NULL)
+		return;
+	out = bufferevent_get_output(bev);
+	max = b->d->write_out_max;
+	if (evbuffer_get_length(b->src) == 0 || evbuffer_get_length(out) >= max)
+		return;
+	/* Through a buffer of our own: the client counts what it sends
+	 * (sbx_http_req_write_buffer); moving evbuffer chains copies little. */
+	if ((tmp = evbuffer_new()) == NULL)
+		return;
+	while (b->src_left > 0 && (have = evbuffer_get_length(b->src)) > 0 &&
+	    (queued = evbuffer_get_length(out)) < max) {
+		n = max - queued;
+		if (n > have)
+			n = have;
+		if ((uint64_t)n > b->src_left)
+			n = (size_t)b->src_left;
+		if (evbuffer_remove_buffer(b->src, tmp, n) != (int)n ||
+		    sbx_http_req_write_buffer(b->http, tmp) == -1)
+			break;
+		b->src_left -= n;
+	}
+	evbuffer_free(tmp);
+	if (b->src_left == 0)
+		src_detach(b);
+}
+
+/* New bytes in the source. */
+static void
+src_added(struct evbuffer *buf, const struct evbuffer_cb_info *info,
+    void *arg)
+{
+	(void)buf;
+	if (info->n_added > 0)
+		src_pump(arg);
+}
+
+/* The broker took bytes: room for more. */
+static void
+out_drained(struct evbuffer *buf, const struct evbuffer_cb_info *info,
+    void *arg)
+{
+	struct bop *b = arg;
+
+	if (info->n_deleted > 0 &&
+	    evbuffer_get_length(buf) < b->d->write_out_max / 2)
+		src_pump(b);
+}
+
+/*
+ * PUT .../files with Content-Length len, the body streamed from src (the
+ * broker streams it on to the helper, adr/0018). A source that stops is
+ * the broker's file_timeout (504 timeout); a cancel closes the connection
+ * mid-body, which the broker sees as its client gone: the helper gets less
+ * than --size bytes and leaves the file as it was.
+ */
+static struct sbx_op *
+b_write_stream(struct sbx_driver *drv, const char *id, const char *path,
+    uint32_t mode, struct evbuffer *src, uint64_t len, sbx_done_cb cb,
+    void *arg, struct sbx_err *err)
+{
+	struct bdriver *d = (struct bdriver *)drv;
+	struct bufferevent *bev;
+	struct bop *b;
+	struct sbx_op *op;
+	char *url;
+
+	if (src == NULL) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "write_stream needs a source.");
+		return NULL;
+	}
+	if ((b = bop_new(d, BK_DONE, id, arg, err)) == NULL)
+		return NULL;
+	b->done_cb = cb;
+	if ((url = write_url(id, path, mode, err)) == NULL) {
+		bop_free(b);
+		return NULL;
+	}
+	op = start_req(b, "PUT", url, SBX_CT_OCTET, NULL, 0, 1, len, err);
+	free(url);
+	if (op == NULL)
+		return NULL;
+	b->src = src;
+	b->src_left = len;
+	if (len == 0)
+		b->src = NULL;
+	else if ((bev = sbx_http_req_bufferevent(b->http)) == NULL ||
+	    (b->src_ent = evbuffer_add_cb(src, src_added, b)) == NULL ||
+	    (b->out_ent = evbuffer_add_cb(bufferevent_get_output(bev),
+	    out_drained, b)) == NULL) {
+		bop_free(b);
+		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return NULL;
+	}
+	src_pump(b);   /* what arrived already */
 	return op;
 }
 
@@ -905,6 +1071,7 @@ static const struct sbx_driver_ops broker_driver_ops = {
 	.exec = b_exec,
 	.read = b_read,
 	.write = b_write,
+	.write_stream = b_write_stream,
 	.list = b_list,
 	.stop = b_stop,
 	.destroy = b_destroy,
@@ -941,6 +1108,8 @@ sbx_broker_driver_new(struct event_base *base,
 	d->base.ops = &broker_driver_ops;
 	d->base.base = base;
 	d->header_timeout_ms = cfg->header_timeout_ms;
+	d->write_out_max = cfg->write_out_max > 0 ? cfg->write_out_max :
+	    WRITE_OUT_MAX;
 	alen = strlen(SBX_HDR_AUTHORIZATION ": " SBX_AUTH_BEARER) +
 	    cfg->token_len + 1;
 	if ((d->address = strdup(cfg->address)) == NULL ||

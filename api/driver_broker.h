@@ -17,6 +17,8 @@ struct sbx_broker_config {
 	                             * free; never logged) */
 	size_t token_len;
 	int64_t header_timeout_ms;  /* connect + response headers; 0: none */
+	size_t write_out_max;       /* write_stream: body bytes queued towards
+	                             * the broker at most; 0: 256 KiB (adr/0030) */
 };
 
 /*

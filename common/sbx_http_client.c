@@ -69,6 +69,10 @@ struct sbx_http_req {
 	int close_write_pending;
 	int write_closed;
 	int have_pending;
+	int send_stream;           /* the caller writes the body (body_stream) */
+	uint64_t send_left;        /* bytes of it not written yet */
+	int64_t hdr_ms;            /* opts.header_timeout_ms */
+	struct evbuffer_cb_entry *out_ent;  /* send_stream: output watched */
 	struct sbx_err pending;
 	uint64_t remaining;
 	size_t header_bytes;
@@ -97,6 +101,9 @@ req_free(struct sbx_http_req *r)
 {
 	if (r == NULL)
 		return;
+	if (r->out_ent != NULL)
+		evbuffer_remove_cb_entry(bufferevent_get_output(r->bev),
+		    r->out_ent);
 	if (r->bev != NULL)
 		bufferevent_free(r->bev);
 	if (r->kick != NULL)
@@ -526,9 +533,10 @@ event_cb(struct bufferevent *bev, short what, void *arg)
 	}
 	enter(r);
 	if ((what & BEV_EVENT_WRITING) && (what & BEV_EVENT_ERROR) &&
-	    r->upgraded) {
+	    (r->upgraded || r->send_stream)) {
 		/* The peer stopped reading what we send (an exec whose process
-		 * exited without reading stdin): drop the rest, keep reading. */
+		 * exited without reading stdin, a server that answered a
+		 * streamed body early): drop the rest, keep reading. */
 		r->write_closed = 1;
 		r->close_write_pending = 0;
 		evbuffer_drain(bufferevent_get_output(bev),
@@ -619,6 +627,32 @@ ms_to_tv(int64_t ms, struct timeval *tv)
 	tv->tv_usec = (suseconds_t)((ms % 1000) * 1000);
 }
 
+/*
+ * A streamed body's output changed (body_stream): the header timeout runs
+ * while bytes wait for the peer and restarts whenever some leave; it stops
+ * while the caller has nothing to send (a slow source is not a stalled
+ * peer); after the last byte it counts to the response headers.
+ */
+static void
+out_changed(struct evbuffer *buf, const struct evbuffer_cb_info *info,
+    void *arg)
+{
+	struct sbx_http_req *r = arg;
+	struct timeval tv;
+
+	if (r->dead || r->hdr_ms <= 0 || (r->state != HS_CONNECTING &&
+	    r->state != HS_STATUS && r->state != HS_HEADERS))
+		return;
+	if (evbuffer_get_length(buf) == 0 && r->send_left > 0) {
+		event_del(r->hdr_timer);
+		return;
+	}
+	if (info->n_deleted > 0 || info->orig_size == 0) {
+		ms_to_tv(r->hdr_ms, &tv);
+		event_add(r->hdr_timer, &tv);
+	}
+}
+
 static int
 write_request(struct sbx_http_req *r, struct evbuffer *out, const char *host,
     const struct sbx_http_request *q, struct sbx_err *err)
@@ -643,10 +677,11 @@ write_request(struct sbx_http_req *r, struct evbuffer *out, const char *host,
 		    q->content_type) < 0)
 			goto oom;
 	}
-	needs_len = q->body_len > 0 || strcmp(q->method, "POST") == 0 ||
+	needs_len = q->body_len > 0 || q->body_stream ||
+	    strcmp(q->method, "POST") == 0 ||
 	    strcmp(q->method, "PUT") == 0 || strcmp(q->method, "PATCH") == 0;
-	if (needs_len && evbuffer_add_printf(out, "Content-Length: %zu\r\n",
-	    q->body_len) < 0)
+	if (needs_len && evbuffer_add_printf(out, "Content-Length: %" PRIu64
+	    "\r\n", q->body_stream ? q->stream_len : (uint64_t)q->body_len) < 0)
 		goto oom;
 	if (evbuffer_add_printf(out, "%s\r\n\r\n", r->upgrade_req ?
 	    "Connection: Upgrade\r\nUpgrade: tcp" : "Connection: close") < 0)
@@ -675,7 +710,8 @@ sbx_http_request(struct event_base *base, const char *address,
 	if (base == NULL || address == NULL || q == NULL || cbs == NULL ||
 	    cbs->done == NULL || !valid_token(q->method, 0) ||
 	    !valid_token(q->path, 0) || q->path[0] != '/' ||
-	    (q->body_len > 0 && q->body == NULL)) {
+	    (q->body_len > 0 && q->body == NULL) || (q->body_stream &&
+	    (q->body != NULL || q->body_len > 0 || q->upgrade))) {
 		sbx_err_set(err, SBX_E_BAD_REQUEST, "bad HTTP request arguments");
 		return NULL;
 	}
@@ -697,6 +733,9 @@ sbx_http_request(struct event_base *base, const char *address,
 	    "the runtime");
 	snprintf(r->address, sizeof(r->address), "%s", address);
 	r->is_head = strcmp(q->method, "HEAD") == 0;
+	r->send_stream = q->body_stream != 0;
+	r->send_left = q->body_stream ? q->stream_len : 0;
+	r->hdr_ms = opts != NULL ? opts->header_timeout_ms : 0;
 	r->upgrade_req = q->upgrade != 0;
 	r->kick = event_new(base, -1, 0, kick_cb, r);
 	r->hdr_timer = evtimer_new(base, hdr_timer_cb, r);
@@ -780,6 +819,12 @@ sbx_http_request(struct event_base *base, const char *address,
 		return NULL;
 	}
 	evbuffer_free(reqbuf);
+	if (r->send_stream && (r->out_ent = evbuffer_add_cb(
+	    bufferevent_get_output(r->bev), out_changed, r)) == NULL) {
+		sbx_http_req_cancel(r);
+		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		return NULL;
+	}
 	bufferevent_enable(r->bev, EV_READ | EV_WRITE);
 	if (opts != NULL && opts->header_timeout_ms > 0) {
 		ms_to_tv(opts->header_timeout_ms, &tv);
@@ -854,21 +899,38 @@ sbx_http_req_upgraded(const struct sbx_http_req *r)
 	return r != NULL && r->upgraded;
 }
 
+/* 1: len more bytes may go, 0: not (see sbx_http_req_write). A streamed
+ * body's bytes are counted here. */
+static int
+may_send(struct sbx_http_req *r, size_t len)
+{
+	if (r == NULL || r->dead)
+		return 0;
+	if (r->upgraded)
+		return !r->write_closed && !r->close_write_pending;
+	if (!r->send_stream || (uint64_t)len > r->send_left)
+		return 0;
+	r->send_left -= len;
+	return 1;
+}
+
 int
 sbx_http_req_write(struct sbx_http_req *r, const void *buf, size_t len)
 {
-	if (r == NULL || r->dead || !r->upgraded || r->write_closed ||
-	    r->close_write_pending)
+	if (!may_send(r, len))
 		return -1;
+	if (r->write_closed)
+		return 0;   /* a streamed body the peer no longer reads */
 	return bufferevent_write(r->bev, buf, len);
 }
 
 int
 sbx_http_req_write_buffer(struct sbx_http_req *r, struct evbuffer *buf)
 {
-	if (r == NULL || r->dead || !r->upgraded || r->write_closed ||
-	    r->close_write_pending)
+	if (buf == NULL || !may_send(r, evbuffer_get_length(buf)))
 		return -1;
+	if (r->write_closed)
+		return evbuffer_drain(buf, evbuffer_get_length(buf));
 	return bufferevent_write_buffer(r->bev, buf);
 }
 

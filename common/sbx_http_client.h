@@ -72,6 +72,15 @@ struct sbx_http_request {
 	const char *content_type;        /* set with a body; NULL: none */
 	const void *body;                /* copied before the call returns */
 	size_t body_len;
+	/* 1: a body of stream_len bytes (Content-Length: stream_len) that the
+	 * caller writes after the call, as it arrives, with
+	 * sbx_http_req_write/_write_buffer (body must be NULL, body_len 0).
+	 * Then opts.header_timeout_ms runs only while bytes wait in the
+	 * connection's output (the peer does not take them) and, once every
+	 * byte was written, until the response headers: a slow source is the
+	 * caller's to bound, not a stalled peer. adr/0030. */
+	int body_stream;
+	uint64_t stream_len;
 	int upgrade;                     /* 1: send "Connection: Upgrade" and
 	                                  * "Upgrade: tcp"; a 101 hijacks the
 	                                  * connection (raw bytes both ways) */
@@ -112,11 +121,17 @@ const char *sbx_http_req_header(const struct sbx_http_req *req,
 int sbx_http_req_upgraded(const struct sbx_http_req *req);
 
 /*
- * Writing on a hijacked connection (after a 101 only; else -1). write copies
- * len bytes; write_buffer moves all of buf's bytes without copying (buf stays
- * the caller's, emptied). close_write half-closes (shutdown SHUT_WR) once
- * everything queued has been sent, which is how the peer sees stdin's EOF.
- * Return 0, or -1 when not upgraded or out of memory.
+ * Writing on a hijacked connection (after a 101), or a request's streamed
+ * body (body_stream: at most the stream_len bytes announced, in total,
+ * until done(); else -1). write copies len bytes; write_buffer moves all of
+ * buf's bytes without copying (buf stays the caller's, emptied). The
+ * caller bounds what waits in the output (sbx_http_req_bufferevent's
+ * output buffer; an evbuffer callback there sees it drain). A peer that
+ * stops reading a streamed body (it answered early and closed) is not an
+ * error: the rest is dropped and its response still read. close_write
+ * half-closes (shutdown SHUT_WR) once everything queued has been sent,
+ * which is how the peer sees stdin's EOF (upgraded only). Return 0, or -1
+ * when not upgraded nor streaming, past stream_len, or out of memory.
  */
 int sbx_http_req_write(struct sbx_http_req *req, const void *buf, size_t len);
 int sbx_http_req_write_buffer(struct sbx_http_req *req, struct evbuffer *buf);

@@ -1,15 +1,19 @@
 #!/usr/bin/python3
-# test_files_stream.py - file write bodies stream from the client to the helper: broker memory per write bounded, a cut body never replaces the file (adr/0018).
+# test_files_stream.py - file write bodies stream from the client to the helper, at the broker (adr/0018) and through the public api (adr/0030): memory per write bounded, a cut body never replaces the file.
 
 import hashlib
+import http.client
 import json
 import os
 import socket
 import threading
 import time
 import unittest
+import urllib.parse
 
+import sbxtest
 from brokerfix import BrokerTestCase, MiB, qpath
+from stackfix import Stack
 
 
 def fd_count(pid):
@@ -179,6 +183,162 @@ class StreamedWritesTest(BrokerTestCase):
         while self.tmp_files("/work/stall") and time.monotonic() < deadline:
             time.sleep(0.3)
         self.assertEqual(self.tmp_files("/work/stall"), [])
+
+
+class Sampler(threading.Thread):
+    """The highest VmRSS of pid, sampled every 10 ms until stop()."""
+
+    def __init__(self, pid):
+        super().__init__(daemon=True)
+        self.pid, self.peak, self.done = pid, status_kib(pid, "VmRSS"), threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            try:
+                self.peak = max(self.peak, status_kib(self.pid, "VmRSS"))
+            except Exception:
+                pass
+            time.sleep(0.01)
+
+    def stop(self):
+        self.done.set()
+        self.join()
+        return self.peak
+
+
+def body_blocks(n_mib, seed):
+    """n_mib MiB of bytes that differ per MiB (a random block, its index)."""
+    block = os.urandom(MiB - 8)
+    for i in range(n_mib):
+        yield b"%08d" % (i ^ seed) + block
+
+
+class ApiStreamedWritesTest(unittest.TestCase):
+    """PUT /api/v1/npcs/{npc}/sandbox/files: the api streams the body on to the
+    broker as it arrives (adr/0030) instead of buffering it whole."""
+
+    SIZE_MIB = 200
+
+    @classmethod
+    def setUpClass(cls):
+        cls.prefix = "sbxfsa%d-" % (os.getpid() % 100000)
+        cap = ["--file-size-max", "256m"]
+        cls.stack = Stack(cls.prefix, broker_args=cap, api_args=cap)
+        u = urllib.parse.urlsplit(cls.stack.url)
+        cls.host, cls.port = u.hostname, u.port
+        r = cls.req("POST", "/api/v1/npcs", json.dumps({"name": "writer"}).encode())
+        assert r.status in (200, 201), r.body
+        r = cls.req("PUT", "/api/v1/npcs/writer/sandbox", timeout=120)
+        assert r.status == 200, r.body
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.close()
+
+    @classmethod
+    def req(cls, method, path, body=None, timeout=60):
+        return sbxtest.tcp_http(cls.host, cls.port, method, path, body,
+                                {"Authorization": "Bearer " + cls.stack.player}, timeout)
+
+    def files_path(self, path):
+        return "/api/v1/npcs/writer/sandbox/files?path=" + urllib.parse.quote(path, safe="")
+
+    def put_stream(self, path, blocks, length):
+        """PUT a body of length bytes from an iterator of blocks; returns
+        (status, body, sha256 of what was sent)."""
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=300)
+        h = hashlib.sha256()
+        try:
+            conn.putrequest("PUT", self.files_path(path))
+            conn.putheader("Authorization", "Bearer " + self.stack.player)
+            conn.putheader("Content-Length", str(length))
+            conn.endheaders()
+            for b in blocks:
+                h.update(b)
+                conn.send(b)
+            r = conn.getresponse()
+            return r.status, r.read(), h.hexdigest()
+        finally:
+            conn.close()
+
+    def get_sha256(self, path):
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=300)
+        h, n = hashlib.sha256(), 0
+        try:
+            conn.request("GET", self.files_path(path),
+                         headers={"Authorization": "Bearer " + self.stack.player})
+            r = conn.getresponse()
+            self.assertEqual(r.status, 200)
+            while True:
+                chunk = r.read(1 << 16)
+                if not chunk:
+                    break
+                h.update(chunk)
+                n += len(chunk)
+            return h.hexdigest(), n
+        finally:
+            conn.close()
+
+    def test_a_200_mib_write_keeps_api_memory_bounded_and_bytes_exact(self):
+        pid = self.stack.api.pid
+        # warm up (first-use allocations), then the baseline
+        status, body, _ = self.put_stream("/work/warm", body_blocks(1, 1), MiB)
+        self.assertEqual(status, 200, body)
+        time.sleep(0.5)
+        rss0 = status_kib(pid, "VmRSS")
+        hwm0 = status_kib(pid, "VmHWM")
+        sampler = Sampler(pid)
+        sampler.start()
+        t0 = time.monotonic()
+        status, body, sent = self.put_stream("/work/big.bin", body_blocks(self.SIZE_MIB, 7),
+                                             self.SIZE_MIB * MiB)
+        took = time.monotonic() - t0
+        peak = sampler.stop()
+        hwm = status_kib(pid, "VmHWM")
+        self.assertEqual(status, 200, body)
+        got, n = self.get_sha256("/work/big.bin")
+        print("api write of %d MiB: %.1f s; api RSS %d KiB -> sampled peak %d KiB, "
+              "VmHWM %d -> %d KiB" % (self.SIZE_MIB, took, rss0, peak, hwm0, hwm))
+        self.assertEqual(n, self.SIZE_MIB * MiB)
+        self.assertEqual(got, sent)
+        self.assertLess(peak - rss0, 32 * 1024, "api RSS grew by %d KiB" % (peak - rss0))
+        self.assertLess(hwm - rss0, 32 * 1024, "api VmHWM %d KiB over its RSS before" % (hwm - rss0))
+
+    def tmp_files(self, d):
+        r = self.req("GET", "/api/v1/npcs/writer/sandbox/list?path=" + urllib.parse.quote(d, safe=""))
+        self.assertEqual(r.status, 200, r.body)
+        return [e["name"] for e in json.loads(r.body) if e["name"] != "old"]
+
+    def test_a_client_gone_mid_body_leaves_the_old_file(self):
+        old = b"old content\n" * 1000
+        self.assertEqual(self.put_stream("/work/cut/old", [old], len(old))[0], 200)
+        n = 64 * MiB
+        s = socket.create_connection((self.host, self.port), timeout=60)
+        s.sendall(("PUT %s HTTP/1.1\r\nHost: sbx\r\nAuthorization: Bearer %s\r\n"
+                   "Content-Length: %d\r\n\r\n" % (self.files_path("/work/cut/old"),
+                                                   self.stack.player, n)).encode())
+        blk = b"N" * MiB
+        for _ in range(n // MiB // 2):
+            s.sendall(blk)
+        time.sleep(1.0)   # the broker's helper holds half of it in its temporary
+        s.close()
+        # the api closes its broker connection: the broker cancels, the helper
+        # is killed, its temporary goes, the file stays as it was
+        deadline = time.monotonic() + 20
+        while self.tmp_files("/work/cut") and time.monotonic() < deadline:
+            time.sleep(0.3)
+        self.assertEqual(self.tmp_files("/work/cut"), [])
+        got, _ = self.get_sha256("/work/cut/old")
+        self.assertEqual(got, hashlib.sha256(old).hexdigest())
+        with open(self.stack.broker_logs[-1], "rb") as f:
+            blog = f.read().decode(errors="replace")
+        self.assertIn("cancelled", blog)
+        alog = self.stack.api.output()
+        self.assertRegex(alog, r'"action":"files.write".*"outcome":"cancelled"')
+        # and the next whole write on that path goes through
+        body = os.urandom(3 * MiB)
+        self.assertEqual(self.put_stream("/work/cut/old", [body], len(body))[0], 200)
+        self.assertEqual(self.get_sha256("/work/cut/old")[0], hashlib.sha256(body).hexdigest())
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ struct broker_metrics;
 #define R_SERIAL  0x08  /* runs in the id's queue (ensure, stop, destroy) */
 
 struct breq;
+struct list_out;
 
 /*
  * A handler, or a serialised start. Returns 0 when the request goes on
@@ -108,6 +109,7 @@ struct breq {
 	int holds_exec, holds_new, holds_fileop;
 	int list_obj;             /* list: ?cursor= given, reply is the page object */
 	char *after;              /* list: the cursor's name */
+	struct list_out *lout;    /* list: its reply being encoded (adr/0030) */
 	/* parsed input, owned */
 	json_t *body;
 	struct sbx_spec spec;
@@ -137,6 +139,10 @@ void breq_done(struct breq *b, int status, const char *outcome);
 
 /* Sends obj (stolen) as b's JSON reply, then ends b. */
 void breq_reply_json(struct breq *b, int status, json_t *obj,
+    const char *outcome);
+/* breq_reply_json for a JSON text encoded already (drained; the evbuffer
+ * stays the caller's), e.g. a list page encoded in slices (adr/0030). */
+void breq_reply_json_text(struct breq *b, int status, struct evbuffer *text,
     const char *outcome);
 
 /* Sends err as b's JSON error (sbx_httpd_reply_error), then ends b. */
@@ -190,7 +196,8 @@ int h_read(struct breq *b, struct sbx_err *err);
 int h_write(struct breq *b, struct sbx_err *err);
 int h_list(struct breq *b, struct sbx_err *err);
 
-/* Before b's streamed body goes: its gather callback leaves it. */
+/* Before b goes: its streamed body's gather callback leaves it, and a list
+ * reply still being encoded (adr/0030) is freed. */
 void broker_files_detach(struct breq *b);
 
 /*

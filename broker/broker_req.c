@@ -33,10 +33,8 @@ breq_free(struct breq *b)
 	free(b->path);
 	free(b->after);
 	sbx_httpd_req_clear(&b->h);
-	if (b->gbody != NULL) {
-		broker_files_detach(b);
-		sbx_gate_body_free(b->gbody);
-	}
+	broker_files_detach(b);
+	sbx_gate_body_free(b->gbody);
 	if (b->job_free != NULL)
 		b->job_free(b->job_arg);
 	free(b);
@@ -134,6 +132,16 @@ breq_reply_json(struct breq *b, int status, json_t *obj, const char *outcome)
 		outcome = SBX_E_INTERNAL;
 	}
 	breq_done(b, status, outcome);
+}
+
+void
+breq_reply_json_text(struct breq *b, int status, struct evbuffer *text,
+    const char *outcome)
+{
+	int sent = sbx_httpd_reply_json_text(&b->h, status, text,
+	    reply_flags(b, status));
+
+	breq_done(b, sent != 0 ? sent : status, outcome);
 }
 
 int

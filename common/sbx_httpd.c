@@ -202,6 +202,26 @@ sbx_httpd_reply_json(struct sbx_httpd_req *r, int status, json_t *obj,
 }
 
 int
+sbx_httpd_reply_json_text(struct sbx_httpd_req *r, int status,
+    struct evbuffer *text, unsigned flags)
+{
+	if (r->watching)
+		sbx_httpd_unwatch(r);
+	if (r->req == NULL)
+		return 0;
+	if (evbuffer_add(text, "\n", 1) == -1)
+		return sbx_httpd_reply_json(r, status, NULL, flags);
+	sbx_httpd_header(r, "Content-Type", SBX_CT_JSON);
+	if (flags & SBX_HTTPD_NO_STORE)
+		sbx_httpd_header(r, "Cache-Control", "no-store");
+	if (flags & SBX_HTTPD_CLOSE)
+		sbx_httpd_header(r, "Connection", "close");
+	evhttp_send_reply(r->req, status, sbx_httpd_reason(status), text);
+	r->req = NULL;
+	return r->status = status;
+}
+
+int
 sbx_httpd_reply_error(struct sbx_httpd_req *r, const struct sbx_err *err,
     unsigned flags)
 {

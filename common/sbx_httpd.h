@@ -135,6 +135,15 @@ int sbx_httpd_reply_json(struct sbx_httpd_req *r, int status, json_t *obj,
     unsigned flags);
 
 /*
+ * sbx_httpd_reply_json for a JSON text encoded already (e.g. in slices
+ * over several turns of the loop, adr/0030): sends text's bytes (drained;
+ * the evbuffer stays the caller's) and a newline. Returns the status
+ * sent, or 0 when r->req is NULL.
+ */
+int sbx_httpd_reply_json_text(struct sbx_httpd_req *r, int status,
+    struct evbuffer *text, unsigned flags);
+
+/*
  * The reply of an error: {"error":{"code":...,"message":...}} (SPEC §3)
  * with the status of err's code (sbx_err_http_status: the one code->status
  * table) and the headers that status or code carries, from this file's one

@@ -1170,6 +1170,48 @@ test_max_sandboxes(void **state)
 	ensure_ok("m3");              /* room again */
 }
 
+/* A page longer than LIST_SLICE (500) is encoded over several turns of the
+ * loop (adr/0030): the same JSON, every entry once, in order, both forms. */
+static void
+test_list_page_in_slices_is_whole_json(void **state)
+{
+	struct resp r;
+	json_t *j, *ents;
+	char path[64], name[16];
+	size_t i, n = 1234;
+
+	(void)state;
+	start(NULL);
+	ensure_ok("ls1");
+	for (i = 0; i < n; i++) {
+		snprintf(path, sizeof(path), "/work/many/f%05zu", i);
+		assert_int_equal(sbx_fake_put_file(F.fake, "ls1", path, "x", 1), 0);
+	}
+	r = jreq("GET", "/v1/sandboxes/ls1/list?path=/work/many&cursor=", NULL);
+	assert_int_equal(r.status, 200);
+	j = body_json(&r);
+	assert_non_null(j);
+	ents = json_object_get(j, "entries");
+	assert_int_equal(json_array_size(ents), n);
+	for (i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "f%05zu", i);
+		assert_string_equal(json_string_value(json_object_get(
+		    json_array_get(ents, i), "name")), name);
+	}
+	assert_true(json_is_false(json_object_get(j, "truncated")));
+	assert_true(json_is_null(json_object_get(j, "cursor")));
+	json_decref(j);
+	resp_free(&r);
+	r = jreq("GET", "/v1/sandboxes/ls1/list?path=/work/many", NULL);
+	assert_int_equal(r.status, 200);
+	j = body_json(&r);
+	assert_int_equal(json_array_size(j), n);
+	assert_string_equal(json_string_value(json_object_get(
+	    json_array_get(j, n - 1), "name")), "f01233");
+	json_decref(j);
+	resp_free(&r);
+}
+
 static void
 test_files_roundtrip_and_size_caps(void **state)
 {
@@ -2021,6 +2063,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_exec_limit_per_sandbox, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_max_sandboxes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_files_roundtrip_and_size_caps, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_list_page_in_slices_is_whole_json, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_audit_rows_and_last_used, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_metrics_count_requests, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_canary_token_never_leaks, setup, teardown),

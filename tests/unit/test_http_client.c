@@ -596,6 +596,58 @@ test_body_until_close(void **state)
 	assert_memory_equal(evbuffer_pullup(f->got, -1), "raw bytes", 9);
 }
 
+/* A streamed request body (adr/0030): written after the call in pieces,
+ * slower than the header timeout, which must not fire while the caller
+ * has nothing to send; no byte beyond stream_len is taken. */
+static int piece_no;
+static struct event *piece_ev;
+
+static void
+piece_cb(evutil_socket_t fd, short what, void *arg)
+{
+	static const char *const pieces[] = { "abc", "defg", "hi" };
+	struct fx *f = arg;
+	struct timeval tv = { 0, 150 * 1000 };
+
+	(void)fd;
+	(void)what;
+	assert_int_equal(sbx_http_req_write(f->req, pieces[piece_no],
+	    strlen(pieces[piece_no])), 0);
+	if (++piece_no < 3) {
+		event_add(piece_ev, &tv);
+		return;
+	}
+	/* all 9 announced bytes went: one more is refused */
+	assert_int_equal(sbx_http_req_write(f->req, "x", 1), -1);
+}
+
+static void
+test_streamed_request_body_slower_than_header_timeout(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_http_request q = { 0 };
+	struct sbx_http_opts o = { 0 };
+	struct timeval tv = { 0, 150 * 1000 };
+	const char *want = "? application/octet-stream abcdefghi";
+
+	q.method = "PUT";
+	q.path = "/post";
+	q.content_type = "application/octet-stream";
+	q.body_stream = 1;
+	q.stream_len = 9;
+	o.header_timeout_ms = 100;
+	piece_no = 0;
+	piece_ev = evtimer_new(f->base, piece_cb, f);
+	event_add(piece_ev, &tv);
+	run(f, f->tcp_addr, &q, &o);
+	event_free(piece_ev);
+	assert_false(f->have_err);
+	assert_int_equal(piece_no, 3);
+	assert_int_equal(f->status, 201);
+	assert_int_equal(evbuffer_get_length(f->got), strlen(want));
+	assert_memory_equal(evbuffer_pullup(f->got, -1), want, strlen(want));
+}
+
 static void
 test_header_timeout(void **state)
 {
@@ -756,6 +808,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_content_length_body_over_unix_socket, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_streamed_request_body_slower_than_header_timeout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_content_length_body_over_tcp, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_headers_are_readable_case_insensitively, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_chunked_body_is_reassembled, setup, teardown),

@@ -165,6 +165,7 @@ struct areq {
 	uint64_t wsize;                     /* its Content-Length, bytes */
 	sbx_done_cb wdone;
 	struct sbx_httpd_req watch;         /* the client watched meanwhile */
+	struct api_list_out *lout;          /* a list reply being encoded */
 	struct areq *prev, *next;
 };
 
@@ -180,6 +181,13 @@ struct areq {
 void api_write_stream(struct areq *a, sbx_done_cb done);
 unsigned api_write_reply_flags(struct areq *a, int status);
 void api_write_release(struct areq *a);
+/* api_files.c: a list page's reply (a->list_obj: the page object, else the
+ * v1 array with the Sbx-List-* headers), encoded in slices of
+ * API_LIST_SLICE entries, one per turn of the event loop, then sent whole
+ * (adr/0030). ents are copied. Ends in exactly one reply. */
+#define API_LIST_SLICE 500
+void api_list_reply(struct areq *a, const struct sbx_dirent *ents, size_t n,
+    int truncated);
 
 /* api_req.c: the life of a request. Every request is made by areq_new and
  * ends exactly once in areq_finish, called by the reply functions below
@@ -189,6 +197,8 @@ int64_t api_mono_ms(void);
  * NULL when out of memory. */
 struct areq *areq_new(struct api_server *s, struct evhttp_request *req);
 void areq_reply_json(struct areq *a, int status, json_t *obj);  /* steals obj */
+/* areq_reply_json for a JSON text encoded already (drained). */
+void areq_reply_json_text(struct areq *a, int status, struct evbuffer *text);
 /* Replies with the JSON error of err (status from sbx_err_http_status),
  * then finishes a. */
 void areq_fail(struct areq *a, const struct sbx_err *err);

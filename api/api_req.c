@@ -211,6 +211,21 @@ areq_reply_json(struct areq *a, int status, json_t *obj)
 }
 
 void
+areq_reply_json_text(struct areq *a, int status, struct evbuffer *text)
+{
+	struct sbx_httpd_req h;
+	int sent;
+
+	memset(&h, 0, sizeof(h));
+	h.req = a->req;
+	h.gate = a->s->gate;
+	sent = sbx_httpd_reply_json_text(&h, status, text, SBX_HTTPD_NO_STORE |
+	    api_write_reply_flags(a, status));
+	a->req = NULL;
+	areq_finish(a, sent != 0 ? sent : status, "ok");
+}
+
+void
 areq_fail(struct areq *a, const struct sbx_err *err)
 {
 	struct sbx_httpd_req h;

@@ -519,8 +519,6 @@ list_done(void *arg, const struct sbx_err *err, const struct sbx_dirent *ents,
     size_t n, int truncated)
 {
 	struct areq *a = arg;
-	char cursor[SBX_WIRE_CURSOR_MAX + 1];
-	json_t *o;
 
 	a->op = NULL;
 	if (err != NULL) {
@@ -528,27 +526,8 @@ list_done(void *arg, const struct sbx_err *err, const struct sbx_dirent *ents,
 		return;
 	}
 	/* As the broker (sbx_wire.h): the cursor is the base64url of the
-	 * last name. */
-	if (!a->list_obj) {
-		if ((o = sbx_wire_dirents_encode(ents, n)) == NULL) {
-			areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
-			return;
-		}
-		if (truncated && n > 0 && sbx_wire_cursor_encode(
-		    ents[n - 1].name, cursor, sizeof(cursor)) > 0) {
-			evhttp_add_header(evhttp_request_get_output_headers(a->req),
-			    "Sbx-List-Truncated", "true");
-			evhttp_add_header(evhttp_request_get_output_headers(a->req),
-			    "Sbx-List-Cursor", cursor);
-		}
-		areq_reply_json(a, 200, o);
-		return;
-	}
-	if ((o = sbx_wire_list_encode(ents, n, truncated)) == NULL) {
-		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
-		return;
-	}
-	areq_reply_json(a, 200, o);
+	 * last name; the reply encoded in slices (adr/0030). */
+	api_list_reply(a, ents, n, truncated);
 }
 
 void

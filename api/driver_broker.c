@@ -81,10 +81,13 @@ struct bop {
 	struct evbuffer *src;
 	struct evbuffer_cb_entry *src_ent, *out_ent;
 	uint64_t src_left;
+	struct lscan *lscan;        /* list: the page decoded as it arrives */
+	size_t list_limit;          /* list: entries asked for (0: the ceiling) */
 	struct bop *prev, *next;
 };
 
 static void src_detach(struct bop *);
+static void lscan_free(struct lscan *);
 
 /* ------------------------------------------------------------------ */
 /* Tokens                                                              */
@@ -146,6 +149,7 @@ bop_free(struct bop *b)
 	if (b->body != NULL)
 		evbuffer_free(b->body);
 	sbx_ndjson_parser_free(b->parser);
+	lscan_free(b->lscan);
 	free(b);
 }
 
@@ -256,6 +260,157 @@ malformed(struct sbx_err *e)
 	    "answer the api cannot read.");
 }
 
+/*
+ * A list page decoded as it arrives (adr/0030): each entry object of its
+ * entries array is parsed alone (a few dozen bytes) when its last byte
+ * comes, so no turn of the loop parses more than one read's worth; what is
+ * outside the entries is kept as a small shell ({"entries":[],"truncated":
+ * B,"cursor":C} or [] from a broker before adr/0013) parsed at the end. The
+ * first array at depth 1 or 2 is the entries (the broker's own order).
+ */
+#define LSCAN_ENTRY_MAX 4096     /* one entry: a 255-byte name escaped, its base64 */
+#define LSCAN_SHELL_MAX 4096
+#define LSCAN_ENTRIES_MAX 100000 /* list_max_entries' ceiling at the broker */
+
+struct lscan {
+	struct sbx_dirent *ents;
+	size_t n, cap;
+	char ent[LSCAN_ENTRY_MAX];
+	size_t elen;
+	char shell[LSCAN_SHELL_MAX];
+	size_t slen, limit;
+	int depth, arr_depth, in_arr, edepth, in_str, esc, bad;
+};
+
+static void
+lscan_free(struct lscan *l)
+{
+	if (l == NULL)
+		return;
+	free(l->ents);
+	free(l);
+}
+
+static void
+lscan_entry(struct lscan *l)
+{
+	struct sbx_dirent *n;
+	json_t *o;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 256;
+
+		if (l->n >= l->limit ||
+		    (n = realloc(l->ents, (cap + 1) * sizeof(*n))) == NULL) {
+			l->bad = 1;
+			return;
+		}
+		l->ents = n;
+		l->cap = cap;
+	}
+	o = json_loadb(l->ent, l->elen, 0, NULL);
+	if (!json_is_object(o)) {
+		json_decref(o);
+		l->bad = 1;
+		return;
+	}
+	sbx_wire_dirent_decode(o, &l->ents[l->n++]);
+	json_decref(o);
+}
+
+/* 1 when c ends a string being scanned (tracks backslash escapes). */
+static int
+lscan_str(struct lscan *l, unsigned char c)
+{
+	if (l->esc)
+		l->esc = 0;
+	else if (c == '\\')
+		l->esc = 1;
+	else if (c == '"')
+		return 1;
+	return 0;
+}
+
+static void
+lscan_feed(struct lscan *l, const unsigned char *p, size_t len)
+{
+	size_t i;
+	unsigned char c;
+
+	for (i = 0; i < len && !l->bad; i++) {
+		c = p[i];
+		if (l->edepth > 0) {            /* inside an entry */
+			if (l->elen >= sizeof(l->ent)) {
+				l->bad = 1;
+				break;
+			}
+			l->ent[l->elen++] = (char)c;
+			if (l->in_str)
+				l->in_str = !lscan_str(l, c);
+			else if (c == '"')
+				l->in_str = 1;
+			else if (c == '{' || c == '[')
+				l->edepth++;
+			else if ((c == '}' || c == ']') && --l->edepth == 0)
+				lscan_entry(l);
+			continue;
+		}
+		if (!l->in_str && l->in_arr && l->depth == l->arr_depth) {
+			/* between entries: one starts, commas and blanks go */
+			if (c == '{') {
+				l->edepth = 1;
+				l->elen = 0;
+				l->ent[l->elen++] = (char)c;
+				continue;
+			}
+			if (c == ',' || c == ' ' || c == '\t' || c == '\r' ||
+			    c == '\n')
+				continue;
+			if (c != ']') {
+				l->bad = 1;     /* an entry that is not an object */
+				break;
+			}
+			l->in_arr = 0;
+		}
+		if (l->slen >= sizeof(l->shell)) {
+			l->bad = 1;
+			break;
+		}
+		l->shell[l->slen++] = (char)c;
+		if (l->in_str)
+			l->in_str = !lscan_str(l, c);
+		else if (c == '"')
+			l->in_str = 1;
+		else if (c == '{' || c == '[') {
+			l->depth++;
+			if (c == '[' && l->arr_depth == 0 && l->depth <= 2) {
+				l->arr_depth = l->depth;
+				l->in_arr = 1;
+			}
+		} else if (c == '}' || c == ']')
+			l->depth--;
+	}
+}
+
+/* The page once every byte came: 0 with *root (the shell, parsed), or -1
+ * for an answer that is not a whole page. */
+static int
+lscan_finish(struct lscan *l, json_t **root)
+{
+	const json_t *list;
+
+	*root = NULL;
+	if (l->bad || l->depth != 0 || l->edepth != 0 || l->in_str ||
+	    l->arr_depth == 0 ||
+	    (*root = json_loadb(l->shell, l->slen, 0, NULL)) == NULL)
+		return -1;
+	/* the entries were the array we took them from */
+	list = json_is_array(*root) ? *root : json_object_get(*root, "entries");
+	if (!json_is_array(list) || json_array_size(list) != 0)
+		return -1;
+	return 0;
+}
+
 /* Terminal callback of a non-stream op with a JSON (or no) body. */
 static void
 finish_plain(struct bop *b, const struct sbx_err *terr)
@@ -273,7 +428,10 @@ finish_plain(struct bop *b, const struct sbx_err *terr)
 		error_from_transport(terr, &e);
 	else if (b->status < 200 || b->status > 299)
 		error_from_body(b, &e);
-	else if (b->kind != BK_DONE && (root = body_json(b)) == NULL)
+	else if (b->kind == BK_LIST && b->lscan != NULL) {
+		if (lscan_finish(b->lscan, &root) == -1)
+			malformed(&e);
+	} else if (b->kind != BK_DONE && (root = body_json(b)) == NULL)
 		malformed(&e);
 	if (!sbx_err_is_set(&e)) {
 		/* The one decoding of each answer (sbx_wire.h); a body it
@@ -284,8 +442,16 @@ finish_plain(struct bop *b, const struct sbx_err *terr)
 				malformed(&e);
 			break;
 		case BK_LIST:
-			if (sbx_wire_list_decode(root, &ents, &n, &list_trunc,
-			    &e) == -1 && strcmp(e.code, SBX_E_INTERNAL) != 0)
+			if (b->lscan != NULL) {
+				/* decoded as it came; the shell has the rest */
+				list_trunc = json_is_true(json_object_get(root,
+				    "truncated"));
+				ents = b->lscan->ents;
+				n = b->lscan->n;
+				b->lscan->ents = NULL;
+			} else if (sbx_wire_list_decode(root, &ents, &n,
+			    &list_trunc, &e) == -1 && strcmp(e.code,
+			    SBX_E_INTERNAL) != 0)
 				malformed(&e);
 			break;
 		case BK_SANDBOXES:
@@ -414,6 +580,12 @@ on_response(void *arg, struct sbx_http_req *req, int status)
 	/* The broker answered a streamed write: the rest of the body is not
 	 * wanted (an early error), or there is none left (done). */
 	src_detach(b);
+	if (b->kind == BK_LIST && status >= 200 && status <= 299 &&
+	    b->lscan == NULL && (b->lscan = calloc(1, sizeof(*b->lscan))) != NULL)
+		/* a broker that sends more than asked is malformed */
+		b->lscan->limit = b->list_limit > 0 &&
+		    b->list_limit < LSCAN_ENTRIES_MAX ? b->list_limit :
+		    LSCAN_ENTRIES_MAX;
 	if (status != 200 || (b->kind != BK_EXEC && b->kind != BK_READ))
 		return;
 	b->streaming = 1;
@@ -447,6 +619,10 @@ on_body(void *arg, struct sbx_http_req *req, const unsigned char *buf,
 	(void)req;
 	if (b->dead)
 		return;
+	if (b->lscan != NULL && b->status >= 200 && b->status <= 299) {
+		lscan_feed(b->lscan, buf, len);
+		return;
+	}
 	if (!b->streaming) {
 		cap = b->status >= 200 && b->status <= 299 ? JSON_BODY_MAX :
 		    ERROR_BODY_MAX;
@@ -974,6 +1150,7 @@ b_list(struct sbx_driver *drv, const char *id, const char *path,
 	if ((b = bop_new(d, BK_LIST, id, arg, err)) == NULL)
 		return NULL;
 	b->list_cb = cb;
+	b->list_limit = page != NULL ? page->limit : 0;
 	if ((url = path_url(id, SBX_PATH_LIST_SUFFIX, path, err)) == NULL) {
 		bop_free(b);
 		return NULL;

@@ -307,24 +307,20 @@ list_slice(evutil_socket_t fd, short what, void *arg)
 	static const struct timeval now = { 0, 0 };
 	struct list_out *lo = arg;
 	size_t k = lo->n - lo->next, len;
-	json_t *arr;
 	char *t;
 
 	(void)fd;
 	(void)what;
 	if (k > LIST_SLICE)
 		k = LIST_SLICE;
-	arr = sbx_wire_dirents_encode(lo->ents + lo->next, k);
-	t = arr != NULL ? json_dumps(arr, JSON_COMPACT) : NULL;
-	json_decref(arr);
-	if (t == NULL) {
+	if ((t = sbx_wire_dirents_text(lo->ents + lo->next, k)) == NULL) {
 		breq_fail_code(lo->b, SBX_E_INTERNAL, "Out of memory.");
 		return;
 	}
-	/* "[e,...]": its inside, after a comma unless it is the first */
+	/* after a comma unless it is the first slice */
 	len = strlen(t);
-	if (len > 2 && ((lo->next > 0 && evbuffer_add(lo->text, ",", 1) < 0) ||
-	    evbuffer_add(lo->text, t + 1, len - 2) < 0)) {
+	if (len > 0 && ((lo->next > 0 && evbuffer_add(lo->text, ",", 1) < 0) ||
+	    evbuffer_add(lo->text, t, len) < 0)) {
 		free(t);
 		breq_fail_code(lo->b, SBX_E_INTERNAL, "Out of memory.");
 		return;

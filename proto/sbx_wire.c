@@ -683,6 +683,23 @@ sbx_wire_cursor_decode(const char *cur, size_t len, char *name,
 	return 0;
 }
 
+char *
+sbx_wire_dirents_text(const struct sbx_dirent *ents, size_t n)
+{
+	json_t *arr = sbx_wire_dirents_encode(ents, n);
+	char *t = arr != NULL ? json_dumps(arr, JSON_COMPACT) : NULL;
+	size_t len;
+
+	json_decref(arr);
+	if (t == NULL)
+		return NULL;
+	/* "[e,...]" -> "e,..." */
+	len = strlen(t);
+	memmove(t, t + 1, len - 2);
+	t[len - 2] = '\0';
+	return t;
+}
+
 json_t *
 sbx_wire_list_encode(const struct sbx_dirent *ents, size_t n, int truncated)
 {
@@ -712,14 +729,36 @@ dirent_type(const json_t *x)
 	return "other";
 }
 
+void
+sbx_wire_dirent_decode(const json_t *v, struct sbx_dirent *e)
+{
+	json_t *x;
+	size_t blen;
+
+	memset(e, 0, sizeof(*e));
+	e->type = dirent_type(json_object_get(v, "type"));
+	e->size = int_member(v, "size");
+	e->mode = (uint32_t)int_member(v, "mode");
+	e->mtime = int_member(v, "mtime");
+	if (json_is_string(x = json_object_get(v, "name")))
+		snprintf(e->name, sizeof(e->name), "%s", json_string_value(x));
+	else if (json_is_string(x = json_object_get(v, "name_b64")) &&
+	    sodium_base642bin((unsigned char *)e->name, sizeof(e->name) - 1,
+	    json_string_value(x), json_string_length(x), NULL, &blen, NULL,
+	    sodium_base64_VARIANT_ORIGINAL) == 0)
+		e->name[blen] = '\0';
+	else
+		e->name[0] = '\0';
+}
+
 int
 sbx_wire_list_decode(const json_t *root, struct sbx_dirent **ents, size_t *n,
     int *truncated, struct sbx_err *err)
 {
 	const json_t *list;
-	json_t *v, *x;
+	json_t *v;
 	struct sbx_dirent *e;
-	size_t i, blen;
+	size_t i;
 
 	*ents = NULL;
 	*n = 0;
@@ -732,23 +771,8 @@ sbx_wire_list_decode(const json_t *root, struct sbx_dirent **ents, size_t *n,
 		    "listing.");
 	if ((e = calloc(json_array_size(list) + 1, sizeof(*e))) == NULL)
 		return oom(err);
-	json_array_foreach(list, i, v) {
-		e[i].type = dirent_type(json_object_get(v, "type"));
-		e[i].size = int_member(v, "size");
-		e[i].mode = (uint32_t)int_member(v, "mode");
-		e[i].mtime = int_member(v, "mtime");
-		if (json_is_string(x = json_object_get(v, "name")))
-			snprintf(e[i].name, sizeof(e[i].name), "%s",
-			    json_string_value(x));
-		else if (json_is_string(x = json_object_get(v, "name_b64")) &&
-		    sodium_base642bin((unsigned char *)e[i].name,
-		    sizeof(e[i].name) - 1, json_string_value(x),
-		    json_string_length(x), NULL, &blen, NULL,
-		    sodium_base64_VARIANT_ORIGINAL) == 0)
-			e[i].name[blen] = '\0';
-		else
-			e[i].name[0] = '\0';
-	}
+	json_array_foreach(list, i, v)
+		sbx_wire_dirent_decode(v, &e[i]);
 	*truncated = json_is_true(json_object_get(root, "truncated"));
 	*ents = e;
 	*n = json_array_size(list);

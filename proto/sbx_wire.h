@@ -213,6 +213,19 @@ json_t *sbx_wire_list_encode(const struct sbx_dirent *ents, size_t n,
 int sbx_wire_list_decode(const json_t *root, struct sbx_dirent **ents,
     size_t *n, int *truncated, struct sbx_err *err);
 
+/* One entry object of a list answer (untrusted) into *e, as
+ * sbx_wire_list_decode reads each (for a page decoded entry by entry as it
+ * arrives, adr/0030). Never fails: what is missing reads 0 / "" / other. */
+void sbx_wire_dirent_decode(const json_t *v, struct sbx_dirent *e);
+
+/*
+ * The text of n entries as sbx_wire_dirents_encode would give them, without
+ * the brackets ("" for n 0): a page's reply encoded in slices is the
+ * opening, the slices joined by commas, the closing (adr/0030). Returns a
+ * malloc'ed NUL-terminated string, NULL when out of memory.
+ */
+char *sbx_wire_dirents_text(const struct sbx_dirent *ents, size_t n);
+
 /*
  * List cursor (adr/0013): base64url without padding of name (1..255 bytes)
  * into out (cap >= SBX_WIRE_CURSOR_MAX). name NULL or "": out "". Returns

@@ -263,6 +263,51 @@ test_files_and_errors_through_the_broker(void **state)
 	tu_res_free(&r);
 }
 
+/* A page longer than one slice, with names that hold JSON's own bytes
+ * ("}{,[]\) and one that is not UTF-8, goes player -> api -> broker and
+ * back whole: the api decodes it entry by entry as it arrives and encodes
+ * its reply in slices (adr/0030). */
+static void
+test_list_page_decoded_as_it_arrives(void **state)
+{
+	struct tu_res r = { 0 };
+	char path[96];
+	json_t *j, *ents, *e;
+	size_t i, n = 1234;
+
+	(void)state;
+	for (i = 0; i < n; i++) {
+		snprintf(path, sizeof(path), "/work/t/n\"}{,[]\\%05zu", i);
+		assert_int_equal(sbx_fake_put_file(C.fake, "npc-alpha", path,
+		    "x", 1), 0);
+	}
+	assert_int_equal(sbx_fake_put_file(C.fake, "npc-alpha", "/work/t/\xff",
+	    "", 0), 0);
+	assert_int_equal(tu_req(&r, "GET",
+	    "/api/v1/npcs/alpha/sandbox/list?path=/work/t&cursor=", KA, NULL),
+	    200);
+	j = json_loads(tu_text(&r), 0, NULL);
+	assert_non_null(j);
+	ents = json_object_get(j, "entries");
+	assert_int_equal(json_array_size(ents), n + 1);
+	for (i = 0; i < n; i++) {
+		snprintf(path, sizeof(path), "n\"}{,[]\\%05zu", i);
+		assert_string_equal(json_string_value(json_object_get(
+		    json_array_get(ents, i), "name")), path);
+	}
+	e = json_array_get(ents, n);
+	assert_string_equal(json_string_value(json_object_get(e, "name_b64")),
+	    "/w==");
+	assert_true(json_is_false(json_object_get(j, "truncated")));
+	json_decref(j);
+	assert_int_equal(tu_req(&r, "GET",
+	    "/api/v1/npcs/alpha/sandbox/list?path=/work/t", KA, NULL), 200);
+	j = json_loads(tu_text(&r), 0, NULL);
+	assert_int_equal(json_array_size(j), n + 1);
+	json_decref(j);
+	tu_res_free(&r);
+}
+
 int
 main(void)
 {
@@ -280,6 +325,8 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_files_and_errors_through_the_broker, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_list_page_decoded_as_it_arrives, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

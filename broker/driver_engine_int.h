@@ -520,11 +520,20 @@ int eng_helper_line(struct eop *op, char *code, size_t csz, char *msg,
 void eng_helper_error(struct eop *op, int code, struct sbx_err *e);
 /* Ends op with the helper's error when code != 0 and returns 1. */
 int eng_helper_failed(struct eop *op, int code);
-/* The helper's stream ended without an exit record: ask the runtime. */
-void eng_exec_after_stream(struct eop *op);
-
 /* The exec timeout's timer callback (op: the helper op). */
 void eng_exec_timer_cb(evutil_socket_t fd, short what, void *arg);
+
+/* ---- driver_engine_rexec.c: invocations as runtime execs (agent: false) ---- */
+
+/*
+ * Runs op's invocation as one runtime exec (Engine API v1.41: inspect the
+ * container, POST /containers/{id}/exec, POST /exec/{id}/start attached,
+ * GET /exec/{id}/json for the exit); a kill skips the inspect (its parent
+ * checked the container). Ends as eng_helper_run says.
+ */
+void eng_rexec_run(struct eop *op);
+/* The helper's stream ended without an exit record: ask the runtime. */
+void eng_exec_after_stream(struct eop *op);
 
 /* ---- driver_engine_agent.c: invocations through the agent (adr/0025) ---- */
 

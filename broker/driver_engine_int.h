@@ -485,7 +485,7 @@ struct sbx_op *eng_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
 struct sbx_op *eng_health(struct sbx_driver *d, sbx_health_cb cb, void *arg,
     struct sbx_err *err);
 
-/* ---- driver_engine_run.c: one sbx-helper invocation ---- */
+/* ---- driver_engine_run.c: one sbx-helper invocation (the seam, adr/0021) ---- */
 
 /*
  * A helper op of kind (size: its state struct) for sandbox id with a fresh
@@ -558,7 +558,7 @@ void eng_agent_note_status(struct engine *e, const struct sbx_status *st,
 int eng_agent_warm(struct engine *e, const char *id, const char *image,
     int egress, struct sbx_status *st);
 
-/* ---- driver_engine_exec.c ---- */
+/* ---- driver_engine_run.c: exec (sbx-helper exec --framed, adr/0007) ---- */
 
 struct sbx_op *eng_exec(struct sbx_driver *d, const char *id,
     const struct sbx_exec_req *req, const struct sbx_sink *sink,

@@ -44,10 +44,7 @@ struct eng_agent {
 	struct sbx_agent_chan *ch;
 	struct sbx_http_req *http;    /* the exec start stream = the channel */
 	struct eop *starter;          /* the runtime calls that start it */
-	unsigned char fhdr[8];        /* the runtime's 8-byte stream frames */
-	size_t fhdr_len;
-	uint32_t frame_left;
-	int frame_stream;
+	struct eng_demux demux;       /* the runtime's 8-byte stream frames */
 	/* What the last ensure saw (warm ensure, adr/0025). */
 	int st_valid;
 	struct sbx_status st;
@@ -139,35 +136,17 @@ static void
 agent_body(void *arg, struct sbx_http_req *req, const unsigned char *buf, size_t len)
 {
 	struct eng_agent *ag = arg;
+	const unsigned char *p;
 	size_t n;
+	int stream;
 
 	if (sbx_http_req_status(req) >= 300)
 		return;
-	while (len > 0 && ag->ch != NULL && sbx_agent_chan_alive(ag->ch)) {
-		if (ag->frame_left == 0) {
-			n = 8 - ag->fhdr_len;
-			if (n > len)
-				n = len;
-			memcpy(ag->fhdr + ag->fhdr_len, buf, n);
-			ag->fhdr_len += n;
-			buf += n;
-			len -= n;
-			if (ag->fhdr_len < 8)
-				break;
-			ag->fhdr_len = 0;
-			ag->frame_stream = ag->fhdr[0];
-			ag->frame_left = (uint32_t)ag->fhdr[4] << 24 |
-			    (uint32_t)ag->fhdr[5] << 16 | (uint32_t)ag->fhdr[6] << 8 |
-			    ag->fhdr[7];
-			continue;
-		}
-		n = ag->frame_left < len ? ag->frame_left : len;
-		ag->frame_left -= (uint32_t)n;
-		if (ag->frame_stream == 1 && sbx_agent_chan_input(ag->ch, buf, n) < 0)
+	while (ag->ch != NULL && sbx_agent_chan_alive(ag->ch) &&
+	    (p = eng_demux_next(&ag->demux, &buf, &len, SIZE_MAX, &n,
+	    &stream)) != NULL)
+		if (stream == 1 && sbx_agent_chan_input(ag->ch, p, n) < 0)
 			return;   /* the channel failed (maybe freed with ag's streams) */
-		buf += n;
-		len -= n;
-	}
 }
 
 static void
@@ -353,8 +332,7 @@ agent_get(struct engine *e, const char *id, struct sbx_err *err)
 	}
 	sbx_agent_chan_free(ag->ch);   /* its streams have all ended */
 	ag->ch = NULL;
-	ag->fhdr_len = 0;
-	ag->frame_left = 0;
+	memset(&ag->demux, 0, sizeof(ag->demux));
 	memset(&cbs, 0, sizeof(cbs));
 	cbs.ready = chan_ready;
 	cbs.closed = chan_closed;

@@ -452,6 +452,32 @@ eng_hdr_fill(unsigned char *hdr, size_t *have, size_t want,
 	return 1;
 }
 
+const unsigned char *
+eng_demux_next(struct eng_demux *d, const unsigned char **buf, size_t *len,
+    size_t max, size_t *n, int *stream)
+{
+	const unsigned char *piece;
+
+	while (d->left == 0) {
+		if (!eng_hdr_fill(d->hdr, &d->hdr_len, sizeof(d->hdr), buf, len))
+			return NULL;
+		d->stream = d->hdr[0];
+		d->left = (uint32_t)d->hdr[4] << 24 | (uint32_t)d->hdr[5] << 16 |
+		    (uint32_t)d->hdr[6] << 8 | d->hdr[7];
+	}
+	if (*len == 0)
+		return NULL;
+	*n = d->left < *len ? d->left : *len;
+	if (*n > max)
+		*n = max;
+	d->left -= (uint32_t)*n;
+	*stream = d->stream;
+	piece = *buf;
+	*buf += *n;
+	*len -= *n;
+	return piece;
+}
+
 struct sbx_http_req *
 eng_exec_start_stream(struct engine *e, const char *rexec,
     const struct sbx_http_cbs *cbs, struct sbx_err *err)

@@ -209,6 +209,14 @@ struct eop_health {
 	struct sbx_health health;
 };
 
+/* Where the demultiplexer of a runtime's attach stream is (eng_demux_next). */
+struct eng_demux {
+	unsigned char hdr[8];
+	size_t hdr_len;
+	uint32_t left;                /* payload bytes left in this frame */
+	int stream;                   /* 0 stdin, 1 stdout, 2 stderr */
+};
+
 /*
  * One sbx-helper invocation (driver_engine_run.c): OP_EXEC, OP_READ,
  * OP_WRITE, OP_LIST, OP_KILL, OP_RECOVER, OP_USAGE. The helper's argv,
@@ -224,11 +232,7 @@ struct eop_exec {
 	int has_stdin;
 	int64_t timeout_ms, cap, delivered, started_ms;
 	struct event *timer;
-	/* the runtime's 8-byte stream frames */
-	unsigned char fhdr[8];
-	size_t fhdr_len;
-	uint32_t frame_left;
-	int frame_stream;
+	struct eng_demux demux;       /* the runtime's 8-byte stream frames */
 	struct evbuffer *out;         /* stdout kept (list, write, du, kill) */
 	/* read, write, list: no progress for file_timeout ends the op */
 	struct event *ftimer;
@@ -427,6 +431,17 @@ int eng_inspect_running(struct eop *op, int status, json_t *body,
  * first (the rest comes with the next read). */
 int eng_hdr_fill(unsigned char *hdr, size_t *have, size_t want,
     const unsigned char **buf, size_t *len);
+/*
+ * The next piece of an attached exec's stream (Engine API v1.41 "Attach":
+ * 8-byte frame headers, byte 0 the stream, bytes 4-7 the big-endian payload
+ * length), headers split anywhere across reads. Takes headers off *buf
+ * (*len bytes; both advanced past the piece too) and returns the piece, at
+ * most max bytes of one frame's payload, with *n and *stream; NULL when
+ * *buf ran out (the rest comes with the next read).
+ */
+const unsigned char *eng_demux_next(struct eng_demux *d,
+    const unsigned char **buf, size_t *len, size_t max, size_t *n,
+    int *stream);
 /* Starts runtime exec rexec attached (POST /exec/{id}/start, Detach and Tty
  * false, upgraded: Engine API v1.41 hijack) with cbs on e's runtime socket.
  * Returns the request (the caller owns it until cbs->done), or NULL with err

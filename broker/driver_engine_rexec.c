@@ -98,61 +98,6 @@ eng_exec_after_stream(struct eop *op)
 	exec_poll_exit(op);
 }
 
-void
-eng_deliver(struct eop *op, int stream, const unsigned char *buf, size_t len)
-{
-	struct eop_exec *x = xop(op);
-	size_t room;
-
-	if (stream != 1 && stream != 2)
-		return;  /* 0 is stdin echo: never sent with Tty false */
-	if (x->ftimer != NULL)
-		eng_file_progress(op);
-	if (stream == 2 && op->kind != OP_EXEC) {
-		/* stderr of a helper mode: only its error line matters */
-		if (evbuffer_get_length(x->errtail) + len <= ERRTAIL_MAX)
-			evbuffer_add(x->errtail, buf, len);
-		return;
-	}
-	if (op->kind == OP_LIST || op->kind == OP_KILL || op->kind == OP_WRITE ||
-	    op->kind == OP_RECOVER || op->kind == OP_USAGE) {
-		if (evbuffer_get_length(x->out) + len > (size_t)x->cap) {
-			x->truncated = 1;
-			return;
-		}
-		evbuffer_add(x->out, buf, len);
-		if (op->kind == OP_LIST)
-			eng_list_lines(op);   /* parsed as it comes: never one big parse */
-		return;
-	}
-	room = (size_t)(x->cap - x->delivered);
-	if (len > room)
-		len = room;
-	if (len > 0) {
-		x->delivered += (int64_t)len;
-		if (x->sink.output != NULL)
-			x->sink.output(x->sink.arg, stream, buf, len);
-		if (op->dead)
-			return;
-	}
-	if (x->delivered < x->cap || x->truncated)
-		return;
-	x->truncated = 1;
-	if (op->kind == OP_EXEC) {
-		/* Keep reading (and dropping) until the killed exec's stream
-		 * ends, so the runtime records its real exit status; closing
-		 * early makes Docker 20.10 report 126 ("attach failed"). */
-		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
-	} else if (op->kind == OP_READ) {
-		struct sbx_err e;
-
-		sbx_err_set(&e, SBX_E_TOO_LARGE, "file is larger than the cap of "
-		    "%" PRId64 " bytes", x->cap - 1);
-		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
-		eng_finish_err(op, &e);
-	}
-}
-
 /* Demultiplexes the 8-byte-framed stream (Engine API "Attach": byte 0 the
  * stream, bytes 4-7 the big-endian payload length). An exec's stdout holds
  * the helper's frames, its stderr only the helper's own words. */
@@ -162,39 +107,24 @@ stream_body(void *arg, struct sbx_http_req *req, const unsigned char *buf,
 {
 	struct eop *op = arg;
 	struct eop_exec *x = xop(op);
+	const unsigned char *p;
 	size_t n;
+	int stream;
 
-	(void)req;
 	if (sbx_http_req_status(req) >= 300) {
 		eng_call_body(op, req, buf, len);
 		return;
 	}
 	eng_op_enter(op);
-	while (len > 0 && !op->dead && x->streaming) {
-		if (x->frame_left == 0) {
-			if (!eng_hdr_fill(x->fhdr, &x->fhdr_len, sizeof(x->fhdr),
-			    &buf, &len))
-				break;
-			x->frame_stream = x->fhdr[0];
-			x->frame_left = (uint32_t)x->fhdr[4] << 24 |
-			    (uint32_t)x->fhdr[5] << 16 | (uint32_t)x->fhdr[6] << 8 |
-			    x->fhdr[7];
-			continue;
-		}
-		n = x->frame_left;
-		if (n > len)
-			n = len;
-		if (n > STREAM_CHUNK)
-			n = STREAM_CHUNK;
-		x->frame_left -= (uint32_t)n;
+	while (!op->dead && x->streaming &&
+	    (p = eng_demux_next(&x->demux, &buf, &len, STREAM_CHUNK, &n,
+	    &stream)) != NULL) {
 		if (op->kind != OP_EXEC)
-			eng_deliver(op, x->frame_stream, buf, n);
-		else if (x->frame_stream == 1)
-			eng_helper_frames(op, buf, n);
-		else if (x->frame_stream == 2)
-			eng_keep_errtail(op, buf, n);
-		buf += n;
-		len -= n;
+			eng_deliver(op, stream, p, n);
+		else if (stream == 1)
+			eng_helper_frames(op, p, n);
+		else if (stream == 2)
+			eng_keep_errtail(op, p, n);
 	}
 	eng_op_leave(op);
 }

@@ -324,6 +324,61 @@ eng_helper_error(struct eop *op, int code, struct sbx_err *e)
 
 
 void
+eng_deliver(struct eop *op, int stream, const unsigned char *buf, size_t len)
+{
+	struct eop_exec *x = xop(op);
+	size_t room;
+
+	if (stream != 1 && stream != 2)
+		return;  /* 0 is stdin echo: never sent with Tty false */
+	if (x->ftimer != NULL)
+		eng_file_progress(op);
+	if (stream == 2 && op->kind != OP_EXEC) {
+		/* stderr of a helper mode: only its error line matters */
+		if (evbuffer_get_length(x->errtail) + len <= ERRTAIL_MAX)
+			evbuffer_add(x->errtail, buf, len);
+		return;
+	}
+	if (op->kind == OP_LIST || op->kind == OP_KILL || op->kind == OP_WRITE ||
+	    op->kind == OP_RECOVER || op->kind == OP_USAGE) {
+		if (evbuffer_get_length(x->out) + len > (size_t)x->cap) {
+			x->truncated = 1;
+			return;
+		}
+		evbuffer_add(x->out, buf, len);
+		if (op->kind == OP_LIST)
+			eng_list_lines(op);   /* parsed as it comes: never one big parse */
+		return;
+	}
+	room = (size_t)(x->cap - x->delivered);
+	if (len > room)
+		len = room;
+	if (len > 0) {
+		x->delivered += (int64_t)len;
+		if (x->sink.output != NULL)
+			x->sink.output(x->sink.arg, stream, buf, len);
+		if (op->dead)
+			return;
+	}
+	if (x->delivered < x->cap || x->truncated)
+		return;
+	x->truncated = 1;
+	if (op->kind == OP_EXEC) {
+		/* Keep reading (and dropping) until the killed exec's stream
+		 * ends, so the runtime records its real exit status; closing
+		 * early makes Docker 20.10 report 126 ("attach failed"). */
+		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
+	} else if (op->kind == OP_READ) {
+		struct sbx_err e;
+
+		sbx_err_set(&e, SBX_E_TOO_LARGE, "file is larger than the cap of "
+		    "%" PRId64 " bytes", x->cap - 1);
+		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
+		eng_finish_err(op, &e);
+	}
+}
+
+void
 eng_helper_run(struct eop *op)
 {
 	struct eop_exec *x = xop(op);

@@ -202,7 +202,9 @@ void
 api_h_exec(struct areq *a)
 {
 	struct sbx_exec_req er;
-	struct sbx_sink sink;
+	const struct sbx_sink sink = { .start = exec_start,
+	    .output = exec_output, .exit = exec_exit, .error = exec_error,
+	    .arg = a };
 	struct sbx_err err;
 	const char **argv = NULL, **env = NULL;
 
@@ -217,12 +219,6 @@ api_h_exec(struct areq *a)
 	}
 	a->sse = 1;
 	a->on_shutdown = exec_shutdown;
-	memset(&sink, 0, sizeof(sink));
-	sink.start = exec_start;
-	sink.output = exec_output;
-	sink.exit = exec_exit;
-	sink.error = exec_error;
-	sink.arg = a;
 	a->op = sbx_call_exec(a->s->driver, a->npc.sandbox_id, &er,
 	    &sink, &err);
 	if (a->op == NULL)
@@ -299,7 +295,9 @@ void
 api_h_read(struct areq *a)
 {
 	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->req);
-	struct sbx_sink sink;
+	const struct sbx_sink sink = { .start = read_start,
+	    .output = read_output, .exit = read_exit, .error = read_error,
+	    .arg = a };
 	struct sbx_err err;
 
 	sbx_err_clear(&err);
@@ -308,12 +306,6 @@ api_h_read(struct areq *a)
 		areq_fail(a, &err);
 		return;
 	}
-	memset(&sink, 0, sizeof(sink));
-	sink.start = read_start;
-	sink.output = read_output;
-	sink.exit = read_exit;
-	sink.error = read_error;
-	sink.arg = a;
 	a->op = sbx_call_read(a->s->driver, a->npc.sandbox_id,
 	    a->path, &sink, &err);
 	if (a->op == NULL)

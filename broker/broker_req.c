@@ -569,8 +569,9 @@ int
 h_exec(struct breq *b, struct sbx_err *err)
 {
 	const struct broker_config *cfg = b->s->cfg;
-	struct sbx_sink sink = { exec_start, exec_output, exec_exit, exec_error,
-	    b };
+	const struct sbx_sink sink = { .start = exec_start,
+	    .output = exec_output, .exit = exec_exit, .error = exec_error,
+	    .arg = b };
 
 	if (exec_parse(b, err) == -1)
 		return -1;

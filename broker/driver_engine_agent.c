@@ -193,14 +193,10 @@ agent_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 static void
 agent_start_exec(struct eng_agent *ag)
 {
-	struct sbx_http_cbs cbs;
+	const struct sbx_http_cbs cbs = { .response = agent_response,
+	    .body = agent_body, .done = agent_done, .arg = ag };
 	struct sbx_err err;
 
-	memset(&cbs, 0, sizeof(cbs));
-	cbs.response = agent_response;
-	cbs.body = agent_body;
-	cbs.done = agent_done;
-	cbs.arg = ag;
 	ag->http = eng_exec_start_stream(ag->e, ag->rexec, &cbs, &err);
 	if (ag->http == NULL)
 		agent_down(ag, &err);
@@ -315,7 +311,8 @@ agent_fini(struct eop *op)
 static struct eng_agent *
 agent_get(struct engine *e, const char *id, struct sbx_err *err)
 {
-	struct sbx_agent_chan_cbs cbs;
+	struct sbx_agent_chan_cbs cbs = { .ready = chan_ready,
+	    .closed = chan_closed };
 	struct eng_agent *ag = agent_find(e, id);
 	struct eop *op;
 	char path[256];
@@ -333,9 +330,6 @@ agent_get(struct engine *e, const char *id, struct sbx_err *err)
 	sbx_agent_chan_free(ag->ch);   /* its streams have all ended */
 	ag->ch = NULL;
 	memset(&ag->demux, 0, sizeof(ag->demux));
-	memset(&cbs, 0, sizeof(cbs));
-	cbs.ready = chan_ready;
-	cbs.closed = chan_closed;
 	cbs.arg = ag;
 	if ((ag->ch = sbx_agent_chan_new(e->base.base, &cbs)) == NULL)
 		goto oom;
@@ -563,7 +557,9 @@ int
 eng_agent_run(struct eop *op)
 {
 	struct eop_exec *x = xop(op);
-	struct sbx_agent_stream_cbs cbs;
+	const struct sbx_agent_stream_cbs cbs = { .output = st_output,
+	    .exit = st_exit, .error = st_error, .stdin_room = st_room,
+	    .arg = op };
 	struct eng_agent *ag;
 	const char **argv, **env = NULL;
 	struct sbx_err e;
@@ -575,12 +571,6 @@ eng_agent_run(struct eop *op)
 		sbx_err_set(&e, SBX_E_INTERNAL, "cannot pass the helper's arguments");
 		goto fail;
 	}
-	memset(&cbs, 0, sizeof(cbs));
-	cbs.output = st_output;
-	cbs.exit = st_exit;
-	cbs.error = st_error;
-	cbs.stdin_room = st_room;
-	cbs.arg = op;
 	x->ast = sbx_agent_open(ag->ch, argv, env, x->has_stdin, &cbs, &e);
 	free(argv);
 	if (x->ast == NULL)

@@ -230,14 +230,10 @@ stream_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 static void
 exec_start(struct eop *op)
 {
-	struct sbx_http_cbs cbs;
+	const struct sbx_http_cbs cbs = { .response = stream_response,
+	    .body = stream_body, .done = stream_done, .arg = op };
 	struct sbx_err err;
 
-	memset(&cbs, 0, sizeof(cbs));
-	cbs.response = stream_response;
-	cbs.body = stream_body;
-	cbs.done = stream_done;
-	cbs.arg = op;
 	evbuffer_drain(op->resp, evbuffer_get_length(op->resp));
 	op->http = eng_exec_start_stream(op->e, xop(op)->rexec, &cbs, &err);
 	if (op->http == NULL) {

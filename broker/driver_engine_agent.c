@@ -223,23 +223,11 @@ agent_created(struct eop *op, int status, json_t *body, const struct sbx_err *er
 
 	if (ag == NULL)
 		return;
-	if (err != NULL)
-		e = *err;
-	else if (status == 404)
-		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
-	else if (status == 409)
-		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: ensure it "
-		    "first", op->id);
-	else if (status != 201)
-		eng_runtime_err(&e, status, body, "create the sandbox agent's exec");
-	if (err == NULL && status == 201) {
-		snprintf(ag->rexec, sizeof(ag->rexec), "%s", eng_jstr(body, "Id"));
-		if (eng_name_ok(ag->rexec, sizeof(ag->rexec) - 1)) {
-			starter_end(ag);
-			agent_start_exec(ag);
-			return;
-		}
-		sbx_err_set(&e, SBX_E_RUNTIME, "runtime gave no exec id");
+	if (eng_exec_created_id(op, status, body, err, "create the sandbox "
+	    "agent's exec", ag->rexec, sizeof(ag->rexec), &e) == 0) {
+		starter_end(ag);
+		agent_start_exec(ag);
+		return;
 	}
 	agent_down(ag, &e);
 }
@@ -250,8 +238,9 @@ agent_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *
 	struct eng_agent *ag = ago(op)->ag;
 	struct sbx_status st;
 	struct sbx_err e;
-	json_t *req;
-	char path[256], idle[32];
+	json_t *cmd;
+	char idle[32];
+	int rc;
 
 	if (ag == NULL)
 		return;
@@ -286,17 +275,14 @@ agent_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *
 		ag->ever_ready = 0;
 	snprintf(ag->cid, sizeof(ag->cid), "%s", op->cid);
 	snprintf(idle, sizeof(idle), "%" PRId64, ag->e->agent_idle_ms);
-	req = json_pack("{s:b, s:b, s:b, s:b, s:s, s:s, s:[], s:[s,s,s,s]}",
-	    "AttachStdin", 1, "AttachStdout", 1, "AttachStderr", 1, "Tty", 0,
-	    "User", op->e->user, "WorkingDir", SBX_WORK_DIR, "Env",
-	    "Cmd", SBX_HELPER_PATH, SBX_AGENT_MODE, "--idle-ms", idle);
-	if (req == NULL) {
+	cmd = json_pack("[s,s,s,s]", SBX_HELPER_PATH, SBX_AGENT_MODE,
+	    "--idle-ms", idle);
+	rc = cmd != NULL ? eng_exec_create(op, 1, NULL, cmd, agent_created) : -1;
+	json_decref(cmd);
+	if (rc < 0) {
 		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
 		agent_down(ag, &e);
-		return;
 	}
-	snprintf(path, sizeof(path), API "/containers/%s/exec", op->cid);
-	eng_call(op, "POST", path, req, agent_created);
 }
 
 static void
@@ -563,7 +549,6 @@ eng_agent_run(struct eop *op)
 	struct eng_agent *ag;
 	const char **argv, **env = NULL;
 	struct sbx_err e;
-	struct timeval tv;
 
 	if ((ag = agent_get(op->e, op->id, &e)) == NULL)
 		goto fail;
@@ -584,18 +569,8 @@ eng_agent_run(struct eop *op)
 	x->started_ms = eng_now_ms();
 	if (x->paused)
 		sbx_agent_pause(x->ast, 1);
-	if (x->ftimer != NULL)
-		eng_file_progress(op);
-	else if (x->timeout_ms > 0) {
-		/* The driver's timer is authoritative (the helper's trails). */
-		x->timer = evtimer_new(op->e->base.base, eng_exec_timer_cb, op);
-		tv.tv_sec = x->timeout_ms / 1000;
-		tv.tv_usec = (x->timeout_ms % 1000) * 1000;
-		if (x->timer == NULL || event_add(x->timer, &tv) < 0) {
-			sbx_err_set(&e, SBX_E_INTERNAL, "cannot arm the exec timer");
-			goto fail;
-		}
-	}
+	if (eng_exec_clock(op, &e) < 0)
+		goto fail;
 	if (op->kind == OP_EXEC) {
 		if ((x->astart = event_new(op->e->base.base, -1, 0, started_cb, op)) == NULL) {
 			sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");

@@ -442,6 +442,25 @@ int eng_hdr_fill(unsigned char *hdr, size_t *have, size_t want,
 const unsigned char *eng_demux_next(struct eng_demux *d,
     const unsigned char **buf, size_t *len, size_t max, size_t *n,
     int *stream);
+/*
+ * Creates a runtime exec of cmd (a JSON array, borrowed) with env (array
+ * of NAME=value, borrowed; NULL: none) in op's container op->cid, as the
+ * sandbox user in SBX_WORK_DIR, stdout and stderr attached, stdin too when
+ * with_stdin (POST /containers/{id}/exec, Engine API v1.41); the answer
+ * goes to cont (read it with eng_exec_created_id). -1 when the body cannot
+ * be built (out of memory): nothing was sent.
+ */
+int eng_exec_create(struct eop *op, int with_stdin, json_t *env, json_t *cmd,
+    cont_fn cont);
+/*
+ * The answer to eng_exec_create: 0 with the runtime's exec id in rexec (sz
+ * bytes), or -1 with e: err's copy (no answer), not_found (404),
+ * not_running (409), runtime_error (another status, with what in its
+ * sentence, or an answer without a usable id).
+ */
+int eng_exec_created_id(const struct eop *op, int status, json_t *body,
+    const struct sbx_err *err, const char *what, char *rexec, size_t sz,
+    struct sbx_err *e);
 /* Starts runtime exec rexec attached (POST /exec/{id}/start, Detach and Tty
  * false, upgraded: Engine API v1.41 hijack) with cbs on e's runtime socket.
  * Returns the request (the caller owns it until cbs->done), or NULL with err
@@ -537,6 +556,10 @@ void eng_helper_error(struct eop *op, int code, struct sbx_err *e);
 int eng_helper_failed(struct eop *op, int code);
 /* The exec timeout's timer callback (op: the helper op). */
 void eng_exec_timer_cb(evutil_socket_t fd, short what, void *arg);
+/* A transport has started op's invocation: a file op's progress timer
+ * restarts, else the exec timeout (x->timeout_ms, 0: none) is armed.
+ * 0, or -1 with e internal (cannot arm the timer). */
+int eng_exec_clock(struct eop *op, struct sbx_err *e);
 
 /* ---- driver_engine_rexec.c: invocations as runtime execs (agent: false) ---- */
 

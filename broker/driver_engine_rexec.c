@@ -250,32 +250,9 @@ exec_created(struct eop *op, int status, json_t *body,
 {
 	struct eop_exec *x = xop(op);
 	struct sbx_err e;
-	struct timeval tv;
 
-	if (err != NULL) {
-		if (op->kind == OP_KILL)
-			eng_kill_ended(op, err);
-		else
-			eng_finish_err(op, err);
-		return;
-	}
-	if (status == 404)
-		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
-	else if (status == 409)
-		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: "
-		    "ensure it first", op->id);
-	else if (status != 201)
-		eng_runtime_err(&e, status, body, "create the exec");
-	if (status != 201) {
-		if (op->kind == OP_KILL)
-			eng_kill_ended(op, &e);
-		else
-			eng_finish_err(op, &e);
-		return;
-	}
-	snprintf(x->rexec, sizeof(x->rexec), "%s", eng_jstr(body, "Id"));
-	if (!eng_name_ok(x->rexec, sizeof(x->rexec) - 1)) {
-		sbx_err_set(&e, SBX_E_RUNTIME, "runtime gave no exec id");
+	if (eng_exec_created_id(op, status, body, err, "create the exec",
+	    x->rexec, sizeof(x->rexec), &e) < 0) {
 		if (op->kind == OP_KILL)
 			eng_kill_ended(op, &e);
 		else
@@ -283,18 +260,9 @@ exec_created(struct eop *op, int status, json_t *body,
 		return;
 	}
 	x->started_ms = eng_now_ms();
-	if (x->ftimer != NULL)
-		eng_file_progress(op);
-	else if (x->timeout_ms > 0) {
-		/* The driver's timer is authoritative (the helper's trails). */
-		x->timer = evtimer_new(op->e->base.base, eng_exec_timer_cb, op);
-		tv.tv_sec = x->timeout_ms / 1000;
-		tv.tv_usec = (x->timeout_ms % 1000) * 1000;
-		if (x->timer == NULL || event_add(x->timer, &tv) < 0) {
-			sbx_err_set(&e, SBX_E_INTERNAL, "cannot arm the exec timer");
-			eng_finish_err(op, &e);
-			return;
-		}
+	if (eng_exec_clock(op, &e) < 0) {
+		eng_finish_err(op, &e);
+		return;
 	}
 	exec_start(op);
 }
@@ -304,25 +272,12 @@ exec_create(struct eop *op)
 {
 	struct eop_exec *x = xop(op);
 	struct sbx_err e;
-	json_t *req;
-	char path[256];
 
-	req = json_pack("{s:b, s:b, s:b, s:b, s:s, s:s, s:o, s:O}",
-	    "AttachStdin", x->has_stdin,
-	    "AttachStdout", 1,
-	    "AttachStderr", 1,
-	    "Tty", 0,
-	    "User", op->e->user,
-	    "WorkingDir", SBX_WORK_DIR,
-	    "Env", x->env != NULL ? json_incref(x->env) : json_array(),
-	    "Cmd", x->cmd);
-	if (req == NULL) {
+	if (eng_exec_create(op, x->has_stdin, x->env, x->cmd,
+	    exec_created) < 0) {
 		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
 		eng_finish_err(op, &e);
-		return;
 	}
-	snprintf(path, sizeof(path), API "/containers/%s/exec", op->cid);
-	eng_call(op, "POST", path, req, exec_created);
 }
 
 static void

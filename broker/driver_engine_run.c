@@ -252,6 +252,27 @@ eng_exec_timer_cb(evutil_socket_t fd, short what, void *arg)
 	kill_exec(op);
 }
 
+int
+eng_exec_clock(struct eop *op, struct sbx_err *e)
+{
+	struct eop_exec *x = xop(op);
+	struct timeval tv;
+
+	if (x->ftimer != NULL) {
+		eng_file_progress(op);
+		return 0;
+	}
+	if (x->timeout_ms <= 0)
+		return 0;
+	/* The driver's timer is authoritative (the helper's trails). */
+	x->timer = evtimer_new(op->e->base.base, eng_exec_timer_cb, op);
+	tv.tv_sec = x->timeout_ms / 1000;
+	tv.tv_usec = (x->timeout_ms % 1000) * 1000;
+	if (x->timer == NULL || event_add(x->timer, &tv) < 0)
+		return sbx_err_set(e, SBX_E_INTERNAL, "cannot arm the exec timer");
+	return 0;
+}
+
 /* The helper's error line, {"sbx_helper":1,"error":{"code":..,"message":..}},
  * the last line of stderr. Returns 1 with code and msg filled, else 0. */
 int

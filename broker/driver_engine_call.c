@@ -435,52 +435,6 @@ eng_inspect_found(struct eop *op, int status, json_t *body,
 	return 1;
 }
 
-/* A frame header split anywhere across reads (the runtime's stream frames,
- * sbx-helper's frames): see driver_engine_int.h. */
-int
-eng_hdr_fill(unsigned char *hdr, size_t *have, size_t want,
-    const unsigned char **buf, size_t *len)
-{
-	size_t n = want - *have;
-
-	if (n > *len)
-		n = *len;
-	memcpy(hdr + *have, *buf, n);
-	*have += n;
-	*buf += n;
-	*len -= n;
-	if (*have < want)
-		return 0;
-	*have = 0;
-	return 1;
-}
-
-const unsigned char *
-eng_demux_next(struct eng_demux *d, const unsigned char **buf, size_t *len,
-    size_t max, size_t *n, int *stream)
-{
-	const unsigned char *piece;
-
-	while (d->left == 0) {
-		if (!eng_hdr_fill(d->hdr, &d->hdr_len, sizeof(d->hdr), buf, len))
-			return NULL;
-		d->stream = d->hdr[0];
-		d->left = (uint32_t)d->hdr[4] << 24 | (uint32_t)d->hdr[5] << 16 |
-		    (uint32_t)d->hdr[6] << 8 | d->hdr[7];
-	}
-	if (*len == 0)
-		return NULL;
-	*n = d->left < *len ? d->left : *len;
-	if (*n > max)
-		*n = max;
-	d->left -= (uint32_t)*n;
-	*stream = d->stream;
-	piece = *buf;
-	*buf += *n;
-	*len -= *n;
-	return piece;
-}
-
 int
 eng_exec_create(struct eop *op, int with_stdin, json_t *env, json_t *cmd,
     cont_fn cont)

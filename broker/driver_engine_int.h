@@ -426,22 +426,6 @@ int eng_inspect_running(struct eop *op, int status, json_t *body,
     const struct sbx_err *err, struct sbx_status *st);
 /* 1 found (st; *helper if not NULL: its L_HELPER label or NULL, in body),
  * 0 absent (404), -1 op already finished. */
-/* Moves bytes of *buf (*len of them; both advanced) into hdr until *have
- * reaches want: 1 when hdr is whole (*have back to 0), 0 when *buf ran out
- * first (the rest comes with the next read). */
-int eng_hdr_fill(unsigned char *hdr, size_t *have, size_t want,
-    const unsigned char **buf, size_t *len);
-/*
- * The next piece of an attached exec's stream (Engine API v1.41 "Attach":
- * 8-byte frame headers, byte 0 the stream, bytes 4-7 the big-endian payload
- * length), headers split anywhere across reads. Takes headers off *buf
- * (*len bytes; both advanced past the piece too) and returns the piece, at
- * most max bytes of one frame's payload, with *n and *stream; NULL when
- * *buf ran out (the rest comes with the next read).
- */
-const unsigned char *eng_demux_next(struct eng_demux *d,
-    const unsigned char **buf, size_t *len, size_t max, size_t *n,
-    int *stream);
 /*
  * Creates a runtime exec of cmd (a JSON array, borrowed) with env (array
  * of NAME=value, borrowed; NULL: none) in op's container op->cid, as the
@@ -554,6 +538,22 @@ int eng_helper_line(struct eop *op, char *code, size_t csz, char *msg,
 void eng_helper_error(struct eop *op, int code, struct sbx_err *e);
 /* Ends op with the helper's error when code != 0 and returns 1. */
 int eng_helper_failed(struct eop *op, int code);
+/* Moves bytes of *buf (*len of them; both advanced) into hdr until *have
+ * reaches want: 1 when hdr is whole (*have back to 0), 0 when *buf ran out
+ * first (the rest comes with the next read). */
+int eng_hdr_fill(unsigned char *hdr, size_t *have, size_t want,
+    const unsigned char **buf, size_t *len);
+/*
+ * The next piece of an attached exec's stream (Engine API v1.41 "Attach":
+ * 8-byte frame headers, byte 0 the stream, bytes 4-7 the big-endian payload
+ * length), headers split anywhere across reads. Takes headers off *buf
+ * (*len bytes; both advanced past the piece too) and returns the piece, at
+ * most max bytes of one frame's payload, with *n and *stream; NULL when
+ * *buf ran out (the rest comes with the next read).
+ */
+const unsigned char *eng_demux_next(struct eng_demux *d,
+    const unsigned char **buf, size_t *len, size_t max, size_t *n,
+    int *stream);
 /* The exec timeout's timer callback (op: the helper op). */
 void eng_exec_timer_cb(evutil_socket_t fd, short what, void *arg);
 /* A transport has started op's invocation: a file op's progress timer

@@ -202,9 +202,7 @@ void
 api_h_exec(struct areq *a)
 {
 	struct sbx_exec_req er;
-	const struct sbx_sink sink = { .start = exec_start,
-	    .output = exec_output, .exit = exec_exit, .error = exec_error,
-	    .arg = a };
+	struct sbx_sink sink;
 	struct sbx_err err;
 	const char **argv = NULL, **env = NULL;
 
@@ -219,6 +217,12 @@ api_h_exec(struct areq *a)
 	}
 	a->sse = 1;
 	a->on_shutdown = exec_shutdown;
+	memset(&sink, 0, sizeof(sink));
+	sink.start = exec_start;
+	sink.output = exec_output;
+	sink.exit = exec_exit;
+	sink.error = exec_error;
+	sink.arg = a;
 	a->op = sbx_call_exec(a->s->driver, a->npc.sandbox_id, &er,
 	    &sink, &err);
 	if (a->op == NULL)

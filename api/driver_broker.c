@@ -14,6 +14,9 @@
 #include <sodium.h>
 
 #include "driver_broker.h"
+#include "driver_broker_int.h"
+#include "driver_broker_list.h"
+#include "driver_broker_pump.h"
 #include "sbx_http_client.h"
 #include "sbx_log.h"
 #include "sbx_ndjson.h"
@@ -24,6 +27,7 @@
 
 #define JSON_BODY_MAX ((size_t)16 * 1024 * 1024)  /* list answers */
 #define ERROR_BODY_MAX ((size_t)64 * 1024)
+#define LSCAN_ENTRIES_MAX 100000 /* list_max_entries' ceiling at the broker */
 /* A streamed write's bytes queued towards the broker at most, unless
  * configured (file_write_buffer): with the gate's window, what one write
  * costs the api (adr/0030). */
@@ -75,58 +79,18 @@ struct bop {
 	struct sbx_err error;
 	int busy;                   /* inside one of our callbacks */
 	int dead;                   /* cancelled or ended: free when not busy */
-	/* write_stream (adr/0030): the caller's source, src_left bytes of it
-	 * still to send; moved only while the connection's output holds less
-	 * than WRITE_OUT_MAX. */
-	struct evbuffer *src;
-	struct evbuffer_cb_entry *src_ent, *out_ent;
-	uint64_t src_left;
+	struct bpump *pump;         /* write_stream's body (adr/0030) */
 	struct lscan *lscan;        /* list: the page decoded as it arrives */
 	size_t list_limit;          /* list: entries asked for (0: the ceiling) */
 	struct bop *prev, *next;
 };
 
-static void src_detach(struct bop *);
-static void lscan_free(struct lscan *);
-
-/* ------------------------------------------------------------------ */
-/* Tokens                                                              */
-
-void
-sbx_broker_token_free(char *tok)
+/* Lets go of a write_stream's source: no more bytes are taken from it. */
+static void
+src_detach(struct bop *b)
 {
-	if (tok != NULL)
-		sodium_free(tok);   /* wipes */
-}
-
-int
-sbx_broker_token_read(const char *file, const char *env_value, char **out,
-    size_t *outlen, struct sbx_err *err)
-{
-	struct sbx_err e;
-	char *buf;
-
-	*out = NULL;
-	if (file != NULL && file[0] == '\0')
-		file = NULL;
-	if (env_value != NULL && env_value[0] == '\0')
-		env_value = NULL;
-	if (file == NULL && env_value == NULL)
-		return sbx_err_set(err, SBX_E_BAD_TOKEN, "No broker token: set "
-		    "broker_token_file (--broker-token-file) or SBX_BROKER_TOKEN.");
-	if (sodium_init() < 0 ||
-	    (buf = sodium_malloc(SBX_TOKEN_MAX_LEN + 1)) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
-	/* The one reader and its rules (sbx_token.h); messages name no token. */
-	sbx_err_clear(&e);
-	if (sbx_token_read(file, env_value, buf, SBX_TOKEN_MAX_LEN + 1, outlen,
-	    &e) == -1) {
-		sbx_broker_token_free(buf);
-		return sbx_err_set(err, e.code, "The broker token: %s%s.",
-		    file == NULL ? "SBX_BROKER_TOKEN: " : "", e.message);
-	}
-	*out = buf;
-	return 0;
+	bpump_free(b->pump);
+	b->pump = NULL;
 }
 
 /* ------------------------------------------------------------------ */
@@ -260,157 +224,6 @@ malformed(struct sbx_err *e)
 	    "answer the api cannot read.");
 }
 
-/*
- * A list page decoded as it arrives (adr/0030): each entry object of its
- * entries array is parsed alone (a few dozen bytes) when its last byte
- * comes, so no turn of the loop parses more than one read's worth; what is
- * outside the entries is kept as a small shell ({"entries":[],"truncated":
- * B,"cursor":C} or [] from a broker before adr/0013) parsed at the end. The
- * first array at depth 1 or 2 is the entries (the broker's own order).
- */
-#define LSCAN_ENTRY_MAX 4096     /* one entry: a 255-byte name escaped, its base64 */
-#define LSCAN_SHELL_MAX 4096
-#define LSCAN_ENTRIES_MAX 100000 /* list_max_entries' ceiling at the broker */
-
-struct lscan {
-	struct sbx_dirent *ents;
-	size_t n, cap;
-	char ent[LSCAN_ENTRY_MAX];
-	size_t elen;
-	char shell[LSCAN_SHELL_MAX];
-	size_t slen, limit;
-	int depth, arr_depth, in_arr, edepth, in_str, esc, bad;
-};
-
-static void
-lscan_free(struct lscan *l)
-{
-	if (l == NULL)
-		return;
-	free(l->ents);
-	free(l);
-}
-
-static void
-lscan_entry(struct lscan *l)
-{
-	struct sbx_dirent *n;
-	json_t *o;
-
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 256;
-
-		if (l->n >= l->limit ||
-		    (n = realloc(l->ents, (cap + 1) * sizeof(*n))) == NULL) {
-			l->bad = 1;
-			return;
-		}
-		l->ents = n;
-		l->cap = cap;
-	}
-	o = json_loadb(l->ent, l->elen, 0, NULL);
-	if (!json_is_object(o)) {
-		json_decref(o);
-		l->bad = 1;
-		return;
-	}
-	sbx_wire_dirent_decode(o, &l->ents[l->n++]);
-	json_decref(o);
-}
-
-/* 1 when c ends a string being scanned (tracks backslash escapes). */
-static int
-lscan_str(struct lscan *l, unsigned char c)
-{
-	if (l->esc)
-		l->esc = 0;
-	else if (c == '\\')
-		l->esc = 1;
-	else if (c == '"')
-		return 1;
-	return 0;
-}
-
-static void
-lscan_feed(struct lscan *l, const unsigned char *p, size_t len)
-{
-	size_t i;
-	unsigned char c;
-
-	for (i = 0; i < len && !l->bad; i++) {
-		c = p[i];
-		if (l->edepth > 0) {            /* inside an entry */
-			if (l->elen >= sizeof(l->ent)) {
-				l->bad = 1;
-				break;
-			}
-			l->ent[l->elen++] = (char)c;
-			if (l->in_str)
-				l->in_str = !lscan_str(l, c);
-			else if (c == '"')
-				l->in_str = 1;
-			else if (c == '{' || c == '[')
-				l->edepth++;
-			else if ((c == '}' || c == ']') && --l->edepth == 0)
-				lscan_entry(l);
-			continue;
-		}
-		if (!l->in_str && l->in_arr && l->depth == l->arr_depth) {
-			/* between entries: one starts, commas and blanks go */
-			if (c == '{') {
-				l->edepth = 1;
-				l->elen = 0;
-				l->ent[l->elen++] = (char)c;
-				continue;
-			}
-			if (c == ',' || c == ' ' || c == '\t' || c == '\r' ||
-			    c == '\n')
-				continue;
-			if (c != ']') {
-				l->bad = 1;     /* an entry that is not an object */
-				break;
-			}
-			l->in_arr = 0;
-		}
-		if (l->slen >= sizeof(l->shell)) {
-			l->bad = 1;
-			break;
-		}
-		l->shell[l->slen++] = (char)c;
-		if (l->in_str)
-			l->in_str = !lscan_str(l, c);
-		else if (c == '"')
-			l->in_str = 1;
-		else if (c == '{' || c == '[') {
-			l->depth++;
-			if (c == '[' && l->arr_depth == 0 && l->depth <= 2) {
-				l->arr_depth = l->depth;
-				l->in_arr = 1;
-			}
-		} else if (c == '}' || c == ']')
-			l->depth--;
-	}
-}
-
-/* The page once every byte came: 0 with *root (the shell, parsed), or -1
- * for an answer that is not a whole page. */
-static int
-lscan_finish(struct lscan *l, json_t **root)
-{
-	const json_t *list;
-
-	*root = NULL;
-	if (l->bad || l->depth != 0 || l->edepth != 0 || l->in_str ||
-	    l->arr_depth == 0 ||
-	    (*root = json_loadb(l->shell, l->slen, 0, NULL)) == NULL)
-		return -1;
-	/* the entries were the array we took them from */
-	list = json_is_array(*root) ? *root : json_object_get(*root, "entries");
-	if (!json_is_array(list) || json_array_size(list) != 0)
-		return -1;
-	return 0;
-}
-
 /* Terminal callback of a non-stream op with a JSON (or no) body. */
 static void
 finish_plain(struct bop *b, const struct sbx_err *terr)
@@ -429,7 +242,7 @@ finish_plain(struct bop *b, const struct sbx_err *terr)
 	else if (b->status < 200 || b->status > 299)
 		error_from_body(b, &e);
 	else if (b->kind == BK_LIST && b->lscan != NULL) {
-		if (lscan_finish(b->lscan, &root) == -1)
+		if (lscan_finish(b->lscan, &root, &ents, &n) == -1)
 			malformed(&e);
 	} else if (b->kind != BK_DONE && (root = body_json(b)) == NULL)
 		malformed(&e);
@@ -442,14 +255,11 @@ finish_plain(struct bop *b, const struct sbx_err *terr)
 				malformed(&e);
 			break;
 		case BK_LIST:
-			if (b->lscan != NULL) {
+			if (b->lscan != NULL)
 				/* decoded as it came; the shell has the rest */
 				list_trunc = json_is_true(json_object_get(root,
 				    "truncated"));
-				ents = b->lscan->ents;
-				n = b->lscan->n;
-				b->lscan->ents = NULL;
-			} else if (sbx_wire_list_decode(root, &ents, &n,
+			else if (sbx_wire_list_decode(root, &ents, &n,
 			    &list_trunc, &e) == -1 && strcmp(e.code,
 			    SBX_E_INTERNAL) != 0)
 				malformed(&e);
@@ -580,12 +390,13 @@ on_response(void *arg, struct sbx_http_req *req, int status)
 	/* The broker answered a streamed write: the rest of the body is not
 	 * wanted (an early error), or there is none left (done). */
 	src_detach(b);
+	/* A list page is decoded as it arrives (NULL: whole, at the end); a
+	 * broker that sends more than asked is malformed. */
 	if (b->kind == BK_LIST && status >= 200 && status <= 299 &&
-	    b->lscan == NULL && (b->lscan = calloc(1, sizeof(*b->lscan))) != NULL)
-		/* a broker that sends more than asked is malformed */
-		b->lscan->limit = b->list_limit > 0 &&
+	    b->lscan == NULL)
+		b->lscan = lscan_new(b->list_limit > 0 &&
 		    b->list_limit < LSCAN_ENTRIES_MAX ? b->list_limit :
-		    LSCAN_ENTRIES_MAX;
+		    LSCAN_ENTRIES_MAX);
 	if (status != 200 || (b->kind != BK_EXEC && b->kind != BK_READ))
 		return;
 	b->streaming = 1;
@@ -887,25 +698,6 @@ b_destroy(struct sbx_driver *drv, const char *id, sbx_done_cb cb, void *arg,
 	return b_done_op(drv, "DELETE", id, "", cb, arg, err);
 }
 
-/* "/v1/sandboxes/ID/SUFFIX?path=ENCODED" or NULL (err set). */
-static char *
-path_url(const char *id, const char *suffix, const char *path,
-    struct sbx_err *err)
-{
-	char *enc = NULL, *url = NULL;
-
-	if (sbx_path_check(path, strlen(path), err) == -1)
-		return NULL;
-	if ((enc = sbx_query_encode(path, strlen(path))) == NULL ||
-	    asprintf(&url, SBX_PATH_SANDBOXES "/%s%s?" SBX_QUERY_PATH "=%s",
-	    id, suffix, enc) == -1) {
-		url = NULL;
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
-	}
-	free(enc);
-	return url;
-}
-
 static struct sbx_op *
 b_exec(struct sbx_driver *drv, const char *id, const struct sbx_exec_req *req,
     const struct sbx_sink *sink, struct sbx_err *err)
@@ -946,32 +738,13 @@ b_read(struct sbx_driver *drv, const char *id, const char *path,
 	if ((b = bop_new(d, BK_READ, id, NULL, err)) == NULL)
 		return NULL;
 	b->sink = *sink;
-	if ((url = path_url(id, SBX_PATH_FILES_SUFFIX, path, err)) == NULL) {
+	if ((url = dbk_path_url(id, SBX_PATH_FILES_SUFFIX, path, err)) == NULL) {
 		bop_free(b);
 		return NULL;
 	}
 	op = start(b, "GET", url, NULL, NULL, 0, err);
 	free(url);
 	return op;
-}
-
-/* "/v1/sandboxes/ID/files?path=P[&mode=M]" or NULL (err set). */
-static char *
-write_url(const char *id, const char *path, uint32_t mode,
-    struct sbx_err *err)
-{
-	char *url, *full = NULL, mstr[8];
-
-	if ((url = path_url(id, SBX_PATH_FILES_SUFFIX, path, err)) == NULL ||
-	    mode == 0)
-		return url;
-	if (asprintf(&full, "%s&" SBX_QUERY_MODE "=%s", url,
-	    sbx_wire_mode_encode(mode, mstr)) == -1) {
-		full = NULL;
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
-	}
-	free(url);
-	return full;
 }
 
 static struct sbx_op *
@@ -988,7 +761,7 @@ b_write(struct sbx_driver *drv, const char *id, const char *path,
 	if ((b = bop_new(d, BK_DONE, id, arg, err)) == NULL)
 		return NULL;
 	b->done_cb = cb;
-	if ((url = write_url(id, path, mode, err)) == NULL) {
+	if ((url = dbk_write_url(id, path, mode, err)) == NULL) {
 		bop_free(b);
 		return NULL;
 	}
@@ -1000,83 +773,6 @@ b_write(struct sbx_driver *drv, const char *id, const char *path,
 		evbuffer_drain(body, len);
 	free(url);
 	return op;
-}
-
-/* ---- write_stream: the body goes to the broker as it arrives (adr/0030) */
-
-/* Lets go of a write_stream's source: no more bytes are taken from it. */
-static void
-src_detach(struct bop *b)
-{
-	struct bufferevent *bev;
-
-	if (b->src != NULL && b->src_ent != NULL)
-		evbuffer_remove_cb_entry(b->src, b->src_ent);
-	if (b->out_ent != NULL && b->http != NULL &&
-	    (bev = sbx_http_req_bufferevent(b->http)) != NULL)
-		evbuffer_remove_cb_entry(bufferevent_get_output(bev), b->out_ent);
-	b->src_ent = b->out_ent = NULL;
-	b->src = NULL;
-}
-
-/* Moves what the source has to the broker while the connection's output
- * has room (backpressure: the source's owner reads its client only as
- * fast as this drains it). */
-static void
-src_pump(struct bop *b)
-{
-	struct bufferevent *bev;
-	struct evbuffer *out, *tmp;
-	size_t have, n, queued, max;
-
-	if (b->src == NULL || b->http == NULL ||
-	    (bev = sbx_http_req_bufferevent(b->http)) == NULL)
-		return;
-	out = bufferevent_get_output(bev);
-	max = b->d->write_out_max;
-	if (evbuffer_get_length(b->src) == 0 || evbuffer_get_length(out) >= max)
-		return;
-	/* Through a buffer of our own: the client counts what it sends
-	 * (sbx_http_req_write_buffer); moving evbuffer chains copies little. */
-	if ((tmp = evbuffer_new()) == NULL)
-		return;
-	while (b->src_left > 0 && (have = evbuffer_get_length(b->src)) > 0 &&
-	    (queued = evbuffer_get_length(out)) < max) {
-		n = max - queued;
-		if (n > have)
-			n = have;
-		if ((uint64_t)n > b->src_left)
-			n = (size_t)b->src_left;
-		if (evbuffer_remove_buffer(b->src, tmp, n) != (int)n ||
-		    sbx_http_req_write_buffer(b->http, tmp) == -1)
-			break;
-		b->src_left -= n;
-	}
-	evbuffer_free(tmp);
-	if (b->src_left == 0)
-		src_detach(b);
-}
-
-/* New bytes in the source. */
-static void
-src_added(struct evbuffer *buf, const struct evbuffer_cb_info *info,
-    void *arg)
-{
-	(void)buf;
-	if (info->n_added > 0)
-		src_pump(arg);
-}
-
-/* The broker took bytes: room for more. */
-static void
-out_drained(struct evbuffer *buf, const struct evbuffer_cb_info *info,
-    void *arg)
-{
-	struct bop *b = arg;
-
-	if (info->n_deleted > 0 &&
-	    evbuffer_get_length(buf) < b->d->write_out_max / 2)
-		src_pump(b);
 }
 
 /*
@@ -1092,7 +788,6 @@ b_write_stream(struct sbx_driver *drv, const char *id, const char *path,
     void *arg, struct sbx_err *err)
 {
 	struct bdriver *d = (struct bdriver *)drv;
-	struct bufferevent *bev;
 	struct bop *b;
 	struct sbx_op *op;
 	char *url;
@@ -1104,7 +799,7 @@ b_write_stream(struct sbx_driver *drv, const char *id, const char *path,
 	if ((b = bop_new(d, BK_DONE, id, arg, err)) == NULL)
 		return NULL;
 	b->done_cb = cb;
-	if ((url = write_url(id, path, mode, err)) == NULL) {
+	if ((url = dbk_write_url(id, path, mode, err)) == NULL) {
 		bop_free(b);
 		return NULL;
 	}
@@ -1112,19 +807,12 @@ b_write_stream(struct sbx_driver *drv, const char *id, const char *path,
 	free(url);
 	if (op == NULL)
 		return NULL;
-	b->src = src;
-	b->src_left = len;
-	if (len == 0)
-		b->src = NULL;
-	else if ((bev = sbx_http_req_bufferevent(b->http)) == NULL ||
-	    (b->src_ent = evbuffer_add_cb(src, src_added, b)) == NULL ||
-	    (b->out_ent = evbuffer_add_cb(bufferevent_get_output(bev),
-	    out_drained, b)) == NULL) {
+	if ((b->pump = bpump_new(src, len, d->write_out_max, b->http)) ==
+	    NULL) {
 		bop_free(b);
 		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
 		return NULL;
 	}
-	src_pump(b);   /* what arrived already */
 	return op;
 }
 
@@ -1151,7 +839,7 @@ b_list(struct sbx_driver *drv, const char *id, const char *path,
 		return NULL;
 	b->list_cb = cb;
 	b->list_limit = page != NULL ? page->limit : 0;
-	if ((url = path_url(id, SBX_PATH_LIST_SUFFIX, path, err)) == NULL) {
+	if ((url = dbk_path_url(id, SBX_PATH_LIST_SUFFIX, path, err)) == NULL) {
 		bop_free(b);
 		return NULL;
 	}

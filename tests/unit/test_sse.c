@@ -524,7 +524,9 @@ static void
 test_output_survives_the_whole_pipeline(void **state)
 {
 	static const unsigned char bin[] = { 'a', 0xFF, 0xFE, 0x00, 0x0D, 0x0A, 0xED, 0xA0, 0x80 };
-	static const char text[] = "line1\r\nline2\n\n\"q\"\\ \x01 \xF0\x9F\x98\x80";
+	/* text with escapes, long enough to stay "data" (adr/0028) */
+	static const char text[] = "line1\r\nline2\n\n\"q\"\\ \x01 \xF0\x9F\x98\x80"
+	    " and a plain tail of words";
 	struct evbuffer *nd = evbuffer_new(), *sse = evbuffer_new();
 	struct sbx_err err;
 	struct sse_rx r;

@@ -205,6 +205,10 @@ struct sbx_event {
 	const char *err_message;   /* error: "message" */
 	json_t *raw;               /* the parsed object (borrowed; the caller
 	                            * may json_incref it to keep it) */
+	int undecoded;             /* 1: an output event handed over as its
+	                            * line only (sbx_ndjson_parser_undecoded):
+	                            * data and raw are NULL, len is the
+	                            * number of bytes the line carries */
 };
 
 /*
@@ -259,6 +263,21 @@ int sbx_ndjson_parser_feed(struct sbx_ndjson_parser *p, const char *buf,
  * exit/error) or the error that stopped the parser earlier.
  */
 int sbx_ndjson_parser_finish(struct sbx_ndjson_parser *p, struct sbx_err *err);
+
+/*
+ * Undecoded mode (on nonzero; off by default), for a consumer that
+ * forwards output lines as received (the api's broker-client driver,
+ * adr/0028): an output line in the encoder's exact spelling
+ * (sbx_ndjson_canonical_output) whose value is also strictly valid (the
+ * escapes and UTF-8 of "data", or padded base64 with zero unused bits for
+ * "data_b64": every check decoding makes) and which is in order is handed
+ * to cb without being decoded: ev->undecoded 1, ev->data and ev->raw NULL,
+ * ev->len the number of output bytes it carries, line/len the line. Any
+ * other line is parsed and decoded as usual (ev->undecoded 0), so cb must
+ * handle both. Errors are those of feed: an invalid line is refused the
+ * same way in either mode. p NULL: nothing.
+ */
+void sbx_ndjson_parser_undecoded(struct sbx_ndjson_parser *p, int on);
 
 /* Frees p; NULL allowed. */
 void sbx_ndjson_parser_free(struct sbx_ndjson_parser *p);

@@ -1275,6 +1275,101 @@ test_wire_rule_keeps_split_characters_in_data(void **state)
 	free(got);
 }
 
+/* ---- undecoded mode (adr/0028) --------------------------------------- */
+
+struct undec {
+	size_t bytes, undecoded, decoded;
+};
+
+static int
+undec_cb(void *arg, const struct sbx_event *ev, const char *line, size_t len)
+{
+	struct undec *u = arg;
+
+	(void)line;
+	(void)len;
+	if (ev->type != SBX_EVENT_STDOUT && ev->type != SBX_EVENT_STDERR)
+		return 0;
+	u->bytes += ev->len;
+	if (ev->undecoded) {
+		assert_null(ev->data);
+		assert_null(ev->raw);
+		u->undecoded++;
+	} else
+		u->decoded++;
+	return 0;
+}
+
+/* Every line the encoder writes is handed over undecoded with its byte
+ * count; other spellings are decoded; a line either mode refuses, the
+ * other refuses with the same error. */
+static void
+test_undecoded_mode_checks_like_decoding(void **state)
+{
+	static const char *bad[] = {
+		"{\"type\":\"stdout\",\"data_b64\":\"QUJ=\"}",
+		"{\"type\":\"stdout\",\"data_b64\":\"QQ=A\"}",
+		"{\"type\":\"stdout\",\"data_b64\":\"QUJDR===\"}",
+		"{\"type\":\"stdout\",\"data_b64\":\"QUJ\"}",
+		"{\"type\":\"stdout\",\"data_b64\":\"====\"}",
+		"{\"type\":\"stdout\",\"data\":\"\\u00zz\"}",
+		"{\"type\":\"stdout\",\"data\":\"\xED\xA0\x80\"}",
+	};
+	struct evbuffer *out = evbuffer_new();
+	struct sbx_ndjson_parser *p;
+	struct sbx_err e1, e2;
+	struct undec u = { 0, 0, 0 };
+	unsigned char buf[4096];
+	char *all, line[256];
+	size_t i, n, len, total = 0;
+	int mode;
+
+	(void)state;
+	p = sbx_ndjson_parser_new(0, undec_cb, &u);
+	sbx_ndjson_parser_undecoded(p, 1);
+	assert_int_equal(sbx_ndjson_start(out, "e", 1), 0);
+	for (i = 0; i < 400; i++) {
+		len = rnd_below(sizeof(buf));
+		fill(buf, len, (int)rnd_below(4));
+		total += len;
+		assert_int_equal(sbx_ndjson_output(out, 1 + (int)(i & 1), buf,
+		    len), 0);
+	}
+	all = take(out, &n);
+	assert_int_equal(sbx_ndjson_parser_feed(p, all, n, &e1), 0);
+	free(all);
+	assert_int_equal(u.bytes, total);
+	assert_int_equal(u.undecoded, 400);
+	assert_int_equal(u.decoded, 0);
+	/* another spelling: decoded as before */
+	snprintf(line, sizeof(line), "{\"data\":\"ab\",\"type\":\"stdout\"}\n");
+	assert_int_equal(sbx_ndjson_parser_feed(p, line, strlen(line), &e1), 0);
+	assert_int_equal(u.decoded, 1);
+	sbx_ndjson_parser_free(p);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		for (mode = 0; mode < 2; mode++) {
+			p = sbx_ndjson_parser_new(0, undec_cb, &u);
+			sbx_ndjson_parser_undecoded(p, mode);
+			snprintf(line, sizeof(line), "{\"type\":\"start\","
+			    "\"exec_id\":\"e\",\"ts\":1}\n%s\n", bad[i]);
+			if (sbx_ndjson_parser_feed(p, line, strlen(line),
+			    mode ? &e2 : &e1) != -1)
+				fail_msg("mode %d accepted %s", mode, bad[i]);
+			sbx_ndjson_parser_free(p);
+		}
+		assert_string_equal(e1.code, e2.code);
+		assert_string_equal(e1.code, "bad_request");
+	}
+	/* out of order is out of order undecoded too */
+	p = sbx_ndjson_parser_new(0, undec_cb, &u);
+	sbx_ndjson_parser_undecoded(p, 1);
+	snprintf(line, sizeof(line), "{\"type\":\"stdout\",\"data\":\"a\"}\n");
+	assert_int_equal(sbx_ndjson_parser_feed(p, line, strlen(line), &e1), -1);
+	assert_non_null(strstr(e1.message, "output outside start..exit"));
+	sbx_ndjson_parser_free(p);
+	evbuffer_free(out);
+}
+
 int
 main(void)
 {
@@ -1300,6 +1395,7 @@ main(void)
 		cmocka_unit_test(test_wire_rule_nul_heavy_is_base64_text_is_data),
 		cmocka_unit_test(test_wire_rule_boundary_equal_is_data),
 		cmocka_unit_test(test_wire_rule_keeps_split_characters_in_data),
+		cmocka_unit_test(test_undecoded_mode_checks_like_decoding),
 	};
 
 	return cmocka_run_group_tests_name("ndjson", tests, NULL, NULL);

@@ -5,6 +5,7 @@ the durable log across SIGKILL and restart, a bounded log, 100 viewers with one
 stalled, browser tickets and CORS.
 """
 
+import base64
 import http.client
 import json
 import os
@@ -45,7 +46,10 @@ def parse_blocks(raw):
 
 
 def stdout_text(events):
-    return "".join(d.get("data", "") for _, t, d, _ in events if t == "stdout")
+    # either member: the api forwards the broker's choice (adr/0028)
+    return "".join(d["data"] if "data" in d else
+                   base64.b64decode(d["data_b64"]).decode(errors="replace")
+                   for _, t, d, _ in events if t == "stdout")
 
 
 class Events:
@@ -338,7 +342,8 @@ class ExecResourceTest(unittest.TestCase):
         out = ""
         for ln in r.body.splitlines():
             ev = json.loads(ln)
-            out += ev.get("data", "")
+            out += ev["data"] if "data" in ev else \
+                base64.b64decode(ev.get("data_b64", "")).decode(errors="replace")
         return out
 
     # -------------------------------------------------------- bounds

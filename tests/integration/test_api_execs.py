@@ -356,13 +356,18 @@ class ExecResourceTest(unittest.TestCase):
         d = os.path.join(self.stack.api_state, "execs", x["exec_id"])
         peak = 0
         while True:
-            size = 0
-            for f in os.listdir(d):
+            # A sample counts only when no segment came or went while its
+            # files were measured: otherwise a dropped segment's size and
+            # bytes written after the drop add up (race-free peak).
+            names = sorted(f for f in os.listdir(d) if f.endswith(".log"))
+            size, whole = 0, True
+            for f in names:
                 try:
-                    size += os.path.getsize(os.path.join(d, f)) if f.endswith(".log") else 0
+                    size += os.path.getsize(os.path.join(d, f))
                 except FileNotFoundError:
-                    pass     # a segment dropped meanwhile
-            peak = max(peak, size)
+                    whole = False    # a segment dropped meanwhile
+            if whole and sorted(f for f in os.listdir(d) if f.endswith(".log")) == names:
+                peak = max(peak, size)
             st = self.status(x)
             if st["state"] != "running":
                 break

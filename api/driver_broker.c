@@ -28,9 +28,7 @@
 #define JSON_BODY_MAX ((size_t)16 * 1024 * 1024)  /* list answers */
 #define ERROR_BODY_MAX ((size_t)64 * 1024)
 #define LSCAN_ENTRIES_MAX 100000 /* list_max_entries' ceiling at the broker */
-/* A streamed write's bytes queued towards the broker at most, unless
- * configured (file_write_buffer): with the gate's window, what one write
- * costs the api (adr/0030). */
+/* write_stream's bytes queued for the broker, unless configured (adr/0030) */
 #define WRITE_OUT_MAX ((size_t)256 * 1024)
 
 enum bkind {
@@ -533,8 +531,7 @@ on_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 /* ------------------------------------------------------------------ */
 /* Starting requests                                                   */
 
-/* stream_len: a body the caller streams (write_stream), else 0 with
- * body/body_len copied. */
+/* stream 1: a body of stream_len the caller streams, else body copied. */
 static struct sbx_op *
 start_req(struct bop *b, const char *method, const char *path,
     const char *ctype, const void *body, size_t body_len, int stream,
@@ -790,13 +787,9 @@ b_write(struct sbx_driver *drv, const char *id, const char *path,
 	return op;
 }
 
-/*
- * PUT .../files with Content-Length len, the body streamed from src (the
- * broker streams it on to the helper, adr/0018). A source that stops is
- * the broker's file_timeout (504 timeout); a cancel closes the connection
- * mid-body, which the broker sees as its client gone: the helper gets less
- * than --size bytes and leaves the file as it was.
- */
+/* PUT .../files, Content-Length len, the body streamed from src (adr/0030):
+ * a source that stops is the broker's file_timeout (504); a cancel closes
+ * the connection mid-body, so the helper leaves the file as it was. */
 static struct sbx_op *
 b_write_stream(struct sbx_driver *drv, const char *id, const char *path,
     uint32_t mode, struct evbuffer *src, uint64_t len, sbx_done_cb cb,

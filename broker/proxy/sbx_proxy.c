@@ -12,11 +12,14 @@
  * line of reason. Every decision is one JSON line on stdout with the running
  * allowed/denied counts: the broker reads them from the container's log
  * (GET /containers/{id}/logs) for metrics and the api's recent denials.
+ * With --counts FILE the counts are kept in FILE (in the socket volume,
+ * read-only to the sandbox) and read back at start, so they stay monotonic
+ * across a restart or a replacement of the proxy (adr/0027).
  * Paths, query strings and header values are never printed.
  *
  * Usage: sbx-proxy [--listen HOST:PORT|unix:PATH] [--policy FILE] [--allow ENTRY]...
  *        [--cidr CIDR]... [--resolver IP[:PORT]]... [--hosts FILE]
- *        [--max-conns N] [--head-timeout-ms MS] [--connect-timeout-ms MS]
+ *        [--counts FILE] [--max-conns N] [--head-timeout-ms MS] [--connect-timeout-ms MS]
  *        [--idle-timeout-ms MS] [--dns-timeout-ms MS]
  *        sbx-proxy relay [--listen HOST:PORT] --to PATH
  * The relay runs in the sandbox (NetworkMode none: loopback only): it
@@ -65,6 +68,8 @@ struct px {
 	int head_ms, connect_ms, idle_ms, dns_ms;
 	struct sockaddr_un relay_to;      /* relay mode: the proxy's socket */
 	int relay;
+	int counts_fd;                    /* --counts FILE, or -1 */
+	int counts_failed;                /* a write failed: said once */
 };
 
 enum cstate { C_HEAD, C_RESOLVE, C_CONNECT, C_PIPE, C_REPLY };
@@ -104,6 +109,57 @@ json_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
+static void logline(const char *msg, const char *detail);
+
+/* COUNTS_LEN bytes at offset 0 of the --counts file: "%020lu %020lu\n". */
+#define COUNTS_LEN 42
+
+static void
+counts_save(void)
+{
+	char b[COUNTS_LEN + 1];
+
+	if (px.counts_fd < 0)
+		return;
+	snprintf(b, sizeof(b), "%020lu %020lu\n", px.allowed, px.denied);
+	if (pwrite(px.counts_fd, b, COUNTS_LEN, 0) != COUNTS_LEN && !px.counts_failed) {
+		px.counts_failed = 1;
+		logline("cannot write the counts file", strerror(errno));
+	}
+}
+
+/*
+ * Opens (creating, 0644) the counts file and starts from the totals it
+ * holds; a file that is empty or not two decimal numbers starts from 0.
+ * Returns 0, or -1 when the file cannot be opened.
+ */
+static int
+counts_load(const char *path)
+{
+	char b[COUNTS_LEN + 1], *end;
+	unsigned long a, d;
+	ssize_t n;
+
+	px.counts_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (px.counts_fd < 0)
+		return -1;
+	n = pread(px.counts_fd, b, COUNTS_LEN, 0);
+	if (n != COUNTS_LEN || b[COUNTS_LEN - 1] != '\n' || b[20] != ' ')
+		return 0;
+	b[COUNTS_LEN - 1] = '\0';
+	b[20] = '\0';
+	errno = 0;
+	a = strtoul(b, &end, 10);
+	if (errno != 0 || *end != '\0')
+		return 0;
+	d = strtoul(b + 21, &end, 10);
+	if (errno != 0 || *end != '\0')
+		return 0;
+	px.allowed = a;
+	px.denied = d;
+	return 0;
+}
+
 static void
 emit(const char *event, const char *host, unsigned port, const char *reason,
     const char *addr)
@@ -132,6 +188,7 @@ emit(const char *event, const char *host, unsigned port, const char *reason,
 	}
 	printf(",\"allowed\":%lu,\"denied\":%lu}\n", px.allowed, px.denied);
 	fflush(stdout);
+	counts_save();
 }
 
 static void
@@ -680,7 +737,7 @@ usage(void)
 	fprintf(stderr, "usage: sbx-proxy [--listen HOST:PORT|unix:PATH] [--policy FILE] [--allow ENTRY]...\n"
 	    "       [--cidr CIDR]... [--resolver IP[:PORT]]... [--hosts FILE] [--max-conns N]\n"
 	    "       [--head-timeout-ms MS] [--connect-timeout-ms MS] [--idle-timeout-ms MS]\n"
-	    "       [--dns-timeout-ms MS]\n"
+	    "       [--dns-timeout-ms MS] [--counts FILE]\n"
 	    "       sbx-proxy relay [--listen HOST:PORT] --to /PATH\n");
 	exit(2);
 }
@@ -761,7 +818,7 @@ int
 main(int argc, char **argv)
 {
 	static struct proxy_policy pol;
-	const char *listen = "0.0.0.0:3128", *hosts = NULL;
+	const char *listen = "0.0.0.0:3128", *hosts = NULL, *counts = NULL;
 	const char *resolvers[16];
 	int nres = 0, i, sl = sizeof(struct sockaddr_storage), stdin_policy = 0;
 	char why[PROXY_WHY_MAX], opt[32];
@@ -771,6 +828,7 @@ main(int argc, char **argv)
 	socklen_t len = sizeof(ss);
 
 	px.pol = &pol;
+	px.counts_fd = -1;
 	px.max_conns = 256;
 	px.head_ms = 10000;
 	px.connect_ms = 10000;
@@ -813,6 +871,8 @@ main(int argc, char **argv)
 			resolvers[nres++] = v;
 		} else if (strcmp(a, "--hosts") == 0)
 			hosts = v;
+		else if (strcmp(a, "--counts") == 0 && !px.relay)
+			counts = v;
 		else if (strcmp(a, "--max-conns") == 0)
 			px.max_conns = num_arg(v, 1, 65536);
 		else if (strcmp(a, "--head-timeout-ms") == 0)
@@ -835,6 +895,10 @@ main(int argc, char **argv)
 	if (px.policy_file != NULL && load_policy_file(px.policy_file, &pol, why,
 	    sizeof(why)) != 0) {
 		fprintf(stderr, "sbx-proxy: %s: %s\n", px.policy_file, why);
+		return 1;
+	}
+	if (counts != NULL && counts_load(counts) != 0) {
+		fprintf(stderr, "sbx-proxy: --counts %s: %s\n", counts, strerror(errno));
 		return 1;
 	}
 	if (parse_listen(listen, &ss, &sl) != 0) {
@@ -892,8 +956,9 @@ main(int argc, char **argv)
 	if (ss.ss_family == AF_UNIX) {
 		printf("{\"event\":\"listening\",\"addr\":");
 		json_str(stdout, listen);
-		printf(",\"relay\":%s,\"rules\":%zu,\"cidrs\":%zu}\n", px.relay ? "true" : "false",
-		    pol.nrules, pol.ncidrs);
+		printf(",\"relay\":%s,\"rules\":%zu,\"cidrs\":%zu,\"allowed\":%lu,"
+		    "\"denied\":%lu}\n", px.relay ? "true" : "false", pol.nrules, pol.ncidrs,
+		    px.allowed, px.denied);
 		fflush(stdout);
 	} else if (getsockname(evconnlistener_get_fd(lis), (struct sockaddr *)&ss, &len) == 0) {
 		char a[64];

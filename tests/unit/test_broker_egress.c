@@ -166,7 +166,7 @@ test_proxy_body_has_no_capability_no_tcp_listener_and_the_policy_as_argv(void **
 	cmd = json_object_get(b, "Cmd");
 	dump = json_dumps(cmd, JSON_COMPACT);
 	assert_string_equal(dump, "[\"--listen\",\"unix:/run/sbx-egress/proxy.sock\","
-	    "\"--allow\",\"allowed.test\",\"--allow\",\"*.pythonhosted.org:443\","
+	    "\"--counts\",\"/run/sbx-egress/counts\",\"--allow\",\"allowed.test\",\"--allow\",\"*.pythonhosted.org:443\","
 	    "\"--cidr\",\"10.77.0.0/24\",\"--resolver\",\"198.51.100.53\"]");
 	free(dump);
 	egress_policy_digest(allow, "198.51.100.53", want);
@@ -257,6 +257,16 @@ test_log_scan_reads_counts_and_the_last_denials_from_frames(void **state)
 		    &st), 0);
 	}
 	assert_int_equal(st.denied, 1);
+	egress_stats_clear(&st);
+	/* A restarted proxy: its "listening" line carries the totals it
+	 * started from (adr/0027); a listening line without them sets none. */
+	n = 0;
+	frame(buf, &n, 1, "{\"event\":\"deny\",\"host\":\"a.test\",\"port\":1,"
+	    "\"allowed\":4,\"denied\":7}\n{\"event\":\"listening\",\"addr\":\"unix:/x\","
+	    "\"allowed\":4,\"denied\":7}\n{\"event\":\"listening\",\"addr\":\"unix:/x\"}\n");
+	assert_int_equal(egress_log_scan(buf, n, &st), 0);
+	assert_int_equal(st.allowed, 4);
+	assert_int_equal(st.denied, 7);
 	egress_stats_clear(&st);
 	assert_int_equal(egress_log_scan((const unsigned char *)"", 0, &st), 0);
 	assert_int_equal(st.allowed + st.denied, 0);

@@ -137,8 +137,8 @@ proxy_host_normalise(const char *host, size_t len, char *out, int *is_ip, int *i
 	return dns_name(out, len, why, why_len);
 }
 
-static int
-parse_port(const char *s, size_t n, uint16_t *port)
+int
+proxy_port_parse(const char *s, size_t n, uint16_t *port)
 {
 	unsigned long v = 0;
 	size_t i;
@@ -175,7 +175,7 @@ proxy_policy_add_allow(struct proxy_policy *p, const char *entry, char *why, siz
 		return fail(why, why_len, "allow entry: name an IPv6 address as a CIDR");
 	colon = memchr(entry, ':', n);
 	hn = colon != NULL ? (size_t)(colon - entry) : n;
-	if (colon != NULL && parse_port(colon + 1, n - hn - 1, &r.port) != 0)
+	if (colon != NULL && proxy_port_parse(colon + 1, n - hn - 1, &r.port) != 0)
 		return fail(why, why_len, "allow entry: port must be 1..65535");
 	host = entry;
 	if (hn == 1 && host[0] == '*') {

@@ -68,6 +68,14 @@ int proxy_policy_parse(struct proxy_policy *p, const char *text, size_t len,
     char *why, size_t why_len);
 
 /*
+ * Parses a port of n bytes (no NUL needed): 1..65535 in decimal, no sign,
+ * no leading zero (so "0443" cannot pass for 443 anywhere). Used by the
+ * allow entries and the proxy's request authority (proxy_req.c). Returns 0
+ * with *port set, or -1.
+ */
+int proxy_port_parse(const char *s, size_t n, uint16_t *port);
+
+/*
  * Normalises a host as a client named it (request target or Host header):
  * len bytes, case folded into out (PROXY_HOST_MAX + 1 bytes), one trailing
  * dot dropped, IPv6 brackets kept off (is_v6 set). Refuses what

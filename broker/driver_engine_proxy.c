@@ -37,6 +37,30 @@ ours(const struct eop *op, json_t *labels)
 	return eng_managed(labels) && v != NULL && strcmp(v, op->id) == 0;
 }
 
+/* GET /containers/<prefix><id>-proxy/json, answered in cb. */
+static void
+px_get(struct eop *op, cont_fn cb)
+{
+	char px[160], vol[160], path[300];
+
+	names(op, px, sizeof(px), vol, sizeof(vol));
+	snprintf(path, sizeof(path), API "/containers/%s/json", px);
+	eng_call(op, "GET", path, NULL, cb);
+}
+
+/* The id of the proxy an inspect answered (status 200), when it is ours
+ * and the runtime's id is usable; else NULL. */
+static const char *
+px_ours_id(struct eop *op, int status, json_t *body)
+{
+	const char *cid = eng_jstr(body, "Id");
+
+	if (status != 200 || !ours(op, json_object_get(json_object_get(body, "Config"),
+	    "Labels")) || !eng_name_ok(cid, 128))
+		return NULL;
+	return cid;
+}
+
 /* sbx-proxy, beside sbx-helper, read once as a one-file tar. */
 static int
 proxy_load(struct engine *e, struct sbx_err *err)
@@ -220,11 +244,7 @@ px_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err
 static void
 px_inspect(struct eop *op)
 {
-	char px[160], vol[160], path[300];
-
-	names(op, px, sizeof(px), vol, sizeof(vol));
-	snprintf(path, sizeof(path), API "/containers/%s/json", px);
-	eng_call(op, "GET", path, NULL, px_inspected);
+	px_get(op, px_inspected);
 }
 
 static void
@@ -313,30 +333,26 @@ drop_removed(struct eop *op, int status, json_t *body, const struct sbx_err *err
 static void
 drop_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 {
+	const char *cid;
 	char path[300];
 
 	if (err != NULL) {
 		eng_finish_err(op, err);
 		return;
 	}
-	if (status != 200 || !ours(op, json_object_get(json_object_get(body, "Config"),
-	    "Labels")) || !eng_name_ok(eng_jstr(body, "Id"), 128)) {
+	if ((cid = px_ours_id(op, status, body)) == NULL) {
 		drop_volume(op);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0", eng_jstr(body, "Id"));
+	snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0", cid);
 	eng_call(op, "DELETE", path, NULL, drop_removed);
 }
 
 void
 eng_proxy_drop(struct eop *op, void (*then)(struct eop *))
 {
-	char px[160], vol[160], path[300];
-
 	op->then = then;
-	names(op, px, sizeof(px), vol, sizeof(vol));
-	snprintf(path, sizeof(path), API "/containers/%s/json", px);
-	eng_call(op, "GET", path, NULL, drop_inspected);
+	px_get(op, drop_inspected);
 }
 
 /* ---------- stop: the proxy with its sandbox (adr/0027) ---------- */
@@ -354,31 +370,27 @@ stop_px_done(struct eop *op, int status, json_t *body, const struct sbx_err *err
 static void
 stop_px_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 {
+	const char *cid;
 	char path[300];
 
 	if (err != NULL) {
 		eng_finish_err(op, err);
 		return;
 	}
-	if (status != 200 || !ours(op, json_object_get(json_object_get(body, "Config"),
-	    "Labels")) || !eng_name_ok(eng_jstr(body, "Id"), 128) ||
+	if ((cid = px_ours_id(op, status, body)) == NULL ||
 	    !json_is_true(json_object_get(json_object_get(body, "State"), "Running"))) {
 		op->then(op);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/containers/%s/stop?t=5", eng_jstr(body, "Id"));
+	snprintf(path, sizeof(path), API "/containers/%s/stop?t=5", cid);
 	eng_call(op, "POST", path, NULL, stop_px_done);
 }
 
 void
 eng_proxy_stop(struct eop *op, void (*then)(struct eop *))
 {
-	char px[160], vol[160], path[300];
-
 	op->then = then;
-	names(op, px, sizeof(px), vol, sizeof(vol));
-	snprintf(path, sizeof(path), API "/containers/%s/json", px);
-	eng_call(op, "GET", path, NULL, stop_px_inspected);
+	px_get(op, stop_px_inspected);
 }
 
 /* ---------- reconcile: proxies and volumes nobody needs (adr/0027) ---------- */

@@ -8,9 +8,11 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <event2/buffer.h>
 #include <jansson.h>
 
 #include "broker_egress.h"
+#include "broker_metrics.h"
 #include "sbx_err.h"
 #include "sbx_proto.h"
 
@@ -295,6 +297,46 @@ test_log_scan_survives_hostile_bytes(void **state)
 	egress_stats_clear(&st);
 }
 
+/* adr/0027: per-sandbox series that never go back, gone when forgotten. */
+static void
+test_egress_counts_render_per_sandbox_and_never_go_back(void **state)
+{
+	struct broker_metrics *m = broker_metrics_new();
+	struct evbuffer *out = evbuffer_new();
+	char *text;
+	size_t n;
+
+	(void)state;
+	assert_non_null(m);
+	assert_non_null(out);
+	assert_int_equal(broker_metrics_egress_set(m, "b-2", 3, 4), 0);
+	assert_int_equal(broker_metrics_egress_set(m, "a-1", 1, 0), 0);
+	/* an older read that ends last changes nothing */
+	assert_int_equal(broker_metrics_egress_set(m, "b-2", 2, 5), 0);
+	assert_true(broker_metrics_egress_known(m, "a-1"));
+	assert_int_equal(broker_metrics_render(m, out, 0, 0, 0), 0);
+	n = evbuffer_get_length(out);
+	text = strndup((const char *)evbuffer_pullup(out, -1), n);
+	assert_non_null(strstr(text, "# TYPE sbx_broker_egress_connections_total counter\n"
+	    "sbx_broker_egress_connections_total{id=\"a-1\",decision=\"allowed\"} 1\n"
+	    "sbx_broker_egress_connections_total{id=\"a-1\",decision=\"denied\"} 0\n"
+	    "sbx_broker_egress_connections_total{id=\"b-2\",decision=\"allowed\"} 3\n"
+	    "sbx_broker_egress_connections_total{id=\"b-2\",decision=\"denied\"} 5\n"));
+	free(text);
+	broker_metrics_egress_forget(m, "a-1");
+	broker_metrics_egress_forget(m, "nobody");
+	assert_false(broker_metrics_egress_known(m, "a-1"));
+	evbuffer_drain(out, evbuffer_get_length(out));
+	assert_int_equal(broker_metrics_render(m, out, 0, 0, 0), 0);
+	n = evbuffer_get_length(out);
+	text = strndup((const char *)evbuffer_pullup(out, -1), n);
+	assert_null(strstr(text, "a-1"));
+	assert_non_null(strstr(text, "{id=\"b-2\",decision=\"denied\"} 5\n"));
+	free(text);
+	evbuffer_free(out);
+	broker_metrics_free(m);
+}
+
 int
 main(void)
 {
@@ -307,6 +349,7 @@ main(void)
 		cmocka_unit_test(test_sandbox_env_points_every_client_at_the_relay),
 		cmocka_unit_test(test_log_scan_reads_counts_and_the_last_denials_from_frames),
 		cmocka_unit_test(test_log_scan_survives_hostile_bytes),
+		cmocka_unit_test(test_egress_counts_render_per_sandbox_and_never_go_back),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -8,16 +8,21 @@
 
 #include "proxy_policy.h"
 
+void
+proxy_vwhy(char *why, size_t len, const char *fmt, va_list ap)
+{
+	if (why != NULL && len > 0)
+		vsnprintf(why, len, fmt, ap);
+}
+
 static int
 fail(char *why, size_t len, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (why != NULL && len > 0) {
-		va_start(ap, fmt);
-		vsnprintf(why, len, fmt, ap);
-		va_end(ap);
-	}
+	va_start(ap, fmt);
+	proxy_vwhy(why, len, fmt, ap);
+	va_end(ap);
 	return -1;
 }
 

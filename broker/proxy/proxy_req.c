@@ -15,11 +15,9 @@ fail(int *status, int code, char *why, size_t len, const char *fmt, ...)
 	va_list ap;
 
 	*status = code;
-	if (why != NULL && len > 0) {
-		va_start(ap, fmt);
-		vsnprintf(why, len, fmt, ap);
-		va_end(ap);
-	}
+	va_start(ap, fmt);
+	proxy_vwhy(why, len, fmt, ap);
+	va_end(ap);
 	return -1;
 }
 

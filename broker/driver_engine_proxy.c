@@ -330,8 +330,15 @@ drop_removed(struct eop *op, int status, json_t *body, const struct sbx_err *err
 	drop_volume(op);
 }
 
+/*
+ * After px_get: when the proxy is ours (and runs, if need_running), calls
+ * method on API "/containers/<id>" suffix answered in next; else none(op).
+ * A transport error ends op.
+ */
 static void
-drop_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+px_act(struct eop *op, int status, json_t *body, const struct sbx_err *err,
+    int need_running, const char *method, const char *suffix, cont_fn next,
+    void (*none)(struct eop *))
 {
 	const char *cid;
 	char path[300];
@@ -340,12 +347,20 @@ drop_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *e
 		eng_finish_err(op, err);
 		return;
 	}
-	if ((cid = px_ours_id(op, status, body)) == NULL) {
-		drop_volume(op);
+	if ((cid = px_ours_id(op, status, body)) == NULL || (need_running &&
+	    !json_is_true(json_object_get(json_object_get(body, "State"), "Running")))) {
+		none(op);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0", cid);
-	eng_call(op, "DELETE", path, NULL, drop_removed);
+	snprintf(path, sizeof(path), API "/containers/%s%s", cid, suffix);
+	eng_call(op, method, path, NULL, next);
+}
+
+static void
+drop_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	px_act(op, status, body, err, 0, "DELETE", "?force=1&v=0", drop_removed,
+	    drop_volume);
 }
 
 void
@@ -368,22 +383,15 @@ stop_px_done(struct eop *op, int status, json_t *body, const struct sbx_err *err
 }
 
 static void
+stop_px_then(struct eop *op)
+{
+	op->then(op);
+}
+
+static void
 stop_px_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 {
-	const char *cid;
-	char path[300];
-
-	if (err != NULL) {
-		eng_finish_err(op, err);
-		return;
-	}
-	if ((cid = px_ours_id(op, status, body)) == NULL ||
-	    !json_is_true(json_object_get(json_object_get(body, "State"), "Running"))) {
-		op->then(op);
-		return;
-	}
-	snprintf(path, sizeof(path), API "/containers/%s/stop?t=5", cid);
-	eng_call(op, "POST", path, NULL, stop_px_done);
+	px_act(op, status, body, err, 1, "POST", "/stop?t=5", stop_px_done, stop_px_then);
 }
 
 void

@@ -295,6 +295,9 @@ eng_call_bytes(struct eop *op, const char *method, const char *path,
 		q.body_len = len;
 	}
 	o.peer_name = "the container runtime";
+	/* An answer cut off (a /wait's headers come at once) is the daemon
+	 * going away, as a refused connection is. */
+	o.cut_code = SBX_E_RUNTIME_UNAVAILABLE;
 	o.timeout_ms = op->e->req_timeout_ms;
 	cbs.response = call_response;
 	cbs.body = eng_call_body;
@@ -471,6 +474,7 @@ eng_exec_start_stream(struct engine *e, const char *rexec,
 	q.body_len = sizeof(body) - 1;
 	q.upgrade = 1;
 	o.peer_name = "the container runtime";
+	o.cut_code = SBX_E_RUNTIME_UNAVAILABLE;
 	o.header_timeout_ms = e->req_timeout_ms;
 	return sbx_http_request(e->base.base, e->address, &q, &o, cbs, err);
 }

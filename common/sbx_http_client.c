@@ -53,6 +53,7 @@ struct sbx_http_req {
 	struct sbx_http_cbs cbs;
 	char unavailable_code[48];
 	char protocol_code[48];
+	char cut_code[48];
 	char hdr_timeout_code[48];
 	char peer[64];
 	char address[128];
@@ -451,7 +452,8 @@ more:
 			fail(r, r->unavailable_code,
 			    "%s closed the connection without a response%s", NULL);
 		else
-			protocol_fail(r, "connection closed before the response was complete");
+			fail(r, r->cut_code, "%s closed the connection before "
+			    "the response was complete%s", NULL);
 	}
 }
 
@@ -544,7 +546,7 @@ event_cb(struct bufferevent *bev, short what, void *arg)
 		/* A reset before any byte of the answer: unavailable, as above. */
 		sbx_err_set(&e, r->state == HS_STATUS && r->status == 0 &&
 		    evbuffer_get_length(bufferevent_get_input(bev)) == 0 ?
-		    r->unavailable_code : r->protocol_code,
+		    r->unavailable_code : r->cut_code,
 		    "connection to %s failed: %s",
 		    r->peer, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
 		finish(r, &e);
@@ -689,6 +691,9 @@ sbx_http_request(struct event_base *base, const char *address,
 	snprintf(r->protocol_code, sizeof(r->protocol_code), "%s",
 	    opts != NULL && opts->protocol_code != NULL ?
 	    opts->protocol_code : SBX_E_RUNTIME);
+	snprintf(r->cut_code, sizeof(r->cut_code), "%s",
+	    opts != NULL && opts->cut_code != NULL ? opts->cut_code :
+	    r->protocol_code);
 	snprintf(r->hdr_timeout_code, sizeof(r->hdr_timeout_code), "%s",
 	    opts != NULL && opts->header_timeout_code != NULL ?
 	    opts->header_timeout_code : SBX_E_TIMEOUT);

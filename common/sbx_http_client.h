@@ -41,11 +41,12 @@ struct sbx_http_cbs {
 	/* Terminal. err NULL: the whole body arrived (or the upgraded stream
 	 * reached EOF). Else err->code is opts.unavailable_code when the
 	 * connection could not be made, SBX_E_TIMEOUT on a timeout, or
-	 * opts.protocol_code for a malformed response, a reset or a body
-	 * shorter than announced. A connection the peer closes or resets
-	 * before sending any byte of a response (a daemon that died) is
-	 * opts.unavailable_code too; a header timeout is
-	 * opts.header_timeout_code. */
+	 * opts.protocol_code for a malformed response. A connection the
+	 * peer closes or resets before sending any byte of a response (a
+	 * daemon that died) is opts.unavailable_code too; one closed or reset
+	 * after part of the response, before its end (a body shorter than
+	 * announced, a chunked body without its last chunk), is
+	 * opts.cut_code; a header timeout is opts.header_timeout_code. */
 	void (*done)(void *arg, struct sbx_http_req *req,
 	    const struct sbx_err *err);
 	void *arg;
@@ -53,7 +54,13 @@ struct sbx_http_cbs {
 
 struct sbx_http_opts {
 	const char *unavailable_code; /* connect failure [SBX_E_RUNTIME_UNAVAILABLE] */
-	const char *protocol_code;    /* bad response, reset [SBX_E_RUNTIME] */
+	const char *protocol_code;    /* bad response [SBX_E_RUNTIME] */
+	const char *cut_code;         /* response cut off by a close or a reset
+	                               * before its end [protocol_code]; the
+	                               * engine driver says runtime_unavailable:
+	                               * Docker's and Podman's /wait send their
+	                               * headers at once, so a daemon killed
+	                               * during a wait cuts a started answer */
 	const char *peer_name;        /* names the peer in messages ["the runtime"] */
 	int64_t header_timeout_ms;    /* connect + send + response headers; 0: none */
 	const char *header_timeout_code; /* err code when header_timeout_ms

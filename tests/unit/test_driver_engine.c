@@ -64,6 +64,7 @@ struct fx {
 	char helper_vol[96];          /* the name the driver must use */
 	int hv_filled;                /* the helper volume holds the helper */
 	int init_exit;                /* the init container's exit status */
+	int init_wait_cut;            /* the wait's headers, then close (a killed daemon) */
 	int net_exists, net_labelled;
 	int no_t1_listed;             /* containers/json without t1 */
 	json_t *net_created;          /* last network create body */
@@ -345,6 +346,13 @@ route(struct conn *c, const char *method, const char *path, json_t *body)
 		reply(bev, 201, "Created", json_pack("{s:s}", "Id", "i111"));
 	} else if (strcmp(path, "/v1.41/containers/i111/start") == 0) {
 		reply(bev, 204, "No Content", NULL);
+	} else if (strcmp(path, "/v1.41/containers/i111/wait") == 0 &&
+	    f->init_wait_cut) {
+		/* dockerd sends a wait's headers at once; killed, it never
+		 * sends the body */
+		evbuffer_add_printf(bufferevent_get_output(bev),
+		    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+		    "Transfer-Encoding: chunked\r\n\r\n");
 	} else if (strcmp(path, "/v1.41/containers/i111/wait") == 0) {
 		reply(bev, 200, "OK", json_pack("{s:i}", "StatusCode",
 		    f->init_exit));
@@ -943,6 +951,22 @@ test_ensure_init_container_failure_is_an_error(void **state)
 	assert_non_null(strstr(f->err.message, "initwork"));
 	assert_int_equal(logged(f, "DELETE /v1.41/containers/i111"), 1);
 	assert_int_equal(logged(f, "POST /v1.41/containers/create?name=sbx-t1"), 1);
+}
+
+/* A daemon killed while the broker waits for the init container: the
+ * answer's headers came, its body never does. That is the runtime gone
+ * (503 runtime_unavailable, as for a refused connection), not a runtime
+ * that answered with an error (502), and the init container is removed. */
+static void
+test_ensure_init_wait_cut_off_is_runtime_unavailable(void **state)
+{
+	struct fx *f = *state;
+
+	f->init_wait_cut = 1;
+	ensure(f, 0, NULL);
+	assert_true(f->have_err);
+	assert_string_equal(f->err.code, SBX_E_RUNTIME_UNAVAILABLE);
+	assert_int_equal(logged(f, "DELETE /v1.41/containers/i111"), 1);
 }
 
 static void
@@ -1982,6 +2006,7 @@ main(void)
 		T(test_exec_without_exit_record_asks_the_runtime),
 		T(test_exec_bad_helper_frame_is_runtime_error_and_kills),
 		T(test_ensure_init_container_failure_is_an_error),
+	T(test_ensure_init_wait_cut_off_is_runtime_unavailable),
 		T(test_stale_helper_label_replaces_the_container),
 		T(test_exec_helper_records_timeout_and_refusal),
 		T(test_exec_output_cap_is_exact_and_kills),

@@ -25,6 +25,8 @@ broker_egress_note(struct broker_server *s, const char *id, const char *text)
 {
 	struct broker_metrics *m = broker_server_metrics(s);
 	json_t *o = json_loads(text, 0, NULL);
+	struct broker_row row;
+	struct sbx_err e;
 	json_int_t a, d;
 
 	if (!json_is_object(o)) {
@@ -33,7 +35,10 @@ broker_egress_note(struct broker_server *s, const char *id, const char *text)
 	}
 	a = json_integer_value(json_object_get(o, "allowed"));
 	d = json_integer_value(json_object_get(o, "denied"));
-	if (!json_is_true(json_object_get(o, "proxy")))
+	/* A read that ends after its sandbox's destroy (its row gone) must
+	 * not bring the series back. */
+	if (!json_is_true(json_object_get(o, "proxy")) ||
+	    broker_state_get(broker_server_state(s), id, &row, &e) != 1)
 		broker_metrics_egress_forget(m, id);
 	else if (a >= 0 && d >= 0 && broker_metrics_egress_set(m, id,
 	    (uint64_t)a, (uint64_t)d) != 0)

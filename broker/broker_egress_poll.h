@@ -27,7 +27,8 @@ void broker_egress_poll_free(struct broker_egress_poll *p);
 /*
  * What a driver's egress_stats answer (JSON text: {"proxy":bool,
  * "allowed":N,"denied":M,...}) means for id's series: proxy true sets the
- * counts (broker_metrics_egress_set), proxy false forgets them. Text that
+ * counts (broker_metrics_egress_set) while the state has a row for id,
+ * proxy false (or no row: destroyed meanwhile) forgets them. Text that
  * does not parse changes nothing. Used by the poll and by GET
  * /v1/sandboxes/{id}/egress.
  */

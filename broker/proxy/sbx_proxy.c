@@ -68,6 +68,7 @@ struct px {
 	int head_ms, connect_ms, idle_ms, dns_ms;
 	struct sockaddr_un relay_to;      /* relay mode: the proxy's socket */
 	int relay;
+	long long relay_t0;               /* relay: monotonic ms at start */
 	int counts_fd;                    /* --counts FILE, or -1 */
 	int counts_failed;                /* a write failed: said once */
 };
@@ -86,7 +87,15 @@ struct conn {
 	struct evdns_getaddrinfo_request *dreq;
 	int eof;                          /* 1: client ended, 2: upstream ended */
 	int shut;                         /* 1/2: that side's write shut down */
+	struct event *retry;              /* relay: the next connect attempt */
 };
+
+/* A relay that started less than RELAY_GRACE_MS ago tries the proxy's
+ * socket again every RELAY_RETRY_MS before a 502: its sandbox and the proxy
+ * start together (ensure of a stopped sandbox), and the proxy may not have
+ * bound its socket yet (adr/0027). After that a refusal is a 502 at once. */
+#define RELAY_GRACE_MS 1000
+#define RELAY_RETRY_MS 50
 
 static struct px px;
 
@@ -218,6 +227,8 @@ conn_free(struct conn *k)
 		bufferevent_free(k->c);
 	if (k->u != NULL)
 		bufferevent_free(k->u);
+	if (k->retry != NULL)
+		event_free(k->retry);
 	if (k->ai != NULL)
 		evutil_freeaddrinfo(k->ai);
 	proxy_req_clear(&k->req);
@@ -408,6 +419,44 @@ start_pipe(struct conn *k)
 /* ---------- connect to the checked addresses, in order ---------- */
 
 static void try_connect(struct conn *k);
+static void relay_connect(struct conn *k);
+
+static void
+relay_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	relay_connect(arg);
+}
+
+/* The proxy's socket refused (absent, or left by a proxy that is starting
+ * again): within the relay's first RELAY_GRACE_MS try again shortly, else
+ * (or then) 502. */
+static long long
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+relay_failed(struct conn *k)
+{
+	struct timeval tv = { 0, RELAY_RETRY_MS * 1000 };
+
+	if (k->u != NULL) {
+		bufferevent_free(k->u);
+		k->u = NULL;
+	}
+	if (mono_ms() - px.relay_t0 >= RELAY_GRACE_MS || (k->retry == NULL &&
+	    (k->retry = evtimer_new(px.base, relay_retry_cb, k)) == NULL) ||
+	    evtimer_add(k->retry, &tv) != 0) {
+		reply(k, 502, "the egress proxy of this sandbox is not reachable");
+		return;
+	}
+}
 
 static void
 up_event(struct bufferevent *bev, short what, void *arg)
@@ -421,7 +470,7 @@ up_event(struct bufferevent *bev, short what, void *arg)
 			start_pipe(k);
 			return;
 		}
-		reply(k, 502, "the egress proxy of this sandbox is not reachable");
+		relay_failed(k);
 		return;
 	}
 	if (what & BEV_EVENT_CONNECTED) {
@@ -646,27 +695,31 @@ accepted(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int 
 	}
 	if (px.relay) {
 		/* The sandbox's side: on to the proxy's unix socket, unparsed. */
-		struct timeval ct = { px.connect_ms / 1000, (px.connect_ms % 1000) * 1000 };
-
-		k->u = bufferevent_socket_new(px.base, -1, BEV_OPT_CLOSE_ON_FREE);
-		if (k->u == NULL) {
-			conn_free(k);
-			return;
-		}
-		bufferevent_set_timeouts(k->u, NULL, &ct);
-		bufferevent_setcb(k->u, NULL, NULL, up_event, k);
 		bufferevent_setcb(k->c, NULL, NULL, head_event, k);
-		if (bufferevent_socket_connect(k->u, (struct sockaddr *)&px.relay_to,
-		    sizeof(px.relay_to)) != 0) {
-			bufferevent_free(k->u);
-			k->u = NULL;
-			reply(k, 502, "the egress proxy of this sandbox is not reachable");
-		}
+		relay_connect(k);
 		return;
 	}
 	bufferevent_set_timeouts(k->c, &ht, NULL);
 	bufferevent_setcb(k->c, head_read, NULL, head_event, k);
 	bufferevent_enable(k->c, EV_READ);
+}
+
+/* The relay's connect to the proxy's unix socket (again after a refusal). */
+static void
+relay_connect(struct conn *k)
+{
+	struct timeval ct = { px.connect_ms / 1000, (px.connect_ms % 1000) * 1000 };
+
+	k->u = bufferevent_socket_new(px.base, -1, BEV_OPT_CLOSE_ON_FREE);
+	if (k->u == NULL) {
+		conn_free(k);
+		return;
+	}
+	bufferevent_set_timeouts(k->u, NULL, &ct);
+	bufferevent_setcb(k->u, NULL, NULL, up_event, k);
+	if (bufferevent_socket_connect(k->u, (struct sockaddr *)&px.relay_to,
+	    sizeof(px.relay_to)) != 0)
+		relay_failed(k);
 }
 
 /* ---------- policy, signals, main ---------- */
@@ -837,6 +890,7 @@ main(int argc, char **argv)
 	i = 1;
 	if (argc > 1 && strcmp(argv[1], "relay") == 0) {
 		px.relay = 1;
+		px.relay_t0 = mono_ms();
 		listen = "127.0.0.1:3128";
 		i = 2;
 	}

@@ -18,6 +18,7 @@ import secrets
 import shutil
 import sqlite3
 import subprocess
+import threading
 import time
 import unittest
 import urllib.parse
@@ -395,6 +396,41 @@ class EgressPolicyTest(BrokerTestCase):
         self.assertIsNone(self.engine.inspect("sbx-" + sid))
         self.assertIsNone(self.proxy(sid))
         self.assertEqual(self.vol_status("sbx-%s-egsock" % sid), 404)
+
+    def test_x_a_broker_killed_mid_ensure_leaves_no_orphan_proxy(self):
+        sid = self.new_id("epk")
+        b = self.broker
+        done = []
+        t = threading.Thread(target=lambda: done.append(self._ensure_quietly(sid)))
+        t.start()
+        # The proxy is made before its sandbox: kill the broker once it exists.
+        self.assertTrue(wait_until(lambda: self.proxy(sid) is not None, 120, 0.02),
+                        "no proxy appeared")
+        b.proc.kill()
+        b.proc.wait(10)
+        b.logf.close()
+        t.join(60)
+        b.start(wait=120)
+        type(self).client = b.client(timeout=120)
+        box = self.engine.inspect("sbx-" + sid)
+        print("killed with the sandbox container %s" % ("made" if box else "not made yet"))
+        if box is None:
+            self.assertIsNone(self.proxy(sid), "a crash left an orphan proxy")
+            self.assertEqual(self.vol_status("sbx-%s-egsock" % sid), 404)
+        else:
+            self.assertIsNotNone(self.proxy(sid))
+            self.assertEqual(bool(self.running("sbx-%s-proxy" % sid)),
+                             bool(box["State"]["Running"]))
+        # Whatever the crash left, an ensure makes it whole.
+        self.ensure_allow(sid, ["allowed.test"])
+        self.assertEqual(self.get(sid, "http://allowed.test:8080/")[0], 200)
+
+    def _ensure_quietly(self, sid):
+        try:
+            return self.client.ensure(sid, body={"egress": True,
+                                                 "egress_allow": ["allowed.test"]}).status
+        except Exception as e:        # the broker was killed under it (reset, EOF)
+            return e
 
     def test_y_a_broker_restart_removes_orphan_proxies_and_stops_idle_ones(self):
         gone, stopped = self.new_id("epg"), self.new_id("eph")

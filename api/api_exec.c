@@ -299,7 +299,9 @@ void
 api_h_read(struct areq *a)
 {
 	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->req);
-	struct sbx_sink sink;
+	const struct sbx_sink sink = { .start = read_start,
+	    .output = read_output, .exit = read_exit, .error = read_error,
+	    .arg = a };
 	struct sbx_err err;
 
 	sbx_err_clear(&err);
@@ -308,12 +310,6 @@ api_h_read(struct areq *a)
 		areq_fail(a, &err);
 		return;
 	}
-	memset(&sink, 0, sizeof(sink));
-	sink.start = read_start;
-	sink.output = read_output;
-	sink.exit = read_exit;
-	sink.error = read_error;
-	sink.arg = a;
 	a->op = sbx_call_read(a->s->driver, a->npc.sandbox_id,
 	    a->path, &sink, &err);
 	if (a->op == NULL)

@@ -649,12 +649,8 @@ api_h_execs_create(struct areq *a)
 	}
 	x->creator = a;
 	a->on_end = creator_end;
-	memset(&sink, 0, sizeof(sink));
-	sink.start = x_start;
-	sink.output = x_output;
-	sink.exit = x_exit;
-	sink.error = x_error;
-	sink.arg = x;
+	sink = (struct sbx_sink){ .start = x_start, .output = x_output,
+	    .exit = x_exit, .error = x_error, .arg = x };
 	/* The op belongs to x, not to the request: the exec outlives it.
 	 * a->op stays NULL so a drain does not cancel it through a. */
 	x->op = sbx_call_exec(s->driver, x->sandbox_id, &er, &sink,

@@ -113,6 +113,23 @@ stream_drop(struct sbx_agent_stream *st)
 
 static void chan_free_now(struct sbx_agent_chan *ch);
 
+/* Every stream of ch goes; those still attached hear e (the caller is
+ * inside enter/leave: a callback may free ch). */
+static void
+streams_fail(struct sbx_agent_chan *ch, const struct sbx_err *e)
+{
+	struct sbx_agent_stream *st;
+
+	while ((st = TAILQ_FIRST(&ch->streams)) != NULL) {
+		struct sbx_agent_stream_cbs cbs = st->cbs;
+		int detached = st->detached;
+
+		stream_drop(st);
+		if (!detached && cbs.error != NULL)
+			cbs.error(cbs.arg, e);
+	}
+}
+
 static void
 enter(struct sbx_agent_chan *ch)
 {
@@ -133,7 +150,6 @@ leave(struct sbx_agent_chan *ch)
 void
 sbx_agent_chan_fail(struct sbx_agent_chan *ch, const struct sbx_err *err)
 {
-	struct sbx_agent_stream *st;
 	struct sbx_err e;
 
 	if (ch == NULL || ch->failed)
@@ -146,14 +162,7 @@ sbx_agent_chan_fail(struct sbx_agent_chan *ch, const struct sbx_err *err)
 		e = *err;
 	else
 		sbx_err_set(&e, SBX_E_RUNTIME, "the sandbox agent's channel ended");
-	while ((st = TAILQ_FIRST(&ch->streams)) != NULL) {
-		struct sbx_agent_stream_cbs cbs = st->cbs;
-		int detached = st->detached;
-
-		stream_drop(st);
-		if (!detached && cbs.error != NULL)
-			cbs.error(cbs.arg, &e);
-	}
+	streams_fail(ch, &e);
 	if (!ch->freed && ch->cbs.closed != NULL)
 		ch->cbs.closed(ch->cbs.arg, &e);
 	(void)leave(ch);
@@ -462,7 +471,6 @@ chan_free_now(struct sbx_agent_chan *ch)
 void
 sbx_agent_chan_free(struct sbx_agent_chan *ch)
 {
-	struct sbx_agent_stream *st;
 	struct sbx_err e;
 
 	if (ch == NULL || ch->freed)
@@ -470,14 +478,7 @@ sbx_agent_chan_free(struct sbx_agent_chan *ch)
 	ch->freed = 1;
 	enter(ch);
 	sbx_err_set(&e, SBX_E_CANCELLED, "the sandbox agent's channel was closed");
-	while ((st = TAILQ_FIRST(&ch->streams)) != NULL) {
-		struct sbx_agent_stream_cbs cbs = st->cbs;
-		int detached = st->detached;
-
-		stream_drop(st);
-		if (!detached && cbs.error != NULL)
-			cbs.error(cbs.arg, &e);
-	}
+	streams_fail(ch, &e);
 	ch->failed = 1;
 	(void)leave(ch);
 }
@@ -568,46 +569,30 @@ sbx_agent_open(struct sbx_agent_chan *ch, const char *const *argv, const char *c
 	return st;
 }
 
+/* 1 while st takes stdin: opened with it, not closed, its channel up. */
+static int
+stdin_open(const struct sbx_agent_stream *st)
+{
+	return st->has_stdin && !st->stdin_closed && !st->ch->failed;
+}
+
 size_t
 sbx_agent_stdin_room(const struct sbx_agent_stream *st)
 {
-	return st->has_stdin && !st->stdin_closed && !st->ch->failed ? st->in_credit : 0;
+	return stdin_open(st) ? st->in_credit : 0;
 }
 
-ssize_t
-sbx_agent_write_buffer(struct sbx_agent_stream *st, struct evbuffer *src, size_t max)
+/* Sends up to len bytes of stdin on st as DATA frames, each within st's
+ * credit and SBX_AGENT_DATA_MAX: from buf, or (buf NULL) moved out of src.
+ * The bytes sent, or -1. */
+static ssize_t
+send_stdin(struct sbx_agent_stream *st, const unsigned char *buf,
+    struct evbuffer *src, size_t len)
 {
 	unsigned char h[SBX_AGENT_HDR];
-	size_t n, done = 0, have;
-
-	if (!st->has_stdin || st->stdin_closed || st->ch->failed)
-		return -1;
-	have = evbuffer_get_length(src);
-	if (max > have)
-		max = have;
-	while (done < max && st->in_credit > 0) {
-		n = max - done;
-		if (n > st->in_credit)
-			n = st->in_credit;
-		if (n > SBX_AGENT_DATA_MAX)
-			n = SBX_AGENT_DATA_MAX;
-		sbx_agent_hdr_put(h, SBX_AGENT_T_DATA, 0, st->id, (uint32_t)n);
-		evbuffer_add(chan_out(st->ch), h, sizeof(h));
-		if (evbuffer_remove_buffer(src, chan_out(st->ch), n) != (int)n)
-			return -1;
-		st->in_credit -= (uint32_t)n;
-		done += n;
-	}
-	return (ssize_t)done;
-}
-
-ssize_t
-sbx_agent_write(struct sbx_agent_stream *st, const void *buf, size_t len)
-{
-	const unsigned char *b = buf;
 	size_t n, done = 0;
 
-	if (!st->has_stdin || st->stdin_closed || st->ch->failed)
+	if (!stdin_open(st))
 		return -1;
 	while (done < len && st->in_credit > 0) {
 		n = len - done;
@@ -615,11 +600,32 @@ sbx_agent_write(struct sbx_agent_stream *st, const void *buf, size_t len)
 			n = st->in_credit;
 		if (n > SBX_AGENT_DATA_MAX)
 			n = SBX_AGENT_DATA_MAX;
-		send_frame(st->ch, SBX_AGENT_T_DATA, 0, st->id, b + done, n);
+		if (buf != NULL)
+			send_frame(st->ch, SBX_AGENT_T_DATA, 0, st->id, buf + done, n);
+		else {
+			sbx_agent_hdr_put(h, SBX_AGENT_T_DATA, 0, st->id, (uint32_t)n);
+			evbuffer_add(chan_out(st->ch), h, sizeof(h));
+			if (evbuffer_remove_buffer(src, chan_out(st->ch), n) != (int)n)
+				return -1;
+		}
 		st->in_credit -= (uint32_t)n;
 		done += n;
 	}
 	return (ssize_t)done;
+}
+
+ssize_t
+sbx_agent_write_buffer(struct sbx_agent_stream *st, struct evbuffer *src, size_t max)
+{
+	if (max > evbuffer_get_length(src))
+		max = evbuffer_get_length(src);
+	return send_stdin(st, NULL, src, max);
+}
+
+ssize_t
+sbx_agent_write(struct sbx_agent_stream *st, const void *buf, size_t len)
+{
+	return send_stdin(st, buf, NULL, len);
 }
 
 void

@@ -183,7 +183,7 @@ void serial_enqueue(struct breq *b, handler_fn start);
 /* The blocking job of x has ended: run what waited for it. */
 void bsbx_unpark(struct broker_server *s, struct bsbx *x);
 
-/* ---- the handlers (broker_http.c, broker_exec.c, broker_files.c) ---- */
+/* ---- the handlers (broker_http.c, broker_req.c: h_exec, broker_files.c) ---- */
 
 int h_exec(struct breq *b, struct sbx_err *err);
 int h_read(struct breq *b, struct sbx_err *err);

@@ -44,10 +44,7 @@ struct eng_agent {
 	struct sbx_agent_chan *ch;
 	struct sbx_http_req *http;    /* the exec start stream = the channel */
 	struct eop *starter;          /* the runtime calls that start it */
-	unsigned char fhdr[8];        /* the runtime's 8-byte stream frames */
-	size_t fhdr_len;
-	uint32_t frame_left;
-	int frame_stream;
+	struct eng_demux demux;       /* the runtime's 8-byte stream frames */
 	/* What the last ensure saw (warm ensure, adr/0025). */
 	int st_valid;
 	struct sbx_status st;
@@ -139,35 +136,17 @@ static void
 agent_body(void *arg, struct sbx_http_req *req, const unsigned char *buf, size_t len)
 {
 	struct eng_agent *ag = arg;
+	const unsigned char *p;
 	size_t n;
+	int stream;
 
 	if (sbx_http_req_status(req) >= 300)
 		return;
-	while (len > 0 && ag->ch != NULL && sbx_agent_chan_alive(ag->ch)) {
-		if (ag->frame_left == 0) {
-			n = 8 - ag->fhdr_len;
-			if (n > len)
-				n = len;
-			memcpy(ag->fhdr + ag->fhdr_len, buf, n);
-			ag->fhdr_len += n;
-			buf += n;
-			len -= n;
-			if (ag->fhdr_len < 8)
-				break;
-			ag->fhdr_len = 0;
-			ag->frame_stream = ag->fhdr[0];
-			ag->frame_left = (uint32_t)ag->fhdr[4] << 24 |
-			    (uint32_t)ag->fhdr[5] << 16 | (uint32_t)ag->fhdr[6] << 8 |
-			    ag->fhdr[7];
-			continue;
-		}
-		n = ag->frame_left < len ? ag->frame_left : len;
-		ag->frame_left -= (uint32_t)n;
-		if (ag->frame_stream == 1 && sbx_agent_chan_input(ag->ch, buf, n) < 0)
+	while (ag->ch != NULL && sbx_agent_chan_alive(ag->ch) &&
+	    (p = eng_demux_next(&ag->demux, &buf, &len, SIZE_MAX, &n,
+	    &stream)) != NULL)
+		if (stream == 1 && sbx_agent_chan_input(ag->ch, p, n) < 0)
 			return;   /* the channel failed (maybe freed with ag's streams) */
-		buf += n;
-		len -= n;
-	}
 }
 
 static void
@@ -214,14 +193,10 @@ agent_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 static void
 agent_start_exec(struct eng_agent *ag)
 {
-	struct sbx_http_cbs cbs;
+	const struct sbx_http_cbs cbs = { .response = agent_response,
+	    .body = agent_body, .done = agent_done, .arg = ag };
 	struct sbx_err err;
 
-	memset(&cbs, 0, sizeof(cbs));
-	cbs.response = agent_response;
-	cbs.body = agent_body;
-	cbs.done = agent_done;
-	cbs.arg = ag;
 	ag->http = eng_exec_start_stream(ag->e, ag->rexec, &cbs, &err);
 	if (ag->http == NULL)
 		agent_down(ag, &err);
@@ -248,23 +223,11 @@ agent_created(struct eop *op, int status, json_t *body, const struct sbx_err *er
 
 	if (ag == NULL)
 		return;
-	if (err != NULL)
-		e = *err;
-	else if (status == 404)
-		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
-	else if (status == 409)
-		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: ensure it "
-		    "first", op->id);
-	else if (status != 201)
-		eng_runtime_err(&e, status, body, "create the sandbox agent's exec");
-	if (err == NULL && status == 201) {
-		snprintf(ag->rexec, sizeof(ag->rexec), "%s", eng_jstr(body, "Id"));
-		if (eng_name_ok(ag->rexec, sizeof(ag->rexec) - 1)) {
-			starter_end(ag);
-			agent_start_exec(ag);
-			return;
-		}
-		sbx_err_set(&e, SBX_E_RUNTIME, "runtime gave no exec id");
+	if (eng_exec_created_id(op, status, body, err, "create the sandbox "
+	    "agent's exec", ag->rexec, sizeof(ag->rexec), &e) == 0) {
+		starter_end(ag);
+		agent_start_exec(ag);
+		return;
 	}
 	agent_down(ag, &e);
 }
@@ -275,8 +238,9 @@ agent_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *
 	struct eng_agent *ag = ago(op)->ag;
 	struct sbx_status st;
 	struct sbx_err e;
-	json_t *req;
-	char path[256], idle[32];
+	json_t *cmd;
+	char idle[32];
+	int rc;
 
 	if (ag == NULL)
 		return;
@@ -311,17 +275,14 @@ agent_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *
 		ag->ever_ready = 0;
 	snprintf(ag->cid, sizeof(ag->cid), "%s", op->cid);
 	snprintf(idle, sizeof(idle), "%" PRId64, ag->e->agent_idle_ms);
-	req = json_pack("{s:b, s:b, s:b, s:b, s:s, s:s, s:[], s:[s,s,s,s]}",
-	    "AttachStdin", 1, "AttachStdout", 1, "AttachStderr", 1, "Tty", 0,
-	    "User", op->e->user, "WorkingDir", SBX_WORK_DIR, "Env",
-	    "Cmd", SBX_HELPER_PATH, SBX_AGENT_MODE, "--idle-ms", idle);
-	if (req == NULL) {
+	cmd = json_pack("[s,s,s,s]", SBX_HELPER_PATH, SBX_AGENT_MODE,
+	    "--idle-ms", idle);
+	rc = cmd != NULL ? eng_exec_create(op, 1, NULL, cmd, agent_created) : -1;
+	json_decref(cmd);
+	if (rc < 0) {
 		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
 		agent_down(ag, &e);
-		return;
 	}
-	snprintf(path, sizeof(path), API "/containers/%s/exec", op->cid);
-	eng_call(op, "POST", path, req, agent_created);
 }
 
 static void
@@ -336,7 +297,8 @@ agent_fini(struct eop *op)
 static struct eng_agent *
 agent_get(struct engine *e, const char *id, struct sbx_err *err)
 {
-	struct sbx_agent_chan_cbs cbs;
+	struct sbx_agent_chan_cbs cbs = { .ready = chan_ready,
+	    .closed = chan_closed };
 	struct eng_agent *ag = agent_find(e, id);
 	struct eop *op;
 	char path[256];
@@ -353,11 +315,7 @@ agent_get(struct engine *e, const char *id, struct sbx_err *err)
 	}
 	sbx_agent_chan_free(ag->ch);   /* its streams have all ended */
 	ag->ch = NULL;
-	ag->fhdr_len = 0;
-	ag->frame_left = 0;
-	memset(&cbs, 0, sizeof(cbs));
-	cbs.ready = chan_ready;
-	cbs.closed = chan_closed;
+	memset(&ag->demux, 0, sizeof(ag->demux));
 	cbs.arg = ag;
 	if ((ag->ch = sbx_agent_chan_new(e->base.base, &cbs)) == NULL)
 		goto oom;
@@ -585,11 +543,12 @@ int
 eng_agent_run(struct eop *op)
 {
 	struct eop_exec *x = xop(op);
-	struct sbx_agent_stream_cbs cbs;
+	const struct sbx_agent_stream_cbs cbs = { .output = st_output,
+	    .exit = st_exit, .error = st_error, .stdin_room = st_room,
+	    .arg = op };
 	struct eng_agent *ag;
 	const char **argv, **env = NULL;
 	struct sbx_err e;
-	struct timeval tv;
 
 	if ((ag = agent_get(op->e, op->id, &e)) == NULL)
 		goto fail;
@@ -597,12 +556,6 @@ eng_agent_run(struct eop *op)
 		sbx_err_set(&e, SBX_E_INTERNAL, "cannot pass the helper's arguments");
 		goto fail;
 	}
-	memset(&cbs, 0, sizeof(cbs));
-	cbs.output = st_output;
-	cbs.exit = st_exit;
-	cbs.error = st_error;
-	cbs.stdin_room = st_room;
-	cbs.arg = op;
 	x->ast = sbx_agent_open(ag->ch, argv, env, x->has_stdin, &cbs, &e);
 	free(argv);
 	if (x->ast == NULL)
@@ -616,18 +569,8 @@ eng_agent_run(struct eop *op)
 	x->started_ms = eng_now_ms();
 	if (x->paused)
 		sbx_agent_pause(x->ast, 1);
-	if (x->ftimer != NULL)
-		eng_file_progress(op);
-	else if (x->timeout_ms > 0) {
-		/* The driver's timer is authoritative (the helper's trails). */
-		x->timer = evtimer_new(op->e->base.base, eng_exec_timer_cb, op);
-		tv.tv_sec = x->timeout_ms / 1000;
-		tv.tv_usec = (x->timeout_ms % 1000) * 1000;
-		if (x->timer == NULL || event_add(x->timer, &tv) < 0) {
-			sbx_err_set(&e, SBX_E_INTERNAL, "cannot arm the exec timer");
-			goto fail;
-		}
-	}
+	if (eng_exec_clock(op, &e) < 0)
+		goto fail;
 	if (op->kind == OP_EXEC) {
 		if ((x->astart = event_new(op->e->base.base, -1, 0, started_cb, op)) == NULL) {
 			sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");

@@ -435,24 +435,52 @@ eng_inspect_found(struct eop *op, int status, json_t *body,
 	return 1;
 }
 
-/* A frame header split anywhere across reads (the runtime's stream frames,
- * sbx-helper's frames): see driver_engine_int.h. */
 int
-eng_hdr_fill(unsigned char *hdr, size_t *have, size_t want,
-    const unsigned char **buf, size_t *len)
+eng_exec_create(struct eop *op, int with_stdin, json_t *env, json_t *cmd,
+    cont_fn cont)
 {
-	size_t n = want - *have;
+	json_t *req;
+	char path[256];
 
-	if (n > *len)
-		n = *len;
-	memcpy(hdr + *have, *buf, n);
-	*have += n;
-	*buf += n;
-	*len -= n;
-	if (*have < want)
-		return 0;
-	*have = 0;
-	return 1;
+	req = json_pack("{s:b, s:b, s:b, s:b, s:s, s:s, s:o, s:O}",
+	    "AttachStdin", with_stdin,
+	    "AttachStdout", 1,
+	    "AttachStderr", 1,
+	    "Tty", 0,
+	    "User", op->e->user,
+	    "WorkingDir", SBX_WORK_DIR,
+	    "Env", env != NULL ? json_incref(env) : json_array(),
+	    "Cmd", cmd);
+	if (req == NULL)
+		return -1;
+	snprintf(path, sizeof(path), API "/containers/%s/exec", op->cid);
+	eng_call(op, "POST", path, req, cont);
+	return 0;
+}
+
+int
+eng_exec_created_id(const struct eop *op, int status, json_t *body,
+    const struct sbx_err *err, const char *what, char *rexec, size_t sz,
+    struct sbx_err *e)
+{
+	if (err != NULL) {
+		*e = *err;
+		return -1;
+	}
+	if (status == 404)
+		return sbx_err_set(e, SBX_E_NOT_FOUND, "sandbox %s does not exist",
+		    op->id);
+	if (status == 409)
+		return sbx_err_set(e, SBX_E_NOT_RUNNING, "sandbox %s is not "
+		    "running: ensure it first", op->id);
+	if (status != 201) {
+		eng_runtime_err(e, status, body, what);
+		return -1;
+	}
+	snprintf(rexec, sz, "%s", eng_jstr(body, "Id"));
+	if (!eng_name_ok(rexec, sz - 1))
+		return sbx_err_set(e, SBX_E_RUNTIME, "runtime gave no exec id");
+	return 0;
 }
 
 struct sbx_http_req *

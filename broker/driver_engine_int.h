@@ -216,6 +216,14 @@ struct eop_health {
 	struct sbx_health health;
 };
 
+/* Where the demultiplexer of a runtime's attach stream is (eng_demux_next). */
+struct eng_demux {
+	unsigned char hdr[8];
+	size_t hdr_len;
+	uint32_t left;                /* payload bytes left in this frame */
+	int stream;                   /* 0 stdin, 1 stdout, 2 stderr */
+};
+
 /*
  * One sbx-helper invocation (driver_engine_run.c): OP_EXEC, OP_READ,
  * OP_WRITE, OP_LIST, OP_KILL, OP_RECOVER, OP_USAGE. The helper's argv,
@@ -231,11 +239,7 @@ struct eop_exec {
 	int has_stdin;
 	int64_t timeout_ms, cap, delivered, started_ms;
 	struct event *timer;
-	/* the runtime's 8-byte stream frames */
-	unsigned char fhdr[8];
-	size_t fhdr_len;
-	uint32_t frame_left;
-	int frame_stream;
+	struct eng_demux demux;       /* the runtime's 8-byte stream frames */
 	struct evbuffer *out;         /* stdout kept (list, write, du, kill) */
 	/* read, write, list: no progress for file_timeout ends the op */
 	struct event *ftimer;
@@ -429,11 +433,25 @@ int eng_inspect_running(struct eop *op, int status, json_t *body,
     const struct sbx_err *err, struct sbx_status *st);
 /* 1 found (st; *helper if not NULL: its L_HELPER label or NULL, in body),
  * 0 absent (404), -1 op already finished. */
-/* Moves bytes of *buf (*len of them; both advanced) into hdr until *have
- * reaches want: 1 when hdr is whole (*have back to 0), 0 when *buf ran out
- * first (the rest comes with the next read). */
-int eng_hdr_fill(unsigned char *hdr, size_t *have, size_t want,
-    const unsigned char **buf, size_t *len);
+/*
+ * Creates a runtime exec of cmd (a JSON array, borrowed) with env (array
+ * of NAME=value, borrowed; NULL: none) in op's container op->cid, as the
+ * sandbox user in SBX_WORK_DIR, stdout and stderr attached, stdin too when
+ * with_stdin (POST /containers/{id}/exec, Engine API v1.41); the answer
+ * goes to cont (read it with eng_exec_created_id). -1 when the body cannot
+ * be built (out of memory): nothing was sent.
+ */
+int eng_exec_create(struct eop *op, int with_stdin, json_t *env, json_t *cmd,
+    cont_fn cont);
+/*
+ * The answer to eng_exec_create: 0 with the runtime's exec id in rexec (sz
+ * bytes), or -1 with e: err's copy (no answer), not_found (404),
+ * not_running (409), runtime_error (another status, with what in its
+ * sentence, or an answer without a usable id).
+ */
+int eng_exec_created_id(const struct eop *op, int status, json_t *body,
+    const struct sbx_err *err, const char *what, char *rexec, size_t sz,
+    struct sbx_err *e);
 /* Starts runtime exec rexec attached (POST /exec/{id}/start, Detach and Tty
  * false, upgraded: Engine API v1.41 hijack) with cbs on e's runtime socket.
  * Returns the request (the caller owns it until cbs->done), or NULL with err
@@ -512,7 +530,7 @@ struct sbx_op *eng_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
 struct sbx_op *eng_health(struct sbx_driver *d, sbx_health_cb cb, void *arg,
     struct sbx_err *err);
 
-/* ---- driver_engine_run.c: one sbx-helper invocation ---- */
+/* ---- driver_engine_run.c: one sbx-helper invocation (the seam, adr/0021) ---- */
 
 /*
  * A helper op of kind (size: its state struct) for sandbox id with a fresh
@@ -547,11 +565,40 @@ int eng_helper_line(struct eop *op, char *code, size_t csz, char *msg,
 void eng_helper_error(struct eop *op, int code, struct sbx_err *e);
 /* Ends op with the helper's error when code != 0 and returns 1. */
 int eng_helper_failed(struct eop *op, int code);
-/* The helper's stream ended without an exit record: ask the runtime. */
-void eng_exec_after_stream(struct eop *op);
-
+/* Moves bytes of *buf (*len of them; both advanced) into hdr until *have
+ * reaches want: 1 when hdr is whole (*have back to 0), 0 when *buf ran out
+ * first (the rest comes with the next read). */
+int eng_hdr_fill(unsigned char *hdr, size_t *have, size_t want,
+    const unsigned char **buf, size_t *len);
+/*
+ * The next piece of an attached exec's stream (Engine API v1.41 "Attach":
+ * 8-byte frame headers, byte 0 the stream, bytes 4-7 the big-endian payload
+ * length), headers split anywhere across reads. Takes headers off *buf
+ * (*len bytes; both advanced past the piece too) and returns the piece, at
+ * most max bytes of one frame's payload, with *n and *stream; NULL when
+ * *buf ran out (the rest comes with the next read).
+ */
+const unsigned char *eng_demux_next(struct eng_demux *d,
+    const unsigned char **buf, size_t *len, size_t max, size_t *n,
+    int *stream);
 /* The exec timeout's timer callback (op: the helper op). */
 void eng_exec_timer_cb(evutil_socket_t fd, short what, void *arg);
+/* A transport has started op's invocation: a file op's progress timer
+ * restarts, else the exec timeout (x->timeout_ms, 0: none) is armed.
+ * 0, or -1 with e internal (cannot arm the timer). */
+int eng_exec_clock(struct eop *op, struct sbx_err *e);
+
+/* ---- driver_engine_rexec.c: invocations as runtime execs (agent: false) ---- */
+
+/*
+ * Runs op's invocation as one runtime exec (Engine API v1.41: inspect the
+ * container, POST /containers/{id}/exec, POST /exec/{id}/start attached,
+ * GET /exec/{id}/json for the exit); a kill skips the inspect (its parent
+ * checked the container). Ends as eng_helper_run says.
+ */
+void eng_rexec_run(struct eop *op);
+/* The helper's stream ended without an exit record: ask the runtime. */
+void eng_exec_after_stream(struct eop *op);
 
 /* ---- driver_engine_agent.c: invocations through the agent (adr/0025) ---- */
 
@@ -576,7 +623,7 @@ void eng_agent_note_status(struct engine *e, const struct sbx_status *st,
 int eng_agent_warm(struct engine *e, const char *id, const char *image,
     int egress, struct sbx_status *st);
 
-/* ---- driver_engine_exec.c ---- */
+/* ---- driver_engine_run.c: exec (sbx-helper exec --framed, adr/0007) ---- */
 
 struct sbx_op *eng_exec(struct sbx_driver *d, const char *id,
     const struct sbx_exec_req *req, const struct sbx_sink *sink,

@@ -1,4 +1,4 @@
-/* driver_engine_run.c - the engine driver's one sbx-helper invocation: a runtime exec of /.sbx/sbx-helper, its stream, exit and kill (adr/0002). */
+/* driver_engine_run.c - the engine driver's exec and its one sbx-helper invocation: the seam to the transport (agent channel or runtime exec), output, exit, kill, and sbx-helper exec --framed's frames (adr/0002, adr/0007, adr/0021). */
 #include <sys/queue.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -21,6 +21,7 @@
 #include <sodium.h>
 
 #include "driver_engine_int.h"
+#include "sbx_helper_frame.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
 #include "sbx_usage.h"
@@ -29,11 +30,18 @@
  * tried again once a second this many times, so an exec cut off by the
  * runtime's crash does not run on until its timeout (test_faults.py). */
 #define KILL_RETRIES 60
-#define EXIT_POLLS 50
-#define EXIT_POLL_MS 20
 
 static void exec_after_kill(struct eop *op);
-static void exec_poll_exit(struct eop *op);
+
+/*
+ * One exec through this file: eng_exec (at the end) builds sbx-helper's
+ * argv and calls eng_helper_run, which hands the invocation to its
+ * transport: the agent channel (driver_engine_agent.c, the default) or a
+ * runtime exec (driver_engine_rexec.c, agent: false). What comes back
+ * enters here again: the exec's stdout through eng_helper_frames, each
+ * chunk through eng_deliver to the sink, the end through eng_exec_recorded
+ * (the helper's exit record) or cmd_exited.
+ */
 
 /* ---------- helper execs: exec, read, write, list, kill ---------- */
 
@@ -244,6 +252,27 @@ eng_exec_timer_cb(evutil_socket_t fd, short what, void *arg)
 	kill_exec(op);
 }
 
+int
+eng_exec_clock(struct eop *op, struct sbx_err *e)
+{
+	struct eop_exec *x = xop(op);
+	struct timeval tv;
+
+	if (x->ftimer != NULL) {
+		eng_file_progress(op);
+		return 0;
+	}
+	if (x->timeout_ms <= 0)
+		return 0;
+	/* The driver's timer is authoritative (the helper's trails). */
+	x->timer = evtimer_new(op->e->base.base, eng_exec_timer_cb, op);
+	tv.tv_sec = x->timeout_ms / 1000;
+	tv.tv_usec = (x->timeout_ms % 1000) * 1000;
+	if (x->timer == NULL || event_add(x->timer, &tv) < 0)
+		return sbx_err_set(e, SBX_E_INTERNAL, "cannot arm the exec timer");
+	return 0;
+}
+
 /* The helper's error line, {"sbx_helper":1,"error":{"code":..,"message":..}},
  * the last line of stderr. Returns 1 with code and msg filled, else 0. */
 int
@@ -314,84 +343,6 @@ eng_helper_error(struct eop *op, int code, struct sbx_err *e)
 		sbx_err_set(e, ecode, "sbx-helper failed with exit status %d", code);
 }
 
-static void
-poll_timer_cb(evutil_socket_t fd, short what, void *arg)
-{
-	(void)fd;
-	(void)what;
-	exec_poll_exit(arg);
-}
-
-static void
-exec_inspected(struct eop *op, int status, json_t *body,
-    const struct sbx_err *err)
-{
-	struct eop_exec *x = xop(op);
-	struct sbx_err e;
-	struct timeval tv = { 0, EXIT_POLL_MS * 1000 };
-
-	if (err != NULL) {
-		if (op->kind == OP_KILL) {
-			eng_kill_ended(op, err);
-			return;
-		}
-		/* No exit record and no answer (the runtime died with the
-		 * stream): the processes may live on; the kill is retried
-		 * until the runtime is back (test_faults.py). */
-		if (op->kind == OP_EXEC)
-			eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
-		eng_finish_err(op, err);
-		return;
-	}
-	if (status != 200) {
-		eng_runtime_err(&e, status, body, "inspect the exec");
-		if (op->kind == OP_KILL)
-			eng_kill_ended(op, &e);
-		else
-			eng_finish_err(op, &e);
-		return;
-	}
-	/* The stream can end a moment before the runtime records the exit. */
-	if (json_is_true(json_object_get(body, "Running")) &&
-	    x->polls++ < EXIT_POLLS) {
-		event_free(x->timer);
-		x->timer = evtimer_new(op->e->base.base, poll_timer_cb, op);
-		if (x->timer != NULL && event_add(x->timer, &tv) == 0)
-			return;
-	}
-	if (json_is_true(json_object_get(body, "Running"))) {
-		/* The stream ended but the process did not: it must not
-		 * outlive the operation. */
-		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
-		if (op->kind == OP_KILL) {
-			sbx_err_set(&e, SBX_E_TIMEOUT, "kill exec did not finish");
-			eng_kill_ended(op, &e);
-			return;
-		}
-		sbx_err_set(&e, SBX_E_RUNTIME, "exec output ended but the "
-		    "process kept running; it was killed");
-		eng_finish_err(op, &e);
-	} else
-		x->exited(op, (int)json_integer_value(json_object_get(body,
-		    "ExitCode")));
-}
-
-static void
-exec_poll_exit(struct eop *op)
-{
-	char path[256];
-
-	snprintf(path, sizeof(path), API "/exec/%s/json", xop(op)->rexec);
-	eng_call(op, "GET", path, NULL, exec_inspected);
-}
-
-void
-eng_exec_after_stream(struct eop *op)
-{
-	if (xop(op)->timer != NULL)
-		event_del(xop(op)->timer);
-	exec_poll_exit(op);
-}
 
 void
 eng_deliver(struct eop *op, int stream, const unsigned char *buf, size_t len)
@@ -448,288 +399,10 @@ eng_deliver(struct eop *op, int stream, const unsigned char *buf, size_t len)
 	}
 }
 
-/* Demultiplexes the 8-byte-framed stream (Engine API "Attach": byte 0 the
- * stream, bytes 4-7 the big-endian payload length). An exec's stdout holds
- * the helper's frames, its stderr only the helper's own words. */
-static void
-stream_body(void *arg, struct sbx_http_req *req, const unsigned char *buf,
-    size_t len)
-{
-	struct eop *op = arg;
-	struct eop_exec *x = xop(op);
-	size_t n;
-
-	(void)req;
-	if (sbx_http_req_status(req) >= 300) {
-		eng_call_body(op, req, buf, len);
-		return;
-	}
-	eng_op_enter(op);
-	while (len > 0 && !op->dead && x->streaming) {
-		if (x->frame_left == 0) {
-			if (!eng_hdr_fill(x->fhdr, &x->fhdr_len, sizeof(x->fhdr),
-			    &buf, &len))
-				break;
-			x->frame_stream = x->fhdr[0];
-			x->frame_left = (uint32_t)x->fhdr[4] << 24 |
-			    (uint32_t)x->fhdr[5] << 16 | (uint32_t)x->fhdr[6] << 8 |
-			    x->fhdr[7];
-			continue;
-		}
-		n = x->frame_left;
-		if (n > len)
-			n = len;
-		if (n > STREAM_CHUNK)
-			n = STREAM_CHUNK;
-		x->frame_left -= (uint32_t)n;
-		if (op->kind != OP_EXEC)
-			eng_deliver(op, x->frame_stream, buf, n);
-		else if (x->frame_stream == 1)
-			eng_helper_frames(op, buf, n);
-		else if (x->frame_stream == 2)
-			eng_keep_errtail(op, buf, n);
-		buf += n;
-		len -= n;
-	}
-	eng_op_leave(op);
-}
-
-static void
-stream_response(void *arg, struct sbx_http_req *req, int status)
-{
-	struct eop *op = arg;
-	struct eop_exec *x = xop(op);
-	struct sbx_err e;
-
-	if (status != 101 && status != 200)
-		return;          /* error answer: collected, reported at done */
-	x->streaming = 1;
-	x->got_stream = 1;
-	if (x->has_stdin) {
-		if (!sbx_http_req_upgraded(req)) {
-			sbx_err_set(&e, SBX_E_RUNTIME, "runtime did not upgrade "
-			    "the exec connection, so stdin cannot be sent");
-			eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
-			eng_finish_err(op, &e);
-			return;
-		}
-		if (op->kind == OP_WRITE) {
-			eng_write_started(op, req);
-		} else {
-			if (x->stdin_buf != NULL)
-				sbx_http_req_write_buffer(req, x->stdin_buf);
-			sbx_http_req_close_write(req);
-		}
-	}
-	if (op->kind == OP_EXEC && !x->stream_started) {
-		x->stream_started = 1;
-		eng_op_enter(op);
-		if (x->sink.start != NULL)
-			x->sink.start(x->sink.arg, x->exec_id);
-		eng_op_leave(op);
-	}
-}
-
-static void
-stream_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
-{
-	struct eop *op = arg;
-	struct eop_exec *x = xop(op);
-	struct sbx_err e;
-	json_t *body = NULL;
-	int status = sbx_http_req_status(req);
-
-	op->http = NULL;
-	x->streaming = 0;
-	if (err != NULL) {
-		if (op->kind == OP_KILL) {
-			eng_kill_ended(op, err);
-			return;
-		}
-		/* The exit record came: the command is reaped, its group dead;
-		 * a stream broken after that loses nothing. */
-		if (eng_exec_got_exit(op)) {
-			eng_exec_recorded(op);
-			return;
-		}
-		/* Podman 4.3 resets the exec connection when the process exits
-		 * while stdin is still being sent (measured: 5 of 5 runs of
-		 * `exit 3` with 3 MB of stdin); the exit status is still
-		 * there, so a reset of a running stream with stdin ends it. */
-		if (x->got_stream && x->has_stdin &&
-		    strcmp(err->code, SBX_E_RUNTIME) == 0) {
-			eng_exec_after_stream(op);
-			return;
-		}
-		/* The stream broke: the processes may live on. */
-		e = *err;
-		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
-		eng_finish_err(op, &e);
-		return;
-	}
-	if (status != 101 && status != 200) {
-		if (evbuffer_get_length(op->resp) > 0)
-			body = json_loadb((const char *)evbuffer_pullup(op->resp, -1),
-			    evbuffer_get_length(op->resp), 0, NULL);
-		if (status == 404)
-			sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist",
-			    op->id);
-		else if (status == 409)
-			sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not "
-			    "running", op->id);
-		else
-			eng_runtime_err(&e, status, body, "start the exec");
-		json_decref(body);
-		if (op->kind == OP_KILL)
-			eng_kill_ended(op, &e);
-		else
-			eng_finish_err(op, &e);
-		return;
-	}
-	if (eng_exec_got_exit(op))
-		eng_exec_recorded(op);
-	else
-		eng_exec_after_stream(op);   /* no record: the helper was killed */
-}
-
-static void
-exec_start(struct eop *op)
-{
-	struct sbx_http_cbs cbs;
-	struct sbx_err err;
-
-	memset(&cbs, 0, sizeof(cbs));
-	cbs.response = stream_response;
-	cbs.body = stream_body;
-	cbs.done = stream_done;
-	cbs.arg = op;
-	evbuffer_drain(op->resp, evbuffer_get_length(op->resp));
-	op->http = eng_exec_start_stream(op->e, xop(op)->rexec, &cbs, &err);
-	if (op->http == NULL) {
-		eng_fail_later(op, &err);
-		return;
-	}
-	if (xop(op)->paused)
-		sbx_http_req_pause(op->http);
-}
-
-static void
-exec_created(struct eop *op, int status, json_t *body,
-    const struct sbx_err *err)
-{
-	struct eop_exec *x = xop(op);
-	struct sbx_err e;
-	struct timeval tv;
-
-	if (err != NULL) {
-		if (op->kind == OP_KILL)
-			eng_kill_ended(op, err);
-		else
-			eng_finish_err(op, err);
-		return;
-	}
-	if (status == 404)
-		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
-	else if (status == 409)
-		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: "
-		    "ensure it first", op->id);
-	else if (status != 201)
-		eng_runtime_err(&e, status, body, "create the exec");
-	if (status != 201) {
-		if (op->kind == OP_KILL)
-			eng_kill_ended(op, &e);
-		else
-			eng_finish_err(op, &e);
-		return;
-	}
-	snprintf(x->rexec, sizeof(x->rexec), "%s", eng_jstr(body, "Id"));
-	if (!eng_name_ok(x->rexec, sizeof(x->rexec) - 1)) {
-		sbx_err_set(&e, SBX_E_RUNTIME, "runtime gave no exec id");
-		if (op->kind == OP_KILL)
-			eng_kill_ended(op, &e);
-		else
-			eng_finish_err(op, &e);
-		return;
-	}
-	x->started_ms = eng_now_ms();
-	if (x->ftimer != NULL)
-		eng_file_progress(op);
-	else if (x->timeout_ms > 0) {
-		/* The driver's timer is authoritative (the helper's trails). */
-		x->timer = evtimer_new(op->e->base.base, eng_exec_timer_cb, op);
-		tv.tv_sec = x->timeout_ms / 1000;
-		tv.tv_usec = (x->timeout_ms % 1000) * 1000;
-		if (x->timer == NULL || event_add(x->timer, &tv) < 0) {
-			sbx_err_set(&e, SBX_E_INTERNAL, "cannot arm the exec timer");
-			eng_finish_err(op, &e);
-			return;
-		}
-	}
-	exec_start(op);
-}
-
-static void
-exec_create(struct eop *op)
-{
-	struct eop_exec *x = xop(op);
-	struct sbx_err e;
-	json_t *req;
-	char path[256];
-
-	req = json_pack("{s:b, s:b, s:b, s:b, s:s, s:s, s:o, s:O}",
-	    "AttachStdin", x->has_stdin,
-	    "AttachStdout", 1,
-	    "AttachStderr", 1,
-	    "Tty", 0,
-	    "User", op->e->user,
-	    "WorkingDir", SBX_WORK_DIR,
-	    "Env", x->env != NULL ? json_incref(x->env) : json_array(),
-	    "Cmd", x->cmd);
-	if (req == NULL) {
-		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
-		eng_finish_err(op, &e);
-		return;
-	}
-	snprintf(path, sizeof(path), API "/containers/%s/exec", op->cid);
-	eng_call(op, "POST", path, req, exec_created);
-}
-
-static void
-exec_target_inspected(struct eop *op, int status, json_t *body,
-    const struct sbx_err *err)
-{
-	struct sbx_status st;
-	struct sbx_err e;
-	int r;
-
-	if ((r = eng_inspect_running(op, status, body, err, &st)) < 0)
-		return;
-	if (op->kind == OP_USAGE && eng_usage_target(op, r, &st))
-		return;
-	if (r == 0 && op->kind == OP_RECOVER) {
-		/* no container, or a stop killed everything: no process left */
-		eng_finish_done(op, NULL);
-		return;
-	}
-	if (r == 0 && st.state == SBX_STATE_ABSENT) {
-		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
-		eng_finish_err(op, &e);
-		return;
-	}
-	if (r == 0) {
-		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: "
-		    "ensure it first", op->id);
-		eng_finish_err(op, &e);
-		return;
-	}
-	exec_create(op);
-}
-
 void
 eng_helper_run(struct eop *op)
 {
 	struct eop_exec *x = xop(op);
-	char path[256];
 
 	if (x->errtail == NULL)
 		x->errtail = evbuffer_new();
@@ -741,16 +414,10 @@ eng_helper_run(struct eop *op)
 		new_exec_id(x->exec_id, sizeof(x->exec_id));
 	/* The usage walk answers the container's status too, running or not
 	 * (adr/0017), so it keeps its runtime exec after an inspect. */
-	if (op->e->agent_on && op->kind != OP_USAGE) {
+	if (op->e->agent_on && op->kind != OP_USAGE)
 		(void)eng_agent_run(op);   /* adr/0025 */
-		return;
-	}
-	if (op->kind == OP_KILL) {
-		exec_create(op);   /* the parent checked the container */
-		return;
-	}
-	eng_inspect_path(op, path, sizeof(path));
-	eng_call(op, "GET", path, NULL, exec_target_inspected);
+	else
+		eng_rexec_run(op);         /* agent: false */
 }
 
 /* A helper exec op for sandbox id with mode and its arguments. */
@@ -773,4 +440,398 @@ eng_helper_op(struct engine *e, enum op_kind kind, const char *id,
 	}
 	new_exec_id(xop(op)->exec_id, sizeof(xop(op)->exec_id));
 	return op;
+}
+
+/* ---------- the bytes of an invocation: the runtime's attach frames ---------- */
+
+/* A frame header split anywhere across reads (the runtime's stream frames,
+ * sbx-helper's frames): see driver_engine_int.h. */
+int
+eng_hdr_fill(unsigned char *hdr, size_t *have, size_t want,
+    const unsigned char **buf, size_t *len)
+{
+	size_t n = want - *have;
+
+	if (n > *len)
+		n = *len;
+	memcpy(hdr + *have, *buf, n);
+	*have += n;
+	*buf += n;
+	*len -= n;
+	if (*have < want)
+		return 0;
+	*have = 0;
+	return 1;
+}
+
+const unsigned char *
+eng_demux_next(struct eng_demux *d, const unsigned char **buf, size_t *len,
+    size_t max, size_t *n, int *stream)
+{
+	const unsigned char *piece;
+
+	while (d->left == 0) {
+		if (!eng_hdr_fill(d->hdr, &d->hdr_len, sizeof(d->hdr), buf, len))
+			return NULL;
+		d->stream = d->hdr[0];
+		d->left = (uint32_t)d->hdr[4] << 24 | (uint32_t)d->hdr[5] << 16 |
+		    (uint32_t)d->hdr[6] << 8 | d->hdr[7];
+	}
+	if (*len == 0)
+		return NULL;
+	*n = d->left < *len ? d->left : *len;
+	if (*n > max)
+		*n = max;
+	d->left -= (uint32_t)*n;
+	*stream = d->stream;
+	piece = *buf;
+	*buf += *n;
+	*len -= *n;
+	return piece;
+}
+
+/* ---------- exec: argv, the helper's frames, the exit record ---------- */
+
+/* An exec whose helper could not start the command (status 125): the
+ * helper's line says why; only codes about the request are believed. */
+static int
+exec_refused(struct eop *op, struct sbx_err *e)
+{
+	static const char *const believed[] = {
+		SBX_E_PATH_OUTSIDE_WORK, SBX_E_NOT_FOUND, SBX_E_BAD_REQUEST,
+		SBX_E_FORBIDDEN, NULL,
+	};
+	char lcode[48], msg[256];
+	size_t i;
+
+	if (!eng_helper_line(op, lcode, sizeof(lcode), msg, sizeof(msg)))
+		return 0;
+	for (i = 0; believed[i] != NULL; i++)
+		if (strcmp(lcode, believed[i]) == 0) {
+			sbx_err_set(e, believed[i], "%s", msg[0] != '\0' ? msg :
+			    "sbx-helper refused the exec");
+			return 1;
+		}
+	return 0;
+}
+
+/* A framed exec ended with the helper's exit record (and maybe its error
+ * record): no exec inspect needed. */
+void
+eng_exec_recorded(struct eop *op)
+{
+	struct eop_exec *x = xop(op);
+	struct eop_cmd *cm = cmo(op);
+	static const char *const believed[] = {
+		SBX_E_PATH_OUTSIDE_WORK, SBX_E_NOT_FOUND, SBX_E_BAD_REQUEST,
+		SBX_E_FORBIDDEN, SBX_E_CANCELLED, NULL,
+	};
+	struct sbx_exit ex;
+	struct sbx_err e;
+	char line[300];
+	int n;
+	size_t i;
+
+	if (x->timer != NULL)
+		event_del(x->timer);
+	if (cm->xtimeout && !x->truncated) {
+		sbx_err_set(&e, SBX_E_TIMEOUT, "exec ran longer than its timeout "
+		    "of %" PRId64 " ms; its processes were killed", x->timeout_ms);
+		eng_finish_err(op, &e);
+		return;
+	}
+	if (cm->got_herr && !x->truncated &&
+	    cm->xhow == SBX_HELPER_EXIT_HOW_EXITED &&
+	    cm->xcode == SBX_HELPER_EXEC_FAILED) {
+		/* The command never ran: the helper's code if it is about the
+		 * request, else the runtime side failed. */
+		sbx_err_set(&e, SBX_E_RUNTIME, "sbx-helper could not start the "
+		    "command: %s", cm->herr_msg);
+		for (i = 0; believed[i] != NULL; i++)
+			if (strcmp(cm->herr_code, believed[i]) == 0)
+				sbx_err_set(&e, believed[i], "%s", cm->herr_msg[0] !=
+				    '\0' ? cm->herr_msg : "sbx-helper refused the exec");
+		eng_finish_err(op, &e);
+		return;
+	}
+	if (cm->got_herr && cm->xhow == SBX_HELPER_EXIT_HOW_EXITED &&
+	    (cm->xcode == SBX_HELPER_EXEC_NOEXEC ||
+	    cm->xcode == SBX_HELPER_EXEC_NOTFOUND)) {
+		/* Like a shell: the reason on stderr, then the status. */
+		n = snprintf(line, sizeof(line), "sbx-helper: %s\n", cm->herr_msg);
+		if (n > 0 && (size_t)n < sizeof(line)) {
+			eng_op_enter(op);
+			eng_deliver(op, 2, (const unsigned char *)line, (size_t)n);
+			if (!eng_op_leave(op))
+				return;
+		}
+	}
+	memset(&ex, 0, sizeof(ex));
+	ex.duration_ms = eng_now_ms() - x->started_ms;
+	ex.truncated = x->truncated;
+	if (cm->xhow == SBX_HELPER_EXIT_HOW_SIGNALED) {
+		ex.code = 128 + cm->xsig;
+		ex.signal = sigabbrev_np(cm->xsig);
+	} else
+		ex.code = cm->xcode;
+	if (x->truncated && ex.signal == NULL)
+		ex.signal = "KILL";
+	if (x->sink.exit != NULL)
+		x->sink.exit(x->sink.arg, &ex);
+	eng_op_release(op);
+}
+
+/* The helper's own stderr in a framed exec (the command's is framed in
+ * stdout): a tail kept for its error line when its frames never came. */
+void
+eng_keep_errtail(struct eop *op, const unsigned char *buf, size_t len)
+{
+	struct eop_exec *x = xop(op);
+	if (evbuffer_get_length(x->errtail) + len > ERRTAIL_MAX)
+		evbuffer_drain(x->errtail, evbuffer_get_length(x->errtail));
+	if (len <= ERRTAIL_MAX)
+		evbuffer_add(x->errtail, buf, len);
+}
+
+/* The helper broke its frame protocol: what it says can no longer be
+ * told apart from what the command wrote, so the exec ends here. */
+static void
+helper_protocol_error(struct eop *op, const char *what)
+{
+	struct sbx_err e;
+
+	sbx_err_set(&e, SBX_E_RUNTIME, "sbx-helper broke its output protocol "
+	    "(%s); the exec was killed", what);
+	xop(op)->streaming = 0;
+	eng_start_kill(op->e, op->id, op->cid, xop(op)->exec_id, NULL);
+	eng_finish_err(op, &e);
+}
+
+/* The exit record (sbx_helper_proto.h): -1 when malformed. */
+static int
+exit_record(struct eop *op)
+{
+	struct eop_cmd *cm = cmo(op);
+	struct sbx_helper_exit x;
+
+	if (sbx_helper_exit_decode(cm->hrec, &x) == -1)
+		return -1;
+	cm->xhow = x.how;
+	cm->xcode = x.code;
+	cm->xsig = x.sig;
+	cm->xtimeout = x.timed_out;
+	cm->got_exit = 1;
+	return 0;
+}
+
+/* The error record: {"sbx_helper":2,"error":{"code":C,"message":M}} with
+ * C of [a-z_]; -1 when malformed. */
+static int
+error_record(struct eop *op)
+{
+	struct eop_cmd *cm = cmo(op);
+	json_t *line, *err;
+	const char *code, *msg;
+	size_t i;
+	int rc = -1;
+
+	line = json_loadb((const char *)cm->hrec, cm->hrec_len, 0, NULL);
+	err = json_object_get(line, "error");
+	code = json_string_value(json_object_get(err, "code"));
+	msg = json_string_value(json_object_get(err, "message"));
+	if (json_integer_value(json_object_get(line, "sbx_helper")) !=
+	    SBX_HELPER_PROTO || code == NULL || msg == NULL || code[0] == '\0' ||
+	    strlen(code) >= sizeof(cm->herr_code))
+		goto done;
+	for (i = 0; code[i] != '\0'; i++)
+		if (!(code[i] >= 'a' && code[i] <= 'z') && code[i] != '_')
+			goto done;
+	snprintf(cm->herr_code, sizeof(cm->herr_code), "%s", code);
+	snprintf(cm->herr_msg, sizeof(cm->herr_msg), "%s", msg);
+	cm->got_herr = 1;
+	rc = 0;
+done:
+	json_decref(line);
+	return rc;
+}
+
+/* Decodes sbx-helper's frames from the runtime's stdout stream of a framed
+ * exec. Frames may be split anywhere, across runtime frames and reads. */
+void
+eng_helper_frames(struct eop *op, const unsigned char *buf, size_t len)
+{
+	struct eop_cmd *cm = cmo(op);
+	const unsigned char *h = cm->hhdr;
+	uint32_t plen;
+	size_t n;
+	int ok;
+
+	while (len > 0 && !op->dead && xop(op)->streaming) {
+		if (cm->htype == 0) {
+			if (!eng_hdr_fill(cm->hhdr, &cm->hhdr_len,
+			    SBX_HELPER_FRAME_HDR, &buf, &len))
+				break;
+			if (cm->got_exit) {
+				helper_protocol_error(op, "a frame after the exit record");
+				return;
+			}
+			/* proto/sbx_helper_frame.h, the helper's own codec */
+			ok = sbx_helper_frame_check(h, &plen);
+			if (ok == SBX_HELPER_FRAME_BAD_HEADER) {
+				helper_protocol_error(op, "bad frame header");
+				return;
+			}
+			if (ok < 0 || (ok == SBX_HELPER_FRAME_ERROR && cm->got_herr)) {
+				helper_protocol_error(op, "bad frame type or length");
+				return;
+			}
+			cm->htype = h[0];
+			cm->hleft = plen;
+			cm->hrec_len = 0;
+			continue;
+		}
+		n = cm->hleft;
+		if (n > len)
+			n = len;
+		if (cm->htype == SBX_HELPER_FRAME_STDOUT ||
+		    cm->htype == SBX_HELPER_FRAME_STDERR) {
+			if (n > STREAM_CHUNK)
+				n = STREAM_CHUNK;
+			eng_deliver(op, cm->htype, buf, n);
+		} else {
+			memcpy(cm->hrec + cm->hrec_len, buf, n);
+			cm->hrec_len += n;
+		}
+		cm->hleft -= (uint32_t)n;
+		buf += n;
+		len -= n;
+		if (op->dead)
+			return;
+		if (cm->hleft > 0)
+			continue;
+		if ((cm->htype == SBX_HELPER_FRAME_EXIT && exit_record(op) < 0) ||
+		    (cm->htype == SBX_HELPER_FRAME_ERROR && error_record(op) < 0)) {
+			helper_protocol_error(op, "malformed record");
+			return;
+		}
+		cm->htype = 0;
+	}
+}
+
+int
+eng_exec_got_exit(struct eop *op)
+{
+	return op->kind == OP_EXEC && cmo(op)->got_exit;
+}
+
+/* An exec without an exit record ended with exit status code (the helper
+ * was killed, or it refused the command: 125). */
+static void
+cmd_exited(struct eop *op, int code)
+{
+	struct eop_exec *x = xop(op);
+	struct sbx_exit ex;
+	struct sbx_err e;
+
+	memset(&ex, 0, sizeof(ex));
+	ex.code = code & 0xff;
+	ex.duration_ms = eng_now_ms() - x->started_ms;
+	ex.truncated = x->truncated;
+	/* The helper exits 128+n when signal n ended the command. */
+	if (code > 128 && code < 128 + 32)
+		ex.signal = sigabbrev_np(code - 128);
+	if (x->truncated && ex.signal == NULL)
+		ex.signal = "KILL";
+	if (!x->truncated && code == 125 && exec_refused(op, &e)) {
+		eng_finish_err(op, &e);
+		return;
+	}
+	if (x->sink.exit != NULL)
+		x->sink.exit(x->sink.arg, &ex);
+	eng_op_release(op);
+}
+
+struct sbx_op *
+eng_exec(struct sbx_driver *d, const char *id, const struct sbx_exec_req *req,
+    const struct sbx_sink *sink, struct sbx_err *err)
+{
+	struct engine *e = (struct engine *)d;
+	struct eop *op = NULL;
+	const char *const *p;
+	const char *cwd;
+	int64_t timeout, cap;
+	char num[32];
+
+	if (eng_id_check(id, err) < 0)
+		return NULL;
+	if (req == NULL || sink == NULL || req->argv == NULL ||
+	    req->argv[0] == NULL || req->argv[0][0] == '\0') {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "exec needs a non-empty argv");
+		return NULL;
+	}
+	cwd = req->cwd != NULL ? req->cwd : SBX_WORK_DIR;
+	if (eng_path_check(cwd, err) < 0)
+		return NULL;
+	if (req->timeout_ms < 0 || req->timeout_ms > e->timeout.ceiling) {
+		sbx_err_set(err, SBX_E_LIMIT_EXCEEDED, "timeout_ms must be between "
+		    "0 and %" PRId64, e->timeout.ceiling);
+		return NULL;
+	}
+	if (req->output_cap < 0 || req->output_cap > e->output_cap) {
+		sbx_err_set(err, SBX_E_LIMIT_EXCEEDED, "output cap must be between "
+		    "0 and %" PRId64 " bytes", e->output_cap);
+		return NULL;
+	}
+	for (p = req->env; p != NULL && *p != NULL; p++) {
+		if (strchr(*p, '=') == NULL || **p == '=') {
+			sbx_err_set(err, SBX_E_BAD_REQUEST,
+			    "env entries must be NAME=value");
+			return NULL;
+		}
+	}
+	timeout = req->timeout_ms > 0 ? req->timeout_ms : e->timeout.def;
+	cap = req->output_cap > 0 ? req->output_cap : e->output_cap;
+	if ((op = eng_helper_op(e, OP_EXEC, id, sizeof(struct eop_cmd),
+	    err)) == NULL)
+		return NULL;
+	xop(op)->sink = *sink;
+	xop(op)->exited = cmd_exited;
+	xop(op)->timeout_ms = timeout;
+	xop(op)->cap = cap;
+	xop(op)->cmd = eng_helper_cmd("exec");
+	snprintf(num, sizeof(num), "%" PRId64, timeout + HELPER_GRACE_MS);
+	json_array_append_new(xop(op)->cmd, json_string("--framed"));
+	json_array_append_new(xop(op)->cmd, json_string("--id"));
+	json_array_append_new(xop(op)->cmd, json_string(xop(op)->exec_id));
+	json_array_append_new(xop(op)->cmd, json_string("--timeout-ms"));
+	json_array_append_new(xop(op)->cmd, json_string(num));
+	json_array_append_new(xop(op)->cmd, json_string("--cwd"));
+	json_array_append_new(xop(op)->cmd, json_string(cwd));
+	json_array_append_new(xop(op)->cmd, json_string("--"));
+	for (p = req->argv; *p != NULL; p++)
+		if (json_array_append_new(xop(op)->cmd, json_string(*p)) < 0)
+			goto bad;
+	if (req->env != NULL) {
+		xop(op)->env = json_array();
+		for (p = req->env; *p != NULL; p++)
+			if (json_array_append_new(xop(op)->env, json_string(*p)) < 0)
+				goto bad;
+	}
+	if (req->stdin_data != NULL) {
+		xop(op)->has_stdin = 1;
+		if ((xop(op)->stdin_buf = evbuffer_new()) == NULL ||
+		    evbuffer_add(xop(op)->stdin_buf, req->stdin_data, req->stdin_len) < 0)
+			goto oom;
+	}
+	eng_helper_run(op);
+	return &op->base;
+bad:
+	/* json_string() refuses what is not UTF-8. */
+	sbx_err_set(err, SBX_E_BAD_REQUEST, "argv and env must be valid UTF-8");
+	eng_op_free(op);
+	return NULL;
+oom:
+	sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+	eng_op_free(op);
+	return NULL;
 }

@@ -105,13 +105,21 @@ sbx_probe_health(const char *address, const char *path, const char *token,
     size_t token_len, int64_t timeout_ms, char *detail, size_t detailsz)
 {
 	static struct probe p;  /* 64 KiB: not on the stack */
-	struct sbx_http_request rq;
-	struct sbx_http_opts opts;
-	struct sbx_http_cbs cbs;
+	const char *headers[2] = { NULL, NULL };
+	const struct sbx_http_request rq = { .method = "GET", .path = path,
+	    .headers = headers };
+	const struct sbx_http_opts opts = {
+		.unavailable_code = SBX_E_BROKER_UNAVAILABLE,
+		.protocol_code = SBX_E_BAD_REQUEST,
+		.peer_name = "the daemon",
+		.header_timeout_ms = timeout_ms,
+		.timeout_ms = timeout_ms,
+	};
+	const struct sbx_http_cbs cbs = { .response = probe_response,
+	    .body = probe_body, .done = probe_done, .arg = &p };
 	struct sbx_http_req *req = NULL;
 	char addr[512], status[PROBE_MEMBER_MAX + 1], reason[PROBE_MEMBER_MAX + 1];
 	char auth[SBX_TOKEN_MAX_LEN + 32];
-	const char *headers[2] = { NULL, NULL };
 	char scratch[8];
 	json_t *o = NULL;
 	int rc = SBX_PROBE_UNHEALTHY;
@@ -142,21 +150,6 @@ sbx_probe_health(const char *address, const char *path, const char *token,
 		    (int)token_len, token);
 		headers[0] = auth;
 	}
-	memset(&rq, 0, sizeof(rq));
-	rq.method = "GET";
-	rq.path = path;
-	rq.headers = headers;
-	memset(&opts, 0, sizeof(opts));
-	opts.unavailable_code = SBX_E_BROKER_UNAVAILABLE;
-	opts.protocol_code = SBX_E_BAD_REQUEST;
-	opts.peer_name = "the daemon";
-	opts.header_timeout_ms = timeout_ms;
-	opts.timeout_ms = timeout_ms;
-	memset(&cbs, 0, sizeof(cbs));
-	cbs.response = probe_response;
-	cbs.body = probe_body;
-	cbs.done = probe_done;
-	cbs.arg = &p;
 	req = sbx_http_request(p.base, addr, &rq, &opts, &cbs, &p.err);
 	/* The request is serialised by now: the header copy is not needed. */
 	sodium_memzero(auth, sizeof(auth));

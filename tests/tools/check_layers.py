@@ -9,7 +9,9 @@ Fails (exit 1, one line per finding) when
   * the folders proto, common, broker, broker/helper, api, api/cli include
     each other in a cycle (folder A includes B and B, maybe through others,
     includes A), or a lower layer includes a higher one
-    (proto < common < broker, api < api/cli).
+    (proto < common < broker, api < api/cli);
+  * a C source or header outside tests/ is over MAX_LINES (1,000) lines
+    (issue 12: files you can read top to bottom).
 A quoted include resolves as the compiler does: the including file's own
 folder first, then the Makefile's -Icommon -Iproto -Ibroker -Iapi.
 Usage: check_layers.py [ROOT]   (default: the repository holding this file)
@@ -25,6 +27,8 @@ SEARCH = ["common", "proto", "broker", "api"]          # the Makefile's -I order
 RANK = {"proto": 0, "common": 1, "broker/helper": 1, "broker": 2, "api": 2,
         "api/cli": 3}
 ONLY = {"proto": {"proto"}, "broker/helper": {"broker/helper", "proto"}}
+MAX_LINES = 1000
+SKIP_DIRS = {".git", "build", "tests", "node_modules"}
 INC = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
 
@@ -98,6 +102,17 @@ def main():
     for f in FOLDERS:
         if colour.get(f) is None:
             visit(f)
+    for d, dirs, files in os.walk(root):
+        dirs[:] = sorted(x for x in dirs if not (d == root and x in SKIP_DIRS))
+        for n in sorted(files):
+            if not n.endswith((".c", ".h")):
+                continue
+            path = os.path.join(d, n)
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                lines = sum(1 for _ in fh)
+            if lines > MAX_LINES:
+                bad.append("%s: %d lines, over the %d of issue 12"
+                           % (os.path.relpath(path, root), lines, MAX_LINES))
     for line in bad:
         print("check_layers: " + line)
     if bad:

@@ -1,0 +1,325 @@
+/* driver_engine_rexec.c - the engine driver's transport with the agent off: one runtime exec of /.sbx/sbx-helper per invocation, its stream and its exit (Engine API v1.41 §Exec, adr/0002). */
+#include <sys/queue.h>
+#include <sys/time.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "driver_engine_int.h"
+
+/* The stream can end a moment before the runtime records the exit: the
+ * exec is inspected again this often, this many times. */
+#define EXIT_POLLS 50
+#define EXIT_POLL_MS 20
+
+static void exec_poll_exit(struct eop *op);
+
+static void
+poll_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	exec_poll_exit(arg);
+}
+
+static void
+exec_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct eop_exec *x = xop(op);
+	struct sbx_err e;
+	struct timeval tv = { 0, EXIT_POLL_MS * 1000 };
+
+	if (err != NULL) {
+		if (op->kind == OP_KILL) {
+			eng_kill_ended(op, err);
+			return;
+		}
+		/* No exit record and no answer (the runtime died with the
+		 * stream): the processes may live on; the kill is retried
+		 * until the runtime is back (test_faults.py). */
+		if (op->kind == OP_EXEC)
+			eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
+		eng_finish_err(op, err);
+		return;
+	}
+	if (status != 200) {
+		eng_runtime_err(&e, status, body, "inspect the exec");
+		if (op->kind == OP_KILL)
+			eng_kill_ended(op, &e);
+		else
+			eng_finish_err(op, &e);
+		return;
+	}
+	/* The stream can end a moment before the runtime records the exit. */
+	if (json_is_true(json_object_get(body, "Running")) &&
+	    x->polls++ < EXIT_POLLS) {
+		event_free(x->timer);
+		x->timer = evtimer_new(op->e->base.base, poll_timer_cb, op);
+		if (x->timer != NULL && event_add(x->timer, &tv) == 0)
+			return;
+	}
+	if (json_is_true(json_object_get(body, "Running"))) {
+		/* The stream ended but the process did not: it must not
+		 * outlive the operation. */
+		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
+		if (op->kind == OP_KILL) {
+			sbx_err_set(&e, SBX_E_TIMEOUT, "kill exec did not finish");
+			eng_kill_ended(op, &e);
+			return;
+		}
+		sbx_err_set(&e, SBX_E_RUNTIME, "exec output ended but the "
+		    "process kept running; it was killed");
+		eng_finish_err(op, &e);
+	} else
+		x->exited(op, (int)json_integer_value(json_object_get(body,
+		    "ExitCode")));
+}
+
+static void
+exec_poll_exit(struct eop *op)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), API "/exec/%s/json", xop(op)->rexec);
+	eng_call(op, "GET", path, NULL, exec_inspected);
+}
+
+void
+eng_exec_after_stream(struct eop *op)
+{
+	if (xop(op)->timer != NULL)
+		event_del(xop(op)->timer);
+	exec_poll_exit(op);
+}
+
+/* Demultiplexes the 8-byte-framed stream (Engine API "Attach": byte 0 the
+ * stream, bytes 4-7 the big-endian payload length). An exec's stdout holds
+ * the helper's frames, its stderr only the helper's own words. */
+static void
+stream_body(void *arg, struct sbx_http_req *req, const unsigned char *buf,
+    size_t len)
+{
+	struct eop *op = arg;
+	struct eop_exec *x = xop(op);
+	const unsigned char *p;
+	size_t n;
+	int stream;
+
+	if (sbx_http_req_status(req) >= 300) {
+		eng_call_body(op, req, buf, len);
+		return;
+	}
+	eng_op_enter(op);
+	while (!op->dead && x->streaming &&
+	    (p = eng_demux_next(&x->demux, &buf, &len, STREAM_CHUNK, &n,
+	    &stream)) != NULL) {
+		if (op->kind != OP_EXEC)
+			eng_deliver(op, stream, p, n);
+		else if (stream == 1)
+			eng_helper_frames(op, p, n);
+		else if (stream == 2)
+			eng_keep_errtail(op, p, n);
+	}
+	eng_op_leave(op);
+}
+
+static void
+stream_response(void *arg, struct sbx_http_req *req, int status)
+{
+	struct eop *op = arg;
+	struct eop_exec *x = xop(op);
+	struct sbx_err e;
+
+	if (status != 101 && status != 200)
+		return;          /* error answer: collected, reported at done */
+	x->streaming = 1;
+	x->got_stream = 1;
+	if (x->has_stdin) {
+		if (!sbx_http_req_upgraded(req)) {
+			sbx_err_set(&e, SBX_E_RUNTIME, "runtime did not upgrade "
+			    "the exec connection, so stdin cannot be sent");
+			eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
+			eng_finish_err(op, &e);
+			return;
+		}
+		if (op->kind == OP_WRITE) {
+			eng_write_started(op, req);
+		} else {
+			if (x->stdin_buf != NULL)
+				sbx_http_req_write_buffer(req, x->stdin_buf);
+			sbx_http_req_close_write(req);
+		}
+	}
+	if (op->kind == OP_EXEC && !x->stream_started) {
+		x->stream_started = 1;
+		eng_op_enter(op);
+		if (x->sink.start != NULL)
+			x->sink.start(x->sink.arg, x->exec_id);
+		eng_op_leave(op);
+	}
+}
+
+static void
+stream_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
+{
+	struct eop *op = arg;
+	struct eop_exec *x = xop(op);
+	struct sbx_err e;
+	json_t *body = NULL;
+	int status = sbx_http_req_status(req);
+
+	op->http = NULL;
+	x->streaming = 0;
+	if (err != NULL) {
+		if (op->kind == OP_KILL) {
+			eng_kill_ended(op, err);
+			return;
+		}
+		/* The exit record came: the command is reaped, its group dead;
+		 * a stream broken after that loses nothing. */
+		if (eng_exec_got_exit(op)) {
+			eng_exec_recorded(op);
+			return;
+		}
+		/* Podman 4.3 resets the exec connection when the process exits
+		 * while stdin is still being sent (measured: 5 of 5 runs of
+		 * `exit 3` with 3 MB of stdin); the exit status is still
+		 * there, so a reset of a running stream with stdin ends it. */
+		if (x->got_stream && x->has_stdin &&
+		    strcmp(err->code, SBX_E_RUNTIME) == 0) {
+			eng_exec_after_stream(op);
+			return;
+		}
+		/* The stream broke: the processes may live on. */
+		e = *err;
+		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
+		eng_finish_err(op, &e);
+		return;
+	}
+	if (status != 101 && status != 200) {
+		if (evbuffer_get_length(op->resp) > 0)
+			body = json_loadb((const char *)evbuffer_pullup(op->resp, -1),
+			    evbuffer_get_length(op->resp), 0, NULL);
+		if (status == 404)
+			sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist",
+			    op->id);
+		else if (status == 409)
+			sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not "
+			    "running", op->id);
+		else
+			eng_runtime_err(&e, status, body, "start the exec");
+		json_decref(body);
+		if (op->kind == OP_KILL)
+			eng_kill_ended(op, &e);
+		else
+			eng_finish_err(op, &e);
+		return;
+	}
+	if (eng_exec_got_exit(op))
+		eng_exec_recorded(op);
+	else
+		eng_exec_after_stream(op);   /* no record: the helper was killed */
+}
+
+static void
+exec_start(struct eop *op)
+{
+	const struct sbx_http_cbs cbs = { .response = stream_response,
+	    .body = stream_body, .done = stream_done, .arg = op };
+	struct sbx_err err;
+
+	evbuffer_drain(op->resp, evbuffer_get_length(op->resp));
+	op->http = eng_exec_start_stream(op->e, xop(op)->rexec, &cbs, &err);
+	if (op->http == NULL) {
+		eng_fail_later(op, &err);
+		return;
+	}
+	if (xop(op)->paused)
+		sbx_http_req_pause(op->http);
+}
+
+static void
+exec_created(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct eop_exec *x = xop(op);
+	struct sbx_err e;
+
+	if (eng_exec_created_id(op, status, body, err, "create the exec",
+	    x->rexec, sizeof(x->rexec), &e) < 0) {
+		if (op->kind == OP_KILL)
+			eng_kill_ended(op, &e);
+		else
+			eng_finish_err(op, &e);
+		return;
+	}
+	x->started_ms = eng_now_ms();
+	if (eng_exec_clock(op, &e) < 0) {
+		eng_finish_err(op, &e);
+		return;
+	}
+	exec_start(op);
+}
+
+static void
+exec_create(struct eop *op)
+{
+	struct eop_exec *x = xop(op);
+	struct sbx_err e;
+
+	if (eng_exec_create(op, x->has_stdin, x->env, x->cmd,
+	    exec_created) < 0) {
+		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		eng_finish_err(op, &e);
+	}
+}
+
+static void
+exec_target_inspected(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_status st;
+	struct sbx_err e;
+	int r;
+
+	if ((r = eng_inspect_running(op, status, body, err, &st)) < 0)
+		return;
+	if (op->kind == OP_USAGE && eng_usage_target(op, r, &st))
+		return;
+	if (r == 0 && op->kind == OP_RECOVER) {
+		/* no container, or a stop killed everything: no process left */
+		eng_finish_done(op, NULL);
+		return;
+	}
+	if (r == 0 && st.state == SBX_STATE_ABSENT) {
+		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
+		eng_finish_err(op, &e);
+		return;
+	}
+	if (r == 0) {
+		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: "
+		    "ensure it first", op->id);
+		eng_finish_err(op, &e);
+		return;
+	}
+	exec_create(op);
+}
+
+void
+eng_rexec_run(struct eop *op)
+{
+	char path[256];
+
+	if (op->kind == OP_KILL) {
+		exec_create(op);   /* the parent checked the container */
+		return;
+	}
+	eng_inspect_path(op, path, sizeof(path));
+	eng_call(op, "GET", path, NULL, exec_target_inspected);
+}

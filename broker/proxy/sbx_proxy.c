@@ -51,6 +51,7 @@
 #include <event2/listener.h>
 #include <event2/util.h>
 
+#include "proxy_counts.h"
 #include "proxy_policy.h"
 #include "proxy_req.h"
 
@@ -120,53 +121,14 @@ json_str(FILE *f, const char *s)
 
 static void logline(const char *msg, const char *detail);
 
-/* COUNTS_LEN bytes at offset 0 of the --counts file: "%020lu %020lu\n". */
-#define COUNTS_LEN 42
-
 static void
 counts_save(void)
 {
-	char b[COUNTS_LEN + 1];
-
-	if (px.counts_fd < 0)
-		return;
-	snprintf(b, sizeof(b), "%020lu %020lu\n", px.allowed, px.denied);
-	if (pwrite(px.counts_fd, b, COUNTS_LEN, 0) != COUNTS_LEN && !px.counts_failed) {
+	if (proxy_counts_save(px.counts_fd, px.allowed, px.denied) != 0 &&
+	    !px.counts_failed) {
 		px.counts_failed = 1;
 		logline("cannot write the counts file", strerror(errno));
 	}
-}
-
-/*
- * Opens (creating, 0644) the counts file and starts from the totals it
- * holds; a file that is empty or not two decimal numbers starts from 0.
- * Returns 0, or -1 when the file cannot be opened.
- */
-static int
-counts_load(const char *path)
-{
-	char b[COUNTS_LEN + 1], *end;
-	unsigned long a, d;
-	ssize_t n;
-
-	px.counts_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-	if (px.counts_fd < 0)
-		return -1;
-	n = pread(px.counts_fd, b, COUNTS_LEN, 0);
-	if (n != COUNTS_LEN || b[COUNTS_LEN - 1] != '\n' || b[20] != ' ')
-		return 0;
-	b[COUNTS_LEN - 1] = '\0';
-	b[20] = '\0';
-	errno = 0;
-	a = strtoul(b, &end, 10);
-	if (errno != 0 || *end != '\0')
-		return 0;
-	d = strtoul(b + 21, &end, 10);
-	if (errno != 0 || *end != '\0')
-		return 0;
-	px.allowed = a;
-	px.denied = d;
-	return 0;
 }
 
 static void
@@ -951,7 +913,8 @@ main(int argc, char **argv)
 		fprintf(stderr, "sbx-proxy: %s: %s\n", px.policy_file, why);
 		return 1;
 	}
-	if (counts != NULL && counts_load(counts) != 0) {
+	if (counts != NULL &&
+	    (px.counts_fd = proxy_counts_open(counts, &px.allowed, &px.denied)) < 0) {
 		fprintf(stderr, "sbx-proxy: --counts %s: %s\n", counts, strerror(errno));
 		return 1;
 	}

@@ -457,7 +457,8 @@ class EgressPolicyTest(BrokerTestCase):
         # socket volume), and the stopped one comes back with its proxy.
         self.wait_counts(stopped, (0, 1), "after the restart")
         self.ensure_allow(stopped, ["allowed.test"])
-        self.assertEqual(self.get(stopped, "http://allowed.test:8080/")[0], 200)
+        code, out, _ = self.get(stopped, "http://allowed.test:8080/")
+        self.assertEqual(code, 200, (out, self.broker.log_text()[-3000:]))
         self.wait_counts(stopped, (1, 1), "after the restart and a new request")
 
     def test_z_the_idle_reaper_stops_the_proxy_with_its_sandbox(self):

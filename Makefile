@@ -190,7 +190,7 @@ check: deps $(E2E_MODULES)
 	$(MAKE) FUZZ=1 fuzzers
 	@sh tests/run.sh
 
-bench: deps all $(BUILD)/engine-raw
+bench: deps all $(BUILD)/engine-raw $(BUILD)/wire-micro
 	@BUILD=$(BUILD) sh tests/bench/run.sh
 
 run: deps all
@@ -232,6 +232,11 @@ clean:
 
 # Hand-driven tool for the engine driver against a real runtime (not in all).
 $(BUILD)/engine-cli: tests/tools/engine_cli.c $(LIBBROKER) $(LIBSBX)
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(ALL_LDFLAGS) $(PKG_LIBS) -lm
+
+# The bench's in-process CPU of the exec output wire path (adr/0028).
+$(BUILD)/wire-micro: tests/bench/wire_micro.c $(LIBSBX)
+	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(ALL_LDFLAGS) $(PKG_LIBS) -lm
 
 # The bench's raw Engine API baseline (no sbx code; tests/bench/run.sh).

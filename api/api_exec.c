@@ -112,6 +112,40 @@ exec_output(void *arg, int stream, const unsigned char *buf, size_t len)
 	areq_stream_flush(a);
 }
 
+/* An output event as the broker sent it (sbx_call_exec_lines, adr/0028):
+ * copied into the SSE event, its data neither decoded nor re-encoded. */
+static void
+exec_output_line(void *arg, int stream, const char *line, size_t len,
+    size_t nbytes)
+{
+	struct areq *a = arg;
+	struct sbx_err err;
+
+	if (!a->streaming && a->req != NULL)
+		exec_start(a, "");
+	if (!a->streaming || a->req == NULL)
+		return;
+	api_metrics_stream_bytes(&a->s->metrics, stream, nbytes);
+	sbx_err_clear(&err);
+	if (sbx_sse_from_output_line(a->chunk, ++a->sse_id, line, len,
+	    &err) == -1) {
+		/* The driver checked it; refused again here, the stream ends
+		 * as one from a broker that sent garbage. */
+		log_warn("refused an exec event from the broker", "error",
+		    err.message, NULL);
+		a->sse_id--;
+		sbx_op_cancel(a->op);
+		a->op = NULL;
+		api_metrics_broker_error(&a->s->metrics,
+		    SBX_E_BROKER_UNAVAILABLE);
+		sse_end_error(a, SBX_E_BROKER_UNAVAILABLE, "The sandbox "
+		    "broker's exec stream broke off or was malformed.");
+		return;
+	}
+	areq_ping_arm(a);
+	areq_stream_flush(a);
+}
+
 static void
 exec_exit(void *arg, const struct sbx_exit *ex)
 {
@@ -223,8 +257,8 @@ api_h_exec(struct areq *a)
 	sink.exit = exec_exit;
 	sink.error = exec_error;
 	sink.arg = a;
-	a->op = sbx_call_exec(a->s->driver, a->npc.sandbox_id, &er,
-	    &sink, &err);
+	a->op = sbx_call_exec_lines(a->s->driver, a->npc.sandbox_id, &er,
+	    &sink, exec_output_line, &err);
 	if (a->op == NULL)
 		areq_fail_broker(a, &err);
 done:

@@ -467,6 +467,43 @@ x_output(void *arg, int stream, const unsigned char *buf, size_t len)
 	evbuffer_free(line);
 }
 
+/* An output event as the broker sent it (sbx_call_exec_lines, adr/0028):
+ * logged as the next SSE event by copying, not decoded and re-encoded.
+ * Its size is the broker's piece (at most SBX_NDJSON_MAX_CHUNK bytes of
+ * output), not LOG_CHUNK. */
+static void
+x_output_line(void *arg, int stream, const char *line, size_t len,
+    size_t nbytes)
+{
+	struct api_exec *x = arg;
+	struct evbuffer *ev;
+	struct sbx_err err;
+
+	if (x->last_id == 0)
+		x_start(x, "");
+	if ((ev = evbuffer_new()) == NULL)
+		return;
+	api_metrics_stream_bytes(&x->s->metrics, stream, nbytes);
+	x->bytes_out += nbytes;
+	sbx_err_clear(&err);
+	if (sbx_sse_from_output_line(ev, x->last_id + 1, line, len, &err) == 0)
+		log_append(x, ev);
+	evbuffer_free(ev);
+	if (err.code[0] != '\0') {
+		/* The driver checked it; refused again here, the exec ends
+		 * as one whose broker sent garbage. */
+		log_warn("refused an exec event from the broker", "exec_id",
+		    x->id, "error", err.message, NULL);
+		sbx_op_cancel(x->op);
+		x->op = NULL;
+		api_metrics_broker_error(&x->s->metrics,
+		    SBX_E_BROKER_UNAVAILABLE);
+		ax_end_with_error(x, "failed", SBX_E_BROKER_UNAVAILABLE,
+		    "The sandbox broker's exec stream broke off or was "
+		    "malformed.");
+	}
+}
+
 static void
 x_exit(void *arg, const struct sbx_exit *ex)
 {
@@ -653,8 +690,8 @@ api_h_execs_create(struct areq *a)
 	    .exit = x_exit, .error = x_error, .arg = x };
 	/* The op belongs to x, not to the request: the exec outlives it.
 	 * a->op stays NULL so a drain does not cancel it through a. */
-	x->op = sbx_call_exec(s->driver, x->sandbox_id, &er, &sink,
-	    &err);
+	x->op = sbx_call_exec_lines(s->driver, x->sandbox_id, &er, &sink,
+	    x_output_line, &err);
 	if (x->op == NULL) {
 		x->creator = NULL;
 		if (x->lim != NULL && x->lim->execs > 0)

@@ -55,6 +55,7 @@ struct bop {
 	sbx_health_cb health_cb;
 	sbx_json_cb json_cb;
 	struct sbx_sink sink;
+	sbx_line_cb line;           /* exec_lines: output lines as received */
 	void *arg;
 	char id[64];
 	int status;                 /* HTTP status of the broker's answer */
@@ -346,8 +347,6 @@ on_event(void *arg, const struct sbx_event *ev, const char *line, size_t len)
 {
 	struct bop *b = arg;
 
-	(void)line;
-	(void)len;
 	if (b->dead)
 		return 1;
 	switch (ev->type) {
@@ -359,12 +358,17 @@ on_event(void *arg, const struct sbx_event *ev, const char *line, size_t len)
 		break;
 	case SBX_EVENT_STDOUT:
 	case SBX_EVENT_STDERR:
-		if (ev->len > 0) {
-			b->busy++;
+		if (ev->len == 0)
+			break;
+		b->busy++;
+		/* As received when the sink takes lines (adr/0028): the
+		 * parser checked it without decoding it. */
+		if (ev->undecoded)
+			b->line(b->sink.arg, ev->stream, line, len, ev->len);
+		else
 			b->sink.output(b->sink.arg, ev->stream, ev->data,
 			    ev->len);
-			b->busy--;
-		}
+		b->busy--;
 		break;
 	case SBX_EVENT_EXIT:
 		/* Held until the stream ends: an error may still follow. */
@@ -400,6 +404,8 @@ on_response(void *arg, struct sbx_http_req *req, int status)
 	b->streaming = 1;
 	if (b->kind == BK_EXEC) {
 		b->parser = sbx_ndjson_parser_new(0, on_event, b);
+		if (b->parser != NULL && b->line != NULL)
+			sbx_ndjson_parser_undecoded(b->parser, 1);
 		if (b->parser == NULL) {
 			struct sbx_err e;
 
@@ -699,8 +705,9 @@ path_url(const char *id, const char *suffix, const char *path,
 }
 
 static struct sbx_op *
-b_exec(struct sbx_driver *drv, const char *id, const struct sbx_exec_req *req,
-    const struct sbx_sink *sink, struct sbx_err *err)
+b_exec_lines(struct sbx_driver *drv, const char *id,
+    const struct sbx_exec_req *req, const struct sbx_sink *sink,
+    sbx_line_cb line, struct sbx_err *err)
 {
 	struct bdriver *d = (struct bdriver *)drv;
 	struct bop *b;
@@ -717,6 +724,7 @@ b_exec(struct sbx_driver *drv, const char *id, const struct sbx_exec_req *req,
 	if ((b = bop_new(d, BK_EXEC, id, NULL, err)) == NULL)
 		return NULL;
 	b->sink = *sink;
+	b->line = line;
 	if ((o = sbx_wire_exec_encode(req, err)) == NULL) {
 		bop_free(b);
 		return NULL;
@@ -724,6 +732,13 @@ b_exec(struct sbx_driver *drv, const char *id, const struct sbx_exec_req *req,
 	snprintf(path, sizeof(path), SBX_PATH_SANDBOXES "/%s"
 	    SBX_PATH_EXEC_SUFFIX, id);
 	return start_json(b, "POST", path, o, err);
+}
+
+static struct sbx_op *
+b_exec(struct sbx_driver *drv, const char *id, const struct sbx_exec_req *req,
+    const struct sbx_sink *sink, struct sbx_err *err)
+{
+	return b_exec_lines(drv, id, req, sink, NULL, err);
 }
 
 static struct sbx_op *
@@ -900,6 +915,7 @@ static const struct sbx_driver_ops broker_driver_ops = {
 	.name = "broker",
 	.ensure = b_ensure,
 	.status = b_status,
+	.exec_lines = b_exec_lines,
 	.status_usage = b_status_usage,
 	.egress_stats = b_egress_stats,
 	.exec = b_exec,

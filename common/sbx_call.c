@@ -186,6 +186,14 @@ sbx_call_exec(struct sbx_driver *d, const char *id,
     const struct sbx_exec_req *req, const struct sbx_sink *sink,
     struct sbx_err *err)
 {
+	return sbx_call_exec_lines(d, id, req, sink, NULL, err);
+}
+
+struct sbx_op *
+sbx_call_exec_lines(struct sbx_driver *d, const char *id,
+    const struct sbx_exec_req *req, const struct sbx_sink *sink,
+    sbx_line_cb line, struct sbx_err *err)
+{
 	if (req == NULL || req->argv == NULL || req->argv[0] == NULL ||
 	    sink == NULL) {
 		refuse(d, SBX_CALL_EXEC, err, req == NULL || sink == NULL ?
@@ -196,6 +204,9 @@ sbx_call_exec(struct sbx_driver *d, const char *id,
 	if (check(d, SBX_CALL_EXEC, id, 1, req->cwd, req->cwd != NULL,
 	    err) == -1)
 		return done(d, SBX_CALL_EXEC, NULL, err);
+	if (line != NULL && d->ops->exec_lines != NULL)
+		return done(d, SBX_CALL_EXEC, d->ops->exec_lines(d, id, req,
+		    sink, line, err), err);
 	return done(d, SBX_CALL_EXEC, d->ops->exec(d, id, req, sink, err),
 	    err);
 }

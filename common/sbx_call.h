@@ -121,6 +121,13 @@ struct sbx_op *sbx_call_status_usage(struct sbx_driver *d, const char *id,
 struct sbx_op *sbx_call_exec(struct sbx_driver *d, const char *id,
     const struct sbx_exec_req *req, const struct sbx_sink *sink,
     struct sbx_err *err);
+/* sbx_call_exec, with output lines handed to line as received when the
+ * driver has exec_lines (adr/0028; sbx_driver.h), else exactly
+ * sbx_call_exec (line never called). line must not be NULL. Same checks,
+ * counted as an exec. */
+struct sbx_op *sbx_call_exec_lines(struct sbx_driver *d, const char *id,
+    const struct sbx_exec_req *req, const struct sbx_sink *sink,
+    sbx_line_cb line, struct sbx_err *err);
 struct sbx_op *sbx_call_read(struct sbx_driver *d, const char *id,
     const char *path, const struct sbx_sink *sink, struct sbx_err *err);
 /* body: caller keeps the evbuffer object; the driver drains it. */

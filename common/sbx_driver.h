@@ -63,6 +63,20 @@ typedef void (*sbx_health_cb)(void *arg, const struct sbx_err *err,
  * or NULL with err. */
 typedef void (*sbx_json_cb)(void *arg, const struct sbx_err *err,
     const char *json);
+/*
+ * An exec output event handed over as the line the driver received
+ * (exec_lines, adr/0028), so the consumer can forward it without decoding
+ * and re-encoding it (proto/sbx_sse.h sbx_sse_from_output_line). arg: the
+ * sink's arg. line[0..len) (borrowed for the call, no '\n'): one
+ * stdout/stderr event in the NDJSON encoder's exact spelling
+ * (proto/broker-api.md "Exec events"), whose value the driver checked as
+ * strictly as decoding would (sbx_ndjson_parser_undecoded); still bytes
+ * from another process, so the consumer maps it with a function that
+ * refuses what is not such a line. stream: 1 stdout, 2 stderr (the
+ * line's "type"). nbytes: the output bytes it carries (> 0).
+ */
+typedef void (*sbx_line_cb)(void *arg, int stream, const char *line,
+    size_t len, size_t nbytes);
 
 /*
  * The operations. Each implementation is one file exporting one const
@@ -168,6 +182,17 @@ struct sbx_driver_ops {
 	 * runtime_unavailable. Optional: NULL when a driver runs no proxy. */
 	struct sbx_op *(*egress_stats)(struct sbx_driver *d, const char *id,
 	    sbx_json_cb cb, void *arg, struct sbx_err *err);
+
+	/* exec, except that output events the driver receives as NDJSON
+	 * lines in the encoder's spelling go to line (with sink->arg) as
+	 * received instead of to sink->output decoded (adr/0028); events in
+	 * any other spelling still go to sink->output, so a caller handles
+	 * both. Same errors and terminal calls as exec. Optional: NULL in a
+	 * driver that has no lines (engine, fake); sbx_call_exec_lines then
+	 * uses exec. */
+	struct sbx_op *(*exec_lines)(struct sbx_driver *d, const char *id,
+	    const struct sbx_exec_req *req, const struct sbx_sink *sink,
+	    sbx_line_cb line, struct sbx_err *err);
 
 	/* Handle control (see rules above). pause/resume apply to streams:
 	 * a paused stream stops reading from its producer, so memory stays

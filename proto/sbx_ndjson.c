@@ -1,5 +1,6 @@
 /* sbx_ndjson.c - NDJSON exec event codec, writing side: strict UTF-8 and JSON escaping, the encoder (the parser: sbx_ndjson_parse.c). */
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -152,8 +153,11 @@ plain_run(const unsigned char *s, size_t len)
 	return i;
 }
 
-size_t
-sbx_json_escaped_len(const unsigned char *s, size_t len)
+/* sbx_json_escaped_len, but stops as soon as the count passes limit
+ * (then returns some value > limit): NUL-heavy output is decided after a
+ * fifteenth of its bytes, not all of them. */
+static size_t
+escaped_len_upto(const unsigned char *s, size_t len, size_t limit)
 {
 	size_t i = 0, n = len;
 
@@ -161,8 +165,35 @@ sbx_json_escaped_len(const unsigned char *s, size_t len)
 		i += plain_run(s + i, len - i);
 		if (i < len)
 			n += esc_extra[s[i++]];
+		if (n > limit)
+			break;
 	}
 	return n;
+}
+
+size_t
+sbx_json_escaped_len(const unsigned char *s, size_t len)
+{
+	return escaped_len_upto(s, len, SIZE_MAX);
+}
+
+int
+sbx_ndjson_output_is_text(const unsigned char *buf, size_t len,
+    size_t *escaped_len)
+{
+	size_t b64 = 4 * ((len + 2) / 3), n;
+
+	/* UTF-8 first: it fails within a few bytes on random output and
+	 * runs 8 bytes a step on ASCII; the count then stops as soon as it
+	 * passes base64's length (after ~1/15 of NUL-heavy output). */
+	if (!sbx_utf8_valid(buf, len))
+		return 0;
+	n = escaped_len_upto(buf, len, b64);
+	if (n > b64)
+		return 0;
+	if (escaped_len != NULL)
+		*escaped_len = n;
+	return 1;
 }
 
 char *
@@ -291,7 +322,7 @@ sbx_ndjson_output(struct evbuffer *out, int stream, const unsigned char *buf,
 	static const char tail[] = "\"}\n";
 	struct evbuffer_iovec v;
 	const char *type;
-	size_t pre, body, total;
+	size_t pre, body = 0, total;
 	char *p;
 	int text;
 
@@ -303,11 +334,14 @@ sbx_ndjson_output(struct evbuffer *out, int stream, const unsigned char *buf,
 		type = SBX_EV_STDERR;
 	else
 		return -1;
-	text = sbx_utf8_valid(buf, len);
+	/* data when valid UTF-8 and its escaping is no longer than base64
+	 * (adr/0028), else data_b64 */
+	text = sbx_ndjson_output_is_text(buf, len, &body);
 	/* {"type":"stdout","data":"  */
 	pre = sizeof(head) - 1 + 6 +
 	    (text ? sizeof(txt_mid) : sizeof(b64_mid)) - 1;
-	body = text ? sbx_json_escaped_len(buf, len) : 4 * ((len + 2) / 3);
+	if (!text)
+		body = 4 * ((len + 2) / 3);
 	total = pre + body + sizeof(tail) - 1;
 	if (evbuffer_reserve_space(out, (ev_ssize_t)total, &v, 1) < 1)
 		return -1;

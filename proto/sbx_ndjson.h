@@ -17,10 +17,12 @@ struct evbuffer;
  * SBX_NDJSON_MAX_LINE_DEFAULT: the longest line (bytes, without its '\n') a
  * parser accepts when created with max_line 0: 8 MiB.
  * SBX_NDJSON_MAX_CHUNK: the most output bytes one sbx_ndjson_output() call
- * takes (1 MiB). Its worst case line (every byte a control character,
- * escaped as \u00XX: 6 bytes each) is 6 MiB + 64, under the default line
- * limit, so whatever a producer encodes a default parser accepts. Producers
- * split larger reads into chunks of at most this size.
+ * takes (1 MiB). Its worst case line is base64 of it, 4/3 MiB + 64 (text
+ * goes as "data" only when its escaping is no longer than that, adr/0028),
+ * under the default line limit, so whatever a producer encodes a default
+ * parser accepts; the limit stays 8 MiB so an older producer's lines (up to
+ * 6 bytes per control byte) are still read. Producers split larger reads
+ * into chunks of at most this size.
  */
 #define SBX_NDJSON_MAX_LINE_DEFAULT ((size_t)8 * 1024 * 1024)
 #define SBX_NDJSON_MAX_CHUNK ((size_t)1024 * 1024)
@@ -84,6 +86,18 @@ char *sbx_base64_encode(char *dst, const unsigned char *src, size_t len);
 int sbx_ndjson_canonical_output(const char *line, size_t len, int *stream,
     int *b64, size_t *val_off, size_t *val_len);
 
+/*
+ * The wire rule for one output chunk (proto/broker-api.md "Exec events",
+ * adr/0028): returns 1 when buf[0..len) goes as "data", i.e. it is valid
+ * UTF-8 (sbx_utf8_valid) and its JSON escaping (sbx_json_escaped_len) is
+ * no longer than its padded base64, 4 * ceil(len / 3) bytes (equal counts
+ * as text); then *escaped_len (when not NULL) is the escaped length.
+ * Returns 0 when it goes as "data_b64" (*escaped_len untouched). len 0 is
+ * text. buf may be NULL when len is 0. Pure.
+ */
+int sbx_ndjson_output_is_text(const unsigned char *buf, size_t len,
+    size_t *escaped_len);
+
 /* ------------------------------------------------------------------ */
 /* Encoder. Each call appends exactly one compact JSON object followed by
  * one '\n' to out and returns 0, or returns -1 with nothing appended
@@ -99,8 +113,9 @@ int sbx_ndjson_start(struct evbuffer *out, const char *exec_id, int64_t ts_ms);
  * One piece of output. stream: SBX_STREAM_STDOUT (1) or SBX_STREAM_STDERR
  * (2); it gives the "type". buf[0..len): the bytes (borrowed; may be NULL
  * when len is 0; len <= SBX_NDJSON_MAX_CHUNK). When the bytes are valid
- * UTF-8 (sbx_utf8_valid) the line is {"type":"stdout","data":"TEXT"} with
- * the text JSON-escaped (NUL as \u0000); otherwise
+ * UTF-8 and their escaping is no longer than base64
+ * (sbx_ndjson_output_is_text) the line is {"type":"stdout","data":"TEXT"}
+ * with the text JSON-escaped (NUL as \u0000); otherwise
  * {"type":"stdout","data_b64":"BASE64"} (RFC 4648 §4 standard alphabet
  * with padding). Likewise "stderr". Errors: stream not 1/2, len too large,
  * buf NULL with len > 0, allocation failure.
@@ -190,6 +205,10 @@ struct sbx_event {
 	const char *err_message;   /* error: "message" */
 	json_t *raw;               /* the parsed object (borrowed; the caller
 	                            * may json_incref it to keep it) */
+	int undecoded;             /* 1: an output event handed over as its
+	                            * line only (sbx_ndjson_parser_undecoded):
+	                            * data and raw are NULL, len is the
+	                            * number of bytes the line carries */
 };
 
 /*
@@ -244,6 +263,21 @@ int sbx_ndjson_parser_feed(struct sbx_ndjson_parser *p, const char *buf,
  * exit/error) or the error that stopped the parser earlier.
  */
 int sbx_ndjson_parser_finish(struct sbx_ndjson_parser *p, struct sbx_err *err);
+
+/*
+ * Undecoded mode (on nonzero; off by default), for a consumer that
+ * forwards output lines as received (the api's broker-client driver,
+ * adr/0028): an output line in the encoder's exact spelling
+ * (sbx_ndjson_canonical_output) whose value is also strictly valid (the
+ * escapes and UTF-8 of "data", or padded base64 with zero unused bits for
+ * "data_b64": every check decoding makes) and which is in order is handed
+ * to cb without being decoded: ev->undecoded 1, ev->data and ev->raw NULL,
+ * ev->len the number of output bytes it carries, line/len the line. Any
+ * other line is parsed and decoded as usual (ev->undecoded 0), so cb must
+ * handle both. Errors are those of feed: an invalid line is refused the
+ * same way in either mode. p NULL: nothing.
+ */
+void sbx_ndjson_parser_undecoded(struct sbx_ndjson_parser *p, int on);
 
 /* Frees p; NULL allowed. */
 void sbx_ndjson_parser_free(struct sbx_ndjson_parser *p);

@@ -42,11 +42,12 @@ hexval(char c)
 	return -1;  /* lower case is not what the encoder writes */
 }
 
-/* 1 when s[0..n) is exactly what sbx_json_escape writes for some bytes. */
+/* 1 when s[0..n) is exactly what sbx_json_escape writes for some bytes;
+ * then *dlen is how many bytes they are. */
 static int
-canonical_escaped(const char *s, size_t n)
+canonical_escaped(const char *s, size_t n, size_t *dlen)
 {
-	size_t i = 0;
+	size_t i = 0, d = n;
 	int hi, lo, v;
 
 	while (i < n) {
@@ -64,6 +65,7 @@ canonical_escaped(const char *s, size_t n)
 		case '"': case '\\': case 'b': case 'f':
 		case 'n': case 'r': case 't':
 			i += 2;
+			d -= 1;
 			continue;
 		case 'u':
 			if (n - i < 6 || s[i + 2] != '0' || s[i + 3] != '0')
@@ -77,11 +79,13 @@ canonical_escaped(const char *s, size_t n)
 			    v == '\t')
 				return 0;
 			i += 6;
+			d -= 5;
 			continue;
 		default:
 			return 0;
 		}
 	}
+	*dlen = d;
 	return sbx_utf8_valid((const unsigned char *)s, n);
 }
 
@@ -118,9 +122,52 @@ unescape_canonical(unsigned char *dst, const char *s, size_t n)
 	return k;
 }
 
+/*
+ * Strict check of padded standard base64 without decoding (the rules of
+ * b64_decode below: length a multiple of 4, '=' only as the last one or
+ * two characters, unused bits zero). Returns 1 with *dlen the decoded
+ * length, or 0.
+ */
+static int
+b64_strict(const char *src, size_t n, size_t *dlen)
+{
+	const unsigned char *s = (const unsigned char *)src;
+	size_t i, pad = 0;
+
+	if (n % 4 != 0)
+		return 0;
+	if (n > 0 && s[n - 1] == '=')
+		pad = s[n - 2] == '=' ? 2 : 1;
+	for (i = 0; i < n - pad; i++)
+		if (b64_val[s[i]] == 64)
+			return 0;
+	if (pad == 2 && (b64_val[s[n - 3]] & 0x0F) != 0)
+		return 0;
+	if (pad == 1 && (b64_val[s[n - 2]] & 0x03) != 0)
+		return 0;
+	*dlen = n / 4 * 3 - pad;
+	return 1;
+}
+
+/* sbx_ndjson_canonical_output, plus (full 1) the strict check of the
+ * value, base64 included, and *dlen, the bytes it carries. */
+static int
+canonical_output(const char *line, size_t len, int *stream, int *b64,
+    size_t *val_off, size_t *val_len, int full, size_t *dlen);
+
 int
 sbx_ndjson_canonical_output(const char *line, size_t len, int *stream,
     int *b64, size_t *val_off, size_t *val_len)
+{
+	size_t dlen;
+
+	return canonical_output(line, len, stream, b64, val_off, val_len, 0,
+	    &dlen);
+}
+
+static int
+canonical_output(const char *line, size_t len, int *stream, int *b64,
+    size_t *val_off, size_t *val_len, int full, size_t *dlen)
 {
 	static const char pre[] = "{\"" SBX_EVF_TYPE "\":\"std";
 	static const char txt[] = "\",\"" SBX_EVF_DATA "\":\"";
@@ -153,11 +200,16 @@ sbx_ndjson_canonical_output(const char *line, size_t len, int *stream,
 		return 0;
 	n = len - 2 - off;
 	if (isb) {
-		for (i = 0; i < n; i++)
-			if (b64_val[(unsigned char)line[off + i]] == 64 &&
-			    line[off + i] != '=')
+		if (full) {
+			if (!b64_strict(line + off, n, dlen))
 				return 0;
-	} else if (!canonical_escaped(line + off, n))
+		} else {
+			for (i = 0; i < n; i++)
+				if (b64_val[(unsigned char)line[off + i]] ==
+				    64 && line[off + i] != '=')
+					return 0;
+		}
+	} else if (!canonical_escaped(line + off, n, dlen))
 		return 0;
 	*stream = st;
 	*b64 = isb;
@@ -201,6 +253,7 @@ struct sbx_ndjson_parser {
 	size_t scratch_cap;
 	uint64_t lineno;
 	enum parse_state state;
+	int undecoded;          /* sbx_ndjson_parser_undecoded */
 	int stopped;
 	struct sbx_err err;     /* why it stopped */
 };
@@ -219,6 +272,13 @@ sbx_ndjson_parser_new(size_t max_line, sbx_ndjson_cb cb, void *arg)
 	p->arg = arg;
 	p->state = PS_INIT;
 	return p;
+}
+
+void
+sbx_ndjson_parser_undecoded(struct sbx_ndjson_parser *p, int on)
+{
+	if (p != NULL)
+		p->undecoded = on != 0;
 }
 
 void
@@ -533,12 +593,25 @@ handle_line(struct sbx_ndjson_parser *p, const char *line, size_t len,
 	json_error_t jerr;
 	json_t *o = NULL;
 	const char *why = NULL;
-	size_t off, vlen;
+	size_t off, vlen, dlen;
 	int rc = -1, stream, b64;
 
 	p->lineno++;
 	if (p->state == PS_DONE)
 		return proto_fail(p, err, "event after error");
+	if (p->undecoded && canonical_output(line, len, &stream, &b64, &off,
+	    &vlen, 1, &dlen)) {
+		/* Checked as strictly as decoding would, not decoded. */
+		if (p->state != PS_RUNNING)
+			return proto_fail(p, err, "output outside start..exit");
+		memset(&ev, 0, sizeof(ev));
+		ev.type = stream == SBX_STREAM_STDOUT ? SBX_EVENT_STDOUT :
+		    SBX_EVENT_STDERR;
+		ev.stream = stream;
+		ev.len = dlen;
+		ev.undecoded = 1;
+		return hand_on(p, &ev, line, len, err);
+	}
 	if (sbx_ndjson_canonical_output(line, len, &stream, &b64, &off, &vlen))
 		return handle_canonical(p, line, len, stream, b64, off, vlen,
 		    err);

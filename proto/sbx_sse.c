@@ -328,6 +328,39 @@ sbx_sse_from_own_ndjson(struct evbuffer *out, uint64_t id, const char *line,
 }
 
 int
+sbx_sse_from_output_line(struct evbuffer *out, uint64_t id, const char *line,
+    size_t len, struct sbx_err *err)
+{
+	static const char pre[] = "{\"" SBX_EVF_TYPE "\":\"std";
+	const size_t skip = strlen("{\"" SBX_EVF_TYPE "\":\"stdout\",");
+	const char *type;
+
+	if (out == NULL || (line == NULL && len > 0))
+		return sbx_err_set(err, SBX_E_INTERNAL, "no buffer");
+	/* {"type":"std  out|err  ",  ...}: the type is all that is read */
+	if (len < skip + 2 || memcmp(line, pre, sizeof(pre) - 1) != 0 ||
+	    line[skip - 2] != '"' || line[skip - 1] != ',' ||
+	    line[skip] != '"' || line[len - 1] != '}')
+		goto bad;
+	if (memcmp(line + sizeof(pre) - 1, "out", 3) == 0)
+		type = SBX_EV_STDOUT;
+	else if (memcmp(line + sizeof(pre) - 1, "err", 3) == 0)
+		type = SBX_EV_STDERR;
+	else
+		goto bad;
+	/* sse_put_line writes one data line: nothing may end it */
+	if (has_break(line, len))
+		goto bad;
+	if (sse_put_line(out, id, type, "{", 1, line + skip, len - skip, 0,
+	    "", 0) != 0)
+		return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+	return 0;
+bad:
+	return sbx_err_set(err, SBX_E_BAD_REQUEST, "%s: not an output event "
+	    "line", SBX_PROTOCOL_ERROR);
+}
+
+int
 sbx_sse_from_event(struct evbuffer *out, uint64_t id,
     const struct sbx_event *ev, struct sbx_err *err)
 {

@@ -83,6 +83,22 @@ int sbx_sse_from_own_ndjson(struct evbuffer *out, uint64_t id,
     const char *line, size_t len, struct sbx_err *err);
 
 /*
+ * The same mapping for an output line forwarded as received (struct
+ * sbx_sink output_line, adr/0028), without decoding or re-encoding its
+ * data: line[0..len) (borrowed, no '\n') must be
+ * {"type":"stdout"|"stderr",M...} with "type" first and compact, and holds
+ * no CR, LF or NUL; the event is "id: ID", "event: " that type, "data: {"
+ * + M... (the line after its type member), byte for byte what
+ * sbx_sse_from_ndjson gives for it. Only the type is parsed: the rest is
+ * the caller's to have checked (the NDJSON parser's undecoded mode checks
+ * all of it), but nothing in it can break the SSE framing. Returns 0, or
+ * -1 with nothing appended and err set: bad_request "protocol_error: ..."
+ * when line is not of that shape; internal on allocation failure.
+ */
+int sbx_sse_from_output_line(struct evbuffer *out, uint64_t id,
+    const char *line, size_t len, struct sbx_err *err);
+
+/*
  * Same mapping from an event the NDJSON parser already decoded, without
  * parsing the line again (uses ev->raw, which is not modified; ev->type
  * gives the event name). Same result bytes and errors as

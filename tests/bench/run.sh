@@ -122,7 +122,7 @@ podman_up() {
 }
 
 [ "$(id -u)" -eq 0 ] || { log "must run as root (it starts a root podman service)"; exit 1; }
-for b in sandbox-broker engine-raw sbx-helper; do
+for b in sandbox-broker engine-raw sbx-helper wire-micro; do
 	[ -x "$BUILD/$b" ] || { log "missing $BUILD/$b: run make bench"; exit 1; }
 done
 mkdir -p /tmp/sbx-bench

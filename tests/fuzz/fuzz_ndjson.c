@@ -9,7 +9,10 @@
  *  - round trip exact: every decoded event, re-encoded by the encoder, decodes
  *    to the same event, and encoding that again gives the same bytes;
  *  - raw bytes through sbx_ndjson_output come back from the decoder byte for
- *    byte (text or base64 alike);
+ *    byte (text or base64 alike), as data exactly when the wire rule says
+ *    (adr/0028);
+ *  - undecoded mode (adr/0028) gives the same verdict and the same events
+ *    (output by type and byte count) as decoding;
  *  - at most one terminal callback of each kind: at most one exit, at most one
  *    error, nothing after an error, and finish() succeeds only after a
  *    terminal event.
@@ -32,9 +35,13 @@ struct ev {
 	int type, stream, code, truncated, has_signal;
 	int64_t ts, duration_ms;
 	char text[2][128];     /* exec_id/signal/err code, err message */
-	unsigned char *data;   /* output bytes (owned) */
+	unsigned char *data;   /* output bytes (owned; NULL when undecoded) */
 	size_t len;
+	int undecoded;         /* handed over as its line (adr/0028) */
 };
+
+/* parse() runs the parser in undecoded mode (sbx_ndjson_parser_undecoded). */
+static int undecoded;
 
 struct run {
 	struct ev ev[MAX_EVENTS];
@@ -57,7 +64,6 @@ on_event(void *arg, const struct sbx_event *e, const char *line, size_t len)
 	struct ev *v;
 
 	(void)line;
-	(void)len;
 	if (r->errors > 0)
 		r->after_error = 1;
 	if (e->type == SBX_EVENT_EXIT)
@@ -82,6 +88,14 @@ on_event(void *arg, const struct sbx_event *e, const char *line, size_t len)
 	case SBX_EVENT_STDOUT:
 	case SBX_EVENT_STDERR:
 		FUZZ_ASSERT(e->stream == (e->type == SBX_EVENT_STDOUT ? 1 : 2));
+		if (e->undecoded) {
+			/* only in undecoded mode, never with data or raw */
+			FUZZ_ASSERT(undecoded && e->data == NULL &&
+			    e->raw == NULL && e->len <= len);
+			v->len = e->len;
+			v->undecoded = 1;
+			break;
+		}
 		FUZZ_ASSERT(e->len == 0 || e->data != NULL);
 		FUZZ_ASSERT(e->len <= r->max_line);
 		v->data = malloc(e->len + 1);
@@ -146,6 +160,7 @@ parse(const unsigned char *buf, size_t len, size_t step, struct run *r,
 		FUZZ_ASSERT((r->reencoded = evbuffer_new()) != NULL);
 	p = sbx_ndjson_parser_new(max_line, on_event, r);
 	FUZZ_ASSERT(p != NULL);
+	sbx_ndjson_parser_undecoded(p, undecoded);
 	while (off < len) {
 		n = step == 0 || step > len - off ? len - off : step;
 		if (sbx_ndjson_parser_feed(p, (const char *)buf + off, n,
@@ -189,6 +204,22 @@ same_runs(const struct run *a, const struct run *b)
 		FUZZ_ASSERT(same_event(&a->ev[i], &b->ev[i]));
 }
 
+/* Undecoded mode sees the same events (output by type and byte count) and
+ * gives the same verdict: it checks as strictly as decoding does. */
+static void
+same_as_undecoded(const struct run *a, const struct run *u)
+{
+	size_t i;
+
+	FUZZ_ASSERT(a->n == u->n);
+	for (i = 0; i < a->n; i++) {
+		FUZZ_ASSERT(a->ev[i].type == u->ev[i].type);
+		FUZZ_ASSERT(a->ev[i].len == u->ev[i].len);
+		if (!u->ev[i].undecoded)
+			FUZZ_ASSERT(same_event(&a->ev[i], &u->ev[i]));
+	}
+}
+
 /* Mode 0: raw bytes through the encoder must decode to the same bytes. */
 static void
 output_round_trip(const unsigned char *data, size_t size)
@@ -221,14 +252,16 @@ output_round_trip(const unsigned char *data, size_t size)
 	FUZZ_ASSERT(r.n == 3);
 	FUZZ_ASSERT(r.ev[1].len == size);
 	FUZZ_ASSERT(size == 0 || memcmp(r.ev[1].data, data, size) == 0);
-	/* text when valid UTF-8, base64 otherwise (SPEC §5) */
 	{
 		const char *l = (const char *)bytes;
 		const char *o = memchr(l, '\n', len);
 
 		FUZZ_ASSERT(o != NULL);
+		/* text when valid UTF-8 and its escaping is no longer than
+		 * base64, base64 otherwise (adr/0028) */
 		FUZZ_ASSERT((strncmp(o + 1 + 17, "\"data_b64\"", 10) == 0) ==
-		    (sbx_utf8_valid(data, size) == 0));
+		    !(sbx_utf8_valid(data, size) && sbx_json_escaped_len(data,
+		    size) <= 4 * ((size + 2) / 3)));
 	}
 	run_free(&r);
 	evbuffer_free(out);
@@ -252,6 +285,15 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	FUZZ_ASSERT(v1 == v2 && v1 == v3);
 	same_runs(&whole, &bytewise);
 	same_runs(&whole, &pieces);
+	{
+		struct run u;
+
+		undecoded = 1;
+		FUZZ_ASSERT(parse(data, size, step, &u, 0, MAX_LINE) == v1);
+		undecoded = 0;
+		same_as_undecoded(&whole, &u);
+		run_free(&u);
+	}
 	if (v1 == 0 && whole.n < MAX_EVENTS) {
 		/* decode(encode(decode(x))) == decode(x), and the encoding is a
 		 * fixed point. */

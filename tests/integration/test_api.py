@@ -306,7 +306,10 @@ class APIStackTest(unittest.TestCase):
         r = client.req("POST", "/api/v1/npcs/%s/sandbox/exec" % npc, {"argv": argv})
         self.assertEqual(r.status, 200, r.body)
         evs = parse_sse(r.body)
-        out = "".join(d.get("data", "") for _, t, d in evs if t == "stdout")
+        # either member: the api forwards the broker's choice (adr/0028)
+        out = "".join(d["data"] if "data" in d else
+                      base64.b64decode(d["data_b64"]).decode(errors="replace")
+                      for _, t, d in evs if t == "stdout")
         ex = [d for _, t, d in evs if t == "exit"]
         self.assertEqual(len(ex), 1, r.body)
         return out, ex[0]["code"]
@@ -624,6 +627,32 @@ class APIStackTest(unittest.TestCase):
         self.assertTrue(p.alive())
 
     # -------------------------------------------------------- the end
+
+    def test_11_output_goes_to_sse_as_the_broker_sent_it(self):
+        # adr/0028: the api copies the broker's output line into the SSE
+        # event; control-heavy text is data_b64 there, plain text data
+        cases = [(r"\000\001\002 NUL and controls\r\n", "data_b64"),
+                 (r"plain text, nothing to escape\n", "data")]
+        for fmt, member in cases:
+            argv = ["printf", fmt]
+            r = self.a.req("POST", "/api/v1/npcs/alice/sandbox/exec", {"argv": argv})
+            self.assertEqual(r.status, 200, r.body)
+            evs = parse_sse(r.body)
+            outs = [d for _, t, d in evs if t == "stdout"]
+            self.assertEqual([list(d) for d in outs], [[member]], r.body)
+            status, _, nd = self.broker_exec("npc-alice", argv)
+            self.assertEqual(status, 200, nd)
+            self.assertEqual(normalise(r.body), normalise(sse_from_ndjson(nd)))
+        # 256 KiB of NULs: base64 on the api's wire too, not 6 bytes a byte
+        r = self.a.req("POST", "/api/v1/npcs/alice/sandbox/exec",
+                       {"argv": ["head", "-c", "262144", "/dev/zero"]})
+        self.assertEqual(r.status, 200, r.body[:300])
+        evs = parse_sse(r.body)
+        outs = [d for _, t, d in evs if t == "stdout"]
+        self.assertEqual([d for d in outs if "data" in d], [])
+        self.assertEqual(b"".join(base64.b64decode(d["data_b64"]) for d in outs), b"\0" * 262144)
+        self.assertLess(len(r.body), 1.4 * 262144)
+        self.assertEqual(evs[-1][1], "exit")
 
     def test_98_destroy_leaves_nothing_on_the_runtime(self):
         r = self.a.req("DELETE", "/api/v1/npcs/alice/sandbox")

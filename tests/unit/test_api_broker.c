@@ -641,6 +641,86 @@ test_driver_lists_sandboxes_health_and_cancels_quietly(void **state)
 	assert_int_equal(D.calls, 2);
 }
 
+/* Runs one exec through the stub with nd as the broker's answer; r gets the SSE. */
+static void
+exec_with(struct tu_res *r, const char *nd)
+{
+	free(B.ndjson);
+	B.ndjson = strdup(nd);
+	B.ndjson_len = strlen(nd);
+	tu_res_free(r);
+	assert_int_equal(tu_req(r, "POST", "/api/v1/npcs/alpha/sandbox/exec",
+	    KA, "{\"argv\":[\"sh\",\"-c\",\"x\"]}"), 200);
+	assert_string_equal(r->ctype, "text/event-stream");
+}
+
+/*
+ * adr/0028: the api puts the broker's output line into the SSE event as it
+ * came. A broker may spell a piece either way (an older one sends NULs as
+ * \u0000 text); decoding and re-encoding would have turned the first into
+ * data_b64 and the second into data.
+ */
+static void
+test_output_lines_are_forwarded_as_received(void **state)
+{
+	struct tu_res r = { 0 };
+
+	(void)state;
+	start_api(NULL);
+	assert_int_equal(tu_req(&r, "PUT", "/api/v1/npcs/alpha/sandbox", KA,
+	    NULL), 200);
+	exec_with(&r, "{\"type\":\"start\",\"exec_id\":\"e1\",\"ts\":1}\n"
+	    "{\"type\":\"stdout\",\"data\":\"\\u0000\\u0000\"}\n"
+	    "{\"type\":\"stderr\",\"data_b64\":\"aGk=\"}\n"
+	    "{\"type\":\"exit\",\"code\":0,\"signal\":null,\"duration_ms\":1,"
+	    "\"truncated\":false}\n");
+	assert_non_null(strstr(tu_text(&r), "id: 2\nevent: stdout\n"
+	    "data: {\"data\":\"\\u0000\\u0000\"}\n\n"
+	    "id: 3\nevent: stderr\ndata: {\"data_b64\":\"aGk=\"}\n\n"
+	    "id: 4\nevent: exit\n"));
+	tu_res_free(&r);
+}
+
+/*
+ * Untrusted input still: a line that is not a valid event ends the stream
+ * with broker_unavailable and none of its bytes reach the player, whether
+ * it looks like the encoder's spelling (base64 with stray bits, a bad
+ * escape, an overlong UTF-8 form) or not.
+ */
+static void
+test_invalid_output_lines_are_refused(void **state)
+{
+	static const char *bad[] = {
+		"{\"type\":\"stdout\",\"data_b64\":\"QUJ=\"}",      /* unused bits */
+		"{\"type\":\"stdout\",\"data_b64\":\"QUJDR===\"}",  /* bad padding */
+		"{\"type\":\"stdout\",\"data_b64\":\"QUJ\"}",       /* length */
+		"{\"type\":\"stdout\",\"data\":\"\\u00zz\"}",       /* escape */
+		"{\"type\":\"stdout\",\"data\":\"\xC0\xAF\"}",      /* overlong */
+		"{\"type\":\"stdout\",\"data\":\"x\",\"data\":\"y\"}",
+		"{\"type\":\"stdoux\",\"data\":\"QUJD\"}",
+	};
+	struct tu_res r = { 0 };
+	char nd[512];
+	size_t i;
+
+	(void)state;
+	start_api(NULL);
+	assert_int_equal(tu_req(&r, "PUT", "/api/v1/npcs/alpha/sandbox", KA,
+	    NULL), 200);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(nd, sizeof(nd), "{\"type\":\"start\",\"exec_id\":\"e1\","
+		    "\"ts\":1}\n%s\n{\"type\":\"exit\",\"code\":0,\"signal\":null,"
+		    "\"duration_ms\":1,\"truncated\":false}\n", bad[i]);
+		exec_with(&r, nd);
+		if (strstr(tu_text(&r), "event: error\n") == NULL ||
+		    strstr(tu_text(&r), "broker_unavailable") == NULL ||
+		    strstr(tu_text(&r), "event: stdout") != NULL ||
+		    strstr(tu_text(&r), "event: exit") != NULL)
+			fail_msg("line %zu accepted: %s", i, tu_text(&r));
+	}
+	tu_res_free(&r);
+}
+
 int
 main(void)
 {
@@ -667,6 +747,10 @@ main(void)
 		cmocka_unit_test_setup_teardown(
 		    test_driver_lists_sandboxes_health_and_cancels_quietly, setup,
 		    teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_output_lines_are_forwarded_as_received, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_invalid_output_lines_are_refused, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

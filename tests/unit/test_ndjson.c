@@ -246,6 +246,11 @@ test_random_buffers_round_trip_exactly(void **state)
 		valid = sbx_utf8_valid(buf, len);
 		str = json_stringn((const char *)buf, len);
 		assert_int_equal(valid, str != NULL);   /* jansson agrees */
+		/* the wire rule (adr/0028), with jansson's escaping as the
+		 * reference length: text only when no longer than base64 */
+		if (str != NULL)
+			valid = json_dumpb(str, NULL, 0, JSON_ENCODE_ANY) - 2 <=
+			    4 * ((len + 2) / 3);
 		json_decref(str);
 		assert_int_equal(json_object_get(j, "data") != NULL, valid);
 		assert_int_equal(json_object_get(j, "data_b64") != NULL, !valid);
@@ -278,7 +283,6 @@ decode_lines(struct evbuffer *out, unsigned char *dst, size_t *b64s)
 {
 	size_t n, total = 0, len;
 	char *all = take(out, &n), *line = all, *nl;
-	unsigned char bin[64];
 	json_t *j;
 	const char *v;
 
@@ -292,9 +296,10 @@ decode_lines(struct evbuffer *out, unsigned char *dst, size_t *b64s)
 		} else {
 			v = json_string_value(json_object_get(j, "data_b64"));
 			assert_non_null(v);
-			assert_int_equal(sodium_base642bin(bin, sizeof(bin), v, strlen(v),
-			    NULL, &len, NULL, sodium_base64_VARIANT_ORIGINAL), 0);
-			memcpy(dst + total, bin, len);
+			/* dst has room for every decoded byte (callers) */
+			assert_int_equal(sodium_base642bin(dst + total, strlen(v),
+			    v, strlen(v), NULL, &len, NULL,
+			    sodium_base64_VARIANT_ORIGINAL), 0);
 			total += len;
 			(*b64s)++;
 		}
@@ -491,6 +496,8 @@ test_encoder_writes_the_documented_lines(void **state)
 
 	(void)state;
 	assert_int_equal(sbx_ndjson_start(out, "e1", 1700000000123LL), 0);
+	assert_int_equal(sbx_ndjson_output(out, 1, (const unsigned char *)
+	    "x\"\\\n\0 and some plain words", 26), 0);
 	assert_int_equal(sbx_ndjson_output(out, 1, (const unsigned char *)"a\"\\\n\0", 5), 0);
 	assert_int_equal(sbx_ndjson_output(out, 2, bin, sizeof(bin)), 0);
 	assert_int_equal(sbx_ndjson_exit(out, 137, "KILL", 20, 1), 0);
@@ -499,7 +506,8 @@ test_encoder_writes_the_documented_lines(void **state)
 	s = take(out, &n);
 	assert_string_equal(s,
 	    "{\"type\":\"start\",\"exec_id\":\"e1\",\"ts\":1700000000123}\n"
-	    "{\"type\":\"stdout\",\"data\":\"a\\\"\\\\\\n\\u0000\"}\n"
+	    "{\"type\":\"stdout\",\"data\":\"x\\\"\\\\\\n\\u0000 and some plain words\"}\n"
+	    "{\"type\":\"stdout\",\"data_b64\":\"YSJcCgA=\"}\n"
 	    "{\"type\":\"stderr\",\"data_b64\":\"//4ADQo=\"}\n"
 	    "{\"type\":\"exit\",\"code\":137,\"signal\":\"KILL\",\"duration_ms\":20,\"truncated\":true}\n"
 	    "{\"type\":\"exit\",\"code\":0,\"signal\":null,\"duration_ms\":3,\"truncated\":false}\n"
@@ -1094,6 +1102,274 @@ test_golden_ndjson_is_exactly_what_the_encoder_writes(void **state)
 	evbuffer_free(out);
 }
 
+/* ---- the wire rule (adr/0028) ---------------------------------------- */
+
+/* 1 when the one line in out is "data" (then not "data_b64"); empties out. */
+static int
+line_is_data(struct evbuffer *out)
+{
+	char *l;
+	size_t n;
+	json_t *j;
+	int d;
+
+	l = take(out, &n);
+	assert_true(n > 0 && l[n - 1] == '\n');
+	j = json_loadb(l, n - 1, JSON_ALLOW_NUL, NULL);
+	assert_non_null(j);
+	d = json_object_get(j, "data") != NULL;
+	assert_int_equal(json_object_get(j, "data_b64") != NULL, !d);
+	json_decref(j);
+	free(l);
+	return d;
+}
+
+/* NUL-heavy output (valid UTF-8, 6 bytes a byte as text) goes as data_b64,
+ * plain text as data; what a client decodes is the same bytes either way. */
+static void
+test_wire_rule_nul_heavy_is_base64_text_is_data(void **state)
+{
+	size_t len = SBX_NDJSON_MAX_CHUNK, n, b64s = 0;
+	unsigned char *zero = calloc(1, len), *got = malloc(len + 8);
+	struct evbuffer *out = evbuffer_new();
+	char *l;
+
+	(void)state;
+	assert_non_null(zero);
+	assert_non_null(got);
+	assert_int_equal(sbx_utf8_valid(zero, len), 1);
+	assert_int_equal(sbx_ndjson_output(out, 1, zero, len), 0);
+	/* base64's 4/3, not the 6 bytes a byte of \u0000 */
+	assert_int_equal(evbuffer_get_length(out), strlen(
+	    "{\"type\":\"stdout\",\"data_b64\":\"\"}\n") + 4 * ((len + 2) / 3));
+	assert_int_equal(decode_lines(out, got, &b64s), len);
+	assert_int_equal(b64s, 1);
+	assert_memory_equal(got, zero, len);
+	/* a short run of NULs too */
+	assert_int_equal(sbx_ndjson_output(out, 2, zero, 3), 0);
+	l = take(out, &n);
+	assert_string_equal(l, "{\"type\":\"stderr\",\"data_b64\":\"AAAA\"}\n");
+	free(l);
+	/* plain text, and text with a few escapes, stay data */
+	assert_int_equal(sbx_ndjson_output(out, 1, (const unsigned char *)
+	    "total 8\ndrwxr-xr-x 2 sbx sbx 4096 .\n", 36), 0);
+	assert_true(line_is_data(out));
+	assert_int_equal(sbx_ndjson_output(out, 1, (const unsigned char *)
+	    "caf\xC3\xA9 \xE2\x82\xAC \"q\"\t\x1B[0m\n", 19), 0);   /* 28 = 28 */
+	assert_true(line_is_data(out));
+	/* empty output is text */
+	assert_int_equal(sbx_ndjson_output(out, 1, NULL, 0), 0);
+	assert_true(line_is_data(out));
+	evbuffer_free(out);
+	free(zero);
+	free(got);
+}
+
+/*
+ * The boundary: for every length 1..40 and every count k of line breaks
+ * (2 bytes each escaped) or NULs (6 bytes) in it, data exactly when
+ * len + extra <= 4 * ceil(len / 3); equal is data.
+ */
+static void
+test_wire_rule_boundary_equal_is_data(void **state)
+{
+	struct evbuffer *out = evbuffer_new();
+	unsigned char buf[64];
+	size_t len, k, el, b64, got_el;
+	int kind, want;
+	char *l;
+	size_t n;
+
+	(void)state;
+	for (kind = 0; kind < 2; kind++)
+		for (len = 1; len <= 40; len++)
+			for (k = 0; k <= len; k++) {
+				memset(buf, 'a', len);
+				memset(buf, kind ? 0 : '\n', k);
+				el = len + k * (kind ? 5 : 1);
+				b64 = 4 * ((len + 2) / 3);
+				want = el <= b64;
+				got_el = 0;
+				assert_int_equal(sbx_ndjson_output_is_text(buf,
+				    len, &got_el), want);
+				if (want)
+					assert_int_equal(got_el, el);
+				assert_int_equal(sbx_ndjson_output(out, 1, buf,
+				    len), 0);
+				assert_int_equal(line_is_data(out), want);
+			}
+	/* the two sides of the line, spelled out: 6 bytes are 8 in base64 */
+	assert_int_equal(sbx_ndjson_output(out, 1, (const unsigned char *)
+	    "abcd\n\n", 6), 0);   /* escaped: 8 */
+	assert_int_equal(sbx_ndjson_output(out, 1, (const unsigned char *)
+	    "abc\n\n\n", 6), 0);  /* escaped: 9 */
+	l = take(out, &n);
+	assert_string_equal(l,
+	    "{\"type\":\"stdout\",\"data\":\"abcd\\n\\n\"}\n"
+	    "{\"type\":\"stdout\",\"data_b64\":\"YWJjCgoK\"}\n");
+	free(l);
+	/* invalid UTF-8 is never text, however short its escaping */
+	assert_int_equal(sbx_ndjson_output_is_text((const unsigned char *)
+	    "abc\xFF", 4, NULL), 0);
+	evbuffer_free(out);
+}
+
+/*
+ * Issue 11's rule still holds under the new one: `dd bs=8192` of text cuts
+ * a euro sign between two reads; it arrives inside "data", every event is
+ * data, and a NUL-heavy read before it (data_b64) does not change that.
+ */
+static void
+test_wire_rule_keeps_split_characters_in_data(void **state)
+{
+	size_t len = 3 * 8192, i, n, b64s = 0;
+	unsigned char *buf = malloc(len), *got = malloc(len + 8);
+	struct sbx_utf8_hold h = { { 0 }, 0 };
+	struct evbuffer *out = evbuffer_new();
+	static const unsigned char zero[64];
+	char *all, *nl, *l;
+	json_t *j;
+
+	(void)state;
+	assert_non_null(buf);
+	assert_non_null(got);
+	for (i = 0; i < len; i++)
+		buf[i] = (unsigned char)('a' + i % 26);
+	memcpy(buf + 8191, "\xE2\x82\xAC", 3);         /* E2 | 82 AC */
+	memcpy(buf + 2 * 8192 - 2, "\xE2\x82\xAC", 3); /* E2 82 | AC */
+	for (i = 0; i < len; i += 8192)
+		assert_int_equal(sbx_ndjson_output_held(out, &h, 1, buf + i,
+		    8192), 0);
+	assert_int_equal(sbx_ndjson_output_flush(out, &h, 1), 0);
+	all = take(out, &n);
+	for (l = all; l < all + n; l = nl + 1) {
+		nl = memchr(l, '\n', (size_t)(all + n - l));
+		assert_non_null(nl);
+		j = json_loadb(l, (size_t)(nl - l), 0, NULL);
+		assert_non_null(json_object_get(j, "data"));
+		json_decref(j);
+	}
+	assert_non_null(memmem(all, n, "\xE2\x82\xAC", 3));
+	evbuffer_add(out, all, n);
+	free(all);
+	assert_int_equal(decode_lines(out, got, &b64s), len);
+	assert_int_equal(b64s, 0);
+	assert_memory_equal(got, buf, len);
+	/* NULs, then the first byte of a euro sign: the NULs go as base64,
+	 * the held byte joins the next read and the character is text */
+	memset(&h, 0, sizeof(h));
+	memcpy(buf, zero, sizeof(zero));
+	buf[sizeof(zero)] = 0xE2;
+	assert_int_equal(sbx_ndjson_output_held(out, &h, 1, buf,
+	    sizeof(zero) + 1), 0);
+	assert_int_equal(h.len, 1);
+	assert_false(line_is_data(out));
+	assert_int_equal(sbx_ndjson_output_held(out, &h, 1, (const unsigned char *)
+	    "\x82\xAC ok\n", 6), 0);
+	l = take(out, &n);
+	assert_string_equal(l, "{\"type\":\"stdout\",\"data\":\"\xE2\x82\xAC\"}\n"
+	    "{\"type\":\"stdout\",\"data\":\" ok\\n\"}\n");
+	free(l);
+	evbuffer_free(out);
+	free(buf);
+	free(got);
+}
+
+/* ---- undecoded mode (adr/0028) --------------------------------------- */
+
+struct undec {
+	size_t bytes, undecoded, decoded;
+};
+
+static int
+undec_cb(void *arg, const struct sbx_event *ev, const char *line, size_t len)
+{
+	struct undec *u = arg;
+
+	(void)line;
+	(void)len;
+	if (ev->type != SBX_EVENT_STDOUT && ev->type != SBX_EVENT_STDERR)
+		return 0;
+	u->bytes += ev->len;
+	if (ev->undecoded) {
+		assert_null(ev->data);
+		assert_null(ev->raw);
+		u->undecoded++;
+	} else
+		u->decoded++;
+	return 0;
+}
+
+/* Every line the encoder writes is handed over undecoded with its byte
+ * count; other spellings are decoded; a line either mode refuses, the
+ * other refuses with the same error. */
+static void
+test_undecoded_mode_checks_like_decoding(void **state)
+{
+	static const char *bad[] = {
+		"{\"type\":\"stdout\",\"data_b64\":\"QUJ=\"}",
+		"{\"type\":\"stdout\",\"data_b64\":\"QQ=A\"}",
+		"{\"type\":\"stdout\",\"data_b64\":\"QUJDR===\"}",
+		"{\"type\":\"stdout\",\"data_b64\":\"QUJ\"}",
+		"{\"type\":\"stdout\",\"data_b64\":\"====\"}",
+		"{\"type\":\"stdout\",\"data\":\"\\u00zz\"}",
+		"{\"type\":\"stdout\",\"data\":\"\xED\xA0\x80\"}",
+	};
+	struct evbuffer *out = evbuffer_new();
+	struct sbx_ndjson_parser *p;
+	struct sbx_err e1, e2;
+	struct undec u = { 0, 0, 0 };
+	unsigned char buf[4096];
+	char *all, line[256];
+	size_t i, n, len, total = 0;
+	int mode;
+
+	(void)state;
+	p = sbx_ndjson_parser_new(0, undec_cb, &u);
+	sbx_ndjson_parser_undecoded(p, 1);
+	assert_int_equal(sbx_ndjson_start(out, "e", 1), 0);
+	for (i = 0; i < 400; i++) {
+		len = rnd_below(sizeof(buf));
+		fill(buf, len, (int)rnd_below(4));
+		total += len;
+		assert_int_equal(sbx_ndjson_output(out, 1 + (int)(i & 1), buf,
+		    len), 0);
+	}
+	all = take(out, &n);
+	assert_int_equal(sbx_ndjson_parser_feed(p, all, n, &e1), 0);
+	free(all);
+	assert_int_equal(u.bytes, total);
+	assert_int_equal(u.undecoded, 400);
+	assert_int_equal(u.decoded, 0);
+	/* another spelling: decoded as before */
+	snprintf(line, sizeof(line), "{\"data\":\"ab\",\"type\":\"stdout\"}\n");
+	assert_int_equal(sbx_ndjson_parser_feed(p, line, strlen(line), &e1), 0);
+	assert_int_equal(u.decoded, 1);
+	sbx_ndjson_parser_free(p);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		for (mode = 0; mode < 2; mode++) {
+			p = sbx_ndjson_parser_new(0, undec_cb, &u);
+			sbx_ndjson_parser_undecoded(p, mode);
+			snprintf(line, sizeof(line), "{\"type\":\"start\","
+			    "\"exec_id\":\"e\",\"ts\":1}\n%s\n", bad[i]);
+			if (sbx_ndjson_parser_feed(p, line, strlen(line),
+			    mode ? &e2 : &e1) != -1)
+				fail_msg("mode %d accepted %s", mode, bad[i]);
+			sbx_ndjson_parser_free(p);
+		}
+		assert_string_equal(e1.code, e2.code);
+		assert_string_equal(e1.code, "bad_request");
+	}
+	/* out of order is out of order undecoded too */
+	p = sbx_ndjson_parser_new(0, undec_cb, &u);
+	sbx_ndjson_parser_undecoded(p, 1);
+	snprintf(line, sizeof(line), "{\"type\":\"stdout\",\"data\":\"a\"}\n");
+	assert_int_equal(sbx_ndjson_parser_feed(p, line, strlen(line), &e1), -1);
+	assert_non_null(strstr(e1.message, "output outside start..exit"));
+	sbx_ndjson_parser_free(p);
+	evbuffer_free(out);
+}
+
 int
 main(void)
 {
@@ -1116,6 +1392,10 @@ main(void)
 		cmocka_unit_test(test_base64_encoder_agrees_with_libsodium),
 		cmocka_unit_test(test_other_spellings_decode_the_same),
 		cmocka_unit_test(test_golden_ndjson_is_exactly_what_the_encoder_writes),
+		cmocka_unit_test(test_wire_rule_nul_heavy_is_base64_text_is_data),
+		cmocka_unit_test(test_wire_rule_boundary_equal_is_data),
+		cmocka_unit_test(test_wire_rule_keeps_split_characters_in_data),
+		cmocka_unit_test(test_undecoded_mode_checks_like_decoding),
 	};
 
 	return cmocka_run_group_tests_name("ndjson", tests, NULL, NULL);

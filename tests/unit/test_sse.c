@@ -524,7 +524,9 @@ static void
 test_output_survives_the_whole_pipeline(void **state)
 {
 	static const unsigned char bin[] = { 'a', 0xFF, 0xFE, 0x00, 0x0D, 0x0A, 0xED, 0xA0, 0x80 };
-	static const char text[] = "line1\r\nline2\n\n\"q\"\\ \x01 \xF0\x9F\x98\x80";
+	/* text with escapes, long enough to stay "data" (adr/0028) */
+	static const char text[] = "line1\r\nline2\n\n\"q\"\\ \x01 \xF0\x9F\x98\x80"
+	    " and a plain tail of words";
 	struct evbuffer *nd = evbuffer_new(), *sse = evbuffer_new();
 	struct sbx_err err;
 	struct sse_rx r;
@@ -684,6 +686,60 @@ test_fast_and_general_mapping_agree(void **state)
 	evbuffer_free(out);
 }
 
+/* adr/0028: an output line forwarded as received maps to the same bytes as
+ * sbx_sse_from_ndjson, by copying; anything else is refused, appending nothing. */
+static void
+test_output_line_is_copied_or_refused(void **state)
+{
+	static const char *ok[] = {
+		"{\"type\":\"stdout\",\"data\":\"a\\u0000b \\\"q\\\" caf\xC3\xA9\"}",
+		"{\"type\":\"stderr\",\"data_b64\":\"//4ADQo=\"}",
+		"{\"type\":\"stdout\",\"data\":\"\"}",
+	};
+	static const char *bad[] = {
+		"{\"type\":\"exit\",\"code\":0,\"signal\":null}",
+		"{\"type\":\"stdoutx\",\"data\":\"a\"}",
+		"{\"data\":\"a\",\"type\":\"stdout\"}",
+		"{\"type\":\"stdout\",\"data\":\"a\nevent: exit\"}",
+		"{\"type\":\"stdout\",\"data\":\"a\rb\"}",
+		"{\"type\":\"stdout\",\"data\":\"a\"",
+		"{\"type\":\"stdout\"}",
+		"{\"type\": \"stdout\",\"data\":\"a\"}",
+		"",
+	};
+	struct evbuffer *a = evbuffer_new(), *b = evbuffer_new();
+	struct sbx_err err;
+	char *x, *y;
+	size_t i, n, m;
+
+	(void)state;
+	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		assert_int_equal(sbx_sse_from_output_line(a, i + 1, ok[i],
+		    strlen(ok[i]), &err), 0);
+		assert_int_equal(sbx_sse_from_ndjson(b, i + 1, ok[i],
+		    strlen(ok[i]), &err), 0);
+		x = take(a, &n);
+		y = take(b, &m);
+		assert_int_equal(n, m);
+		assert_memory_equal(x, y, n);
+		free(x);
+		free(y);
+	}
+	/* with a NUL inside (len counts it) */
+	assert_int_equal(sbx_sse_from_output_line(a, 1,
+	    "{\"type\":\"stdout\",\"data\":\"a\0b\"}", 30, &err), -1);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		sbx_err_clear(&err);
+		if (sbx_sse_from_output_line(a, 1, bad[i], strlen(bad[i]),
+		    &err) != -1)
+			fail_msg("accepted: %s", bad[i]);
+		assert_string_equal(err.code, "bad_request");
+		assert_int_equal(evbuffer_get_length(a), 0);
+	}
+	evbuffer_free(a);
+	evbuffer_free(b);
+}
+
 int
 main(void)
 {
@@ -699,6 +755,7 @@ main(void)
 		cmocka_unit_test(test_mapping_refuses_non_events),
 		cmocka_unit_test(test_output_survives_the_whole_pipeline),
 		cmocka_unit_test(test_fast_and_general_mapping_agree),
+		cmocka_unit_test(test_output_line_is_copied_or_refused),
 	};
 
 	return cmocka_run_group_tests_name("sse", tests, NULL, NULL);

@@ -150,6 +150,7 @@ struct areq {
 	uint32_t mode;
 	int egress;
 	int audit_pick;                     /* 0, or 1/2: route->audit[pick-1] */
+	char *audit_detail;                 /* what the audit row records (owned), or NULL */
 	int set_image;
 	int slot_claimed;                   /* this ensure took a sandbox slot */
 	unsigned char *stdin_data;

@@ -147,8 +147,9 @@ areq_finish(struct areq *a, int status, const char *outcome)
 		if (a->audit_pick > 0 && a->audit_pick <= 2 &&
 		    a->route->audit[a->audit_pick - 1] != NULL)
 			action = a->route->audit[a->audit_pick - 1];
-		api_store_audit(s->store, a->authed ? a->who.name : NULL,
-		    action, a->has_npc ? a->npc.name : NULL, outcome);
+		api_store_audit_detail(s->store, a->authed ? a->who.name : NULL,
+		    action, a->has_npc ? a->npc.name : NULL, outcome,
+		    a->audit_detail);
 	}
 	api_metrics_request(&s->metrics, a->route != NULL ? a->route->action :
 	    a->label != NULL ? a->label : "unknown", status);
@@ -176,6 +177,7 @@ areq_finish(struct areq *a, int status, const char *outcome)
 	if (a->chunk != NULL)
 		evbuffer_free(a->chunk);
 	json_decref(a->body);
+	free(a->audit_detail);
 	free(a->path);
 	if (a->stdin_data != NULL) {
 		sodium_memzero(a->stdin_data, a->stdin_len);

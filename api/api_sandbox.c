@@ -710,6 +710,20 @@ api_h_egress(struct areq *a)
 		}
 	}
 	a->audit_pick = a->egress ? 2 : 1;   /* the row's grant/revoke */
+	/* What was granted, in the audit row (adr/0027): the checked list,
+	 * ["*"] for full egress. */
+	{
+		json_t *d;
+
+		if (!a->egress)
+			d = json_pack("{s:b}", "enabled", 0);
+		else if (allow != NULL)
+			d = json_pack("{s:b, s:O}", "enabled", 1, "allow", allow);
+		else
+			d = json_pack("{s:b, s:[s]}", "enabled", 1, "allow", "*");
+		a->audit_detail = d != NULL ? json_dumps(d, JSON_COMPACT) : NULL;
+		json_decref(d);
+	}
 	if ((a->egress && api_store_npc_set_egress_allow(a->s->store, a->npc.name,
 	    joined, &err) == -1) ||
 	    api_store_npc_set_egress(a->s->store, a->npc.name, a->egress,

@@ -39,6 +39,7 @@ enum {
 	Q_SANDBOX_RELEASE,
 	Q_AUDIT,
 	Q_AUDIT_LIST,
+	Q_AUDIT_DETAIL,
 	Q_EGRESS_ALLOW_SET,
 	Q_EGRESS_ALLOW_DEL,
 	Q_N
@@ -90,6 +91,8 @@ static const char *const queries[Q_N] = {
 	    "VALUES (?, ?, ?, ?, ?)",
 	[Q_AUDIT_LIST] = "SELECT ts, principal, action, npc, outcome FROM audit "
 	    "ORDER BY id",
+	[Q_AUDIT_DETAIL] = "INSERT INTO audit_details (audit_id, detail) "
+	    "VALUES (?, ?)",
 };
 
 static const char schema[] =
@@ -130,7 +133,13 @@ static const char schema[] =
      * egress. Its own table, as sandboxes, so older databases need no ALTER. */
     "CREATE TABLE IF NOT EXISTS egress_policies ("
     " npc_id INTEGER PRIMARY KEY REFERENCES npcs(id),"
-    " allow TEXT NOT NULL);";
+    " allow TEXT NOT NULL);"
+    /* What an audited action asked for (an egress grant: its allowlist,
+     * adr/0027), keyed by the audit row; its own table, so older
+     * databases need no ALTER. */
+    "CREATE TABLE IF NOT EXISTS audit_details ("
+    " audit_id INTEGER PRIMARY KEY REFERENCES audit(id),"
+    " detail TEXT NOT NULL);";
 
 static int64_t
 now_ms(void)
@@ -729,6 +738,14 @@ void
 api_store_audit(struct api_store *st, const char *principal,
     const char *action, const char *npc, const char *outcome)
 {
+	api_store_audit_detail(st, principal, action, npc, outcome, NULL);
+}
+
+void
+api_store_audit_detail(struct api_store *st, const char *principal,
+    const char *action, const char *npc, const char *outcome,
+    const char *detail)
+{
 	sqlite3_stmt *stmt = st->q[Q_AUDIT];
 
 	sqlite3_bind_int64(stmt, 1, now_ms());
@@ -738,6 +755,14 @@ api_store_audit(struct api_store *st, const char *principal,
 	sqlite3_bind_text(stmt, 4, npc, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(stmt, 5, outcome != NULL ? outcome : "?", -1,
 	    SQLITE_TRANSIENT);
+	if (sqlite3_step(stmt) != SQLITE_DONE)
+		goto fail;
+	sbx_sqlite_done(stmt);
+	if (detail == NULL)
+		return;
+	stmt = st->q[Q_AUDIT_DETAIL];
+	sqlite3_bind_int64(stmt, 1, sqlite3_last_insert_rowid(st->db));
+	sqlite3_bind_text(stmt, 2, detail, -1, SQLITE_TRANSIENT);
 	if (sqlite3_step(stmt) != SQLITE_DONE)
 		goto fail;
 	sbx_sqlite_done(stmt);

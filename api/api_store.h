@@ -174,6 +174,15 @@ int api_store_sandbox_count(struct api_store *st, int64_t owner_id,
  */
 void api_store_audit(struct api_store *st, const char *principal,
     const char *action, const char *npc, const char *outcome);
+/*
+ * api_store_audit plus, when detail is not NULL, what the action asked for
+ * (a short JSON text, e.g. an egress grant's {"enabled":true,"allow":[...]};
+ * never a secret) in table audit_details, keyed by the new audit row's id
+ * (adr/0027). Failures are logged, never returned.
+ */
+void api_store_audit_detail(struct api_store *st, const char *principal,
+    const char *action, const char *npc, const char *outcome,
+    const char *detail);
 
 /* One audit row, for tests and operators. */
 struct api_audit_row {

@@ -20,6 +20,7 @@
 
 #include "broker.h"
 #include "broker_check.h"
+#include "broker_egress_poll.h"
 #include "broker_reaper.h"
 #include "driver_engine.h"
 #include "sbx_http_client.h"
@@ -184,6 +185,7 @@ main(int argc, char **argv)
 	struct main_ctx m;
 	struct sbx_driver *driver = NULL;
 	struct broker_reaper *reaper = NULL;
+	struct broker_egress_poll *egress_poll = NULL;
 	struct event *sigs[SBX_DAEMON_NSIGS] = { NULL, NULL, NULL };
 	const char **allow = NULL;
 	char exe[PATH_MAX], token_problem[256];
@@ -337,6 +339,11 @@ main(int argc, char **argv)
 		fprintf(stderr, "sandbox-broker: %s\n", err.message);
 		goto done;
 	}
+	if ((egress_poll = broker_egress_poll_new(m.server, &err)) == NULL &&
+	    sbx_err_is_set(&err)) {
+		fprintf(stderr, "sandbox-broker: %s\n", err.message);
+		goto done;
+	}
 	if (broker_server_listen(m.server, &err) == -1) {
 		fprintf(stderr, "sandbox-broker: %s\n", err.message);
 		rc = strcmp(err.code, SBX_E_CONFIG) == 0 ? BROKER_EXIT_CONFIG :
@@ -352,6 +359,7 @@ main(int argc, char **argv)
 	rc = BROKER_EXIT_OK;
 done:
 	sbx_daemon_signals_free(sigs);
+	broker_egress_poll_free(egress_poll);
 	broker_reaper_free(reaper);
 	broker_recovery_free(m.recovery);
 	if (m.retry_ev != NULL)

@@ -40,6 +40,7 @@ struct broker_config {
 	char *egress_bridge_prefix;
 	char *egress_proxy_resolver; /* "IP[:PORT]" the egress proxies ask (adr/0026) */
 	long long egress_proxy_memory; /* memory limit of one egress proxy */
+	long long egress_stats_interval; /* ms between reads of the proxies' counts (adr/0027); 0: off */
 	char *oci_runtime;        /* NULL: runtime default */
 	char *name_prefix;        /* container/volume name prefix */
 	long long memory;         /* default memory limit, bytes */

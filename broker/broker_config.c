@@ -44,6 +44,9 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "proxy container's /etc/resolv.conf)"),
 	K("egress_proxy_memory", SBX_CFG_BYTES, egress_proxy_memory, "64m",
 	    "memory limit of one sandbox's egress proxy container"),
+	K("egress_stats_interval", SBX_CFG_DURATION_MS, egress_stats_interval, "15s",
+	    "how often the broker reads the egress proxies' allowed/denied counts "
+	    "for /metrics (adr/0027; 0: only on GET .../egress)"),
 	K("oci_runtime", SBX_CFG_STRING, oci_runtime, NULL,
 	    "OCI runtime for sandboxes, e.g. runsc (default: the runtime's)"),
 	K("name_prefix", SBX_CFG_STRING, name_prefix, "sbx-",

@@ -24,6 +24,8 @@ egress_policy_digest(json_t *allow, const char *resolver, char out[65])
 		crypto_hash_sha256_update(&st, (const unsigned char *)s, strlen(s));
 		crypto_hash_sha256_update(&st, (const unsigned char *)"\n", 1);
 	}
+	/* "counts\n": proxies made before --counts (adr/0027) are replaced. */
+	crypto_hash_sha256_update(&st, (const unsigned char *)"counts\n", 7);
 	crypto_hash_sha256_update(&st, (const unsigned char *)"resolver=", 9);
 	if (resolver != NULL)
 		crypto_hash_sha256_update(&st, (const unsigned char *)resolver,
@@ -35,7 +37,8 @@ egress_policy_digest(json_t *allow, const char *resolver, char out[65])
 static json_t *
 proxy_cmd(const struct egress_proxy_spec *s)
 {
-	json_t *cmd = json_pack("[s,s]", "--listen", "unix:" EGRESS_SOCK);
+	json_t *cmd = json_pack("[s,s,s,s]", "--listen", "unix:" EGRESS_SOCK,
+	    "--counts", EGRESS_COUNTS);
 	size_t i;
 
 	if (cmd == NULL)
@@ -157,10 +160,13 @@ scan_line(const char *l, size_t n, struct egress_stats *st)
 		return 0;
 	}
 	ev = json_string_value(json_object_get(o, "event"));
-	if (ev != NULL && (strcmp(ev, "allow") == 0 || strcmp(ev, "deny") == 0)) {
+	/* "listening" carries the totals a proxy started from (adr/0027). */
+	if (ev != NULL && (strcmp(ev, "allow") == 0 || strcmp(ev, "deny") == 0 ||
+	    strcmp(ev, "listening") == 0)) {
 		a = json_integer_value(json_object_get(o, "allowed"));
 		dn = json_integer_value(json_object_get(o, "denied"));
-		if (a >= 0 && dn >= 0) {
+		if (json_is_integer(json_object_get(o, "allowed")) &&
+		    json_is_integer(json_object_get(o, "denied")) && a >= 0 && dn >= 0) {
 			st->allowed = (unsigned long)a;
 			st->denied = (unsigned long)dn;
 		}

@@ -13,6 +13,8 @@
  * in the proxy and read-only in the sandbox. */
 #define EGRESS_SOCK_DIR "/run/sbx-egress"
 #define EGRESS_SOCK EGRESS_SOCK_DIR "/proxy.sock"
+/* The proxy's allowed/denied totals, kept across its restarts (adr/0027). */
+#define EGRESS_COUNTS EGRESS_SOCK_DIR "/counts"
 /* What the sandbox's relay listens on, inside its own network namespace. */
 #define EGRESS_RELAY_LISTEN "127.0.0.1:3128"
 #define EGRESS_PROXY_URL "http://127.0.0.1:3128"
@@ -24,7 +26,7 @@
 /*
  * Writes the hex SHA-256 (64 chars + NUL, out must hold 65) of the policy
  * allow stands for: entries in order, each followed by "\n", then
- * "resolver=" resolver (NULL: "") — what the proxy's label records, so an
+ * "counts\n", "resolver=" resolver (NULL: "") — what the proxy's label records, so an
  * ensure sees a changed policy without asking the proxy.
  */
 void egress_policy_digest(json_t *allow, const char *resolver, char out[65]);
@@ -48,7 +50,8 @@ struct egress_proxy_spec {
 
 /*
  * The Engine API v1.41 POST /containers/create body of a proxy container:
- * Entrypoint proxy_path, Cmd "--listen unix:EGRESS_SOCK" plus "--allow" /
+ * Entrypoint proxy_path, Cmd "--listen unix:EGRESS_SOCK --counts
+ * EGRESS_COUNTS" plus "--allow" /
  * "--cidr" per entry and "--resolver"; User "0:0" with CapDrop ALL,
  * no-new-privileges, read-only rootfs, no Init, the two mounts, the egress
  * network, RestartPolicy no; labels plus EGRESS_L_POLICY. Returns a new
@@ -76,7 +79,8 @@ struct egress_stats {
  * (Tty false: 8-byte frames, stream byte 1 or 2, big-endian length; an
  * input not starting with a frame header is read as plain lines) and
  * fills *st (initialised here: free with egress_stats_clear): the counts of
- * the newest "allow"/"deny" line, the last EGRESS_DENIALS_MAX "deny" lines
+ * the newest "allow"/"deny"/"listening" line (a proxy's totals survive its
+ * restarts, adr/0027), the last EGRESS_DENIALS_MAX "deny" lines
  * (only ts, host, port, reason copied; bounded strings). Lines that are
  * not JSON objects are skipped: the log is the proxy's, but its bytes are
  * treated as untrusted. Returns 0 or -1 (out of memory).

@@ -11,6 +11,7 @@
 
 #include "agent.h"
 #include "sbx_egress.h"
+#include "broker_egress_poll.h"
 #include "broker_int.h"
 #include "broker_metrics.h"
 #include "broker_state.h"
@@ -153,6 +154,10 @@ ensure_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 		return;
 	}
 	broker_state_touch(b->s->state, b->id, sbx_wall_ms(), &serr);
+	/* No proxy any more (egress off or full): its counts went with its
+	 * volume (adr/0027). */
+	if (b->spec.egress_allow == NULL || strcmp(b->spec.egress_allow, "*") == 0)
+		broker_metrics_egress_forget(b->s->metrics, b->id);
 	breq_reply_json(b, 200, status_json(b->s, st), "ok");
 }
 
@@ -262,6 +267,7 @@ egress_done(void *arg, const struct sbx_err *err, const char *text)
 		return;
 	}
 	json_object_set_new(obj, "id", json_string(b->id));
+	broker_egress_note(b->s, b->id, text);
 	breq_reply_json(b, 200, obj, "ok");
 }
 
@@ -341,6 +347,7 @@ destroy_done(void *arg, const struct sbx_err *err)
 		breq_fail(b, &serr);
 		return;
 	}
+	broker_metrics_egress_forget(b->s->metrics, b->id);
 	memset(&gone, 0, sizeof(gone));
 	snprintf(gone.id, sizeof(gone.id), "%s", b->id);
 	breq_reply_json(b, 200, status_json(b->s, &gone), "ok");

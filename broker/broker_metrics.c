@@ -26,6 +26,12 @@ struct hist {
 	struct sbx_hist h;
 };
 
+/* One sandbox's egress proxy counts (adr/0027). */
+struct egress_count {
+	char id[64];
+	uint64_t allowed, denied;
+};
+
 struct broker_metrics {
 	struct sbx_req_series req[MAX_SERIES]; /* route: the op, static */
 	size_t nreq;
@@ -34,6 +40,8 @@ struct broker_metrics {
 	struct hist exec_dur;
 	uint64_t execs_started, execs_finished, output_bytes[2];
 	uint64_t runtime_errors[NRT], reaped[2], recovered[NREC];
+	struct egress_count *eg;      /* sorted by id */
+	size_t neg, caneg;
 };
 
 struct broker_metrics *
@@ -45,7 +53,87 @@ broker_metrics_new(void)
 void
 broker_metrics_free(struct broker_metrics *m)
 {
+	if (m != NULL)
+		free(m->eg);
 	free(m);
+}
+
+/* Index of id in m->eg, or where it would go (*found 0). */
+static size_t
+eg_find(const struct broker_metrics *m, const char *id, int *found)
+{
+	size_t lo = 0, hi = m->neg, mid;
+	int c;
+
+	*found = 0;
+	while (lo < hi) {
+		mid = lo + (hi - lo) / 2;
+		c = strcmp(m->eg[mid].id, id);
+		if (c == 0) {
+			*found = 1;
+			return mid;
+		}
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+int
+broker_metrics_egress_set(struct broker_metrics *m, const char *id,
+    uint64_t allowed, uint64_t denied)
+{
+	struct egress_count *n;
+	size_t i;
+	int found;
+
+	if (strlen(id) >= sizeof(m->eg[0].id))
+		return -1;
+	i = eg_find(m, id, &found);
+	if (!found) {
+		if (m->neg == m->caneg) {
+			size_t cap = m->caneg ? m->caneg * 2 : 16;
+
+			if ((n = realloc(m->eg, cap * sizeof(*n))) == NULL)
+				return -1;
+			m->eg = n;
+			m->caneg = cap;
+		}
+		memmove(&m->eg[i + 1], &m->eg[i], (m->neg - i) * sizeof(*m->eg));
+		memset(&m->eg[i], 0, sizeof(m->eg[i]));
+		snprintf(m->eg[i].id, sizeof(m->eg[i].id), "%s", id);
+		m->neg++;
+	}
+	/* The larger of the two: reads that overlap may end out of order. */
+	if (allowed > m->eg[i].allowed)
+		m->eg[i].allowed = allowed;
+	if (denied > m->eg[i].denied)
+		m->eg[i].denied = denied;
+	return 0;
+}
+
+void
+broker_metrics_egress_forget(struct broker_metrics *m, const char *id)
+{
+	size_t i;
+	int found;
+
+	i = eg_find(m, id, &found);
+	if (!found)
+		return;
+	memmove(&m->eg[i], &m->eg[i + 1], (m->neg - i - 1) * sizeof(*m->eg));
+	m->neg--;
+}
+
+int
+broker_metrics_egress_known(const struct broker_metrics *m, const char *id)
+{
+	int found;
+
+	eg_find(m, id, &found);
+	return found;
 }
 
 static void
@@ -194,5 +282,15 @@ broker_metrics_render(const struct broker_metrics *m, struct evbuffer *out,
 		rc |= sbx_metrics_label(out, "sbx_broker_recovered_total",
 		    "result", rec_results[i],
 		    (unsigned long long)m->recovered[i]);
+	rc |= sbx_metrics_family(out, "sbx_broker_egress_connections_total",
+	    "counter",
+	    "Connections a sandbox's egress proxy allowed or denied (adr/0027), "
+	    "by sandbox id and decision.");
+	for (i = 0; i < m->neg; i++)
+		rc |= evbuffer_add_printf(out,
+		    "sbx_broker_egress_connections_total{id=\"%s\",decision=\"allowed\"} %llu\n"
+		    "sbx_broker_egress_connections_total{id=\"%s\",decision=\"denied\"} %llu\n",
+		    m->eg[i].id, (unsigned long long)m->eg[i].allowed, m->eg[i].id,
+		    (unsigned long long)m->eg[i].denied) < 0;
 	return rc ? -1 : 0;
 }

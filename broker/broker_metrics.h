@@ -38,6 +38,20 @@ void broker_metrics_reaped(struct broker_metrics *m, int destroyed);
 void broker_metrics_recovered(struct broker_metrics *m, const char *result);
 
 /*
+ * Egress proxy counts of sandbox id (adr/0027), as its proxy reported them
+ * (totals kept across proxy restarts): each counter takes the larger of
+ * what it had and the new value, so overlapping reads never make it go
+ * back. id: a valid sandbox id (sbx_id_valid; it becomes a label value).
+ * Returns 0 or -1 (out of memory, id too long).
+ */
+int broker_metrics_egress_set(struct broker_metrics *m, const char *id,
+    uint64_t allowed, uint64_t denied);
+/* Drops id's egress series (destroyed, or no proxy any more). */
+void broker_metrics_egress_forget(struct broker_metrics *m, const char *id);
+/* 1 when id has egress series. */
+int broker_metrics_egress_known(const struct broker_metrics *m, const char *id);
+
+/*
  * Appends the Prometheus text format (version 0.0.4), each family with
  * its HELP and TYPE lines (docs/operations.md lists them):
  *   sbx_broker_requests_total{op,code}            counter (code: HTTP status)
@@ -53,6 +67,8 @@ void broker_metrics_recovered(struct broker_metrics *m, const char *result);
  *   sbx_broker_reaped_total{action}               counter (stop, destroy)
  *   sbx_broker_runtime_errors_total{code}         counter
  *   sbx_broker_recovered_total{result}            counter
+ *   sbx_broker_egress_connections_total{id,decision} counter (allowed,
+ *                                                 denied; adr/0027)
  * Returns 0 or -1 when out of memory.
  */
 int broker_metrics_render(const struct broker_metrics *m, struct evbuffer *out,

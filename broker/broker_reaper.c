@@ -397,6 +397,7 @@ reap_destroyed(void *arg, const struct sbx_err *err)
 		log_error("state write failed", "id", id, "error", serr.message,
 		    NULL);
 	broker_metrics_reaped(broker_server_metrics(s), 1);
+	broker_metrics_egress_forget(broker_server_metrics(s), id);
 	log_info("reaped: stopped sandbox destroyed", "id", id, "reason",
 	    "destroy_after", NULL);
 	reap_end(rp, "ok", NULL);

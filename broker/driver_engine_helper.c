@@ -456,6 +456,48 @@ tar_header(unsigned char *h, const char *name, size_t size)
 	snprintf((char *)h + 148, 8, "%06o", sum);
 }
 
+int
+eng_file_tar(const char *path, const char *name, unsigned char **tar,
+    size_t *tar_len, size_t *file_len, char *why, size_t whylen)
+{
+	struct stat st;
+	size_t pad, len;
+	ssize_t n;
+	int fd;
+
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+		snprintf(why, whylen, "%s cannot be read at %s: %s", name, path,
+		    strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+	    st.st_size > HELPER_MAX || (st.st_mode & 0111) == 0) {
+		snprintf(why, whylen, "%s at %s is not a non-empty executable "
+		    "file of at most 64 MiB", name, path);
+		close(fd);
+		return -1;
+	}
+	len = (size_t)st.st_size;
+	pad = (512 - len % 512) % 512;
+	*tar_len = 512 + len + pad + 1024;
+	if ((*tar = calloc(1, *tar_len)) == NULL) {
+		close(fd);
+		snprintf(why, whylen, "out of memory");
+		return -1;
+	}
+	n = read(fd, *tar + 512, len);
+	close(fd);
+	if (n < 0 || (size_t)n != len) {
+		free(*tar);
+		*tar = NULL;
+		snprintf(why, whylen, "%s at %s could not be read whole", name, path);
+		return -1;
+	}
+	tar_header(*tar, name, len);
+	*file_len = len;
+	return 0;
+}
+
 /*
  * Reads the helper once: its bytes as the tar the helper volume is filled
  * with, its sha256 and the volume's name. A helper that cannot be read is
@@ -466,42 +508,11 @@ int
 eng_helper_load(struct engine *e)
 {
 	unsigned char h[crypto_hash_sha256_BYTES];
-	struct stat st;
-	size_t pad;
-	ssize_t n;
-	int fd;
 
-	if ((fd = open(e->helper_path, O_RDONLY | O_CLOEXEC)) < 0) {
-		snprintf(e->helper_err, sizeof(e->helper_err), "sbx-helper "
-		    "cannot be read at %s: %s", e->helper_path, strerror(errno));
+	if (eng_file_tar(e->helper_path, "sbx-helper", &e->helper_tar,
+	    &e->helper_tar_len, &e->helper_len, e->helper_err,
+	    sizeof(e->helper_err)) != 0)
 		return -1;
-	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
-	    st.st_size > HELPER_MAX || (st.st_mode & 0111) == 0) {
-		snprintf(e->helper_err, sizeof(e->helper_err), "sbx-helper at %s "
-		    "is not a non-empty executable file of at most 64 MiB",
-		    e->helper_path);
-		close(fd);
-		return -1;
-	}
-	e->helper_len = (size_t)st.st_size;
-	pad = (512 - e->helper_len % 512) % 512;
-	e->helper_tar_len = 512 + e->helper_len + pad + 1024;
-	if ((e->helper_tar = calloc(1, e->helper_tar_len)) == NULL) {
-		close(fd);
-		snprintf(e->helper_err, sizeof(e->helper_err), "out of memory");
-		return -1;
-	}
-	n = read(fd, e->helper_tar + 512, e->helper_len);
-	close(fd);
-	if (n < 0 || (size_t)n != e->helper_len) {
-		free(e->helper_tar);
-		e->helper_tar = NULL;
-		snprintf(e->helper_err, sizeof(e->helper_err), "sbx-helper at %s "
-		    "could not be read whole", e->helper_path);
-		return -1;
-	}
-	tar_header(e->helper_tar, "sbx-helper", e->helper_len);
 	crypto_hash_sha256(h, e->helper_tar + 512, e->helper_len);
 	sodium_bin2hex(e->helper_sha, sizeof(e->helper_sha), h, sizeof(h));
 	snprintf(e->helper_vol, sizeof(e->helper_vol), "%s-%.16s",

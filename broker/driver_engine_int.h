@@ -201,6 +201,13 @@ struct eop_reconcile {
 	json_t *rnets;                /* managed networks, walked by ri */
 	size_t ri;
 	unsigned rgone;
+	/* egress proxies (adr/0026, adr/0027) */
+	json_t *rsbx;                 /* sandbox id -> true running / false stopped */
+	json_t *rpx;                  /* managed proxy containers, walked by pi */
+	json_t *rvols;                /* managed socket volumes, walked by pi */
+	size_t pi;
+	unsigned pgone;
+	void (*rthen)(struct eop *);
 };
 
 /* OP_HEALTH */
@@ -463,6 +470,17 @@ void eng_proxy_ensure(struct eop *op, void (*then)(struct eop *));
 /* Removes op's egress proxy container and socket volume if sbx made them
  * (absent is fine), then then(op) (uses op->then). */
 void eng_proxy_drop(struct eop *op, void (*then)(struct eop *));
+/* Stops op's egress proxy if sbx made it and it runs (absent is fine),
+ * then then(op) (uses op->then); a failure ends op. */
+void eng_proxy_stop(struct eop *op, void (*then)(struct eop *));
+/* Reconcile (adr/0027): 1 when a container of the list
+ * GET /containers/json answered is an egress proxy sbx made. */
+int eng_proxy_listed(json_t *c);
+/* Reconcile's proxy step: removes each proxy in rco(op)->rpx whose sandbox
+ * (rco(op)->rsbx) is gone and stops each running one whose sandbox is
+ * stopped, then each socket volume whose sandbox is gone, then
+ * then(op); a runtime failure ends op. */
+void eng_proxy_reconcile(struct eop *op, void (*then)(struct eop *));
 /* The egress_stats op of the vtable (sbx_driver.h). */
 struct sbx_op *eng_egress_stats(struct sbx_driver *d, const char *id,
     sbx_json_cb cb, void *arg, struct sbx_err *err);
@@ -485,6 +503,15 @@ void eng_ensure_helper(struct eop *op);
 void eng_helper_settle(struct engine *e, const struct sbx_err *err);
 /* Removes unused old helper volumes of the stem, in the background. */
 void eng_helper_gc(struct engine *e);
+/*
+ * Reads the executable regular file at path (at most 64 MiB) into a new
+ * one-file ustar archive holding it as name (mode 0755, root's), what
+ * PUT /containers/{id}/archive takes (Engine API v1.41): *tar (owned, free())
+ * and *tar_len, *file_len the file's size. Returns 0, or -1 with why
+ * (a sentence naming name and path) and nothing allocated.
+ */
+int eng_file_tar(const char *path, const char *name, unsigned char **tar,
+    size_t *tar_len, size_t *file_len, char *why, size_t whylen);
 /* Reads the helper file once; -1 with e->helper_err set. */
 int eng_helper_load(struct engine *e);
 

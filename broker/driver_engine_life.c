@@ -104,6 +104,13 @@ eng_status(struct sbx_driver *d, const char *id, sbx_status_cb cb, void *arg,
 
 /* ---------- stop ---------- */
 
+/* Last step of stop: the sandbox's egress proxy went with it (adr/0027). */
+static void
+stop_finish(struct eop *op)
+{
+	eng_finish_done(op, NULL);
+}
+
 static void
 stop_done(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 {
@@ -121,7 +128,7 @@ stop_done(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 	if (REPLY_BAD(op, NULL, NULL, status, body, "stop the container", 204,
 	    304))
 		return;
-	eng_finish_done(op, NULL);
+	eng_proxy_stop(op, stop_finish);
 }
 
 static void
@@ -141,7 +148,8 @@ stop_inspected(struct eop *op, int status, json_t *body,
 		return;
 	}
 	if (r == 0) {
-		eng_finish_done(op, NULL);   /* already stopped */
+		/* Already stopped; its proxy may still run (adr/0027). */
+		eng_proxy_stop(op, stop_finish);
 		return;
 	}
 	snprintf(path, sizeof(path), API "/containers/%s/stop?t=%d", op->cid,
@@ -456,13 +464,22 @@ rec_networks(struct eop *op, int status, json_t *body,
 }
 
 static void
+rec_networks_list(struct eop *op)
+{
+	char path[512], filt[256];
+
+	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
+	snprintf(path, sizeof(path), API "/networks?filters=%s", filt);
+	eng_call(op, "GET", path, NULL, rec_networks);
+}
+
+static void
 rec_containers(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
 	struct sbx_err e;
 	json_t *c, *labels;
 	const char *id, *eg;
-	char path[512], filt[256];
 	size_t i;
 
 	if (err != NULL) {
@@ -479,18 +496,31 @@ rec_containers(struct eop *op, int status, json_t *body,
 		eng_finish_err(op, &e);
 		return;
 	}
+	if ((rco(op)->rsbx = json_object()) == NULL ||
+	    (rco(op)->rpx = json_array()) == NULL) {
+		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		eng_finish_err(op, &e);
+		return;
+	}
 	/* Stopped ones count: starting them again needs their network. */
 	json_array_foreach(body, i, c) {
 		labels = json_object_get(c, "Labels");
+		if (eng_proxy_listed(c)) {
+			json_array_append(rco(op)->rpx, c);
+			continue;
+		}
 		id = eng_label(labels, L_ID);
+		if (eng_managed(labels) && id != NULL && sbx_id_valid(id))
+			json_object_set_new(rco(op)->rsbx, id, json_boolean(
+			    strcmp(eng_jstr(c, "State"), "running") == 0));
 		eg = eng_label(labels, L_EGRESS);
 		if (eng_managed(labels) && id != NULL && eg != NULL &&
 		    (strcmp(eg, "1") == 0 || strcmp(eg, "proxy") == 0))
 			json_object_set_new(rco(op)->rkeep, id, json_true());
 	}
-	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
-	snprintf(path, sizeof(path), API "/networks?filters=%s", filt);
-	eng_call(op, "GET", path, NULL, rec_networks);
+	/* Proxies of sandboxes that are gone or stopped, first: a network
+	 * in use by one cannot go (adr/0027). */
+	eng_proxy_reconcile(op, rec_networks_list);
 }
 
 static void
@@ -498,6 +528,9 @@ rec_fini(struct eop *op)
 {
 	json_decref(rco(op)->rkeep);
 	json_decref(rco(op)->rnets);
+	json_decref(rco(op)->rsbx);
+	json_decref(rco(op)->rpx);
+	json_decref(rco(op)->rvols);
 }
 
 struct sbx_op *

@@ -12,6 +12,7 @@
 #include "broker_egress.h"
 #include "driver_engine_int.h"
 #include "sbx_log.h"
+#include "sbx_path.h"
 
 /*
  * Names: container "<prefix><id>-proxy", volume "<prefix><id>-egsock",
@@ -36,38 +37,36 @@ ours(const struct eop *op, json_t *labels)
 	return eng_managed(labels) && v != NULL && strcmp(v, op->id) == 0;
 }
 
-/* A ustar header for a regular file, mode 0755, root's. */
+/* GET /containers/<prefix><id>-proxy/json, answered in cb. */
 static void
-tar_header(unsigned char *h, const char *name, size_t size)
+px_get(struct eop *op, cont_fn cb)
 {
-	unsigned sum = 0;
-	size_t i;
+	char px[160], vol[160], path[300];
 
-	memset(h, 0, 512);
-	snprintf((char *)h, 100, "%s", name);
-	snprintf((char *)h + 100, 8, "%07o", 0755);
-	snprintf((char *)h + 108, 8, "%07o", 0);
-	snprintf((char *)h + 116, 8, "%07o", 0);
-	snprintf((char *)h + 124, 12, "%011zo", size);
-	snprintf((char *)h + 136, 12, "%011o", 0);
-	h[156] = '0';
-	memcpy(h + 257, "ustar", 6);
-	memcpy(h + 263, "00", 2);
-	memset(h + 148, ' ', 8);
-	for (i = 0; i < 512; i++)
-		sum += h[i];
-	snprintf((char *)h + 148, 8, "%06o", sum);
+	names(op, px, sizeof(px), vol, sizeof(vol));
+	snprintf(path, sizeof(path), API "/containers/%s/json", px);
+	eng_call(op, "GET", path, NULL, cb);
+}
+
+/* The id of the proxy an inspect answered (status 200), when it is ours
+ * and the runtime's id is usable; else NULL. */
+static const char *
+px_ours_id(struct eop *op, int status, json_t *body)
+{
+	const char *cid = eng_jstr(body, "Id");
+
+	if (status != 200 || !ours(op, json_object_get(json_object_get(body, "Config"),
+	    "Labels")) || !eng_name_ok(cid, 128))
+		return NULL;
+	return cid;
 }
 
 /* sbx-proxy, beside sbx-helper, read once as a one-file tar. */
 static int
 proxy_load(struct engine *e, struct sbx_err *err)
 {
-	char path[4096], *slash;
-	struct stat sb;
-	size_t pad;
-	ssize_t n;
-	int fd;
+	char path[4096], why[512], *slash;
+	size_t len;
 
 	if (e->proxy_tar != NULL)
 		return 0;
@@ -76,30 +75,9 @@ proxy_load(struct engine *e, struct sbx_err *err)
 	if (slash == NULL)
 		return sbx_err_set(err, SBX_E_INTERNAL, "no directory for sbx-proxy");
 	snprintf(slash + 1, sizeof(path) - (size_t)(slash + 1 - path), "sbx-proxy");
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return sbx_err_set(err, SBX_E_INTERNAL, "the egress proxy binary cannot "
-		    "be read at %s: %s", path, strerror(errno));
-	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size <= 0 ||
-	    sb.st_size > 64 * 1024 * 1024) {
-		close(fd);
-		return sbx_err_set(err, SBX_E_INTERNAL, "the egress proxy binary at %s "
-		    "is not a usable file", path);
-	}
-	pad = (512 - (size_t)sb.st_size % 512) % 512;
-	e->proxy_tar_len = 512 + (size_t)sb.st_size + pad + 1024;
-	if ((e->proxy_tar = calloc(1, e->proxy_tar_len)) == NULL) {
-		close(fd);
-		return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
-	}
-	n = read(fd, e->proxy_tar + 512, (size_t)sb.st_size);
-	close(fd);
-	if (n != sb.st_size) {
-		free(e->proxy_tar);
-		e->proxy_tar = NULL;
-		return sbx_err_set(err, SBX_E_INTERNAL, "the egress proxy binary at %s "
-		    "could not be read whole", path);
-	}
-	tar_header(e->proxy_tar, "sbx-proxy", (size_t)sb.st_size);
+	if (eng_file_tar(path, "sbx-proxy", &e->proxy_tar, &e->proxy_tar_len, &len,
+	    why, sizeof(why)) != 0)
+		return sbx_err_set(err, SBX_E_INTERNAL, "the egress proxy: %s", why);
 	return 0;
 }
 
@@ -266,11 +244,7 @@ px_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err
 static void
 px_inspect(struct eop *op)
 {
-	char px[160], vol[160], path[300];
-
-	names(op, px, sizeof(px), vol, sizeof(vol));
-	snprintf(path, sizeof(path), API "/containers/%s/json", px);
-	eng_call(op, "GET", path, NULL, px_inspected);
+	px_get(op, px_inspected);
 }
 
 static void
@@ -356,33 +330,219 @@ drop_removed(struct eop *op, int status, json_t *body, const struct sbx_err *err
 	drop_volume(op);
 }
 
+/*
+ * After px_get: when the proxy is ours (and runs, if need_running), calls
+ * method on API "/containers/<id>" suffix answered in next; else none(op).
+ * A transport error ends op.
+ */
 static void
-drop_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+px_act(struct eop *op, int status, json_t *body, const struct sbx_err *err,
+    int need_running, const char *method, const char *suffix, cont_fn next,
+    void (*none)(struct eop *))
 {
+	const char *cid;
 	char path[300];
 
 	if (err != NULL) {
 		eng_finish_err(op, err);
 		return;
 	}
-	if (status != 200 || !ours(op, json_object_get(json_object_get(body, "Config"),
-	    "Labels")) || !eng_name_ok(eng_jstr(body, "Id"), 128)) {
-		drop_volume(op);
+	if ((cid = px_ours_id(op, status, body)) == NULL || (need_running &&
+	    !json_is_true(json_object_get(json_object_get(body, "State"), "Running")))) {
+		none(op);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0", eng_jstr(body, "Id"));
-	eng_call(op, "DELETE", path, NULL, drop_removed);
+	snprintf(path, sizeof(path), API "/containers/%s%s", cid, suffix);
+	eng_call(op, method, path, NULL, next);
+}
+
+static void
+drop_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	px_act(op, status, body, err, 0, "DELETE", "?force=1&v=0", drop_removed,
+	    drop_volume);
 }
 
 void
 eng_proxy_drop(struct eop *op, void (*then)(struct eop *))
 {
-	char px[160], vol[160], path[300];
-
 	op->then = then;
-	names(op, px, sizeof(px), vol, sizeof(vol));
-	snprintf(path, sizeof(path), API "/containers/%s/json", px);
-	eng_call(op, "GET", path, NULL, drop_inspected);
+	px_get(op, drop_inspected);
+}
+
+/* ---------- stop: the proxy with its sandbox (adr/0027) ---------- */
+
+static void
+stop_px_done(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	if (REPLY_BAD(op, NULL, err, status, body, "stop the egress proxy", 204, 304,
+	    404))
+		return;
+	log_info("egress proxy stopped", "id", op->id, NULL);
+	op->then(op);
+}
+
+static void
+stop_px_then(struct eop *op)
+{
+	op->then(op);
+}
+
+static void
+stop_px_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	px_act(op, status, body, err, 1, "POST", "/stop?t=5", stop_px_done, stop_px_then);
+}
+
+void
+eng_proxy_stop(struct eop *op, void (*then)(struct eop *))
+{
+	op->then = then;
+	px_get(op, stop_px_inspected);
+}
+
+/* ---------- reconcile: proxies and volumes nobody needs (adr/0027) ---------- */
+
+int
+eng_proxy_listed(json_t *c)
+{
+	json_t *labels = json_object_get(c, "Labels");
+	const char *id = eng_label(labels, L_PROXY_OF), *role = eng_label(labels, L_ROLE);
+
+	return eng_managed(labels) && id != NULL && sbx_id_valid(id) && role != NULL &&
+	    strcmp(role, "proxy") == 0;
+}
+
+static void rec_px_next(struct eop *op);
+static void rec_vol_next(struct eop *op);
+
+static void
+rec_px_done(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct eop_reconcile *rc = rco(op);
+
+	if (REPLY_BAD(op, NULL, err, status, body, "reconcile an egress proxy", 204,
+	    304, 404))
+		return;
+	rc->pgone++;
+	rc->pi++;
+	rec_px_next(op);
+}
+
+static void
+rec_px_next(struct eop *op)
+{
+	struct eop_reconcile *rc = rco(op);
+	json_t *c, *has;
+	const char *id, *cid;
+	char path[300];
+
+	for (; rc->pi < json_array_size(rc->rpx); rc->pi++) {
+		c = json_array_get(rc->rpx, rc->pi);
+		id = eng_label(json_object_get(c, "Labels"), L_PROXY_OF);
+		cid = eng_jstr(c, "Id");
+		has = json_object_get(rc->rsbx, id);
+		if (!eng_name_ok(cid, 128))
+			continue;
+		if (has == NULL) {
+			/* Its sandbox is gone (a crash between the two, or a
+			 * container removed by hand): so goes its proxy. */
+			log_info("orphaned egress proxy removed", "id", id, NULL);
+			snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0", cid);
+			eng_call(op, "DELETE", path, NULL, rec_px_done);
+			return;
+		}
+		if (json_is_false(has) && strcmp(eng_jstr(c, "State"), "running") == 0) {
+			log_info("egress proxy of a stopped sandbox stopped", "id", id, NULL);
+			snprintf(path, sizeof(path), API "/containers/%s/stop?t=5", cid);
+			eng_call(op, "POST", path, NULL, rec_px_done);
+			return;
+		}
+	}
+	rc->pi = 0;
+	rec_vol_next(op);
+}
+
+static void
+rec_vol_done(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct eop_reconcile *rc = rco(op);
+
+	(void)body;
+	if (err != NULL) {
+		eng_finish_err(op, err);
+		return;
+	}
+	if (status >= 200 && status < 300)
+		rc->pgone++;
+	else if (status != 404)   /* in use: left for the next start */
+		log_warn("egress proxy volume not removed", "volume",
+		    eng_jstr(json_array_get(rc->rvols, rc->pi), "Name"), NULL);
+	rc->pi++;
+	rec_vol_next(op);
+}
+
+static void
+rec_vol_next(struct eop *op)
+{
+	struct eop_reconcile *rc = rco(op);
+	size_t pl = strlen(op->e->prefix);
+	json_t *v, *labels;
+	const char *id, *name;
+	char want[160], path[300], gone[16];
+
+	for (; rc->pi < json_array_size(rc->rvols); rc->pi++) {
+		v = json_array_get(rc->rvols, rc->pi);
+		labels = json_object_get(v, "Labels");
+		id = eng_label(labels, L_PROXY_OF);
+		name = eng_jstr(v, "Name");
+		if (!eng_managed(labels) || id == NULL || !sbx_id_valid(id) ||
+		    strncmp(name, op->e->prefix, pl) != 0)
+			continue;
+		snprintf(want, sizeof(want), "%s%s-egsock", op->e->prefix, id);
+		if (strcmp(name, want) != 0 || json_object_get(rc->rsbx, id) != NULL)
+			continue;
+		log_info("orphaned egress proxy volume removed", "volume", name, NULL);
+		snprintf(path, sizeof(path), API "/volumes/%s", name);
+		eng_call(op, "DELETE", path, NULL, rec_vol_done);
+		return;
+	}
+	snprintf(gone, sizeof(gone), "%u", rc->pgone);
+	if (rc->pgone > 0)
+		log_info("egress proxies reconciled", "changed", gone, NULL);
+	rc->rthen(op);
+}
+
+static void
+rec_vols_listed(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		eng_finish_err(op, err);
+		return;
+	}
+	if (status != 200 || (!json_is_array(json_object_get(body, "Volumes")) &&
+	    !json_is_null(json_object_get(body, "Volumes")))) {
+		eng_runtime_err(&e, status, body, "list volumes");
+		eng_finish_err(op, &e);
+		return;
+	}
+	rco(op)->rvols = json_is_array(json_object_get(body, "Volumes")) ?
+	    json_incref(json_object_get(body, "Volumes")) : json_array();
+	rco(op)->pi = 0;
+	rec_px_next(op);
+}
+
+void
+eng_proxy_reconcile(struct eop *op, void (*then)(struct eop *))
+{
+	char path[512], filt[256];
+
+	rco(op)->rthen = then;
+	eng_urlencode("{\"label\":[\"" L_PROXY_OF "\"]}", filt, sizeof(filt));
+	snprintf(path, sizeof(path), API "/volumes?filters=%s", filt);
+	eng_call(op, "GET", path, NULL, rec_vols_listed);
 }
 
 /* ---------- the decision log (egress_stats) ---------- */

@@ -8,16 +8,21 @@
 
 #include "proxy_policy.h"
 
+void
+proxy_vwhy(char *why, size_t len, const char *fmt, va_list ap)
+{
+	if (why != NULL && len > 0)
+		vsnprintf(why, len, fmt, ap);
+}
+
 static int
 fail(char *why, size_t len, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (why != NULL && len > 0) {
-		va_start(ap, fmt);
-		vsnprintf(why, len, fmt, ap);
-		va_end(ap);
-	}
+	va_start(ap, fmt);
+	proxy_vwhy(why, len, fmt, ap);
+	va_end(ap);
 	return -1;
 }
 
@@ -137,8 +142,8 @@ proxy_host_normalise(const char *host, size_t len, char *out, int *is_ip, int *i
 	return dns_name(out, len, why, why_len);
 }
 
-static int
-parse_port(const char *s, size_t n, uint16_t *port)
+int
+proxy_port_parse(const char *s, size_t n, uint16_t *port)
 {
 	unsigned long v = 0;
 	size_t i;
@@ -175,7 +180,7 @@ proxy_policy_add_allow(struct proxy_policy *p, const char *entry, char *why, siz
 		return fail(why, why_len, "allow entry: name an IPv6 address as a CIDR");
 	colon = memchr(entry, ':', n);
 	hn = colon != NULL ? (size_t)(colon - entry) : n;
-	if (colon != NULL && parse_port(colon + 1, n - hn - 1, &r.port) != 0)
+	if (colon != NULL && proxy_port_parse(colon + 1, n - hn - 1, &r.port) != 0)
 		return fail(why, why_len, "allow entry: port must be 1..65535");
 	host = entry;
 	if (hn == 1 && host[0] == '*') {

@@ -2,6 +2,7 @@
 #ifndef SBX_PROXY_POLICY_H
 #define SBX_PROXY_POLICY_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -66,6 +67,18 @@ int proxy_policy_add_cidr(struct proxy_policy *p, const char *cidr, char *why,
  */
 int proxy_policy_parse(struct proxy_policy *p, const char *text, size_t len,
     char *why, size_t why_len);
+
+/* Formats a one-line reason into why (len bytes; why NULL or len 0:
+ * nothing), for the policy's and the request parser's refusals. */
+void proxy_vwhy(char *why, size_t len, const char *fmt, va_list ap);
+
+/*
+ * Parses a port of n bytes (no NUL needed): 1..65535 in decimal, no sign,
+ * no leading zero (so "0443" cannot pass for 443 anywhere). Used by the
+ * allow entries and the proxy's request authority (proxy_req.c). Returns 0
+ * with *port set, or -1.
+ */
+int proxy_port_parse(const char *s, size_t n, uint16_t *port);
 
 /*
  * Normalises a host as a client named it (request target or Host header):

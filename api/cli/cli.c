@@ -430,6 +430,18 @@ find_cmd(int argc, char **argv, int *words)
 	return NULL;
 }
 
+/* Appends val to a repeatable option's list (-e, --allow), at most MAX_ENV
+ * of them; CX_OK or CX_USAGE naming the option. */
+static int
+push_opt(const struct cmd *c, const char **list, int *n, const char *val,
+    const char *what)
+{
+	if (*n >= MAX_ENV)
+		return usage_err(c, "at most %d %s options.", MAX_ENV, what);
+	list[(*n)++] = val;
+	return CX_OK;
+}
+
 /* Parses the command's options and positionals; returns CX_OK or CX_USAGE. */
 static int
 parse_args(const struct cmd *c, int argc, char **argv, struct opts *o)
@@ -508,10 +520,8 @@ parse_args(const struct cmd *c, int argc, char **argv, struct opts *o)
 		case O_JSON: o->json = 1; break;
 		case O_CWD: o->cwd = val; break;
 		case O_ENV:
-			if (o->nenv >= MAX_ENV)
-				return usage_err(c, "at most %d -e options.",
-				    MAX_ENV);
-			o->env[o->nenv++] = val;
+			if (push_opt(c, o->env, &o->nenv, val, "-e") != CX_OK)
+				return CX_USAGE;
 			break;
 		case O_TIMEOUT: o->timeout = val; break;
 		case O_STDIN: o->stdin_flag = 1; break;
@@ -522,10 +532,9 @@ parse_args(const struct cmd *c, int argc, char **argv, struct opts *o)
 		case O_FOLLOW: o->follow = 1; break;
 		case O_USAGE: o->usage = 1; break;
 		case O_ALLOW:
-			if (o->nallow >= MAX_ENV)
-				return usage_err(c, "at most %d --allow options.",
-				    MAX_ENV);
-			o->allow[o->nallow++] = val;
+			if (push_opt(c, o->allow, &o->nallow, val, "--allow") !=
+			    CX_OK)
+				return CX_USAGE;
 			break;
 		default: break;
 		}
@@ -563,15 +572,16 @@ main(int argc, char **argv)
 		return CX_USAGE;
 	}
 	if ((c = find_cmd(argc - i, argv + i, &words)) == NULL) {
+		/* "npc X" and "egress X" are two-word commands: name both. */
+		int two = i + 1 < argc && (strcmp(argv[i], "npc") == 0 ||
+		    strcmp(argv[i], "egress") == 0);
+
 		if (strcmp(argv[i], "help") == 0) {
 			main_help(stdout);
 			return CX_OK;
 		}
 		return usage_err(NULL, "unknown command \"%.80s%s%.80s\".",
-		    argv[i], i + 1 < argc && (strcmp(argv[i], "npc") == 0 ||
-		    strcmp(argv[i], "egress") == 0) ? " " : "",
-		    i + 1 < argc && (strcmp(argv[i], "npc") == 0 ||
-		    strcmp(argv[i], "egress") == 0) ? argv[i + 1] : "");
+		    argv[i], two ? " " : "", two ? argv[i + 1] : "");
 	}
 	if ((rc = parse_args(c, argc - i - words, argv + i + words, &x.o)) !=
 	    CX_OK)

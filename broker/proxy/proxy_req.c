@@ -15,11 +15,9 @@ fail(int *status, int code, char *why, size_t len, const char *fmt, ...)
 	va_list ap;
 
 	*status = code;
-	if (why != NULL && len > 0) {
-		va_start(ap, fmt);
-		vsnprintf(why, len, fmt, ap);
-		va_end(ap);
-	}
+	va_start(ap, fmt);
+	proxy_vwhy(why, len, fmt, ap);
+	va_end(ap);
 	return -1;
 }
 
@@ -54,7 +52,7 @@ authority(const char *a, size_t n, int need_port, uint16_t dflt, struct proxy_re
     int *status, char *why, size_t why_len)
 {
 	const char *hp = a, *colon = NULL;
-	size_t hn = n, i;
+	size_t hn = n;
 	char sub[PROXY_WHY_MAX];
 
 	if (n == 0)
@@ -78,20 +76,8 @@ authority(const char *a, size_t n, int need_port, uint16_t dflt, struct proxy_re
 			hn = (size_t)(colon - a);
 	}
 	if (colon != NULL) {
-		const char *p = colon + 1;
-		size_t pn = n - (size_t)(p - a);
-		unsigned long v = 0;
-
-		if (pn == 0 || pn > 5)
+		if (proxy_port_parse(colon + 1, n - (size_t)(colon + 1 - a), &r->port) != 0)
 			return fail(status, 400, why, why_len, "port must be 1..65535");
-		for (i = 0; i < pn; i++) {
-			if (p[i] < '0' || p[i] > '9')
-				return fail(status, 400, why, why_len, "port must be 1..65535");
-			v = v * 10 + (unsigned long)(p[i] - '0');
-		}
-		if (v < 1 || v > 65535)
-			return fail(status, 400, why, why_len, "port must be 1..65535");
-		r->port = (uint16_t)v;
 	} else if (need_port) {
 		return fail(status, 400, why, why_len, "CONNECT needs host:port");
 	} else {

@@ -12,11 +12,14 @@
  * line of reason. Every decision is one JSON line on stdout with the running
  * allowed/denied counts: the broker reads them from the container's log
  * (GET /containers/{id}/logs) for metrics and the api's recent denials.
+ * With --counts FILE the counts are kept in FILE (in the socket volume,
+ * read-only to the sandbox) and read back at start, so they stay monotonic
+ * across a restart or a replacement of the proxy (adr/0027).
  * Paths, query strings and header values are never printed.
  *
  * Usage: sbx-proxy [--listen HOST:PORT|unix:PATH] [--policy FILE] [--allow ENTRY]...
  *        [--cidr CIDR]... [--resolver IP[:PORT]]... [--hosts FILE]
- *        [--max-conns N] [--head-timeout-ms MS] [--connect-timeout-ms MS]
+ *        [--counts FILE] [--max-conns N] [--head-timeout-ms MS] [--connect-timeout-ms MS]
  *        [--idle-timeout-ms MS] [--dns-timeout-ms MS]
  *        sbx-proxy relay [--listen HOST:PORT] --to PATH
  * The relay runs in the sandbox (NetworkMode none: loopback only): it
@@ -48,6 +51,7 @@
 #include <event2/listener.h>
 #include <event2/util.h>
 
+#include "proxy_counts.h"
 #include "proxy_policy.h"
 #include "proxy_req.h"
 
@@ -65,6 +69,9 @@ struct px {
 	int head_ms, connect_ms, idle_ms, dns_ms;
 	struct sockaddr_un relay_to;      /* relay mode: the proxy's socket */
 	int relay;
+	long long relay_t0;               /* relay: monotonic ms at start */
+	int counts_fd;                    /* --counts FILE, or -1 */
+	int counts_failed;                /* a write failed: said once */
 };
 
 enum cstate { C_HEAD, C_RESOLVE, C_CONNECT, C_PIPE, C_REPLY };
@@ -81,7 +88,15 @@ struct conn {
 	struct evdns_getaddrinfo_request *dreq;
 	int eof;                          /* 1: client ended, 2: upstream ended */
 	int shut;                         /* 1/2: that side's write shut down */
+	struct event *retry;              /* relay: the next connect attempt */
 };
+
+/* A relay that started less than RELAY_GRACE_MS ago tries the proxy's
+ * socket again every RELAY_RETRY_MS before a 502: its sandbox and the proxy
+ * start together (ensure of a stopped sandbox), and the proxy may not have
+ * bound its socket yet (adr/0027). After that a refusal is a 502 at once. */
+#define RELAY_GRACE_MS 1000
+#define RELAY_RETRY_MS 50
 
 static struct px px;
 
@@ -102,6 +117,18 @@ json_str(FILE *f, const char *s)
 			fputc(c, f);
 	}
 	fputc('"', f);
+}
+
+static void logline(const char *msg, const char *detail);
+
+static void
+counts_save(void)
+{
+	if (proxy_counts_save(px.counts_fd, px.allowed, px.denied) != 0 &&
+	    !px.counts_failed) {
+		px.counts_failed = 1;
+		logline("cannot write the counts file", strerror(errno));
+	}
 }
 
 static void
@@ -132,6 +159,7 @@ emit(const char *event, const char *host, unsigned port, const char *reason,
 	}
 	printf(",\"allowed\":%lu,\"denied\":%lu}\n", px.allowed, px.denied);
 	fflush(stdout);
+	counts_save();
 }
 
 static void
@@ -161,6 +189,8 @@ conn_free(struct conn *k)
 		bufferevent_free(k->c);
 	if (k->u != NULL)
 		bufferevent_free(k->u);
+	if (k->retry != NULL)
+		event_free(k->retry);
 	if (k->ai != NULL)
 		evutil_freeaddrinfo(k->ai);
 	proxy_req_clear(&k->req);
@@ -351,6 +381,44 @@ start_pipe(struct conn *k)
 /* ---------- connect to the checked addresses, in order ---------- */
 
 static void try_connect(struct conn *k);
+static void relay_connect(struct conn *k);
+
+static void
+relay_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	relay_connect(arg);
+}
+
+/* The proxy's socket refused (absent, or left by a proxy that is starting
+ * again): within the relay's first RELAY_GRACE_MS try again shortly, else
+ * (or then) 502. */
+static long long
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+relay_failed(struct conn *k)
+{
+	struct timeval tv = { 0, RELAY_RETRY_MS * 1000 };
+
+	if (k->u != NULL) {
+		bufferevent_free(k->u);
+		k->u = NULL;
+	}
+	if (mono_ms() - px.relay_t0 >= RELAY_GRACE_MS || (k->retry == NULL &&
+	    (k->retry = evtimer_new(px.base, relay_retry_cb, k)) == NULL) ||
+	    evtimer_add(k->retry, &tv) != 0) {
+		reply(k, 502, "the egress proxy of this sandbox is not reachable");
+		return;
+	}
+}
 
 static void
 up_event(struct bufferevent *bev, short what, void *arg)
@@ -364,7 +432,7 @@ up_event(struct bufferevent *bev, short what, void *arg)
 			start_pipe(k);
 			return;
 		}
-		reply(k, 502, "the egress proxy of this sandbox is not reachable");
+		relay_failed(k);
 		return;
 	}
 	if (what & BEV_EVENT_CONNECTED) {
@@ -589,27 +657,31 @@ accepted(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int 
 	}
 	if (px.relay) {
 		/* The sandbox's side: on to the proxy's unix socket, unparsed. */
-		struct timeval ct = { px.connect_ms / 1000, (px.connect_ms % 1000) * 1000 };
-
-		k->u = bufferevent_socket_new(px.base, -1, BEV_OPT_CLOSE_ON_FREE);
-		if (k->u == NULL) {
-			conn_free(k);
-			return;
-		}
-		bufferevent_set_timeouts(k->u, NULL, &ct);
-		bufferevent_setcb(k->u, NULL, NULL, up_event, k);
 		bufferevent_setcb(k->c, NULL, NULL, head_event, k);
-		if (bufferevent_socket_connect(k->u, (struct sockaddr *)&px.relay_to,
-		    sizeof(px.relay_to)) != 0) {
-			bufferevent_free(k->u);
-			k->u = NULL;
-			reply(k, 502, "the egress proxy of this sandbox is not reachable");
-		}
+		relay_connect(k);
 		return;
 	}
 	bufferevent_set_timeouts(k->c, &ht, NULL);
 	bufferevent_setcb(k->c, head_read, NULL, head_event, k);
 	bufferevent_enable(k->c, EV_READ);
+}
+
+/* The relay's connect to the proxy's unix socket (again after a refusal). */
+static void
+relay_connect(struct conn *k)
+{
+	struct timeval ct = { px.connect_ms / 1000, (px.connect_ms % 1000) * 1000 };
+
+	k->u = bufferevent_socket_new(px.base, -1, BEV_OPT_CLOSE_ON_FREE);
+	if (k->u == NULL) {
+		conn_free(k);
+		return;
+	}
+	bufferevent_set_timeouts(k->u, NULL, &ct);
+	bufferevent_setcb(k->u, NULL, NULL, up_event, k);
+	if (bufferevent_socket_connect(k->u, (struct sockaddr *)&px.relay_to,
+	    sizeof(px.relay_to)) != 0)
+		relay_failed(k);
 }
 
 /* ---------- policy, signals, main ---------- */
@@ -680,7 +752,7 @@ usage(void)
 	fprintf(stderr, "usage: sbx-proxy [--listen HOST:PORT|unix:PATH] [--policy FILE] [--allow ENTRY]...\n"
 	    "       [--cidr CIDR]... [--resolver IP[:PORT]]... [--hosts FILE] [--max-conns N]\n"
 	    "       [--head-timeout-ms MS] [--connect-timeout-ms MS] [--idle-timeout-ms MS]\n"
-	    "       [--dns-timeout-ms MS]\n"
+	    "       [--dns-timeout-ms MS] [--counts FILE]\n"
 	    "       sbx-proxy relay [--listen HOST:PORT] --to /PATH\n");
 	exit(2);
 }
@@ -761,7 +833,7 @@ int
 main(int argc, char **argv)
 {
 	static struct proxy_policy pol;
-	const char *listen = "0.0.0.0:3128", *hosts = NULL;
+	const char *listen = "0.0.0.0:3128", *hosts = NULL, *counts = NULL;
 	const char *resolvers[16];
 	int nres = 0, i, sl = sizeof(struct sockaddr_storage), stdin_policy = 0;
 	char why[PROXY_WHY_MAX], opt[32];
@@ -771,6 +843,7 @@ main(int argc, char **argv)
 	socklen_t len = sizeof(ss);
 
 	px.pol = &pol;
+	px.counts_fd = -1;
 	px.max_conns = 256;
 	px.head_ms = 10000;
 	px.connect_ms = 10000;
@@ -779,6 +852,7 @@ main(int argc, char **argv)
 	i = 1;
 	if (argc > 1 && strcmp(argv[1], "relay") == 0) {
 		px.relay = 1;
+		px.relay_t0 = mono_ms();
 		listen = "127.0.0.1:3128";
 		i = 2;
 	}
@@ -813,6 +887,8 @@ main(int argc, char **argv)
 			resolvers[nres++] = v;
 		} else if (strcmp(a, "--hosts") == 0)
 			hosts = v;
+		else if (strcmp(a, "--counts") == 0 && !px.relay)
+			counts = v;
 		else if (strcmp(a, "--max-conns") == 0)
 			px.max_conns = num_arg(v, 1, 65536);
 		else if (strcmp(a, "--head-timeout-ms") == 0)
@@ -835,6 +911,11 @@ main(int argc, char **argv)
 	if (px.policy_file != NULL && load_policy_file(px.policy_file, &pol, why,
 	    sizeof(why)) != 0) {
 		fprintf(stderr, "sbx-proxy: %s: %s\n", px.policy_file, why);
+		return 1;
+	}
+	if (counts != NULL &&
+	    (px.counts_fd = proxy_counts_open(counts, &px.allowed, &px.denied)) < 0) {
+		fprintf(stderr, "sbx-proxy: --counts %s: %s\n", counts, strerror(errno));
 		return 1;
 	}
 	if (parse_listen(listen, &ss, &sl) != 0) {
@@ -892,8 +973,9 @@ main(int argc, char **argv)
 	if (ss.ss_family == AF_UNIX) {
 		printf("{\"event\":\"listening\",\"addr\":");
 		json_str(stdout, listen);
-		printf(",\"relay\":%s,\"rules\":%zu,\"cidrs\":%zu}\n", px.relay ? "true" : "false",
-		    pol.nrules, pol.ncidrs);
+		printf(",\"relay\":%s,\"rules\":%zu,\"cidrs\":%zu,\"allowed\":%lu,"
+		    "\"denied\":%lu}\n", px.relay ? "true" : "false", pol.nrules, pol.ncidrs,
+		    px.allowed, px.denied);
 		fflush(stdout);
 	} else if (getsockname(evconnlistener_get_fd(lis), (struct sockaddr *)&ss, &len) == 0) {
 		char a[64];

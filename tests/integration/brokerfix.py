@@ -410,7 +410,9 @@ def write_config(path, limits):
     # Bounded file operations (adr/0013): only when a suite sets them.
     for key, name in (("file_timeout_ms", "file_timeout"), ("list_max_entries", "list_max_entries"),
                       ("max_file_ops", "max_file_ops_per_sandbox"),
-                      ("egress_proxy_resolver", "egress_proxy_resolver")):
+                      ("egress_proxy_resolver", "egress_proxy_resolver"),
+                      ("egress_stats_interval", "egress_stats_interval"),
+                      ("idle_timeout_ms", "idle_timeout"), ("reap_interval_ms", "reap_interval")):
         if key in limits:
             cfg[name] = limits[key]
     with open(path, "w") as f:

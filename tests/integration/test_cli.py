@@ -35,7 +35,7 @@ class CLITest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         try:
-            for npc in ("alice", "bob"):
+            for npc in ("alice", "bob", "cara"):
                 cls.sbx_as(cls.stack.operator, "rm", npc)
             left = cls.stack.managed()
         finally:
@@ -221,6 +221,46 @@ class CLITest(unittest.TestCase):
         self.assertEqual(r.stdout, b"")
         self.assertIn(b"operator", r.stderr)
         self.assertIn(b"sbxctl egress grant alice", r.stderr)
+        self.assertNoKey(r)
+
+    def test_egress_grant_with_allow_and_show_as_an_operator(self):
+        op = self.stack.operator
+        r = self.sbx_as(op, "npc", "create", "cara", "--owner", "pl")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.sbx("up", "cara").returncode, 0)
+        r = self.sbx_as(op, "egress", "grant", "cara", "--allow", "pypi.org",
+                        "--allow", "*.pythonhosted.org")
+        self.assertEqual((r.returncode, r.stderr), (0, b""))
+        self.assertEqual(r.stdout, b"cara: egress granted (sandbox replaced, /work kept)\n")
+        r = self.sbx_as(op, "egress", "show", "cara")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout.decode()
+        self.assertIn("egress:     on\n", out)
+        self.assertIn("allow:      pypi.org *.pythonhosted.org\n", out)
+        self.assertIn("granted by: op\n", out)
+        self.assertIn("proxy:      0 allowed, 0 denied\n", out)
+        r = self.sbx_as(op, "egress", "show", "cara", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        e = json.loads(r.stdout)
+        self.assertEqual((e["enabled"], e["allow"], e["granted_by"]),
+                         (True, ["pypi.org", "*.pythonhosted.org"], "op"))
+        # A bad --allow value: exit 2, the server's sentence naming it, nothing changed.
+        for bad, word in (("bad..name", b"allow[1]"), ("10.0.0.0/33", b"allow[1]"),
+                          ("*", b"stands alone")):
+            r = self.sbx_as(op, "egress", "grant", "cara", "--allow", "pypi.org", "--allow", bad)
+            self.assertEqual(r.returncode, 2, (bad, r.stderr))
+            self.assertEqual(r.stdout, b"")
+            self.assertTrue(r.stderr.startswith(b"sbxctl: "), r.stderr)
+            self.assertIn(word, r.stderr)
+            self.assertEqual(r.stderr.count(b"\n"), 1, r.stderr)
+        r = self.sbx_as(op, "egress", "grant", "cara", "--allow")
+        self.assertEqual((r.returncode, r.stdout), (2, b""), r.stderr)
+        self.assertIn(b"--allow", r.stderr)
+        e = json.loads(self.sbx_as(op, "egress", "show", "cara", "--json").stdout)
+        self.assertEqual(e["allow"], ["pypi.org", "*.pythonhosted.org"])
+        # Only operators see it.
+        r = self.sbx("egress", "show", "cara")
+        self.assertEqual((r.returncode, r.stdout), (3, b""), r.stderr)
         self.assertNoKey(r)
 
     def test_operator_manages_a_players_npc(self):

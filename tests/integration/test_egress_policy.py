@@ -13,10 +13,12 @@
 
 import json
 import os
+import re
 import secrets
 import shutil
 import sqlite3
 import subprocess
+import threading
 import time
 import unittest
 import urllib.parse
@@ -73,7 +75,9 @@ class EgressPolicyTest(BrokerTestCase):
             cls.setup_namespaces()
             cls.setup_world()
             cls.setup_runtime()
-            cls.broker = cls.start_broker({"egress_proxy_resolver": DNS},
+            # The counts of /metrics are read every second here (adr/0027).
+            cls.broker = cls.start_broker({"egress_proxy_resolver": DNS,
+                                           "egress_stats_interval": 1000},
                                           runtime_sock=cls.runtime_sock)
             cls.client = cls.broker.client(timeout=120)
         except BaseException:
@@ -191,12 +195,40 @@ class EgressPolicyTest(BrokerTestCase):
     def proxy(self, sid):
         return self.engine.inspect("sbx-%s-proxy" % sid)
 
+    def running(self, name):
+        c = self.engine.inspect(name)
+        return None if c is None else bool(c["State"]["Running"])
+
+    def egress_counts(self, sid):
+        """(allowed, denied) of sid in the broker's /metrics, or None."""
+        r = self.client.metrics()
+        self.assertEqual(r.status, 200, r)
+        got = {}
+        for dec, n in re.findall(r'^sbx_broker_egress_connections_total\{id="%s",'
+                                 r'decision="(allowed|denied)"\} (\d+)$' % re.escape(sid),
+                                 r.body.decode(), re.M):
+            got[dec] = int(n)
+        return (got["allowed"], got["denied"]) if len(got) == 2 else None
+
+    def wait_counts(self, sid, want, what):
+        """Polls /metrics (bounded) until sid's counts are want."""
+        seen = []
+        ok = wait_until(lambda: seen.append(self.egress_counts(sid)) or seen[-1] == want, 60, 0.2)
+        self.assertTrue(ok, "%s: /metrics shows %r for %s, want %r" % (what, seen[-1], sid, want))
+
+    def restart_broker(self, **limits):
+        b = self.broker
+        self.assertEqual(b.stop(), 0, b.log_text()[-2000:])
+        if limits:
+            b.limits.update(limits)
+            from brokerfix import write_config
+            write_config(b.config, b.limits)
+        b.start(wait=120)
+        type(self).client = b.client(timeout=120)
+
     def vol_status(self, name):
-        """HTTP status of a volume inspect (the Engine client raises on 4xx)."""
-        try:
-            return self.engine.call("GET", "/volumes/" + name)[0]
-        except Exception as e:       # engineapi.APIError
-            return getattr(e, "status", None)
+        """HTTP status of a volume inspect."""
+        return self.engine.fetch("GET", "/volumes/" + name)[0]
 
     # ---------------------------------------------------------------- tests
 
@@ -323,6 +355,125 @@ class EgressPolicyTest(BrokerTestCase):
         self.assertEqual((st["proxy"], st["allowed"], st["denied"], st["denials"]),
                          (False, 0, 0, []))
 
+    def test_9a_metrics_show_allowed_and_denied_counts_per_sandbox(self):
+        # Read by the broker's timer (egress_stats_interval), no GET .../egress.
+        sid, other = self.new_id("epc"), self.new_id("epo")
+        self.ensure_allow(sid, ["allowed.test"])
+        self.ensure_allow(other, ["other.test"])
+        self.assertEqual(self.get(sid, "http://allowed.test:8080/")[0], 200)
+        self.assertEqual(self.get(sid, "http://denied.test:8080/")[0], 403)
+        self.assertEqual(self.get(other, "http://other.test:8080/")[0], 200)
+        self.wait_counts(sid, (1, 1), "one allowed, one denied")
+        self.wait_counts(other, (1, 0), "the other sandbox counts its own")
+        # A new policy replaces the proxy: its counts go on from where they were.
+        px = self.proxy(sid)["Id"]
+        self.ensure_allow(sid, ["allowed.test", "other.test"])
+        self.assertNotEqual(self.proxy(sid)["Id"], px, "the proxy was not replaced")
+        self.wait_counts(sid, (1, 1), "after the proxy's replacement")
+        self.assertEqual(self.get(sid, "http://denied.test:8080/")[0], 403)
+        self.assertEqual(self.get(sid, "http://other.test:8080/")[0], 200)
+        self.wait_counts(sid, (2, 2), "counted on after the replacement")
+        r = self.client.request("GET", "/v1/sandboxes/%s/egress" % sid).json()
+        self.assertEqual((r["allowed"], r["denied"]), (2, 2), r)
+        # Destroyed: its series go.
+        self.assertIn(self.client.destroy(sid).status, (200, 204))
+        self.assertIsNone(self.egress_counts(sid))
+
+    def test_9b_stop_stops_the_proxy_and_ensure_starts_it_again(self):
+        sid = self.new_id("ept")
+        self.ensure_allow(sid, ["allowed.test"])
+        self.assertTrue(self.running("sbx-%s-proxy" % sid))
+        self.assertEqual(self.client.stop(sid).status, 200)
+        self.assertFalse(self.running("sbx-" + sid))
+        self.assertFalse(self.running("sbx-%s-proxy" % sid), "the proxy runs on after stop")
+        # Stopping a stopped sandbox: fine, its proxy stays stopped.
+        self.assertEqual(self.client.stop(sid).status, 200)
+        self.ensure_allow(sid, ["allowed.test"])
+        self.assertTrue(self.running("sbx-%s-proxy" % sid), "ensure did not start the proxy")
+        self.assertEqual(self.get(sid, "http://allowed.test:8080/")[0], 200)
+        # Destroy removes both (and the socket volume).
+        self.assertIn(self.client.destroy(sid).status, (200, 204))
+        self.assertIsNone(self.engine.inspect("sbx-" + sid))
+        self.assertIsNone(self.proxy(sid))
+        self.assertEqual(self.vol_status("sbx-%s-egsock" % sid), 404)
+
+    def test_x_a_broker_killed_mid_ensure_leaves_no_orphan_proxy(self):
+        sid = self.new_id("epk")
+        b = self.broker
+        done = []
+        t = threading.Thread(target=lambda: done.append(self._ensure_quietly(sid)))
+        t.start()
+        # The proxy is made before its sandbox: kill the broker once it exists.
+        self.assertTrue(wait_until(lambda: self.proxy(sid) is not None, 120, 0.02),
+                        "no proxy appeared")
+        b.proc.kill()
+        b.proc.wait(10)
+        b.logf.close()
+        t.join(60)
+        b.start(wait=120)
+        type(self).client = b.client(timeout=120)
+        box = self.engine.inspect("sbx-" + sid)
+        print("killed with the sandbox container %s" % ("made" if box else "not made yet"))
+        if box is None:
+            self.assertIsNone(self.proxy(sid), "a crash left an orphan proxy")
+            self.assertEqual(self.vol_status("sbx-%s-egsock" % sid), 404)
+        else:
+            self.assertIsNotNone(self.proxy(sid))
+            self.assertEqual(bool(self.running("sbx-%s-proxy" % sid)),
+                             bool(box["State"]["Running"]))
+        # Whatever the crash left, an ensure makes it whole.
+        self.ensure_allow(sid, ["allowed.test"])
+        self.assertEqual(self.get(sid, "http://allowed.test:8080/")[0], 200)
+
+    def _ensure_quietly(self, sid):
+        try:
+            return self.client.ensure(sid, body={"egress": True,
+                                                 "egress_allow": ["allowed.test"]}).status
+        except Exception as e:        # the broker was killed under it (reset, EOF)
+            return e
+
+    def test_y_a_broker_restart_removes_orphan_proxies_and_stops_idle_ones(self):
+        gone, stopped = self.new_id("epg"), self.new_id("eph")
+        self.ensure_allow(gone, ["allowed.test"])
+        self.ensure_allow(stopped, ["allowed.test"])
+        self.assertEqual(self.get(stopped, "http://denied.test:8080/")[0], 403)
+        self.wait_counts(stopped, (0, 1), "before the restart")
+        b = self.broker
+        self.assertEqual(b.stop(), 0, b.log_text()[-2000:])
+        # What a crash leaves: a proxy whose sandbox container is gone, and
+        # one whose sandbox stopped while its proxy ran on.
+        self.engine.remove("sbx-" + gone, volumes=False)
+        self.engine.post("/containers/sbx-%s/stop" % stopped, params={"t": "1"})
+        self.assertTrue(self.running("sbx-%s-proxy" % stopped))
+        self.assertIsNotNone(self.proxy(gone))
+        b.start(wait=120)
+        type(self).client = b.client(timeout=120)
+        self.assertIsNone(self.proxy(gone), "an orphan proxy survived the restart")
+        self.assertEqual(self.vol_status("sbx-%s-egsock" % gone), 404)
+        self.assertIsNone(self.engine.network("sbx-%s-egress" % gone))
+        self.assertFalse(self.running("sbx-%s-proxy" % stopped))
+        self.assertEqual(self.vol_status("sbx-%s-egsock" % stopped), 200)
+        # The restarted broker reads the counts back (they live in the
+        # socket volume), and the stopped one comes back with its proxy.
+        self.wait_counts(stopped, (0, 1), "after the restart")
+        self.ensure_allow(stopped, ["allowed.test"])
+        code, out, _ = self.get(stopped, "http://allowed.test:8080/")
+        self.assertEqual(code, 200, (out, self.broker.log_text()[-3000:]))
+        self.wait_counts(stopped, (1, 1), "after the restart and a new request")
+
+    def test_z_the_idle_reaper_stops_the_proxy_with_its_sandbox(self):
+        # Last: the reaper stops every idle sandbox of the class.
+        sid = self.new_id("epi")
+        self.restart_broker(idle_timeout_ms=5000, reap_interval_ms=500)
+        self.ensure_allow(sid, ["allowed.test"])
+        self.assertTrue(wait_until(lambda: self.running("sbx-" + sid) is False, 90, 0.2),
+                        "the reaper did not stop the sandbox")
+        self.assertTrue(wait_until(lambda: self.running("sbx-%s-proxy" % sid) is False, 30, 0.2),
+                        "the proxy runs on after the reaper stopped its sandbox")
+        self.assertEqual(self.client.status(sid).json()["stop_reason"], "idle")
+        self.ensure_allow(sid, ["allowed.test"])
+        self.assertTrue(self.running("sbx-%s-proxy" % sid))
+
     def test_7_a_bad_allowlist_is_400_and_makes_nothing(self):
         sid = self.new_id("epb")
         for allow, word in ((["bad..name"], "allow[0]"), ([], "at least one"),
@@ -380,6 +531,16 @@ class EgressGrantApiTest(unittest.TestCase):
         with sqlite3.connect("file:%s?mode=ro" % path, uri=True) as db:
             return db.execute("SELECT principal, action, outcome FROM audit WHERE npc=? AND "
                               "action LIKE 'egress%' ORDER BY id", (npc,)).fetchall()
+
+    def details(self, npc):
+        """(action, outcome, detail) of npc's egress audit rows that record
+        what was asked (adr/0027)."""
+        path = os.path.join(self.stack.api_state, "api.db")
+        with sqlite3.connect("file:%s?mode=ro" % path, uri=True) as db:
+            return [(a, o, json.loads(d)) for a, o, d in db.execute(
+                "SELECT a.action, a.outcome, d.detail FROM audit a JOIN audit_details d "
+                "ON d.audit_id = a.id WHERE a.npc=? AND a.action LIKE 'egress%' ORDER BY a.id",
+                (npc,))]
 
     def test_grant_with_an_allowlist_is_operator_only_audited_and_widened_in_place(self):
         pl, op = self.stack.player, self.stack.operator
@@ -439,6 +600,11 @@ class EgressGrantApiTest(unittest.TestCase):
         self.assertEqual(rows[0], ("pl", "egress", "forbidden"))
         self.assertEqual([r for r in rows if r[2] == "ok"], [("op", "egress.grant", "ok")] * 2)
         self.assertEqual(len([r for r in rows if r[0] == "op" and r[2] != "ok"]), 2, rows)
+        # The audit rows of the grants say what was granted (adr/0027).
+        self.assertEqual([d for d in self.details(npc) if d[1] == "ok"], [
+            ("egress.grant", "ok", {"enabled": True, "allow": ["allowed.test"]}),
+            ("egress.grant", "ok", {"enabled": True,
+                                    "allow": ["allowed.test", "*.pythonhosted.org"]})])
         # {"enabled": true} alone is full egress (ADR 0014): no proxy any more.
         r = self.req(op, "PUT", "/api/v1/npcs/%s/egress" % npc, {"enabled": True})
         self.assertEqual(r.status, 200, r)
@@ -448,6 +614,11 @@ class EgressGrantApiTest(unittest.TestCase):
                          [self.prefix + "npc-%s-egress" % npc])
         npcs = {n["name"]: n for n in json.loads(self.req(op, "GET", "/api/v1/npcs").body)}
         self.assertEqual(npcs[npc]["egress_allow"], ["*"])
+        self.assertEqual(self.details(npc)[-1],
+                         ("egress.grant", "ok", {"enabled": True, "allow": ["*"]}))
+        r = self.req(op, "PUT", "/api/v1/npcs/%s/egress" % npc, {"enabled": False})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(self.details(npc)[-1], ("egress.revoke", "ok", {"enabled": False}))
 
     def test_get_egress_shows_policy_and_grant_to_operators_only(self):
         pl, op = self.stack.player, self.stack.operator

@@ -8,9 +8,11 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <event2/buffer.h>
 #include <jansson.h>
 
 #include "broker_egress.h"
+#include "broker_metrics.h"
 #include "sbx_err.h"
 #include "sbx_proto.h"
 
@@ -166,7 +168,7 @@ test_proxy_body_has_no_capability_no_tcp_listener_and_the_policy_as_argv(void **
 	cmd = json_object_get(b, "Cmd");
 	dump = json_dumps(cmd, JSON_COMPACT);
 	assert_string_equal(dump, "[\"--listen\",\"unix:/run/sbx-egress/proxy.sock\","
-	    "\"--allow\",\"allowed.test\",\"--allow\",\"*.pythonhosted.org:443\","
+	    "\"--counts\",\"/run/sbx-egress/counts\",\"--allow\",\"allowed.test\",\"--allow\",\"*.pythonhosted.org:443\","
 	    "\"--cidr\",\"10.77.0.0/24\",\"--resolver\",\"198.51.100.53\"]");
 	free(dump);
 	egress_policy_digest(allow, "198.51.100.53", want);
@@ -258,6 +260,16 @@ test_log_scan_reads_counts_and_the_last_denials_from_frames(void **state)
 	}
 	assert_int_equal(st.denied, 1);
 	egress_stats_clear(&st);
+	/* A restarted proxy: its "listening" line carries the totals it
+	 * started from (adr/0027); a listening line without them sets none. */
+	n = 0;
+	frame(buf, &n, 1, "{\"event\":\"deny\",\"host\":\"a.test\",\"port\":1,"
+	    "\"allowed\":4,\"denied\":7}\n{\"event\":\"listening\",\"addr\":\"unix:/x\","
+	    "\"allowed\":4,\"denied\":7}\n{\"event\":\"listening\",\"addr\":\"unix:/x\"}\n");
+	assert_int_equal(egress_log_scan(buf, n, &st), 0);
+	assert_int_equal(st.allowed, 4);
+	assert_int_equal(st.denied, 7);
+	egress_stats_clear(&st);
 	assert_int_equal(egress_log_scan((const unsigned char *)"", 0, &st), 0);
 	assert_int_equal(st.allowed + st.denied, 0);
 	assert_int_equal(json_array_size(st.denials), 0);
@@ -285,6 +297,46 @@ test_log_scan_survives_hostile_bytes(void **state)
 	egress_stats_clear(&st);
 }
 
+/* adr/0027: per-sandbox series that never go back, gone when forgotten. */
+static void
+test_egress_counts_render_per_sandbox_and_never_go_back(void **state)
+{
+	struct broker_metrics *m = broker_metrics_new();
+	struct evbuffer *out = evbuffer_new();
+	char *text;
+	size_t n;
+
+	(void)state;
+	assert_non_null(m);
+	assert_non_null(out);
+	assert_int_equal(broker_metrics_egress_set(m, "b-2", 3, 4), 0);
+	assert_int_equal(broker_metrics_egress_set(m, "a-1", 1, 0), 0);
+	/* an older read that ends last changes nothing */
+	assert_int_equal(broker_metrics_egress_set(m, "b-2", 2, 5), 0);
+	assert_true(broker_metrics_egress_known(m, "a-1"));
+	assert_int_equal(broker_metrics_render(m, out, 0, 0, 0), 0);
+	n = evbuffer_get_length(out);
+	text = strndup((const char *)evbuffer_pullup(out, -1), n);
+	assert_non_null(strstr(text, "# TYPE sbx_broker_egress_connections_total counter\n"
+	    "sbx_broker_egress_connections_total{id=\"a-1\",decision=\"allowed\"} 1\n"
+	    "sbx_broker_egress_connections_total{id=\"a-1\",decision=\"denied\"} 0\n"
+	    "sbx_broker_egress_connections_total{id=\"b-2\",decision=\"allowed\"} 3\n"
+	    "sbx_broker_egress_connections_total{id=\"b-2\",decision=\"denied\"} 5\n"));
+	free(text);
+	broker_metrics_egress_forget(m, "a-1");
+	broker_metrics_egress_forget(m, "nobody");
+	assert_false(broker_metrics_egress_known(m, "a-1"));
+	evbuffer_drain(out, evbuffer_get_length(out));
+	assert_int_equal(broker_metrics_render(m, out, 0, 0, 0), 0);
+	n = evbuffer_get_length(out);
+	text = strndup((const char *)evbuffer_pullup(out, -1), n);
+	assert_null(strstr(text, "a-1"));
+	assert_non_null(strstr(text, "{id=\"b-2\",decision=\"denied\"} 5\n"));
+	free(text);
+	evbuffer_free(out);
+	broker_metrics_free(m);
+}
+
 int
 main(void)
 {
@@ -297,6 +349,7 @@ main(void)
 		cmocka_unit_test(test_sandbox_env_points_every_client_at_the_relay),
 		cmocka_unit_test(test_log_scan_reads_counts_and_the_last_denials_from_frames),
 		cmocka_unit_test(test_log_scan_survives_hostile_bytes),
+		cmocka_unit_test(test_egress_counts_render_per_sandbox_and_never_go_back),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

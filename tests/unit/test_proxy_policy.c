@@ -410,6 +410,7 @@ static const struct req_case req_cases[] = {
 	{ "CONNECT allowed.test:0 HTTP/1.1\r\n\r\n", 400, 0, NULL, 0, NULL },
 	{ "CONNECT allowed.test:65536 HTTP/1.1\r\n\r\n", 400, 0, NULL, 0, NULL },
 	{ "CONNECT allowed.test:-1 HTTP/1.1\r\n\r\n", 400, 0, NULL, 0, NULL },
+	{ "CONNECT allowed.test:0443 HTTP/1.1\r\n\r\n", 400, 0, NULL, 0, NULL },
 	{ "CONNECT user@allowed.test:443 HTTP/1.1\r\n\r\n", 400, 0, NULL, 0, NULL },
 	{ "CONNECT allowed.test:443 HTTP/2.0\r\n\r\n", 400, 0, NULL, 0, NULL },
 	{ "CONNECT allowed.test:443 HTTP/1.1\n\n", 400, 0, NULL, 0, NULL },

@@ -179,6 +179,10 @@ list_slice(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	if (k > API_LIST_SLICE)
 		k = API_LIST_SLICE;
+	if (k == 0) {           /* an empty directory: ents is NULL */
+		list_finish(lo);
+		return;
+	}
 	if ((t = sbx_wire_dirents_text(lo->ents + lo->next, k)) == NULL) {
 		areq_fail_code(lo->a, SBX_E_INTERNAL, "Out of memory.");
 		return;

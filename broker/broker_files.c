@@ -313,6 +313,10 @@ list_slice(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	if (k > LIST_SLICE)
 		k = LIST_SLICE;
+	if (k == 0) {           /* an empty directory: ents is NULL */
+		list_finish(lo);
+		return;
+	}
 	if ((t = sbx_wire_dirents_text(lo->ents + lo->next, k)) == NULL) {
 		breq_fail_code(lo->b, SBX_E_INTERNAL, "Out of memory.");
 		return;

@@ -247,7 +247,9 @@ class EgressIsolationTest(BrokerTestCase):
         cls.ns(cls.rt_ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
         cls.ns(cls.wan_ns, "ip", "addr", "add", WAN_IP + "/24", "dev", vb)
         cls.ns(cls.wan_ns, "ip", "link", "set", vb, "up")
-        for net in ("10.0.0.0/8", "172.16.0.0/12"):   # back to unmasqueraded sandboxes
+        # back to unmasqueraded sandboxes (Docker's default pools end in
+        # 192.168.0.0/16; Podman's are in 10.0.0.0/8)
+        for net in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"):
             cls.ns(cls.wan_ns, "ip", "route", "add", net, "via", RT_IP)
         # "The internet" and "a host service on 0.0.0.0".
         cls.www = sbxtest.short_tmpdir("sbxeg-www-")

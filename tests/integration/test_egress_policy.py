@@ -107,7 +107,10 @@ class EgressPolicyTest(BrokerTestCase):
         for a in (ALLOWED, OTHER, DNS):
             cls.ns(cls.wan_ns, "ip", "addr", "add", a + "/32", "dev", vb)
         cls.ns(cls.wan_ns, "ip", "link", "set", vb, "up")
-        for net in ("10.0.0.0/8", "172.16.0.0/12"):   # back to unmasqueraded containers
+        # back to unmasqueraded containers: Docker takes networks from
+        # 172.17-31.0.0/16 and then 192.168.0.0/16 (its default pools, in
+        # turn, not reusing a freed one at once), Podman from 10.89.0.0/16
+        for net in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"):
             cls.ns(cls.wan_ns, "ip", "route", "add", net, "via", RT_IP)
 
     @classmethod

@@ -99,8 +99,8 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 int
 LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
-	struct sbx_http_request q = { "GET", "/v1.41/_ping", NULL, NULL, NULL,
-	    0, 0 };
+	struct sbx_http_request q = { .method = "GET",
+	    .path = "/v1.41/_ping" };
 	struct sbx_http_cbs cbs;
 	struct sbx_http_req *req;
 	struct sbx_err err;

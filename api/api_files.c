@@ -13,6 +13,7 @@
 #include "sbx_call.h"
 #include "sbx_gate.h"
 #include "sbx_httpd.h"
+#include "sbx_list_out.h"
 #include "sbx_proto.h"
 #include "sbx_wire.h"
 
@@ -111,126 +112,44 @@ api_write_reply_flags(struct areq *a, int status)
 	return 0;
 }
 
-/* ---- a list page's reply in slices (adr/0030) ---- */
-
-struct api_list_out {
-	struct areq *a;
-	struct sbx_dirent *ents;    /* a copy: the driver's are borrowed */
-	size_t n, next;
-	int truncated;
-	struct evbuffer *text;      /* the reply so far */
-	struct event *ev;           /* the next slice (a 0 s timer: after I/O) */
-};
+/* ---- a list page's reply in slices (adr/0030, sbx_list_out.h) ---- */
 
 static void
-list_out_free(struct api_list_out *lo)
+list_done(void *arg, const struct sbx_err *err, struct evbuffer *text,
+    int truncated, const char *cursor)
 {
-	if (lo == NULL)
-		return;
-	if (lo->ev != NULL)
-		event_free(lo->ev);
-	if (lo->text != NULL)
-		evbuffer_free(lo->text);
-	free(lo->ents);
-	free(lo);
-}
+	struct areq *a = arg;
 
-static void
-list_finish(struct api_list_out *lo)
-{
-	struct areq *a = lo->a;
-	char cursor[SBX_WIRE_CURSOR_MAX + 1];
-	int trunc = lo->truncated && lo->n > 0, r;
-
-	cursor[0] = '\0';
-	if (trunc)
-		sbx_wire_cursor_encode(lo->ents[lo->n - 1].name, cursor,
-		    sizeof(cursor));
-	if (!a->list_obj) {
-		if (trunc) {
-			evhttp_add_header(evhttp_request_get_output_headers(a->req),
-			    "Sbx-List-Truncated", "true");
-			evhttp_add_header(evhttp_request_get_output_headers(a->req),
-			    "Sbx-List-Cursor", cursor);
-		}
-		r = evbuffer_add(lo->text, "]", 1);
-	} else if (trunc)
-		r = evbuffer_add_printf(lo->text, "],\"truncated\":true,"
-		    "\"cursor\":\"%s\"}", cursor);
-	else
-		r = evbuffer_add_printf(lo->text, "],\"truncated\":false,"
-		    "\"cursor\":null}");
-	if (r < 0) {
-		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+	(void)truncated;
+	if (err != NULL) {
+		areq_fail(a, err);
 		return;
 	}
-	areq_reply_json_text(a, 200, lo->text);
-}
-
-static void
-list_slice(evutil_socket_t fd, short what, void *arg)
-{
-	static const struct timeval now = { 0, 0 };
-	struct api_list_out *lo = arg;
-	size_t k = lo->n - lo->next, len;
-	char *t;
-
-	(void)fd;
-	(void)what;
-	if (k > API_LIST_SLICE)
-		k = API_LIST_SLICE;
-	if (k == 0) {           /* an empty directory: ents is NULL */
-		list_finish(lo);
-		return;
+	if (!a->list_obj && cursor[0] != '\0') {
+		evhttp_add_header(evhttp_request_get_output_headers(a->req),
+		    "Sbx-List-Truncated", "true");
+		evhttp_add_header(evhttp_request_get_output_headers(a->req),
+		    "Sbx-List-Cursor", cursor);
 	}
-	if ((t = sbx_wire_dirents_text(lo->ents + lo->next, k)) == NULL) {
-		areq_fail_code(lo->a, SBX_E_INTERNAL, "Out of memory.");
-		return;
-	}
-	len = strlen(t);
-	if (len > 0 && ((lo->next > 0 && evbuffer_add(lo->text, ",", 1) < 0) ||
-	    evbuffer_add(lo->text, t, len) < 0)) {
-		free(t);
-		areq_fail_code(lo->a, SBX_E_INTERNAL, "Out of memory.");
-		return;
-	}
-	free(t);
-	lo->next += k;
-	if (lo->next < lo->n)
-		evtimer_add(lo->ev, &now);
-	else
-		list_finish(lo);
+	areq_reply_json_text(a, 200, text);
 }
 
 void
 api_list_reply(struct areq *a, const struct sbx_dirent *ents, size_t n,
     int truncated)
 {
-	struct api_list_out *lo;
+	struct sbx_err err;
 
-	if ((lo = calloc(1, sizeof(*lo))) == NULL ||
-	    (n > 0 && (lo->ents = malloc(n * sizeof(*ents))) == NULL) ||
-	    (lo->text = evbuffer_new()) == NULL ||
-	    (lo->ev = evtimer_new(a->s->base, list_slice, lo)) == NULL ||
-	    evbuffer_add_printf(lo->text, "%s", a->list_obj ?
-	    "{\"entries\":[" : "[") < 0) {
-		list_out_free(lo);
-		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
-		return;
-	}
-	if (n > 0)
-		memcpy(lo->ents, ents, n * sizeof(*ents));
-	lo->a = a;
-	lo->n = n;
-	lo->truncated = truncated;
-	a->lout = lo;           /* freed with a (api_write_release) */
-	list_slice(-1, 0, lo);
+	/* a->lout is freed with a (api_write_release) */
+	if (sbx_list_out_start(&a->lout, a->s->base, ents, n, truncated,
+	    a->list_obj, list_done, a, &err) == -1)
+		areq_fail(a, &err);
 }
 
 void
 api_write_release(struct areq *a)
 {
-	list_out_free(a->lout);
+	sbx_list_out_free(a->lout);
 	a->lout = NULL;
 	if (a->watch.watching)
 		sbx_httpd_unwatch(&a->watch);

@@ -166,7 +166,7 @@ struct areq {
 	uint64_t wsize;                     /* its Content-Length, bytes */
 	sbx_done_cb wdone;
 	struct sbx_httpd_req watch;         /* the client watched meanwhile */
-	struct api_list_out *lout;          /* a list reply being encoded */
+	struct sbx_list_out *lout;          /* a list reply being encoded */
 	struct areq *prev, *next;
 };
 
@@ -184,9 +184,8 @@ unsigned api_write_reply_flags(struct areq *a, int status);
 void api_write_release(struct areq *a);
 /* api_files.c: a list page's reply (a->list_obj: the page object, else the
  * v1 array with the Sbx-List-* headers), encoded in slices of
- * API_LIST_SLICE entries, one per turn of the event loop, then sent whole
- * (adr/0030). ents are copied. Ends in exactly one reply. */
-#define API_LIST_SLICE 500
+ * SBX_LIST_SLICE entries, one per turn of the event loop, then sent whole
+ * (adr/0030, sbx_list_out.h). ents are copied. Ends in exactly one reply. */
 void api_list_reply(struct areq *a, const struct sbx_dirent *ents, size_t n,
     int truncated);
 

@@ -15,13 +15,11 @@
 #include "broker_int.h"
 #include "sbx_call.h"
 #include "sbx_gate.h"
+#include "sbx_list_out.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"
 #include "sbx_wire.h"
-
-struct list_out;
-static void list_out_free(struct list_out *);
 
 static void
 read_start(void *arg, const char *exec_id)
@@ -164,7 +162,7 @@ broker_files_detach(struct breq *b)
 {
 	if (b->gbody != NULL)
 		evbuffer_remove_cb(sbx_gate_body_buffer(b->gbody), gather_cb, b);
-	list_out_free(b->lout);
+	sbx_list_out_free(b->lout);
 	b->lout = NULL;
 }
 
@@ -239,102 +237,24 @@ h_write(struct breq *b, struct sbx_err *err)
 	return 0;
 }
 
-/*
- * A page's reply is encoded in slices of LIST_SLICE entries, one per turn
- * of the event loop, then sent whole: a 10,000-entry page encoded in one
- * go held the loop ~90 ms on a loaded 2-core machine, and every other
- * stream waited (adr/0030). The bytes are those sbx_wire_list_encode (or
- * sbx_wire_dirents_encode for v1) gives.
- */
-#define LIST_SLICE 500
-
-struct list_out {
-	struct breq *b;
-	struct sbx_dirent *ents;    /* a copy: the driver's are borrowed */
-	size_t n, next;
-	int truncated;
-	struct evbuffer *text;      /* the reply so far */
-	struct event *ev;           /* the next slice (a 0 s timer: after I/O) */
-};
-
+/* A page's reply is encoded in slices, one per turn of the event loop,
+ * then sent whole (adr/0030, sbx_list_out.h). */
 static void
-list_out_free(struct list_out *lo)
+list_out_done(void *arg, const struct sbx_err *err, struct evbuffer *text,
+    int truncated, const char *cursor)
 {
-	if (lo == NULL)
+	struct breq *b = arg;
+
+	if (err != NULL) {
+		breq_fail(b, err);
 		return;
-	if (lo->ev != NULL)
-		event_free(lo->ev);
-	if (lo->text != NULL)
-		evbuffer_free(lo->text);
-	free(lo->ents);
-	free(lo);
-}
-
-static void
-list_finish(struct list_out *lo)
-{
-	struct breq *b = lo->b;
-	char cursor[SBX_WIRE_CURSOR_MAX + 1];
-	int trunc = lo->truncated && lo->n > 0, r;
-
-	cursor[0] = '\0';
-	if (trunc)
-		sbx_wire_cursor_encode(lo->ents[lo->n - 1].name, cursor,
-		    sizeof(cursor));
-	if (!b->list_obj) {
+	}
+	if (!b->list_obj && truncated) {
 		/* The array of v1: its first page only; the headers say so. */
-		if (lo->truncated) {
-			sbx_httpd_header(&b->h, "Sbx-List-Truncated", "true");
-			sbx_httpd_header(&b->h, "Sbx-List-Cursor", cursor);
-		}
-		r = evbuffer_add(lo->text, "]", 1);
-	} else if (trunc)
-		r = evbuffer_add_printf(lo->text, "],\"truncated\":true,"
-		    "\"cursor\":\"%s\"}", cursor);
-	else
-		r = evbuffer_add_printf(lo->text, "],\"truncated\":false,"
-		    "\"cursor\":null}");
-	if (r < 0) {
-		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
-		return;
+		sbx_httpd_header(&b->h, "Sbx-List-Truncated", "true");
+		sbx_httpd_header(&b->h, "Sbx-List-Cursor", cursor);
 	}
-	breq_reply_json_text(b, 200, lo->text, "ok");
-}
-
-static void
-list_slice(evutil_socket_t fd, short what, void *arg)
-{
-	static const struct timeval now = { 0, 0 };
-	struct list_out *lo = arg;
-	size_t k = lo->n - lo->next, len;
-	char *t;
-
-	(void)fd;
-	(void)what;
-	if (k > LIST_SLICE)
-		k = LIST_SLICE;
-	if (k == 0) {           /* an empty directory: ents is NULL */
-		list_finish(lo);
-		return;
-	}
-	if ((t = sbx_wire_dirents_text(lo->ents + lo->next, k)) == NULL) {
-		breq_fail_code(lo->b, SBX_E_INTERNAL, "Out of memory.");
-		return;
-	}
-	/* after a comma unless it is the first slice */
-	len = strlen(t);
-	if (len > 0 && ((lo->next > 0 && evbuffer_add(lo->text, ",", 1) < 0) ||
-	    evbuffer_add(lo->text, t, len) < 0)) {
-		free(t);
-		breq_fail_code(lo->b, SBX_E_INTERNAL, "Out of memory.");
-		return;
-	}
-	free(t);
-	lo->next += k;
-	if (lo->next < lo->n)
-		evtimer_add(lo->ev, &now);
-	else
-		list_finish(lo);
+	breq_reply_json_text(b, 200, text, "ok");
 }
 
 static void
@@ -342,30 +262,17 @@ list_done(void *arg, const struct sbx_err *err, const struct sbx_dirent *ents,
     size_t n, int truncated)
 {
 	struct breq *b = arg;
-	struct list_out *lo;
+	struct sbx_err e;
 
 	b->op = NULL;
 	if (err != NULL) {
 		breq_fail(b, err);
 		return;
 	}
-	if ((lo = calloc(1, sizeof(*lo))) == NULL ||
-	    (n > 0 && (lo->ents = malloc(n * sizeof(*ents))) == NULL) ||
-	    (lo->text = evbuffer_new()) == NULL ||
-	    (lo->ev = evtimer_new(b->s->base, list_slice, lo)) == NULL ||
-	    evbuffer_add_printf(lo->text, "%s", b->list_obj ?
-	    "{\"entries\":[" : "[") < 0) {
-		list_out_free(lo);
-		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
-		return;
-	}
-	if (n > 0)
-		memcpy(lo->ents, ents, n * sizeof(*ents));
-	lo->b = b;
-	lo->n = n;
-	lo->truncated = truncated;
-	b->lout = lo;           /* freed with b (broker_files_detach) */
-	list_slice(-1, 0, lo);
+	/* b->lout is freed with b (broker_files_detach) */
+	if (sbx_list_out_start(&b->lout, b->s->base, ents, n, truncated,
+	    b->list_obj, list_out_done, b, &e) == -1)
+		breq_fail(b, &e);
 }
 
 /* ?cursor=: absent (0), empty or a cursor of list_done (1; b->after set),

@@ -28,7 +28,7 @@ struct broker_metrics;
 #define R_SERIAL  0x08  /* runs in the id's queue (ensure, stop, destroy) */
 
 struct breq;
-struct list_out;
+struct sbx_list_out;
 
 /*
  * A handler, or a serialised start. Returns 0 when the request goes on
@@ -109,7 +109,7 @@ struct breq {
 	int holds_exec, holds_new, holds_fileop;
 	int list_obj;             /* list: ?cursor= given, reply is the page object */
 	char *after;              /* list: the cursor's name */
-	struct list_out *lout;    /* list: its reply being encoded (adr/0030) */
+	struct sbx_list_out *lout;/* list: its reply being encoded (adr/0030) */
 	/* parsed input, owned */
 	json_t *body;
 	struct sbx_spec spec;

@@ -1171,7 +1171,7 @@ test_max_sandboxes(void **state)
 	ensure_ok("m3");              /* room again */
 }
 
-/* A page longer than LIST_SLICE (500) is encoded over several turns of the
+/* A page longer than SBX_LIST_SLICE (500) is encoded over several turns of the
  * loop (adr/0030): the same JSON, every entry once, in order, both forms. */
 static void
 test_list_page_in_slices_is_whole_json(void **state)

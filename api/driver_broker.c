@@ -603,21 +603,16 @@ start_json(struct bop *b, const char *method, const char *path, json_t *obj,
 	return op;
 }
 
+/* Starts method on SBX_PATH_SANDBOXES "/{id}{suffix}" of b, with obj
+ * (owned; NULL: no body) as its JSON body. On failure b is freed. */
 static struct sbx_op *
-b_ensure(struct sbx_driver *drv, const char *id, const struct sbx_spec *spec,
-    sbx_status_cb cb, void *arg, struct sbx_err *err)
+start_id(struct bop *b, const char *method, const char *suffix, json_t *obj,
+    struct sbx_err *err)
 {
-	struct bdriver *d = (struct bdriver *)drv;
-	struct bop *b;
-	json_t *o;
-	char path[128];
+	char path[160];
 
-	if ((b = bop_new(d, BK_STATUS, id, arg, err)) == NULL)
-		return NULL;
-	b->status_cb = cb;
-	o = sbx_wire_spec_encode(spec);
-	snprintf(path, sizeof(path), SBX_PATH_SANDBOXES "/%s", id);
-	return start_json(b, "PUT", path, o, err);
+	snprintf(path, sizeof(path), SBX_PATH_SANDBOXES "/%s%s", b->id, suffix);
+	return start_json(b, method, path, obj, err);
 }
 
 /*
@@ -625,18 +620,34 @@ b_ensure(struct sbx_driver *drv, const char *id, const struct sbx_spec *spec,
  * start never calls back synchronously (sbx_http_client.h).
  */
 static struct sbx_op *
+b_status_op(struct sbx_driver *drv, const char *method, const char *id,
+    const char *suffix, json_t *obj, sbx_status_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct bop *b;
+
+	if ((b = bop_new((struct bdriver *)drv, BK_STATUS, id, arg, err)) ==
+	    NULL) {
+		json_decref(obj);
+		return NULL;
+	}
+	b->status_cb = cb;
+	return start_id(b, method, suffix, obj, err);
+}
+
+static struct sbx_op *
+b_ensure(struct sbx_driver *drv, const char *id, const struct sbx_spec *spec,
+    sbx_status_cb cb, void *arg, struct sbx_err *err)
+{
+	return b_status_op(drv, "PUT", id, "", sbx_wire_spec_encode(spec), cb,
+	    arg, err);
+}
+
+static struct sbx_op *
 b_status(struct sbx_driver *drv, const char *id, sbx_status_cb cb, void *arg,
     struct sbx_err *err)
 {
-	struct bdriver *d = (struct bdriver *)drv;
-	struct bop *b;
-	char path[128];
-
-	if ((b = bop_new(d, BK_STATUS, id, arg, err)) == NULL)
-		return NULL;
-	b->status_cb = cb;
-	snprintf(path, sizeof(path), SBX_PATH_SANDBOXES "/%s", id);
-	return start(b, "GET", path, NULL, NULL, 0, err);
+	return b_status_op(drv, "GET", id, "", NULL, cb, arg, err);
 }
 
 /* GET /v1/sandboxes/{id}?usage=1: the status with its "usage" member. */
@@ -644,16 +655,8 @@ static struct sbx_op *
 b_status_usage(struct sbx_driver *drv, const char *id, sbx_status_cb cb,
     void *arg, struct sbx_err *err)
 {
-	struct bdriver *d = (struct bdriver *)drv;
-	struct bop *b;
-	char path[160];
-
-	if ((b = bop_new(d, BK_STATUS, id, arg, err)) == NULL)
-		return NULL;
-	b->status_cb = cb;
-	snprintf(path, sizeof(path), SBX_PATH_SANDBOXES "/%s?" SBX_QUERY_USAGE
-	    "=1", id);
-	return start(b, "GET", path, NULL, NULL, 0, err);
+	return b_status_op(drv, "GET", id, "?" SBX_QUERY_USAGE "=1", NULL, cb,
+	    arg, err);
 }
 
 /* GET /v1/sandboxes/{id}/egress (adr/0026). */
@@ -661,30 +664,24 @@ static struct sbx_op *
 b_egress_stats(struct sbx_driver *drv, const char *id, sbx_json_cb cb, void *arg,
     struct sbx_err *err)
 {
-	struct bdriver *d = (struct bdriver *)drv;
 	struct bop *b;
-	char path[160];
 
-	if ((b = bop_new(d, BK_JSON, id, arg, err)) == NULL)
+	if ((b = bop_new((struct bdriver *)drv, BK_JSON, id, arg, err)) == NULL)
 		return NULL;
 	b->json_cb = cb;
-	snprintf(path, sizeof(path), SBX_PATH_SANDBOXES "/%s/egress", id);
-	return start(b, "GET", path, NULL, NULL, 0, err);
+	return start_id(b, "GET", "/egress", NULL, err);
 }
 
 static struct sbx_op *
 b_done_op(struct sbx_driver *drv, const char *method, const char *id,
     const char *suffix, sbx_done_cb cb, void *arg, struct sbx_err *err)
 {
-	struct bdriver *d = (struct bdriver *)drv;
 	struct bop *b;
-	char path[128];
 
-	if ((b = bop_new(d, BK_DONE, id, arg, err)) == NULL)
+	if ((b = bop_new((struct bdriver *)drv, BK_DONE, id, arg, err)) == NULL)
 		return NULL;
 	b->done_cb = cb;
-	snprintf(path, sizeof(path), SBX_PATH_SANDBOXES "/%s%s", id, suffix);
-	return start(b, method, path, NULL, NULL, 0, err);
+	return start_id(b, method, suffix, NULL, err);
 }
 
 static struct sbx_op *
@@ -709,7 +706,6 @@ b_exec_lines(struct sbx_driver *drv, const char *id,
 	struct bdriver *d = (struct bdriver *)drv;
 	struct bop *b;
 	json_t *o;
-	char path[128];
 
 	if (req == NULL || req->argv == NULL || req->argv[0] == NULL) {
 		sbx_err_set(err, SBX_E_BAD_REQUEST, "argv is required.");
@@ -726,9 +722,7 @@ b_exec_lines(struct sbx_driver *drv, const char *id,
 		bop_free(b);
 		return NULL;
 	}
-	snprintf(path, sizeof(path), SBX_PATH_SANDBOXES "/%s"
-	    SBX_PATH_EXEC_SUFFIX, id);
-	return start_json(b, "POST", path, o, err);
+	return start_id(b, "POST", SBX_PATH_EXEC_SUFFIX, o, err);
 }
 
 static struct sbx_op *
@@ -736,6 +730,26 @@ b_exec(struct sbx_driver *drv, const char *id, const struct sbx_exec_req *req,
     const struct sbx_sink *sink, struct sbx_err *err)
 {
 	return b_exec_lines(drv, id, req, sink, NULL, err);
+}
+
+/* A new op of kind with its target, SBX_PATH_SANDBOXES "/{id}{suffix}"
+ * "?path=..." (dbk_path_url: path checked; mode 0: no &mode=), in *url
+ * (malloc'ed, the caller frees). NULL with err (*url NULL) on failure. */
+static struct bop *
+path_op_new(struct bdriver *d, enum bkind kind, const char *id,
+    const char *suffix, const char *path, uint32_t mode, void *arg,
+    char **url, struct sbx_err *err)
+{
+	struct bop *b;
+
+	*url = NULL;
+	if ((b = bop_new(d, kind, id, arg, err)) == NULL)
+		return NULL;
+	if ((*url = dbk_path_url(id, suffix, path, mode, err)) == NULL) {
+		bop_free(b);
+		return NULL;
+	}
+	return b;
 }
 
 static struct sbx_op *
@@ -747,13 +761,10 @@ b_read(struct sbx_driver *drv, const char *id, const char *path,
 	struct sbx_op *op;
 	char *url;
 
-	if ((b = bop_new(d, BK_READ, id, NULL, err)) == NULL)
+	if ((b = path_op_new(d, BK_READ, id, SBX_PATH_FILES_SUFFIX, path, 0,
+	    NULL, &url, err)) == NULL)
 		return NULL;
 	b->sink = *sink;
-	if ((url = dbk_path_url(id, SBX_PATH_FILES_SUFFIX, path, err)) == NULL) {
-		bop_free(b);
-		return NULL;
-	}
 	op = start(b, "GET", url, NULL, NULL, 0, err);
 	free(url);
 	return op;
@@ -770,13 +781,10 @@ b_write(struct sbx_driver *drv, const char *id, const char *path,
 	char *url;
 	size_t len = body != NULL ? evbuffer_get_length(body) : 0;
 
-	if ((b = bop_new(d, BK_DONE, id, arg, err)) == NULL)
+	if ((b = path_op_new(d, BK_DONE, id, SBX_PATH_FILES_SUFFIX, path, mode,
+	    arg, &url, err)) == NULL)
 		return NULL;
 	b->done_cb = cb;
-	if ((url = dbk_write_url(id, path, mode, err)) == NULL) {
-		bop_free(b);
-		return NULL;
-	}
 	/* The client copies the body before returning; the evbuffer is
 	 * drained as the vtable says. */
 	op = start(b, "PUT", url, SBX_CT_OCTET,
@@ -804,13 +812,10 @@ b_write_stream(struct sbx_driver *drv, const char *id, const char *path,
 		sbx_err_set(err, SBX_E_BAD_REQUEST, "write_stream needs a source.");
 		return NULL;
 	}
-	if ((b = bop_new(d, BK_DONE, id, arg, err)) == NULL)
+	if ((b = path_op_new(d, BK_DONE, id, SBX_PATH_FILES_SUFFIX, path, mode,
+	    arg, &url, err)) == NULL)
 		return NULL;
 	b->done_cb = cb;
-	if ((url = dbk_write_url(id, path, mode, err)) == NULL) {
-		bop_free(b);
-		return NULL;
-	}
 	op = start_req(b, "PUT", url, SBX_CT_OCTET, NULL, 0, 1, len, err);
 	free(url);
 	if (op == NULL)
@@ -843,14 +848,11 @@ b_list(struct sbx_driver *drv, const char *id, const char *path,
 	 * value names the same place on both sides (adr/0013). */
 	if (an > 0)
 		sbx_wire_cursor_encode(page->after, cur, sizeof(cur));
-	if ((b = bop_new(d, BK_LIST, id, arg, err)) == NULL)
+	if ((b = path_op_new(d, BK_LIST, id, SBX_PATH_LIST_SUFFIX, path, 0, arg,
+	    &url, err)) == NULL)
 		return NULL;
 	b->list_cb = cb;
 	b->list_limit = page != NULL ? page->limit : 0;
-	if ((url = dbk_path_url(id, SBX_PATH_LIST_SUFFIX, path, err)) == NULL) {
-		bop_free(b);
-		return NULL;
-	}
 	if (asprintf(&full, "%s&" SBX_QUERY_CURSOR "=%s", url, cur) == -1) {
 		free(url);
 		bop_free(b);

@@ -6,13 +6,10 @@
 
 #include "sbx_err.h"
 
-/* "/v1/sandboxes/ID/SUFFIX?path=ENCODED" (path checked by sbx_path_check),
- * malloc'ed, or NULL with err (path_outside_work, internal). */
+/* "/v1/sandboxes/ID/SUFFIX?path=ENCODED[&mode=M]" (path checked by
+ * sbx_path_check; mode 0: no &mode=, else "%04o" of it), malloc'ed, or NULL
+ * with err (path_outside_work, internal). */
 char *dbk_path_url(const char *id, const char *suffix, const char *path,
-    struct sbx_err *err);
-
-/* "/v1/sandboxes/ID/files?path=P[&mode=M]" (mode 0: none), as above. */
-char *dbk_write_url(const char *id, const char *path, uint32_t mode,
-    struct sbx_err *err);
+    uint32_t mode, struct sbx_err *err);
 
 #endif

@@ -52,41 +52,22 @@ sbx_broker_token_read(const char *file, const char *env_value, char **out,
 	return 0;
 }
 
-/* "/v1/sandboxes/ID/SUFFIX?path=ENCODED" or NULL (err set). */
+/* "/v1/sandboxes/ID/SUFFIX?path=ENCODED[&mode=M]" or NULL (err set). */
 char *
 dbk_path_url(const char *id, const char *suffix, const char *path,
-    struct sbx_err *err)
+    uint32_t mode, struct sbx_err *err)
 {
-	char *enc = NULL, *url = NULL;
+	char *enc = NULL, *url = NULL, mstr[8];
 
 	if (sbx_path_check(path, strlen(path), err) == -1)
 		return NULL;
 	if ((enc = sbx_query_encode(path, strlen(path))) == NULL ||
-	    asprintf(&url, SBX_PATH_SANDBOXES "/%s%s?" SBX_QUERY_PATH "=%s",
-	    id, suffix, enc) == -1) {
+	    asprintf(&url, SBX_PATH_SANDBOXES "/%s%s?" SBX_QUERY_PATH "=%s%s%s",
+	    id, suffix, enc, mode != 0 ? "&" SBX_QUERY_MODE "=" : "",
+	    mode != 0 ? sbx_wire_mode_encode(mode, mstr) : "") == -1) {
 		url = NULL;
 		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
 	}
 	free(enc);
 	return url;
 }
-
-/* "/v1/sandboxes/ID/files?path=P[&mode=M]" or NULL (err set). */
-char *
-dbk_write_url(const char *id, const char *path, uint32_t mode,
-    struct sbx_err *err)
-{
-	char *url, *full = NULL, mstr[8];
-
-	if ((url = dbk_path_url(id, SBX_PATH_FILES_SUFFIX, path, err)) == NULL ||
-	    mode == 0)
-		return url;
-	if (asprintf(&full, "%s&" SBX_QUERY_MODE "=%s", url,
-	    sbx_wire_mode_encode(mode, mstr)) == -1) {
-		full = NULL;
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
-	}
-	free(url);
-	return full;
-}
-

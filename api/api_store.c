@@ -2,6 +2,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,7 +220,7 @@ step_row(struct api_store *st, sqlite3_stmt *stmt, const char *what,
 	return -1;
 }
 
-/* Steps a write (or a one-row read): 0 when it ended in want (SQLITE_DONE
+/* Steps a one-row read (or a write): 0 when it ended in want (SQLITE_DONE
  * or SQLITE_ROW); else -1, err by db_fail(what). */
 static int
 step_want(struct api_store *st, sqlite3_stmt *stmt, int want,
@@ -228,6 +230,71 @@ step_want(struct api_store *st, sqlite3_stmt *stmt, int want,
 		return 0;
 	db_fail(st, err, what);
 	return -1;
+}
+
+/*
+ * Binds the parameters 1, 2, ... of stmt from ap, one letter of fmt each:
+ * 't' a const char * (copied; NULL binds NULL), 'i' an int64_t, 'b' a
+ * const void * then its size_t length (copied).
+ */
+static void
+db_vbind(sqlite3_stmt *stmt, const char *fmt, va_list ap)
+{
+	const void *blob;
+	int i;
+
+	for (i = 1; fmt[i - 1] != '\0'; i++) {
+		switch (fmt[i - 1]) {
+		case 't':
+			sqlite3_bind_text(stmt, i, va_arg(ap, const char *), -1,
+			    SQLITE_TRANSIENT);
+			break;
+		case 'i':
+			sqlite3_bind_int64(stmt, i, va_arg(ap, int64_t));
+			break;
+		case 'b':
+			blob = va_arg(ap, const void *);
+			sqlite3_bind_blob(stmt, i, blob, (int)va_arg(ap, size_t),
+			    SQLITE_TRANSIENT);
+			break;
+		}
+	}
+}
+
+static void
+db_bind(sqlite3_stmt *stmt, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	db_vbind(stmt, fmt, ap);
+	va_end(ap);
+}
+
+/*
+ * One write: binds fmt's values to stmt (db_vbind), steps it once and ends
+ * the use (sbx_sqlite_done; sqlite3_changes still counts it). Returns 0
+ * when it ran to SQLITE_DONE; 1 when conflict is set and a constraint
+ * refused it (err untouched: the caller names what conflicts); else -1,
+ * err by db_fail(what).
+ */
+static int
+db_write(struct api_store *st, sqlite3_stmt *stmt, int conflict,
+    const char *what, struct sbx_err *err, const char *fmt, ...)
+{
+	va_list ap;
+	int src, rc = 0;
+
+	va_start(ap, fmt);
+	db_vbind(stmt, fmt, ap);
+	va_end(ap);
+	src = sqlite3_step(stmt);
+	if (conflict && src == SQLITE_CONSTRAINT)
+		rc = 1;
+	else if (src != SQLITE_DONE)
+		rc = db_fail(st, err, what);
+	sbx_sqlite_done(stmt);
+	return rc;
 }
 
 /* Reads or creates the 32-byte server key. */
@@ -390,8 +457,7 @@ api_store_principal_create(struct api_store *st, const char *name,
     enum api_role role, char *key, size_t keylen, struct sbx_err *err)
 {
 	unsigned char h[HASH_BYTES];
-	sqlite3_stmt *stmt = st->q[Q_PRINCIPAL_CREATE];
-	int rc = -1, src;
+	int rc;
 
 	if (!api_principal_name_valid(name))
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "A principal name "
@@ -400,26 +466,15 @@ api_store_principal_create(struct api_store *st, const char *name,
 	    sbx_token_generate(key, keylen) == -1)
 		return sbx_err_set(err, SBX_E_INTERNAL, "Cannot generate a key.");
 	key_hash(st, key, strlen(key), h);
-	sqlite3_bind_text(stmt, 1, name, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_text(stmt, 2, api_role_name(role), -1, SQLITE_STATIC);
-	sqlite3_bind_blob(stmt, 3, h, sizeof(h), SQLITE_TRANSIENT);
-	sqlite3_bind_int64(stmt, 4, now_ms());
-	src = sqlite3_step(stmt);
-	if (src == SQLITE_CONSTRAINT) {
-		sbx_err_set(err, SBX_E_CONFLICT, "A principal named %s already "
-		    "exists (revoked names are not reused).", name);
-		goto done;
-	}
-	if (src != SQLITE_DONE) {
-		db_fail(st, err, "create principal");
-		goto done;
-	}
-	rc = 0;
-done:
+	rc = db_write(st, st->q[Q_PRINCIPAL_CREATE], 1, "create principal", err,
+	    "ttbi", name, api_role_name(role), (const void *)h, sizeof(h),
+	    now_ms());
+	if (rc == 1)
+		rc = sbx_err_set(err, SBX_E_CONFLICT, "A principal named %s "
+		    "already exists (revoked names are not reused).", name);
 	if (rc == -1)
 		sodium_memzero(key, keylen);
 	sodium_memzero(h, sizeof(h));
-	sbx_sqlite_done(stmt);
 	return rc;
 }
 
@@ -427,22 +482,13 @@ int
 api_store_principal_revoke(struct api_store *st, const char *name,
     struct sbx_err *err)
 {
-	sqlite3_stmt *stmt = st->q[Q_PRINCIPAL_REVOKE];
-	int rc = -1;
-
-	sqlite3_bind_int64(stmt, 1, now_ms());
-	sqlite3_bind_text(stmt, 2, name, -1, SQLITE_TRANSIENT);
-	if (step_want(st, stmt, SQLITE_DONE, "revoke principal", err) == -1)
-		goto done;
-	if (sqlite3_changes(st->db) == 0) {
-		sbx_err_set(err, SBX_E_NOT_FOUND, "No active principal is named "
-		    "%s.", api_principal_name_valid(name) ? name : "so");
-		goto done;
-	}
-	rc = 0;
-done:
-	sbx_sqlite_done(stmt);
-	return rc;
+	if (db_write(st, st->q[Q_PRINCIPAL_REVOKE], 0, "revoke principal", err,
+	    "it", now_ms(), name) == -1)
+		return -1;
+	if (sqlite3_changes(st->db) == 0)
+		return sbx_err_set(err, SBX_E_NOT_FOUND, "No active principal "
+		    "is named %s.", api_principal_name_valid(name) ? name : "so");
+	return 0;
 }
 
 int
@@ -467,9 +513,9 @@ api_store_principal_get(struct api_store *st, const char *name,
     struct api_principal *out, struct sbx_err *err)
 {
 	sqlite3_stmt *stmt = st->q[Q_PRINCIPAL_GET];
-	int rc = -1;
+	int rc;
 
-	sqlite3_bind_text(stmt, 1, name, -1, SQLITE_TRANSIENT);
+	db_bind(stmt, "t", name);
 	if ((rc = step_row(st, stmt, "get principal", err)) == 1)
 		row_principal(stmt, out);
 	sbx_sqlite_done(stmt);
@@ -534,37 +580,26 @@ int
 api_store_npc_create(struct api_store *st, const char *name,
     int64_t owner_id, struct api_npc *out, struct sbx_err *err)
 {
-	sqlite3_stmt *stmt = st->q[Q_NPC_CREATE];
 	char sid[64];
-	int rc = -1, src;
+	int rc;
 
 	if (!api_npc_name_valid(name))
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "An NPC name must "
 		    "match [a-z0-9][a-z0-9-]{0,40}.");
 	snprintf(sid, sizeof(sid), API_NPC_SANDBOX_PREFIX "%s", name);
-	sqlite3_bind_text(stmt, 1, name, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_int64(stmt, 2, owner_id);
-	sqlite3_bind_text(stmt, 3, sid, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_int64(stmt, 4, now_ms());
-	src = sqlite3_step(stmt);
-	if (src == SQLITE_CONSTRAINT) {
-		sbx_err_set(err, SBX_E_CONFLICT, "The NPC name %s is taken.",
-		    name);
-		goto done;
-	}
-	if (src != SQLITE_DONE) {
-		db_fail(st, err, "create npc");
-		goto done;
-	}
+	rc = db_write(st, st->q[Q_NPC_CREATE], 1, "create npc", err, "titi",
+	    name, owner_id, sid, now_ms());
+	if (rc == 1)
+		return sbx_err_set(err, SBX_E_CONFLICT, "The NPC name %s is "
+		    "taken.", name);
+	if (rc == -1)
+		return -1;
 	if (api_store_npc_get(st, name, out, err) != 1) {
 		if (!sbx_err_is_set(err))
 			sbx_err_set(err, SBX_E_INTERNAL, "The NPC vanished.");
-		goto done;
+		return -1;
 	}
-	rc = 0;
-done:
-	sbx_sqlite_done(stmt);
-	return rc;
+	return 0;
 }
 
 int
@@ -572,9 +607,9 @@ api_store_npc_get(struct api_store *st, const char *name, struct api_npc *out,
     struct sbx_err *err)
 {
 	sqlite3_stmt *stmt = st->q[Q_NPC_GET];
-	int rc = -1;
+	int rc;
 
-	sqlite3_bind_text(stmt, 1, name, -1, SQLITE_TRANSIENT);
+	db_bind(stmt, "t", name);
 	if ((rc = step_row(st, stmt, "get npc", err)) == 1)
 		row_npc(stmt, out);
 	sbx_sqlite_done(stmt);
@@ -590,7 +625,7 @@ api_store_npc_list(struct api_store *st, int64_t owner_id,
 	sqlite3_stmt *stmt = st->q[Q_NPC_LIST];
 	int rc = -1;
 
-	sqlite3_bind_int64(stmt, 1, owner_id);
+	db_bind(stmt, "i", owner_id);
 	while ((rc = step_row(st, stmt, "list npcs", err)) == 1) {
 		row_npc(stmt, &n);
 		cb(arg, &n);
@@ -603,71 +638,39 @@ int
 api_store_npc_set_egress_allow(struct api_store *st, const char *name,
     const char *allow, struct sbx_err *err)
 {
-	sqlite3_stmt *stmt;
-	int rc = -1, full = allow == NULL || strcmp(allow, "*") == 0;
+	int full = allow == NULL || strcmp(allow, "*") == 0;
 
-	stmt = st->q[full ? Q_EGRESS_ALLOW_DEL : Q_EGRESS_ALLOW_SET];
-	if (full) {
-		sqlite3_bind_text(stmt, 1, name, -1, SQLITE_TRANSIENT);
-	} else {
-		sqlite3_bind_text(stmt, 1, allow, -1, SQLITE_TRANSIENT);
-		sqlite3_bind_text(stmt, 2, name, -1, SQLITE_TRANSIENT);
-	}
-	if (sqlite3_step(stmt) != SQLITE_DONE) {
-		db_fail(st, err, "set the egress allowlist");
-		goto done;
-	}
-	if (!full && sqlite3_changes(st->db) == 0) {
-		sbx_err_set(err, SBX_E_NOT_FOUND, "No NPC named %s.", name);
-		goto done;
-	}
-	rc = 0;
-done:
-	sbx_sqlite_done(stmt);
-	return rc;
+	if ((full ? db_write(st, st->q[Q_EGRESS_ALLOW_DEL], 0,
+	    "set the egress allowlist", err, "t", name) :
+	    db_write(st, st->q[Q_EGRESS_ALLOW_SET], 0,
+	    "set the egress allowlist", err, "tt", allow, name)) == -1)
+		return -1;
+	if (!full && sqlite3_changes(st->db) == 0)
+		return sbx_err_set(err, SBX_E_NOT_FOUND, "No NPC named %s.",
+		    name);
+	return 0;
 }
 
 int
 api_store_npc_set_egress(struct api_store *st, const char *name, int enabled,
     const char *by, struct sbx_err *err)
 {
-	sqlite3_stmt *stmt = st->q[Q_NPC_SET_EGRESS];
-	int rc = -1;
-
-	sqlite3_bind_int(stmt, 1, enabled ? 1 : 0);
-	sqlite3_bind_text(stmt, 2, by, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_int64(stmt, 3, now_ms());
-	sqlite3_bind_text(stmt, 4, name, -1, SQLITE_TRANSIENT);
-	if (step_want(st, stmt, SQLITE_DONE, "set egress", err) == -1)
-		goto done;
-	if (sqlite3_changes(st->db) == 0) {
-		sbx_err_set(err, SBX_E_NOT_FOUND, "No NPC named %s.", name);
-		goto done;
-	}
-	rc = 0;
-done:
-	sbx_sqlite_done(stmt);
-	return rc;
+	if (db_write(st, st->q[Q_NPC_SET_EGRESS], 0, "set egress", err, "itit",
+	    (int64_t)(enabled ? 1 : 0), by, now_ms(), name) == -1)
+		return -1;
+	if (sqlite3_changes(st->db) == 0)
+		return sbx_err_set(err, SBX_E_NOT_FOUND, "No NPC named %s.",
+		    name);
+	return 0;
 }
 
 int
 api_store_npc_set_image(struct api_store *st, const char *name,
     const char *image, struct sbx_err *err)
 {
-	sqlite3_stmt *stmt = st->q[Q_NPC_SET_IMAGE];
-	int rc = -1;
-
-	if (image != NULL && image[0] != '\0')
-		sqlite3_bind_text(stmt, 1, image, -1, SQLITE_TRANSIENT);
-	else
-		sqlite3_bind_null(stmt, 1);
-	sqlite3_bind_text(stmt, 2, name, -1, SQLITE_TRANSIENT);
-	if (step_want(st, stmt, SQLITE_DONE, "set image", err) == -1)
-		goto done;
-	rc = 0;
-done:
-	sbx_sqlite_done(stmt);
-	return rc;
+	/* "" clears the image: NULL in the table */
+	return db_write(st, st->q[Q_NPC_SET_IMAGE], 0, "set image", err, "tt",
+	    image != NULL && image[0] != '\0' ? image : NULL, name);
 }
 
 int
@@ -677,7 +680,7 @@ api_store_sandbox_count(struct api_store *st, int64_t owner_id,
 	sqlite3_stmt *stmt = st->q[Q_SANDBOX_COUNT];
 	int rc = -1;
 
-	sqlite3_bind_int64(stmt, 1, owner_id);
+	db_bind(stmt, "i", owner_id);
 	if (step_want(st, stmt, SQLITE_ROW, "count sandboxes", err) == -1)
 		goto done;
 	*out = sqlite3_column_int64(stmt, 0);
@@ -691,29 +694,22 @@ int
 api_store_sandbox_claim(struct api_store *st, const struct api_npc *n,
     long long max, int *claimed, struct sbx_err *err)
 {
-	sqlite3_stmt *stmt = st->q[Q_SANDBOX_CLAIM];
-	int rc = -1;
+	sqlite3_stmt *stmt = st->q[Q_SANDBOX_CLAIM_2];
+	int rc;
 
 	*claimed = 0;
 	/* One statement: the count and the insert cannot be split by a
 	 * concurrent claim, even from another process on the same file. */
-	sqlite3_bind_int64(stmt, 1, n->id);
-	sqlite3_bind_int64(stmt, 2, n->owner_id);
-	sqlite3_bind_int64(stmt, 3, now_ms());
-	sqlite3_bind_int64(stmt, 4, max);
-	if (step_want(st, stmt, SQLITE_DONE, "claim a sandbox", err) == -1)
-		goto done;
+	if (db_write(st, st->q[Q_SANDBOX_CLAIM], 0, "claim a sandbox", err,
+	    "iiii", n->id, n->owner_id, now_ms(), (int64_t)max) == -1)
+		return -1;
 	if (sqlite3_changes(st->db) > 0) {
 		*claimed = 1;
-		rc = 1;
-		goto done;
+		return 1;
 	}
 	/* Nothing inserted: the NPC holds its slot already, or none is free. */
-	sbx_sqlite_done(stmt);
-	stmt = st->q[Q_SANDBOX_CLAIM_2];
-	sqlite3_bind_int64(stmt, 1, n->id);
+	db_bind(stmt, "i", n->id);
 	rc = step_row(st, stmt, "claim a sandbox", err);
-done:
 	sbx_sqlite_done(stmt);
 	return rc;
 }
@@ -722,16 +718,8 @@ int
 api_store_sandbox_release(struct api_store *st, int64_t npc_id,
     struct sbx_err *err)
 {
-	sqlite3_stmt *stmt = st->q[Q_SANDBOX_RELEASE];
-	int rc = -1;
-
-	sqlite3_bind_int64(stmt, 1, npc_id);
-	if (step_want(st, stmt, SQLITE_DONE, "release a sandbox", err) == -1)
-		goto done;
-	rc = 0;
-done:
-	sbx_sqlite_done(stmt);
-	return rc;
+	return db_write(st, st->q[Q_SANDBOX_RELEASE], 0, "release a sandbox",
+	    err, "i", npc_id);
 }
 
 void
@@ -748,21 +736,15 @@ api_store_audit_detail(struct api_store *st, const char *principal,
 {
 	sqlite3_stmt *stmt = st->q[Q_AUDIT];
 
-	sqlite3_bind_int64(stmt, 1, now_ms());
-	sqlite3_bind_text(stmt, 2, principal, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_text(stmt, 3, action != NULL ? action : "?", -1,
-	    SQLITE_TRANSIENT);
-	sqlite3_bind_text(stmt, 4, npc, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_text(stmt, 5, outcome != NULL ? outcome : "?", -1,
-	    SQLITE_TRANSIENT);
+	db_bind(stmt, "itttt", now_ms(), principal, action != NULL ? action :
+	    "?", npc, outcome != NULL ? outcome : "?");
 	if (sqlite3_step(stmt) != SQLITE_DONE)
 		goto fail;
 	sbx_sqlite_done(stmt);
 	if (detail == NULL)
 		return;
 	stmt = st->q[Q_AUDIT_DETAIL];
-	sqlite3_bind_int64(stmt, 1, sqlite3_last_insert_rowid(st->db));
-	sqlite3_bind_text(stmt, 2, detail, -1, SQLITE_TRANSIENT);
+	db_bind(stmt, "it", (int64_t)sqlite3_last_insert_rowid(st->db), detail);
 	if (sqlite3_step(stmt) != SQLITE_DONE)
 		goto fail;
 	sbx_sqlite_done(stmt);

@@ -243,15 +243,11 @@ main(int argc, char **argv)
 		goto done;
 	if (api_config_check(&cfg, &err) == -1 ||
 	    api_config_finish(&cfg, &err) == -1) {
-		fprintf(stderr, "sandbox-api: %s\n", err.message);
-		rc = API_EXIT_CONFIG;
+		rc = sbx_daemon_config_error("sandbox-api", &err);
 		goto done;
 	}
-	if (opts.print_config) {
-		sbx_config_print(stdout, api_config_keys, &cfg);
-		rc = API_EXIT_OK;
+	if (!sbx_daemon_print_config(&opts, api_config_keys, &cfg, &rc))
 		goto done;
-	}
 	if (opts.health) {
 		char detail[512];
 
@@ -265,12 +261,8 @@ main(int argc, char **argv)
 		rc = run_admin(&cfg, opts.args, opts.nargs);
 		goto done;
 	}
-	if (opts.nargs > 0) {
-		fprintf(stderr, "sandbox-api: unexpected argument %s\n",
-		    opts.args[0]);
-		rc = API_EXIT_USAGE;
+	if (!sbx_daemon_no_args("sandbox-api", &opts, &rc))
 		goto done;
-	}
 	if (sbx_daemon_log_setup("sandbox-api", cfg.log_level,
 	    cfg.log_file) == -1) {
 		rc = API_EXIT_CONFIG;
@@ -281,8 +273,7 @@ main(int argc, char **argv)
 	if (sbx_broker_token_read(cfg.broker_token_file,
 	    getenv("SBX_BROKER_TOKEN"), &token, &token_len, &err) == -1) {
 		sbx_env_scrub("SBX_BROKER_TOKEN");
-		fprintf(stderr, "sandbox-api: %s\n", err.message);
-		rc = API_EXIT_CONFIG;
+		rc = sbx_daemon_config_error("sandbox-api", &err);
 		goto done;
 	}
 	/* Out of /proc/PID/environ too, not only out of environ(7). */
@@ -300,23 +291,19 @@ main(int argc, char **argv)
 	bc.header_timeout_ms = cfg.broker_timeout;
 	bc.write_out_max = (size_t)cfg.file_write_buffer;
 	if ((driver = sbx_broker_driver_new(m.base, &bc, &err)) == NULL) {
-		fprintf(stderr, "sandbox-api: %s\n", err.message);
-		rc = API_EXIT_CONFIG;
+		rc = sbx_daemon_config_error("sandbox-api", &err);
 		goto done;
 	}
 	sbx_broker_token_free(token);
 	token = NULL;
 	if ((m.server = api_server_new(m.base, &cfg, driver, &err)) == NULL) {
-		fprintf(stderr, "sandbox-api: %s\n", err.message);
-		rc = strcmp(err.code, SBX_E_CONFIG) == 0 ? API_EXIT_CONFIG :
-		    API_EXIT_INTERNAL;
+		rc = sbx_daemon_start_error("sandbox-api", &err);
 		goto done;
 	}
 	/* Bound and opened: nothing below needs root. */
 	if (give_state_dir(cfg.user, cfg.state_dir, &err) == -1 ||
 	    drop_privileges(cfg.user, &err) == -1) {
-		fprintf(stderr, "sandbox-api: %s\n", err.message);
-		rc = API_EXIT_CONFIG;
+		rc = sbx_daemon_config_error("sandbox-api", &err);
 		goto done;
 	}
 	if (sbx_daemon_signals("sandbox-api", m.base, on_signal, &m,

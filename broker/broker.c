@@ -206,24 +206,16 @@ main(int argc, char **argv)
 	if (!sbx_daemon_options("sandbox-broker", BROKER_VERSION, synopsis,
 	    broker_config_keys, &cfg, argc, argv, &opts, &rc))
 		goto done;
-	if (opts.nargs > 0) {
-		fprintf(stderr, "sandbox-broker: unexpected argument %s\n",
-		    opts.args[0]);
-		rc = BROKER_EXIT_USAGE;
+	if (!sbx_daemon_no_args("sandbox-broker", &opts, &rc))
 		goto done;
-	}
 	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	exe[n > 0 ? n : 0] = '\0';
 	if (broker_config_finish(&cfg, n > 0 ? exe : argv[0], &err) == -1) {
-		fprintf(stderr, "sandbox-broker: %s\n", err.message);
-		rc = BROKER_EXIT_CONFIG;
+		rc = sbx_daemon_config_error("sandbox-broker", &err);
 		goto done;
 	}
-	if (opts.print_config) {
-		sbx_config_print(stdout, broker_config_keys, &cfg);
-		rc = BROKER_EXIT_OK;
+	if (!sbx_daemon_print_config(&opts, broker_config_keys, &cfg, &rc))
 		goto done;
-	}
 	if (opts.health) {
 		rc = broker_run_health(&cfg);
 		goto done;
@@ -249,8 +241,7 @@ main(int argc, char **argv)
 				    "%s", err.message);
 			sbx_err_clear(&err);
 		} else {
-			fprintf(stderr, "sandbox-broker: %s\n", err.message);
-			rc = BROKER_EXIT_CONFIG;
+			rc = sbx_daemon_config_error("sandbox-broker", &err);
 			goto done;
 		}
 	}
@@ -298,8 +289,7 @@ main(int argc, char **argv)
 	ec.proxy_memory = cfg.egress_proxy_memory;
 	ec.name_prefix = cfg.name_prefix;
 	if ((driver = sbx_engine_driver_new(m.base, &ec, &err)) == NULL) {
-		fprintf(stderr, "sandbox-broker: %s\n", err.message);
-		rc = BROKER_EXIT_CONFIG;
+		rc = sbx_daemon_config_error("sandbox-broker", &err);
 		goto done;
 	}
 	if (opts.check) {
@@ -309,9 +299,7 @@ main(int argc, char **argv)
 	}
 	if ((m.server = broker_server_new(m.base, &cfg, driver, &token,
 	    &err)) == NULL) {
-		fprintf(stderr, "sandbox-broker: %s\n", err.message);
-		rc = strcmp(err.code, SBX_E_CONFIG) == 0 ? BROKER_EXIT_CONFIG :
-		    BROKER_EXIT_INTERNAL;
+		rc = sbx_daemon_start_error("sandbox-broker", &err);
 		goto done;
 	}
 	sbx_token_clear(&token);
@@ -345,9 +333,7 @@ main(int argc, char **argv)
 		goto done;
 	}
 	if (broker_server_listen(m.server, &err) == -1) {
-		fprintf(stderr, "sandbox-broker: %s\n", err.message);
-		rc = strcmp(err.code, SBX_E_CONFIG) == 0 ? BROKER_EXIT_CONFIG :
-		    BROKER_EXIT_INTERNAL;
+		rc = sbx_daemon_start_error("sandbox-broker", &err);
 		goto done;
 	}
 	log_info("listening", "listen", cfg.listen, "runtime", cfg.runtime,

@@ -46,6 +46,42 @@ sbx_daemon_options(const char *name, const char *version,
 }
 
 int
+sbx_daemon_print_config(const struct sbx_config_opts *opts,
+    const struct sbx_config_key *keys, const void *cfg, int *exit_code)
+{
+	if (!opts->print_config)
+		return 1;
+	sbx_config_print(stdout, keys, cfg);
+	*exit_code = 0;
+	return 0;
+}
+
+int
+sbx_daemon_no_args(const char *name, const struct sbx_config_opts *opts,
+    int *exit_code)
+{
+	if (opts->nargs == 0)
+		return 1;
+	fprintf(stderr, "%s: unexpected argument %s\n", name, opts->args[0]);
+	*exit_code = SBX_EXIT_USAGE;
+	return 0;
+}
+
+int
+sbx_daemon_config_error(const char *name, const struct sbx_err *err)
+{
+	fprintf(stderr, "%s: %s\n", name, err->message);
+	return SBX_EXIT_CONFIG;
+}
+
+int
+sbx_daemon_start_error(const char *name, const struct sbx_err *err)
+{
+	fprintf(stderr, "%s: %s\n", name, err->message);
+	return strcmp(err->code, SBX_E_CONFIG) == 0 ? SBX_EXIT_CONFIG : 1;
+}
+
+int
 sbx_daemon_log_setup(const char *name, const char *level, const char *file)
 {
 	sbx_log_set_level(sbx_log_level_parse(level));

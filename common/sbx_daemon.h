@@ -29,6 +29,34 @@ int sbx_daemon_options(const char *name, const char *version,
     int argc, char **argv, struct sbx_config_opts *opts, int *exit_code);
 
 /*
+ * --print-config: when opts->print_config is set, prints the effective
+ * configuration, keys of cfg (sbx_config_print), on stdout, sets
+ * *exit_code to 0 and returns 0 (main returns it); else returns 1, nothing
+ * done.
+ */
+int sbx_daemon_print_config(const struct sbx_config_opts *opts,
+    const struct sbx_config_key *keys, const void *cfg, int *exit_code);
+
+/*
+ * Refuses positional arguments of a daemon that takes none: when
+ * opts->nargs > 0, prints "NAME: unexpected argument ARG" (the first) to
+ * stderr, sets *exit_code to SBX_EXIT_USAGE (64) and returns 0; else
+ * returns 1.
+ */
+int sbx_daemon_no_args(const char *name, const struct sbx_config_opts *opts,
+    int *exit_code);
+
+/*
+ * A start-up failure main exits on: prints "NAME: MESSAGE" of err to
+ * stderr. sbx_daemon_config_error returns SBX_EXIT_CONFIG (78): the
+ * configuration (or a file or token it names) cannot be used.
+ * sbx_daemon_start_error returns SBX_EXIT_CONFIG when err's code is
+ * config_error, else 1 (an internal failure, e.g. out of memory).
+ */
+int sbx_daemon_config_error(const char *name, const struct sbx_err *err);
+int sbx_daemon_start_error(const char *name, const struct sbx_err *err);
+
+/*
  * Sets the log level from level (sbx_log_level_parse) and, when file is
  * not NULL, reopens logging onto it. Returns 0; or -1 after printing
  * "NAME: cannot open log_file FILE: strerror" to stderr (main exits 78).

@@ -85,10 +85,9 @@ api_metrics_render(const struct api_metrics *m, struct evbuffer *out,
 	size_t i;
 	int rc = 0;
 
-	rc |= sbx_metrics_family(out, "sbx_api_http_requests_total", "counter",
-	    "HTTP requests answered, by route and status (streams when they end).");
-	rc |= sbx_req_series_render(out, "sbx_api_http_requests_total", "route",
-	    m->req, m->nreq);
+	rc |= sbx_req_series_render(out, "sbx_api_http_requests_total",
+	    "HTTP requests answered, by route and status (streams when they end).",
+	    "route", m->req, m->nreq);
 	rc |= sbx_metrics_one(out, "sbx_api_http_requests_in_flight", "gauge",
 	    "Requests being answered now, open streams included.", inflight);
 	rc |= sbx_metrics_one(out, "sbx_api_sse_clients", "gauge",

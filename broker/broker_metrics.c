@@ -217,10 +217,9 @@ broker_metrics_render(const struct broker_metrics *m, struct evbuffer *out,
 	size_t i;
 	int rc = 0;
 
-	rc |= sbx_metrics_family(out, "sbx_broker_requests_total", "counter",
-	    "HTTP requests answered, by route (op) and HTTP status (code).");
-	rc |= sbx_req_series_render(out, "sbx_broker_requests_total", "op",
-	    m->req, m->nreq);
+	rc |= sbx_req_series_render(out, "sbx_broker_requests_total",
+	    "HTTP requests answered, by route (op) and HTTP status (code).",
+	    "op", m->req, m->nreq);
 	rc |= sbx_metrics_family(out, "sbx_broker_request_duration_seconds",
 	    "histogram",
 	    "Time to answer a request, by route (streams: until their end).");
@@ -247,28 +246,28 @@ broker_metrics_render(const struct broker_metrics *m, struct evbuffer *out,
 	rc |= sbx_metrics_family(out, "sbx_broker_exec_output_bytes_total",
 	    "counter",
 	    "Bytes of exec output streamed to clients, by stream.");
-	rc |= evbuffer_add_printf(out,
-	    "sbx_broker_exec_output_bytes_total{stream=\"stdout\"} %llu\n"
-	    "sbx_broker_exec_output_bytes_total{stream=\"stderr\"} %llu\n",
-	    (unsigned long long)m->output_bytes[0],
-	    (unsigned long long)m->output_bytes[1]) < 0;
+	rc |= sbx_metrics_label(out, "sbx_broker_exec_output_bytes_total",
+	    "stream", "stdout", (unsigned long long)m->output_bytes[0]);
+	rc |= sbx_metrics_label(out, "sbx_broker_exec_output_bytes_total",
+	    "stream", "stderr", (unsigned long long)m->output_bytes[1]);
 	if (sandboxes_running >= 0 && sandboxes_stopped >= 0 &&
 	    sandboxes_absent >= 0) {
 		rc |= sbx_metrics_family(out, "sbx_broker_sandboxes", "gauge",
 		    "Sandboxes in the broker's state table, by state.");
-		rc |= evbuffer_add_printf(out,
-		    "sbx_broker_sandboxes{state=\"running\"} %d\n"
-		    "sbx_broker_sandboxes{state=\"stopped\"} %d\n"
-		    "sbx_broker_sandboxes{state=\"absent\"} %d\n",
-		    sandboxes_running, sandboxes_stopped, sandboxes_absent) < 0;
+		/* each >= 0 (checked above) */
+		rc |= sbx_metrics_label(out, "sbx_broker_sandboxes", "state",
+		    "running", (unsigned long long)sandboxes_running);
+		rc |= sbx_metrics_label(out, "sbx_broker_sandboxes", "state",
+		    "stopped", (unsigned long long)sandboxes_stopped);
+		rc |= sbx_metrics_label(out, "sbx_broker_sandboxes", "state",
+		    "absent", (unsigned long long)sandboxes_absent);
 	}
 	rc |= sbx_metrics_family(out, "sbx_broker_reaped_total", "counter",
 	    "Sandboxes the idle reaper stopped or destroyed, by action.");
-	rc |= evbuffer_add_printf(out,
-	    "sbx_broker_reaped_total{action=\"stop\"} %llu\n"
-	    "sbx_broker_reaped_total{action=\"destroy\"} %llu\n",
-	    (unsigned long long)m->reaped[0],
-	    (unsigned long long)m->reaped[1]) < 0;
+	rc |= sbx_metrics_label(out, "sbx_broker_reaped_total", "action",
+	    "stop", (unsigned long long)m->reaped[0]);
+	rc |= sbx_metrics_label(out, "sbx_broker_reaped_total", "action",
+	    "destroy", (unsigned long long)m->reaped[1]);
 	rc |= sbx_metrics_family(out, "sbx_broker_runtime_errors_total",
 	    "counter",
 	    "Driver operations that failed on the container runtime, by error code.");

@@ -96,10 +96,11 @@ sbx_req_series_count(struct sbx_req_series *s, size_t *n, size_t max,
 
 int
 sbx_req_series_render(struct evbuffer *out, const char *name,
-    const char *key, const struct sbx_req_series *s, size_t n)
+    const char *help, const char *key, const struct sbx_req_series *s,
+    size_t n)
 {
 	size_t i;
-	int rc = 0;
+	int rc = sbx_metrics_family(out, name, "counter", help);
 
 	for (i = 0; i < n; i++)
 		rc |= evbuffer_add_printf(out, "%s{%s=\"%s\",code=\"%d\"} "

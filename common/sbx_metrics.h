@@ -41,11 +41,13 @@ void sbx_req_series_count(struct sbx_req_series *s, size_t *n, size_t max,
     const char *route, int status);
 
 /*
- * Appends the samples 'name{key="route",code="status"} count' of s[0..n)
- * (the family lines are the caller's). Returns 0, or 1 when out of memory.
+ * Appends the counter family name (sbx_metrics_family with help), then its
+ * samples 'name{key="route",code="status"} count' of s[0..n). Returns 0,
+ * or 1 when out of memory.
  */
 int sbx_req_series_render(struct evbuffer *out, const char *name,
-    const char *key, const struct sbx_req_series *s, size_t n);
+    const char *help, const char *key, const struct sbx_req_series *s,
+    size_t n);
 
 /*
  * A family of one unlabelled sample: sbx_metrics_family, then "name v".

@@ -190,18 +190,20 @@ areq_finish(struct areq *a, int status, const char *outcome)
 }
 
 /* The core's view of a (sbx_httpd.h) for one reply: JSON replies and
- * error statuses and headers come from its one table. */
+ * error statuses and headers come from its one table. text (not NULL):
+ * the JSON text encoded already (drained), else obj. */
 static int
-reply_json(struct areq *a, int status, json_t *obj)
+reply_json(struct areq *a, int status, json_t *obj, struct evbuffer *text)
 {
 	struct sbx_httpd_req h;
+	unsigned flags = SBX_HTTPD_NO_STORE | api_write_reply_flags(a, status);
 	int sent;
 
 	memset(&h, 0, sizeof(h));
 	h.req = a->req;
 	h.gate = a->s->gate;
-	sent = sbx_httpd_reply_json(&h, status, obj, SBX_HTTPD_NO_STORE |
-	    api_write_reply_flags(a, status));
+	sent = text != NULL ? sbx_httpd_reply_json_text(&h, status, text, flags) :
+	    sbx_httpd_reply_json(&h, status, obj, flags);
 	a->req = NULL;
 	return sent != 0 ? sent : status;
 }
@@ -209,22 +211,13 @@ reply_json(struct areq *a, int status, json_t *obj)
 void
 areq_reply_json(struct areq *a, int status, json_t *obj)
 {
-	areq_finish(a, reply_json(a, status, obj), "ok");
+	areq_finish(a, reply_json(a, status, obj, NULL), "ok");
 }
 
 void
 areq_reply_json_text(struct areq *a, int status, struct evbuffer *text)
 {
-	struct sbx_httpd_req h;
-	int sent;
-
-	memset(&h, 0, sizeof(h));
-	h.req = a->req;
-	h.gate = a->s->gate;
-	sent = sbx_httpd_reply_json_text(&h, status, text, SBX_HTTPD_NO_STORE |
-	    api_write_reply_flags(a, status));
-	a->req = NULL;
-	areq_finish(a, sent != 0 ? sent : status, "ok");
+	areq_finish(a, reply_json(a, status, NULL, text), "ok");
 }
 
 void

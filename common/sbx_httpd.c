@@ -162,6 +162,22 @@ sbx_httpd_header(struct sbx_httpd_req *r, const char *name, const char *value)
 		    name, value);
 }
 
+/* Sends body (drained) as r's JSON reply with the headers of flags; r is
+ * replied (r->req NULL, r->status set). */
+static void
+json_send(struct sbx_httpd_req *r, int status, struct evbuffer *body,
+    unsigned flags)
+{
+	sbx_httpd_header(r, "Content-Type", SBX_CT_JSON);
+	if (flags & SBX_HTTPD_NO_STORE)
+		sbx_httpd_header(r, "Cache-Control", "no-store");
+	if (flags & SBX_HTTPD_CLOSE)
+		sbx_httpd_header(r, "Connection", "close");
+	evhttp_send_reply(r->req, status, sbx_httpd_reason(status), body);
+	r->req = NULL;
+	r->status = status;
+}
+
 int
 sbx_httpd_reply_json(struct sbx_httpd_req *r, int status, json_t *obj,
     unsigned flags)
@@ -189,16 +205,10 @@ sbx_httpd_reply_json(struct sbx_httpd_req *r, int status, json_t *obj,
 		    "\"message\":\"Out of memory.\"}}\n");
 	} else
 		evbuffer_add_printf(out, "%s\n", text);
-	sbx_httpd_header(r, "Content-Type", SBX_CT_JSON);
-	if (flags & SBX_HTTPD_NO_STORE)
-		sbx_httpd_header(r, "Cache-Control", "no-store");
-	if (flags & SBX_HTTPD_CLOSE)
-		sbx_httpd_header(r, "Connection", "close");
-	evhttp_send_reply(r->req, status, sbx_httpd_reason(status), out);
-	r->req = NULL;
+	json_send(r, status, out, flags);
 	evbuffer_free(out);
 	free(text);
-	return r->status = status;
+	return r->status;
 }
 
 int
@@ -211,14 +221,8 @@ sbx_httpd_reply_json_text(struct sbx_httpd_req *r, int status,
 		return 0;
 	if (evbuffer_add(text, "\n", 1) == -1)
 		return sbx_httpd_reply_json(r, status, NULL, flags);
-	sbx_httpd_header(r, "Content-Type", SBX_CT_JSON);
-	if (flags & SBX_HTTPD_NO_STORE)
-		sbx_httpd_header(r, "Cache-Control", "no-store");
-	if (flags & SBX_HTTPD_CLOSE)
-		sbx_httpd_header(r, "Connection", "close");
-	evhttp_send_reply(r->req, status, sbx_httpd_reason(status), text);
-	r->req = NULL;
-	return r->status = status;
+	json_send(r, status, text, flags);
+	return r->status;
 }
 
 int

@@ -123,12 +123,8 @@ c_whoami(struct ctx *x)
 
 	if ((rc = call_json(x, "GET", API_BASE "/whoami", NULL, &j)) != CX_OK)
 		return rc;
-	if (x->o.json)
-		rc = print_json(j);
-	else
-		printf("%s (%s)\n", jstr(j, "name"), jstr(j, "role"));
-	json_decref(j);
-	return rc;
+	return print_answer(x, j, "%s (%s)\n", jstr(j, "name"),
+	    jstr(j, "role"));
 }
 
 static int
@@ -148,14 +144,9 @@ c_npc_create(struct ctx *x)
 	json_decref(body);
 	if (rc != CX_OK)
 		return rc;
-	if (x->o.json)
-		rc = print_json(j);
-	else
-		printf("created NPC %s (owner %s); start its sandbox with: sbxctl "
-		    "up %s\n", jstr(j, "name"), jstr(j, "owner"), jstr(j,
-		    "name"));
-	json_decref(j);
-	return rc;
+	return print_answer(x, j, "created NPC %s (owner %s); start its sandbox "
+	    "with: sbxctl up %s\n", jstr(j, "name"), jstr(j, "owner"),
+	    jstr(j, "name"));
 }
 
 static int
@@ -232,12 +223,7 @@ c_up(struct ctx *x)
 	json_decref(body);
 	if (rc != CX_OK)
 		return rc;
-	if (x->o.json)
-		rc = print_json(j);
-	else
-		printf("%s: %s\n", x->o.pos[0], jstr(j, "state"));
-	json_decref(j);
-	return rc;
+	return print_answer(x, j, "%s: %s\n", x->o.pos[0], jstr(j, "state"));
 }
 
 /* The "usage" member of status --usage (docs/api.md); null: not running. */
@@ -293,12 +279,7 @@ simple_state(struct ctx *x, const char *method, const char *suffix,
 
 	if ((rc = npc_call(x, method, x->o.pos[0], suffix, body, &j)) != CX_OK)
 		return rc;
-	if (x->o.json)
-		rc = print_json(j);
-	else
-		printf("%s: %s\n", x->o.pos[0], done_word);
-	json_decref(j);
-	return rc;
+	return print_answer(x, j, "%s: %s\n", x->o.pos[0], done_word);
 }
 
 static int

@@ -98,6 +98,11 @@ const char *jstr(json_t *obj, const char *k);
 const char *jraw(json_t *obj, const char *k);
 /* v as indented JSON on stdout; CX_OK or CX_ERR. */
 int print_json(json_t *v);
+/* A command's answer j (owned, freed here): with --json (x->o.json) j as
+ * print_json prints it, else the text of fmt (printf; its arguments are
+ * read before j is freed) on stdout. CX_OK or CX_ERR. */
+int print_answer(const struct ctx *x, json_t *j, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* x->url and x->key from SBX_URL, SBX_KEY and the config file; returns
  * CX_OK or the exit code after printing why. */
 int load_config(struct ctx *x);

@@ -117,6 +117,23 @@ print_json(json_t *v)
 	return CX_OK;
 }
 
+int
+print_answer(const struct ctx *x, json_t *j, const char *fmt, ...)
+{
+	va_list ap;
+	int rc = CX_OK;
+
+	if (x->o.json)
+		rc = print_json(j);
+	else {
+		va_start(ap, fmt);
+		vprintf(fmt, ap);
+		va_end(ap);
+	}
+	json_decref(j);
+	return rc;
+}
+
 /* ------------------------------------------------------------------ */
 /* Configuration                                                       */
 

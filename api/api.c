@@ -57,22 +57,19 @@ struct main_ctx {
 	int stopping;
 };
 
+/* SIGTERM or SIGINT (sbx_daemon_signals): drain; a second one exits. */
 static void
-on_signal(evutil_socket_t sig, short what, void *arg)
+on_stop(void *arg, const char *sig)
 {
 	struct main_ctx *m = arg;
 
-	(void)what;
-	if (sbx_daemon_sighup(sig))
-		return;
 	if (m->stopping) {
 		log_warn("second signal; exiting now", NULL);
 		event_base_loopbreak(m->base);
 		return;
 	}
 	m->stopping = 1;
-	log_info("signal received; draining", "signal",
-	    sig == SIGTERM ? "TERM" : "INT", NULL);
+	log_info("signal received; draining", "signal", sig, NULL);
 	api_server_drain(m->server, sbx_daemon_drained, m->base);
 }
 
@@ -306,7 +303,7 @@ main(int argc, char **argv)
 		rc = sbx_daemon_config_error("sandbox-api", &err);
 		goto done;
 	}
-	if (sbx_daemon_signals("sandbox-api", m.base, on_signal, &m,
+	if (sbx_daemon_signals("sandbox-api", m.base, on_stop, &m,
 	    sigs) == -1)
 		goto done;
 	snprintf(port, sizeof(port), "%d", api_server_port(m.server));

@@ -106,23 +106,20 @@ settle(struct event_base *base, int64_t max_ms)
 	event_free(t);
 }
 
+/* SIGTERM or SIGINT (sbx_daemon_signals): drain, or exit before serving. */
 static void
-on_signal(evutil_socket_t sig, short what, void *arg)
+on_stop(void *arg, const char *sig)
 {
 	struct main_ctx *m = arg;
 
-	(void)what;
-	if (sbx_daemon_sighup(sig))
-		return;
 	if (m->recovering) {
 		log_info("signal received before serving; exiting", "signal",
-		    sig == SIGTERM ? "TERM" : "INT", NULL);
+		    sig, NULL);
 		m->quit = 1;
 		event_base_loopbreak(m->base);
 		return;
 	}
-	log_info("signal received; draining", "signal",
-	    sig == SIGTERM ? "TERM" : "INT", NULL);
+	log_info("signal received; draining", "signal", sig, NULL);
 	broker_server_drain(m->server, sbx_daemon_drained, m->base);
 }
 
@@ -303,7 +300,7 @@ main(int argc, char **argv)
 		goto done;
 	}
 	sbx_token_clear(&token);
-	if (sbx_daemon_signals("sandbox-broker", m.base, on_signal, &m,
+	if (sbx_daemon_signals("sandbox-broker", m.base, on_stop, &m,
 	    sigs) == -1)
 		goto done;
 	/* SPEC §7: account for every labelled container and kill orphaned

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sbx_daemon.h"
@@ -93,17 +94,44 @@ sbx_daemon_log_setup(const char *name, const char *level, const char *file)
 	return 0;
 }
 
+/* The stop callback of a daemon's signal events (one, shared by them;
+ * freed with the events). */
+struct daemon_sigs {
+	sbx_daemon_stop_fn stop;
+	void *arg;
+};
+
+static void
+on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	struct daemon_sigs *ds = arg;
+
+	(void)what;
+	if (sbx_daemon_sighup(sig))
+		return;
+	ds->stop(ds->arg, sig == SIGTERM ? "TERM" : "INT");
+}
+
 int
 sbx_daemon_signals(const char *name, struct event_base *base,
-    event_callback_fn cb, void *arg, struct event **sigs)
+    sbx_daemon_stop_fn stop, void *arg, struct event **sigs)
 {
 	static const int signums[SBX_DAEMON_NSIGS] = { SIGTERM, SIGINT,
 	    SIGHUP };
+	struct daemon_sigs *ds;
 	int i;
 
+	if ((ds = malloc(sizeof(*ds))) == NULL) {
+		fprintf(stderr, "%s: cannot set up signals\n", name);
+		return -1;
+	}
+	ds->stop = stop;
+	ds->arg = arg;
 	for (i = 0; i < SBX_DAEMON_NSIGS; i++) {
-		if ((sigs[i] = evsignal_new(base, signums[i], cb, arg)) ==
+		if ((sigs[i] = evsignal_new(base, signums[i], on_signal, ds)) ==
 		    NULL || evsignal_add(sigs[i], NULL) == -1) {
+			if (sigs[0] == NULL)    /* no event holds ds */
+				free(ds);
 			fprintf(stderr, "%s: cannot set up signals\n", name);
 			return -1;
 		}
@@ -114,6 +142,7 @@ sbx_daemon_signals(const char *name, struct event_base *base,
 void
 sbx_daemon_signals_free(struct event **sigs)
 {
+	void *ds = sigs[0] != NULL ? event_get_callback_arg(sigs[0]) : NULL;
 	int i;
 
 	for (i = 0; i < SBX_DAEMON_NSIGS; i++) {
@@ -121,6 +150,7 @@ sbx_daemon_signals_free(struct event **sigs)
 			event_free(sigs[i]);
 		sigs[i] = NULL;
 	}
+	free(ds);
 }
 
 int

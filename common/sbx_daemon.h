@@ -67,14 +67,22 @@ int sbx_daemon_log_setup(const char *name, const char *level,
 #define SBX_DAEMON_NSIGS 3 /* SIGTERM, SIGINT, SIGHUP */
 
 /*
+ * What SIGTERM or SIGINT asks of a daemon, on its loop: stop(arg, "TERM"
+ * or "INT"); a second signal calls it again (the daemon decides what that
+ * means). SIGHUP never reaches it (sbx_daemon_sighup: the log reopened).
+ */
+typedef void (*sbx_daemon_stop_fn)(void *arg, const char *signame);
+
+/*
  * Adds one libevent signal event (EV_SIGNAL|EV_PERSIST) on base for each of
- * SIGTERM, SIGINT and SIGHUP, calling cb(sig, EV_SIGNAL, arg), into
- * sigs[0..SBX_DAEMON_NSIGS) (zeroed by the caller; freed with
- * sbx_daemon_signals_free, also after a failure). Returns 0; or -1 after
- * printing "NAME: cannot set up signals" to stderr.
+ * SIGTERM, SIGINT and SIGHUP into sigs[0..SBX_DAEMON_NSIGS) (zeroed by the
+ * caller; freed with sbx_daemon_signals_free, also after a failure):
+ * SIGHUP does sbx_daemon_sighup, the others call stop(arg, name of the
+ * signal). Returns 0; or -1 after printing "NAME: cannot set up signals"
+ * to stderr.
  */
 int sbx_daemon_signals(const char *name, struct event_base *base,
-    event_callback_fn cb, void *arg, struct event **sigs);
+    sbx_daemon_stop_fn stop, void *arg, struct event **sigs);
 
 /*
  * SIGHUP's job in every daemon: when sig is SIGHUP, reopens the log file

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <event2/event.h>
+#include <signal.h>
 
 #include "sbx_config.h"
 #include "sbx_daemon.h"
@@ -159,6 +161,60 @@ test_start_errors_say_why_and_map_to_exit_status(void **state)
 	assert_string_equal(out, "sandbox-test: listen is taken.\n");
 }
 
+struct stops {
+	int n;
+	char last[8];
+	struct event_base *base;
+};
+
+static void
+on_stop(void *arg, const char *sig)
+{
+	struct stops *st = arg;
+
+	st->n++;
+	snprintf(st->last, sizeof(st->last), "%s", sig);
+	event_base_loopbreak(st->base);
+}
+
+/* Runs base until on_stop breaks it, or 2 s. */
+static void
+run_until_stop(struct event_base *base)
+{
+	struct timeval tv = { 2, 0 };
+
+	event_base_loopexit(base, &tv);
+	event_base_dispatch(base);
+}
+
+static void
+test_term_and_int_stop_hup_does_not(void **state)
+{
+	struct event *sigs[SBX_DAEMON_NSIGS] = { NULL, NULL, NULL };
+	struct stops st;
+
+	(void)state;
+	memset(&st, 0, sizeof(st));
+	assert_non_null(st.base = event_base_new());
+	assert_int_equal(sbx_daemon_signals("sandbox-test", st.base, on_stop,
+	    &st, sigs), 0);
+	raise(SIGHUP);          /* the log reopened; no stop */
+	run_until_stop(st.base);
+	assert_int_equal(st.n, 0);
+	raise(SIGTERM);
+	run_until_stop(st.base);
+	assert_int_equal(st.n, 1);
+	assert_string_equal(st.last, "TERM");
+	raise(SIGINT);          /* a second one reaches the daemon too */
+	run_until_stop(st.base);
+	assert_int_equal(st.n, 2);
+	assert_string_equal(st.last, "INT");
+	sbx_daemon_signals_free(sigs);
+	assert_null(sigs[0]);
+	sbx_daemon_signals_free(sigs);  /* twice is fine */
+	event_base_free(st.base);
+}
+
 int
 main(void)
 {
@@ -167,6 +223,7 @@ main(void)
 		    test_print_config_prints_and_ends_main_only_when_asked),
 		cmocka_unit_test(test_a_stray_argument_is_a_usage_error),
 		cmocka_unit_test(test_start_errors_say_why_and_map_to_exit_status),
+		cmocka_unit_test(test_term_and_int_stop_hup_does_not),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -710,9 +710,7 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
 		goto fail;
 	}
-	if ((s->http = evhttp_new(base)) == NULL ||
-	    (s->drain_ev = evtimer_new(base, api_req_drain_fire, s)) == NULL ||
-	    (s->grace_ev = evtimer_new(base, api_req_grace_over, s)) == NULL) {
+	if ((s->http = evhttp_new(base)) == NULL) {
 		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
 		goto fail;
 	}
@@ -774,24 +772,19 @@ api_server_set_clock(struct api_server *s, int64_t (*now)(void))
 void
 api_server_drain(struct api_server *s, void (*done)(void *), void *arg)
 {
-	struct timeval tv;
 	char n[16];
 
 	if (s->draining)
 		return;
 	s->draining = 1;
-	s->drain_done = done;
-	s->drain_arg = arg;
 	sbx_httpd_unlisten(s->http, &s->listener);
 	/* Viewers of resource execs end now: they resume later. */
 	api_execs_drain(s);
 	snprintf(n, sizeof(n), "%u", s->inflight);
 	log_info("draining", "in_flight", n, NULL);
-	tv.tv_sec = s->cfg->shutdown_grace / 1000;
-	tv.tv_usec = (s->cfg->shutdown_grace % 1000) * 1000;
-	if (s->inflight > 0)
-		evtimer_add(s->grace_ev, &tv);
-	api_req_drain_check(s);
+	/* Cannot wait politely (no memory for the events): cancelled now. */
+	sbx_httpd_drain_start(&s->drain, s->base, s->cfg->shutdown_grace,
+	    api_req_in_flight, api_req_grace_over, s, done, arg);
 }
 
 void
@@ -821,10 +814,7 @@ api_server_free(struct api_server *s)
 		evhttp_free(s->http);   /* frees every bound gate connection */
 	sbx_httpd_listener_free(&s->listener);
 	sbx_gate_free(s->gate);
-	if (s->drain_ev != NULL)
-		event_free(s->drain_ev);
-	if (s->grace_ev != NULL)
-		event_free(s->grace_ev);
+	sbx_httpd_drain_free(&s->drain);
 	while ((l = s->limits) != NULL) {
 		s->limits = l->next;
 		free(l);

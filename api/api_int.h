@@ -53,10 +53,7 @@ struct api_server {
 	struct areq *live;          /* requests being answered */
 	unsigned inflight;
 	int draining;
-	void (*drain_done)(void *);
-	void *drain_arg;
-	struct event *drain_ev;
-	struct event *grace_ev;     /* shutdown_grace over: cancel what runs */
+	struct sbx_httpd_drain drain;  /* the core's (sbx_httpd.h) */
 	int64_t (*now_ms)(void);
 	struct api_metrics metrics;
 	/* Resource execs (api_execs.c). */
@@ -228,13 +225,12 @@ void areq_stream_end(struct areq *a, const char *outcome);
 void areq_stream_abort(struct areq *a, const char *outcome);
 /* Re-arms the SSE heartbeat: it is sent after heartbeat ms of silence. */
 void areq_ping_arm(struct areq *a);
-/* Server drain (api_server_drain): drain_fire is s->drain_ev's callback
- * (calls drain_done once nothing is in flight), drain_check arms it,
- * grace_over is s->grace_ev's: cancels what runs and ends each request
- * shutting_down (SPEC §9). */
-void api_req_drain_fire(evutil_socket_t fd, short what, void *arg);
-void api_req_drain_check(struct api_server *s);
-void api_req_grace_over(evutil_socket_t fd, short what, void *arg);
+/* Server drain (api_server_drain, over the core's sbx_httpd_drain):
+ * in_flight counts what is open, grace_over (shutdown_grace is over)
+ * cancels what runs and ends each request shutting_down (SPEC §9); arg is
+ * the struct api_server. */
+unsigned api_req_in_flight(void *arg);
+void api_req_grace_over(void *arg);
 
 /* api_sandbox.c: JSON handlers of NPCs, sandboxes, files, egress, metrics. */
 void api_h_npc_create(struct areq *a);

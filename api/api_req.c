@@ -69,32 +69,10 @@ areq_unlink(struct areq *a)
 	a->prev = a->next = NULL;
 }
 
-void
-api_req_drain_fire(evutil_socket_t fd, short what, void *arg)
+unsigned
+api_req_in_flight(void *arg)
 {
-	struct api_server *s = arg;
-
-	(void)fd;
-	(void)what;
-	if (s->inflight > 0)
-		return;
-	if (s->grace_ev != NULL)
-		event_del(s->grace_ev);
-	if (s->drain_done != NULL) {
-		void (*done)(void *) = s->drain_done;
-
-		s->drain_done = NULL;
-		done(s->drain_arg);
-	}
-}
-
-void
-api_req_drain_check(struct api_server *s)
-{
-	struct timeval now = { 0, 0 };
-
-	if (s->draining && s->inflight == 0 && s->drain_ev != NULL)
-		evtimer_add(s->drain_ev, &now);
+	return ((struct api_server *)arg)->inflight;
 }
 
 /*
@@ -102,15 +80,13 @@ api_req_drain_check(struct api_server *s)
  * cancelled exec) and end each request with the reason (SPEC §9).
  */
 void
-api_req_grace_over(evutil_socket_t fd, short what, void *arg)
+api_req_grace_over(void *arg)
 {
 	struct api_server *s = arg;
 	struct areq *a;
 	struct sbx_op *op;
 	char n[16];
 
-	(void)fd;
-	(void)what;
 	snprintf(n, sizeof(n), "%u", s->inflight);
 	log_warn("shutdown grace period over; cancelling in-flight requests",
 	    "in_flight", n, NULL);
@@ -186,7 +162,8 @@ areq_finish(struct areq *a, int status, const char *outcome)
 	areq_unlink(a);
 	s->inflight--;
 	free(a);
-	api_req_drain_check(s);
+	if (s->draining && s->inflight == 0)
+		sbx_httpd_drain_poke(&s->drain);
 }
 
 /* The core's view of a (sbx_httpd.h) for one reply: JSON replies and

@@ -85,8 +85,6 @@ struct broker_server {
 	unsigned pending_new;     /* ensures of new ids under way */
 	int draining, stopping;
 	struct sbx_httpd_drain drain;
-	void (*drain_done)(void *);
-	void *drain_arg;
 };
 
 /* One request being answered. */

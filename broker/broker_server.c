@@ -168,30 +168,17 @@ in_flight(void *arg)
 	return ((struct broker_server *)arg)->ninflight;
 }
 
-static void
-drain_finished(void *arg)
-{
-	struct broker_server *s = arg;
-	void (*done)(void *) = s->drain_done;
-
-	s->drain_done = NULL;
-	if (done != NULL)
-		done(s->drain_arg);
-}
-
 void
 broker_server_drain(struct broker_server *s, void (*done)(void *), void *arg)
 {
 	if (s->draining)
 		return;
 	s->draining = 1;
-	s->drain_done = done;
-	s->drain_arg = arg;
 	sbx_httpd_unlisten(s->http, &s->listener);
 	log_info("draining", "in_flight", s->ninflight ? "yes" : "no", NULL);
 	/* Cannot wait politely (no memory for the events): cancelled now. */
 	sbx_httpd_drain_start(&s->drain, s->base, s->cfg->shutdown_grace,
-	    in_flight, grace_over, drain_finished, s);
+	    in_flight, grace_over, s, done, arg);
 }
 
 void

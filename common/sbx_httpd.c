@@ -667,13 +667,14 @@ done_cb(evutil_socket_t fd, short what, void *arg)
 	if (d->grace_ev != NULL)
 		event_del(d->grace_ev);
 	d->done = NULL;
-	done(d->arg);
+	done(d->done_arg);
 }
 
 int
 sbx_httpd_drain_start(struct sbx_httpd_drain *d, struct event_base *base,
     int64_t grace_ms, unsigned (*in_flight)(void *),
-    void (*grace_over)(void *), void (*done)(void *), void *arg)
+    void (*grace_over)(void *), void *arg, void (*done)(void *),
+    void *done_arg)
 {
 	struct timeval tv;
 
@@ -684,6 +685,7 @@ sbx_httpd_drain_start(struct sbx_httpd_drain *d, struct event_base *base,
 	d->grace_over = grace_over;
 	d->done = done;
 	d->arg = arg;
+	d->done_arg = done_arg;
 	d->done_ev = event_new(base, -1, 0, done_cb, d);
 	d->grace_ev = evtimer_new(base, grace_cb, d);
 	if (d->done_ev == NULL || d->grace_ev == NULL) {
@@ -691,7 +693,7 @@ sbx_httpd_drain_start(struct sbx_httpd_drain *d, struct event_base *base,
 		d->done = NULL;
 		grace_over(arg);
 		if (done != NULL)
-			done(arg);
+			done(done_arg);
 		return -1;
 	}
 	tv.tv_sec = grace_ms / 1000;

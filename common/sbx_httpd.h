@@ -299,21 +299,23 @@ struct sbx_httpd_drain {
 	struct event *grace_ev, *done_ev;
 	unsigned (*in_flight)(void *arg);
 	void (*grace_over)(void *arg);
-	void (*done)(void *arg);
-	void *arg;
+	void *arg;                     /* the server's, for the two above */
+	void (*done)(void *done_arg);  /* main's: the drain is over */
+	void *done_arg;
 	int started;
 };
 
 /*
- * Starts d: done runs (from the loop, never inside this call unless events
- * cannot be made) when in_flight(arg) is 0, grace_over after grace_ms
- * milliseconds if that has not happened. When events cannot be allocated,
- * grace_over and done run at once. A second call does nothing.
- * Returns 0, or -1 when it had to run them at once.
+ * Starts d: done(done_arg) runs once (from the loop, never inside this call
+ * unless events cannot be made) when in_flight(arg) is 0, grace_over(arg)
+ * after grace_ms milliseconds if that has not happened. When events cannot
+ * be allocated, grace_over and done run at once. done may be NULL. A second
+ * call does nothing. Returns 0, or -1 when it had to run them at once.
  */
 int sbx_httpd_drain_start(struct sbx_httpd_drain *d, struct event_base *base,
     int64_t grace_ms, unsigned (*in_flight)(void *),
-    void (*grace_over)(void *), void (*done)(void *), void *arg);
+    void (*grace_over)(void *), void *arg, void (*done)(void *),
+    void *done_arg);
 
 /* A request ended: lets a started drain check again (no-op otherwise). */
 void sbx_httpd_drain_poke(struct sbx_httpd_drain *d);

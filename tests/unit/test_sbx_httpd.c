@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <event2/event.h>
 #include <event2/http.h>
 
 #include "sbx_httpd.h"
@@ -128,6 +129,82 @@ test_histogram_is_cumulative(void **state)
 	assert_int_equal(h.sum_ms, 400003);
 }
 
+/* A server for the drain: what is open, what ran. */
+struct dsrv {
+	unsigned open;
+	int graces, dones;
+	void *done_got;
+};
+
+static unsigned
+d_in_flight(void *arg)
+{
+	return ((struct dsrv *)arg)->open;
+}
+
+static void
+d_grace_over(void *arg)
+{
+	struct dsrv *s = arg;
+
+	s->graces++;
+	s->open = 0;            /* the daemon cancels what runs */
+}
+
+static void
+d_done(void *done_arg)
+{
+	struct dsrv *s = *(struct dsrv **)done_arg;
+
+	s->dones++;
+	s->done_got = done_arg;
+}
+
+static void
+test_drain_ends_once_nothing_is_in_flight_or_grace_is_over(void **state)
+{
+	struct event_base *base = event_base_new();
+	struct sbx_httpd_drain d;
+	struct dsrv s;
+	struct dsrv *main_arg = &s;     /* main's argument, not the server */
+
+	(void)state;
+	assert_non_null(base);
+	/* Requests end in time: done(done_arg), no grace. */
+	memset(&d, 0, sizeof(d));
+	memset(&s, 0, sizeof(s));
+	s.open = 2;
+	assert_int_equal(sbx_httpd_drain_start(&d, base, 60000, d_in_flight,
+	    d_grace_over, &s, d_done, &main_arg), 0);
+	assert_int_equal(sbx_httpd_drain_start(&d, base, 60000, d_in_flight,
+	    d_grace_over, &s, d_done, &main_arg), 0);  /* twice: nothing */
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	assert_int_equal(s.dones, 0);
+	s.open = 0;
+	sbx_httpd_drain_poke(&d);
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	assert_int_equal(s.dones, 1);
+	assert_ptr_equal(s.done_got, &main_arg);
+	assert_int_equal(s.graces, 0);
+	sbx_httpd_drain_poke(&d);
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	assert_int_equal(s.dones, 1);           /* once */
+	sbx_httpd_drain_free(&d);
+	/* A request that never ends: grace_over(arg) after grace_ms. */
+	memset(&d, 0, sizeof(d));
+	memset(&s, 0, sizeof(s));
+	s.open = 1;
+	assert_int_equal(sbx_httpd_drain_start(&d, base, 20, d_in_flight,
+	    d_grace_over, &s, d_done, &main_arg), 0);
+	event_base_dispatch(base);      /* the grace timer, then nothing */
+	assert_int_equal(s.graces, 1);
+	sbx_httpd_drain_poke(&d);
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	assert_int_equal(s.dones, 1);
+	sbx_httpd_drain_free(&d);
+	event_base_free(base);
+}
+
 int
 main(void)
 {
@@ -138,6 +215,8 @@ main(void)
 		cmocka_unit_test(test_overlong_segment_captured_empty),
 		cmocka_unit_test(test_reason_phrases_are_rfc9110),
 		cmocka_unit_test(test_histogram_is_cumulative),
+		cmocka_unit_test(
+		    test_drain_ends_once_nothing_is_in_flight_or_grace_is_over),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -162,49 +162,6 @@ bop_end(struct bop *b)
 /* ------------------------------------------------------------------ */
 /* Decoding the broker's answers                                       */
 
-/* The broker's JSON error body (or the status) as an sbx_err. */
-static void
-error_from_body(struct bop *b, struct sbx_err *e)
-{
-	size_t len = evbuffer_get_length(b->body);
-
-	sbx_err_clear(e);
-	if (b->status == 401) {
-		/* Never let a player read the api's own credential problem as
-		 * their own: it is the operator's to fix. */
-		sbx_err_set(e, SBX_E_BROKER_UNAVAILABLE, "The sandbox broker "
-		    "refused the api's token; check broker_token_file.");
-		log_error("the broker refused our token", NULL);
-		return;
-	}
-	if (sbx_wire_error_decode(len > 0 ? (const char *)evbuffer_pullup(
-	    b->body, -1) : "", len, e) == 0) {
-		/* "unauthorized" from the broker concerns the api, never the
-		 * api's caller. The broker's "forbidden" is about the sandbox
-		 * (permission denied inside it): the caller's, with its
-		 * message; so are the other codes, whose status the one table
-		 * of sbx_err.c gives. */
-		if (strcmp(e->code, SBX_E_UNAUTHORIZED) == 0)
-			sbx_err_set(e, SBX_E_BROKER_UNAVAILABLE, "The sandbox "
-			    "broker refused the api.");
-	} else
-		sbx_err_set(e, b->status == 404 ? SBX_E_NOT_FOUND :
-		    b->status >= 500 ? SBX_E_BROKER_UNAVAILABLE : SBX_E_INTERNAL,
-		    "The sandbox broker answered HTTP %d.", b->status);
-}
-
-/* A transport error from the HTTP client, worded for the api's callers. */
-static void
-error_from_transport(const struct sbx_err *in, struct sbx_err *e)
-{
-	sbx_err_clear(e);
-	if (strcmp(in->code, SBX_E_BROKER_UNAVAILABLE) == 0)
-		sbx_err_set(e, SBX_E_BROKER_UNAVAILABLE, "Sandbox broker "
-		    "unavailable: %s.", in->message);
-	else
-		*e = *in;
-}
-
 static json_t *
 body_json(struct bop *b)
 {
@@ -237,9 +194,9 @@ finish_plain(struct bop *b, const struct sbx_err *terr)
 
 	sbx_err_clear(&e);
 	if (terr != NULL)
-		error_from_transport(terr, &e);
+		dbk_error_from_transport(terr, &e);
 	else if (b->status < 200 || b->status > 299)
-		error_from_body(b, &e);
+		dbk_error_from_body(b->status, b->body, &e);
 	else if (b->kind == BK_LIST && b->lscan != NULL) {
 		if (lscan_finish(b->lscan, &root, &ents, &n) == -1)
 			malformed(&e);
@@ -472,7 +429,7 @@ finish_stream(struct bop *b, const struct sbx_err *terr)
 
 	sbx_err_clear(&e);
 	if (terr != NULL) {
-		error_from_transport(terr, &e);
+		dbk_error_from_transport(terr, &e);
 		if (b->streaming && strcmp(e.code, SBX_E_BROKER_UNAVAILABLE) != 0 &&
 		    strcmp(e.code, SBX_E_TIMEOUT) != 0)
 			sbx_err_set(&e, SBX_E_BROKER_UNAVAILABLE, "The connection "
@@ -481,7 +438,7 @@ finish_stream(struct bop *b, const struct sbx_err *terr)
 		return;
 	}
 	if (!b->streaming) {
-		error_from_body(b, &e);
+		dbk_error_from_body(b->status, b->body, &e);
 		sink_error(b, &e);
 		return;
 	}

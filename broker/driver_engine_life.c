@@ -121,7 +121,7 @@ stop_done(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 		return;
 	}
 	if (status == 404) {
-		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
+		eng_not_found(op, &e);
 		eng_finish_err(op, &e);
 		return;
 	}
@@ -136,25 +136,19 @@ stop_inspected(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
 	struct sbx_status st;
-	struct sbx_err e;
-	char path[256];
 	int r;
 
 	if ((r = eng_inspect_running(op, status, body, err, &st)) < 0)
 		return;
-	if (r == 0 && st.state == SBX_STATE_ABSENT) {
-		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
-		eng_finish_err(op, &e);
+	if (eng_finish_if_absent(op, r, &st))
 		return;
-	}
 	if (r == 0) {
 		/* Already stopped; its proxy may still run (adr/0027). */
 		eng_proxy_stop(op, stop_finish);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/containers/%s/stop?t=%d", op->cid,
-	    op->e->stop_timeout_s);
-	eng_call(op, "POST", path, NULL, stop_done);
+	eng_callf(op, "POST", NULL, stop_done, API "/containers/%s/stop?t=%d",
+	    op->cid, op->e->stop_timeout_s);
 }
 
 struct sbx_op *
@@ -190,7 +184,6 @@ destroy_volume_inspected(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
 	struct sbx_err e;
-	char path[256];
 
 	if (err != NULL) {
 		eng_finish_err(op, err);
@@ -208,15 +201,14 @@ destroy_volume_inspected(struct eop *op, int status, json_t *body,
 		eng_finish_err(op, &e);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/volumes/%s", op->vname);
-	eng_call(op, "DELETE", path, NULL, destroy_volume_removed);
+	eng_callf(op, "DELETE", NULL, destroy_volume_removed, API "/volumes/%s",
+	    op->vname);
 }
 
 static void
 destroy_init_removed(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
-	char path[256];
 
 	(void)status;
 	(void)body;
@@ -224,8 +216,8 @@ destroy_init_removed(struct eop *op, int status, json_t *body,
 		eng_finish_err(op, err);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/volumes/%s", op->vname);
-	eng_call(op, "GET", path, NULL, destroy_volume_inspected);
+	eng_callf(op, "GET", NULL, destroy_volume_inspected, API "/volumes/%s",
+	    op->vname);
 }
 
 /* First the init container a broker killed during an ensure may have left
@@ -243,11 +235,9 @@ destroy_volume(struct eop *op)
 static void
 destroy_volume_now(struct eop *op)
 {
-	char path[300];
 
-	snprintf(path, sizeof(path), API "/containers/%s.init?force=1&v=0",
-	    op->cname);
-	eng_call(op, "DELETE", path, NULL, destroy_init_removed);
+	eng_callf(op, "DELETE", NULL, destroy_init_removed,
+	    API "/containers/%s.init?force=1&v=0", op->cname);
 }
 
 static void
@@ -271,7 +261,6 @@ destroy_inspected(struct eop *op, int status, json_t *body,
 {
 	struct sbx_status st;
 	const char *hl;
-	char path[256];
 	int r;
 
 	if ((r = eng_inspect_found(op, status, body, err, &st, &hl)) < 0)
@@ -282,8 +271,8 @@ destroy_inspected(struct eop *op, int status, json_t *body,
 	}
 	snprintf(dst(op)->old_helper, sizeof(dst(op)->old_helper), "%s",
 	    hl != NULL ? hl : "");
-	snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0", op->cid);
-	eng_call(op, "DELETE", path, NULL, destroy_removed);
+	eng_callf(op, "DELETE", NULL, destroy_removed,
+	    API "/containers/%s?force=1&v=0", op->cid);
 }
 
 struct sbx_op *
@@ -358,7 +347,7 @@ eng_list_sandboxes(struct sbx_driver *d, sbx_sandboxes_cb cb, void *arg,
 {
 	struct engine *e = (struct engine *)d;
 	struct eop *op;
-	char path[512], filt[256];
+	char filt[256];
 
 	if ((op = eng_op_new(e, OP_SANDBOXES, NULL, sizeof(struct eop),
 	    err)) == NULL)
@@ -366,9 +355,8 @@ eng_list_sandboxes(struct sbx_driver *d, sbx_sandboxes_cb cb, void *arg,
 	op->sandboxes_cb = cb;
 	op->arg = arg;
 	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
-	snprintf(path, sizeof(path), API "/containers/json?all=1&filters=%s",
-	    filt);
-	eng_call(op, "GET", path, NULL, sandboxes_listed);
+	eng_callf(op, "GET", NULL, sandboxes_listed,
+	    API "/containers/json?all=1&filters=%s", filt);
 	return &op->base;
 }
 
@@ -426,15 +414,14 @@ rec_next(struct eop *op)
 {
 	struct eop_reconcile *rc = rco(op);
 	json_t *n;
-	char path[256];
 	char gone[16];
 
 	for (; rc->ri < json_array_size(rc->rnets); rc->ri++) {
 		n = json_array_get(rc->rnets, rc->ri);
 		if (!rec_orphan(op, n) || !eng_name_ok(eng_jstr(n, "Id"), 128))
 			continue;
-		snprintf(path, sizeof(path), API "/networks/%s", eng_jstr(n, "Id"));
-		eng_call(op, "DELETE", path, NULL, rec_deleted);
+		eng_callf(op, "DELETE", NULL, rec_deleted, API "/networks/%s",
+		    eng_jstr(n, "Id"));
 		return;
 	}
 	snprintf(gone, sizeof(gone), "%u", rc->rgone);
@@ -466,11 +453,11 @@ rec_networks(struct eop *op, int status, json_t *body,
 static void
 rec_networks_list(struct eop *op)
 {
-	char path[512], filt[256];
+	char filt[256];
 
 	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
-	snprintf(path, sizeof(path), API "/networks?filters=%s", filt);
-	eng_call(op, "GET", path, NULL, rec_networks);
+	eng_callf(op, "GET", NULL, rec_networks, API "/networks?filters=%s",
+	    filt);
 }
 
 static void
@@ -539,7 +526,7 @@ eng_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
 {
 	struct engine *e = (struct engine *)d;
 	struct eop *op;
-	char path[512], filt[256];
+	char filt[256];
 
 	if ((op = eng_op_new(e, OP_RECONCILE, NULL,
 	    sizeof(struct eop_reconcile), err)) == NULL)
@@ -548,9 +535,8 @@ eng_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
 	op->done_cb = cb;
 	op->arg = arg;
 	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
-	snprintf(path, sizeof(path), API "/containers/json?all=1&filters=%s",
-	    filt);
-	eng_call(op, "GET", path, NULL, rec_containers);
+	eng_callf(op, "GET", NULL, rec_containers,
+	    API "/containers/json?all=1&filters=%s", filt);
 	return &op->base;
 }
 
@@ -598,7 +584,7 @@ health_version(struct eop *op, int status, json_t *body,
 	struct sbx_health *h = &hlt(op)->health;
 	json_t *comp;
 	const char *api, *name = "Docker Engine";
-	char path[512], reason[256];
+	char reason[256];
 	size_t i;
 	int maj = 0, min = 0;
 
@@ -625,9 +611,8 @@ health_version(struct eop *op, int status, json_t *body,
 		health_report(op, reason);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/images/%s/json",
+	eng_callf(op, "GET", NULL, health_image, API "/images/%s/json",
 	    op->e->default_image);
-	eng_call(op, "GET", path, NULL, health_image);
 }
 
 static void

@@ -360,9 +360,7 @@ eng_status_from_inspect(struct eop *op, json_t *c, struct sbx_status *st,
 
 	if (!eng_managed(labels) || (v = eng_label(labels, L_ID)) == NULL ||
 	    strcmp(v, op->id) != 0)
-		return sbx_err_set(err, SBX_E_CONFLICT, "a container named %s "
-		    "exists that sbx does not manage; it was left alone",
-		    op->cname);
+		return eng_not_ours(err, "container", op->cname);
 	memset(st, 0, sizeof(*st));
 	snprintf(st->id, sizeof(st->id), "%s", op->id);
 	st->state = json_is_true(json_object_get(state, "Running")) ?
@@ -415,6 +413,22 @@ eng_inspect_running(struct eop *op, int status, json_t *body,
 	if ((r = eng_inspect_found(op, status, body, err, st, NULL)) <= 0)
 		return r;
 	return st->state == SBX_STATE_RUNNING;
+}
+
+int
+eng_ended(struct eop *op, const struct sbx_err *err)
+{
+	if (err == NULL)
+		return 0;
+	eng_finish_err(op, err);
+	return 1;
+}
+
+int
+eng_not_ours(struct sbx_err *e, const char *kind, const char *name)
+{
+	return sbx_err_set(e, SBX_E_CONFLICT, "a %s named %s exists that sbx "
+	    "does not manage; it was left alone", kind, name);
 }
 
 int

@@ -235,10 +235,8 @@ ensure_created(struct eop *op, int status, json_t *body,
 {
 	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (eng_name_taken(status, body) && ens(op)->retries < ENSURE_RETRIES) {
 		/* A concurrent ensure made it: look again once it is visible. */
 		ensure_retry_later(op);
@@ -332,10 +330,8 @@ net_drop_inspected(struct eop *op, int status, json_t *body,
 {
 	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	/* Absent, or a network of that name sbx did not make: nothing of ours. */
 	if (status == 404 || (status == 200 && !net_ours(op, body))) {
 		op->then(op);
@@ -367,10 +363,8 @@ network_created(struct eop *op, int status, json_t *body,
 {
 	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	/* Taken: created by a concurrent ensure of the same id. */
 	if (status != 201 && status != 200 && !eng_name_taken(status, body)) {
 		eng_runtime_err(&e, status, body, "create the egress network");
@@ -388,15 +382,11 @@ network_inspected(struct eop *op, int status, json_t *body,
 	json_t *req;
 	char bridge[32];
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status == 200) {
 		if (!net_ours(op, body)) {
-			sbx_err_set(&e, SBX_E_CONFLICT, "a network named %s "
-			    "exists that sbx does not manage; it was left alone",
-			    op->nname);
+			eng_not_ours(&e, "network", op->nname);
 			eng_finish_err(op, &e);
 			return;
 		}
@@ -449,13 +439,10 @@ volume_inspected(struct eop *op, int status, json_t *body,
 {
 	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status != 200 || !eng_managed(json_object_get(body, "Labels"))) {
-		sbx_err_set(&e, SBX_E_CONFLICT, "a volume named %s exists that "
-		    "sbx does not manage; it was left alone", op->vname);
+		eng_not_ours(&e, "volume", op->vname);
 		eng_finish_err(op, &e);
 		return;
 	}
@@ -467,10 +454,8 @@ volume_created(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (eng_name_taken(status, body) && ens(op)->retries < ENSURE_RETRIES) {
 		ensure_retry_later(op);
 		return;
@@ -717,10 +702,8 @@ init_stale_removed(struct eop *op, int status, json_t *body,
 {
 	(void)status;
 	(void)body;
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	init_create(op);
 }
 
@@ -731,10 +714,8 @@ init_created(struct eop *op, int status, json_t *body,
 	struct eop_ensure *en = ens(op);
 	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (eng_name_taken(status, body) && en->aux_tries++ == 0) {
 		/* Left by a broker that died here: ours by its name (ids
 		 * cannot hold a '.'). */

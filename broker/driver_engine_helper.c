@@ -250,8 +250,7 @@ hp_volume_inspected(struct eop *op, int status, json_t *body,
 		return;
 	}
 	if (status != 200 || !eng_managed(json_object_get(body, "Labels"))) {
-		sbx_err_set(&e, SBX_E_CONFLICT, "a volume named %s exists that "
-		    "sbx does not manage; it was left alone", op->e->helper_vol);
+		eng_not_ours(&e, "volume", op->e->helper_vol);
 		hp_end(op, &e);
 		return;
 	}

@@ -438,6 +438,14 @@ void eng_inspect_path(struct eop *op, char *path, size_t sz);
 /* 1 running, 0 absent or stopped (st filled), -1 op already finished. */
 int eng_inspect_running(struct eop *op, int status, json_t *body,
     const struct sbx_err *err, struct sbx_status *st);
+/* A continuation's first check: when err is not NULL (the call got no
+ * answer: transport, timeout), ends op with it and returns 1 (op is gone
+ * then); else 0. */
+int eng_ended(struct eop *op, const struct sbx_err *err);
+/* e = conflict "a KIND named NAME exists that sbx does not manage; it was
+ * left alone" (docs/security.md: what lacks io.sbx.managed=true is a 409
+ * and never touched); returns -1. */
+int eng_not_ours(struct sbx_err *e, const char *kind, const char *name);
 /* e = not_found "sandbox ID does not exist" for op's sandbox (sbx_driver.h:
  * an operation on an id with no container); returns -1. */
 int eng_not_found(const struct eop *op, struct sbx_err *e);

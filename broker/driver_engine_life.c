@@ -69,10 +69,8 @@ status_inspected(struct eop *op, int status, json_t *body,
 	struct sbx_status st;
 	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status == 404) {
 		eng_absent_status(op, &st);
 		eng_finish_status(op, NULL, &st);
@@ -116,10 +114,8 @@ stop_done(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 {
 	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status == 404) {
 		eng_not_found(op, &e);
 		eng_finish_err(op, &e);
@@ -185,10 +181,8 @@ destroy_volume_inspected(struct eop *op, int status, json_t *body,
 {
 	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status == 404) {
 		eng_net_drop(op, destroy_finish);
 		return;
@@ -196,8 +190,7 @@ destroy_volume_inspected(struct eop *op, int status, json_t *body,
 	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the volume", 200))
 		return;
 	if (!eng_managed(json_object_get(body, "Labels"))) {
-		sbx_err_set(&e, SBX_E_CONFLICT, "a volume named %s exists that "
-		    "sbx does not manage; it was left alone", op->vname);
+		eng_not_ours(&e, "volume", op->vname);
 		eng_finish_err(op, &e);
 		return;
 	}
@@ -212,10 +205,8 @@ destroy_init_removed(struct eop *op, int status, json_t *body,
 
 	(void)status;
 	(void)body;
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	eng_callf(op, "GET", NULL, destroy_volume_inspected, API "/volumes/%s",
 	    op->vname);
 }
@@ -295,10 +286,8 @@ sandboxes_listed(struct eop *op, int status, json_t *body,
 	const char *v, *state;
 	size_t i, n = 0;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status != 200 || !json_is_array(body)) {
 		eng_runtime_err(&e, status, body, "list containers");
 		eng_finish_err(op, &e);
@@ -372,10 +361,8 @@ rec_deleted(struct eop *op, int status, json_t *body,
 	const char *name = eng_jstr(n, "Name");
 
 	(void)body;
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status >= 200 && status < 300) {
 		rc->rgone++;
 		log_info("orphaned egress network removed", "network", name, NULL);
@@ -436,10 +423,8 @@ rec_networks(struct eop *op, int status, json_t *body,
 {
 	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status != 200 || !json_is_array(body)) {
 		eng_runtime_err(&e, status, body, "list networks");
 		eng_finish_err(op, &e);
@@ -469,10 +454,8 @@ rec_containers(struct eop *op, int status, json_t *body,
 	const char *id, *eg;
 	size_t i;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status != 200 || !json_is_array(body)) {
 		eng_runtime_err(&e, status, body, "list containers");
 		eng_finish_err(op, &e);

@@ -209,13 +209,11 @@ px_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err
 	struct eop_ensure *en = ens(op);
 	json_t *labels;
 	const char *have;
-	char want[65];
+	char want[65], px[160], vol[160];
 	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status == 404) {
 		px_create(op);
 		return;
@@ -224,8 +222,8 @@ px_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err
 		return;
 	labels = json_object_get(json_object_get(body, "Config"), "Labels");
 	if (!ours(op, labels)) {
-		sbx_err_set(&e, SBX_E_CONFLICT, "a container named %s%s-proxy exists "
-		    "that sbx does not manage; it was left alone", op->e->prefix, op->id);
+		names(op, px, sizeof(px), vol, sizeof(vol));
+		eng_not_ours(&e, "container", px);
 		eng_finish_err(op, &e);
 		return;
 	}
@@ -303,10 +301,8 @@ drop_vol_inspected(struct eop *op, int status, json_t *body, const struct sbx_er
 {
 	char px[160], vol[160];
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status != 200 || !ours(op, json_object_get(body, "Labels"))) {
 		op->then(op);
 		return;
@@ -345,10 +341,8 @@ px_act(struct eop *op, int status, json_t *body, const struct sbx_err *err,
 	const char *cid;
 	char path[300];
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if ((cid = px_ours_id(op, status, body)) == NULL || (need_running &&
 	    !json_is_true(json_object_get(json_object_get(body, "State"), "Running")))) {
 		none(op);
@@ -470,10 +464,8 @@ rec_vol_done(struct eop *op, int status, json_t *body, const struct sbx_err *err
 	struct eop_reconcile *rc = rco(op);
 
 	(void)body;
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status >= 200 && status < 300)
 		rc->pgone++;
 	else if (status != 404)   /* in use: left for the next start */
@@ -519,10 +511,8 @@ rec_vols_listed(struct eop *op, int status, json_t *body, const struct sbx_err *
 {
 	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status != 200 || (!json_is_array(json_object_get(body, "Volumes")) &&
 	    !json_is_null(json_object_get(body, "Volumes")))) {
 		eng_runtime_err(&e, status, body, "list volumes");
@@ -557,10 +547,8 @@ px_logs(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 	char *text = NULL;
 
 	(void)body;
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	memset(&st, 0, sizeof(st));
 	if (status == 404) {
 		st.denials = json_array();

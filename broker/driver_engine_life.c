@@ -27,6 +27,36 @@
 
 static void rec_next(struct eop *op);
 
+/* GET API PATH filters={"label":["io.sbx.managed=true"]} (PATH ends in '?'
+ * or '&'): only what sbx made; answered in cont (read with list_bad). */
+static void
+list_managed(struct eop *op, const char *path, cont_fn cont)
+{
+	char filt[256];
+
+	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
+	eng_callf(op, "GET", NULL, cont, API "%sfilters=%s", path, filt);
+}
+
+/* The answer to a list: 1 when op has been ended (no answer, or anything
+ * but 200 with a JSON array: runtime_error "... list WHAT"), else 0. */
+static int
+list_bad(struct eop *op, int status, json_t *body, const struct sbx_err *err,
+    const char *what)
+{
+	struct sbx_err e;
+	char doing[64];
+
+	if (eng_ended(op, err))
+		return 1;
+	if (status == 200 && json_is_array(body))
+		return 0;
+	snprintf(doing, sizeof(doing), "list %s", what);
+	eng_runtime_err(&e, status, body, doing);
+	eng_finish_err(op, &e);
+	return 1;
+}
+
 /* A new op of kind (size bytes) for sandbox id whose first step is the
  * container's inspect, answered in cont. NULL with err. */
 static struct eop *
@@ -286,13 +316,8 @@ sandboxes_listed(struct eop *op, int status, json_t *body,
 	const char *v, *state;
 	size_t i, n = 0;
 
-	if (eng_ended(op, err))
+	if (list_bad(op, status, body, err, "containers"))
 		return;
-	if (status != 200 || !json_is_array(body)) {
-		eng_runtime_err(&e, status, body, "list containers");
-		eng_finish_err(op, &e);
-		return;
-	}
 	if (json_array_size(body) > 0 &&
 	    (sts = calloc(json_array_size(body), sizeof(*sts))) == NULL) {
 		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
@@ -336,16 +361,13 @@ eng_list_sandboxes(struct sbx_driver *d, sbx_sandboxes_cb cb, void *arg,
 {
 	struct engine *e = (struct engine *)d;
 	struct eop *op;
-	char filt[256];
 
 	if ((op = eng_op_new(e, OP_SANDBOXES, NULL, sizeof(struct eop),
 	    err)) == NULL)
 		return NULL;
 	op->sandboxes_cb = cb;
 	op->arg = arg;
-	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
-	eng_callf(op, "GET", NULL, sandboxes_listed,
-	    API "/containers/json?all=1&filters=%s", filt);
+	list_managed(op, "/containers/json?all=1&", sandboxes_listed);
 	return &op->base;
 }
 
@@ -421,15 +443,9 @@ static void
 rec_networks(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
-	struct sbx_err e;
 
-	if (eng_ended(op, err))
+	if (list_bad(op, status, body, err, "networks"))
 		return;
-	if (status != 200 || !json_is_array(body)) {
-		eng_runtime_err(&e, status, body, "list networks");
-		eng_finish_err(op, &e);
-		return;
-	}
 	rco(op)->rnets = json_incref(body);
 	rco(op)->ri = 0;
 	rec_next(op);
@@ -438,11 +454,8 @@ rec_networks(struct eop *op, int status, json_t *body,
 static void
 rec_networks_list(struct eop *op)
 {
-	char filt[256];
 
-	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
-	eng_callf(op, "GET", NULL, rec_networks, API "/networks?filters=%s",
-	    filt);
+	list_managed(op, "/networks?", rec_networks);
 }
 
 static void
@@ -454,13 +467,8 @@ rec_containers(struct eop *op, int status, json_t *body,
 	const char *id, *eg;
 	size_t i;
 
-	if (eng_ended(op, err))
+	if (list_bad(op, status, body, err, "containers"))
 		return;
-	if (status != 200 || !json_is_array(body)) {
-		eng_runtime_err(&e, status, body, "list containers");
-		eng_finish_err(op, &e);
-		return;
-	}
 	if ((rco(op)->rkeep = json_object()) == NULL) {
 		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
 		eng_finish_err(op, &e);
@@ -509,7 +517,6 @@ eng_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
 {
 	struct engine *e = (struct engine *)d;
 	struct eop *op;
-	char filt[256];
 
 	if ((op = eng_op_new(e, OP_RECONCILE, NULL,
 	    sizeof(struct eop_reconcile), err)) == NULL)
@@ -517,9 +524,7 @@ eng_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
 	op->fini = rec_fini;
 	op->done_cb = cb;
 	op->arg = arg;
-	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
-	eng_callf(op, "GET", NULL, rec_containers,
-	    API "/containers/json?all=1&filters=%s", filt);
+	list_managed(op, "/containers/json?all=1&", rec_containers);
 	return &op->base;
 }
 
@@ -540,6 +545,21 @@ health_report(struct eop *op, const char *reason)
 	eng_op_release(op);
 }
 
+/* The answer of a health step: 1 when op has been answered (err's
+ * sentence, or why for a status other than 200), else 0. */
+static int
+health_bad(struct eop *op, int status, const struct sbx_err *err,
+    const char *why)
+{
+	if (err != NULL)
+		health_report(op, err->message);
+	else if (status != 200)
+		health_report(op, why);
+	else
+		return 0;
+	return 1;
+}
+
 static void
 health_image(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
@@ -547,16 +567,10 @@ health_image(struct eop *op, int status, json_t *body,
 	char reason[256];
 
 	(void)body;
-	if (err != NULL) {
-		health_report(op, err->message);
+	snprintf(reason, sizeof(reason), "default image %s is not present in "
+	    "the runtime", op->e->default_image);
+	if (health_bad(op, status, err, reason))
 		return;
-	}
-	if (status != 200) {
-		snprintf(reason, sizeof(reason), "default image %s is not present "
-		    "in the runtime", op->e->default_image);
-		health_report(op, reason);
-		return;
-	}
 	health_report(op, NULL);
 }
 
@@ -571,14 +585,8 @@ health_version(struct eop *op, int status, json_t *body,
 	size_t i;
 	int maj = 0, min = 0;
 
-	if (err != NULL) {
-		health_report(op, err->message);
+	if (health_bad(op, status, err, "runtime /version failed"))
 		return;
-	}
-	if (status != 200) {
-		health_report(op, "runtime /version failed");
-		return;
-	}
 	json_array_foreach(json_object_get(body, "Components"), i, comp) {
 		if (strstr(eng_jstr(comp, "Name"), "Podman") != NULL)
 			name = "Podman Engine";
@@ -603,14 +611,8 @@ health_pinged(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
 	(void)body;
-	if (err != NULL) {
-		health_report(op, err->message);
+	if (health_bad(op, status, err, "runtime /_ping did not answer OK"))
 		return;
-	}
-	if (status != 200) {
-		health_report(op, "runtime /_ping did not answer OK");
-		return;
-	}
 	eng_call(op, "GET", API "/version", NULL, health_version);
 }
 

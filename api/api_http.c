@@ -505,6 +505,29 @@ wake_then_run(struct areq *a)
 		areq_fail_broker(a, &err);
 }
 
+void
+api_wake_retry(struct areq *a)
+{
+	/* What the first run of the handler counted and kept goes: it runs
+	 * again from the parsed request (a->body). */
+	if (a->exec_counted && a->lim != NULL && a->lim->execs > 0)
+		a->lim->execs--;
+	if (a->fileop_counted && a->lim != NULL && a->lim->fileops > 0)
+		a->lim->fileops--;
+	a->exec_counted = a->fileop_counted = 0;
+	if (a->stdin_data != NULL) {
+		sodium_memzero(a->stdin_data, a->stdin_len);
+		free(a->stdin_data);
+		a->stdin_data = NULL;
+		a->stdin_len = 0;
+	}
+	free(a->path);
+	a->path = NULL;
+	a->sse = 0;
+	a->on_shutdown = NULL;
+	wake_then_run(a);
+}
+
 static void
 api_dispatch(struct evhttp_request *req, void *arg)
 {
@@ -674,10 +697,18 @@ api_dispatch(struct evhttp_request *req, void *arg)
 			return;
 		}
 	}
-	/* 7. A stopped sandbox is started before it is used. */
+	/* 7. A stopped sandbox is started before it is used. A request
+	 * without a body to forward runs at once and is woken only if the
+	 * broker says not_running (api_wake_retry): the common case, a
+	 * running sandbox, costs no status round trip (adr/0033). A write
+	 * streams its body to the broker, which cannot be sent twice: it
+	 * reads the status first. */
 	if (a->has_npc && (a->route->flags & R_WAKES)) {
-		wake_then_run(a);
-		return;
+		if (a->route->flags & R_RAW) {
+			wake_then_run(a);
+			return;
+		}
+		a->wake_on_409 = 1;
 	}
 	a->route->handler(a);
 }
@@ -702,7 +733,8 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 	s->cfg = cfg;
 	s->driver = driver;
 	s->now_ms = wall_ms;
-	if ((s->store = api_store_open(cfg->state_dir, err)) == NULL)
+	if ((s->store = api_store_open(cfg->state_dir, err)) == NULL ||
+	    api_store_defer_on(s->store, base, err) == -1)
 		goto fail;
 	if (api_execs_open(s, err) == -1)
 		goto fail;

@@ -153,6 +153,9 @@ struct areq {
 	char *audit_detail;                 /* what the audit row records (owned), or NULL */
 	int set_image;
 	int slot_claimed;                   /* this ensure took a sandbox slot */
+	int wake_on_409;                    /* handler ran before a status read:
+	                                     * a not_running answer wakes and
+	                                     * retries once (api_http.c) */
 	unsigned char *stdin_data;
 	size_t stdin_len;
 	/* Hooks of the file that owns a stream (NULL: none). on_end runs in
@@ -206,8 +209,15 @@ void areq_fail(struct areq *a, const struct sbx_err *err);
 void areq_fail_code(struct areq *a, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* areq_fail for an error the driver (the broker) gave: also counted in
- * sbx_api_broker_errors_total by its code. */
+ * sbx_api_broker_errors_total by its code. Except once, for a request
+ * that runs before any status read (a->wake_on_409): not_running before
+ * its stream started goes to api_wake_retry instead. */
 void areq_fail_broker(struct areq *a, const struct sbx_err *err);
+/* api_http.c: the handler's first run is undone (limits it counted,
+ * stdin, path) and the request goes the wake-on-use way: status; a
+ * sandbox the idle reaper stopped is ensured; then the handler again
+ * (adr/0006, adr/0033). Its second not_running is the answer (409). */
+void api_wake_retry(struct areq *a);
 /* Audit (R_MUTATING rows, action from the row), metrics, log, limits
  * given back, the on_end hook, free. The reply has been sent (or the
  * connection is gone). */

@@ -248,6 +248,12 @@ areq_fail(struct areq *a, const struct sbx_err *err)
 void
 areq_fail_broker(struct areq *a, const struct sbx_err *err)
 {
+	if (a->wake_on_409 && !a->streaming && a->req != NULL &&
+	    strcmp(err->code, SBX_E_NOT_RUNNING) == 0) {
+		a->wake_on_409 = 0;
+		api_wake_retry(a);
+		return;
+	}
 	api_metrics_broker_error(&a->s->metrics, err->code);
 	areq_fail(a, err);
 }

@@ -13,6 +13,7 @@
 #include <sqlite3.h>
 
 #include "api_store.h"
+#include "sbx_defer.h"
 #include "sbx_sqlite.h"
 #include "sbx_config.h"
 #include "sbx_log.h"
@@ -49,6 +50,7 @@ struct api_store {
 	sqlite3 *db;
 	sqlite3_stmt *q[Q_N];
 	unsigned char key[KEY_BYTES];
+	struct sbx_defer *defer;  /* audit rows after the reply (adr/0033) */
 };
 
 #define NPC_SELECT "SELECT n.id, n.name, n.owner_id, p.name, n.sandbox_id, " \
@@ -350,6 +352,7 @@ api_store_close(struct api_store *st)
 {
 	if (st == NULL)
 		return;
+	sbx_defer_free(st->defer);
 	sbx_sqlite_finalize_all(st->q, Q_N);
 	if (st->db != NULL)
 		sqlite3_close(st->db);
@@ -741,14 +744,15 @@ api_store_audit(struct api_store *st, const char *principal,
 	api_store_audit_detail(st, principal, action, npc, outcome, NULL);
 }
 
-void
-api_store_audit_detail(struct api_store *st, const char *principal,
+/* The row written: ts is when the request ended, not when it is written. */
+static void
+audit_write(struct api_store *st, int64_t ts, const char *principal,
     const char *action, const char *npc, const char *outcome,
     const char *detail)
 {
 	sqlite3_stmt *stmt = st->q[Q_AUDIT];
 
-	sqlite3_bind_int64(stmt, 1, now_ms());
+	sqlite3_bind_int64(stmt, 1, ts);
 	sqlite3_bind_text(stmt, 2, principal, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(stmt, 3, action != NULL ? action : "?", -1,
 	    SQLITE_TRANSIENT);
@@ -773,6 +777,76 @@ fail:
 	sbx_sqlite_done(stmt);
 }
 
+/* A deferred audit row as sbx_defer copies it: the five strings follow
+ * the header, each NUL-terminated; off[i] 0 means NULL. */
+struct audit_rec {
+	int64_t ts;
+	size_t off[5];
+	char text[];
+};
+
+static int
+audit_run(void *store, const void *rec, struct sbx_err *err)
+{
+	const struct audit_rec *r = rec;
+	const char *v[5];
+	int i;
+
+	(void)err;
+	for (i = 0; i < 5; i++)
+		v[i] = r->off[i] ? r->text + r->off[i] - 1 : NULL;
+	audit_write(store, r->ts, v[0], v[1], v[2], v[3], v[4]);
+	return 0;
+}
+
+void
+api_store_audit_detail(struct api_store *st, const char *principal,
+    const char *action, const char *npc, const char *outcome,
+    const char *detail)
+{
+	const char *v[5] = { principal, action, npc, outcome, detail };
+	struct audit_rec *r;
+	struct sbx_err err;
+	size_t len = 0, at = 0;
+	int i;
+
+	if (st->defer == NULL) {
+		audit_write(st, now_ms(), principal, action, npc, outcome,
+		    detail);
+		return;
+	}
+	for (i = 0; i < 5; i++)
+		len += v[i] != NULL ? strlen(v[i]) + 1 : 0;
+	if ((r = calloc(1, sizeof(*r) + len)) == NULL) {
+		audit_write(st, now_ms(), principal, action, npc, outcome,
+		    detail);
+		return;
+	}
+	r->ts = now_ms();
+	for (i = 0; i < 5; i++) {
+		if (v[i] == NULL)
+			continue;
+		r->off[i] = at + 1;
+		memcpy(r->text + at, v[i], strlen(v[i]) + 1);
+		at += strlen(v[i]) + 1;
+	}
+	sbx_err_clear(&err);
+	(void)sbx_defer_add(st->defer, audit_run, st, r, sizeof(*r) + len,
+	    &err);
+	free(r);
+}
+
+int
+api_store_defer_on(struct api_store *st, struct event_base *base,
+    struct sbx_err *err)
+{
+	if (st->defer != NULL)
+		return 0;
+	st->defer = sbx_defer_new(base, st->db, API_STORE_DEFER_MAX, NULL,
+	    err);
+	return st->defer != NULL ? 0 : -1;
+}
+
 int
 api_store_audit_list(struct api_store *st,
     void (*cb)(void *arg, const struct api_audit_row *r), void *arg,
@@ -782,6 +856,7 @@ api_store_audit_list(struct api_store *st,
 	sqlite3_stmt *stmt = st->q[Q_AUDIT_LIST];
 	int rc = -1;
 
+	sbx_defer_flush(st->defer);
 	while ((rc = step_row(st, stmt, "list audit", err)) == 1) {
 		memset(&r, 0, sizeof(r));
 		r.ts = sqlite3_column_int64(stmt, 0);

@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <event2/event.h>
+
 #include "sbx_err.h"
 
 /*
@@ -183,6 +185,19 @@ void api_store_audit(struct api_store *st, const char *principal,
 void api_store_audit_detail(struct api_store *st, const char *principal,
     const char *action, const char *npc, const char *outcome,
     const char *detail);
+
+/* Audit rows an api holds before it writes them at once. */
+#define API_STORE_DEFER_MAX 4096
+
+/*
+ * From now on api_store_audit(_detail) rows wait for the end of the loop
+ * turn on base and commit together (sbx_defer.h, adr/0033): the reply of
+ * the request they describe goes out first. Each row keeps the time of
+ * the call; api_store_audit_list and api_store_close write what is
+ * pending first. Already on: no-op. Returns 0, or -1 with err internal.
+ */
+int api_store_defer_on(struct api_store *st, struct event_base *base,
+    struct sbx_err *err);
 
 /* One audit row, for tests and operators. */
 struct api_audit_row {

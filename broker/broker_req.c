@@ -64,14 +64,11 @@ breq_done(struct breq *b, int status, const char *outcome)
 	 * except a status read: polling must not keep a sandbox alive
 	 * (adr/0006-idle-reaper.md). Internal jobs audit themselves.
 	 */
-	if (b->authed && !b->internal) {
-		if ((b->id[0] != '\0' && strcmp(b->name, "status") != 0 &&
-		    broker_state_touch(s->state, b->id, sbx_wall_ms(),
-		    &err) == -1) ||
-		    broker_state_audit(s->state, b->ts_ms, b->name, b->id,
-		    outcome, ms, NULL, &err) == -1)
-			log_error("audit write failed", "error", err.message, NULL);
-	}
+	if (b->authed && !b->internal &&
+	    broker_state_request_done(s->state, b->ts_ms, b->name, b->id,
+	    outcome, ms, strcmp(b->name, "status") != 0, sbx_wall_ms(),
+	    &err) == -1)
+		log_error("audit write failed", "error", err.message, NULL);
 	if (!b->internal)
 		broker_metrics_request(s->metrics, b->name, status, ms);
 	if (b->exec_counted)

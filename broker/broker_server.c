@@ -53,6 +53,13 @@ broker_server_base(struct broker_server *s)
 /* ------------------------------------------------------------------ */
 /* Server life                                                         */
 
+/* A request's audit row or last_used_at, written after its reply. */
+static void
+state_write_failed(const struct sbx_err *err)
+{
+	log_error("audit write failed", "error", err->message, NULL);
+}
+
 struct broker_server *
 broker_server_new(struct event_base *base, const struct broker_config *cfg,
     struct sbx_driver *driver, const struct sbx_token *token,
@@ -72,7 +79,9 @@ broker_server_new(struct event_base *base, const struct broker_config *cfg,
 	s->token = *token;
 	TAILQ_INIT(&s->inflight);
 	LIST_INIT(&s->sbxs);
-	if ((s->state = broker_state_open(cfg->state_dir, err)) == NULL)
+	if ((s->state = broker_state_open(cfg->state_dir, err)) == NULL ||
+	    broker_state_defer_on(s->state, base, state_write_failed,
+	    err) == -1)
 		goto fail;
 	if ((s->metrics = broker_metrics_new()) == NULL ||
 	    (s->allowlist = broker_config_allowlist(cfg)) == NULL)

@@ -9,6 +9,7 @@
 #include <sqlite3.h>
 
 #include "broker_state.h"
+#include "sbx_defer.h"
 #include "sbx_config.h"
 #include "sbx_proto.h"
 
@@ -99,7 +100,16 @@ static const char schema[] =
 struct broker_state {
 	sqlite3 *db;
 	sqlite3_stmt *q[Q_N];
+	struct sbx_defer *defer;  /* request rows after the reply (adr/0033) */
 };
+
+/* Writes the deferred rows first, so every statement sees (and orders
+ * after) the requests already answered. */
+static void
+settle(struct broker_state *s)
+{
+	sbx_defer_flush(s->defer);
+}
 
 static int
 db_fail(struct broker_state *s, struct sbx_err *err)
@@ -179,6 +189,7 @@ broker_state_close(struct broker_state *s)
 
 	if (s == NULL)
 		return;
+	sbx_defer_free(s->defer);
 	for (i = 0; i < Q_N; i++)
 		sqlite3_finalize(s->q[i]);
 	sqlite3_close(s->db);
@@ -189,7 +200,10 @@ broker_state_close(struct broker_state *s)
 static int
 step_done(struct broker_state *s, sqlite3_stmt *q, struct sbx_err *err)
 {
-	int rc = sqlite3_step(q);
+	int rc;
+
+	settle(s);
+	rc = sqlite3_step(q);
 
 	sqlite3_reset(q);
 	sqlite3_clear_bindings(q);
@@ -317,6 +331,7 @@ broker_state_list(struct broker_state *s, struct broker_row **rows,
 	size_t len = 0, cap = 0;
 	int rc;
 
+	settle(s);
 	*rows = NULL;
 	*n = 0;
 	while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
@@ -349,6 +364,7 @@ broker_state_get(struct broker_state *s, const char *id,
 	sqlite3_stmt *q = s->q[Q_GET];
 	int rc, found = 0;
 
+	settle(s);
 	memset(row, 0, sizeof(*row));
 	sqlite3_bind_text(q, 1, id, -1, SQLITE_TRANSIENT);
 	rc = sqlite3_step(q);
@@ -370,6 +386,7 @@ broker_state_count(struct broker_state *s, struct sbx_err *err)
 	sqlite3_stmt *q = s->q[Q_COUNT];
 	int n = -1;
 
+	settle(s);
 	if (sqlite3_step(q) == SQLITE_ROW)
 		n = sqlite3_column_int(q, 0);
 	sqlite3_reset(q);
@@ -385,6 +402,7 @@ broker_state_count_state(struct broker_state *s, const char *state,
 	sqlite3_stmt *q = s->q[Q_COUNT_STATE];
 	int n = -1;
 
+	settle(s);
 	sqlite3_bind_text(q, 1, state, -1, SQLITE_TRANSIENT);
 	if (sqlite3_step(q) == SQLITE_ROW)
 		n = sqlite3_column_int(q, 0);
@@ -409,4 +427,55 @@ broker_state_audit(struct broker_state *s, int64_t ts_ms, const char *op,
 	sqlite3_bind_int64(q, 5, duration_ms);
 	sqlite3_bind_text(q, 6, reason ? reason : "", -1, SQLITE_TRANSIENT);
 	return step_done(s, q, err);
+}
+
+/* One answered request's rows, as sbx_defer copies them. */
+struct used_rec {
+	int64_t ts_ms, duration_ms, now_ms;
+	int touch;
+	char op[32], id[64], outcome[48];
+};
+
+static int
+used_write(void *store, const void *rec, struct sbx_err *err)
+{
+	struct broker_state *s = store;
+	const struct used_rec *u = rec;
+	int rc = 0;
+
+	if (u->touch && broker_state_touch(s, u->id, u->now_ms, err) == -1)
+		rc = -1;
+	if (broker_state_audit(s, u->ts_ms, u->op, u->id, u->outcome,
+	    u->duration_ms, NULL, err) == -1)
+		rc = -1;
+	return rc;
+}
+
+int
+broker_state_defer_on(struct broker_state *s, struct event_base *base,
+    void (*fail)(const struct sbx_err *), struct sbx_err *err)
+{
+	if (s->defer != NULL)
+		return 0;
+	s->defer = sbx_defer_new(base, s->db, BROKER_STATE_DEFER_MAX, fail,
+	    err);
+	return s->defer != NULL ? 0 : -1;
+}
+
+int
+broker_state_request_done(struct broker_state *s, int64_t ts_ms,
+    const char *op, const char *id, const char *outcome, int64_t duration_ms,
+    int touch, int64_t now_ms, struct sbx_err *err)
+{
+	struct used_rec u;
+
+	memset(&u, 0, sizeof(u));
+	u.ts_ms = ts_ms;
+	u.duration_ms = duration_ms;
+	u.now_ms = now_ms;
+	u.touch = touch && id != NULL && id[0] != '\0';
+	snprintf(u.op, sizeof(u.op), "%s", op);
+	snprintf(u.id, sizeof(u.id), "%s", id ? id : "");
+	snprintf(u.outcome, sizeof(u.outcome), "%s", outcome);
+	return sbx_defer_add(s->defer, used_write, s, &u, sizeof(u), err);
 }

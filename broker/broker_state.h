@@ -4,6 +4,8 @@
 
 #include <stdint.h>
 
+#include <event2/event.h>
+
 #include "sbx_driver.h"
 #include "sbx_err.h"
 
@@ -101,5 +103,31 @@ int broker_state_count_state(struct broker_state *s, const char *state,
 int broker_state_audit(struct broker_state *s, int64_t ts_ms, const char *op,
     const char *id, const char *outcome, int64_t duration_ms,
     const char *reason, struct sbx_err *err);
+
+/* Rows a broker holds before it writes them at once (sbx_defer_add). */
+#define BROKER_STATE_DEFER_MAX 4096
+
+/*
+ * From now on broker_state_request_done's rows wait for the end of the
+ * loop turn on base (sbx_defer.h, adr/0033); every other call of this
+ * file writes them first, so the order of writes is unchanged. fail is
+ * told of a deferred write that failed (for the log; NULL: silent).
+ * Already on: no-op. Returns 0, or -1 with err internal (out of memory).
+ * broker_state_close writes what is pending.
+ */
+int broker_state_defer_on(struct broker_state *s, struct event_base *base,
+    void (*fail)(const struct sbx_err *), struct sbx_err *err);
+
+/*
+ * The rows of one answered request: when touch (and id is not ""),
+ * last_used_at of id = now_ms (broker_state_touch); then its audit row
+ * (broker_state_audit, reason ""). op and outcome longer than 31/47
+ * bytes and ids over 63 are cut (the broker's names and SBX_E_* codes
+ * are shorter). Deferred once broker_state_defer_on ran, else written
+ * at once. Returns 0, or -1 with err when written at once and failed.
+ */
+int broker_state_request_done(struct broker_state *s, int64_t ts_ms,
+    const char *op, const char *id, const char *outcome, int64_t duration_ms,
+    int touch, int64_t now_ms, struct sbx_err *err);
 
 #endif

@@ -105,12 +105,19 @@ class LimitsTest(BrokerTestCase):
         self.client.stop(sid)
         self.client.destroy(sid)
         db = os.path.join(self.broker.state_dir, "broker.db")
-        con = sqlite3.connect("file:%s?mode=ro" % db, uri=True, timeout=10)
-        try:
-            rows = con.execute("SELECT ts, op, outcome, duration_ms FROM audit WHERE id = ? ORDER BY ts",
-                               (sid,)).fetchall()
-        finally:
-            con.close()
+
+        def audit():
+            con = sqlite3.connect("file:%s?mode=ro" % db, uri=True, timeout=10)
+            try:
+                return con.execute("SELECT ts, op, outcome, duration_ms FROM audit WHERE id = ? "
+                                   "ORDER BY ts", (sid,)).fetchall()
+            finally:
+                con.close()
+        # A request's row is written right after its reply went out, in the
+        # broker's next loop turn (adr/0033): the last one may lag the reply.
+        self.assertTrue(wait_until(lambda: any(r[1] == "destroy" for r in audit()), 10),
+                        "no destroy audit row 10 s after the reply")
+        rows = audit()
         opnames = " ".join(r[1] for r in rows)
         for op in ("ensure", "exec", "write", "read", "list", "status", "stop", "destroy"):
             self.assertIn(op, opnames, rows)

@@ -529,7 +529,14 @@ class EgressGrantApiTest(unittest.TestCase):
     def proxy(self, npc):
         return self.inspect(self.prefix + "npc-%s-proxy" % npc)
 
+    def settled(self):
+        """The api writes a request's audit row in the loop turn after its
+        reply (adr/0033): once a later request is answered, the rows of
+        every earlier one are in the database."""
+        self.assertEqual(self.req(self.stack.operator, "GET", "/healthz").status, 200)
+
     def audit(self, npc):
+        self.settled()
         path = os.path.join(self.stack.api_state, "api.db")
         with sqlite3.connect("file:%s?mode=ro" % path, uri=True) as db:
             return db.execute("SELECT principal, action, outcome FROM audit WHERE npc=? AND "
@@ -538,6 +545,7 @@ class EgressGrantApiTest(unittest.TestCase):
     def details(self, npc):
         """(action, outcome, detail) of npc's egress audit rows that record
         what was asked (adr/0027)."""
+        self.settled()
         path = os.path.join(self.stack.api_state, "api.db")
         with sqlite3.connect("file:%s?mode=ro" % path, uri=True) as db:
             return [(a, o, json.loads(d)) for a, o, d in db.execute(

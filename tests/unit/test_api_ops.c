@@ -374,7 +374,8 @@ test_metrics_move_by_the_expected_amounts(void **state)
 	assert_int_equal(tu_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/exec",
 	    KA, EXEC_X), 200);
 	assert_non_null(strstr(tu_text(&r), "event: error"));
-	sbx_fake_fail_next(T.drv, SBX_FAKE_EXEC, SBX_E_NOT_RUNNING, 0);
+	/* (conflict: a not_running would be woken and retried, adr/0033) */
+	sbx_fake_fail_next(T.drv, SBX_FAKE_EXEC, SBX_E_CONFLICT, 0);
 	assert_int_equal(tu_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/exec",
 	    KA, EXEC_X), 409);
 	sbx_fake_fail_next(T.drv, SBX_FAKE_STATUS, SBX_E_BROKER_UNAVAILABLE, 1);
@@ -414,7 +415,7 @@ test_metrics_move_by_the_expected_amounts(void **state)
 	    10);
 	assert_true(metric(b, "sbx_api_broker_errors_total{code=\"timeout\"}") ==
 	    1);
-	assert_true(metric(b, "sbx_api_broker_errors_total{code=\"not_running\"}")
+	assert_true(metric(b, "sbx_api_broker_errors_total{code=\"conflict\"}")
 	    == 1);
 	assert_true(metric(b, "sbx_api_broker_errors_total{code="
 	    "\"broker_unavailable\"}") == 1);

@@ -294,7 +294,10 @@ test_exec_errors_before_start_are_json(void **state)
 	(void)state;
 	tu_start_fake(KA, KB, KOP);
 	tu_npc(KA, "alpha");
-	sbx_fake_fail_next(T.drv, SBX_FAKE_EXEC, SBX_E_NOT_RUNNING, 0);
+	/* Stopped on purpose: the broker's not_running, a status read (not
+	 * stopped by the reaper: no wake), the handler again, the same 409. */
+	assert_int_equal(tu_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/stop",
+	    KA, NULL), 200);
 	assert_int_equal(tu_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/exec",
 	    KA, "{\"argv\":[\"true\"]}"), 409);
 	assert_string_equal(tu_code(&r), "not_running");
@@ -308,6 +311,35 @@ test_exec_errors_before_start_are_json(void **state)
 	assert_string_equal(tu_code(&r), "unknown_field");
 	assert_int_equal(tu_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/exec",
 	    KA, "{\"argv\":[\"ls\"],\"stdin\":\"%%%\"}"), 400);
+	tu_res_free(&r);
+}
+
+/* The api runs an exec before any status read (adr/0033). A not_running
+ * answer is read as "maybe the reaper stopped it": one status read; the
+ * sandbox turned out running (it was started meanwhile), so the exec runs
+ * again and succeeds, and what the first run counted is given back. */
+static void
+test_exec_not_running_once_is_retried_after_a_status_read(void **state)
+{
+	struct tu_res r = { 0 };
+	char *m;
+
+	(void)state;
+	tu_set("max_execs_per_principal", "1");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
+	sbx_fake_fail_next(T.drv, SBX_FAKE_EXEC, SBX_E_NOT_RUNNING, 0);
+	assert_int_equal(tu_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/exec",
+	    KA, "{\"argv\":[\"true\"],\"stdin\":\"aGk=\"}"), 200);
+	assert_non_null(strstr(tu_text(&r), "event: exit"));
+	/* No broker error was counted: the retry answered. */
+	assert_int_equal(tu_req(&r, "GET", "/metrics", KOP, NULL), 200);
+	m = strdup(tu_text(&r));
+	assert_null(strstr(m, "sbx_api_broker_errors_total{code=\"not_running\"}"));
+	free(m);
+	/* The principal's exec count was given back: a cap of 1 still admits. */
+	assert_int_equal(tu_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/exec",
+	    KA, "{\"argv\":[\"true\"]}"), 200);
 	tu_res_free(&r);
 }
 
@@ -768,6 +800,9 @@ main(void)
 		    tu_down),
 		cmocka_unit_test_setup_teardown(
 		    test_exec_errors_before_start_are_json, tu_up, tu_down),
+		cmocka_unit_test_setup_teardown(
+		    test_exec_not_running_once_is_retried_after_a_status_read,
+		    tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(
 		    test_heartbeat_comment_on_a_silent_stream, tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(

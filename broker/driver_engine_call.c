@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -333,6 +334,19 @@ eng_call(struct eop *op, const char *method, const char *path, json_t *body,
 	free(text);
 }
 
+void
+eng_callf(struct eop *op, const char *method, json_t *body, cont_fn cont,
+    const char *fmt, ...)
+{
+	char path[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(path, sizeof(path), fmt, ap);
+	va_end(ap);
+	eng_call(op, method, path, body, cont);
+}
+
 /* ---------- status from an inspect answer ---------- */
 
 int
@@ -346,9 +360,7 @@ eng_status_from_inspect(struct eop *op, json_t *c, struct sbx_status *st,
 
 	if (!eng_managed(labels) || (v = eng_label(labels, L_ID)) == NULL ||
 	    strcmp(v, op->id) != 0)
-		return sbx_err_set(err, SBX_E_CONFLICT, "a container named %s "
-		    "exists that sbx does not manage; it was left alone",
-		    op->cname);
+		return eng_not_ours(err, "container", op->cname);
 	memset(st, 0, sizeof(*st));
 	snprintf(st->id, sizeof(st->id), "%s", op->id);
 	st->state = json_is_true(json_object_get(state, "Running")) ?
@@ -403,6 +415,41 @@ eng_inspect_running(struct eop *op, int status, json_t *body,
 	return st->state == SBX_STATE_RUNNING;
 }
 
+int
+eng_ended(struct eop *op, const struct sbx_err *err)
+{
+	if (err == NULL)
+		return 0;
+	eng_finish_err(op, err);
+	return 1;
+}
+
+int
+eng_not_ours(struct sbx_err *e, const char *kind, const char *name)
+{
+	return sbx_err_set(e, SBX_E_CONFLICT, "a %s named %s exists that sbx "
+	    "does not manage; it was left alone", kind, name);
+}
+
+int
+eng_not_found(const struct eop *op, struct sbx_err *e)
+{
+	return sbx_err_set(e, SBX_E_NOT_FOUND, "sandbox %s does not exist",
+	    op->id);
+}
+
+int
+eng_finish_if_absent(struct eop *op, int r, const struct sbx_status *st)
+{
+	struct sbx_err e;
+
+	if (r != 0 || st->state != SBX_STATE_ABSENT)
+		return 0;
+	eng_not_found(op, &e);
+	eng_finish_err(op, &e);
+	return 1;
+}
+
 /*
  * A container inspect answer: 1 found (st filled, and *helper, when helper
  * is not NULL, its L_HELPER label, NULL without one; it lives in body),
@@ -440,7 +487,6 @@ eng_exec_create(struct eop *op, int with_stdin, json_t *env, json_t *cmd,
     cont_fn cont)
 {
 	json_t *req;
-	char path[256];
 
 	req = json_pack("{s:b, s:b, s:b, s:b, s:s, s:s, s:o, s:O}",
 	    "AttachStdin", with_stdin,
@@ -453,8 +499,7 @@ eng_exec_create(struct eop *op, int with_stdin, json_t *env, json_t *cmd,
 	    "Cmd", cmd);
 	if (req == NULL)
 		return -1;
-	snprintf(path, sizeof(path), API "/containers/%s/exec", op->cid);
-	eng_call(op, "POST", path, req, cont);
+	eng_callf(op, "POST", req, cont, API "/containers/%s/exec", op->cid);
 	return 0;
 }
 
@@ -468,8 +513,7 @@ eng_exec_created_id(const struct eop *op, int status, json_t *body,
 		return -1;
 	}
 	if (status == 404)
-		return sbx_err_set(e, SBX_E_NOT_FOUND, "sandbox %s does not exist",
-		    op->id);
+		return eng_not_found(op, e);
 	if (status == 409)
 		return sbx_err_set(e, SBX_E_NOT_RUNNING, "sandbox %s is not "
 		    "running: ensure it first", op->id);

@@ -198,10 +198,9 @@ ensure_started(struct eop *op, int status, json_t *body,
 static void
 ensure_start(struct eop *op)
 {
-	char path[256];
 
-	snprintf(path, sizeof(path), API "/containers/%s/start", op->cid);
-	eng_call(op, "POST", path, NULL, ensure_started);
+	eng_callf(op, "POST", NULL, ensure_started, API "/containers/%s/start",
+	    op->cid);
 }
 
 static void
@@ -236,10 +235,8 @@ ensure_created(struct eop *op, int status, json_t *body,
 {
 	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (eng_name_taken(status, body) && ens(op)->retries < ENSURE_RETRIES) {
 		/* A concurrent ensure made it: look again once it is visible. */
 		ensure_retry_later(op);
@@ -267,7 +264,6 @@ ensure_create(struct eop *op)
 {
 	struct sbx_err e;
 	json_t *body;
-	char path[256];
 
 	/* The proxy first: it puts sbx-proxy into the volume the relay runs. */
 	if (ens(op)->allow != NULL && !ens(op)->proxy_done) {
@@ -279,8 +275,8 @@ ensure_create(struct eop *op)
 		eng_finish_err(op, &e);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/containers/create?name=%s", op->cname);
-	eng_call(op, "POST", path, body, ensure_created);
+	eng_callf(op, "POST", body, ensure_created,
+	    API "/containers/create?name=%s", op->cname);
 }
 
 /* ---------- the egress network of one sandbox (ADR 0014) ----------
@@ -333,12 +329,9 @@ net_drop_inspected(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
 	struct sbx_err e;
-	char path[256];
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	/* Absent, or a network of that name sbx did not make: nothing of ours. */
 	if (status == 404 || (status == 200 && !net_ours(op, body))) {
 		op->then(op);
@@ -349,8 +342,8 @@ net_drop_inspected(struct eop *op, int status, json_t *body,
 		eng_finish_err(op, &e);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/networks/%s", eng_jstr(body, "Id"));
-	eng_call(op, "DELETE", path, NULL, net_dropped);
+	eng_callf(op, "DELETE", NULL, net_dropped, API "/networks/%s",
+	    eng_jstr(body, "Id"));
 }
 
 /* Removes the sandbox's egress network if sbx made it (its container must be
@@ -358,11 +351,10 @@ net_drop_inspected(struct eop *op, int status, json_t *body,
 void
 eng_net_drop(struct eop *op, void (*after)(struct eop *))
 {
-	char path[256];
 
 	op->then = after;
-	snprintf(path, sizeof(path), API "/networks/%s", op->nname);
-	eng_call(op, "GET", path, NULL, net_drop_inspected);
+	eng_callf(op, "GET", NULL, net_drop_inspected, API "/networks/%s",
+	    op->nname);
 }
 
 static void
@@ -371,10 +363,8 @@ network_created(struct eop *op, int status, json_t *body,
 {
 	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	/* Taken: created by a concurrent ensure of the same id. */
 	if (status != 201 && status != 200 && !eng_name_taken(status, body)) {
 		eng_runtime_err(&e, status, body, "create the egress network");
@@ -390,17 +380,13 @@ network_inspected(struct eop *op, int status, json_t *body,
 {
 	struct sbx_err e;
 	json_t *req;
-	char path[256], bridge[32];
+	char bridge[32];
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status == 200) {
 		if (!net_ours(op, body)) {
-			sbx_err_set(&e, SBX_E_CONFLICT, "a network named %s "
-			    "exists that sbx does not manage; it was left alone",
-			    op->nname);
+			eng_not_ours(&e, "network", op->nname);
 			eng_finish_err(op, &e);
 			return;
 		}
@@ -420,14 +406,12 @@ network_inspected(struct eop *op, int status, json_t *body,
 		eng_finish_err(op, &e);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/networks/create");
-	eng_call(op, "POST", path, req, network_created);
+	eng_callf(op, "POST", req, network_created, API "/networks/create");
 }
 
 static void
 ensure_network(struct eop *op)
 {
-	char path[256];
 
 	if (ens(op)->drop_proxy) {
 		/* The old container had a proxy and this one has none: it goes
@@ -444,8 +428,8 @@ ensure_network(struct eop *op)
 			ensure_create(op);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/networks/%s", op->nname);
-	eng_call(op, "GET", path, NULL, network_inspected);
+	eng_callf(op, "GET", NULL, network_inspected, API "/networks/%s",
+	    op->nname);
 }
 
 /* The volume existed and its create answer showed no labels: inspect's. */
@@ -455,13 +439,10 @@ volume_inspected(struct eop *op, int status, json_t *body,
 {
 	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status != 200 || !eng_managed(json_object_get(body, "Labels"))) {
-		sbx_err_set(&e, SBX_E_CONFLICT, "a volume named %s exists that "
-		    "sbx does not manage; it was left alone", op->vname);
+		eng_not_ours(&e, "volume", op->vname);
 		eng_finish_err(op, &e);
 		return;
 	}
@@ -473,10 +454,8 @@ volume_created(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (eng_name_taken(status, body) && ens(op)->retries < ENSURE_RETRIES) {
 		ensure_retry_later(op);
 		return;
@@ -488,10 +467,9 @@ volume_created(struct eop *op, int status, json_t *body,
 	 * 20.10 answers a create of an existing volume after a daemon
 	 * restart without its labels ("Labels":null): ask inspect. */
 	if (!eng_managed(json_object_get(body, "Labels"))) {
-		char path[256];
 
-		snprintf(path, sizeof(path), API "/volumes/%s", op->vname);
-		eng_call(op, "GET", path, NULL, volume_inspected);
+		eng_callf(op, "GET", NULL, volume_inspected, API "/volumes/%s",
+		    op->vname);
 		return;
 	}
 	ensure_init(op);
@@ -556,7 +534,6 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 	struct eop_ensure *en = ens(op);
 	struct sbx_status st;
 	const char *hl, *mode;
-	char path[256];
 	int r, was_proxy;
 
 	if ((r = eng_inspect_found(op, status, body, err, &st, &hl)) < 0)
@@ -586,9 +563,8 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 		 * its own network (before adr/0014). Without our helper label
 		 * the volume was made before /work got its owner: prepare it. */
 		en->need_init = hl == NULL;
-		snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0",
-		    op->cid);
-		eng_call(op, "DELETE", path, NULL, ensure_removed);
+		eng_callf(op, "DELETE", NULL, ensure_removed,
+		    API "/containers/%s?force=1&v=0", op->cid);
 		return;
 	}
 	/* The same mode: a changed policy replaces the proxy only, the
@@ -644,11 +620,9 @@ ensure_inspect(struct eop *op)
 static void
 init_remove(struct eop *op)
 {
-	char path[256];
 
-	snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0",
-	    ens(op)->aux_cid);
-	eng_call(op, "DELETE", path, NULL, init_removed);
+	eng_callf(op, "DELETE", NULL, init_removed,
+	    API "/containers/%s?force=1&v=0", ens(op)->aux_cid);
 }
 
 /* Ends the init step with e (NULL: success) once its container is gone. */
@@ -714,13 +688,12 @@ static void
 init_started(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
-	char path[256];
 
 	if (REPLY_BAD(op, init_fail, err, status, body,
 	    "start the init container", 204, 304))
 		return;
-	snprintf(path, sizeof(path), API "/containers/%s/wait", ens(op)->aux_cid);
-	eng_call(op, "POST", path, NULL, init_waited);
+	eng_callf(op, "POST", NULL, init_waited, API "/containers/%s/wait",
+	    ens(op)->aux_cid);
 }
 
 static void
@@ -729,10 +702,8 @@ init_stale_removed(struct eop *op, int status, json_t *body,
 {
 	(void)status;
 	(void)body;
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	init_create(op);
 }
 
@@ -742,18 +713,14 @@ init_created(struct eop *op, int status, json_t *body,
 {
 	struct eop_ensure *en = ens(op);
 	struct sbx_err e;
-	char path[300];
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (eng_name_taken(status, body) && en->aux_tries++ == 0) {
 		/* Left by a broker that died here: ours by its name (ids
 		 * cannot hold a '.'). */
-		snprintf(path, sizeof(path), API "/containers/%s.init?force=1&v=0",
-		    op->cname);
-		eng_call(op, "DELETE", path, NULL, init_stale_removed);
+		eng_callf(op, "DELETE", NULL, init_stale_removed,
+		    API "/containers/%s.init?force=1&v=0", op->cname);
 		return;
 	}
 	if (status == 404) {
@@ -768,8 +735,8 @@ init_created(struct eop *op, int status, json_t *body,
 		return;
 	}
 	snprintf(en->aux_cid, sizeof(en->aux_cid), "%s", eng_jstr(body, "Id"));
-	snprintf(path, sizeof(path), API "/containers/%s/start", en->aux_cid);
-	eng_call(op, "POST", path, NULL, init_started);
+	eng_callf(op, "POST", NULL, init_started, API "/containers/%s/start",
+	    en->aux_cid);
 }
 
 static void
@@ -778,7 +745,7 @@ init_create(struct eop *op)
 	struct engine *e = op->e;
 	struct sbx_err err;
 	json_t *body;
-	char path[300], owner[32];
+	char owner[32];
 
 	snprintf(owner, sizeof(owner), "%u:%u", e->uid, e->gid);
 	body = json_pack("{s:s, s:s, s:[s], s:[s,s], s:s, s:{s:s, s:s},"
@@ -807,9 +774,8 @@ init_create(struct eop *op)
 	if (e->oci_runtime != NULL)
 		json_object_set_new(json_object_get(body, "HostConfig"), "Runtime",
 		    json_string(e->oci_runtime));
-	snprintf(path, sizeof(path), API "/containers/create?name=%s.init",
-	    op->cname);
-	eng_call(op, "POST", path, body, init_created);
+	eng_callf(op, "POST", body, init_created,
+	    API "/containers/create?name=%s.init", op->cname);
 }
 
 static void

@@ -80,7 +80,6 @@ static void
 hp_end(struct eop *op, const struct sbx_err *err)
 {
 	struct eop_helper *hp = hlp(op);
-	char path[256];
 
 	if (err != NULL)
 		hp->aux_err = *err;
@@ -88,9 +87,8 @@ hp_end(struct eop *op, const struct sbx_err *err)
 		hp_finish(op, err);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0",
-	    hp->aux_cid);
-	eng_call(op, "DELETE", path, NULL, hp_removed);
+	eng_callf(op, "DELETE", NULL, hp_removed,
+	    API "/containers/%s?force=1&v=0", hp->aux_cid);
 }
 
 static void
@@ -190,9 +188,8 @@ hp_created(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 		return;
 	}
 	if (eng_name_taken(status, body) && hp->aux_tries++ == 0) {
-		snprintf(path, sizeof(path), API "/containers/%s.fill?force=1&v=0",
-		    e->helper_vol);
-		eng_call(op, "DELETE", path, NULL, hp_stale_removed);
+		eng_callf(op, "DELETE", NULL, hp_stale_removed,
+		    API "/containers/%s.fill?force=1&v=0", e->helper_vol);
 		return;
 	}
 	if (status == 404) {
@@ -219,7 +216,6 @@ hp_fill(struct eop *op)
 	struct engine *e = op->e;
 	struct sbx_err err;
 	json_t *body;
-	char path[300];
 
 	/* Never started: any image will do, and the ensure's is present. */
 	body = json_pack("{s:s, s:[s], s:[s], s:{s:s, s:s}, s:b,"
@@ -239,9 +235,8 @@ hp_fill(struct eop *op)
 		hp_end(op, &err);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/containers/create?name=%s.fill",
-	    e->helper_vol);
-	eng_call(op, "POST", path, body, hp_created);
+	eng_callf(op, "POST", body, hp_created,
+	    API "/containers/create?name=%s.fill", e->helper_vol);
 }
 
 static void
@@ -255,8 +250,7 @@ hp_volume_inspected(struct eop *op, int status, json_t *body,
 		return;
 	}
 	if (status != 200 || !eng_managed(json_object_get(body, "Labels"))) {
-		sbx_err_set(&e, SBX_E_CONFLICT, "a volume named %s exists that "
-		    "sbx does not manage; it was left alone", op->e->helper_vol);
+		eng_not_ours(&e, "volume", op->e->helper_vol);
 		hp_end(op, &e);
 		return;
 	}
@@ -280,11 +274,9 @@ hp_volume(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 	if (status != 409 && status != 500 &&
 	    !eng_managed(json_object_get(body, "Labels"))) {
 		/* Docker 20.10 after a restart: labels only in inspect. */
-		char path[256];
 
-		snprintf(path, sizeof(path), API "/volumes/%s",
-		    op->e->helper_vol);
-		eng_call(op, "GET", path, NULL, hp_volume_inspected);
+		eng_callf(op, "GET", NULL, hp_volume_inspected,
+		    API "/volumes/%s", op->e->helper_vol);
 		return;
 	}
 	hp_fill(op);
@@ -365,7 +357,6 @@ static void
 gc_next(struct eop *op)
 {
 	struct eop_gc *g = gco(op);
-	char path[256];
 	const char *name;
 
 	if (g->gc_i >= json_array_size(g->gc)) {
@@ -373,8 +364,7 @@ gc_next(struct eop *op)
 		return;
 	}
 	name = json_string_value(json_array_get(g->gc, g->gc_i++));
-	snprintf(path, sizeof(path), API "/volumes/%s", name);
-	eng_call(op, "DELETE", path, NULL, gc_removed);
+	eng_callf(op, "DELETE", NULL, gc_removed, API "/volumes/%s", name);
 }
 
 static void
@@ -416,7 +406,7 @@ eng_helper_gc(struct engine *e)
 {
 	struct sbx_err err;
 	struct eop *op;
-	char path[512], filt[256], raw[160];
+	char filt[256], raw[160];
 
 	if ((op = eng_op_new(e, OP_HGC, NULL, sizeof(struct eop_gc),
 	    &err)) == NULL)
@@ -429,8 +419,7 @@ eng_helper_gc(struct engine *e)
 	snprintf(raw, sizeof(raw), "{\"label\":[\"" L_HELPER_STEM "=%s\"]}",
 	    e->helper_stem);
 	eng_urlencode(raw, filt, sizeof(filt));
-	snprintf(path, sizeof(path), API "/volumes?filters=%s", filt);
-	eng_call(op, "GET", path, NULL, gc_listed);
+	eng_callf(op, "GET", NULL, gc_listed, API "/volumes?filters=%s", filt);
 }
 
 /* A ustar header for a regular file name of size bytes, mode 0755, root's. */

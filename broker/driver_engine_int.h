@@ -416,6 +416,13 @@ int eng_reply_bad(struct eop *op, void (*fail)(struct eop *,
 /* One JSON call: body stolen (NULL: none); continues in cont. */
 void eng_call(struct eop *op, const char *method, const char *path,
     json_t *body, cont_fn cont);
+/*
+ * eng_call with the path printed from fmt and its arguments (API "/..."
+ * and the names it holds; at most 511 bytes, the rest cut): the one
+ * runtime call of a step, body stolen (NULL: none), answered in cont.
+ */
+void eng_callf(struct eop *op, const char *method, json_t *body, cont_fn cont,
+    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* One call with len bytes of data of ctype; with op->raw set the answer
  * stays raw in op->resp. */
 void eng_call_bytes(struct eop *op, const char *method, const char *path,
@@ -431,6 +438,23 @@ void eng_inspect_path(struct eop *op, char *path, size_t sz);
 /* 1 running, 0 absent or stopped (st filled), -1 op already finished. */
 int eng_inspect_running(struct eop *op, int status, json_t *body,
     const struct sbx_err *err, struct sbx_status *st);
+/* A continuation's first check: when err is not NULL (the call got no
+ * answer: transport, timeout), ends op with it and returns 1 (op is gone
+ * then); else 0. */
+int eng_ended(struct eop *op, const struct sbx_err *err);
+/* e = conflict "a KIND named NAME exists that sbx does not manage; it was
+ * left alone" (docs/security.md: what lacks io.sbx.managed=true is a 409
+ * and never touched); returns -1. */
+int eng_not_ours(struct sbx_err *e, const char *kind, const char *name);
+/* e = not_found "sandbox ID does not exist" for op's sandbox (sbx_driver.h:
+ * an operation on an id with no container); returns -1. */
+int eng_not_found(const struct eop *op, struct sbx_err *e);
+/*
+ * After eng_inspect_running answered r (0 or 1) with st: when the container
+ * is absent, ends op with eng_not_found's error and returns 1 (op is gone
+ * then); a stopped or running one returns 0 and op goes on.
+ */
+int eng_finish_if_absent(struct eop *op, int r, const struct sbx_status *st);
 /* 1 found (st; *helper if not NULL: its L_HELPER label or NULL, in body),
  * 0 absent (404), -1 op already finished. */
 /*

@@ -27,6 +27,36 @@
 
 static void rec_next(struct eop *op);
 
+/* GET API PATH filters={"label":["io.sbx.managed=true"]} (PATH ends in '?'
+ * or '&'): only what sbx made; answered in cont (read with list_bad). */
+static void
+list_managed(struct eop *op, const char *path, cont_fn cont)
+{
+	char filt[256];
+
+	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
+	eng_callf(op, "GET", NULL, cont, API "%sfilters=%s", path, filt);
+}
+
+/* The answer to a list: 1 when op has been ended (no answer, or anything
+ * but 200 with a JSON array: runtime_error "... list WHAT"), else 0. */
+static int
+list_bad(struct eop *op, int status, json_t *body, const struct sbx_err *err,
+    const char *what)
+{
+	struct sbx_err e;
+	char doing[64];
+
+	if (eng_ended(op, err))
+		return 1;
+	if (status == 200 && json_is_array(body))
+		return 0;
+	snprintf(doing, sizeof(doing), "list %s", what);
+	eng_runtime_err(&e, status, body, doing);
+	eng_finish_err(op, &e);
+	return 1;
+}
+
 /* A new op of kind (size bytes) for sandbox id whose first step is the
  * container's inspect, answered in cont. NULL with err. */
 static struct eop *
@@ -69,10 +99,8 @@ status_inspected(struct eop *op, int status, json_t *body,
 	struct sbx_status st;
 	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status == 404) {
 		eng_absent_status(op, &st);
 		eng_finish_status(op, NULL, &st);
@@ -116,12 +144,10 @@ stop_done(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 {
 	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status == 404) {
-		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
+		eng_not_found(op, &e);
 		eng_finish_err(op, &e);
 		return;
 	}
@@ -136,25 +162,19 @@ stop_inspected(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
 	struct sbx_status st;
-	struct sbx_err e;
-	char path[256];
 	int r;
 
 	if ((r = eng_inspect_running(op, status, body, err, &st)) < 0)
 		return;
-	if (r == 0 && st.state == SBX_STATE_ABSENT) {
-		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
-		eng_finish_err(op, &e);
+	if (eng_finish_if_absent(op, r, &st))
 		return;
-	}
 	if (r == 0) {
 		/* Already stopped; its proxy may still run (adr/0027). */
 		eng_proxy_stop(op, stop_finish);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/containers/%s/stop?t=%d", op->cid,
-	    op->e->stop_timeout_s);
-	eng_call(op, "POST", path, NULL, stop_done);
+	eng_callf(op, "POST", NULL, stop_done, API "/containers/%s/stop?t=%d",
+	    op->cid, op->e->stop_timeout_s);
 }
 
 struct sbx_op *
@@ -190,12 +210,9 @@ destroy_volume_inspected(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
 	struct sbx_err e;
-	char path[256];
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status == 404) {
 		eng_net_drop(op, destroy_finish);
 		return;
@@ -203,29 +220,25 @@ destroy_volume_inspected(struct eop *op, int status, json_t *body,
 	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the volume", 200))
 		return;
 	if (!eng_managed(json_object_get(body, "Labels"))) {
-		sbx_err_set(&e, SBX_E_CONFLICT, "a volume named %s exists that "
-		    "sbx does not manage; it was left alone", op->vname);
+		eng_not_ours(&e, "volume", op->vname);
 		eng_finish_err(op, &e);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/volumes/%s", op->vname);
-	eng_call(op, "DELETE", path, NULL, destroy_volume_removed);
+	eng_callf(op, "DELETE", NULL, destroy_volume_removed, API "/volumes/%s",
+	    op->vname);
 }
 
 static void
 destroy_init_removed(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
-	char path[256];
 
 	(void)status;
 	(void)body;
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
-	snprintf(path, sizeof(path), API "/volumes/%s", op->vname);
-	eng_call(op, "GET", path, NULL, destroy_volume_inspected);
+	eng_callf(op, "GET", NULL, destroy_volume_inspected, API "/volumes/%s",
+	    op->vname);
 }
 
 /* First the init container a broker killed during an ensure may have left
@@ -243,11 +256,9 @@ destroy_volume(struct eop *op)
 static void
 destroy_volume_now(struct eop *op)
 {
-	char path[300];
 
-	snprintf(path, sizeof(path), API "/containers/%s.init?force=1&v=0",
-	    op->cname);
-	eng_call(op, "DELETE", path, NULL, destroy_init_removed);
+	eng_callf(op, "DELETE", NULL, destroy_init_removed,
+	    API "/containers/%s.init?force=1&v=0", op->cname);
 }
 
 static void
@@ -271,7 +282,6 @@ destroy_inspected(struct eop *op, int status, json_t *body,
 {
 	struct sbx_status st;
 	const char *hl;
-	char path[256];
 	int r;
 
 	if ((r = eng_inspect_found(op, status, body, err, &st, &hl)) < 0)
@@ -282,8 +292,8 @@ destroy_inspected(struct eop *op, int status, json_t *body,
 	}
 	snprintf(dst(op)->old_helper, sizeof(dst(op)->old_helper), "%s",
 	    hl != NULL ? hl : "");
-	snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0", op->cid);
-	eng_call(op, "DELETE", path, NULL, destroy_removed);
+	eng_callf(op, "DELETE", NULL, destroy_removed,
+	    API "/containers/%s?force=1&v=0", op->cid);
 }
 
 struct sbx_op *
@@ -306,15 +316,8 @@ sandboxes_listed(struct eop *op, int status, json_t *body,
 	const char *v, *state;
 	size_t i, n = 0;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (list_bad(op, status, body, err, "containers"))
 		return;
-	}
-	if (status != 200 || !json_is_array(body)) {
-		eng_runtime_err(&e, status, body, "list containers");
-		eng_finish_err(op, &e);
-		return;
-	}
 	if (json_array_size(body) > 0 &&
 	    (sts = calloc(json_array_size(body), sizeof(*sts))) == NULL) {
 		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
@@ -358,17 +361,13 @@ eng_list_sandboxes(struct sbx_driver *d, sbx_sandboxes_cb cb, void *arg,
 {
 	struct engine *e = (struct engine *)d;
 	struct eop *op;
-	char path[512], filt[256];
 
 	if ((op = eng_op_new(e, OP_SANDBOXES, NULL, sizeof(struct eop),
 	    err)) == NULL)
 		return NULL;
 	op->sandboxes_cb = cb;
 	op->arg = arg;
-	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
-	snprintf(path, sizeof(path), API "/containers/json?all=1&filters=%s",
-	    filt);
-	eng_call(op, "GET", path, NULL, sandboxes_listed);
+	list_managed(op, "/containers/json?all=1&", sandboxes_listed);
 	return &op->base;
 }
 
@@ -384,10 +383,8 @@ rec_deleted(struct eop *op, int status, json_t *body,
 	const char *name = eng_jstr(n, "Name");
 
 	(void)body;
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status >= 200 && status < 300) {
 		rc->rgone++;
 		log_info("orphaned egress network removed", "network", name, NULL);
@@ -426,15 +423,14 @@ rec_next(struct eop *op)
 {
 	struct eop_reconcile *rc = rco(op);
 	json_t *n;
-	char path[256];
 	char gone[16];
 
 	for (; rc->ri < json_array_size(rc->rnets); rc->ri++) {
 		n = json_array_get(rc->rnets, rc->ri);
 		if (!rec_orphan(op, n) || !eng_name_ok(eng_jstr(n, "Id"), 128))
 			continue;
-		snprintf(path, sizeof(path), API "/networks/%s", eng_jstr(n, "Id"));
-		eng_call(op, "DELETE", path, NULL, rec_deleted);
+		eng_callf(op, "DELETE", NULL, rec_deleted, API "/networks/%s",
+		    eng_jstr(n, "Id"));
 		return;
 	}
 	snprintf(gone, sizeof(gone), "%u", rc->rgone);
@@ -447,17 +443,9 @@ static void
 rec_networks(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
-	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (list_bad(op, status, body, err, "networks"))
 		return;
-	}
-	if (status != 200 || !json_is_array(body)) {
-		eng_runtime_err(&e, status, body, "list networks");
-		eng_finish_err(op, &e);
-		return;
-	}
 	rco(op)->rnets = json_incref(body);
 	rco(op)->ri = 0;
 	rec_next(op);
@@ -466,11 +454,8 @@ rec_networks(struct eop *op, int status, json_t *body,
 static void
 rec_networks_list(struct eop *op)
 {
-	char path[512], filt[256];
 
-	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
-	snprintf(path, sizeof(path), API "/networks?filters=%s", filt);
-	eng_call(op, "GET", path, NULL, rec_networks);
+	list_managed(op, "/networks?", rec_networks);
 }
 
 static void
@@ -482,15 +467,8 @@ rec_containers(struct eop *op, int status, json_t *body,
 	const char *id, *eg;
 	size_t i;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (list_bad(op, status, body, err, "containers"))
 		return;
-	}
-	if (status != 200 || !json_is_array(body)) {
-		eng_runtime_err(&e, status, body, "list containers");
-		eng_finish_err(op, &e);
-		return;
-	}
 	if ((rco(op)->rkeep = json_object()) == NULL) {
 		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
 		eng_finish_err(op, &e);
@@ -539,7 +517,6 @@ eng_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
 {
 	struct engine *e = (struct engine *)d;
 	struct eop *op;
-	char path[512], filt[256];
 
 	if ((op = eng_op_new(e, OP_RECONCILE, NULL,
 	    sizeof(struct eop_reconcile), err)) == NULL)
@@ -547,10 +524,7 @@ eng_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
 	op->fini = rec_fini;
 	op->done_cb = cb;
 	op->arg = arg;
-	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
-	snprintf(path, sizeof(path), API "/containers/json?all=1&filters=%s",
-	    filt);
-	eng_call(op, "GET", path, NULL, rec_containers);
+	list_managed(op, "/containers/json?all=1&", rec_containers);
 	return &op->base;
 }
 
@@ -571,6 +545,21 @@ health_report(struct eop *op, const char *reason)
 	eng_op_release(op);
 }
 
+/* The answer of a health step: 1 when op has been answered (err's
+ * sentence, or why for a status other than 200), else 0. */
+static int
+health_bad(struct eop *op, int status, const struct sbx_err *err,
+    const char *why)
+{
+	if (err != NULL)
+		health_report(op, err->message);
+	else if (status != 200)
+		health_report(op, why);
+	else
+		return 0;
+	return 1;
+}
+
 static void
 health_image(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
@@ -578,16 +567,10 @@ health_image(struct eop *op, int status, json_t *body,
 	char reason[256];
 
 	(void)body;
-	if (err != NULL) {
-		health_report(op, err->message);
+	snprintf(reason, sizeof(reason), "default image %s is not present in "
+	    "the runtime", op->e->default_image);
+	if (health_bad(op, status, err, reason))
 		return;
-	}
-	if (status != 200) {
-		snprintf(reason, sizeof(reason), "default image %s is not present "
-		    "in the runtime", op->e->default_image);
-		health_report(op, reason);
-		return;
-	}
 	health_report(op, NULL);
 }
 
@@ -598,18 +581,12 @@ health_version(struct eop *op, int status, json_t *body,
 	struct sbx_health *h = &hlt(op)->health;
 	json_t *comp;
 	const char *api, *name = "Docker Engine";
-	char path[512], reason[256];
+	char reason[256];
 	size_t i;
 	int maj = 0, min = 0;
 
-	if (err != NULL) {
-		health_report(op, err->message);
+	if (health_bad(op, status, err, "runtime /version failed"))
 		return;
-	}
-	if (status != 200) {
-		health_report(op, "runtime /version failed");
-		return;
-	}
 	json_array_foreach(json_object_get(body, "Components"), i, comp) {
 		if (strstr(eng_jstr(comp, "Name"), "Podman") != NULL)
 			name = "Podman Engine";
@@ -625,9 +602,8 @@ health_version(struct eop *op, int status, json_t *body,
 		health_report(op, reason);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/images/%s/json",
+	eng_callf(op, "GET", NULL, health_image, API "/images/%s/json",
 	    op->e->default_image);
-	eng_call(op, "GET", path, NULL, health_image);
 }
 
 static void
@@ -635,14 +611,8 @@ health_pinged(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
 	(void)body;
-	if (err != NULL) {
-		health_report(op, err->message);
+	if (health_bad(op, status, err, "runtime /_ping did not answer OK"))
 		return;
-	}
-	if (status != 200) {
-		health_report(op, "runtime /_ping did not answer OK");
-		return;
-	}
 	eng_call(op, "GET", API "/version", NULL, health_version);
 }
 

@@ -41,11 +41,10 @@ ours(const struct eop *op, json_t *labels)
 static void
 px_get(struct eop *op, cont_fn cb)
 {
-	char px[160], vol[160], path[300];
+	char px[160], vol[160];
 
 	names(op, px, sizeof(px), vol, sizeof(vol));
-	snprintf(path, sizeof(path), API "/containers/%s/json", px);
-	eng_call(op, "GET", path, NULL, cb);
+	eng_callf(op, "GET", NULL, cb, API "/containers/%s/json", px);
 }
 
 /* The id of the proxy an inspect answered (status 200), when it is ours
@@ -59,6 +58,24 @@ px_ours_id(struct eop *op, int status, json_t *body)
 	    "Labels")) || !eng_name_ok(cid, 128))
 		return NULL;
 	return cid;
+}
+
+/* The proxy's runtime id from a create or inspect answer into
+ * ens(op)->px_cid: 0, or -1 with op ended (runtime_error) when it is not
+ * usable. */
+static int
+px_keep_id(struct eop *op, json_t *body)
+{
+	struct eop_ensure *en = ens(op);
+	struct sbx_err e;
+
+	snprintf(en->px_cid, sizeof(en->px_cid), "%s", eng_jstr(body, "Id"));
+	if (eng_name_ok(en->px_cid, sizeof(en->px_cid) - 1))
+		return 0;
+	sbx_err_set(&e, SBX_E_RUNTIME, "runtime gave no usable id for the "
+	    "egress proxy of %s", op->id);
+	eng_finish_err(op, &e);
+	return -1;
 }
 
 /* sbx-proxy, beside sbx-helper, read once as a one-file tar. */
@@ -106,10 +123,9 @@ px_started(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 static void
 px_start(struct eop *op)
 {
-	char path[256];
 
-	snprintf(path, sizeof(path), API "/containers/%s/start", ens(op)->px_cid);
-	eng_call(op, "POST", path, NULL, px_started);
+	eng_callf(op, "POST", NULL, px_started, API "/containers/%s/start",
+	    ens(op)->px_cid);
 }
 
 static void
@@ -125,7 +141,6 @@ static void
 px_created(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 {
 	struct eop_ensure *en = ens(op);
-	struct sbx_err e;
 	char path[256];
 
 	if (err == NULL && eng_name_taken(status, body) && en->px_tries++ < 3) {
@@ -135,13 +150,8 @@ px_created(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 	}
 	if (REPLY_BAD(op, NULL, err, status, body, "create the egress proxy", 201))
 		return;
-	snprintf(en->px_cid, sizeof(en->px_cid), "%s", eng_jstr(body, "Id"));
-	if (!eng_name_ok(en->px_cid, sizeof(en->px_cid) - 1)) {
-		sbx_err_set(&e, SBX_E_RUNTIME, "runtime gave no usable id for the "
-		    "egress proxy of %s", op->id);
-		eng_finish_err(op, &e);
+	if (px_keep_id(op, body) < 0)
 		return;
-	}
 	/* Into the socket volume, mounted read-write here: the relay of the
 	 * sandbox runs the same binary from it (read-only there). */
 	snprintf(path, sizeof(path), API "/containers/%s/archive?path=%s", en->px_cid,
@@ -155,7 +165,7 @@ px_create(struct eop *op)
 {
 	struct eop_ensure *en = ens(op);
 	struct engine *e = op->e;
-	char px[160], vol[160], path[300];
+	char px[160], vol[160];
 	struct sbx_err er;
 	struct egress_proxy_spec s;
 	json_t *body;
@@ -179,8 +189,8 @@ px_create(struct eop *op)
 		eng_finish_err(op, &er);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/containers/create?name=%s", px);
-	eng_call(op, "POST", path, body, px_created);
+	eng_callf(op, "POST", body, px_created,
+	    API "/containers/create?name=%s", px);
 }
 
 static void
@@ -199,13 +209,11 @@ px_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err
 	struct eop_ensure *en = ens(op);
 	json_t *labels;
 	const char *have;
-	char want[65], path[300];
+	char want[65], px[160], vol[160];
 	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status == 404) {
 		px_create(op);
 		return;
@@ -214,24 +222,19 @@ px_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err
 		return;
 	labels = json_object_get(json_object_get(body, "Config"), "Labels");
 	if (!ours(op, labels)) {
-		sbx_err_set(&e, SBX_E_CONFLICT, "a container named %s%s-proxy exists "
-		    "that sbx does not manage; it was left alone", op->e->prefix, op->id);
+		names(op, px, sizeof(px), vol, sizeof(vol));
+		eng_not_ours(&e, "container", px);
 		eng_finish_err(op, &e);
 		return;
 	}
-	snprintf(en->px_cid, sizeof(en->px_cid), "%s", eng_jstr(body, "Id"));
-	if (!eng_name_ok(en->px_cid, sizeof(en->px_cid) - 1)) {
-		sbx_err_set(&e, SBX_E_RUNTIME, "runtime gave no usable id for the "
-		    "egress proxy of %s", op->id);
-		eng_finish_err(op, &e);
+	if (px_keep_id(op, body) < 0)
 		return;
-	}
 	egress_policy_digest(en->allow, op->e->proxy_resolver, want);
 	have = eng_label(labels, EGRESS_L_POLICY);
 	if (have == NULL || strcmp(have, want) != 0) {
 		/* Another policy: this proxy goes, the sandbox stays. */
-		snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0", en->px_cid);
-		eng_call(op, "DELETE", path, NULL, px_stale_removed);
+		eng_callf(op, "DELETE", NULL, px_stale_removed,
+		    API "/containers/%s?force=1&v=0", en->px_cid);
 		return;
 	}
 	if (json_is_true(json_object_get(json_object_get(body, "State"), "Running"))) {
@@ -262,7 +265,7 @@ void
 eng_proxy_ensure(struct eop *op, void (*then)(struct eop *))
 {
 	struct eop_ensure *en = ens(op);
-	char px[160], vol[160], path[64];
+	char px[160], vol[160];
 	struct sbx_err e;
 	json_t *req;
 
@@ -279,8 +282,7 @@ eng_proxy_ensure(struct eop *op, void (*then)(struct eop *))
 		eng_finish_err(op, &e);
 		return;
 	}
-	snprintf(path, sizeof(path), API "/volumes/create");
-	eng_call(op, "POST", path, req, px_volume);
+	eng_callf(op, "POST", req, px_volume, API "/volumes/create");
 }
 
 /* ---------- removal: container, then volume (never what is not ours) ---------- */
@@ -297,29 +299,25 @@ drop_vol_removed(struct eop *op, int status, json_t *body, const struct sbx_err 
 static void
 drop_vol_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 {
-	char px[160], vol[160], path[300];
+	char px[160], vol[160];
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status != 200 || !ours(op, json_object_get(body, "Labels"))) {
 		op->then(op);
 		return;
 	}
 	names(op, px, sizeof(px), vol, sizeof(vol));
-	snprintf(path, sizeof(path), API "/volumes/%s", vol);
-	eng_call(op, "DELETE", path, NULL, drop_vol_removed);
+	eng_callf(op, "DELETE", NULL, drop_vol_removed, API "/volumes/%s", vol);
 }
 
 static void
 drop_volume(struct eop *op)
 {
-	char px[160], vol[160], path[300];
+	char px[160], vol[160];
 
 	names(op, px, sizeof(px), vol, sizeof(vol));
-	snprintf(path, sizeof(path), API "/volumes/%s", vol);
-	eng_call(op, "GET", path, NULL, drop_vol_inspected);
+	eng_callf(op, "GET", NULL, drop_vol_inspected, API "/volumes/%s", vol);
 }
 
 static void
@@ -343,10 +341,8 @@ px_act(struct eop *op, int status, json_t *body, const struct sbx_err *err,
 	const char *cid;
 	char path[300];
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if ((cid = px_ours_id(op, status, body)) == NULL || (need_running &&
 	    !json_is_true(json_object_get(json_object_get(body, "State"), "Running")))) {
 		none(op);
@@ -435,7 +431,6 @@ rec_px_next(struct eop *op)
 	struct eop_reconcile *rc = rco(op);
 	json_t *c, *has;
 	const char *id, *cid;
-	char path[300];
 
 	for (; rc->pi < json_array_size(rc->rpx); rc->pi++) {
 		c = json_array_get(rc->rpx, rc->pi);
@@ -448,14 +443,14 @@ rec_px_next(struct eop *op)
 			/* Its sandbox is gone (a crash between the two, or a
 			 * container removed by hand): so goes its proxy. */
 			log_info("orphaned egress proxy removed", "id", id, NULL);
-			snprintf(path, sizeof(path), API "/containers/%s?force=1&v=0", cid);
-			eng_call(op, "DELETE", path, NULL, rec_px_done);
+			eng_callf(op, "DELETE", NULL, rec_px_done,
+			    API "/containers/%s?force=1&v=0", cid);
 			return;
 		}
 		if (json_is_false(has) && strcmp(eng_jstr(c, "State"), "running") == 0) {
 			log_info("egress proxy of a stopped sandbox stopped", "id", id, NULL);
-			snprintf(path, sizeof(path), API "/containers/%s/stop?t=5", cid);
-			eng_call(op, "POST", path, NULL, rec_px_done);
+			eng_callf(op, "POST", NULL, rec_px_done,
+			    API "/containers/%s/stop?t=5", cid);
 			return;
 		}
 	}
@@ -469,10 +464,8 @@ rec_vol_done(struct eop *op, int status, json_t *body, const struct sbx_err *err
 	struct eop_reconcile *rc = rco(op);
 
 	(void)body;
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status >= 200 && status < 300)
 		rc->pgone++;
 	else if (status != 404)   /* in use: left for the next start */
@@ -489,7 +482,7 @@ rec_vol_next(struct eop *op)
 	size_t pl = strlen(op->e->prefix);
 	json_t *v, *labels;
 	const char *id, *name;
-	char want[160], path[300], gone[16];
+	char want[160], gone[16];
 
 	for (; rc->pi < json_array_size(rc->rvols); rc->pi++) {
 		v = json_array_get(rc->rvols, rc->pi);
@@ -503,8 +496,8 @@ rec_vol_next(struct eop *op)
 		if (strcmp(name, want) != 0 || json_object_get(rc->rsbx, id) != NULL)
 			continue;
 		log_info("orphaned egress proxy volume removed", "volume", name, NULL);
-		snprintf(path, sizeof(path), API "/volumes/%s", name);
-		eng_call(op, "DELETE", path, NULL, rec_vol_done);
+		eng_callf(op, "DELETE", NULL, rec_vol_done, API "/volumes/%s",
+		    name);
 		return;
 	}
 	snprintf(gone, sizeof(gone), "%u", rc->pgone);
@@ -518,10 +511,8 @@ rec_vols_listed(struct eop *op, int status, json_t *body, const struct sbx_err *
 {
 	struct sbx_err e;
 
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	if (status != 200 || (!json_is_array(json_object_get(body, "Volumes")) &&
 	    !json_is_null(json_object_get(body, "Volumes")))) {
 		eng_runtime_err(&e, status, body, "list volumes");
@@ -537,12 +528,12 @@ rec_vols_listed(struct eop *op, int status, json_t *body, const struct sbx_err *
 void
 eng_proxy_reconcile(struct eop *op, void (*then)(struct eop *))
 {
-	char path[512], filt[256];
+	char filt[256];
 
 	rco(op)->rthen = then;
 	eng_urlencode("{\"label\":[\"" L_PROXY_OF "\"]}", filt, sizeof(filt));
-	snprintf(path, sizeof(path), API "/volumes?filters=%s", filt);
-	eng_call(op, "GET", path, NULL, rec_vols_listed);
+	eng_callf(op, "GET", NULL, rec_vols_listed, API "/volumes?filters=%s",
+	    filt);
 }
 
 /* ---------- the decision log (egress_stats) ---------- */
@@ -556,10 +547,8 @@ px_logs(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 	char *text = NULL;
 
 	(void)body;
-	if (err != NULL) {
-		eng_finish_err(op, err);
+	if (eng_ended(op, err))
 		return;
-	}
 	memset(&st, 0, sizeof(st));
 	if (status == 404) {
 		st.denials = json_array();
@@ -596,7 +585,6 @@ eng_egress_stats(struct sbx_driver *d, const char *id, sbx_json_cb cb, void *arg
 {
 	struct engine *e = (struct engine *)d;
 	struct eop *op;
-	char path[300];
 
 	if (eng_id_check(id, err) < 0)
 		return NULL;
@@ -606,8 +594,8 @@ eng_egress_stats(struct sbx_driver *d, const char *id, sbx_json_cb cb, void *arg
 	op->arg = arg;
 	op->raw = 1;
 	/* stdout only: the decision lines (stderr holds start-up errors). */
-	snprintf(path, sizeof(path), API "/containers/%s%s-proxy/logs?stdout=1&stderr=0"
-	    "&tail=500", e->prefix, id);
-	eng_call(op, "GET", path, NULL, px_logs);
+	eng_callf(op, "GET", NULL, px_logs,
+	    API "/containers/%s%s-proxy/logs?stdout=1&stderr=0&tail=500",
+	    e->prefix, id);
 	return &op->base;
 }

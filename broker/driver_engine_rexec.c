@@ -84,10 +84,9 @@ exec_inspected(struct eop *op, int status, json_t *body,
 static void
 exec_poll_exit(struct eop *op)
 {
-	char path[256];
 
-	snprintf(path, sizeof(path), API "/exec/%s/json", xop(op)->rexec);
-	eng_call(op, "GET", path, NULL, exec_inspected);
+	eng_callf(op, "GET", NULL, exec_inspected, API "/exec/%s/json",
+	    xop(op)->rexec);
 }
 
 void
@@ -207,8 +206,7 @@ stream_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 			body = json_loadb((const char *)evbuffer_pullup(op->resp, -1),
 			    evbuffer_get_length(op->resp), 0, NULL);
 		if (status == 404)
-			sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist",
-			    op->id);
+			eng_not_found(op, &e);
 		else if (status == 409)
 			sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not "
 			    "running", op->id);
@@ -297,11 +295,8 @@ exec_target_inspected(struct eop *op, int status, json_t *body,
 		eng_finish_done(op, NULL);
 		return;
 	}
-	if (r == 0 && st.state == SBX_STATE_ABSENT) {
-		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
-		eng_finish_err(op, &e);
+	if (eng_finish_if_absent(op, r, &st))
 		return;
-	}
 	if (r == 0) {
 		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: "
 		    "ensure it first", op->id);

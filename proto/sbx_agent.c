@@ -9,6 +9,22 @@ sbx_agent_get32(const unsigned char *p)
 	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
+size_t
+sbx_agent_take(unsigned char *dst, size_t *have, size_t cap,
+    const unsigned char **src, size_t *len)
+{
+	size_t n = cap - *have;
+
+	if (n > *len)
+		n = *len;
+	if (n > 0)
+		memcpy(dst + *have, *src, n);
+	*have += n;
+	*src += n;
+	*len -= n;
+	return n;
+}
+
 void
 sbx_agent_put32(unsigned char *p, uint32_t v)
 {
@@ -138,13 +154,7 @@ sbx_agent_dec_feed(struct sbx_agent_dec *d, const unsigned char *buf, size_t len
 		return -1;
 	while (len > 0 || (d->in_frame && d->left == 0)) {
 		if (!d->in_frame) {
-			n = SBX_AGENT_HDR - d->hlen;
-			if (n > len)
-				n = len;
-			memcpy(d->hdr + d->hlen, buf, n);
-			d->hlen += n;
-			buf += n;
-			len -= n;
+			sbx_agent_take(d->hdr, &d->hlen, SBX_AGENT_HDR, &buf, &len);
 			if (d->hlen < SBX_AGENT_HDR)
 				return 0;
 			d->hlen = 0;
@@ -168,13 +178,9 @@ sbx_agent_dec_feed(struct sbx_agent_dec *d, const unsigned char *buf, size_t len
 			len -= n;
 			continue;
 		}
-		n = d->left < len ? d->left : len;
-		if (n > 0)
-			memcpy(d->rec + d->rec_len, buf, n);
-		d->rec_len += n;
+		n = sbx_agent_take(d->rec, &d->rec_len, d->rec_len + d->left, &buf,
+		    &len);
 		d->left -= (uint32_t)n;
-		buf += n;
-		len -= n;
 		if (d->left > 0)
 			return 0;
 		d->in_frame = 0;

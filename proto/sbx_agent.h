@@ -171,6 +171,15 @@ int sbx_agent_dec_feed(struct sbx_agent_dec *d, const unsigned char *buf, size_t
 /* Big-endian u32 at p / into p. */
 uint32_t sbx_agent_get32(const unsigned char *p);
 void sbx_agent_put32(unsigned char *p, uint32_t v);
+/*
+ * Appends to an accumulating buffer: copies n = min(cap - *have, *len)
+ * bytes from *src to dst + *have and advances *have, *src and *len by n
+ * (*have <= cap on entry); returns n (0 when dst is full or *len is 0).
+ * The frame decoder's header and record and sbx-helper's output buffer
+ * fill with it; libc only.
+ */
+size_t sbx_agent_take(unsigned char *dst, size_t *have, size_t cap,
+    const unsigned char **src, size_t *len);
 
 /* HELLO payload. */
 struct sbx_agent_hello {

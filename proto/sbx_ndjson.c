@@ -196,11 +196,19 @@ sbx_ndjson_output_is_text(const unsigned char *buf, size_t len,
 	return 1;
 }
 
-char *
-sbx_json_escape(char *dst, const unsigned char *s, size_t len)
+/* sbx_json_escape into dst..end; NULL as soon as the escaping would pass
+ * end (end NULL: no bound). One pass: sbx_ndjson_output escapes into
+ * base64's room and falls back to base64 when it does not fit. */
+static char *
+escape_upto(char *dst, const unsigned char *s, size_t len, const char *end)
 {
 	size_t i = 0, run;
 
+	/* Every byte left takes at least one: room < what is left (plus an
+	 * escape's extra) cannot fit, so the bound stops as early as the
+	 * count of escaped_len_upto would (NUL-heavy output after ~1/15). */
+	if (end != NULL && (size_t)(end - dst) < len)
+		return NULL;
 	while (i < len) {
 		run = i + plain_run(s + i, len - i);
 		if (run > i) {
@@ -209,6 +217,9 @@ sbx_json_escape(char *dst, const unsigned char *s, size_t len)
 			i = run;
 			continue;
 		}
+		if (end != NULL && (size_t)(end - dst) < (len - i) +
+		    (size_t)esc_extra[s[i]])
+			return NULL;
 		*dst++ = '\\';
 		switch (s[i]) {
 		case '"':  *dst++ = '"'; break;
@@ -229,6 +240,12 @@ sbx_json_escape(char *dst, const unsigned char *s, size_t len)
 		i++;
 	}
 	return dst;
+}
+
+char *
+sbx_json_escape(char *dst, const unsigned char *s, size_t len)
+{
+	return escape_upto(dst, s, len, NULL);
 }
 
 /* Appends json_dumpb(obj, JSON_COMPACT) and '\n' to out in one piece. */
@@ -305,8 +322,9 @@ sbx_ndjson_error(struct evbuffer *out, const char *code, const char *message)
 }
 
 /*
- * The hot path of a 1 GiB stream: no jansson object, one exact-size
- * reservation in out, one pass to escape (or base64) straight into it. The
+ * The hot path of a 1 GiB stream: no jansson object, one reservation in
+ * out (base64's size, the most a text event may take), one pass to escape
+ * straight into it (or base64 when the escaping does not fit). The
  * bytes match jansson's compact dump (checked by tests/unit/test_ndjson.c).
  */
 _Static_assert(sizeof(SBX_EV_STDOUT) == 7 && sizeof(SBX_EV_STDERR) == 7,
@@ -322,9 +340,8 @@ sbx_ndjson_output(struct evbuffer *out, int stream, const unsigned char *buf,
 	static const char tail[] = "\"}\n";
 	struct evbuffer_iovec v;
 	const char *type;
-	size_t pre, body = 0, total;
-	char *p;
-	int text;
+	size_t b64, total;
+	char *p, *text;
 
 	if (out == NULL || (buf == NULL && len > 0) || len > SBX_NDJSON_MAX_CHUNK)
 		return -1;
@@ -335,14 +352,11 @@ sbx_ndjson_output(struct evbuffer *out, int stream, const unsigned char *buf,
 	else
 		return -1;
 	/* data when valid UTF-8 and its escaping is no longer than base64
-	 * (adr/0028), else data_b64 */
-	text = sbx_ndjson_output_is_text(buf, len, &body);
-	/* {"type":"stdout","data":"  */
-	pre = sizeof(head) - 1 + 6 +
-	    (text ? sizeof(txt_mid) : sizeof(b64_mid)) - 1;
-	if (!text)
-		body = 4 * ((len + 2) / 3);
-	total = pre + body + sizeof(tail) - 1;
+	 * (adr/0028), else data_b64. One pass: the escaping goes into
+	 * base64's room and gives way to base64 when it does not fit. */
+	b64 = 4 * ((len + 2) / 3);
+	total = sizeof(head) - 1 + 6 + (sizeof(txt_mid) > sizeof(b64_mid) ?
+	    sizeof(txt_mid) : sizeof(b64_mid)) - 1 + b64 + sizeof(tail) - 1;
 	if (evbuffer_reserve_space(out, (ev_ssize_t)total, &v, 1) < 1)
 		return -1;
 	p = v.iov_base;
@@ -350,16 +364,20 @@ sbx_ndjson_output(struct evbuffer *out, int stream, const unsigned char *buf,
 	p += sizeof(head) - 1;
 	memcpy(p, type, 6);     /* "stdout" / "stderr" */
 	p += 6;
-	memcpy(p, text ? txt_mid : b64_mid, (text ? sizeof(txt_mid) :
-	    sizeof(b64_mid)) - 1);
-	p += (text ? sizeof(txt_mid) : sizeof(b64_mid)) - 1;
-	if (text)
-		p = sbx_json_escape(p, buf, len);
+	text = NULL;
+	if (sbx_utf8_valid(buf, len)) {
+		memcpy(p, txt_mid, sizeof(txt_mid) - 1);
+		text = escape_upto(p + sizeof(txt_mid) - 1, buf, len,
+		    p + sizeof(txt_mid) - 1 + b64);
+	}
+	if (text != NULL)
+		p = text;
 	else {
-		p = sbx_base64_encode(p, buf, len);
+		memcpy(p, b64_mid, sizeof(b64_mid) - 1);
+		p = sbx_base64_encode(p + sizeof(b64_mid) - 1, buf, len);
 	}
 	memcpy(p, tail, sizeof(tail) - 1);
-	v.iov_len = total;
+	v.iov_len = (size_t)(p + sizeof(tail) - 1 - (char *)v.iov_base);
 	return evbuffer_commit_space(out, &v, 1);
 }
 

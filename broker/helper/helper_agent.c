@@ -36,6 +36,8 @@
 #define IN_CHUNK 65536
 #define SOFT_KILL_MS 1000                   /* a cancelled write: EOF first, SIGKILL after */
 #define HANDLE_AGENT "agent"                /* the agent's own kill handle */
+#define FLUSH_BYTES (64u * 1024)            /* output queued: write the channel now */
+#define FLUSH_DELAY_MS 1                    /* else this long after the last write */
 
 struct astream {
 	uint32_t id;
@@ -65,6 +67,18 @@ struct agent {
 	struct sbx_agent_dec dec;
 	size_t qhead, qlen;
 	unsigned char *q;
+	/* Output coalescing (adr/0033), Nagle-like: the channel is written
+	 * at once when it has been quiet for FLUSH_DELAY_MS (the first
+	 * output of an exec, an interactive reply), when a frame other than
+	 * DATA is queued (urgent) or FLUSH_BYTES are; while output keeps
+	 * coming, at most every FLUSH_DELAY_MS (last_write_ms). A read
+	 * appends to the last queued DATA frame of the same stream and
+	 * descriptor (tail_*) while it has room. */
+	int urgent;
+	uint64_t last_write_ms;
+	int tail_ok, tail_which;
+	uint32_t tail_id, tail_len;
+	size_t tail_rel;        /* its header, from qhead */
 };
 
 static unsigned char outq[OUTQ_CAP];
@@ -114,6 +128,16 @@ q_frame(struct agent *a, int type, int flags, uint32_t stream, const void *p, si
 	if (n > 0)
 		memcpy(h + SBX_AGENT_HDR, p, n);
 	a->qlen += SBX_AGENT_HDR + n;
+	a->urgent = 1;
+	a->tail_ok = 0;
+}
+
+/* Whether the queue is to be written now (see struct agent). */
+static int
+q_due(const struct agent *a, uint64_t now)
+{
+	return a->qlen > 0 && (a->urgent || a->qlen >= FLUSH_BYTES ||
+	    now - a->last_write_ms >= FLUSH_DELAY_MS);
 }
 
 static void
@@ -133,8 +157,11 @@ q_flush(struct agent *a)
 		}
 		a->qhead += (size_t)n;
 		a->qlen -= (size_t)n;
+		a->tail_ok = 0;   /* part of it may be on the wire */
+		a->last_write_ms = now_ms();
 	}
 	a->qhead = 0;
+	a->urgent = 0;
 }
 
 static struct astream *
@@ -499,6 +526,30 @@ stream_read(struct agent *a, struct astream *s, int which)
 			close_fd(fd);
 		return;
 	}
+	if (a->tail_ok && a->tail_id == s->id && a->tail_which == which &&
+	    a->tail_len < SBX_AGENT_DATA_MAX) {
+		/* More of the same output: into the queued frame. */
+		want = SBX_AGENT_DATA_MAX - a->tail_len;
+		if (want > s->credit)
+			want = s->credit;
+		if (want == 0 || q_reserve(a, want) < 0)
+			return;
+		n = read(*fd, a->q + a->qhead + a->qlen, want);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			return;
+		if (n <= 0) {
+			close_fd(fd);
+			return;
+		}
+		a->tail_len += (uint32_t)n;
+		sbx_agent_hdr_put(a->q + a->qhead + a->tail_rel, SBX_AGENT_T_DATA,
+		    which, s->id, a->tail_len);
+		a->qlen += (size_t)n;
+		s->credit -= (uint32_t)n;
+		if (s->credit == 0)
+			a->urgent = 1;   /* the broker's WINDOW needs these bytes */
+		return;
+	}
 	want = s->credit < SBX_AGENT_DATA_MAX ? s->credit : SBX_AGENT_DATA_MAX;
 	if (want == 0 || q_reserve(a, SBX_AGENT_HDR + want) < 0)
 		return;
@@ -511,8 +562,15 @@ stream_read(struct agent *a, struct astream *s, int which)
 		return;
 	}
 	sbx_agent_hdr_put(h, SBX_AGENT_T_DATA, which, s->id, (uint32_t)n);
+	a->tail_ok = 1;
+	a->tail_id = s->id;
+	a->tail_which = which;
+	a->tail_len = (uint32_t)n;
+	a->tail_rel = a->qlen;
 	a->qlen += SBX_AGENT_HDR + (size_t)n;
 	s->credit -= (uint32_t)n;
+	if (s->credit == 0)
+		a->urgent = 1;
 }
 
 /* Children that ended. */
@@ -696,7 +754,7 @@ helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, struct helper_err *
 			what[np++] = 0;
 		}
 		pf[np].fd = a.cout;
-		pf[np].events = a.qlen > 0 ? POLLOUT : 0;
+		pf[np].events = q_due(&a, now_ms()) ? POLLOUT : 0;
 		who[np] = NULL;
 		what[np++] = 1;
 		pf[np].fd = a.sigfd;
@@ -728,6 +786,8 @@ helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, struct helper_err *
 			}
 		}
 		tmo = a.nstreams > 0 ? 250 : -1;
+		if (a.qlen > 0 && !q_due(&a, now_ms()))
+			tmo = FLUSH_DELAY_MS;   /* the coalescing delay ends */
 		if (a.idle_ms > 0) {
 			uint64_t now = now_ms(), until = a.last_rx_ms + a.idle_ms;
 			int left = until <= now ? 0 : until - now > 3600000 ? 3600000 :
@@ -785,7 +845,8 @@ helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, struct helper_err *
 		}
 		reap(&a);
 		streams_finish(&a);
-		q_flush(&a);
+		if (q_due(&a, now_ms()))
+			q_flush(&a);
 	}
 	rc = 0;
 done:

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "helper.h"
+#include "sbx_agent.h"
 
 int
 helper_err_set(struct helper_err *err, const char *code, const char *fmt, ...)
@@ -193,19 +194,13 @@ out_drain(struct helper_out *o)
 void
 helper_out_bytes(struct helper_out *o, const void *p, size_t n)
 {
-	const char *s = p;
-	size_t k;
+	const unsigned char *s = p;
 
 	while (n > 0) {
 		if (o->len == sizeof(o->buf))
 			out_drain(o);
-		k = sizeof(o->buf) - o->len;
-		if (k > n)
-			k = n;
-		memcpy(o->buf + o->len, s, k);
-		o->len += k;
-		s += k;
-		n -= k;
+		sbx_agent_take((unsigned char *)o->buf, &o->len, sizeof(o->buf), &s,
+		    &n);
 	}
 }
 

@@ -745,6 +745,35 @@ test_open_round_trip_and_bounds(void **state)
 	assert_int_equal(sbx_agent_open_parse(buf, n, av, 6, ev, 16, &why), -1);
 }
 
+/* sbx_agent_take: what fits, no more, and both sides advanced. */
+static void
+test_take_copies_what_fits_and_advances(void **state)
+{
+	static const unsigned char in[] = "abcdefgh";
+	unsigned char dst[5];
+	const unsigned char *src = in;
+	size_t have = 2, len = 8;
+
+	(void)state;
+	memcpy(dst, "xy", 2);
+	assert_int_equal(sbx_agent_take(dst, &have, sizeof(dst), &src, &len), 3);
+	assert_memory_equal(dst, "xyabc", 5);
+	assert_int_equal(have, 5);
+	assert_ptr_equal(src, in + 3);
+	assert_int_equal(len, 5);
+	/* full: nothing moves */
+	assert_int_equal(sbx_agent_take(dst, &have, sizeof(dst), &src, &len), 0);
+	assert_ptr_equal(src, in + 3);
+	assert_int_equal(len, 5);
+	/* less input than room */
+	have = 0;
+	len = 2;
+	assert_int_equal(sbx_agent_take(dst, &have, sizeof(dst), &src, &len), 2);
+	assert_memory_equal(dst, "de", 2);
+	assert_int_equal(have, 2);
+	assert_int_equal(len, 0);
+}
+
 static void
 test_header_rules(void **state)
 {
@@ -776,6 +805,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_open_round_trip_and_bounds),
 		cmocka_unit_test(test_header_rules),
+		cmocka_unit_test(test_take_copies_what_fits_and_advances),
 		cmocka_unit_test(test_agent_says_hello_and_runs_an_exec),
 		cmocka_unit_test(test_agent_writes_and_reads_a_file_with_flow_control),
 		cmocka_unit_test(test_a_paused_stream_does_not_stall_the_others),

@@ -21,6 +21,7 @@
 #include <sodium.h>
 
 #include "driver_engine_int.h"
+#include "sbx_agent.h"
 #include "sbx_helper_frame.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
@@ -450,14 +451,7 @@ int
 eng_hdr_fill(unsigned char *hdr, size_t *have, size_t want,
     const unsigned char **buf, size_t *len)
 {
-	size_t n = want - *have;
-
-	if (n > *len)
-		n = *len;
-	memcpy(hdr + *have, *buf, n);
-	*have += n;
-	*buf += n;
-	*len -= n;
+	sbx_agent_take(hdr, have, want, buf, len);
 	if (*have < want)
 		return 0;
 	*have = 0;

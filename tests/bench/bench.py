@@ -302,6 +302,7 @@ class Bench:
                 "--image", IMAGE, "--output-cap", "2g", "--file-size-max", "128m",
                 "--exec-timeout", "10m", "--exec-timeout-max", "10m",
                 "--max-execs-per-sandbox", "1000", "--pids", "1024", "--pids-max", "1024",
+                "--max-sandboxes", "200",
                 "--log-level", "warn", "--log-file", os.path.join(w, "broker.log")]
         self.spawn("broker", args)
         self.bconn = Conn(self.bsock, [("Authorization", "Bearer " + tok)])
@@ -452,6 +453,64 @@ class Bench:
             else:
                 self.row("idle RSS, sandbox-%s" % n, "not measured: sandbox-api is not built",
                          "—", "—", "≤ 16 MiB")
+
+    def agent_rss(self):
+        """{pid: (VmRSS, RssAnon)} in bytes of every sbx-helper agent on the
+        host (the bench's runtime is private: they are the bench's)."""
+        out = {}
+        for p in os.listdir("/proc"):
+            if not p.isdigit():
+                continue
+            try:
+                with open("/proc/%s/cmdline" % p, "rb") as f:
+                    argv = f.read().split(b"\0")
+                if len(argv) < 2 or not argv[0].endswith(b"sbx-helper") or argv[1] != b"agent":
+                    continue
+                v = {}
+                with open("/proc/%s/status" % p) as f:
+                    for line in f:
+                        k, _, rest = line.partition(":")
+                        if k in ("VmRSS", "RssAnon"):
+                            v[k] = int(rest.split()[0]) * 1024
+                out[int(p)] = (v.get("VmRSS", 0), v.get("RssAnon", 0))
+            except OSError:
+                continue
+        return out
+
+    def fig_agents(self):
+        """Issue 13: an idle agent <= 1 MiB RSS; broker RSS with 100 running
+        sandboxes <= 32 MiB. 100 sandboxes through the broker, one exec of
+        4 MiB of output each (every agent started and used), then idle."""
+        n = 100
+        ids = ["bench-ag-%d" % i for i in range(n)]
+        argv = ["sh", "-c", "head -c 4194304 /dev/zero"]
+        try:
+            for sid in ids:
+                self.bconn.json("PUT", "/v1/sandboxes/" + sid, {"egress": False})
+            for sid in ids:
+                r = stream(self.bsock, "/v1/sandboxes/%s/exec" % sid,
+                           [("Authorization", "Bearer " + self.token)], {"argv": argv}, "ndjson")
+                check_exit0(r, "agents exec")
+            time.sleep(1.0)
+            brss = proc_rss(self.pid("broker"))
+            ag = self.agent_rss()
+        finally:
+            for sid in ids:
+                try:
+                    self.bconn.request("DELETE", "/v1/sandboxes/" + sid)
+                except (OSError, RuntimeError, ValueError):
+                    pass
+        rss = sorted(v[0] for v in ag.values())
+        anon = sorted(v[1] for v in ag.values())
+        self.row("broker RSS with %d running sandboxes (agents up, each used once)" % n,
+                 "%.1f MiB" % (brss / MiB), "idle %.1f MiB" % (self.idle.get("broker", 0) / MiB)
+                 if getattr(self, "idle", None) else "—", "—", "≤ 32 MiB", brss <= 32 * MiB)
+        if rss:
+            self.row("idle agent RSS after a 4 MiB exec (%d agents): median (max)" % len(rss),
+                     "%.2f MiB (%.2f)" % (med(rss) / MiB, rss[-1] / MiB), "—",
+                     "private (RssAnon) %.2f MiB (max %.2f); the rest is the static binary's "
+                     "text, shared" % (med(anon) / MiB, anon[-1] / MiB),
+                     "≤ 1 MiB", med(rss) <= MiB)
 
     def fig_exec_rt(self):
         argv = ["true"]
@@ -1138,7 +1197,7 @@ def main():
             ("cold", b.fig_cold_ensure), ("files", b.fig_files), ("wire", b.fig_wire),
             ("stream", b.fig_stream),
             ("resume", b.fig_resume), ("conc", b.fig_concurrent), ("many", b.fig_many_streams),
-            ("egress", b.fig_egress)]
+            ("egress", b.fig_egress), ("agents", b.fig_agents)]
     only = set(x for x in a.only.split(",") if x)
     try:
         b.start_daemons()

@@ -454,9 +454,18 @@ class Bench:
                 self.row("idle RSS, sandbox-%s" % n, "not measured: sandbox-api is not built",
                          "—", "—", "≤ 16 MiB")
 
-    def agent_rss(self):
-        """{pid: (VmRSS, RssAnon)} in bytes of every sbx-helper agent on the
-        host (the bench's runtime is private: they are the bench's)."""
+    def agent_rss(self, names):
+        """{pid: (VmRSS, RssAnon)} in bytes of the sbx-helper agents of the
+        containers named: each one's in the pid namespace of a container's
+        init (other harnesses on the host run agents too)."""
+        r = subprocess.run([self.docker, "inspect", "-f", "{{.State.Pid}}"] + names,
+                           env=self.denv, capture_output=True, text=True)
+        ns = set()
+        for line in r.stdout.split():
+            try:
+                ns.add(os.readlink("/proc/%s/ns/pid" % line.strip()))
+            except OSError:
+                pass
         out = {}
         for p in os.listdir("/proc"):
             if not p.isdigit():
@@ -465,6 +474,8 @@ class Bench:
                 with open("/proc/%s/cmdline" % p, "rb") as f:
                     argv = f.read().split(b"\0")
                 if len(argv) < 2 or not argv[0].endswith(b"sbx-helper") or argv[1] != b"agent":
+                    continue
+                if os.readlink("/proc/%s/ns/pid" % p) not in ns:
                     continue
                 v = {}
                 with open("/proc/%s/status" % p) as f:
@@ -493,7 +504,7 @@ class Bench:
                 check_exit0(r, "agents exec")
             time.sleep(1.0)
             brss = proc_rss(self.pid("broker"))
-            ag = self.agent_rss()
+            ag = self.agent_rss(["sbx-" + sid for sid in ids])
         finally:
             for sid in ids:
                 try:

@@ -33,7 +33,7 @@
 
 enum bkind {
 	BK_STATUS,      /* ensure, status, stop and destroy answer a status */
-	BK_DONE,        /* write, stop, destroy: done_cb */
+	BK_DONE,        /* write, stop, destroy: cb.done */
 	BK_EXEC,
 	BK_READ,
 	BK_LIST,
@@ -56,12 +56,7 @@ struct bop {
 	struct bdriver *d;
 	enum bkind kind;
 	struct sbx_http_req *http;
-	sbx_status_cb status_cb;
-	sbx_done_cb done_cb;
-	sbx_list_cb list_cb;
-	sbx_sandboxes_cb sandboxes_cb;
-	sbx_health_cb health_cb;
-	sbx_json_cb json_cb;
+	struct sbx_op_cb cb;          /* the caller's, of the op's kind */
 	struct sbx_sink sink;
 	sbx_line_cb line;           /* exec_lines: output lines as received */
 	void *arg;
@@ -237,21 +232,21 @@ finish_plain(struct bop *b, const struct sbx_err *terr)
 	b->busy++;
 	switch (b->kind) {
 	case BK_STATUS:
-		b->status_cb(b->arg, ok ? NULL : &e, ok ? &st : NULL);
+		b->cb.status(b->arg, ok ? NULL : &e, ok ? &st : NULL);
 		break;
 	case BK_DONE:
-		b->done_cb(b->arg, ok ? NULL : &e);
+		b->cb.done(b->arg, ok ? NULL : &e);
 		break;
 	case BK_LIST:
-		b->list_cb(b->arg, ok ? NULL : &e, ok ? ents : NULL, ok ? n : 0,
+		b->cb.list(b->arg, ok ? NULL : &e, ok ? ents : NULL, ok ? n : 0,
 		    ok && list_trunc);
 		break;
 	case BK_SANDBOXES:
-		b->sandboxes_cb(b->arg, ok ? NULL : &e, ok ? sts : NULL,
+		b->cb.sandboxes(b->arg, ok ? NULL : &e, ok ? sts : NULL,
 		    ok ? n : 0);
 		break;
 	case BK_HEALTH:
-		b->health_cb(b->arg, ok ? NULL : &e, ok ? &h : NULL);
+		b->cb.health(b->arg, ok ? NULL : &e, ok ? &h : NULL);
 		break;
 	case BK_JSON:
 		if (ok && !json_is_object(root)) {
@@ -263,10 +258,10 @@ finish_plain(struct bop *b, const struct sbx_err *terr)
 
 			if (text == NULL)
 				sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
-			b->json_cb(b->arg, text != NULL ? NULL : &e, text);
+			b->cb.json(b->arg, text != NULL ? NULL : &e, text);
 			free(text);
 		} else {
-			b->json_cb(b->arg, &e, NULL);
+			b->cb.json(b->arg, &e, NULL);
 		}
 		break;
 	default:
@@ -588,7 +583,7 @@ b_status_op(struct sbx_driver *drv, const char *method, const char *id,
 		json_decref(obj);
 		return NULL;
 	}
-	b->status_cb = cb;
+	b->cb.status = cb;
 	return start_id(b, method, suffix, obj, err);
 }
 
@@ -625,7 +620,7 @@ b_egress_stats(struct sbx_driver *drv, const char *id, sbx_json_cb cb, void *arg
 
 	if ((b = bop_new((struct bdriver *)drv, BK_JSON, id, arg, err)) == NULL)
 		return NULL;
-	b->json_cb = cb;
+	b->cb.json = cb;
 	return start_id(b, "GET", "/egress", NULL, err);
 }
 
@@ -637,7 +632,7 @@ b_done_op(struct sbx_driver *drv, const char *method, const char *id,
 
 	if ((b = bop_new((struct bdriver *)drv, BK_DONE, id, arg, err)) == NULL)
 		return NULL;
-	b->done_cb = cb;
+	b->cb.done = cb;
 	return start_id(b, method, suffix, NULL, err);
 }
 
@@ -741,7 +736,7 @@ b_write(struct sbx_driver *drv, const char *id, const char *path,
 	if ((b = path_op_new(d, BK_DONE, id, SBX_PATH_FILES_SUFFIX, path, mode,
 	    arg, &url, err)) == NULL)
 		return NULL;
-	b->done_cb = cb;
+	b->cb.done = cb;
 	/* The client copies the body before returning; the evbuffer is
 	 * drained as the vtable says. */
 	op = start(b, "PUT", url, SBX_CT_OCTET,
@@ -772,7 +767,7 @@ b_write_stream(struct sbx_driver *drv, const char *id, const char *path,
 	if ((b = path_op_new(d, BK_DONE, id, SBX_PATH_FILES_SUFFIX, path, mode,
 	    arg, &url, err)) == NULL)
 		return NULL;
-	b->done_cb = cb;
+	b->cb.done = cb;
 	op = start_req(b, "PUT", url, SBX_CT_OCTET, NULL, 0, 1, len, err);
 	free(url);
 	if (op == NULL)
@@ -808,7 +803,7 @@ b_list(struct sbx_driver *drv, const char *id, const char *path,
 	if ((b = path_op_new(d, BK_LIST, id, SBX_PATH_LIST_SUFFIX, path, 0, arg,
 	    &url, err)) == NULL)
 		return NULL;
-	b->list_cb = cb;
+	b->cb.list = cb;
 	b->list_limit = page != NULL ? page->limit : 0;
 	if (asprintf(&full, "%s&" SBX_QUERY_CURSOR "=%s", url, cur) == -1) {
 		free(url);
@@ -831,7 +826,7 @@ b_list_sandboxes(struct sbx_driver *drv, sbx_sandboxes_cb cb, void *arg,
 
 	if ((b = bop_new(d, BK_SANDBOXES, NULL, arg, err)) == NULL)
 		return NULL;
-	b->sandboxes_cb = cb;
+	b->cb.sandboxes = cb;
 	return start(b, "GET", SBX_PATH_SANDBOXES, NULL, NULL, 0, err);
 }
 
@@ -844,7 +839,7 @@ b_health(struct sbx_driver *drv, sbx_health_cb cb, void *arg,
 
 	if ((b = bop_new(d, BK_HEALTH, NULL, arg, err)) == NULL)
 		return NULL;
-	b->health_cb = cb;
+	b->cb.health = cb;
 	return start(b, "GET", SBX_PATH_HEALTH, NULL, NULL, 0, err);
 }
 

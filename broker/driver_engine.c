@@ -138,8 +138,8 @@ void
 eng_finish_status(struct eop *op, const struct sbx_err *err,
     const struct sbx_status *st)
 {
-	if (op->status_cb != NULL)
-		op->status_cb(op->arg, err, err != NULL ? NULL : st);
+	if (op->cb.status != NULL)
+		op->cb.status(op->arg, err, err != NULL ? NULL : st);
 	eng_op_release(op);
 }
 
@@ -147,8 +147,8 @@ void
 eng_finish_done(struct eop *op, const struct sbx_err *err)
 {
 	eng_src_detach(op);
-	if (op->done_cb != NULL)
-		op->done_cb(op->arg, err);
+	if (op->cb.done != NULL)
+		op->cb.done(op->arg, err);
 	eng_op_release(op);
 }
 
@@ -176,23 +176,23 @@ eng_finish_err(struct eop *op, const struct sbx_err *err)
 		eng_finish_sink_error(op, err);
 		break;
 	case OP_LIST:
-		if (op->list_cb != NULL)
-			op->list_cb(op->arg, err, NULL, 0, 0);
+		if (op->cb.list != NULL)
+			op->cb.list(op->arg, err, NULL, 0, 0);
 		eng_op_release(op);
 		break;
 	case OP_SANDBOXES:
-		if (op->sandboxes_cb != NULL)
-			op->sandboxes_cb(op->arg, err, NULL, 0);
+		if (op->cb.sandboxes != NULL)
+			op->cb.sandboxes(op->arg, err, NULL, 0);
 		eng_op_release(op);
 		break;
 	case OP_HEALTH:
-		if (op->health_cb != NULL)
-			op->health_cb(op->arg, err, NULL);
+		if (op->cb.health != NULL)
+			op->cb.health(op->arg, err, NULL);
 		eng_op_release(op);
 		break;
 	case OP_EGRESS:
-		if (op->json_cb != NULL)
-			op->json_cb(op->arg, err, NULL);
+		if (op->cb.json != NULL)
+			op->cb.json(op->arg, err, NULL);
 		eng_op_release(op);
 		break;
 	case OP_WRITE:

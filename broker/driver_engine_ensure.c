@@ -873,7 +873,7 @@ eng_ensure(struct sbx_driver *d, const char *id, const struct sbx_spec *spec,
 		return NULL;
 	}
 	op->fini = ensure_fini;
-	op->status_cb = cb;
+	op->cb.status = cb;
 	op->arg = arg;
 	snprintf(ens(op)->image, sizeof(ens(op)->image), "%s", image);
 	ens(op)->egress = spec->egress != 0;

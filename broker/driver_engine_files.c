@@ -353,7 +353,7 @@ done_op_new(struct engine *e, enum op_kind kind, const char *id, size_t size,
 
 	if ((op = eng_helper_op(e, kind, id, size, err)) == NULL)
 		return NULL;
-	op->done_cb = cb;
+	op->cb.done = cb;
 	xop(op)->exited = done_exited;
 	op->arg = arg;
 	xop(op)->cap = ERRTAIL_MAX;
@@ -377,8 +377,8 @@ list_exited(struct eop *op, int code)
 		eng_finish_err(op, &e);
 		return;
 	}
-	if (op->list_cb != NULL)
-		op->list_cb(op->arg, NULL, l->ents, l->nents, l->list_trunc);
+	if (op->cb.list != NULL)
+		op->cb.list(op->arg, NULL, l->ents, l->nents, l->list_trunc);
 	eng_op_release(op);
 }
 
@@ -546,7 +546,7 @@ eng_list(struct sbx_driver *d, const char *id, const char *path,
 	if ((op = eng_helper_op(e, OP_LIST, id, sizeof(struct eop_list),
 	    err)) == NULL)
 		return NULL;
-	op->list_cb = cb;
+	op->cb.list = cb;
 	xop(op)->exited = list_exited;
 	op->arg = arg;
 	lso(op)->list_limit = limit;
@@ -641,7 +641,7 @@ eng_status_usage(struct sbx_driver *d, const char *id, sbx_status_cb cb,
 	if ((op = eng_helper_op(e, OP_USAGE, id, sizeof(struct eop_usage),
 	    err)) == NULL)
 		return NULL;
-	op->status_cb = cb;
+	op->cb.status = cb;
 	xop(op)->exited = usage_exited;
 	op->arg = arg;
 	xop(op)->cap = ERRTAIL_MAX;

@@ -134,12 +134,7 @@ struct eop {
 	cont_fn cont;
 
 	/* The caller's callback: the one of the op's kind is set. */
-	sbx_status_cb status_cb;
-	sbx_done_cb done_cb;
-	sbx_list_cb list_cb;
-	sbx_sandboxes_cb sandboxes_cb;
-	sbx_health_cb health_cb;
-	sbx_json_cb json_cb;
+	struct sbx_op_cb cb;          /* the caller's, of the op's kind */
 	void *arg;
 
 	struct event *defer;          /* reports a failure from the loop */

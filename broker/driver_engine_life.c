@@ -85,7 +85,7 @@ inspect_first_done(struct sbx_driver *d, enum op_kind kind, size_t size,
 	if ((op = inspect_first(d, kind, size, id, cont, err)) == NULL)
 		return NULL;
 	eng_agent_forget(op->e, id);
-	op->done_cb = cb;
+	op->cb.done = cb;
 	op->arg = arg;
 	return &op->base;
 }
@@ -125,7 +125,7 @@ eng_status(struct sbx_driver *d, const char *id, sbx_status_cb cb, void *arg,
 	if ((op = inspect_first(d, OP_STATUS, sizeof(struct eop), id,
 	    status_inspected, err)) == NULL)
 		return NULL;
-	op->status_cb = cb;
+	op->cb.status = cb;
 	op->arg = arg;
 	return &op->base;
 }
@@ -349,8 +349,8 @@ sandboxes_listed(struct eop *op, int status, json_t *body,
 		    eng_jstr(c, "Id"));
 		n++;
 	}
-	if (op->sandboxes_cb != NULL)
-		op->sandboxes_cb(op->arg, NULL, sts, n);
+	if (op->cb.sandboxes != NULL)
+		op->cb.sandboxes(op->arg, NULL, sts, n);
 	free(sts);
 	eng_op_release(op);
 }
@@ -365,7 +365,7 @@ eng_list_sandboxes(struct sbx_driver *d, sbx_sandboxes_cb cb, void *arg,
 	if ((op = eng_op_new(e, OP_SANDBOXES, NULL, sizeof(struct eop),
 	    err)) == NULL)
 		return NULL;
-	op->sandboxes_cb = cb;
+	op->cb.sandboxes = cb;
 	op->arg = arg;
 	list_managed(op, "/containers/json?all=1&", sandboxes_listed);
 	return &op->base;
@@ -522,7 +522,7 @@ eng_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
 	    sizeof(struct eop_reconcile), err)) == NULL)
 		return NULL;
 	op->fini = rec_fini;
-	op->done_cb = cb;
+	op->cb.done = cb;
 	op->arg = arg;
 	list_managed(op, "/containers/json?all=1&", rec_containers);
 	return &op->base;
@@ -540,8 +540,8 @@ health_report(struct eop *op, const char *reason)
 	h->ok = reason == NULL;
 	snprintf(h->status, sizeof(h->status), "%s", h->ok ? "ok" : "degraded");
 	snprintf(h->reason, sizeof(h->reason), "%s", reason != NULL ? reason : "");
-	if (op->health_cb != NULL)
-		op->health_cb(op->arg, NULL, h);
+	if (op->cb.health != NULL)
+		op->cb.health(op->arg, NULL, h);
 	eng_op_release(op);
 }
 
@@ -626,7 +626,7 @@ eng_health(struct sbx_driver *d, sbx_health_cb cb, void *arg,
 	if ((op = eng_op_new(e, OP_HEALTH, NULL, sizeof(struct eop_health),
 	    err)) == NULL)
 		return NULL;
-	op->health_cb = cb;
+	op->cb.health = cb;
 	op->arg = arg;
 	eng_call(op, "GET", "/_ping", NULL, health_pinged);
 	return &op->base;

@@ -573,8 +573,8 @@ px_logs(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 		return;
 	}
 	json_decref(out);
-	if (op->json_cb != NULL)
-		op->json_cb(op->arg, NULL, text);
+	if (op->cb.json != NULL)
+		op->cb.json(op->arg, NULL, text);
 	free(text);
 	eng_op_release(op);
 }
@@ -590,7 +590,7 @@ eng_egress_stats(struct sbx_driver *d, const char *id, sbx_json_cb cb, void *arg
 		return NULL;
 	if ((op = eng_op_new(e, OP_EGRESS, id, sizeof(struct eop), err)) == NULL)
 		return NULL;
-	op->json_cb = cb;
+	op->cb.json = cb;
 	op->arg = arg;
 	op->raw = 1;
 	/* stdout only: the decision lines (stderr holds start-up errors). */

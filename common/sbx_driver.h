@@ -63,6 +63,20 @@ typedef void (*sbx_health_cb)(void *arg, const struct sbx_err *err,
  * or NULL with err. */
 typedef void (*sbx_json_cb)(void *arg, const struct sbx_err *err,
     const char *json);
+
+/* The caller's callback of one operation, as a driver keeps it in its op
+ * until the op ends: exactly the member of the op's kind is set (ensure and
+ * status: status; write, stop, destroy: done; list: list; list of
+ * sandboxes: sandboxes; health: health; a JSON answer: json). The arg
+ * given with it is kept beside it by the driver. */
+struct sbx_op_cb {
+	sbx_status_cb status;
+	sbx_done_cb done;
+	sbx_list_cb list;
+	sbx_sandboxes_cb sandboxes;
+	sbx_health_cb health;
+	sbx_json_cb json;
+};
 /*
  * An exec output event handed over as the line the driver received
  * (exec_lines, adr/0028), so the consumer can forward it without decoding

@@ -537,7 +537,7 @@ stream_read(struct agent *a, struct astream *s, int which)
 	int *fd = which == 1 ? &s->out : &s->err;
 	size_t want;
 	ssize_t n;
-	unsigned char *h;
+	int append;
 
 	if (s->cancelled) {
 		n = read(*fd, drop, sizeof(drop));
@@ -545,51 +545,37 @@ stream_read(struct agent *a, struct astream *s, int which)
 			close_fd(fd);
 		return;
 	}
-	if (a->tail_ok && a->tail_id == s->id && a->tail_which == which &&
-	    a->tail_len < SBX_AGENT_DATA_MAX) {
-		/* More of the same output: into the queued frame. */
-		want = SBX_AGENT_DATA_MAX - a->tail_len;
-		if (want > s->credit)
-			want = s->credit;
-		if (want == 0 || q_reserve(a, want) < 0)
-			return;
-		n = read(*fd, a->q + a->qhead + a->qlen, want);
-		if (n < 0 && (errno == EINTR || errno == EAGAIN))
-			return;
-		if (n <= 0) {
-			close_fd(fd);
-			return;
-		}
-		a->tail_len += (uint32_t)n;
-		sbx_agent_hdr_put(a->q + a->qhead + a->tail_rel, SBX_AGENT_T_DATA,
-		    which, s->id, a->tail_len);
-		a->qlen += (size_t)n;
-		s->credit -= (uint32_t)n;
-		if (s->credit == 0)
-			a->urgent = 1;   /* the broker's WINDOW needs these bytes */
+	/* More of the same output goes into the queued frame; else a new one. */
+	append = a->tail_ok && a->tail_id == s->id && a->tail_which == which &&
+	    a->tail_len < SBX_AGENT_DATA_MAX;
+	want = SBX_AGENT_DATA_MAX - (append ? a->tail_len : 0);
+	if (want > s->credit)
+		want = s->credit;
+	if (want == 0 || q_reserve(a, (append ? 0 : SBX_AGENT_HDR) + want) < 0)
 		return;
-	}
-	want = s->credit < SBX_AGENT_DATA_MAX ? s->credit : SBX_AGENT_DATA_MAX;
-	if (want == 0 || q_reserve(a, SBX_AGENT_HDR + want) < 0)
-		return;
-	h = a->q + a->qhead + a->qlen;
-	n = read(*fd, h + SBX_AGENT_HDR, want);
+	n = read(*fd, a->q + a->qhead + a->qlen + (append ? 0 : SBX_AGENT_HDR),
+	    want);
 	if (n < 0 && (errno == EINTR || errno == EAGAIN))
 		return;
 	if (n <= 0) {
 		close_fd(fd);
 		return;
 	}
-	sbx_agent_hdr_put(h, SBX_AGENT_T_DATA, which, s->id, (uint32_t)n);
-	a->tail_ok = 1;
-	a->tail_id = s->id;
-	a->tail_which = which;
-	a->tail_len = (uint32_t)n;
-	a->tail_rel = a->qlen;
-	a->qlen += SBX_AGENT_HDR + (size_t)n;
+	if (!append) {
+		a->tail_ok = 1;
+		a->tail_id = s->id;
+		a->tail_which = which;
+		a->tail_len = 0;
+		a->tail_rel = a->qlen;
+		a->qlen += SBX_AGENT_HDR;
+	}
+	a->tail_len += (uint32_t)n;
+	sbx_agent_hdr_put(a->q + a->qhead + a->tail_rel, SBX_AGENT_T_DATA, which,
+	    s->id, a->tail_len);
+	a->qlen += (size_t)n;
 	s->credit -= (uint32_t)n;
 	if (s->credit == 0)
-		a->urgent = 1;
+		a->urgent = 1;   /* the broker's WINDOW needs these bytes */
 }
 
 /* Children that ended. */

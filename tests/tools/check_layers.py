@@ -20,6 +20,8 @@ Fails (exit 1, one line per finding) when
     can see (a header A includes, maybe through others, or A's own
     prototype or `extern` line); the names tie the arrow. Members (x.name,
     p->name), comments, strings and names A defines itself are no use of B.
+    A function a header declares and no file defines in plain sight (a macro
+    writes it) is the header's own .c's.
     A header is part of the .c of the same name; a header with no .c of its
     own (api_int.h, driver_engine_int.h, ...) is no node: it only declares
     what several files define, and including a header for its types alone
@@ -219,8 +221,11 @@ def split_depth0(s, sep):
 
 
 def function_name(head):
-    """The name of the function whose definition starts with head, or None."""
+    """The name of the function whose definition or prototype head is, or
+    None: the last name at depth 0 before a parameter list (so a macro
+    line above it, `LOG_FN(log_info, ...)`, does not count)."""
     depth = 0
+    name = None
     for m in re.finditer(r"[A-Za-z_]\w*|[()]", head):
         t = m.group(0)
         if t == "(":
@@ -229,8 +234,8 @@ def function_name(head):
             depth -= 1
         elif depth == 0 and t not in KEYWORDS and \
                 re.match(r"\s*\(", head[m.end():]):
-            return t
-    return None
+            name = t
+    return name
 
 
 def top_level(code):
@@ -387,6 +392,16 @@ def file_graph(root, files):
         for name, is_static in d.items():
             if not is_static:
                 defs.setdefault(name, []).append(rel)
+
+    # A function its header declares but no definition names (one a macro
+    # generates, as common/sbx_log.c's LOG_FN) is the header's own file's.
+    for rel in files:
+        b = node(rel)
+        if rel.endswith(".h") and b is not None:
+            for name in declared[rel]:
+                if name not in defs:
+                    defs[name] = [b]
+                    own[b].add(name)
 
     graph = {}
 

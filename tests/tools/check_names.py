@@ -19,12 +19,13 @@ trimmed text is one of these shapes, the name must exist in the tree:
      occurs as a word in the tree's code. One-word functions (`rate()`,
      `ioctl()`, `fetch()`) are PromQL, libc or JavaScript as often as ours
      and are not read; a manual page reference `name(7)` is no function.
-  4. a name of ours: an identifier (`*` allowed) starting with one of
+  4. a name of ours: an identifier (`*` allowed) that starts with one of
      PREFIXES (`sbx_`, `eng_`, `breq_`, `areq_`, `api_`, `broker_`, `dbk_`,
-     ...): it occurs as a word in the tree's code. The SBX_* environment
+     ...) and goes on after it: it occurs as a word in the tree's code. The SBX_* environment
      variables are built from config keys at run time and are not read.
 "The tree's code" is every file of the repository except the .md files, the
-fuzz corpora and what .gitignore names, with C comments removed: a name that
+fuzz corpora, what .gitignore names and tests/tools/check_*.py (their
+self-test trees hold made-up names), with C comments removed: a name that
 survives only in a comment (or in these docs) does not exist. Strings count,
 so metric names and config keys (`sbx_broker_requests_total`) exist.
 
@@ -98,8 +99,8 @@ class Tree:
                     continue
                 self.paths.add(rel)
                 self.basenames.add(n)
-                if n.endswith(".md"):
-                    continue
+                if n.endswith(".md") or re.fullmatch(r"tests/tools/check_\w+\.py", rel):
+                    continue            # the docs, and these checks' own test trees
                 try:
                     with open(os.path.join(d, n), encoding="utf-8") as fh:
                         text = fh.read()
@@ -170,7 +171,8 @@ def judge(tree, span):
         if all(tree.has_basename(x) for x in braces(name)):
             return None
         return "no file of that name in the tree"
-    if re.fullmatch(r"[A-Za-z_][\w*]*", s) and s.startswith(PREFIXES):
+    if re.fullmatch(r"[A-Za-z_][\w*]*", s) and \
+            any(s.startswith(p) and len(s) > len(p) for p in PREFIXES):
         if tree.has_word(s):
             return None
         return "no such name in the code"
@@ -217,7 +219,7 @@ SELF_TREE = {
                   "`broker/{broker_req.c,proto.h}` `broker_req.c` `broker/` `proto.[ch]`\n"
                   "`breq_run()` `breq_run` `sbx_broker_requests_total` `rate(x[5m])`\n"
                   "`environ(7)` `/v1/sandboxes/{id}` `application/json` `tests/out/logs`\n"
-                  "`make check` `state_dir/x` `breq_gone` (since removed in 0040) `.c`\n"
+                  "`make check` `state_dir/x` `breq_gone` (since removed in 0040) `.c` `sbx_`\n"
                   "```\n`broker/in_a_fence.c`\n```\n",
     "adr/0001-x.md": "`broker/gone.c`\n`gone.h`\n`breq_gone()`\n`breq_gone`\n"
                      "`sbx_nope*` `broker/broker_{req,gone}.c`\n",

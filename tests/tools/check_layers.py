@@ -320,6 +320,19 @@ def top_level(code):
     return defined, declared
 
 
+# Member operators, numbers (so 1.5 is no member access), names, and any
+# other character (so `...)` ends a member access).
+TOKEN = re.compile(r"->|\.|\d[\w.]*|[A-Za-z_]\w*|[^\s\w]")
+
+
+def prev_tok(prev, tok):
+    """The state after tok: "dot" after . or ->, "member" for the name that
+    follows one, else None."""
+    if tok in ("->", "."):
+        return "dot"
+    return "member" if prev == "dot" else None
+
+
 def header_uses(code):
     """The parts of a header that can use another file: macro definitions
     and brace bodies (static inline functions, initialisers); its
@@ -421,10 +434,11 @@ def file_graph(root, files):
             body = header_uses(body)    # its prototypes are no use
         body = re.sub(r"^\s*#\s*include\b.*$", "", body, flags=re.M)
         mine = own.get(a, set())
-        for m in re.finditer(r"(->|\.)?\s*\b([A-Za-z_]\w*)", body):
-            if m.group(1):
+        prev = None
+        for m in TOKEN.finditer(body):
+            name, prev = m.group(0), prev_tok(prev, m.group(0))
+            if prev == "member":
                 continue        # a member: x.name, p->name
-            name = m.group(2)
             if name in mine or name not in defs or name not in visible:
                 continue
             for b in defs[name]:

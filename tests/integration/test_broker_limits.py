@@ -86,6 +86,7 @@ class LimitsTest(BrokerTestCase):
 
     def test_last_used_at_and_audit(self):
         sid = self.new_id("lim-audit")
+        self.addCleanup(self.client.destroy, sid)   # a failure must not hold a slot
         t_begin = int(time.time() * 1000)
         st0 = self.ensure_ok(sid)
         for key in ("created_at", "last_used_at"):

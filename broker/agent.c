@@ -53,12 +53,6 @@ sbx_agent_count_restart(void)
 	agent_restarts++;
 }
 
-uint64_t
-sbx_agent_restarts(void)
-{
-	return agent_restarts;
-}
-
 int
 sbx_agent_metrics_render(struct evbuffer *out)
 {

@@ -207,10 +207,6 @@ int sbx_helper_list_line(const char *line, size_t len, struct sbx_dirent *d,
 
 extern const struct sbx_driver_ops sbx_engine_driver_ops;
 
-/* Agents started again in a container where one had run (killed or
- * crashed; sandbox_agent_restarts_total), since the driver was made. */
-uint64_t sbx_engine_agent_restarts(const struct sbx_driver *d);
-
 /* Agents whose channel is up now. */
 size_t sbx_engine_agents_live(const struct sbx_driver *d);
 

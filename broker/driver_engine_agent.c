@@ -116,10 +116,8 @@ chan_ready(void *arg, const struct sbx_agent_hello *h)
 	struct eop *op;
 
 	(void)h;
-	if (ag->ever_ready) {
-		ag->e->agent_restarts++;
+	if (ag->ever_ready)
 		sbx_agent_count_restart();
-	}
 	ag->ever_ready = 1;
 	ag->state = AG_READY;
 	/* The agent runs: the execs waiting for it have started (before, a
@@ -629,12 +627,6 @@ eng_agents_free(struct engine *e)
 		sbx_agent_chan_free(ag->ch);
 		free(ag);
 	}
-}
-
-uint64_t
-sbx_engine_agent_restarts(const struct sbx_driver *d)
-{
-	return ((const struct engine *)d)->agent_restarts;
 }
 
 size_t

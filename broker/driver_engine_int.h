@@ -88,7 +88,6 @@ struct engine {
 	/* The sandboxes' agents (driver_engine_agent.c, adr/0025). */
 	int agent_on;
 	int64_t agent_idle_ms, agent_ping_ms, agent_fresh_ms;
-	uint64_t agent_restarts;
 	TAILQ_HEAD(, eng_agent) agents;
 };
 

@@ -149,7 +149,7 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	data++;
 	size--;
 	memset(&g, 0, sizeof(g));
-	op = eng_helper_op(e, OP_EXEC, "fuzz", sizeof(struct eop_cmd), &err);
+	op = eng_helper_op(e, &eng_kind_exec, "fuzz", sizeof(struct eop_cmd), &err);
 	FUZZ_ASSERT(op != NULL);
 	snprintf(op->cid, sizeof(op->cid), "%s", "0123456789ab");
 	snprintf(xop(op)->exec_id, sizeof(xop(op)->exec_id), "%s", "fuzz-exec");

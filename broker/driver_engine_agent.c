@@ -15,7 +15,7 @@
  * invocation (eng_helper_run with the agent on) opens a stream on the
  * sandbox's channel, starting the agent first when there is none or it
  * died; the stream's output, stdin and exit feed the same functions the
- * runtime exec fed (eng_deliver, eng_helper_frames, x->exited), so the
+ * runtime exec fed (eng_run_output, the kind's exited and recorded), so the
  * kinds do not know which transport ran them.
  */
 
@@ -382,8 +382,8 @@ st_exit(void *arg, const struct sbx_agent_exit *ex)
 	eng_op_enter(op);
 	if (!ensure_started(op))
 		;
-	else if (eng_exec_got_exit(op))
-		eng_exec_recorded(op);
+	else if (eng_run_recorded(op))
+		;
 	else {
 		if (x->timer != NULL)
 			event_del(x->timer);
@@ -428,10 +428,8 @@ st_error(void *arg, const struct sbx_err *err)
 	x->streaming = 0;
 	if (x->killing)
 		return;
-	if (eng_exec_got_exit(op)) {
-		eng_exec_recorded(op);
+	if (eng_run_recorded(op))
 		return;
-	}
 	/* The agent's exec ended under a running exec: ask the runtime, as a
 	 * runtime exec without an exit record did (ended_inspected). */
 	if ((op->kind->flags & EK_FRAMED) && x->stream_started &&

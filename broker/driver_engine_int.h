@@ -42,7 +42,8 @@
  *   driver_engine_files.c   read, write, list, du, killall
  *   driver_engine_agent.c   transport: the sandbox's agent channel
  *   driver_engine_rexec.c   transport: one runtime exec (agent: false)
- *   driver_engine_run.c     one sbx-helper invocation, kill, and exec
+ *   driver_engine_exec.c    exec: sbx-helper exec --framed, its frames
+ *   driver_engine_run.c     one sbx-helper invocation (core), the kill
  *   driver_engine_call.c    one runtime call, inspect parsing
  *   driver_engine_op.c      the op lifecycle: new, enter, leave, finish, fail
  * Generic code branches on no kind: what differs per kind is a row of
@@ -164,6 +165,12 @@ struct eng_kind {
 	void (*got_out)(struct eop *op);
 	/* the output reached x->cap (x->truncated is set) */
 	void (*over_cap)(struct eop *op);
+	/* what the transport read on stream 1 or 2 (NULL: eng_deliver) */
+	void (*output)(struct eop *op, int stream, const unsigned char *buf,
+	    size_t len);
+	/* the stream ended: 1 when the helper's exit record came and the
+	 * hook ended op with it, else 0 (NULL: no record, 0) */
+	int (*recorded)(struct eop *op);
 	/* the timeout fired (NULL: kill the exec, then report timeout) */
 	void (*expired)(struct eop *op);
 	/* the container's inspect answered r (1 running, 0 stopped or
@@ -636,10 +643,10 @@ struct sbx_op *eng_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
 struct sbx_op *eng_health(struct sbx_driver *d, sbx_health_cb cb, void *arg,
     struct sbx_err *err);
 
-/* ---- driver_engine_run.c: one sbx-helper invocation (adr/0021), and exec ---- */
+/* ---- driver_engine_run.c: one sbx-helper invocation (adr/0021), and the kill ---- */
 
-/* The kinds a fuzz target builds by hand (exec) or must recognise (kill). */
-extern const struct eng_kind eng_kind_exec, eng_kind_kill;
+/* The kill's row: a fuzz target recognises the kills left to retry. */
+extern const struct eng_kind eng_kind_kill;
 
 /*
  * A helper op of kind (an EK_RUN row; size: its state struct) for sandbox
@@ -656,8 +663,8 @@ json_t *eng_helper_cmd(const char *mode);
  * driver picked (e->via, or e->rexec_via for EK_RUNTIME_EXEC kinds), which
  * checks the container (not for EK_NO_INSPECT), execs cmd as the sandbox
  * user, sends stdin, hands output to eng_run_output, and ends in
- * kind->exited(op, status), eng_exec_recorded (EK_FRAMED with the exit
- * record) or an error.
+ * kind->exited(op, status), kind->recorded (the helper's exit record) or
+ * an error.
  */
 void eng_helper_run(struct eop *op);
 /* The state every invocation frees (the kinds' fini call it first). */
@@ -679,9 +686,8 @@ void eng_finish_sink_error(struct eop *op, const struct sbx_err *err);
  * and forget) hears the end in its kill_ended. -1 when it cannot start. */
 int eng_start_kill(struct engine *e, const char *id, const char *cid,
     const char *exec_id, struct eop *parent);
-/* What a transport read from the helper on stream 1 or 2: EK_FRAMED
- * stdout to eng_helper_frames, its stderr kept as a tail; else to
- * eng_deliver. */
+/* What a transport read from the helper on stream 1 or 2: to the kind's
+ * output (exec: its frames), else to eng_deliver. */
 void eng_run_output(struct eop *op, int stream, const unsigned char *buf,
     size_t len);
 /* Output of the helper on stream 1 or 2 for the kind: kept in x->out
@@ -722,14 +728,18 @@ int eng_progress_new(struct eop *op);
 void eng_file_progress(struct eop *op);
 /* The sink hears the start with the exec id (EK_FRAMED), once. */
 void eng_exec_announce(struct eop *op);
-/* sbx-helper's frames in the runtime's stdout of an exec. */
+/* 1 when the stream brought the helper's exit record and the kind ended
+ * op with it (kind->recorded); 0 to end it another way. */
+int eng_run_recorded(struct eop *op);
+
+/* ---- driver_engine_exec.c: exec (sbx-helper exec --framed, adr/0007) ---- */
+
+/* The exec's row; a fuzz target builds an exec op by hand. */
+extern const struct eng_kind eng_kind_exec;
+/* sbx-helper's frames in the transport's stdout of an exec op: stdout and
+ * stderr payloads to eng_deliver, the exit and error records kept; a
+ * violation of the protocol ends op with runtime_error and kills it. */
 void eng_helper_frames(struct eop *op, const unsigned char *buf, size_t len);
-/* The helper's own stderr of an exec: a tail kept. */
-void eng_keep_errtail(struct eop *op, const unsigned char *buf, size_t len);
-/* An exec ended with its exit record. */
-void eng_exec_recorded(struct eop *op);
-/* 1 when an EK_FRAMED op's stream brought the exit record. */
-int eng_exec_got_exit(struct eop *op);
 struct sbx_op *eng_exec(struct sbx_driver *d, const char *id,
     const struct sbx_exec_req *req, const struct sbx_sink *sink,
     struct sbx_err *err);

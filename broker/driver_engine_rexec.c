@@ -224,10 +224,8 @@ stream_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 		}
 		/* The exit record came: the command is reaped, its group dead;
 		 * a stream broken after that loses nothing. */
-		if (eng_exec_got_exit(op)) {
-			eng_exec_recorded(op);
+		if (eng_run_recorded(op))
 			return;
-		}
 		/* Podman 4.3 resets the exec connection when the process exits
 		 * while stdin is still being sent (measured: 5 of 5 runs of
 		 * `exit 3` with 3 MB of stdin); the exit status is still
@@ -258,9 +256,7 @@ stream_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 		eng_finish_err(op, &e);
 		return;
 	}
-	if (eng_exec_got_exit(op))
-		eng_exec_recorded(op);
-	else
+	if (!eng_run_recorded(op))
 		exec_after_stream(op);   /* no record: the helper was killed */
 }
 

@@ -603,6 +603,7 @@ struct sbx_op *eng_egress_stats(struct sbx_driver *d, const char *id,
 
 /* ---- driver_engine_ensure.c ---- */
 
+/* The ensure op of the vtable (sbx_driver.h; driver_engine.h says how). */
 struct sbx_op *eng_ensure(struct sbx_driver *d, const char *id,
     const struct sbx_spec *spec, sbx_status_cb cb, void *arg,
     struct sbx_err *err);
@@ -629,6 +630,9 @@ int eng_file_tar(const char *path, const char *name, unsigned char **tar,
 int eng_helper_load(struct engine *e);
 
 /* ---- driver_engine_life.c ---- */
+
+/* The vtable's status, stop, destroy, list_sandboxes, reconcile and health
+ * (sbx_driver.h: arguments, callbacks, errors; driver_engine.h says how). */
 
 struct sbx_op *eng_status(struct sbx_driver *d, const char *id,
     sbx_status_cb cb, void *arg, struct sbx_err *err);
@@ -740,6 +744,7 @@ extern const struct eng_kind eng_kind_exec;
  * stderr payloads to eng_deliver, the exit and error records kept; a
  * violation of the protocol ends op with runtime_error and kills it. */
 void eng_helper_frames(struct eop *op, const unsigned char *buf, size_t len);
+/* The exec op of the vtable (sbx_driver.h; driver_engine.h says how). */
 struct sbx_op *eng_exec(struct sbx_driver *d, const char *id,
     const struct sbx_exec_req *req, const struct sbx_sink *sink,
     struct sbx_err *err);
@@ -773,6 +778,9 @@ int eng_agent_warm(struct engine *e, const char *id, const char *image,
     int egress, struct sbx_status *st);
 
 /* ---- driver_engine_files.c ---- */
+
+/* The vtable's read, write, write_stream, list, status_usage and recover
+ * (sbx_driver.h: arguments, callbacks, errors; driver_engine.h says how). */
 
 struct sbx_op *eng_read(struct sbx_driver *d, const char *id,
     const char *path, const struct sbx_sink *sink, struct sbx_err *err);

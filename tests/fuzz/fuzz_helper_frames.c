@@ -1,6 +1,6 @@
 /*
  * fuzz_helper_frames.c - libFuzzer target: the broker's decoder of
- * sbx-helper's exec frames (broker/driver_engine_run.c eng_helper_frames(),
+ * sbx-helper's exec frames (broker/driver_engine_exec.c eng_helper_frames(),
  * protocol of proto/sbx_helper_proto.h), which reads bytes a
  * sandbox process can influence.
  *

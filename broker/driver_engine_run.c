@@ -8,12 +8,9 @@
  * down into it; it calls only the runtime call layer and the op lifecycle,
  * and reaches kinds and transports through their rows (adr/0037).
  */
-#include <signal.h>
-
 #include "agent.h"
 #include "driver_engine_int.h"
 #include "sbx_agent.h"
-#include "sbx_helper_frame.h"
 
 /* A kill the runtime could not take (unreachable: a restarting daemon) is
  * tried again once a second this many times, so an exec cut off by the

@@ -1,4 +1,4 @@
-/* broker_http.c - the broker API's routes and its sandbox, health and metrics handlers; request bodies checked by validators that never reply (SPEC §4, proto/broker-api.md). */
+/* broker_http.c - the broker API's route table and its sandbox, health and metrics handlers; the handlers reach the request layer through broker_int.h, the request layer reaches them only through the table (SPEC §4, proto/broker-api.md, adr/0036). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +11,7 @@
 
 #include "agent.h"
 #include "sbx_egress.h"
-#include "broker_egress_poll.h"
+#include "broker_egress.h"
 #include "broker_int.h"
 #include "broker_metrics.h"
 #include "broker_state.h"
@@ -102,30 +102,6 @@ status_json(struct broker_server *s, const struct sbx_status *st)
 	out.last_used_at_ms = last_used;
 	snprintf(out.stop_reason, sizeof(out.stop_reason), "%s", reason);
 	return sbx_wire_status_encode(&out, 0);
-}
-
-/* ------------------------------------------------------------------ */
-/* Validators: 0, or -1 with err set; they never reply, never free b    */
-
-int
-broker_body_object(struct breq *b, const char *const *allowed, int empty_ok,
-    json_t **out, struct sbx_err *err)
-{
-	struct evbuffer *in = evhttp_request_get_input_buffer(b->h.req);
-	size_t len = evbuffer_get_length(in);
-
-	return sbx_wire_body_object(len > 0 ?
-	    (const char *)evbuffer_pullup(in, -1) : "", len, allowed, empty_ok,
-	    out, err);
-}
-
-int
-broker_within(int64_t v, int64_t max, const char *name, struct sbx_err *err)
-{
-	if (v > max)
-		return sbx_err_set(err, SBX_E_LIMIT_EXCEEDED, "Field \"%s\" asks "
-		    "for more than the broker allows (%" PRId64 ").", name, max);
-	return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -232,7 +208,7 @@ h_ensure(struct breq *b, struct sbx_err *err)
 {
 	if (ensure_parse(b, err) == -1)
 		return -1;
-	serial_enqueue(b, ensure_start);
+	breq_enqueue(b, ensure_start);
 	return 0;
 }
 
@@ -267,7 +243,7 @@ egress_done(void *arg, const struct sbx_err *err, const char *text)
 		return;
 	}
 	json_object_set_new(obj, "id", json_string(b->id));
-	broker_egress_note(b->s, b->id, text);
+	broker_egress_note(b->s->metrics, b->s->state, b->id, text);
 	breq_reply_json(b, 200, obj, "ok");
 }
 
@@ -365,7 +341,7 @@ static int
 h_destroy(struct breq *b, struct sbx_err *err)
 {
 	(void)err;
-	serial_enqueue(b, destroy_start);
+	breq_enqueue(b, destroy_start);
 	return 0;
 }
 
@@ -411,7 +387,7 @@ h_stop(struct breq *b, struct sbx_err *err)
 
 	if (broker_body_object(b, allowed, 1, &b->body, err) == -1)
 		return -1;
-	serial_enqueue(b, stop_start);
+	breq_enqueue(b, stop_start);
 	return 0;
 }
 

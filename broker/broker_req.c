@@ -17,16 +17,14 @@
 #include "broker_metrics.h"
 #include "broker_state.h"
 #include "sbx_gate.h"
-#include "sbx_call.h"
 #include "sbx_log.h"
-#include "sbx_ndjson.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"
 #include "sbx_time.h"
 #include "sbx_wire.h"
 
 /* ------------------------------------------------------------------ */
-/* The one way out of every request                                    */
+/* A request made, and the one way out of every request                */
 
 static void
 breq_free(struct breq *b)

@@ -14,7 +14,6 @@
 #include "sbx_log.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"
-#include "sbx_time.h"
 
 int
 broker_server_draining(const struct broker_server *s)

@@ -1,6 +1,4 @@
 /* test_api_auth.c - sandbox-api's credential check comes before the request body: a bad or missing key is answered 401 before one body byte is read (sbx_gate.h, adr/0008). */
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include "api_testutil.h"
@@ -8,23 +6,6 @@
 #include "driver_fake.h"
 
 static char KA[64], KB[64], KOP[64];   /* player alice, player bob, operator */
-
-/* A raw connection to the api (the in-loop client sends whole bodies). */
-static int
-raw_connect(void)
-{
-	struct sockaddr_in sin;
-	int fd;
-
-	fd = socket(AF_INET, SOCK_STREAM, 0);
-	assert_true(fd >= 0);
-	memset(&sin, 0, sizeof(sin));
-	sin.sin_family = AF_INET;
-	sin.sin_port = htons((uint16_t)T.port);
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
-	return fd;
-}
 
 /*
  * Sends head (a request head announcing a body that never comes) and
@@ -36,7 +17,7 @@ head_only(const char *head, int ms, char *buf, size_t cap)
 {
 	size_t got = 0;
 	ssize_t n;
-	int fd = raw_connect(), waited;
+	int fd = tu_raw_connect(), waited;
 
 	assert_int_equal(write(fd, head, strlen(head)), (ssize_t)strlen(head));
 	buf[0] = '\0';

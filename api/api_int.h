@@ -266,7 +266,8 @@ void api_req_grace_over(void *arg);
  * audit row (its op cancelled, its connection left to evhttp_free). */
 void api_req_abandon_all(struct api_server *s);
 
-/* api_sandbox.c: JSON handlers of NPCs, sandboxes, files, egress, metrics. */
+/* The handlers (api_handler_fn, rows of the route table in api_http.c).
+ * api_sandbox.c: NPCs, sandboxes, file write and list, egress, metrics. */
 int api_h_npc_create(struct areq *a, struct sbx_err *err);
 int api_h_npc_list(struct areq *a, struct sbx_err *err);
 int api_h_whoami(struct areq *a, struct sbx_err *err);
@@ -284,8 +285,9 @@ int api_h_metrics(struct areq *a, struct sbx_err *err);
 /* The status object of docs/api.md for st of a's NPC (new reference). */
 json_t *api_status_json(const struct areq *a, const struct sbx_status *st);
 
-/* api_exec.c */
+/* api_exec.c: POST .../exec as SSE, GET .../files as bytes (SPEC §5). */
 int api_h_exec(struct areq *a, struct sbx_err *err);
+int api_h_read(struct areq *a, struct sbx_err *err);
 /*
  * Parses and checks an exec body (a->body) into er (its strings borrowed
  * from a->body; *argv and *env owned by the caller: free), also the
@@ -324,7 +326,6 @@ int api_execs_ticket_auth(struct api_server *s, const char *npc,
 int api_h_console(struct areq *a, struct sbx_err *err);
 /* Builds s->console_csp (hashes of the page's inline script and style). */
 int api_console_init(struct api_server *s);
-int api_h_read(struct areq *a, struct sbx_err *err);
 
 /* NDJSON line -> SSE event: sbx_sse_from_own_ndjson (proto/sbx_sse.h). */
 

@@ -104,8 +104,9 @@ struct sbx_httpd_ops {
  * The part of a request the core handles. Embedded (not pointed to) in
  * each daemon's own request struct; the daemon recovers its struct from
  * the pointer the callbacks get (offsetof). Zero it, then set req, gate
- * (NULL when the server has none) and ops before any call below.
- * Every field is the core's to change; the daemon reads them.
+ * (NULL when the server has none) and ops before any call below, and
+ * high_water before a stream begins if the daemon wants its own. Every
+ * other field is the core's to change; the daemon reads them.
  */
 struct sbx_httpd_req {
 	struct evhttp_request *req;    /* borrowed; NULL once replied or gone */

@@ -1,4 +1,4 @@
-/* api_files.c - a file write's body streamed from the client to the broker as it arrives, the client watched meanwhile (adr/0030). */
+/* api_files.c - a file write's body streamed from the client to the broker as it arrives, the client watched meanwhile; a list page's reply in slices (adr/0030). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -7,7 +7,6 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 
 #include "api_int.h"
 #include "sbx_call.h"
@@ -15,27 +14,6 @@
 #include "sbx_httpd.h"
 #include "sbx_list_out.h"
 #include "sbx_proto.h"
-#include "sbx_wire.h"
-
-#define A_OF(r) ((struct areq *)(void *)((char *)(r) - \
-	offsetof(struct areq, watch)))
-
-/* The client left mid-body (or before the answer): the broker connection
- * closes, so the broker cancels its write and the helper, having less than
- * --size bytes, leaves the file as it was (adr/0018). */
-static void
-write_gone(struct sbx_httpd_req *r)
-{
-	struct areq *a = A_OF(r);
-	struct sbx_op *op = a->op;
-
-	a->op = NULL;
-	sbx_op_cancel(op);
-	a->req = NULL;       /* released by the core (sbx_httpd.c closed) */
-	areq_finish(a, 499, SBX_E_CANCELLED);
-}
-
-static const struct sbx_httpd_ops write_watch_ops = { NULL, write_gone };
 
 /* A driver without write_stream (the fake of the unit tests): the whole
  * body, then write, bounded by file_size_max. */
@@ -57,58 +35,47 @@ gather_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info,
 		areq_fail_broker(a, &err);
 }
 
-void
-api_write_stream(struct areq *a, sbx_done_cb done)
+/* on_end of a gathered write: the body's buffer forgets gather_cb before
+ * areq_finish frees the body. */
+static void
+gather_end(struct areq *a)
+{
+	if (a->gbody != NULL)
+		evbuffer_remove_cb(sbx_gate_body_buffer(a->gbody), gather_cb, a);
+}
+
+int
+api_write_stream(struct areq *a, sbx_done_cb done, struct sbx_err *err)
 {
 	struct evbuffer *src = sbx_gate_body_buffer(a->gbody);
-	struct sbx_err err;
 
-	sbx_err_clear(&err);
 	a->wsize = sbx_gate_body_length(a->gbody);
 	a->wdone = done;
-	a->watch.req = a->req;
-	a->watch.gate = a->s->gate;
-	a->watch.ops = &write_watch_ops;
 	/* The gate holds at most this much of the body not yet taken. */
 	sbx_gate_body_window(a->gbody, (size_t)a->s->cfg->file_write_buffer);
 	if (!sbx_call_supports(a->s->driver, SBX_CALL_WRITE_STREAM)) {
 		sbx_gate_body_window(a->gbody, (size_t)a->wsize);
-		if (evbuffer_add_cb(src, gather_cb, a) == NULL) {
-			areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
-			return;
-		}
-		sbx_httpd_watch(&a->watch);
+		if (evbuffer_add_cb(src, gather_cb, a) == NULL)
+			return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		a->on_end = gather_end;
+		/* The client leaving meanwhile cancels the write (499). */
+		areq_watch(a);
 		sbx_gate_body_kick(a->gbody);
 		if ((uint64_t)evbuffer_get_length(src) >= a->wsize) {
 			struct evbuffer_cb_info info = { 0, 1, 0 };
 
 			gather_cb(src, &info, a);
 		}
-		return;
+		return 0;
 	}
 	/* The gate holds at most file_write_buffer of the body, the driver
 	 * as much again towards the broker: a small constant per write. */
 	a->op = sbx_call_write_stream(a->s->driver, a->npc.sandbox_id,
-	    a->path, a->mode, src, a->wsize, done, a, &err);
-	if (a->op == NULL) {
-		areq_fail_broker(a, &err);
-		return;
-	}
-	sbx_httpd_watch(&a->watch);
+	    a->path, a->mode, src, a->wsize, done, a, err);
+	if (a->op == NULL)
+		return areq_broker_err(a);
+	areq_watch(a);
 	sbx_gate_body_kick(a->gbody);
-}
-
-unsigned
-api_write_reply_flags(struct areq *a, int status)
-{
-	/* Stop watching before the reply (its core call knows nothing of
-	 * this watch). A body that stopped coming (504) ends its connection;
-	 * the rest of one answered early is read and dropped by the gate. */
-	if (a->watch.watching)
-		sbx_httpd_unwatch(&a->watch);
-	if (a->gbody != NULL && status == 504 &&
-	    !sbx_gate_body_complete(a->gbody))
-		return SBX_HTTPD_CLOSE;
 	return 0;
 }
 
@@ -126,10 +93,8 @@ list_done(void *arg, const struct sbx_err *err, struct evbuffer *text,
 		return;
 	}
 	if (!a->list_obj && cursor[0] != '\0') {
-		evhttp_add_header(evhttp_request_get_output_headers(a->req),
-		    "Sbx-List-Truncated", "true");
-		evhttp_add_header(evhttp_request_get_output_headers(a->req),
-		    "Sbx-List-Cursor", cursor);
+		sbx_httpd_header(&a->h, "Sbx-List-Truncated", "true");
+		sbx_httpd_header(&a->h, "Sbx-List-Cursor", cursor);
 	}
 	areq_reply_json_text(a, 200, text);
 }
@@ -140,22 +105,8 @@ api_list_reply(struct areq *a, const struct sbx_dirent *ents, size_t n,
 {
 	struct sbx_err err;
 
-	/* a->lout is freed with a (api_write_release) */
+	/* a->lout is freed with a (areq_finish) */
 	if (sbx_list_out_start(&a->lout, a->s->base, ents, n, truncated,
 	    a->list_obj, list_done, a, &err) == -1)
 		areq_fail(a, &err);
-}
-
-void
-api_write_release(struct areq *a)
-{
-	sbx_list_out_free(a->lout);
-	a->lout = NULL;
-	if (a->watch.watching)
-		sbx_httpd_unwatch(&a->watch);
-	if (a->gbody == NULL)
-		return;
-	evbuffer_remove_cb(sbx_gate_body_buffer(a->gbody), gather_cb, a);
-	sbx_gate_body_free(a->gbody);
-	a->gbody = NULL;
 }

@@ -21,15 +21,12 @@ on_event(void *arg, const struct sbx_event *ev, const char *line, size_t len)
 	switch (ev->type) {
 	case SBX_EVENT_START:
 		b->started = 1;
-		b->busy++;
 		b->sink.start(b->sink.arg, ev->exec_id);
-		b->busy--;
 		break;
 	case SBX_EVENT_STDOUT:
 	case SBX_EVENT_STDERR:
 		if (ev->len == 0)
 			break;
-		b->busy++;
 		/* As received when the sink takes lines (adr/0028): the
 		 * parser checked it without decoding it. */
 		if (ev->undecoded)
@@ -37,7 +34,6 @@ on_event(void *arg, const struct sbx_event *ev, const char *line, size_t len)
 		else
 			b->sink.output(b->sink.arg, ev->stream, ev->data,
 			    ev->len);
-		b->busy--;
 		break;
 	case SBX_EVENT_EXIT:
 		/* Held until the stream ends: an error may still follow. */
@@ -75,7 +71,7 @@ exec_begin(struct bop *b)
 		sbx_ndjson_parser_undecoded(b->parser, 1);
 	if (b->parser == NULL) {
 		sbx_err_set(&e, SBX_E_INTERNAL, "Out of memory.");
-		dbk_op_sink_error(b, &e);
+		b->sink.error(b->sink.arg, &e);
 		dbk_op_end(b);
 	}
 }
@@ -105,18 +101,16 @@ finish_exec(struct bop *b, const struct sbx_err *terr)
 		return;
 	if (b->have_error) {
 		/* "exit then error": only one terminal callback exists. */
-		dbk_op_sink_error(b, &b->error);
+		b->sink.error(b->sink.arg, &b->error);
 		return;
 	}
 	if (sbx_ndjson_parser_finish(b->parser, &e) == -1 || !b->have_exit) {
 		sbx_err_set(&e, SBX_E_BROKER_UNAVAILABLE, "The sandbox broker's "
 		    "exec stream ended before the exec did.");
-		dbk_op_sink_error(b, &e);
+		b->sink.error(b->sink.arg, &e);
 		return;
 	}
-	b->busy++;
 	b->sink.exit(b->sink.arg, &b->exit);
-	b->busy--;
 }
 
 static const struct bkind kind_exec = {

@@ -65,11 +65,7 @@ read_begin(struct bop *b)
 		return;
 	b->streaming = 1;
 	b->started = 1;
-	b->busy++;
 	b->sink.start(b->sink.arg, "");
-	b->busy--;
-	if (b->dead && b->busy == 0)
-		dbk_op_free(b);
 }
 
 static void
@@ -86,9 +82,7 @@ finish_read(struct bop *b, const struct sbx_err *terr)
 	if (dbk_op_stream_ended(b, terr) == -1)
 		return;
 	memset(&ex, 0, sizeof(ex));
-	b->busy++;
 	b->sink.exit(b->sink.arg, &ex);
-	b->busy--;
 }
 
 static const struct bkind kind_read = {
@@ -139,10 +133,8 @@ finish_list(struct bop *b, const struct sbx_err *terr)
 		dbk_error_malformed(&e);
 done:
 	ok = !sbx_err_is_set(&e);
-	b->busy++;
 	b->cb.list(b->arg, dbk_err_or_null(&e), ok ? ents : NULL, ok ? n : 0,
 	    ok && trunc);
-	b->busy--;
 	free(ents);
 	json_decref(root);
 }

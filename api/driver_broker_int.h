@@ -34,12 +34,14 @@ struct bkind {
 	/* The answer's head came (b->status set). A kind whose body is not
 	 * one JSON document to buffer takes it over here: it sets
 	 * b->streaming and feed gets the bytes. NULL: buffered for finish.
-	 * May end (dbk_op_end) and so free b. */
+	 * b->busy is held around it: it may end the op (dbk_op_end), which
+	 * is freed after it returns. */
 	void (*begin)(struct bop *b);
-	/* Bytes of a body begin took over (b->busy is held around it). */
+	/* Bytes of a body begin took over (b->busy held around it, too). */
 	void (*feed)(struct bop *b, const unsigned char *p, size_t n);
 	/* The answer ended; terr is the transport's error, else NULL. Makes
-	 * the caller's one terminal callback; the op ends after it. */
+	 * the caller's one terminal callback (b->busy held around it); the op
+	 * ends after it. */
 	void (*finish)(struct bop *b, const struct sbx_err *terr);
 };
 
@@ -130,9 +132,6 @@ int dbk_op_answer_error(struct bop *b, const struct sbx_err *terr,
  * (dbk_op_answer_error's, or an answer the api cannot read). */
 json_t *dbk_op_answer_json(struct bop *b, const struct sbx_err *terr,
     struct sbx_err *e);
-
-/* The sink's error callback, with b held busy around it. */
-void dbk_op_sink_error(struct bop *b, const struct sbx_err *e);
 
 /* The end of a stream op's answer before its kind's own ending: a
  * transport error, or an answer that was no stream (the broker's error),

@@ -127,14 +127,6 @@ dbk_op_answer_json(struct bop *b, const struct sbx_err *terr, struct sbx_err *e)
 	return root;
 }
 
-void
-dbk_op_sink_error(struct bop *b, const struct sbx_err *e)
-{
-	b->busy++;
-	b->sink.error(b->sink.arg, e);
-	b->busy--;
-}
-
 /*
  * The end of a stream op's answer, before its kind's own ending: a
  * transport error, or an answer that was no stream (the broker's error),
@@ -157,7 +149,7 @@ dbk_op_stream_ended(struct bop *b, const struct sbx_err *terr)
 		dbk_error_from_body(b->status, b->body, &e);
 	else
 		return 0;
-	dbk_op_sink_error(b, &e);
+	b->sink.error(b->sink.arg, &e);
 	return -1;
 }
 
@@ -174,8 +166,13 @@ on_response(void *arg, struct sbx_http_req *req, int status)
 	/* The broker answered a streamed write: the rest of the body is not
 	 * wanted (an early error), or there is none left (done). */
 	src_detach(b);
-	if (b->kind->begin != NULL)
-		b->kind->begin(b);   /* may end and free b */
+	if (b->kind->begin == NULL)
+		return;
+	b->busy++;
+	b->kind->begin(b);
+	b->busy--;
+	if (b->dead && b->busy == 0)
+		dbk_op_free(b);   /* begin ended it (or its sink cancelled) */
 }
 
 static void
@@ -215,7 +212,9 @@ on_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 			dbk_op_free(b);
 		return;
 	}
+	b->busy++;
 	b->kind->finish(b, err);
+	b->busy--;
 	dbk_op_end(b);
 }
 

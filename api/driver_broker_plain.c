@@ -23,9 +23,7 @@ finish_status(struct bop *b, const struct sbx_err *terr)
 
 	if (root != NULL && sbx_wire_status_decode(root, &st, &e) == -1)
 		dbk_error_malformed(&e);
-	b->busy++;
 	b->cb.status(b->arg, dbk_err_or_null(&e), sbx_err_is_set(&e) ? NULL : &st);
-	b->busy--;
 	json_decref(root);
 }
 
@@ -38,9 +36,7 @@ finish_done(struct bop *b, const struct sbx_err *terr)
 	struct sbx_err e;
 
 	(void)dbk_op_answer_error(b, terr, &e);
-	b->busy++;
 	b->cb.done(b->arg, dbk_err_or_null(&e));
-	b->busy--;
 }
 
 const struct bkind dbk_kind_done = { .finish = finish_done };
@@ -59,9 +55,7 @@ finish_sandboxes(struct bop *b, const struct sbx_err *terr)
 	    strcmp(e.code, SBX_E_INTERNAL) != 0)
 		dbk_error_malformed(&e);
 	ok = !sbx_err_is_set(&e);
-	b->busy++;
 	b->cb.sandboxes(b->arg, dbk_err_or_null(&e), ok ? sts : NULL, ok ? n : 0);
-	b->busy--;
 	free(sts);
 	json_decref(root);
 }
@@ -78,9 +72,7 @@ finish_health(struct bop *b, const struct sbx_err *terr)
 
 	if (root != NULL && sbx_wire_health_decode(root, &h, &e) == -1)
 		dbk_error_malformed(&e);
-	b->busy++;
 	b->cb.health(b->arg, dbk_err_or_null(&e), sbx_err_is_set(&e) ? NULL : &h);
-	b->busy--;
 	json_decref(root);
 }
 
@@ -98,9 +90,7 @@ finish_json(struct bop *b, const struct sbx_err *terr)
 		dbk_error_malformed(&e);
 	else if (root != NULL && (text = json_dumps(root, JSON_COMPACT)) == NULL)
 		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
-	b->busy++;
 	b->cb.json(b->arg, dbk_err_or_null(&e), text);
-	b->busy--;
 	free(text);
 	json_decref(root);
 }

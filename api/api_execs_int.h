@@ -32,6 +32,7 @@
 #define VIEW_SNDBUF (128 * 1024)   /* SO_SNDBUF of a viewer's socket */
 #define LIST_DEFAULT 20
 #define LIST_MAX 200
+#define TICKETS_MAX 64              /* live browser tickets per exec */
 
 struct seg {
 	uint64_t first_id;

@@ -40,6 +40,72 @@ ticket_hash(const struct api_server *s, const char *t, size_t len,
 	    s->ticket_key, sizeof(s->ticket_key));
 }
 
+/* x's tickets file rewritten with its tickets (tmp + rename; none: the
+ * file goes). A failure leaves the old file, whose expired lines the
+ * loader skips. */
+static void
+tickets_rewrite(struct api_exec *x)
+{
+	char path[1024], tmp[1040], hex[65];
+	const struct ticket *t;
+	FILE *f = NULL;
+	int fd, ok = 1;
+
+	ax_exec_path(path, sizeof(path), x, "tickets");
+	if (x->tickets == NULL) {
+		unlink(path);
+		return;
+	}
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd >= 0 && (f = fdopen(fd, "w")) == NULL)
+		close(fd);
+	if (f == NULL)
+		return;
+	for (t = x->tickets; t != NULL && ok; t = t->next) {
+		sodium_bin2hex(hex, sizeof(hex), t->hash, sizeof(t->hash));
+		ok = fprintf(f, "%s %lld %s\n", hex, (long long)t->expires_ms,
+		    t->principal) > 0;
+	}
+	sodium_memzero(hex, sizeof(hex));
+	if (fclose(f) != 0 || !ok || rename(tmp, path) != 0)
+		unlink(tmp);
+}
+
+/* Drops x's tickets that expired by now (wall ms), in memory and on
+ * disk, so neither the table nor a lookup's scan outgrows ticket_ttl. */
+static void
+tickets_prune(struct api_exec *x, int64_t now)
+{
+	struct ticket **pp = &x->tickets, *t;
+	int dropped = 0;
+
+	while ((t = *pp) != NULL) {
+		if (t->expires_ms > now) {
+			pp = &t->next;
+			continue;
+		}
+		*pp = t->next;
+		sodium_memzero(t, sizeof(*t));
+		free(t);
+		dropped = 1;
+	}
+	if (dropped)
+		tickets_rewrite(x);
+}
+
+/* Live tickets of x. */
+static unsigned
+tickets_count(const struct api_exec *x)
+{
+	const struct ticket *t;
+	unsigned n = 0;
+
+	for (t = x->tickets; t != NULL; t = t->next)
+		n++;
+	return n;
+}
+
 int
 api_h_execs_ticket(struct areq *a, struct sbx_err *err)
 {
@@ -53,6 +119,11 @@ api_h_execs_ticket(struct areq *a, struct sbx_err *err)
 
 	if ((x = ax_exec_of(a, err)) == NULL)
 		return -1;
+	tickets_prune(x, ax_wall_now());
+	if (tickets_count(x) >= TICKETS_MAX)
+		return sbx_err_set(err, SBX_E_TOO_MANY, "Exec %s already has %u "
+		    "live tickets; reuse one, or ask again when one expires "
+		    "(ticket_ttl).", x->id, TICKETS_MAX);
 	if ((t = calloc(1, sizeof(*t))) == NULL ||
 	    sbx_token_generate(tok, sizeof(tok)) == -1) {
 		free(t);
@@ -122,6 +193,7 @@ api_execs_ticket_auth(struct api_server *s, const char *npc, const char *id,
 		    x->owner_id == n.owner_id)
 			break;
 	if (x != NULL) {
+		tickets_prune(x, ax_wall_now());
 		ticket_hash(s, tok, strlen(tok), h);
 		for (t = x->tickets; t != NULL; t = t->next)
 			if (sodium_memcmp(t->hash, h, sizeof(h)) == 0 &&

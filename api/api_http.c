@@ -284,7 +284,8 @@ path_needs_auth(const char *path)
  * Who asks on method + path: the route's own hook (api_auth_fn) when the
  * route has one (with the NPC and exec id the path names and query, the
  * request's query string, not decoded, NULL when none), else the bearer
- * API key of authz. final 0 in the gate, 1 in api_dispatch. Returns 1 with
+ * API key of authz (path NULL: a CONNECT's authority, no route: the key
+ * only). final 0 in the gate, 1 in api_dispatch. Returns 1 with
  * *who, 0 when not authenticated, -1 on a database error.
  */
 static int
@@ -298,7 +299,8 @@ api_authenticate(struct api_server *s, int method, const char *path,
 	size_t keylen = 0;
 	api_auth_fn hook;
 
-	r = route_find(path, method, npc, sizeof(npc), id, sizeof(id), NULL, 0);
+	r = path != NULL ? route_find(path, method, npc, sizeof(npc), id,
+	    sizeof(id), NULL, 0) : NULL;
 	if ((hook = r != NULL ? r->auth : NULL) != NULL)
 		return hook(s, npc, id, query, authz, final, who);
 	key = bearer_key(authz, &keylen);
@@ -324,14 +326,17 @@ gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
 	int ok = 1;
 
 	*cap = 0;
-	if (path == NULL)
+	/* A CONNECT has no path: without a good key it is refused here, so
+	 * the stranger gets 401 and the connection closes. */
+	if (path == NULL && h->type != EVHTTP_REQ_CONNECT)
 		return SBX_GATE_PASS;   /* api_dispatch: 400 */
 	/* A CORS preflight carries no credential by design (Fetch §4.8);
 	 * api_dispatch answers it (cors) or asks for a key; no body. */
 	if (h->type == EVHTTP_REQ_OPTIONS)
 		return SBX_GATE_PASS;
-	r = route_find(path, h->type, npc, sizeof(npc), id, sizeof(id), NULL, 0);
-	if (path_needs_auth(path)) {
+	r = path != NULL ? route_find(path, h->type, npc, sizeof(npc), id,
+	    sizeof(id), NULL, 0) : NULL;
+	if (path == NULL || path_needs_auth(path)) {
 		target = strndup(h->target, h->tlen);
 		/* A copy of exactly alen bytes: the value may hold a NUL, and
 		 * strndup would then allocate less than the alen bytes the

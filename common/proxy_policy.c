@@ -360,6 +360,7 @@ static const struct range ranges4[] = {
 	{ { 169, 254, 0, 0 }, 16, "169.254.0.0/16 (link-local, cloud metadata)" },
 	{ { 172, 16, 0, 0 }, 12, "172.16.0.0/12 (private)" },
 	{ { 192, 0, 0, 0 }, 24, "192.0.0.0/24 (IETF protocol assignments)" },
+	{ { 192, 88, 99, 0 }, 24, "192.88.99.0/24 (6to4 relay anycast)" },
 	{ { 192, 168, 0, 0 }, 16, "192.168.0.0/16 (private)" },
 	{ { 198, 18, 0, 0 }, 15, "198.18.0.0/15 (benchmarking)" },
 	{ { 224, 0, 0, 0 }, 3, "224.0.0.0/3 (multicast, reserved)" },
@@ -424,7 +425,9 @@ proxy_addr_refused(const struct sockaddr *sa, const struct proxy_policy *p,
     const char **range)
 {
 	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	static const uint8_t translated[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0 };
 	static const uint8_t nat64[12] = { 0x00, 0x64, 0xff, 0x9b };
+	static const uint8_t teredo[4] = { 0x20, 0x01, 0x00, 0x00 };
 	const uint8_t *a;
 	size_t i;
 
@@ -441,10 +444,20 @@ proxy_addr_refused(const struct sockaddr *sa, const struct proxy_policy *p,
 	a = (const uint8_t *)&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
 	if (in_cidrs(p, AF_INET6, a))
 		return 0;
-	if (memcmp(a, mapped, 12) == 0 || memcmp(a, nat64, 12) == 0)
+	if (memcmp(a, mapped, 12) == 0 || memcmp(a, translated, 12) == 0 ||
+	    memcmp(a, nat64, 12) == 0)
 		return refused4(a + 12, p, range);
 	if (a[0] == 0x20 && a[1] == 0x02 && refused4(a + 2, p, range))
 		return 1;
+	/* Teredo: the server's IPv4 as is, the client's inverted (RFC 4380 §4). */
+	if (memcmp(a, teredo, 4) == 0) {
+		uint8_t client[4];
+
+		for (i = 0; i < 4; i++)
+			client[i] = (uint8_t)~a[12 + i];
+		if (refused4(a + 4, p, range) || refused4(client, p, range))
+			return 1;
+	}
 	for (i = 0; i < sizeof(ranges6) / sizeof(ranges6[0]); i++) {
 		if (prefix_match(a, ranges6[i].net, ranges6[i].plen)) {
 			if (range != NULL)

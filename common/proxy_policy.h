@@ -104,10 +104,13 @@ int proxy_policy_allows(const struct proxy_policy *p, const char *host, uint16_t
  * 1 when the proxy must not connect to sa (an IPv4 or IPv6 socket
  * address; anything else counts as refused): unspecified, loopback,
  * RFC 1918, CGNAT 100.64/10, link-local 169.254/16 (cloud metadata),
- * IETF 192.0.0/24, benchmarking 198.18/15, multicast and reserved 224/3,
- * ::1, ::, fc00::/7, fe80::/10, fec0::/10, ff00::/8, discard 100::/64,
- * 64:ff9b:1::/48; IPv4-mapped (::ffff:a.b.c.d), NAT64 (64:ff9b::/96) and
- * 6to4 (2002::/16) addresses are judged by the IPv4 address they carry.
+ * IETF 192.0.0/24, 6to4 relay anycast 192.88.99/24, benchmarking
+ * 198.18/15, multicast and reserved 224/3, ::1, ::, fc00::/7, fe80::/10,
+ * fec0::/10, ff00::/8, discard 100::/64, 64:ff9b:1::/48; IPv4-mapped
+ * (::ffff:0:0/96), SIIT IPv4-translated (::ffff:0:0:0/96), NAT64
+ * (64:ff9b::/96) and 6to4 (2002::/16) addresses are judged by the IPv4
+ * address they carry, Teredo (2001::/32) by both of its: the server's and
+ * the client's (stored inverted).
  * Refused ranges are the ones deploy/egress-firewall.sh drops. An address
  * inside one of p's CIDRs is allowed whatever its range (p may be NULL).
  * On 1, *range (if not NULL) names the range (static string).

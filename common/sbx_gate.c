@@ -184,7 +184,11 @@ static void
 conn_refuse(struct gconn *c, struct evbuffer *in,
     const struct sbx_gate_head *h, int authed, enum sbx_gate_verdict v)
 {
-	if (h != NULL && h->line_ok && h->type != 0)
+	/* evhttp keeps a connection open after answering a CONNECT whatever
+	 * "Connection: close" says (libevent 2.1): the refusal goes as a GET. */
+	if (h != NULL && h->line_ok && h->type == EVHTTP_REQ_CONNECT)
+		evbuffer_add_printf(in, "GET / HTTP/1.1\r\n");
+	else if (h != NULL && h->line_ok && h->type != 0)
 		evbuffer_add_printf(in, "%.*s %.*s HTTP/1.1\r\n", (int)h->mlen,
 		    h->method, (int)h->tlen, h->target);
 	else if (h != NULL && h->line_ok)   /* a method evhttp would not parse */

@@ -19,9 +19,14 @@
 #   * to a private, loopback, link-local (cloud metadata), CGNAT, benchmark
 #     or multicast address: other container networks (the compose network of
 #     sbx itself included), the LAN, 169.254.169.254,
-#   * to the host itself (INPUT), except replies and DNS (port 53: Podman's
-#     aardvark-dns answers on the gateway),
-# unless an operator names the destination in SBX_EGRESS_ALLOW. Everything
+#   * to the host itself (INPUT), except replies and DNS to the sandbox's own
+#     gateway address (port 53: Podman's aardvark-dns answers there),
+# unless an operator names the destination in SBX_EGRESS_ALLOW. DNS (port 53)
+# leaves the host only for the resolvers: addresses the operator names in
+# SBX_EGRESS_RESOLVERS are accepted before the private-range drop (a VPC
+# resolver in 10/8 works); without it, the nameserver addresses of
+# SBX_EGRESS_RESOLV_CONF are accepted after that drop, so a private one
+# found there opens nothing. Single addresses only, never a range. Everything
 # else (the internet) is left to the host's and the runtime's own policy.
 #
 # Backend: nftables (a table "inet sbx_egress" of its own, at a priority
@@ -34,7 +39,15 @@
 # Environment:
 #   SBX_EGRESS_BRIDGE_PREFIX  interface prefix [sbxe]; must match the broker
 #   SBX_EGRESS_ALLOW          space-separated CIDRs sandboxes may reach anyway
-#   SBX_EGRESS_DNS            1: allow port 53 anywhere and on the host [1]
+#   SBX_EGRESS_DNS            1: allow port 53 to the resolvers and to the
+#                             sandbox's gateway; 0: nowhere [1]
+#   SBX_EGRESS_RESOLVERS      space-separated resolver addresses (no /len),
+#                             accepted before the private-range drop
+#                             [unset: SBX_EGRESS_RESOLV_CONF's, after it]
+#   SBX_EGRESS_RESOLV_CONF    where the default resolvers come from; its
+#                             loopback and scoped (%) nameservers are
+#                             skipped [/etc/resolv.conf; with systemd-resolved
+#                             name /run/systemd/resolve/resolv.conf]
 #   SBX_EGRESS_BACKEND        nft or iptables [nft when installed]
 #
 # Exit: 0 done; 1 the firewall tool failed; 2 usage or bad environment.
@@ -46,9 +59,10 @@ set -eu
 PREFIX=${SBX_EGRESS_BRIDGE_PREFIX:-sbxe}
 ALLOW=${SBX_EGRESS_ALLOW:-}
 DNS=${SBX_EGRESS_DNS:-1}
+RESOLV_CONF=${SBX_EGRESS_RESOLV_CONF:-/etc/resolv.conf}
 TABLE=sbx_egress
 
-PRIVATE4="0.0.0.0/8 10.0.0.0/8 100.64.0.0/10 127.0.0.0/8 169.254.0.0/16 172.16.0.0/12 192.0.0.0/24 192.168.0.0/16 198.18.0.0/15 224.0.0.0/3"
+PRIVATE4="0.0.0.0/8 10.0.0.0/8 100.64.0.0/10 127.0.0.0/8 169.254.0.0/16 172.16.0.0/12 192.0.0.0/24 192.88.99.0/24 192.168.0.0/16 198.18.0.0/15 224.0.0.0/3"
 PRIVATE6="::1/128 ::ffff:0:0/96 64:ff9b:1::/48 fc00::/7 fe80::/10 ff00::/8"
 
 die() {
@@ -83,6 +97,29 @@ for c in $ALLOW; do
 	esac
 done
 
+# Resolvers: named (before the private-range drop) or the host's (after it).
+if [ "${SBX_EGRESS_RESOLVERS+set}" = set ]; then
+	RESOLVERS=$SBX_EGRESS_RESOLVERS
+	RESOLVERS_NAMED=1
+else
+	RESOLVERS=""
+	RESOLVERS_NAMED=0
+	if [ "$DNS" = 1 ] && [ -r "$RESOLV_CONF" ]; then
+		RESOLVERS=$(awk '$1 == "nameserver" && $2 !~ /%/ && $2 !~ /^127\./ && $2 != "::1" { print $2 }' "$RESOLV_CONF")
+	fi
+fi
+DNS4=""
+DNS6=""
+for a in $RESOLVERS; do
+	case $a in
+	*/*) die "SBX_EGRESS_RESOLVERS: a resolver is one address, not a range: $a" ;;
+	*[!0-9a-fA-F.:]*) die "SBX_EGRESS_RESOLVERS: not an address: $a" ;;
+	*:*) DNS6="$DNS6 $a" ;;
+	*) DNS4="$DNS4 $a" ;;
+	esac
+done
+[ "$DNS" = 1 ] || { DNS4=""; DNS6=""; }
+
 backend() {
 	case ${SBX_EGRESS_BACKEND:-} in
 	nft|iptables) echo "$SBX_EGRESS_BACKEND" ;;
@@ -100,21 +137,29 @@ commas() {
 
 # Word splitting of the CIDR lists is meant.
 # shellcheck disable=SC2086
+nft_dns() {
+	[ -n "$DNS4" ] && echo "		iifname \"$PREFIX*\" oifname != \"$PREFIX*\" ip daddr { $(commas $DNS4) } meta l4proto { tcp, udp } th dport 53 accept"
+	[ -n "$DNS6" ] && echo "		iifname \"$PREFIX*\" oifname != \"$PREFIX*\" ip6 daddr { $(commas $DNS6) } meta l4proto { tcp, udp } th dport 53 accept"
+	return 0
+}
+
+# shellcheck disable=SC2086
 nft_rules() {
 	echo "table inet $TABLE {"
 	echo "	chain forward {"
 	echo "		type filter hook forward priority filter - 5; policy accept;"
-	[ "$DNS" = 1 ] && echo "		iifname \"$PREFIX*\" oifname != \"$PREFIX*\" meta l4proto { tcp, udp } th dport 53 accept"
+	[ "$RESOLVERS_NAMED" = 1 ] && nft_dns
 	[ -n "$ALLOW4" ] && echo "		iifname \"$PREFIX*\" oifname != \"$PREFIX*\" ip daddr { $(commas $ALLOW4) } accept"
 	[ -n "$ALLOW6" ] && echo "		iifname \"$PREFIX*\" oifname != \"$PREFIX*\" ip6 daddr { $(commas $ALLOW6) } accept"
 	echo "		iifname \"$PREFIX*\" oifname \"$PREFIX*\" drop"
 	echo "		iifname \"$PREFIX*\" ip daddr { $(commas $PRIVATE4) } drop"
 	echo "		iifname \"$PREFIX*\" ip6 daddr { $(commas $PRIVATE6) } drop"
+	[ "$RESOLVERS_NAMED" = 0 ] && nft_dns
 	echo "	}"
 	echo "	chain input {"
 	echo "		type filter hook input priority filter - 5; policy accept;"
 	echo "		iifname \"$PREFIX*\" ct state established,related accept"
-	[ "$DNS" = 1 ] && echo "		iifname \"$PREFIX*\" meta l4proto { tcp, udp } th dport 53 accept"
+	[ "$DNS" = 1 ] && echo "		iifname \"$PREFIX*\" fib daddr . iif type local meta l4proto { tcp, udp } th dport 53 accept"
 	echo "		iifname \"$PREFIX*\" drop"
 	echo "	}"
 	echo "}"
@@ -144,16 +189,21 @@ nft_check() {
 
 # ---------------------------------------------------------------- iptables
 
+# $1: the resolver addresses of one family.
+ipt_dns() {
+	for a in $1; do
+		echo "-A SBX-EGRESS-FWD ! -o $PREFIX+ -d $a -p udp --dport 53 -j RETURN"
+		echo "-A SBX-EGRESS-FWD ! -o $PREFIX+ -d $a -p tcp --dport 53 -j RETURN"
+	done
+}
+
 ipt_rules() {
 	# $1: 4 or 6
 	fam=$1
-	if [ "$fam" = 4 ]; then priv=$PRIVATE4; allow=$ALLOW4; else priv=$PRIVATE6; allow=$ALLOW6; fi
+	if [ "$fam" = 4 ]; then priv=$PRIVATE4; allow=$ALLOW4; dns=$DNS4; else priv=$PRIVATE6; allow=$ALLOW6; dns=$DNS6; fi
 	echo "-N SBX-EGRESS-FWD"
 	echo "-N SBX-EGRESS-IN"
-	if [ "$DNS" = 1 ]; then
-		echo "-A SBX-EGRESS-FWD ! -o $PREFIX+ -p udp --dport 53 -j RETURN"
-		echo "-A SBX-EGRESS-FWD ! -o $PREFIX+ -p tcp --dport 53 -j RETURN"
-	fi
+	[ "$RESOLVERS_NAMED" = 1 ] && ipt_dns "$dns"
 	for c in $allow; do
 		echo "-A SBX-EGRESS-FWD ! -o $PREFIX+ -d $c -j RETURN"
 	done
@@ -161,10 +211,11 @@ ipt_rules() {
 	for c in $priv; do
 		echo "-A SBX-EGRESS-FWD -d $c -j DROP"
 	done
+	[ "$RESOLVERS_NAMED" = 0 ] && ipt_dns "$dns"
 	echo "-A SBX-EGRESS-IN -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN"
 	if [ "$DNS" = 1 ]; then
-		echo "-A SBX-EGRESS-IN -p udp --dport 53 -j RETURN"
-		echo "-A SBX-EGRESS-IN -p tcp --dport 53 -j RETURN"
+		echo "-A SBX-EGRESS-IN -m addrtype --dst-type LOCAL --limit-iface-in -p udp --dport 53 -j RETURN"
+		echo "-A SBX-EGRESS-IN -m addrtype --dst-type LOCAL --limit-iface-in -p tcp --dport 53 -j RETURN"
 	fi
 	echo "-A SBX-EGRESS-IN -j DROP"
 }

@@ -96,7 +96,8 @@ const char *jstr(json_t *obj, const char *k);
 /* The raw string member (for comparisons, never for printing); "" when
  * absent. */
 const char *jraw(json_t *obj, const char *k);
-/* v as indented JSON on stdout; CX_OK or CX_ERR. */
+/* v as indented JSON on stdout (cli_json_text: C1 controls escaped too);
+ * CX_OK or CX_ERR. */
 int print_json(json_t *v);
 /* A command's answer j (owned, freed here): with --json (x->o.json) j as
  * print_json prints it, else the text of fmt (printf; its arguments are

@@ -1,6 +1,7 @@
 /* cli_print.c - escaping and time formatting for sbxctl output (contract in cli_print.h). */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -84,6 +85,47 @@ cli_escape(const char *str, size_t n, char *out, size_t cap)
 	}
 	out[o] = '\0';
 	return o;
+}
+
+char *
+cli_json_text(const json_t *v)
+{
+	static const char hex[] = "0123456789ABCDEF";   /* as jansson */
+	char *raw, *out;
+	size_t n, i, o = 0, extra = 0;
+
+	if ((raw = json_dumps(v, JSON_INDENT(2) | JSON_PRESERVE_ORDER)) == NULL)
+		return NULL;
+	n = strlen(raw);
+	/* jansson's output is valid UTF-8: C2 followed by 80..9F is always a
+	 * C1 character, and raw DEL or C1 only ever stand inside a string. */
+	for (i = 0; i < n; i++)
+		if ((unsigned char)raw[i] == 0x7f)
+			extra += 5;
+		else if ((unsigned char)raw[i] == 0xC2 && i + 1 < n &&
+		    (unsigned char)raw[i + 1] <= 0x9F)
+			extra += 4;
+	if ((out = malloc(n + extra + 1)) == NULL) {
+		free(raw);
+		return NULL;
+	}
+	for (i = 0; i < n; i++) {
+		unsigned c = (unsigned char)raw[i];
+
+		if (c == 0xC2 && i + 1 < n && (unsigned char)raw[i + 1] <= 0x9F)
+			c = (unsigned char)raw[++i];
+		else if (c != 0x7f) {
+			out[o++] = raw[i];
+			continue;
+		}
+		memcpy(out + o, "\\u00", 4);
+		out[o + 4] = hex[c >> 4];
+		out[o + 5] = hex[c & 15];
+		o += 6;
+	}
+	out[o] = '\0';
+	free(raw);
+	return out;
 }
 
 const char *

@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 /*
  * Writes s[0..n) to out (cap bytes, cap >= 8) so a terminal shows it and
  * nothing else: valid UTF-8 printable text is copied; a backslash becomes
@@ -16,6 +18,17 @@
  * Pure (no I/O, no locale): fuzzed with the reply parsers.
  */
 size_t cli_escape(const char *s, size_t n, char *out, size_t cap);
+
+/*
+ * The text sbxctl --json prints for v (2-space indent, keys in the
+ * reply's order, no final newline), with DEL and every C1 control
+ * (U+0080..U+009F) written as "\u007F", "\u0080".."\u009F", as jansson
+ * already writes the C0 ones: a terminal shows them, never runs them
+ * (U+009B is CSI). Other UTF-8 is kept as it is. Returns a malloc'd
+ * NUL-terminated string the caller frees, or NULL when v cannot be dumped
+ * (out of memory). No I/O.
+ */
+char *cli_json_text(const json_t *v);
 
 /*
  * Formats secs (Unix seconds, any int64 a server may send) as

@@ -111,10 +111,14 @@ jraw(json_t *obj, const char *k)
 int
 print_json(json_t *v)
 {
-	if (json_dumpf(v, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == -1)
+	char *text = cli_json_text(v);
+	int ok;
+
+	if (text == NULL)
 		return CX_ERR;
-	fputc('\n', stdout);
-	return CX_OK;
+	ok = fputs(text, stdout) >= 0 && fputc('\n', stdout) != EOF;
+	free(text);
+	return ok ? CX_OK : CX_ERR;
 }
 
 int

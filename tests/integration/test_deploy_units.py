@@ -197,6 +197,28 @@ class DeployUnitsTest(unittest.TestCase):
         self.assertRegex(r.stdout, rb'"listen": *"unix:/run/sbx/broker.sock"')
         self.assertRegex(r.stdout, rb'"state_dir": *"/var/lib/sbx"')
 
+    def test_units_bound_memory_and_tasks_as_documented(self):
+        with open(os.path.join(REPO, "docs", "operations.md")) as f:
+            row = [l for l in f.read().splitlines() if l.startswith("| memory, tasks |")]
+        self.assertEqual(len(row), 1, "docs/operations.md has no memory, tasks row")
+        cells = [c.strip() for c in row[0].strip("|").split("|")]
+        for unit, cell in (("sandbox-broker.service", cells[1]),
+                           ("sandbox-api.service", cells[2])):
+            s = self.read_unit(unit)
+            self.assertEqual(len(s.get("MemoryMax", [])), 1, unit)
+            self.assertEqual(len(s.get("TasksMax", [])), 1, unit)
+            mem, tasks = s["MemoryMax"][0], s["TasksMax"][0]
+            # A real bound: bytes with a unit, not infinity or a percentage.
+            self.assertRegex(mem, r"^[0-9]+[KMG]$", unit)
+            self.assertRegex(tasks, r"^[0-9]+$", unit)
+            self.assertLessEqual(int(tasks), 256, unit)
+            # What the docs say is what the unit does.
+            self.assertEqual(cell, "`MemoryMax=%s`, `TasksMax=%s`" % (mem, tasks), unit)
+            # And systemd reads it so (a typo would be ignored with a warning).
+            r = run(["systemd-analyze", "verify", "--man=no", "--root=" + self.root, unit])
+            self.assertNotIn(b"MemoryMax", r.stderr + r.stdout, unit)
+            self.assertNotIn(b"TasksMax", r.stderr + r.stdout, unit)
+
     def test_sysusers_creates_both_users_and_puts_the_broker_in_group_docker(self):
         root = tempfile.mkdtemp(prefix="sbx-sysusers-", dir=sbxtest.out_dir())
         self.addCleanup(shutil.rmtree, root, True)

@@ -11,6 +11,9 @@
 #   service bound on 0.0.0.0 in the runtime's namespace ("the host"),
 #   without and with deploy/egress-firewall.sh applied there. Firewall rules
 #   are only ever applied inside that namespace.
+# FirewallRulesTest: deploy/egress-firewall.sh applied inside a network
+#   namespace of its own (no runtime, no traffic): the rules it installs,
+#   read back with nft and iptables, let DNS out only to the resolvers.
 # QuotaStackTest: broker + api: a player's 11th sandbox is 429 with a
 #   sentence; an operator's ensure still works.
 
@@ -371,6 +374,112 @@ class EgressIsolationTest(BrokerTestCase):
             self.firewall("remove", "iptables")
         r = self.ns(self.rt_ns, "iptables", "-S")
         self.assertNotIn(b"SBX-EGRESS", r.stdout)
+
+
+class FirewallRulesTest(unittest.TestCase):
+    """DNS only to the resolvers: named ones before the private-range drop,
+    the host's (from a resolv.conf) after it, never a range; on the host
+    only at the sandbox's own gateway address. Read from the applied rules."""
+
+    @classmethod
+    def setUpClass(cls):
+        need_tools()
+        cls.netns = "sbxfw-%s" % secrets.token_hex(3)
+        run("ip", "netns", "add", cls.netns)
+        cls.dir = sbxtest.short_tmpdir("sbxfw-")
+        cls.resolv = os.path.join(cls.dir, "resolv.conf")
+        with open(cls.resolv, "w") as f:
+            f.write("# what a host might say\nnameserver 10.9.8.7\nnameserver 127.0.0.53\n"
+                    "nameserver 203.0.113.53\nnameserver fe80::1%eth0\n"
+                    "nameserver 2001:db8::53\noptions edns0\n")
+
+    @classmethod
+    def tearDownClass(cls):
+        run("ip", "netns", "del", cls.netns, check=False)
+        shutil.rmtree(cls.dir, True)
+
+    def apply(self, backend, check=True, **env):
+        e = dict(os.environ, SBX_EGRESS_BACKEND=backend, SBX_EGRESS_RESOLV_CONF=self.resolv)
+        e.pop("SBX_EGRESS_RESOLVERS", None)
+        e.update(env)
+        r = run("ip", "netns", "exec", self.netns, FIREWALL, "apply", env=e, check=check)
+        if check:
+            self.addCleanup(run, "ip", "netns", "exec", self.netns, FIREWALL, "remove",
+                            env=e, check=False)
+        return r
+
+    def nft_chain(self, chain):
+        out = run("ip", "netns", "exec", self.netns, "nft", "list", "chain", "inet",
+                  "sbx_egress", chain).stdout.decode()
+        return [l.strip() for l in out.splitlines() if l.strip().endswith(("accept", "drop"))]
+
+    def ipt_chain(self, tool, chain):
+        out = run("ip", "netns", "exec", self.netns, tool, "-S", chain).stdout.decode()
+        return [l for l in out.splitlines() if l.startswith("-A ")]
+
+    def dns_lines(self, lines):
+        return [i for i, l in enumerate(lines) if "dport 53" in l]
+
+    def private_drop(self, lines, word):
+        return [i for i, l in enumerate(lines) if word in l][0]
+
+    def check_nft(self, before, want4, want6):
+        fwd = self.nft_chain("forward")
+        dns = self.dns_lines(fwd)
+        self.assertEqual(len(dns), 2, fwd)
+        for i in dns:
+            # Never to any address: each DNS accept names its resolvers.
+            self.assertRegex(fwd[i], r"ip6? daddr ", fwd[i])
+            self.assertNotIn("/", fwd[i].split("daddr", 1)[1].split("meta", 1)[0], fwd[i])
+            self.assertEqual(i < self.private_drop(fwd, "10.0.0.0/8"), before, fwd)
+        self.assertIn(want4, fwd[dns[0]])
+        self.assertIn(want6, fwd[dns[1]])
+        inp = self.nft_chain("input")
+        dns = [inp[i] for i in self.dns_lines(inp)]
+        self.assertEqual(len(dns), 1, inp)
+        self.assertIn("fib daddr . iif type local", dns[0])
+        return fwd
+
+    def check_ipt(self, before, want4, want6):
+        for tool, want, word in (("iptables", want4, "-d 10.0.0.0/8"),
+                                 ("ip6tables", want6, "-d fc00::/7")):
+            fwd = self.ipt_chain(tool, "SBX-EGRESS-FWD")
+            dns = self.dns_lines(fwd)
+            self.assertEqual(sorted(fwd[i].split()[3] for i in dns),
+                             sorted(a for a in want for _ in (0, 1)), fwd)
+            for i in dns:
+                self.assertEqual(i < self.private_drop(fwd, word), before, fwd)
+            inp = [l for l in self.ipt_chain(tool, "SBX-EGRESS-IN") if "dport 53" in l]
+            self.assertEqual(len(inp), 2, inp)
+            for l in inp:
+                self.assertIn("--dst-type LOCAL --limit-iface-in", l)
+
+    def test_the_hosts_resolvers_are_accepted_after_the_private_drop_only(self):
+        self.apply("nft")
+        fwd = self.check_nft(False, "203.0.113.53", "2001:db8::53")
+        text = "\n".join(fwd)
+        self.assertNotIn("127.0.0.53", text)
+        self.assertNotIn("fe80::1", text.replace("fe80::/10", ""))
+        self.apply("iptables")
+        self.check_ipt(False, ["10.9.8.7/32", "203.0.113.53/32"], ["2001:db8::53/128"])
+
+    def test_named_resolvers_are_accepted_before_the_private_drop(self):
+        self.apply("nft", SBX_EGRESS_RESOLVERS="10.0.0.2 fd00::53")
+        fwd = self.check_nft(True, "10.0.0.2", "fd00::53")
+        self.assertNotIn("203.0.113.53", "\n".join(fwd))
+        self.apply("iptables", SBX_EGRESS_RESOLVERS="10.0.0.2 fd00::53")
+        self.check_ipt(True, ["10.0.0.2/32"], ["fd00::53/128"])
+
+    def test_a_range_is_never_a_resolver(self):
+        r = self.apply("nft", check=False, SBX_EGRESS_RESOLVERS="10.0.0.2 10.0.0.0/8")
+        self.assertEqual(r.returncode, 2, r)
+        self.assertIn(b"not a range", r.stderr)
+        r = run("ip", "netns", "exec", self.netns, "nft", "list", "tables").stdout
+        self.assertNotIn(b"sbx_egress", r)
+
+    def test_no_dns_means_no_port_53_anywhere(self):
+        self.apply("nft", SBX_EGRESS_DNS="0", SBX_EGRESS_RESOLVERS="10.0.0.2")
+        self.assertEqual(self.dns_lines(self.nft_chain("forward") + self.nft_chain("input")), [])
 
 
 class QuotaStackTest(unittest.TestCase):

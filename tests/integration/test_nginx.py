@@ -290,6 +290,21 @@ class NginxTest(unittest.TestCase):
         self.assertEqual(r.status, 401)
         self.assertIn("error", r.json())
 
+    def test_the_console_is_served_and_nothing_else_outside_api(self):
+        r = sbxtest.tcp_http("127.0.0.1", self.port, "GET", "/console", None, {}, 60)
+        self.assertEqual(r.status, 200, r)
+        self.assertTrue(r.headers.get("Content-Type", "").startswith("text/html"), r.headers)
+        self.assertIn("script-src", r.headers.get("Content-Security-Policy", ""))
+        self.assertEqual(r.headers.get("Referrer-Policy"), "no-referrer")
+        # The very page the api serves, unchanged on its way.
+        direct = sbxtest.tcp_http("127.0.0.1", int(self.stack.url.rsplit(":", 1)[1]), "GET",
+                                  "/console", None, {}, 60)
+        self.assertEqual(direct.status, 200)
+        self.assertEqual(r.body, direct.body)
+        for path in ("/consolex", "/console/x", "/healthz", "/"):
+            r = sbxtest.tcp_http("127.0.0.1", self.port, "GET", path, None, {}, 60)
+            self.assertEqual(r.status, 404, path)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -1,5 +1,7 @@
-/* test_api_auth.c - sandbox-api's credential check comes before the request body: a bad or missing key is answered 401 before one body byte is read (sbx_gate.h, adr/0008). */
+/* test_api_auth.c - sandbox-api's credential check comes before the request body: a bad or missing key is answered 401 before one body byte is read, and a keyless CONNECT is 401 and closed (sbx_gate.h, adr/0008). */
 #include <sys/socket.h>
+
+#include <errno.h>
 
 #include "api_testutil.h"
 
@@ -69,6 +71,57 @@ test_bad_or_missing_key_is_401_before_the_body_is_read(void **state)
 	assert_int_equal(sbx_fake_stats(T.drv)->calls[SBX_FAKE_WRITE], 0);
 }
 
+/*
+ * Sends head and reads until the api closes the connection or ms
+ * milliseconds pass, into buf (cap bytes, NUL-terminated). Returns 1 when
+ * the api closed it, 0 when it was still open at the end.
+ */
+static int
+head_until_closed(const char *head, int ms, char *buf, size_t cap)
+{
+	size_t got = 0;
+	ssize_t n;
+	int fd = tu_raw_connect(), waited, closed = 0;
+
+	assert_int_equal(write(fd, head, strlen(head)), (ssize_t)strlen(head));
+	buf[0] = '\0';
+	for (waited = 0; waited < ms; waited += 10) {
+		tu_spin(10);
+		n = recv(fd, buf + got, cap - 1 - got, MSG_DONTWAIT);
+		if (n > 0) {
+			got += (size_t)n;
+			buf[got] = '\0';
+		} else if (n == 0 || (n < 0 && errno != EAGAIN &&
+		    errno != EWOULDBLOCK)) {
+			closed = 1;
+			break;
+		}
+	}
+	close(fd);
+	return closed;
+}
+
+static void
+test_keyless_connect_is_401_and_closed(void **state)
+{
+	char buf[2048];
+
+	(void)state;
+	tu_start_fake(KA, KB, KOP);
+	/* No key, and a wrong one: 401 with its sentence, then the api hangs
+	 * up (a CONNECT is never a tunnel here, and a stranger gets no
+	 * connection to keep). */
+	assert_true(head_until_closed("CONNECT example.com:443 HTTP/1.1\r\n"
+	    "Host: example.com:443\r\n\r\n", 2000, buf, sizeof(buf)));
+	assert_memory_equal(buf, "HTTP/1.1 401", 12);
+	assert_non_null(strstr(buf, "WWW-Authenticate: Bearer"));
+	assert_non_null(strstr(buf, "\"unauthorized\""));
+	assert_true(head_until_closed("CONNECT 127.0.0.1:22 HTTP/1.1\r\n"
+	    "Host: t\r\nAuthorization: Bearer not-a-key\r\n\r\n", 2000, buf,
+	    sizeof(buf)));
+	assert_memory_equal(buf, "HTTP/1.1 401", 12);
+}
+
 int
 main(void)
 {
@@ -76,6 +129,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(
 		    test_bad_or_missing_key_is_401_before_the_body_is_read, tu_up,
 		    tu_down),
+		cmocka_unit_test_setup_teardown(
+		    test_keyless_connect_is_401_and_closed, tu_up, tu_down),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

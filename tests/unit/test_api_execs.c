@@ -271,6 +271,78 @@ test_tickets_are_per_exec_and_never_stored_plain(void **state)
 	tu_res_free(&r);
 }
 
+/* POST .../execs/ID/ticket as alice: the status; the ticket into tk
+ * (>= 64 bytes) on 200. */
+static int
+ticket(const char *id, char *tk)
+{
+	struct tu_res r = { 0 };
+	char path[160];
+	json_t *j;
+	int st;
+
+	snprintf(path, sizeof(path), "/api/v1/npcs/n1/sandbox/execs/%s/ticket",
+	    id);
+	st = tu_req(&r, "POST", path, KA, NULL);
+	if (st == 200) {
+		j = json_loads(tu_text(&r), 0, NULL);
+		assert_non_null(j);
+		snprintf(tk, 64, "%s", json_string_value(json_object_get(j,
+		    "ticket")));
+		json_decref(j);
+	} else if (st == 429)
+		assert_non_null(strstr(tu_text(&r), "\"too_many\""));
+	tu_res_free(&r);
+	return st;
+}
+
+/* Lines of file path (-1: no file). */
+static int
+lines_of(const char *path)
+{
+	size_t len, i;
+	char *file = tu_slurp(path, &len);
+	int n = 0;
+
+	if (file == NULL)
+		return -1;
+	for (i = 0; i < len; i++)
+		n += file[i] == '\n';
+	free(file);
+	return n;
+}
+
+static void
+test_expired_tickets_are_pruned_and_live_ones_capped(void **state)
+{
+	char id[40], tk[64], first[64], path[256], q[128];
+	int i, st;
+
+	(void)state;
+	tu_set("ticket_ttl", "3s");
+	start();
+	create(id);
+	assert_true(tu_loop_until(ended_cond, id, 5000));
+	snprintf(path, sizeof(path), "%s/execs/%s/tickets", T.dir, id);
+	/* 64 live tickets per exec; the 65th waits for one to expire. */
+	for (i = 0; i < 64; i++)
+		assert_int_equal(ticket(id, i == 0 ? first : tk), 200);
+	assert_int_equal(ticket(id, tk), 429);
+	assert_int_equal(lines_of(path), 64);
+	tu_spin(3200);
+	/* Expired: refused, and the lookup dropped every expired one. */
+	snprintf(q, sizeof(q), "?ticket=%s", first);
+	free(events(id, q, NULL, &st));
+	assert_int_equal(st, 401);
+	assert_int_equal(lines_of(path), -1);
+	/* The table shrank: a new ticket fits again, and it alone is kept. */
+	assert_int_equal(ticket(id, tk), 200);
+	assert_int_equal(lines_of(path), 1);
+	snprintf(q, sizeof(q), "?ticket=%s", tk);
+	free(events(id, q, NULL, &st));
+	assert_int_equal(st, 200);
+}
+
 static void
 test_long_utf8_output_is_split_between_characters(void **state)
 {
@@ -375,6 +447,9 @@ main(void)
 		    tu_down),
 		cmocka_unit_test_setup_teardown(
 		    test_tickets_are_per_exec_and_never_stored_plain, tu_up,
+		    tu_down),
+		cmocka_unit_test_setup_teardown(
+		    test_expired_tickets_are_pruned_and_live_ones_capped, tu_up,
 		    tu_down),
 		cmocka_unit_test_setup_teardown(
 		    test_long_utf8_output_is_split_between_characters, tu_up,

@@ -1,4 +1,4 @@
-/* test_cli_print.c - sbxctl's printing of server text and times: no raw control byte, no crash on any int64. */
+/* test_cli_print.c - sbxctl's printing of server text, --json output and times: no raw control byte, no crash on any int64. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -85,6 +85,40 @@ test_escape_cuts_on_whole_escapes_and_terminates(void **state)
 }
 
 static void
+test_json_output_escapes_c1_and_del_as_well_as_c0(void **state)
+{
+	/* A name a player chose: ESC, CSI as C1 (U+009B), NEL, DEL, then
+	 * text that must stay as it is (é, €, U+00A0). */
+	static const char name[] = "a\x1b[2J\xC2\x9B" "31m\xC2\x85\x7f"
+	    "caf\xC3\xA9 \xE2\x82\xAC\xC2\xA0";
+	json_t *v = json_pack("{s:s,s:[s]}", "name", name, "list", name);
+	char *text;
+	const unsigned char *p;
+
+	(void)state;
+	assert_non_null(v);
+	text = cli_json_text(v);
+	assert_non_null(text);
+	/* No raw control but the indent's line breaks. */
+	for (p = (const unsigned char *)text; *p != '\0'; p++) {
+		assert_true((*p >= 0x20 || *p == '\n') && *p != 0x7f);
+		if (p[0] == 0xC2)
+			assert_true(p[1] > 0x9F);
+	}
+	assert_non_null(strstr(text, "\"a\\u001B[2J\\u009B31m\\u0085\\u007F"
+	    "caf\xC3\xA9 \xE2\x82\xAC\xC2\xA0\""));
+	/* The same JSON: it reads back as the very same string. */
+	json_decref(v);
+	v = json_loads(text, 0, NULL);
+	assert_non_null(v);
+	assert_string_equal(json_string_value(json_object_get(v, "name")), name);
+	assert_string_equal(json_string_value(json_array_get(json_object_get(v,
+	    "list"), 0)), name);
+	json_decref(v);
+	free(text);
+}
+
+static void
 test_time_never_crashes_on_any_int64(void **state)
 {
 	static const int64_t odd[] = { INT64_MAX, INT64_MIN, INT64_MIN + 1,
@@ -112,6 +146,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_escape_turns_controls_into_visible_escapes),
 		cmocka_unit_test(test_escape_cuts_on_whole_escapes_and_terminates),
+		cmocka_unit_test(test_json_output_escapes_c1_and_del_as_well_as_c0),
 		cmocka_unit_test(test_time_never_crashes_on_any_int64),
 	};
 

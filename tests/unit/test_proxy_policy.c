@@ -262,6 +262,13 @@ test_private_loopback_link_local_and_friends_are_refused(void **state)
 		{ "::ffff:10.1.2.3", 1, "private" },
 		{ "64:ff9b::a9fe:a9fe", 1, "metadata" },       /* NAT64 of 169.254.169.254 */
 		{ "2002:a9fe:a9fe::1", 1, "metadata" },        /* 6to4 of it */
+		{ "::ffff:0:a9fe:a9fe", 1, "metadata" },       /* SIIT IPv4-translated */
+		{ "::ffff:0:10.1.2.3", 1, "private" },
+		{ "2001:0:a9fe:a9fe::1", 1, "metadata" },      /* Teredo, server */
+		{ "2001:0:c633:640a:0:0:5601:5601", 1, "metadata" }, /* Teredo, client ~ */
+		{ "2001:0:c633:640a:0:0:f5ff:fffe", 1, "private" },  /* client 10.0.0.1 */
+		{ "192.88.99.1", 1, "6to4 relay" },
+		{ "2002:c058:6301::1", 1, "6to4 relay" },      /* 6to4 of the relay */
 		{ "::127.0.0.1", 1, "loopback" },              /* IPv4-compatible */
 		{ "64:ff9b:1::1", 1, "NAT64" },
 		{ "100::1", 1, "discard" },
@@ -278,6 +285,10 @@ test_private_loopback_link_local_and_friends_are_refused(void **state)
 		{ "2606:4700::1111", 0, NULL },
 		{ "::ffff:198.51.100.10", 0, NULL },
 		{ "2002:c633:640a::1", 0, NULL },
+		{ "::ffff:0:198.51.100.10", 0, NULL },
+		{ "2001:0:c633:640a:0:0:39cc:9bf5", 0, NULL }, /* both 198.51.100.10 */
+		{ "192.88.98.255", 0, NULL },
+		{ "192.88.100.0", 0, NULL },
 	};
 	size_t i;
 

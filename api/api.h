@@ -51,9 +51,11 @@ struct api_config {
 	char *log_file;             /* NULL: stderr */
 	/* Resource execs (docs/api.md "Execs as resources", ADR 0015). */
 	long long exec_log_max;     /* bytes of one exec's event log on disk; older events dropped */
-	long long exec_log_total;   /* bytes of all exec logs; oldest ended execs' logs dropped */
+	long long exec_log_total;   /* bytes of all exec logs; the heaviest principal's oldest ended logs dropped */
+	long long exec_log_per_principal; /* bytes of one principal's exec logs; its oldest ended logs dropped */
 	long long exec_retention;   /* ms an ended exec's log is kept */
-	long long exec_records_max; /* exec records kept (all NPCs); oldest ended ones removed */
+	long long exec_records_max; /* exec records kept (all NPCs); the heaviest principal's oldest ended ones removed */
+	long long exec_records_per_principal; /* exec records kept per principal who started them */
 	long long ticket_ttl;       /* ms a browser ticket is valid */
 	long long sse_retry;        /* ms sent as SSE "retry:" to viewers */
 	long long viewer_stall;     /* ms a viewer may stop reading before it is cut off */

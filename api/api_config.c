@@ -53,11 +53,19 @@ const struct sbx_config_key api_config_keys[] = {
 	K("exec_log_max", SBX_CFG_BYTES, exec_log_max, "64m",
 	    "resource execs: bytes of one exec's event log on disk; beyond, its oldest events are dropped"),
 	K("exec_log_total", SBX_CFG_BYTES, exec_log_total, "1g",
-	    "resource execs: bytes of all event logs on disk; beyond, the oldest ended execs' logs are dropped"),
+	    "resource execs: bytes of all event logs on disk; beyond, the logs of the "
+	    "oldest ended execs of the principal with the most log bytes are dropped"),
+	K("exec_log_per_principal", SBX_CFG_BYTES, exec_log_per_principal, "256m",
+	    "resource execs: bytes of the event logs of the execs one principal started; "
+	    "beyond, that principal's oldest ended execs' logs are dropped"),
 	K("exec_retention", SBX_CFG_DURATION_MS, exec_retention, "24h",
 	    "resource execs: how long an ended exec's event log is kept (its record stays)"),
 	K("exec_records_max", SBX_CFG_INT, exec_records_max, "1000",
-	    "resource execs: records kept; beyond, the oldest ended execs are forgotten"),
+	    "resource execs: records kept; beyond, the oldest ended execs of the "
+	    "principal with the most records are forgotten"),
+	K("exec_records_per_principal", SBX_CFG_INT, exec_records_per_principal, "200",
+	    "resource execs: records of the execs one principal started; beyond, "
+	    "that principal's oldest ended execs are forgotten"),
 	K("ticket_ttl", SBX_CFG_DURATION_MS, ticket_ttl, "5m",
 	    "how long a browser ticket (POST .../execs/ID/ticket) is valid"),
 	K("sse_retry", SBX_CFG_DURATION_MS, sse_retry, "2s",
@@ -134,15 +142,18 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 		    "header_timeout, head_max, headers_max and max_connections "
 		    "must be above 0.");
 	if (cfg->exec_log_max < 1024 * 1024 ||
-	    cfg->exec_log_total < cfg->exec_log_max)
+	    cfg->exec_log_total < cfg->exec_log_max ||
+	    cfg->exec_log_per_principal < cfg->exec_log_max)
 		return sbx_err_set(err, SBX_E_CONFIG, "exec_log_max must be at "
-		    "least 1m (a logged event is up to about 90k) and "
-		    "exec_log_total at least exec_log_max.");
+		    "least 1m (a logged event is up to about 90k), and "
+		    "exec_log_total and exec_log_per_principal at least "
+		    "exec_log_max.");
 	if (cfg->exec_retention <= 0 || cfg->exec_records_max <= 0 ||
+	    cfg->exec_records_per_principal <= 0 ||
 	    cfg->ticket_ttl <= 0 || cfg->sse_retry <= 0 ||
 	    cfg->viewer_stall <= 0)
 		return sbx_err_set(err, SBX_E_CONFIG, "exec_retention, "
-		    "exec_records_max, ticket_ttl, sse_retry and viewer_stall "
+		    "exec_records_max, exec_records_per_principal, ticket_ttl, sse_retry and viewer_stall "
 		    "must be above 0.");
 	if (cfg->shutdown_grace < 0)
 		return sbx_err_set(err, SBX_E_CONFIG,

@@ -93,9 +93,10 @@ exec_json(const struct api_exec *x)
 
 	snprintf(url, sizeof(url), "/api/v1/npcs/%s/sandbox/execs/%s/events",
 	    x->npc, x->id);
-	o = json_pack("{s:s,s:s,s:s,s:O,s:s,s:I,s:o}",
-	    "exec_id", x->id, "npc", x->npc, "state", x->state, "argv",
-	    x->argv, "events_url", url, "started_at",
+	o = json_pack("{s:s,s:s,s:s,s:s,s:b,s:s,s:I,s:o}",
+	    "exec_id", x->id, "npc", x->npc, "state", x->state,
+	    "argv_preview", x->argv_preview, "argv_truncated", x->argv_cut,
+	    "events_url", url, "started_at",
 	    (json_int_t)x->started_at, "ended_at", x->ended_at != 0 ?
 	    json_integer(x->ended_at) : json_null());
 	if (o == NULL)
@@ -121,9 +122,86 @@ exec_json(const struct api_exec *x)
 	return o;
 }
 
-/* Rewrites meta.json (tmp + rename). A failure is logged: the log stays. */
-static void
-meta_write(struct api_exec *x)
+/* The reply about one exec (POST, GET one, DELETE): exec_json and the
+ * whole argv, read back from argv.json (null, logged, when unreadable). */
+static json_t *
+exec_json_one(const struct api_exec *x)
+{
+	json_t *o = exec_json(x), *argv;
+	char path[1024];
+
+	if (o == NULL)
+		return NULL;
+	ax_exec_path(path, sizeof(path), x, "argv.json");
+	if ((argv = json_load_file(path, 0, NULL)) == NULL)
+		log_warn("cannot read an exec's argv", "exec_id", x->id, NULL);
+	json_object_set_new(o, "argv", argv != NULL ? argv : json_null());
+	return o;
+}
+
+void
+ax_argv_preview(struct api_exec *x, const json_t *argv)
+{
+	size_t i, len, n = 0;
+	const char *str;
+	json_t *v;
+
+	x->argv_cut = 0;
+	json_array_foreach(argv, i, v) {
+		if ((str = json_string_value(v)) == NULL)
+			continue;
+		if (i > 0 && n == ARGV_PREVIEW) {
+			x->argv_cut = 1;
+			break;
+		}
+		if (i > 0)
+			x->argv_preview[n++] = ' ';
+		len = strlen(str);
+		if (len > ARGV_PREVIEW - n) {
+			x->argv_cut = 1;
+			len = ARGV_PREVIEW - n;
+			/* A cut inside a character takes the whole character. */
+			while (len > 0 && ((unsigned char)str[len] & 0xC0) == 0x80)
+				len--;
+		}
+		memcpy(x->argv_preview + n, str, len);
+		n += len;
+		if (x->argv_cut)
+			break;
+	}
+	x->argv_preview[n] = '\0';
+}
+
+int
+ax_argv_write(const struct api_exec *x, const json_t *argv)
+{
+	char path[1024];
+	int fd;
+
+	ax_exec_path(path, sizeof(path), x, "argv.json");
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || json_dumpfd(argv, fd, JSON_COMPACT) == -1 ||
+	    close(fd) != 0) {
+		if (fd >= 0)
+			close(fd);
+		log_error("cannot write an exec's argv", "exec_id", x->id,
+		    "error", strerror(errno), NULL);
+		return -1;
+	}
+	return 0;
+}
+
+void
+ax_bounds_soon(struct api_server *s)
+{
+	struct timeval now = { 0, 0 };
+
+	if (s->sweep_ev != NULL)
+		evtimer_add(s->sweep_ev, &now);
+}
+
+void
+ax_meta_write(struct api_exec *x)
 {
 	char path[1024], tmp[1040];
 	json_t *o = exec_json(x);
@@ -195,13 +273,11 @@ ax_exec_free(struct api_exec *x)
 		close(x->fd);
 	segs_free(x);
 	tickets_free(x);
-	json_decref(x->argv);
 	free(x);
 }
 
-/* Removes every segment file of x from disk. */
-static void
-log_remove(struct api_exec *x, const char *why)
+void
+ax_log_remove(struct api_exec *x, const char *why)
 {
 	char path[1024];
 	struct seg *g;
@@ -214,22 +290,23 @@ log_remove(struct api_exec *x, const char *why)
 	x->log_bytes = 0;
 	segs_free(x);
 	snprintf(x->removed, sizeof(x->removed), "%s", why);
-	meta_write(x);
+	ax_meta_write(x);
 	log_info("exec log removed", "exec_id", x->id, "reason", why, NULL);
 }
 
-/* Forgets x entirely (record and files). Not for running execs. */
-static void
-exec_forget(struct api_exec *x)
+void
+ax_exec_forget(struct api_exec *x)
 {
 	char path[1024];
 	struct api_viewer *v;
 
 	if (x->segs != NULL)
-		log_remove(x, "forgotten");
+		ax_log_remove(x, "forgotten");
 	ax_exec_path(path, sizeof(path), x, "meta.json");
 	unlink(path);
 	ax_exec_path(path, sizeof(path), x, "tickets");
+	unlink(path);
+	ax_exec_path(path, sizeof(path), x, "argv.json");
 	unlink(path);
 	ax_exec_path(path, sizeof(path), x, NULL);
 	rmdir(path);
@@ -249,50 +326,6 @@ int
 ax_ended(const struct api_exec *x)
 {
 	return strcmp(x->state, "running") != 0;
-}
-
-/*
- * Keeps the bounds: exec_records_max records, exec_log_total bytes,
- * exec_retention for ended logs. Oldest ended execs go first.
- */
-void
-ax_enforce_bounds(struct api_server *s)
-{
-	struct api_exec *x, *prev;
-	int64_t now = ax_wall_now();
-
-	for (x = s->execs; x != NULL && x->next != NULL; x = x->next)
-		;
-	/* x: the oldest. Walk towards the newest. */
-	for (; x != NULL; x = prev) {
-		prev = x->prev;
-		if (!ax_ended(x) || x->viewers != NULL)
-			continue;
-		if ((long long)s->nexecs > s->cfg->exec_records_max) {
-			exec_forget(x);
-			continue;
-		}
-		if (x->segs != NULL && (s->log_total >
-		    (uint64_t)s->cfg->exec_log_total ||
-		    now - x->ended_at > s->cfg->exec_retention))
-			log_remove(x, s->log_total >
-			    (uint64_t)s->cfg->exec_log_total ? "total_cap" :
-			    "retention");
-	}
-}
-
-void
-ax_sweep_fire(evutil_socket_t fd, short what, void *arg)
-{
-	struct api_server *s = arg;
-	struct timeval tv = { 1, 0 };
-
-	(void)fd;
-	(void)what;
-	ax_enforce_bounds(s);
-	if (s->cfg->exec_retention > 10000)
-		tv.tv_sec = 10;
-	evtimer_add(s->sweep_ev, &tv);
 }
 
 /* ------------------------------------------------------------------ */
@@ -319,7 +352,7 @@ seg_drop_oldest(struct api_exec *x)
 	x->dropped_bytes += g->bytes;
 	x->dropped_events += g->last_id - g->first_id + 1;
 	free(g);
-	meta_write(x);
+	ax_meta_write(x);
 }
 
 /*
@@ -429,7 +462,7 @@ x_start(void *arg, const char *exec_id)
 		snprintf(loc, sizeof(loc), "/api/v1/npcs/%s/sandbox/execs/%s",
 		    x->npc, x->id);
 		sbx_httpd_header(&a->h, "Location", loc);
-		o = exec_json(x);
+		o = exec_json_one(x);
 		areq_reply_json(a, 201, o);
 	}
 	log_info("exec started", "exec_id", x->id, "npc", x->npc, NULL);
@@ -556,7 +589,7 @@ x_error(void *arg, const struct sbx_err *err)
 			x->lim->execs--;
 		x->lim = NULL;
 		snprintf(x->state, sizeof(x->state), "failed");
-		exec_forget(x);
+		ax_exec_forget(x);
 		areq_fail_broker(a, err);
 		return;
 	}
@@ -583,10 +616,11 @@ exec_end(struct api_exec *x, const char *state)
 		api_metrics_exec_finished(&x->s->metrics, api_mono_ms() -
 		    x->counted_ms);
 	x->counted_ms = 0;
-	meta_write(x);
+	ax_meta_write(x);
 	log_info("exec ended", "exec_id", x->id, "npc", x->npc, "state",
 	    state, NULL);
 	wake_viewers(x);
+	ax_bounds_soon(x->s);
 }
 
 /* on_end of a POST that created an exec: the exec forgets it (a start
@@ -653,13 +687,18 @@ exec_new(struct areq *a, struct sbx_err *err)
 	snprintf(x->sandbox_id, sizeof(x->sandbox_id), "%s", a->npc.sandbox_id);
 	snprintf(x->by, sizeof(x->by), "%s", a->who.name);
 	x->owner_id = a->npc.owner_id;
-	x->argv = json_deep_copy(json_object_get(a->body, "argv"));
+	ax_argv_preview(x, json_object_get(a->body, "argv"));
 	snprintf(x->state, sizeof(x->state), "running");
 	x->started_at = ax_wall_now();
 	ax_exec_path(path, sizeof(path), x, NULL);
-	if (mkdir(path, 0700) == -1) {
+	if (mkdir(path, 0700) == -1 ||
+	    ax_argv_write(x, json_object_get(a->body, "argv")) == -1) {
 		log_error("cannot create an exec directory", "error",
 		    strerror(errno), NULL);
+		ax_exec_path(path, sizeof(path), x, "argv.json");
+		unlink(path);
+		ax_exec_path(path, sizeof(path), x, NULL);
+		rmdir(path);
 		ax_exec_free(x);
 		sbx_err_set(err, SBX_E_INTERNAL, "The api cannot store the "
 		    "exec's log.");
@@ -670,7 +709,7 @@ exec_new(struct areq *a, struct sbx_err *err)
 		s->execs->prev = x;
 	s->execs = x;
 	s->nexecs++;
-	meta_write(x);
+	ax_meta_write(x);
 	return x;
 }
 
@@ -706,11 +745,11 @@ api_h_execs_create(struct areq *a, struct sbx_err *err)
 			x->lim->execs--;
 		x->lim = NULL;
 		snprintf(x->state, sizeof(x->state), "failed");
-		exec_forget(x);
+		ax_exec_forget(x);
 		rc = areq_broker_err(a);
 		goto done;
 	}
-	ax_enforce_bounds(s);
+	ax_bounds_soon(s);
 	rc = 0;
 done:
 	free(argv);
@@ -797,7 +836,7 @@ api_h_execs_get(struct areq *a, struct sbx_err *err)
 
 	if ((x = ax_exec_of(a, err)) == NULL)
 		return -1;
-	areq_reply_json(a, 200, exec_json(x));
+	areq_reply_json(a, 200, exec_json_one(x));
 	return 0;
 }
 
@@ -820,6 +859,6 @@ api_h_execs_delete(struct areq *a, struct sbx_err *err)
 		snprintf(x->signal, sizeof(x->signal), "KILL");
 		ax_end_with_error(x, "killed", SBX_E_CANCELLED, msg);
 	}
-	areq_reply_json(a, 200, exec_json(x));
+	areq_reply_json(a, 200, exec_json_one(x));
 	return 0;
 }

@@ -12,7 +12,11 @@
 /*
  * On disk, state_dir/execs/ID/ holds:
  *   meta.json     the exec's record, rewritten (tmp + rename) at start, at
- *                 its end and when its log loses a segment;
+ *                 its end and when its log loses a segment; it holds the
+ *                 argv preview, not the argv;
+ *   argv.json     the exec's whole argv (a JSON array), written once at
+ *                 creation; read only by the replies about one exec
+ *                 (ADR 0043): a record in memory holds the preview only;
  *   N.log         segments of the SSE event log: N (20 digits) is the id of
  *                 the segment's first event; each holds whole events,
  *                 exactly the bytes a viewer gets;
@@ -33,6 +37,7 @@
 #define LIST_DEFAULT 20
 #define LIST_MAX 200
 #define TICKETS_MAX 64              /* live browser tickets per exec */
+#define ARGV_PREVIEW 256            /* bytes of the joined argv kept in memory */
 
 struct seg {
 	uint64_t first_id;
@@ -55,7 +60,11 @@ struct api_exec {
 	int64_t owner_id;
 	char sandbox_id[64];
 	char by[API_NAME_MAX + 1];    /* principal who started it */
-	json_t *argv;                 /* owned */
+	/* The argv's strings joined by spaces, cut to at most ARGV_PREVIEW
+	 * bytes between UTF-8 characters; argv_cut: 1 when something was cut.
+	 * The whole argv is on disk only (argv.json; ADR 0043). */
+	char argv_preview[ARGV_PREVIEW + 1];
+	int argv_cut;
 	char state[16];               /* running exited killed timeout failed */
 	int code;
 	char signal[16];
@@ -102,9 +111,26 @@ void ax_end_with_error(struct api_exec *x, const char *state,
     const char *code, const char *message);
 /* 1 when x is no longer running. */
 int ax_ended(const struct api_exec *x);
-/* Keeps the bounds: exec_records_max records, exec_log_total bytes,
- * exec_retention for ended logs. Oldest ended execs go first. */
+/* Keeps the bounds of s->cfg (ADR 0015, ADR 0043), in this order:
+ * exec_retention for ended logs; per principal who started execs,
+ * exec_records_per_principal records and exec_log_per_principal log
+ * bytes (that principal's oldest ended execs go first); then
+ * exec_records_max records and exec_log_total bytes in all, taken from
+ * the principal with the most records (or log bytes) that has an ended
+ * exec, its oldest ended exec first. Running execs and ended ones with a
+ * viewer are never removed, so a bound can stay exceeded while only they
+ * are left. May free records: no pointer to one survives the call. */
 void ax_enforce_bounds(struct api_server *s);
+/* Asks for ax_enforce_bounds on the next loop turn (an exec was added,
+ * or one ended and may be removable now) through the sweep timer; does
+ * nothing before api_execs_open made it. */
+void ax_bounds_soon(struct api_server *s);
+/* Sets x's argv preview from argv (a JSON array of strings). */
+void ax_argv_preview(struct api_exec *x, const json_t *argv);
+/* Writes argv (a JSON array) to x's argv.json. 0, or -1 (logged). */
+int ax_argv_write(const struct api_exec *x, const json_t *argv);
+/* Rewrites x's meta.json (tmp + rename); a failure is logged. */
+void ax_meta_write(struct api_exec *x);
 /* Exec id of the NPC of a (by name and by owner, so a record can never
  * pass to another owner's NPC of the same name); NULL when none. */
 struct api_exec *ax_exec_find(struct areq *a, const char *id);
@@ -113,6 +139,12 @@ struct api_exec *ax_exec_find(struct areq *a, const char *id);
 struct api_exec *ax_exec_of(struct areq *a, struct sbx_err *err);
 /* Frees x (already unlinked, no viewer, not running). */
 void ax_exec_free(struct api_exec *x);
+/* Forgets x entirely: its files, its directory and its record; its
+ * viewers end. Not for running execs. */
+void ax_exec_forget(struct api_exec *x);
+/* Removes every segment file of x from disk; why becomes its "removed"
+ * ("retention", "total_cap", "principal_cap", "forgotten"). */
+void ax_log_remove(struct api_exec *x, const char *why);
 /* Unlinks x from s->execs. */
 void ax_exec_unlink(struct api_exec *x);
 /* state_dir/execs/ID[/file] into buf (cap bytes, truncated). */

@@ -120,7 +120,7 @@ exec_load(struct api_server *s, const char *id)
 	struct dirent *de;
 	struct seg *g;
 	DIR *d = NULL;
-	int fd;
+	int fd, migrate = 0;
 
 	if ((x = calloc(1, sizeof(*x))) == NULL)
 		return NULL;
@@ -145,9 +145,19 @@ exec_load(struct api_server *s, const char *id)
 	snprintf(x->reason, sizeof(x->reason), "%s",
 	    json_string_value(json_object_get(m, "reason")) ?: "");
 	x->owner_id = json_integer_value(json_object_get(m, "owner_id"));
-	x->argv = json_incref(json_object_get(m, "argv"));
-	if (x->argv == NULL)
-		x->argv = json_array();
+	v = json_object_get(m, "argv");
+	if (json_is_string(json_object_get(m, "argv_preview"))) {
+		snprintf(x->argv_preview, sizeof(x->argv_preview), "%s",
+		    json_string_value(json_object_get(m, "argv_preview")));
+		x->argv_cut = json_is_true(json_object_get(m, "argv_truncated"));
+	} else if (json_is_array(v)) {
+		/* A record from before ADR 0043 holds its whole argv: it
+		 * moves to argv.json and meta.json keeps the preview. */
+		ax_argv_preview(x, v);
+		ax_exec_path(path, sizeof(path), x, "argv.json");
+		if (access(path, F_OK) == 0 || ax_argv_write(x, v) == 0)
+			migrate = 1;
+	}
 	v = json_object_get(m, "exit_code");
 	x->code = json_is_integer(v) ? (int)json_integer_value(v) : 0;
 	x->truncated = json_is_true(json_object_get(m, "truncated"));
@@ -232,7 +242,8 @@ exec_load(struct api_server *s, const char *id)
 		    "restarted while the exec ran; the broker killed it when "
 		    "the api's connection to it closed.");
 		x->cur = NULL;
-	}
+	} else if (migrate)
+		ax_meta_write(x);
 	x->cur = NULL;  /* nothing is appended to a loaded exec */
 	free(firsts);
 	closedir(d);

@@ -620,5 +620,81 @@ class ExecResourceTest(unittest.TestCase):
         p.stop()
 
 
+    # -------------------------------------------------------- fair shares
+
+    def test_12_a_heavy_player_loses_only_his_own_oldest_records(self):
+        # Issue 24 M4: one player's many short execs made another player's
+        # records answer 404. Eight records in all; bob's two stay.
+        state = os.path.join(self.stack.dir, "api-fair")
+        p, url = self.stack.start_api(state, self.api_args() + [
+            "--exec-records-max", "8"], "api-fair")
+        keys = {}
+        for who, npc in (("fairbob", "fair-bob"), ("fairann", "fair-ann")):
+            keys[npc] = self.stack.admin("create-player", who, state_dir=state)
+            r = self.call(keys[npc], "POST", "/api/v1/npcs", {"name": npc}, url=url)
+            self.assertEqual(r.status, 201, r.body)
+            self.assertEqual(self.call(keys[npc], "PUT", "/api/v1/npcs/%s/sandbox" % npc,
+                                       url=url).status, 200)
+
+        def run(npc, n):
+            xs = []
+            for _ in range(n):
+                r = self.call(keys[npc], "POST", "/api/v1/npcs/%s/sandbox/execs" % npc,
+                              {"argv": ["true"]}, url=url)
+                self.assertEqual(r.status, 201, r.body)
+                xs.append(r.json())
+                self.wait_ended(xs[-1], url=url, npc=npc, key=keys[npc])
+            return xs
+
+        def listed(npc):
+            r = self.call(keys[npc], "GET", "/api/v1/npcs/%s/sandbox/execs?limit=200" % npc,
+                          url=url)
+            self.assertEqual(r.status, 200, r.body)
+            return [e["exec_id"] for e in r.json()["execs"]]
+
+        bob = run("fair-bob", 2)
+        ann = run("fair-ann", 15)
+        sbxtest.wait_until(lambda: len(listed("fair-ann")) == 6, 10, "ann down to 6",
+                           interval=0.2)
+        self.assertEqual(listed("fair-bob"), [x["exec_id"] for x in reversed(bob)])
+        for x in bob:
+            self.assertEqual(self.status(x, key=keys["fair-bob"], npc="fair-bob",
+                                         url=url)["state"], "exited")
+        self.assertEqual(listed("fair-ann"), [x["exec_id"] for x in reversed(ann[9:])])
+        r = self.call(keys["fair-ann"], "GET", "/api/v1/npcs/fair-ann/sandbox/execs/%s"
+                      % ann[0]["exec_id"], url=url)
+        self.assertEqual(r.status, 404, r.body)
+        p.stop()
+
+    def test_13_a_record_keeps_a_preview_in_memory_and_the_argv_on_disk(self):
+        # Issue 24 L2: a list shows the first 256 bytes of the joined argv;
+        # GET one, the whole argv (read from the record on disk).
+        tail = "é" * 60000
+        argv = ["sh", "-c", "true", "arg0", tail]
+        r = self.call(self.key, "POST", "/api/v1/npcs/alice/sandbox/execs", {"argv": argv})
+        self.assertEqual(r.status, 201, r.body)
+        x = r.json()
+        self.assertEqual(x["argv"], argv)
+        st = self.wait_ended(x)
+        self.assertEqual(st["argv"], argv)
+        self.assertTrue(st["argv_truncated"])
+        pv = st["argv_preview"]
+        self.assertTrue(pv.startswith("sh -c true arg0 é"), pv[:40])
+        self.assertLessEqual(len(pv.encode()), 256)
+        self.assertGreater(len(pv.encode()), 250)
+        r = self.call(self.key, "GET", "/api/v1/npcs/alice/sandbox/execs?limit=200")
+        item = [e for e in r.json()["execs"] if e["exec_id"] == x["exec_id"]][0]
+        self.assertNotIn("argv", item)
+        self.assertEqual((item["argv_preview"], item["argv_truncated"]), (pv, True))
+        d = os.path.join(self.stack.api_state, "execs", x["exec_id"])
+        self.assertLess(os.path.getsize(os.path.join(d, "meta.json")), 4096)
+        with open(os.path.join(d, "argv.json"), encoding="utf-8") as f:
+            self.assertEqual(json.load(f), argv)
+        r = self.call(self.key, "POST", "/api/v1/npcs/alice/sandbox/execs",
+                      {"argv": ["echo", "short"]})
+        x = r.json()
+        self.assertEqual((x["argv_preview"], x["argv_truncated"]), ("echo short", False))
+
+
 if __name__ == "__main__":
     unittest.main()

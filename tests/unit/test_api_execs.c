@@ -3,7 +3,20 @@
 
 #include <sys/socket.h>
 
+#include <malloc.h>
+
 #include "driver_fake.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define HEAP_COUNTED 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HEAP_COUNTED 0
+#endif
+#endif
+#ifndef HEAP_COUNTED
+#define HEAP_COUNTED 1   /* mallinfo2() counts the heap (not under ASan) */
+#endif
 
 static char KA[SBX_TOKEN_GEN_LEN + 1];
 static char KB[SBX_TOKEN_GEN_LEN + 1];
@@ -429,6 +442,249 @@ test_a_viewer_that_stops_reading_is_cut_off_alone(void **state)
 	free(all);
 }
 
+/* One exec of npc started with key (argv: a JSON array text) and run
+ * to its end; its id into id (>= 40 bytes). */
+static void
+run_on(const char *npc, const char *key, const char *argv, char *id)
+{
+	struct tu_res r = { 0 };
+	char path[160], *body;
+	json_t *j;
+	int i, st = 0;
+
+	snprintf(path, sizeof(path), "/api/v1/npcs/%s/sandbox/execs", npc);
+	if (asprintf(&body, "{\"argv\":%s}", argv) == -1)
+		fail();
+	assert_int_equal(tu_req(&r, "POST", path, key, body), 201);
+	free(body);
+	j = json_loads(tu_text(&r), 0, NULL);
+	assert_non_null(j);
+	snprintf(id, 40, "%s", json_string_value(json_object_get(j, "exec_id")));
+	json_decref(j);
+	tu_res_free(&r);
+	snprintf(path, sizeof(path), "/api/v1/npcs/%s/sandbox/execs/%s", npc, id);
+	for (i = 0; i < 500; i++) {
+		assert_int_equal(tu_req(&r, "GET", path, key, NULL), 200);
+		j = json_loads(tu_text(&r), 0, NULL);
+		st = strcmp(json_string_value(json_object_get(j, "state")),
+		    "running") != 0;
+		json_decref(j);
+		tu_res_free(&r);
+		if (st)
+			break;
+		tu_spin(5);
+	}
+	assert_true(st);
+}
+
+/* GET one exec of npc with key: the status, its body parsed into *out
+ * (owned; NULL unless out). */
+static int
+get_on(const char *npc, const char *key, const char *id, json_t **out)
+{
+	struct tu_res r = { 0 };
+	char path[160];
+	int st;
+
+	snprintf(path, sizeof(path), "/api/v1/npcs/%s/sandbox/execs/%s", npc, id);
+	st = tu_req(&r, "GET", path, key, NULL);
+	if (out != NULL)
+		*out = json_loads(tu_text(&r), 0, NULL);
+	tu_res_free(&r);
+	return st;
+}
+
+/* The list of npc's execs (?limit=200), parsed (owned). */
+static json_t *
+list_on(const char *npc, const char *key)
+{
+	struct tu_res r = { 0 };
+	char path[160];
+	json_t *j;
+
+	snprintf(path, sizeof(path), "/api/v1/npcs/%s/sandbox/execs?limit=200",
+	    npc);
+	assert_int_equal(tu_req(&r, "GET", path, key, NULL), 200);
+	j = json_loads(tu_text(&r), 0, NULL);
+	assert_non_null(j);
+	tu_res_free(&r);
+	return j;
+}
+
+/* Bob's NPC m1 has nb execs, then alice's n1 runs na; bob's all answer
+ * and list; of alice's, exactly the newest keep_a do. */
+static void
+crowd(int nb, int na, int keep_a)
+{
+	char bid[8][40], aid[64][40];
+	json_t *l;
+	int i;
+
+	assert_true(nb <= 8 && na <= 64);
+	tu_npc(KB, "m1");
+	for (i = 0; i < nb; i++)
+		run_on("m1", KB, "[\"b\"]", bid[i]);
+	for (i = 0; i < na; i++)
+		run_on("n1", KA, "[\"a\"]", aid[i]);
+	tu_spin(50);   /* the bounds after the last end */
+	for (i = 0; i < nb; i++)
+		assert_int_equal(get_on("m1", KB, bid[i], NULL), 200);
+	l = list_on("m1", KB);
+	assert_int_equal(json_array_size(json_object_get(l, "execs")), nb);
+	json_decref(l);
+	for (i = 0; i < na; i++)
+		assert_int_equal(get_on("n1", KA, aid[i], NULL),
+		    i < na - keep_a ? 404 : 200);
+	l = list_on("n1", KA);
+	assert_int_equal(json_array_size(json_object_get(l, "execs")), keep_a);
+	json_decref(l);
+}
+
+static void
+test_the_records_cap_takes_the_heaviest_principals_oldest(void **state)
+{
+	(void)state;
+	/* 3 + 20 records, 8 kept in all: alice, the heaviest, keeps 5. */
+	tu_set("exec_records_max", "8");
+	start();
+	crowd(3, 20, 5);
+}
+
+static void
+test_each_principal_keeps_its_own_share_of_records(void **state)
+{
+	(void)state;
+	tu_set("exec_records_per_principal", "4");
+	start();
+	crowd(2, 10, 4);
+}
+
+/* Log bytes: bob's one exec of about 330 KiB of log, then alice's five;
+ * bob's log is whole; alice's oldest lost theirs (why: "removed"),
+ * the newest keep_a kept theirs. */
+static void
+crowd_logs(int keep_a, const char *why)
+{
+	static char big[65536];
+	struct sbx_fake_step steps[] = {
+		{ .kind = SBX_FAKE_STEP_OUTPUT, .stream = 1, .data = big,
+		    .len = sizeof(big), .repeat = 5 },
+		{ .kind = SBX_FAKE_STEP_EXIT, .code = 0 },
+	};
+	char bid[40], aid[5][40];
+	json_t *j, *log;
+	int i;
+
+	memset(big, 'b', sizeof(big));
+	start();
+	assert_int_equal(sbx_fake_set_exec_script(T.drv, steps, 2), 0);
+	tu_npc(KB, "m1");
+	run_on("m1", KB, "[\"b\"]", bid);
+	for (i = 0; i < 5; i++)
+		run_on("n1", KA, "[\"a\"]", aid[i]);
+	tu_spin(50);
+	assert_int_equal(get_on("m1", KB, bid, &j), 200);
+	log = json_object_get(j, "log");
+	assert_true(json_is_null(json_object_get(log, "removed")));
+	assert_true(json_integer_value(json_object_get(log, "bytes")) >
+	    5 * 65536);
+	json_decref(j);
+	for (i = 0; i < 5; i++) {
+		assert_int_equal(get_on("n1", KA, aid[i], &j), 200);
+		log = json_object_get(j, "log");
+		if (i < 5 - keep_a)
+			assert_string_equal(json_string_value(json_object_get(log,
+			    "removed")), why);
+		else
+			assert_true(json_is_null(json_object_get(log, "removed")));
+		json_decref(j);
+	}
+}
+
+static void
+test_the_log_total_takes_the_heaviest_principals_oldest(void **state)
+{
+	(void)state;
+	/* 6 logs of ~330 KiB, 1 MiB in all: bob's and alice's newest 2. */
+	tu_set("exec_log_max", "1m");
+	tu_set("exec_log_total", "1m");
+	crowd_logs(2, "total_cap");
+}
+
+static void
+test_each_principal_keeps_its_own_share_of_log_bytes(void **state)
+{
+	(void)state;
+	tu_set("exec_log_max", "1m");
+	tu_set("exec_log_per_principal", "1m");
+	crowd_logs(3, "principal_cap");
+}
+
+static void
+test_a_record_holds_an_argv_preview_and_get_one_the_whole_argv(void **state)
+{
+	static char arg[200001];
+	size_t mem0 = 0, mem1;
+	char id[40], *argv, path[256], *meta;
+	const char *pv;
+	json_t *l, *item, *j;
+	size_t len;
+	int i;
+
+	(void)state;
+	tu_set("requests_per_minute", "100000");
+	start();
+	/* "é" repeated: the 256-byte cut falls inside a character. */
+	for (i = 0; i < 200000; i += 2) {
+		arg[i] = (char)0xc3;
+		arg[i + 1] = (char)0xa9;
+	}
+	if (asprintf(&argv, "[\"sh\",\"-c\",\"%s\"]", arg) == -1)
+		fail();
+	run_on("n1", KA, argv, id);
+	l = list_on("n1", KA);
+	item = json_array_get(json_object_get(l, "execs"), 0);
+	assert_null(json_object_get(item, "argv"));
+	assert_true(json_is_true(json_object_get(item, "argv_truncated")));
+	pv = json_string_value(json_object_get(item, "argv_preview"));
+	assert_non_null(pv);
+	assert_true(strlen(pv) <= 256 && strlen(pv) >= 250);
+	assert_int_equal(strncmp(pv, "sh -c \xc3\xa9", 8), 0);
+	assert_int_equal((unsigned char)pv[strlen(pv) - 1], 0xa9);
+	/* GET one: the same preview and the whole argv, also after a
+	 * restart (read from the record on disk). */
+	for (i = 0; i < 2; i++) {
+		assert_int_equal(get_on("n1", KA, id, &j), 200);
+		assert_string_equal(json_string_value(json_object_get(j,
+		    "argv_preview")), pv);
+		assert_int_equal(json_array_size(json_object_get(j, "argv")), 3);
+		assert_string_equal(json_string_value(json_array_get(
+		    json_object_get(j, "argv"), 2)), arg);
+		json_decref(j);
+		if (i == 0)
+			restart();
+	}
+	json_decref(l);
+	snprintf(path, sizeof(path), "%s/execs/%s/meta.json", T.dir, id);
+	meta = tu_slurp(path, &len);
+	assert_non_null(meta);
+	assert_true(len < 4096);
+	free(meta);
+	/* 40 more such records grow the heap by their previews, not by
+	 * their argv (40 x 200 KB = 8 MB before ADR 0043). */
+	if (HEAP_COUNTED)
+		mem0 = mallinfo2().uordblks;
+	for (i = 0; i < 40; i++)
+		run_on("n1", KA, argv, id);
+	if (HEAP_COUNTED) {
+		mem1 = mallinfo2().uordblks;
+		print_message("# heap growth for 40 records: %zu bytes\n",
+		    mem1 > mem0 ? mem1 - mem0 : 0);
+		assert_true(mem1 < mem0 + 1024 * 1024);
+	}
+	free(argv);
+}
+
 int
 main(void)
 {
@@ -454,6 +710,21 @@ main(void)
 		cmocka_unit_test_setup_teardown(
 		    test_long_utf8_output_is_split_between_characters, tu_up,
 		    tu_down),
+		cmocka_unit_test_setup_teardown(
+		    test_the_records_cap_takes_the_heaviest_principals_oldest,
+		    tu_up, tu_down),
+		cmocka_unit_test_setup_teardown(
+		    test_each_principal_keeps_its_own_share_of_records, tu_up,
+		    tu_down),
+		cmocka_unit_test_setup_teardown(
+		    test_the_log_total_takes_the_heaviest_principals_oldest,
+		    tu_up, tu_down),
+		cmocka_unit_test_setup_teardown(
+		    test_each_principal_keeps_its_own_share_of_log_bytes, tu_up,
+		    tu_down),
+		cmocka_unit_test_setup_teardown(
+		    test_a_record_holds_an_argv_preview_and_get_one_the_whole_argv,
+		    tu_up, tu_down),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -8,7 +8,7 @@
 #include "sbx_proto.h" /* SBX_E_BAD_TOKEN */
 
 
-#define SBX_TOKEN_MIN_LEN 16    /* characters (bytes) */
+/* SBX_TOKEN_MIN_LEN (characters, bytes): sbx_proto.h, the wire contract. */
 #define SBX_TOKEN_MAX_LEN 4096  /* bytes, file content included */
 #define SBX_TOKEN_GEN_LEN 43    /* chars written by sbx_token_generate (32 bytes base64url) */
 

@@ -16,6 +16,7 @@
 #include "sbx_path.h"
 #include "sbx_proto.h"
 #include "sbx_sse.h"
+#include "sbx_time.h"
 #include "sbx_wire.h"
 
 
@@ -79,7 +80,7 @@ exec_start(void *arg, const char *exec_id)
 	}
 	log_debug("exec started", "npc", a->npc.name, "exec_id", exec_id, NULL);
 	a->exec_started = 1;
-	a->exec_started_ms = api_mono_ms();
+	a->exec_started_ms = sbx_mono_ms();
 	api_metrics_exec_started(&a->s->metrics);
 	if (sbx_ndjson_start(line, exec_id, a->s->now_ms()) == 0)
 		sse_emit(a, line);

@@ -26,6 +26,7 @@
 #include "sbx_proto.h"
 #include "sbx_sse.h"
 #include "sbx_token.h"
+#include "sbx_time.h"
 #include "api_execs_int.h"
 
 static void exec_end(struct api_exec *x, const char *state);
@@ -47,15 +48,6 @@ wake_viewers(struct api_exec *x)
 	}
 }
 
-
-int64_t
-ax_wall_now(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 static uint64_t
 seg_size(const struct api_server *s)
@@ -259,7 +251,7 @@ void
 ax_enforce_bounds(struct api_server *s)
 {
 	struct api_exec *x, *prev;
-	int64_t now = ax_wall_now();
+	int64_t now = sbx_wall_ms();
 
 	for (x = s->execs; x != NULL && x->next != NULL; x = x->next)
 		;
@@ -422,7 +414,7 @@ x_start(void *arg, const char *exec_id)
 	if (line != NULL)
 		evbuffer_free(line);
 	api_metrics_exec_started(&x->s->metrics);
-	x->counted_ms = api_mono_ms();
+	x->counted_ms = sbx_mono_ms();
 	x->creator = NULL;
 	if (a != NULL) {
 		a->op = NULL;
@@ -573,7 +565,7 @@ exec_end(struct api_exec *x, const char *state)
 {
 
 	snprintf(x->state, sizeof(x->state), "%s", state);
-	x->ended_at = ax_wall_now();
+	x->ended_at = sbx_wall_ms();
 	if (x->fd >= 0) {
 		close(x->fd);
 		x->fd = -1;
@@ -582,7 +574,7 @@ exec_end(struct api_exec *x, const char *state)
 		x->lim->execs--;
 	x->lim = NULL;
 	if (x->counted_ms != 0)
-		api_metrics_exec_finished(&x->s->metrics, api_mono_ms() -
+		api_metrics_exec_finished(&x->s->metrics, sbx_mono_ms() -
 		    x->counted_ms);
 	x->counted_ms = 0;
 	meta_write(x);
@@ -664,7 +656,7 @@ api_h_execs_create(struct areq *a)
 	x->owner_id = a->npc.owner_id;
 	x->argv = json_deep_copy(json_object_get(a->body, "argv"));
 	snprintf(x->state, sizeof(x->state), "running");
-	x->started_at = ax_wall_now();
+	x->started_at = sbx_wall_ms();
 	ax_exec_path(path, sizeof(path), x, NULL);
 	if (mkdir(path, 0700) == -1) {
 		log_error("cannot create an exec directory", "error",

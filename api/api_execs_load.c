@@ -25,6 +25,7 @@
 #include "sbx_proto.h"
 #include "sbx_sse.h"
 #include "sbx_token.h"
+#include "sbx_time.h"
 #include "api_execs_int.h"
 
 /* ------------------------------------------------------------------ */
@@ -90,7 +91,7 @@ tickets_load(struct api_exec *x)
 		return;
 	while (fgets(line, sizeof(line), f) != NULL) {
 		if (sscanf(line, "%64s %lld %63s", hex, &exp, who) != 3 ||
-		    exp < ax_wall_now())
+		    exp < sbx_wall_ms())
 			continue;
 		if ((t = calloc(1, sizeof(*t))) == NULL)
 			break;

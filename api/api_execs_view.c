@@ -25,6 +25,7 @@
 #include "sbx_proto.h"
 #include "sbx_sse.h"
 #include "sbx_token.h"
+#include "sbx_time.h"
 #include "api_execs_int.h"
 
 static void viewer_pump(struct api_viewer *v);
@@ -65,7 +66,7 @@ api_h_execs_ticket(struct areq *a)
 		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
 		return;
 	}
-	exp = ax_wall_now() + a->s->cfg->ticket_ttl;
+	exp = sbx_wall_ms() + a->s->cfg->ticket_ttl;
 	ticket_hash(a->s, tok, strlen(tok), t->hash);
 	t->expires_ms = exp;
 	snprintf(t->principal, sizeof(t->principal), "%s", a->who.name);
@@ -153,7 +154,7 @@ api_execs_ticket_auth(struct api_server *s, const char *target,
 		ticket_hash(s, tok, strlen(tok), h);
 		for (t = x->tickets; t != NULL; t = t->next)
 			if (sodium_memcmp(t->hash, h, sizeof(h)) == 0 &&
-			    t->expires_ms > ax_wall_now()) {
+			    t->expires_ms > sbx_wall_ms()) {
 				found = 1;
 				break;
 			}

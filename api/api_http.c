@@ -21,6 +21,7 @@
 #include "sbx_log.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"
+#include "sbx_time.h"
 #include "sbx_usage.h"
 
 #define API_PREFIX "/api/v1"
@@ -97,15 +98,6 @@ static const struct api_route routes[] = {
 	{ .handler = NULL },
 };
 
-static int64_t
-wall_ms(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
-
 static const char *
 method_name(int m)
 {
@@ -136,7 +128,7 @@ limit_get(struct api_server *s, int64_t principal_id)
 		return NULL;
 	l->principal_id = principal_id;
 	l->tokens = (double)s->cfg->rate_per_minute;
-	l->refilled_ms = api_mono_ms();
+	l->refilled_ms = sbx_mono_ms();
 	l->next = s->limits;
 	s->limits = l;
 	return l;
@@ -151,7 +143,7 @@ limit_take(struct api_server *s, struct api_limit *l)
 {
 	double cap = (double)s->cfg->rate_per_minute;
 	double per_ms = cap / 60000.0;
-	int64_t now = api_mono_ms();
+	int64_t now = sbx_mono_ms();
 	long wait;
 
 	l->tokens += (double)(now - l->refilled_ms) * per_ms;
@@ -732,7 +724,7 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 	s->base = base;
 	s->cfg = cfg;
 	s->driver = driver;
-	s->now_ms = wall_ms;
+	s->now_ms = sbx_wall_ms;
 	if ((s->store = api_store_open(cfg->state_dir, err)) == NULL ||
 	    api_store_defer_on(s->store, base, err) == -1)
 		goto fail;
@@ -798,7 +790,7 @@ api_server_inflight(const struct api_server *s)
 void
 api_server_set_clock(struct api_server *s, int64_t (*now)(void))
 {
-	s->now_ms = now != NULL ? now : wall_ms;
+	s->now_ms = now != NULL ? now : sbx_wall_ms;
 }
 
 void

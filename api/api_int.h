@@ -192,7 +192,6 @@ void api_list_reply(struct areq *a, const struct sbx_dirent *ents, size_t n,
 /* api_req.c: the life of a request. Every request is made by areq_new and
  * ends exactly once in areq_finish, called by the reply functions below
  * (after them a is freed: do not touch it). */
-int64_t api_mono_ms(void);
 /* A request of s for req, linked into s->live and counted in s->inflight;
  * NULL when out of memory. */
 struct areq *areq_new(struct api_server *s, struct evhttp_request *req);

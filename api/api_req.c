@@ -19,21 +19,13 @@
 #include "sbx_log.h"
 #include "sbx_proto.h"
 #include "sbx_sse.h"
+#include "sbx_time.h"
 
 /* Bytes queued towards a client above which the producer is paused. */
 #define STREAM_HIGH_WATER (256 * 1024)
 /* A stream's connection timeout: the exec timeout belongs to the broker;
  * heartbeats keep writing, backpressure pauses the producer meanwhile. */
 #define STREAM_TIMEOUT_S (24 * 3600)
-
-int64_t
-api_mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Replies and the end of every request                                */
 
@@ -46,7 +38,7 @@ areq_new(struct api_server *s, struct evhttp_request *req)
 		return NULL;
 	a->s = s;
 	a->req = req;
-	a->started_ms = api_mono_ms();
+	a->started_ms = sbx_mono_ms();
 	a->next = s->live;
 	if (s->live != NULL)
 		s->live->prev = a;
@@ -131,12 +123,12 @@ areq_finish(struct areq *a, int status, const char *outcome)
 	    a->label != NULL ? a->label : "unknown", status);
 	if (a->exec_started)
 		api_metrics_exec_finished(&s->metrics,
-		    api_mono_ms() - a->exec_started_ms);
+		    sbx_mono_ms() - a->exec_started_ms);
 	if (a->sse_counted)
 		api_metrics_sse(&s->metrics, -1);
 	snprintf(st, sizeof(st), "%d", status);
 	snprintf(ms, sizeof(ms), "%lld",
-	    (long long)(api_mono_ms() - a->started_ms));
+	    (long long)(sbx_mono_ms() - a->started_ms));
 	log_info("request", "action", a->route != NULL ? a->route->action :
 	    "none", "principal", a->authed ? a->who.name : "-", "npc",
 	    a->has_npc ? a->npc.name : "-", "status", st, "outcome", outcome,

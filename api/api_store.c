@@ -20,6 +20,7 @@
 #include "sbx_config.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
+#include "sbx_time.h"
 #include "sbx_token.h"
 
 #define KEY_BYTES 32
@@ -144,15 +145,6 @@ static const char schema[] =
     "CREATE TABLE IF NOT EXISTS audit_details ("
     " audit_id INTEGER PRIMARY KEY REFERENCES audit(id),"
     " detail TEXT NOT NULL);";
-
-static int64_t
-now_ms(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 const char *
 api_role_name(enum api_role r)
@@ -471,7 +463,7 @@ api_store_principal_create(struct api_store *st, const char *name,
 	key_hash(st, key, strlen(key), h);
 	rc = db_write(st, st->q[Q_PRINCIPAL_CREATE], 1, "create principal", err,
 	    "ttbi", name, api_role_name(role), (const void *)h, sizeof(h),
-	    now_ms());
+	    sbx_wall_ms());
 	if (rc == 1)
 		rc = sbx_err_set(err, SBX_E_CONFLICT, "A principal named %s "
 		    "already exists (revoked names are not reused).", name);
@@ -486,7 +478,7 @@ api_store_principal_revoke(struct api_store *st, const char *name,
     struct sbx_err *err)
 {
 	if (db_write(st, st->q[Q_PRINCIPAL_REVOKE], 0, "revoke principal", err,
-	    "it", now_ms(), name) == -1)
+	    "it", sbx_wall_ms(), name) == -1)
 		return -1;
 	if (sqlite3_changes(st->db) == 0)
 		return sbx_err_set(err, SBX_E_NOT_FOUND, "No active principal "
@@ -591,7 +583,7 @@ api_store_npc_create(struct api_store *st, const char *name,
 		    "match [a-z0-9][a-z0-9-]{0,40}.");
 	snprintf(sid, sizeof(sid), API_NPC_SANDBOX_PREFIX "%s", name);
 	rc = db_write(st, st->q[Q_NPC_CREATE], 1, "create npc", err, "titi",
-	    name, owner_id, sid, now_ms());
+	    name, owner_id, sid, sbx_wall_ms());
 	if (rc == 1)
 		return sbx_err_set(err, SBX_E_CONFLICT, "The NPC name %s is "
 		    "taken.", name);
@@ -659,7 +651,7 @@ api_store_npc_set_egress(struct api_store *st, const char *name, int enabled,
     const char *by, struct sbx_err *err)
 {
 	if (db_write(st, st->q[Q_NPC_SET_EGRESS], 0, "set egress", err, "itit",
-	    (int64_t)(enabled ? 1 : 0), by, now_ms(), name) == -1)
+	    (int64_t)(enabled ? 1 : 0), by, sbx_wall_ms(), name) == -1)
 		return -1;
 	if (sqlite3_changes(st->db) == 0)
 		return sbx_err_set(err, SBX_E_NOT_FOUND, "No NPC named %s.",
@@ -704,7 +696,7 @@ api_store_sandbox_claim(struct api_store *st, const struct api_npc *n,
 	/* One statement: the count and the insert cannot be split by a
 	 * concurrent claim, even from another process on the same file. */
 	if (db_write(st, st->q[Q_SANDBOX_CLAIM], 0, "claim a sandbox", err,
-	    "iiii", n->id, n->owner_id, now_ms(), (int64_t)max) == -1)
+	    "iiii", n->id, n->owner_id, sbx_wall_ms(), (int64_t)max) == -1)
 		return -1;
 	if (sqlite3_changes(st->db) > 0) {
 		*claimed = 1;
@@ -793,18 +785,18 @@ api_store_audit_detail(struct api_store *st, const char *principal,
 	int i;
 
 	if (st->defer == NULL) {
-		audit_write(st, now_ms(), principal, action, npc, outcome,
+		audit_write(st, sbx_wall_ms(), principal, action, npc, outcome,
 		    detail);
 		return;
 	}
 	for (i = 0; i < 5; i++)
 		len += v[i] != NULL ? strlen(v[i]) + 1 : 0;
 	if ((r = calloc(1, sizeof(*r) + len)) == NULL) {
-		audit_write(st, now_ms(), principal, action, npc, outcome,
+		audit_write(st, sbx_wall_ms(), principal, action, npc, outcome,
 		    detail);
 		return;
 	}
-	r->ts = now_ms();
+	r->ts = sbx_wall_ms();
 	for (i = 0; i < 5; i++) {
 		if (v[i] == NULL)
 			continue;

@@ -566,7 +566,7 @@ eng_agent_run(struct eop *op)
 		snprintf(op->cid, sizeof(op->cid), "agent");
 	x->streaming = 1;
 	x->got_stream = 1;
-	x->started_ms = eng_now_ms();
+	x->started_ms = sbx_mono_ms();
 	if (x->paused)
 		sbx_agent_pause(x->ast, 1);
 	if (eng_exec_clock(op, &e) < 0)

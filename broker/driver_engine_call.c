@@ -28,15 +28,6 @@
 
 /* ---------- small utilities ---------- */
 
-int64_t
-eng_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int
 eng_name_ok(const char *s, size_t max)
 {

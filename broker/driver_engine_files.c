@@ -329,7 +329,7 @@ read_exited(struct eop *op, int code)
 	if (eng_helper_failed(op, code))
 		return;
 	memset(&ex, 0, sizeof(ex));
-	ex.duration_ms = eng_now_ms() - x->started_ms;
+	ex.duration_ms = sbx_mono_ms() - x->started_ms;
 	if (x->sink.exit != NULL)
 		x->sink.exit(x->sink.arg, &ex);
 	eng_op_release(op);

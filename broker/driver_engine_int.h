@@ -15,6 +15,7 @@
 #include "sbx_helper_proto.h"
 #include "sbx_http_client.h"
 #include "sbx_proto.h"
+#include "sbx_time.h"
 
 /*
  * Layout (adr/0020): driver_engine.c the ops table, the driver and the op
@@ -377,7 +378,6 @@ void eng_fail_later(struct eop *op, const struct sbx_err *err);
 
 /* ---- driver_engine_call.c: one runtime call, inspect parsing ---- */
 
-int64_t eng_now_ms(void);
 /* 0 when id follows SPEC §4 (sbx_id_valid), else -1 with err invalid_id. */
 int eng_id_check(const char *id, struct sbx_err *err);
 /* 1 when s is 1..max bytes of [A-Za-z0-9_.-]. */

@@ -257,7 +257,7 @@ exec_created(struct eop *op, int status, json_t *body,
 			eng_finish_err(op, &e);
 		return;
 	}
-	x->started_ms = eng_now_ms();
+	x->started_ms = sbx_mono_ms();
 	if (eng_exec_clock(op, &e) < 0) {
 		eng_finish_err(op, &e);
 		return;

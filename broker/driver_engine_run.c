@@ -561,7 +561,7 @@ eng_exec_recorded(struct eop *op)
 		}
 	}
 	memset(&ex, 0, sizeof(ex));
-	ex.duration_ms = eng_now_ms() - x->started_ms;
+	ex.duration_ms = sbx_mono_ms() - x->started_ms;
 	ex.truncated = x->truncated;
 	if (cm->xhow == SBX_HELPER_EXIT_HOW_SIGNALED) {
 		ex.code = 128 + cm->xsig;
@@ -729,7 +729,7 @@ cmd_exited(struct eop *op, int code)
 
 	memset(&ex, 0, sizeof(ex));
 	ex.code = code & 0xff;
-	ex.duration_ms = eng_now_ms() - x->started_ms;
+	ex.duration_ms = sbx_mono_ms() - x->started_ms;
 	ex.truncated = x->truncated;
 	/* The helper exits 128+n when signal n ended the command. */
 	if (code > 128 && code < 128 + 32)

@@ -54,6 +54,7 @@
 #include "proxy_counts.h"
 #include "proxy_policy.h"
 #include "proxy_req.h"
+#include "sbx_time.h"
 
 #define PIPE_HIGH (256 * 1024)   /* stop reading a side whose peer has this much queued */
 #define PIPE_LOW (64 * 1024)
@@ -394,15 +395,6 @@ relay_retry_cb(evutil_socket_t fd, short what, void *arg)
 /* The proxy's socket refused (absent, or left by a proxy that is starting
  * again): within the relay's first RELAY_GRACE_MS try again shortly, else
  * (or then) 502. */
-static long long
-mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void
 relay_failed(struct conn *k)
 {
@@ -412,7 +404,7 @@ relay_failed(struct conn *k)
 		bufferevent_free(k->u);
 		k->u = NULL;
 	}
-	if (mono_ms() - px.relay_t0 >= RELAY_GRACE_MS || (k->retry == NULL &&
+	if (sbx_mono_ms() - px.relay_t0 >= RELAY_GRACE_MS || (k->retry == NULL &&
 	    (k->retry = evtimer_new(px.base, relay_retry_cb, k)) == NULL) ||
 	    evtimer_add(k->retry, &tv) != 0) {
 		reply(k, 502, "the egress proxy of this sandbox is not reachable");
@@ -852,7 +844,7 @@ main(int argc, char **argv)
 	i = 1;
 	if (argc > 1 && strcmp(argv[1], "relay") == 0) {
 		px.relay = 1;
-		px.relay_t0 = mono_ms();
+		px.relay_t0 = sbx_mono_ms();
 		listen = "127.0.0.1:3128";
 		i = 2;
 	}

@@ -135,7 +135,7 @@ $(BUILD)/sbx-helper: $(HELPER_SRC) $(HELPER_PROTO_SRC) $(wildcard broker/helper/
 $(BUILD)/sbx-proxy: $(PROXY_SRC) $(wildcard broker/proxy/*.h) common/proxy_policy.h $(STATIC_COMMON_SRC)
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -D_FORTIFY_SOURCE=2 $(CFLAGS) $(WARN) \
-		-fstack-protector-strong -static -Icommon -o $@ $(PROXY_SRC) $(STATIC_COMMON_SRC) \
+		-fstack-protector-strong -static -Icommon -Iproto -o $@ $(PROXY_SRC) $(STATIC_COMMON_SRC) \
 		$(shell pkg-config --cflags libevent 2>/dev/null) -levent_extra -levent_core
 
 # Helpers the unit tests share (a .c with a header, not statics).

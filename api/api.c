@@ -171,8 +171,7 @@ give_state_dir(const char *user, const char *dir, struct sbx_err *err)
 		return sbx_err_set(err, SBX_E_CONFIG, "user %s does not exist.",
 		    user);
 	if (mkdir(dir, 0700) == -1 && errno != EEXIST)
-		return sbx_err_set(err, SBX_E_CONFIG, "Cannot create state_dir "
-		    "%s: %s.", dir, strerror(errno));
+		return sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_STATE_DIR_CREATE, dir, strerror(errno));
 	for (i = 0; files[i] != NULL; i++) {
 		snprintf(path, sizeof(path), "%s%s", dir, files[i]);
 		if (lchown(path, pw->pw_uid, pw->pw_gid) == -1 &&

@@ -60,7 +60,7 @@ api_h_console(struct areq *a)
 	    api_console_html_len, NULL, NULL) == -1) {
 		if (out != NULL)
 			evbuffer_free(out);
-		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
 		return;
 	}
 	evhttp_add_header(h, "Content-Type", "text/html; charset=utf-8");

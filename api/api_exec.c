@@ -75,7 +75,7 @@ exec_start(void *arg, const char *exec_id)
 		/* Out of memory before anything was sent. */
 		sbx_op_cancel(a->op);
 		a->op = NULL;
-		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
 		return;
 	}
 	log_debug("exec started", "npc", a->npc.name, "exec_id", exec_id, NULL);
@@ -279,7 +279,7 @@ read_start(void *arg, const char *exec_id)
 	if (areq_stream_begin(a, SBX_CT_OCTET) == -1) {
 		sbx_op_cancel(a->op);
 		a->op = NULL;
-		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
 	}
 }
 
@@ -294,7 +294,7 @@ read_output(void *arg, int stream, const unsigned char *buf, size_t len)
 	    areq_stream_begin(a, SBX_CT_OCTET) == -1) {
 		sbx_op_cancel(a->op);
 		a->op = NULL;
-		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
 		return;
 	}
 	if (a->req == NULL)
@@ -312,7 +312,7 @@ read_exit(void *arg, const struct sbx_exit *ex)
 	(void)ex;
 	a->op = NULL;
 	if (!a->streaming && areq_stream_begin(a, SBX_CT_OCTET) == -1) {
-		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
 		return;
 	}
 	areq_stream_end(a, "ok");

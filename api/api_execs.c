@@ -642,7 +642,7 @@ api_h_execs_create(struct areq *a)
 		return;
 	}
 	if ((x = calloc(1, sizeof(*x))) == NULL) {
-		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
 		goto done;
 	}
 	x->s = s;

@@ -308,7 +308,7 @@ api_execs_open(struct api_server *s, struct sbx_err *err)
 	if (load_ticket_key(s, err) == -1)
 		return -1;
 	if ((s->execs_dir = malloc(strlen(s->cfg->state_dir) + 8)) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	sprintf(s->execs_dir, "%s/execs", s->cfg->state_dir);
 	if (mkdir(s->execs_dir, 0700) == -1 && errno != EEXIST)
 		return sbx_err_set(err, SBX_E_CONFIG, "Cannot create %s: %s.",
@@ -346,7 +346,7 @@ api_execs_open(struct api_server *s, struct sbx_err *err)
 	}
 	free(all);
 	if ((s->sweep_ev = evtimer_new(s->base, ax_sweep_fire, s)) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	evtimer_add(s->sweep_ev, &tv);
 	ax_enforce_bounds(s);
 	return 0;

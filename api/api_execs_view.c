@@ -63,7 +63,7 @@ api_h_execs_ticket(struct areq *a)
 	if ((t = calloc(1, sizeof(*t))) == NULL ||
 	    sbx_token_generate(tok, sizeof(tok)) == -1) {
 		free(t);
-		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
 		return;
 	}
 	exp = sbx_wall_ms() + a->s->cfg->ticket_ttl;
@@ -546,7 +546,7 @@ api_h_execs_events(struct areq *a)
 	    (v->stall = evtimer_new(a->s->base, viewer_stalled, v)) == NULL) {
 		free(v);
 		evhttp_clear_headers(&q);
-		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
 		return;
 	}
 	v->a = a;

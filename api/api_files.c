@@ -74,7 +74,7 @@ api_write_stream(struct areq *a, sbx_done_cb done)
 	if (!sbx_call_supports(a->s->driver, SBX_CALL_WRITE_STREAM)) {
 		sbx_gate_body_window(a->gbody, (size_t)a->wsize);
 		if (evbuffer_add_cb(src, gather_cb, a) == NULL) {
-			areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+			areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
 			return;
 		}
 		sbx_httpd_watch(&a->watch);

@@ -572,8 +572,7 @@ api_dispatch(struct evhttp_request *req, void *arg)
 		return;
 	}
 	if (s->draining) {
-		areq_fail_code(a, SBX_E_SHUTTING_DOWN, "The api is shutting "
-		    "down.");
+		areq_fail_code(a, SBX_E_SHUTTING_DOWN, SBX_MSG_API_DRAINING);
 		return;
 	}
 	/* 1. Authentication first, so nobody unauthenticated learns which
@@ -617,7 +616,7 @@ api_dispatch(struct evhttp_request *req, void *arg)
 	/* 3. Requests per minute. */
 	if (a->authed) {
 		if ((a->lim = limit_get(s, a->who.id)) == NULL) {
-			areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+			areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
 			return;
 		}
 		if ((wait = limit_take(s, a->lim)) > 0) {
@@ -675,8 +674,7 @@ api_dispatch(struct evhttp_request *req, void *arg)
 		return;
 	}
 	if ((a->route->flags & R_RAW) && blen > (size_t)s->cfg->file_size_max) {
-		areq_fail_code(a, SBX_E_TOO_LARGE, "The file is larger than "
-		    "%lld bytes.", s->cfg->file_size_max);
+		areq_fail_code(a, SBX_E_TOO_LARGE, SBX_MSG_FILE_TOO_LARGE, s->cfg->file_size_max);
 		return;
 	}
 	if ((a->route->flags & (R_JSON | R_JSON_OPT)) &&
@@ -718,7 +716,7 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 	if (api_config_check(cfg, err) == -1)
 		return NULL;
 	if ((s = calloc(1, sizeof(*s))) == NULL) {
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	s->base = base;
@@ -731,11 +729,11 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 	if (api_execs_open(s, err) == -1)
 		goto fail;
 	if (api_console_init(s) == -1) {
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		goto fail;
 	}
 	if ((s->http = evhttp_new(base)) == NULL) {
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		goto fail;
 	}
 	maxbody = cfg->file_size_max > cfg->body_max ? cfg->file_size_max :

@@ -156,8 +156,7 @@ api_h_npc_create(struct areq *a)
 	}
 	if (!api_npc_name_valid(json_string_value(name)) ||
 	    strlen(json_string_value(name)) != json_string_length(name)) {
-		areq_fail_code(a, SBX_E_BAD_REQUEST, "An NPC name must match "
-		    "[a-z0-9][a-z0-9-]{0,40}.");
+		areq_fail_code(a, SBX_E_BAD_REQUEST, SBX_MSG_BAD_NPC_NAME);
 		return;
 	}
 	if (api_store_npc_create(a->s->store, json_string_value(name),
@@ -184,7 +183,7 @@ api_h_npc_list(struct areq *a)
 
 	sbx_err_clear(&err);
 	if ((arr = json_array()) == NULL) {
-		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
 		return;
 	}
 	if (api_store_npc_list(a->s->store, a->who.role == API_ROLE_OPERATOR ?
@@ -651,7 +650,7 @@ egress_stats_done(void *arg, const struct sbx_err *err, const char *text)
 	    "denials", json_is_array(den) ? json_incref(den) : json_array());
 	json_decref(st);
 	if (obj == NULL) {
-		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
 		return;
 	}
 	areq_reply_json(a, 200, obj);
@@ -730,7 +729,7 @@ api_h_egress(struct areq *a)
 	    a->who.name, &err) == -1 ||
 	    api_store_npc_get(a->s->store, a->npc.name, &a->npc, &err) != 1) {
 		if (!sbx_err_is_set(&err))
-			sbx_err_set(&err, SBX_E_NOT_FOUND, "No NPC named %s.",
+			sbx_err_set(&err, SBX_E_NOT_FOUND, SBX_MSG_NO_NPC,
 			    a->npc.name);
 		free(joined);
 		areq_fail(a, &err);
@@ -755,7 +754,7 @@ api_h_metrics(struct areq *a)
 	    api_metrics_render(&a->s->metrics, out, a->s->inflight) == -1) {
 		if (out != NULL)
 			evbuffer_free(out);
-		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
 		return;
 	}
 	evhttp_add_header(evhttp_request_get_output_headers(a->req),

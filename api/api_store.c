@@ -356,16 +356,15 @@ api_store_open(const char *state_dir, struct sbx_err *err)
 	struct stat sb;
 
 	if (sodium_init() < 0) {
-		sbx_err_set(err, SBX_E_INTERNAL, "libsodium cannot initialise.");
+		sbx_err_set(err, SBX_E_INTERNAL, SBX_MSG_SODIUM);
 		return NULL;
 	}
 	if (state_dir == NULL || state_dir[0] != '/') {
-		sbx_err_set(err, SBX_E_CONFIG, "state_dir must be an absolute "
-		    "path.");
+		sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_STATE_DIR_RELATIVE);
 		return NULL;
 	}
 	if (mkdir(state_dir, 0700) == -1 && errno != EEXIST) {
-		sbx_err_set(err, SBX_E_CONFIG, "Cannot create state_dir %s: %s.",
+		sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_STATE_DIR_CREATE,
 		    state_dir, strerror(errno));
 		return NULL;
 	}
@@ -375,7 +374,7 @@ api_store_open(const char *state_dir, struct sbx_err *err)
 		return NULL;
 	}
 	if ((st = calloc(1, sizeof(*st))) == NULL) {
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	snprintf(path, sizeof(path), "%s/api.key", state_dir);
@@ -579,8 +578,7 @@ api_store_npc_create(struct api_store *st, const char *name,
 	int rc;
 
 	if (!api_npc_name_valid(name))
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "An NPC name must "
-		    "match [a-z0-9][a-z0-9-]{0,40}.");
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_BAD_NPC_NAME);
 	snprintf(sid, sizeof(sid), API_NPC_SANDBOX_PREFIX "%s", name);
 	rc = db_write(st, st->q[Q_NPC_CREATE], 1, "create npc", err, "titi",
 	    name, owner_id, sid, sbx_wall_ms());
@@ -641,7 +639,7 @@ api_store_npc_set_egress_allow(struct api_store *st, const char *name,
 	    "set the egress allowlist", err, "tt", allow, name)) == -1)
 		return -1;
 	if (!full && sqlite3_changes(st->db) == 0)
-		return sbx_err_set(err, SBX_E_NOT_FOUND, "No NPC named %s.",
+		return sbx_err_set(err, SBX_E_NOT_FOUND, SBX_MSG_NO_NPC,
 		    name);
 	return 0;
 }
@@ -654,7 +652,7 @@ api_store_npc_set_egress(struct api_store *st, const char *name, int enabled,
 	    (int64_t)(enabled ? 1 : 0), by, sbx_wall_ms(), name) == -1)
 		return -1;
 	if (sqlite3_changes(st->db) == 0)
-		return sbx_err_set(err, SBX_E_NOT_FOUND, "No NPC named %s.",
+		return sbx_err_set(err, SBX_E_NOT_FOUND, SBX_MSG_NO_NPC,
 		    name);
 	return 0;
 }

@@ -118,14 +118,13 @@ bop_new(struct bdriver *d, enum bkind kind, const char *id, void *arg,
 	struct bop *b;
 
 	if (id != NULL && !sbx_id_valid(id)) {
-		sbx_err_set(err, SBX_E_INVALID_ID, "A sandbox id must match "
-		    "[a-z0-9][a-z0-9-]{0,62}.");
+		sbx_err_bad_id(err);
 		return NULL;
 	}
 	if ((b = calloc(1, sizeof(*b))) == NULL ||
 	    (b->body = evbuffer_new()) == NULL) {
 		free(b);
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	b->op.driver = &d->base;
@@ -257,7 +256,7 @@ finish_plain(struct bop *b, const struct sbx_err *terr)
 			char *text = json_dumps(root, JSON_COMPACT);
 
 			if (text == NULL)
-				sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+				sbx_err_oom(&e);
 			b->cb.json(b->arg, text != NULL ? NULL : &e, text);
 			free(text);
 		} else {
@@ -361,7 +360,7 @@ on_response(void *arg, struct sbx_http_req *req, int status)
 		if (b->parser == NULL) {
 			struct sbx_err e;
 
-			sbx_err_set(&e, SBX_E_INTERNAL, "Out of memory.");
+			sbx_err_oom(&e);
 			sink_error(b, &e);
 			bop_end(b);
 		}
@@ -660,7 +659,7 @@ b_exec_lines(struct sbx_driver *drv, const char *id,
 	json_t *o;
 
 	if (req == NULL || req->argv == NULL || req->argv[0] == NULL) {
-		sbx_err_set(err, SBX_E_BAD_REQUEST, "argv is required.");
+		sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_NO_ARGV);
 		return NULL;
 	}
 	if (req->cwd != NULL && sbx_path_check(req->cwd, strlen(req->cwd),
@@ -775,7 +774,7 @@ b_write_stream(struct sbx_driver *drv, const char *id, const char *path,
 	if ((b->pump = bpump_new(src, len, d->write_out_max, b->http)) ==
 	    NULL) {
 		bop_free(b);
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	return op;
@@ -808,7 +807,7 @@ b_list(struct sbx_driver *drv, const char *id, const char *path,
 	if (asprintf(&full, "%s&" SBX_QUERY_CURSOR "=%s", url, cur) == -1) {
 		free(url);
 		bop_free(b);
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	op = start(b, "GET", full, NULL, NULL, 0, err);
@@ -930,7 +929,7 @@ sbx_broker_driver_new(struct event_base *base,
 		return NULL;
 	sbx_token_clear(&check);
 	if (sodium_init() < 0 || (d = calloc(1, sizeof(*d))) == NULL) {
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	d->base.ops = &broker_driver_ops;
@@ -943,7 +942,7 @@ sbx_broker_driver_new(struct event_base *base,
 	if ((d->address = strdup(cfg->address)) == NULL ||
 	    (d->auth = sodium_malloc(alen)) == NULL) {
 		b_free(&d->base);
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	snprintf(d->auth, alen, SBX_HDR_AUTHORIZATION ": " SBX_AUTH_BEARER "%.*s",

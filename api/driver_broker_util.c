@@ -41,7 +41,7 @@ sbx_broker_token_read(const char *file, const char *env_value, char **out,
 		    "broker_token_file (--broker-token-file) or SBX_BROKER_TOKEN.");
 	if (sodium_init() < 0 ||
 	    (buf = sodium_malloc(SBX_TOKEN_MAX_LEN + 1)) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	/* The one reader and its rules (sbx_token.h); messages name no token. */
 	sbx_err_clear(&e);
 	if (sbx_token_read(file, env_value, buf, SBX_TOKEN_MAX_LEN + 1, outlen,
@@ -68,7 +68,7 @@ dbk_path_url(const char *id, const char *suffix, const char *path,
 	    id, suffix, enc, mode != 0 ? "&" SBX_QUERY_MODE "=" : "",
 	    mode != 0 ? sbx_wire_mode_encode(mode, mstr) : "") == -1) {
 		url = NULL;
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 	}
 	free(enc);
 	return url;

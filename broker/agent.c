@@ -536,14 +536,14 @@ sbx_agent_open(struct sbx_agent_chan *ch, const char *const *argv, const char *c
 		return NULL;
 	}
 	if ((st = calloc(1, sizeof(*st))) == NULL) {
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	/* Into the output directly: no second copy of a large argv. */
 	if (evbuffer_reserve_space(chan_out(ch), (ev_ssize_t)(SBX_AGENT_HDR + n), &v, 1) < 1 ||
 	    v.iov_len < SBX_AGENT_HDR + n) {
 		free(st);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	p = v.iov_base;

@@ -112,7 +112,7 @@ h_read(struct breq *b, struct sbx_err *err)
 	if (query_path(b, err) == -1)
 		return -1;
 	if ((b->h.chunk = evbuffer_new()) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	if (fileop_admit(b, err) == -1)
 		return -1;
 	b->op = sbx_call_read(b->s->driver, b->id, b->path, &sink,
@@ -177,7 +177,7 @@ write_streamed(struct breq *b, struct sbx_err *err)
 	if (!sbx_call_supports(b->s->driver, SBX_CALL_WRITE_STREAM)) {
 		sbx_gate_body_window(b->gbody, (size_t)b->wsize);
 		if (evbuffer_add_cb(src, gather_cb, b) == NULL)
-			return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+			return sbx_err_oom(err);
 		breq_watch(b);
 		sbx_gate_body_kick(b->gbody);
 		if ((uint64_t)evbuffer_get_length(src) >= b->wsize) {
@@ -296,7 +296,7 @@ list_cursor(struct breq *b, struct sbx_err *err)
 	if (r == -1)
 		return -1;
 	if (name[0] != '\0' && (b->after = strdup(name)) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	return 1;
 }
 

@@ -202,7 +202,7 @@ egress_allow_parse(struct breq *b, struct sbx_err *err)
 	if (egress_allow_check(v, err) != 0)
 		return -1;
 	if ((b->egress_allow = egress_allow_join(v)) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	b->spec.egress_allow = b->egress_allow;
 	return 0;
 }
@@ -263,7 +263,7 @@ egress_done(void *arg, const struct sbx_err *err, const char *text)
 		return;
 	}
 	if ((obj = json_loads(text, 0, NULL)) == NULL) {
-		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
+		breq_fail_code(b, SBX_E_INTERNAL, SBX_MSG_OOM);
 		return;
 	}
 	json_object_set_new(obj, "id", json_string(b->id));
@@ -437,12 +437,12 @@ sandboxes_done(void *arg, const struct sbx_err *err,
 		return;
 	}
 	if ((arr = json_array()) == NULL) {
-		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
+		breq_fail_code(b, SBX_E_INTERNAL, SBX_MSG_OOM);
 		return;
 	}
 	if (n > 0 && (sorted = malloc(n * sizeof(*sorted))) == NULL) {
 		json_decref(arr);
-		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
+		breq_fail_code(b, SBX_E_INTERNAL, SBX_MSG_OOM);
 		return;
 	}
 	if (n > 0) {
@@ -507,7 +507,7 @@ h_metrics(struct breq *b, struct sbx_err *err)
 	    stopped, absent) == -1 || sbx_agent_metrics_render(out) < 0) {
 		if (out != NULL)
 			evbuffer_free(out);
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	}
 	sbx_httpd_header(&b->h, "Content-Type",
 	    "text/plain; version=0.0.4; charset=utf-8");

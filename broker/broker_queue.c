@@ -56,7 +56,7 @@ bsbx_kick(struct broker_server *s, struct bsbx *x)
 		x->running = b;
 		if (s->stopping)
 			breq_fail_code(b, SBX_E_SHUTTING_DOWN,
-			    "The broker is shutting down.");
+			    SBX_MSG_BROKER_DRAINING);
 		else
 			breq_run(b, b->serial_start);
 	}
@@ -87,7 +87,7 @@ bsbx_unpark(struct broker_server *s, struct bsbx *x)
 		b->parked = 0;
 		if (s->stopping || s->draining)
 			breq_fail_code(b, SBX_E_SHUTTING_DOWN,
-			    "The broker is shutting down.");
+			    SBX_MSG_BROKER_DRAINING);
 		else
 			breq_run(b, b->route->handler);
 	}
@@ -114,12 +114,12 @@ broker_server_job(struct broker_server *s, const char *id,
 	if (!sbx_id_valid(id)) {
 		if (arg_free != NULL)
 			arg_free(arg);
-		return sbx_err_set(err, SBX_E_INVALID_ID, "Invalid sandbox id.");
+		return sbx_err_bad_id(err);
 	}
 	if ((b = calloc(1, sizeof(*b))) == NULL) {
 		if (arg_free != NULL)
 			arg_free(arg);
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	}
 	b->s = s;
 	b->internal = 1;
@@ -134,7 +134,7 @@ broker_server_job(struct broker_server *s, const char *id,
 	s->ninflight++;
 	if ((b->sbx = bsbx_get(s, id)) == NULL) {
 		breq_done(b, 500, SBX_E_INTERNAL);
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	}
 	serial_enqueue(b, job_begin);
 	return 0;

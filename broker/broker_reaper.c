@@ -172,7 +172,7 @@ listed(void *arg, const struct sbx_err *err, const struct sbx_status *sts,
 	    (n > 0 && (r->kill_ops = calloc(n, sizeof(*r->kill_ops))) == NULL) ||
 	    (n > 0 && (r->kill_ids = calloc(n, sizeof(*r->kill_ids))) == NULL) ||
 	    (n > 0 && (r->slots = calloc(n, sizeof(*r->slots))) == NULL)) {
-		sbx_err_set(&r->first_err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(&r->first_err);
 		goto out;
 	}
 	if (n > 0) {
@@ -273,7 +273,7 @@ broker_recover(struct broker_server *s,
 	struct sbx_driver *d = broker_server_driver(s);
 
 	if ((r = calloc(1, sizeof(*r))) == NULL) {
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	r->s = s;
@@ -284,7 +284,7 @@ broker_recover(struct broker_server *s,
 	if ((r->finish_ev = event_new(broker_server_base(s), -1, 0,
 	    recovery_finish, r)) == NULL) {
 		free(r);
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	if ((r->list_op = sbx_call_list_sandboxes(d, listed, r, err)) == NULL) {
@@ -585,7 +585,7 @@ broker_reaper_new(struct broker_server *s, struct sbx_err *err)
 	return r;
 oom:
 	broker_reaper_free(r);
-	sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	sbx_err_oom(err);
 	return NULL;
 }
 

@@ -68,7 +68,7 @@ broker_server_new(struct event_base *base, const struct broker_config *cfg,
 	struct broker_server *s = NULL;
 
 	if (sodium_init() < 0) {
-		sbx_err_set(err, SBX_E_INTERNAL, "libsodium cannot initialise.");
+		sbx_err_set(err, SBX_E_INTERNAL, SBX_MSG_SODIUM);
 		return NULL;
 	}
 	if ((s = calloc(1, sizeof(*s))) == NULL)
@@ -114,7 +114,7 @@ broker_server_new(struct event_base *base, const struct broker_config *cfg,
 	}
 	return s;
 oom:
-	sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	sbx_err_oom(err);
 fail:
 	broker_server_free(s);
 	return NULL;
@@ -159,13 +159,13 @@ grace_over(void *arg)
 		sbx_op_cancel(op);
 		if (b->h.streaming && b->is_exec) {
 			sbx_ndjson_error(b->h.chunk, SBX_E_SHUTTING_DOWN,
-			    "The broker is shutting down.");
+			    SBX_MSG_BROKER_DRAINING);
 			breq_stream_end(b, SBX_E_SHUTTING_DOWN);
 		} else if (b->h.streaming)
 			breq_stream_abort(b, SBX_E_SHUTTING_DOWN);
 		else
 			breq_fail_code(b, SBX_E_SHUTTING_DOWN,
-			    "The broker is shutting down.");
+			    SBX_MSG_BROKER_DRAINING);
 		/* Finishing b may have started/failed queued ones: restart. */
 		next = TAILQ_FIRST(&s->inflight);
 	}

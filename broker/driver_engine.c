@@ -66,11 +66,11 @@ eng_op_new(struct engine *e, enum op_kind kind, const char *id, size_t size,
 	struct eop *op;
 
 	if (id != NULL && !sbx_id_valid(id)) {
-		sbx_err_set(err, SBX_E_INVALID_ID, MSG_BAD_ID);
+		sbx_err_bad_id(err);
 		return NULL;
 	}
 	if ((op = calloc(1, size)) == NULL) {
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	op->base.driver = &e->base;
@@ -357,7 +357,7 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 		return NULL;
 	}
 	if (sodium_init() < 0) {
-		sbx_err_set(err, SBX_E_INTERNAL, "libsodium failed to initialise");
+		sbx_err_set(err, SBX_E_INTERNAL, SBX_MSG_SODIUM);
 		return NULL;
 	}
 	if ((e = calloc(1, sizeof(*e))) == NULL)
@@ -452,7 +452,7 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 		goto fail;
 	}
 	e->run_bytes = c->run_bytes > 0 ? c->run_bytes : RUN_SIZE_DEF;
-	if (eng_helper_load(e) < 0 && strcmp(e->helper_err, "out of memory") == 0)
+	if (eng_helper_load(e) < 0 && strcmp(e->helper_err, SBX_MSG_OOM) == 0)
 		goto oom;
 	if (c->oci_runtime != NULL && c->oci_runtime[0] != '\0') {
 		if (!eng_name_ok(c->oci_runtime, 64)) {
@@ -497,7 +497,7 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 	    60000;
 	return &e->base;
 oom:
-	sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+	sbx_err_oom(err);
 fail:
 	eng_free(e != NULL ? &e->base : NULL);
 	return NULL;

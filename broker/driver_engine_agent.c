@@ -178,10 +178,9 @@ agent_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 	if (err != NULL)
 		e = *err;
 	else if (status == 404)
-		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", ag->id);
+		sbx_err_set(&e, SBX_E_NOT_FOUND, SBX_MSG_NO_SANDBOX, ag->id);
 	else if (status == 409)
-		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: ensure it "
-		    "first", ag->id);
+		sbx_err_set(&e, SBX_E_NOT_RUNNING, SBX_MSG_NOT_RUNNING, ag->id);
 	else if (status != 101 && status != 200)
 		sbx_err_set(&e, SBX_E_RUNTIME, "the runtime refused to start the sandbox "
 		    "agent (HTTP %d)", status);
@@ -249,7 +248,7 @@ agent_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *
 		return;
 	}
 	if (status == 404) {
-		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
+		sbx_err_set(&e, SBX_E_NOT_FOUND, SBX_MSG_NO_SANDBOX, op->id);
 		agent_down(ag, &e);
 		return;
 	}
@@ -263,8 +262,7 @@ agent_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *
 		return;
 	}
 	if (st.state != SBX_STATE_RUNNING) {
-		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: ensure it "
-		    "first", op->id);
+		sbx_err_set(&e, SBX_E_NOT_RUNNING, SBX_MSG_NOT_RUNNING, op->id);
 		agent_down(ag, &e);
 		return;
 	}
@@ -280,7 +278,7 @@ agent_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *
 	rc = cmd != NULL ? eng_exec_create(op, 1, NULL, cmd, agent_created) : -1;
 	json_decref(cmd);
 	if (rc < 0) {
-		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(&e);
 		agent_down(ag, &e);
 	}
 }
@@ -332,7 +330,7 @@ agent_get(struct engine *e, const char *id, struct sbx_err *err)
 	eng_call(op, "GET", path, NULL, agent_inspected);
 	return ag;
 oom:
-	sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+	sbx_err_oom(err);
 	return NULL;
 }
 
@@ -573,7 +571,7 @@ eng_agent_run(struct eop *op)
 		goto fail;
 	if (op->kind == OP_EXEC) {
 		if ((x->astart = event_new(op->e->base.base, -1, 0, started_cb, op)) == NULL) {
-			sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+			sbx_err_oom(&e);
 			goto fail;
 		}
 		if (ag->state == AG_READY)

@@ -235,7 +235,7 @@ file_op_start(struct eop *op, struct sbx_err *err)
 	json_array_append_new(xop(op)->cmd, json_string(xop(op)->exec_id));
 	if (file_timer_new(op) < 0) {
 		eng_op_free(op);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	eng_helper_run(op);
@@ -464,7 +464,7 @@ write_common(struct sbx_driver *d, const char *id, const char *path,
 	xop(op)->has_stdin = 1;
 	if ((xop(op)->stdin_buf = evbuffer_new()) == NULL) {
 		eng_op_free(op);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	if (body != NULL)
@@ -486,7 +486,7 @@ write_common(struct sbx_driver *d, const char *id, const char *path,
 	json_array_append_new(xop(op)->cmd, json_string(snum));
 	if (file_timer_new(op) < 0) {
 		eng_op_free(op);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	if (src != NULL) {
@@ -495,7 +495,7 @@ write_common(struct sbx_driver *d, const char *id, const char *path,
 		if ((wro(op)->src_ent = evbuffer_add_cb(src, src_added, op)) == NULL) {
 			wro(op)->src = NULL;
 			eng_op_free(op);
-			sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+			sbx_err_oom(err);
 			return NULL;
 		}
 	}
@@ -677,7 +677,7 @@ eng_recover(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
 		return NULL;
 	if ((xop(op)->cmd = eng_helper_cmd("killall")) == NULL) {
 		eng_op_free(op);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	eng_helper_run(op);

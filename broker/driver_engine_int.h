@@ -43,7 +43,6 @@
 #define L_HELPER_SHA "io.sbx.helper-sha256"
 #define L_HELPER_STEM "io.sbx.helper-stem"
 #define L_ROLE "io.sbx.role"             /* helper-fill, init: not sandboxes */
-#define MSG_BAD_ID "sandbox id must match [a-z0-9][a-z0-9-]{0,62}"
 
 enum flavor { FLAVOR_UNKNOWN, FLAVOR_DOCKER, FLAVOR_PODMAN };
 enum hstate { H_NONE, H_BUSY, H_READY };

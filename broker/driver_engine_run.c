@@ -436,7 +436,7 @@ eng_helper_op(struct engine *e, enum op_kind kind, const char *id,
 	op->resp = evbuffer_new();
 	if (xop(op)->errtail == NULL || xop(op)->out == NULL || op->resp == NULL) {
 		eng_op_free(op);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	new_exec_id(xop(op)->exec_id, sizeof(xop(op)->exec_id));
@@ -825,7 +825,7 @@ bad:
 	eng_op_free(op);
 	return NULL;
 oom:
-	sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+	sbx_err_oom(err);
 	eng_op_free(op);
 	return NULL;
 }

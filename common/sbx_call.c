@@ -104,8 +104,7 @@ check(struct sbx_driver *d, enum sbx_call_op op, const char *id, int has_id,
 		goto refused;
 	}
 	if (has_id && !sbx_id_valid(id)) {
-		sbx_err_set(err, SBX_E_INVALID_ID, "A sandbox id must match "
-		    "[a-z0-9][a-z0-9-]{0,62}.");
+		sbx_err_bad_id(err);
 		goto refused;
 	}
 	if (has_path) {

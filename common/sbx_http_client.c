@@ -692,7 +692,7 @@ write_request(struct sbx_http_req *r, struct evbuffer *out, const char *host,
 		goto oom;
 	return 0;
 oom:
-	return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+	return sbx_err_oom(err);
 }
 
 struct sbx_http_req *
@@ -820,14 +820,14 @@ sbx_http_request(struct event_base *base, const char *address,
 	if (bufferevent_write_buffer(r->bev, reqbuf) < 0) {
 		sbx_http_req_cancel(r);
 		evbuffer_free(reqbuf);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	evbuffer_free(reqbuf);
 	if (r->send_stream && (r->out_ent = evbuffer_add_cb(
 	    bufferevent_get_output(r->bev), out_changed, r)) == NULL) {
 		sbx_http_req_cancel(r);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	bufferevent_enable(r->bev, EV_READ | EV_WRITE);
@@ -841,7 +841,7 @@ sbx_http_request(struct event_base *base, const char *address,
 	}
 	return r;
 oom:
-	sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+	sbx_err_oom(err);
 fail:
 	if (reqbuf != NULL)
 		evbuffer_free(reqbuf);

@@ -28,7 +28,7 @@ sbx_token_set(struct sbx_token *t, const char *plaintext, size_t len,
 
 	sbx_token_clear(t);
 	if (sodium_init() < 0)
-		return sbx_err_set(err, SBX_E_BAD_TOKEN, "libsodium failed to initialise");
+		return sbx_err_set(err, SBX_E_BAD_TOKEN, SBX_MSG_SODIUM);
 	if (plaintext == NULL || len == 0)
 		return sbx_err_set(err, SBX_E_BAD_TOKEN, "token is missing");
 	if (len < SBX_TOKEN_MIN_LEN)

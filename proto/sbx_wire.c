@@ -36,7 +36,7 @@ sbx_state_name(enum sbx_state st)
 static int
 oom(struct sbx_err *err)
 {
-	return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	return sbx_err_oom(err);
 }
 
 /* ------------------------------------------------------------------ */
@@ -403,7 +403,7 @@ sbx_wire_exec_encode(const struct sbx_exec_req *req, struct sbx_err *err)
 	size_t i, b64len;
 
 	if (req == NULL || req->argv == NULL || req->argv[0] == NULL) {
-		sbx_err_set(err, SBX_E_BAD_REQUEST, "argv is required.");
+		sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_NO_ARGV);
 		return NULL;
 	}
 	if ((o = json_object()) == NULL || (arr = json_array()) == NULL)

@@ -240,7 +240,7 @@ fill(struct cli_conn *c, struct sbx_err *err)
 	if (c->incap - c->inlen < IO_CHUNK) {
 		ncap = c->incap + IO_CHUNK;
 		if ((np = realloc(c->in, ncap)) == NULL)
-			return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+			return sbx_err_oom(err);
 		c->in = np;
 		c->incap = ncap;
 	}
@@ -336,7 +336,7 @@ send_file(struct cli_conn *c, int fd, size_t len, struct sbx_err *err)
 	int rc = -1;
 
 	if ((buf = malloc(IO_CHUNK)) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	while (len > 0) {
 		want = len < IO_CHUNK ? len : IO_CHUNK;
 		r = read(fd, buf, want);
@@ -377,7 +377,7 @@ parse_head(struct cli_conn *c, size_t hlen, struct cli_resp *resp,
 	int minor;
 
 	if ((head = strndup(c->in + c->inoff, hlen)) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	c->inoff += hlen + 4;
 	if (sscanf(head, "HTTP/1.%d %3d", &minor, &resp->status) != 2 ||
 	    resp->status < 100 || resp->status > 599) {
@@ -472,7 +472,7 @@ cli_http_request(const struct cli_url *u, const char *method,
 	resp->content_length = -1;
 	sbx_err_clear(&serr);
 	if ((c = calloc(1, sizeof(*c))) == NULL) {
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	c->fd = -1;
@@ -490,7 +490,7 @@ cli_http_request(const struct cli_url *u, const char *method,
 	    key != NULL ? key : "", key != NULL ? "\r\n" : "");
 	if (n < 0) {
 		req = NULL;
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		goto fail;
 	}
 	sent = write_all(c->fd, req, (size_t)n, &serr) == 0;
@@ -650,7 +650,7 @@ cli_http_read_all(struct cli_conn *c, size_t max, size_t *len,
 	for (;;) {
 		if (cap - used < IO_CHUNK + 1) {
 			if ((np = realloc(out, cap + IO_CHUNK + 1)) == NULL) {
-				sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+				sbx_err_oom(err);
 				goto fail;
 			}
 			out = np;

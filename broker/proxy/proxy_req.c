@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "proxy_req.h"
+#include "sbx_msg.h"
 
 #define TARGET_MAX 4096
 
@@ -251,7 +252,7 @@ proxy_req_parse(const char *buf, size_t len, struct proxy_req *r, int *status, c
 	cap = mlen + 1 + plen + 1 + 11 + len + PROXY_HEADERS_MAX + PROXY_HOST_MAX + 64;
 	r->out = malloc(cap);
 	if (r->out == NULL) {
-		fail(status, 503, why, why_len, "out of memory");
+		fail(status, 503, why, why_len, SBX_MSG_OOM);
 		goto bad;
 	}
 	o = r->out;

@@ -54,6 +54,7 @@
 #include "proxy_counts.h"
 #include "proxy_policy.h"
 #include "proxy_req.h"
+#include "sbx_msg.h"
 #include "sbx_time.h"
 
 #define PIPE_HIGH (256 * 1024)   /* stop reading a side whose peer has this much queued */
@@ -694,7 +695,7 @@ load_policy_file(const char *path, struct proxy_policy *p, char *why, size_t len
 	buf = malloc(POLICY_FILE_MAX);
 	if (buf == NULL) {
 		close(fd);
-		snprintf(why, len, "out of memory");
+		snprintf(why, len, "%s", SBX_MSG_OOM);
 		return -1;
 	}
 	while (got < POLICY_FILE_MAX && (n = read(fd, buf + got, POLICY_FILE_MAX - got)) > 0)

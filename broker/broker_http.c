@@ -15,6 +15,7 @@
 #include "broker_int.h"
 #include "broker_metrics.h"
 #include "broker_state.h"
+#include "driver_engine.h"
 #include "sbx_call.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
@@ -143,8 +144,8 @@ ensure_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 		breq_fail(b, err);
 		return;
 	}
-	snprintf(volume, sizeof(volume), "%s%s-work", b->s->cfg->name_prefix,
-	    st->id);
+	sbx_engine_volume_name(b->s->cfg->name_prefix, st->id, volume,
+	    sizeof(volume));
 	if (broker_state_put(b->s->state, st, volume, sbx_wall_ms(), &serr) == -1) {
 		/* Not recorded (a full state dir: storage_full, 503): the
 		 * sandbox exists in the runtime, a retry records it. */

@@ -10,6 +10,7 @@
 #include "broker_metrics.h"
 #include "broker_reaper.h"
 #include "broker_state.h"
+#include "driver_engine.h"
 #include "sbx_call.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
@@ -30,7 +31,8 @@ audit(struct broker_server *s, int64_t ts, const char *op, const char *id,
 static void
 volume_name(struct broker_server *s, const char *id, char *buf, size_t sz)
 {
-	snprintf(buf, sz, "%s%s-work", broker_server_config(s)->name_prefix, id);
+	sbx_engine_volume_name(broker_server_config(s)->name_prefix, id, buf,
+	    sz);
 }
 
 /* ------------------------------------------------------------------ */

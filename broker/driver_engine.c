@@ -57,6 +57,14 @@ image_ok(const char *s)
 	return 1;
 }
 
+char *
+sbx_engine_volume_name(const char *name_prefix, const char *id, char *buf,
+    size_t size)
+{
+	snprintf(buf, size, "%s%s-work", name_prefix, id);
+	return buf;
+}
+
 /* ---------- op lifetime ---------- */
 
 struct eop *
@@ -79,7 +87,8 @@ eng_op_new(struct engine *e, enum op_kind kind, const char *id, size_t size,
 	if (id != NULL) {
 		snprintf(op->id, sizeof(op->id), "%s", id);
 		snprintf(op->cname, sizeof(op->cname), "%s%s", e->prefix, id);
-		snprintf(op->vname, sizeof(op->vname), "%s%s-work", e->prefix, id);
+		sbx_engine_volume_name(e->prefix, id, op->vname,
+		    sizeof(op->vname));
 		snprintf(op->nname, sizeof(op->nname), "%s%s-egress", e->prefix,
 		    id);
 	}

@@ -161,31 +161,6 @@ limit_take(struct api_server *s, struct api_limit *l)
 /* ------------------------------------------------------------------ */
 /* Dispatch                                                            */
 
-/* The key of an Authorization value "Bearer KEY" (scheme in any case,
- * RFC 9110 §11.1), or NULL. */
-static const char *
-bearer_key(const char *h, size_t *len)
-{
-	const char *k, *e;
-
-	if (h == NULL)
-		return NULL;
-	while (*h == ' ' || *h == '\t')
-		h++;
-	if (strncasecmp(h, "Bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\t'))
-		return NULL;
-	k = h + 6;
-	while (*k == ' ' || *k == '\t')
-		k++;
-	e = k + strlen(k);
-	while (e > k && (e[-1] == ' ' || e[-1] == '\t'))
-		e--;
-	if (e == k)
-		return NULL;
-	*len = (size_t)(e - k);
-	return k;
-}
-
 /*
  * The events route's credential: the bearer key when an Authorization
  * header is present (then a ticket is not looked at), else ?ticket= of
@@ -200,7 +175,7 @@ events_auth(struct api_server *s, const char *target, const char *authz,
 
 	(void)final;
 	if (authz != NULL) {
-		key = bearer_key(authz, &keylen);
+		key = sbx_gate_bearer(authz, &keylen);
 		return key != NULL ? api_store_authenticate(s->store, key,
 		    keylen, who) : 0;
 	}
@@ -359,7 +334,7 @@ api_authenticate(struct api_server *s, int method, const char *path,
 	r = route_find(path, method, npc, sizeof(npc), &known, NULL);
 	if ((hook = r != NULL ? r->auth : NULL) != NULL)
 		return hook(s, target != NULL ? target : "", authz, final, who);
-	key = bearer_key(authz, &keylen);
+	key = sbx_gate_bearer(authz, &keylen);
 	return key != NULL ? api_store_authenticate(s->store, key, keylen,
 	    who) : 0;
 }

@@ -8,9 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
+#include "sbx_gate.h"
 #include "sbx_token.h"
 
 void
@@ -182,24 +182,11 @@ sbx_token_verify(const struct sbx_token *t, const char *presented, size_t len)
 int
 sbx_bearer_verify(const struct sbx_token *t, const char *authorization_header)
 {
-	const char *p, *end;
+	const char *cred;
+	size_t len = 0;
 
-	if (authorization_header == NULL)
-		return 0;
-	p = authorization_header;
-	while (*p == ' ' || *p == '\t')
-		p++;
-	if (strncasecmp(p, "Bearer", 6) != 0 || (p[6] != ' ' && p[6] != '\t'))
-		return 0;
-	p += 6;
-	while (*p == ' ' || *p == '\t')
-		p++;
-	end = p + strlen(p);
-	while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
-		end--;
-	if (end == p)
-		return 0;
-	return sbx_token_verify(t, p, (size_t)(end - p));
+	cred = sbx_gate_bearer(authorization_header, &len);
+	return cred != NULL && sbx_token_verify(t, cred, len);
 }
 
 int

@@ -68,7 +68,8 @@ int sbx_token_verify(const struct sbx_token *t, const char *presented, size_t le
  * matched case-insensitively, leading spaces/tabs before the scheme and one or
  * more spaces/tabs after it tolerated, trailing spaces/tabs ignored. Returns 1
  * only when the token verifies (sbx_token_verify); 0 for NULL, another scheme,
- * an empty token, or a wrong one.
+ * an empty token, or a wrong one. The field is parsed by sbx_gate_bearer
+ * (sbx_gate.h), the one parser of this grammar.
  */
 int sbx_bearer_verify(const struct sbx_token *t, const char *authorization_header);
 

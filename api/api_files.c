@@ -37,26 +37,6 @@ write_gone(struct sbx_httpd_req *r)
 
 static const struct sbx_httpd_ops write_watch_ops = { NULL, write_gone };
 
-/* A driver without write_stream (the fake of the unit tests): the whole
- * body, then write, bounded by file_size_max. */
-static void
-gather_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info,
-    void *arg)
-{
-	struct areq *a = arg;
-	struct sbx_err err;
-
-	if (info->n_added == 0 || a->op != NULL ||
-	    (uint64_t)evbuffer_get_length(buf) < a->wsize)
-		return;
-	evbuffer_remove_cb(buf, gather_cb, a);
-	sbx_err_clear(&err);
-	a->op = sbx_call_write(a->s->driver, a->npc.sandbox_id, a->path,
-	    a->mode, buf, a->wdone, a, &err);
-	if (a->op == NULL)
-		areq_fail_broker(a, &err);
-}
-
 void
 api_write_stream(struct areq *a, sbx_done_cb done)
 {
@@ -65,27 +45,16 @@ api_write_stream(struct areq *a, sbx_done_cb done)
 
 	sbx_err_clear(&err);
 	a->wsize = sbx_gate_body_length(a->gbody);
-	a->wdone = done;
 	a->watch.req = a->req;
 	a->watch.gate = a->s->gate;
 	a->watch.ops = &write_watch_ops;
 	/* The gate holds at most this much of the body not yet taken. */
 	sbx_gate_body_window(a->gbody, (size_t)a->s->cfg->file_write_buffer);
-	if (!sbx_call_supports(a->s->driver, SBX_CALL_WRITE_STREAM)) {
+	/* A driver without write_stream (the fake of the unit tests) gets
+	 * the whole body, gathered by the call layer (bounded by
+	 * file_size_max): the gate holds all of it then. */
+	if (!sbx_call_supports(a->s->driver, SBX_CALL_WRITE_STREAM))
 		sbx_gate_body_window(a->gbody, (size_t)a->wsize);
-		if (evbuffer_add_cb(src, gather_cb, a) == NULL) {
-			areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
-			return;
-		}
-		sbx_httpd_watch(&a->watch);
-		sbx_gate_body_kick(a->gbody);
-		if ((uint64_t)evbuffer_get_length(src) >= a->wsize) {
-			struct evbuffer_cb_info info = { 0, 1, 0 };
-
-			gather_cb(src, &info, a);
-		}
-		return;
-	}
 	/* The gate holds at most file_write_buffer of the body, the driver
 	 * as much again towards the broker: a small constant per write. */
 	a->op = sbx_call_write_stream(a->s->driver, a->npc.sandbox_id,
@@ -155,7 +124,10 @@ api_write_release(struct areq *a)
 		sbx_httpd_unwatch(&a->watch);
 	if (a->gbody == NULL)
 		return;
-	evbuffer_remove_cb(sbx_gate_body_buffer(a->gbody), gather_cb, a);
+	if (a->op != NULL) {            /* a gather still waiting for bytes */
+		sbx_op_cancel(a->op);
+		a->op = NULL;
+	}
 	sbx_gate_body_free(a->gbody);
 	a->gbody = NULL;
 }

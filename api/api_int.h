@@ -164,7 +164,6 @@ struct areq {
 	 * (api_files.c, adr/0030). */
 	struct sbx_gate_body *gbody;
 	uint64_t wsize;                     /* its Content-Length, bytes */
-	sbx_done_cb wdone;
 	struct sbx_httpd_req watch;         /* the client watched meanwhile */
 	struct sbx_list_out *lout;          /* a list reply being encoded */
 	struct areq *prev, *next;
@@ -173,7 +172,8 @@ struct areq {
 /* api_files.c (adr/0030). api_write_stream: a->gbody (set; a->path,
  * a->mode, a->npc too) goes to the driver's write_stream as it arrives,
  * the gate reading the client only as fast as the broker takes it (a
- * driver without write_stream gets the gathered body through write); done
+ * driver without write_stream gets the body gathered by the call layer,
+ * sbx_call.h); done
  * is the driver's callback (done(a, err)); a client that leaves meanwhile
  * cancels the write and finishes a (499 cancelled). Ends in exactly one
  * reply, as every handler. api_write_reply_flags: the reply flags of a

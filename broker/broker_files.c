@@ -137,31 +137,13 @@ write_done(void *arg, const struct sbx_err *err)
 	    (int64_t)b->wsize), "ok");
 }
 
-/* A driver without write_stream: the whole body, then write (bounded by
- * file_size_max as before adr/0018). */
-static void
-gather_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info,
-    void *arg)
-{
-	struct breq *b = arg;
-	struct sbx_err err;
-
-	if (info->n_added == 0 || b->op != NULL ||
-	    (uint64_t)evbuffer_get_length(buf) < b->wsize)
-		return;
-	evbuffer_remove_cb(buf, gather_cb, b);
-	sbx_err_clear(&err);
-	b->op = sbx_call_write(b->s->driver, b->id, b->path, b->mode,
-	    buf, write_done, b, &err);
-	if (b->op == NULL)
-		breq_fail(b, &err);
-}
-
 void
 broker_files_detach(struct breq *b)
 {
-	if (b->gbody != NULL)
-		evbuffer_remove_cb(sbx_gate_body_buffer(b->gbody), gather_cb, b);
+	if (b->gbody != NULL && b->op != NULL) { /* a gather still waiting */
+		sbx_op_cancel(b->op);
+		b->op = NULL;
+	}
 	sbx_list_out_free(b->lout);
 	b->lout = NULL;
 }
@@ -174,19 +156,10 @@ write_streamed(struct breq *b, struct sbx_err *err)
 	struct evbuffer *src = sbx_gate_body_buffer(b->gbody);
 
 	b->wsize = sbx_gate_body_length(b->gbody);
-	if (!sbx_call_supports(b->s->driver, SBX_CALL_WRITE_STREAM)) {
+	/* A driver without write_stream gets the whole body, gathered by
+	 * the call layer (bounded by file_size_max as before adr/0018). */
+	if (!sbx_call_supports(b->s->driver, SBX_CALL_WRITE_STREAM))
 		sbx_gate_body_window(b->gbody, (size_t)b->wsize);
-		if (evbuffer_add_cb(src, gather_cb, b) == NULL)
-			return sbx_err_oom(err);
-		breq_watch(b);
-		sbx_gate_body_kick(b->gbody);
-		if ((uint64_t)evbuffer_get_length(src) >= b->wsize) {
-			struct evbuffer_cb_info info = { 0, 1, 0 };
-
-			gather_cb(src, &info, b);
-		}
-		return 0;
-	}
 	b->op = sbx_call_write_stream(b->s->driver, b->id, b->path,
 	    b->mode, src, b->wsize, write_done, b, err);
 	if (b->op == NULL)

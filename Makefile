@@ -55,7 +55,7 @@ PROXY_SRC := $(wildcard broker/proxy/*.c) $(wildcard common/proxy_policy.c)
 PROXY_LIB_SRC := $(wildcard broker/proxy/proxy_req.c)
 # The helper's share of proto/: libc-only codecs (protocol 2 frames; protocol 3, adr/0025).
 HELPER_PROTO_SRC := $(wildcard proto/sbx_helper_frame.c proto/sbx_agent.c)
-# The one clock (libc only) is linked into the static helper and proxy too.
+# The one clock (libc only) is linked into the static proxy too.
 STATIC_COMMON_SRC := common/sbx_time.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 FAKE_SRC := $(wildcard tests/driver_fake.c)
@@ -124,10 +124,10 @@ $(BUILD)/sbxctl: $(call obj,$(CLI_SRC)) $(LIBSBX)
 # Its protocol header and frame codec live in proto/ (libc only), shared
 # with the broker.
 $(BUILD)/sbx-helper: $(HELPER_SRC) $(HELPER_PROTO_SRC) $(wildcard broker/helper/*.h) \
-		proto/sbx_proto.h proto/sbx_helper_proto.h proto/sbx_agent.h $(STATIC_COMMON_SRC)
+		proto/sbx_proto.h proto/sbx_helper_proto.h proto/sbx_agent.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -D_FORTIFY_SOURCE=2 $(CFLAGS) $(WARN) \
-		-fstack-protector-strong -Iproto -Icommon -static -o $@ $(HELPER_SRC) $(HELPER_PROTO_SRC) $(STATIC_COMMON_SRC)
+		-fstack-protector-strong -Iproto -static -o $@ $(HELPER_SRC) $(HELPER_PROTO_SRC)
 
 # The egress proxy runs in a container of the sandbox's image (adr/0026):
 # static like the helper, libevent linked in, glibc's NSS lookups replaced

@@ -670,7 +670,6 @@ eng_agent_warm(struct engine *e, const char *id, const char *image, int egress,
     struct sbx_status *st)
 {
 	struct eng_agent *ag = agent_find(e, id);
-	struct timeval now;
 	uint64_t ms;
 
 	if (ag == NULL || !ag->st_valid || ag->state != AG_READY || ag->ch == NULL ||
@@ -679,8 +678,7 @@ eng_agent_warm(struct engine *e, const char *id, const char *image, int egress,
 	if (strcmp(ag->st.image, image) != 0 || ag->st.egress != egress ||
 	    strcmp(ag->helper_vol, e->helper_vol) != 0)
 		return 0;
-	event_base_gettimeofday_cached(e->base.base, &now);
-	ms = (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_usec / 1000;
+	ms = (uint64_t)sbx_mono_ms();
 	if (ms - sbx_agent_chan_last_rx_ms(ag->ch) > (uint64_t)e->agent_fresh_ms)
 		return 0;
 	*st = ag->st;

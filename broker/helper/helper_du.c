@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "helper.h"
-#include "sbx_time.h"
 
 #define DU_CLOCK_EVERY 256 /* entries between two looks at the clock */
 
@@ -66,7 +65,7 @@ helper_du(const struct helper_ctx *ctx, uint64_t max_entries, uint64_t timeout_m
 	(void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	memset(&r, 0, sizeof(r));
 	helper_out_init(o, outfd);
-	t0 = (uint64_t)sbx_mono_ms();
+	t0 = helper_mono_ms();
 	if (timeout_ms > 0)
 		deadline = t0 + timeout_ms;
 	fd = openat(ctx->rootfd, ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -95,7 +94,7 @@ helper_du(const struct helper_ctx *ctx, uint64_t max_entries, uint64_t timeout_m
 			reason = "max_entries";
 			break;
 		}
-		if (deadline != 0 && r.entries % DU_CLOCK_EVERY == 0 && (uint64_t)sbx_mono_ms() >= deadline) {
+		if (deadline != 0 && r.entries % DU_CLOCK_EVERY == 0 && helper_mono_ms() >= deadline) {
 			reason = "timeout";
 			break;
 		}
@@ -133,7 +132,7 @@ helper_du(const struct helper_ctx *ctx, uint64_t max_entries, uint64_t timeout_m
 		closedir(stack[--depth]);
 	if (reason == NULL && r.skipped > 0)
 		reason = "unreadable";
-	r.elapsed_ms = (uint64_t)sbx_mono_ms() - t0;
+	r.elapsed_ms = helper_mono_ms() - t0;
 	for (i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
 		helper_out_str(o, fields[i].key);
 		helper_out_u64(o, *fields[i].v);

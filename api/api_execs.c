@@ -619,8 +619,7 @@ ax_exec_of(struct areq *a, struct sbx_err *err)
 	struct api_exec *x = ax_exec_find(a, a->exec_id);
 
 	if (x == NULL)
-		sbx_err_set(err, SBX_E_NOT_FOUND, "That NPC has no exec with "
-		    "that id.");
+		sbx_err_set(err, SBX_E_NOT_FOUND, SBX_MSG_NO_EXEC);
 	return x;
 }
 
@@ -715,7 +714,7 @@ api_h_execs_list(struct areq *a)
 	memset(&q, 0, sizeof(q));
 	if (evhttp_parse_query_str(evhttp_uri_get_query(uri) ?
 	    evhttp_uri_get_query(uri) : "", &q) == -1) {
-		areq_fail_code(a, SBX_E_BAD_REQUEST, "Bad query string.");
+		areq_fail_code(a, SBX_E_BAD_REQUEST, SBX_MSG_BAD_QUERY);
 		return;
 	}
 	lim = evhttp_find_header(&q, "limit");

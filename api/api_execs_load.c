@@ -278,8 +278,8 @@ load_ticket_key(struct api_server *s, struct sbx_err *err)
 		    (ssize_t)sizeof(s->ticket_key)) {
 			if (fd >= 0)
 				close(fd);
-			return sbx_err_set(err, SBX_E_CONFIG, "Cannot create "
-			    "%s: %s.", path, strerror(errno));
+			return sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_CANNOT_CREATE,
+			    path, strerror(errno));
 		}
 		close(fd);
 		return 0;
@@ -311,7 +311,7 @@ api_execs_open(struct api_server *s, struct sbx_err *err)
 		return sbx_err_oom(err);
 	sprintf(s->execs_dir, "%s/execs", s->cfg->state_dir);
 	if (mkdir(s->execs_dir, 0700) == -1 && errno != EEXIST)
-		return sbx_err_set(err, SBX_E_CONFIG, "Cannot create %s: %s.",
+		return sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_CANNOT_CREATE,
 		    s->execs_dir, strerror(errno));
 	if ((d = opendir(s->execs_dir)) == NULL)
 		return sbx_err_set(err, SBX_E_CONFIG, "Cannot read %s: %s.",

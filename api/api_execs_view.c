@@ -502,15 +502,14 @@ api_h_execs_events(struct areq *a)
 	memset(&q, 0, sizeof(q));
 	if (evhttp_parse_query_str(evhttp_uri_get_query(uri) ?
 	    evhttp_uri_get_query(uri) : "", &q) == -1) {
-		areq_fail_code(a, SBX_E_BAD_REQUEST, "Bad query string.");
+		areq_fail_code(a, SBX_E_BAD_REQUEST, SBX_MSG_BAD_QUERY);
 		return;
 	}
 	/* A ticket was checked before (api_execs_ticket_auth). */
 	x = ax_exec_find(a, a->exec_id);
 	if (x == NULL) {
 		evhttp_clear_headers(&q);
-		areq_fail_code(a, SBX_E_NOT_FOUND, "That NPC has no exec with "
-		    "that id.");
+		areq_fail_code(a, SBX_E_NOT_FOUND, SBX_MSG_NO_EXEC);
 		return;
 	}
 	lei = evhttp_find_header(evhttp_request_get_input_headers(a->req),

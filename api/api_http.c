@@ -649,7 +649,8 @@ api_dispatch(struct evhttp_request *req, void *arg)
 		return;
 	}
 	if ((a->route->flags & R_RAW) && blen > (size_t)s->cfg->file_size_max) {
-		areq_fail_code(a, SBX_E_TOO_LARGE, SBX_MSG_FILE_TOO_LARGE, s->cfg->file_size_max);
+		areq_fail_code(a, SBX_E_TOO_LARGE, SBX_MSG_FILE_TOO_LARGE,
+		    s->cfg->file_size_max);
 		return;
 	}
 	if ((a->route->flags & (R_JSON | R_JSON_OPT)) &&

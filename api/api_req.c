@@ -92,7 +92,8 @@ api_req_grace_over(void *arg)
 		else if (a->streaming && a->req != NULL)
 			areq_stream_abort(a, SBX_E_SHUTTING_DOWN);
 		else
-			areq_fail_code(a, SBX_E_SHUTTING_DOWN, SBX_MSG_API_DRAINING);
+			areq_fail_code(a, SBX_E_SHUTTING_DOWN,
+			    SBX_MSG_API_DRAINING);
 	}
 }
 

@@ -556,9 +556,7 @@ api_h_list(struct areq *a)
 	    0 || nl == 0 || memchr(name, '\0', nl) != NULL ||
 	    memchr(name, '/', nl) != NULL)) {
 		free(cur);
-		areq_fail_code(a, SBX_E_BAD_REQUEST, "Parameter \"cursor\" is not a "
-		    "cursor of a listing (pass the \"cursor\" of the last page, or "
-		    "nothing to start).");
+		areq_fail_code(a, SBX_E_BAD_REQUEST, SBX_MSG_BAD_CURSOR);
 		return;
 	}
 	free(cur);

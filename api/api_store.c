@@ -304,7 +304,7 @@ load_key(struct api_store *st, const char *path, struct sbx_err *err)
 		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
 		    O_CLOEXEC, 0600);
 		if (fd == -1) {
-			sbx_err_set(err, SBX_E_CONFIG, "Cannot create %s: %s.",
+			sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_CANNOT_CREATE,
 			    path, strerror(errno));
 			goto done;
 		}
@@ -321,7 +321,7 @@ load_key(struct api_store *st, const char *path, struct sbx_err *err)
 		goto done;
 	}
 	if (fd == -1) {
-		sbx_err_set(err, SBX_E_CONFIG, "Cannot open %s: %s.", path,
+		sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_CANNOT_OPEN, path,
 		    strerror(errno));
 		goto done;
 	}
@@ -383,7 +383,7 @@ api_store_open(const char *state_dir, struct sbx_err *err)
 	snprintf(path, sizeof(path), "%s/api.db", state_dir);
 	if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE |
 	    SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK) {
-		sbx_err_set(err, SBX_E_CONFIG, "Cannot open %s: %s.", path,
+		sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_CANNOT_OPEN, path,
 		    st->db != NULL ? sqlite3_errmsg(st->db) : "out of memory");
 		goto fail;
 	}
@@ -392,7 +392,7 @@ api_store_open(const char *state_dir, struct sbx_err *err)
 	if (sqlite3_exec(st->db, "PRAGMA journal_mode=WAL;"
 	    "PRAGMA foreign_keys=ON;", NULL, NULL, &msg) != SQLITE_OK ||
 	    sqlite3_exec(st->db, schema, NULL, NULL, &msg) != SQLITE_OK) {
-		sbx_err_set(err, SBX_E_CONFIG, "Cannot set up %s: %s.", path,
+		sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_CANNOT_SET_UP, path,
 		    msg != NULL ? msg : "unknown error");
 		sqlite3_free(msg);
 		goto fail;
@@ -578,7 +578,8 @@ api_store_npc_create(struct api_store *st, const char *name,
 	int rc;
 
 	if (!api_npc_name_valid(name))
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_BAD_NPC_NAME);
+		return sbx_err_set(err, SBX_E_BAD_REQUEST,
+		    SBX_MSG_BAD_NPC_NAME);
 	snprintf(sid, sizeof(sid), API_NPC_SANDBOX_PREFIX "%s", name);
 	rc = db_write(st, st->q[Q_NPC_CREATE], 1, "create npc", err, "titi",
 	    name, owner_id, sid, sbx_wall_ms());

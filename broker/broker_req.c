@@ -445,7 +445,8 @@ broker_dispatch(struct evhttp_request *req, void *arg)
 		return;
 	}
 	if ((r->flags & R_RAW) && len > (size_t)s->cfg->file_size_max) {
-		breq_fail_code(b, SBX_E_TOO_LARGE, SBX_MSG_FILE_TOO_LARGE, s->cfg->file_size_max);
+		breq_fail_code(b, SBX_E_TOO_LARGE, SBX_MSG_FILE_TOO_LARGE,
+		    s->cfg->file_size_max);
 		return;
 	}
 	if (!(r->flags & (R_JSON | R_RAW)) && len > 0) {

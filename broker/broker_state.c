@@ -143,7 +143,7 @@ broker_state_open(const char *dir, struct sbx_err *err)
 	}
 	if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE |
 	    SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
-		sbx_err_set(err, SBX_E_CONFIG, "Cannot open %s: %s.", path,
+		sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_CANNOT_OPEN, path,
 		    s->db ? sqlite3_errmsg(s->db) : "out of memory");
 		goto fail;
 	}
@@ -151,7 +151,7 @@ broker_state_open(const char *dir, struct sbx_err *err)
 	if (sqlite3_exec(s->db, "PRAGMA journal_mode=WAL;"
 	    "PRAGMA synchronous=NORMAL;", NULL, NULL, &emsg) != SQLITE_OK ||
 	    sqlite3_exec(s->db, schema, NULL, NULL, &emsg) != SQLITE_OK) {
-		sbx_err_set(err, SBX_E_CONFIG, "Cannot set up %s: %s.", path,
+		sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_CANNOT_SET_UP, path,
 		    emsg ? emsg : "unknown error");
 		sqlite3_free(emsg);
 		goto fail;

@@ -506,7 +506,8 @@ eng_exec_created_id(const struct eop *op, int status, json_t *body,
 	if (status == 404)
 		return eng_not_found(op, e);
 	if (status == 409)
-		return sbx_err_set(e, SBX_E_NOT_RUNNING, SBX_MSG_NOT_RUNNING, op->id);
+		return sbx_err_set(e, SBX_E_NOT_RUNNING, SBX_MSG_NOT_RUNNING,
+		    op->id);
 	if (status != 201) {
 		eng_runtime_err(e, status, body, what);
 		return -1;

@@ -454,8 +454,8 @@ write_common(struct sbx_driver *d, const char *id, const char *path,
 	if (body != NULL)
 		len = evbuffer_get_length(body);
 	if (len > (uint64_t)e->file_max) {
-		sbx_err_set(err, SBX_E_TOO_LARGE, "file is larger than the cap of "
-		    "%" PRId64 " bytes", e->file_max);
+		sbx_err_set(err, SBX_E_TOO_LARGE, SBX_MSG_FILE_TOO_LARGE,
+		    (long long)e->file_max);
 		return NULL;
 	}
 	if ((op = done_op_new(e, OP_WRITE, id, sizeof(struct eop_write),

@@ -69,7 +69,7 @@ exec_inspected(struct eop *op, int status, json_t *body,
 		 * outlive the operation. */
 		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
 		if (op->kind == OP_KILL) {
-			sbx_err_set(&e, SBX_E_TIMEOUT, "kill exec did not finish");
+			sbx_err_set(&e, SBX_E_TIMEOUT, SBX_MSG_KILL_UNFINISHED);
 			eng_kill_ended(op, &e);
 			return;
 		}

@@ -167,8 +167,8 @@ exec_after_kill(struct eop *op)
 {
 	struct sbx_err e;
 
-	sbx_err_set(&e, SBX_E_TIMEOUT, "exec ran longer than its timeout "
-	    "of %" PRId64 " ms; its processes were killed", xop(op)->timeout_ms);
+	sbx_err_set(&e, SBX_E_TIMEOUT, SBX_MSG_EXEC_TIMEOUT,
+	    xop(op)->timeout_ms);
 	eng_finish_err(op, &e);
 }
 
@@ -243,7 +243,7 @@ eng_exec_timer_cb(evutil_socket_t fd, short what, void *arg)
 	if (op->kind == OP_KILL) {
 		struct sbx_err e;
 
-		sbx_err_set(&e, SBX_E_TIMEOUT, "kill exec did not finish");
+		sbx_err_set(&e, SBX_E_TIMEOUT, SBX_MSG_KILL_UNFINISHED);
 		eng_kill_ended(op, &e);
 		return;
 	}
@@ -393,8 +393,8 @@ eng_deliver(struct eop *op, int stream, const unsigned char *buf, size_t len)
 	} else if (op->kind == OP_READ) {
 		struct sbx_err e;
 
-		sbx_err_set(&e, SBX_E_TOO_LARGE, "file is larger than the cap of "
-		    "%" PRId64 " bytes", x->cap - 1);
+		sbx_err_set(&e, SBX_E_TOO_LARGE, SBX_MSG_FILE_TOO_LARGE,
+		    (long long)(x->cap - 1));
 		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
 		eng_finish_err(op, &e);
 	}
@@ -503,7 +503,7 @@ exec_refused(struct eop *op, struct sbx_err *e)
 	for (i = 0; believed[i] != NULL; i++)
 		if (strcmp(lcode, believed[i]) == 0) {
 			sbx_err_set(e, believed[i], "%s", msg[0] != '\0' ? msg :
-			    "sbx-helper refused the exec");
+			    SBX_MSG_HELPER_REFUSED);
 			return 1;
 		}
 	return 0;
@@ -529,8 +529,8 @@ eng_exec_recorded(struct eop *op)
 	if (x->timer != NULL)
 		event_del(x->timer);
 	if (cm->xtimeout && !x->truncated) {
-		sbx_err_set(&e, SBX_E_TIMEOUT, "exec ran longer than its timeout "
-		    "of %" PRId64 " ms; its processes were killed", x->timeout_ms);
+		sbx_err_set(&e, SBX_E_TIMEOUT, SBX_MSG_EXEC_TIMEOUT,
+		    x->timeout_ms);
 		eng_finish_err(op, &e);
 		return;
 	}
@@ -543,8 +543,9 @@ eng_exec_recorded(struct eop *op)
 		    "command: %s", cm->herr_msg);
 		for (i = 0; believed[i] != NULL; i++)
 			if (strcmp(cm->herr_code, believed[i]) == 0)
-				sbx_err_set(&e, believed[i], "%s", cm->herr_msg[0] !=
-				    '\0' ? cm->herr_msg : "sbx-helper refused the exec");
+				sbx_err_set(&e, believed[i], "%s",
+				    cm->herr_msg[0] != '\0' ? cm->herr_msg :
+				    SBX_MSG_HELPER_REFUSED);
 		eng_finish_err(op, &e);
 		return;
 	}

@@ -519,7 +519,7 @@ event_cb(struct bufferevent *bev, short what, void *arg)
 	}
 	if (r->state == HS_CONNECTING && (what & BEV_EVENT_ERROR)) {
 		dnserr = bufferevent_socket_get_dns_error(bev);
-		sbx_err_set(&e, r->unavailable_code, "cannot connect to %s at %s: %s",
+		sbx_err_set(&e, r->unavailable_code, SBX_MSG_NO_CONNECT,
 		    r->peer, r->address, dnserr != 0 ? evutil_gai_strerror(dnserr) :
 		    evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
 		if (r->starting) {
@@ -588,7 +588,7 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	enter(r);
-	sbx_err_set(&e, SBX_E_TIMEOUT, "%s did not answer in time", r->peer);
+	sbx_err_set(&e, SBX_E_TIMEOUT, SBX_MSG_NO_ANSWER, r->peer);
 	finish(r, &e);
 	leave(r);
 }
@@ -603,7 +603,7 @@ hdr_timer_cb(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	enter(r);
-	sbx_err_set(&e, r->hdr_timeout_code, "%s did not answer in time",
+	sbx_err_set(&e, r->hdr_timeout_code, SBX_MSG_NO_ANSWER,
 	    r->peer);
 	finish(r, &e);
 	leave(r);
@@ -807,7 +807,7 @@ sbx_http_request(struct event_base *base, const char *address,
 	r->starting = 0;
 	if (rc < 0 && !r->have_pending) {
 		sbx_err_set(&r->pending, r->unavailable_code,
-		    "cannot connect to %s at %s: %s", r->peer, r->address,
+		    SBX_MSG_NO_CONNECT, r->peer, r->address,
 		    evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
 		r->have_pending = 1;
 	}

@@ -37,7 +37,7 @@ sbx_token_set(struct sbx_token *t, const char *plaintext, size_t len,
 		    SBX_TOKEN_MIN_LEN);
 	if (len > SBX_TOKEN_MAX_LEN)
 		return sbx_err_set(err, SBX_E_BAD_TOKEN,
-		    "token is longer than %d bytes", SBX_TOKEN_MAX_LEN);
+		    SBX_MSG_TOKEN_TOO_LONG, SBX_TOKEN_MAX_LEN);
 	for (i = 0; i < len; i++) {
 		unsigned char c = (unsigned char)plaintext[i];
 
@@ -222,8 +222,8 @@ sbx_token_read(const char *file, const char *env_value, char *out,
 	} else if (env_value != NULL) {
 		len = strlen(env_value);
 		if (len > SBX_TOKEN_MAX_LEN) {
-			sbx_err_set(err, SBX_E_BAD_TOKEN, "token is longer than %d "
-			    "bytes", SBX_TOKEN_MAX_LEN);
+			sbx_err_set(err, SBX_E_BAD_TOKEN, SBX_MSG_TOKEN_TOO_LONG,
+			    SBX_TOKEN_MAX_LEN);
 			goto fail;
 		}
 		memcpy(out, env_value, len);

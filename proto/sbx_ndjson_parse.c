@@ -668,14 +668,14 @@ sbx_ndjson_parser_feed(struct sbx_ndjson_parser *p, const char *buf,
 	size_t n, llen;
 
 	if (p == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "no parser");
+		return sbx_err_set(err, SBX_E_INTERNAL, SBX_MSG_NO_PARSER);
 	if (p->stopped) {
 		if (err != NULL)
 			*err = p->err;
 		return -1;
 	}
 	if (buf == NULL && len > 0)
-		return sbx_err_set(err, SBX_E_INTERNAL, "no buffer");
+		return sbx_err_set(err, SBX_E_INTERNAL, SBX_MSG_NO_BUFFER);
 	while (len > 0) {
 		nl = memchr(buf, '\n', len);
 		n = nl != NULL ? (size_t)(nl - buf) : len;
@@ -710,7 +710,7 @@ int
 sbx_ndjson_parser_finish(struct sbx_ndjson_parser *p, struct sbx_err *err)
 {
 	if (p == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "no parser");
+		return sbx_err_set(err, SBX_E_INTERNAL, SBX_MSG_NO_PARSER);
 	if (p->stopped) {
 		if (err != NULL)
 			*err = p->err;

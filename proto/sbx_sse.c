@@ -283,7 +283,7 @@ sse_from_line(struct evbuffer *out, uint64_t id, const char *line, size_t len,
 	int rc, stream, b64;
 
 	if (out == NULL || (line == NULL && len > 0))
-		return sbx_err_set(err, SBX_E_INTERNAL, "no buffer");
+		return sbx_err_set(err, SBX_E_INTERNAL, SBX_MSG_NO_BUFFER);
 	/* Hot path: an output line as the encoder writes it maps to
 	 * '{' + the line after its "type" member, which is exactly what
 	 * jansson would write for the object without "type". */
@@ -335,7 +335,7 @@ sbx_sse_from_output_line(struct evbuffer *out, uint64_t id, const char *line,
 	const char *type;
 
 	if (out == NULL || (line == NULL && len > 0))
-		return sbx_err_set(err, SBX_E_INTERNAL, "no buffer");
+		return sbx_err_set(err, SBX_E_INTERNAL, SBX_MSG_NO_BUFFER);
 	/* {"type":"std  out|err  ",  ...}: the type is all that is read */
 	if (len < skip + 2 || memcmp(line, pre, sizeof(pre) - 1) != 0 ||
 	    line[skip - 2] != '"' || line[skip - 1] != ',' ||

@@ -382,8 +382,7 @@ parse_head(struct cli_conn *c, size_t hlen, struct cli_resp *resp,
 	if (sscanf(head, "HTTP/1.%d %3d", &minor, &resp->status) != 2 ||
 	    resp->status < 100 || resp->status > 599) {
 		free(head);
-		return sbx_err_set(err, CLI_E_PROTOCOL, "The server's answer is "
-		    "not HTTP/1.x; is SBX_URL the sandbox-api address?");
+		return sbx_err_set(err, CLI_E_PROTOCOL, SBX_MSG_NOT_HTTP);
 	}
 	for (line = strstr(head, "\r\n"); line != NULL; line = next) {
 		line += 2;
@@ -429,9 +428,8 @@ read_head(struct cli_conn *c, struct cli_resp *resp, struct sbx_err *err)
 	for (;;) {
 		if (c->inlen - c->inoff >= 5 &&
 		    memcmp(c->in + c->inoff, "HTTP/", 5) != 0)
-			return sbx_err_set(err, CLI_E_PROTOCOL, "The server's "
-			    "answer is not HTTP/1.x; is SBX_URL the sandbox-api "
-			    "address?");
+			return sbx_err_set(err, CLI_E_PROTOCOL,
+			    SBX_MSG_NOT_HTTP);
 		if (c->inlen - c->inoff >= 4) {
 			p = memmem(c->in + c->inoff + scanned,
 			    c->inlen - c->inoff - scanned, "\r\n\r\n", 4);
@@ -540,11 +538,10 @@ chunk_size(struct cli_conn *c, struct sbx_err *err)
 		if (nl != NULL)
 			break;
 		if (c->inlen - c->inoff > 1024)
-			return sbx_err_set(err, CLI_E_PROTOCOL, "Bad chunked "
-			    "framing from the server.");
+			return sbx_err_set(err, CLI_E_PROTOCOL,
+			    SBX_MSG_BAD_CHUNKED);
 		if (c->eof)
-			return sbx_err_set(err, CLI_E_IO, "The server closed the "
-			    "connection before the answer was complete.");
+			return sbx_err_set(err, CLI_E_IO, SBX_MSG_CUT_SHORT);
 		if (fill(c, err) == -1)
 			return -1;
 	}
@@ -552,8 +549,7 @@ chunk_size(struct cli_conn *c, struct sbx_err *err)
 	v = strtoull(c->in + c->inoff, &end, 16);
 	if (end == c->in + c->inoff || errno != 0 || v > (1ULL << 40) ||
 	    (*end != '\r' && *end != '\n' && *end != ';' && *end != ' '))
-		return sbx_err_set(err, CLI_E_PROTOCOL, "Bad chunked framing "
-		    "from the server.");
+		return sbx_err_set(err, CLI_E_PROTOCOL, SBX_MSG_BAD_CHUNKED);
 	c->inoff = (size_t)(nl - c->in) + 1;
 	c->remaining = (int64_t)v;
 	return 0;
@@ -570,9 +566,8 @@ skip_line(struct cli_conn *c, int *empty, struct sbx_err *err)
 		nl = memchr(c->in + c->inoff, '\n', c->inlen - c->inoff);
 		if (nl != NULL)
 			break;
-		if (fill_line(c, "Bad chunked framing from the server.",
-		    "The server closed the connection before the answer was "
-		    "complete.", err) == -1)
+		if (fill_line(c, SBX_MSG_BAD_CHUNKED,
+		    SBX_MSG_CUT_SHORT, err) == -1)
 			return -1;
 	}
 	*empty = nl == c->in + c->inoff ||
@@ -618,9 +613,8 @@ cli_http_read(struct cli_conn *c, void *buf, size_t cap,
 			if (c->eof) {
 				if (!c->chunked && c->remaining < 0)
 					return 0;
-				return sbx_err_set(err, CLI_E_IO, "The server "
-				    "closed the connection before the answer "
-				    "was complete.");
+				return sbx_err_set(err, CLI_E_IO,
+				    SBX_MSG_CUT_SHORT);
 			}
 			if (fill(c, err) == -1)
 				return -1;

@@ -606,12 +606,14 @@ streams_finish(struct agent *a)
 
 	while (i < a->nstreams) {
 		s = a->streams[i];
-		if (s->kill_at != 0 && s->pid > 0 && helper_mono_ms() >= s->kill_at) {
+		if (s->kill_at != 0 && s->pid > 0 &&
+		    helper_mono_ms() >= s->kill_at) {
 			s->kill_at = 0;
 			stream_kill(a, s);
 		}
 		if (s->reaped && (s->out >= 0 || s->err >= 0) &&
-		    helper_mono_ms() - s->reaped_ms > DRAIN_AFTER_EXIT_MS && s->credit > 0) {
+		    helper_mono_ms() - s->reaped_ms > DRAIN_AFTER_EXIT_MS &&
+		    s->credit > 0) {
 			/* Something the mode left behind holds the pipes. */
 			close_fd(&s->out);
 			close_fd(&s->err);
@@ -785,7 +787,8 @@ helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, struct helper_err *
 		if (a.qlen > 0 && !q_due(&a, helper_mono_ms()))
 			tmo = FLUSH_DELAY_MS;   /* the coalescing delay ends */
 		if (a.idle_ms > 0) {
-			uint64_t now = helper_mono_ms(), until = a.last_rx_ms + a.idle_ms;
+			uint64_t now = helper_mono_ms();
+			uint64_t until = a.last_rx_ms + a.idle_ms;
 			int left = until <= now ? 0 : until - now > 3600000 ? 3600000 :
 			    (int)(until - now);
 

@@ -435,7 +435,8 @@ fwait_run(struct fwait *w, int records)
 			fr->len = SBX_HELPER_FRAME_HDR + (size_t)r;
 			fr->off = 0;
 			if (w->reaped) {
-				w->quiet_until = helper_mono_ms() + DRAIN_QUIET_MS;
+				w->quiet_until = helper_mono_ms() +
+				    DRAIN_QUIET_MS;
 				w->after += (size_t)r;
 				if (w->after > DRAIN_MAX)
 					close_pipes(w);

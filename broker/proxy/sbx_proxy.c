@@ -405,7 +405,8 @@ relay_failed(struct conn *k)
 		bufferevent_free(k->u);
 		k->u = NULL;
 	}
-	if (sbx_mono_ms() - px.relay_t0 >= RELAY_GRACE_MS || (k->retry == NULL &&
+	if (sbx_mono_ms() - px.relay_t0 >= RELAY_GRACE_MS ||
+	    (k->retry == NULL &&
 	    (k->retry = evtimer_new(px.base, relay_retry_cb, k)) == NULL) ||
 	    evtimer_add(k->retry, &tv) != 0) {
 		reply(k, 502, "the egress proxy of this sandbox is not reachable");

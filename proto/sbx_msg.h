@@ -47,7 +47,7 @@
 #define SBX_MSG_NO_EXEC "That NPC has no exec with that id."
 
 /* The engine driver's exec and file errors. */
-/* timeout: %" PRId64 " the exec's timeout in ms. */
+/* timeout: the exec's timeout in ms (PRId64). */
 #define SBX_MSG_EXEC_TIMEOUT "exec ran longer than its timeout of %" PRId64 \
     " ms; its processes were killed"
 /* timeout: the exec that kills an exec's processes did not end. */

@@ -124,7 +124,7 @@ api_write_release(struct areq *a)
 		sbx_httpd_unwatch(&a->watch);
 	if (a->gbody == NULL)
 		return;
-	if (a->op != NULL) {            /* a gather still waiting for bytes */
+	if (a->op != NULL) {        /* a write, or its gather, under way */
 		sbx_op_cancel(a->op);
 		a->op = NULL;
 	}

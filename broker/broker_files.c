@@ -140,7 +140,7 @@ write_done(void *arg, const struct sbx_err *err)
 void
 broker_files_detach(struct breq *b)
 {
-	if (b->gbody != NULL && b->op != NULL) { /* a gather still waiting */
+	if (b->gbody != NULL && b->op != NULL) { /* a write or its gather */
 		sbx_op_cancel(b->op);
 		b->op = NULL;
 	}

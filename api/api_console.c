@@ -50,26 +50,22 @@ api_console_init(struct api_server *s)
 	return 0;
 }
 
-void
-api_h_console(struct areq *a)
+int
+api_h_console(struct areq *a, struct sbx_err *err)
 {
-	struct evkeyvalq *h = evhttp_request_get_output_headers(a->req);
 	struct evbuffer *out = evbuffer_new();
 
 	if (out == NULL || evbuffer_add_reference(out, api_console_html,
 	    api_console_html_len, NULL, NULL) == -1) {
 		if (out != NULL)
 			evbuffer_free(out);
-		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
-		return;
+		return sbx_err_oom(err);
 	}
-	evhttp_add_header(h, "Content-Type", "text/html; charset=utf-8");
-	evhttp_add_header(h, "Content-Security-Policy", a->s->console_csp);
-	evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
-	evhttp_add_header(h, "Referrer-Policy", "no-referrer");
-	evhttp_add_header(h, "Cache-Control", "no-store");
-	evhttp_send_reply(a->req, 200, "OK", out);
+	sbx_httpd_header(&a->h, "Content-Security-Policy", a->s->console_csp);
+	sbx_httpd_header(&a->h, "X-Content-Type-Options", "nosniff");
+	sbx_httpd_header(&a->h, "Referrer-Policy", "no-referrer");
+	sbx_httpd_header(&a->h, "Cache-Control", "no-store");
+	areq_reply_body(a, 200, "text/html; charset=utf-8", out);
 	evbuffer_free(out);
-	a->req = NULL;
-	areq_finish(a, 200, "ok");
+	return 0;
 }

@@ -19,12 +19,13 @@
 #include "sbx_time.h"
 #include "sbx_wire.h"
 
-
+/* Bytes queued towards a client above which the producer is paused. */
+#define STREAM_HIGH_WATER ((size_t)256 * 1024)
 
 /* ------------------------------------------------------------------ */
 /* Exec -> SSE                                                         */
 
-/* Maps the NDJSON lines in line (emptied) to SSE events in a->chunk. */
+/* Maps the NDJSON lines in line (emptied) to SSE events in a->h.chunk. */
 static int
 sse_emit(struct areq *a, struct evbuffer *line)
 {
@@ -36,7 +37,7 @@ sse_emit(struct areq *a, struct evbuffer *line)
 	if (len == 0)
 		return -1;
 	p = (const char *)evbuffer_pullup(line, -1);
-	if (p == NULL || sbx_sse_from_own_ndjson(a->chunk, ++a->sse_id, p,
+	if (p == NULL || sbx_sse_from_own_ndjson(a->h.chunk, ++a->sse_id, p,
 	    len, &err) == -1) {
 		log_error("cannot map an exec event to SSE", "code", err.code,
 		    NULL);
@@ -63,29 +64,32 @@ sse_end_error(struct areq *a, const char *code, const char *message)
 	areq_stream_end(a, code);
 }
 
-static void
-exec_start(void *arg, const char *exec_id)
+/* The exec started: the SSE head and its start event. Returns 0, or -1
+ * when a has ended (the client went, or out of memory). */
+static int
+exec_begin(struct areq *a, const char *exec_id)
 {
-	struct areq *a = arg;
-	struct evbuffer *line = evbuffer_new();
+	struct evbuffer *line;
 
-	if (line == NULL || areq_stream_begin(a, SBX_CT_SSE) == -1) {
-		if (line != NULL)
-			evbuffer_free(line);
-		/* Out of memory before anything was sent. */
-		sbx_op_cancel(a->op);
-		a->op = NULL;
-		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
-		return;
-	}
+	if (areq_stream_begin(a, SBX_CT_SSE, STREAM_HIGH_WATER) == -1)
+		return -1;
 	log_debug("exec started", "npc", a->npc.name, "exec_id", exec_id, NULL);
 	a->exec_started = 1;
 	a->exec_started_ms = sbx_mono_ms();
 	api_metrics_exec_started(&a->s->metrics);
-	if (sbx_ndjson_start(line, exec_id, a->s->now_ms()) == 0)
-		sse_emit(a, line);
-	evbuffer_free(line);
+	if ((line = evbuffer_new()) != NULL) {
+		if (sbx_ndjson_start(line, exec_id, a->s->now_ms()) == 0)
+			sse_emit(a, line);
+		evbuffer_free(line);
+	}
 	areq_stream_flush(a);
+	return 0;
+}
+
+static void
+exec_start(void *arg, const char *exec_id)
+{
+	exec_begin(arg, exec_id);
 }
 
 static void
@@ -97,9 +101,9 @@ exec_output(void *arg, int stream, const unsigned char *buf, size_t len)
 
 	/* Output before start breaks the vtable's order; keep the SSE
 	 * stream well-formed anyway. */
-	if (!a->streaming && a->req != NULL)
-		exec_start(a, "");
-	if (!a->streaming || a->req == NULL || (line = evbuffer_new()) == NULL)
+	if (!a->h.streaming && a->h.req != NULL && exec_begin(a, "") == -1)
+		return;
+	if (!a->h.streaming || a->h.req == NULL || (line = evbuffer_new()) == NULL)
 		return;
 	api_metrics_stream_bytes(&a->s->metrics, stream, len);
 	while (len > 0) {
@@ -122,13 +126,13 @@ exec_output_line(void *arg, int stream, const char *line, size_t len,
 	struct areq *a = arg;
 	struct sbx_err err;
 
-	if (!a->streaming && a->req != NULL)
-		exec_start(a, "");
-	if (!a->streaming || a->req == NULL)
+	if (!a->h.streaming && a->h.req != NULL && exec_begin(a, "") == -1)
+		return;
+	if (!a->h.streaming || a->h.req == NULL)
 		return;
 	api_metrics_stream_bytes(&a->s->metrics, stream, nbytes);
 	sbx_err_clear(&err);
-	if (sbx_sse_from_output_line(a->chunk, ++a->sse_id, line, len,
+	if (sbx_sse_from_output_line(a->h.chunk, ++a->sse_id, line, len,
 	    &err) == -1) {
 		/* The driver checked it; refused again here, the stream ends
 		 * as one from a broker that sent garbage. */
@@ -154,7 +158,7 @@ exec_exit(void *arg, const struct sbx_exit *ex)
 	struct evbuffer *line;
 
 	a->op = NULL;
-	if (!a->streaming) {
+	if (!a->h.streaming) {
 		areq_fail_code(a, SBX_E_INTERNAL, "The exec ended before it "
 		    "started.");
 		return;
@@ -175,7 +179,7 @@ static int
 op_failed(struct areq *a, const struct sbx_err *err)
 {
 	a->op = NULL;
-	if (!a->streaming) {
+	if (!a->h.streaming) {
 		areq_fail_broker(a, err);
 		return 1;
 	}
@@ -233,19 +237,15 @@ api_exec_parse(struct areq *a, struct sbx_exec_req *er, const char ***argvp,
 	return 0;
 }
 
-void
-api_h_exec(struct areq *a)
+int
+api_h_exec(struct areq *a, struct sbx_err *err)
 {
 	struct sbx_exec_req er;
 	struct sbx_sink sink;
-	struct sbx_err err;
 	const char **argv = NULL, **env = NULL;
 
-	sbx_err_clear(&err);
-	if (api_exec_parse(a, &er, &argv, &env, &err) == -1) {
-		areq_fail(a, &err);
-		goto done;
-	}
+	if (api_exec_parse(a, &er, &argv, &env, err) == -1)
+		return -1;
 	if (a->lim != NULL) {
 		a->lim->execs++;
 		a->exec_counted = 1;
@@ -259,28 +259,30 @@ api_h_exec(struct areq *a)
 	sink.error = exec_error;
 	sink.arg = a;
 	a->op = sbx_call_exec_lines(a->s->driver, a->npc.sandbox_id, &er,
-	    &sink, exec_output_line, &err);
-	if (a->op == NULL)
-		areq_fail_broker(a, &err);
-done:
+	    &sink, exec_output_line, err);
 	free(argv);
 	free(env);
+	return a->op != NULL ? 0 : areq_broker_err(a);
 }
 
 /* ------------------------------------------------------------------ */
 /* File read -> bytes                                                  */
 
+/* A driver may skip start for reads (the engine driver does): the head
+ * goes with the first bytes or the end. Returns 0, or -1 when a ended. */
+static int
+read_begin(struct areq *a)
+{
+	if (a->h.streaming || a->h.req == NULL)
+		return 0;
+	return areq_stream_begin(a, SBX_CT_OCTET, STREAM_HIGH_WATER);
+}
+
 static void
 read_start(void *arg, const char *exec_id)
 {
-	struct areq *a = arg;
-
 	(void)exec_id;
-	if (areq_stream_begin(a, SBX_CT_OCTET) == -1) {
-		sbx_op_cancel(a->op);
-		a->op = NULL;
-		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
-	}
+	read_begin(arg);
 }
 
 static void
@@ -289,18 +291,10 @@ read_output(void *arg, int stream, const unsigned char *buf, size_t len)
 	struct areq *a = arg;
 
 	(void)stream;
-	/* A driver may skip start for reads (the engine driver does). */
-	if (!a->streaming && a->req != NULL &&
-	    areq_stream_begin(a, SBX_CT_OCTET) == -1) {
-		sbx_op_cancel(a->op);
-		a->op = NULL;
-		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
-		return;
-	}
-	if (a->req == NULL)
+	if (read_begin(a) == -1 || a->h.req == NULL)
 		return;
 	api_metrics_stream_bytes(&a->s->metrics, 0, len);
-	evbuffer_add(a->chunk, buf, len);
+	evbuffer_add(a->h.chunk, buf, len);
 	areq_stream_flush(a);
 }
 
@@ -311,10 +305,8 @@ read_exit(void *arg, const struct sbx_exit *ex)
 
 	(void)ex;
 	a->op = NULL;
-	if (!a->streaming && areq_stream_begin(a, SBX_CT_OCTET) == -1) {
-		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
+	if (read_begin(a) == -1)
 		return;
-	}
 	areq_stream_end(a, "ok");
 }
 
@@ -330,23 +322,18 @@ read_error(void *arg, const struct sbx_err *err)
 	areq_stream_abort(a, err->code);
 }
 
-void
-api_h_read(struct areq *a)
+int
+api_h_read(struct areq *a, struct sbx_err *err)
 {
-	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->req);
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->h.req);
 	const struct sbx_sink sink = { .start = read_start,
 	    .output = read_output, .exit = read_exit, .error = read_error,
 	    .arg = a };
-	struct sbx_err err;
 
-	sbx_err_clear(&err);
 	if (sbx_query_path(evhttp_uri_get_query(uri), SBX_QUERY_PATH, &a->path,
-	    NULL, &err) == -1 || api_fileop_admit(a, &err) == -1) {
-		areq_fail(a, &err);
-		return;
-	}
+	    NULL, err) == -1 || api_fileop_admit(a, err) == -1)
+		return -1;
 	a->op = sbx_call_read(a->s->driver, a->npc.sandbox_id,
-	    a->path, &sink, &err);
-	if (a->op == NULL)
-		areq_fail_broker(a, &err);
+	    a->path, &sink, err);
+	return a->op != NULL ? 0 : areq_broker_err(a);
 }

@@ -230,7 +230,7 @@ exec_forget(struct api_exec *x)
 		x->viewers = v->next;
 		v->x = NULL;
 		v->next = NULL;
-		if (v->a->req != NULL)
+		if (v->a->h.req != NULL)
 			v->pump(v);
 	}
 	ax_exec_unlink(x);
@@ -420,9 +420,7 @@ x_start(void *arg, const char *exec_id)
 		a->op = NULL;
 		snprintf(loc, sizeof(loc), "/api/v1/npcs/%s/sandbox/execs/%s",
 		    x->npc, x->id);
-		if (a->req != NULL)
-			evhttp_add_header(evhttp_request_get_output_headers(
-			    a->req), "Location", loc);
+		sbx_httpd_header(&a->h, "Location", loc);
 		o = exec_json(x);
 		areq_reply_json(a, 201, o);
 	}
@@ -623,26 +621,19 @@ ax_exec_of(struct areq *a, struct sbx_err *err)
 	return x;
 }
 
-void
-api_h_execs_create(struct areq *a)
+/* A new record of an exec of a's NPC (argv from a->body), linked into
+ * s->execs, its directory made; NULL with err (internal). */
+static struct api_exec *
+exec_new(struct areq *a, struct sbx_err *err)
 {
 	struct api_server *s = a->s;
-	struct sbx_exec_req er;
-	struct sbx_sink sink;
-	struct sbx_err err;
-	const char **argv = NULL, **env = NULL;
-	struct api_exec *x = NULL;
+	struct api_exec *x;
 	unsigned char rnd[12];
 	char path[1024];
 
-	sbx_err_clear(&err);
-	if (api_exec_parse(a, &er, &argv, &env, &err) == -1) {
-		areq_fail(a, &err);
-		return;
-	}
 	if ((x = calloc(1, sizeof(*x))) == NULL) {
-		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
-		goto done;
+		sbx_err_oom(err);
+		return NULL;
 	}
 	x->s = s;
 	x->fd = -1;
@@ -661,9 +652,9 @@ api_h_execs_create(struct areq *a)
 		log_error("cannot create an exec directory", "error",
 		    strerror(errno), NULL);
 		ax_exec_free(x);
-		areq_fail_code(a, SBX_E_INTERNAL, "The api cannot store the "
+		sbx_err_set(err, SBX_E_INTERNAL, "The api cannot store the "
 		    "exec's log.");
-		goto done;
+		return NULL;
 	}
 	x->next = s->execs;
 	if (s->execs != NULL)
@@ -671,6 +662,23 @@ api_h_execs_create(struct areq *a)
 	s->execs = x;
 	s->nexecs++;
 	meta_write(x);
+	return x;
+}
+
+int
+api_h_execs_create(struct areq *a, struct sbx_err *err)
+{
+	struct api_server *s = a->s;
+	struct sbx_exec_req er;
+	struct sbx_sink sink;
+	const char **argv = NULL, **env = NULL;
+	struct api_exec *x = NULL;
+	int rc = -1;
+
+	if (api_exec_parse(a, &er, &argv, &env, err) == -1)
+		return -1;
+	if ((x = exec_new(a, err)) == NULL)
+		goto done;
 	if (a->lim != NULL) {
 		a->lim->execs++;
 		x->lim = a->lim;
@@ -682,7 +690,7 @@ api_h_execs_create(struct areq *a)
 	/* The op belongs to x, not to the request: the exec outlives it.
 	 * a->op stays NULL so a drain does not cancel it through a. */
 	x->op = sbx_call_exec_lines(s->driver, x->sandbox_id, &er, &sink,
-	    x_output_line, &err);
+	    x_output_line, err);
 	if (x->op == NULL) {
 		x->creator = NULL;
 		if (x->lim != NULL && x->lim->execs > 0)
@@ -690,52 +698,65 @@ api_h_execs_create(struct areq *a)
 		x->lim = NULL;
 		snprintf(x->state, sizeof(x->state), "failed");
 		exec_forget(x);
-		areq_fail_broker(a, &err);
+		rc = areq_broker_err(a);
 		goto done;
 	}
 	ax_enforce_bounds(s);
+	rc = 0;
 done:
 	free(argv);
 	free(env);
+	return rc;
 }
 
-void
-api_h_execs_list(struct areq *a)
+/* ?limit= and ?after= of a list of execs into *n and after (cap bytes;
+ * "" when absent). */
+static int
+list_query(struct areq *a, long *n, char *after, size_t cap,
+    struct sbx_err *err)
 {
-	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->req);
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->h.req);
 	struct evkeyvalq q;
-	const char *lim, *after;
+	const char *lim, *aft;
+	char *end;
+	int rc = 0;
+
+	memset(&q, 0, sizeof(q));
+	after[0] = '\0';
+	if (evhttp_parse_query_str(evhttp_uri_get_query(uri) ?
+	    evhttp_uri_get_query(uri) : "", &q) == -1)
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_BAD_QUERY);
+	lim = evhttp_find_header(&q, "limit");
+	aft = evhttp_find_header(&q, "after");
+	if (lim != NULL) {
+		*n = strtol(lim, &end, 10);
+		if (*lim == '\0' || *end != '\0' || *n < 1 || *n > LIST_MAX)
+			rc = sbx_err_set(err, SBX_E_BAD_REQUEST, "limit must be "
+			    "1 to %d.", LIST_MAX);
+	}
+	if (rc == 0 && aft != NULL && (strlen(aft) >= cap ||
+	    ax_exec_find(a, aft) == NULL))
+		rc = sbx_err_set(err, SBX_E_BAD_REQUEST, "after must name an "
+		    "exec of this NPC (the \"next\" of the previous page).");
+	if (rc == 0 && aft != NULL)
+		snprintf(after, cap, "%s", aft);
+	evhttp_clear_headers(&q);
+	return rc;
+}
+
+int
+api_h_execs_list(struct areq *a, struct sbx_err *err)
+{
 	struct api_exec *x;
 	json_t *arr, *o;
 	long n = LIST_DEFAULT;
-	char *end;
+	char after[EXEC_ID_LEN + 1];
 	int started;
 
-	memset(&q, 0, sizeof(q));
-	if (evhttp_parse_query_str(evhttp_uri_get_query(uri) ?
-	    evhttp_uri_get_query(uri) : "", &q) == -1) {
-		areq_fail_code(a, SBX_E_BAD_REQUEST, SBX_MSG_BAD_QUERY);
-		return;
-	}
-	lim = evhttp_find_header(&q, "limit");
-	after = evhttp_find_header(&q, "after");
-	if (lim != NULL) {
-		n = strtol(lim, &end, 10);
-		if (*lim == '\0' || *end != '\0' || n < 1 || n > LIST_MAX) {
-			evhttp_clear_headers(&q);
-			areq_fail_code(a, SBX_E_BAD_REQUEST, "limit must be 1 to "
-			    "%d.", LIST_MAX);
-			return;
-		}
-	}
-	if (after != NULL && ax_exec_find(a, after) == NULL) {
-		evhttp_clear_headers(&q);
-		areq_fail_code(a, SBX_E_BAD_REQUEST, "after must name an exec "
-		    "of this NPC (the \"next\" of the previous page).");
-		return;
-	}
+	if (list_query(a, &n, after, sizeof(after), err) == -1)
+		return -1;
 	arr = json_array();
-	started = after == NULL;
+	started = after[0] == '\0';
 	for (x = a->s->execs; x != NULL && n > 0; x = x->next) {
 		if (strcmp(x->npc, a->npc.name) != 0 ||
 		    x->owner_id != a->npc.owner_id)
@@ -756,36 +777,30 @@ api_h_execs_list(struct areq *a)
 	    json_array_size(arr) > 0 ? json_string(json_string_value(
 	    json_object_get(json_array_get(arr, json_array_size(arr) - 1),
 	    "exec_id"))) : json_null());
-	evhttp_clear_headers(&q);
 	areq_reply_json(a, 200, o);
+	return 0;
 }
 
-void
-api_h_execs_get(struct areq *a)
+int
+api_h_execs_get(struct areq *a, struct sbx_err *err)
 {
-	struct sbx_err err;
 	struct api_exec *x;
 
-	sbx_err_clear(&err);
-	if ((x = ax_exec_of(a, &err)) == NULL)
-		areq_fail(a, &err);
-	else
-		areq_reply_json(a, 200, exec_json(x));
+	if ((x = ax_exec_of(a, err)) == NULL)
+		return -1;
+	areq_reply_json(a, 200, exec_json(x));
+	return 0;
 }
 
-void
-api_h_execs_delete(struct areq *a)
+int
+api_h_execs_delete(struct areq *a, struct sbx_err *err)
 {
-	struct sbx_err err;
 	struct api_exec *x;
 	struct sbx_op *op;
 	char msg[128];
 
-	sbx_err_clear(&err);
-	if ((x = ax_exec_of(a, &err)) == NULL) {
-		areq_fail(a, &err);
-		return;
-	}
+	if ((x = ax_exec_of(a, err)) == NULL)
+		return -1;
 	if (!ax_ended(x) && x->creator == NULL) {
 		op = x->op;
 		x->op = NULL;
@@ -797,4 +812,5 @@ api_h_execs_delete(struct areq *a)
 		ax_end_with_error(x, "killed", SBX_E_CANCELLED, msg);
 	}
 	areq_reply_json(a, 200, exec_json(x));
+	return 0;
 }

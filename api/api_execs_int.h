@@ -32,7 +32,6 @@
 #define VIEW_SNDBUF (128 * 1024)   /* SO_SNDBUF of a viewer's socket */
 #define LIST_DEFAULT 20
 #define LIST_MAX 200
-#define VIEW_TIMEOUT_S (24 * 3600)
 
 struct seg {
 	uint64_t first_id;

@@ -29,8 +29,6 @@
 #include "api_execs_int.h"
 
 static void viewer_pump(struct api_viewer *v);
-static void viewer_send(struct areq *a);
-static void viewer_drained(struct evhttp_connection *, void *);
 
 /* ------------------------------------------------------------------ */
 /* Tickets                                                             */
@@ -43,10 +41,9 @@ ticket_hash(const struct api_server *s, const char *t, size_t len,
 	    s->ticket_key, sizeof(s->ticket_key));
 }
 
-void
-api_h_execs_ticket(struct areq *a)
+int
+api_h_execs_ticket(struct areq *a, struct sbx_err *err)
 {
-	struct sbx_err err;
 	struct api_exec *x;
 	struct ticket *t;
 	char tok[SBX_TOKEN_GEN_LEN + 1], hex[65], path[1024], url[512];
@@ -55,16 +52,12 @@ api_h_execs_ticket(struct areq *a)
 	int fd, ok;
 	json_t *o;
 
-	sbx_err_clear(&err);
-	if ((x = ax_exec_of(a, &err)) == NULL) {
-		areq_fail(a, &err);
-		return;
-	}
+	if ((x = ax_exec_of(a, err)) == NULL)
+		return -1;
 	if ((t = calloc(1, sizeof(*t))) == NULL ||
 	    sbx_token_generate(tok, sizeof(tok)) == -1) {
 		free(t);
-		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
-		return;
+		return sbx_err_oom(err);
 	}
 	exp = sbx_wall_ms() + a->s->cfg->ticket_ttl;
 	ticket_hash(a->s, tok, strlen(tok), t->hash);
@@ -84,9 +77,8 @@ api_h_execs_ticket(struct areq *a)
 	if (!ok) {
 		free(t);
 		sodium_memzero(tok, sizeof(tok));
-		areq_fail_code(a, SBX_E_INTERNAL, "The api cannot store the "
-		    "ticket.");
-		return;
+		return sbx_err_set(err, SBX_E_INTERNAL, "The api cannot store "
+		    "the ticket.");
 	}
 	t->next = x->tickets;
 	x->tickets = t;
@@ -97,13 +89,13 @@ api_h_execs_ticket(struct areq *a)
 	sodium_memzero(tok, sizeof(tok));
 	sodium_memzero(url, sizeof(url));
 	areq_reply_json(a, 200, o);
+	return 0;
 }
 
 int
-api_execs_ticket_auth(struct api_server *s, const char *target,
-    struct api_principal *who)
+api_execs_ticket_auth(struct api_server *s, const char *npc, const char *id,
+    const char *query, struct api_principal *who)
 {
-	static const char pre[] = "/api/v1/npcs/";
 	struct api_principal p;
 	struct api_npc n;
 	struct api_exec *x;
@@ -111,33 +103,13 @@ api_execs_ticket_auth(struct api_server *s, const char *target,
 	struct ticket *t;
 	struct sbx_err err;
 	unsigned char h[32];
-	char npc[API_NPC_NAME_MAX + 1], id[EXEC_ID_LEN + 1];
-	const char *rest, *qs, *tok;
-	size_t nl;
+	const char *tok;
 	int r, found = 0;
 
 	sbx_err_clear(&err);
 	memset(&q, 0, sizeof(q));
-	/* /api/v1/npcs/NPC/sandbox/execs/ID/events?QUERY */
-	if (strncmp(target, pre, sizeof(pre) - 1) != 0)
-		return 0;
-	rest = target + sizeof(pre) - 1;
-	nl = strcspn(rest, "/");
-	if (nl == 0 || nl > API_NPC_NAME_MAX)
-		return 0;
-	memcpy(npc, rest, nl);
-	npc[nl] = '\0';
-	rest += nl;
-	if (strncmp(rest, "/sandbox/execs/", 15) != 0)
-		return 0;
-	rest += 15;
-	nl = strcspn(rest, "/");
-	if (nl != EXEC_ID_LEN || strncmp(rest + nl, "/events?", 8) != 0)
-		return 0;
-	memcpy(id, rest, nl);
-	id[nl] = '\0';
-	qs = rest + nl + 8;
-	if (!api_npc_name_valid(npc) || evhttp_parse_query_str(qs, &q) == -1 ||
+	if (query == NULL || !api_npc_name_valid(npc) ||
+	    evhttp_parse_query_str(query, &q) == -1 ||
 	    (tok = evhttp_find_header(&q, "ticket")) == NULL) {
 		evhttp_clear_headers(&q);
 		return 0;
@@ -193,11 +165,10 @@ viewer_detach(struct api_viewer *v)
 	v->fd = -1;
 }
 
-/* on_end of a request that created an exec or views one: a viewer is
- * detached from its exec and freed; a POST waiting for its exec's start
- * is forgotten by the exec. */
+/* on_end of a request that views an exec: its viewer is detached from
+ * the exec and freed. */
 static void
-areq_end(struct areq *a)
+viewer_free(struct areq *a)
 {
 	struct api_viewer *v = a->viewer;
 
@@ -210,47 +181,32 @@ areq_end(struct areq *a)
 	free(v);
 }
 
+/* Ends v's stream normally (what is queued is sent first); a is freed. */
 static void
 viewer_end(struct api_viewer *v, const char *outcome)
 {
-	struct areq *a = v->a;
-	struct timeval tv = { 10, 0 };
-
 	viewer_detach(v);
-	if (a->req != NULL) {
-		if (evbuffer_get_length(a->chunk) > 0)
-			viewer_send(a);
-		sbx_gate_watch(a->s->gate, a->conn, NULL, NULL);
-		evhttp_connection_set_timeout_tv(a->conn, &tv);
-		evhttp_send_reply_end(a->req);
-		a->req = NULL;
+	areq_stream_end(v->a, outcome);
+}
+
+/* on_pause of a viewer (the core's backpressure): over the high water
+ * mark, the pump stops and the stall timer runs; drained, it reads on. */
+static void
+viewer_pause(struct areq *a, int on)
+{
+	struct api_viewer *v = a->viewer;
+	struct timeval tv;
+
+	if (v == NULL)
+		return;
+	if (on) {
+		v->blocked = 1;
+		tv.tv_sec = a->s->cfg->viewer_stall / 1000;
+		tv.tv_usec = (a->s->cfg->viewer_stall % 1000) * 1000;
+		evtimer_add(v->stall, &tv);
+		return;
 	}
-	areq_finish(a, 200, outcome);
-}
-
-static void
-viewer_closed(struct evhttp_connection *conn, void *arg)
-{
-	struct areq *a = arg;
-
-	(void)conn;
-	if (a->req != NULL)
-		evhttp_send_reply_end(a->req);
-	a->req = NULL;
-	a->conn = NULL;
-	if (a->viewer != NULL)
-		viewer_detach(a->viewer);
-	areq_finish(a, 200, SBX_E_CANCELLED);
-}
-
-static void
-viewer_drained(struct evhttp_connection *conn, void *arg)
-{
-	struct api_viewer *v = arg;
-
-	(void)conn;
-	if (v->stall != NULL)
-		event_del(v->stall);
+	event_del(v->stall);
 	if (v->blocked) {
 		v->blocked = 0;
 		viewer_pump(v);
@@ -268,48 +224,7 @@ viewer_stalled(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	log_info("exec viewer stalled; cut off", "npc", a->npc.name, NULL);
 	viewer_detach(v);
-	if (a->req != NULL) {
-		sbx_gate_watch(a->s->gate, a->conn, NULL, NULL);
-		evhttp_connection_free(a->conn);
-		a->req = NULL;
-		a->conn = NULL;
-	}
-	areq_finish(a, 200, "stalled");
-}
-
-/* Sends a->chunk; the drain callback stays set (a plain send clears it). */
-static void
-viewer_send(struct areq *a)
-{
-	evhttp_send_reply_chunk_with_cb(a->req, a->chunk, viewer_drained,
-	    a->viewer);
-}
-
-static void
-ping_fire(evutil_socket_t fd, short what, void *arg)
-{
-	struct areq *a = arg;
-	struct timeval tv;
-
-	(void)fd;
-	(void)what;
-	if (a->req == NULL)
-		return;
-	sbx_sse_comment(a->chunk, SBX_SSE_PING);
-	viewer_send(a);
-	tv.tv_sec = a->s->cfg->heartbeat / 1000;
-	tv.tv_usec = (a->s->cfg->heartbeat % 1000) * 1000;
-	evtimer_add(a->ping, &tv);
-}
-
-static void
-ping_rearm(struct areq *a)
-{
-	struct timeval tv;
-
-	tv.tv_sec = a->s->cfg->heartbeat / 1000;
-	tv.tv_usec = (a->s->cfg->heartbeat % 1000) * 1000;
-	evtimer_add(a->ping, &tv);
+	areq_stream_abort(a, "stalled");
 }
 
 static void
@@ -322,7 +237,7 @@ send_reset(struct areq *a, const char *reason, const char *message,
 
 	/* No id: a reset is about the log, not an event of it. */
 	if (t != NULL)
-		evbuffer_add_printf(a->chunk, "event: reset\ndata: %s\n\n", t);
+		evbuffer_add_printf(a->h.chunk, "event: reset\ndata: %s\n\n", t);
 	free(t);
 	json_decref(o);
 }
@@ -354,45 +269,34 @@ seg_open(struct api_viewer *v, uint64_t first)
 
 /*
  * Sends what the log holds beyond the viewer's position, at the pace of
- * its connection: at most VIEW_HIGH_WATER bytes wait in its output, then
- * it waits for them to drain. Never touches the exec or other viewers.
+ * its connection: once more than VIEW_HIGH_WATER bytes wait in its output
+ * the core pauses it (viewer_pause) until they drain. Never touches the
+ * exec or other viewers.
  */
 static void
 viewer_pump(struct api_viewer *v)
 {
 	struct areq *a = v->a;
 	struct api_exec *x = v->x;
-	struct bufferevent *bev;
 	struct seg *g, *nx;
-	struct timeval tv;
 	char buf[VIEW_READ];
 	uint64_t last;
 	ssize_t n;
 
-	if (a->req == NULL)
+	if (a->h.req == NULL)
 		return;
 	if (x == NULL) {
 		viewer_end(v, "forgotten");
 		return;
 	}
-	for (;;) {
-		bev = evhttp_connection_get_bufferevent(a->conn);
-		if (bev != NULL && evbuffer_get_length(bufferevent_get_output(
-		    bev)) > VIEW_HIGH_WATER) {
-			v->blocked = 1;
-			viewer_send(a);
-			tv.tv_sec = a->s->cfg->viewer_stall / 1000;
-			tv.tv_usec = (a->s->cfg->viewer_stall % 1000) * 1000;
-			evtimer_add(v->stall, &tv);
-			return;
-		}
+	while (!v->blocked) {
 		n = v->fd >= 0 ? read(v->fd, buf, sizeof(buf)) : 0;
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n > 0) {
-			evbuffer_add(a->chunk, buf, (size_t)n);
-			viewer_send(a);
-			ping_rearm(a);
+			evbuffer_add(a->h.chunk, buf, (size_t)n);
+			areq_ping_arm(a);
+			areq_stream_flush(a);
 			continue;
 		}
 		/* End of this segment's file. */
@@ -401,6 +305,7 @@ viewer_pump(struct api_viewer *v)
 			/* The newest segment: wait for more, or the end. */
 			if (!ax_ended(x) && v->follow) {
 				v->waiting = 1;
+				areq_stream_flush(a);
 				return;
 			}
 			viewer_end(v, "ok");
@@ -484,100 +389,53 @@ seek_event(struct api_viewer *v, struct seg *g, uint64_t want)
 	return lseek(v->fd, (off_t)pos, SEEK_SET) < 0 ? -1 : 0;
 }
 
-void
-api_h_execs_events(struct areq *a)
+/* ?follow= and the position (Last-Event-ID, else ?last_event_id=) of a
+ * viewer of x: *follow, *last (0: from the start), *resumed (a position
+ * was given). */
+static int
+events_query(struct areq *a, const struct api_exec *x, int *follow,
+    uint64_t *last, int *resumed, struct sbx_err *err)
 {
-	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->req);
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->h.req);
 	struct evkeyvalq q;
-	struct evkeyvalq *h = evhttp_request_get_output_headers(a->req);
-	struct timeval tv = { VIEW_TIMEOUT_S, 0 };
 	const char *lei, *fol;
-	struct api_viewer *v = NULL;
-	struct api_exec *x;
-	struct seg *g, *at;
-	struct bufferevent *bev;
-	uint64_t last = 0;
-	int sfd, sndbuf = VIEW_SNDBUF;
+	int rc = 0;
 
 	memset(&q, 0, sizeof(q));
+	*last = 0;
+	*follow = 1;
+	*resumed = 0;
 	if (evhttp_parse_query_str(evhttp_uri_get_query(uri) ?
-	    evhttp_uri_get_query(uri) : "", &q) == -1) {
-		areq_fail_code(a, SBX_E_BAD_REQUEST, SBX_MSG_BAD_QUERY);
-		return;
-	}
-	/* A ticket was checked before (api_execs_ticket_auth). */
-	x = ax_exec_find(a, a->exec_id);
-	if (x == NULL) {
-		evhttp_clear_headers(&q);
-		areq_fail_code(a, SBX_E_NOT_FOUND, SBX_MSG_NO_EXEC);
-		return;
-	}
-	lei = evhttp_find_header(evhttp_request_get_input_headers(a->req),
+	    evhttp_uri_get_query(uri) : "", &q) == -1)
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_BAD_QUERY);
+	lei = evhttp_find_header(evhttp_request_get_input_headers(a->h.req),
 	    "Last-Event-ID");
 	if (lei == NULL)
 		lei = evhttp_find_header(&q, "last_event_id");
 	fol = evhttp_find_header(&q, "follow");
-	if (lei != NULL && (parse_event_id(lei, &last) == -1 ||
-	    last > x->last_id)) {
-		evhttp_clear_headers(&q);
-		areq_fail_code(a, SBX_E_BAD_REQUEST, "Last-Event-ID must be the "
-		    "decimal id of an event this exec sent (its last is %" PRIu64
-		    ").", x->last_id);
-		return;
-	}
-	if (fol != NULL && strcmp(fol, "0") != 0 && strcmp(fol, "1") != 0) {
-		evhttp_clear_headers(&q);
-		areq_fail_code(a, SBX_E_BAD_REQUEST, "follow must be 0 or 1.");
-		return;
-	}
-	if (ax_ended(x) && last == x->last_id && lei != NULL) {
-		/* Nothing after the terminal event: 204 tells an EventSource
-		 * to stop reconnecting (WHATWG HTML §9.2). */
-		evhttp_clear_headers(&q);
-		evhttp_send_reply(a->req, 204, "No Content", NULL);
-		a->req = NULL;
-		areq_finish(a, 204, "ok");
-		return;
-	}
-	if ((v = calloc(1, sizeof(*v))) == NULL ||
-	    (a->chunk = evbuffer_new()) == NULL ||
-	    (a->ping = evtimer_new(a->s->base, ping_fire, a)) == NULL ||
-	    (v->stall = evtimer_new(a->s->base, viewer_stalled, v)) == NULL) {
-		free(v);
-		evhttp_clear_headers(&q);
-		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
-		return;
-	}
-	v->a = a;
-	v->pump = viewer_pump;
-	v->x = x;
-	v->fd = -1;
-	v->follow = fol == NULL || strcmp(fol, "1") == 0;
+	*resumed = lei != NULL;
+	*follow = fol == NULL || strcmp(fol, "1") == 0;
+	if (lei != NULL && (parse_event_id(lei, last) == -1 ||
+	    *last > x->last_id))
+		rc = sbx_err_set(err, SBX_E_BAD_REQUEST, "Last-Event-ID must be "
+		    "the decimal id of an event this exec sent (its last is %"
+		    PRIu64 ").", x->last_id);
+	else if (fol != NULL && strcmp(fol, "0") != 0 && strcmp(fol, "1") != 0)
+		rc = sbx_err_set(err, SBX_E_BAD_REQUEST, "follow must be 0 or "
+		    "1.");
 	evhttp_clear_headers(&q);
-	a->viewer = v;
-	a->on_end = areq_end;
-	v->next = x->viewers;
-	x->viewers = v;
-	evhttp_add_header(h, "Content-Type", SBX_CT_SSE);
-	evhttp_add_header(h, "Cache-Control", "no-cache");
-	evhttp_add_header(h, "X-Accel-Buffering", "no");
-	a->conn = evhttp_request_get_connection(a->req);
-	/* A fixed kernel send buffer: what a stalled viewer can hold is
-	 * VIEW_SNDBUF there plus VIEW_HIGH_WATER here, never more. */
-	bev = evhttp_connection_get_bufferevent(a->conn);
-	if (bev != NULL && (sfd = bufferevent_getfd(bev)) >= 0 &&
-	    setsockopt(sfd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)) == -1)
-		log_debug("cannot set a viewer's send buffer", NULL);
-	evhttp_connection_set_timeout_tv(a->conn, &tv);
-	sbx_gate_watch(a->s->gate, a->conn, viewer_closed, a);
-	evhttp_send_reply_start(a->req, 200, "OK");
-	a->streaming = 1;
-	a->sse_counted = 1;
-	api_metrics_sse(&a->s->metrics, 1);
-	evbuffer_add_printf(a->chunk, "retry: %lld\n\n", a->s->cfg->sse_retry);
-	ping_rearm(a);
-	/* Where to start: the segment holding event last + 1. */
-	at = NULL;
+	return rc;
+}
+
+/* Where v starts: the segment holding event last + 1 (a reset event when
+ * it was dropped). Ends v's request when there is nothing to read. */
+static void
+viewer_start(struct api_viewer *v, uint64_t last)
+{
+	struct areq *a = v->a;
+	struct api_exec *x = v->x;
+	struct seg *g, *at = NULL;
+
 	for (g = x->segs; g != NULL && g->first_id <= last + 1; g = g->next)
 		at = g;
 	if (x->segs == NULL) {
@@ -602,6 +460,54 @@ api_h_execs_events(struct areq *a)
 		return;
 	}
 	viewer_pump(v);
+}
+
+int
+api_h_execs_events(struct areq *a, struct sbx_err *err)
+{
+	struct api_viewer *v = NULL;
+	struct api_exec *x;
+	struct bufferevent *bev;
+	uint64_t last;
+	int follow, resumed, sfd, sndbuf = VIEW_SNDBUF;
+
+	/* A ticket was checked before (api_execs_ticket_auth). */
+	if ((x = ax_exec_of(a, err)) == NULL ||
+	    events_query(a, x, &follow, &last, &resumed, err) == -1)
+		return -1;
+	if (ax_ended(x) && last == x->last_id && resumed) {
+		/* Nothing after the terminal event: 204 tells an EventSource
+		 * to stop reconnecting (WHATWG HTML §9.2). */
+		areq_reply_body(a, 204, NULL, NULL);
+		return 0;
+	}
+	if ((v = calloc(1, sizeof(*v))) == NULL ||
+	    (v->stall = evtimer_new(a->s->base, viewer_stalled, v)) == NULL) {
+		free(v);
+		return sbx_err_oom(err);
+	}
+	v->a = a;
+	v->pump = viewer_pump;
+	v->x = x;
+	v->fd = -1;
+	v->follow = follow;
+	a->viewer = v;
+	a->on_end = viewer_free;
+	a->on_pause = viewer_pause;
+	a->sse = 1;
+	v->next = x->viewers;
+	x->viewers = v;
+	if (areq_stream_begin(a, SBX_CT_SSE, VIEW_HIGH_WATER) == -1)
+		return 0;   /* a ended (viewer_free) */
+	/* A fixed kernel send buffer: what a stalled viewer can hold is
+	 * VIEW_SNDBUF there plus VIEW_HIGH_WATER here, never more. */
+	bev = evhttp_connection_get_bufferevent(a->h.conn);
+	if (bev != NULL && (sfd = bufferevent_getfd(bev)) >= 0 &&
+	    setsockopt(sfd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)) == -1)
+		log_debug("cannot set a viewer's send buffer", NULL);
+	evbuffer_add_printf(a->h.chunk, "retry: %lld\n\n", a->s->cfg->sse_retry);
+	viewer_start(v, last);
+	return 0;
 }
 
 void

@@ -1,4 +1,4 @@
-/* api_http.c - sandbox-api's public HTTP server: route table, auth, ownership, limits, audit, JSON handlers (SPEC §8). */
+/* api_http.c - sandbox-api's public HTTP server: the route table, the checks every request passes before its handler (auth, route, limits, ownership, body), wake on use, the server's life (SPEC §8, adr/0035). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -29,89 +29,80 @@
 #define METRICS_PATH "/metrics"
 
 
-static int events_auth(struct api_server *, const char *, const char *, int,
-    struct api_principal *);
+static int events_auth(struct api_server *, const char *, const char *,
+    const char *, const char *, int, struct api_principal *);
 
 /*
- * The route table. Routes with R_NPC match "/api/v1/npcs/{npc}" + suffix;
- * the others match the full path. Checks run in api_dispatch in this order
- * before any handler: auth, route, method, rate limit, NPC existence and
- * ownership (404 either way), operator-only, body size, JSON syntax; then
- * R_WAKES starts a stopped sandbox. A row names its audit action(s) and,
- * when the bearer key is not its credential, its own auth hook.
+ * The route table (rows begin with the core's route, sbx_httpd.h): "{npc}"
+ * is the NPC's name, "*" an exec id. Checks run in api_dispatch in this
+ * order before any handler: auth, route, method, rate limit, NPC existence
+ * and ownership (404 either way), operator-only, body size, JSON syntax;
+ * then R_WAKES starts a stopped sandbox. A row names its audit action(s)
+ * and, when the bearer key is not its credential, its own auth hook.
  */
+#define NPC_PATH NPCS_PATH "/{npc}"
+#define EXEC_PATH NPC_PATH "/sandbox/execs/*"
+
 static const struct api_route routes[] = {
-	{ EVHTTP_REQ_POST, NPCS_PATH, api_h_npc_create,
+	{ { EVHTTP_REQ_POST, NPCS_PATH }, api_h_npc_create,
 	    R_AUTH | R_JSON | R_MUTATING, .action = "npc.create" },
-	{ EVHTTP_REQ_GET, NPCS_PATH, api_h_npc_list, R_AUTH,
+	{ { EVHTTP_REQ_GET, NPCS_PATH }, api_h_npc_list, R_AUTH,
 	    .action = "npc.list" },
-	{ EVHTTP_REQ_GET, API_PREFIX "/whoami", api_h_whoami, R_AUTH,
+	{ { EVHTTP_REQ_GET, API_PREFIX "/whoami" }, api_h_whoami, R_AUTH,
 	    .action = "whoami" },
-	{ EVHTTP_REQ_PUT, "/sandbox", api_h_ensure,
+	{ { EVHTTP_REQ_PUT, NPC_PATH "/sandbox" }, api_h_ensure,
 	    R_AUTH | R_NPC | R_JSON_OPT | R_MUTATING,
 	    .action = "sandbox.ensure" },
-	{ EVHTTP_REQ_GET, "/sandbox", api_h_status, R_AUTH | R_NPC,
-	    .action = "sandbox.status" },
-	{ EVHTTP_REQ_DELETE, "/sandbox", api_h_destroy,
+	{ { EVHTTP_REQ_GET, NPC_PATH "/sandbox" }, api_h_status,
+	    R_AUTH | R_NPC, .action = "sandbox.status" },
+	{ { EVHTTP_REQ_DELETE, NPC_PATH "/sandbox" }, api_h_destroy,
 	    R_AUTH | R_NPC | R_MUTATING, .action = "sandbox.destroy" },
-	{ EVHTTP_REQ_POST, "/sandbox/exec", api_h_exec,
+	{ { EVHTTP_REQ_POST, NPC_PATH "/sandbox/exec" }, api_h_exec,
 	    R_AUTH | R_NPC | R_JSON | R_MUTATING | R_WAKES,
 	    .action = "sandbox.exec" },
-	{ EVHTTP_REQ_GET, "/sandbox/files", api_h_read,
+	{ { EVHTTP_REQ_GET, NPC_PATH "/sandbox/files" }, api_h_read,
 	    R_AUTH | R_NPC | R_WAKES, .action = "files.read" },
-	{ EVHTTP_REQ_PUT, "/sandbox/files", api_h_write,
+	{ { EVHTTP_REQ_PUT, NPC_PATH "/sandbox/files" }, api_h_write,
 	    R_AUTH | R_NPC | R_RAW | R_MUTATING | R_WAKES,
 	    .action = "files.write" },
-	{ EVHTTP_REQ_GET, "/sandbox/list", api_h_list,
+	{ { EVHTTP_REQ_GET, NPC_PATH "/sandbox/list" }, api_h_list,
 	    R_AUTH | R_NPC | R_WAKES, .action = "files.list" },
-	{ EVHTTP_REQ_POST, "/sandbox/stop", api_h_stop,
+	{ { EVHTTP_REQ_POST, NPC_PATH "/sandbox/stop" }, api_h_stop,
 	    R_AUTH | R_NPC | R_JSON_OPT | R_MUTATING,
 	    .action = "sandbox.stop" },
-	{ EVHTTP_REQ_PUT, "/egress", api_h_egress,
+	{ { EVHTTP_REQ_PUT, NPC_PATH "/egress" }, api_h_egress,
 	    R_AUTH | R_NPC | R_JSON | R_OPERATOR | R_MUTATING,
 	    .action = "egress",
 	    .audit = { "egress.revoke", "egress.grant" },
 	    .forbidden = API_EGRESS_FORBIDDEN },
-	{ EVHTTP_REQ_GET, "/egress", api_h_egress_get,
+	{ { EVHTTP_REQ_GET, NPC_PATH "/egress" }, api_h_egress_get,
 	    R_AUTH | R_NPC | R_OPERATOR, .action = "egress.show",
 	    .forbidden = API_EGRESS_FORBIDDEN },
-	/* Execs as resources (api_execs.c, ADR 0015); '*' is the exec id. */
-	{ EVHTTP_REQ_POST, "/sandbox/execs", api_h_execs_create,
+	/* Execs as resources (api_execs.c, ADR 0015). */
+	{ { EVHTTP_REQ_POST, NPC_PATH "/sandbox/execs" }, api_h_execs_create,
 	    R_AUTH | R_NPC | R_JSON | R_MUTATING, .action = "execs.create" },
-	{ EVHTTP_REQ_GET, "/sandbox/execs", api_h_execs_list, R_AUTH | R_NPC,
-	    .action = "execs.list" },
-	{ EVHTTP_REQ_GET, "/sandbox/execs/*", api_h_execs_get, R_AUTH | R_NPC,
+	{ { EVHTTP_REQ_GET, NPC_PATH "/sandbox/execs" }, api_h_execs_list,
+	    R_AUTH | R_NPC, .action = "execs.list" },
+	{ { EVHTTP_REQ_GET, EXEC_PATH }, api_h_execs_get,
+	    R_AUTH | R_NPC | R_EXEC,
 	    .action = "execs.get" },
-	{ EVHTTP_REQ_DELETE, "/sandbox/execs/*", api_h_execs_delete,
-	    R_AUTH | R_NPC | R_MUTATING, .action = "execs.delete" },
+	{ { EVHTTP_REQ_DELETE, EXEC_PATH }, api_h_execs_delete,
+	    R_AUTH | R_NPC | R_EXEC | R_MUTATING, .action = "execs.delete" },
 	/* A browser's EventSource cannot send a key: ?ticket= (ADR 0015),
 	 * checked by the gate before the body and again in step 1. */
-	{ EVHTTP_REQ_GET, "/sandbox/execs/*/events", api_h_execs_events,
-	    R_AUTH | R_NPC, .action = "execs.events", .auth = events_auth },
-	{ EVHTTP_REQ_POST, "/sandbox/execs/*/ticket", api_h_execs_ticket,
-	    R_AUTH | R_NPC | R_JSON_OPT | R_MUTATING,
+	{ { EVHTTP_REQ_GET, EXEC_PATH "/events" }, api_h_execs_events,
+	    R_AUTH | R_NPC | R_EXEC, .action = "execs.events",
+	    .auth = events_auth },
+	{ { EVHTTP_REQ_POST, EXEC_PATH "/ticket" }, api_h_execs_ticket,
+	    R_AUTH | R_NPC | R_EXEC | R_JSON_OPT | R_MUTATING,
 	    .action = "execs.ticket" },
-	{ EVHTTP_REQ_GET, "/console", api_h_console, 0, .action = "console" },
+	{ { EVHTTP_REQ_GET, "/console" }, api_h_console, 0,
+	    .action = "console" },
 	/* Operators only: the figures are about every principal's use. */
-	{ EVHTTP_REQ_GET, METRICS_PATH, api_h_metrics, R_AUTH | R_OPERATOR,
-	    .action = "metrics" },
-	{ .handler = NULL },
+	{ { EVHTTP_REQ_GET, METRICS_PATH }, api_h_metrics,
+	    R_AUTH | R_OPERATOR, .action = "metrics" },
 };
-
-static const char *
-method_name(int m)
-{
-	switch (m) {
-	case EVHTTP_REQ_GET: return "GET";
-	case EVHTTP_REQ_POST: return "POST";
-	case EVHTTP_REQ_PUT: return "PUT";
-	case EVHTTP_REQ_DELETE: return "DELETE";
-	case EVHTTP_REQ_HEAD: return "HEAD";
-	case EVHTTP_REQ_PATCH: return "PATCH";
-	case EVHTTP_REQ_OPTIONS: return "OPTIONS";
-	default: return "OTHER";
-	}
-}
+#define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
 /* ------------------------------------------------------------------ */
 /* Limits                                                              */
@@ -167,8 +158,8 @@ limit_take(struct api_server *s, struct api_limit *l)
  * that exec (api_execs_ticket_auth). Cheap enough for the gate.
  */
 static int
-events_auth(struct api_server *s, const char *target, const char *authz,
-    int final, struct api_principal *who)
+events_auth(struct api_server *s, const char *npc, const char *id,
+    const char *query, const char *authz, int final, struct api_principal *who)
 {
 	const char *key;
 	size_t keylen = 0;
@@ -179,107 +170,50 @@ events_auth(struct api_server *s, const char *target, const char *authz,
 		return key != NULL ? api_store_authenticate(s->store, key,
 		    keylen, who) : 0;
 	}
-	return api_execs_ticket_auth(s, target, who);
+	return api_execs_ticket_auth(s, npc, id, query, who);
 }
 
 /*
- * 1 when rest matches a route suffix; a '*' segment of the pattern matches
- * one path segment of [a-z0-9]{1,39}, copied to id (capacity 40) when id is
- * not NULL.
+ * The route of method + path (sbx_httpd_route_find): the NPC and the exec
+ * id it names go to npc and id (npccap, idcap bytes; "" when absent or too
+ * long: never valid). When none matches and allow is not NULL, allow gets
+ * the methods the path takes ("" when the path is unknown).
  */
-static int
-suffix_match(const char *pat, const char *rest, char *id)
-{
-	const char *star = strchr(pat, '*');
-	size_t pre, n;
-
-	if (star == NULL)
-		return strcmp(pat, rest) == 0;
-	pre = (size_t)(star - pat);
-	if (strncmp(pat, rest, pre) != 0)
-		return 0;
-	rest += pre;
-	for (n = 0; (rest[n] >= 'a' && rest[n] <= 'z') ||
-	    (rest[n] >= '0' && rest[n] <= '9'); n++)
-		;
-	if (n == 0 || n > 39 || strcmp(star + 1, rest + n) != 0)
-		return 0;
-	if (id != NULL) {
-		memcpy(id, rest, n);
-		id[n] = '\0';
-	}
-	return 1;
-}
-
-/* Splits path into an NPC name and a suffix; NULL route when none matches. */
 static const struct api_route *
-route_find(const char *path, int method, char *npc, size_t npccap,
-    int *path_known, char *id)
+route_find(const char *path, int method, char *npc, size_t npccap, char *id,
+    size_t idcap, char *allow, size_t allowcap)
 {
 	const struct api_route *r;
-	const char *rest = NULL, *slash;
-	size_t n;
+	struct sbx_httpd_match m;
 
-	*path_known = 0;
-	npc[0] = '\0';
-	if (strncmp(path, NPCS_PATH "/", sizeof(NPCS_PATH)) == 0) {
-		rest = path + sizeof(NPCS_PATH);
-		slash = strchr(rest, '/');
-		if (slash == NULL)
-			return NULL;
-		n = (size_t)(slash - rest);
-		if (n == 0 || n >= npccap)
-			n = 0;
-		memcpy(npc, rest, n);
-		npc[n] = '\0';
-		rest = slash;
-	}
-	for (r = routes; r->suffix != NULL; r++) {
-		if (rest != NULL ? !(r->flags & R_NPC) ||
-		    !suffix_match(r->suffix, rest, id) :
-		    (r->flags & R_NPC) || strcmp(r->suffix, path) != 0)
-			continue;
-		*path_known = 1;
-		if (r->method == method)
-			return r;
-	}
-	return NULL;
+	r = sbx_httpd_route_find(routes, NROUTES, sizeof(routes[0]), method,
+	    path, &m, allow, allowcap);
+	snprintf(npc, npccap, "%s", m.ncap > 0 && strlen(m.cap[0]) < npccap ?
+	    m.cap[0] : "");
+	snprintf(id, idcap, "%s", m.ncap > 1 && strlen(m.cap[1]) < idcap ?
+	    m.cap[1] : "");
+	return r;
 }
 
-static void
-allow_header(struct evhttp_request *req, const char *path)
+/* An exec id as a route takes it: [a-z0-9]{1,39}. */
+static int
+exec_id_ok(const char *id)
 {
-	const struct api_route *r;
-	const char *rest = NULL;
-	char allow[64] = "";
-	size_t used;
+	size_t n = strspn(id, "abcdefghijklmnopqrstuvwxyz0123456789");
 
-	if (strncmp(path, NPCS_PATH "/", sizeof(NPCS_PATH)) == 0 &&
-	    (rest = strchr(path + sizeof(NPCS_PATH), '/')) == NULL)
-		return;
-	for (r = routes; r->suffix != NULL; r++) {
-		if (rest != NULL ? !(r->flags & R_NPC) ||
-		    !suffix_match(r->suffix, rest, NULL) :
-		    (r->flags & R_NPC) || strcmp(r->suffix, path) != 0)
-			continue;
-		used = strlen(allow);
-		snprintf(allow + used, sizeof(allow) - used, "%s%s",
-		    used > 0 ? ", " : "", method_name(r->method));
-	}
-	evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
-	    allow);
+	return n > 0 && n < 40 && id[n] == '\0';
 }
 
 /*
  * CORS (Fetch standard §3.2), off unless cors_origins lists the request's
  * Origin: then the answer names it. Returns 1 when req was a preflight
- * and has been answered.
+ * and has been answered (204, no body).
  */
 static int
 cors(struct api_server *s, struct evhttp_request *req)
 {
 	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
-	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+	struct sbx_httpd_req h = { .req = req, .gate = s->gate };
 	const char *origin = evhttp_find_header(in, "Origin");
 	char **o;
 
@@ -290,18 +224,18 @@ cors(struct api_server *s, struct evhttp_request *req)
 			break;
 	if (*o == NULL)
 		return 0;
-	evhttp_add_header(out, "Access-Control-Allow-Origin", origin);
-	evhttp_add_header(out, "Vary", "Origin");
-	evhttp_add_header(out, "Access-Control-Expose-Headers", "Location");
+	sbx_httpd_header(&h, "Access-Control-Allow-Origin", origin);
+	sbx_httpd_header(&h, "Vary", "Origin");
+	sbx_httpd_header(&h, "Access-Control-Expose-Headers", "Location");
 	if (evhttp_request_get_command(req) != EVHTTP_REQ_OPTIONS ||
 	    evhttp_find_header(in, "Access-Control-Request-Method") == NULL)
 		return 0;
-	evhttp_add_header(out, "Access-Control-Allow-Methods",
+	sbx_httpd_header(&h, "Access-Control-Allow-Methods",
 	    "GET, POST, PUT, DELETE");
-	evhttp_add_header(out, "Access-Control-Allow-Headers",
+	sbx_httpd_header(&h, "Access-Control-Allow-Headers",
 	    "Authorization, Content-Type, Last-Event-ID");
-	evhttp_add_header(out, "Access-Control-Max-Age", "600");
-	evhttp_send_reply(req, 204, "No Content", NULL);
+	sbx_httpd_header(&h, "Access-Control-Max-Age", "600");
+	sbx_httpd_reply_body(&h, 204, NULL, NULL, 0);
 	return 1;
 }
 
@@ -315,25 +249,25 @@ path_needs_auth(const char *path)
 
 /*
  * Who asks on method + path: the route's own hook (api_auth_fn) when the
- * route has one, else the bearer API key of authz. target is the request
- * target with its query; final 0 in the gate, 1 in api_dispatch. Returns 1
- * with *who, 0 when not authenticated, -1 on a database error.
+ * route has one (with the NPC and exec id the path names and query, the
+ * request's query string, not decoded, NULL when none), else the bearer
+ * API key of authz. final 0 in the gate, 1 in api_dispatch. Returns 1 with
+ * *who, 0 when not authenticated, -1 on a database error.
  */
 static int
 api_authenticate(struct api_server *s, int method, const char *path,
-    const char *target, const char *authz, int final,
+    const char *query, const char *authz, int final,
     struct api_principal *who)
 {
 	const struct api_route *r;
-	char npc[API_NPC_NAME_MAX + 2];
+	char npc[API_NPC_NAME_MAX + 2], id[40];
 	const char *key;
 	size_t keylen = 0;
 	api_auth_fn hook;
-	int known;
 
-	r = route_find(path, method, npc, sizeof(npc), &known, NULL);
+	r = route_find(path, method, npc, sizeof(npc), id, sizeof(id), NULL, 0);
 	if ((hook = r != NULL ? r->auth : NULL) != NULL)
-		return hook(s, target != NULL ? target : "", authz, final, who);
+		return hook(s, npc, id, query, authz, final, who);
 	key = sbx_gate_bearer(authz, &keylen);
 	return key != NULL ? api_store_authenticate(s->store, key, keylen,
 	    who) : 0;
@@ -352,8 +286,9 @@ gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
 	struct api_server *s = arg;
 	const struct api_route *r;
 	struct api_principal who;
-	char npc[API_NPC_NAME_MAX + 2], *target = NULL, *authz = NULL;
-	int known, ok = 1;
+	char npc[API_NPC_NAME_MAX + 2], id[40], *target = NULL, *authz = NULL;
+	const char *query;
+	int ok = 1;
 
 	*cap = 0;
 	if (path == NULL)
@@ -362,7 +297,7 @@ gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
 	 * api_dispatch answers it (cors) or asks for a key; no body. */
 	if (h->type == EVHTTP_REQ_OPTIONS)
 		return SBX_GATE_PASS;
-	r = route_find(path, h->type, npc, sizeof(npc), &known, NULL);
+	r = route_find(path, h->type, npc, sizeof(npc), id, sizeof(id), NULL, 0);
 	if (path_needs_auth(path)) {
 		target = strndup(h->target, h->tlen);
 		/* A copy of exactly alen bytes: the value may hold a NUL, and
@@ -372,8 +307,10 @@ gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
 			memcpy(authz, h->auth, h->alen);
 			authz[h->alen] = '\0';
 		}
+		query = target != NULL ? strchr(target, '?') : NULL;
 		ok = target == NULL || (h->auth != NULL && authz == NULL) ? 0 :
-		    api_authenticate(s, h->type, path, target, authz, 0, &who);
+		    api_authenticate(s, h->type, path, query != NULL ? query + 1 :
+		    NULL, authz, 0, &who);
 		sodium_memzero(&who, sizeof(who));
 		if (authz != NULL)
 			sodium_memzero(authz, h->alen + 1);
@@ -398,13 +335,12 @@ static int
 gate_stream(void *arg, const struct sbx_gate_head *h, const char *path)
 {
 	const struct api_route *r;
-	char npc[API_NPC_NAME_MAX + 2];
-	int known;
+	char npc[API_NPC_NAME_MAX + 2], id[40];
 
 	(void)arg;
 	if (path == NULL)
 		return 0;
-	r = route_find(path, h->type, npc, sizeof(npc), &known, NULL);
+	r = route_find(path, h->type, npc, sizeof(npc), id, sizeof(id), NULL, 0);
 	return r != NULL && (r->flags & R_RAW);
 }
 
@@ -422,7 +358,7 @@ wake_ensured(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 		areq_fail_broker(a, err);
 		return;
 	}
-	a->route->handler(a);
+	areq_run(a, a->route->handler);
 }
 
 /* The sandbox's state: stopped by the idle reaper (stop_reason "idle") is
@@ -443,7 +379,7 @@ wake_status(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 	}
 	if (st == NULL || st->state != SBX_STATE_STOPPED ||
 	    strcmp(st->stop_reason, "idle") != 0) {
-		a->route->handler(a);
+		areq_run(a, a->route->handler);
 		return;
 	}
 	sbx_err_clear(&e2);
@@ -460,23 +396,22 @@ wake_status(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 		areq_fail_broker(a, &e2);
 }
 
-static void
-wake_then_run(struct areq *a)
+/* Reads the status first, then runs the handler (wake_status). */
+static int
+wake_then_run(struct areq *a, struct sbx_err *err)
 {
-	struct sbx_err err;
-
-	sbx_err_clear(&err);
 	a->op = sbx_call_status(a->s->driver, a->npc.sandbox_id,
-	    wake_status, a, &err);
-	if (a->op == NULL)
-		areq_fail_broker(a, &err);
+	    wake_status, a, err);
+	return a->op == NULL ? areq_broker_err(a) : 0;
 }
 
-void
-api_wake_retry(struct areq *a)
+/* a->wake of a request that ran before any status read: the handler's
+ * first run is undone (limits it counted, stdin, path) and the request
+ * goes the wake-on-use way (adr/0006, adr/0033). Its second not_running
+ * is the answer (409). */
+static void
+wake_retry(struct areq *a)
 {
-	/* What the first run of the handler counted and kept goes: it runs
-	 * again from the parsed request (a->body). */
 	if (a->exec_counted && a->lim != NULL && a->lim->execs > 0)
 		a->lim->execs--;
 	if (a->fileop_counted && a->lim != NULL && a->lim->fileops > 0)
@@ -492,32 +427,135 @@ api_wake_retry(struct areq *a)
 	a->path = NULL;
 	a->sse = 0;
 	a->on_shutdown = NULL;
-	wake_then_run(a);
+	areq_run(a, wake_then_run);
 }
 
-static void
-api_dispatch(struct evhttp_request *req, void *arg)
+/* ------------------------------------------------------------------ */
+/* Dispatch: the checks every request passes once, before any handler  */
+
+/* 1. Who asks. Authentication first, so nobody unauthenticated learns
+ * which routes or NPCs exist. */
+static int
+check_auth(struct areq *a, const char *path, struct sbx_err *err)
 {
-	struct api_server *s = arg;
+	struct evhttp_request *req = a->h.req;
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+	int r;
+
+	if (!path_needs_auth(path))
+		return 0;
+	r = api_authenticate(a->s, evhttp_request_get_command(req), path,
+	    evhttp_uri_get_query(uri), evhttp_find_header(
+	    evhttp_request_get_input_headers(req), SBX_HDR_AUTHORIZATION), 1,
+	    &a->who);
+	if (r == -1)
+		return sbx_err_set(err, SBX_E_INTERNAL, "The api's database "
+		    "failed.");
+	/* Logged, not audited: without a key anybody could grow the audit
+	 * table. */
+	if (r == 0)
+		return sbx_err_set(err, SBX_E_UNAUTHORIZED, "A valid API key is "
+		    "required (Authorization: Bearer KEY).");
+	a->authed = 1;
+	return 0;
+}
+
+/* 3. Requests per minute. */
+static int
+check_rate(struct areq *a, struct sbx_err *err)
+{
+	struct api_server *s = a->s;
+	char ra[24];
+	long wait;
+
+	if (!a->authed)
+		return 0;
+	if ((a->lim = limit_get(s, a->who.id)) == NULL)
+		return sbx_err_oom(err);
+	if ((wait = limit_take(s, a->lim)) == 0)
+		return 0;
+	snprintf(ra, sizeof(ra), "%ld", wait);
+	sbx_httpd_header(&a->h, "Retry-After", ra);
+	api_metrics_rejected(&s->metrics, 0);
+	return sbx_err_set(err, SBX_E_RATE_LIMITED, "Too many requests: at "
+	    "most %lld per minute.", s->cfg->rate_per_minute);
+}
+
+/* 4. The NPC exists and is the caller's (or the caller operates): another
+ * player's NPC answers exactly like an absent one. 5. Operator-only
+ * actions. */
+static int
+check_npc(struct areq *a, const char *npc, struct sbx_err *err)
+{
+	int r;
+
+	if (a->route->flags & R_NPC) {
+		r = api_npc_name_valid(npc) ? api_store_npc_get(a->s->store,
+		    npc, &a->npc, err) : 0;
+		if (r == -1)
+			return -1;
+		if (r == 0 || (a->who.role != API_ROLE_OPERATOR &&
+		    a->npc.owner_id != a->who.id)) {
+			memset(&a->npc, 0, sizeof(a->npc));
+			return sbx_err_set(err, SBX_E_NOT_FOUND, "You have no NPC "
+			    "with that name.");
+		}
+		a->has_npc = 1;
+	}
+	if (!(a->route->flags & R_OPERATOR) ||
+	    a->who.role == API_ROLE_OPERATOR)
+		return 0;
+	if (a->route->forbidden != NULL)
+		return sbx_err_set(err, SBX_E_FORBIDDEN, a->route->forbidden,
+		    a->npc.name);
+	return sbx_err_set(err, SBX_E_FORBIDDEN, "Only an operator may do "
+	    "this.");
+}
+
+/* 6. Body size and syntax. The gate refused a body over the cap unread
+ * (too_large). */
+static int
+check_body(struct areq *a, int too_large, struct sbx_err *err)
+{
+	const struct api_config *cfg = a->s->cfg;
+	struct evbuffer *in = evhttp_request_get_input_buffer(a->h.req);
+	unsigned flags = a->route->flags;
+	json_error_t jerr;
+	size_t blen;
+
+	blen = too_large ? SIZE_MAX : a->gbody != NULL ?
+	    (size_t)sbx_gate_body_length(a->gbody) : evbuffer_get_length(in);
+	if (!(flags & (R_JSON | R_JSON_OPT | R_RAW)) && blen > 0)
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "This route takes no "
+		    "body.");
+	if (!(flags & R_RAW) && blen > (size_t)cfg->body_max)
+		return sbx_err_set(err, SBX_E_TOO_LARGE, "The request body is "
+		    "larger than %lld bytes.", cfg->body_max);
+	if ((flags & R_RAW) && blen > (size_t)cfg->file_size_max)
+		return sbx_err_set(err, SBX_E_TOO_LARGE, SBX_MSG_FILE_TOO_LARGE,
+		    cfg->file_size_max);
+	if (!(flags & (R_JSON | R_JSON_OPT)) ||
+	    (blen == 0 && !(flags & R_JSON)))
+		return 0;
+	a->body = json_loadb((const char *)evbuffer_pullup(in, -1), blen,
+	    JSON_REJECT_DUPLICATES, &jerr);
+	if (a->body == NULL || !json_is_object(a->body))
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "The body must be one "
+		    "JSON object.");
+	return 0;
+}
+
+/* Every request in order (the comment of the route table), then its
+ * handler: the first step of areq_run, as a handler is. */
+static int
+dispatch_checks(struct areq *a, struct sbx_err *err)
+{
+	struct api_server *s = a->s;
+	struct evhttp_request *req = a->h.req;
 	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
 	const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
-	struct evbuffer *in = evhttp_request_get_input_buffer(req);
 	enum sbx_gate_verdict refused;
-	struct sbx_err err;
-	json_error_t jerr;
-	struct areq *a;
-	char npc[API_NPC_NAME_MAX + 2], ra[24];
-	size_t blen;
-	long wait;
-	int known, r;
-
-	if (cors(s, req))
-		return;
-	if ((a = areq_new(s, req)) == NULL) {
-		evhttp_send_error(req, 500, NULL);
-		return;
-	}
-	sbx_err_clear(&err);
+	char npc[API_NPC_NAME_MAX + 2], allow[128];
 
 	/* What the gate refused before any body byte was read: a head too
 	 * long or too slow, too many connections, framing (after the
@@ -525,158 +563,76 @@ api_dispatch(struct evhttp_request *req, void *arg)
 	 * the cap is answered at step 6, in order. */
 	refused = sbx_gate_refused(s->gate, req);
 	if (refused != SBX_GATE_PASS && refused != SBX_GATE_TOO_LARGE) {
-		sbx_gate_refusal(refused, &err);
+		sbx_gate_refusal(refused, err);
 		if (refused == SBX_GATE_UNAUTHORIZED)
-			snprintf(err.message, sizeof(err.message), "A valid API "
-			    "key is required (Authorization: Bearer KEY).");
-		areq_fail(a, &err);
-		return;
+			snprintf(err->message, sizeof(err->message), "A valid "
+			    "API key is required (Authorization: Bearer KEY).");
+		return -1;
 	}
 	/* A file write's body the gate keeps for the handler (adr/0030):
 	 * owned by a from here, given back in areq_finish. */
 	a->gbody = sbx_gate_body_take(s->gate, req);
-	if (path == NULL) {
-		areq_fail_code(a, SBX_E_BAD_REQUEST, "Bad request target.");
-		return;
-	}
+	if (path == NULL)
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Bad request target.");
 	if (strcmp(path, "/healthz") == 0 &&
 	    evhttp_request_get_command(req) == EVHTTP_REQ_GET) {
 		a->label = "healthz";
 		areq_reply_json(a, 200, json_pack("{s:s}", "status",
 		    s->draining ? "draining" : "ok"));
-		return;
+		return 0;
 	}
-	if (s->draining) {
-		areq_fail_code(a, SBX_E_SHUTTING_DOWN, SBX_MSG_API_DRAINING);
-		return;
-	}
-	/* 1. Authentication first, so nobody unauthenticated learns which
-	 * routes or NPCs exist. */
-	if (path_needs_auth(path)) {
-		r = api_authenticate(s, evhttp_request_get_command(req), path,
-		    evhttp_request_get_uri(req), evhttp_find_header(
-		    evhttp_request_get_input_headers(req), SBX_HDR_AUTHORIZATION),
-		    1, &a->who);
-		if (r == -1) {
-			areq_fail_code(a, SBX_E_INTERNAL, "The api's database "
-			    "failed.");
-			return;
-		}
-		if (r == 0) {
-			/* Logged, not audited: without a key anybody could
-			 * grow the audit table. */
-			areq_fail_code(a, SBX_E_UNAUTHORIZED, "A valid API key "
-			    "is required (Authorization: Bearer KEY).");
-			return;
-		}
-		a->authed = 1;
-	}
+	if (s->draining)
+		return sbx_err_set(err, SBX_E_SHUTTING_DOWN,
+		    SBX_MSG_API_DRAINING);
+	if (check_auth(a, path, err) == -1)
+		return -1;
 	/* 2. Route and method. */
 	a->route = route_find(path, evhttp_request_get_command(req), npc,
-	    sizeof(npc), &known, a->exec_id);
-	if (a->route == NULL) {
-		if (known) {
-			allow_header(req, path);
-			areq_fail_code(a, SBX_E_METHOD_NOT_ALLOWED, "Method not "
-			    "allowed on this path.");
-		} else
-			areq_fail_code(a, SBX_E_NOT_FOUND, "No such route.");
-		return;
+	    sizeof(npc), a->exec_id, sizeof(a->exec_id), allow, sizeof(allow));
+	if (a->route == NULL && allow[0] != '\0') {
+		sbx_httpd_header(&a->h, "Allow", allow);
+		return sbx_err_set(err, SBX_E_METHOD_NOT_ALLOWED, "Method not "
+		    "allowed on this path.");
 	}
-	if ((a->route->flags & R_AUTH) && !a->authed) {
-		areq_fail_code(a, SBX_E_UNAUTHORIZED, "A valid API key is "
+	if (a->route == NULL)
+		return sbx_err_set(err, SBX_E_NOT_FOUND, "No such route.");
+	if ((a->route->flags & R_AUTH) && !a->authed)
+		return sbx_err_set(err, SBX_E_UNAUTHORIZED, "A valid API key is "
 		    "required.");
-		return;
-	}
-	/* 3. Requests per minute. */
-	if (a->authed) {
-		if ((a->lim = limit_get(s, a->who.id)) == NULL) {
-			areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
-			return;
-		}
-		if ((wait = limit_take(s, a->lim)) > 0) {
-			snprintf(ra, sizeof(ra), "%ld", wait);
-			evhttp_add_header(evhttp_request_get_output_headers(req),
-			    "Retry-After", ra);
-			api_metrics_rejected(&s->metrics, 0);
-			areq_fail_code(a, SBX_E_RATE_LIMITED, "Too many "
-			    "requests: at most %lld per minute.",
-			    s->cfg->rate_per_minute);
-			return;
-		}
-	}
-	/* 4. The NPC exists and is the caller's (or the caller operates):
-	 * another player's NPC answers exactly like an absent one. */
-	if (a->route->flags & R_NPC) {
-		r = api_npc_name_valid(npc) ? api_store_npc_get(s->store, npc,
-		    &a->npc, &err) : 0;
-		if (r == -1) {
-			areq_fail(a, &err);
-			return;
-		}
-		if (r == 0 || (a->who.role != API_ROLE_OPERATOR &&
-		    a->npc.owner_id != a->who.id)) {
-			memset(&a->npc, 0, sizeof(a->npc));
-			areq_fail_code(a, SBX_E_NOT_FOUND, "You have no NPC "
-			    "with that name.");
-			return;
-		}
-		a->has_npc = 1;
-	}
-	/* 5. Operator-only actions. */
-	if ((a->route->flags & R_OPERATOR) &&
-	    a->who.role != API_ROLE_OPERATOR) {
-		if (a->route->forbidden != NULL)
-			areq_fail_code(a, SBX_E_FORBIDDEN, a->route->forbidden,
-			    a->npc.name);
-		else
-			areq_fail_code(a, SBX_E_FORBIDDEN, "Only an operator "
-			    "may do this.");
-		return;
-	}
-	/* 6. Body size and syntax. The gate refused a body over the cap
-	 * unread. */
-	blen = refused == SBX_GATE_TOO_LARGE ? SIZE_MAX : a->gbody != NULL ?
-	    (size_t)sbx_gate_body_length(a->gbody) : evbuffer_get_length(in);
-	if (!(a->route->flags & (R_JSON | R_JSON_OPT | R_RAW)) && blen > 0) {
-		areq_fail_code(a, SBX_E_BAD_REQUEST, "This route takes no "
-		    "body.");
-		return;
-	}
-	if (!(a->route->flags & R_RAW) && blen > (size_t)s->cfg->body_max) {
-		areq_fail_code(a, SBX_E_TOO_LARGE, "The request body is larger "
-		    "than %lld bytes.", s->cfg->body_max);
-		return;
-	}
-	if ((a->route->flags & R_RAW) && blen > (size_t)s->cfg->file_size_max) {
-		areq_fail_code(a, SBX_E_TOO_LARGE, SBX_MSG_FILE_TOO_LARGE,
-		    s->cfg->file_size_max);
-		return;
-	}
-	if ((a->route->flags & (R_JSON | R_JSON_OPT)) &&
-	    (blen > 0 || (a->route->flags & R_JSON))) {
-		a->body = json_loadb((const char *)evbuffer_pullup(in, -1), blen,
-		    JSON_REJECT_DUPLICATES, &jerr);
-		if (a->body == NULL || !json_is_object(a->body)) {
-			areq_fail_code(a, SBX_E_BAD_REQUEST, "The body must be "
-			    "one JSON object.");
-			return;
-		}
-	}
+	if (check_rate(a, err) == -1 || check_npc(a, npc, err) == -1)
+		return -1;
+	/* An exec id of another form names no exec (the route's "*"). */
+	if ((a->route->flags & R_EXEC) && !exec_id_ok(a->exec_id))
+		return sbx_err_set(err, SBX_E_NOT_FOUND, SBX_MSG_NO_EXEC);
+	if (check_body(a, refused == SBX_GATE_TOO_LARGE, err) == -1)
+		return -1;
 	/* 7. A stopped sandbox is started before it is used. A request
 	 * without a body to forward runs at once and is woken only if the
-	 * broker says not_running (api_wake_retry): the common case, a
-	 * running sandbox, costs no status round trip (adr/0033). A write
-	 * streams its body to the broker, which cannot be sent twice: it
-	 * reads the status first. */
+	 * broker says not_running (a->wake): the common case, a running
+	 * sandbox, costs no status round trip (adr/0033). A write streams its
+	 * body to the broker, which cannot be sent twice: it reads the status
+	 * first. */
 	if (a->has_npc && (a->route->flags & R_WAKES)) {
-		if (a->route->flags & R_RAW) {
-			wake_then_run(a);
-			return;
-		}
-		a->wake_on_409 = 1;
+		if (a->route->flags & R_RAW)
+			return wake_then_run(a, err);
+		a->wake = wake_retry;
 	}
-	a->route->handler(a);
+	return a->route->handler(a, err);
+}
+
+static void
+api_dispatch(struct evhttp_request *req, void *arg)
+{
+	struct api_server *s = arg;
+	struct areq *a;
+
+	if (cors(s, req))
+		return;
+	if ((a = areq_new(s, req)) == NULL) {
+		evhttp_send_error(req, 500, NULL);
+		return;
+	}
+	areq_run(a, dispatch_checks);
 }
 
 /* ------------------------------------------------------------------ */
@@ -687,7 +643,7 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
     struct sbx_driver *driver, struct sbx_err *err)
 {
 	struct api_server *s = NULL;
-	long long maxbody;
+	struct sbx_httpd_config hc;
 
 	if (api_config_check(cfg, err) == -1)
 		return NULL;
@@ -699,6 +655,7 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 	s->cfg = cfg;
 	s->driver = driver;
 	s->now_ms = sbx_wall_ms;
+	memset(&hc, 0, sizeof(hc));
 	if ((s->store = api_store_open(cfg->state_dir, err)) == NULL ||
 	    api_store_defer_on(s->store, base, err) == -1)
 		goto fail;
@@ -708,36 +665,22 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 		sbx_err_oom(err);
 		goto fail;
 	}
-	if ((s->http = evhttp_new(base)) == NULL) {
-		sbx_err_oom(err);
-		goto fail;
-	}
-	maxbody = cfg->file_size_max > cfg->body_max ? cfg->file_size_max :
+	/* The body cap is a backstop only: the gate refuses bodies over the
+	 * route's cap with JSON, after authentication, before they are read.
+	 * Every method reaches api_dispatch (JSON 404/405). */
+	hc.max_body = cfg->file_size_max > cfg->body_max ? cfg->file_size_max :
 	    cfg->body_max;
-	/* A backstop only: the gate refuses bodies over the route's cap with
-	 * JSON, after authentication, before they are read. */
-	evhttp_set_max_body_size(s->http, maxbody);
-	{
-		struct sbx_gate_limits lim = {
-			.head_max = (size_t)cfg->head_max,
-			.headers_max = (unsigned)cfg->headers_max,
-			.header_timeout_ms = cfg->header_timeout,
-			.max_connections = (unsigned)cfg->max_connections,
-		};
-
-		if ((s->gate = sbx_gate_new(base, s->http, &lim, gate_check, s,
-		    err)) == NULL)
-			goto fail;
-		sbx_gate_set_stream(s->gate, gate_stream);
-	}
-	evhttp_set_timeout(s->http, (int)((cfg->request_timeout + 999) / 1000));
-	/* Every method reaches api_dispatch (JSON 404/405), never libevent's
-	 * HTML 501. */
-	evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
-	    EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
-	    EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH | EVHTTP_REQ_TRACE |
-	    EVHTTP_REQ_CONNECT);
-	evhttp_set_gencb(s->http, api_dispatch, s);
+	hc.timeout_s = (int)((cfg->request_timeout + 999) / 1000);
+	hc.gate.head_max = (size_t)cfg->head_max;
+	hc.gate.headers_max = (unsigned)cfg->headers_max;
+	hc.gate.header_timeout_ms = cfg->header_timeout;
+	hc.gate.max_connections = (unsigned)cfg->max_connections;
+	hc.check = gate_check;
+	hc.stream = gate_stream;
+	hc.dispatch = api_dispatch;
+	hc.arg = s;
+	if ((s->http = sbx_httpd_server_new(base, &hc, &s->gate, err)) == NULL)
+		goto fail;
 	/* HOST:PORT (a name, IPv4 or [IPv6]; port 0: any, read back). */
 	if (sbx_httpd_listen(s->http, base, cfg->listen, 0, 0, &s->listener,
 	    err) == -1)
@@ -789,23 +732,12 @@ void
 api_server_free(struct api_server *s)
 {
 	struct api_limit *l;
-	struct areq *a;
 
 	if (s == NULL)
 		return;
 	/* Requests still open: stop their driver work; evhttp_free below
 	 * closes their connections. */
-	while ((a = s->live) != NULL) {
-		struct sbx_op *op = a->op;
-
-		a->op = NULL;
-		sbx_op_cancel(op);
-		if (a->conn != NULL)
-			sbx_gate_watch(s->gate, a->conn, NULL, NULL);
-		a->req = NULL;
-		a->route = NULL;    /* no audit row for an abandoned request */
-		areq_finish(a, 503, SBX_E_SHUTTING_DOWN);
-	}
+	api_req_abandon_all(s);
 	api_execs_close(s);
 	free(s->console_csp);
 	if (s->http != NULL)

@@ -79,25 +79,35 @@ struct api_server {
 #define R_OPERATOR 0x20  /* operators only: players get 403 */
 #define R_MUTATING 0x40  /* written to the audit table */
 #define R_WAKES    0x80  /* uses the sandbox: a stopped one is started first */
+#define R_EXEC     0x100 /* path has an exec id ("*"): [a-z0-9]{1,39}, else 404 */
 
-typedef void (*api_handler_fn)(struct areq *);
+/*
+ * A handler (adr/0035, the broker's shape): returns 0 when the request goes
+ * on (a driver op started) or was answered (a is freed then: the caller
+ * does not touch it), or -1 with err set and nothing sent: areq_run then
+ * fails a with err, the one way out of every handler.
+ */
+typedef int (*api_handler_fn)(struct areq *a, struct sbx_err *err);
 
 /*
  * A route's own authentication, instead of "Authorization: Bearer KEY"
- * (e.g. a ticket in the query). target is the request target with its
- * query (NUL-terminated, not decoded); authorization is the Authorization
- * value or NULL. Runs twice per request: in the gate with final 0, before
+ * (e.g. a ticket in the query). npc and id are what the route's "{npc}"
+ * and "*" matched ("" when absent or too long; not checked yet); query is
+ * the request's query string (not decoded) or NULL; authorization is the
+ * Authorization value or NULL. Runs twice per request: in the gate with final 0, before
  * any body byte is read (inside the socket read: no blocking work beyond an
  * indexed sqlite lookup), then in api_dispatch with final 1 — a single-use
  * credential is consumed only then. Returns 1 with *who filled, 0 when the
  * credential is absent or not good (401), -1 on a database error (500).
  */
-typedef int (*api_auth_fn)(struct api_server *s, const char *target,
-    const char *authorization, int final, struct api_principal *who);
+typedef int (*api_auth_fn)(struct api_server *s, const char *npc,
+    const char *id, const char *query, const char *authorization, int final,
+    struct api_principal *who);
 
+/* One row of the route table (api_http.c); rows begin with the core's. */
 struct api_route {
-	int method;                /* enum evhttp_cmd_type */
-	const char *suffix;        /* after /api/v1/npcs/{npc}, or the full path */
+	struct sbx_httpd_route r;  /* method (enum evhttp_cmd_type), pattern:
+	                            * "{npc}" the NPC, "*" an exec id */
 	api_handler_fn handler;
 	unsigned flags;
 	const char *action;        /* audit/log name, e.g. "sandbox.ensure" */
@@ -114,8 +124,9 @@ struct api_route {
 
 /* One request being answered. */
 struct areq {
+	struct sbx_httpd_req h;             /* the core's part: evhttp request,
+	                                     * stream, watch (sbx_httpd.h) */
 	struct api_server *s;
-	struct evhttp_request *req;         /* NULL once replied */
 	const struct api_route *route;
 	struct api_principal who;
 	int authed;
@@ -134,12 +145,8 @@ struct areq {
 	char exec_id[40];                   /* {id} of .../execs/{id}... routes */
 	struct api_viewer *viewer;          /* GET .../events being streamed */
 	int sse_counted;                    /* counted in sse_clients */
-	/* streams */
-	struct evhttp_connection *conn;
-	struct evbuffer *chunk;
+	/* an SSE stream's heartbeat (areq_stream_begin with a->sse) */
 	struct event *ping;
-	int streaming;
-	int paused;
 	int sse;
 	uint64_t sse_id;
 	/* scratch */
@@ -150,38 +157,42 @@ struct areq {
 	char *audit_detail;                 /* what the audit row records (owned), or NULL */
 	int set_image;
 	int slot_claimed;                   /* this ensure took a sandbox slot */
-	int wake_on_409;                    /* handler ran before a status read:
-	                                     * a not_running answer wakes and
-	                                     * retries once (api_http.c) */
+	int broker_err;                     /* the handler's err is the driver's
+	                                     * (areq_broker_err) */
 	unsigned char *stdin_data;
 	size_t stdin_len;
-	/* Hooks of the file that owns a stream (NULL: none). on_end runs in
-	 * areq_finish before a is freed; on_shutdown ends a started stream
-	 * when shutdown_grace is over (default: the stream is cut). */
+	/*
+	 * Hooks of the files that own a request's later life (NULL: none); the
+	 * request layer calls only these, never a handler file by name.
+	 * on_end runs in areq_finish before a is freed. on_shutdown ends a
+	 * started stream when shutdown_grace is over (default: the stream is
+	 * cut). on_pause(a, 1/0): the client's output is over/under the high
+	 * water mark (default: a->op is paused/resumed). wake: set by dispatch
+	 * for a request that ran before any status read; a not_running from
+	 * the broker before its stream started goes there once instead of
+	 * being the answer (adr/0033).
+	 */
 	void (*on_end)(struct areq *a);
 	void (*on_shutdown)(struct areq *a);
+	void (*on_pause)(struct areq *a, int on);
+	void (*wake)(struct areq *a);
 	/* A file write's streamed body (sbx_gate.h) and what uses it
 	 * (api_files.c, adr/0030). */
 	struct sbx_gate_body *gbody;
 	uint64_t wsize;                     /* its Content-Length, bytes */
-	struct sbx_httpd_req watch;         /* the client watched meanwhile */
 	struct sbx_list_out *lout;          /* a list reply being encoded */
 	struct areq *prev, *next;
 };
 
-/* api_files.c (adr/0030). api_write_stream: a->gbody (set; a->path,
- * a->mode, a->npc too) goes to the driver's write_stream as it arrives,
- * the gate reading the client only as fast as the broker takes it (a
- * driver without write_stream gets the body gathered by the call layer,
- * sbx_call.h); done
- * is the driver's callback (done(a, err)); a client that leaves meanwhile
- * cancels the write and finishes a (499 cancelled). Ends in exactly one
- * reply, as every handler. api_write_reply_flags: the reply flags of a
- * status (SBX_HTTPD_CLOSE for a body cut short by a 504); stops the
- * watch. api_write_release: for areq_finish; NULL gbody ok. */
-void api_write_stream(struct areq *a, sbx_done_cb done);
-unsigned api_write_reply_flags(struct areq *a, int status);
-void api_write_release(struct areq *a);
+/* api_files.c (adr/0030): a->gbody (set; a->path, a->mode, a->npc too)
+ * goes to the driver's write_stream as it arrives, the gate reading the
+ * client only as fast as the broker takes it (a driver without
+ * write_stream gets the body gathered by the call layer, sbx_call.h);
+ * done is the driver's callback (done(a, err)); a client that leaves
+ * meanwhile cancels the write, or its gather, and finishes a (499
+ * cancelled). A handler's tail: returns 0
+ * (started) or -1 with err, nothing sent. */
+int api_write_stream(struct areq *a, sbx_done_cb done, struct sbx_err *err);
 /* api_files.c: a list page's reply (a->list_obj: the page object, else the
  * v1 array with the Sbx-List-* headers), encoded in slices of
  * SBX_LIST_SLICE entries, one per turn of the event loop, then sent whole
@@ -195,24 +206,29 @@ void api_list_reply(struct areq *a, const struct sbx_dirent *ents, size_t n,
 /* A request of s for req, linked into s->live and counted in s->inflight;
  * NULL when out of memory. */
 struct areq *areq_new(struct api_server *s, struct evhttp_request *req);
+/* Runs fn on a; fails a with fn's error when it returns -1 (a driver's
+ * error, areq_broker_err, through areq_fail_broker). */
+void areq_run(struct areq *a, api_handler_fn fn);
+/* For a handler whose driver call did not start (err set by the driver):
+ * marks err as the broker's. Returns -1. */
+int areq_broker_err(struct areq *a);
 void areq_reply_json(struct areq *a, int status, json_t *obj);  /* steals obj */
 /* areq_reply_json for a JSON text encoded already (drained). */
 void areq_reply_json_text(struct areq *a, int status, struct evbuffer *text);
+/* A whole non-JSON reply (sbx_httpd_reply_body): body drained, may be
+ * NULL; ctype NULL: no Content-Type. Then finishes a ("ok"). */
+void areq_reply_body(struct areq *a, int status, const char *ctype,
+    struct evbuffer *body);
 /* Replies with the JSON error of err (status from sbx_err_http_status),
- * then finishes a. */
+ * then finishes a. The one error replier. */
 void areq_fail(struct areq *a, const struct sbx_err *err);
 void areq_fail_code(struct areq *a, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* areq_fail for an error the driver (the broker) gave: also counted in
  * sbx_api_broker_errors_total by its code. Except once, for a request
- * that runs before any status read (a->wake_on_409): not_running before
- * its stream started goes to api_wake_retry instead. */
+ * with a->wake: not_running before its stream started goes to a->wake
+ * instead. */
 void areq_fail_broker(struct areq *a, const struct sbx_err *err);
-/* api_http.c: the handler's first run is undone (limits it counted,
- * stdin, path) and the request goes the wake-on-use way: status; a
- * sandbox the idle reaper stopped is ensured; then the handler again
- * (adr/0006, adr/0033). Its second not_running is the answer (409). */
-void api_wake_retry(struct areq *a);
 /* Audit (R_MUTATING rows, action from the row), metrics, log, limits
  * given back, the on_end hook, free. The reply has been sent (or the
  * connection is gone). */
@@ -223,15 +239,20 @@ void areq_finish(struct areq *a, int status, const char *outcome);
  * given back by areq_finish), or -1 with err too_many (429, Retry-After).
  */
 int api_fileop_admit(struct areq *a, struct sbx_err *err);
-/* Streamed replies (200, chunked): begin sends the head with Content-Type
- * ctype (-1 when out of memory, nothing sent); a->sse adds heartbeats.
- * flush sends a->chunk and pauses a->op above the high-water mark (resumed
- * once drained); a client gone cancels a->op and finishes a (cancelled).
- * end closes the body normally, abort cuts it; both finish a. */
-int areq_stream_begin(struct areq *a, const char *ctype);
+/* Streamed replies (200, chunked) over the core (sbx_httpd.h): begin sends
+ * the head with Content-Type ctype; a->sse adds heartbeats; high_water is
+ * the bytes queued for the client above which a->op is paused (on_pause).
+ * It returns -1 after ending a (the client went: 499; out of memory: 500),
+ * a->op cancelled. flush sends a->h.chunk; a client gone cancels a->op and
+ * finishes a (cancelled). end closes the body normally, abort cuts it;
+ * both finish a. */
+int areq_stream_begin(struct areq *a, const char *ctype, size_t high_water);
 void areq_stream_flush(struct areq *a);
 void areq_stream_end(struct areq *a, const char *outcome);
 void areq_stream_abort(struct areq *a, const char *outcome);
+/* Watches a's connection until its reply: a client that goes away
+ * meanwhile cancels a->op and finishes a (499 cancelled). */
+void areq_watch(struct areq *a);
 /* Re-arms the SSE heartbeat: it is sent after heartbeat ms of silence. */
 void areq_ping_arm(struct areq *a);
 /* Server drain (api_server_drain, over the core's sbx_httpd_drain):
@@ -240,27 +261,32 @@ void areq_ping_arm(struct areq *a);
  * the struct api_server. */
 unsigned api_req_in_flight(void *arg);
 void api_req_grace_over(void *arg);
+/* The server is freed: ends every live request without a reply or an
+ * audit row (its op cancelled, its connection left to evhttp_free). */
+void api_req_abandon_all(struct api_server *s);
 
-/* api_sandbox.c: JSON handlers of NPCs, sandboxes, files, egress, metrics. */
-void api_h_npc_create(struct areq *a);
-void api_h_npc_list(struct areq *a);
-void api_h_whoami(struct areq *a);
-void api_h_ensure(struct areq *a);
-void api_h_status(struct areq *a);
-void api_h_destroy(struct areq *a);
-void api_h_write(struct areq *a);
-void api_h_list(struct areq *a);
-void api_h_stop(struct areq *a);
-void api_h_egress(struct areq *a);
+/* The handlers (api_handler_fn, rows of the route table in api_http.c).
+ * api_sandbox.c: NPCs, sandboxes, file write and list, egress, metrics. */
+int api_h_npc_create(struct areq *a, struct sbx_err *err);
+int api_h_npc_list(struct areq *a, struct sbx_err *err);
+int api_h_whoami(struct areq *a, struct sbx_err *err);
+int api_h_ensure(struct areq *a, struct sbx_err *err);
+int api_h_status(struct areq *a, struct sbx_err *err);
+int api_h_destroy(struct areq *a, struct sbx_err *err);
+int api_h_write(struct areq *a, struct sbx_err *err);
+int api_h_list(struct areq *a, struct sbx_err *err);
+int api_h_stop(struct areq *a, struct sbx_err *err);
+int api_h_egress(struct areq *a, struct sbx_err *err);
 /* GET .../egress (adr/0026): the grant, its allowlist, the proxy's counts
  * and last denials (operators only). */
-void api_h_egress_get(struct areq *a);
-void api_h_metrics(struct areq *a);
+int api_h_egress_get(struct areq *a, struct sbx_err *err);
+int api_h_metrics(struct areq *a, struct sbx_err *err);
 /* The status object of docs/api.md for st of a's NPC (new reference). */
 json_t *api_status_json(const struct areq *a, const struct sbx_status *st);
 
-/* api_exec.c */
-void api_h_exec(struct areq *a);
+/* api_exec.c: POST .../exec as SSE, GET .../files as bytes (SPEC §5). */
+int api_h_exec(struct areq *a, struct sbx_err *err);
+int api_h_read(struct areq *a, struct sbx_err *err);
 /*
  * Parses and checks an exec body (a->body) into er (its strings borrowed
  * from a->body; *argv and *env owned by the caller: free), also the
@@ -279,27 +305,26 @@ int api_execs_open(struct api_server *s, struct sbx_err *err);
 void api_execs_close(struct api_server *s);
 /* Drain: ends every viewer stream at once (viewers resume elsewhere/later). */
 void api_execs_drain(struct api_server *s);
-void api_h_execs_create(struct areq *a);
-void api_h_execs_list(struct areq *a);
-void api_h_execs_get(struct areq *a);
-void api_h_execs_delete(struct areq *a);
-void api_h_execs_events(struct areq *a);
-void api_h_execs_ticket(struct areq *a);
+int api_h_execs_create(struct areq *a, struct sbx_err *err);
+int api_h_execs_list(struct areq *a, struct sbx_err *err);
+int api_h_execs_get(struct areq *a, struct sbx_err *err);
+int api_h_execs_delete(struct areq *a, struct sbx_err *err);
+int api_h_execs_events(struct areq *a, struct sbx_err *err);
+int api_h_execs_ticket(struct areq *a, struct sbx_err *err);
 /*
- * api_auth_fn of the events route without a key: target is
- * "/api/v1/npcs/NPC/sandbox/execs/ID/events?...ticket=T...". Returns 1 with
- * *who = the ticket's principal when T is a live ticket of exec ID of NPC
- * (same owner) and that principal is active and still owns the NPC or
- * operates; 0 otherwise (401, one answer whatever is wrong); -1 when the
- * database fails.
+ * The events route's credential without a key: npc and id are what its
+ * path names, query holds "ticket=T" (NULL: none). Returns 1 with *who =
+ * the ticket's principal when T is a live ticket of exec id of npc (same
+ * owner) and that principal is active and still owns the NPC or operates;
+ * 0 otherwise (401, one answer whatever is wrong); -1 when the database
+ * fails.
  */
-int api_execs_ticket_auth(struct api_server *s, const char *target,
-    struct api_principal *who);
+int api_execs_ticket_auth(struct api_server *s, const char *npc,
+    const char *id, const char *query, struct api_principal *who);
 /* GET /console: the embedded page (api_console.c generated from api/console.html). */
-void api_h_console(struct areq *a);
+int api_h_console(struct areq *a, struct sbx_err *err);
 /* Builds s->console_csp (hashes of the page's inline script and style). */
 int api_console_init(struct api_server *s);
-void api_h_read(struct areq *a);
 
 /* NDJSON line -> SSE event: sbx_sse_from_own_ndjson (proto/sbx_sse.h). */
 

@@ -1,4 +1,4 @@
-/* api_req.c - the life of one sandbox-api request: start, JSON replies and errors, streamed replies, limits taken and given back, finish, drain. */
+/* api_req.c - the life of one sandbox-api request over the HTTP core (sbx_httpd.h, adr/0035): start, the one way out of a handler, replies and errors, streams, limits given back, finish, drain. Reaches handlers only through the route table and the hooks of struct areq. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,28 +6,27 @@
 #include <time.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 #include <event2/util.h>
 #include <jansson.h>
 #include <sodium.h>
 
 #include "api_int.h"
 #include "sbx_httpd.h"
+#include "sbx_list_out.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
 #include "sbx_sse.h"
 #include "sbx_time.h"
 
-/* Bytes queued towards a client above which the producer is paused. */
-#define STREAM_HIGH_WATER (256 * 1024)
 /* A stream's connection timeout: the exec timeout belongs to the broker;
  * heartbeats keep writing, backpressure pauses the producer meanwhile. */
 #define STREAM_TIMEOUT_S (24 * 3600)
 
 /* Replies and the end of every request                                */
+
+static const struct sbx_httpd_ops api_httpd_ops;
 
 struct areq *
 areq_new(struct api_server *s, struct evhttp_request *req)
@@ -37,7 +36,9 @@ areq_new(struct api_server *s, struct evhttp_request *req)
 	if ((a = calloc(1, sizeof(*a))) == NULL)
 		return NULL;
 	a->s = s;
-	a->req = req;
+	a->h.req = req;
+	a->h.gate = s->gate;
+	a->h.ops = &api_httpd_ops;
 	a->started_ms = sbx_mono_ms();
 	a->next = s->live;
 	if (s->live != NULL)
@@ -87,9 +88,9 @@ api_req_grace_over(void *arg)
 		op = a->op;
 		a->op = NULL;
 		sbx_op_cancel(op);
-		if (a->streaming && a->req != NULL && a->on_shutdown != NULL)
+		if (a->h.streaming && a->h.req != NULL && a->on_shutdown != NULL)
 			a->on_shutdown(a);
-		else if (a->streaming && a->req != NULL)
+		else if (a->h.streaming && a->h.req != NULL)
 			areq_stream_abort(a, SBX_E_SHUTTING_DOWN);
 		else
 			areq_fail_code(a, SBX_E_SHUTTING_DOWN,
@@ -139,11 +140,12 @@ areq_finish(struct areq *a, int status, const char *outcome)
 		a->lim->fileops--;
 	if (a->on_end != NULL)
 		a->on_end(a);
-	api_write_release(a);
+	sbx_httpd_unwatch(&a->h);
+	sbx_list_out_free(a->lout);
+	sbx_gate_body_free(a->gbody);
 	if (a->ping != NULL)
 		event_free(a->ping);
-	if (a->chunk != NULL)
-		evbuffer_free(a->chunk);
+	sbx_httpd_req_clear(&a->h);
 	json_decref(a->body);
 	free(a->audit_detail);
 	free(a->path);
@@ -158,62 +160,67 @@ areq_finish(struct areq *a, int status, const char *outcome)
 		sbx_httpd_drain_poke(&s->drain);
 }
 
-/* The core's view of a (sbx_httpd.h) for one reply: JSON replies and
- * error statuses and headers come from its one table. text (not NULL):
- * the JSON text encoded already (drained), else obj. */
-static int
-reply_json(struct areq *a, int status, json_t *obj, struct evbuffer *text)
+/* Reply flags of a: no-store always; a streamed body that stopped coming
+ * (504) ends its connection (adr/0030); the rest of one answered early is
+ * read and dropped by the gate. */
+static unsigned
+reply_flags(const struct areq *a, int status)
 {
-	struct sbx_httpd_req h;
-	unsigned flags = SBX_HTTPD_NO_STORE | api_write_reply_flags(a, status);
-	int sent;
-
-	memset(&h, 0, sizeof(h));
-	h.req = a->req;
-	h.gate = a->s->gate;
-	sent = text != NULL ? sbx_httpd_reply_json_text(&h, status, text, flags) :
-	    sbx_httpd_reply_json(&h, status, obj, flags);
-	a->req = NULL;
-	return sent != 0 ? sent : status;
+	if (a->gbody != NULL && status == 504 &&
+	    !sbx_gate_body_complete(a->gbody))
+		return SBX_HTTPD_NO_STORE | SBX_HTTPD_CLOSE;
+	return SBX_HTTPD_NO_STORE;
 }
 
 void
 areq_reply_json(struct areq *a, int status, json_t *obj)
 {
-	areq_finish(a, reply_json(a, status, obj, NULL), "ok");
+	int sent = sbx_httpd_reply_json(&a->h, status, obj,
+	    reply_flags(a, status));
+
+	areq_finish(a, sent != 0 ? sent : status, "ok");
 }
 
 void
 areq_reply_json_text(struct areq *a, int status, struct evbuffer *text)
 {
-	areq_finish(a, reply_json(a, status, NULL, text), "ok");
+	int sent = sbx_httpd_reply_json_text(&a->h, status, text,
+	    reply_flags(a, status));
+
+	areq_finish(a, sent != 0 ? sent : status, "ok");
 }
 
 void
+areq_reply_body(struct areq *a, int status, const char *ctype,
+    struct evbuffer *body)
+{
+	sbx_httpd_reply_body(&a->h, status, ctype, body, 0);
+	areq_finish(a, status, "ok");
+}
+
+/* Status, body and the headers of the status or code (401's
+ * WWW-Authenticate, too_many's Retry-After): the core's one table. */
+void
 areq_fail(struct areq *a, const struct sbx_err *err)
 {
-	struct sbx_httpd_req h;
 	int status;
 
-	memset(&h, 0, sizeof(h));
-	h.req = a->req;
-	h.gate = a->s->gate;
-	/* Status, body and the headers of the status or code (401's
-	 * WWW-Authenticate, too_many's Retry-After): the core's one table. */
-	status = sbx_httpd_reply_error(&h, err, SBX_HTTPD_NO_STORE |
-	    api_write_reply_flags(a, sbx_err_is_set(err) ?
-	    sbx_err_http_status(err) : 500));
-	a->req = NULL;
-	areq_finish(a, status, sbx_err_is_set(err) ? err->code : SBX_E_INTERNAL);
+	status = sbx_httpd_reply_error(&a->h, err, reply_flags(a,
+	    err != NULL && sbx_err_is_set(err) ? sbx_err_http_status(err) :
+	    500));
+	areq_finish(a, status, err != NULL && sbx_err_is_set(err) ? err->code :
+	    SBX_E_INTERNAL);
 }
 
 void
 areq_fail_broker(struct areq *a, const struct sbx_err *err)
 {
-	if (a->wake_on_409 && !a->streaming && a->req != NULL &&
+	void (*wake)(struct areq *) = a->wake;
+
+	if (wake != NULL && !a->h.streaming && a->h.req != NULL &&
 	    strcmp(err->code, SBX_E_NOT_RUNNING) == 0) {
-		a->wake_on_409 = 0;
-		api_wake_retry(a);
+		a->wake = NULL;
+		wake(a);
 		return;
 	}
 	api_metrics_broker_error(&a->s->metrics, err->code);
@@ -234,9 +241,30 @@ areq_fail_code(struct areq *a, const char *code, const char *fmt, ...)
 	areq_fail(a, &err);
 }
 
-/* ------------------------------------------------------------------ */
-/* JSON views                                                          */
+int
+areq_broker_err(struct areq *a)
+{
+	a->broker_err = 1;
+	return -1;
+}
 
+void
+areq_run(struct areq *a, api_handler_fn fn)
+{
+	struct sbx_err err;
+
+	sbx_err_clear(&err);
+	a->broker_err = 0;
+	if (fn(a, &err) == 0)
+		return;
+	if (a->broker_err)
+		areq_fail_broker(a, &err);
+	else
+		areq_fail(a, &err);
+}
+
+/* ------------------------------------------------------------------ */
+/* Limits                                                              */
 
 int
 api_fileop_admit(struct areq *a, struct sbx_err *err)
@@ -256,55 +284,51 @@ api_fileop_admit(struct areq *a, struct sbx_err *err)
 
 
 /* ------------------------------------------------------------------ */
-/* Streams                                                             */
+/* Streams and watches over the core (sbx_httpd.h)                     */
 
+#define A_OF(r) ((struct areq *)(void *)((char *)(r) - \
+	offsetof(struct areq, h)))
+
+/* Backpressure: the owner's hook, else the driver's producer. */
 static void
-stream_drained(struct evhttp_connection *conn, void *arg)
+on_pause(struct sbx_httpd_req *r, int on)
 {
-	struct areq *a = arg;
+	struct areq *a = A_OF(r);
 
-	(void)conn;
-	if (a->paused && a->op != NULL) {
-		a->paused = 0;
+	if (a->on_pause != NULL)
+		a->on_pause(a, on);
+	else if (a->op != NULL && on)
+		sbx_op_pause(a->op);
+	else if (a->op != NULL)
 		sbx_op_resume(a->op);
-	}
 }
 
-/* Sends what is in a->chunk; pauses the producer above the high-water mark. */
+/* The client went away mid-stream or while watched: cancel the producer;
+ * for an exec the broker connection closes and the broker kills the
+ * process tree; a write leaves the file as it was (adr/0018). */
+static void
+on_gone(struct sbx_httpd_req *r)
+{
+	struct areq *a = A_OF(r);
+	struct sbx_op *op = a->op;
+
+	a->op = NULL;
+	sbx_op_cancel(op);
+	areq_finish(a, a->h.status != 0 ? a->h.status : 499, SBX_E_CANCELLED);
+}
+
+static const struct sbx_httpd_ops api_httpd_ops = { on_pause, on_gone };
+
+void
+areq_watch(struct areq *a)
+{
+	sbx_httpd_watch(&a->h);
+}
+
 void
 areq_stream_flush(struct areq *a)
 {
-	struct bufferevent *bev;
-
-	if (a->req == NULL || evbuffer_get_length(a->chunk) == 0)
-		return;
-	evhttp_send_reply_chunk_with_cb(a->req, a->chunk, stream_drained, a);
-	bev = evhttp_connection_get_bufferevent(a->conn);
-	if (!a->paused && a->op != NULL && bev != NULL &&
-	    evbuffer_get_length(bufferevent_get_output(bev)) >
-	    STREAM_HIGH_WATER) {
-		a->paused = 1;
-		sbx_op_pause(a->op);
-	}
-}
-
-/* The client went away mid-stream: cancel the producer; for an exec the
- * broker connection closes and the broker kills the process tree. */
-static void
-stream_closed(struct evhttp_connection *conn, void *arg)
-{
-	struct areq *a = arg;
-	struct sbx_op *op = a->op;
-
-	(void)conn;
-	a->op = NULL;
-	sbx_op_cancel(op);
-	/* The request was detached from its connection: ending it frees it. */
-	if (a->req != NULL)
-		evhttp_send_reply_end(a->req);
-	a->req = NULL;
-	a->conn = NULL;
-	areq_finish(a, 200, SBX_E_CANCELLED);
+	sbx_httpd_stream_flush(&a->h);
 }
 
 static void ping_fire(evutil_socket_t, short, void *);
@@ -328,31 +352,34 @@ ping_fire(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	if (a->req == NULL)
+	if (a->h.req == NULL)
 		return;
-	sbx_sse_comment(a->chunk, SBX_SSE_PING);
+	sbx_sse_comment(a->h.chunk, SBX_SSE_PING);
 	areq_stream_flush(a);
 	areq_ping_arm(a);
 }
 
 int
-areq_stream_begin(struct areq *a, const char *ctype)
+areq_stream_begin(struct areq *a, const char *ctype, size_t high_water)
 {
-	struct evkeyvalq *h = evhttp_request_get_output_headers(a->req);
-	struct timeval tv = { STREAM_TIMEOUT_S, 0 };
+	struct sbx_op *op = a->op;
 
-	if (a->chunk == NULL && (a->chunk = evbuffer_new()) == NULL)
+	if (a->sse && a->ping == NULL &&
+	    (a->ping = evtimer_new(a->s->base, ping_fire, a)) == NULL) {
+		a->op = NULL;
+		sbx_op_cancel(op);
+		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
 		return -1;
-	if (a->sse && (a->ping = evtimer_new(a->s->base, ping_fire, a)) == NULL)
+	}
+	a->h.high_water = high_water;
+	if (sbx_httpd_stream_begin(&a->h, ctype, STREAM_TIMEOUT_S) == -1) {
+		/* Gone already (nothing sent), or a 500 was sent. */
+		a->op = NULL;
+		sbx_op_cancel(op);
+		areq_finish(a, a->h.status != 0 ? a->h.status : 499,
+		    a->h.status != 0 ? SBX_E_INTERNAL : SBX_E_CANCELLED);
 		return -1;
-	evhttp_add_header(h, "Content-Type", ctype);
-	evhttp_add_header(h, "Cache-Control", "no-cache");
-	evhttp_add_header(h, "X-Accel-Buffering", "no");
-	a->conn = evhttp_request_get_connection(a->req);
-	evhttp_connection_set_timeout_tv(a->conn, &tv);
-	sbx_gate_watch(a->s->gate, a->conn, stream_closed, a);
-	evhttp_send_reply_start(a->req, 200, "OK");
-	a->streaming = 1;
+	}
 	if (a->sse) {
 		a->sse_counted = 1;
 		api_metrics_sse(&a->s->metrics, 1);
@@ -365,17 +392,7 @@ areq_stream_begin(struct areq *a, const char *ctype)
 void
 areq_stream_end(struct areq *a, const char *outcome)
 {
-	struct timeval tv;
-
-	if (a->req != NULL) {
-		areq_stream_flush(a);
-		tv.tv_sec = (a->s->cfg->request_timeout + 999) / 1000;
-		tv.tv_usec = 0;
-		sbx_gate_watch(a->s->gate, a->conn, NULL, NULL);
-		evhttp_connection_set_timeout_tv(a->conn, &tv);
-		evhttp_send_reply_end(a->req);
-		a->req = NULL;
-	}
+	sbx_httpd_stream_end(&a->h, (a->s->cfg->request_timeout + 999) / 1000);
 	areq_finish(a, 200, outcome);
 }
 
@@ -383,10 +400,22 @@ areq_stream_end(struct areq *a, const char *outcome)
 void
 areq_stream_abort(struct areq *a, const char *outcome)
 {
-	if (a->req != NULL) {
-		sbx_gate_watch(a->s->gate, a->conn, NULL, NULL);
-		evhttp_connection_free(a->conn);   /* frees a->req too */
-		a->req = NULL;
-	}
+	sbx_httpd_stream_abort(&a->h);
 	areq_finish(a, 200, outcome);
+}
+
+void
+api_req_abandon_all(struct api_server *s)
+{
+	struct areq *a;
+	struct sbx_op *op;
+
+	while ((a = s->live) != NULL) {
+		op = a->op;
+		a->op = NULL;
+		sbx_op_cancel(op);
+		sbx_httpd_release(&a->h);
+		a->route = NULL;    /* no audit row for an abandoned request */
+		areq_finish(a, 503, SBX_E_SHUTTING_DOWN);
+	}
 }

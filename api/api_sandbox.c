@@ -24,10 +24,6 @@
 #include "sbx_wire.h"
 #include "sbx_usage.h"
 
-#define API_PREFIX "/api/v1"
-#define NPCS_PATH API_PREFIX "/npcs"
-#define METRICS_PATH "/metrics"
-
 /* ------------------------------------------------------------------ */
 static json_t *
 opt_ms(int64_t v)
@@ -77,9 +73,9 @@ api_status_json(const struct areq *a, const struct sbx_status *st)
 	    json_string(st->stop_reason) : json_null());
 }
 
-/* 0 when every member of obj is in allowed; else fails a and returns -1. */
+/* 0 when every member of obj is in allowed; else -1 with err. */
 static int
-only_members(struct areq *a, json_t *obj, const char *const *allowed)
+only_members(json_t *obj, const char *const *allowed, struct sbx_err *err)
 {
 	const char *k;
 	json_t *v;
@@ -89,84 +85,79 @@ only_members(struct areq *a, json_t *obj, const char *const *allowed)
 		for (i = 0; allowed[i] != NULL; i++)
 			if (strcmp(allowed[i], k) == 0)
 				break;
-		if (allowed[i] == NULL) {
-			areq_fail_code(a, SBX_E_UNKNOWN_FIELD, "Member \"%.64s\" "
-			    "is not accepted here.", k);
-			return -1;
-		}
+		if (allowed[i] == NULL)
+			return sbx_err_set(err, SBX_E_UNKNOWN_FIELD, "Member "
+			    "\"%.64s\" is not accepted here.", k);
 	}
 	return 0;
 }
 
 /* ------------------------------------------------------------------ */
-/* Handlers                                                            */
+/* Handlers (api_handler_fn: 0 going on or answered, -1 with err)      */
 
-void
-api_h_whoami(struct areq *a)
+int
+api_h_whoami(struct areq *a, struct sbx_err *err)
 {
+	(void)err;
 	areq_reply_json(a, 200, json_pack("{s:s,s:s}", "name", a->who.name,
 	    "role", api_role_name(a->who.role)));
+	return 0;
 }
 
-void
-api_h_npc_create(struct areq *a)
+/* The owner of a new NPC: the caller, or (operators only) "owner". */
+static int
+npc_owner(struct areq *a, struct api_principal *owner, struct sbx_err *err)
+{
+	json_t *ow = json_object_get(a->body, "owner");
+	int r;
+
+	*owner = a->who;
+	if (ow == NULL)
+		return 0;
+	if (!json_is_string(ow))
+		return sbx_err_set(err, SBX_E_WRONG_TYPE, "Member \"owner\" must "
+		    "be a string.");
+	if (strcmp(json_string_value(ow), a->who.name) == 0)
+		return 0;
+	if (a->who.role != API_ROLE_OPERATOR)
+		return sbx_err_set(err, SBX_E_FORBIDDEN, "Only an operator can "
+		    "create an NPC for someone else.");
+	r = api_store_principal_get(a->s->store, json_string_value(ow), owner,
+	    err);
+	if (r == -1)
+		return -1;
+	if (r == 0 || owner->revoked_at != 0)
+		return sbx_err_set(err, SBX_E_NOT_FOUND, "No active principal "
+		    "has that name.");
+	return 0;
+}
+
+int
+api_h_npc_create(struct areq *a, struct sbx_err *err)
 {
 	static const char *const allowed[] = { "name", "owner", NULL };
 	struct api_principal owner;
 	struct api_npc n;
-	struct sbx_err err;
-	json_t *name, *ow;
-	int r;
+	json_t *name;
 
-	sbx_err_clear(&err);
-	if (only_members(a, a->body, allowed) == -1)
-		return;
+	if (only_members(a->body, allowed, err) == -1)
+		return -1;
 	name = json_object_get(a->body, "name");
-	if (!json_is_string(name)) {
-		areq_fail_code(a, name == NULL ? SBX_E_BAD_REQUEST :
+	if (!json_is_string(name))
+		return sbx_err_set(err, name == NULL ? SBX_E_BAD_REQUEST :
 		    SBX_E_WRONG_TYPE, "Member \"name\" must be a string.");
-		return;
-	}
-	owner = a->who;
-	if ((ow = json_object_get(a->body, "owner")) != NULL) {
-		if (!json_is_string(ow)) {
-			areq_fail_code(a, SBX_E_WRONG_TYPE, "Member \"owner\" "
-			    "must be a string.");
-			return;
-		}
-		if (strcmp(json_string_value(ow), a->who.name) != 0) {
-			if (a->who.role != API_ROLE_OPERATOR) {
-				areq_fail_code(a, SBX_E_FORBIDDEN, "Only an "
-				    "operator can create an NPC for someone "
-				    "else.");
-				return;
-			}
-			r = api_store_principal_get(a->s->store,
-			    json_string_value(ow), &owner, &err);
-			if (r == -1) {
-				areq_fail(a, &err);
-				return;
-			}
-			if (r == 0 || owner.revoked_at != 0) {
-				areq_fail_code(a, SBX_E_NOT_FOUND, "No active "
-				    "principal has that name.");
-				return;
-			}
-		}
-	}
+	if (npc_owner(a, &owner, err) == -1)
+		return -1;
 	if (!api_npc_name_valid(json_string_value(name)) ||
-	    strlen(json_string_value(name)) != json_string_length(name)) {
-		areq_fail_code(a, SBX_E_BAD_REQUEST, SBX_MSG_BAD_NPC_NAME);
-		return;
-	}
+	    strlen(json_string_value(name)) != json_string_length(name))
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_BAD_NPC_NAME);
 	if (api_store_npc_create(a->s->store, json_string_value(name),
-	    owner.id, &n, &err) == -1) {
-		areq_fail(a, &err);
-		return;
-	}
+	    owner.id, &n, err) == -1)
+		return -1;
 	a->npc = n;
 	a->has_npc = 1;
 	areq_reply_json(a, 201, npc_json(&n));
+	return 0;
 }
 
 static void
@@ -175,24 +166,20 @@ npc_list_add(void *arg, const struct api_npc *n)
 	json_array_append_new(arg, npc_json(n));
 }
 
-void
-api_h_npc_list(struct areq *a)
+int
+api_h_npc_list(struct areq *a, struct sbx_err *err)
 {
-	struct sbx_err err;
 	json_t *arr;
 
-	sbx_err_clear(&err);
-	if ((arr = json_array()) == NULL) {
-		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
-		return;
-	}
+	if ((arr = json_array()) == NULL)
+		return sbx_err_oom(err);
 	if (api_store_npc_list(a->s->store, a->who.role == API_ROLE_OPERATOR ?
-	    0 : a->who.id, npc_list_add, arr, &err) == -1) {
+	    0 : a->who.id, npc_list_add, arr, err) == -1) {
 		json_decref(arr);
-		areq_fail(a, &err);
-		return;
+		return -1;
 	}
 	areq_reply_json(a, 200, arr);
+	return 0;
 }
 
 static void
@@ -231,75 +218,71 @@ ensure_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
  * max_sandboxes_per_player: the NPC's sandbox takes one of its owner's
  * slots before the broker is asked, so a burst of ensures cannot pass the
  * cap. Operators are exempt (their ensures are recorded, never refused).
- * Returns 0, or -1 having answered (429 too_many, 500).
+ * Returns 0, or -1 with err (too_many, internal).
  */
 static int
-claim_slot(struct areq *a)
+claim_slot(struct areq *a, struct sbx_err *err)
 {
 	long long max = a->who.role == API_ROLE_OPERATOR ? 0 :
 	    a->s->cfg->max_sandboxes_per_player;
-	struct sbx_err err;
 	int r;
 
-	sbx_err_clear(&err);
 	r = api_store_sandbox_claim(a->s->store, &a->npc, max,
-	    &a->slot_claimed, &err);
+	    &a->slot_claimed, err);
 	if (r == 1)
 		return 0;
 	if (r == 0)
-		areq_fail_code(a, SBX_E_TOO_MANY, "%s already has %lld "
+		sbx_err_set(err, SBX_E_TOO_MANY, "%s already has %lld "
 		    "sandboxes, the most one player may have "
 		    "(max_sandboxes_per_player); delete one with DELETE "
 		    "/api/v1/npcs/NPC/sandbox, or ask an operator.",
 		    a->npc.owner, max);
-	else
-		areq_fail(a, &err);
 	return -1;
 }
 
-void
-api_h_ensure(struct areq *a)
+/* The body of PUT .../sandbox (may be absent): only "image". */
+static int
+ensure_body(struct areq *a, struct sbx_err *err)
 {
 	static const char *const allowed[] = { "image", NULL };
-	struct sbx_spec spec;
-	struct sbx_err err;
 	json_t *img;
 
-	sbx_err_clear(&err);
-	memset(&spec, 0, sizeof(spec));
-	if (a->body != NULL) {
-		if (json_object_get(a->body, "egress") != NULL) {
-			if (a->who.role != API_ROLE_OPERATOR)
-				areq_fail_code(a, SBX_E_FORBIDDEN,
-				    API_EGRESS_FORBIDDEN, a->npc.name);
-			else
-				areq_fail_code(a, SBX_E_UNKNOWN_FIELD, "Egress "
-				    "is set with PUT /api/v1/npcs/%s/egress.",
-				    a->npc.name);
-			return;
-		}
-		if (only_members(a, a->body, allowed) == -1)
-			return;
-		img = json_object_get(a->body, "image");
-		if (img != NULL && !json_is_string(img)) {
-			areq_fail_code(a, SBX_E_WRONG_TYPE, "Member \"image\" "
-			    "must be a string.");
-			return;
-		}
-		if (img != NULL) {
-			if (json_string_length(img) == 0 ||
-			    json_string_length(img) >= sizeof(a->npc.image) ||
-			    strlen(json_string_value(img)) !=
-			    json_string_length(img)) {
-				areq_fail_code(a, SBX_E_BAD_REQUEST, "Member "
-				    "\"image\" must be an image name.");
-				return;
-			}
-			snprintf(a->npc.image, sizeof(a->npc.image), "%s",
-			    json_string_value(img));
-			a->set_image = 1;
-		}
+	if (a->body == NULL)
+		return 0;
+	if (json_object_get(a->body, "egress") != NULL) {
+		if (a->who.role != API_ROLE_OPERATOR)
+			return sbx_err_set(err, SBX_E_FORBIDDEN,
+			    API_EGRESS_FORBIDDEN, a->npc.name);
+		return sbx_err_set(err, SBX_E_UNKNOWN_FIELD, "Egress is set "
+		    "with PUT /api/v1/npcs/%s/egress.", a->npc.name);
 	}
+	if (only_members(a->body, allowed, err) == -1)
+		return -1;
+	if ((img = json_object_get(a->body, "image")) == NULL)
+		return 0;
+	if (!json_is_string(img))
+		return sbx_err_set(err, SBX_E_WRONG_TYPE, "Member \"image\" must "
+		    "be a string.");
+	if (json_string_length(img) == 0 ||
+	    json_string_length(img) >= sizeof(a->npc.image) ||
+	    strlen(json_string_value(img)) != json_string_length(img))
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Member \"image\" must "
+		    "be an image name.");
+	snprintf(a->npc.image, sizeof(a->npc.image), "%s",
+	    json_string_value(img));
+	a->set_image = 1;
+	return 0;
+}
+
+int
+api_h_ensure(struct areq *a, struct sbx_err *err)
+{
+	struct sbx_spec spec;
+	struct sbx_err e2;
+
+	if (ensure_body(a, err) == -1)
+		return -1;
+	memset(&spec, 0, sizeof(spec));
 	/* The image asked for once stays the NPC's image: a later ensure
 	 * without one (or an egress change) must not fall back to the
 	 * default and replace the container. */
@@ -308,15 +291,15 @@ api_h_ensure(struct areq *a)
 	spec.egress = a->npc.egress;
 	spec.egress_allow = a->npc.egress && a->npc.egress_allow[0] != '\0' ?
 	    a->npc.egress_allow : NULL;
-	if (claim_slot(a) == -1)
-		return;
+	if (claim_slot(a, err) == -1)
+		return -1;
 	a->op = sbx_call_ensure(a->s->driver, a->npc.sandbox_id,
-	    &spec, ensure_done, a, &err);
-	if (a->op == NULL) {
-		if (a->slot_claimed)
-			api_store_sandbox_release(a->s->store, a->npc.id, &err);
-		areq_fail_broker(a, &err);
-	}
+	    &spec, ensure_done, a, err);
+	if (a->op != NULL)
+		return 0;
+	if (a->slot_claimed)
+		api_store_sandbox_release(a->s->store, a->npc.id, &e2);
+	return areq_broker_err(a);
 }
 
 static void
@@ -337,47 +320,23 @@ status_usage_done(void *arg, const struct sbx_err *err,
 	areq_reply_json(a, 200, o);
 }
 
-/* ?usage=1: the broker counts /work (one helper exec, adr/0017); returns
- * 1 when started or answered, 0 when the flag is absent or 0. */
-static int
-status_usage_start(struct areq *a)
+int
+api_h_status(struct areq *a, struct sbx_err *err)
 {
-	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->req);
-	struct sbx_err err;
-	int on;
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->h.req);
+	int usage;
 
-	sbx_err_clear(&err);
-	if ((on = sbx_query_flag(evhttp_uri_get_query(uri), SBX_QUERY_USAGE,
-	    &err)) == 0)
-		return 0;
-	if (on < 0) {
-		areq_fail(a, &err);
-		return 1;
-	}
-	if (!sbx_call_supports(a->s->driver, SBX_CALL_STATUS_USAGE)) {
-		areq_fail_code(a, SBX_E_BAD_REQUEST, "This api's driver cannot "
-		    "count /work usage.");
-		return 1;
-	}
-	a->op = sbx_call_status_usage(a->s->driver,
-	    a->npc.sandbox_id, status_usage_done, a, &err);
-	if (a->op == NULL)
-		areq_fail_broker(a, &err);
-	return 1;
-}
-
-void
-api_h_status(struct areq *a)
-{
-	struct sbx_err err;
-
-	if (status_usage_start(a))
-		return;
-	sbx_err_clear(&err);
-	a->op = sbx_call_status(a->s->driver, a->npc.sandbox_id,
-	    status_done, a, &err);
-	if (a->op == NULL)
-		areq_fail_broker(a, &err);
+	/* ?usage=1: the broker counts /work (one helper exec, adr/0017). */
+	if ((usage = sbx_query_flag(evhttp_uri_get_query(uri), SBX_QUERY_USAGE,
+	    err)) < 0)
+		return -1;
+	if (usage && !sbx_call_supports(a->s->driver, SBX_CALL_STATUS_USAGE))
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "This api's driver "
+		    "cannot count /work usage.");
+	a->op = usage ? sbx_call_status_usage(a->s->driver, a->npc.sandbox_id,
+	    status_usage_done, a, err) : sbx_call_status(a->s->driver,
+	    a->npc.sandbox_id, status_done, a, err);
+	return a->op != NULL ? 0 : areq_broker_err(a);
 }
 
 static void
@@ -406,16 +365,12 @@ destroy_done(void *arg, const struct sbx_err *err)
 	done_reply(arg, err, "absent");
 }
 
-void
-api_h_destroy(struct areq *a)
+int
+api_h_destroy(struct areq *a, struct sbx_err *err)
 {
-	struct sbx_err err;
-
-	sbx_err_clear(&err);
 	a->op = sbx_call_destroy(a->s->driver, a->npc.sandbox_id,
-	    destroy_done, a, &err);
-	if (a->op == NULL)
-		areq_fail_broker(a, &err);
+	    destroy_done, a, err);
+	return a->op != NULL ? 0 : areq_broker_err(a);
 }
 
 static void
@@ -424,36 +379,25 @@ stop_done(void *arg, const struct sbx_err *err)
 	done_reply(arg, err, "stopped");
 }
 
-void
-api_h_stop(struct areq *a)
+int
+api_h_stop(struct areq *a, struct sbx_err *err)
 {
-	struct sbx_err err;
-
-	sbx_err_clear(&err);
-	if (a->body != NULL && json_object_size(a->body) != 0) {
-		areq_fail_code(a, SBX_E_UNKNOWN_FIELD, "stop takes no members.");
-		return;
-	}
+	if (a->body != NULL && json_object_size(a->body) != 0)
+		return sbx_err_set(err, SBX_E_UNKNOWN_FIELD, "stop takes no "
+		    "members.");
 	a->op = sbx_call_stop(a->s->driver, a->npc.sandbox_id,
-	    stop_done, a, &err);
-	if (a->op == NULL)
-		areq_fail_broker(a, &err);
+	    stop_done, a, err);
+	return a->op != NULL ? 0 : areq_broker_err(a);
 }
 
 /* ?path= decoded once and checked (SPEC §4 path rules). */
 static int
-query_path(struct areq *a)
+query_path(struct areq *a, struct sbx_err *err)
 {
-	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->req);
-	struct sbx_err err;
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->h.req);
 
-	sbx_err_clear(&err);
-	if (sbx_query_path(evhttp_uri_get_query(uri), SBX_QUERY_PATH, &a->path,
-	    NULL, &err) == -1) {
-		areq_fail(a, &err);
-		return -1;
-	}
-	return 0;
+	return sbx_query_path(evhttp_uri_get_query(uri), SBX_QUERY_PATH,
+	    &a->path, NULL, err);
 }
 
 static void
@@ -470,47 +414,42 @@ write_done(void *arg, const struct sbx_err *err)
 	    "path", a->path));
 }
 
-void
-api_h_write(struct areq *a)
+/* ?mode= (octal) into a->mode when given. */
+static int
+query_mode(struct areq *a, struct sbx_err *err)
 {
-	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->req);
-	struct evbuffer *in = evhttp_request_get_input_buffer(a->req);
-	struct sbx_err err;
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->h.req);
 	char *mode = NULL;
+	int r;
 
-	sbx_err_clear(&err);
-	if (query_path(a) == -1)
-		return;
 	switch (sbx_query_param(evhttp_uri_get_query(uri), SBX_QUERY_MODE,
-	    &mode, NULL, &err)) {
+	    &mode, NULL, err)) {
 	case -1:
-		areq_fail(a, &err);
-		return;
+		return -1;
 	case 1:
-		if (sbx_wire_mode_decode(mode, &a->mode, &err) == -1) {
-			free(mode);
-			areq_fail(a, &err);
-			return;
-		}
+		r = sbx_wire_mode_decode(mode, &a->mode, err);
 		free(mode);
-		break;
+		return r;
 	default:
-		break;
+		return 0;
 	}
-	if (api_fileop_admit(a, &err) == -1) {
-		areq_fail(a, &err);
-		return;
-	}
-	if (a->gbody != NULL) {
-		api_write_stream(a, write_done);   /* adr/0030 */
-		return;
-	}
+}
+
+int
+api_h_write(struct areq *a, struct sbx_err *err)
+{
+	struct evbuffer *in = evhttp_request_get_input_buffer(a->h.req);
+
+	if (query_path(a, err) == -1 || query_mode(a, err) == -1 ||
+	    api_fileop_admit(a, err) == -1)
+		return -1;
+	if (a->gbody != NULL)
+		return api_write_stream(a, write_done, err);   /* adr/0030 */
 	/* A chunked body was gathered by the gate (at most file_size_max
 	 * bytes); the driver drains it towards the broker. */
 	a->op = sbx_call_write(a->s->driver, a->npc.sandbox_id,
-	    a->path, a->mode, in, write_done, a, &err);
-	if (a->op == NULL)
-		areq_fail_broker(a, &err);
+	    a->path, a->mode, in, write_done, a, err);
+	return a->op != NULL ? 0 : areq_broker_err(a);
 }
 
 static void
@@ -529,50 +468,51 @@ list_done(void *arg, const struct sbx_err *err, const struct sbx_dirent *ents,
 	api_list_reply(a, ents, n, truncated);
 }
 
-void
-api_h_list(struct areq *a)
+/* ?cursor= (adr/0013): present, even empty, asks for the page object
+ * (a->list_obj); its name (name, cap bytes) is where the page starts. */
+static int
+query_cursor(struct areq *a, unsigned char *name, size_t cap,
+    struct sbx_err *err)
 {
-	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->req);
-	struct sbx_list_page page;
-	struct sbx_err err;
-	unsigned char name[256];
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->h.req);
 	char *cur = NULL;
 	size_t len = 0, nl = 0;
 	int r;
 
-	sbx_err_clear(&err);
-	if (query_path(a) == -1)
-		return;
-	/* ?cursor= (adr/0013): present, even empty, asks for the page object. */
 	r = sbx_query_param(evhttp_uri_get_query(uri), SBX_QUERY_CURSOR, &cur,
-	    &len, &err);
-	if (r == -1) {
-		areq_fail(a, &err);
-		return;
-	}
+	    &len, err);
+	if (r == -1)
+		return -1;
 	a->list_obj = r == 1;
-	if (len > 0 && (len > 344 || sodium_base642bin(name, sizeof(name) - 1,
-	    cur, len, NULL, &nl, NULL, sodium_base64_VARIANT_URLSAFE_NO_PADDING) !=
-	    0 || nl == 0 || memchr(name, '\0', nl) != NULL ||
+	if (len > 0 && (len > 344 || sodium_base642bin(name, cap - 1, cur, len,
+	    NULL, &nl, NULL, sodium_base64_VARIANT_URLSAFE_NO_PADDING) != 0 ||
+	    nl == 0 || memchr(name, '\0', nl) != NULL ||
 	    memchr(name, '/', nl) != NULL)) {
 		free(cur);
-		areq_fail_code(a, SBX_E_BAD_REQUEST, SBX_MSG_BAD_CURSOR);
-		return;
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_BAD_CURSOR);
 	}
 	free(cur);
 	name[nl] = '\0';
-	page.after = nl > 0 ? (const char *)name : NULL;
-	page.limit = API_LIST_MAX_ENTRIES;
-	if (api_fileop_admit(a, &err) == -1) {
-		areq_fail(a, &err);
-		return;
-	}
-	a->op = sbx_call_list(a->s->driver, a->npc.sandbox_id,
-	    a->path, &page, list_done, a, &err);
-	if (a->op == NULL)
-		areq_fail_broker(a, &err);
+	return 0;
 }
 
+int
+api_h_list(struct areq *a, struct sbx_err *err)
+{
+	struct sbx_list_page page;
+	unsigned char name[256];
+
+	if (query_path(a, err) == -1 ||
+	    query_cursor(a, name, sizeof(name), err) == -1)
+		return -1;
+	page.after = name[0] != '\0' ? (const char *)name : NULL;
+	page.limit = API_LIST_MAX_ENTRIES;
+	if (api_fileop_admit(a, err) == -1)
+		return -1;
+	a->op = sbx_call_list(a->s->driver, a->npc.sandbox_id,
+	    a->path, &page, list_done, a, err);
+	return a->op != NULL ? 0 : areq_broker_err(a);
+}
 static void
 egress_ensured(void *arg, const struct sbx_err *err,
     const struct sbx_status *st)
@@ -654,97 +594,91 @@ egress_stats_done(void *arg, const struct sbx_err *err, const char *text)
 	areq_reply_json(a, 200, obj);
 }
 
-void
-api_h_egress_get(struct areq *a)
+int
+api_h_egress_get(struct areq *a, struct sbx_err *err)
 {
-	struct sbx_err err;
-
-	sbx_err_clear(&err);
 	a->op = sbx_call_egress_stats(a->s->driver, a->npc.sandbox_id,
-	    egress_stats_done, a, &err);
-	if (a->op == NULL)
-		areq_fail_broker(a, &err);
+	    egress_stats_done, a, err);
+	return a->op != NULL ? 0 : areq_broker_err(a);
 }
 
-void
-api_h_egress(struct areq *a)
+/*
+ * The body of PUT .../egress: "enabled" into a->egress; "allow" (adr/0026)
+ * narrows the grant, checked before anything is stored, '\n'-joined into
+ * *joined (owned; NULL: absent, full egress). What was granted goes to the
+ * audit row (adr/0027): the checked list, ["*"] for full egress.
+ */
+static int
+egress_body(struct areq *a, char **joined, struct sbx_err *err)
 {
 	static const char *const allowed[] = { "enabled", "allow", NULL };
-	struct sbx_err err;
-	json_t *en, *allow;
-	char *joined = NULL;
+	json_t *en, *allow, *d;
 
-	sbx_err_clear(&err);
-	if (only_members(a, a->body, allowed) == -1)
-		return;
+	*joined = NULL;
+	if (only_members(a->body, allowed, err) == -1)
+		return -1;
 	en = json_object_get(a->body, "enabled");
-	if (!json_is_boolean(en)) {
-		areq_fail_code(a, en == NULL ? SBX_E_BAD_REQUEST :
+	if (!json_is_boolean(en))
+		return sbx_err_set(err, en == NULL ? SBX_E_BAD_REQUEST :
 		    SBX_E_WRONG_TYPE, "Member \"enabled\" must be true or "
 		    "false.");
-		return;
-	}
 	a->egress = json_is_true(en);
-	/* adr/0026: "allow" narrows the grant; absent (or ["*"]) is full
-	 * egress. Checked before anything is stored. */
 	allow = json_object_get(a->body, "allow");
-	if (allow != NULL && !a->egress) {
-		areq_fail_code(a, SBX_E_BAD_REQUEST, "Member \"allow\" needs "
-		    "\"enabled\": true.");
-		return;
-	}
+	if (allow != NULL && !a->egress)
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Member \"allow\" "
+		    "needs \"enabled\": true.");
 	if (allow != NULL) {
-		if (egress_allow_check(allow, &err) != 0) {
-			areq_fail(a, &err);
-			return;
-		}
-		if ((joined = egress_allow_join(allow)) == NULL ||
-		    strlen(joined) > API_EGRESS_ALLOW_MAX) {
-			free(joined);
-			areq_fail_code(a, SBX_E_BAD_REQUEST, "The allowlist is longer "
-			    "than %d bytes.", API_EGRESS_ALLOW_MAX);
-			return;
+		if (egress_allow_check(allow, err) != 0)
+			return -1;
+		if ((*joined = egress_allow_join(allow)) == NULL ||
+		    strlen(*joined) > API_EGRESS_ALLOW_MAX) {
+			free(*joined);
+			*joined = NULL;
+			return sbx_err_set(err, SBX_E_BAD_REQUEST, "The allowlist "
+			    "is longer than %d bytes.", API_EGRESS_ALLOW_MAX);
 		}
 	}
 	a->audit_pick = a->egress ? 2 : 1;   /* the row's grant/revoke */
-	/* What was granted, in the audit row (adr/0027): the checked list,
-	 * ["*"] for full egress. */
-	{
-		json_t *d;
+	if (!a->egress)
+		d = json_pack("{s:b}", "enabled", 0);
+	else if (allow != NULL)
+		d = json_pack("{s:b, s:O}", "enabled", 1, "allow", allow);
+	else
+		d = json_pack("{s:b, s:[s]}", "enabled", 1, "allow", "*");
+	a->audit_detail = d != NULL ? json_dumps(d, JSON_COMPACT) : NULL;
+	json_decref(d);
+	return 0;
+}
 
-		if (!a->egress)
-			d = json_pack("{s:b}", "enabled", 0);
-		else if (allow != NULL)
-			d = json_pack("{s:b, s:O}", "enabled", 1, "allow", allow);
-		else
-			d = json_pack("{s:b, s:[s]}", "enabled", 1, "allow", "*");
-		a->audit_detail = d != NULL ? json_dumps(d, JSON_COMPACT) : NULL;
-		json_decref(d);
-	}
-	if ((a->egress && api_store_npc_set_egress_allow(a->s->store, a->npc.name,
-	    joined, &err) == -1) ||
+int
+api_h_egress(struct areq *a, struct sbx_err *err)
+{
+	char *joined = NULL;
+
+	if (egress_body(a, &joined, err) == -1)
+		return -1;
+	if ((a->egress && api_store_npc_set_egress_allow(a->s->store,
+	    a->npc.name, joined, err) == -1) ||
 	    api_store_npc_set_egress(a->s->store, a->npc.name, a->egress,
-	    a->who.name, &err) == -1 ||
-	    api_store_npc_get(a->s->store, a->npc.name, &a->npc, &err) != 1) {
-		if (!sbx_err_is_set(&err))
-			sbx_err_set(&err, SBX_E_NOT_FOUND, SBX_MSG_NO_NPC,
+	    a->who.name, err) == -1 ||
+	    api_store_npc_get(a->s->store, a->npc.name, &a->npc, err) != 1) {
+		if (!sbx_err_is_set(err))
+			sbx_err_set(err, SBX_E_NOT_FOUND, SBX_MSG_NO_NPC,
 			    a->npc.name);
 		free(joined);
-		areq_fail(a, &err);
-		return;
+		return -1;
 	}
 	log_info(a->egress ? "egress granted" : "egress revoked", "npc",
 	    a->npc.name, "by", a->who.name, "allow", a->egress ? (joined != NULL ?
 	    joined : "*") : "-", NULL);
 	free(joined);
 	a->op = sbx_call_status(a->s->driver, a->npc.sandbox_id,
-	    egress_status, a, &err);
-	if (a->op == NULL)
-		areq_fail_broker(a, &err);
+	    egress_status, a, err);
+	return a->op != NULL ? 0 : areq_broker_err(a);
 }
 
-void
-api_h_metrics(struct areq *a)
+int
+api_h_metrics(struct areq *a, struct sbx_err *err)
 {
 	struct evbuffer *out = NULL;
 
@@ -752,16 +686,11 @@ api_h_metrics(struct areq *a)
 	    api_metrics_render(&a->s->metrics, out, a->s->inflight) == -1) {
 		if (out != NULL)
 			evbuffer_free(out);
-		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
-		return;
+		return sbx_err_oom(err);
 	}
-	evhttp_add_header(evhttp_request_get_output_headers(a->req),
-	    "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
-	evhttp_add_header(evhttp_request_get_output_headers(a->req),
-	    "Cache-Control", "no-store");
-	evhttp_send_reply(a->req, 200, "OK", out);
+	sbx_httpd_header(&a->h, "Cache-Control", "no-store");
+	areq_reply_body(a, 200, "text/plain; version=0.0.4; charset=utf-8",
+	    out);
 	evbuffer_free(out);
-	a->req = NULL;
-	areq_finish(a, 200, "ok");
+	return 0;
 }
-

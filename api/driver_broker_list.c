@@ -1,4 +1,4 @@
-/* driver_broker_list.c - a broker list answer decoded entry by entry as it arrives (adr/0030). */
+/* driver_broker_list.c - a broker list answer decoded entry by entry as it arrives (adr/0030). Calls jansson and sbx_wire only. */
 #include <stdlib.h>
 #include <string.h>
 

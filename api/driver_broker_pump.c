@@ -1,4 +1,4 @@
-/* driver_broker_pump.c - write_stream's body pump: the caller's source to the broker connection, within a bound (adr/0030). */
+/* driver_broker_pump.c - write_stream's body pump: the caller's source to the broker connection, within a bound (adr/0030). Calls libevent and the HTTP client's bufferevent only. */
 #include <stdlib.h>
 
 #include <event2/buffer.h>

@@ -1,4 +1,4 @@
-/* agent.c - the broker's end of a sandbox agent channel: streams, credit, bounds (contract in agent.h). */
+/* agent.c - the broker's end of a sandbox agent channel: streams, credit, bounds (contract in agent.h). Calls the frame codec (proto/sbx_agent.c) and libevent only; its owners (the engine driver, the broker's metrics page) call it, never the reverse. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
@@ -52,12 +52,6 @@ void
 sbx_agent_count_restart(void)
 {
 	agent_restarts++;
-}
-
-uint64_t
-sbx_agent_restarts(void)
-{
-	return agent_restarts;
 }
 
 int

@@ -172,7 +172,6 @@ void sbx_agent_cancel(struct sbx_agent_stream *st);
  * Returns 0, -1 out of memory.
  */
 void sbx_agent_count_restart(void);
-uint64_t sbx_agent_restarts(void);
 int sbx_agent_metrics_render(struct evbuffer *out);
 
 #endif

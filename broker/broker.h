@@ -103,10 +103,10 @@ struct broker_server;
 /*
  * A broker HTTP server on base, using driver (borrowed; must outlive the
  * server) and cfg (borrowed; must outlive the server), accepting requests
- * that carry token (copied). Opens (creates) cfg->state_dir/broker.db.
- * Does not listen yet: see broker_server_listen / broker_server_bind_fd.
- * Returns the server or NULL with err (config_error: state dir/database,
- * internal).
+ * that carry token (copied), answering the routes of proto/broker-api.md.
+ * Opens (creates) cfg->state_dir/broker.db. Does not listen yet: see
+ * broker_server_listen. Returns the server or NULL with err (config_error:
+ * state dir/database, internal).
  */
 struct broker_server *broker_server_new(struct event_base *base,
     const struct broker_config *cfg, struct sbx_driver *driver,

@@ -1,4 +1,4 @@
-/* broker_egress.c - allowlist checks, proxy container bodies and the proxy's decision log for the broker (adr/0026). */
+/* broker_egress.c - allowlist checks, proxy container bodies, the proxy's decision log, and the counts a proxy reports kept for /metrics (adr/0026, adr/0027). */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -6,6 +6,9 @@
 #include <sodium.h>
 
 #include "broker_egress.h"
+#include "broker_metrics.h"
+#include "broker_state.h"
+#include "sbx_log.h"
 #include "sbx_proto.h"
 
 void
@@ -256,4 +259,30 @@ egress_stats_clear(struct egress_stats *st)
 		return;
 	json_decref(st->denials);
 	memset(st, 0, sizeof(*st));
+}
+
+void
+broker_egress_note(struct broker_metrics *m, struct broker_state *state,
+    const char *id, const char *text)
+{
+	json_t *o = json_loads(text, 0, NULL);
+	struct broker_row row;
+	struct sbx_err e;
+	json_int_t a, d;
+
+	if (!json_is_object(o)) {
+		json_decref(o);
+		return;
+	}
+	a = json_integer_value(json_object_get(o, "allowed"));
+	d = json_integer_value(json_object_get(o, "denied"));
+	/* A read that ends after its sandbox's destroy (its row gone) must
+	 * not bring the series back. */
+	if (!json_is_true(json_object_get(o, "proxy")) ||
+	    broker_state_get(state, id, &row, &e) != 1)
+		broker_metrics_egress_forget(m, id);
+	else if (a >= 0 && d >= 0 && broker_metrics_egress_set(m, id,
+	    (uint64_t)a, (uint64_t)d) != 0)
+		log_warn("egress counts not kept (out of memory)", "id", id, NULL);
+	json_decref(o);
 }

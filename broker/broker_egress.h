@@ -1,4 +1,4 @@
-/* broker_egress.h - what the broker needs to run a sandbox's egress proxy: allowlist checks, Engine API bodies, the proxy's decision log read back (adr/0026). */
+/* broker_egress.h - what the broker needs to run a sandbox's egress proxy: allowlist checks, Engine API bodies, the proxy's decision log read back, its counts kept for /metrics (adr/0026, adr/0027). */
 #ifndef SBX_BROKER_EGRESS_H
 #define SBX_BROKER_EGRESS_H
 
@@ -88,5 +88,19 @@ struct egress_stats {
 int egress_log_scan(const unsigned char *buf, size_t len, struct egress_stats *st);
 
 void egress_stats_clear(struct egress_stats *st);
+
+struct broker_metrics;
+struct broker_state;
+
+/*
+ * What a driver's egress_stats answer (JSON text: {"proxy":bool,
+ * "allowed":N,"denied":M,...}) means for id's series in m: proxy true
+ * sets the counts (broker_metrics_egress_set) while state has a row for
+ * id, proxy false (or no row: destroyed meanwhile) forgets them. Text
+ * that does not parse changes nothing; out of memory is logged. Used by
+ * the egress poll and by GET /v1/sandboxes/{id}/egress (adr/0027).
+ */
+void broker_egress_note(struct broker_metrics *m, struct broker_state *state,
+    const char *id, const char *text);
 
 #endif

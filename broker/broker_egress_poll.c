@@ -1,10 +1,10 @@
-/* broker_egress_poll.c - the broker's cached egress counts: each sandbox's proxy read on a timer and on GET .../egress, for /metrics (adr/0027). */
+/* broker_egress_poll.c - the egress poll: each sandbox's proxy read on a timer, what it reports kept by broker_egress_note for /metrics (adr/0027). */
 #include <stdlib.h>
 #include <string.h>
 
 #include <event2/event.h>
-#include <jansson.h>
 
+#include "broker_egress.h"
 #include "broker_egress_poll.h"
 #include "broker_metrics.h"
 #include "broker_reaper.h"
@@ -20,32 +20,6 @@ struct broker_egress_poll {
 	size_t nids, next;
 };
 
-void
-broker_egress_note(struct broker_server *s, const char *id, const char *text)
-{
-	struct broker_metrics *m = broker_server_metrics(s);
-	json_t *o = json_loads(text, 0, NULL);
-	struct broker_row row;
-	struct sbx_err e;
-	json_int_t a, d;
-
-	if (!json_is_object(o)) {
-		json_decref(o);
-		return;
-	}
-	a = json_integer_value(json_object_get(o, "allowed"));
-	d = json_integer_value(json_object_get(o, "denied"));
-	/* A read that ends after its sandbox's destroy (its row gone) must
-	 * not bring the series back. */
-	if (!json_is_true(json_object_get(o, "proxy")) ||
-	    broker_state_get(broker_server_state(s), id, &row, &e) != 1)
-		broker_metrics_egress_forget(m, id);
-	else if (a >= 0 && d >= 0 && broker_metrics_egress_set(m, id,
-	    (uint64_t)a, (uint64_t)d) != 0)
-		log_warn("egress counts not kept (out of memory)", "id", id, NULL);
-	json_decref(o);
-}
-
 static void poll_next(struct broker_egress_poll *p);
 
 static void
@@ -59,7 +33,8 @@ poll_read(void *arg, const struct sbx_err *err, const char *text)
 		log_warn("cannot read an egress proxy's counts", "id", id, "code",
 		    err->code, "error", err->message, NULL);
 	else
-		broker_egress_note(p->s, id, text);
+		broker_egress_note(broker_server_metrics(p->s),
+		    broker_server_state(p->s), id, text);
 	p->next++;
 	poll_next(p);
 }

@@ -1,4 +1,4 @@
-/* broker_egress_poll.h - the broker's cached egress counts: each sandbox's proxy read on a timer and on GET .../egress, for /metrics (adr/0027). */
+/* broker_egress_poll.h - the egress poll: each sandbox's proxy read on a timer, what it reports kept by broker_egress_note for /metrics (adr/0027). */
 #ifndef BROKER_EGRESS_POLL_H
 #define BROKER_EGRESS_POLL_H
 
@@ -12,9 +12,9 @@ struct broker_egress_poll;
  * timer, NULL returned without error) it walks the state's rows with
  * egress, running ones and stopped ones whose counts it has not cached,
  * one driver egress_stats op at a time (never two reads in flight from the
- * poll), and stores what each proxy reports with
- * broker_metrics_egress_set; a sandbox without a proxy loses its series.
- * A pass still under way when the timer fires is not doubled. Nothing new
+ * poll), and keeps what each proxy reports with broker_egress_note
+ * (broker_egress.h); a sandbox without a proxy loses its series. A pass
+ * still under way when the timer fires is not doubled. Nothing new
  * starts once the server drains. Returns the poll (broker_egress_poll_free
  * before the server) or NULL with err set (internal) or, for interval 0,
  * NULL with err clear.
@@ -23,16 +23,5 @@ struct broker_egress_poll *broker_egress_poll_new(struct broker_server *s,
     struct sbx_err *err);
 /* Stops the timer, cancels a read in flight. NULL ok. */
 void broker_egress_poll_free(struct broker_egress_poll *p);
-
-/*
- * What a driver's egress_stats answer (JSON text: {"proxy":bool,
- * "allowed":N,"denied":M,...}) means for id's series: proxy true sets the
- * counts (broker_metrics_egress_set) while the state has a row for id,
- * proxy false (or no row: destroyed meanwhile) forgets them. Text that
- * does not parse changes nothing. Used by the poll and by GET
- * /v1/sandboxes/{id}/egress.
- */
-void broker_egress_note(struct broker_server *s, const char *id,
-    const char *text);
 
 #endif

@@ -1,4 +1,4 @@
-/* broker_files.c - file read, write and list of /work: admission, the client watched, bodies streamed to the driver (SPEC §6, adr/0018). */
+/* broker_files.c - file read, write and list of /work: admission, the client watched, bodies streamed to the driver; handlers that reach the request layer through broker_int.h only (SPEC §6, adr/0018, adr/0036). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,8 +137,11 @@ write_done(void *arg, const struct sbx_err *err)
 	    (int64_t)b->wsize), "ok");
 }
 
-void
-broker_files_detach(struct breq *b)
+/* b's detach hook (broker_int.h): a streamed write still under way (or
+ * the call layer's gather of it) is cancelled, and a list reply still
+ * being encoded (adr/0030) is freed. */
+static void
+files_detach(struct breq *b)
 {
 	if (b->gbody != NULL && b->op != NULL) { /* a write or its gather */
 		sbx_op_cancel(b->op);
@@ -198,8 +201,10 @@ h_write(struct breq *b, struct sbx_err *err)
 		    "/work is needed, not /work itself.");
 	if (query_mode(b, err) == -1 || fileop_admit(b, err) == -1)
 		return -1;
-	if (b->gbody != NULL)
+	if (b->gbody != NULL) {
+		b->detach = files_detach;
 		return write_streamed(b, err);
+	}
 	/* Kept for the reply: the driver drains the body. */
 	b->wsize = evbuffer_get_length(in);
 	b->op = sbx_call_write(b->s->driver, b->id, b->path, b->mode,
@@ -242,7 +247,7 @@ list_done(void *arg, const struct sbx_err *err, const struct sbx_dirent *ents,
 		breq_fail(b, err);
 		return;
 	}
-	/* b->lout is freed with b (broker_files_detach) */
+	/* b->lout is freed with b (files_detach) */
 	if (sbx_list_out_start(&b->lout, b->s->base, ents, n, truncated,
 	    b->list_obj, list_out_done, b, &e) == -1)
 		breq_fail(b, &e);
@@ -281,6 +286,7 @@ h_list(struct breq *b, struct sbx_err *err)
 	if (query_path(b, err) == -1 || list_cursor(b, err) == -1 ||
 	    fileop_admit(b, err) == -1)
 		return -1;
+	b->detach = files_detach;
 	page.after = b->after;
 	page.limit = (size_t)b->s->cfg->list_max_entries;
 	b->op = sbx_call_list(b->s->driver, b->id, b->path, &page,

@@ -1,4 +1,4 @@
-/* broker_http.c - the broker API's routes and its sandbox, health and metrics handlers; request bodies checked by validators that never reply (SPEC §4, proto/broker-api.md). */
+/* broker_http.c - the broker API's route table and its sandbox, health and metrics handlers; the handlers reach the request layer through broker_int.h, the request layer reaches them only through the table (SPEC §4, proto/broker-api.md, adr/0036). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +11,7 @@
 
 #include "agent.h"
 #include "sbx_egress.h"
-#include "broker_egress_poll.h"
+#include "broker_egress.h"
 #include "broker_int.h"
 #include "broker_metrics.h"
 #include "broker_state.h"
@@ -57,76 +57,75 @@ const struct route broker_routes[] = {
 const size_t broker_nroutes = sizeof(broker_routes) / sizeof(broker_routes[0]);
 
 
-static json_t *
-status_json(struct broker_server *s, const struct sbx_status *st)
-{
-	struct broker_row row;
-	struct sbx_status out;
-	struct sbx_err err;
-	const char *reason = st->stop_reason;
-	int64_t last_used = st->last_used_at_ms;
-	int found;
-
-	found = broker_state_get(s->state, st->id, &row, &err);
-	if (found == 1) {
-		last_used = row.last_used_at_ms;
-		if (row.stop_reason[0] != '\0' && st->state == SBX_STATE_STOPPED &&
-		    strcmp(row.state, "stopped") == 0)
-			reason = row.stop_reason;
-		/* Stopped behind our back (oom, its init exited): remember
-		 * why, so status and the reaper's destroy_after see it. */
-		if (st->state == SBX_STATE_STOPPED &&
-		    strcmp(row.state, "running") == 0 &&
-		    broker_state_stopped(s->state, st->id, reason[0] ? reason :
-		    "exited", sbx_wall_ms(), &err) == -1)
-			log_error("state write failed", "id", st->id, "error",
-			    err.message, NULL);
-		/* Running or gone behind our back (a start or remove a killed
-		 * broker had asked for ended after its restart's
-		 * reconciliation, test_faults.py): record what the runtime
-		 * says. */
-		if (st->state == SBX_STATE_RUNNING &&
-		    strcmp(row.state, "running") != 0 &&
-		    broker_state_adopt(s->state, st, row.volume, sbx_wall_ms(),
-		    &err) == -1)
-			log_error("state write failed", "id", st->id, "error",
-			    err.message, NULL);
-		if (st->state == SBX_STATE_ABSENT &&
-		    strcmp(row.state, "absent") != 0 &&
-		    broker_state_absent(s->state, st->id, &err) == -1)
-			log_error("state write failed", "id", st->id, "error",
-			    err.message, NULL);
-	}
-	/* What the broker knows better than the driver, then the one
-	 * encoding of a status (sbx_wire.h). */
-	out = *st;
-	out.last_used_at_ms = last_used;
-	snprintf(out.stop_reason, sizeof(out.stop_reason), "%s", reason);
-	return sbx_wire_status_encode(&out, 0);
-}
-
 /* ------------------------------------------------------------------ */
-/* Validators: 0, or -1 with err set; they never reply, never free b    */
+/* A status: recorded by the operation that learnt it, then rendered     */
 
-int
-broker_body_object(struct breq *b, const char *const *allowed, int empty_ok,
-    json_t **out, struct sbx_err *err)
+/* The state row of id into *row: row, or NULL when there is none (or it
+ * cannot be read). */
+static const struct broker_row *
+state_row(struct broker_server *s, const char *id, struct broker_row *row)
 {
-	struct evbuffer *in = evhttp_request_get_input_buffer(b->h.req);
-	size_t len = evbuffer_get_length(in);
+	struct sbx_err err;
 
-	return sbx_wire_body_object(len > 0 ?
-	    (const char *)evbuffer_pullup(in, -1) : "", len, allowed, empty_ok,
-	    out, err);
+	return broker_state_get(s->state, id, row, &err) == 1 ? row : NULL;
 }
 
-int
-broker_within(int64_t v, int64_t max, const char *name, struct sbx_err *err)
+/*
+ * What the driver just reported (st) written where the state row of a
+ * managed sandbox disagrees: stopped behind our back (oom, its init
+ * exited), so status and the reaper's destroy_after see why; running or
+ * gone behind our back (a start or remove a killed broker had asked for
+ * ended after its restart's reconciliation, test_faults.py). A write that
+ * fails is logged only. Returns the row as it was before (in *row), or
+ * NULL when the broker keeps none.
+ */
+static const struct broker_row *
+status_record(struct broker_server *s, const struct sbx_status *st,
+    struct broker_row *row)
 {
-	if (v > max)
-		return sbx_err_set(err, SBX_E_LIMIT_EXCEEDED, "Field \"%s\" asks "
-		    "for more than the broker allows (%" PRId64 ").", name, max);
-	return 0;
+	struct sbx_err err;
+
+	if (state_row(s, st->id, row) == NULL)
+		return NULL;
+	if (st->state == SBX_STATE_STOPPED &&
+	    strcmp(row->state, "running") == 0 &&
+	    broker_state_stopped(s->state, st->id, st->stop_reason[0] ?
+	    st->stop_reason : "exited", sbx_wall_ms(), &err) == -1)
+		log_error("state write failed", "id", st->id, "error",
+		    err.message, NULL);
+	if (st->state == SBX_STATE_RUNNING &&
+	    strcmp(row->state, "running") != 0 &&
+	    broker_state_adopt(s->state, st, row->volume, sbx_wall_ms(),
+	    &err) == -1)
+		log_error("state write failed", "id", st->id, "error",
+		    err.message, NULL);
+	if (st->state == SBX_STATE_ABSENT &&
+	    strcmp(row->state, "absent") != 0 &&
+	    broker_state_absent(s->state, st->id, &err) == -1)
+		log_error("state write failed", "id", st->id, "error",
+		    err.message, NULL);
+	return row;
+}
+
+/*
+ * The status object of st (sbx_wire.h) with what the broker knows better
+ * than the driver, from row (NULL: none): the last use, and why it
+ * stopped when the broker saw it stop. Writes nothing.
+ */
+static json_t *
+status_json(const struct sbx_status *st, const struct broker_row *row)
+{
+	struct sbx_status out = *st;
+
+	if (row != NULL) {
+		out.last_used_at_ms = row->last_used_at_ms;
+		if (row->stop_reason[0] != '\0' &&
+		    st->state == SBX_STATE_STOPPED &&
+		    strcmp(row->state, "stopped") == 0)
+			snprintf(out.stop_reason, sizeof(out.stop_reason), "%s",
+			    row->stop_reason);
+	}
+	return sbx_wire_status_encode(&out, 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -136,6 +135,7 @@ static void
 ensure_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 {
 	struct breq *b = arg;
+	struct broker_row row;
 	struct sbx_err serr;
 	char volume[192];
 
@@ -159,7 +159,8 @@ ensure_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 	 * volume (adr/0027). */
 	if (b->spec.egress_allow == NULL || strcmp(b->spec.egress_allow, "*") == 0)
 		broker_metrics_egress_forget(b->s->metrics, b->id);
-	breq_reply_json(b, 200, status_json(b->s, st), "ok");
+	breq_reply_json(b, 200, status_json(st, state_row(b->s, st->id, &row)),
+	    "ok");
 }
 
 static int
@@ -233,7 +234,7 @@ h_ensure(struct breq *b, struct sbx_err *err)
 {
 	if (ensure_parse(b, err) == -1)
 		return -1;
-	serial_enqueue(b, ensure_start);
+	breq_enqueue(b, ensure_start);
 	return 0;
 }
 
@@ -241,13 +242,15 @@ static void
 status_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 {
 	struct breq *b = arg;
+	struct broker_row row;
 
 	b->op = NULL;
 	if (err != NULL) {
 		breq_fail(b, err);
 		return;
 	}
-	breq_reply_json(b, 200, status_json(b->s, st), "ok");
+	breq_reply_json(b, 200, status_json(st, status_record(b->s, st, &row)),
+	    "ok");
 }
 
 /* GET /v1/sandboxes/{id}/egress (adr/0026): the proxy's counts and its
@@ -268,7 +271,7 @@ egress_done(void *arg, const struct sbx_err *err, const char *text)
 		return;
 	}
 	json_object_set_new(obj, "id", json_string(b->id));
-	broker_egress_note(b->s, b->id, text);
+	broker_egress_note(b->s->metrics, b->s->state, b->id, text);
 	breq_reply_json(b, 200, obj, "ok");
 }
 
@@ -284,6 +287,7 @@ status_usage_done(void *arg, const struct sbx_err *err,
     const struct sbx_status *st)
 {
 	struct breq *b = arg;
+	struct broker_row row;
 	json_t *o;
 
 	b->op = NULL;
@@ -291,7 +295,7 @@ status_usage_done(void *arg, const struct sbx_err *err,
 		breq_fail(b, err);
 		return;
 	}
-	o = status_json(b->s, st);
+	o = status_json(st, status_record(b->s, st, &row));
 	if (o != NULL)
 		json_object_set_new(o, "usage", sbx_usage_json(&st->usage));
 	breq_reply_json(b, 200, o, "ok");
@@ -351,7 +355,8 @@ destroy_done(void *arg, const struct sbx_err *err)
 	broker_metrics_egress_forget(b->s->metrics, b->id);
 	memset(&gone, 0, sizeof(gone));
 	snprintf(gone.id, sizeof(gone.id), "%s", b->id);
-	breq_reply_json(b, 200, status_json(b->s, &gone), "ok");
+	/* Its row is deleted: nothing the broker knows better. */
+	breq_reply_json(b, 200, status_json(&gone, NULL), "ok");
 }
 
 static int
@@ -366,7 +371,7 @@ static int
 h_destroy(struct breq *b, struct sbx_err *err)
 {
 	(void)err;
-	serial_enqueue(b, destroy_start);
+	breq_enqueue(b, destroy_start);
 	return 0;
 }
 
@@ -412,7 +417,7 @@ h_stop(struct breq *b, struct sbx_err *err)
 
 	if (broker_body_object(b, allowed, 1, &b->body, err) == -1)
 		return -1;
-	serial_enqueue(b, stop_start);
+	breq_enqueue(b, stop_start);
 	return 0;
 }
 
@@ -429,6 +434,7 @@ sandboxes_done(void *arg, const struct sbx_err *err,
 {
 	struct breq *b = arg;
 	struct sbx_status *sorted = NULL;
+	struct broker_row row;
 	json_t *arr;
 	size_t i;
 
@@ -451,7 +457,8 @@ sandboxes_done(void *arg, const struct sbx_err *err,
 		qsort(sorted, n, sizeof(*sorted), status_cmp);
 	}
 	for (i = 0; i < n; i++)
-		json_array_append_new(arr, status_json(b->s, &sorted[i]));
+		json_array_append_new(arr, status_json(&sorted[i],
+		    status_record(b->s, &sorted[i], &row)));
 	free(sorted);
 	breq_reply_json(b, 200, arr, "ok");
 }

@@ -1,4 +1,4 @@
-/* broker_int.h - inside the broker's HTTP server: the server, a request, the per-id queues, shared between broker_req.c, broker_queue.c, broker_server.c and the handler files (adr/0022). */
+/* broker_int.h - inside the broker's HTTP server: the server, a request, the per-id queues, and the request layer that handlers call; one direction only: broker_server.c -> broker_http.c (routes) -> handlers -> broker_req.c -> broker_queue.c (adr/0022, adr/0036). */
 #ifndef BROKER_INT_H
 #define BROKER_INT_H
 
@@ -47,9 +47,6 @@ struct route {
 	unsigned flags;
 };
 
-extern const struct route broker_routes[];
-extern const size_t broker_nroutes;
-
 /*
  * Per sandbox id while any request names it: the queue that serialises
  * ensure/stop/destroy and the reaper's jobs, the execs in flight, and the
@@ -78,6 +75,10 @@ struct broker_server {
 	struct broker_state *state;
 	struct broker_metrics *metrics;
 	const char **allowlist;
+	/* The route table (broker_http.c), set by broker_server_new: the
+	 * request layer reaches a handler only through it. */
+	const struct route *routes;
+	size_t nroutes;
 	TAILQ_HEAD(, breq) inflight;
 	unsigned ninflight;
 	LIST_HEAD(, bsbx) sbxs;
@@ -101,6 +102,10 @@ struct breq {
 	struct bsbx *sbx;
 	struct sbx_op *op;
 	struct sbx_gate_body *gbody;  /* write: its streamed body (adr/0018) */
+	/* What a handler hung on b's body or reply lets go (a streamed
+	 * write under way, a list page being encoded): called once,
+	 * before b is freed. NULL: nothing. */
+	void (*detach)(struct breq *b);
 	handler_fn serial_start;
 	int queued;
 	int64_t t0_mono, ts_ms;
@@ -129,7 +134,14 @@ struct breq {
 	char exec_id[64];
 };
 
-/* ---- broker_req.c: the life of a request ---- */
+/* ---- broker_req.c: the request layer, what handlers call ---- */
+
+/*
+ * A new request of s, in flight from now until breq_done ends it (the
+ * drain waits for it): name "unknown", clocks started. NULL: out of
+ * memory.
+ */
+struct breq *breq_new(struct broker_server *s);
 
 /* Ends b: audit, metrics, log, queue advance, free. The reply has been
  * sent (status is what was sent). */
@@ -151,6 +163,15 @@ void breq_fail_code(struct breq *b, const char *code, const char *fmt, ...)
 /* Runs fn on b; fails b with fn's error when it returns -1. */
 void breq_run(struct breq *b, handler_fn fn);
 
+/*
+ * Runs start on b (as breq_run) once no other serialised operation of
+ * b's sandbox runs: ensure, stop, destroy and the broker's own jobs go
+ * one at a time per id, in the order they came (adr/0006). b->sbx is
+ * set. When its turn comes after the drain's grace period, b fails
+ * shutting_down instead.
+ */
+void breq_enqueue(struct breq *b, handler_fn start);
+
 /* Streams of b (sbx_httpd.h): begin returns -1 after ending b (the client
  * went already). */
 int breq_stream_begin(struct breq *b, const char *ctype);
@@ -160,43 +181,9 @@ void breq_stream_abort(struct breq *b, const char *outcome);
 
 /* From now on a client that goes away ends b (its op is cancelled). */
 void breq_watch(struct breq *b);
-void breq_unwatch(struct breq *b);
 
 /* 1 for the codes counted as runtime errors in /metrics. */
 int broker_is_runtime_code(const char *code);
-
-/* evhttp's callback for every request: the checks in dispatch order. */
-void broker_dispatch(struct evhttp_request *req, void *arg);
-
-/* The gate's hooks (sbx_gate.h): token and body cap; streamed bodies. */
-enum sbx_gate_verdict broker_gate_check(void *arg,
-    const struct sbx_gate_head *h, const char *path, uint64_t *cap);
-int broker_gate_stream(void *arg, const struct sbx_gate_head *h,
-    const char *path);
-
-/* ---- broker_queue.c: per-id queues and the reaper's jobs ---- */
-
-/* The entry of id (made on first use), referenced; NULL: out of memory. */
-struct bsbx *bsbx_get(struct broker_server *s, const char *id);
-/* Drops a reference; frees x at the last. NULL ok. */
-void bsbx_put(struct bsbx *x);
-/* Starts queued serialised operations of x, one at a time. */
-void bsbx_kick(struct broker_server *s, struct bsbx *x);
-/* Queues b's start behind the other ensure/stop/destroy of its id. */
-void serial_enqueue(struct breq *b, handler_fn start);
-/* The blocking job of x has ended: run what waited for it. */
-void bsbx_unpark(struct broker_server *s, struct bsbx *x);
-
-/* ---- the handlers (broker_http.c, broker_req.c: h_exec, broker_files.c) ---- */
-
-int h_exec(struct breq *b, struct sbx_err *err);
-int h_read(struct breq *b, struct sbx_err *err);
-int h_write(struct breq *b, struct sbx_err *err);
-int h_list(struct breq *b, struct sbx_err *err);
-
-/* Before b goes: its streamed body's gather callback leaves it, and a list
- * reply still being encoded (adr/0030) is freed. */
-void broker_files_detach(struct breq *b);
 
 /*
  * Validators: 0, or -1 with err set; they never reply and never free b.
@@ -208,5 +195,57 @@ int broker_body_object(struct breq *b, const char *const *allowed,
 /* v within max (limit_exceeded naming the field). */
 int broker_within(int64_t v, int64_t max, const char *name,
     struct sbx_err *err);
+
+/* ---- broker_req.c: what the server hands to the HTTP core ---- */
+
+/* evhttp's callback for every request: the checks in dispatch order, then
+ * the handler of the route's row in s->routes. */
+void broker_dispatch(struct evhttp_request *req, void *arg);
+
+/* The gate's hooks (sbx_gate.h): token and body cap; streamed bodies. */
+enum sbx_gate_verdict broker_gate_check(void *arg,
+    const struct sbx_gate_head *h, const char *path, uint64_t *cap);
+int broker_gate_stream(void *arg, const struct sbx_gate_head *h,
+    const char *path);
+
+/* ---- broker_queue.c: per-id queues, below the request layer ---- */
+
+/* The entry of id while a request names it, or NULL; not referenced. */
+struct bsbx *bsbx_find(struct broker_server *s, const char *id);
+/* The entry of id (made on first use), referenced; NULL: out of memory. */
+struct bsbx *bsbx_get(struct broker_server *s, const char *id);
+/* Drops a reference; frees x at the last. NULL ok. */
+void bsbx_put(struct bsbx *x);
+/* b waits at the end of x's queue (b->queued). */
+void bsbx_push(struct bsbx *x, struct breq *b);
+/* The first of x's queue, taken out and made x's running operation; NULL
+ * while one runs or none waits. */
+struct breq *bsbx_next(struct bsbx *x);
+/* b waits for x's blocking job to end (b->parked). */
+void bsbx_park(struct bsbx *x, struct breq *b);
+/* The first parked request of x, taken out; NULL while a job blocks x or
+ * none waits. */
+struct breq *bsbx_next_parked(struct bsbx *x);
+
+/* What b gave up when it left x (bsbx_leave). */
+#define BSBX_BLOCK 0x01   /* it was x's blocking job: parked ones may run */
+#define BSBX_TURN  0x02   /* it was x's running operation: the next may */
+/* b ends: it leaves x's queue or parked list and gives up x's block and
+ * turn when it held them. Returns BSBX_* of what it gave up (0: none). */
+unsigned bsbx_leave(struct bsbx *x, struct breq *b);
+
+/* ---- the handlers, for the route table only ---- */
+
+/* broker_exec.c */
+int h_exec(struct breq *b, struct sbx_err *err);
+/* broker_files.c */
+int h_read(struct breq *b, struct sbx_err *err);
+int h_write(struct breq *b, struct sbx_err *err);
+int h_list(struct breq *b, struct sbx_err *err);
+
+/* ---- broker_http.c: the route table, for broker_server_new ---- */
+
+extern const struct route broker_routes[];
+extern const size_t broker_nroutes;
 
 #endif

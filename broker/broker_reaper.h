@@ -8,7 +8,7 @@ struct broker_state;
 struct broker_metrics;
 
 /* ------------------------------------------------------------------ */
-/* Server hooks (broker_http.c)                                        */
+/* Server hooks (broker_server.c)                                      */
 
 /*
  * A job is work of the broker itself on one sandbox (the reaper's stop or

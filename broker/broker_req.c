@@ -1,4 +1,4 @@
-/* broker_req.c - the life of one broker request: dispatch (the checks every request passes, in order), the one way out (reply, fail, done), streams over the HTTP core, and the exec's NDJSON stream (adr/0008, adr/0022, SPEC §5). */
+/* broker_req.c - the request layer: the life of one broker request (new, the one way out: reply, fail, done), the per-id turns it runs from the queue below it, streams over the HTTP core, the validators handlers use, and dispatch (the checks every request passes, in order, then the handler of its row in the route table it is given) (adr/0008, adr/0022, adr/0036, SPEC §5). */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,16 +17,14 @@
 #include "broker_metrics.h"
 #include "broker_state.h"
 #include "sbx_gate.h"
-#include "sbx_call.h"
 #include "sbx_log.h"
-#include "sbx_ndjson.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"
 #include "sbx_time.h"
 #include "sbx_wire.h"
 
 /* ------------------------------------------------------------------ */
-/* The one way out of every request                                    */
+/* A request made, and the one way out of every request                */
 
 static void
 breq_free(struct breq *b)
@@ -37,11 +35,75 @@ breq_free(struct breq *b)
 	free(b->path);
 	free(b->after);
 	sbx_httpd_req_clear(&b->h);
-	broker_files_detach(b);
+	if (b->detach != NULL)
+		b->detach(b);
 	sbx_gate_body_free(b->gbody);
 	if (b->job_free != NULL)
 		b->job_free(b->job_arg);
 	free(b);
+}
+
+struct breq *
+breq_new(struct broker_server *s)
+{
+	struct breq *b;
+
+	if ((b = calloc(1, sizeof(*b))) == NULL)
+		return NULL;
+	b->s = s;
+	b->name = "unknown";
+	b->t0_mono = sbx_mono_ms();
+	b->ts_ms = sbx_wall_ms();
+	TAILQ_INSERT_TAIL(&s->inflight, b, link);
+	s->ninflight++;
+	return b;
+}
+
+/* ------------------------------------------------------------------ */
+/* Turns in the per-id queue (broker_queue.c)                          */
+
+/* Starts queued serialised operations of x, one at a time. */
+static void
+breq_kick(struct broker_server *s, struct bsbx *x)
+{
+	struct breq *b;
+
+	if (x->kicking)
+		return;
+	x->kicking = 1;
+	x->refs++;
+	while ((b = bsbx_next(x)) != NULL) {
+		if (s->stopping)
+			breq_fail_code(b, SBX_E_SHUTTING_DOWN,
+			    SBX_MSG_BROKER_DRAINING);
+		else
+			breq_run(b, b->serial_start);
+	}
+	x->kicking = 0;
+	bsbx_put(x);
+}
+
+void
+breq_enqueue(struct breq *b, handler_fn start)
+{
+	b->serial_start = start;
+	bsbx_push(b->sbx, b);
+	breq_kick(b->s, b->sbx);
+}
+
+/* The blocking job of x has ended: run what waited for it. */
+static void
+breq_unpark(struct broker_server *s, struct bsbx *x)
+{
+	struct breq *b;
+
+	while ((b = bsbx_next_parked(x)) != NULL) {
+		if (s->stopping || s->draining)
+			breq_fail_code(b, SBX_E_SHUTTING_DOWN,
+			    SBX_MSG_BROKER_DRAINING);
+		else
+			breq_run(b, b->route->handler);
+	}
 }
 
 /*
@@ -54,6 +116,7 @@ breq_done(struct breq *b, int status, const char *outcome)
 	struct broker_server *s = b->s;
 	struct bsbx *x = b->sbx;
 	struct sbx_err err;
+	unsigned gave;
 	int64_t ms = sbx_mono_ms() - b->t0_mono;
 	char st[16], dur[32];
 
@@ -88,20 +151,14 @@ breq_done(struct breq *b, int status, const char *outcome)
 			x->execs--;
 		if (b->holds_fileop)
 			x->fileops--;
-		if (b->queued)
-			TAILQ_REMOVE(&x->queue, b, qlink);
-		if (b->parked)
-			TAILQ_REMOVE(&x->parked, b, qlink);
-		if (x->blocker == b) {
-			x->blocker = NULL;
+		gave = bsbx_leave(x, b);
+		if (gave & BSBX_BLOCK) {
 			x->refs++;
-			bsbx_unpark(s, x);
+			breq_unpark(s, x);
 			x->refs--;
 		}
-		if (x->running == b) {
-			x->running = NULL;
-			bsbx_kick(s, x);
-		}
+		if (gave & BSBX_TURN)
+			breq_kick(s, x);
 	}
 	breq_free(b);
 	bsbx_put(x);
@@ -273,30 +330,47 @@ breq_watch(struct breq *b)
 	sbx_httpd_watch(&b->h);
 }
 
-void
-breq_unwatch(struct breq *b)
+/* ------------------------------------------------------------------ */
+/* Validators: 0, or -1 with err set; they never reply, never free b    */
+
+int
+broker_body_object(struct breq *b, const char *const *allowed, int empty_ok,
+    json_t **out, struct sbx_err *err)
 {
-	sbx_httpd_unwatch(&b->h);
+	struct evbuffer *in = evhttp_request_get_input_buffer(b->h.req);
+	size_t len = evbuffer_get_length(in);
+
+	return sbx_wire_body_object(len > 0 ?
+	    (const char *)evbuffer_pullup(in, -1) : "", len, allowed, empty_ok,
+	    out, err);
 }
 
+int
+broker_within(int64_t v, int64_t max, const char *name, struct sbx_err *err)
+{
+	if (v > max)
+		return sbx_err_set(err, SBX_E_LIMIT_EXCEEDED, "Field \"%s\" asks "
+		    "for more than the broker allows (%" PRId64 ").", name, max);
+	return 0;
+}
 
 /* ------------------------------------------------------------------ */
 /* Dispatch: the checks every request passes once, before any handler  */
 
 /*
- * Finds the route of method + path; copies its {id} into id. When none
- * matches and allow is not NULL, allow gets the methods the path takes
- * ("" when the path is unknown).
+ * Finds the route of method + path in s's table; copies its {id} into id.
+ * When none matches and allow is not NULL, allow gets the methods the path
+ * takes ("" when the path is unknown).
  */
 static const struct route *
-route_find(int method, const char *path, char *id, size_t idcap,
-    char *allow, size_t allowcap)
+route_find(const struct broker_server *s, int method, const char *path,
+    char *id, size_t idcap, char *allow, size_t allowcap)
 {
 	struct sbx_httpd_match m;
 	const struct route *r;
 
-	r = sbx_httpd_route_find(broker_routes, broker_nroutes,
-	    sizeof(broker_routes[0]), method, path, &m, allow, allowcap);
+	r = sbx_httpd_route_find(s->routes, s->nroutes, sizeof(s->routes[0]),
+	    method, path, &m, allow, allowcap);
 	/* A segment too long for an id is captured as "": invalid. */
 	snprintf(id, idcap, "%s", m.ncap > 0 && strlen(m.cap[0]) < idcap ?
 	    m.cap[0] : "");
@@ -336,8 +410,7 @@ broker_gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
 	if (!ok)
 		return SBX_GATE_UNAUTHORIZED;
 	if (path != NULL)
-		r = route_find(h->type, path, id,
-		    sizeof(id), NULL, 0);
+		r = route_find(s, h->type, path, id, sizeof(id), NULL, 0);
 	*cap = route_cap(s, r);
 	return SBX_GATE_PASS;
 }
@@ -350,9 +423,7 @@ broker_gate_stream(void *arg, const struct sbx_gate_head *h, const char *path)
 	const struct route *r;
 	char id[64];
 
-	(void)arg;
-	r = route_find(h->type, path, id, sizeof(id),
-	    NULL, 0);
+	r = route_find(arg, h->type, path, id, sizeof(id), NULL, 0);
 	return r != NULL && (r->flags & R_RAW);
 }
 
@@ -370,19 +441,13 @@ broker_dispatch(struct evhttp_request *req, void *arg)
 	size_t len;
 	struct breq *b;
 
-	if ((b = calloc(1, sizeof(*b))) == NULL) {
+	if ((b = breq_new(s)) == NULL) {
 		evhttp_send_error(req, 500, NULL);
 		return;
 	}
-	b->s = s;
 	b->h.req = req;
 	b->h.gate = s->gate;
 	b->h.ops = &broker_httpd_ops;
-	b->name = "unknown";
-	b->t0_mono = sbx_mono_ms();
-	b->ts_ms = sbx_wall_ms();
-	TAILQ_INSERT_TAIL(&s->inflight, b, link);
-	s->ninflight++;
 	refused = sbx_gate_refused(s->gate, req);
 
 	/* What the gate refused before it knew who asks (head too long or too
@@ -402,7 +467,7 @@ broker_dispatch(struct evhttp_request *req, void *arg)
 		return;
 	}
 	b->authed = 1;
-	r = route_find(method, path, id, sizeof(id), allow, sizeof(allow));
+	r = route_find(s, method, path, id, sizeof(id), allow, sizeof(allow));
 	if (r == NULL && allow[0] != '\0') {
 		sbx_httpd_header(&b->h, "Allow", allow);
 		breq_fail_code(b, SBX_E_METHOD_NOT_ALLOWED, "Method not allowed "
@@ -457,136 +522,9 @@ broker_dispatch(struct evhttp_request *req, void *arg)
 	/* A reaper job is stopping this sandbox: wait for it to finish
 	 * (serialised routes wait in the queue anyway). */
 	if (b->sbx != NULL && b->sbx->blocker != NULL && !(r->flags & R_SERIAL)) {
-		b->parked = 1;
-		TAILQ_INSERT_TAIL(&b->sbx->parked, b, qlink);
+		bsbx_park(b->sbx, b);
 		return;
 	}
 	/* Content-Type is not enforced (proto/broker-api.md): the body is. */
 	breq_run(b, r->handler);
-}
-
-/* The blocking job of x has ended: run what waited for it. */
-
-/* ------------------------------------------------------------------ */
-/* POST /v1/sandboxes/{id}/exec: the body checked, the exec started,    */
-/* its NDJSON stream (SPEC §5, proto/broker-api.md). Here, beside the   */
-/* dispatch that runs it, so the walk of one exec stays short           */
-/* (docs/architecture.md).                                              */
-
-static void
-exec_start(void *arg, const char *exec_id)
-{
-	struct breq *b = arg;
-
-	snprintf(b->exec_id, sizeof(b->exec_id), "%s", exec_id);
-	if (breq_stream_begin(b, SBX_CT_NDJSON) == -1)
-		return;
-	broker_metrics_exec_started(b->s->metrics);
-	b->exec_counted = 1;
-	b->exec_t0 = sbx_mono_ms();
-	sbx_ndjson_start(b->h.chunk, exec_id, sbx_wall_ms());
-	breq_stream_flush(b);
-}
-
-static void
-exec_output(void *arg, int stream, const unsigned char *buf, size_t len)
-{
-	struct breq *b = arg;
-
-	if (!b->h.streaming)
-		return;
-	broker_metrics_exec_output(b->s->metrics, stream, len);
-	if (stream == SBX_STREAM_STDOUT || stream == SBX_STREAM_STDERR)
-		sbx_ndjson_output_held(b->h.chunk, &b->hold[stream - 1], stream, buf,
-		    len);
-	breq_stream_flush(b);
-}
-
-/* The characters still held at the end of the output go as they are. */
-static void
-exec_output_end(struct breq *b)
-{
-	sbx_ndjson_output_flush(b->h.chunk, &b->hold[0], SBX_STREAM_STDOUT);
-	sbx_ndjson_output_flush(b->h.chunk, &b->hold[1], SBX_STREAM_STDERR);
-}
-
-static void
-exec_exit(void *arg, const struct sbx_exit *ex)
-{
-	struct breq *b = arg;
-
-	b->op = NULL;
-	if (!b->h.streaming) {
-		/* An exit without start breaks the driver contract. */
-		breq_fail_code(b, SBX_E_INTERNAL, "The driver ended the exec "
-		    "before it started.");
-		return;
-	}
-	exec_output_end(b);
-	sbx_ndjson_exit(b->h.chunk, ex->code, ex->signal, ex->duration_ms,
-	    ex->truncated);
-	breq_stream_end(b, "ok");
-}
-
-static void
-exec_error(void *arg, const struct sbx_err *err)
-{
-	struct breq *b = arg;
-
-	b->op = NULL;
-	if (!b->h.streaming) {
-		breq_fail(b, err);
-		return;
-	}
-	if (broker_is_runtime_code(err->code))
-		broker_metrics_runtime_error(b->s->metrics, err->code);
-	exec_output_end(b);
-	sbx_ndjson_error(b->h.chunk, err->code, err->message);
-	breq_stream_end(b, err->code);
-}
-
-/* The exec body (proto/broker-api.md, sbx_wire.h) into b->x, within the
- * broker's ceilings, defaults applied. */
-static int
-exec_parse(struct breq *b, struct sbx_err *err)
-{
-	const struct broker_config *cfg = b->s->cfg;
-
-	if (broker_body_object(b, sbx_wire_exec_fields, 0, &b->body,
-	    err) == -1 ||
-	    sbx_wire_exec_decode(b->body, &b->x, err) == -1 ||
-	    broker_within(b->x.req.timeout_ms, cfg->exec_timeout_max,
-	    "timeout_ms", err) == -1 ||
-	    broker_within(b->x.req.output_cap, cfg->output_cap, "output_cap",
-	    err) == -1)
-		return -1;
-	if (b->x.req.timeout_ms == 0)
-		b->x.req.timeout_ms = cfg->exec_timeout;
-	if (b->x.req.output_cap == 0)
-		b->x.req.output_cap = cfg->output_cap;
-	return 0;
-}
-
-int
-h_exec(struct breq *b, struct sbx_err *err)
-{
-	const struct broker_config *cfg = b->s->cfg;
-	const struct sbx_sink sink = { .start = exec_start,
-	    .output = exec_output, .exit = exec_exit, .error = exec_error,
-	    .arg = b };
-
-	if (exec_parse(b, err) == -1)
-		return -1;
-	if (b->sbx->execs >= (unsigned long long)cfg->max_execs_per_sandbox)
-		return sbx_err_set(err, SBX_E_TOO_MANY, "Sandbox %s already runs "
-		    "its maximum of %lld execs.", b->id,
-		    cfg->max_execs_per_sandbox);
-	if ((b->h.chunk = evbuffer_new()) == NULL)
-		return sbx_err_oom(err);
-	b->sbx->execs++;
-	b->holds_exec = 1;
-	b->is_exec = 1;
-	b->op = sbx_call_exec(b->s->driver, b->id, &b->x.req, &sink,
-	    err);
-	return b->op == NULL ? -1 : 0;
 }

@@ -1,4 +1,4 @@
-/* broker_server.c - the broker's HTTP server: made, bound, drained and freed over the core (sbx_httpd.h); accessors the reaper and main use (SPEC §7). */
+/* broker_server.c - the broker's HTTP server: made with its route table, bound, drained and freed over the core (sbx_httpd.h); the hooks the reaper and the egress poll use: jobs in the per-id queue, borrowed parts (SPEC §7, adr/0036). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +12,7 @@
 #include "broker_state.h"
 #include "sbx_gate.h"
 #include "sbx_log.h"
+#include "sbx_path.h"
 #include "sbx_proto.h"
 
 int
@@ -51,6 +52,95 @@ broker_server_base(struct broker_server *s)
 }
 
 /* ------------------------------------------------------------------ */
+/* Internal jobs (the reaper's), in the per-id queue                   */
+
+static int
+job_begin(struct breq *b, struct sbx_err *err)
+{
+	(void)err;
+	b->job_start((struct broker_job *)b, b->job_arg);
+	return 0;
+}
+
+int
+broker_server_job(struct broker_server *s, const char *id,
+    broker_job_fn start, void *arg, void (*arg_free)(void *),
+    struct sbx_err *err)
+{
+	struct breq *b;
+
+	if (!sbx_id_valid(id)) {
+		if (arg_free != NULL)
+			arg_free(arg);
+		return sbx_err_bad_id(err);
+	}
+	if ((b = breq_new(s)) == NULL) {
+		if (arg_free != NULL)
+			arg_free(arg);
+		return sbx_err_oom(err);
+	}
+	b->internal = 1;
+	b->name = "job";
+	b->job_start = start;
+	b->job_arg = arg;
+	b->job_free = arg_free;
+	snprintf(b->id, sizeof(b->id), "%s", id);
+	if ((b->sbx = bsbx_get(s, id)) == NULL) {
+		breq_done(b, 500, SBX_E_INTERNAL);
+		return sbx_err_oom(err);
+	}
+	breq_enqueue(b, job_begin);
+	return 0;
+}
+
+const char *
+broker_job_id(const struct broker_job *job)
+{
+	return ((const struct breq *)job)->id;
+}
+
+unsigned
+broker_job_others(const struct broker_job *job)
+{
+	const struct breq *j = (const struct breq *)job, *b;
+	unsigned n = 0;
+
+	TAILQ_FOREACH(b, &j->s->inflight, link)
+		if (b != j && b->sbx == j->sbx)
+			n++;
+	return n;
+}
+
+void
+broker_job_block(struct broker_job *job)
+{
+	struct breq *b = (struct breq *)job;
+
+	b->sbx->blocker = b;
+}
+
+void
+broker_job_set_op(struct broker_job *job, struct sbx_op *op)
+{
+	((struct breq *)job)->op = op;
+}
+
+void
+broker_job_done(struct broker_job *job, const char *outcome)
+{
+	struct breq *b = (struct breq *)job;
+
+	b->op = NULL;
+	breq_done(b, 200, outcome);
+}
+
+int
+broker_server_busy(struct broker_server *s, const char *id)
+{
+	return bsbx_find(s, id) != NULL;
+}
+
+/* ------------------------------------------------------------------ */
 /* Server life                                                         */
 
 /* A request's audit row or last_used_at, written after its reply. */
@@ -77,6 +167,8 @@ broker_server_new(struct event_base *base, const struct broker_config *cfg,
 	s->cfg = cfg;
 	s->driver = driver;
 	s->token = *token;
+	s->routes = broker_routes;
+	s->nroutes = broker_nroutes;
 	TAILQ_INIT(&s->inflight);
 	LIST_INIT(&s->sbxs);
 	if ((s->state = broker_state_open(cfg->state_dir, err)) == NULL ||
@@ -153,7 +245,7 @@ grace_over(void *arg)
 	for (b = TAILQ_FIRST(&s->inflight); b != NULL; b = next) {
 		next = TAILQ_NEXT(b, link);
 		if (b->queued)
-			continue;   /* failed by bsbx_kick when its turn comes */
+			continue;   /* failed at its turn (breq_enqueue) */
 		op = b->op;
 		b->op = NULL;
 		sbx_op_cancel(op);

@@ -1,31 +1,14 @@
-/* driver_engine.c - the SandboxDriver on the Docker Engine API v1.41 over the runtime's unix socket (Docker, Podman): the ops table, the driver, op lifetime. */
-#include <sys/queue.h>
-#include <sys/stat.h>
-#include <sys/time.h>
-
+/*
+ * driver_engine.c - the SandboxDriver on the Docker Engine API v1.41 over
+ * the runtime's unix socket (Docker, Podman): the ops table, the driver's
+ * configuration, creation and free, and the caller's handle (cancel, pause,
+ * resume through the op's kind row). The entry of the engine driver: it
+ * calls the job files (ensure, life, files, run, proxy, helper, agent) and
+ * the op lifecycle; none of them calls it (adr/0037).
+ */
 #include <ctype.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/event.h>
-#include <jansson.h>
-#include <sodium.h>
-
-#include "agent.h"
 #include "driver_engine_int.h"
-#include "sbx_log.h"
-#include "sbx_path.h"
-#include "sbx_proto.h"
-#include "sbx_usage.h"
 
 #define RUN_SIZE_DEF (1024 * 1024)       /* SBX_HELPER_RUN_DIR tmpfs */
 
@@ -57,203 +40,9 @@ image_ok(const char *s)
 	return 1;
 }
 
-char *
-sbx_engine_volume_name(const char *name_prefix, const char *id, char *buf,
-    size_t size)
-{
-	snprintf(buf, size, "%s%s-work", name_prefix, id);
-	return buf;
-}
-
-/* ---------- op lifetime ---------- */
-
-struct eop *
-eng_op_new(struct engine *e, enum op_kind kind, const char *id, size_t size,
-    struct sbx_err *err)
-{
-	struct eop *op;
-
-	if (id != NULL && !sbx_id_valid(id)) {
-		sbx_err_bad_id(err);
-		return NULL;
-	}
-	if ((op = calloc(1, size)) == NULL) {
-		sbx_err_oom(err);
-		return NULL;
-	}
-	op->base.driver = &e->base;
-	op->e = e;
-	op->kind = kind;
-	if (id != NULL) {
-		snprintf(op->id, sizeof(op->id), "%s", id);
-		snprintf(op->cname, sizeof(op->cname), "%s%s", e->prefix, id);
-		sbx_engine_volume_name(e->prefix, id, op->vname,
-		    sizeof(op->vname));
-		snprintf(op->nname, sizeof(op->nname), "%s%s-egress", e->prefix,
-		    id);
-	}
-	TAILQ_INSERT_TAIL(&e->ops, op, link);
-	return op;
-}
-
-void
-eng_op_free(struct eop *op)
-{
-	if (op == NULL)
-		return;
-	TAILQ_REMOVE(&op->e->ops, op, link);
-	sbx_http_req_cancel(op->http);
-	if (op->fini != NULL)
-		op->fini(op);
-	if (op->defer != NULL)
-		event_free(op->defer);
-	if (op->resp != NULL)
-		evbuffer_free(op->resp);
-	free(op);
-}
-
-/* Frees op now, or when the outermost callback frame on it returns. */
-void
-eng_op_release(struct eop *op)
-{
-	eng_src_detach(op);
-	op->dead = 1;
-	sbx_http_req_cancel(op->http);
-	op->http = NULL;
-	if (op->busy == 0)
-		eng_op_free(op);
-}
-
-void
-eng_op_enter(struct eop *op)
-{
-	op->busy++;
-}
-
-/* Returns 1 when op is still alive. */
-int
-eng_op_leave(struct eop *op)
-{
-	if (--op->busy == 0 && op->dead) {
-		eng_op_free(op);
-		return 0;
-	}
-	return !op->dead;
-}
-
-/* ---------- terminal callbacks: each frees the op ---------- */
-
-void
-eng_finish_status(struct eop *op, const struct sbx_err *err,
-    const struct sbx_status *st)
-{
-	if (op->cb.status != NULL)
-		op->cb.status(op->arg, err, err != NULL ? NULL : st);
-	eng_op_release(op);
-}
-
-void
-eng_finish_done(struct eop *op, const struct sbx_err *err)
-{
-	eng_src_detach(op);
-	if (op->cb.done != NULL)
-		op->cb.done(op->arg, err);
-	eng_op_release(op);
-}
-
-void
-eng_finish_sink_error(struct eop *op, const struct sbx_err *err)
-{
-	struct eop_exec *x = xop(op);
-	if (x->sink.error != NULL)
-		x->sink.error(x->sink.arg, err);
-	eng_op_release(op);
-}
-
-/* Any op's failure, routed to the callback its kind has. */
-void
-eng_finish_err(struct eop *op, const struct sbx_err *err)
-{
-	switch (op->kind) {
-	case OP_ENSURE:
-	case OP_STATUS:
-	case OP_USAGE:
-		eng_finish_status(op, err, NULL);
-		break;
-	case OP_EXEC:
-	case OP_READ:
-		eng_finish_sink_error(op, err);
-		break;
-	case OP_LIST:
-		if (op->cb.list != NULL)
-			op->cb.list(op->arg, err, NULL, 0, 0);
-		eng_op_release(op);
-		break;
-	case OP_SANDBOXES:
-		if (op->cb.sandboxes != NULL)
-			op->cb.sandboxes(op->arg, err, NULL, 0);
-		eng_op_release(op);
-		break;
-	case OP_HEALTH:
-		if (op->cb.health != NULL)
-			op->cb.health(op->arg, err, NULL);
-		eng_op_release(op);
-		break;
-	case OP_EGRESS:
-		if (op->cb.json != NULL)
-			op->cb.json(op->arg, err, NULL);
-		eng_op_release(op);
-		break;
-	case OP_WRITE:
-	case OP_STOP:
-	case OP_DESTROY:
-	case OP_RECOVER:
-	case OP_RECONCILE:
-		eng_finish_done(op, err);
-		break;
-	case OP_KILL:
-	case OP_HGC:
-	case OP_AGENT:
-		eng_op_release(op);
-		break;
-	case OP_HELPER:
-		eng_helper_settle(op->e, err);
-		eng_op_release(op);
-		break;
-	}
-}
-
-static void
-defer_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct eop *op = arg;
-
-	(void)fd;
-	(void)what;
-	if (op->kind == OP_KILL)
-		eng_kill_ended(op, &op->derr);
-	else
-		eng_finish_err(op, &op->derr);
-}
-
-/* A request that could not even be sent: report it from the event loop, so
- * no callback ever runs before the call that started the op has returned. */
-void
-eng_fail_later(struct eop *op, const struct sbx_err *err)
-{
-	op->derr = *err;
-	if (op->defer == NULL)
-		op->defer = event_new(op->e->base.base, -1, 0, defer_cb, op);
-	if (op->defer == NULL) {
-		/* Out of memory for even this: fail now rather than never. */
-		defer_cb(-1, 0, op);
-		return;
-	}
-	event_active(op->defer, EV_TIMEOUT, 0);
-}
-
 /* ---------- handle control ---------- */
 
+/* The caller's handle: what each does is the kind's (its row). */
 static void
 eng_cancel(struct sbx_driver *d, struct sbx_op *o)
 {
@@ -262,13 +51,10 @@ eng_cancel(struct sbx_driver *d, struct sbx_op *o)
 	(void)d;
 	if (op == NULL || op->dead)
 		return;
-	/* An exec that may have been created is killed by its handle; the
-	 * helper leaves a tombstone when the kill arrives first. */
-	if ((op->kind == OP_EXEC || op->kind == OP_READ || op->kind == OP_WRITE ||
-	    op->kind == OP_LIST || op->kind == OP_USAGE) && op->cid[0] != '\0' &&
-	    !xop(op)->killing)
-		eng_start_kill(op->e, op->id, op->cid, xop(op)->exec_id, NULL);
-	eng_op_release(op);
+	if (op->kind->cancel != NULL)
+		op->kind->cancel(op);
+	else
+		eng_op_release(op);
 }
 
 static void
@@ -277,15 +63,8 @@ eng_pause(struct sbx_driver *d, struct sbx_op *o)
 	struct eop *op = (struct eop *)o;
 
 	(void)d;
-	if (op == NULL || op->dead || (op->kind != OP_EXEC && op->kind != OP_READ))
-		return;
-	xop(op)->paused = 1;
-	if (xop(op)->ftimer != NULL)
-		event_del(xop(op)->ftimer);   /* the reader's choice, not a stall */
-	if (xop(op)->ast != NULL)
-		sbx_agent_pause(xop(op)->ast, 1);
-	else if (xop(op)->streaming)
-		sbx_http_req_pause(op->http);
+	if (op != NULL && !op->dead && op->kind->pause != NULL)
+		op->kind->pause(op, 1);
 }
 
 static void
@@ -294,14 +73,8 @@ eng_resume(struct sbx_driver *d, struct sbx_op *o)
 	struct eop *op = (struct eop *)o;
 
 	(void)d;
-	if (op == NULL || op->dead || !xop(op)->paused)
-		return;
-	xop(op)->paused = 0;
-	eng_file_progress(op);
-	if (xop(op)->ast != NULL)
-		sbx_agent_pause(xop(op)->ast, 0);
-	else if (xop(op)->streaming)
-		sbx_http_req_resume(op->http);
+	if (op != NULL && !op->dead && op->kind->pause != NULL)
+		op->kind->pause(op, 0);
 }
 
 /* ---------- driver ---------- */
@@ -377,6 +150,8 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 	TAILQ_INIT(&e->hwait);
 	TAILQ_INIT(&e->agents);
 	e->agent_on = !c->agent_off;
+	e->rexec_via = &eng_rexec_transport;
+	e->via = e->agent_on ? &eng_agent_transport : &eng_rexec_transport;
 	e->agent_idle_ms = c->agent_idle_ms > 0 ? c->agent_idle_ms : 60000;
 	e->agent_ping_ms = c->agent_ping_ms > 0 ? c->agent_ping_ms : 5000;
 	e->agent_fresh_ms = c->agent_fresh_ms != 0 ? c->agent_fresh_ms : 15000;

@@ -218,10 +218,6 @@ char *sbx_engine_volume_name(const char *name_prefix, const char *id,
 
 extern const struct sbx_driver_ops sbx_engine_driver_ops;
 
-/* Agents started again in a container where one had run (killed or
- * crashed; sandbox_agent_restarts_total), since the driver was made. */
-uint64_t sbx_engine_agent_restarts(const struct sbx_driver *d);
-
 /* Agents whose channel is up now. */
 size_t sbx_engine_agents_live(const struct sbx_driver *d);
 

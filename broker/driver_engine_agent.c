@@ -1,19 +1,13 @@
-/* driver_engine_agent.c - the engine driver's sbx-helper invocations through each sandbox's agent channel (adr/0025). */
-#include <sys/queue.h>
-
-#include <inttypes.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/event.h>
-#include <jansson.h>
-
-#include "agent.h"
+/*
+ * driver_engine_agent.c - the engine driver's transport through each
+ * sandbox's agent channel (adr/0025): the agent records (start, channel,
+ * warm ensure) and one invocation as a stream. Its row is
+ * eng_agent_transport; it calls down into the invocation's core
+ * (driver_engine_run.c), the runtime call layer and the op lifecycle, and
+ * reaches the kind only through its row.
+ */
 #include "driver_engine_int.h"
-#include "sbx_log.h"
+#include "agent.h"
 
 /*
  * One agent per running sandbox, started by one runtime exec of
@@ -21,7 +15,7 @@
  * invocation (eng_helper_run with the agent on) opens a stream on the
  * sandbox's channel, starting the agent first when there is none or it
  * died; the stream's output, stdin and exit feed the same functions the
- * runtime exec fed (eng_deliver, eng_helper_frames, x->exited), so the
+ * runtime exec fed (eng_run_output, the kind's exited and recorded), so the
  * kinds do not know which transport ran them.
  */
 
@@ -54,6 +48,16 @@ struct eng_agent {
 struct eop_agent {
 	struct eop op;
 	struct eng_agent *ag;
+};
+
+static void agent_fini(struct eop *op);
+
+/* The runtime calls that start an agent: internal, nobody waits on them
+ * (the streams opened on the channel hear its end). */
+static const struct eng_kind agent_kind = {
+	.name = "agent start",
+	.fail = eng_fail_quiet,
+	.fini = agent_fini,
 };
 
 static struct eop_agent *
@@ -116,16 +120,15 @@ chan_ready(void *arg, const struct sbx_agent_hello *h)
 	struct eop *op;
 
 	(void)h;
-	if (ag->ever_ready) {
-		ag->e->agent_restarts++;
+	if (ag->ever_ready)
 		sbx_agent_count_restart();
-	}
 	ag->ever_ready = 1;
 	ag->state = AG_READY;
 	/* The agent runs: the execs waiting for it have started (before, a
 	 * missing or stopped sandbox is still an error, not a stream). */
 	TAILQ_FOREACH(op, &ag->e->ops, link)
-		if (op->kind == OP_EXEC && !op->dead && xop(op)->ast != NULL &&
+		if ((op->kind->flags & EK_FRAMED) && !op->dead &&
+		    xop(op)->ast != NULL &&
 		    xop(op)->astart != NULL && strcmp(op->id, ag->id) == 0)
 			event_active(xop(op)->astart, EV_TIMEOUT, 0);
 }
@@ -320,9 +323,8 @@ agent_get(struct engine *e, const char *id, struct sbx_err *err)
 	if (e->agent_ping_ms > 0 && sbx_agent_chan_keepalive(ag->ch,
 	    (uint64_t)e->agent_ping_ms) < 0)
 		goto oom;
-	if ((op = eng_op_new(e, OP_AGENT, id, sizeof(struct eop_agent), err)) == NULL)
+	if ((op = eng_op_new(e, &agent_kind, id, sizeof(struct eop_agent), err)) == NULL)
 		return NULL;
-	op->fini = agent_fini;
 	ago(op)->ag = ag;
 	ag->starter = op;
 	ag->state = AG_STARTING;
@@ -336,15 +338,15 @@ oom:
 
 /* ---------- one invocation as a stream ---------- */
 
-static void started_cb(evutil_socket_t fd, short what, void *arg);
+static void agent_pump(struct eop *op);
 
 /* An exec's start goes before its first output or end; the caller holds
  * op (eng_op_enter). 0 when the sink ended op from inside start. */
 static int
 ensure_started(struct eop *op)
 {
-	if (op->kind == OP_EXEC && !xop(op)->stream_started)
-		started_cb(-1, 0, op);
+	if (op->kind->flags & EK_FRAMED)
+		eng_exec_announce(op);
 	return !op->dead;
 }
 
@@ -357,14 +359,8 @@ st_output(void *arg, int fd, const unsigned char *buf, size_t len)
 	if (!x->streaming)
 		return;
 	eng_op_enter(op);
-	if (!ensure_started(op) || !x->streaming)
-		;
-	else if (op->kind != OP_EXEC)
-		eng_deliver(op, fd, buf, len);
-	else if (fd == 1)
-		eng_helper_frames(op, buf, len);
-	else
-		eng_keep_errtail(op, buf, len);
+	if (ensure_started(op) && x->streaming)
+		eng_run_output(op, fd, buf, len);
 	eng_op_leave(op);
 }
 
@@ -382,12 +378,12 @@ st_exit(void *arg, const struct sbx_agent_exit *ex)
 	eng_op_enter(op);
 	if (!ensure_started(op))
 		;
-	else if (op->kind == OP_EXEC && eng_exec_got_exit(op))
-		eng_exec_recorded(op);
+	else if (eng_run_recorded(op))
+		;
 	else {
 		if (x->timer != NULL)
 			event_del(x->timer);
-		x->exited(op, code);
+		op->kind->exited(op, code);
 	}
 	eng_op_leave(op);
 }
@@ -415,7 +411,7 @@ ended_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *
 		eng_finish_err(op, &e);
 		return;
 	}
-	xop(op)->exited(op, 128 + 9);
+	op->kind->exited(op, 128 + 9);
 }
 
 static void
@@ -426,19 +422,13 @@ st_error(void *arg, const struct sbx_err *err)
 
 	x->ast = NULL;
 	x->streaming = 0;
-	if (op->kind == OP_KILL) {
-		eng_kill_ended(op, err);
-		return;
-	}
 	if (x->killing)
 		return;
-	if (op->kind == OP_EXEC && eng_exec_got_exit(op)) {
-		eng_exec_recorded(op);
+	if (eng_run_recorded(op))
 		return;
-	}
 	/* The agent's exec ended under a running exec: ask the runtime, as a
 	 * runtime exec without an exit record did (ended_inspected). */
-	if (op->kind == OP_EXEC && x->stream_started &&
+	if ((op->kind->flags & EK_FRAMED) && x->stream_started &&
 	    strcmp(err->message, AGENT_ENDED) == 0) {
 		char path[256];
 
@@ -459,11 +449,13 @@ st_room(void *arg)
 	struct eop *op = arg;
 
 	eng_file_progress(op);
-	eng_agent_pump(op);
+	agent_pump(op);
 }
 
-void
-eng_agent_pump(struct eop *op)
+/* Moves op's stdin (stdin_buf, then a lent source) within the stream's
+ * credit; closes it once all went. */
+static void
+agent_pump(struct eop *op)
 {
 	struct eop_exec *x = xop(op);
 	size_t room;
@@ -476,18 +468,17 @@ eng_agent_pump(struct eop *op)
 		if (evbuffer_get_length(x->stdin_buf) > 0)
 			return;
 	}
-	if (op->kind == OP_WRITE && wro(op)->src != NULL) {
-		struct eop_write *w = wro(op);
+	if (x->src != NULL) {
 		ssize_t n;
 
 		room = sbx_agent_stdin_room(x->ast);
-		if ((uint64_t)room > w->src_left)
-			room = (size_t)w->src_left;
-		if (room > 0 && (n = sbx_agent_write_buffer(x->ast, w->src, room)) > 0) {
-			w->src_left -= (uint64_t)n;
+		if ((uint64_t)room > x->src_left)
+			room = (size_t)x->src_left;
+		if (room > 0 && (n = sbx_agent_write_buffer(x->ast, x->src, room)) > 0) {
+			x->src_left -= (uint64_t)n;
 			eng_file_progress(op);
 		}
-		if (w->src_left > 0)
+		if (x->src_left > 0)
 			return;
 		eng_src_detach(op);
 	}
@@ -499,18 +490,9 @@ eng_agent_pump(struct eop *op)
 static void
 started_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct eop *op = arg;
-	struct eop_exec *x = xop(op);
-
 	(void)fd;
 	(void)what;
-	if (op->dead || x->stream_started)
-		return;
-	x->stream_started = 1;
-	eng_op_enter(op);
-	if (x->sink.start != NULL)
-		x->sink.start(x->sink.arg, x->exec_id);
-	eng_op_leave(op);
+	eng_exec_announce(arg);
 }
 
 /* The argv of the runtime exec minus the helper's path: the mode first. */
@@ -537,8 +519,8 @@ bad:
 	return NULL;
 }
 
-int
-eng_agent_run(struct eop *op)
+static void
+agent_run(struct eop *op)
 {
 	struct eop_exec *x = xop(op);
 	const struct sbx_agent_stream_cbs cbs = { .output = st_output,
@@ -569,7 +551,7 @@ eng_agent_run(struct eop *op)
 		sbx_agent_pause(x->ast, 1);
 	if (eng_exec_clock(op, &e) < 0)
 		goto fail;
-	if (op->kind == OP_EXEC) {
+	if (op->kind->flags & EK_FRAMED) {
 		if ((x->astart = event_new(op->e->base.base, -1, 0, started_cb, op)) == NULL) {
 			sbx_err_oom(&e);
 			goto fail;
@@ -577,15 +559,14 @@ eng_agent_run(struct eop *op)
 		if (ag->state == AG_READY)
 			event_active(x->astart, EV_TIMEOUT, 0);
 	}
-	eng_agent_pump(op);
-	return 0;
+	agent_pump(op);
+	return;
 fail:
 	eng_fail_later(op, &e);
-	return -1;
 }
 
-void
-eng_agent_stream_end(struct eop *op)
+static void
+agent_end(struct eop *op)
 {
 	struct eop_exec *x = xop(op);
 
@@ -598,6 +579,13 @@ eng_agent_stream_end(struct eop *op)
 		x->ast = NULL;
 	}
 }
+
+const struct eng_transport eng_agent_transport = {
+	.name = "agent",
+	.run = agent_run,
+	.pump = agent_pump,
+	.end = agent_end,
+};
 
 void
 eng_agent_forget(struct engine *e, const char *id)
@@ -627,12 +615,6 @@ eng_agents_free(struct engine *e)
 		sbx_agent_chan_free(ag->ch);
 		free(ag);
 	}
-}
-
-uint64_t
-sbx_engine_agent_restarts(const struct sbx_driver *d)
-{
-	return ((const struct engine *)d)->agent_restarts;
 }
 
 size_t

@@ -1,30 +1,15 @@
-/* driver_engine_call.c - the engine driver's one runtime call (Engine API v1.41 JSON request and answer over the socket) and inspect parsing. */
-#include <sys/queue.h>
-#include <sys/stat.h>
-#include <sys/time.h>
-
+/*
+ * driver_engine_call.c - the engine driver's runtime call layer: one
+ * Engine API v1.41 request and its answer over the runtime's socket (JSON,
+ * bytes, an attached exec's start), the common checks of an answer, and
+ * inspect parsing. Below every job file; it calls only the op lifecycle
+ * (driver_engine_op.c) to end an op whose call failed.
+ */
 #include <ctype.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
-#include <signal.h>
 #include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
-#include <unistd.h>
-
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/event.h>
-#include <jansson.h>
-#include <sodium.h>
 
 #include "driver_engine_int.h"
-#include "sbx_log.h"
-#include "sbx_path.h"
-#include "sbx_usage.h"
 
 /* ---------- small utilities ---------- */
 

@@ -1,29 +1,11 @@
-/* driver_engine_ensure.c - the engine driver's ensure: container, volume, init container, egress network (adr/0009, adr/0014). */
-#include <sys/queue.h>
-#include <sys/stat.h>
-#include <sys/time.h>
-
-#include <ctype.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/event.h>
-#include <jansson.h>
-#include <sodium.h>
-
+/*
+ * driver_engine_ensure.c - the engine driver's ensure: container, volume,
+ * init container, egress network (adr/0009, adr/0014), and its kind row.
+ * It calls down into the egress proxy, the helper volume, the agent
+ * records (warm ensure), the runtime call layer and the op lifecycle; the
+ * driver's entry and life (eng_net_drop) call it.
+ */
 #include "driver_engine_int.h"
-#include "sbx_log.h"
-#include "sbx_path.h"
-#include "sbx_usage.h"
 #include "broker_egress.h"
 
 static void ensure_inspect(struct eop *op);
@@ -31,6 +13,15 @@ static void init_removed(struct eop *op, int status, json_t *body,
     const struct sbx_err *err);
 static void init_create(struct eop *op);
 static void ensure_init(struct eop *op);
+static void ensure_volume(struct eop *op);
+static void ensure_fini(struct eop *op);
+
+/* ensure: answered with the sandbox's status */
+static const struct eng_kind ensure_kind = {
+	.name = "ensure",
+	.fail = eng_fail_status,
+	.fini = ensure_fini,
+};
 
 /* ---------- ensure ---------- */
 
@@ -475,8 +466,9 @@ volume_created(struct eop *op, int status, json_t *body,
 	ensure_init(op);
 }
 
-void
-eng_ensure_volume(struct eop *op)
+/* The helper volume is ready: the sandbox's volume next. */
+static void
+ensure_volume(struct eop *op)
 {
 	struct engine *en = op->e;
 	struct sbx_err e;
@@ -512,7 +504,7 @@ ensure_removed(struct eop *op, int status, json_t *body,
 	if (ens(op)->old_helper[0] != '\0' &&
 	    strcmp(ens(op)->old_helper, op->e->helper_vol) != 0)
 		eng_helper_gc(op->e);
-	eng_ensure_helper(op);
+	eng_ensure_helper(op, ensure_volume);
 }
 
 /* 1 when a container inspect answer shows it attached to the sandbox's own
@@ -542,7 +534,7 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 		/* A new volume, or one left without its container: its root is
 		 * made the user's (never what is in it). */
 		en->need_init = 1;
-		eng_ensure_helper(op);
+		eng_ensure_helper(op, ensure_volume);
 		return;
 	}
 	snprintf(en->old_helper, sizeof(en->old_helper), "%s",
@@ -867,12 +859,11 @@ eng_ensure(struct sbx_driver *d, const char *id, const struct sbx_spec *spec,
 			return NULL;
 		}
 	}
-	if ((op = eng_op_new(e, OP_ENSURE, id, sizeof(struct eop_ensure),
+	if ((op = eng_op_new(e, &ensure_kind, id, sizeof(struct eop_ensure),
 	    err)) == NULL) {
 		json_decref(allow);
 		return NULL;
 	}
-	op->fini = ensure_fini;
 	op->cb.status = cb;
 	op->arg = arg;
 	snprintf(ens(op)->image, sizeof(ens(op)->image), "%s", image);

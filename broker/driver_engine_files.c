@@ -1,29 +1,11 @@
-/* driver_engine_files.c - the engine driver's file operations through sbx-helper: read, write, list, du, killall (adr/0013, adr/0017, adr/0018). */
-#include <sys/queue.h>
-#include <sys/stat.h>
-#include <sys/time.h>
-
-#include <ctype.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/event.h>
-#include <jansson.h>
-#include <sodium.h>
-
+/*
+ * driver_engine_files.c - the engine driver's file operations as sbx-helper
+ * invocations: read, write, write_stream, list, du (status_usage) and
+ * killall (recover), each a kind row (adr/0013, adr/0017, adr/0018, adr/0037).
+ * It calls down into the invocation's core (driver_engine_run.c), the
+ * runtime call layer and the op lifecycle; the driver's entry calls it.
+ */
 #include "driver_engine_int.h"
-#include "sbx_log.h"
-#include "sbx_path.h"
-#include "sbx_usage.h"
 
 /* An entry's exact name: "name_b64" (the helper's form for bytes that are
  * not UTF-8) decoded, else "name". -1 for an entry without a usable name. */
@@ -138,9 +120,9 @@ list_line(struct eop *op, const char *line, size_t len)
 }
 
 /* Parses the complete lines of the op's out; a line over LIST_LINE_MAX
- * is bad. */
-void
-eng_list_lines(struct eop *op)
+ * is bad. The list's got_out: parsed as it comes, never one big parse. */
+static void
+list_lines(struct eop *op)
 {
 	struct eop_exec *x = xop(op);
 	struct evbuffer_ptr p;
@@ -168,50 +150,91 @@ eng_list_lines(struct eop *op)
 	}
 }
 
-/* ---------- file operations: no progress for file_timeout ---------- */
+/* ---------- the kinds ---------- */
+
+static void read_exited(struct eop *op, int code);
+static void read_over_cap(struct eop *op);
+static void done_exited(struct eop *op, int code);
+static void list_exited(struct eop *op, int code);
+static void list_fail(struct eop *op, const struct sbx_err *err);
+static void list_fini(struct eop *op);
+static void usage_exited(struct eop *op, int code);
+static int usage_target(struct eop *op, int r, const struct sbx_status *st);
+static int recover_target(struct eop *op, int r, const struct sbx_status *st);
+
+/* read: the file streamed to the sink, pausable, within file_max */
+static const struct eng_kind read_kind = {
+	.name = "file read",
+	.flags = EK_RUN,
+	.fail = eng_finish_sink_error,
+	.let_go = eng_src_detach,
+	.fini = eng_run_fini,
+	.cancel = eng_run_cancel,
+	.pause = eng_run_pause,
+	.exited = read_exited,
+	.over_cap = read_over_cap,
+};
+
+/* write, write_stream: the body (or a lent source) as stdin */
+static const struct eng_kind write_kind = {
+	.name = "file write",
+	.flags = EK_RUN | EK_KEEP_OUT,
+	.fail = eng_finish_done,
+	.let_go = eng_src_detach,
+	.fini = eng_run_fini,
+	.cancel = eng_run_cancel,
+	.exited = done_exited,
+};
+
+/* list: a page of entries parsed line by line */
+static const struct eng_kind list_kind = {
+	.name = "directory listing",
+	.flags = EK_RUN | EK_KEEP_OUT,
+	.fail = list_fail,
+	.let_go = eng_src_detach,
+	.fini = list_fini,
+	.cancel = eng_run_cancel,
+	.exited = list_exited,
+	.got_out = list_lines,
+};
+
+/* status_usage: a runtime exec also with the agent on, since the inspect
+ * answers the status of a sandbox that is not running (adr/0017) */
+static const struct eng_kind usage_kind = {
+	.name = "usage walk",
+	.flags = EK_RUN | EK_KEEP_OUT | EK_RUNTIME_EXEC,
+	.fail = eng_fail_status,
+	.let_go = eng_src_detach,
+	.fini = eng_run_fini,
+	.cancel = eng_run_cancel,
+	.exited = usage_exited,
+	.target = usage_target,
+};
+
+/* recover: killall; a sandbox not running has no process left */
+static const struct eng_kind recover_kind = {
+	.name = "killall",
+	.flags = EK_RUN | EK_KEEP_OUT,
+	.fail = eng_finish_done,
+	.let_go = eng_src_detach,
+	.fini = eng_run_fini,
+	.exited = done_exited,
+	.target = recover_target,
+};
 
 static void
-file_timer_cb(evutil_socket_t fd, short what, void *arg)
+list_fail(struct eop *op, const struct sbx_err *err)
 {
-	struct eop *op = arg;
-	struct sbx_err e;
-
-	(void)fd;
-	(void)what;
-	/* Answer now, whatever the sandbox does: the runtime connection goes
-	 * (sbx_http_req_cancel in finish), the helper is killed by its handle
-	 * on the side (that kill is bounded by its own timeout). */
-	if (op->cid[0] != '\0')
-		eng_start_kill(op->e, op->id, op->cid, xop(op)->exec_id, NULL);
-	sbx_err_set(&e, SBX_E_TIMEOUT, "the %s made no progress for %" PRId64
-	    " ms (file_timeout); it was cancelled and its helper killed",
-	    op->kind == OP_READ ? "file read" : op->kind == OP_WRITE ?
-	    "file write" : "directory listing", op->e->file_timeout);
-	eng_finish_err(op, &e);
+	if (op->cb.list != NULL)
+		op->cb.list(op->arg, err, NULL, 0, 0);
+	eng_op_release(op);
 }
 
-/* (Re)starts the progress timer of a file operation. */
-void
-eng_file_progress(struct eop *op)
+static void
+list_fini(struct eop *op)
 {
-	struct eop_exec *x = xop(op);
-	struct timeval tv;
-
-	if (x->ftimer == NULL || x->paused)
-		return;
-	tv.tv_sec = op->e->file_timeout / 1000;
-	tv.tv_usec = (op->e->file_timeout % 1000) * 1000;
-	event_add(x->ftimer, &tv);
-}
-
-static int
-file_timer_new(struct eop *op)
-{
-	if ((xop(op)->ftimer = evtimer_new(op->e->base.base, file_timer_cb,
-	    op)) == NULL)
-		return -1;
-	eng_file_progress(op);
-	return 0;
+	eng_run_fini(op);
+	free(lso(op)->ents);
 }
 
 /* Appends a file op's path to its helper argv; on failure frees op. */
@@ -233,91 +256,13 @@ file_op_start(struct eop *op, struct sbx_err *err)
 {
 	json_array_append_new(xop(op)->cmd, json_string("--id"));
 	json_array_append_new(xop(op)->cmd, json_string(xop(op)->exec_id));
-	if (file_timer_new(op) < 0) {
+	if (eng_progress_new(op) < 0) {
 		eng_op_free(op);
 		sbx_err_oom(err);
 		return NULL;
 	}
 	eng_helper_run(op);
 	return &op->base;
-}
-
-/* Lets go of a write_stream's source (before its owner hears the end). */
-void
-eng_src_detach(struct eop *op)
-{
-	struct eop_write *w;
-
-	if (op->kind != OP_WRITE)
-		return;
-	w = wro(op);
-	if (w->src != NULL && w->src_ent != NULL)
-		evbuffer_remove_cb_entry(w->src, w->src_ent);
-	w->src_ent = NULL;
-	w->src = NULL;
-}
-
-/* Bytes of a streamed write in the runtime connection's output at most:
- * with the gate's window, what one write costs the broker (adr/0018). */
-#define WRITE_OUT_MAX (256 * 1024)
-
-/* Moves what the source has to the runtime while its output has room;
- * closes the write side once every byte announced went. */
-static void
-src_pump(struct eop *op)
-{
-	struct eop_write *w = wro(op);
-	struct bufferevent *bev;
-	struct evbuffer *out;
-	size_t n, have, room;
-
-	if (xop(op)->ast != NULL) {
-		eng_agent_pump(op);   /* adr/0025: within the stream's credit */
-		return;
-	}
-	if (w->src == NULL || op->http == NULL || !xop(op)->got_stream ||
-	    (bev = sbx_http_req_bufferevent(op->http)) == NULL)
-		return;
-	out = bufferevent_get_output(bev);
-	while (w->src_left > 0 && (have = evbuffer_get_length(w->src)) > 0 &&
-	    evbuffer_get_length(out) < WRITE_OUT_MAX) {
-		room = WRITE_OUT_MAX - evbuffer_get_length(out);
-		n = have < room ? have : room;
-		if ((uint64_t)n > w->src_left)
-			n = (size_t)w->src_left;
-		if (evbuffer_remove_buffer(w->src, out, n) <= 0)
-			break;
-		w->src_left -= n;
-	}
-	if (w->src_left == 0) {
-		eng_src_detach(op);
-		sbx_http_req_close_write(op->http);
-	}
-}
-
-/* New bytes in a write_stream's source. */
-static void
-src_added(struct evbuffer *buf, const struct evbuffer_cb_info *info,
-    void *arg)
-{
-	(void)buf;
-	if (info->n_added > 0)
-		src_pump(arg);
-}
-
-/* A write's stdin leaving for the runtime is progress (and room for more). */
-static void
-write_drained(struct evbuffer *buf, const struct evbuffer_cb_info *info,
-    void *arg)
-{
-	struct eop *op = arg;
-
-	(void)buf;
-	if (info->n_deleted > 0) {
-		eng_file_progress(op);
-		if (wro(op)->src != NULL && evbuffer_get_length(buf) < WRITE_OUT_MAX / 2)
-			src_pump(op);
-	}
 }
 
 static void
@@ -335,6 +280,29 @@ read_exited(struct eop *op, int code)
 	eng_op_release(op);
 }
 
+/* The file is larger than the cap: too_large, and its helper killed. */
+static void
+read_over_cap(struct eop *op)
+{
+	struct sbx_err e;
+
+	sbx_err_set(&e, SBX_E_TOO_LARGE, SBX_MSG_FILE_TOO_LARGE,
+	    (long long)(xop(op)->cap - 1));
+	eng_start_kill(op->e, op->id, op->cid, xop(op)->exec_id, NULL);
+	eng_finish_err(op, &e);
+}
+
+/* recover's inspect: no container, or a stop killed everything. */
+static int
+recover_target(struct eop *op, int r, const struct sbx_status *st)
+{
+	(void)st;
+	if (r != 0)
+		return 0;
+	eng_finish_done(op, NULL);
+	return 1;
+}
+
 /* write, killall: the exit status is the answer. */
 static void
 done_exited(struct eop *op, int code)
@@ -346,7 +314,7 @@ done_exited(struct eop *op, int code)
 /* A write or killall op: answered by cb with the exit status, timeout_ms
  * for the helper run, ERRTAIL_MAX of error tail. NULL with err set. */
 static struct eop *
-done_op_new(struct engine *e, enum op_kind kind, const char *id, size_t size,
+done_op_new(struct engine *e, const struct eng_kind *kind, const char *id, size_t size,
     int64_t timeout_ms, sbx_done_cb cb, void *arg, struct sbx_err *err)
 {
 	struct eop *op;
@@ -354,7 +322,6 @@ done_op_new(struct engine *e, enum op_kind kind, const char *id, size_t size,
 	if ((op = eng_helper_op(e, kind, id, size, err)) == NULL)
 		return NULL;
 	op->cb.done = cb;
-	xop(op)->exited = done_exited;
 	op->arg = arg;
 	xop(op)->cap = ERRTAIL_MAX;
 	xop(op)->timeout_ms = timeout_ms;
@@ -369,7 +336,7 @@ list_exited(struct eop *op, int code)
 
 	if (eng_helper_failed(op, code))
 		return;
-	eng_list_lines(op);
+	list_lines(op);
 	if (l->x.truncated || l->list_bad || !l->list_end ||
 	    evbuffer_get_length(l->x.out) > 0) {
 		sbx_err_set(&e, SBX_E_RUNTIME, "sbx-helper list gave "
@@ -398,11 +365,10 @@ eng_read(struct sbx_driver *d, const char *id, const char *path,
 	}
 	if (eng_path_check(path, err) < 0)
 		return NULL;
-	if ((op = eng_helper_op(e, OP_READ, id, sizeof(struct eop_exec),
+	if ((op = eng_helper_op(e, &read_kind, id, sizeof(struct eop_exec),
 	    err)) == NULL)
 		return NULL;
 	xop(op)->sink = *sink;
-	xop(op)->exited = read_exited;
 	xop(op)->cap = e->file_max + 1;   /* the helper refuses above file_max */
 	xop(op)->cmd = eng_helper_cmd("read");
 	snprintf(num, sizeof(num), "%" PRId64, e->file_max);
@@ -414,21 +380,6 @@ eng_read(struct sbx_driver *d, const char *id, const char *path,
 	 * a paused stream (the timer stops while paused), a stalled helper
 	 * may not. */
 	return file_op_start(op, err);
-}
-
-void
-eng_write_started(struct eop *op, struct sbx_http_req *req)
-{
-	struct eop_exec *x = xop(op);
-	if (x->ftimer != NULL && sbx_http_req_bufferevent(req) != NULL)
-		evbuffer_add_cb(bufferevent_get_output(
-		    sbx_http_req_bufferevent(req)), write_drained, op);
-	if (x->stdin_buf != NULL)
-		sbx_http_req_write_buffer(req, x->stdin_buf);
-	if (wro(op)->src != NULL)
-		src_pump(op);     /* closes the write side at the end */
-	else
-		sbx_http_req_close_write(req);
 }
 
 /* write (body whole) or write_stream (src, len bytes, arriving). */
@@ -458,7 +409,7 @@ write_common(struct sbx_driver *d, const char *id, const char *path,
 		    (long long)e->file_max);
 		return NULL;
 	}
-	if ((op = done_op_new(e, OP_WRITE, id, sizeof(struct eop_write),
+	if ((op = done_op_new(e, &write_kind, id, sizeof(struct eop_exec),
 	    e->timeout.ceiling, cb, arg, err)) == NULL)
 		return NULL;
 	xop(op)->has_stdin = 1;
@@ -484,16 +435,13 @@ write_common(struct sbx_driver *d, const char *id, const char *path,
 	snprintf(snum, sizeof(snum), "%" PRIu64, len);
 	json_array_append_new(xop(op)->cmd, json_string("--size"));
 	json_array_append_new(xop(op)->cmd, json_string(snum));
-	if (file_timer_new(op) < 0) {
+	if (eng_progress_new(op) < 0) {
 		eng_op_free(op);
 		sbx_err_oom(err);
 		return NULL;
 	}
 	if (src != NULL) {
-		wro(op)->src = src;
-		wro(op)->src_left = len;
-		if ((wro(op)->src_ent = evbuffer_add_cb(src, src_added, op)) == NULL) {
-			wro(op)->src = NULL;
+		if (eng_src_lend(op, src, len) < 0) {
 			eng_op_free(op);
 			sbx_err_oom(err);
 			return NULL;
@@ -543,11 +491,10 @@ eng_list(struct sbx_driver *d, const char *id, const char *path,
 		    "directory entry");
 		return NULL;
 	}
-	if ((op = eng_helper_op(e, OP_LIST, id, sizeof(struct eop_list),
+	if ((op = eng_helper_op(e, &list_kind, id, sizeof(struct eop_list),
 	    err)) == NULL)
 		return NULL;
 	op->cb.list = cb;
-	xop(op)->exited = list_exited;
 	op->arg = arg;
 	lso(op)->list_limit = limit;
 	/* An entry line is at most ~1.4 KiB (255-byte name, escaped, and
@@ -573,9 +520,9 @@ eng_list(struct sbx_driver *d, const char *id, const char *path,
 
 /* The container inspected (r: 1 running, 0 stopped or absent): keeps its
  * status for the walk; a sandbox not running is answered here, uncounted.
- * Returns 1 when op has been finished. */
-int
-eng_usage_target(struct eop *op, int r, const struct sbx_status *st)
+ * Returns 1 when op has been finished. The usage kind's target. */
+static int
+usage_target(struct eop *op, int r, const struct sbx_status *st)
 {
 	struct sbx_status a;
 
@@ -638,11 +585,10 @@ eng_status_usage(struct sbx_driver *d, const char *id, sbx_status_cb cb,
 
 	if (eng_id_check(id, err) < 0)
 		return NULL;
-	if ((op = eng_helper_op(e, OP_USAGE, id, sizeof(struct eop_usage),
+	if ((op = eng_helper_op(e, &usage_kind, id, sizeof(struct eop_usage),
 	    err)) == NULL)
 		return NULL;
 	op->cb.status = cb;
-	xop(op)->exited = usage_exited;
 	op->arg = arg;
 	xop(op)->cap = ERRTAIL_MAX;
 	xop(op)->timeout_ms = e->usage_timeout_ms + HELPER_GRACE_MS;
@@ -672,7 +618,7 @@ eng_recover(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
 	struct engine *e = (struct engine *)d;
 	struct eop *op;
 
-	if ((op = done_op_new(e, OP_RECOVER, id, sizeof(struct eop_exec),
+	if ((op = done_op_new(e, &recover_kind, id, sizeof(struct eop_exec),
 	    KILL_TIMEOUT_MS, cb, arg, err)) == NULL)
 		return NULL;
 	if ((xop(op)->cmd = eng_helper_cmd("killall")) == NULL) {

@@ -1,29 +1,16 @@
-/* driver_engine_helper.c - the engine driver's helper volume: sbx-helper read once, filled into a named volume, old ones removed (adr/0009). */
-#include <sys/queue.h>
-#include <sys/stat.h>
-#include <sys/time.h>
-
-#include <ctype.h>
+/*
+ * driver_engine_helper.c - the engine driver's helper volume: sbx-helper
+ * read once, filled into a named volume, old ones removed (adr/0009); the
+ * fill's and the removal's kind rows, and the one-file tar the proxy uses
+ * too. It calls down into the runtime call layer and the op lifecycle;
+ * the ensures waiting go on through the continuation they gave.
+ */
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/event.h>
-#include <jansson.h>
-#include <sodium.h>
-
 #include "driver_engine_int.h"
-#include "sbx_log.h"
-#include "sbx_path.h"
-#include "sbx_usage.h"
 
 #define HELPER_MAX (64 * 1024 * 1024)    /* the helper file we read */
 
@@ -31,6 +18,21 @@ static void hp_removed(struct eop *op, int status, json_t *body,
     const struct sbx_err *err);
 static void hp_fill(struct eop *op);
 static void gc_next(struct eop *op);
+static void gc_fini(struct eop *op);
+static void hp_finish(struct eop *op, const struct sbx_err *err);
+
+/* the fill: the ensures waiting hear its end */
+static const struct eng_kind helper_kind = {
+	.name = "helper volume fill",
+	.fail = hp_finish,
+};
+
+/* the removal of old helper volumes: in the background, nobody waits */
+static const struct eng_kind gc_kind = {
+	.name = "helper volume removal",
+	.fail = eng_fail_quiet,
+	.fini = gc_fini,
+};
 
 /* ---------- the helper volume ---------- */
 
@@ -47,8 +49,10 @@ static void gc_next(struct eop *op);
  * helper volumes of the stem that no container uses are removed.
  */
 
-void
-eng_helper_settle(struct engine *e, const struct sbx_err *err)
+/* The fill ended (err NULL: ready): each waiting ensure goes on in its
+ * continuation, or ends with err. */
+static void
+helper_settle(struct engine *e, const struct sbx_err *err)
 {
 	struct eop_ensure *w;
 
@@ -59,7 +63,7 @@ eng_helper_settle(struct engine *e, const struct sbx_err *err)
 		if (err != NULL)
 			eng_finish_err(&w->op, err);
 		else
-			eng_ensure_volume(&w->op);
+			w->helper_then(&w->op);
 	}
 	if (err == NULL)
 		eng_helper_gc(e);
@@ -71,7 +75,7 @@ hp_finish(struct eop *op, const struct sbx_err *err)
 	if (err != NULL)
 		log_warn("helper volume not ready", "volume", op->e->helper_vol,
 		    "error", err->message, NULL);
-	eng_helper_settle(op->e, err);
+	helper_settle(op->e, err);
 	eng_op_release(op);
 }
 
@@ -309,7 +313,7 @@ hp_version(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 
 /* Waits op (an ensure about to create a container) for the helper volume. */
 void
-eng_ensure_helper(struct eop *op)
+eng_ensure_helper(struct eop *op, void (*then)(struct eop *))
 {
 	struct eop_ensure *en = ens(op);
 	struct engine *e = op->e;
@@ -322,16 +326,17 @@ eng_ensure_helper(struct eop *op)
 		return;
 	}
 	if (e->hstate == H_READY) {
-		eng_ensure_volume(op);
+		then(op);
 		return;
 	}
+	en->helper_then = then;
 	TAILQ_INSERT_TAIL(&e->hwait, en, wlink);
 	en->waiting = 1;
 	if (e->hstate == H_BUSY)
 		return;
-	if ((hp = eng_op_new(e, OP_HELPER, NULL, sizeof(struct eop_helper),
+	if ((hp = eng_op_new(e, &helper_kind, NULL, sizeof(struct eop_helper),
 	    &err)) == NULL) {
-		eng_helper_settle(e, &err);
+		helper_settle(e, &err);
 		return;
 	}
 	e->hstate = H_BUSY;
@@ -408,10 +413,9 @@ eng_helper_gc(struct engine *e)
 	struct eop *op;
 	char filt[256], raw[160];
 
-	if ((op = eng_op_new(e, OP_HGC, NULL, sizeof(struct eop_gc),
+	if ((op = eng_op_new(e, &gc_kind, NULL, sizeof(struct eop_gc),
 	    &err)) == NULL)
 		return;
-	op->fini = gc_fini;
 	if ((gco(op)->gc = json_array()) == NULL) {
 		eng_op_release(op);
 		return;

@@ -1,30 +1,54 @@
-/* driver_engine_int.h - private to broker/driver_engine*.c: the driver, its operations' state and the calls the files share. */
+/*
+ * driver_engine_int.h - private to broker/driver_engine*.c (and the fuzz
+ * targets through tests/fuzz/engine_incl.h): the driver, its operations'
+ * state, the kind table each operation carries, and the calls the files
+ * share. Every engine file includes this one header for the common block
+ * (libc, libevent, jansson, libsodium, the log and the SPEC §4 rules).
+ */
 #ifndef DRIVER_ENGINE_INT_H
 #define DRIVER_ENGINE_INT_H
 
 #include <sys/queue.h>
+#include <sys/time.h>
 
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <jansson.h>
+#include <sodium.h>
 
 #include "driver_engine.h"
 #include "sbx_helper_proto.h"
 #include "sbx_http_client.h"
+#include "sbx_log.h"
+#include "sbx_path.h"
 #include "sbx_proto.h"
 #include "sbx_time.h"
+#include "sbx_usage.h"
 
 /*
- * Layout (adr/0020): driver_engine.c the ops table, the driver and the op
- * lifetime; _call.c one runtime call and inspect parsing; _ensure.c ensure
- * (container, volume, init container, egress network); _helper.c the
- * helper volume; _life.c status, stop, destroy, list, reconcile, health;
- * _run.c one sbx-helper invocation (the seam issue 13's agent replaces);
- * _exec.c exec and the helper's frames; _files.c read, write, list, du,
- * killall.
+ * Layout (adr/0021, adr/0037), each file calling only the ones below it:
+ *   driver_engine.c         the ops table, the driver; calls the job files
+ *   driver_engine_life.c    status, stop, destroy, list, reconcile, health
+ *   driver_engine_ensure.c  ensure (container, volume, init, network)
+ *   driver_engine_proxy.c   the egress proxy of a sandbox
+ *   driver_engine_helper.c  the helper volume
+ *   driver_engine_files.c   read, write, list, du, killall
+ *   driver_engine_agent.c   transport: the sandbox's agent channel
+ *   driver_engine_rexec.c   transport: one runtime exec (agent: false)
+ *   driver_engine_exec.c    exec: sbx-helper exec --framed, its frames
+ *   driver_engine_run.c     one sbx-helper invocation (core), the kill
+ *   driver_engine_call.c    one runtime call, inspect parsing
+ *   driver_engine_op.c      the op lifecycle: new, enter, leave, finish, fail
+ * Generic code branches on no kind: what differs per kind is a row of
+ * struct eng_kind, defined in the kind's own file.
  */
 
 #define API "/v1.41"                   /* Engine API version pinned (adr/0001) */
@@ -85,21 +109,92 @@ struct engine {
 	enum hstate hstate;
 	TAILQ_HEAD(, eop_ensure) hwait; /* ensures waiting for the helper volume */
 	TAILQ_HEAD(, eop) ops;
+	/* How invocations run: the agent's or the runtime exec's transport,
+	 * and the runtime exec's for kinds that always take it. */
+	const struct eng_transport *via, *rexec_via;
 	/* The sandboxes' agents (driver_engine_agent.c, adr/0025). */
 	int agent_on;
 	int64_t agent_idle_ms, agent_ping_ms, agent_fresh_ms;
-	uint64_t agent_restarts;
 	TAILQ_HEAD(, eng_agent) agents;
 };
 
-enum op_kind {
-	OP_ENSURE, OP_STATUS, OP_EXEC, OP_READ, OP_WRITE, OP_LIST, OP_STOP,
-	OP_DESTROY, OP_SANDBOXES, OP_HEALTH, OP_KILL, OP_RECOVER, OP_RECONCILE,
-	OP_HELPER, OP_HGC,            /* internal: fill the helper volume, drop old ones */
-	OP_USAGE,                     /* status + sbx-helper du (adr/0017) */
-	OP_AGENT,                     /* internal: the runtime calls starting an agent */
-	OP_EGRESS,                    /* the egress proxy's log (adr/0026) */
+struct sbx_status;
+
+/* An op's kind is an sbx-helper invocation (its state embeds struct
+ * eop_exec) ... */
+#define EK_RUN 0x1
+/* ... run as `sbx-helper exec --framed` (adr/0007): output in the helper's
+ * frames, an exit record, the sink told of the start with the exec id */
+#define EK_FRAMED 0x2
+/* ... whose stdout is kept in x->out (x->cap bytes), not streamed */
+#define EK_KEEP_OUT 0x4
+/* ... always a runtime exec, also with the agent on (du: the status too) */
+#define EK_RUNTIME_EXEC 0x8
+/* ... started without an inspect (a kill: its parent checked) */
+#define EK_NO_INSPECT 0x10
+/* ... never killed by its handle (it is the kill): a stream lost, or a
+ * helper still running after it, ends it at once (kind->fail, ->expired) */
+#define EK_NO_KILL 0x20
+
+/*
+ * What differs between kinds of operation, one row per kind, defined
+ * (static const, or extern where a test needs it) in the kind's own file
+ * and set once by eng_op_new. Generic code calls these hooks and reads
+ * these flags; it never asks which kind an op is (adr/0037).
+ */
+struct eng_kind {
+	const char *name;             /* in sentences: "file read" */
+	unsigned flags;               /* EK_* */
+	/* Ends op with err through the caller's callback of this kind (or
+	 * whatever the kind does on failure), then releases op. Required. */
+	void (*fail)(struct eop *op, const struct sbx_err *err);
+	/* Lets go of what the caller lent (a write's source) before the
+	 * caller hears the end or cancels; idempotent. NULL: nothing lent. */
+	void (*let_go)(struct eop *op);
+	/* Frees the kind's own state when op is freed. NULL: none. */
+	void (*fini)(struct eop *op);
+	/* The caller cancels: NULL releases op; else the hook ends it. */
+	void (*cancel)(struct eop *op);
+	/* The caller pauses (on 1) or resumes (0). NULL: not pausable. */
+	void (*pause)(struct eop *op, int on);
+	/* sbx-helper invocations (EK_RUN) only, each NULL when unused: */
+	/* the helper exited with status code (no exit record) */
+	void (*exited)(struct eop *op, int code);
+	/* new bytes were kept in x->out (EK_KEEP_OUT) */
+	void (*got_out)(struct eop *op);
+	/* the output reached x->cap (x->truncated is set) */
+	void (*over_cap)(struct eop *op);
+	/* what the transport read on stream 1 or 2 (NULL: eng_deliver) */
+	void (*output)(struct eop *op, int stream, const unsigned char *buf,
+	    size_t len);
+	/* the stream ended: 1 when the helper's exit record came and the
+	 * hook ended op with it, else 0 (NULL: no record, 0) */
+	int (*recorded)(struct eop *op);
+	/* the timeout fired (NULL: kill the exec, then report timeout) */
+	void (*expired)(struct eop *op);
+	/* the container's inspect answered r (1 running, 0 stopped or
+	 * absent) with st: 1 when the hook ended op, 0 to go on (NULL:
+	 * absent is not_found, stopped not_running) */
+	int (*target)(struct eop *op, int r, const struct sbx_status *st);
 };
+
+/*
+ * How an invocation reaches sbx-helper: the agent channel
+ * (driver_engine_agent.c) or one runtime exec (driver_engine_rexec.c).
+ * The driver picks them at creation (e->via, e->rexec_via), so the
+ * invocation's core (driver_engine_run.c) calls a transport only through
+ * this table.
+ */
+struct eng_transport {
+	const char *name;
+	/* Starts op's invocation; it ends as eng_helper_run says. */
+	void (*run)(struct eop *op);
+	/* The stdin source (x->src) has bytes, or the transport room. */
+	void (*pump)(struct eop *op);
+	/* op is being freed: drop the transport's hold on it. NULL: none. */
+	void (*end)(struct eop *op);
+};
+
 
 /* A runtime call's continuation: the HTTP status and the parsed answer, or
  * err (transport, timeout, answer too large) with status 0 or the status. */
@@ -110,15 +205,15 @@ typedef void (*cont_fn)(struct eop *, int status, json_t *body,
  * What every operation has: the handle callers hold, the sandbox's names,
  * the one runtime call in flight and the caller's callback. Each kind
  * embeds this first in its own state struct below (op_new allocates the
- * kind's size); a kind's accessor casts to it.
+ * kind's size); a kind's accessor casts to it; the kind's row (op->kind)
+ * says how it ends, frees and is cancelled.
  */
 struct eop {
 	struct sbx_op base;           /* first */
 	struct engine *e;
 	TAILQ_ENTRY(eop) link;
-	enum op_kind kind;
+	const struct eng_kind *kind;  /* set by eng_op_new, never NULL */
 	int busy, dead;               /* a sink may cancel from inside output() */
-	void (*fini)(struct eop *);   /* frees the kind's own state, or NULL */
 	char id[64];
 	char cname[128];              /* container name */
 	char vname[140];              /* volume name */
@@ -141,7 +236,7 @@ struct eop {
 	struct sbx_err derr;
 };
 
-/* OP_ENSURE */
+/* ensure */
 struct eop_ensure {
 	struct eop op;
 	char image[256];
@@ -159,6 +254,7 @@ struct eop_ensure {
 	struct event *retry;
 	int need_init;                /* Docker: chown /work in an init container */
 	int waiting;                  /* on e->hwait */
+	void (*helper_then)(struct eop *); /* once the helper volume is ready */
 	TAILQ_ENTRY(eop_ensure) wlink;
 	char old_helper[96];          /* helper label of the container removed */
 	char aux_cid[80];             /* the init container */
@@ -167,13 +263,13 @@ struct eop_ensure {
 	struct sbx_err aux_err;       /* the failure reported after its removal */
 };
 
-/* OP_DESTROY */
+/* destroy */
 struct eop_destroy {
 	struct eop op;
 	char old_helper[96];          /* helper label of the container removed */
 };
 
-/* OP_HELPER: fills the helper volume */
+/* the helper volume's fill */
 struct eop_helper {
 	struct eop op;
 	char image[256];              /* of the ensure that asked first */
@@ -182,14 +278,14 @@ struct eop_helper {
 	struct sbx_err aux_err;       /* the failure reported after its removal */
 };
 
-/* OP_HGC: removes old helper volumes */
+/* removal of old helper volumes */
 struct eop_gc {
 	struct eop op;
 	json_t *gc;                   /* volume names to remove */
 	size_t gc_i;
 };
 
-/* OP_RECONCILE */
+/* reconcile */
 struct eop_reconcile {
 	struct eop op;
 	json_t *rkeep;                /* ids whose egress network stays */
@@ -205,7 +301,7 @@ struct eop_reconcile {
 	void (*rthen)(struct eop *);
 };
 
-/* OP_HEALTH */
+/* health */
 struct eop_health {
 	struct eop op;
 	struct sbx_health health;
@@ -220,9 +316,9 @@ struct eng_demux {
 };
 
 /*
- * One sbx-helper invocation (driver_engine_run.c): OP_EXEC, OP_READ,
- * OP_WRITE, OP_LIST, OP_KILL, OP_RECOVER, OP_USAGE. The helper's argv,
- * env and stdin, its bounds, and how its output and exit reach the kind.
+ * One sbx-helper invocation (driver_engine_run.c): exec, read, write,
+ * list, kill, recover, du (EK_RUN kinds). The helper's argv, env and
+ * stdin, its bounds, and how its output and exit reach the kind.
  */
 struct eop_exec {
 	struct eop op;
@@ -246,15 +342,20 @@ struct eop_exec {
 	struct eop *parent;           /* for a kill: who waits for it */
 	struct sbx_err kerr;
 	struct sbx_sink sink;         /* exec, read */
-	/* The helper exited with status code (runtime's exit status). */
-	void (*exited)(struct eop *, int code);
+	/* write_stream's body source (adr/0018), lent by the caller: src_left
+	 * bytes of it still to send, moved by the transport's pump within
+	 * its bound (the runtime connection's output, the stream's credit) */
+	struct evbuffer *src;
+	struct evbuffer_cb_entry *src_ent;
+	uint64_t src_left;
+	const struct eng_transport *via; /* the transport running it */
 	/* Through the agent (driver_engine_agent.c): the stream, and the
 	 * event that reports its start from the loop. */
 	struct sbx_agent_stream *ast;
 	struct event *astart;
 };
 
-/* OP_EXEC: sbx-helper's frames inside the runtime's stdout stream
+/* exec: sbx-helper's frames inside the runtime's stdout stream
  * (sbx_helper_proto.h, exec --framed); untrusted, checked strictly */
 struct eop_cmd {
 	struct eop_exec x;
@@ -269,7 +370,7 @@ struct eop_cmd {
 	char herr_code[48], herr_msg[256]; /* the error record */
 };
 
-/* OP_LIST: the page parsed line by line as it arrives */
+/* list: the page parsed line by line as it arrives */
 struct eop_list {
 	struct eop_exec x;
 	struct sbx_dirent *ents;
@@ -278,23 +379,13 @@ struct eop_list {
 	char after_hex[2 * 255 + 1];
 };
 
-/* OP_WRITE: write_stream's body source (adr/0018); src_left bytes of it
- * still to send, sent only while the runtime connection's output holds
- * less than WRITE_OUT_MAX */
-struct eop_write {
-	struct eop_exec x;
-	struct evbuffer *src;
-	struct evbuffer_cb_entry *src_ent;
-	uint64_t src_left;
-};
-
-/* OP_USAGE */
+/* status_usage */
 struct eop_usage {
 	struct eop_exec x;
 	struct sbx_status ust;        /* the status the walk adds to */
 };
 
-/* OP_KILL */
+/* kill */
 struct eop_kill {
 	struct eop_exec x;
 	int retries;                  /* runtime unreachable so far */
@@ -338,10 +429,6 @@ static inline struct eop_list *lso(struct eop *op)
 {
 	return (struct eop_list *)op;
 }
-static inline struct eop_write *wro(struct eop *op)
-{
-	return (struct eop_write *)op;
-}
 static inline struct eop_usage *uso(struct eop *op)
 {
 	return (struct eop_usage *)op;
@@ -351,31 +438,40 @@ static inline struct eop_kill *kio(struct eop *op)
 	return (struct eop_kill *)op;
 }
 
-/* ---- driver_engine.c: op lifetime ---- */
+/* ---- driver_engine_op.c: the op lifecycle (calls no engine file) ---- */
 
-/* A new op of kind (size bytes, its state struct) for sandbox id (NULL:
- * none; else checked with sbx_id_valid: invalid_id), on e's list. NULL
- * with err invalid_id or internal. */
-struct eop *eng_op_new(struct engine *e, enum op_kind kind, const char *id,
-    size_t size, struct sbx_err *err);
+/* A new op of kind (its row, borrowed: static) of size bytes (its state
+ * struct) for sandbox id (NULL: none; else checked with sbx_id_valid:
+ * invalid_id), on e's list. NULL with err invalid_id or internal. */
+struct eop *eng_op_new(struct engine *e, const struct eng_kind *kind,
+    const char *id, size_t size, struct sbx_err *err);
 /* Frees op at once (NULL: no-op); only where no callback frame holds it. */
 void eng_op_free(struct eop *op);
-/* Frees op now, or when the outermost callback frame on it returns. */
+/* Lets go of what the caller lent (kind->let_go), cancels the runtime
+ * call in flight, and frees op now or when the outermost callback frame
+ * on it returns (eng_op_leave). */
 void eng_op_release(struct eop *op);
+/* A callback frame on op begins: op stays allocated until its leave. */
 void eng_op_enter(struct eop *op);
-/* Returns 1 when op is still alive. */
+/* The frame ends; returns 1 when op is still alive (0: freed now, or
+ * released and freed by an outer frame). */
 int eng_op_leave(struct eop *op);
-/* Terminal callbacks: each releases op. */
+/* Terminal callbacks of the caller's shapes: each lets go of what the
+ * caller lent first and releases op after. */
 void eng_finish_status(struct eop *op, const struct sbx_err *err,
     const struct sbx_status *st);
 void eng_finish_done(struct eop *op, const struct sbx_err *err);
-void eng_finish_sink_error(struct eop *op, const struct sbx_err *err);
-/* Any op's failure, routed to the callback its kind has. */
+/* eng_finish_status(op, err, NULL): the fail of status-shaped kinds. */
+void eng_fail_status(struct eop *op, const struct sbx_err *err);
+/* The fail of internal ops no caller waits for: releases op. */
+void eng_fail_quiet(struct eop *op, const struct sbx_err *err);
+/* Any op's failure: op->kind->fail(op, err). */
 void eng_finish_err(struct eop *op, const struct sbx_err *err);
-/* Reports err from the event loop (a request that could not be sent). */
+/* Reports err from the event loop (a request that could not be sent), so
+ * no callback runs before the call that started op has returned. */
 void eng_fail_later(struct eop *op, const struct sbx_err *err);
 
-/* ---- driver_engine_call.c: one runtime call, inspect parsing ---- */
+/* ---- driver_engine_call.c: one runtime call, inspect parsing (calls the op lifecycle only) ---- */
 
 /* 0 when id follows SPEC §4 (sbx_id_valid), else -1 with err invalid_id. */
 int eng_id_check(const char *id, struct sbx_err *err);
@@ -449,8 +545,6 @@ int eng_not_found(const struct eop *op, struct sbx_err *e);
  * then); a stopped or running one returns 0 and op goes on.
  */
 int eng_finish_if_absent(struct eop *op, int r, const struct sbx_status *st);
-/* 1 found (st; *helper if not NULL: its L_HELPER label or NULL, in body),
- * 0 absent (404), -1 op already finished. */
 /*
  * Creates a runtime exec of cmd (a JSON array, borrowed) with env (array
  * of NAME=value, borrowed; NULL: none) in op's container op->cid, as the
@@ -477,6 +571,8 @@ int eng_exec_created_id(const struct eop *op, int status, json_t *body,
 struct sbx_http_req *eng_exec_start_stream(struct engine *e, const char *rexec,
     const struct sbx_http_cbs *cbs, struct sbx_err *err);
 
+/* 1 found (st; *helper if not NULL: its L_HELPER label or NULL, in body),
+ * 0 absent (404), -1 op already finished. */
 int eng_inspect_found(struct eop *op, int status, json_t *body,
     const struct sbx_err *err, struct sbx_status *st, const char **helper);
 
@@ -505,20 +601,18 @@ struct sbx_op *eng_egress_stats(struct sbx_driver *d, const char *id,
 
 /* ---- driver_engine_ensure.c ---- */
 
+/* The ensure op of the vtable (sbx_driver.h; driver_engine.h says how). */
 struct sbx_op *eng_ensure(struct sbx_driver *d, const char *id,
     const struct sbx_spec *spec, sbx_status_cb cb, void *arg,
     struct sbx_err *err);
-/* The ensure continues once the helper volume is ready. */
-void eng_ensure_volume(struct eop *op);
 /* Removes op's egress network if sbx made it, then op->then(op). */
 void eng_net_drop(struct eop *op, void (*after)(struct eop *));
 
 /* ---- driver_engine_helper.c ---- */
 
-/* Waits ensure op for the helper volume (filling it once). */
-void eng_ensure_helper(struct eop *op);
-/* The helper volume's fill ended (err NULL: ready): wakes the waiters. */
-void eng_helper_settle(struct engine *e, const struct sbx_err *err);
+/* Waits ensure op for the helper volume (filling it once), then then(op);
+ * a helper that cannot be read or filled ends op with why. */
+void eng_ensure_helper(struct eop *op, void (*then)(struct eop *));
 /* Removes unused old helper volumes of the stem, in the background. */
 void eng_helper_gc(struct engine *e);
 /*
@@ -535,6 +629,9 @@ int eng_helper_load(struct engine *e);
 
 /* ---- driver_engine_life.c ---- */
 
+/* The vtable's status, stop, destroy, list_sandboxes, reconcile and health
+ * (sbx_driver.h: arguments, callbacks, errors; driver_engine.h says how). */
+
 struct sbx_op *eng_status(struct sbx_driver *d, const char *id,
     sbx_status_cb cb, void *arg, struct sbx_err *err);
 struct sbx_op *eng_stop(struct sbx_driver *d, const char *id, sbx_done_cb cb,
@@ -548,32 +645,55 @@ struct sbx_op *eng_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
 struct sbx_op *eng_health(struct sbx_driver *d, sbx_health_cb cb, void *arg,
     struct sbx_err *err);
 
-/* ---- driver_engine_run.c: one sbx-helper invocation (the seam, adr/0021) ---- */
+/* ---- driver_engine_run.c: one sbx-helper invocation (adr/0021), and the kill ---- */
+
+/* The kill's row: a fuzz target recognises the kills left to retry. */
+extern const struct eng_kind eng_kind_kill;
 
 /*
- * A helper op of kind (size: its state struct) for sandbox id with a fresh
- * exec id and its buffers; the caller sets cmd (eng_helper_cmd), cap,
- * timeout_ms, exited, and the rest it needs, then calls eng_helper_run.
- * NULL with err invalid_id or internal.
+ * A helper op of kind (an EK_RUN row; size: its state struct) for sandbox
+ * id with a fresh exec id and its buffers; the caller sets cmd
+ * (eng_helper_cmd), cap, timeout_ms and the rest it needs, then calls
+ * eng_helper_run. NULL with err invalid_id or internal.
  */
-struct eop *eng_helper_op(struct engine *e, enum op_kind kind,
+struct eop *eng_helper_op(struct engine *e, const struct eng_kind *kind,
     const char *id, size_t size, struct sbx_err *err);
 /* ["/.sbx/sbx-helper", mode] */
 json_t *eng_helper_cmd(const char *mode);
 /*
- * The one way sbx-helper runs in a sandbox: checks the container (not for
- * a kill), execs cmd as the sandbox user, sends stdin, delivers output to
- * the kind (eng_deliver; OP_EXEC's stdout to eng_helper_frames), then
- * calls x->exited(op, status), or ends op with an error.
+ * The one way sbx-helper runs in a sandbox: through the transport the
+ * driver picked (e->via, or e->rexec_via for EK_RUNTIME_EXEC kinds), which
+ * checks the container (not for EK_NO_INSPECT), execs cmd as the sandbox
+ * user, sends stdin, hands output to eng_run_output, and ends in
+ * kind->exited(op, status), kind->recorded (the helper's exit record) or
+ * an error.
  */
 void eng_helper_run(struct eop *op);
+/* The state every invocation frees (the kinds' fini call it first). */
+void eng_run_fini(struct eop *op);
+/* An invocation's cancel: its exec, if it may have been created, is
+ * killed by its handle; op is released. */
+void eng_run_cancel(struct eop *op);
+/* An invocation's pause (on 1) and resume (0): the transport stops
+ * reading, the progress timer stops (the reader's choice, not a stall). */
+void eng_run_pause(struct eop *op, int on);
+/* Lets go of a write_stream's source (the caller's): the kinds' let_go. */
+void eng_src_detach(struct eop *op);
+/* Lends src (len bytes to come) to op as its stdin: each addition pumps
+ * through the transport. -1 when out of memory (nothing lent). */
+int eng_src_lend(struct eop *op, struct evbuffer *src, uint64_t len);
+/* The exec (EK_FRAMED) and the read: err to the sink, then release. */
+void eng_finish_sink_error(struct eop *op, const struct sbx_err *err);
 /* Kills the helper exec exec_id in cid by its handle; parent (or NULL: fire
  * and forget) hears the end in its kill_ended. -1 when it cannot start. */
 int eng_start_kill(struct engine *e, const char *id, const char *cid,
     const char *exec_id, struct eop *parent);
-/* A kill op ended (err NULL: done). */
-void eng_kill_ended(struct eop *k, const struct sbx_err *err);
-/* Output of the helper on stream 1 or 2 for the kind. */
+/* What a transport read from the helper on stream 1 or 2: to the kind's
+ * output (exec: its frames), else to eng_deliver. */
+void eng_run_output(struct eop *op, int stream, const unsigned char *buf,
+    size_t len);
+/* Output of the helper on stream 1 or 2 for the kind: kept in x->out
+ * (EK_KEEP_OUT) or to the sink, within x->cap (kind->over_cap at it). */
 void eng_deliver(struct eop *op, int stream, const unsigned char *buf,
     size_t len);
 /* The helper's error line (last of stderr): 1 with code and msg. */
@@ -599,35 +719,49 @@ int eng_hdr_fill(unsigned char *hdr, size_t *have, size_t want,
 const unsigned char *eng_demux_next(struct eng_demux *d,
     const unsigned char **buf, size_t *len, size_t max, size_t *n,
     int *stream);
-/* The exec timeout's timer callback (op: the helper op). */
-void eng_exec_timer_cb(evutil_socket_t fd, short what, void *arg);
 /* A transport has started op's invocation: a file op's progress timer
  * restarts, else the exec timeout (x->timeout_ms, 0: none) is armed.
  * 0, or -1 with e internal (cannot arm the timer). */
 int eng_exec_clock(struct eop *op, struct sbx_err *e);
+/* Arms a file op's progress timer: no progress for file_timeout ends op
+ * with timeout naming kind->name, and kills its helper. -1 out of memory. */
+int eng_progress_new(struct eop *op);
+/* Restarts a file op's progress timer (none, or paused: no-op). */
+void eng_file_progress(struct eop *op);
+/* The sink hears the start with the exec id (EK_FRAMED), once. */
+void eng_exec_announce(struct eop *op);
+/* 1 when the stream brought the helper's exit record and the kind ended
+ * op with it (kind->recorded); 0 to end it another way. */
+int eng_run_recorded(struct eop *op);
+
+/* ---- driver_engine_exec.c: exec (sbx-helper exec --framed, adr/0007) ---- */
+
+/* The exec's row; a fuzz target builds an exec op by hand. */
+extern const struct eng_kind eng_kind_exec;
+/* sbx-helper's frames in the transport's stdout of an exec op: stdout and
+ * stderr payloads to eng_deliver, the exit and error records kept; a
+ * violation of the protocol ends op with runtime_error and kills it. */
+void eng_helper_frames(struct eop *op, const unsigned char *buf, size_t len);
+/* The exec op of the vtable (sbx_driver.h; driver_engine.h says how). */
+struct sbx_op *eng_exec(struct sbx_driver *d, const char *id,
+    const struct sbx_exec_req *req, const struct sbx_sink *sink,
+    struct sbx_err *err);
 
 /* ---- driver_engine_rexec.c: invocations as runtime execs (agent: false) ---- */
 
 /*
- * Runs op's invocation as one runtime exec (Engine API v1.41: inspect the
+ * Runs an invocation as one runtime exec (Engine API v1.41: inspect the
  * container, POST /containers/{id}/exec, POST /exec/{id}/start attached,
- * GET /exec/{id}/json for the exit); a kill skips the inspect (its parent
- * checked the container). Ends as eng_helper_run says.
+ * GET /exec/{id}/json for the exit); EK_NO_INSPECT skips the inspect.
  */
-void eng_rexec_run(struct eop *op);
-/* The helper's stream ended without an exit record: ask the runtime. */
-void eng_exec_after_stream(struct eop *op);
+extern const struct eng_transport eng_rexec_transport;
 
 /* ---- driver_engine_agent.c: invocations through the agent (adr/0025) ---- */
 
 struct eng_agent;
-/* Runs op's invocation as a stream on its sandbox's agent channel (the
- * agent started first when needed); 0, or -1 when op was failed (later). */
-int eng_agent_run(struct eop *op);
-/* op ends: its stream (if any) is cancelled. */
-void eng_agent_stream_end(struct eop *op);
-/* Moves op's stdin (stdin_buf, a write's source) within the stream's credit. */
-void eng_agent_pump(struct eop *op);
+/* Runs an invocation as a stream on its sandbox's agent channel (the
+ * agent started first when needed). */
+extern const struct eng_transport eng_agent_transport;
 /* The sandbox is being stopped or removed through the driver: no warm
  * ensure from its agent, and its next start is not counted as a restart. */
 void eng_agent_forget(struct engine *e, const char *id);
@@ -641,21 +775,10 @@ void eng_agent_note_status(struct engine *e, const struct sbx_status *st,
 int eng_agent_warm(struct engine *e, const char *id, const char *image,
     int egress, struct sbx_status *st);
 
-/* ---- driver_engine_run.c: exec (sbx-helper exec --framed, adr/0007) ---- */
-
-struct sbx_op *eng_exec(struct sbx_driver *d, const char *id,
-    const struct sbx_exec_req *req, const struct sbx_sink *sink,
-    struct sbx_err *err);
-/* sbx-helper's frames in the runtime's stdout of an OP_EXEC. */
-void eng_helper_frames(struct eop *op, const unsigned char *buf, size_t len);
-/* The helper's own stderr of an OP_EXEC: a tail kept. */
-void eng_keep_errtail(struct eop *op, const unsigned char *buf, size_t len);
-/* An OP_EXEC ended with its exit record. */
-void eng_exec_recorded(struct eop *op);
-/* 1 when an OP_EXEC's stream brought the exit record. */
-int eng_exec_got_exit(struct eop *op);
-
 /* ---- driver_engine_files.c ---- */
+
+/* The vtable's read, write, write_stream, list, status_usage and recover
+ * (sbx_driver.h: arguments, callbacks, errors; driver_engine.h says how). */
 
 struct sbx_op *eng_read(struct sbx_driver *d, const char *id,
     const char *path, const struct sbx_sink *sink, struct sbx_err *err);
@@ -672,16 +795,5 @@ struct sbx_op *eng_status_usage(struct sbx_driver *d, const char *id,
     sbx_status_cb cb, void *arg, struct sbx_err *err);
 struct sbx_op *eng_recover(struct sbx_driver *d, const char *id,
     sbx_done_cb cb, void *arg, struct sbx_err *err);
-/* An OP_USAGE's inspect: 1 when op was finished (not running). */
-int eng_usage_target(struct eop *op, int r, const struct sbx_status *st);
-/* Lets go of an OP_WRITE's source (no-op for other kinds). */
-void eng_src_detach(struct eop *op);
-/* An OP_WRITE's runtime stream has started: its stdin, then the write
- * side closed. */
-void eng_write_started(struct eop *op, struct sbx_http_req *req);
-/* Restarts a file op's progress timer. */
-void eng_file_progress(struct eop *op);
-/* Parses the complete lines an OP_LIST holds in out. */
-void eng_list_lines(struct eop *op);
 
 #endif

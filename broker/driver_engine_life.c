@@ -1,31 +1,63 @@
-/* driver_engine_life.c - the engine driver's sandbox lifecycle besides ensure: status, stop, destroy, list, reconcile, health. */
-#include <sys/queue.h>
-#include <sys/stat.h>
-#include <sys/time.h>
-
-#include <ctype.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/event.h>
-#include <jansson.h>
-#include <sodium.h>
-
+/*
+ * driver_engine_life.c - the engine driver's sandbox lifecycle besides
+ * ensure: status, stop, destroy, list_sandboxes, reconcile, health, each a
+ * kind row. It calls down into ensure (the egress network's removal), the
+ * egress proxy, the helper volume (gc), the agent records (forget), the
+ * runtime call layer and the op lifecycle; the driver's entry calls it.
+ */
 #include "driver_engine_int.h"
-#include "sbx_log.h"
-#include "sbx_path.h"
-#include "sbx_usage.h"
 
 static void rec_next(struct eop *op);
+static void rec_fini(struct eop *op);
+static void sandboxes_fail(struct eop *op, const struct sbx_err *err);
+static void health_fail(struct eop *op, const struct sbx_err *err);
+
+static const struct eng_kind status_kind = {
+	.name = "status",
+	.fail = eng_fail_status,
+};
+
+static const struct eng_kind stop_kind = {
+	.name = "stop",
+	.fail = eng_finish_done,
+};
+
+static const struct eng_kind destroy_kind = {
+	.name = "destroy",
+	.fail = eng_finish_done,
+};
+
+static const struct eng_kind sandboxes_kind = {
+	.name = "list of sandboxes",
+	.fail = sandboxes_fail,
+};
+
+static const struct eng_kind reconcile_kind = {
+	.name = "reconcile",
+	.fail = eng_finish_done,
+	.fini = rec_fini,
+};
+
+static const struct eng_kind health_kind = {
+	.name = "health",
+	.fail = health_fail,
+};
+
+static void
+sandboxes_fail(struct eop *op, const struct sbx_err *err)
+{
+	if (op->cb.sandboxes != NULL)
+		op->cb.sandboxes(op->arg, err, NULL, 0);
+	eng_op_release(op);
+}
+
+static void
+health_fail(struct eop *op, const struct sbx_err *err)
+{
+	if (op->cb.health != NULL)
+		op->cb.health(op->arg, err, NULL);
+	eng_op_release(op);
+}
 
 /* GET API PATH filters={"label":["io.sbx.managed=true"]} (PATH ends in '?'
  * or '&'): only what sbx made; answered in cont (read with list_bad). */
@@ -60,7 +92,7 @@ list_bad(struct eop *op, int status, json_t *body, const struct sbx_err *err,
 /* A new op of kind (size bytes) for sandbox id whose first step is the
  * container's inspect, answered in cont. NULL with err. */
 static struct eop *
-inspect_first(struct sbx_driver *d, enum op_kind kind, size_t size,
+inspect_first(struct sbx_driver *d, const struct eng_kind *kind, size_t size,
     const char *id, cont_fn cont, struct sbx_err *err)
 {
 	struct eop *op;
@@ -76,7 +108,7 @@ inspect_first(struct sbx_driver *d, enum op_kind kind, size_t size,
 /* inspect_first for an op answered by a sbx_done_cb (stop, destroy); the
  * sandbox's agent channel is forgotten (adr/0025): its container goes. */
 static struct sbx_op *
-inspect_first_done(struct sbx_driver *d, enum op_kind kind, size_t size,
+inspect_first_done(struct sbx_driver *d, const struct eng_kind *kind, size_t size,
     const char *id, cont_fn cont, sbx_done_cb cb, void *arg,
     struct sbx_err *err)
 {
@@ -122,7 +154,7 @@ eng_status(struct sbx_driver *d, const char *id, sbx_status_cb cb, void *arg,
 {
 	struct eop *op;
 
-	if ((op = inspect_first(d, OP_STATUS, sizeof(struct eop), id,
+	if ((op = inspect_first(d, &status_kind, sizeof(struct eop), id,
 	    status_inspected, err)) == NULL)
 		return NULL;
 	op->cb.status = cb;
@@ -181,7 +213,7 @@ struct sbx_op *
 eng_stop(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
     struct sbx_err *err)
 {
-	return inspect_first_done(d, OP_STOP, sizeof(struct eop), id,
+	return inspect_first_done(d, &stop_kind, sizeof(struct eop), id,
 	    stop_inspected, cb, arg, err);
 }
 
@@ -300,7 +332,7 @@ struct sbx_op *
 eng_destroy(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
     struct sbx_err *err)
 {
-	return inspect_first_done(d, OP_DESTROY, sizeof(struct eop_destroy), id,
+	return inspect_first_done(d, &destroy_kind, sizeof(struct eop_destroy), id,
 	    destroy_inspected, cb, arg, err);
 }
 
@@ -362,7 +394,7 @@ eng_list_sandboxes(struct sbx_driver *d, sbx_sandboxes_cb cb, void *arg,
 	struct engine *e = (struct engine *)d;
 	struct eop *op;
 
-	if ((op = eng_op_new(e, OP_SANDBOXES, NULL, sizeof(struct eop),
+	if ((op = eng_op_new(e, &sandboxes_kind, NULL, sizeof(struct eop),
 	    err)) == NULL)
 		return NULL;
 	op->cb.sandboxes = cb;
@@ -518,10 +550,9 @@ eng_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
 	struct engine *e = (struct engine *)d;
 	struct eop *op;
 
-	if ((op = eng_op_new(e, OP_RECONCILE, NULL,
+	if ((op = eng_op_new(e, &reconcile_kind, NULL,
 	    sizeof(struct eop_reconcile), err)) == NULL)
 		return NULL;
-	op->fini = rec_fini;
 	op->cb.done = cb;
 	op->arg = arg;
 	list_managed(op, "/containers/json?all=1&", rec_containers);
@@ -623,7 +654,7 @@ eng_health(struct sbx_driver *d, sbx_health_cb cb, void *arg,
 	struct engine *e = (struct engine *)d;
 	struct eop *op;
 
-	if ((op = eng_op_new(e, OP_HEALTH, NULL, sizeof(struct eop_health),
+	if ((op = eng_op_new(e, &health_kind, NULL, sizeof(struct eop_health),
 	    err)) == NULL)
 		return NULL;
 	op->cb.health = cb;

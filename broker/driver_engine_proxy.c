@@ -1,18 +1,14 @@
-/* driver_engine_proxy.c - the engine driver's egress proxy of a sandbox: socket volume, proxy container (made, filled with sbx-proxy, started, replaced when its policy changes) and their removal (adr/0026). */
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <jansson.h>
-
+/*
+ * driver_engine_proxy.c - the engine driver's egress proxy of a sandbox:
+ * socket volume, proxy container (made, filled with sbx-proxy, started,
+ * replaced when its policy changes), their stop and removal, reconcile's
+ * proxy step, and egress_stats with its kind row (adr/0026, adr/0027). It
+ * calls down into the helper volume's tar, the runtime call layer and the
+ * op lifecycle; ensure and life call it.
+ */
 #include "broker_egress.h"
+
 #include "driver_engine_int.h"
-#include "sbx_log.h"
-#include "sbx_path.h"
 
 /*
  * Names: container "<prefix><id>-proxy", volume "<prefix><id>-egsock",
@@ -21,6 +17,22 @@
  * also io.sbx.role=proxy and io.sbx.egress-policy=<digest>.
  */
 #define L_PROXY_OF "io.sbx.proxy-of"
+
+static void egress_fail(struct eop *op, const struct sbx_err *err);
+
+/* egress_stats: answered with the decision log's JSON */
+static const struct eng_kind egress_kind = {
+	.name = "egress stats",
+	.fail = egress_fail,
+};
+
+static void
+egress_fail(struct eop *op, const struct sbx_err *err)
+{
+	if (op->cb.json != NULL)
+		op->cb.json(op->arg, err, NULL);
+	eng_op_release(op);
+}
 
 static void
 names(struct eop *op, char *px, size_t pxs, char *vol, size_t vols)
@@ -588,7 +600,7 @@ eng_egress_stats(struct sbx_driver *d, const char *id, sbx_json_cb cb, void *arg
 
 	if (eng_id_check(id, err) < 0)
 		return NULL;
-	if ((op = eng_op_new(e, OP_EGRESS, id, sizeof(struct eop), err)) == NULL)
+	if ((op = eng_op_new(e, &egress_kind, id, sizeof(struct eop), err)) == NULL)
 		return NULL;
 	op->cb.json = cb;
 	op->arg = arg;

@@ -1,15 +1,11 @@
-/* driver_engine_rexec.c - the engine driver's transport with the agent off: one runtime exec of /.sbx/sbx-helper per invocation, its stream and its exit (Engine API v1.41 §Exec, adr/0002). */
-#include <sys/queue.h>
-#include <sys/time.h>
-
-#include <inttypes.h>
-#include <stdio.h>
-#include <string.h>
-
-#include <event2/buffer.h>
-#include <event2/event.h>
-#include <jansson.h>
-
+/*
+ * driver_engine_rexec.c - the engine driver's transport with the agent
+ * off (and for kinds that keep a runtime exec): one runtime exec of
+ * /.sbx/sbx-helper per invocation, its stdin, stream and exit (Engine API
+ * v1.41 §Exec, adr/0002). Its row is eng_rexec_transport; it calls down
+ * into the invocation's core (driver_engine_run.c), the runtime call layer
+ * and the op lifecycle, and reaches the kind only through its row.
+ */
 #include "driver_engine_int.h"
 
 /* The stream can end a moment before the runtime records the exit: the
@@ -36,24 +32,17 @@ exec_inspected(struct eop *op, int status, json_t *body,
 	struct timeval tv = { 0, EXIT_POLL_MS * 1000 };
 
 	if (err != NULL) {
-		if (op->kind == OP_KILL) {
-			eng_kill_ended(op, err);
-			return;
-		}
 		/* No exit record and no answer (the runtime died with the
 		 * stream): the processes may live on; the kill is retried
 		 * until the runtime is back (test_faults.py). */
-		if (op->kind == OP_EXEC)
+		if (op->kind->flags & EK_FRAMED)
 			eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
 		eng_finish_err(op, err);
 		return;
 	}
 	if (status != 200) {
 		eng_runtime_err(&e, status, body, "inspect the exec");
-		if (op->kind == OP_KILL)
-			eng_kill_ended(op, &e);
-		else
-			eng_finish_err(op, &e);
+		eng_finish_err(op, &e);
 		return;
 	}
 	/* The stream can end a moment before the runtime records the exit. */
@@ -67,17 +56,16 @@ exec_inspected(struct eop *op, int status, json_t *body,
 	if (json_is_true(json_object_get(body, "Running"))) {
 		/* The stream ended but the process did not: it must not
 		 * outlive the operation. */
-		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
-		if (op->kind == OP_KILL) {
-			sbx_err_set(&e, SBX_E_TIMEOUT, SBX_MSG_KILL_UNFINISHED);
-			eng_kill_ended(op, &e);
+		if (op->kind->flags & EK_NO_KILL) {
+			op->kind->expired(op);   /* a kill is not killed */
 			return;
 		}
+		eng_start_kill(op->e, op->id, op->cid, x->exec_id, NULL);
 		sbx_err_set(&e, SBX_E_RUNTIME, "exec output ended but the "
 		    "process kept running; it was killed");
 		eng_finish_err(op, &e);
 	} else
-		x->exited(op, (int)json_integer_value(json_object_get(body,
+		op->kind->exited(op, (int)json_integer_value(json_object_get(body,
 		    "ExitCode")));
 }
 
@@ -89,12 +77,82 @@ exec_poll_exit(struct eop *op)
 	    xop(op)->rexec);
 }
 
-void
-eng_exec_after_stream(struct eop *op)
+static void
+exec_after_stream(struct eop *op)
 {
 	if (xop(op)->timer != NULL)
 		event_del(xop(op)->timer);
 	exec_poll_exit(op);
+}
+
+/* ---------- stdin: the whole buffer, or a lent source pumped ---------- */
+
+/* Bytes of a streamed write in the runtime connection's output at most:
+ * with the gate's window, what one write costs the broker (adr/0018). */
+#define WRITE_OUT_MAX (256 * 1024)
+
+/* Moves what the source has to the runtime while its output has room;
+ * closes the write side once every byte announced went. */
+static void
+src_pump(struct eop *op)
+{
+	struct eop_exec *x = xop(op);
+	struct bufferevent *bev;
+	struct evbuffer *out;
+	size_t n, have, room;
+
+	if (x->src == NULL || op->http == NULL || !x->got_stream ||
+	    (bev = sbx_http_req_bufferevent(op->http)) == NULL)
+		return;
+	out = bufferevent_get_output(bev);
+	while (x->src_left > 0 && (have = evbuffer_get_length(x->src)) > 0 &&
+	    evbuffer_get_length(out) < WRITE_OUT_MAX) {
+		room = WRITE_OUT_MAX - evbuffer_get_length(out);
+		n = have < room ? have : room;
+		if ((uint64_t)n > x->src_left)
+			n = (size_t)x->src_left;
+		if (evbuffer_remove_buffer(x->src, out, n) <= 0)
+			break;
+		x->src_left -= n;
+	}
+	if (x->src_left == 0) {
+		eng_src_detach(op);
+		sbx_http_req_close_write(op->http);
+	}
+}
+
+/* Stdin leaving for the runtime is a file op's progress (and room for
+ * more of a lent source). */
+static void
+stdin_drained(struct evbuffer *buf, const struct evbuffer_cb_info *info,
+    void *arg)
+{
+	struct eop *op = arg;
+
+	if (info->n_deleted > 0) {
+		eng_file_progress(op);
+		if (xop(op)->src != NULL &&
+		    evbuffer_get_length(buf) < WRITE_OUT_MAX / 2)
+			src_pump(op);
+	}
+}
+
+/* The runtime stream has started: stdin_buf, then the lent source (if
+ * any), then the write side closed. */
+static void
+stdin_started(struct eop *op, struct sbx_http_req *req)
+{
+	struct eop_exec *x = xop(op);
+
+	if (x->ftimer != NULL && sbx_http_req_bufferevent(req) != NULL)
+		evbuffer_add_cb(bufferevent_get_output(
+		    sbx_http_req_bufferevent(req)), stdin_drained, op);
+	if (x->stdin_buf != NULL)
+		sbx_http_req_write_buffer(req, x->stdin_buf);
+	if (x->src != NULL)
+		src_pump(op);     /* closes the write side at the end */
+	else
+		sbx_http_req_close_write(req);
 }
 
 /* Demultiplexes the 8-byte-framed stream (Engine API "Attach": byte 0 the
@@ -117,14 +175,8 @@ stream_body(void *arg, struct sbx_http_req *req, const unsigned char *buf,
 	eng_op_enter(op);
 	while (!op->dead && x->streaming &&
 	    (p = eng_demux_next(&x->demux, &buf, &len, STREAM_CHUNK, &n,
-	    &stream)) != NULL) {
-		if (op->kind != OP_EXEC)
-			eng_deliver(op, stream, p, n);
-		else if (stream == 1)
-			eng_helper_frames(op, p, n);
-		else if (stream == 2)
-			eng_keep_errtail(op, p, n);
-	}
+	    &stream)) != NULL)
+		eng_run_output(op, stream, p, n);
 	eng_op_leave(op);
 }
 
@@ -147,21 +199,10 @@ stream_response(void *arg, struct sbx_http_req *req, int status)
 			eng_finish_err(op, &e);
 			return;
 		}
-		if (op->kind == OP_WRITE) {
-			eng_write_started(op, req);
-		} else {
-			if (x->stdin_buf != NULL)
-				sbx_http_req_write_buffer(req, x->stdin_buf);
-			sbx_http_req_close_write(req);
-		}
+		stdin_started(op, req);
 	}
-	if (op->kind == OP_EXEC && !x->stream_started) {
-		x->stream_started = 1;
-		eng_op_enter(op);
-		if (x->sink.start != NULL)
-			x->sink.start(x->sink.arg, x->exec_id);
-		eng_op_leave(op);
-	}
+	if (op->kind->flags & EK_FRAMED)
+		eng_exec_announce(op);
 }
 
 static void
@@ -176,23 +217,22 @@ stream_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 	op->http = NULL;
 	x->streaming = 0;
 	if (err != NULL) {
-		if (op->kind == OP_KILL) {
-			eng_kill_ended(op, err);
+		/* A kill's own stream broke: its fail says so to its parent. */
+		if (op->kind->flags & EK_NO_KILL) {
+			eng_finish_err(op, err);
 			return;
 		}
 		/* The exit record came: the command is reaped, its group dead;
 		 * a stream broken after that loses nothing. */
-		if (eng_exec_got_exit(op)) {
-			eng_exec_recorded(op);
+		if (eng_run_recorded(op))
 			return;
-		}
 		/* Podman 4.3 resets the exec connection when the process exits
 		 * while stdin is still being sent (measured: 5 of 5 runs of
 		 * `exit 3` with 3 MB of stdin); the exit status is still
 		 * there, so a reset of a running stream with stdin ends it. */
 		if (x->got_stream && x->has_stdin &&
 		    strcmp(err->code, SBX_E_RUNTIME) == 0) {
-			eng_exec_after_stream(op);
+			exec_after_stream(op);
 			return;
 		}
 		/* The stream broke: the processes may live on. */
@@ -213,16 +253,11 @@ stream_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 		else
 			eng_runtime_err(&e, status, body, "start the exec");
 		json_decref(body);
-		if (op->kind == OP_KILL)
-			eng_kill_ended(op, &e);
-		else
-			eng_finish_err(op, &e);
+		eng_finish_err(op, &e);
 		return;
 	}
-	if (eng_exec_got_exit(op))
-		eng_exec_recorded(op);
-	else
-		eng_exec_after_stream(op);   /* no record: the helper was killed */
+	if (!eng_run_recorded(op))
+		exec_after_stream(op);   /* no record: the helper was killed */
 }
 
 static void
@@ -251,10 +286,7 @@ exec_created(struct eop *op, int status, json_t *body,
 
 	if (eng_exec_created_id(op, status, body, err, "create the exec",
 	    x->rexec, sizeof(x->rexec), &e) < 0) {
-		if (op->kind == OP_KILL)
-			eng_kill_ended(op, &e);
-		else
-			eng_finish_err(op, &e);
+		eng_finish_err(op, &e);
 		return;
 	}
 	x->started_ms = sbx_mono_ms();
@@ -288,13 +320,8 @@ exec_target_inspected(struct eop *op, int status, json_t *body,
 
 	if ((r = eng_inspect_running(op, status, body, err, &st)) < 0)
 		return;
-	if (op->kind == OP_USAGE && eng_usage_target(op, r, &st))
+	if (op->kind->target != NULL && op->kind->target(op, r, &st))
 		return;
-	if (r == 0 && op->kind == OP_RECOVER) {
-		/* no container, or a stop killed everything: no process left */
-		eng_finish_done(op, NULL);
-		return;
-	}
 	if (eng_finish_if_absent(op, r, &st))
 		return;
 	if (r == 0) {
@@ -305,15 +332,21 @@ exec_target_inspected(struct eop *op, int status, json_t *body,
 	exec_create(op);
 }
 
-void
-eng_rexec_run(struct eop *op)
+static void
+rexec_run(struct eop *op)
 {
 	char path[256];
 
-	if (op->kind == OP_KILL) {
+	if (op->kind->flags & EK_NO_INSPECT) {
 		exec_create(op);   /* the parent checked the container */
 		return;
 	}
 	eng_inspect_path(op, path, sizeof(path));
 	eng_call(op, "GET", path, NULL, exec_target_inspected);
 }
+
+const struct eng_transport eng_rexec_transport = {
+	.name = "runtime exec",
+	.run = rexec_run,
+	.pump = src_pump,
+};

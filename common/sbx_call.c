@@ -12,8 +12,6 @@
 #include "sbx_proto.h"
 
 static struct sbx_call_counts counts;
-static sbx_call_hook hook_fn;
-static void *hook_arg;
 
 static const char *const op_names[SBX_CALL_NOPS] = {
 	[SBX_CALL_ENSURE] = "ensure",
@@ -32,14 +30,6 @@ static const char *const op_names[SBX_CALL_NOPS] = {
 	[SBX_CALL_RECONCILE] = "reconcile",
 	[SBX_CALL_EGRESS_STATS] = "egress_stats",
 };
-
-const char *
-sbx_call_op_name(enum sbx_call_op op)
-{
-	if ((int)op < 0 || op >= SBX_CALL_NOPS)
-		return "unknown";
-	return op_names[op];
-}
 
 const char *
 sbx_call_driver_name(const struct sbx_driver *d)
@@ -71,23 +61,10 @@ sbx_call_supports(const struct sbx_driver *d, enum sbx_call_op op)
 }
 
 void
-sbx_call_set_hook(sbx_call_hook fn, void *arg)
-{
-	hook_fn = fn;
-	hook_arg = fn != NULL ? arg : NULL;
-}
-
-void
 sbx_call_counts(struct sbx_call_counts *out)
 {
 	if (out != NULL)
 		*out = counts;
-}
-
-void
-sbx_call_counts_reset(void)
-{
-	memset(&counts, 0, sizeof(counts));
 }
 
 /*
@@ -149,8 +126,6 @@ done(struct sbx_driver *d, enum sbx_call_op op, struct sbx_op *h,
 		    sbx_call_driver_name(d), "op", op_names[op], "code",
 		    err != NULL ? err->code : "", NULL);
 	}
-	if (hook_fn != NULL)
-		hook_fn(hook_arg, op, h == NULL ? err : NULL);
 	return h;
 }
 

@@ -23,8 +23,7 @@
  *   3. logs one debug line {"msg":"driver call","driver":..,"op":..,
  *      "id":..} (and "driver call refused" with "code" when 1 or 2 refuse
  *      or the driver returns NULL); never a path, body, env or argv;
- *   4. counts the call (and a refusal) for sbx_call_counts() and calls the
- *      hook set with sbx_call_set_hook() (metrics);
+ *   4. counts the call (and a refusal) for sbx_call_counts();
  *   5. calls the driver with the same arguments, unchanged.
  *
  * A refusal in 1 or 2 behaves exactly like a driver refusing to start: NULL
@@ -39,8 +38,8 @@
  * the conformance suite (tests/conform/) asserts them on the raw vtable.
  *
  * Thread: like the driver, only from the thread running d->base. The
- * counters and the hook are process-wide and not locked (each daemon calls
- * its driver from one thread).
+ * counters are process-wide and not locked (each daemon calls its driver
+ * from one thread).
  *
  * Errors set by this layer (besides the driver's own, see sbx_driver.h):
  *   SBX_E_INVALID_ID        id NULL or not [a-z0-9][a-z0-9-]{0,62};
@@ -73,11 +72,6 @@ enum sbx_call_op {
 	SBX_CALL_NOPS
 };
 
-/* "ensure", "status", "status_usage", "exec", "read", "write",
- * "write_stream", "list", "stop", "destroy", "list_sandboxes", "health",
- * "recover", "reconcile"; "unknown" out of range. Static strings. */
-const char *sbx_call_op_name(enum sbx_call_op op);
-
 /* The driver's name (d->ops->name, static), "" for NULL d. */
 const char *sbx_call_driver_name(const struct sbx_driver *d);
 
@@ -86,24 +80,13 @@ const char *sbx_call_driver_name(const struct sbx_driver *d);
  * (also for NULL d or op out of range). */
 int sbx_call_supports(const struct sbx_driver *d, enum sbx_call_op op);
 
-/*
- * Metrics hook: fn(arg, op, err) after every call; err NULL when the driver
- * accepted the call (returned a handle), else the refusal (borrowed for the
- * call; this layer's or the driver's). fn NULL removes the hook. One hook
- * per process; arg borrowed until replaced.
- */
-typedef void (*sbx_call_hook)(void *arg, enum sbx_call_op op,
-    const struct sbx_err *err);
-void sbx_call_set_hook(sbx_call_hook fn, void *arg);
-
-/* Counters since the process started (or sbx_call_counts_reset). */
+/* Counters since the process started. */
 struct sbx_call_counts {
 	uint64_t calls[SBX_CALL_NOPS];   /* every call, refused ones included */
 	uint64_t refused[SBX_CALL_NOPS]; /* NULL returned (by this layer or the driver) */
 	uint64_t checks_failed;          /* refused by step 1 or 2 above */
 };
 void sbx_call_counts(struct sbx_call_counts *out);
-void sbx_call_counts_reset(void);
 
 /*
  * The operations: arguments, callbacks and errors as the sbx_driver_ops

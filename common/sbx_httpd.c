@@ -162,13 +162,15 @@ sbx_httpd_header(struct sbx_httpd_req *r, const char *name, const char *value)
 		    name, value);
 }
 
-/* Sends body (drained) as r's JSON reply with the headers of flags; r is
- * replied (r->req NULL, r->status set). */
+/* Sends body (drained, may be NULL) as r's reply of type ctype (NULL:
+ * none) with the headers of flags; r is replied (r->req NULL, r->status
+ * set). */
 static void
-json_send(struct sbx_httpd_req *r, int status, struct evbuffer *body,
-    unsigned flags)
+body_send(struct sbx_httpd_req *r, int status, const char *ctype,
+    struct evbuffer *body, unsigned flags)
 {
-	sbx_httpd_header(r, "Content-Type", SBX_CT_JSON);
+	if (ctype != NULL)
+		sbx_httpd_header(r, "Content-Type", ctype);
 	if (flags & SBX_HTTPD_NO_STORE)
 		sbx_httpd_header(r, "Cache-Control", "no-store");
 	if (flags & SBX_HTTPD_CLOSE)
@@ -205,7 +207,7 @@ sbx_httpd_reply_json(struct sbx_httpd_req *r, int status, json_t *obj,
 		    "\"message\":\"" SBX_MSG_OOM "\"}}\n");
 	} else
 		evbuffer_add_printf(out, "%s\n", text);
-	json_send(r, status, out, flags);
+	body_send(r, status, SBX_CT_JSON, out, flags);
 	evbuffer_free(out);
 	free(text);
 	return r->status;
@@ -221,7 +223,19 @@ sbx_httpd_reply_json_text(struct sbx_httpd_req *r, int status,
 		return 0;
 	if (evbuffer_add(text, "\n", 1) == -1)
 		return sbx_httpd_reply_json(r, status, NULL, flags);
-	json_send(r, status, text, flags);
+	body_send(r, status, SBX_CT_JSON, text, flags);
+	return r->status;
+}
+
+int
+sbx_httpd_reply_body(struct sbx_httpd_req *r, int status, const char *ctype,
+    struct evbuffer *body, unsigned flags)
+{
+	if (r->watching)
+		sbx_httpd_unwatch(r);
+	if (r->req == NULL)
+		return 0;
+	body_send(r, status, ctype, body, flags);
 	return r->status;
 }
 
@@ -383,7 +397,7 @@ sbx_httpd_stream_flush(struct sbx_httpd_req *r)
 	bev = evhttp_connection_get_bufferevent(r->conn);
 	if (!r->paused && bev != NULL &&
 	    evbuffer_get_length(bufferevent_get_output(bev)) >
-	    SBX_HTTPD_HIGH_WATER) {
+	    (r->high_water != 0 ? r->high_water : SBX_HTTPD_HIGH_WATER)) {
 		r->paused = 1;
 		if (r->ops != NULL && r->ops->pause != NULL)
 			r->ops->pause(r, 1);

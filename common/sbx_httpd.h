@@ -104,8 +104,9 @@ struct sbx_httpd_ops {
  * The part of a request the core handles. Embedded (not pointed to) in
  * each daemon's own request struct; the daemon recovers its struct from
  * the pointer the callbacks get (offsetof). Zero it, then set req, gate
- * (NULL when the server has none) and ops before any call below.
- * Every field is the core's to change; the daemon reads them.
+ * (NULL when the server has none) and ops before any call below, and
+ * high_water before a stream begins if the daemon wants its own. Every
+ * other field is the core's to change; the daemon reads them.
  */
 struct sbx_httpd_req {
 	struct evhttp_request *req;    /* borrowed; NULL once replied or gone */
@@ -117,6 +118,8 @@ struct sbx_httpd_req {
 	int streaming;                 /* 200 head sent, body chunks follow */
 	int paused;                    /* ops->pause(r, 1) is in force */
 	int watching;                  /* the connection's close is watched */
+	size_t high_water;             /* the daemon's: bytes queued above which
+	                                * a stream pauses (0: SBX_HTTPD_HIGH_WATER) */
 };
 
 /* Reply flags. */
@@ -158,6 +161,16 @@ int sbx_httpd_reply_json_text(struct sbx_httpd_req *r, int status,
 int sbx_httpd_reply_error(struct sbx_httpd_req *r, const struct sbx_err *err,
     unsigned flags);
 
+/*
+ * Sends body (drained; the evbuffer stays the caller's; NULL: no body) as
+ * the whole reply of a non-JSON kind: status, "Content-Type: ctype" (NULL:
+ * none, e.g. a 204), plus the headers of flags. Stops a watch first. Does
+ * nothing when r->req is NULL (the client went). Sets r->req NULL.
+ * Returns the status sent, or 0 when nothing was sent.
+ */
+int sbx_httpd_reply_body(struct sbx_httpd_req *r, int status,
+    const char *ctype, struct evbuffer *body, unsigned flags);
+
 /* The one reason-phrase table (RFC 9110 §15); NULL for other statuses
  * (then libevent picks its own). */
 const char *sbx_httpd_reason(int status);
@@ -185,8 +198,8 @@ int sbx_httpd_stream_begin(struct sbx_httpd_req *r, const char *ctype,
 
 /*
  * Sends what the daemon added to r->chunk as one chunk; pauses the
- * producer (ops->pause(r, 1)) when the output buffer is over
- * SBX_HTTPD_HIGH_WATER, resumes it when that chunk has been written.
+ * producer (ops->pause(r, 1)) when the output buffer is over r->high_water
+ * (0: SBX_HTTPD_HIGH_WATER), resumes it when that chunk has been written.
  * No-op when nothing is queued or the client went.
  */
 void sbx_httpd_stream_flush(struct sbx_httpd_req *r);

@@ -367,8 +367,11 @@ if [ -z "$RT_HOST" ]; then
 	[ ${#SOCK} -lt 100 ] || SOCK=$PODMAN_RUNROOT/podman.sock
 	rm -f "$SOCK"
 	say "runtime: starting Podman's API service on unix://$SOCK (private config and storage in $P)"
+	# In $P, not the caller's directory: each container's conmon creates an
+	# empty file `oom` in the service's working directory when the sandbox's
+	# memory limit kills a process.
 	CONTAINERS_CONF=$P/containers.conf CONTAINERS_STORAGE_CONF=$P/storage.conf \
-		setsid podman system service --time=0 "unix://$SOCK" </dev/null >"$RUN/podman.log" 2>&1 &
+		setsid env -C "$P" podman system service --time=0 "unix://$SOCK" </dev/null >"$RUN/podman.log" 2>&1 &
 	PODMAN_PID=$!
 	echo "$PODMAN_PID" >"$RUN/podman.pid"
 	i=0

@@ -2,7 +2,8 @@
 # run.sh - the test runner `make check` calls last: unit tests (normal and
 # ASan+UBSan builds), then every integration suite once per runtime against a
 # private Docker Engine and Podman service, then a check that the runtime
-# fixture left nothing behind. Ends with exactly one line `N passed, N failed`;
+# fixture left nothing behind, and that the run left no new untracked file in
+# the tree. Ends with exactly one line `N passed, N failed`;
 # exits non-zero if anything failed. Never counts a skip, a missing runtime or
 # a fixture that did not come up as anything but a failure.
 #
@@ -35,6 +36,12 @@ RTDIR=""
 
 rm -rf "$LOGS" "$OUT/scratch"
 mkdir -p "$LOGS" "$OUT/scratch"
+
+# Files in the tree that git does not ignore and does not track: listed now
+# and at the end, where a new one fails the run (everything a test writes
+# belongs under tests/out/; an empty `oom` at the root was committed twice).
+untracked() { git -C "$REPO" ls-files --others --exclude-standard 2>/dev/null | sort; }
+untracked >"$LOGS/untracked.before"
 
 now_ms() { date +%s%3N; }
 
@@ -218,6 +225,16 @@ if bash tests/harness/runtimes.sh gone "$dir" >"$LOGS/gone.log" 2>&1; then
 	report "runtime fixture gone after the suites" 1 0
 else
 	report "runtime fixture gone after the suites" 0 1 "$LOGS/gone.log"
+fi
+
+untracked >"$LOGS/untracked.after"
+stray=$(comm -13 "$LOGS/untracked.before" "$LOGS/untracked.after")
+if [ -z "$stray" ]; then
+	report "no stray files left in the tree" 1 0
+else
+	printf 'new untracked files after the run (a test wrote outside tests/out/):\n%s\n' \
+		"$stray" >"$LOGS/stray.log"
+	report "no stray files left in the tree" 0 1 "$LOGS/stray.log"
 fi
 
 echo "$PASSED passed, $FAILED failed"

@@ -1,4 +1,4 @@
-/* helper.h - sbx-helper internals: context, errors, path resolution and the mode functions. */
+/* helper.h - sbx-helper internals: context, errors, path resolution and the mode functions (the entry, sbx_helper.c, calls the modes; no mode calls the entry). */
 #ifndef HELPER_H
 #define HELPER_H
 
@@ -212,21 +212,26 @@ int helper_idle(struct helper_err *err);
 int helper_initwork(const struct helper_ctx *ctx, const char *owner, struct helper_err *err);
 
 /*
- * The whole of sbx-helper's main (argument parsing, the mode table): the
- * agent's children call it with a mode's arguments. Returns the exit
+ * One command line of sbx-helper run to its exit status: the argument
+ * parsing and mode table of sbx_helper.c (helper_main). Returns the exit
  * status; never calls exit() itself.
  */
-int helper_main(int argc, char **argv);
+typedef int helper_main_fn(int argc, char **argv);
 
 /*
  * agent mode (protocol 3, proto/sbx_agent.h, adr/0025): the sandbox's
  * long-lived helper. Reads frames on fd 0 and writes frames on fd 1 until
  * the channel ends, breaks the protocol, or nothing came from the broker
  * for idle_ms (0: no bound); then kills every stream's processes and
- * returns 0. Kills a previous agent of the sandbox first (its kill handle
- * "agent" in ctx->state_dir). Not dumpable. -1 with err when it cannot
- * start (signalfd, descriptors, state directory).
+ * returns 0. Each stream's child runs run_mode with "sbx-helper", ctx's
+ * --root, --state-dir (and --no-openat2), then the stream's arguments, and
+ * exits with what it returns: the entry hands its own main down, so the
+ * agent, itself one of the modes, never calls back up into the entry.
+ * Kills a previous agent of the sandbox first (its kill handle "agent" in
+ * ctx->state_dir). Not dumpable. -1 with err when it cannot start
+ * (signalfd, descriptors, state directory).
  */
-int helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, struct helper_err *err);
+int helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, helper_main_fn *run_mode,
+    struct helper_err *err);
 
 #endif

@@ -1,4 +1,4 @@
-/* helper_agent.c - sbx-helper agent mode (protocol 3, proto/sbx_agent.h): one process per sandbox multiplexing helper modes over one channel. */
+/* helper_agent.c - sbx-helper agent mode (protocol 3, proto/sbx_agent.h): one process per sandbox multiplexing helper modes over one channel; calls the frame codec and helper_util/helper_exec (kill handles), never the entry. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -20,7 +20,8 @@
 /*
  * The agent reads frames from its stdin and writes frames to its stdout
  * (the runtime exec's attached streams, adr/0025). For each OPEN it forks
- * a child that runs one protocol 2 mode through helper_main() with three
+ * a child that runs one protocol 2 mode through the entry's main (handed
+ * down as run_mode: the agent never calls up into sbx_helper.c) with three
  * pipes as its stdin, stdout and stderr; the agent moves bytes between
  * those pipes and the channel, within each stream's credit, and sends the
  * child's wait status as EXIT once its output is all sent. It never
@@ -60,6 +61,7 @@ struct astream {
 
 struct agent {
 	const struct helper_ctx *ctx;
+	helper_main_fn *run_mode;   /* what a stream's child runs (helper.h) */
 	int cin, cout, sigfd;
 	int in_eof, failed;
 	uint64_t idle_ms, last_rx_ms;
@@ -290,8 +292,9 @@ refuse(struct agent *a, uint32_t id, const char *code)
 /* In the child: the stream's pipes become 0-2, nothing else stays open,
  * signals as a fresh process has them, then the mode runs. */
 static void
-child_run(const struct helper_ctx *ctx, int in, int out, int err, char **argv, char **env)
+child_run(const struct agent *a, int in, int out, int err, char **argv, char **env)
 {
+	const struct helper_ctx *ctx = a->ctx;
 	char *args[SBX_AGENT_ARGS_MAX + 8];
 	struct sigaction dfl;
 	sigset_t none;
@@ -326,7 +329,7 @@ child_run(const struct helper_ctx *ctx, int in, int out, int err, char **argv, c
 	for (i = 0; argv[i] != NULL; i++)
 		args[n++] = argv[i];
 	args[n] = NULL;
-	_exit(helper_main(n, args));
+	_exit(a->run_mode(n, args));
 }
 
 static int
@@ -397,7 +400,7 @@ stream_open(struct agent *a, const struct sbx_agent_frame *f, unsigned char *p, 
 	if ((pid = fork()) < 0)
 		goto fail;
 	if (pid == 0)
-		child_run(a->ctx, pi[0], po[1], pe[1], argv, env);
+		child_run(a, pi[0], po[1], pe[1], argv, env);
 	s->pid = pid;
 	close(pi[0]);
 	close(po[1]);
@@ -705,7 +708,8 @@ take_slot(const struct helper_ctx *ctx, struct helper_err *err)
 }
 
 int
-helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, struct helper_err *err)
+helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, helper_main_fn *run_mode,
+    struct helper_err *err)
 {
 	struct pollfd pf[3 + 3 * SBX_AGENT_STREAMS_MAX];
 	struct astream *who[3 + 3 * SBX_AGENT_STREAMS_MAX];
@@ -720,6 +724,7 @@ helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, struct helper_err *
 
 	memset(&a, 0, sizeof(a));
 	a.ctx = ctx;
+	a.run_mode = run_mode;
 	a.q = outq;
 	a.idle_ms = idle_ms;
 	a.cin = a.cout = a.sigfd = -1;

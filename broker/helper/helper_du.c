@@ -1,4 +1,4 @@
-/* helper_du.c - sbx-helper du mode: how much /work holds, walked beneath the root, bounded in entries and time. */
+/* helper_du.c - sbx-helper du mode: how much /work holds, walked beneath the root, bounded in entries and time. Calls helper_util.c only. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* helper_exec.c - sbx-helper exec control: a process group per exec, its kill handle, kill and killall. */
+/* helper_exec.c - sbx-helper exec control: a process group per exec, its kill handle, kill and killall. Calls helper_path.c, helper_util.c and the frame codec (proto/sbx_helper_frame.c). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* helper_fs.c - sbx-helper file modes: read, write (atomic, parents created) and list as JSON. */
+/* helper_fs.c - sbx-helper file modes: read, write (atomic, parents created) and list as JSON. Calls helper_path.c and helper_util.c. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

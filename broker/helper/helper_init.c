@@ -1,4 +1,4 @@
-/* helper_init.c - sbx-helper's container-level modes: idle (a sandbox's main process) and initwork (/work's owner). */
+/* helper_init.c - sbx-helper's container-level modes: idle (a sandbox's main process) and initwork (/work's owner). Calls helper_util.c only. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>

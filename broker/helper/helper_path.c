@@ -1,4 +1,4 @@
-/* helper_path.c - sbx-helper path rules and resolution beneath /work (openat2, else an O_NOFOLLOW walk). */
+/* helper_path.c - sbx-helper path rules and resolution beneath /work (openat2, else an O_NOFOLLOW walk). Calls helper_util.c only. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>

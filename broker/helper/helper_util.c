@@ -1,4 +1,4 @@
-/* helper_util.c - sbx-helper errors, full reads/writes and a tiny buffered JSON writer (libc only). */
+/* helper_util.c - sbx-helper errors, full reads/writes and a tiny buffered JSON writer (libc, and for output framing the frame codec's sbx_agent_take of proto/sbx_agent.c): the helper's ground floor, it calls no other helper file. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* sbx_helper.c - sbx-helper entry: argument parsing and the mode table (contract in sbx_helper_proto.h). */
+/* sbx_helper.c - sbx-helper entry: argument parsing, the mode table and the dispatch to the modes (contract in sbx_helper_proto.h); it calls the modes, no mode calls it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -44,13 +44,23 @@ struct args {
 	int has_after;
 };
 
+/* What the dispatch does around a mode (struct mode's flags). */
+#define MODE_ROOT 0x01   /* opens the root (ctx->rootfd) before it runs */
+/* The mode's result is the command's exit status (exec): SIGPIPE stays as
+ * the command should inherit it, --id is the command's kill handle rather
+ * than the helper's own, a framed error has gone as a record, and a
+ * failure before the command ran exits SBX_HELPER_EXEC_FAILED. */
+#define MODE_CMD_STATUS 0x02
+
 struct mode {
 	const char *name;
 	int (*run)(struct helper_ctx *ctx, struct args *a, struct helper_err *err);
 	int npos;     /* positional arguments, exactly */
 	unsigned opts;
-	int needs_root;
+	unsigned flags;   /* MODE_* */
 };
+
+static int helper_main(int argc, char **argv);
 
 static int
 run_version(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
@@ -131,22 +141,22 @@ run_du(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 static int
 run_agent(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 {
-	return helper_agent(ctx, a->idle_ms, err);
+	return helper_agent(ctx, a->idle_ms, helper_main, err);
 }
 
 static const struct mode modes[] = {
 	{ SBX_HELPER_MODE_VERSION, run_version, 0, 0, 0 },
-	{ SBX_HELPER_MODE_READ, run_read, 1, OPT_MAX | OPT_ID, 1 },
-	{ SBX_HELPER_MODE_WRITE, run_write, 2, OPT_MAX | OPT_ID | OPT_SIZE, 1 },
-	{ SBX_HELPER_MODE_LIST, run_list, 1, OPT_ID | OPT_LIST, 1 },
+	{ SBX_HELPER_MODE_READ, run_read, 1, OPT_MAX | OPT_ID, MODE_ROOT },
+	{ SBX_HELPER_MODE_WRITE, run_write, 2, OPT_MAX | OPT_ID | OPT_SIZE, MODE_ROOT },
+	{ SBX_HELPER_MODE_LIST, run_list, 1, OPT_ID | OPT_LIST, MODE_ROOT },
 	{ SBX_HELPER_MODE_EXEC, run_exec, 0, OPT_ID | OPT_TIMEOUT | OPT_CWD | OPT_ARGV | OPT_FRAMED,
-	    1 },
+	    MODE_ROOT | MODE_CMD_STATUS },
 	{ SBX_HELPER_MODE_KILL, run_kill, 1, 0, 0 },
 	{ SBX_HELPER_MODE_KILLALL, run_killall, 0, 0, 0 },
 	{ SBX_HELPER_MODE_IDLE, run_idle, 0, 0, 0 },
 	{ SBX_HELPER_MODE_INITWORK, run_initwork, 1, 0, 0 },
-	{ SBX_HELPER_MODE_DU, run_du, 0, OPT_MAX | OPT_TIMEOUT | OPT_ID, 1 },
-	{ SBX_AGENT_MODE, run_agent, 0, OPT_IDLE, 1 },
+	{ SBX_HELPER_MODE_DU, run_du, 0, OPT_MAX | OPT_TIMEOUT | OPT_ID, MODE_ROOT },
+	{ SBX_AGENT_MODE, run_agent, 0, OPT_IDLE, MODE_ROOT },
 	{ NULL, NULL, 0, 0, 0 },
 };
 
@@ -320,14 +330,18 @@ parse_args(int argc, char **argv, const struct mode **mp, struct args *a,
 	return 0;
 }
 
-int
+/*
+ * One command line run to its exit status (helper.h, helper_main_fn):
+ * main's whole body, and what each agent stream's child runs.
+ */
+static int
 helper_main(int argc, char **argv)
 {
 	struct helper_ctx ctx;
 	struct helper_err err;
 	struct args a;
 	const struct mode *m = NULL;
-	int rc, is_exec, fd;
+	int rc, cmd_status, fd;
 
 	memset(&ctx, 0, sizeof(ctx));
 	memset(&err, 0, sizeof(err));
@@ -339,7 +353,7 @@ helper_main(int argc, char **argv)
 			return SBX_HELPER_EXIT_INTERNAL;
 	if (parse_args(argc, argv, &m, &a, &err) < 0)
 		goto fail;
-	is_exec = m->run == run_exec;
+	cmd_status = (m->flags & MODE_CMD_STATUS) != 0;
 	ctx.root = a.root != NULL ? a.root : SBX_HELPER_ROOT;
 	ctx.root_len = strlen(ctx.root);
 	ctx.state_dir = a.state_dir != NULL ? a.state_dir : SBX_HELPER_EXEC_DIR;
@@ -348,7 +362,7 @@ helper_main(int argc, char **argv)
 		helper_err_set(&err, SBX_E_BAD_REQUEST, "--root and --state-dir must be canonical");
 		goto fail;
 	}
-	if (m->needs_root) {
+	if (m->flags & MODE_ROOT) {
 		ctx.rootfd = open(ctx.root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 		if (ctx.rootfd < 0) {
 			helper_err_errno(&err, errno, "open /work");
@@ -359,14 +373,14 @@ helper_main(int argc, char **argv)
 	 * not reach into the helper through /proc/PID (fds, memory). */
 	(void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	/* A reader gone away is an error to report, not a reason to die silently. */
-	if (!is_exec)
+	if (!cmd_status)
 		signal(SIGPIPE, SIG_IGN);
-	if (!is_exec && a.id != NULL && helper_handle_self(&ctx, a.id, &err) < 0)
+	if (!cmd_status && a.id != NULL && helper_handle_self(&ctx, a.id, &err) < 0)
 		goto fail;
 	rc = m->run(&ctx, &a, &err);
-	if (!is_exec && a.id != NULL)
+	if (!cmd_status && a.id != NULL)
 		helper_handle_drop(&ctx, a.id);
-	if (is_exec) {
+	if (cmd_status) {
 		/* Framed: the error record has carried it. */
 		if (err.code != NULL && !a.framed)
 			helper_err_print(&err);
@@ -377,7 +391,7 @@ helper_main(int argc, char **argv)
 	return SBX_HELPER_EXIT_OK;
 fail:
 	helper_err_print(&err);
-	if (m != NULL && m->run == run_exec)
+	if (m != NULL && (m->flags & MODE_CMD_STATUS))
 		return SBX_HELPER_EXEC_FAILED;
 	return helper_err_exit_code(&err);
 }

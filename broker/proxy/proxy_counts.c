@@ -1,4 +1,4 @@
-/* proxy_counts.c - the egress proxy's allowed/denied totals kept in a file of the socket volume, so they survive its restarts and replacements (adr/0027). */
+/* proxy_counts.c - the egress proxy's allowed/denied totals kept in a file of the socket volume, so they survive its restarts and replacements (adr/0027). Calls libc only. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>

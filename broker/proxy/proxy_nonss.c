@@ -1,4 +1,4 @@
-/* proxy_nonss.c - the static sbx-proxy's stand-ins for glibc's NSS lookups: names are resolved through evdns only (adr/0026). */
+/* proxy_nonss.c - the static sbx-proxy's stand-ins for glibc's NSS lookups: names are resolved through evdns only (adr/0026). Calls nothing. */
 /*
  * libevent's evutil.o refers to getaddrinfo, getservbyname and
  * getprotobynumber; linked statically, glibc's versions would need NSS

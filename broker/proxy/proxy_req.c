@@ -1,4 +1,4 @@
-/* proxy_req.c - request-head parser of the egress proxy: strict, bounded, never quotes what it refuses (RFC 9112 §2-§3, RFC 9110 §9.3.6). */
+/* proxy_req.c - request-head parser of the egress proxy: strict, bounded, never quotes what it refuses (RFC 9112 §2-§3, RFC 9110 §9.3.6). Calls the policy grammar (common/proxy_policy.c) only. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -102,8 +102,9 @@ podman_up() {
 	graphroot = "$p/root"
 	runroot = "$run/prun"
 	EOF
+	# in $p: a container's conmon creates `oom` in the service's working directory
 	CONTAINERS_CONF=$p/containers.conf CONTAINERS_STORAGE_CONF=$p/storage.conf \
-		setsid /usr/bin/podman system service --time=0 "unix://$p/podman.sock" \
+		setsid env -C "$p" /usr/bin/podman system service --time=0 "unix://$p/podman.sock" \
 		</dev/null >"$p/service.log" 2>&1 &
 	echo $! > "$p/service.pid"
 	i=0

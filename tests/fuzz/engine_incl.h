@@ -51,7 +51,7 @@ fz_drain(struct engine *e)
 
 	for (turns = 0; turns < 10000; turns++) {
 		TAILQ_FOREACH(op, &e->ops, link)
-			if (!(op->kind == OP_KILL && kio(op)->retry != NULL &&
+			if (!(op->kind == &eng_kind_kill && kio(op)->retry != NULL &&
 			    evtimer_pending(kio(op)->retry, NULL)))
 				break;
 		if (op == NULL)
@@ -63,7 +63,7 @@ fz_drain(struct engine *e)
 	 * would, anything else is a leaked op */
 	for (op = TAILQ_FIRST(&e->ops); op != NULL; op = next) {
 		next = TAILQ_NEXT(op, link);
-		FUZZ_ASSERT(op->kind == OP_KILL && kio(op)->retry != NULL &&
+		FUZZ_ASSERT(op->kind == &eng_kind_kill && kio(op)->retry != NULL &&
 		    evtimer_pending(kio(op)->retry, NULL));
 		eng_op_free(op);
 	}

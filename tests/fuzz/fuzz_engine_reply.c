@@ -125,7 +125,7 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	 * the ones waiting to retry (the loop has nothing else to do) */
 	for (turns = 0; turns < 100000; turns++) {
 		TAILQ_FOREACH(o, &e->ops, link)
-			if (!(o->kind == OP_KILL && kio(o)->retry != NULL &&
+			if (!(o->kind == &eng_kind_kill && kio(o)->retry != NULL &&
 			    evtimer_pending(kio(o)->retry, NULL)))
 				break;
 		if (o == NULL)
@@ -134,7 +134,7 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	}
 	for (o = TAILQ_FIRST(&e->ops); o != NULL; o = next) {
 		next = TAILQ_NEXT(o, link);
-		FUZZ_ASSERT(o->kind == OP_KILL && kio(o)->retry != NULL);
+		FUZZ_ASSERT(o->kind == &eng_kind_kill && kio(o)->retry != NULL);
 		eng_op_free(o);
 	}
 	FUZZ_ASSERT(g.terminal <= 1);

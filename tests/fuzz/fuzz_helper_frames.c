@@ -1,6 +1,6 @@
 /*
  * fuzz_helper_frames.c - libFuzzer target: the broker's decoder of
- * sbx-helper's exec frames (broker/driver_engine_run.c eng_helper_frames(),
+ * sbx-helper's exec frames (broker/driver_engine_exec.c eng_helper_frames(),
  * protocol of proto/sbx_helper_proto.h), which reads bytes a
  * sandbox process can influence.
  *
@@ -149,7 +149,7 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	data++;
 	size--;
 	memset(&g, 0, sizeof(g));
-	op = eng_helper_op(e, OP_EXEC, "fuzz", sizeof(struct eop_cmd), &err);
+	op = eng_helper_op(e, &eng_kind_exec, "fuzz", sizeof(struct eop_cmd), &err);
 	FUZZ_ASSERT(op != NULL);
 	snprintf(op->cid, sizeof(op->cid), "%s", "0123456789ab");
 	snprintf(xop(op)->exec_id, sizeof(xop(op)->exec_id), "%s", "fuzz-exec");

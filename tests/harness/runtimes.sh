@@ -275,11 +275,14 @@ start_dockerd() {
 	wait_for dockerd "$d/docker.sock" "$pid" "$d/dockerd.log"
 }
 
-# start_podman DIR RUN: the podman API service on DIR's socket.
+# start_podman DIR RUN: the podman API service on DIR's socket, in DIR's
+# podman/ folder: each container's conmon runs in the service's working
+# directory and creates an empty file `oom` there when the container's memory
+# limit kills a process (before, that was the root of the tree).
 start_podman() {
 	local p=$1/podman pid
 	CONTAINERS_CONF="$p/containers.conf" CONTAINERS_STORAGE_CONF="$p/storage.conf" \
-		in_netns setsid "$PODMAN" system service --time=0 "unix://$p/podman.sock" \
+		in_netns setsid env -C "$p" "$PODMAN" system service --time=0 "unix://$p/podman.sock" \
 		</dev/null >>"$p/service.log" 2>&1 &
 	pid=$!
 	echo "$pid" > "$p/service.pid"

@@ -86,6 +86,8 @@ class LimitsTest(BrokerTestCase):
 
     def test_last_used_at_and_audit(self):
         sid = self.new_id("lim-audit")
+        self.addCleanup(self.client.destroy, sid)   # a failure must not hold a slot
+        t_begin = int(time.time() * 1000)
         st0 = self.ensure_ok(sid)
         for key in ("created_at", "last_used_at"):
             self.assertIsInstance(st0[key], (int, float), st0)
@@ -102,15 +104,21 @@ class LimitsTest(BrokerTestCase):
             seen.append(st["last_used_at"])
         self.assertEqual(seen, sorted(seen), seen)
         self.assertEqual(len(set(seen)), len(seen), "an operation did not update last_used_at: %r" % seen)
-        self.client.stop(sid)
-        self.client.destroy(sid)
+        # refusals are audited with their code: one by a limit, one by the sandbox
+        r = self.client.request("POST", "/v1/sandboxes/%s/exec" % sid,
+                                {"argv": ["true"], "timeout_ms": 60000})
+        self.assertError(r, 400, "limit_exceeded")
+        self.assertError(self.client.read(sid, "/work/never-written"), 404, "not_found")
+        self.assertIn(self.client.stop(sid).status, (200, 204))
+        self.assertIn(self.client.destroy(sid).status, (200, 204))
+        t_end = int(time.time() * 1000)
         db = os.path.join(self.broker.state_dir, "broker.db")
 
         def audit():
             con = sqlite3.connect("file:%s?mode=ro" % db, uri=True, timeout=10)
             try:
                 return con.execute("SELECT ts, op, outcome, duration_ms FROM audit WHERE id = ? "
-                                   "ORDER BY ts", (sid,)).fetchall()
+                                   "ORDER BY ts, rowid", (sid,)).fetchall()
             finally:
                 con.close()
         # A request's row is written right after its reply went out, in the
@@ -118,13 +126,17 @@ class LimitsTest(BrokerTestCase):
         self.assertTrue(wait_until(lambda: any(r[1] == "destroy" for r in audit()), 10),
                         "no destroy audit row 10 s after the reply")
         rows = audit()
-        opnames = " ".join(r[1] for r in rows)
-        for op in ("ensure", "exec", "write", "read", "list", "status", "stop", "destroy"):
-            self.assertIn(op, opnames, rows)
+        # one row per request, in the order they were made, with its outcome
+        self.assertEqual([(op, outcome) for ts, op, outcome, dur in rows if op != "status"],
+                         [("ensure", "ok"), ("exec", "ok"), ("write", "ok"), ("read", "ok"),
+                          ("list", "ok"), ("exec", "limit_exceeded"), ("read", "not_found"),
+                          ("stop", "ok"), ("destroy", "ok")], rows)
+        self.assertEqual([outcome for ts, op, outcome, dur in rows if op == "status"],
+                         ["ok"] * len(ops), rows)
+        # when each request came (Unix ms) and how long it took, within the test's span
         for ts, op, outcome, dur in rows:
-            self.assertTrue(outcome, rows)
-            self.assertGreaterEqual(dur, 0)
-            self.assertGreater(ts, 0)
+            self.assertTrue(t_begin <= ts <= t_end, (t_begin, t_end, rows))
+            self.assertTrue(0 <= dur <= t_end - t_begin, (t_begin, t_end, rows))
 
 
 if __name__ == "__main__":

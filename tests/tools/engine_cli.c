@@ -1,4 +1,4 @@
-/* engine_cli.c - drive the engine driver by hand against a real runtime (not part of make all). */
+/* engine_cli.c - drive the engine driver by hand against a real runtime (not part of make all); it uses only the driver's public header (driver_engine.h). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>

@@ -1,6 +1,10 @@
 /* api_testutil.c - the sandbox-api unit tests' shared fixture: a server on 127.0.0.1:0 and an in-loop HTTP client (api_testutil.h). */
 #include "api_testutil.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include "../driver_fake.h"
 
 /* One server per test, on its own event base and state dir. */
@@ -318,4 +322,22 @@ tu_npc(const char *key, const char *name)
 	snprintf(path, sizeof(path), "/api/v1/npcs/%s/sandbox", name);
 	assert_int_equal(tu_req(&r, "PUT", path, key, NULL), 200);
 	tu_res_free(&r);
+}
+
+int
+tu_raw_connect(void)
+{
+	struct sockaddr_in sin;
+	int fd;
+
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons((uint16_t)T.port);
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	/* Let the server accept it before anything else happens. */
+	tu_spin(50);
+	return fd;
 }

@@ -113,6 +113,10 @@ const char *tu_code(struct tu_res *r);
 /* Frees r's body and cancels a request still running. */
 void tu_res_free(struct tu_res *r);
 
+/* A raw TCP connection to the api of T (127.0.0.1:T.port), accepted by
+ * the server before it returns (the loop ran 50 ms); asserts on failure. */
+int tu_raw_connect(void);
+
 /* Contents of a whole file (malloc'd, *len set), NULL if absent. */
 char *tu_slurp(const char *path, size_t *len);
 

@@ -641,6 +641,105 @@ test_driver_lists_sandboxes_health_and_cancels_quietly(void **state)
 	assert_int_equal(D.calls, 2);
 }
 
+/*
+ * sbx_driver.h: an op may be cancelled at any time before its terminal
+ * callback, also from inside one of its own sink's callbacks. The op must
+ * then be gone quietly: no later callback, no use of freed memory (the
+ * sanitizer build runs this too).
+ */
+static struct {
+	struct sbx_op *op;
+	int cancel_in;        /* 1: in start, 2: in the first output */
+	int start, output, end;
+} C;
+
+static void
+c_start(void *arg, const char *exec_id)
+{
+	(void)arg;
+	(void)exec_id;
+	if (C.start++ == 0 && C.cancel_in == 1)
+		sbx_op_cancel(C.op);
+}
+
+static void
+c_output(void *arg, int stream, const unsigned char *p, size_t n)
+{
+	(void)arg;
+	(void)stream;
+	(void)p;
+	(void)n;
+	if (C.output++ == 0 && C.cancel_in == 2)
+		sbx_op_cancel(C.op);
+}
+
+static void
+c_exit(void *arg, const struct sbx_exit *ex)
+{
+	(void)arg;
+	(void)ex;
+	C.end++;
+}
+
+static void
+c_error(void *arg, const struct sbx_err *e)
+{
+	(void)arg;
+	(void)e;
+	C.end++;
+}
+
+static int
+c_started(void *arg)
+{
+	(void)arg;
+	return C.start > 0;
+}
+
+static void
+test_a_sink_that_cancels_from_its_own_callback_hears_nothing_more(
+    void **state)
+{
+	static const char nd[] = "{\"type\":\"start\",\"exec_id\":\"e1\","
+	    "\"ts\":1}\n{\"type\":\"stdout\",\"data\":\"a\"}\n"
+	    "{\"type\":\"stdout\",\"data\":\"b\"}\n{\"type\":\"exit\","
+	    "\"code\":0,\"signal\":null,\"duration_ms\":1,"
+	    "\"truncated\":false}\n";
+	struct sbx_sink sink = { c_start, c_output, c_exit, c_error, NULL };
+	struct sbx_exec_req req;
+	const char *const argv[] = { "true", NULL };
+	struct sbx_driver *d;
+	struct sbx_err err;
+
+	(void)state;
+	start_api(NULL);
+	d = T.drv;
+	/* read: cancelled in start, the file's bytes never reach the sink */
+	memset(&C, 0, sizeof(C));
+	C.cancel_in = 1;
+	C.op = d->ops->read(d, "npc-a", "/work/a", &sink, &err);
+	assert_non_null(C.op);
+	assert_true(tu_loop_until(c_started, NULL, 3000));
+	tu_spin(200);
+	assert_int_equal(C.start, 1);
+	assert_int_equal(C.output, 0);
+	assert_int_equal(C.end, 0);
+	/* exec: cancelled at its first output line, the second never comes */
+	free(B.ndjson);
+	B.ndjson = strdup(nd);
+	B.ndjson_len = strlen(nd);
+	memset(&C, 0, sizeof(C));
+	memset(&req, 0, sizeof(req));
+	req.argv = argv;
+	C.cancel_in = 2;
+	C.op = d->ops->exec(d, "npc-a", &req, &sink, &err);
+	assert_non_null(C.op);
+	assert_true(tu_loop_until(c_started, NULL, 3000));
+	tu_spin(200);
+	assert_int_equal(C.output, 1);
+	assert_int_equal(C.end, 0);
+}
+
 /* Runs one exec through the stub with nd as the broker's answer; r gets the SSE. */
 static void
 exec_with(struct tu_res *r, const char *nd)
@@ -727,6 +826,9 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(
 		    test_sse_of_every_golden_transcript_through_the_broker_driver,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_a_sink_that_cancels_from_its_own_callback_hears_nothing_more,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_broker_error_bodies_map_to_the_same_codes, setup,

@@ -1,6 +1,8 @@
 /* test_api_execs.c - resource execs of sandbox-api on the fake driver: durable log, resume, bounds, restart, tickets (ADR 0015). */
 #include "api_testutil.h"
 
+#include <sys/socket.h>
+
 #include "driver_fake.h"
 
 static char KA[SBX_TOKEN_GEN_LEN + 1];
@@ -302,10 +304,66 @@ test_long_utf8_output_is_split_between_characters(void **state)
 	free(all);
 }
 
+static void
+test_a_viewer_that_stops_reading_is_cut_off_alone(void **state)
+{
+	static char chunk[64 * 1024];
+	struct sbx_fake_step steps[] = {
+		{ .kind = SBX_FAKE_STEP_OUTPUT, .stream = 1, .data = chunk,
+		    .len = sizeof(chunk), .repeat = 64 },
+		{ .kind = SBX_FAKE_STEP_EXIT, .code = 0 },
+	};
+	char id[40], req[512], buf[4096], *all, *log;
+	size_t len;
+	ssize_t n;
+	int fd, st, i, gone = 0;
+
+	(void)state;
+	memset(chunk, 'a', sizeof(chunk));
+	tu_set("viewer_stall", "1s");
+	start();
+	assert_int_equal(sbx_fake_set_exec_script(T.drv, steps, 2), 0);
+	create(id);
+	assert_true(tu_loop_until(ended_cond, id, 10000));
+	/* A viewer of the 4 MiB log that reads nothing: once its queue is
+	 * over the high-water mark for viewer_stall, it is cut off. */
+	fd = tu_raw_connect();
+	snprintf(req, sizeof(req), "GET /api/v1/npcs/n1/sandbox/execs/%s/events"
+	    " HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n\r\n", id, KA);
+	assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+	tu_spin(2500);
+	log = tu_slurp(T.logpath, &len);
+	assert_non_null(log);
+	assert_non_null(strstr(log, "exec viewer stalled; cut off"));
+	free(log);
+	/* What it gets now is what was queued, then the end: far less than
+	 * the log. */
+	for (i = 0, len = 0; i < 500 && !gone; i++) {
+		n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n > 0)
+			len += (size_t)n;
+		else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+			gone = 1;
+		else
+			tu_spin(10);
+	}
+	assert_true(gone);
+	assert_true(len < (size_t)2 * 1024 * 1024);
+	close(fd);
+	/* Another viewer that reads gets every event up to the exit. */
+	all = events(id, "?follow=0", KA, &st);
+	assert_int_equal(st, 200);
+	assert_non_null(strstr(all, "event: exit\n"));
+	free(all);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(
+		    test_a_viewer_that_stops_reading_is_cut_off_alone, tu_up,
+		    tu_down),
 		cmocka_unit_test_setup_teardown(
 		    test_log_replays_resumes_and_survives_a_restart, tu_up,
 		    tu_down),

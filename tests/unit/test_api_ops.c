@@ -79,24 +79,6 @@ drained(void *arg)
 /* ------------------------------------------------------------------ */
 /* A raw keep-alive connection (the in-loop client opens one per request) */
 
-static int
-raw_connect(void)
-{
-	struct sockaddr_in sin;
-	int fd;
-
-	fd = socket(AF_INET, SOCK_STREAM, 0);
-	assert_true(fd >= 0);
-	memset(&sin, 0, sizeof(sin));
-	sin.sin_family = AF_INET;
-	sin.sin_port = htons((uint16_t)T.port);
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
-	/* Let the server accept it before anything else happens. */
-	tu_spin(50);
-	return fd;
-}
-
 /* Sends one request on fd and reads its answer (up to 3 s) into buf. */
 static void
 raw_request(int fd, const char *req, char *buf, size_t cap)
@@ -237,7 +219,7 @@ test_drain_answers_503_on_an_open_connection_and_refuses_new_ones(void **state)
 	tu_start_fake(KA, KB, KOP);
 	tu_npc(KA, "alpha");
 	assert_int_equal(sbx_fake_set_exec_script(T.drv, script, 1), 0);
-	fd = raw_connect();
+	fd = tu_raw_connect();
 	tu_start_req(&r, "POST", "/api/v1/npcs/alpha/sandbox/exec", KA,
 	    EXEC_X, strlen(EXEC_X));
 	assert_true(tu_loop_until(execs_live, NULL, 3000));

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <event2/buffer.h>
@@ -13,6 +14,7 @@
 
 #include "broker_egress.h"
 #include "broker_metrics.h"
+#include "broker_state.h"
 #include "sbx_err.h"
 #include "sbx_proto.h"
 
@@ -337,6 +339,63 @@ test_egress_counts_render_per_sandbox_and_never_go_back(void **state)
 	broker_metrics_free(m);
 }
 
+/* adr/0027: what a proxy reports (the poll's read or GET .../egress) is
+ * kept while its sandbox has a row; no proxy, or no row (destroyed while
+ * the read was under way), forgets it; a report that does not parse
+ * changes nothing. */
+static void
+test_egress_note_keeps_counts_only_for_a_recorded_sandbox(void **state)
+{
+	static const char *const files[] = { "broker.db", "broker.db-wal",
+	    "broker.db-shm", NULL };
+	char dir[] = "/tmp/sbx-egress-note-XXXXXX", path[64];
+	struct broker_metrics *m = broker_metrics_new();
+	struct evbuffer *out = evbuffer_new();
+	struct broker_state *st;
+	struct sbx_status sb;
+	struct sbx_err err;
+	char *text;
+	size_t i;
+
+	(void)state;
+	assert_non_null(m);
+	assert_non_null(out);
+	assert_non_null(mkdtemp(dir));
+	assert_non_null(st = broker_state_open(dir, &err));
+	memset(&sb, 0, sizeof(sb));
+	snprintf(sb.id, sizeof(sb.id), "a-1");
+	sb.state = SBX_STATE_RUNNING;
+	sb.egress = 1;
+	assert_int_equal(broker_state_put(st, &sb, "sbx-a-1-work", 1000, &err), 0);
+
+	broker_egress_note(m, st, "a-1",
+	    "{\"proxy\":true,\"allowed\":2,\"denied\":1}");
+	assert_int_equal(broker_metrics_render(m, out, 0, 0, 0), 0);
+	text = strndup((const char *)evbuffer_pullup(out, -1),
+	    evbuffer_get_length(out));
+	assert_non_null(strstr(text,
+	    "{id=\"a-1\",decision=\"allowed\"} 2\n"));
+	assert_non_null(strstr(text,
+	    "{id=\"a-1\",decision=\"denied\"} 1\n"));
+	free(text);
+	broker_egress_note(m, st, "a-1", "not a report");
+	assert_true(broker_metrics_egress_known(m, "a-1"));
+	broker_egress_note(m, st, "b-2",
+	    "{\"proxy\":true,\"allowed\":5,\"denied\":0}");
+	assert_false(broker_metrics_egress_known(m, "b-2"));
+	broker_egress_note(m, st, "a-1", "{\"proxy\":false}");
+	assert_false(broker_metrics_egress_known(m, "a-1"));
+
+	broker_state_close(st);
+	for (i = 0; files[i] != NULL; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+		unlink(path);
+	}
+	rmdir(dir);
+	evbuffer_free(out);
+	broker_metrics_free(m);
+}
+
 int
 main(void)
 {
@@ -350,6 +409,7 @@ main(void)
 		cmocka_unit_test(test_log_scan_reads_counts_and_the_last_denials_from_frames),
 		cmocka_unit_test(test_log_scan_survives_hostile_bytes),
 		cmocka_unit_test(test_egress_counts_render_per_sandbox_and_never_go_back),
+		cmocka_unit_test(test_egress_note_keeps_counts_only_for_a_recorded_sandbox),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2026,6 +2026,65 @@ test_recovery_adopts_records_and_marks_absent(void **state)
 	resp_free(&r);
 }
 
+/*
+ * A status or a list learns what the runtime did behind the broker's back
+ * and records it, so the reaper, /metrics and the next status see it: a
+ * stop the state missed (oom, init exited), a start it missed, a sandbox
+ * that is gone.
+ */
+static void
+test_status_and_list_record_what_changed_behind_the_broker(void **state)
+{
+	struct resp r;
+	json_t *j;
+
+	(void)state;
+	start(NULL);
+	ensure_ok("c1");
+	ensure_ok("c2");
+	r = jreq("POST", "/v1/sandboxes/c1/stop", NULL);
+	resp_free(&r);
+	sql_exec("UPDATE sandboxes SET state = 'running', stop_reason = '',"
+	    " stopped_at = 0 WHERE id = 'c1';"
+	    "UPDATE sandboxes SET state = 'stopped', stop_reason = 'idle'"
+	    " WHERE id = 'c2';"
+	    "INSERT INTO sandboxes(id, state) VALUES('ghost', 'running')");
+
+	r = jreq("GET", "/v1/sandboxes/c1", NULL);
+	j = body_json(&r);
+	assert_string_equal(json_string_value(json_object_get(j, "state")),
+	    "stopped");
+	json_decref(j);
+	resp_free(&r);
+	assert_int_equal(count_rows("SELECT count(*) FROM sandboxes WHERE "
+	    "id = 'c1' AND state = 'stopped' AND stop_reason = 'operator' AND "
+	    "stopped_at > 0"), 1);
+
+	r = jreq("GET", "/v1/sandboxes", NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	assert_int_equal(count_rows("SELECT count(*) FROM sandboxes WHERE "
+	    "id = 'c2' AND state = 'running'"), 1);
+
+	r = jreq("GET", "/v1/sandboxes/ghost", NULL);
+	j = body_json(&r);
+	assert_string_equal(json_string_value(json_object_get(j, "state")),
+	    "absent");
+	json_decref(j);
+	resp_free(&r);
+	assert_int_equal(count_rows("SELECT count(*) FROM sandboxes WHERE "
+	    "id = 'ghost' AND state = 'absent'"), 1);
+
+	r = jreq("GET", "/metrics", NULL);
+	assert_non_null(strstr(r.body,
+	    "sbx_broker_sandboxes{state=\"running\"} 1\n"));
+	assert_non_null(strstr(r.body,
+	    "sbx_broker_sandboxes{state=\"stopped\"} 1\n"));
+	assert_non_null(strstr(r.body,
+	    "sbx_broker_sandboxes{state=\"absent\"} 1\n"));
+	resp_free(&r);
+}
+
 static void
 test_recovery_reports_an_unreachable_runtime(void **state)
 {
@@ -2073,6 +2132,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_reaper_stops_idle_spares_busy_and_never_loses_an_ensure, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reaper_destroys_after_destroy_after, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recovery_adopts_records_and_marks_absent, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_status_and_list_record_what_changed_behind_the_broker, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recovery_reports_an_unreachable_runtime, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unauthenticated_big_body_gets_401_unread, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_authenticated_body_over_cap_gets_413_unread, setup, teardown),

@@ -1,4 +1,12 @@
-/* test_driver_engine.c - the engine driver against a scripted fake Engine API on a unix socket (no runtime needed). */
+/*
+ * test_driver_engine.c - the engine driver against a scripted fake Engine
+ * API on a unix socket (no runtime needed), with the agent off so every
+ * invocation is a runtime exec (driver_engine_rexec.c); the agent's channel
+ * has its own tests (test_agent.c, the integration suites). It uses only
+ * the driver's public header (driver_engine.h). One test file per area
+ * (STYLE.md): over 1,000 lines because the driver is one area and its
+ * tests share one scripted runtime; split, they would each need it.
+ */
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>

@@ -245,6 +245,7 @@ static struct {
 	int port;
 	pthread_t th;
 	int handled;          /* requests that reached the handler, passed */
+	int checks;           /* calls of the credential check */
 	/* /stream: the streamed body being consumed (slowly, by a timer) */
 	struct sbx_gate_body *body;
 	struct evhttp_request *sreq;
@@ -258,6 +259,7 @@ check(void *arg, const struct sbx_gate_head *h, const char *path,
     uint64_t *cap)
 {
 	(void)arg;
+	__atomic_add_fetch(&S.checks, 1, __ATOMIC_SEQ_CST);
 	*cap = path != NULL && strcmp(path, "/up") == 0 ? 1024 :
 	    path != NULL && strcmp(path, "/stream") == 0 ? 64u << 20 : 0;
 	if (h->auth != NULL && h->alen == strlen("Bearer good-token-0123") &&
@@ -593,6 +595,38 @@ test_server_smuggling_is_400_and_close(void **state)
 	}
 }
 
+/* Two Authorization headers, one good and one not, in either order: 400
+ * before any credential is looked at (a 401 would tell which one the
+ * gate read; a pass would let the other one reach the daemon). */
+static void
+test_server_two_credentials_400_unchecked(void **state)
+{
+	static const char *const heads[] = {
+		"GET /x HTTP/1.1\r\n" GOOD
+		    "Authorization: Bearer wrong-token-0123\r\n\r\n",
+		"GET /x HTTP/1.1\r\nAuthorization: Bearer wrong-token-0123\r\n"
+		    GOOD "\r\n",
+	};
+	const char *r;
+	int closed, handled, checks;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(heads) / sizeof(heads[0]); i++) {
+		handled = __atomic_load_n(&S.handled, __ATOMIC_SEQ_CST);
+		checks = __atomic_load_n(&S.checks, __ATOMIC_SEQ_CST);
+		r = exchange(heads[i], strlen(heads[i]), &closed);
+		if (strstr(r, "HTTP/1.1 400") == NULL)
+			fail_msg("order %zu: %s", i, r);
+		assert_non_null(strstr(r, "\"bad_request\""));
+		assert_int_equal(closed, 1);
+		assert_int_equal(__atomic_load_n(&S.checks, __ATOMIC_SEQ_CST),
+		    checks);
+		assert_int_equal(__atomic_load_n(&S.handled, __ATOMIC_SEQ_CST),
+		    handled);
+	}
+}
+
 static void
 test_server_head_limits(void **state)
 {
@@ -750,6 +784,7 @@ main(void)
 		cmocka_unit_test(test_server_refuses_before_the_body),
 		cmocka_unit_test(test_server_streams_a_body_within_its_window),
 		cmocka_unit_test(test_server_smuggling_is_400_and_close),
+		cmocka_unit_test(test_server_two_credentials_400_unchecked),
 		cmocka_unit_test(test_server_head_limits),
 		cmocka_unit_test(test_server_trickled_head_meets_header_timeout),
 		cmocka_unit_test(test_server_caps_open_connections),

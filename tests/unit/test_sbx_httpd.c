@@ -1,4 +1,4 @@
-/* test_sbx_httpd.c - the HTTP server core's route lookup (captures, 405 Allow, 404), its one error-header table and reason phrases (adr/0022). */
+/* test_sbx_httpd.c - the HTTP server core's route lookup (captures, 405 Allow, 404), its one error-header table and reason phrases, non-JSON replies and a stream's high-water mark over a real socket (adr/0022, adr/0035). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,7 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cmocka.h>
+#include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
 
@@ -205,6 +211,178 @@ test_drain_ends_once_nothing_is_in_flight_or_grace_is_over(void **state)
 	event_base_free(base);
 }
 
+/* ---- over a real socket: an evhttp on 127.0.0.1:0 and a raw client ---- */
+
+/* What the test server's callback does with each request. */
+struct tsrv {
+	struct event_base *base;
+	struct evhttp *http;
+	struct sbx_httpd_listener l;
+	struct sbx_httpd_req r;
+	size_t high_water;      /* the stream test's r.high_water */
+	int pauses, resumes;
+	int sent;               /* what the reply call returned */
+};
+
+static void
+t_pause(struct sbx_httpd_req *r, int on)
+{
+	struct tsrv *t = (struct tsrv *)(void *)((char *)r -
+	    offsetof(struct tsrv, r));
+
+	if (on)
+		t->pauses++;
+	else
+		t->resumes++;
+}
+
+static const struct sbx_httpd_ops t_ops = { t_pause, NULL };
+
+/* GET /text: "hello" as text/plain, no-store; GET /empty: a 204; GET
+ * /stream: 64 KiB in one chunk of a stream, which stays open. */
+static void
+t_dispatch(struct evhttp_request *req, void *arg)
+{
+	struct tsrv *t = arg;
+	const char *uri = evhttp_request_get_uri(req);
+	struct evbuffer *b = evbuffer_new();
+	static char big[64 * 1024];
+
+	memset(&t->r, 0, sizeof(t->r));
+	t->r.req = req;
+	t->r.ops = &t_ops;
+	if (strcmp(uri, "/text") == 0) {
+		evbuffer_add(b, "hello", 5);
+		t->sent = sbx_httpd_reply_body(&t->r, 200, "text/plain", b,
+		    SBX_HTTPD_NO_STORE);
+	} else if (strcmp(uri, "/empty") == 0) {
+		t->sent = sbx_httpd_reply_body(&t->r, 204, NULL, NULL, 0);
+	} else {
+		t->r.high_water = t->high_water;
+		assert_int_equal(sbx_httpd_stream_begin(&t->r, "text/plain",
+		    60), 0);
+		evbuffer_add(t->r.chunk, big, sizeof(big));
+		sbx_httpd_stream_flush(&t->r);
+	}
+	evbuffer_free(b);
+}
+
+static void
+t_up(struct tsrv *t)
+{
+	struct sbx_err err;
+
+	memset(t, 0, sizeof(*t));
+	assert_non_null(t->base = event_base_new());
+	assert_non_null(t->http = evhttp_new(t->base));
+	evhttp_set_gencb(t->http, t_dispatch, t);
+	assert_int_equal(sbx_httpd_listen(t->http, t->base, "127.0.0.1:0", 0,
+	    0, &t->l, &err), 0);
+}
+
+static void
+t_down(struct tsrv *t)
+{
+	sbx_httpd_release(&t->r);
+	sbx_httpd_req_clear(&t->r);
+	evhttp_free(t->http);
+	sbx_httpd_listener_free(&t->l);
+	event_base_free(t->base);
+}
+
+/* Sends a GET of path and runs the loop for ms, reading what comes into
+ * buf (cap bytes, NUL-terminated); reading stops after read_max bytes.
+ * The connection is left open (returned) for the caller to close. */
+static int
+t_get(struct tsrv *t, const char *path, char *buf, size_t cap,
+    size_t read_max, int ms)
+{
+	struct sockaddr_in sin;
+	char req[128];
+	size_t got = 0;
+	ssize_t n;
+	int fd, i;
+
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons((uint16_t)t->l.port);
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: t\r\n\r\n", path);
+	assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+	buf[0] = '\0';
+	for (i = 0; i < ms; i++) {
+		event_base_loop(t->base, EVLOOP_NONBLOCK);
+		if (got < read_max && got < cap - 1 && (n = recv(fd, buf + got,
+		    (read_max < cap - 1 ? read_max : cap - 1) - got,
+		    MSG_DONTWAIT)) > 0) {
+			got += (size_t)n;
+			buf[got] = '\0';
+		}
+		usleep(1000);
+	}
+	return fd;
+}
+
+static void
+test_reply_body_sends_its_type_and_flags(void **state)
+{
+	struct tsrv t;
+	char buf[2048];
+
+	(void)state;
+	t_up(&t);
+	close(t_get(&t, "/text", buf, sizeof(buf), sizeof(buf), 100));
+	assert_int_equal(t.sent, 200);
+	assert_null(t.r.req);
+	assert_memory_equal(buf, "HTTP/1.1 200 OK\r\n", 17);
+	assert_non_null(strstr(buf, "Content-Type: text/plain\r\n"));
+	assert_non_null(strstr(buf, "Cache-Control: no-store\r\n"));
+	assert_non_null(strstr(buf, "\r\n\r\nhello"));
+	close(t_get(&t, "/empty", buf, sizeof(buf), sizeof(buf), 100));
+	assert_int_equal(t.sent, 204);
+	assert_memory_equal(buf, "HTTP/1.1 204 No Content\r\n", 25);
+	assert_null(strstr(buf, "Content-Type"));
+	/* Nothing is sent for a request already answered. */
+	assert_int_equal(sbx_httpd_reply_body(&t.r, 200, "text/plain", NULL,
+	    0), 0);
+	t_down(&t);
+}
+
+static void
+test_stream_pauses_at_the_requests_high_water(void **state)
+{
+	struct tsrv t;
+	char buf[2048];
+	int fd, i;
+
+	(void)state;
+	/* The default mark (1 MiB): 64 KiB queued pauses nothing. */
+	t_up(&t);
+	fd = t_get(&t, "/stream", buf, sizeof(buf), sizeof(buf), 50);
+	assert_int_equal(t.pauses, 0);
+	close(fd);
+	t_down(&t);
+	/* A request's own mark of 1000 bytes: paused at once, resumed once
+	 * the client has read what was queued. */
+	t_up(&t);
+	t.high_water = 1000;
+	fd = t_get(&t, "/stream", buf, sizeof(buf), 0, 50);
+	assert_int_equal(t.pauses, 1);
+	for (i = 0; i < 2000 && t.resumes == 0; i++) {
+		while (recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0)
+			;
+		event_base_loop(t.base, EVLOOP_NONBLOCK);
+		usleep(1000);
+	}
+	assert_int_equal(t.resumes, 1);
+	assert_int_equal(t.pauses, 1);
+	close(fd);
+	t_down(&t);
+}
+
 int
 main(void)
 {
@@ -217,6 +395,8 @@ main(void)
 		cmocka_unit_test(test_histogram_is_cumulative),
 		cmocka_unit_test(
 		    test_drain_ends_once_nothing_is_in_flight_or_grace_is_over),
+		cmocka_unit_test(test_reply_body_sends_its_type_and_flags),
+		cmocka_unit_test(test_stream_pauses_at_the_requests_high_water),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,132 @@
+/* broker_exec.c - POST /v1/sandboxes/{id}/exec: the body checked within the broker's ceilings, the exec started through the call layer, its NDJSON stream (SPEC §5, proto/broker-api.md); a handler that reaches the request layer through broker_int.h only (adr/0036). */
+#include <stdio.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <jansson.h>
+
+#include "broker_int.h"
+#include "broker_metrics.h"
+#include "sbx_call.h"
+#include "sbx_ndjson.h"
+#include "sbx_proto.h"
+#include "sbx_time.h"
+#include "sbx_wire.h"
+
+static void
+exec_start(void *arg, const char *exec_id)
+{
+	struct breq *b = arg;
+
+	snprintf(b->exec_id, sizeof(b->exec_id), "%s", exec_id);
+	if (breq_stream_begin(b, SBX_CT_NDJSON) == -1)
+		return;
+	broker_metrics_exec_started(b->s->metrics);
+	b->exec_counted = 1;
+	b->exec_t0 = sbx_mono_ms();
+	sbx_ndjson_start(b->h.chunk, exec_id, sbx_wall_ms());
+	breq_stream_flush(b);
+}
+
+static void
+exec_output(void *arg, int stream, const unsigned char *buf, size_t len)
+{
+	struct breq *b = arg;
+
+	if (!b->h.streaming)
+		return;
+	broker_metrics_exec_output(b->s->metrics, stream, len);
+	if (stream == SBX_STREAM_STDOUT || stream == SBX_STREAM_STDERR)
+		sbx_ndjson_output_held(b->h.chunk, &b->hold[stream - 1], stream, buf,
+		    len);
+	breq_stream_flush(b);
+}
+
+/* The characters still held at the end of the output go as they are. */
+static void
+exec_output_end(struct breq *b)
+{
+	sbx_ndjson_output_flush(b->h.chunk, &b->hold[0], SBX_STREAM_STDOUT);
+	sbx_ndjson_output_flush(b->h.chunk, &b->hold[1], SBX_STREAM_STDERR);
+}
+
+static void
+exec_exit(void *arg, const struct sbx_exit *ex)
+{
+	struct breq *b = arg;
+
+	b->op = NULL;
+	if (!b->h.streaming) {
+		/* An exit without start breaks the driver contract. */
+		breq_fail_code(b, SBX_E_INTERNAL, "The driver ended the exec "
+		    "before it started.");
+		return;
+	}
+	exec_output_end(b);
+	sbx_ndjson_exit(b->h.chunk, ex->code, ex->signal, ex->duration_ms,
+	    ex->truncated);
+	breq_stream_end(b, "ok");
+}
+
+static void
+exec_error(void *arg, const struct sbx_err *err)
+{
+	struct breq *b = arg;
+
+	b->op = NULL;
+	if (!b->h.streaming) {
+		breq_fail(b, err);
+		return;
+	}
+	if (broker_is_runtime_code(err->code))
+		broker_metrics_runtime_error(b->s->metrics, err->code);
+	exec_output_end(b);
+	sbx_ndjson_error(b->h.chunk, err->code, err->message);
+	breq_stream_end(b, err->code);
+}
+
+/* The exec body (proto/broker-api.md, sbx_wire.h) into b->x, within the
+ * broker's ceilings, defaults applied. */
+static int
+exec_parse(struct breq *b, struct sbx_err *err)
+{
+	const struct broker_config *cfg = b->s->cfg;
+
+	if (broker_body_object(b, sbx_wire_exec_fields, 0, &b->body,
+	    err) == -1 ||
+	    sbx_wire_exec_decode(b->body, &b->x, err) == -1 ||
+	    broker_within(b->x.req.timeout_ms, cfg->exec_timeout_max,
+	    "timeout_ms", err) == -1 ||
+	    broker_within(b->x.req.output_cap, cfg->output_cap, "output_cap",
+	    err) == -1)
+		return -1;
+	if (b->x.req.timeout_ms == 0)
+		b->x.req.timeout_ms = cfg->exec_timeout;
+	if (b->x.req.output_cap == 0)
+		b->x.req.output_cap = cfg->output_cap;
+	return 0;
+}
+
+int
+h_exec(struct breq *b, struct sbx_err *err)
+{
+	const struct broker_config *cfg = b->s->cfg;
+	const struct sbx_sink sink = { .start = exec_start,
+	    .output = exec_output, .exit = exec_exit, .error = exec_error,
+	    .arg = b };
+
+	if (exec_parse(b, err) == -1)
+		return -1;
+	if (b->sbx->execs >= (unsigned long long)cfg->max_execs_per_sandbox)
+		return sbx_err_set(err, SBX_E_TOO_MANY, "Sandbox %s already runs "
+		    "its maximum of %lld execs.", b->id,
+		    cfg->max_execs_per_sandbox);
+	if ((b->h.chunk = evbuffer_new()) == NULL)
+		return sbx_err_oom(err);
+	b->sbx->execs++;
+	b->holds_exec = 1;
+	b->is_exec = 1;
+	b->op = sbx_call_exec(b->s->driver, b->id, &b->x.req, &sink,
+	    err);
+	return b->op == NULL ? -1 : 0;
+}

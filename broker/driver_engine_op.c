@@ -1,0 +1,163 @@
+/*
+ * driver_engine_op.c - the engine driver's op lifecycle: new, enter,
+ * leave, release, free, and the terminal callbacks of the caller's shapes;
+ * the names an op's sandbox goes by (sbx_engine_volume_name).
+ * What differs per kind comes from the op's row (struct eng_kind, set at
+ * eng_op_new by the kind's own file): this file calls no other engine
+ * file, only those hooks (adr/0037).
+ */
+#include "driver_engine_int.h"
+
+/* The one place the work volume's name is built (driver_engine.h): here,
+ * beside the op's other names, at the bottom of the engine's files. */
+char *
+sbx_engine_volume_name(const char *name_prefix, const char *id, char *buf,
+    size_t size)
+{
+	snprintf(buf, size, "%s%s-work", name_prefix, id);
+	return buf;
+}
+
+struct eop *
+eng_op_new(struct engine *e, const struct eng_kind *kind, const char *id,
+    size_t size, struct sbx_err *err)
+{
+	struct eop *op;
+
+	if (id != NULL && !sbx_id_valid(id)) {
+		sbx_err_bad_id(err);
+		return NULL;
+	}
+	if ((op = calloc(1, size)) == NULL) {
+		sbx_err_oom(err);
+		return NULL;
+	}
+	op->base.driver = &e->base;
+	op->e = e;
+	op->kind = kind;
+	if (id != NULL) {
+		snprintf(op->id, sizeof(op->id), "%s", id);
+		snprintf(op->cname, sizeof(op->cname), "%s%s", e->prefix, id);
+		sbx_engine_volume_name(e->prefix, id, op->vname,
+		    sizeof(op->vname));
+		snprintf(op->nname, sizeof(op->nname), "%s%s-egress", e->prefix,
+		    id);
+	}
+	TAILQ_INSERT_TAIL(&e->ops, op, link);
+	return op;
+}
+
+void
+eng_op_free(struct eop *op)
+{
+	if (op == NULL)
+		return;
+	TAILQ_REMOVE(&op->e->ops, op, link);
+	sbx_http_req_cancel(op->http);
+	if (op->kind->fini != NULL)
+		op->kind->fini(op);
+	if (op->defer != NULL)
+		event_free(op->defer);
+	if (op->resp != NULL)
+		evbuffer_free(op->resp);
+	free(op);
+}
+
+/* What the caller lent goes back before the caller hears the end. */
+static void
+let_go(struct eop *op)
+{
+	if (op->kind->let_go != NULL)
+		op->kind->let_go(op);
+}
+
+void
+eng_op_release(struct eop *op)
+{
+	let_go(op);
+	op->dead = 1;
+	sbx_http_req_cancel(op->http);
+	op->http = NULL;
+	if (op->busy == 0)
+		eng_op_free(op);
+}
+
+void
+eng_op_enter(struct eop *op)
+{
+	op->busy++;
+}
+
+int
+eng_op_leave(struct eop *op)
+{
+	if (--op->busy == 0 && op->dead) {
+		eng_op_free(op);
+		return 0;
+	}
+	return !op->dead;
+}
+
+/* ---------- terminal callbacks: each releases the op ---------- */
+
+void
+eng_finish_status(struct eop *op, const struct sbx_err *err,
+    const struct sbx_status *st)
+{
+	let_go(op);
+	if (op->cb.status != NULL)
+		op->cb.status(op->arg, err, err != NULL ? NULL : st);
+	eng_op_release(op);
+}
+
+void
+eng_fail_status(struct eop *op, const struct sbx_err *err)
+{
+	eng_finish_status(op, err, NULL);
+}
+
+void
+eng_finish_done(struct eop *op, const struct sbx_err *err)
+{
+	let_go(op);
+	if (op->cb.done != NULL)
+		op->cb.done(op->arg, err);
+	eng_op_release(op);
+}
+
+void
+eng_fail_quiet(struct eop *op, const struct sbx_err *err)
+{
+	(void)err;
+	eng_op_release(op);
+}
+
+void
+eng_finish_err(struct eop *op, const struct sbx_err *err)
+{
+	op->kind->fail(op, err);
+}
+
+static void
+defer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct eop *op = arg;
+
+	(void)fd;
+	(void)what;
+	eng_finish_err(op, &op->derr);
+}
+
+void
+eng_fail_later(struct eop *op, const struct sbx_err *err)
+{
+	op->derr = *err;
+	if (op->defer == NULL)
+		op->defer = event_new(op->e->base.base, -1, 0, defer_cb, op);
+	if (op->defer == NULL) {
+		/* Out of memory for even this: fail now rather than never. */
+		defer_cb(-1, 0, op);
+		return;
+	}
+	event_active(op->defer, EV_TIMEOUT, 0);
+}

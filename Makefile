@@ -55,6 +55,8 @@ PROXY_SRC := $(wildcard broker/proxy/*.c) $(wildcard common/proxy_policy.c)
 PROXY_LIB_SRC := $(wildcard broker/proxy/proxy_req.c)
 # The helper's share of proto/: libc-only codecs (protocol 2 frames; protocol 3, adr/0025).
 HELPER_PROTO_SRC := $(wildcard proto/sbx_helper_frame.c proto/sbx_agent.c)
+# The one clock (libc only) is linked into the static proxy too.
+STATIC_COMMON_SRC := common/sbx_time.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 FAKE_SRC := $(wildcard tests/driver_fake.c)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
@@ -130,10 +132,10 @@ $(BUILD)/sbx-helper: $(HELPER_SRC) $(HELPER_PROTO_SRC) $(wildcard broker/helper/
 # The egress proxy runs in a container of the sandbox's image (adr/0026):
 # static like the helper, libevent linked in, glibc's NSS lookups replaced
 # (proxy_nonss.c: evdns is its only resolver).
-$(BUILD)/sbx-proxy: $(PROXY_SRC) $(wildcard broker/proxy/*.h) common/proxy_policy.h
+$(BUILD)/sbx-proxy: $(PROXY_SRC) $(wildcard broker/proxy/*.h) common/proxy_policy.h $(STATIC_COMMON_SRC)
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -D_FORTIFY_SOURCE=2 $(CFLAGS) $(WARN) \
-		-fstack-protector-strong -static -Icommon -o $@ $(PROXY_SRC) \
+		-fstack-protector-strong -static -Icommon -Iproto -o $@ $(PROXY_SRC) $(STATIC_COMMON_SRC) \
 		$(shell pkg-config --cflags libevent 2>/dev/null) -levent_extra -levent_core
 
 # Helpers the unit tests share (a .c with a header, not statics).

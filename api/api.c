@@ -168,11 +168,11 @@ give_state_dir(const char *user, const char *dir, struct sbx_err *err)
 	if (user == NULL || user[0] == '\0' || getuid() != 0)
 		return 0;
 	if ((pw = getpwnam(user)) == NULL)
-		return sbx_err_set(err, SBX_E_CONFIG, "user %s does not exist.",
+		return sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_NO_USER,
 		    user);
 	if (mkdir(dir, 0700) == -1 && errno != EEXIST)
-		return sbx_err_set(err, SBX_E_CONFIG, "Cannot create state_dir "
-		    "%s: %s.", dir, strerror(errno));
+		return sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_STATE_DIR_CREATE,
+		    dir, strerror(errno));
 	for (i = 0; files[i] != NULL; i++) {
 		snprintf(path, sizeof(path), "%s%s", dir, files[i]);
 		if (lchown(path, pw->pw_uid, pw->pw_gid) == -1 &&
@@ -192,7 +192,7 @@ drop_privileges(const char *user, struct sbx_err *err)
 	if (user == NULL || user[0] == '\0')
 		return 0;
 	if ((pw = getpwnam(user)) == NULL)
-		return sbx_err_set(err, SBX_E_CONFIG, "user %s does not exist.",
+		return sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_NO_USER,
 		    user);
 	if (getuid() != 0) {
 		if (getuid() != pw->pw_uid)

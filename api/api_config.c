@@ -109,7 +109,7 @@ api_config_finish(struct api_config *cfg, struct sbx_err *err)
 {
 	if (sbx_credential_default(&cfg->broker_token_file,
 	    SBX_CRED_BROKER_TOKEN) == -1)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	return 0;
 }
 
@@ -125,7 +125,7 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 		    "broker must be unix:/ABSOLUTE/PATH or HOST:PORT.");
 	if (cfg->state_dir == NULL || cfg->state_dir[0] != '/')
 		return sbx_err_set(err, SBX_E_CONFIG,
-		    "state_dir must be an absolute path.");
+		    SBX_MSG_STATE_DIR_RELATIVE);
 	if (cfg->max_execs <= 0 || cfg->max_file_ops <= 0 ||
 	    cfg->rate_per_minute <= 0 ||
 	    cfg->max_sandboxes_per_player <= 0 ||
@@ -160,6 +160,6 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 		    "shutdown_grace must be 0 or more.");
 	if (cfg->log_level != NULL && sbx_log_level_parse(cfg->log_level) < 0)
 		return sbx_err_set(err, SBX_E_CONFIG,
-		    "log_level must be debug, info, warn or error.");
+		    SBX_MSG_LOG_LEVEL);
 	return 0;
 }

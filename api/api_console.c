@@ -59,7 +59,7 @@ api_h_console(struct areq *a, struct sbx_err *err)
 	    api_console_html_len, NULL, NULL) == -1) {
 		if (out != NULL)
 			evbuffer_free(out);
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	}
 	sbx_httpd_header(&a->h, "Content-Security-Policy", a->s->console_csp);
 	sbx_httpd_header(&a->h, "X-Content-Type-Options", "nosniff");

@@ -16,6 +16,7 @@
 #include "sbx_path.h"
 #include "sbx_proto.h"
 #include "sbx_sse.h"
+#include "sbx_time.h"
 #include "sbx_wire.h"
 
 /* Bytes queued towards a client above which the producer is paused. */
@@ -74,7 +75,7 @@ exec_begin(struct areq *a, const char *exec_id)
 		return -1;
 	log_debug("exec started", "npc", a->npc.name, "exec_id", exec_id, NULL);
 	a->exec_started = 1;
-	a->exec_started_ms = api_mono_ms();
+	a->exec_started_ms = sbx_mono_ms();
 	api_metrics_exec_started(&a->s->metrics);
 	if ((line = evbuffer_new()) != NULL) {
 		if (sbx_ndjson_start(line, exec_id, a->s->now_ms()) == 0)

@@ -26,6 +26,7 @@
 #include "sbx_proto.h"
 #include "sbx_sse.h"
 #include "sbx_token.h"
+#include "sbx_time.h"
 #include "api_execs_int.h"
 
 static void exec_end(struct api_exec *x, const char *state);
@@ -47,15 +48,6 @@ wake_viewers(struct api_exec *x)
 	}
 }
 
-
-int64_t
-ax_wall_now(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 static uint64_t
 seg_size(const struct api_server *s)
@@ -455,7 +447,7 @@ x_start(void *arg, const char *exec_id)
 	if (line != NULL)
 		evbuffer_free(line);
 	api_metrics_exec_started(&x->s->metrics);
-	x->counted_ms = api_mono_ms();
+	x->counted_ms = sbx_mono_ms();
 	x->creator = NULL;
 	if (a != NULL) {
 		a->op = NULL;
@@ -604,7 +596,7 @@ exec_end(struct api_exec *x, const char *state)
 {
 
 	snprintf(x->state, sizeof(x->state), "%s", state);
-	x->ended_at = ax_wall_now();
+	x->ended_at = sbx_wall_ms();
 	if (x->fd >= 0) {
 		close(x->fd);
 		x->fd = -1;
@@ -613,7 +605,7 @@ exec_end(struct api_exec *x, const char *state)
 		x->lim->execs--;
 	x->lim = NULL;
 	if (x->counted_ms != 0)
-		api_metrics_exec_finished(&x->s->metrics, api_mono_ms() -
+		api_metrics_exec_finished(&x->s->metrics, sbx_mono_ms() -
 		    x->counted_ms);
 	x->counted_ms = 0;
 	ax_meta_write(x);
@@ -659,8 +651,7 @@ ax_exec_of(struct areq *a, struct sbx_err *err)
 	struct api_exec *x = ax_exec_find(a, a->exec_id);
 
 	if (x == NULL)
-		sbx_err_set(err, SBX_E_NOT_FOUND, "That NPC has no exec with "
-		    "that id.");
+		sbx_err_set(err, SBX_E_NOT_FOUND, SBX_MSG_NO_EXEC);
 	return x;
 }
 
@@ -675,7 +666,7 @@ exec_new(struct areq *a, struct sbx_err *err)
 	char path[1024];
 
 	if ((x = calloc(1, sizeof(*x))) == NULL) {
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	x->s = s;
@@ -689,7 +680,7 @@ exec_new(struct areq *a, struct sbx_err *err)
 	x->owner_id = a->npc.owner_id;
 	ax_argv_preview(x, json_object_get(a->body, "argv"));
 	snprintf(x->state, sizeof(x->state), "running");
-	x->started_at = ax_wall_now();
+	x->started_at = sbx_wall_ms();
 	ax_exec_path(path, sizeof(path), x, NULL);
 	if (mkdir(path, 0700) == -1 ||
 	    ax_argv_write(x, json_object_get(a->body, "argv")) == -1) {
@@ -773,7 +764,7 @@ list_query(struct areq *a, long *n, char *after, size_t cap,
 	after[0] = '\0';
 	if (evhttp_parse_query_str(evhttp_uri_get_query(uri) ?
 	    evhttp_uri_get_query(uri) : "", &q) == -1)
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Bad query string.");
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_BAD_QUERY);
 	lim = evhttp_find_header(&q, "limit");
 	aft = evhttp_find_header(&q, "after");
 	if (lim != NULL) {

@@ -7,6 +7,7 @@
 
 #include "api_int.h"
 #include "api_execs_int.h"
+#include "sbx_time.h"
 
 /* One exec in ax_enforce_bounds' view: x (NULL once forgotten) and its
  * age rank (0: the oldest). */
@@ -101,7 +102,7 @@ ax_enforce_bounds(struct api_server *s)
 	struct slot *sl, *o;
 	struct share *sh, *h;
 	size_t n = 0, nsh = 0, i;
-	int64_t now = ax_wall_now();
+	int64_t now = sbx_wall_ms();
 
 	for (x = s->execs; x != NULL && x->next != NULL; x = x->next)
 		;

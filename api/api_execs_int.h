@@ -155,7 +155,5 @@ void ax_seg_path(char *buf, size_t cap, const struct api_exec *x,
     uint64_t first);
 /* s->sweep_ev's callback: the retention sweep (ax_enforce_bounds). */
 void ax_sweep_fire(evutil_socket_t fd, short what, void *arg);
-/* Wall clock, Unix ms. */
-int64_t ax_wall_now(void);
 
 #endif

@@ -25,6 +25,7 @@
 #include "sbx_proto.h"
 #include "sbx_sse.h"
 #include "sbx_token.h"
+#include "sbx_time.h"
 #include "api_execs_int.h"
 
 /* ------------------------------------------------------------------ */
@@ -90,7 +91,7 @@ tickets_load(struct api_exec *x)
 		return;
 	while (fgets(line, sizeof(line), f) != NULL) {
 		if (sscanf(line, "%64s %lld %63s", hex, &exp, who) != 3 ||
-		    exp < ax_wall_now())
+		    exp < sbx_wall_ms())
 			continue;
 		if ((t = calloc(1, sizeof(*t))) == NULL)
 			break;
@@ -288,8 +289,8 @@ load_ticket_key(struct api_server *s, struct sbx_err *err)
 		    (ssize_t)sizeof(s->ticket_key)) {
 			if (fd >= 0)
 				close(fd);
-			return sbx_err_set(err, SBX_E_CONFIG, "Cannot create "
-			    "%s: %s.", path, strerror(errno));
+			return sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_CANNOT_CREATE,
+			    path, strerror(errno));
 		}
 		close(fd);
 		return 0;
@@ -318,10 +319,10 @@ api_execs_open(struct api_server *s, struct sbx_err *err)
 	if (load_ticket_key(s, err) == -1)
 		return -1;
 	if ((s->execs_dir = malloc(strlen(s->cfg->state_dir) + 8)) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	sprintf(s->execs_dir, "%s/execs", s->cfg->state_dir);
 	if (mkdir(s->execs_dir, 0700) == -1 && errno != EEXIST)
-		return sbx_err_set(err, SBX_E_CONFIG, "Cannot create %s: %s.",
+		return sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_CANNOT_CREATE,
 		    s->execs_dir, strerror(errno));
 	if ((d = opendir(s->execs_dir)) == NULL)
 		return sbx_err_set(err, SBX_E_CONFIG, "Cannot read %s: %s.",
@@ -356,7 +357,7 @@ api_execs_open(struct api_server *s, struct sbx_err *err)
 	}
 	free(all);
 	if ((s->sweep_ev = evtimer_new(s->base, ax_sweep_fire, s)) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	evtimer_add(s->sweep_ev, &tv);
 	ax_enforce_bounds(s);
 	return 0;

@@ -25,6 +25,7 @@
 #include "sbx_proto.h"
 #include "sbx_sse.h"
 #include "sbx_token.h"
+#include "sbx_time.h"
 #include "api_execs_int.h"
 
 static void viewer_pump(struct api_viewer *v);
@@ -119,7 +120,7 @@ api_h_execs_ticket(struct areq *a, struct sbx_err *err)
 
 	if ((x = ax_exec_of(a, err)) == NULL)
 		return -1;
-	tickets_prune(x, ax_wall_now());
+	tickets_prune(x, sbx_wall_ms());
 	if (tickets_count(x) >= TICKETS_MAX)
 		return sbx_err_set(err, SBX_E_TOO_MANY, "Exec %s already has %u "
 		    "live tickets; reuse one, or ask again when one expires "
@@ -127,9 +128,9 @@ api_h_execs_ticket(struct areq *a, struct sbx_err *err)
 	if ((t = calloc(1, sizeof(*t))) == NULL ||
 	    sbx_token_generate(tok, sizeof(tok)) == -1) {
 		free(t);
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	}
-	exp = ax_wall_now() + a->s->cfg->ticket_ttl;
+	exp = sbx_wall_ms() + a->s->cfg->ticket_ttl;
 	ticket_hash(a->s, tok, strlen(tok), t->hash);
 	t->expires_ms = exp;
 	snprintf(t->principal, sizeof(t->principal), "%s", a->who.name);
@@ -193,11 +194,11 @@ api_execs_ticket_auth(struct api_server *s, const char *npc, const char *id,
 		    x->owner_id == n.owner_id)
 			break;
 	if (x != NULL) {
-		tickets_prune(x, ax_wall_now());
+		tickets_prune(x, sbx_wall_ms());
 		ticket_hash(s, tok, strlen(tok), h);
 		for (t = x->tickets; t != NULL; t = t->next)
 			if (sodium_memcmp(t->hash, h, sizeof(h)) == 0 &&
-			    t->expires_ms > ax_wall_now()) {
+			    t->expires_ms > sbx_wall_ms()) {
 				found = 1;
 				break;
 			}
@@ -478,7 +479,7 @@ events_query(struct areq *a, const struct api_exec *x, int *follow,
 	*resumed = 0;
 	if (evhttp_parse_query_str(evhttp_uri_get_query(uri) ?
 	    evhttp_uri_get_query(uri) : "", &q) == -1)
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Bad query string.");
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_BAD_QUERY);
 	lei = evhttp_find_header(evhttp_request_get_input_headers(a->h.req),
 	    "Last-Event-ID");
 	if (lei == NULL)
@@ -555,7 +556,7 @@ api_h_execs_events(struct areq *a, struct sbx_err *err)
 	if ((v = calloc(1, sizeof(*v))) == NULL ||
 	    (v->stall = evtimer_new(a->s->base, viewer_stalled, v)) == NULL) {
 		free(v);
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	}
 	v->a = a;
 	v->pump = viewer_pump;

@@ -15,65 +15,27 @@
 #include "sbx_list_out.h"
 #include "sbx_proto.h"
 
-/* A driver without write_stream (the fake of the unit tests): the whole
- * body, then write, bounded by file_size_max. */
-static void
-gather_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info,
-    void *arg)
-{
-	struct areq *a = arg;
-	struct sbx_err err;
-
-	if (info->n_added == 0 || a->op != NULL ||
-	    (uint64_t)evbuffer_get_length(buf) < a->wsize)
-		return;
-	evbuffer_remove_cb(buf, gather_cb, a);
-	sbx_err_clear(&err);
-	a->op = sbx_call_write(a->s->driver, a->npc.sandbox_id, a->path,
-	    a->mode, buf, a->wdone, a, &err);
-	if (a->op == NULL)
-		areq_fail_broker(a, &err);
-}
-
-/* on_end of a gathered write: the body's buffer forgets gather_cb before
- * areq_finish frees the body. */
-static void
-gather_end(struct areq *a)
-{
-	if (a->gbody != NULL)
-		evbuffer_remove_cb(sbx_gate_body_buffer(a->gbody), gather_cb, a);
-}
-
 int
 api_write_stream(struct areq *a, sbx_done_cb done, struct sbx_err *err)
 {
 	struct evbuffer *src = sbx_gate_body_buffer(a->gbody);
 
 	a->wsize = sbx_gate_body_length(a->gbody);
-	a->wdone = done;
 	/* The gate holds at most this much of the body not yet taken. */
 	sbx_gate_body_window(a->gbody, (size_t)a->s->cfg->file_write_buffer);
-	if (!sbx_call_supports(a->s->driver, SBX_CALL_WRITE_STREAM)) {
+	/* A driver without write_stream (the fake of the unit tests) gets
+	 * the whole body, gathered by the call layer (bounded by
+	 * file_size_max): the gate holds all of it then. */
+	if (!sbx_call_supports(a->s->driver, SBX_CALL_WRITE_STREAM))
 		sbx_gate_body_window(a->gbody, (size_t)a->wsize);
-		if (evbuffer_add_cb(src, gather_cb, a) == NULL)
-			return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
-		a->on_end = gather_end;
-		/* The client leaving meanwhile cancels the write (499). */
-		areq_watch(a);
-		sbx_gate_body_kick(a->gbody);
-		if ((uint64_t)evbuffer_get_length(src) >= a->wsize) {
-			struct evbuffer_cb_info info = { 0, 1, 0 };
-
-			gather_cb(src, &info, a);
-		}
-		return 0;
-	}
 	/* The gate holds at most file_write_buffer of the body, the driver
 	 * as much again towards the broker: a small constant per write. */
 	a->op = sbx_call_write_stream(a->s->driver, a->npc.sandbox_id,
 	    a->path, a->mode, src, a->wsize, done, a, err);
 	if (a->op == NULL)
 		return areq_broker_err(a);
+	/* The client leaving meanwhile cancels the write, or its gather
+	 * (on_gone), 499. */
 	areq_watch(a);
 	sbx_gate_body_kick(a->gbody);
 	return 0;

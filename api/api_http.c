@@ -21,6 +21,7 @@
 #include "sbx_log.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"
+#include "sbx_time.h"
 #include "sbx_usage.h"
 
 #define API_PREFIX "/api/v1"
@@ -103,15 +104,6 @@ static const struct api_route routes[] = {
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
-static int64_t
-wall_ms(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
-
 /* ------------------------------------------------------------------ */
 /* Limits                                                              */
 
@@ -127,7 +119,7 @@ limit_get(struct api_server *s, int64_t principal_id)
 		return NULL;
 	l->principal_id = principal_id;
 	l->tokens = (double)s->cfg->rate_per_minute;
-	l->refilled_ms = api_mono_ms();
+	l->refilled_ms = sbx_mono_ms();
 	l->next = s->limits;
 	s->limits = l;
 	return l;
@@ -142,7 +134,7 @@ limit_take(struct api_server *s, struct api_limit *l)
 {
 	double cap = (double)s->cfg->rate_per_minute;
 	double per_ms = cap / 60000.0;
-	int64_t now = api_mono_ms();
+	int64_t now = sbx_mono_ms();
 	long wait;
 
 	l->tokens += (double)(now - l->refilled_ms) * per_ms;
@@ -160,31 +152,6 @@ limit_take(struct api_server *s, struct api_limit *l)
 /* ------------------------------------------------------------------ */
 /* Dispatch                                                            */
 
-/* The key of an Authorization value "Bearer KEY" (scheme in any case,
- * RFC 9110 §11.1), or NULL. */
-static const char *
-bearer_key(const char *h, size_t *len)
-{
-	const char *k, *e;
-
-	if (h == NULL)
-		return NULL;
-	while (*h == ' ' || *h == '\t')
-		h++;
-	if (strncasecmp(h, "Bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\t'))
-		return NULL;
-	k = h + 6;
-	while (*k == ' ' || *k == '\t')
-		k++;
-	e = k + strlen(k);
-	while (e > k && (e[-1] == ' ' || e[-1] == '\t'))
-		e--;
-	if (e == k)
-		return NULL;
-	*len = (size_t)(e - k);
-	return k;
-}
-
 /*
  * The events route's credential: the bearer key when an Authorization
  * header is present (then a ticket is not looked at), else ?ticket= of
@@ -199,7 +166,7 @@ events_auth(struct api_server *s, const char *npc, const char *id,
 
 	(void)final;
 	if (authz != NULL) {
-		key = bearer_key(authz, &keylen);
+		key = sbx_gate_bearer(authz, &keylen);
 		return key != NULL ? api_store_authenticate(s->store, key,
 		    keylen, who) : 0;
 	}
@@ -303,7 +270,7 @@ api_authenticate(struct api_server *s, int method, const char *path,
 	    sizeof(id), NULL, 0) : NULL;
 	if ((hook = r != NULL ? r->auth : NULL) != NULL)
 		return hook(s, npc, id, query, authz, final, who);
-	key = bearer_key(authz, &keylen);
+	key = sbx_gate_bearer(authz, &keylen);
 	return key != NULL ? api_store_authenticate(s->store, key, keylen,
 	    who) : 0;
 }
@@ -509,7 +476,7 @@ check_rate(struct areq *a, struct sbx_err *err)
 	if (!a->authed)
 		return 0;
 	if ((a->lim = limit_get(s, a->who.id)) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	if ((wait = limit_take(s, a->lim)) == 0)
 		return 0;
 	snprintf(ra, sizeof(ra), "%ld", wait);
@@ -570,8 +537,8 @@ check_body(struct areq *a, int too_large, struct sbx_err *err)
 		return sbx_err_set(err, SBX_E_TOO_LARGE, "The request body is "
 		    "larger than %lld bytes.", cfg->body_max);
 	if ((flags & R_RAW) && blen > (size_t)cfg->file_size_max)
-		return sbx_err_set(err, SBX_E_TOO_LARGE, "The file is larger "
-		    "than %lld bytes.", cfg->file_size_max);
+		return sbx_err_set(err, SBX_E_TOO_LARGE, SBX_MSG_FILE_TOO_LARGE,
+		    cfg->file_size_max);
 	if (!(flags & (R_JSON | R_JSON_OPT)) ||
 	    (blen == 0 && !(flags & R_JSON)))
 		return 0;
@@ -620,8 +587,8 @@ dispatch_checks(struct areq *a, struct sbx_err *err)
 		return 0;
 	}
 	if (s->draining)
-		return sbx_err_set(err, SBX_E_SHUTTING_DOWN, "The api is shutting "
-		    "down.");
+		return sbx_err_set(err, SBX_E_SHUTTING_DOWN,
+		    SBX_MSG_API_DRAINING);
 	if (check_auth(a, path, err) == -1)
 		return -1;
 	/* 2. Route and method. */
@@ -641,8 +608,7 @@ dispatch_checks(struct areq *a, struct sbx_err *err)
 		return -1;
 	/* An exec id of another form names no exec (the route's "*"). */
 	if ((a->route->flags & R_EXEC) && !exec_id_ok(a->exec_id))
-		return sbx_err_set(err, SBX_E_NOT_FOUND, "That NPC has no exec "
-		    "with that id.");
+		return sbx_err_set(err, SBX_E_NOT_FOUND, SBX_MSG_NO_EXEC);
 	if (check_body(a, refused == SBX_GATE_TOO_LARGE, err) == -1)
 		return -1;
 	/* 7. A stopped sandbox is started before it is used. A request
@@ -687,13 +653,13 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 	if (api_config_check(cfg, err) == -1)
 		return NULL;
 	if ((s = calloc(1, sizeof(*s))) == NULL) {
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	s->base = base;
 	s->cfg = cfg;
 	s->driver = driver;
-	s->now_ms = wall_ms;
+	s->now_ms = sbx_wall_ms;
 	memset(&hc, 0, sizeof(hc));
 	if ((s->store = api_store_open(cfg->state_dir, err)) == NULL ||
 	    api_store_defer_on(s->store, base, err) == -1)
@@ -701,7 +667,7 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 	if (api_execs_open(s, err) == -1)
 		goto fail;
 	if (api_console_init(s) == -1) {
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		goto fail;
 	}
 	/* The body cap is a backstop only: the gate refuses bodies over the
@@ -746,7 +712,7 @@ api_server_inflight(const struct api_server *s)
 void
 api_server_set_clock(struct api_server *s, int64_t (*now)(void))
 {
-	s->now_ms = now != NULL ? now : wall_ms;
+	s->now_ms = now != NULL ? now : sbx_wall_ms;
 }
 
 void

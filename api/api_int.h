@@ -180,7 +180,6 @@ struct areq {
 	 * (api_files.c, adr/0030). */
 	struct sbx_gate_body *gbody;
 	uint64_t wsize;                     /* its Content-Length, bytes */
-	sbx_done_cb wdone;
 	struct sbx_list_out *lout;          /* a list reply being encoded */
 	struct areq *prev, *next;
 };
@@ -188,9 +187,10 @@ struct areq {
 /* api_files.c (adr/0030): a->gbody (set; a->path, a->mode, a->npc too)
  * goes to the driver's write_stream as it arrives, the gate reading the
  * client only as fast as the broker takes it (a driver without
- * write_stream gets the gathered body through write); done is the
- * driver's callback (done(a, err)); a client that leaves meanwhile cancels
- * the write and finishes a (499 cancelled). A handler's tail: returns 0
+ * write_stream gets the body gathered by the call layer, sbx_call.h);
+ * done is the driver's callback (done(a, err)); a client that leaves
+ * meanwhile cancels the write, or its gather, and finishes a (499
+ * cancelled). A handler's tail: returns 0
  * (started) or -1 with err, nothing sent. */
 int api_write_stream(struct areq *a, sbx_done_cb done, struct sbx_err *err);
 /* api_files.c: a list page's reply (a->list_obj: the page object, else the
@@ -203,7 +203,6 @@ void api_list_reply(struct areq *a, const struct sbx_dirent *ents, size_t n,
 /* api_req.c: the life of a request. Every request is made by areq_new and
  * ends exactly once in areq_finish, called by the reply functions below
  * (after them a is freed: do not touch it). */
-int64_t api_mono_ms(void);
 /* A request of s for req, linked into s->live and counted in s->inflight;
  * NULL when out of memory. */
 struct areq *areq_new(struct api_server *s, struct evhttp_request *req);

@@ -18,19 +18,11 @@
 #include "sbx_log.h"
 #include "sbx_proto.h"
 #include "sbx_sse.h"
+#include "sbx_time.h"
 
 /* A stream's connection timeout: the exec timeout belongs to the broker;
  * heartbeats keep writing, backpressure pauses the producer meanwhile. */
 #define STREAM_TIMEOUT_S (24 * 3600)
-
-int64_t
-api_mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Replies and the end of every request                                */
 
@@ -47,7 +39,7 @@ areq_new(struct api_server *s, struct evhttp_request *req)
 	a->h.req = req;
 	a->h.gate = s->gate;
 	a->h.ops = &api_httpd_ops;
-	a->started_ms = api_mono_ms();
+	a->started_ms = sbx_mono_ms();
 	a->next = s->live;
 	if (s->live != NULL)
 		s->live->prev = a;
@@ -101,8 +93,8 @@ api_req_grace_over(void *arg)
 		else if (a->h.streaming && a->h.req != NULL)
 			areq_stream_abort(a, SBX_E_SHUTTING_DOWN);
 		else
-			areq_fail_code(a, SBX_E_SHUTTING_DOWN, "The api is "
-			    "shutting down.");
+			areq_fail_code(a, SBX_E_SHUTTING_DOWN,
+			    SBX_MSG_API_DRAINING);
 	}
 }
 
@@ -132,12 +124,12 @@ areq_finish(struct areq *a, int status, const char *outcome)
 	    a->label != NULL ? a->label : "unknown", status);
 	if (a->exec_started)
 		api_metrics_exec_finished(&s->metrics,
-		    api_mono_ms() - a->exec_started_ms);
+		    sbx_mono_ms() - a->exec_started_ms);
 	if (a->sse_counted)
 		api_metrics_sse(&s->metrics, -1);
 	snprintf(st, sizeof(st), "%d", status);
 	snprintf(ms, sizeof(ms), "%lld",
-	    (long long)(api_mono_ms() - a->started_ms));
+	    (long long)(sbx_mono_ms() - a->started_ms));
 	log_info("request", "action", a->route != NULL ? a->route->action :
 	    "none", "principal", a->authed ? a->who.name : "-", "npc",
 	    a->has_npc ? a->npc.name : "-", "status", st, "outcome", outcome,
@@ -376,7 +368,7 @@ areq_stream_begin(struct areq *a, const char *ctype, size_t high_water)
 	    (a->ping = evtimer_new(a->s->base, ping_fire, a)) == NULL) {
 		a->op = NULL;
 		sbx_op_cancel(op);
-		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
 		return -1;
 	}
 	a->h.high_water = high_water;

@@ -150,8 +150,7 @@ api_h_npc_create(struct areq *a, struct sbx_err *err)
 		return -1;
 	if (!api_npc_name_valid(json_string_value(name)) ||
 	    strlen(json_string_value(name)) != json_string_length(name))
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "An NPC name must "
-		    "match [a-z0-9][a-z0-9-]{0,40}.");
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_BAD_NPC_NAME);
 	if (api_store_npc_create(a->s->store, json_string_value(name),
 	    owner.id, &n, err) == -1)
 		return -1;
@@ -173,7 +172,7 @@ api_h_npc_list(struct areq *a, struct sbx_err *err)
 	json_t *arr;
 
 	if ((arr = json_array()) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	if (api_store_npc_list(a->s->store, a->who.role == API_ROLE_OPERATOR ?
 	    0 : a->who.id, npc_list_add, arr, err) == -1) {
 		json_decref(arr);
@@ -490,9 +489,7 @@ query_cursor(struct areq *a, unsigned char *name, size_t cap,
 	    nl == 0 || memchr(name, '\0', nl) != NULL ||
 	    memchr(name, '/', nl) != NULL)) {
 		free(cur);
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Parameter \"cursor\" "
-		    "is not a cursor of a listing (pass the \"cursor\" of the "
-		    "last page, or nothing to start).");
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_BAD_CURSOR);
 	}
 	free(cur);
 	name[nl] = '\0';
@@ -591,7 +588,7 @@ egress_stats_done(void *arg, const struct sbx_err *err, const char *text)
 	    "denials", json_is_array(den) ? json_incref(den) : json_array());
 	json_decref(st);
 	if (obj == NULL) {
-		areq_fail_code(a, SBX_E_INTERNAL, "Out of memory.");
+		areq_fail_code(a, SBX_E_INTERNAL, SBX_MSG_OOM);
 		return;
 	}
 	areq_reply_json(a, 200, obj);
@@ -666,7 +663,7 @@ api_h_egress(struct areq *a, struct sbx_err *err)
 	    a->who.name, err) == -1 ||
 	    api_store_npc_get(a->s->store, a->npc.name, &a->npc, err) != 1) {
 		if (!sbx_err_is_set(err))
-			sbx_err_set(err, SBX_E_NOT_FOUND, "No NPC named %s.",
+			sbx_err_set(err, SBX_E_NOT_FOUND, SBX_MSG_NO_NPC,
 			    a->npc.name);
 		free(joined);
 		return -1;
@@ -689,7 +686,7 @@ api_h_metrics(struct areq *a, struct sbx_err *err)
 	    api_metrics_render(&a->s->metrics, out, a->s->inflight) == -1) {
 		if (out != NULL)
 			evbuffer_free(out);
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	}
 	sbx_httpd_header(&a->h, "Cache-Control", "no-store");
 	areq_reply_body(a, 200, "text/plain; version=0.0.4; charset=utf-8",

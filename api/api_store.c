@@ -20,6 +20,7 @@
 #include "sbx_config.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
+#include "sbx_time.h"
 #include "sbx_token.h"
 
 #define KEY_BYTES 32
@@ -144,15 +145,6 @@ static const char schema[] =
     "CREATE TABLE IF NOT EXISTS audit_details ("
     " audit_id INTEGER PRIMARY KEY REFERENCES audit(id),"
     " detail TEXT NOT NULL);";
-
-static int64_t
-now_ms(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 const char *
 api_role_name(enum api_role r)
@@ -312,7 +304,7 @@ load_key(struct api_store *st, const char *path, struct sbx_err *err)
 		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
 		    O_CLOEXEC, 0600);
 		if (fd == -1) {
-			sbx_err_set(err, SBX_E_CONFIG, "Cannot create %s: %s.",
+			sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_CANNOT_CREATE,
 			    path, strerror(errno));
 			goto done;
 		}
@@ -329,7 +321,7 @@ load_key(struct api_store *st, const char *path, struct sbx_err *err)
 		goto done;
 	}
 	if (fd == -1) {
-		sbx_err_set(err, SBX_E_CONFIG, "Cannot open %s: %s.", path,
+		sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_CANNOT_OPEN, path,
 		    strerror(errno));
 		goto done;
 	}
@@ -364,16 +356,15 @@ api_store_open(const char *state_dir, struct sbx_err *err)
 	struct stat sb;
 
 	if (sodium_init() < 0) {
-		sbx_err_set(err, SBX_E_INTERNAL, "libsodium cannot initialise.");
+		sbx_err_set(err, SBX_E_INTERNAL, SBX_MSG_SODIUM);
 		return NULL;
 	}
 	if (state_dir == NULL || state_dir[0] != '/') {
-		sbx_err_set(err, SBX_E_CONFIG, "state_dir must be an absolute "
-		    "path.");
+		sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_STATE_DIR_RELATIVE);
 		return NULL;
 	}
 	if (mkdir(state_dir, 0700) == -1 && errno != EEXIST) {
-		sbx_err_set(err, SBX_E_CONFIG, "Cannot create state_dir %s: %s.",
+		sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_STATE_DIR_CREATE,
 		    state_dir, strerror(errno));
 		return NULL;
 	}
@@ -383,7 +374,7 @@ api_store_open(const char *state_dir, struct sbx_err *err)
 		return NULL;
 	}
 	if ((st = calloc(1, sizeof(*st))) == NULL) {
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	snprintf(path, sizeof(path), "%s/api.key", state_dir);
@@ -392,7 +383,7 @@ api_store_open(const char *state_dir, struct sbx_err *err)
 	snprintf(path, sizeof(path), "%s/api.db", state_dir);
 	if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE |
 	    SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK) {
-		sbx_err_set(err, SBX_E_CONFIG, "Cannot open %s: %s.", path,
+		sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_CANNOT_OPEN, path,
 		    st->db != NULL ? sqlite3_errmsg(st->db) : "out of memory");
 		goto fail;
 	}
@@ -401,7 +392,7 @@ api_store_open(const char *state_dir, struct sbx_err *err)
 	if (sqlite3_exec(st->db, "PRAGMA journal_mode=WAL;"
 	    "PRAGMA foreign_keys=ON;", NULL, NULL, &msg) != SQLITE_OK ||
 	    sqlite3_exec(st->db, schema, NULL, NULL, &msg) != SQLITE_OK) {
-		sbx_err_set(err, SBX_E_CONFIG, "Cannot set up %s: %s.", path,
+		sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_CANNOT_SET_UP, path,
 		    msg != NULL ? msg : "unknown error");
 		sqlite3_free(msg);
 		goto fail;
@@ -471,7 +462,7 @@ api_store_principal_create(struct api_store *st, const char *name,
 	key_hash(st, key, strlen(key), h);
 	rc = db_write(st, st->q[Q_PRINCIPAL_CREATE], 1, "create principal", err,
 	    "ttbi", name, api_role_name(role), (const void *)h, sizeof(h),
-	    now_ms());
+	    sbx_wall_ms());
 	if (rc == 1)
 		rc = sbx_err_set(err, SBX_E_CONFLICT, "A principal named %s "
 		    "already exists (revoked names are not reused).", name);
@@ -486,7 +477,7 @@ api_store_principal_revoke(struct api_store *st, const char *name,
     struct sbx_err *err)
 {
 	if (db_write(st, st->q[Q_PRINCIPAL_REVOKE], 0, "revoke principal", err,
-	    "it", now_ms(), name) == -1)
+	    "it", sbx_wall_ms(), name) == -1)
 		return -1;
 	if (sqlite3_changes(st->db) == 0)
 		return sbx_err_set(err, SBX_E_NOT_FOUND, "No active principal "
@@ -587,11 +578,11 @@ api_store_npc_create(struct api_store *st, const char *name,
 	int rc;
 
 	if (!api_npc_name_valid(name))
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "An NPC name must "
-		    "match [a-z0-9][a-z0-9-]{0,40}.");
+		return sbx_err_set(err, SBX_E_BAD_REQUEST,
+		    SBX_MSG_BAD_NPC_NAME);
 	snprintf(sid, sizeof(sid), API_NPC_SANDBOX_PREFIX "%s", name);
 	rc = db_write(st, st->q[Q_NPC_CREATE], 1, "create npc", err, "titi",
-	    name, owner_id, sid, now_ms());
+	    name, owner_id, sid, sbx_wall_ms());
 	if (rc == 1)
 		return sbx_err_set(err, SBX_E_CONFLICT, "The NPC name %s is "
 		    "taken.", name);
@@ -649,7 +640,7 @@ api_store_npc_set_egress_allow(struct api_store *st, const char *name,
 	    "set the egress allowlist", err, "tt", allow, name)) == -1)
 		return -1;
 	if (!full && sqlite3_changes(st->db) == 0)
-		return sbx_err_set(err, SBX_E_NOT_FOUND, "No NPC named %s.",
+		return sbx_err_set(err, SBX_E_NOT_FOUND, SBX_MSG_NO_NPC,
 		    name);
 	return 0;
 }
@@ -659,10 +650,10 @@ api_store_npc_set_egress(struct api_store *st, const char *name, int enabled,
     const char *by, struct sbx_err *err)
 {
 	if (db_write(st, st->q[Q_NPC_SET_EGRESS], 0, "set egress", err, "itit",
-	    (int64_t)(enabled ? 1 : 0), by, now_ms(), name) == -1)
+	    (int64_t)(enabled ? 1 : 0), by, sbx_wall_ms(), name) == -1)
 		return -1;
 	if (sqlite3_changes(st->db) == 0)
-		return sbx_err_set(err, SBX_E_NOT_FOUND, "No NPC named %s.",
+		return sbx_err_set(err, SBX_E_NOT_FOUND, SBX_MSG_NO_NPC,
 		    name);
 	return 0;
 }
@@ -704,7 +695,7 @@ api_store_sandbox_claim(struct api_store *st, const struct api_npc *n,
 	/* One statement: the count and the insert cannot be split by a
 	 * concurrent claim, even from another process on the same file. */
 	if (db_write(st, st->q[Q_SANDBOX_CLAIM], 0, "claim a sandbox", err,
-	    "iiii", n->id, n->owner_id, now_ms(), (int64_t)max) == -1)
+	    "iiii", n->id, n->owner_id, sbx_wall_ms(), (int64_t)max) == -1)
 		return -1;
 	if (sqlite3_changes(st->db) > 0) {
 		*claimed = 1;
@@ -793,18 +784,18 @@ api_store_audit_detail(struct api_store *st, const char *principal,
 	int i;
 
 	if (st->defer == NULL) {
-		audit_write(st, now_ms(), principal, action, npc, outcome,
+		audit_write(st, sbx_wall_ms(), principal, action, npc, outcome,
 		    detail);
 		return;
 	}
 	for (i = 0; i < 5; i++)
 		len += v[i] != NULL ? strlen(v[i]) + 1 : 0;
 	if ((r = calloc(1, sizeof(*r) + len)) == NULL) {
-		audit_write(st, now_ms(), principal, action, npc, outcome,
+		audit_write(st, sbx_wall_ms(), principal, action, npc, outcome,
 		    detail);
 		return;
 	}
-	r->ts = now_ms();
+	r->ts = sbx_wall_ms();
 	for (i = 0; i < 5; i++) {
 		if (v[i] == NULL)
 			continue;

@@ -37,7 +37,7 @@ sbx_broker_token_read(const char *file, const char *env_value, char **out,
 		    "broker_token_file (--broker-token-file) or SBX_BROKER_TOKEN.");
 	if (sodium_init() < 0 ||
 	    (buf = sodium_malloc(SBX_TOKEN_MAX_LEN + 1)) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	/* The one reader and its rules (sbx_token.h); messages name no token. */
 	sbx_err_clear(&e);
 	if (sbx_token_read(file, env_value, buf, SBX_TOKEN_MAX_LEN + 1, outlen,
@@ -104,7 +104,7 @@ sbx_broker_driver_new(struct event_base *base,
 		return NULL;
 	sbx_token_clear(&check);
 	if (sodium_init() < 0 || (d = calloc(1, sizeof(*d))) == NULL) {
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	d->base.ops = &broker_driver_ops;
@@ -117,7 +117,7 @@ sbx_broker_driver_new(struct event_base *base,
 	if ((d->address = strdup(cfg->address)) == NULL ||
 	    (d->auth = sodium_malloc(alen)) == NULL) {
 		b_free(&d->base);
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	snprintf(d->auth, alen, SBX_HDR_AUTHORIZATION ": " SBX_AUTH_BEARER "%.*s",

@@ -70,7 +70,7 @@ exec_begin(struct bop *b)
 	if (b->parser != NULL && b->line != NULL)
 		sbx_ndjson_parser_undecoded(b->parser, 1);
 	if (b->parser == NULL) {
-		sbx_err_set(&e, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(&e);
 		b->sink.error(b->sink.arg, &e);
 		dbk_op_end(b);
 	}
@@ -127,7 +127,7 @@ dbk_exec_lines(struct sbx_driver *drv, const char *id,
 	json_t *o;
 
 	if (req == NULL || req->argv == NULL || req->argv[0] == NULL) {
-		sbx_err_set(err, SBX_E_BAD_REQUEST, "argv is required.");
+		sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_NO_ARGV);
 		return NULL;
 	}
 	if (req->cwd != NULL && sbx_path_check(req->cwd, strlen(req->cwd),

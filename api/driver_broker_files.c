@@ -31,7 +31,7 @@ path_url(const char *id, const char *suffix, const char *path,
 	    id, suffix, enc, mode != 0 ? "&" SBX_QUERY_MODE "=" : "",
 	    mode != 0 ? sbx_wire_mode_encode(mode, mstr) : "") == -1) {
 		url = NULL;
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 	}
 	free(enc);
 	return url;
@@ -214,7 +214,7 @@ dbk_write_stream(struct sbx_driver *drv, const char *id, const char *path,
 	if ((b->pump = bpump_new(src, len, d->write_out_max, b->http)) ==
 	    NULL) {
 		dbk_op_free(b);
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	return op;
@@ -247,7 +247,7 @@ dbk_list(struct sbx_driver *drv, const char *id, const char *path,
 	if (asprintf(&full, "%s&" SBX_QUERY_CURSOR "=%s", url, cur) == -1) {
 		free(url);
 		dbk_op_free(b);
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	op = dbk_op_start(b, "GET", full, NULL, NULL, 0, err);

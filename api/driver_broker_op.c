@@ -53,14 +53,13 @@ dbk_op_new(struct bdriver *d, const struct bkind *kind, const char *id,
 	struct bop *b;
 
 	if (id != NULL && !sbx_id_valid(id)) {
-		sbx_err_set(err, SBX_E_INVALID_ID, "A sandbox id must match "
-		    "[a-z0-9][a-z0-9-]{0,62}.");
+		sbx_err_bad_id(err);
 		return NULL;
 	}
 	if ((b = calloc(1, sizeof(*b))) == NULL ||
 	    (b->body = evbuffer_new()) == NULL) {
 		free(b);
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	b->op.driver = &d->base;

@@ -89,7 +89,7 @@ finish_json(struct bop *b, const struct sbx_err *terr)
 	if (root != NULL && !json_is_object(root))
 		dbk_error_malformed(&e);
 	else if (root != NULL && (text = json_dumps(root, JSON_COMPACT)) == NULL)
-		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(&e);
 	b->cb.json(b->arg, dbk_err_or_null(&e), text);
 	free(text);
 	json_decref(root);

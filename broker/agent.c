@@ -10,6 +10,7 @@
 
 #include "agent.h"
 #include "sbx_proto.h"
+#include "sbx_time.h"
 
 #define REC_MAX 64   /* largest non-DATA payload the agent may send */
 
@@ -66,15 +67,6 @@ sbx_agent_metrics_render(struct evbuffer *out)
 	    "sbx_broker_agent_channels %llu\n",
 	    (unsigned long long)agent_restarts,
 	    (unsigned long long)channels_open) < 0 ? -1 : 0;
-}
-
-static uint64_t
-mono_ms(struct sbx_agent_chan *ch)
-{
-	struct timeval tv;
-
-	event_base_gettimeofday_cached(ch->base, &tv);
-	return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
 }
 
 static struct evbuffer *
@@ -227,7 +219,7 @@ on_frame(void *arg, const struct sbx_agent_frame *f, const unsigned char *p, siz
 	char code[SBX_AGENT_CODE_MAX + 1];
 	uint32_t w;
 
-	ch->last_rx_ms = mono_ms(ch);
+	ch->last_rx_ms = (uint64_t)sbx_mono_ms();
 	if (!ch->got_hello && f->type != SBX_AGENT_T_HELLO)
 		return proto_error(ch, "a frame before the hello");
 	switch (f->type) {
@@ -326,7 +318,7 @@ keep_cb(evutil_socket_t fd, short what, void *arg)
 	struct sbx_agent_chan *ch = arg;
 	struct sbx_err e;
 	struct timeval tv;
-	uint64_t now = mono_ms(ch);
+	uint64_t now = (uint64_t)sbx_mono_ms();
 
 	(void)fd;
 	(void)what;
@@ -530,14 +522,14 @@ sbx_agent_open(struct sbx_agent_chan *ch, const char *const *argv, const char *c
 		return NULL;
 	}
 	if ((st = calloc(1, sizeof(*st))) == NULL) {
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	/* Into the output directly: no second copy of a large argv. */
 	if (evbuffer_reserve_space(chan_out(ch), (ev_ssize_t)(SBX_AGENT_HDR + n), &v, 1) < 1 ||
 	    v.iov_len < SBX_AGENT_HDR + n) {
 		free(st);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	p = v.iov_base;

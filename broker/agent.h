@@ -92,7 +92,7 @@ int sbx_agent_chan_alive(const struct sbx_agent_chan *ch);
 /* 1 once the HELLO arrived; *hello filled when hello is not NULL. */
 int sbx_agent_chan_ready(const struct sbx_agent_chan *ch, struct sbx_agent_hello *hello);
 
-/* Monotonic ms (event_base cached time) of the last frame from the agent, 0 if none. */
+/* sbx_mono_ms() of the last frame from the agent, 0 if none. */
 uint64_t sbx_agent_chan_last_rx_ms(const struct sbx_agent_chan *ch);
 
 /*

@@ -201,14 +201,14 @@ broker_config_finish(struct broker_config *cfg, const char *exe_path,
 		} else if (dh == NULL || dh[0] == '\0')
 			dh = "unix:/var/run/docker.sock";
 		if (set_string(&cfg->runtime, dh) == -1)
-			return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+			return sbx_err_oom(err);
 	}
 	if (strncmp(cfg->runtime, "unix:", 5) != 0 || cfg->runtime[5] != '/')
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    "runtime must be unix:/ABSOLUTE/PATH (DOCKER_HOST unix:// too).");
 	if (cfg->state_dir == NULL || cfg->state_dir[0] != '/')
 		return sbx_err_set(err, SBX_E_CONFIG,
-		    "state_dir must be an absolute path.");
+		    SBX_MSG_STATE_DIR_RELATIVE);
 	if (cfg->image == NULL || cfg->image[0] == '\0')
 		return sbx_err_set(err, SBX_E_CONFIG, "image must be set.");
 	if (parse_cpus(cfg->cpus, &cfg->nano_cpus) == -1)
@@ -257,12 +257,12 @@ broker_config_finish(struct broker_config *cfg, const char *exe_path,
 		    "socket_mode must be permission bits 0000..0777, e.g. 0660.");
 	if (sbx_log_level_parse(cfg->log_level) == -1)
 		return sbx_err_set(err, SBX_E_CONFIG,
-		    "log_level must be debug, info, warn or error.");
+		    SBX_MSG_LOG_LEVEL);
 	/* Under systemd the token is a credential (LoadCredential=broker-token,
 	 * ADR 0011): the default token_file when none is configured. */
 	if (sbx_credential_default(&cfg->token_file, SBX_CRED_BROKER_TOKEN) ==
 	    -1)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	if ((cfg->helper_path == NULL || cfg->helper_path[0] == '\0') &&
 	    exe_path != NULL) {
 		/* Next to the binary (build/out/), then the installed layout
@@ -279,8 +279,7 @@ broker_config_finish(struct broker_config *cfg, const char *exe_path,
 				snprintf(cand, sizeof(cand),
 				    "%s/../libexec/sbx/sbx-helper", buf);
 			if (set_string(&cfg->helper_path, cand) == -1)
-				return sbx_err_set(err, SBX_E_INTERNAL,
-				    "Out of memory.");
+				return sbx_err_oom(err);
 		}
 	}
 	return 0;

@@ -124,7 +124,7 @@ broker_egress_poll_new(struct broker_server *s, struct sbx_err *err)
 	return p;
 oom:
 	broker_egress_poll_free(p);
-	sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	sbx_err_oom(err);
 	return NULL;
 }
 

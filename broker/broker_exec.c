@@ -122,7 +122,7 @@ h_exec(struct breq *b, struct sbx_err *err)
 		    "its maximum of %lld execs.", b->id,
 		    cfg->max_execs_per_sandbox);
 	if ((b->h.chunk = evbuffer_new()) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	b->sbx->execs++;
 	b->holds_exec = 1;
 	b->is_exec = 1;

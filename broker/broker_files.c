@@ -112,7 +112,7 @@ h_read(struct breq *b, struct sbx_err *err)
 	if (query_path(b, err) == -1)
 		return -1;
 	if ((b->h.chunk = evbuffer_new()) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	if (fileop_admit(b, err) == -1)
 		return -1;
 	b->op = sbx_call_read(b->s->driver, b->id, b->path, &sink,
@@ -137,33 +137,16 @@ write_done(void *arg, const struct sbx_err *err)
 	    (int64_t)b->wsize), "ok");
 }
 
-/* A driver without write_stream: the whole body, then write (bounded by
- * file_size_max as before adr/0018). */
-static void
-gather_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info,
-    void *arg)
-{
-	struct breq *b = arg;
-	struct sbx_err err;
-
-	if (info->n_added == 0 || b->op != NULL ||
-	    (uint64_t)evbuffer_get_length(buf) < b->wsize)
-		return;
-	evbuffer_remove_cb(buf, gather_cb, b);
-	sbx_err_clear(&err);
-	b->op = sbx_call_write(b->s->driver, b->id, b->path, b->mode,
-	    buf, write_done, b, &err);
-	if (b->op == NULL)
-		breq_fail(b, &err);
-}
-
-/* b's detach hook (broker_int.h): its streamed body's gather callback
- * leaves it, and a list reply still being encoded (adr/0030) is freed. */
+/* b's detach hook (broker_int.h): a streamed write still under way (or
+ * the call layer's gather of it) is cancelled, and a list reply still
+ * being encoded (adr/0030) is freed. */
 static void
 files_detach(struct breq *b)
 {
-	if (b->gbody != NULL)
-		evbuffer_remove_cb(sbx_gate_body_buffer(b->gbody), gather_cb, b);
+	if (b->gbody != NULL && b->op != NULL) { /* a write or its gather */
+		sbx_op_cancel(b->op);
+		b->op = NULL;
+	}
 	sbx_list_out_free(b->lout);
 	b->lout = NULL;
 }
@@ -176,19 +159,10 @@ write_streamed(struct breq *b, struct sbx_err *err)
 	struct evbuffer *src = sbx_gate_body_buffer(b->gbody);
 
 	b->wsize = sbx_gate_body_length(b->gbody);
-	if (!sbx_call_supports(b->s->driver, SBX_CALL_WRITE_STREAM)) {
+	/* A driver without write_stream gets the whole body, gathered by
+	 * the call layer (bounded by file_size_max as before adr/0018). */
+	if (!sbx_call_supports(b->s->driver, SBX_CALL_WRITE_STREAM))
 		sbx_gate_body_window(b->gbody, (size_t)b->wsize);
-		if (evbuffer_add_cb(src, gather_cb, b) == NULL)
-			return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
-		breq_watch(b);
-		sbx_gate_body_kick(b->gbody);
-		if ((uint64_t)evbuffer_get_length(src) >= b->wsize) {
-			struct evbuffer_cb_info info = { 0, 1, 0 };
-
-			gather_cb(src, &info, b);
-		}
-		return 0;
-	}
 	b->op = sbx_call_write_stream(b->s->driver, b->id, b->path,
 	    b->mode, src, b->wsize, write_done, b, err);
 	if (b->op == NULL)
@@ -300,7 +274,7 @@ list_cursor(struct breq *b, struct sbx_err *err)
 	if (r == -1)
 		return -1;
 	if (name[0] != '\0' && (b->after = strdup(name)) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	return 1;
 }
 

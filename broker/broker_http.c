@@ -15,6 +15,7 @@
 #include "broker_int.h"
 #include "broker_metrics.h"
 #include "broker_state.h"
+#include "driver_engine.h"
 #include "sbx_call.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
@@ -143,8 +144,8 @@ ensure_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 		breq_fail(b, err);
 		return;
 	}
-	snprintf(volume, sizeof(volume), "%s%s-work", b->s->cfg->name_prefix,
-	    st->id);
+	sbx_engine_volume_name(b->s->cfg->name_prefix, st->id, volume,
+	    sizeof(volume));
 	if (broker_state_put(b->s->state, st, volume, sbx_wall_ms(), &serr) == -1) {
 		/* Not recorded (a full state dir: storage_full, 503): the
 		 * sandbox exists in the runtime, a retry records it. */
@@ -203,7 +204,7 @@ egress_allow_parse(struct breq *b, struct sbx_err *err)
 	if (egress_allow_check(v, err) != 0)
 		return -1;
 	if ((b->egress_allow = egress_allow_join(v)) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	b->spec.egress_allow = b->egress_allow;
 	return 0;
 }
@@ -266,7 +267,7 @@ egress_done(void *arg, const struct sbx_err *err, const char *text)
 		return;
 	}
 	if ((obj = json_loads(text, 0, NULL)) == NULL) {
-		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
+		breq_fail_code(b, SBX_E_INTERNAL, SBX_MSG_OOM);
 		return;
 	}
 	json_object_set_new(obj, "id", json_string(b->id));
@@ -443,12 +444,12 @@ sandboxes_done(void *arg, const struct sbx_err *err,
 		return;
 	}
 	if ((arr = json_array()) == NULL) {
-		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
+		breq_fail_code(b, SBX_E_INTERNAL, SBX_MSG_OOM);
 		return;
 	}
 	if (n > 0 && (sorted = malloc(n * sizeof(*sorted))) == NULL) {
 		json_decref(arr);
-		breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
+		breq_fail_code(b, SBX_E_INTERNAL, SBX_MSG_OOM);
 		return;
 	}
 	if (n > 0) {
@@ -514,7 +515,7 @@ h_metrics(struct breq *b, struct sbx_err *err)
 	    stopped, absent) == -1 || sbx_agent_metrics_render(out) < 0) {
 		if (out != NULL)
 			evbuffer_free(out);
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	}
 	sbx_httpd_header(&b->h, "Content-Type",
 	    "text/plain; version=0.0.4; charset=utf-8");

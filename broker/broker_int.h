@@ -103,7 +103,7 @@ struct breq {
 	struct sbx_op *op;
 	struct sbx_gate_body *gbody;  /* write: its streamed body (adr/0018) */
 	/* What a handler hung on b's body or reply lets go (a streamed
-	 * body's gather callback, a list page being encoded): called once,
+	 * write under way, a list page being encoded): called once,
 	 * before b is freed. NULL: nothing. */
 	void (*detach)(struct breq *b);
 	handler_fn serial_start;

@@ -10,6 +10,7 @@
 #include "broker_metrics.h"
 #include "broker_reaper.h"
 #include "broker_state.h"
+#include "driver_engine.h"
 #include "sbx_call.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
@@ -30,7 +31,8 @@ audit(struct broker_server *s, int64_t ts, const char *op, const char *id,
 static void
 volume_name(struct broker_server *s, const char *id, char *buf, size_t sz)
 {
-	snprintf(buf, sz, "%s%s-work", broker_server_config(s)->name_prefix, id);
+	sbx_engine_volume_name(broker_server_config(s)->name_prefix, id, buf,
+	    sz);
 }
 
 /* ------------------------------------------------------------------ */
@@ -172,7 +174,7 @@ listed(void *arg, const struct sbx_err *err, const struct sbx_status *sts,
 	    (n > 0 && (r->kill_ops = calloc(n, sizeof(*r->kill_ops))) == NULL) ||
 	    (n > 0 && (r->kill_ids = calloc(n, sizeof(*r->kill_ids))) == NULL) ||
 	    (n > 0 && (r->slots = calloc(n, sizeof(*r->slots))) == NULL)) {
-		sbx_err_set(&r->first_err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(&r->first_err);
 		goto out;
 	}
 	if (n > 0) {
@@ -273,7 +275,7 @@ broker_recover(struct broker_server *s,
 	struct sbx_driver *d = broker_server_driver(s);
 
 	if ((r = calloc(1, sizeof(*r))) == NULL) {
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	r->s = s;
@@ -284,7 +286,7 @@ broker_recover(struct broker_server *s,
 	if ((r->finish_ev = event_new(broker_server_base(s), -1, 0,
 	    recovery_finish, r)) == NULL) {
 		free(r);
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	if ((r->list_op = sbx_call_list_sandboxes(d, listed, r, err)) == NULL) {
@@ -585,7 +587,7 @@ broker_reaper_new(struct broker_server *s, struct sbx_err *err)
 	return r;
 oom:
 	broker_reaper_free(r);
-	sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	sbx_err_oom(err);
 	return NULL;
 }
 

@@ -75,7 +75,7 @@ breq_kick(struct broker_server *s, struct bsbx *x)
 	while ((b = bsbx_next(x)) != NULL) {
 		if (s->stopping)
 			breq_fail_code(b, SBX_E_SHUTTING_DOWN,
-			    "The broker is shutting down.");
+			    SBX_MSG_BROKER_DRAINING);
 		else
 			breq_run(b, b->serial_start);
 	}
@@ -100,7 +100,7 @@ breq_unpark(struct broker_server *s, struct bsbx *x)
 	while ((b = bsbx_next_parked(x)) != NULL) {
 		if (s->stopping || s->draining)
 			breq_fail_code(b, SBX_E_SHUTTING_DOWN,
-			    "The broker is shutting down.");
+			    SBX_MSG_BROKER_DRAINING);
 		else
 			breq_run(b, b->route->handler);
 	}
@@ -219,7 +219,7 @@ breq_fail(struct breq *b, const struct sbx_err *err)
 	if (err != NULL && sbx_err_is_set(err))
 		e = *err;
 	else
-		sbx_err_set(&e, SBX_E_INTERNAL, "Internal error.");
+		sbx_err_set(&e, SBX_E_INTERNAL, SBX_MSG_INTERNAL);
 	if (broker_is_runtime_code(e.code))
 		broker_metrics_runtime_error(b->s->metrics, e.code);
 	status = sbx_err_http_status(&e);
@@ -481,20 +481,17 @@ broker_dispatch(struct evhttp_request *req, void *arg)
 	b->route = r;
 	b->name = r->name;
 	if (s->draining) {
-		breq_fail_code(b, SBX_E_SHUTTING_DOWN, "The broker is shutting "
-		    "down.");
+		breq_fail_code(b, SBX_E_SHUTTING_DOWN, SBX_MSG_BROKER_DRAINING);
 		return;
 	}
 	if (r->flags & R_ID) {
 		if (!sbx_id_valid(id)) {
-			breq_fail_code(b, SBX_E_INVALID_ID, "Sandbox ids are 1 "
-			    "to 63 of a-z, 0-9 and '-', starting with a letter "
-			    "or digit.");
+			breq_fail_code(b, SBX_E_INVALID_ID, SBX_MSG_BAD_ID);
 			return;
 		}
 		snprintf(b->id, sizeof(b->id), "%s", id);
 		if ((b->sbx = bsbx_get(s, id)) == NULL) {
-			breq_fail_code(b, SBX_E_INTERNAL, "Out of memory.");
+			breq_fail_code(b, SBX_E_INTERNAL, SBX_MSG_OOM);
 			return;
 		}
 	}
@@ -513,8 +510,8 @@ broker_dispatch(struct evhttp_request *req, void *arg)
 		return;
 	}
 	if ((r->flags & R_RAW) && len > (size_t)s->cfg->file_size_max) {
-		breq_fail_code(b, SBX_E_TOO_LARGE, "The file is larger than "
-		    "%lld bytes.", s->cfg->file_size_max);
+		breq_fail_code(b, SBX_E_TOO_LARGE, SBX_MSG_FILE_TOO_LARGE,
+		    s->cfg->file_size_max);
 		return;
 	}
 	if (!(r->flags & (R_JSON | R_RAW)) && len > 0) {

@@ -72,12 +72,12 @@ broker_server_job(struct broker_server *s, const char *id,
 	if (!sbx_id_valid(id)) {
 		if (arg_free != NULL)
 			arg_free(arg);
-		return sbx_err_set(err, SBX_E_INVALID_ID, "Invalid sandbox id.");
+		return sbx_err_bad_id(err);
 	}
 	if ((b = breq_new(s)) == NULL) {
 		if (arg_free != NULL)
 			arg_free(arg);
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	}
 	b->internal = 1;
 	b->name = "job";
@@ -87,7 +87,7 @@ broker_server_job(struct broker_server *s, const char *id,
 	snprintf(b->id, sizeof(b->id), "%s", id);
 	if ((b->sbx = bsbx_get(s, id)) == NULL) {
 		breq_done(b, 500, SBX_E_INTERNAL);
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	}
 	breq_enqueue(b, job_begin);
 	return 0;
@@ -158,7 +158,7 @@ broker_server_new(struct event_base *base, const struct broker_config *cfg,
 	struct broker_server *s = NULL;
 
 	if (sodium_init() < 0) {
-		sbx_err_set(err, SBX_E_INTERNAL, "libsodium cannot initialise.");
+		sbx_err_set(err, SBX_E_INTERNAL, SBX_MSG_SODIUM);
 		return NULL;
 	}
 	if ((s = calloc(1, sizeof(*s))) == NULL)
@@ -206,7 +206,7 @@ broker_server_new(struct event_base *base, const struct broker_config *cfg,
 	}
 	return s;
 oom:
-	sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	sbx_err_oom(err);
 fail:
 	broker_server_free(s);
 	return NULL;
@@ -251,13 +251,13 @@ grace_over(void *arg)
 		sbx_op_cancel(op);
 		if (b->h.streaming && b->is_exec) {
 			sbx_ndjson_error(b->h.chunk, SBX_E_SHUTTING_DOWN,
-			    "The broker is shutting down.");
+			    SBX_MSG_BROKER_DRAINING);
 			breq_stream_end(b, SBX_E_SHUTTING_DOWN);
 		} else if (b->h.streaming)
 			breq_stream_abort(b, SBX_E_SHUTTING_DOWN);
 		else
 			breq_fail_code(b, SBX_E_SHUTTING_DOWN,
-			    "The broker is shutting down.");
+			    SBX_MSG_BROKER_DRAINING);
 		/* Finishing b may have started/failed queued ones: restart. */
 		next = TAILQ_FIRST(&s->inflight);
 	}

@@ -131,19 +131,19 @@ broker_state_open(const char *dir, struct sbx_err *err)
 	int i;
 
 	if (mkdir(dir, 0700) == -1 && errno != EEXIST) {
-		sbx_err_set(err, SBX_E_CONFIG, "Cannot create state_dir %s: %s.",
+		sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_STATE_DIR_CREATE,
 		    dir, strerror(errno));
 		goto fail;
 	}
 	if ((s = calloc(1, sizeof(*s))) == NULL ||
 	    asprintf(&path, "%s/broker.db", dir) == -1) {
 		path = NULL;
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		goto fail;
 	}
 	if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE |
 	    SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
-		sbx_err_set(err, SBX_E_CONFIG, "Cannot open %s: %s.", path,
+		sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_CANNOT_OPEN, path,
 		    s->db ? sqlite3_errmsg(s->db) : "out of memory");
 		goto fail;
 	}
@@ -151,7 +151,7 @@ broker_state_open(const char *dir, struct sbx_err *err)
 	if (sqlite3_exec(s->db, "PRAGMA journal_mode=WAL;"
 	    "PRAGMA synchronous=NORMAL;", NULL, NULL, &emsg) != SQLITE_OK ||
 	    sqlite3_exec(s->db, schema, NULL, NULL, &emsg) != SQLITE_OK) {
-		sbx_err_set(err, SBX_E_CONFIG, "Cannot set up %s: %s.", path,
+		sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_CANNOT_SET_UP, path,
 		    emsg ? emsg : "unknown error");
 		sqlite3_free(emsg);
 		goto fail;
@@ -340,8 +340,7 @@ broker_state_list(struct broker_state *s, struct broker_row **rows,
 			if ((nv = realloc(v, cap * sizeof(*v))) == NULL) {
 				sqlite3_reset(q);
 				free(v);
-				return sbx_err_set(err, SBX_E_INTERNAL,
-				    "Out of memory.");
+				return sbx_err_oom(err);
 			}
 			v = nv;
 		}

@@ -139,7 +139,7 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 		return NULL;
 	}
 	if (sodium_init() < 0) {
-		sbx_err_set(err, SBX_E_INTERNAL, "libsodium failed to initialise");
+		sbx_err_set(err, SBX_E_INTERNAL, SBX_MSG_SODIUM);
 		return NULL;
 	}
 	if ((e = calloc(1, sizeof(*e))) == NULL)
@@ -236,7 +236,7 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 		goto fail;
 	}
 	e->run_bytes = c->run_bytes > 0 ? c->run_bytes : RUN_SIZE_DEF;
-	if (eng_helper_load(e) < 0 && strcmp(e->helper_err, "out of memory") == 0)
+	if (eng_helper_load(e) < 0 && strcmp(e->helper_err, SBX_MSG_OOM) == 0)
 		goto oom;
 	if (c->oci_runtime != NULL && c->oci_runtime[0] != '\0') {
 		if (!eng_name_ok(c->oci_runtime, 64)) {
@@ -281,7 +281,7 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 	    60000;
 	return &e->base;
 oom:
-	sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+	sbx_err_oom(err);
 fail:
 	eng_free(e != NULL ? &e->base : NULL);
 	return NULL;

@@ -205,6 +205,17 @@ struct sbx_driver *sbx_engine_driver_new(struct event_base *base,
 int sbx_helper_list_line(const char *line, size_t len, struct sbx_dirent *d,
     int *truncated);
 
+/*
+ * The name of sandbox id's work volume under name_prefix (the
+ * sbx_engine_config field): "<name_prefix><id>-work", the one place this
+ * name is built (see "Names and labels" above). Writes it NUL-terminated
+ * into buf (size bytes, truncated to fit; 192 hold any valid prefix and
+ * id) and returns buf. Pure: callers that record or show the volume (the
+ * broker's state rows, its reaper) ask here instead of spelling it.
+ */
+char *sbx_engine_volume_name(const char *name_prefix, const char *id,
+    char *buf, size_t size);
+
 extern const struct sbx_driver_ops sbx_engine_driver_ops;
 
 /* Agents whose channel is up now. */

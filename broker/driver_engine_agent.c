@@ -181,10 +181,9 @@ agent_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 	if (err != NULL)
 		e = *err;
 	else if (status == 404)
-		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", ag->id);
+		sbx_err_set(&e, SBX_E_NOT_FOUND, SBX_MSG_NO_SANDBOX, ag->id);
 	else if (status == 409)
-		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: ensure it "
-		    "first", ag->id);
+		sbx_err_set(&e, SBX_E_NOT_RUNNING, SBX_MSG_NOT_RUNNING, ag->id);
 	else if (status != 101 && status != 200)
 		sbx_err_set(&e, SBX_E_RUNTIME, "the runtime refused to start the sandbox "
 		    "agent (HTTP %d)", status);
@@ -252,7 +251,7 @@ agent_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *
 		return;
 	}
 	if (status == 404) {
-		sbx_err_set(&e, SBX_E_NOT_FOUND, "sandbox %s does not exist", op->id);
+		sbx_err_set(&e, SBX_E_NOT_FOUND, SBX_MSG_NO_SANDBOX, op->id);
 		agent_down(ag, &e);
 		return;
 	}
@@ -266,8 +265,7 @@ agent_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *
 		return;
 	}
 	if (st.state != SBX_STATE_RUNNING) {
-		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: ensure it "
-		    "first", op->id);
+		sbx_err_set(&e, SBX_E_NOT_RUNNING, SBX_MSG_NOT_RUNNING, op->id);
 		agent_down(ag, &e);
 		return;
 	}
@@ -283,7 +281,7 @@ agent_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *
 	rc = cmd != NULL ? eng_exec_create(op, 1, NULL, cmd, agent_created) : -1;
 	json_decref(cmd);
 	if (rc < 0) {
-		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(&e);
 		agent_down(ag, &e);
 	}
 }
@@ -334,7 +332,7 @@ agent_get(struct engine *e, const char *id, struct sbx_err *err)
 	eng_call(op, "GET", path, NULL, agent_inspected);
 	return ag;
 oom:
-	sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+	sbx_err_oom(err);
 	return NULL;
 }
 
@@ -548,14 +546,14 @@ agent_run(struct eop *op)
 		snprintf(op->cid, sizeof(op->cid), "agent");
 	x->streaming = 1;
 	x->got_stream = 1;
-	x->started_ms = eng_now_ms();
+	x->started_ms = sbx_mono_ms();
 	if (x->paused)
 		sbx_agent_pause(x->ast, 1);
 	if (eng_exec_clock(op, &e) < 0)
 		goto fail;
 	if (op->kind->flags & EK_FRAMED) {
 		if ((x->astart = event_new(op->e->base.base, -1, 0, started_cb, op)) == NULL) {
-			sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+			sbx_err_oom(&e);
 			goto fail;
 		}
 		if (ag->state == AG_READY)
@@ -654,7 +652,6 @@ eng_agent_warm(struct engine *e, const char *id, const char *image, int egress,
     struct sbx_status *st)
 {
 	struct eng_agent *ag = agent_find(e, id);
-	struct timeval now;
 	uint64_t ms;
 
 	if (ag == NULL || !ag->st_valid || ag->state != AG_READY || ag->ch == NULL ||
@@ -663,8 +660,7 @@ eng_agent_warm(struct engine *e, const char *id, const char *image, int egress,
 	if (strcmp(ag->st.image, image) != 0 || ag->st.egress != egress ||
 	    strcmp(ag->helper_vol, e->helper_vol) != 0)
 		return 0;
-	event_base_gettimeofday_cached(e->base.base, &now);
-	ms = (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_usec / 1000;
+	ms = (uint64_t)sbx_mono_ms();
 	if (ms - sbx_agent_chan_last_rx_ms(ag->ch) > (uint64_t)e->agent_fresh_ms)
 		return 0;
 	*st = ag->st;

@@ -13,15 +13,6 @@
 
 /* ---------- small utilities ---------- */
 
-int64_t
-eng_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int
 eng_name_ok(const char *s, size_t max)
 {
@@ -43,7 +34,7 @@ eng_id_check(const char *id, struct sbx_err *err)
 {
 	if (sbx_id_valid(id))
 		return 0;
-	return sbx_err_set(err, SBX_E_INVALID_ID, MSG_BAD_ID);
+	return sbx_err_bad_id(err);
 }
 
 /* The helper checks again, with symlinks, at use time (openat2
@@ -267,7 +258,7 @@ eng_call_bytes(struct eop *op, const char *method, const char *path,
 	memset(&cbs, 0, sizeof(cbs));
 	sbx_err_clear(&err);
 	if (op->resp == NULL && (op->resp = evbuffer_new()) == NULL) {
-		sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(&err);
 		eng_fail_later(op, &err);
 		return;
 	}
@@ -309,7 +300,7 @@ eng_call(struct eop *op, const char *method, const char *path, json_t *body,
 		text = json_dumps(body, JSON_COMPACT);
 		json_decref(body);
 		if (text == NULL) {
-			sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
+			sbx_err_oom(&err);
 			eng_fail_later(op, &err);
 			return;
 		}
@@ -419,7 +410,7 @@ eng_not_ours(struct sbx_err *e, const char *kind, const char *name)
 int
 eng_not_found(const struct eop *op, struct sbx_err *e)
 {
-	return sbx_err_set(e, SBX_E_NOT_FOUND, "sandbox %s does not exist",
+	return sbx_err_set(e, SBX_E_NOT_FOUND, SBX_MSG_NO_SANDBOX,
 	    op->id);
 }
 
@@ -500,8 +491,8 @@ eng_exec_created_id(const struct eop *op, int status, json_t *body,
 	if (status == 404)
 		return eng_not_found(op, e);
 	if (status == 409)
-		return sbx_err_set(e, SBX_E_NOT_RUNNING, "sandbox %s is not "
-		    "running: ensure it first", op->id);
+		return sbx_err_set(e, SBX_E_NOT_RUNNING, SBX_MSG_NOT_RUNNING,
+		    op->id);
 	if (status != 201) {
 		eng_runtime_err(e, status, body, what);
 		return -1;

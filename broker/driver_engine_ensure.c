@@ -262,7 +262,7 @@ ensure_create(struct eop *op)
 		return;
 	}
 	if ((body = create_body(op)) == NULL) {
-		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(&e);
 		eng_finish_err(op, &e);
 		return;
 	}
@@ -393,7 +393,7 @@ network_inspected(struct eop *op, int status, json_t *body,
 	    "Internal", 0, "Labels", L_MANAGED, "true", L_ID, op->id,
 	    "Options", "com.docker.network.bridge.name", bridge);
 	if (req == NULL) {
-		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(&e);
 		eng_finish_err(op, &e);
 		return;
 	}
@@ -485,7 +485,7 @@ ensure_volume(struct eop *op)
 		json_object_set_new(req, "DriverOpts", json_pack("{s:s}", "o", o));
 	}
 	if (req == NULL) {
-		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(&e);
 		eng_finish_err(op, &e);
 		return;
 	}
@@ -759,7 +759,7 @@ init_create(struct eop *op)
 	    "Memory", (json_int_t)(64 << 20),
 	    "PidsLimit", (json_int_t)16);
 	if (body == NULL) {
-		sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(&err);
 		eng_finish_err(op, &err);
 		return;
 	}

@@ -70,7 +70,7 @@ exec_refused(struct eop *op, struct sbx_err *e)
 	for (i = 0; believed[i] != NULL; i++)
 		if (strcmp(lcode, believed[i]) == 0) {
 			sbx_err_set(e, believed[i], "%s", msg[0] != '\0' ? msg :
-			    "sbx-helper refused the exec");
+			    SBX_MSG_HELPER_REFUSED);
 			return 1;
 		}
 	return 0;
@@ -96,8 +96,8 @@ exec_ended(struct eop *op)
 	if (x->timer != NULL)
 		event_del(x->timer);
 	if (cm->xtimeout && !x->truncated) {
-		sbx_err_set(&e, SBX_E_TIMEOUT, "exec ran longer than its timeout "
-		    "of %" PRId64 " ms; its processes were killed", x->timeout_ms);
+		sbx_err_set(&e, SBX_E_TIMEOUT, SBX_MSG_EXEC_TIMEOUT,
+		    x->timeout_ms);
 		eng_finish_err(op, &e);
 		return;
 	}
@@ -111,7 +111,7 @@ exec_ended(struct eop *op)
 		for (i = 0; believed[i] != NULL; i++)
 			if (strcmp(cm->herr_code, believed[i]) == 0)
 				sbx_err_set(&e, believed[i], "%s", cm->herr_msg[0] !=
-				    '\0' ? cm->herr_msg : "sbx-helper refused the exec");
+				    '\0' ? cm->herr_msg : SBX_MSG_HELPER_REFUSED);
 		eng_finish_err(op, &e);
 		return;
 	}
@@ -128,7 +128,7 @@ exec_ended(struct eop *op)
 		}
 	}
 	memset(&ex, 0, sizeof(ex));
-	ex.duration_ms = eng_now_ms() - x->started_ms;
+	ex.duration_ms = sbx_mono_ms() - x->started_ms;
 	ex.truncated = x->truncated;
 	if (cm->xhow == SBX_HELPER_EXIT_HOW_SIGNALED) {
 		ex.code = 128 + cm->xsig;
@@ -312,7 +312,7 @@ cmd_exited(struct eop *op, int code)
 
 	memset(&ex, 0, sizeof(ex));
 	ex.code = code & 0xff;
-	ex.duration_ms = eng_now_ms() - x->started_ms;
+	ex.duration_ms = sbx_mono_ms() - x->started_ms;
 	ex.truncated = x->truncated;
 	/* The helper exits 128+n when signal n ended the command. */
 	if (code > 128 && code < 128 + 32)
@@ -407,7 +407,7 @@ bad:
 	eng_op_free(op);
 	return NULL;
 oom:
-	sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+	sbx_err_oom(err);
 	eng_op_free(op);
 	return NULL;
 }

@@ -258,7 +258,7 @@ file_op_start(struct eop *op, struct sbx_err *err)
 	json_array_append_new(xop(op)->cmd, json_string(xop(op)->exec_id));
 	if (eng_progress_new(op) < 0) {
 		eng_op_free(op);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	eng_helper_run(op);
@@ -274,7 +274,7 @@ read_exited(struct eop *op, int code)
 	if (eng_helper_failed(op, code))
 		return;
 	memset(&ex, 0, sizeof(ex));
-	ex.duration_ms = eng_now_ms() - x->started_ms;
+	ex.duration_ms = sbx_mono_ms() - x->started_ms;
 	if (x->sink.exit != NULL)
 		x->sink.exit(x->sink.arg, &ex);
 	eng_op_release(op);
@@ -286,8 +286,8 @@ read_over_cap(struct eop *op)
 {
 	struct sbx_err e;
 
-	sbx_err_set(&e, SBX_E_TOO_LARGE, "file is larger than the cap of "
-	    "%" PRId64 " bytes", xop(op)->cap - 1);
+	sbx_err_set(&e, SBX_E_TOO_LARGE, SBX_MSG_FILE_TOO_LARGE,
+	    (long long)(xop(op)->cap - 1));
 	eng_start_kill(op->e, op->id, op->cid, xop(op)->exec_id, NULL);
 	eng_finish_err(op, &e);
 }
@@ -405,8 +405,8 @@ write_common(struct sbx_driver *d, const char *id, const char *path,
 	if (body != NULL)
 		len = evbuffer_get_length(body);
 	if (len > (uint64_t)e->file_max) {
-		sbx_err_set(err, SBX_E_TOO_LARGE, "file is larger than the cap of "
-		    "%" PRId64 " bytes", e->file_max);
+		sbx_err_set(err, SBX_E_TOO_LARGE, SBX_MSG_FILE_TOO_LARGE,
+		    (long long)e->file_max);
 		return NULL;
 	}
 	if ((op = done_op_new(e, &write_kind, id, sizeof(struct eop_exec),
@@ -415,7 +415,7 @@ write_common(struct sbx_driver *d, const char *id, const char *path,
 	xop(op)->has_stdin = 1;
 	if ((xop(op)->stdin_buf = evbuffer_new()) == NULL) {
 		eng_op_free(op);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	if (body != NULL)
@@ -437,13 +437,13 @@ write_common(struct sbx_driver *d, const char *id, const char *path,
 	json_array_append_new(xop(op)->cmd, json_string(snum));
 	if (eng_progress_new(op) < 0) {
 		eng_op_free(op);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	if (src != NULL) {
 		if (eng_src_lend(op, src, len) < 0) {
 			eng_op_free(op);
-			sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+			sbx_err_oom(err);
 			return NULL;
 		}
 	}
@@ -623,7 +623,7 @@ eng_recover(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
 		return NULL;
 	if ((xop(op)->cmd = eng_helper_cmd("killall")) == NULL) {
 		eng_op_free(op);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	eng_helper_run(op);

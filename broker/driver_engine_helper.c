@@ -235,7 +235,7 @@ hp_fill(struct eop *op)
 	    "Mounts", "Type", "volume", "Source", e->helper_vol, "Target",
 	    SBX_HELPER_DIR, "VolumeOptions", "NoCopy", 1);
 	if (body == NULL) {
-		sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(&err);
 		hp_end(op, &err);
 		return;
 	}
@@ -304,7 +304,7 @@ hp_version(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 	    "Labels", L_MANAGED, "true", L_HELPER_STEM, e->helper_stem,
 	    L_HELPER_SHA, e->helper_sha);
 	if (req == NULL) {
-		sbx_err_set(&er, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(&er);
 		hp_end(op, &er);
 		return;
 	}
@@ -475,7 +475,7 @@ eng_file_tar(const char *path, const char *name, unsigned char **tar,
 	*tar_len = 512 + len + pad + 1024;
 	if ((*tar = calloc(1, *tar_len)) == NULL) {
 		close(fd);
-		snprintf(why, whylen, "out of memory");
+		snprintf(why, whylen, "%s", SBX_MSG_OOM);
 		return -1;
 	}
 	n = read(fd, *tar + 512, len);

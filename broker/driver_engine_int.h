@@ -30,6 +30,7 @@
 #include "sbx_log.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"
+#include "sbx_time.h"
 #include "sbx_usage.h"
 
 /*
@@ -66,7 +67,6 @@
 #define L_HELPER_SHA "io.sbx.helper-sha256"
 #define L_HELPER_STEM "io.sbx.helper-stem"
 #define L_ROLE "io.sbx.role"             /* helper-fill, init: not sandboxes */
-#define MSG_BAD_ID "sandbox id must match [a-z0-9][a-z0-9-]{0,62}"
 
 enum flavor { FLAVOR_UNKNOWN, FLAVOR_DOCKER, FLAVOR_PODMAN };
 enum hstate { H_NONE, H_BUSY, H_READY };
@@ -473,7 +473,6 @@ void eng_fail_later(struct eop *op, const struct sbx_err *err);
 
 /* ---- driver_engine_call.c: one runtime call, inspect parsing (calls the op lifecycle only) ---- */
 
-int64_t eng_now_ms(void);
 /* 0 when id follows SPEC §4 (sbx_id_valid), else -1 with err invalid_id. */
 int eng_id_check(const char *id, struct sbx_err *err);
 /* 1 when s is 1..max bytes of [A-Za-z0-9_.-]. */

@@ -352,7 +352,7 @@ sandboxes_listed(struct eop *op, int status, json_t *body,
 		return;
 	if (json_array_size(body) > 0 &&
 	    (sts = calloc(json_array_size(body), sizeof(*sts))) == NULL) {
-		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(&e);
 		eng_finish_err(op, &e);
 		return;
 	}
@@ -502,13 +502,13 @@ rec_containers(struct eop *op, int status, json_t *body,
 	if (list_bad(op, status, body, err, "containers"))
 		return;
 	if ((rco(op)->rkeep = json_object()) == NULL) {
-		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(&e);
 		eng_finish_err(op, &e);
 		return;
 	}
 	if ((rco(op)->rsbx = json_object()) == NULL ||
 	    (rco(op)->rpx = json_array()) == NULL) {
-		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(&e);
 		eng_finish_err(op, &e);
 		return;
 	}

@@ -1,11 +1,22 @@
 /*
  * driver_engine_op.c - the engine driver's op lifecycle: new, enter,
- * leave, release, free, and the terminal callbacks of the caller's shapes.
+ * leave, release, free, and the terminal callbacks of the caller's shapes;
+ * the names an op's sandbox goes by (sbx_engine_volume_name).
  * What differs per kind comes from the op's row (struct eng_kind, set at
  * eng_op_new by the kind's own file): this file calls no other engine
  * file, only those hooks (adr/0037).
  */
 #include "driver_engine_int.h"
+
+/* The one place the work volume's name is built (driver_engine.h): here,
+ * beside the op's other names, at the bottom of the engine's files. */
+char *
+sbx_engine_volume_name(const char *name_prefix, const char *id, char *buf,
+    size_t size)
+{
+	snprintf(buf, size, "%s%s-work", name_prefix, id);
+	return buf;
+}
 
 struct eop *
 eng_op_new(struct engine *e, const struct eng_kind *kind, const char *id,
@@ -14,11 +25,11 @@ eng_op_new(struct engine *e, const struct eng_kind *kind, const char *id,
 	struct eop *op;
 
 	if (id != NULL && !sbx_id_valid(id)) {
-		sbx_err_set(err, SBX_E_INVALID_ID, MSG_BAD_ID);
+		sbx_err_bad_id(err);
 		return NULL;
 	}
 	if ((op = calloc(1, size)) == NULL) {
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	op->base.driver = &e->base;
@@ -27,7 +38,8 @@ eng_op_new(struct engine *e, const struct eng_kind *kind, const char *id,
 	if (id != NULL) {
 		snprintf(op->id, sizeof(op->id), "%s", id);
 		snprintf(op->cname, sizeof(op->cname), "%s%s", e->prefix, id);
-		snprintf(op->vname, sizeof(op->vname), "%s%s-work", e->prefix, id);
+		sbx_engine_volume_name(e->prefix, id, op->vname,
+		    sizeof(op->vname));
 		snprintf(op->nname, sizeof(op->nname), "%s%s-egress", e->prefix,
 		    id);
 	}

@@ -197,7 +197,7 @@ px_create(struct eop *op)
 	s.labels = json_pack("{s:s, s:s, s:s}", L_MANAGED, "true", L_PROXY_OF, op->id,
 	    L_ROLE, "proxy");
 	if ((body = egress_proxy_body(&s)) == NULL) {
-		sbx_err_set(&er, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(&er);
 		eng_finish_err(op, &er);
 		return;
 	}
@@ -290,7 +290,7 @@ eng_proxy_ensure(struct eop *op, void (*then)(struct eop *))
 	req = json_pack("{s:s, s:{s:s, s:s}}", "Name", vol, "Labels", L_MANAGED, "true",
 	    L_PROXY_OF, op->id);
 	if (req == NULL) {
-		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(&e);
 		eng_finish_err(op, &e);
 		return;
 	}
@@ -570,7 +570,7 @@ px_logs(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 		return;
 	} else if (egress_log_scan(evbuffer_pullup(op->resp, -1),
 	    evbuffer_get_length(op->resp), &st) != 0) {
-		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(&e);
 		eng_finish_err(op, &e);
 		return;
 	}
@@ -580,7 +580,7 @@ px_logs(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 	st.denials = NULL;
 	if (out == NULL || (text = json_dumps(out, JSON_COMPACT)) == NULL) {
 		json_decref(out);
-		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(&e);
 		eng_finish_err(op, &e);
 		return;
 	}

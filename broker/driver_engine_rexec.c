@@ -289,7 +289,7 @@ exec_created(struct eop *op, int status, json_t *body,
 		eng_finish_err(op, &e);
 		return;
 	}
-	x->started_ms = eng_now_ms();
+	x->started_ms = sbx_mono_ms();
 	if (eng_exec_clock(op, &e) < 0) {
 		eng_finish_err(op, &e);
 		return;
@@ -305,7 +305,7 @@ exec_create(struct eop *op)
 
 	if (eng_exec_create(op, x->has_stdin, x->env, x->cmd,
 	    exec_created) < 0) {
-		sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(&e);
 		eng_finish_err(op, &e);
 	}
 }
@@ -325,8 +325,7 @@ exec_target_inspected(struct eop *op, int status, json_t *body,
 	if (eng_finish_if_absent(op, r, &st))
 		return;
 	if (r == 0) {
-		sbx_err_set(&e, SBX_E_NOT_RUNNING, "sandbox %s is not running: "
-		    "ensure it first", op->id);
+		sbx_err_set(&e, SBX_E_NOT_RUNNING, SBX_MSG_NOT_RUNNING, op->id);
 		eng_finish_err(op, &e);
 		return;
 	}

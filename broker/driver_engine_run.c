@@ -289,8 +289,8 @@ exec_after_kill(struct eop *op)
 {
 	struct sbx_err e;
 
-	sbx_err_set(&e, SBX_E_TIMEOUT, "exec ran longer than its timeout "
-	    "of %" PRId64 " ms; its processes were killed", xop(op)->timeout_ms);
+	sbx_err_set(&e, SBX_E_TIMEOUT, SBX_MSG_EXEC_TIMEOUT,
+	    xop(op)->timeout_ms);
 	eng_finish_err(op, &e);
 }
 
@@ -363,7 +363,7 @@ kill_expired(struct eop *k)
 {
 	struct sbx_err e;
 
-	sbx_err_set(&e, SBX_E_TIMEOUT, "kill exec did not finish");
+	sbx_err_set(&e, SBX_E_TIMEOUT, SBX_MSG_KILL_UNFINISHED);
 	kill_ended(k, &e);
 }
 
@@ -564,7 +564,7 @@ eng_helper_op(struct engine *e, const struct eng_kind *kind, const char *id,
 	op->resp = evbuffer_new();
 	if (xop(op)->errtail == NULL || xop(op)->out == NULL || op->resp == NULL) {
 		eng_op_free(op);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	new_exec_id(xop(op)->exec_id, sizeof(xop(op)->exec_id));

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "proxy_policy.h"
+#include "sbx_msg.h"
 
 void
 proxy_vwhy(char *why, size_t len, const char *fmt, va_list ap)
@@ -67,9 +68,9 @@ dns_name(const char *s, size_t n, char *why, size_t why_len)
 	int all_digits = 1;
 
 	if (n == 0)
-		return fail(why, why_len, "empty host name");
+		return fail(why, why_len, SBX_MSG_EMPTY_HOST);
 	if (n > PROXY_HOST_MAX)
-		return fail(why, why_len, "host name longer than %d bytes", PROXY_HOST_MAX);
+		return fail(why, why_len, SBX_MSG_HOST_TOO_LONG, PROXY_HOST_MAX);
 	for (i = 0; i <= n; i++) {
 		int c = i < n ? (unsigned char)s[i] : '.';
 
@@ -108,15 +109,15 @@ proxy_host_normalise(const char *host, size_t len, char *out, int *is_ip, int *i
 	*is_v6 = 0;
 	if (len >= 2 && host[0] == '[' && host[len - 1] == ']') {
 		if (len - 2 >= sizeof(tmp) || len == 2)
-			return fail(why, why_len, "bad IPv6 literal");
+			return fail(why, why_len, SBX_MSG_BAD_IPV6);
 		memcpy(tmp, host + 1, len - 2);
 		tmp[len - 2] = '\0';
 		for (i = 0; tmp[i] != '\0'; i++)
 			tmp[i] = (char)((tmp[i] >= 'A' && tmp[i] <= 'F') ? tmp[i] + 32 : tmp[i]);
 		if (strchr(tmp, '%') != NULL || inet_pton(AF_INET6, tmp, a6) != 1)
-			return fail(why, why_len, "bad IPv6 literal");
+			return fail(why, why_len, SBX_MSG_BAD_IPV6);
 		if (inet_ntop(AF_INET6, a6, out, PROXY_HOST_MAX + 1) == NULL)
-			return fail(why, why_len, "bad IPv6 literal");
+			return fail(why, why_len, SBX_MSG_BAD_IPV6);
 		*is_ip = 1;
 		*is_v6 = 1;
 		return 0;
@@ -124,9 +125,9 @@ proxy_host_normalise(const char *host, size_t len, char *out, int *is_ip, int *i
 	if (len > 0 && host[len - 1] == '.')
 		len--;
 	if (len == 0)
-		return fail(why, why_len, "empty host name");
+		return fail(why, why_len, SBX_MSG_EMPTY_HOST);
 	if (len > PROXY_HOST_MAX)
-		return fail(why, why_len, "host name longer than %d bytes", PROXY_HOST_MAX);
+		return fail(why, why_len, SBX_MSG_HOST_TOO_LONG, PROXY_HOST_MAX);
 	for (i = 0; i < len; i++) {
 		int c = (unsigned char)host[i];
 
@@ -231,7 +232,7 @@ proxy_policy_add_cidr(struct proxy_policy *p, const char *cidr, char *why, size_
 	slash = strchr(cidr, '/');
 	an = slash != NULL ? (size_t)(slash - cidr) : strlen(cidr);
 	if (an == 0 || an >= sizeof(buf))
-		return fail(why, why_len, "CIDR: bad address");
+		return fail(why, why_len, SBX_MSG_CIDR_ADDRESS);
 	memcpy(buf, cidr, an);
 	buf[an] = '\0';
 	if (ipv4_literal(buf, an, c.addr)) {
@@ -242,7 +243,7 @@ proxy_policy_add_cidr(struct proxy_policy *p, const char *cidr, char *why, size_
 		c.family = AF_INET6;
 		max = 128;
 	} else {
-		return fail(why, why_len, "CIDR: bad address");
+		return fail(why, why_len, SBX_MSG_CIDR_ADDRESS);
 	}
 	c.plen = max;
 	if (slash != NULL) {
@@ -251,10 +252,10 @@ proxy_policy_add_cidr(struct proxy_policy *p, const char *cidr, char *why, size_
 		int v = 0;
 
 		if (n == 0 || n > 3 || (n > 1 && s[0] == '0'))
-			return fail(why, why_len, "CIDR: bad prefix length");
+			return fail(why, why_len, SBX_MSG_CIDR_PREFIX);
 		for (i = 0; i < n; i++) {
 			if (!is_digit(s[i]))
-				return fail(why, why_len, "CIDR: bad prefix length");
+				return fail(why, why_len, SBX_MSG_CIDR_PREFIX);
 			v = v * 10 + (s[i] - '0');
 		}
 		if (v > max)

@@ -1,6 +1,10 @@
 /* sbx_call.c - the call layer over the driver vtable: check once, log, count, call (adr/0024). */
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <event2/buffer.h>
 
 #include "sbx_call.h"
 #include "sbx_log.h"
@@ -75,14 +79,14 @@ check(struct sbx_driver *d, enum sbx_call_op op, const char *id, int has_id,
 	counts.calls[op]++;
 	log_debug("driver call", "driver", sbx_call_driver_name(d),
 	    "op", op_names[op], "id", has_id && id != NULL ? id : "", NULL);
-	if (!sbx_call_supports(d, op)) {
+	/* write_stream without the driver's own: gathered here (below). */
+	if (op != SBX_CALL_WRITE_STREAM && !sbx_call_supports(d, op)) {
 		sbx_err_set(err, SBX_E_BAD_REQUEST, "The %s driver has no %s "
 		    "operation.", sbx_call_driver_name(d), op_names[op]);
 		goto refused;
 	}
 	if (has_id && !sbx_id_valid(id)) {
-		sbx_err_set(err, SBX_E_INVALID_ID, "A sandbox id must match "
-		    "[a-z0-9][a-z0-9-]{0,62}.");
+		sbx_err_bad_id(err);
 		goto refused;
 	}
 	if (has_path) {
@@ -215,6 +219,134 @@ sbx_call_write(struct sbx_driver *d, const char *id, const char *path,
 	    d->ops->write(d, id, path, mode, body, cb, arg, err), err);
 }
 
+/*
+ * write_stream on a driver without one (the unit tests' fake): the len
+ * bytes are gathered in src, then go to write whole. The handle the caller
+ * holds is the gather's: its driver is gather_drv, whose cancel stops the
+ * gather or the write it started, so the caller cannot tell the two paths
+ * apart (sbx_driver.h rules: one terminal callback, none after cancel).
+ */
+struct gather {
+	struct sbx_op op;        /* first: what the caller holds */
+	struct sbx_driver self;  /* op.driver: ops = gather_ops */
+	struct sbx_driver *d;    /* the driver the write goes to */
+	struct sbx_op *write;    /* the write, once started; NULL before */
+	struct evbuffer *src;
+	uint64_t len;
+	uint32_t mode;
+	sbx_done_cb cb;
+	void *arg;
+	char id[SBX_ID_MAX_LEN + 1];
+	char *path;
+};
+
+static void gather_cb(struct evbuffer *buf,
+    const struct evbuffer_cb_info *info, void *arg);
+
+static void
+gather_free(struct gather *g)
+{
+	free(g->path);
+	free(g);
+}
+
+static void
+gather_cancel(struct sbx_driver *self, struct sbx_op *op)
+{
+	struct gather *g = (struct gather *)op;
+
+	(void)self;
+	if (g->write != NULL)
+		sbx_op_cancel(g->write);
+	else
+		evbuffer_remove_cb(g->src, gather_cb, g);
+	gather_free(g);
+}
+
+static void
+gather_pause(struct sbx_driver *self, struct sbx_op *op)
+{
+	(void)self;
+	sbx_op_pause(((struct gather *)op)->write);
+}
+
+static void
+gather_resume(struct sbx_driver *self, struct sbx_op *op)
+{
+	(void)self;
+	sbx_op_resume(((struct gather *)op)->write);
+}
+
+static const struct sbx_driver_ops gather_ops = {
+	.name = "gather",
+	.cancel = gather_cancel,
+	.pause = gather_pause,
+	.resume = gather_resume,
+};
+
+static void
+gather_done(void *arg, const struct sbx_err *err)
+{
+	struct gather *g = arg;
+
+	g->write = NULL;
+	g->cb(g->arg, err);
+	gather_free(g);
+}
+
+static void
+gather_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info,
+    void *arg)
+{
+	struct gather *g = arg;
+	struct sbx_err err;
+
+	if (info->n_added == 0 || (uint64_t)evbuffer_get_length(buf) < g->len)
+		return;
+	evbuffer_remove_cb(buf, gather_cb, g);
+	sbx_err_clear(&err);
+	g->write = sbx_call_write(g->d, g->id, g->path, g->mode, buf,
+	    gather_done, g, &err);
+	if (g->write == NULL) {
+		/* Refused after the call returned: the terminal callback. */
+		g->cb(g->arg, &err);
+		gather_free(g);
+	}
+}
+
+static struct sbx_op *
+gather_start(struct sbx_driver *d, const char *id, const char *path,
+    uint32_t mode, struct evbuffer *src, uint64_t len, sbx_done_cb cb,
+    void *arg, struct sbx_err *err)
+{
+	struct gather *g;
+
+	if ((uint64_t)evbuffer_get_length(src) >= len)
+		return sbx_call_write(d, id, path, mode, src, cb, arg, err);
+	if ((g = calloc(1, sizeof(*g))) == NULL ||
+	    (g->path = strdup(path)) == NULL) {
+		free(g);
+		sbx_err_oom(err);
+		return NULL;
+	}
+	g->self.ops = &gather_ops;
+	g->self.base = d->base;
+	g->op.driver = &g->self;
+	g->d = d;
+	g->src = src;
+	g->len = len;
+	g->mode = mode;
+	g->cb = cb;
+	g->arg = arg;
+	snprintf(g->id, sizeof(g->id), "%s", id);
+	if (evbuffer_add_cb(src, gather_cb, g) == NULL) {
+		gather_free(g);
+		sbx_err_oom(err);
+		return NULL;
+	}
+	return &g->op;
+}
+
 struct sbx_op *
 sbx_call_write_stream(struct sbx_driver *d, const char *id,
     const char *path, uint32_t mode, struct evbuffer *src, uint64_t len,
@@ -226,6 +358,9 @@ sbx_call_write_stream(struct sbx_driver *d, const char *id,
 	}
 	if (check(d, SBX_CALL_WRITE_STREAM, id, 1, path, 1, err) == -1)
 		return done(d, SBX_CALL_WRITE_STREAM, NULL, err);
+	if (d->ops->write_stream == NULL)
+		return done(d, SBX_CALL_WRITE_STREAM, gather_start(d, id, path,
+		    mode, src, len, cb, arg, err), err);
 	return done(d, SBX_CALL_WRITE_STREAM,
 	    d->ops->write_stream(d, id, path, mode, src, len, cb, arg, err),
 	    err);

@@ -16,9 +16,10 @@
  *      sbx_path_check() (SPEC §4; common/sbx_path.h), so the rules are
  *      applied once, here, for every caller;
  *   2. refuses an optional operation the driver does not implement
- *      (recover, reconcile, write_stream, status_usage: NULL in the
+ *      (recover, reconcile, status_usage, egress_stats: NULL in the
  *      vtable) — callers that have their own answer for that ask
- *      sbx_call_supports() first;
+ *      sbx_call_supports() first; write_stream is never refused for
+ *      that: this layer gathers the body and calls write instead;
  *   3. logs one debug line {"msg":"driver call","driver":..,"op":..,
  *      "id":..} (and "driver call refused" with "code" when 1 or 2 refuse
  *      or the driver returns NULL); never a path, body, env or argv;
@@ -117,8 +118,16 @@ struct sbx_op *sbx_call_read(struct sbx_driver *d, const char *id,
 struct sbx_op *sbx_call_write(struct sbx_driver *d, const char *id,
     const char *path, uint32_t mode, struct evbuffer *body,
     sbx_done_cb cb, void *arg, struct sbx_err *err);
-/* Optional op (adr/0018): bad_request when the driver lacks it; callers
- * that can gather the body ask sbx_call_supports first and use write. */
+/* write with the body streamed (adr/0018). A driver without write_stream
+ * gets the body whole: this layer keeps an evbuffer callback on src until
+ * len bytes are in it (src must live until cb or cancel), then calls
+ * sbx_call_write with src (at once when they already are). The handle is
+ * then the layer's own and behaves like a driver's: sbx_op_cancel stops
+ * the gather or the write it started, cb runs once (with the write's
+ * refusal when write refuses after this call returned), never after
+ * cancel. The caller bounds what arrives in src; for such a driver it
+ * must let all len bytes be buffered (sbx_call_supports says which).
+ * Counted as a write_stream, plus a write when the write starts. */
 struct sbx_op *sbx_call_write_stream(struct sbx_driver *d, const char *id,
     const char *path, uint32_t mode, struct evbuffer *src, uint64_t len,
     sbx_done_cb cb, void *arg, struct sbx_err *err);

@@ -541,7 +541,7 @@ push_arg(struct sbx_config_opts *opts, char *arg, int argno, struct sbx_err *err
 		    "unexpected argument #%d: this program takes only flags", argno);
 	if ((grown = realloc(opts->args, ((size_t)opts->nargs + 2) *
 	    sizeof(*grown))) == NULL)
-		return sbx_err_set(err, SBX_E_USAGE, "out of memory");
+		return sbx_err_set(err, SBX_E_USAGE, SBX_MSG_OOM);
 	opts->args = grown;
 	opts->args[opts->nargs++] = arg;
 	opts->args[opts->nargs] = NULL;
@@ -703,7 +703,7 @@ sbx_config_load(const struct sbx_config_key *keys, void *cfg, int argc,
 
 	sbx_err_clear(err);
 	if (sodium_init() < 0)
-		return sbx_err_set(err, SBX_E_CONFIG, "libsodium failed to initialise");
+		return sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_SODIUM);
 	for (k = keys; k->name != NULL; k++)
 		zero_field(k, cfg);
 	for (k = keys; k->name != NULL; k++) {

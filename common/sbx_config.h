@@ -10,7 +10,7 @@
 
 /* Error codes of this module (sbx_err.code) and the exit codes they map to. */
 #define SBX_EXIT_USAGE 64           /* sysexits EX_USAGE */
-#define SBX_EXIT_CONFIG 78          /* sysexits EX_CONFIG */
+/* SBX_EXIT_CONFIG (sysexits EX_CONFIG, 78): sbx_proto.h. */
 
 /*
  * The C type of the field at key->offset for each key type. The config

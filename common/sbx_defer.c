@@ -92,7 +92,7 @@ sbx_defer_new(struct event_base *base, sqlite3 *db, size_t max_pending,
 		if (d != NULL)
 			free(d->rows);
 		free(d);
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	d->db = db;

@@ -792,7 +792,7 @@ sbx_gate_new(struct event_base *base, struct evhttp *http,
 	unsigned char nonce[16];
 
 	if (sodium_init() < 0 || (g = calloc(1, sizeof(*g))) == NULL) {
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	g->base = base;

@@ -201,4 +201,15 @@ void sbx_gate_body_free(struct sbx_gate_body *b);
 /* Connections open through g now (for tests and metrics). */
 unsigned sbx_gate_connections(const struct sbx_gate *g);
 
+/*
+ * The credential of an Authorization field value (SPEC §4): "Bearer CRED",
+ * the scheme in any case (RFC 9110 §11.1), spaces and tabs allowed before
+ * it, one or more required after it, trailing ones ignored. Returns a
+ * pointer into value (borrowed) at CRED with its length in *len, or NULL
+ * (*len untouched) for NULL, another scheme, a scheme not followed by a
+ * space or tab, or an empty CRED. Pure: both daemons' credential checks
+ * (sbx_bearer_verify, the api's key lookup) parse the field only here.
+ */
+const char *sbx_gate_bearer(const char *value, size_t *len);
+
 #endif

@@ -253,3 +253,26 @@ sbx_gate_parse(const char *p, size_t n, const struct sbx_gate_limits *lim,
 	return sbx_gate_parse_from(p, n, 0, lim, h);
 }
 
+const char *
+sbx_gate_bearer(const char *value, size_t *len)
+{
+	const char *k, *e;
+
+	if (value == NULL)
+		return NULL;
+	while (*value == ' ' || *value == '\t')
+		value++;
+	if (strncasecmp(value, "Bearer", 6) != 0 ||
+	    (value[6] != ' ' && value[6] != '\t'))
+		return NULL;
+	k = value + 6;
+	while (*k == ' ' || *k == '\t')
+		k++;
+	e = k + strlen(k);
+	while (e > k && (e[-1] == ' ' || e[-1] == '\t'))
+		e--;
+	if (e == k)
+		return NULL;
+	*len = (size_t)(e - k);
+	return k;
+}

@@ -519,7 +519,7 @@ event_cb(struct bufferevent *bev, short what, void *arg)
 	}
 	if (r->state == HS_CONNECTING && (what & BEV_EVENT_ERROR)) {
 		dnserr = bufferevent_socket_get_dns_error(bev);
-		sbx_err_set(&e, r->unavailable_code, "cannot connect to %s at %s: %s",
+		sbx_err_set(&e, r->unavailable_code, SBX_MSG_NO_CONNECT,
 		    r->peer, r->address, dnserr != 0 ? evutil_gai_strerror(dnserr) :
 		    evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
 		if (r->starting) {
@@ -588,7 +588,7 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	enter(r);
-	sbx_err_set(&e, SBX_E_TIMEOUT, "%s did not answer in time", r->peer);
+	sbx_err_set(&e, SBX_E_TIMEOUT, SBX_MSG_NO_ANSWER, r->peer);
 	finish(r, &e);
 	leave(r);
 }
@@ -603,7 +603,7 @@ hdr_timer_cb(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	enter(r);
-	sbx_err_set(&e, r->hdr_timeout_code, "%s did not answer in time",
+	sbx_err_set(&e, r->hdr_timeout_code, SBX_MSG_NO_ANSWER,
 	    r->peer);
 	finish(r, &e);
 	leave(r);
@@ -692,7 +692,7 @@ write_request(struct sbx_http_req *r, struct evbuffer *out, const char *host,
 		goto oom;
 	return 0;
 oom:
-	return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+	return sbx_err_oom(err);
 }
 
 struct sbx_http_req *
@@ -807,7 +807,7 @@ sbx_http_request(struct event_base *base, const char *address,
 	r->starting = 0;
 	if (rc < 0 && !r->have_pending) {
 		sbx_err_set(&r->pending, r->unavailable_code,
-		    "cannot connect to %s at %s: %s", r->peer, r->address,
+		    SBX_MSG_NO_CONNECT, r->peer, r->address,
 		    evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
 		r->have_pending = 1;
 	}
@@ -820,14 +820,14 @@ sbx_http_request(struct event_base *base, const char *address,
 	if (bufferevent_write_buffer(r->bev, reqbuf) < 0) {
 		sbx_http_req_cancel(r);
 		evbuffer_free(reqbuf);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	evbuffer_free(reqbuf);
 	if (r->send_stream && (r->out_ent = evbuffer_add_cb(
 	    bufferevent_get_output(r->bev), out_changed, r)) == NULL) {
 		sbx_http_req_cancel(r);
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	bufferevent_enable(r->bev, EV_READ | EV_WRITE);
@@ -841,7 +841,7 @@ sbx_http_request(struct event_base *base, const char *address,
 	}
 	return r;
 oom:
-	sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+	sbx_err_oom(err);
 fail:
 	if (reqbuf != NULL)
 		evbuffer_free(reqbuf);

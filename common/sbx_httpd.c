@@ -204,7 +204,7 @@ sbx_httpd_reply_json(struct sbx_httpd_req *r, int status, json_t *obj,
 	if (text == NULL) {
 		status = 500;
 		evbuffer_add_printf(out, "{\"error\":{\"code\":\"internal\","
-		    "\"message\":\"Out of memory.\"}}\n");
+		    "\"message\":\"" SBX_MSG_OOM "\"}}\n");
 	} else
 		evbuffer_add_printf(out, "%s\n", text);
 	body_send(r, status, SBX_CT_JSON, out, flags);
@@ -250,7 +250,7 @@ sbx_httpd_reply_error(struct sbx_httpd_req *r, const struct sbx_err *err,
 	if (err != NULL && sbx_err_is_set(err))
 		e = *err;
 	else
-		sbx_err_set(&e, SBX_E_INTERNAL, "Internal error.");
+		sbx_err_set(&e, SBX_E_INTERNAL, SBX_MSG_INTERNAL);
 	status = sbx_err_http_status(&e);
 	if (status == 500 && strcmp(e.code, SBX_E_INTERNAL) != 0)
 		log_warn("unmapped error code", "code", e.code, NULL);
@@ -367,7 +367,7 @@ sbx_httpd_stream_begin(struct sbx_httpd_req *r, const char *ctype,
 	if (r->chunk == NULL && (r->chunk = evbuffer_new()) == NULL) {
 		struct sbx_err err;
 
-		sbx_err_set(&err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(&err);
 		sbx_httpd_reply_error(r, &err, 0);
 		return -1;
 	}
@@ -459,7 +459,7 @@ sbx_httpd_server_new(struct event_base *base, const struct sbx_httpd_config *c,
 
 	*gate = NULL;
 	if ((http = evhttp_new(base)) == NULL) {
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	evhttp_set_max_body_size(http, c->max_body);
@@ -563,7 +563,7 @@ listen_unix(struct evhttp *http, struct event_base *base, const char *path,
 	if ((l->unix_path = strdup(path)) == NULL) {
 		close(fd);
 		unlink(path);
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	}
 	lev = evconnlistener_new(base, NULL, NULL, LEV_OPT_CLOSE_ON_FREE |
 	    LEV_OPT_CLOSE_ON_EXEC, 128, fd);

@@ -152,9 +152,10 @@ int sbx_httpd_reply_json_text(struct sbx_httpd_req *r, int status,
  * table) and the headers that status or code carries, from this file's one
  * table: 401 "WWW-Authenticate: Bearer" (RFC 9110 §11.6.1), too_many
  * "Retry-After: 1" (RFC 9110 §10.2.3). A message "" is sent as the code.
- * err unset: internal, "Internal error.". A code without a status is sent
- * as 500 and logged as "unmapped error code". Returns the status (also
- * when r->req is NULL and nothing could be sent). Like
+ * err unset: internal, SBX_MSG_INTERNAL ("Internal error."). A code
+ * without a status is sent as 500 and logged as "unmapped error code".
+ * Returns the status (also when r->req is NULL and nothing could be
+ * sent). Like
  * sbx_httpd_reply_json otherwise.
  */
 int sbx_httpd_reply_error(struct sbx_httpd_req *r, const struct sbx_err *err,

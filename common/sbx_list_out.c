@@ -37,7 +37,7 @@ list_oom(struct sbx_list_out *lo)
 {
 	struct sbx_err err;
 
-	sbx_err_set(&err, SBX_E_INTERNAL, "Out of memory.");
+	sbx_err_oom(&err);
 	lo->done(lo->arg, &err, NULL, lo->truncated, "");
 }
 
@@ -117,7 +117,7 @@ sbx_list_out_start(struct sbx_list_out **out, struct event_base *base,
 	    evbuffer_add_printf(lo->text, "%s", obj ?
 	    "{\"entries\":[" : "[") < 0) {
 		sbx_list_out_free(lo);
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	}
 	if (n > 0)
 		memcpy(lo->ents, ents, n * sizeof(*ents));

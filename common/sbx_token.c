@@ -8,9 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
+#include "sbx_gate.h"
 #include "sbx_token.h"
 
 void
@@ -28,7 +28,7 @@ sbx_token_set(struct sbx_token *t, const char *plaintext, size_t len,
 
 	sbx_token_clear(t);
 	if (sodium_init() < 0)
-		return sbx_err_set(err, SBX_E_BAD_TOKEN, "libsodium failed to initialise");
+		return sbx_err_set(err, SBX_E_BAD_TOKEN, SBX_MSG_SODIUM);
 	if (plaintext == NULL || len == 0)
 		return sbx_err_set(err, SBX_E_BAD_TOKEN, "token is missing");
 	if (len < SBX_TOKEN_MIN_LEN)
@@ -37,7 +37,7 @@ sbx_token_set(struct sbx_token *t, const char *plaintext, size_t len,
 		    SBX_TOKEN_MIN_LEN);
 	if (len > SBX_TOKEN_MAX_LEN)
 		return sbx_err_set(err, SBX_E_BAD_TOKEN,
-		    "token is longer than %d bytes", SBX_TOKEN_MAX_LEN);
+		    SBX_MSG_TOKEN_TOO_LONG, SBX_TOKEN_MAX_LEN);
 	for (i = 0; i < len; i++) {
 		unsigned char c = (unsigned char)plaintext[i];
 
@@ -182,24 +182,11 @@ sbx_token_verify(const struct sbx_token *t, const char *presented, size_t len)
 int
 sbx_bearer_verify(const struct sbx_token *t, const char *authorization_header)
 {
-	const char *p, *end;
+	const char *cred;
+	size_t len = 0;
 
-	if (authorization_header == NULL)
-		return 0;
-	p = authorization_header;
-	while (*p == ' ' || *p == '\t')
-		p++;
-	if (strncasecmp(p, "Bearer", 6) != 0 || (p[6] != ' ' && p[6] != '\t'))
-		return 0;
-	p += 6;
-	while (*p == ' ' || *p == '\t')
-		p++;
-	end = p + strlen(p);
-	while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
-		end--;
-	if (end == p)
-		return 0;
-	return sbx_token_verify(t, p, (size_t)(end - p));
+	cred = sbx_gate_bearer(authorization_header, &len);
+	return cred != NULL && sbx_token_verify(t, cred, len);
 }
 
 int
@@ -235,8 +222,8 @@ sbx_token_read(const char *file, const char *env_value, char *out,
 	} else if (env_value != NULL) {
 		len = strlen(env_value);
 		if (len > SBX_TOKEN_MAX_LEN) {
-			sbx_err_set(err, SBX_E_BAD_TOKEN, "token is longer than %d "
-			    "bytes", SBX_TOKEN_MAX_LEN);
+			sbx_err_set(err, SBX_E_BAD_TOKEN, SBX_MSG_TOKEN_TOO_LONG,
+			    SBX_TOKEN_MAX_LEN);
 			goto fail;
 		}
 		memcpy(out, env_value, len);

@@ -8,7 +8,7 @@
 #include "sbx_proto.h" /* SBX_E_BAD_TOKEN */
 
 
-#define SBX_TOKEN_MIN_LEN 16    /* characters (bytes) */
+/* SBX_TOKEN_MIN_LEN (characters, bytes): sbx_proto.h, the wire contract. */
 #define SBX_TOKEN_MAX_LEN 4096  /* bytes, file content included */
 #define SBX_TOKEN_GEN_LEN 43    /* chars written by sbx_token_generate (32 bytes base64url) */
 
@@ -68,7 +68,8 @@ int sbx_token_verify(const struct sbx_token *t, const char *presented, size_t le
  * matched case-insensitively, leading spaces/tabs before the scheme and one or
  * more spaces/tabs after it tolerated, trailing spaces/tabs ignored. Returns 1
  * only when the token verifies (sbx_token_verify); 0 for NULL, another scheme,
- * an empty token, or a wrong one.
+ * an empty token, or a wrong one. The field is parsed by sbx_gate_bearer
+ * (sbx_gate.h), the one parser of this grammar.
  */
 int sbx_bearer_verify(const struct sbx_token *t, const char *authorization_header);
 

@@ -141,19 +141,19 @@ process_line(struct cli_sse *p)
 	}
 	if (flen == 5 && memcmp(l, "event", 5) == 0) {
 		if (buf_set(&p->event, val, vlen) == -1)
-			return stop(p, SBX_E_INTERNAL, "Out of memory.");
+			return stop(p, SBX_E_INTERNAL, SBX_MSG_OOM);
 	} else if (flen == 4 && memcmp(l, "data", 4) == 0) {
 		if (p->data.len + vlen + 1 > p->max)
 			return stop(p, SBX_E_BAD_REQUEST, SBX_PROTOCOL_ERROR
 			    ": event data too large");
 		if (buf_add(&p->data, val, vlen) == -1 ||
 		    buf_add(&p->data, "\n", 1) == -1)
-			return stop(p, SBX_E_INTERNAL, "Out of memory.");
+			return stop(p, SBX_E_INTERNAL, SBX_MSG_OOM);
 		p->has_data = 1;
 	} else if (flen == 2 && memcmp(l, "id", 2) == 0) {
 		if (memchr(val, '\0', vlen) == NULL &&
 		    buf_set(&p->id, val, vlen) == -1)
-			return stop(p, SBX_E_INTERNAL, "Out of memory.");
+			return stop(p, SBX_E_INTERNAL, SBX_MSG_OOM);
 	}
 	/* "retry" and unknown fields: nothing to do for a CLI. */
 	return 0;
@@ -166,7 +166,7 @@ line_add(struct cli_sse *p, const char *s, size_t n)
 		return stop(p, SBX_E_BAD_REQUEST, SBX_PROTOCOL_ERROR
 		    ": line too long");
 	if (buf_add(&p->line, s, n) == -1)
-		return stop(p, SBX_E_INTERNAL, "Out of memory.");
+		return stop(p, SBX_E_INTERNAL, SBX_MSG_OOM);
 	return 0;
 }
 

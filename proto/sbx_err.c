@@ -1,4 +1,4 @@
-/* sbx_err.c - the shared error value and its mapping to HTTP statuses. */
+/* sbx_err.c - the shared error value, its fixed errors (sbx_msg.h) and its mapping to HTTP statuses. */
 #include <stdio.h>
 #include <string.h>
 
@@ -26,6 +26,18 @@ sbx_err_set(struct sbx_err *err, const char *code, const char *fmt, ...)
 	vsnprintf(err->message, sizeof(err->message), fmt, ap);
 	va_end(ap);
 	return -1;
+}
+
+int
+sbx_err_oom(struct sbx_err *err)
+{
+	return sbx_err_set(err, SBX_E_INTERNAL, "%s", SBX_MSG_OOM);
+}
+
+int
+sbx_err_bad_id(struct sbx_err *err)
+{
+	return sbx_err_set(err, SBX_E_INVALID_ID, "%s", SBX_MSG_BAD_ID);
 }
 
 int

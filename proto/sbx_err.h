@@ -4,6 +4,8 @@
 
 #include <stdarg.h>
 
+#include "sbx_msg.h"
+
 /*
  * An error: a stable snake_case code (one of the SBX_E_* strings of
  * proto/sbx_proto.h) and one human sentence. Fixed-size and owned by whoever
@@ -26,6 +28,18 @@ void sbx_err_clear(struct sbx_err *err);
  */
 int sbx_err_set(struct sbx_err *err, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/*
+ * The one out-of-memory error: code internal, message SBX_MSG_OOM ("Out of
+ * memory."). err may be NULL. Always returns -1, like sbx_err_set.
+ */
+int sbx_err_oom(struct sbx_err *err);
+
+/*
+ * The one sandbox-id error: code invalid_id, message SBX_MSG_BAD_ID (the
+ * rule of sbx_id_valid, SPEC §4). err may be NULL. Always returns -1.
+ */
+int sbx_err_bad_id(struct sbx_err *err);
 
 /* Returns 1 when err holds an error (non-empty code), 0 otherwise or for NULL. */
 int sbx_err_is_set(const struct sbx_err *err);

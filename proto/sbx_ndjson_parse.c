@@ -549,7 +549,7 @@ handle_canonical(struct sbx_ndjson_parser *p, const char *line, size_t len,
 	if (p->state != PS_RUNNING)
 		return proto_fail(p, err, "output outside start..exit");
 	if (scratch_reserve(p, b64 ? vlen / 4 * 3 + 3 : vlen + 1) != 0)
-		return stop_with(p, err, SBX_E_INTERNAL, "out of memory");
+		return stop_with(p, err, SBX_E_INTERNAL, SBX_MSG_OOM);
 	memset(&ev, 0, sizeof(ev));
 	ev.type = stream == SBX_STREAM_STDOUT ? SBX_EVENT_STDOUT :
 	    SBX_EVENT_STDERR;
@@ -568,13 +568,13 @@ handle_canonical(struct sbx_ndjson_parser *p, const char *line, size_t len,
 	    json_object_set_new_nocheck(o, SBX_EVF_TYPE,
 	    json_string_nocheck(sbx_event_type_name(ev.type))) != 0) {
 		json_decref(val);
-		rc = stop_with(p, err, SBX_E_INTERNAL, "out of memory");
+		rc = stop_with(p, err, SBX_E_INTERNAL, SBX_MSG_OOM);
 		goto done;
 	}
 	/* set_new steals val, also when it fails */
 	if (json_object_set_new_nocheck(o, b64 ? SBX_EVF_DATA_B64 :
 	    SBX_EVF_DATA, val) != 0) {
-		rc = stop_with(p, err, SBX_E_INTERNAL, "out of memory");
+		rc = stop_with(p, err, SBX_E_INTERNAL, SBX_MSG_OOM);
 		goto done;
 	}
 	ev.raw = o;
@@ -628,7 +628,7 @@ handle_line(struct sbx_ndjson_parser *p, const char *line, size_t len,
 	}
 	if (decode_event(p, o, &ev, &why) != 0) {
 		if (why == NULL)
-			rc = stop_with(p, err, SBX_E_INTERNAL, "out of memory");
+			rc = stop_with(p, err, SBX_E_INTERNAL, SBX_MSG_OOM);
 		else
 			rc = proto_fail(p, err, why);
 		goto done;
@@ -668,14 +668,14 @@ sbx_ndjson_parser_feed(struct sbx_ndjson_parser *p, const char *buf,
 	size_t n, llen;
 
 	if (p == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "no parser");
+		return sbx_err_set(err, SBX_E_INTERNAL, SBX_MSG_NO_PARSER);
 	if (p->stopped) {
 		if (err != NULL)
 			*err = p->err;
 		return -1;
 	}
 	if (buf == NULL && len > 0)
-		return sbx_err_set(err, SBX_E_INTERNAL, "no buffer");
+		return sbx_err_set(err, SBX_E_INTERNAL, SBX_MSG_NO_BUFFER);
 	while (len > 0) {
 		nl = memchr(buf, '\n', len);
 		n = nl != NULL ? (size_t)(nl - buf) : len;
@@ -685,7 +685,7 @@ sbx_ndjson_parser_feed(struct sbx_ndjson_parser *p, const char *buf,
 		}
 		if (nl == NULL)
 			return carry(p, buf, len) == 0 ? 0 :
-			    stop_with(p, err, SBX_E_INTERNAL, "out of memory");
+			    stop_with(p, err, SBX_E_INTERNAL, SBX_MSG_OOM);
 		if (p->len == 0) {
 			/* Whole line in this piece: no copy. */
 			line = buf;
@@ -693,7 +693,7 @@ sbx_ndjson_parser_feed(struct sbx_ndjson_parser *p, const char *buf,
 		} else {
 			if (carry(p, buf, n) != 0)
 				return stop_with(p, err, SBX_E_INTERNAL,
-				    "out of memory");
+				    SBX_MSG_OOM);
 			line = p->buf;
 			llen = p->len;
 			p->len = 0;
@@ -710,7 +710,7 @@ int
 sbx_ndjson_parser_finish(struct sbx_ndjson_parser *p, struct sbx_err *err)
 {
 	if (p == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "no parser");
+		return sbx_err_set(err, SBX_E_INTERNAL, SBX_MSG_NO_PARSER);
 	if (p->stopped) {
 		if (err != NULL)
 			*err = p->err;

@@ -270,7 +270,7 @@ sbx_query_param(const char *query, const char *name, char **out, size_t *outlen,
 
 decode_fail:
 	if (errno == ENOMEM)
-		sbx_err_set(err, SBX_E_INTERNAL, "out of memory decoding the query");
+		sbx_err_oom(err);
 	else
 		sbx_err_set(err, SBX_E_BAD_REQUEST,
 		    "query string has a '%%' not followed by two hex digits");

@@ -229,7 +229,7 @@ sse_from_object(struct evbuffer *out, uint64_t id, json_t *obj,
 	rc = 0;
 	goto done;
 oom:
-	sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+	sbx_err_oom(err);
 done:
 	free(data);
 	json_decref(copy);
@@ -283,7 +283,7 @@ sse_from_line(struct evbuffer *out, uint64_t id, const char *line, size_t len,
 	int rc, stream, b64;
 
 	if (out == NULL || (line == NULL && len > 0))
-		return sbx_err_set(err, SBX_E_INTERNAL, "no buffer");
+		return sbx_err_set(err, SBX_E_INTERNAL, SBX_MSG_NO_BUFFER);
 	/* Hot path: an output line as the encoder writes it maps to
 	 * '{' + the line after its "type" member, which is exactly what
 	 * jansson would write for the object without "type". */
@@ -297,12 +297,11 @@ sse_from_line(struct evbuffer *out, uint64_t id, const char *line, size_t len,
 		if (sse_put_line(out, id, stream == SBX_STREAM_STDOUT ?
 		    SBX_EV_STDOUT : SBX_EV_STDERR, "{", 1, line + skip,
 		    n - skip, 0, "", 0) != 0)
-			return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+			return sbx_err_oom(err);
 		return 0;
 	}
 	if (own && (rc = sse_type_first(out, id, line, n)) != 0)
-		return rc == 1 ? 0 : sbx_err_set(err, SBX_E_INTERNAL,
-		    "out of memory");
+		return rc == 1 ? 0 : sbx_err_oom(err);
 	o = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
 	    &jerr);
 	if (o == NULL)
@@ -336,7 +335,7 @@ sbx_sse_from_output_line(struct evbuffer *out, uint64_t id, const char *line,
 	const char *type;
 
 	if (out == NULL || (line == NULL && len > 0))
-		return sbx_err_set(err, SBX_E_INTERNAL, "no buffer");
+		return sbx_err_set(err, SBX_E_INTERNAL, SBX_MSG_NO_BUFFER);
 	/* {"type":"std  out|err  ",  ...}: the type is all that is read */
 	if (len < skip + 2 || memcmp(line, pre, sizeof(pre) - 1) != 0 ||
 	    line[skip - 2] != '"' || line[skip - 1] != ',' ||
@@ -353,7 +352,7 @@ sbx_sse_from_output_line(struct evbuffer *out, uint64_t id, const char *line,
 		goto bad;
 	if (sse_put_line(out, id, type, "{", 1, line + skip, len - skip, 0,
 	    "", 0) != 0)
-		return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+		return sbx_err_oom(err);
 	return 0;
 bad:
 	return sbx_err_set(err, SBX_E_BAD_REQUEST, "%s: not an output event "
@@ -384,8 +383,7 @@ sbx_sse_from_event(struct evbuffer *out, uint64_t id,
 			    b64 ? bin : txt, (b64 ? sizeof(bin) : sizeof(txt)) - 1,
 			    json_string_value(v), json_string_length(v), 1,
 			    "\"}", 2) != 0)
-				return sbx_err_set(err, SBX_E_INTERNAL,
-				    "out of memory");
+				return sbx_err_oom(err);
 			return 0;
 		}
 	}

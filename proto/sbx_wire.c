@@ -36,7 +36,7 @@ sbx_state_name(enum sbx_state st)
 static int
 oom(struct sbx_err *err)
 {
-	return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+	return sbx_err_oom(err);
 }
 
 /* ------------------------------------------------------------------ */
@@ -51,8 +51,8 @@ sbx_wire_fields_check(const json_t *obj, const char *const *allowed,
 	size_t i;
 
 	if (!json_is_object(obj))
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "The body must be a "
-		    "JSON object.");
+		return sbx_err_set(err, SBX_E_BAD_REQUEST,
+		    SBX_MSG_BODY_NOT_OBJECT);
 	json_object_foreach((json_t *)obj, key, v) {
 		char shown[64];
 
@@ -146,8 +146,8 @@ sbx_wire_spec_decode(const json_t *body, const char *const *allowlist,
 
 	memset(spec, 0, sizeof(*spec));
 	if (!json_is_object(body))
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "The body must be a "
-		    "JSON object.");
+		return sbx_err_set(err, SBX_E_BAD_REQUEST,
+		    SBX_MSG_BODY_NOT_OBJECT);
 	if ((v = json_object_get(body, "image")) != NULL) {
 		if ((str = plain_string(v, "image", err)) == NULL)
 			goto fail;
@@ -327,8 +327,8 @@ sbx_wire_exec_decode(const json_t *body, struct sbx_wire_exec *x,
 
 	memset(x, 0, sizeof(*x));
 	if (!json_is_object(body))
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "The body must be a "
-		    "JSON object.");
+		return sbx_err_set(err, SBX_E_BAD_REQUEST,
+		    SBX_MSG_BODY_NOT_OBJECT);
 	if ((v = json_object_get(body, "argv")) == NULL)
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Field \"argv\" is "
 		    "required.");
@@ -403,7 +403,7 @@ sbx_wire_exec_encode(const struct sbx_exec_req *req, struct sbx_err *err)
 	size_t i, b64len;
 
 	if (req == NULL || req->argv == NULL || req->argv[0] == NULL) {
-		sbx_err_set(err, SBX_E_BAD_REQUEST, "argv is required.");
+		sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_NO_ARGV);
 		return NULL;
 	}
 	if ((o = json_object()) == NULL || (arr = json_array()) == NULL)
@@ -675,9 +675,7 @@ sbx_wire_cursor_decode(const char *cur, size_t len, char *name,
 	    sodium_base64_VARIANT_URLSAFE_NO_PADDING) != 0 || nl == 0 ||
 	    memchr(name, '\0', nl) != NULL || memchr(name, '/', nl) != NULL) {
 		name[0] = '\0';
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Parameter \"cursor\" "
-		    "is not a cursor of a listing (pass the \"cursor\" of the "
-		    "last page, or nothing to start).");
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_BAD_CURSOR);
 	}
 	name[nl] = '\0';
 	return 0;

@@ -200,7 +200,7 @@ op_new(struct fake_driver *fd, enum sbx_fake_op op, enum fake_kind kind,
 		return NULL;
 	}
 	if (id != NULL && !id_ok(id)) {
-		sbx_err_set(err, SBX_E_INVALID_ID, "Invalid sandbox id.");
+		sbx_err_bad_id(err);
 		return NULL;
 	}
 	if ((o = calloc(1, sizeof(*o))) == NULL) {

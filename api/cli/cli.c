@@ -137,7 +137,7 @@ c_npc_create(struct ctx *x)
 	if (body != NULL && x->o.owner != NULL)
 		json_object_set_new(body, "owner", json_string(x->o.owner));
 	if (body == NULL) {
-		errmsg("out of memory.");
+		errmsg(SBX_MSG_OOM);
 		return CX_ERR;
 	}
 	rc = call_json(x, "POST", API_BASE "/npcs", body, &j);
@@ -216,7 +216,7 @@ c_up(struct ctx *x)
 
 	if (x->o.image != NULL &&
 	    (body = json_pack("{s:s}", "image", x->o.image)) == NULL) {
-		errmsg("out of memory.");
+		errmsg(SBX_MSG_OOM);
 		return CX_ERR;
 	}
 	rc = npc_call(x, "PUT", x->o.pos[0], "/sandbox", body, &j);
@@ -303,7 +303,7 @@ egress(struct ctx *x, int on)
 	int rc, i;
 
 	if (body == NULL) {
-		errmsg("out of memory.");
+		errmsg(SBX_MSG_OOM);
 		return CX_ERR;
 	}
 	/* --allow narrows the grant to those hosts (adr/0026); the api checks
@@ -312,7 +312,7 @@ egress(struct ctx *x, int on)
 		if ((allow = json_array()) == NULL ||
 		    json_object_set_new(body, "allow", allow) != 0) {
 			json_decref(body);
-			errmsg("out of memory.");
+			errmsg(SBX_MSG_OOM);
 			return CX_ERR;
 		}
 		for (i = 0; i < x->o.nallow; i++)

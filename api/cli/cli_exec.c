@@ -218,7 +218,7 @@ exec_body(struct ctx *x, int *rc)
 	}
 	return body;
 oom:
-	errmsg("out of memory.");
+	errmsg(SBX_MSG_OOM);
 fail:
 	json_decref(body);
 	json_decref(argv);
@@ -316,7 +316,7 @@ follow_events(struct ctx *x, const char *npc, const char *id, int follow,
 		}
 		if ((sse = cli_sse_new(0, on_sse, s)) == NULL) {
 			cli_http_close(c);
-			errmsg("out of memory.");
+			errmsg(SBX_MSG_OOM);
 			return CX_ERR;
 		}
 		rc = -1;
@@ -414,7 +414,7 @@ c_exec(struct ctx *x)
 		goto done;
 	}
 	if ((s.nd = sbx_ndjson_parser_new(0, on_event, &s)) == NULL) {
-		errmsg("out of memory.");
+		errmsg(SBX_MSG_OOM);
 		goto done;
 	}
 	rc = follow_events(x, x->o.pos[0], id, 1, &s);
@@ -451,7 +451,7 @@ c_logs(struct ctx *x)
 		return usage_err(x->cmd, "EXEC_ID is what 'sbxctl exec -d' "
 		    "printed (letters and digits).");
 	if ((s.nd = sbx_ndjson_parser_new(0, on_event, &s)) == NULL) {
-		errmsg("out of memory.");
+		errmsg(SBX_MSG_OOM);
 		return CX_ERR;
 	}
 	rc = follow_events(x, x->o.pos[0], id, x->o.follow, &s);

@@ -42,7 +42,7 @@ download(struct ctx *x, const char *npc, const char *path, int fd)
 	    path) == -1)
 		return usage_err(NULL, "the NPC name or path is too long.");
 	if ((buf = malloc(65536)) == NULL) {
-		errmsg("out of memory.");
+		errmsg(SBX_MSG_OOM);
 		return CX_ERR;
 	}
 	if ((c = cli_http_request(&x->url, "GET", target, x->key, NULL, &r,
@@ -330,7 +330,7 @@ c_ls(struct ctx *x)
 	    path) == -1)
 		return usage_err(NULL, "the NPC name or path is too long.");
 	if (x->o.json && (all = json_array()) == NULL) {
-		errmsg("out of memory.");
+		errmsg(SBX_MSG_OOM);
 		return CX_ERR;
 	}
 	/* Pages ({"entries","truncated","cursor"}, proto/broker-api.md)

@@ -240,7 +240,7 @@ fill(struct cli_conn *c, struct sbx_err *err)
 	if (c->incap - c->inlen < IO_CHUNK) {
 		ncap = c->incap + IO_CHUNK;
 		if ((np = realloc(c->in, ncap)) == NULL)
-			return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+			return sbx_err_oom(err);
 		c->in = np;
 		c->incap = ncap;
 	}
@@ -336,7 +336,7 @@ send_file(struct cli_conn *c, int fd, size_t len, struct sbx_err *err)
 	int rc = -1;
 
 	if ((buf = malloc(IO_CHUNK)) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	while (len > 0) {
 		want = len < IO_CHUNK ? len : IO_CHUNK;
 		r = read(fd, buf, want);
@@ -377,13 +377,12 @@ parse_head(struct cli_conn *c, size_t hlen, struct cli_resp *resp,
 	int minor;
 
 	if ((head = strndup(c->in + c->inoff, hlen)) == NULL)
-		return sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		return sbx_err_oom(err);
 	c->inoff += hlen + 4;
 	if (sscanf(head, "HTTP/1.%d %3d", &minor, &resp->status) != 2 ||
 	    resp->status < 100 || resp->status > 599) {
 		free(head);
-		return sbx_err_set(err, CLI_E_PROTOCOL, "The server's answer is "
-		    "not HTTP/1.x; is SBX_URL the sandbox-api address?");
+		return sbx_err_set(err, CLI_E_PROTOCOL, SBX_MSG_NOT_HTTP);
 	}
 	for (line = strstr(head, "\r\n"); line != NULL; line = next) {
 		line += 2;
@@ -429,9 +428,8 @@ read_head(struct cli_conn *c, struct cli_resp *resp, struct sbx_err *err)
 	for (;;) {
 		if (c->inlen - c->inoff >= 5 &&
 		    memcmp(c->in + c->inoff, "HTTP/", 5) != 0)
-			return sbx_err_set(err, CLI_E_PROTOCOL, "The server's "
-			    "answer is not HTTP/1.x; is SBX_URL the sandbox-api "
-			    "address?");
+			return sbx_err_set(err, CLI_E_PROTOCOL,
+			    SBX_MSG_NOT_HTTP);
 		if (c->inlen - c->inoff >= 4) {
 			p = memmem(c->in + c->inoff + scanned,
 			    c->inlen - c->inoff - scanned, "\r\n\r\n", 4);
@@ -472,7 +470,7 @@ cli_http_request(const struct cli_url *u, const char *method,
 	resp->content_length = -1;
 	sbx_err_clear(&serr);
 	if ((c = calloc(1, sizeof(*c))) == NULL) {
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		return NULL;
 	}
 	c->fd = -1;
@@ -490,7 +488,7 @@ cli_http_request(const struct cli_url *u, const char *method,
 	    key != NULL ? key : "", key != NULL ? "\r\n" : "");
 	if (n < 0) {
 		req = NULL;
-		sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+		sbx_err_oom(err);
 		goto fail;
 	}
 	sent = write_all(c->fd, req, (size_t)n, &serr) == 0;
@@ -540,11 +538,10 @@ chunk_size(struct cli_conn *c, struct sbx_err *err)
 		if (nl != NULL)
 			break;
 		if (c->inlen - c->inoff > 1024)
-			return sbx_err_set(err, CLI_E_PROTOCOL, "Bad chunked "
-			    "framing from the server.");
+			return sbx_err_set(err, CLI_E_PROTOCOL,
+			    SBX_MSG_BAD_CHUNKED);
 		if (c->eof)
-			return sbx_err_set(err, CLI_E_IO, "The server closed the "
-			    "connection before the answer was complete.");
+			return sbx_err_set(err, CLI_E_IO, SBX_MSG_CUT_SHORT);
 		if (fill(c, err) == -1)
 			return -1;
 	}
@@ -552,8 +549,7 @@ chunk_size(struct cli_conn *c, struct sbx_err *err)
 	v = strtoull(c->in + c->inoff, &end, 16);
 	if (end == c->in + c->inoff || errno != 0 || v > (1ULL << 40) ||
 	    (*end != '\r' && *end != '\n' && *end != ';' && *end != ' '))
-		return sbx_err_set(err, CLI_E_PROTOCOL, "Bad chunked framing "
-		    "from the server.");
+		return sbx_err_set(err, CLI_E_PROTOCOL, SBX_MSG_BAD_CHUNKED);
 	c->inoff = (size_t)(nl - c->in) + 1;
 	c->remaining = (int64_t)v;
 	return 0;
@@ -570,9 +566,8 @@ skip_line(struct cli_conn *c, int *empty, struct sbx_err *err)
 		nl = memchr(c->in + c->inoff, '\n', c->inlen - c->inoff);
 		if (nl != NULL)
 			break;
-		if (fill_line(c, "Bad chunked framing from the server.",
-		    "The server closed the connection before the answer was "
-		    "complete.", err) == -1)
+		if (fill_line(c, SBX_MSG_BAD_CHUNKED,
+		    SBX_MSG_CUT_SHORT, err) == -1)
 			return -1;
 	}
 	*empty = nl == c->in + c->inoff ||
@@ -618,9 +613,8 @@ cli_http_read(struct cli_conn *c, void *buf, size_t cap,
 			if (c->eof) {
 				if (!c->chunked && c->remaining < 0)
 					return 0;
-				return sbx_err_set(err, CLI_E_IO, "The server "
-				    "closed the connection before the answer "
-				    "was complete.");
+				return sbx_err_set(err, CLI_E_IO,
+				    SBX_MSG_CUT_SHORT);
 			}
 			if (fill(c, err) == -1)
 				return -1;
@@ -650,7 +644,7 @@ cli_http_read_all(struct cli_conn *c, size_t max, size_t *len,
 	for (;;) {
 		if (cap - used < IO_CHUNK + 1) {
 			if ((np = realloc(out, cap + IO_CHUNK + 1)) == NULL) {
-				sbx_err_set(err, SBX_E_INTERNAL, "Out of memory.");
+				sbx_err_oom(err);
 				goto fail;
 			}
 			out = np;

@@ -432,7 +432,7 @@ call_json(struct ctx *x, const char *method, const char *target,
 	if (body != NULL) {
 		if ((req = json_dumps(body, JSON_COMPACT)) == NULL) {
 			*out = NULL;
-			errmsg("out of memory.");
+			errmsg(SBX_MSG_OOM);
 			return CX_ERR;
 		}
 		b.content_type = SBX_CT_JSON;

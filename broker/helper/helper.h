@@ -122,6 +122,11 @@ int helper_out_flush(struct helper_out *o);
 ssize_t helper_read_full(int fd, void *buf, size_t n);
 int helper_write_all(int fd, const void *buf, size_t n);
 
+/* Milliseconds on CLOCK_MONOTONIC: the helper's one clock (deadlines,
+ * quiet periods). The helper may include only proto/ (adr/0020), so it
+ * cannot use common/sbx_time's sbx_mono_ms; this is the same reading. */
+uint64_t helper_mono_ms(void);
+
 /*
  * The modes. Each returns 0 on success or -1 with err; none calls exit().
  * max is a byte limit (UINT64_MAX for none). path is the PATH argument,

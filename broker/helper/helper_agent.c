@@ -90,15 +90,6 @@ struct agent {
 static unsigned char outq[OUTQ_CAP] __attribute__((aligned(4096)));
 static unsigned char rec[SBX_AGENT_OPEN_MAX];
 
-static uint64_t
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static size_t
 q_free(const struct agent *a)
 {
@@ -179,7 +170,7 @@ q_flush(struct agent *a)
 		a->qhead += (size_t)n;
 		a->qlen -= (size_t)n;
 		a->tail_ok = 0;   /* part of it may be on the wire */
-		a->last_write_ms = now_ms();
+		a->last_write_ms = helper_mono_ms();
 	}
 	a->qhead = 0;
 	a->urgent = 0;
@@ -236,7 +227,7 @@ stream_cancel(struct agent *a, struct astream *s)
 	if (!s->is_exec && s->inbuf != NULL && s->pid > 0) {
 		s->inlen = 0;
 		close_fd(&s->in);
-		s->kill_at = now_ms() + SOFT_KILL_MS;
+		s->kill_at = helper_mono_ms() + SOFT_KILL_MS;
 		return;
 	}
 	stream_kill(a, s);
@@ -482,7 +473,7 @@ on_frame(void *arg, const struct sbx_agent_frame *f, const unsigned char *p, siz
 	uint32_t w;
 
 	(void)last;
-	a->last_rx_ms = now_ms();
+	a->last_rx_ms = helper_mono_ms();
 	switch (f->type) {
 	case SBX_AGENT_T_PING:
 		q_frame(a, SBX_AGENT_T_PONG, 0, 0, p, n);
@@ -601,7 +592,7 @@ reap(struct agent *a)
 				s->pid = 0;
 				s->reaped = 1;
 				s->status = status;
-				s->reaped_ms = now_ms();
+				s->reaped_ms = helper_mono_ms();
 			}
 		}
 	}
@@ -618,12 +609,14 @@ streams_finish(struct agent *a)
 
 	while (i < a->nstreams) {
 		s = a->streams[i];
-		if (s->kill_at != 0 && s->pid > 0 && now_ms() >= s->kill_at) {
+		if (s->kill_at != 0 && s->pid > 0 &&
+		    helper_mono_ms() >= s->kill_at) {
 			s->kill_at = 0;
 			stream_kill(a, s);
 		}
 		if (s->reaped && (s->out >= 0 || s->err >= 0) &&
-		    now_ms() - s->reaped_ms > DRAIN_AFTER_EXIT_MS && s->credit > 0) {
+		    helper_mono_ms() - s->reaped_ms > DRAIN_AFTER_EXIT_MS &&
+		    s->credit > 0) {
 			/* Something the mode left behind holds the pipes. */
 			close_fd(&s->out);
 			close_fd(&s->err);
@@ -662,12 +655,12 @@ static void
 shutdown_streams(struct agent *a)
 {
 	struct timespec ts = { 0, 5 * 1000000 };
-	uint64_t until = now_ms() + CLOSE_GRACE_MS;
+	uint64_t until = helper_mono_ms() + CLOSE_GRACE_MS;
 	size_t i;
 
 	for (i = 0; i < a->nstreams; i++)
 		stream_cancel(a, a->streams[i]);
-	while (now_ms() < until) {
+	while (helper_mono_ms() < until) {
 		int live = 0;
 
 		reap(a);
@@ -753,7 +746,7 @@ helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, helper_main_fn *run
 	if (take_slot(ctx, err) < 0)
 		goto done;
 	sbx_agent_dec_init(&a.dec, 0, rec, sizeof(rec));
-	a.last_rx_ms = now_ms();
+	a.last_rx_ms = helper_mono_ms();
 	hello(&a);
 	while (!a.failed) {
 		np = 0;
@@ -764,7 +757,7 @@ helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, helper_main_fn *run
 			what[np++] = 0;
 		}
 		pf[np].fd = a.cout;
-		pf[np].events = q_due(&a, now_ms()) ? POLLOUT : 0;
+		pf[np].events = q_due(&a, helper_mono_ms()) ? POLLOUT : 0;
 		who[np] = NULL;
 		what[np++] = 1;
 		pf[np].fd = a.sigfd;
@@ -796,10 +789,11 @@ helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, helper_main_fn *run
 			}
 		}
 		tmo = a.nstreams > 0 ? 250 : -1;
-		if (a.qlen > 0 && !q_due(&a, now_ms()))
+		if (a.qlen > 0 && !q_due(&a, helper_mono_ms()))
 			tmo = FLUSH_DELAY_MS;   /* the coalescing delay ends */
 		if (a.idle_ms > 0) {
-			uint64_t now = now_ms(), until = a.last_rx_ms + a.idle_ms;
+			uint64_t now = helper_mono_ms();
+			uint64_t until = a.last_rx_ms + a.idle_ms;
 			int left = until <= now ? 0 : until - now > 3600000 ? 3600000 :
 			    (int)(until - now);
 
@@ -855,7 +849,7 @@ helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, helper_main_fn *run
 		}
 		reap(&a);
 		streams_finish(&a);
-		if (q_due(&a, now_ms()))
+		if (q_due(&a, helper_mono_ms()))
 			q_flush(&a);
 		q_trim(&a);
 	}

@@ -13,15 +13,6 @@
 
 #define DU_CLOCK_EVERY 256 /* entries between two looks at the clock */
 
-static uint64_t
-mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Opens name in dir as a directory without following a symlink, and only
  * when it is still the directory fstatat saw (same st_dev and st_ino). */
 static DIR *
@@ -74,7 +65,7 @@ helper_du(const struct helper_ctx *ctx, uint64_t max_entries, uint64_t timeout_m
 	(void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	memset(&r, 0, sizeof(r));
 	helper_out_init(o, outfd);
-	t0 = mono_ms();
+	t0 = helper_mono_ms();
 	if (timeout_ms > 0)
 		deadline = t0 + timeout_ms;
 	fd = openat(ctx->rootfd, ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -103,7 +94,7 @@ helper_du(const struct helper_ctx *ctx, uint64_t max_entries, uint64_t timeout_m
 			reason = "max_entries";
 			break;
 		}
-		if (deadline != 0 && r.entries % DU_CLOCK_EVERY == 0 && mono_ms() >= deadline) {
+		if (deadline != 0 && r.entries % DU_CLOCK_EVERY == 0 && helper_mono_ms() >= deadline) {
 			reason = "timeout";
 			break;
 		}
@@ -141,7 +132,7 @@ helper_du(const struct helper_ctx *ctx, uint64_t max_entries, uint64_t timeout_m
 		closedir(stack[--depth]);
 	if (reason == NULL && r.skipped > 0)
 		reason = "unreadable";
-	r.elapsed_ms = mono_ms() - t0;
+	r.elapsed_ms = helper_mono_ms() - t0;
 	for (i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
 		helper_out_str(o, fields[i].key);
 		helper_out_u64(o, *fields[i].v);

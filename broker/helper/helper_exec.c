@@ -220,15 +220,6 @@ static const int waitsigs[] = { SIGCHLD, SIGTERM, SIGINT, SIGHUP };
 #define GROUP_GONE_MS 1000         /* wait for SIGKILLed leftovers to be gone */
 #define GIVE_UP_MS 1000            /* past the backstop: time left to write frames */
 
-static uint64_t
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* What the child tells the parent through the close-on-exec pipe when it fails. */
 struct child_failure {
 	int stage; /* 1 setsid, 2 chdir, 3 execvp, 4 dup2 */
@@ -349,7 +340,7 @@ fwait_signals(struct fwait *w)
 		w->reaped = 1;
 		/* The command is gone: whatever it left behind in its group goes too. */
 		(void)kill(-w->pid, SIGKILL);
-		w->quiet_until = now_ms() + DRAIN_QUIET_MS;
+		w->quiet_until = helper_mono_ms() + DRAIN_QUIET_MS;
 	}
 }
 
@@ -369,7 +360,7 @@ fwait_run(struct fwait *w, int records)
 	int np, idx[2], i, tmo, n, outi;
 
 	for (;;) {
-		now = now_ms();
+		now = helper_mono_ms();
 		if (w->deadline != 0 && now >= w->deadline) {
 			if (!w->reaped && !w->timed_out) {
 				w->timed_out = 1;
@@ -410,7 +401,7 @@ fwait_run(struct fwait *w, int records)
 			return -1;
 		if (n <= 0) {
 			/* Nothing for a while after the exit: the rest is not ours. */
-			if (n == 0 && w->reaped && fr->len == 0 && now_ms() >= w->quiet_until)
+			if (n == 0 && w->reaped && fr->len == 0 && helper_mono_ms() >= w->quiet_until)
 				close_pipes(w);
 			continue;
 		}
@@ -444,7 +435,8 @@ fwait_run(struct fwait *w, int records)
 			fr->len = SBX_HELPER_FRAME_HDR + (size_t)r;
 			fr->off = 0;
 			if (w->reaped) {
-				w->quiet_until = now_ms() + DRAIN_QUIET_MS;
+				w->quiet_until = helper_mono_ms() +
+				    DRAIN_QUIET_MS;
 				w->after += (size_t)r;
 				if (w->after > DRAIN_MAX)
 					close_pipes(w);
@@ -466,9 +458,9 @@ static void
 group_wait_gone(pid_t pgid)
 {
 	struct timespec ts = { 0, 2 * 1000000 };
-	uint64_t until = now_ms() + GROUP_GONE_MS;
+	uint64_t until = helper_mono_ms() + GROUP_GONE_MS;
 
-	while (kill(-pgid, 0) == 0 && now_ms() < until) {
+	while (kill(-pgid, 0) == 0 && helper_mono_ms() < until) {
 		(void)kill(-pgid, SIGKILL);
 		nanosleep(&ts, NULL);
 	}
@@ -533,7 +525,7 @@ helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
 	fw.pipes[0] = fw.pipes[1] = -1;
 	fw.sigfd = -1;
 	if (timeout_ms > 0)
-		deadline = now_ms() + timeout_ms;
+		deadline = helper_mono_ms() + timeout_ms;
 	if (framed) {
 		/*
 		 * Frames are written without blocking (the backstop must hold
@@ -713,7 +705,7 @@ helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
 				goto done;
 			}
 			if (timeout_ms > 0) {
-				now = now_ms();
+				now = helper_mono_ms();
 				if (now >= deadline) {
 					sig = -1;
 					errno = EAGAIN;

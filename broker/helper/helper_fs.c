@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "helper.h"
+#include "sbx_msg.h"
 
 #define COPY_CHUNK 65536
 #define SYMLINK_DEPTH 8 /* symlinks followed at the last segment of a write */
@@ -434,7 +435,7 @@ helper_list_dir(const struct helper_ctx *ctx, const char *path, const char *afte
 	}
 	h.cap = (size_t)limit;
 	if ((h.v = calloc(h.cap, sizeof(*h.v))) == NULL) {
-		helper_err_set(err, SBX_E_INTERNAL, "out of memory");
+		helper_err_set(err, SBX_E_INTERNAL, SBX_MSG_OOM);
 		goto done;
 	}
 	if (helper_path_check(ctx, path, &rel, err) < 0)
@@ -474,7 +475,7 @@ helper_list_dir(const struct helper_ctx *ctx, const char *path, const char *afte
 			continue;
 		more++;
 		if (heap_offer(&h, de->d_name) < 0) {
-			helper_err_set(err, SBX_E_INTERNAL, "out of memory");
+			helper_err_set(err, SBX_E_INTERNAL, SBX_MSG_OOM);
 			goto done;
 		}
 	}

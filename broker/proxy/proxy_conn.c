@@ -19,6 +19,7 @@
 #include "proxy_int.h"
 #include "proxy_policy.h"
 #include "proxy_req.h"
+#include "sbx_time.h"
 
 #define PIPE_HIGH (256 * 1024)   /* stop reading a side whose peer has this much queued */
 #define PIPE_LOW (64 * 1024)
@@ -263,15 +264,6 @@ relay_retry_cb(evutil_socket_t fd, short what, void *arg)
 	relay_connect(arg);
 }
 
-long long
-proxy_mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The proxy's socket refused (absent, or left by a proxy that is starting
  * again): within the relay's first RELAY_GRACE_MS try again shortly, else
  * (or then) 502. */
@@ -284,7 +276,7 @@ relay_failed(struct conn *k)
 		bufferevent_free(k->u);
 		k->u = NULL;
 	}
-	if (proxy_mono_ms() - k->px->relay_t0 >= RELAY_GRACE_MS ||
+	if (sbx_mono_ms() - k->px->relay_t0 >= RELAY_GRACE_MS ||
 	    (k->retry == NULL &&
 	    (k->retry = evtimer_new(k->px->base, relay_retry_cb, k)) == NULL) ||
 	    evtimer_add(k->retry, &tv) != 0) {

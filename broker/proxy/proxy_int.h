@@ -28,7 +28,7 @@ struct px {
 	int head_ms, connect_ms, idle_ms, dns_ms;
 	struct sockaddr_un relay_to;      /* relay mode: the proxy's socket */
 	int relay;
-	long long relay_t0;               /* relay: proxy_mono_ms() at start */
+	long long relay_t0;               /* relay: sbx_mono_ms() at start */
 	int counts_fd;                    /* --counts FILE, or -1 */
 	int counts_failed;                /* a write failed: said once */
 };
@@ -42,9 +42,6 @@ struct px {
  */
 void proxy_accepted(struct evconnlistener *l, evutil_socket_t fd,
     struct sockaddr *sa, int salen, void *arg);
-
-/* Milliseconds of CLOCK_MONOTONIC (the relay's start and grace). */
-long long proxy_mono_ms(void);
 
 /*
  * One decision line on stdout, flushed: {"ts","event",["host","port"],

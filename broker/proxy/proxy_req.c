@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "proxy_req.h"
+#include "sbx_msg.h"
 
 #define TARGET_MAX 4096
 
@@ -63,7 +64,7 @@ authority(const char *a, size_t n, int need_port, uint16_t dflt, struct proxy_re
 		const char *end = memchr(a, ']', n);
 
 		if (end == NULL)
-			return fail(status, 400, why, why_len, "bad IPv6 literal");
+			return fail(status, 400, why, why_len, SBX_MSG_BAD_IPV6);
 		hn = (size_t)(end - a) + 1;
 		if (hn < n) {
 			if (a[hn] != ':')
@@ -146,12 +147,12 @@ proxy_req_parse(const char *buf, size_t len, struct proxy_req *r, int *status, c
 	for (mlen = 0; mlen < line_end && buf[mlen] >= 'A' && buf[mlen] <= 'Z'; mlen++)
 		;
 	if (mlen == 0 || mlen >= sizeof(r->method) || mlen >= line_end || buf[mlen] != ' ')
-		return fail(status, 400, why, why_len, "bad request line");
+		return fail(status, 400, why, why_len, SBX_MSG_BAD_REQUEST_LINE);
 	memcpy(r->method, buf, mlen);
 	target = buf + mlen + 1;
 	vers = memchr(target, ' ', line_end - mlen - 1);
 	if (vers == NULL || vers == target)
-		return fail(status, 400, why, why_len, "bad request line");
+		return fail(status, 400, why, why_len, SBX_MSG_BAD_REQUEST_LINE);
 	tlen = (size_t)(vers - target);
 	if (tlen > TARGET_MAX)
 		return fail(status, 414, why, why_len, "request target longer than %d bytes",
@@ -251,7 +252,7 @@ proxy_req_parse(const char *buf, size_t len, struct proxy_req *r, int *status, c
 	cap = mlen + 1 + plen + 1 + 11 + len + PROXY_HEADERS_MAX + PROXY_HOST_MAX + 64;
 	r->out = malloc(cap);
 	if (r->out == NULL) {
-		fail(status, 503, why, why_len, "out of memory");
+		fail(status, 503, why, why_len, SBX_MSG_OOM);
 		goto bad;
 	}
 	o = r->out;

@@ -50,6 +50,8 @@
 #include "proxy_int.h"
 #include "proxy_policy.h"
 #include "proxy_req.h"
+#include "sbx_msg.h"
+#include "sbx_time.h"
 
 #define POLICY_FILE_MAX (256 * 1024)
 
@@ -73,7 +75,7 @@ load_policy_file(const char *path, struct proxy_policy *p, char *why, size_t len
 	buf = malloc(POLICY_FILE_MAX);
 	if (buf == NULL) {
 		close(fd);
-		snprintf(why, len, "out of memory");
+		snprintf(why, len, "%s", SBX_MSG_OOM);
 		return -1;
 	}
 	while (got < POLICY_FILE_MAX && (n = read(fd, buf + got, POLICY_FILE_MAX - got)) > 0)
@@ -223,7 +225,7 @@ main(int argc, char **argv)
 	i = 1;
 	if (argc > 1 && strcmp(argv[1], "relay") == 0) {
 		px.relay = 1;
-		px.relay_t0 = proxy_mono_ms();
+		px.relay_t0 = sbx_mono_ms();
 		listen = "127.0.0.1:3128";
 		i = 2;
 	}

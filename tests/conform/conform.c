@@ -247,8 +247,8 @@ exec_start(const char *id, const char *const *argv, int64_t cap,
 static const char *const bad_ids[] = { "", "A", "-a", "a_b", "a/b", "a b",
     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", NULL };
 
-/* Rules block: a bad id is refused at the call (NULL, invalid_id), with no
- * callback ever. */
+/* Rules block: a bad id is refused at the call (NULL, invalid_id, the one
+ * sentence of the id rule), with no callback ever. */
 static void
 test_bad_ids_refused(void **state)
 {
@@ -281,9 +281,11 @@ test_bad_ids_refused(void **state)
 			default: op = D->ops->destroy(D, id, done_cb, NULL, &err); break;
 			}
 			R.in_call = 0;
-			if (op != NULL || strcmp(err.code, SBX_E_INVALID_ID) != 0)
-				fail_msg("%s: op %zu with id \"%s\": %s (%s)", T->name,
-				    k, id, op ? "accepted" : "refused", err.code);
+			if (op != NULL || strcmp(err.code, SBX_E_INVALID_ID) != 0 ||
+			    strcmp(err.message, SBX_MSG_BAD_ID) != 0)
+				fail_msg("%s: op %zu with id \"%s\": %s (%s: %s)",
+				    T->name, k, id, op ? "accepted" : "refused",
+				    err.code, err.message);
 		}
 	}
 	spin(50);
@@ -611,6 +613,7 @@ test_call_layer_checks_once(void **state)
 	CALL(op, sbx_call_status(D, "Bad", status_cb, NULL, &err));
 	assert_null(op);
 	assert_string_equal(err.code, SBX_E_INVALID_ID);
+	assert_string_equal(err.message, SBX_MSG_BAD_ID);
 	CALL(op, sbx_call_read(D, tid("x"), "/work/..", &SINK, &err));
 	assert_null(op);
 	assert_string_equal(err.code, SBX_E_PATH_OUTSIDE_WORK);

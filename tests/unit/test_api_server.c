@@ -780,10 +780,48 @@ test_status_usage_is_opt_in_and_passed_through(void **state)
 	tu_res_free(&r);
 }
 
+/*
+ * A driver without write_stream (the fake) still takes a file body larger
+ * than file_write_buffer: the gate's window opens to the whole body and
+ * the call layer gathers it, then writes (sbx_call_write_stream, adr/0041).
+ * A window left at file_write_buffer would stall the gather until the
+ * request's timeout.
+ */
+static void
+test_a_body_above_the_write_buffer_reaches_a_driver_without_write_stream(
+    void **state)
+{
+	struct tu_res r = { 0 };
+	const size_t n = 64 * 1024;
+	char *body, *got;
+
+	(void)state;
+	tu_set("file_write_buffer", "4k");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "alpha");
+	body = malloc(n + 1);
+	got = malloc(n + 1);
+	assert_non_null(body);
+	assert_non_null(got);
+	memset(body, 'w', n);
+	body[n] = '\0';
+	assert_int_equal(tu_req(&r, "PUT",
+	    "/api/v1/npcs/alpha/sandbox/files?path=/work/big", KA, body), 200);
+	assert_int_equal(sbx_fake_get_file(T.drv, "npc-alpha", "/work/big", got,
+	    n + 1), (long)n);
+	assert_memory_equal(got, body, n);
+	free(got);
+	free(body);
+	tu_res_free(&r);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(
+		    test_a_body_above_the_write_buffer_reaches_a_driver_without_write_stream,
+		    tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(
 		    test_missing_wrong_and_revoked_keys_get_401, tu_up, tu_down),
 		cmocka_unit_test_setup_teardown(

@@ -719,6 +719,55 @@ test_server_caps_open_connections(void **state)
 	assert_int_equal(sbx_gate_connections(S.gate) <= 1, 1);
 }
 
+/*
+ * The one Authorization grammar both daemons accept (sbx_gate_bearer):
+ * what is the credential, byte for byte, and what is no credential at all.
+ */
+static void
+test_bearer_credential_is_cut_exactly(void **state)
+{
+	static const struct {
+		const char *value;
+		const char *cred; /* NULL: refused */
+	} cases[] = {
+		{ "Bearer abc", "abc" },
+		{ "bearer abc", "abc" },
+		{ "BEARER abc", "abc" },
+		{ " \tBearer \t abc \t", "abc" },
+		{ "Bearer\tabc", "abc" },
+		{ "Bearer a b", "a b" },     /* inner spaces are the credential's */
+		{ "Bearer abc ", "abc" },
+		{ "Bearerabc", NULL },
+		{ "Bearer", NULL },
+		{ "Bearer ", NULL },
+		{ "Bearer \t ", NULL },
+		{ "Basic abc", NULL },
+		{ "abc", NULL },
+		{ "", NULL },
+		{ NULL, NULL },
+	};
+	const char *k;
+	size_t i, len;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		len = 12345;
+		k = sbx_gate_bearer(cases[i].value, &len);
+		if (cases[i].cred == NULL) {
+			if (k != NULL || len != 12345)
+				fail_msg("\"%s\": accepted", cases[i].value);
+			continue;
+		}
+		if (k == NULL || len != strlen(cases[i].cred) ||
+		    memcmp(k, cases[i].cred, len) != 0)
+			fail_msg("\"%s\": got \"%.*s\"", cases[i].value,
+			    k != NULL ? (int)len : 0, k != NULL ? k : "");
+		/* Borrowed: a pointer into the value, nothing allocated. */
+		assert_true(k > cases[i].value &&
+		    k + len <= cases[i].value + strlen(cases[i].value));
+	}
+}
+
 int
 main(void)
 {
@@ -729,6 +778,7 @@ main(void)
 		cmocka_unit_test(test_parse_needs_the_whole_head),
 		cmocka_unit_test(test_refusals_are_json_codes_with_fitting_statuses),
 		cmocka_unit_test(test_every_proto_code_has_a_status),
+		cmocka_unit_test(test_bearer_credential_is_cut_exactly),
 	};
 	const struct CMUnitTest server[] = {
 		cmocka_unit_test(test_server_refuses_before_the_body),

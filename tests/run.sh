@@ -38,8 +38,8 @@
 # SBX_RUNTIMES (default "docker podman"; `make check-fast` uses "docker"),
 # SBX_SKIP_ONCE=1 (skip the suites that run once), SBX_JOBS (lanes at a time),
 # SBX_CHECK_BUILD=san|san,fuzz (the host lane first builds the sanitizer unit
-# tests and/or the fuzzers with $MAKE, each build one test: `make check`
-# starts the integration lanes while those builds run).
+# tests and/or the fuzzers with $MAKE, a failed build one failed test: `make
+# check` starts the integration lanes while those builds run).
 
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -u -o pipefail
@@ -141,7 +141,9 @@ run_tools() {
 	job_end
 }
 
-# build WHAT: one of the builds SBX_CHECK_BUILD asks for, as one test.
+# build WHAT: one of the builds SBX_CHECK_BUILD asks for. A failed build is
+# one failed test (and its tests do not run); a build that works is a line,
+# not a test, so the count matches a run whose builds came first.
 build() {
 	local what=$1 log="$LOGS/build-$1.log" t0 rc
 	t0=$(now_ms)
@@ -151,7 +153,7 @@ build() {
 	esac
 	rc=$?
 	if [ "$rc" -eq 0 ]; then
-		report "build/$what" 1 0 "" "$(secs_since "$t0")"
+		note "$(printf 'build %-4s in %d s' "$what" "$(secs_since "$t0")")"
 	else
 		report "build/$what" 0 1 "$log" "$(secs_since "$t0")"
 	fi
@@ -398,7 +400,20 @@ wait
 
 # The fixture must leave no process and no mount behind: bring it down now
 # and check, as one test.
+# fixture_cpu: CPU seconds (theirs and their reaped children's) of the
+# fixture's processes still running: dockerd, containerd, shims, the podman
+# service; what exited without being reaped by one of them is not counted.
+fixture_cpu() {
+	local run pid
+	run=$(sed -n 's/^SBX_RUNTIMES_RUN=//p' "$RTDIR/env" 2>/dev/null)
+	grep -laF -e "$RTDIR/" -e "${run:-$RTDIR}/" /proc/[0-9]*/cmdline 2>/dev/null |
+		cut -d/ -f3 | while read -r pid; do
+			sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | awk '{print $12 + $13 + $14 + $15}'
+		done | awk -v hz="$(getconf CLK_TCK)" '{s += $1} END {printf "%d", s / hz + 0.5}'
+}
+
 job_begin fixture-gone
+FIXTURE_CPU=$(fixture_cpu)
 t0=$(now_ms)
 down
 dir=$RTDIR
@@ -413,6 +428,7 @@ for f in "$LANES"/*.time; do
 	IFS=$'\t' read -r name wall cpu <"$f"
 	note "$(printf 'lane %-8s %5d s wall, %5d s cpu' "$name" "$wall" "$cpu")"
 done
+note "$(printf 'fixture daemons %5d s cpu' "$FIXTURE_CPU")"
 note "$(printf 'all %d s wall (lanes at once: %s)' "$(secs_since "$T_START")" "$JOBS")"
 job_end
 

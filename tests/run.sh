@@ -346,9 +346,20 @@ down() {
 	SBX_RUNTIME_LOGS_TO="$LOGS/runtimes" bash tests/harness/runtimes.sh down "$RTDIR" \
 		>>"$LOGS/runtimes.log" 2>&1 || echo "runtimes down failed: see tests/out/logs/runtimes.log" >&2
 }
+# tree PID: PID and its descendants, parents first.
+tree() {
+	local p
+	echo "$1"
+	for p in $(ps -o pid= --ppid "$1" 2>/dev/null); do tree "$p"; done
+}
+# On an interrupt: every lane's process tree (the background lanes ignore
+# SIGINT, and a suite would outlive its lane), then the fixture (trap EXIT).
 stop_lanes() {
+	local l pids=""
+	for l in $LANE_PIDS; do pids="$pids $(tree "$l")"; done
 	# shellcheck disable=SC2086 # the pid list splits on purpose
-	[ -n "$LANE_PIDS" ] && kill $LANE_PIDS 2>/dev/null
+	[ -n "${pids// /}" ] && kill $pids 2>/dev/null
+	wait
 	exit 130
 }
 trap down EXIT

@@ -74,7 +74,7 @@ UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC)) \
 	$(if $(wildcard tests/conform/conform.c),$(BUILD)/tests/test_conform)
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzzers/%,$(FUZZ_SRC))
 
-.PHONY: all check bench install uninstall clean deps unit sanitize run fuzz fuzzers fuzz-smoke
+.PHONY: all check check-fast bench install uninstall clean deps unit sanitize run fuzz fuzzers fuzz-smoke
 all: $(BINS)
 
 $(BUILD)/obj/%.o: %.c
@@ -184,13 +184,22 @@ E2E_MODULES := tests/e2e/node_modules/.package-lock.json
 $(E2E_MODULES): tests/e2e/package.json tests/e2e/package-lock.json
 	cd tests/e2e && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund
 
-# The whole test suite: unit tests, the same under ASan+UBSan, integration
-# tests on real Docker and Podman started on private sockets. One summary line.
+# The whole test suite: unit tests, the same under ASan+UBSan, the fuzz smoke,
+# integration tests on real Docker and Podman started on private sockets. One
+# summary line. The sanitizer and fuzz builds run in tests/run.sh's host lane
+# while the integration lanes (which need only `all`) run (adr/0039).
+CHECK_JOBS ?= 2
 check: deps $(E2E_MODULES)
-	$(MAKE) all unit
-	$(MAKE) SANITIZE=address,undefined unit
-	$(MAKE) FUZZ=1 fuzzers
-	@sh tests/run.sh
+	$(MAKE) -j$(CHECK_JOBS) all unit
+	@MAKE="$(MAKE)" SBX_CHECK_BUILD=san,fuzz sh tests/run.sh
+
+# The inner loop: unit tests, the same under ASan+UBSan (the fake driver's
+# conformance suite among them) and the Docker integration suites; no fuzz
+# smoke, no Podman, no suite that runs once.
+check-fast: deps $(E2E_MODULES)
+	$(MAKE) -j$(CHECK_JOBS) all unit
+	@MAKE="$(MAKE)" SBX_CHECK_BUILD=san SBX_RUNTIMES=docker SBX_FUZZ=0 \
+		SBX_SKIP_ONCE=1 sh tests/run.sh
 
 bench: deps all $(BUILD)/engine-raw $(BUILD)/wire-micro
 	@BUILD=$(BUILD) sh tests/bench/run.sh

@@ -15,7 +15,11 @@ The suites run once per runtime; tests/run.sh sets, from tests/harness/runtimes.
 The Engine API client (Engine, UnixHTTPConnection, http_request...) lives in engineapi.py
 and is re-exported here; it speaks the Engine API v1.41 over the unix socket, as the broker does.
 A suite that needs no runtime puts a line `SBX_ONCE = True` at module level: tests/run.sh
-then runs it once instead of once per runtime.
+then runs it once instead of once per runtime, in its lane of such suites; one that runs
+once against one fixture runtime names it (`SBX_ONCE = "docker"`) and runs in that
+runtime's lane. Suites of different lanes run at the same time (adr/0039): a suite keeps
+its files under SBX_TEST_OUT or a mkdtemp directory, binds ports 0, and names what it
+makes in the host's namespaces (network namespaces, interfaces) uniquely.
 """
 
 import contextlib

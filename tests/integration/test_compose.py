@@ -2,7 +2,7 @@
 
 Compose is Docker's: this suite runs once (SBX_ONCE), always against the
 fixture's dockerd (SBX_DOCKER_HOST), whichever runtime tests/run.sh is looping
-over. It runs deploy/compose/up.sh, which builds the sbx-broker and sbx-api
+over (tests/run.sh runs it in the docker lane). It runs deploy/compose/up.sh, which builds the sbx-broker and sbx-api
 images from this tree (deploy/image/daemons.sh: debootstrap once per cache,
 then imports), writes the token files and runs `docker-compose up -d`; the
 sandbox image is the fixture's busybox test image (SBX_SANDBOX_IMAGE). Then,
@@ -29,7 +29,8 @@ import unittest
 import sbxtest
 from sbxtest import REPO
 
-SBX_ONCE = True
+# Once, on the fixture's dockerd: tests/run.sh runs it in the docker lane.
+SBX_ONCE = "docker"
 
 COMPOSE_FILE = os.path.join(REPO, "deploy", "compose", "docker-compose.yml")
 UP = os.path.join(REPO, "deploy", "compose", "up.sh")

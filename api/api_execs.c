@@ -76,8 +76,8 @@ ax_seg_path(char *buf, size_t cap, const struct api_exec *x, uint64_t first)
 /* ------------------------------------------------------------------ */
 /* Records                                                             */
 
-static json_t *
-exec_json(const struct api_exec *x)
+json_t *
+ax_exec_json(const struct api_exec *x)
 {
 	json_t *o;
 	char url[256];
@@ -114,12 +114,12 @@ exec_json(const struct api_exec *x)
 	return o;
 }
 
-/* The reply about one exec (POST, GET one, DELETE): exec_json and the
+/* The reply about one exec (POST, GET one, DELETE): ax_exec_json and the
  * whole argv, read back from argv.json (null, logged, when unreadable). */
 static json_t *
 exec_json_one(const struct api_exec *x)
 {
-	json_t *o = exec_json(x), *argv;
+	json_t *o = ax_exec_json(x), *argv;
 	char path[1024];
 
 	if (o == NULL)
@@ -196,7 +196,7 @@ void
 ax_meta_write(struct api_exec *x)
 {
 	char path[1024], tmp[1040];
-	json_t *o = exec_json(x);
+	json_t *o = ax_exec_json(x);
 	int fd;
 
 	if (o == NULL)
@@ -746,78 +746,6 @@ done:
 	free(argv);
 	free(env);
 	return rc;
-}
-
-/* ?limit= and ?after= of a list of execs into *n and after (cap bytes;
- * "" when absent). */
-static int
-list_query(struct areq *a, long *n, char *after, size_t cap,
-    struct sbx_err *err)
-{
-	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->h.req);
-	struct evkeyvalq q;
-	const char *lim, *aft;
-	char *end;
-	int rc = 0;
-
-	memset(&q, 0, sizeof(q));
-	after[0] = '\0';
-	if (evhttp_parse_query_str(evhttp_uri_get_query(uri) ?
-	    evhttp_uri_get_query(uri) : "", &q) == -1)
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_BAD_QUERY);
-	lim = evhttp_find_header(&q, "limit");
-	aft = evhttp_find_header(&q, "after");
-	if (lim != NULL) {
-		*n = strtol(lim, &end, 10);
-		if (*lim == '\0' || *end != '\0' || *n < 1 || *n > LIST_MAX)
-			rc = sbx_err_set(err, SBX_E_BAD_REQUEST, "limit must be "
-			    "1 to %d.", LIST_MAX);
-	}
-	if (rc == 0 && aft != NULL && (strlen(aft) >= cap ||
-	    ax_exec_find(a, aft) == NULL))
-		rc = sbx_err_set(err, SBX_E_BAD_REQUEST, "after must name an "
-		    "exec of this NPC (the \"next\" of the previous page).");
-	if (rc == 0 && aft != NULL)
-		snprintf(after, cap, "%s", aft);
-	evhttp_clear_headers(&q);
-	return rc;
-}
-
-int
-api_h_execs_list(struct areq *a, struct sbx_err *err)
-{
-	struct api_exec *x;
-	json_t *arr, *o;
-	long n = LIST_DEFAULT;
-	char after[EXEC_ID_LEN + 1];
-	int started;
-
-	if (list_query(a, &n, after, sizeof(after), err) == -1)
-		return -1;
-	arr = json_array();
-	started = after[0] == '\0';
-	for (x = a->s->execs; x != NULL && n > 0; x = x->next) {
-		if (strcmp(x->npc, a->npc.name) != 0 ||
-		    x->owner_id != a->npc.owner_id)
-			continue;
-		if (!started) {
-			started = strcmp(x->id, after) == 0;
-			continue;
-		}
-		json_array_append_new(arr, exec_json(x));
-		n--;
-	}
-	/* A next page exists when an exec of this NPC follows. */
-	for (; x != NULL; x = x->next)
-		if (strcmp(x->npc, a->npc.name) == 0 &&
-		    x->owner_id == a->npc.owner_id)
-			break;
-	o = json_pack("{s:o,s:o}", "execs", arr, "next", x != NULL &&
-	    json_array_size(arr) > 0 ? json_string(json_string_value(
-	    json_object_get(json_array_get(arr, json_array_size(arr) - 1),
-	    "exec_id"))) : json_null());
-	areq_reply_json(a, 200, o);
-	return 0;
 }
 
 int

@@ -36,6 +36,10 @@
 #define VIEW_SNDBUF (128 * 1024)   /* SO_SNDBUF of a viewer's socket */
 #define LIST_DEFAULT 20
 #define LIST_MAX 200
+/* Records of a list encoded per turn of the event loop (adr/0048): a
+ * 200-record list is ten turns, and a record's JSON is at most a few KiB
+ * (the preview and the reason are bounded), so a turn stays short. */
+#define LIST_SLICE 20
 #define TICKETS_MAX 64              /* live browser tickets per exec */
 #define ARGV_PREVIEW 256            /* bytes of the joined argv kept in memory */
 
@@ -125,6 +129,10 @@ void ax_enforce_bounds(struct api_server *s);
  * or one ended and may be removable now) through the sweep timer; does
  * nothing before api_execs_open made it. */
 void ax_bounds_soon(struct api_server *s);
+/* What every reply about x shows (a list item; the replies about one
+ * exec add "argv"), owned (NULL when out of memory). Reads x's fields and
+ * x->segs->first_id only (a list encodes copies, adr/0048). */
+json_t *ax_exec_json(const struct api_exec *x);
 /* Sets x's argv preview from argv (a JSON array of strings). */
 void ax_argv_preview(struct api_exec *x, const json_t *argv);
 /* Writes argv (a JSON array) to x's argv.json. 0, or -1 (logged). */

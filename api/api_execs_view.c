@@ -1,4 +1,4 @@
-/* api_execs_view.c - sandbox-api resource exec viewers: browser tickets and the resumable SSE event stream read from the log (ADR 0015). */
+/* api_execs_view.c - sandbox-api resource exec viewers: browser tickets, the resumable SSE event stream read from the log (ADR 0015) and the list of execs, encoded in slices (adr/0048). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -579,6 +579,206 @@ api_h_execs_events(struct areq *a, struct sbx_err *err)
 		log_debug("cannot set a viewer's send buffer", NULL);
 	evbuffer_add_printf(a->h.chunk, "retry: %lld\n\n", a->s->cfg->sse_retry);
 	viewer_start(v, last);
+	return 0;
+}
+
+/* ?limit= and ?after= of a list of execs into *n and after (cap bytes;
+ * "" when absent). */
+static int
+list_query(struct areq *a, long *n, char *after, size_t cap,
+    struct sbx_err *err)
+{
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->h.req);
+	struct evkeyvalq q;
+	const char *lim, *aft;
+	char *end;
+	int rc = 0;
+
+	memset(&q, 0, sizeof(q));
+	after[0] = '\0';
+	if (evhttp_parse_query_str(evhttp_uri_get_query(uri) ?
+	    evhttp_uri_get_query(uri) : "", &q) == -1)
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_BAD_QUERY);
+	lim = evhttp_find_header(&q, "limit");
+	aft = evhttp_find_header(&q, "after");
+	if (lim != NULL) {
+		*n = strtol(lim, &end, 10);
+		if (*lim == '\0' || *end != '\0' || *n < 1 || *n > LIST_MAX)
+			rc = sbx_err_set(err, SBX_E_BAD_REQUEST, "limit must be "
+			    "1 to %d.", LIST_MAX);
+	}
+	if (rc == 0 && aft != NULL && (strlen(aft) >= cap ||
+	    ax_exec_find(a, aft) == NULL))
+		rc = sbx_err_set(err, SBX_E_BAD_REQUEST, "after must name an "
+		    "exec of this NPC (the \"next\" of the previous page).");
+	if (rc == 0 && aft != NULL)
+		snprintf(after, cap, "%s", aft);
+	evhttp_clear_headers(&q);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* The list, encoded in slices (adr/0048)                              */
+
+/* A record as it was when the list was asked: a copy whose pointers are
+ * cleared (segs points at the copy of its first segment), so nothing the
+ * loop does to the records meanwhile (an exec ending, bounds forgetting
+ * one) reaches the reply. */
+struct list_row {
+	struct api_exec x;
+	struct seg first;
+};
+
+struct ax_list_out {
+	struct areq *a;
+	struct list_row *rows;
+	size_t n, done;
+	char next[EXEC_ID_LEN + 1];   /* "" when no page follows */
+	struct evbuffer *text;        /* the reply so far */
+	struct event *ev;             /* the next slice (a 0 s timer: after I/O) */
+};
+
+static void
+list_out_free(struct ax_list_out *lo)
+{
+	if (lo == NULL)
+		return;
+	if (lo->ev != NULL)
+		event_free(lo->ev);
+	if (lo->text != NULL)
+		evbuffer_free(lo->text);
+	free(lo->rows);
+	free(lo);
+}
+
+/* on_end of a list request: its encoding stops (a client gone meanwhile,
+ * a drain) or is done; either way it is freed with a. */
+static void
+list_end(struct areq *a)
+{
+	list_out_free(a->xlist);
+	a->xlist = NULL;
+}
+
+static void
+list_row_copy(struct list_row *r, const struct api_exec *x)
+{
+	r->x = *x;
+	if (x->segs != NULL) {
+		r->first = *x->segs;
+		r->first.next = NULL;
+		r->x.segs = &r->first;
+	}
+	r->x.cur = NULL;
+	r->x.op = NULL;
+	r->x.lim = NULL;
+	r->x.creator = NULL;
+	r->x.viewers = NULL;
+	r->x.tickets = NULL;
+	r->x.prev = r->x.next = NULL;
+}
+
+/*
+ * Encodes LIST_SLICE records, then waits for the next turn of the loop
+ * (a 0 s timer: event_active would run it in the same turn), so requests
+ * on other connections are served between slices; after the last,
+ * replies with the whole text (Content-Length): the bytes
+ * json_dumps(JSON_COMPACT) gives for {"execs":[...],"next":...} in one
+ * piece (adr/0048). Ends a (and frees lo) after the last slice or when
+ * out of memory.
+ */
+static void
+list_slice(evutil_socket_t fd, short what, void *arg)
+{
+	static const struct timeval now = { 0, 0 };
+	struct ax_list_out *lo = arg;
+	struct areq *a = lo->a;
+	size_t end = lo->done + LIST_SLICE;
+	json_t *o;
+	char *t;
+	int r;
+
+	(void)fd;
+	(void)what;
+	if (end > lo->n)
+		end = lo->n;
+	for (; lo->done < end; lo->done++) {
+		o = ax_exec_json(&lo->rows[lo->done].x);
+		t = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+		json_decref(o);
+		r = t == NULL || (lo->done > 0 &&
+		    evbuffer_add(lo->text, ",", 1) < 0) ||
+		    evbuffer_add(lo->text, t, strlen(t)) < 0;
+		free(t);
+		if (r)
+			goto oom;
+	}
+	if (lo->done < lo->n) {
+		evtimer_add(lo->ev, &now);
+		return;
+	}
+	if ((lo->next[0] != '\0' ? evbuffer_add_printf(lo->text,
+	    "],\"next\":\"%s\"}", lo->next) : evbuffer_add_printf(lo->text,
+	    "],\"next\":null}")) < 0)
+		goto oom;
+	areq_reply_json_text(a, 200, lo->text);   /* frees lo (list_end) */
+	return;
+oom:
+	areq_fail_code(a, SBX_E_INTERNAL, "%s", SBX_MSG_OOM);
+}
+
+int
+api_h_execs_list(struct areq *a, struct sbx_err *err)
+{
+	struct ax_list_out *lo;
+	struct api_exec *x, *first = NULL;
+	long n = LIST_DEFAULT, k = 0;
+	char after[EXEC_ID_LEN + 1];
+	int started;
+
+	if (list_query(a, &n, after, sizeof(after), err) == -1)
+		return -1;
+	/* The page's records: from the one after ?after=, at most n. */
+	started = after[0] == '\0';
+	for (x = a->s->execs; x != NULL && k < n; x = x->next) {
+		if (strcmp(x->npc, a->npc.name) != 0 ||
+		    x->owner_id != a->npc.owner_id)
+			continue;
+		if (!started) {
+			started = strcmp(x->id, after) == 0;
+			continue;
+		}
+		if (first == NULL)
+			first = x;
+		k++;
+	}
+	if ((lo = calloc(1, sizeof(*lo))) == NULL ||
+	    (k > 0 && (lo->rows = calloc((size_t)k, sizeof(*lo->rows))) ==
+	    NULL) || (lo->text = evbuffer_new()) == NULL ||
+	    (lo->ev = evtimer_new(a->s->base, list_slice, lo)) == NULL ||
+	    evbuffer_add(lo->text, "{\"execs\":[", 10) < 0) {
+		list_out_free(lo);
+		return sbx_err_oom(err);
+	}
+	for (x = first; x != NULL && lo->n < (size_t)k; x = x->next)
+		if (strcmp(x->npc, a->npc.name) == 0 &&
+		    x->owner_id == a->npc.owner_id)
+			list_row_copy(&lo->rows[lo->n++], x);
+	/* A next page exists when an exec of this NPC follows. */
+	for (; x != NULL; x = x->next)
+		if (strcmp(x->npc, a->npc.name) == 0 &&
+		    x->owner_id == a->npc.owner_id)
+			break;
+	if (x != NULL && lo->n > 0)
+		snprintf(lo->next, sizeof(lo->next), "%s",
+		    lo->rows[lo->n - 1].x.id);
+	lo->a = a;
+	a->xlist = lo;
+	a->on_end = list_end;
+	/* A client gone before the last slice ends a (499) and frees lo. */
+	if (lo->n > LIST_SLICE)
+		areq_watch(a);
+	list_slice(-1, 0, lo);
 	return 0;
 }
 

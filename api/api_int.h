@@ -36,6 +36,7 @@ struct api_limit {
 struct areq;
 struct api_exec;
 struct api_viewer;
+struct ax_list_out;
 
 /* Entries a list asks the broker for (its own list_max_entries may be lower). */
 #define API_LIST_MAX_ENTRIES 10000
@@ -181,6 +182,8 @@ struct areq {
 	struct sbx_gate_body *gbody;
 	uint64_t wsize;                     /* its Content-Length, bytes */
 	struct sbx_list_out *lout;          /* a list reply being encoded */
+	struct ax_list_out *xlist;          /* a list of execs being encoded
+	                                     * (api_execs_view.c, adr/0048) */
 	struct areq *prev, *next;
 };
 

@@ -685,6 +685,101 @@ test_a_record_holds_an_argv_preview_and_get_one_the_whole_argv(void **state)
 	free(argv);
 }
 
+/* Runs one turn of the loop; then, once, what fd has to read into buf
+ * (cap bytes, NUL-terminated). */
+static void
+turn_and_read(int fd, char *buf, size_t cap, size_t *len)
+{
+	ssize_t n;
+
+	event_base_loop(T.base, EVLOOP_ONCE);
+	while (*len + 1 < cap && (n = recv(fd, buf + *len, cap - 1 - *len,
+	    MSG_DONTWAIT)) > 0)
+		*len += (size_t)n;
+	buf[*len] = '\0';
+}
+
+static void
+test_a_long_list_lets_others_through_and_keeps_its_bytes(void **state)
+{
+	/* A preview with bytes JSON escapes, UTF-8 and a '/' */
+	static const char argv[] = "[\"sh\",\"-c\",\"say \\\"hi\\\" \\\\ "
+	    "\\u0001 \\u00e9 </b>\"]";
+	static char ids[201][40];
+	struct tu_res l = { 0 }, r = { 0 };
+	struct evbuffer *exp;
+	char req[256], got[4096];
+	size_t len = 0;
+	int b, i, turns, bob_first = 0;
+	json_t *j;
+	char *t;
+
+	(void)state;
+	tu_set("requests_per_minute", "100000");
+	tu_set("exec_records_per_principal", "300");
+	start();
+	for (i = 0; i < 201; i++)
+		run_on("n1", KA, argv, ids[i]);
+	tu_spin(50);   /* the bounds after the last end */
+	b = tu_raw_connect();
+	/* The list of 200 is in flight after the turn that took it: its
+	 * first slice is encoded, nothing is sent yet. */
+	tu_start_req(&l, "GET", "/api/v1/npcs/n1/sandbox/execs?limit=200", KA,
+	    NULL, 0);
+	for (turns = 0; !l.done && api_server_inflight(T.srv) == 0 &&
+	    turns < 100000; turns++)
+		event_base_loop(T.base, EVLOOP_ONCE);
+	assert_false(l.done);
+	assert_int_equal(api_server_inflight(T.srv), 1);
+	/* Bob asks on his own connection: answered between two slices, before
+	 * the list is done. */
+	snprintf(req, sizeof(req), "GET /api/v1/whoami HTTP/1.1\r\nHost: t\r\n"
+	    "Authorization: Bearer %s\r\n\r\n", KB);
+	assert_int_equal(write(b, req, strlen(req)), (ssize_t)strlen(req));
+	for (turns = 0; !l.done && turns < 100000; turns++) {
+		turn_and_read(b, got, sizeof(got), &len);
+		if (strstr(got, "\"bob\"") != NULL && !l.done)
+			bob_first = 1;
+	}
+	assert_true(tu_loop_until(tu_is_done, &l, 5000));
+	print_message("# bob answered before the list ended: %d; %d turns\n",
+	    bob_first, turns);
+	assert_int_equal(strncmp(got, "HTTP/1.1 200", 12), 0);
+	assert_true(bob_first);
+	assert_int_equal(l.status, 200);
+	/* The same bytes as the one-piece encoding: each item as GET one
+	 * encodes the exec, less its argv; newest first; next names the
+	 * 200th, since one more follows. */
+	exp = evbuffer_new();
+	evbuffer_add_printf(exp, "{\"execs\":[");
+	for (i = 200; i >= 1; i--) {
+		assert_int_equal(get_on("n1", KA, ids[i], &j), 200);
+		assert_int_equal(json_object_del(j, "argv"), 0);
+		t = json_dumps(j, JSON_COMPACT);
+		evbuffer_add_printf(exp, "%s%s", i < 200 ? "," : "", t);
+		free(t);
+		json_decref(j);
+	}
+	evbuffer_add_printf(exp, "],\"next\":\"%s\"}\n", ids[1]);
+	evbuffer_add(exp, "", 1);
+	assert_string_equal(tu_text(&l), (const char *)evbuffer_pullup(exp,
+	    -1));
+	evbuffer_free(exp);
+	tu_res_free(&l);
+	/* A client that leaves mid-list: its request ends, the api goes on. */
+	tu_start_req(&l, "GET", "/api/v1/npcs/n1/sandbox/execs?limit=200", KA,
+	    NULL, 0);
+	for (turns = 0; api_server_inflight(T.srv) == 0 && turns < 100000;
+	    turns++)
+		event_base_loop(T.base, EVLOOP_ONCE);
+	tu_res_free(&l);
+	tu_spin(50);
+	assert_int_equal(api_server_inflight(T.srv), 0);
+	assert_int_equal(tu_req(&r, "GET", "/api/v1/whoami", KA, NULL), 200);
+	tu_res_free(&r);
+	close(b);
+}
+
 int
 main(void)
 {
@@ -724,6 +819,9 @@ main(void)
 		    tu_down),
 		cmocka_unit_test_setup_teardown(
 		    test_a_record_holds_an_argv_preview_and_get_one_the_whole_argv,
+		    tu_up, tu_down),
+		cmocka_unit_test_setup_teardown(
+		    test_a_long_list_lets_others_through_and_keeps_its_bytes,
 		    tu_up, tu_down),
 	};
 

@@ -275,8 +275,8 @@ class CLITest(unittest.TestCase):
         r = self.sbx("status", "bob", "--json")
         self.assertEqual(json.loads(r.stdout)["state"], "stopped")
         r = self.sbx("exec", "bob", "--", "true")
-        self.assertEqual(r.returncode, 1)
-        self.assertIn(b"sbxctl up bob", r.stderr)
+        self.assertEqual((r.returncode, r.stderr), (1, b"sbxctl: bob's sandbox is not "
+                                                    b"running (start it with: sbxctl up bob).\n"))
 
     def test_a_wrong_key_exits_3(self):
         r = self.sbx_as("x" * 43, "npc", "ls")
@@ -511,6 +511,16 @@ class CLIAgainstScriptedServerTest(unittest.TestCase):
         r = self.sbx("npc", "ls")
         self.assertEqual(r.returncode, 1)
         self.assertIn(b"not HTTP", r.stderr)
+
+    def test_a_stopped_sandbox_is_one_sentence_naming_the_npc_and_the_command(self):
+        body = (b'{"error":{"code":"not_running","message":'
+                b'"sandbox npc-alice is not running: ensure it first"}}')
+        self.api.replies.append([b"HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n" % len(body), body])
+        r = self.sbx("exec", "alice", "--", "true")
+        self.assertEqual((r.returncode, r.stdout), (1, b""))
+        self.assertEqual(r.stderr, b"sbxctl: alice's sandbox is not running "
+                                   b"(start it with: sbxctl up alice).\n")
 
     def test_paths_are_percent_encoded_and_uploads_carry_the_mode(self):
         ok = b'{"npc":"n","path":"/work/a b"}'

@@ -512,6 +512,18 @@ class CLIAgainstScriptedServerTest(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn(b"not HTTP", r.stderr)
 
+    def test_exec_that_cannot_reach_the_server_again_says_how_to_resume(self):
+        self.api.replies.append(CREATED_REPLY)
+        for _ in range(9):  # the first try and 8 retries (about 11 s of waits)
+            self.api.replies.append([b"HTTP/1.1 503 Service Unavailable\r\n"
+                                     b"Content-Length: 0\r\n\r\n"])
+        r = self.sbx("exec", "npc1", "--", "true")
+        self.assertEqual(r.returncode, 5, r.stderr)
+        self.assertEqual(len(self.api.seen), 10)
+        self.assertTrue(r.stderr.endswith(b"sbxctl: the command may still be running "
+                                          b"(resume with: sbxctl logs -f npc1 x1).\n"),
+                        r.stderr)
+
     def test_a_stopped_sandbox_is_one_sentence_naming_the_npc_and_the_command(self):
         body = (b'{"error":{"code":"not_running","message":'
                 b'"sandbox npc-alice is not running: ensure it first"}}')

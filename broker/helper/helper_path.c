@@ -148,8 +148,8 @@ fail:
 	return -1;
 }
 
-int
-helper_open(const struct helper_ctx *ctx, const char *rel, int flags, struct helper_err *err)
+static int
+open_beneath(const struct helper_ctx *ctx, const char *rel, int flags, struct helper_err *err)
 {
 	struct open_how how;
 	int fd, tries;
@@ -175,6 +175,17 @@ helper_open(const struct helper_ctx *ctx, const char *rel, int flags, struct hel
 		return open_walk(ctx, rel, flags, err);
 	}
 	return helper_err_errno(err, errno, "open");
+}
+
+int
+helper_open(const struct helper_ctx *ctx, const char *rel, int flags, struct helper_err *err)
+{
+	int fd = open_beneath(ctx, rel, flags, err);
+
+	/* "open: no such file or directory" tells nobody which path. */
+	if (fd < 0 && err != NULL)
+		helper_err_name_path(err, rel);
+	return fd;
 }
 
 int

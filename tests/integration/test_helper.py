@@ -353,6 +353,8 @@ class TestFiles(HelperCase):
         self.assertEqual(message(["read", self.p("f", "x")], EXIT_NOT_FOUND, "not_found"),
                          "/work/f/x is not a directory, or a part of that path is a file; "
                          "check the path.")
+        self.assertEqual(message(["read", self.root + "/d/../f"], EXIT_OUTSIDE, "path_outside_work"),
+                         "The path has a '.' or '..' segment.")
         r = self.run_helper(["exec", "--id", "cwd9", "--cwd", self.p("nope"), "--", "true"])
         self.assertIn(b"/work/nope does not exist", r.stderr)
 

@@ -190,8 +190,25 @@ class CLITest(unittest.TestCase):
 
     def test_path_outside_work_is_refused_as_bad_usage(self):
         r = self.sbx("ls", "alice:/etc")
-        self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn(b"/work", r.stderr)
+        self.assertEqual((r.returncode, r.stderr),
+                         (2, b"sbxctl: The path must be /work or start with /work/.\n"))
+
+    def test_errno_errors_name_the_path_and_what_to_do(self):
+        r = self.sbx("exec", "alice", "--", "mkdir", "-p", "/work/errdir")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        d = sbxtest.short_tmpdir("sbxclierr-")
+        self.addCleanup(shutil.rmtree, d, True)
+        r = self.sbx("cp", "alice:/work/errdir", os.path.join(d, "x"))
+        self.assertEqual((r.returncode, r.stderr), (2, b"sbxctl: /work/errdir is a directory; "
+                                                    b"read or write a file in it, or list it.\n"))
+        self.assertEqual(os.listdir(d), [])
+        for args in (("cat", "alice:/work/nope.txt"), ("ls", "alice:/work/nope.txt")):
+            r = self.sbx(*args)
+            self.assertEqual((r.returncode, r.stderr),
+                             (4, b"sbxctl: /work/nope.txt does not exist; check the name, "
+                                 b"or list its directory.\n"), args)
+        r = self.sbx("exec", "-w", "/work/nope", "alice", "--", "true")
+        self.assertIn(b"/work/nope does not exist", r.stderr)
 
     # ------------------------------------------------------------ read commands
 

@@ -86,24 +86,34 @@ tick(evutil_socket_t fd, short what, void *arg)
  * After the server is gone, cancelled execs may still have their kill
  * requests on the way to the runtime (the driver sends them
  * asynchronously): run the loop until nothing but our tick is left, or
- * max_ms, so no process tree outlives a SIGTERM.
+ * max_ms, so no process tree outlives a SIGTERM. Idle agent channels
+ * (driver d) would hold the loop until max_ms: each turn closes those
+ * that carry no stream. Returns the events still registered besides the
+ * tick (0: settled), -1 when the tick could not be set up.
  */
-static void
-settle(struct event_base *base, int64_t max_ms)
+static int
+settle(struct event_base *base, struct sbx_driver *d, int64_t max_ms)
 {
 	struct timeval tv = { 0, 20 * 1000 };
 	struct event *t = event_new(base, -1, EV_PERSIST, tick, NULL);
 	int64_t end = sbx_mono_ms() + max_ms;
+	int left;
 
 	if (t == NULL || event_add(t, &tv) == -1) {
 		if (t != NULL)
 			event_free(t);
-		return;
+		return -1;
 	}
-	while (event_base_get_num_events(base, EVENT_BASE_COUNT_ADDED |
-	    EVENT_BASE_COUNT_ACTIVE) > 1 && sbx_mono_ms() < end)
+	for (;;) {
+		(void)sbx_engine_agents_close_idle(d);
+		left = event_base_get_num_events(base,
+		    EVENT_BASE_COUNT_ADDED | EVENT_BASE_COUNT_ACTIVE) - 1;
+		if (left <= 0 || sbx_mono_ms() >= end)
+			break;
 		event_base_loop(base, EVLOOP_ONCE);
+	}
 	event_free(t);
+	return left;
 }
 
 /* SIGTERM or SIGINT (sbx_daemon_signals): drain, or exit before serving. */
@@ -185,9 +195,9 @@ main(int argc, char **argv)
 	struct broker_egress_poll *egress_poll = NULL;
 	struct event *sigs[SBX_DAEMON_NSIGS] = { NULL, NULL, NULL };
 	const char **allow = NULL;
-	char exe[PATH_MAX], token_problem[256];
+	char exe[PATH_MAX], token_problem[256], left_s[16];
 	ssize_t n;
-	int rc = BROKER_EXIT_INTERNAL;
+	int rc = BROKER_EXIT_INTERNAL, left;
 
 	memset(&cfg, 0, sizeof(cfg));
 	memset(&opts, 0, sizeof(opts));
@@ -348,10 +358,12 @@ done:
 	if (m.retry_ev != NULL)
 		event_free(m.retry_ev);
 	broker_server_free(m.server);
-	if (m.base != NULL && driver != NULL)
-		settle(m.base, 3000);
+	/* "events_left": what the loop still held when we stopped waiting
+	 * ("0": it settled; the kills the runtime had to get went out). */
+	left = m.base != NULL && driver != NULL ? settle(m.base, driver, 3000) : 0;
+	snprintf(left_s, sizeof(left_s), "%d", left);
 	if (rc == BROKER_EXIT_OK && m.server != NULL)
-		log_info("stopped", NULL);
+		log_info("stopped", "events_left", left_s, NULL);
 	sbx_driver_free(driver);
 	if (m.base != NULL)
 		event_base_free(m.base);

@@ -221,4 +221,14 @@ extern const struct sbx_driver_ops sbx_engine_driver_ops;
 /* Agents whose channel is up now. */
 size_t sbx_engine_agents_live(const struct sbx_driver *d);
 
+/*
+ * For a broker that is stopping (d: the engine driver): closes every agent
+ * channel that carries no stream and is not being started, so its socket
+ * and keepalive timer leave the event loop (the agent inside the sandbox
+ * sees the end and exits, as at sbx_driver_free). Returns how many agents
+ * are still busy (a stream, e.g. a cancelled exec's kill, or a start on the
+ * way); call again once the loop has run. No error.
+ */
+size_t sbx_engine_agents_close_idle(struct sbx_driver *d);
+
 #endif

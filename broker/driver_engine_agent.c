@@ -618,6 +618,28 @@ eng_agents_free(struct engine *e)
 }
 
 size_t
+sbx_engine_agents_close_idle(struct sbx_driver *d)
+{
+	struct engine *e = (struct engine *)d;
+	struct eng_agent *ag, *next;
+	size_t busy = 0;
+
+	for (ag = TAILQ_FIRST(&e->agents); ag != NULL; ag = next) {
+		next = TAILQ_NEXT(ag, link);
+		if (ag->starter != NULL || ag->state == AG_STARTING ||
+		    (ag->ch != NULL && sbx_agent_chan_streams(ag->ch) > 0)) {
+			busy++;
+			continue;
+		}
+		TAILQ_REMOVE(&e->agents, ag, link);
+		sbx_http_req_cancel(ag->http);
+		sbx_agent_chan_free(ag->ch);
+		free(ag);
+	}
+	return busy;
+}
+
+size_t
 sbx_engine_agents_live(const struct sbx_driver *d)
 {
 	const struct engine *e = (const struct engine *)d;

@@ -104,7 +104,7 @@ utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
 static int
 refuse(struct sbx_err *err, const char *why)
 {
-	return sbx_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "path %s", why);
+	return sbx_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "The path %s.", why);
 }
 
 int
@@ -252,7 +252,7 @@ sbx_query_param(const char *query, const char *name, char **out, size_t *outlen,
 		key = NULL;
 		if (found) {
 			sbx_err_set(err, SBX_E_BAD_REQUEST,
-			    "query parameter '%s' is given more than once", name);
+			    "The query parameter '%s' is given more than once.", name);
 			goto fail;
 		}
 		found = 1;
@@ -273,7 +273,8 @@ decode_fail:
 		sbx_err_oom(err);
 	else
 		sbx_err_set(err, SBX_E_BAD_REQUEST,
-		    "query string has a '%%' not followed by two hex digits");
+		    "The query string has a '%%' not followed by two hex "
+		    "digits.");
 fail:
 	free(key);
 	free(*out);
@@ -294,7 +295,7 @@ sbx_query_path(const char *query, const char *name, char **out, size_t *outlen,
 		return -1;
 	if (r == 0)
 		return sbx_err_set(err, SBX_E_BAD_REQUEST,
-		    "query parameter '%s' is required", name);
+		    "The query parameter '%s' is required.", name);
 	if (sbx_path_check(*out, len, err) != 0) {
 		free(*out);
 		*out = NULL;

@@ -249,6 +249,20 @@ backoff(int tries)
 }
 
 /*
+ * rc: the exit code follow_events gives up with, its reason already
+ * printed. When the server could not be reached (5) while following, the
+ * exec goes on without us: say how to pick it up again (docs/cli.md).
+ */
+static int
+gave_up(const char *npc, const char *id, int follow, int rc)
+{
+	if (rc == CX_UNAVAIL && follow)
+		errmsg("the command may still be running (resume with: sbxctl "
+		    "logs -f %s %s).", npc, id);
+	return rc;
+}
+
+/*
  * Reads exec id's events (GET .../execs/ID/events) into s, from where s
  * stopped (s->last_id, sent as ?last_event_id=), reconnecting when the
  * connection drops before the terminal event (docs/cli.md). follow 0: up
@@ -289,7 +303,7 @@ follow_events(struct ctx *x, const char *npc, const char *id, int follow,
 					return CX_INTR;
 				continue;
 			}
-			return fail_err(&err);
+			return gave_up(npc, id, follow, fail_err(&err));
 		}
 		if (r.status == 204) {      /* nothing after the last event */
 			cli_http_close(c);
@@ -305,7 +319,7 @@ follow_events(struct ctx *x, const char *npc, const char *id, int follow,
 			}
 			rc = fail_resp(c, &r);
 			cli_http_close(c);
-			return rc;
+			return gave_up(npc, id, follow, rc);
 		}
 		if (strncmp(r.content_type, SBX_CT_SSE, strlen(SBX_CT_SSE)) != 0) {
 			errmsg("the server answered with %s, not an event "

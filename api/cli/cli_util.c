@@ -353,13 +353,16 @@ fail_resp(struct cli_conn *c, const struct cli_resp *r)
 	e = json_object_get(j, "error");
 	if (json_is_object(e))
 		msg = json_string_value(json_object_get(e, "message"));
-	if (msg != NULL) {
+	code = json_string_value(json_object_get(e, "code"));
+	if (msg != NULL && code != NULL && strcmp(code, SBX_E_NOT_RUNNING) == 0 &&
+	    hint_npc != NULL)
+		/* The server's sentence names its own sandbox id and verbs
+		 * ("ensure"): the player gets his NPC's name and our command. */
+		errmsg("%s's sandbox is not running (start it with: sbxctl "
+		    "up %s).", hint_npc, hint_npc);
+	else if (msg != NULL)
 		errmsg("%s", msg);
-		code = json_string_value(json_object_get(e, "code"));
-		if (code != NULL && strcmp(code, SBX_E_NOT_RUNNING) == 0 &&
-		    hint_npc != NULL)
-			errmsg("start it with: sbxctl up %s", hint_npc);
-	} else if (r->status == 401)
+	else if (r->status == 401)
 		errmsg("the server refused the API key (HTTP 401).");
 	else if (r->status == 413)
 		errmsg("the request is larger than the server accepts (HTTP "

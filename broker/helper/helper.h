@@ -31,6 +31,18 @@ int helper_err_set(struct helper_err *err, const char *code, const char *fmt, ..
  */
 int helper_err_errno(struct helper_err *err, int errnum, const char *what);
 
+/*
+ * err: set by opening rel (relative to /work, "" is /work itself). When the
+ * errno behind it is one the caller can act on (ENOENT, ENOTDIR, EISDIR),
+ * its message becomes one sentence naming /work/rel and what to do; the
+ * code and errnum stay. Returns -1.
+ */
+int helper_err_name_path(struct helper_err *err, const char *rel);
+
+/* Sets err to bad_request: /work/rel is a directory where a file is
+ * needed, one sentence saying so and what to do. Returns -1. */
+int helper_err_is_dir(struct helper_err *err, const char *rel);
+
 /* The exit status for a mode other than exec that failed with err (SBX_HELPER_EXIT_*). */
 int helper_err_exit_code(const struct helper_err *err);
 

@@ -39,11 +39,13 @@ helper_read_file(const struct helper_ctx *ctx, const char *path, uint64_t max, i
 		goto done;
 	}
 	if (S_ISDIR(st.st_mode)) {
-		helper_err_set(err, SBX_E_BAD_REQUEST, "is a directory");
+		helper_err_is_dir(err, rel);
 		goto done;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		helper_err_set(err, SBX_E_BAD_REQUEST, "not a regular file");
+		helper_err_set(err, SBX_E_BAD_REQUEST, "/work/%.150s is not a "
+		    "regular file (a device, FIFO or socket); only files can be "
+		    "read.", rel);
 		goto done;
 	}
 	if ((uint64_t)st.st_size > max) {
@@ -224,7 +226,7 @@ helper_write_file(const struct helper_ctx *ctx, const char *path, const char *mo
 		goto done;
 	for (depth = 0;; depth++) {
 		if (*rel == '\0') {
-			helper_err_set(err, SBX_E_BAD_REQUEST, "is a directory");
+			helper_err_is_dir(err, rel);
 			goto done;
 		}
 		if ((pfd = helper_open_parent(ctx, rel, 1, &name, err)) < 0)
@@ -236,7 +238,7 @@ helper_write_file(const struct helper_ctx *ctx, const char *path, const char *mo
 			goto done;
 		}
 		if (S_ISDIR(st.st_mode)) {
-			helper_err_set(err, SBX_E_BAD_REQUEST, "is a directory");
+			helper_err_is_dir(err, rel);
 			goto done;
 		}
 		if (!S_ISLNK(st.st_mode))
@@ -448,7 +450,9 @@ helper_list_dir(const struct helper_ctx *ctx, const char *path, const char *afte
 
 			if (probe >= 0) {
 				close(probe);
-				helper_err_set(err, SBX_E_BAD_REQUEST, "not a directory");
+				helper_err_set(err, SBX_E_BAD_REQUEST, "/work/%.150s is "
+				    "a file, not a directory; read it, or list a "
+				    "directory.", rel);
 			}
 		}
 		goto done;

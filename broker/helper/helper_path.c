@@ -26,16 +26,16 @@ helper_path_check(const struct helper_ctx *ctx, const char *path, const char **r
 	size_t len, n;
 
 	if (path == NULL)
-		return helper_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "no path given");
+		return helper_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "No path was given.");
 	len = strnlen(path, SBX_HELPER_PATH_MAX + 1);
 	if (len > SBX_HELPER_PATH_MAX)
-		return helper_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "path longer than %d bytes",
+		return helper_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "The path is longer than %d bytes.",
 		    SBX_HELPER_PATH_MAX);
 	if (path[0] != '/')
-		return helper_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "path is not absolute");
+		return helper_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "The path is not absolute (start with /work).");
 	if (strncmp(path, ctx->root, ctx->root_len) != 0 ||
 	    (path[ctx->root_len] != '\0' && path[ctx->root_len] != '/'))
-		return helper_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "path is not under /work");
+		return helper_err_set(err, SBX_E_PATH_OUTSIDE_WORK, "The path must be /work or start with /work/.");
 	p = path + ctx->root_len;
 	if (*p == '\0') {
 		*rel = p;
@@ -50,13 +50,13 @@ helper_path_check(const struct helper_ctx *ctx, const char *path, const char **r
 		n = (size_t)(p - seg);
 		if (n == 0)
 			return helper_err_set(err, SBX_E_PATH_OUTSIDE_WORK,
-			    "path has an empty segment");
+			    "The path has an empty segment ('//' or a trailing '/').");
 		if ((n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
 			return helper_err_set(err, SBX_E_PATH_OUTSIDE_WORK,
-			    "path has a '.' or '..' segment");
+			    "The path has a '.' or '..' segment.");
 		if (n > SEGMENT_MAX)
 			return helper_err_set(err, SBX_E_PATH_OUTSIDE_WORK,
-			    "path segment longer than %d bytes", SEGMENT_MAX);
+			    "The path has a segment longer than %d bytes.", SEGMENT_MAX);
 		if (*p == '\0')
 			return 0;
 		p++;
@@ -148,8 +148,8 @@ fail:
 	return -1;
 }
 
-int
-helper_open(const struct helper_ctx *ctx, const char *rel, int flags, struct helper_err *err)
+static int
+open_beneath(const struct helper_ctx *ctx, const char *rel, int flags, struct helper_err *err)
 {
 	struct open_how how;
 	int fd, tries;
@@ -175,6 +175,17 @@ helper_open(const struct helper_ctx *ctx, const char *rel, int flags, struct hel
 		return open_walk(ctx, rel, flags, err);
 	}
 	return helper_err_errno(err, errno, "open");
+}
+
+int
+helper_open(const struct helper_ctx *ctx, const char *rel, int flags, struct helper_err *err)
+{
+	int fd = open_beneath(ctx, rel, flags, err);
+
+	/* "open: no such file or directory" tells nobody which path. */
+	if (fd < 0 && err != NULL)
+		helper_err_name_path(err, rel);
+	return fd;
 }
 
 int

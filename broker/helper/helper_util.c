@@ -63,6 +63,43 @@ helper_err_errno(struct helper_err *err, int errnum, const char *what)
 }
 
 int
+helper_err_name_path(struct helper_err *err, const char *rel)
+{
+	const char *sep = rel[0] != '\0' ? "/" : "";
+
+	if (err == NULL)
+		return -1;
+	switch (err->errnum) {
+	case ENOENT:
+		snprintf(err->message, sizeof(err->message), "/work%s%.150s does "
+		    "not exist; check the name, or list its directory.", sep, rel);
+		break;
+	case ENOTDIR:
+		snprintf(err->message, sizeof(err->message), "/work%s%.150s is not "
+		    "a directory, or a part of that path is a file; check the "
+		    "path.", sep, rel);
+		break;
+	case EISDIR:
+		helper_err_is_dir(err, rel);
+		break;
+	default:
+		break;
+	}
+	return -1;
+}
+
+int
+helper_err_is_dir(struct helper_err *err, const char *rel)
+{
+	helper_err_set(err, SBX_E_BAD_REQUEST, "/work%s%.150s is a directory; "
+	    "read or write a file in it, or list it.", rel[0] != '\0' ? "/" : "",
+	    rel);
+	if (err != NULL)
+		err->errnum = EISDIR;
+	return -1;
+}
+
+int
 helper_err_exit_code(const struct helper_err *err)
 {
 	static const struct {

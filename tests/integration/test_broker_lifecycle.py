@@ -240,6 +240,12 @@ class DrainTest(LifecycleCase):
         self.assertEqual(bytes(st.result.out), b"done\n")
         self.assertEqual(self.broker.proc.wait(15), 0, "the broker did not exit 0 after draining")
         self.assertLess(time.monotonic() - t_signal, 8, "drain waited for the grace period")
+        # The exec's agent channel stays open after it: the loop still
+        # settled (closed it) instead of waiting out its 3 s deadline.
+        with open(self.broker.log, "rb") as f:
+            stopped = [json.loads(line) for line in f
+                       if line.startswith(b"{") and b'"msg":"stopped"' in line]
+        self.assertEqual(stopped[-1].get("events_left"), "0", stopped[-1])
         self.restart()   # teardown destroys through the broker
         self.assertEqual(self.client.status(self.sid).json()["state"], "running")
 

@@ -190,8 +190,25 @@ class CLITest(unittest.TestCase):
 
     def test_path_outside_work_is_refused_as_bad_usage(self):
         r = self.sbx("ls", "alice:/etc")
-        self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn(b"/work", r.stderr)
+        self.assertEqual((r.returncode, r.stderr),
+                         (2, b"sbxctl: The path must be /work or start with /work/.\n"))
+
+    def test_errno_errors_name_the_path_and_what_to_do(self):
+        r = self.sbx("exec", "alice", "--", "mkdir", "-p", "/work/errdir")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        d = sbxtest.short_tmpdir("sbxclierr-")
+        self.addCleanup(shutil.rmtree, d, True)
+        r = self.sbx("cp", "alice:/work/errdir", os.path.join(d, "x"))
+        self.assertEqual((r.returncode, r.stderr), (2, b"sbxctl: /work/errdir is a directory; "
+                                                    b"read or write a file in it, or list it.\n"))
+        self.assertEqual(os.listdir(d), [])
+        for args in (("cat", "alice:/work/nope.txt"), ("ls", "alice:/work/nope.txt")):
+            r = self.sbx(*args)
+            self.assertEqual((r.returncode, r.stderr),
+                             (4, b"sbxctl: /work/nope.txt does not exist; check the name, "
+                                 b"or list its directory.\n"), args)
+        r = self.sbx("exec", "-w", "/work/nope", "alice", "--", "true")
+        self.assertIn(b"/work/nope does not exist", r.stderr)
 
     # ------------------------------------------------------------ read commands
 
@@ -275,8 +292,8 @@ class CLITest(unittest.TestCase):
         r = self.sbx("status", "bob", "--json")
         self.assertEqual(json.loads(r.stdout)["state"], "stopped")
         r = self.sbx("exec", "bob", "--", "true")
-        self.assertEqual(r.returncode, 1)
-        self.assertIn(b"sbxctl up bob", r.stderr)
+        self.assertEqual((r.returncode, r.stderr), (1, b"sbxctl: bob's sandbox is not "
+                                                    b"running (start it with: sbxctl up bob).\n"))
 
     def test_a_wrong_key_exits_3(self):
         r = self.sbx_as("x" * 43, "npc", "ls")
@@ -511,6 +528,28 @@ class CLIAgainstScriptedServerTest(unittest.TestCase):
         r = self.sbx("npc", "ls")
         self.assertEqual(r.returncode, 1)
         self.assertIn(b"not HTTP", r.stderr)
+
+    def test_exec_that_cannot_reach_the_server_again_says_how_to_resume(self):
+        self.api.replies.append(CREATED_REPLY)
+        for _ in range(9):  # the first try and 8 retries (about 11 s of waits)
+            self.api.replies.append([b"HTTP/1.1 503 Service Unavailable\r\n"
+                                     b"Content-Length: 0\r\n\r\n"])
+        r = self.sbx("exec", "npc1", "--", "true")
+        self.assertEqual(r.returncode, 5, r.stderr)
+        self.assertEqual(len(self.api.seen), 10)
+        self.assertTrue(r.stderr.endswith(b"sbxctl: the command may still be running "
+                                          b"(resume with: sbxctl logs -f npc1 x1).\n"),
+                        r.stderr)
+
+    def test_a_stopped_sandbox_is_one_sentence_naming_the_npc_and_the_command(self):
+        body = (b'{"error":{"code":"not_running","message":'
+                b'"sandbox npc-alice is not running: ensure it first"}}')
+        self.api.replies.append([b"HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n" % len(body), body])
+        r = self.sbx("exec", "alice", "--", "true")
+        self.assertEqual((r.returncode, r.stdout), (1, b""))
+        self.assertEqual(r.stderr, b"sbxctl: alice's sandbox is not running "
+                                   b"(start it with: sbxctl up alice).\n")
 
     def test_paths_are_percent_encoded_and_uploads_carry_the_mode(self):
         ok = b'{"npc":"n","path":"/work/a b"}'

@@ -330,6 +330,34 @@ class TestFiles(HelperCase):
         self.assertError(self.run_helper(["read", self.p("nope")]), EXIT_NOT_FOUND, "not_found")
         self.assertError(self.run_helper(["list", self.p("nope")]), EXIT_NOT_FOUND, "not_found")
 
+    def test_errno_errors_are_sentences_naming_the_path(self):
+        def message(args, exit_code, code):
+            r = self.run_helper(args, stdin=b"x")
+            self.assertError(r, exit_code, code)
+            return json.loads(r.stderr.decode().strip().split("\n")[-1])["error"]["message"]
+        os.mkdir(self.p("d"))
+        with open(self.p("f"), "wb") as f:
+            f.write(b"x")
+        dir_says = "/work/d is a directory; read or write a file in it, or list it."
+        self.assertEqual(message(["read", self.p("d")], EXIT_BAD_REQUEST, "bad_request"),
+                         dir_says)
+        self.assertEqual(message(["write", self.p("d"), "644"], EXIT_BAD_REQUEST,
+                                 "bad_request"), dir_says)
+        gone_says = "/work/nope.txt does not exist; check the name, or list its directory."
+        self.assertEqual(message(["read", self.p("nope.txt")], EXIT_NOT_FOUND, "not_found"),
+                         gone_says)
+        self.assertEqual(message(["list", self.p("nope.txt")], EXIT_NOT_FOUND, "not_found"),
+                         gone_says)
+        self.assertEqual(message(["list", self.p("f")], EXIT_BAD_REQUEST, "bad_request"),
+                         "/work/f is a file, not a directory; read it, or list a directory.")
+        self.assertEqual(message(["read", self.p("f", "x")], EXIT_NOT_FOUND, "not_found"),
+                         "/work/f/x is not a directory, or a part of that path is a file; "
+                         "check the path.")
+        self.assertEqual(message(["read", self.root + "/d/../f"], EXIT_OUTSIDE, "path_outside_work"),
+                         "The path has a '.' or '..' segment.")
+        r = self.run_helper(["exec", "--id", "cwd9", "--cwd", self.p("nope"), "--", "true"])
+        self.assertIn(b"/work/nope does not exist", r.stderr)
+
     def test_read_over_max_is_too_large_and_sends_nothing(self):
         with open(self.p("f"), "wb") as f:
             f.write(b"x" * 1000)

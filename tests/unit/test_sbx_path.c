@@ -334,6 +334,38 @@ test_query_encode_round_trips_through_decode(void **state)
 	free(dec);
 }
 
+
+/* What a player reads when a path or its query parameter is refused: whole
+ * sentences (capital, full stop) that say the rule, the same words whatever
+ * the route. */
+static void
+test_refusals_are_whole_sentences(void **state)
+{
+	static const struct {
+		const char *query, *message;
+	} cases[] = {
+		{ "path=%2Fetc", "The path must be /work or start with /work/." },
+		{ "path=%2Fwork%2F..%2Fetc", "The path has a '.' or '..' segment." },
+		{ "path=work", "The path must be absolute (start with /work)." },
+		{ "x=1", "The query parameter 'path' is required." },
+		{ "path=%2Fwork&path=%2Fwork", "The query parameter 'path' is given more than once." },
+		{ "path=%zz", "The query string has a '%' not followed by two hex digits." },
+	};
+	struct sbx_err err;
+	char *out = NULL;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		sbx_err_clear(&err);
+		assert_int_equal(sbx_query_path(cases[i].query, "path", &out, NULL,
+		    &err), -1);
+		if (strcmp(err.message, cases[i].message) != 0)
+			fail_msg("\"%s\": \"%s\", want \"%s\"", cases[i].query,
+			    err.message, cases[i].message);
+	}
+}
+
 int
 main(void)
 {
@@ -343,6 +375,7 @@ main(void)
 		cmocka_unit_test(test_path_check_uses_len_not_nul),
 		cmocka_unit_test(test_id_table_gives_each_expected_verdict),
 		cmocka_unit_test(test_query_path_decodes_exactly_once_then_checks),
+		cmocka_unit_test(test_refusals_are_whole_sentences),
 		cmocka_unit_test(test_query_param_sees_encoded_nul_as_embedded_byte),
 		cmocka_unit_test(test_query_encode_round_trips_through_decode),
 	};

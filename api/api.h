@@ -47,6 +47,8 @@ struct api_config {
 	long long head_max;         /* bytes of a request head */
 	long long headers_max;      /* header fields of a request */
 	long long max_connections;  /* client connections open at once */
+	long long max_connections_keyless; /* of those, without a good key yet */
+	long long keyless_header_timeout;  /* ms for a head while keyless */
 	char *log_level;
 	char *log_file;             /* NULL: stderr */
 	/* Resource execs (docs/api.md "Execs as resources", ADR 0015). */

@@ -41,6 +41,11 @@ const struct sbx_config_key api_config_keys[] = {
 	    "bytes of a file write's body held from the client, and again queued "
 	    "towards the broker, at most; beyond, the client is not read"),
 	SBX_CONFIG_HTTP_ROWS(K),
+	K("max_connections_keyless", SBX_CFG_INT, max_connections_keyless, "64",
+	    "of max_connections, those without a valid key yet; beyond, the oldest "
+	    "idle one is closed with 503 overloaded (keyed clients keep the rest)"),
+	K("keyless_header_timeout", SBX_CFG_DURATION_MS, keyless_header_timeout,
+	    "5s", "header_timeout of a connection without a valid key yet"),
 	K("heartbeat", SBX_CFG_DURATION_MS, heartbeat, "15s",
 	    "SSE: send a \": ping\" comment after this long without an event"),
 	K("broker_timeout", SBX_CFG_DURATION_MS, broker_timeout, "30s",
@@ -134,13 +139,17 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 	    cfg->heartbeat <= 0 || cfg->broker_timeout <= 0 ||
 	    cfg->request_timeout <= 0 || cfg->header_timeout <= 0 ||
 	    cfg->head_max <= 0 || cfg->headers_max <= 0 ||
-	    cfg->max_connections <= 0)
+	    cfg->max_connections <= 0 || cfg->keyless_header_timeout <= 0 ||
+	    cfg->max_connections_keyless <= 0 ||
+	    cfg->max_connections_keyless > cfg->max_connections)
 		return sbx_err_set(err, SBX_E_CONFIG, "max_execs_per_principal, "
 		    "max_file_ops_per_principal, "
 		    "requests_per_minute, max_sandboxes_per_player, body_max, "
 		    "file_size_max, heartbeat, broker_timeout, request_timeout, "
-		    "header_timeout, head_max, headers_max and max_connections "
-		    "must be above 0.");
+		    "header_timeout, head_max, headers_max, max_connections, "
+		    "max_connections_keyless and keyless_header_timeout must be "
+		    "above 0, and max_connections_keyless at most "
+		    "max_connections.");
 	if (cfg->exec_log_max < 1024 * 1024 ||
 	    cfg->exec_log_total < cfg->exec_log_max ||
 	    cfg->exec_log_per_principal < cfg->exec_log_max)

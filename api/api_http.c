@@ -290,7 +290,7 @@ gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
 	struct api_principal who;
 	char npc[API_NPC_NAME_MAX + 2], id[40], *target = NULL, *authz = NULL;
 	const char *query;
-	int ok = 1;
+	int ok = 1, keyed = 0;
 
 	*cap = 0;
 	/* A CONNECT has no path: without a good key it is refused here, so
@@ -326,11 +326,13 @@ gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
 		if (ok == -1)
 			return SBX_GATE_PASS;
 	}
+	keyed = ok == 1 && path != NULL && path_needs_auth(path);
 	if (r != NULL && (r->flags & R_RAW))
 		*cap = (uint64_t)s->cfg->file_size_max;
 	else if (r != NULL && (r->flags & (R_JSON | R_JSON_OPT)))
 		*cap = (uint64_t)s->cfg->body_max;
-	return SBX_GATE_PASS;
+	/* A verified key takes the connection out of the keyless pool. */
+	return keyed ? SBX_GATE_KEYED : SBX_GATE_PASS;
 }
 
 /* The gate's streaming hook: a file write's body goes to its handler as
@@ -680,6 +682,9 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 	hc.gate.headers_max = (unsigned)cfg->headers_max;
 	hc.gate.header_timeout_ms = cfg->header_timeout;
 	hc.gate.max_connections = (unsigned)cfg->max_connections;
+	hc.gate.max_connections_keyless =
+	    (unsigned)cfg->max_connections_keyless;
+	hc.gate.keyless_header_timeout_ms = cfg->keyless_header_timeout;
 	hc.check = gate_check;
 	hc.stream = gate_stream;
 	hc.dispatch = api_dispatch;

@@ -20,8 +20,6 @@
 
 /* The request header the gate uses to hand dispatch its verdict. */
 #define HDR_REFUSED "X-Sbx-Refused"
-/* The request header tying a streamed body to its request (adr/0018). */
-#define HDR_BODY "X-Sbx-Body"
 
 /*
  * libevent 2.1.12 has no hook between a server request's headers and its
@@ -42,56 +40,6 @@
  * gate is stricter than evhttp's parser (it refuses what evhttp would merely
  * tolerate), so both always agree on where a request ends.
  */
-enum conn_state { G_HEAD, G_BODY, G_SBODY, G_CHUNKED, G_CLOSED };
-enum chunk_state { C_SIZE, C_DATA, C_DATA_END, C_TRAILER };
-
-struct gconn {
-	LIST_ENTRY(gconn) link;
-	struct sbx_gate *g;
-	struct evhttp_connection *evcon;  /* NULL until conn_bind */
-	struct bufferevent *bev;          /* referenced until conn_bind */
-	struct event *bind_ev;
-	struct event *deadline;           /* header_timeout of the head being read */
-	struct evbuffer_cb_entry *ent;
-	struct evbuffer *hold;    /* read, not yet let through to evhttp */
-	struct evbuffer *tmp;
-	void (*closed)(struct evhttp_connection *, void *);
-	void *closed_arg;
-	enum conn_state state;
-	int busy;
-	int counted;              /* counted in g->nconns */
-	size_t scanned;           /* G_HEAD: bytes of hold searched for the end */
-	uint64_t left;            /* G_BODY: Content-Length bytes still to pass */
-	size_t hlen, off;         /* G_CHUNKED: head length, parse offset */
-	uint64_t total, cap, cleft;
-	enum chunk_state cst;
-	struct sbx_gate_body *body;  /* G_SBODY's body; NULL: released (discard) */
-};
-
-/* A streamed body (adr/0018): the gate keeps it from evhttp and hands it to
- * whoever takes it, at most window bytes buffered at a time. */
-struct sbx_gate_body {
-	struct gconn *c;          /* NULL once the connection is gone */
-	struct evbuffer *buf;     /* arrived, not yet taken by the consumer */
-	struct evbuffer_cb_entry *ent;
-	uint64_t len, got;        /* Content-Length; bytes arrived so far */
-	uint64_t seq;
-	size_t window;
-	int taken;
-};
-
-struct sbx_gate {
-	struct event_base *base;
-	struct evhttp *http;
-	struct sbx_gate_limits lim;
-	sbx_gate_check_fn check;
-	void *arg;
-	char nonce[33];
-	sbx_gate_stream_fn stream;
-	uint64_t body_seq;
-	LIST_HEAD(, gconn) conns;
-	unsigned nconns;
-};
 
 /* ------------------------------------------------------------------ */
 /* Verdicts                                                            */
@@ -118,6 +66,9 @@ static const struct {
 	    "The request head did not arrive within header_timeout." },
 	{ SBX_GATE_OVERLOADED, "overloaded", SBX_E_OVERLOADED,
 	    "Too many connections are open; try again shortly." },
+	{ SBX_GATE_KEYLESS_FULL, "keyless_full", SBX_E_OVERLOADED,
+	    "Too many connections without a credential are open; send the "
+	    "key with the first request, or try again shortly." },
 };
 #define NVERDICTS (sizeof(verdicts) / sizeof(verdicts[0]))
 
@@ -166,6 +117,22 @@ verdict_token(enum sbx_gate_verdict v)
 
 /* ------------------------------------------------------------------ */
 /* Per connection                                                      */
+
+/* Arms c's head deadline: header_timeout, shorter while keyless. */
+static void
+deadline_start(struct gconn *c)
+{
+	const struct sbx_gate_limits *lim = &c->g->lim;
+	int64_t ms = lim->header_timeout_ms;
+	struct timeval tv;
+
+	if (c->keyless && lim->keyless_header_timeout_ms > 0 &&
+	    lim->keyless_header_timeout_ms < ms)
+		ms = lim->keyless_header_timeout_ms;
+	tv.tv_sec = ms / 1000;
+	tv.tv_usec = (ms % 1000) * 1000;
+	evtimer_add(c->deadline, &tv);
+}
 
 static void
 deadline_stop(struct gconn *c)
@@ -227,128 +194,35 @@ conn_check(struct gconn *c, const struct sbx_gate_head *h, uint64_t *cap)
 	if (uri != NULL)
 		evhttp_uri_free(uri);
 	free(target);
-	return v == SBX_GATE_PASS ? SBX_GATE_PASS : SBX_GATE_UNAUTHORIZED;
-}
-
-/* Whether the daemon streams h's body (its route's hook). */
-static int
-conn_streams(struct gconn *c, const struct sbx_gate_head *h)
-{
-	struct evhttp_uri *uri = NULL;
-	char *target;
-	int r = 0;
-
-	if (!h->line_ok || h->type == EVHTTP_REQ_CONNECT ||
-	    (target = strndup(h->target, h->tlen)) == NULL)
-		return 0;
-	if ((uri = evhttp_uri_parse_with_flags(target,
-	    EVHTTP_URI_NONCONFORMANT)) != NULL &&
-	    evhttp_uri_get_path(uri) != NULL)
-		r = c->g->stream(c->g->arg, h, evhttp_uri_get_path(uri));
-	if (uri != NULL)
-		evhttp_uri_free(uri);
-	free(target);
-	return r;
-}
-
-/* Reading on while the consumer has room (and evhttp is not reading a
- * request: its read callback would see bytes in a state it aborts on). */
-static void
-body_flow(struct sbx_gate_body *b)
-{
-	struct bufferevent *bev;
-	bufferevent_data_cb readcb = NULL;
-
-	if (b == NULL || b->c == NULL || b->c->body != b ||
-	    b->c->state != G_SBODY || b->c->evcon == NULL ||
-	    (bev = evhttp_connection_get_bufferevent(b->c->evcon)) == NULL)
-		return;
-	if (evbuffer_get_length(b->buf) >= b->window) {
-		bufferevent_disable(bev, EV_READ);
-		return;
+	if (v == SBX_GATE_KEYED && c->keyless) {
+		c->keyless = 0;
+		c->g->nkeyless--;
 	}
-	bufferevent_getcb(bev, &readcb, NULL, NULL, NULL);
-	if (b->taken && readcb == NULL)
-		bufferevent_enable(bev, EV_READ);
+	return v == SBX_GATE_PASS || v == SBX_GATE_KEYED ? SBX_GATE_PASS :
+	    SBX_GATE_UNAUTHORIZED;
 }
 
-/* The consumer took bytes: maybe room to read again. */
-static void
-body_drained(struct evbuffer *buf, const struct evbuffer_cb_info *info,
-    void *arg)
-{
-	(void)buf;
-	if (info->n_deleted > 0)
-		body_flow(arg);
-}
-
-/* Lets go of c's body (the consumer may still hold it). */
-static void
-conn_body_detach(struct gconn *c)
-{
-	struct sbx_gate_body *b = c->body;
-
-	c->body = NULL;
-	if (b == NULL)
-		return;
-	b->c = NULL;
-	if (!b->taken)
-		sbx_gate_body_free(b);
-}
 
 /*
- * A head whose body streams: evhttp gets the head without its framing
- * (no Content-Length, no Expect: it dispatches at once, body-less) and a
- * HDR_BODY naming the body; the body's bytes go to c->body. Returns 0, or
- * -1 (out of memory) to let the body through as usual.
+ * Pipelining bounded (adr/0046): a complete head goes to evhttp only once
+ * evhttp has taken everything let through before it, so its input holds at
+ * most one request ahead. While one waits, the socket is not read: a read
+ * high-water mark of 1 byte on evhttp's input (which then holds bytes)
+ * suspends reading whatever enables it (evhttp turns reading on while it
+ * writes a reply), and lifts when evhttp drains its input; conn_cb then lets
+ * the next head through. So the held bytes stay within one head_max and one
+ * socket read per connection.
  */
-static int
-conn_stream_head(struct gconn *c, struct evbuffer *in, const char *p,
-    const struct sbx_gate_head *h)
+static void
+conn_wait(struct gconn *c, int on)
 {
-	const char *ls = p, *end = p + h->len, *line, *colon;
-	struct sbx_gate_body *b;
 	struct bufferevent *bev;
-	size_t ll, nl;
-	int first = 1, expect = 0;
 
-	if ((b = calloc(1, sizeof(*b))) == NULL ||
-	    (b->buf = evbuffer_new()) == NULL ||
-	    (b->ent = evbuffer_add_cb(b->buf, body_drained, b)) == NULL) {
-		if (b != NULL && b->buf != NULL)
-			evbuffer_free(b->buf);
-		free(b);
-		return -1;
-	}
-	b->len = h->cl;
-	b->window = SBX_GATE_BODY_WINDOW;
-	b->seq = ++c->g->body_seq;
-	while (sbx_gate_line(&ls, end, &line, &ll)) {
-		colon = first ? NULL : memchr(line, ':', ll);
-		nl = colon != NULL ? (size_t)(colon - line) : 0;
-		if (colon != NULL && (sbx_gate_hname_is(line, nl,
-		    "Content-Length") || sbx_gate_hname_is(line, nl,
-		    HDR_BODY) || sbx_gate_hname_is(line, nl, "Expect"))) {
-			expect |= sbx_gate_hname_is(line, nl, "Expect");
-		} else {
-			evbuffer_add(in, line, ll);
-			evbuffer_add(in, "\r\n", 2);
-		}
-		first = 0;
-	}
-	evbuffer_add_printf(in, "%s: %s %llu\r\n\r\n", HDR_BODY, c->g->nonce,
-	    (unsigned long long)b->seq);
-	evbuffer_drain(c->hold, h->len);
-	conn_body_detach(c);
-	c->body = b;
-	b->c = c;
-	c->state = G_SBODY;
-	c->left = h->cl;
-	/* evhttp would have said it; without Expect it does not. */
-	if (expect && c->evcon != NULL &&
-	    (bev = evhttp_connection_get_bufferevent(c->evcon)) != NULL)
-		bufferevent_write(bev, "HTTP/1.1 100 Continue\r\n\r\n", 25);
-	return 0;
+	if (c->waiting == on || c->evcon == NULL ||
+	    (bev = evhttp_connection_get_bufferevent(c->evcon)) == NULL)
+		return;
+	c->waiting = on;
+	bufferevent_setwatermark(bev, EV_READ, 0, on ? 1 : 0);
 }
 
 /* G_HEAD: returns 1 when it moved on, 0 when it needs more bytes. */
@@ -359,25 +233,30 @@ conn_head(struct gconn *c, struct evbuffer *in)
 	size_t len = evbuffer_get_length(c->hold), n;
 	const char *p;
 	struct sbx_gate_head h;
-	struct timeval tv;
 	uint64_t cap;
 
-	if (len == 0)
+	if (len == 0) {
+		conn_wait(c, 0);
 		return 0;
-	if (c->deadline != NULL && !evtimer_pending(c->deadline, NULL)) {
-		tv.tv_sec = lim->header_timeout_ms / 1000;
-		tv.tv_usec = (lim->header_timeout_ms % 1000) * 1000;
-		evtimer_add(c->deadline, &tv);
 	}
+	if (c->deadline != NULL && !evtimer_pending(c->deadline, NULL))
+		deadline_start(c);
 	n = len < lim->head_max ? len : lim->head_max;
 	if ((p = (const char *)evbuffer_pullup(c->hold, (ev_ssize_t)n)) == NULL)
 		return 0;
 	if (!sbx_gate_parse_from(p, n, c->scanned, lim, &h)) {
 		c->scanned = n;
+		conn_wait(c, 0);
 		return 0;
 	}
 	c->scanned = 0;
 	deadline_stop(c);
+	if (evbuffer_get_length(in) > 0) {
+		/* evhttp has not taken the last one yet: this one waits. */
+		conn_wait(c, 1);
+		return 0;
+	}
+	conn_wait(c, 0);
 	if (h.bad == SBX_GATE_HEAD_TOO_LARGE || h.bad == SBX_GATE_URI_TOO_LONG ||
 	    h.nauth > 1) {
 		conn_refuse(c, in, &h, 0, h.bad);
@@ -404,8 +283,8 @@ conn_head(struct gconn *c, struct evbuffer *in)
 		conn_refuse(c, in, &h, 1, SBX_GATE_TOO_LARGE);
 		return 1;
 	}
-	if (h.cl > 0 && c->g->stream != NULL && conn_streams(c, &h) &&
-	    conn_stream_head(c, in, p, &h) == 0)
+	if (h.cl > 0 && c->g->stream != NULL && sbx_gate_conn_streams(c, &h) &&
+	    sbx_gate_conn_stream_head(c, in, p, &h) == 0)
 		return 1;
 	evbuffer_remove_buffer(c->hold, in, h.len);
 	if (h.cl > 0) {
@@ -548,7 +427,7 @@ conn_run(struct gconn *c, struct evbuffer *in)
 			if (c->body != NULL) {
 				c->body->got += n;
 				evbuffer_remove_buffer(c->hold, c->body->buf, n);
-				body_flow(c->body);
+				sbx_gate_body_flow(c->body);
 			} else
 				evbuffer_drain(c->hold, n);   /* released */
 			if (c->left > 0)
@@ -578,7 +457,26 @@ conn_cb(struct evbuffer *in, const struct evbuffer_cb_info *info, void *arg)
 	struct gconn *c = arg;
 	size_t len = evbuffer_get_length(in), keep;
 
-	if (c->busy || info->n_added == 0 || info->n_added > len)
+	if (c->busy)
+		return;
+	if (info->n_added == 0) {
+		/* evhttp took its input: a waiting head may go (outside a
+		 * socket read, so the input's end is frozen: see
+		 * conn_refuse_now). */
+		if (c->waiting && info->n_deleted > 0 && len == 0) {
+			int frozen = evbuffer_add(in, "", 0) == -1;
+
+			if (frozen)
+				evbuffer_unfreeze(in, 0);
+			c->busy = 1;
+			conn_run(c, in);
+			c->busy = 0;
+			if (frozen)
+				evbuffer_freeze(in, 0);
+		}
+		return;
+	}
+	if (info->n_added > len)
 		return;
 	c->busy = 1;   /* our own moves below call back here */
 	if (c->state == G_BODY && evbuffer_get_length(c->hold) == 0 &&
@@ -613,9 +511,11 @@ conn_free(struct gconn *c)
 	if (c == NULL)
 		return;
 	LIST_REMOVE(c, link);
-	conn_body_detach(c);
+	sbx_gate_conn_body_detach(c);
 	if (c->counted)
 		c->g->nconns--;
+	if (c->keyless)
+		c->g->nkeyless--;
 	if (c->bind_ev != NULL)
 		event_free(c->bind_ev);
 	if (c->deadline != NULL)
@@ -691,15 +591,36 @@ conn_closed(struct evhttp_connection *evcon, void *arg)
 	conn_free(c);
 }
 
-static struct gconn *
-conn_find(struct sbx_gate *g, struct evhttp_connection *evcon)
+/*
+ * The keyless pool is full and c would join it: the oldest keyless
+ * connection that is idle (reading a head, nothing let through, no request
+ * in flight) is refused with SBX_GATE_KEYLESS_FULL and leaves the pool.
+ * Returns 0, or -1 when none is idle.
+ */
+static int
+keyless_evict(struct sbx_gate *g, struct gconn *c)
 {
-	struct gconn *c;
+	struct gconn *o, *victim = NULL;
+	struct bufferevent *bev;
+	bufferevent_data_cb readcb;
 
-	LIST_FOREACH(c, &g->conns, link)
-		if (c->evcon == evcon)
-			return c;
-	return NULL;
+	LIST_FOREACH(o, &g->conns, link) {   /* newest first */
+		readcb = NULL;
+		if (o == c || !o->keyless || o->state != G_HEAD || o->waiting ||
+		    o->evcon == NULL ||
+		    (bev = evhttp_connection_get_bufferevent(o->evcon)) == NULL ||
+		    evbuffer_get_length(bufferevent_get_input(bev)) > 0)
+			continue;
+		bufferevent_getcb(bev, &readcb, NULL, NULL, NULL);
+		if (readcb != NULL)
+			victim = o;
+	}
+	if (victim == NULL)
+		return -1;
+	victim->keyless = 0;
+	g->nkeyless--;
+	conn_refuse_now(victim, SBX_GATE_KEYLESS_FULL);
+	return 0;
 }
 
 /*
@@ -715,7 +636,6 @@ conn_bind(evutil_socket_t fd, short what, void *arg)
 	struct gconn *c = arg;
 	struct bufferevent *bev = c->bev;
 	void *cbarg = NULL;
-	struct timeval tv;
 
 	(void)fd;
 	(void)what;
@@ -736,10 +656,17 @@ conn_bind(evutil_socket_t fd, short what, void *arg)
 	}
 	c->counted = 1;
 	c->g->nconns++;
+	if (c->g->lim.max_connections_keyless > 0) {
+		if (c->g->nkeyless >= c->g->lim.max_connections_keyless &&
+		    keyless_evict(c->g, c) == -1) {
+			conn_refuse_now(c, SBX_GATE_KEYLESS_FULL);
+			return;
+		}
+		c->keyless = 1;
+		c->g->nkeyless++;
+	}
 	/* The first head is due within header_timeout of the connection. */
-	tv.tv_sec = c->g->lim.header_timeout_ms / 1000;
-	tv.tv_usec = (c->g->lim.header_timeout_ms % 1000) * 1000;
-	evtimer_add(c->deadline, &tv);
+	deadline_start(c);
 }
 
 /* evhttp_set_bevcb: each accepted connection's bufferevent, gated. */
@@ -845,7 +772,7 @@ int
 sbx_gate_watch(struct sbx_gate *g, struct evhttp_connection *conn,
     void (*closed)(struct evhttp_connection *, void *), void *arg)
 {
-	struct gconn *c = g != NULL ? conn_find(g, conn) : NULL;
+	struct gconn *c = g != NULL ? sbx_gate_conn_find(g, conn) : NULL;
 
 	if (c == NULL) {
 		evhttp_connection_set_closecb(conn, closed, arg);
@@ -856,91 +783,33 @@ sbx_gate_watch(struct sbx_gate *g, struct evhttp_connection *conn,
 	return 0;
 }
 
-void
-sbx_gate_set_stream(struct sbx_gate *g, sbx_gate_stream_fn stream)
-{
-	g->stream = stream;
-}
-
-struct sbx_gate_body *
-sbx_gate_body_take(struct sbx_gate *g, struct evhttp_request *req)
-{
-	struct evhttp_connection *conn = evhttp_request_get_connection(req);
-	const char *v = evhttp_find_header(evhttp_request_get_input_headers(req),
-	    HDR_BODY);
-	struct gconn *c = g != NULL && conn != NULL ? conn_find(g, conn) : NULL;
-	size_t n = strlen(g != NULL ? g->nonce : "");
-	char want[32];
-
-	if (c == NULL || c->body == NULL || c->body->taken || v == NULL ||
-	    strlen(v) <= n || v[n] != ' ' || sodium_memcmp(v, g->nonce, n) != 0)
-		return NULL;
-	snprintf(want, sizeof(want), "%llu", (unsigned long long)c->body->seq);
-	if (strcmp(v + n + 1, want) != 0)
-		return NULL;
-	c->body->taken = 1;
-	return c->body;
-}
-
-struct evbuffer *
-sbx_gate_body_buffer(struct sbx_gate_body *b)
-{
-	return b->buf;
-}
-
-uint64_t
-sbx_gate_body_length(const struct sbx_gate_body *b)
-{
-	return b->len;
-}
-
-int
-sbx_gate_body_complete(const struct sbx_gate_body *b)
-{
-	return b->got == b->len;
-}
-
-void
-sbx_gate_body_window(struct sbx_gate_body *b, size_t window)
-{
-	b->window = window > 0 ? window : 1;
-	body_flow(b);
-}
-
-void
-sbx_gate_body_kick(struct sbx_gate_body *b)
-{
-	body_flow(b);
-}
-
-void
-sbx_gate_body_free(struct sbx_gate_body *b)
-{
-	if (b == NULL)
-		return;
-	if (b->c != NULL) {
-		/* The rest of the body is read and thrown away. */
-		b->c->body = NULL;
-		if (b->c->state == G_SBODY && b->c->evcon != NULL &&
-		    b->taken) {
-			struct bufferevent *bev =
-			    evhttp_connection_get_bufferevent(b->c->evcon);
-			bufferevent_data_cb readcb = NULL;
-
-			if (bev != NULL) {
-				bufferevent_getcb(bev, &readcb, NULL, NULL, NULL);
-				if (readcb == NULL)
-					bufferevent_enable(bev, EV_READ);
-			}
-		}
-	}
-	evbuffer_remove_cb_entry(b->buf, b->ent);
-	evbuffer_free(b->buf);
-	free(b);
-}
 
 unsigned
 sbx_gate_connections(const struct sbx_gate *g)
 {
 	return g != NULL ? g->nconns : 0;
+}
+
+unsigned
+sbx_gate_keyless(const struct sbx_gate *g)
+{
+	return g != NULL ? g->nkeyless : 0;
+}
+
+size_t
+sbx_gate_buffered(const struct sbx_gate *g)
+{
+	const struct gconn *c;
+	struct bufferevent *bev;
+	size_t n = 0;
+
+	if (g == NULL)
+		return 0;
+	LIST_FOREACH(c, &g->conns, link) {
+		n += evbuffer_get_length(c->hold);
+		if (c->evcon != NULL && (bev =
+		    evhttp_connection_get_bufferevent(c->evcon)) != NULL)
+			n += evbuffer_get_length(bufferevent_get_input(bev));
+	}
+	return n;
 }

@@ -28,6 +28,12 @@ enum sbx_gate_verdict {
 	SBX_GATE_URI_TOO_LONG,   /* 414: request line alone longer than head_max */
 	SBX_GATE_TIMEOUT,        /* 408: head not complete within header_timeout */
 	SBX_GATE_OVERLOADED,     /* 503: max_connections connections already open */
+	/* 503 overloaded: this connection, without a credential yet, was the
+	 * oldest idle one of a full max_connections_keyless pool */
+	SBX_GATE_KEYLESS_FULL,
+	/* Only from a check function: the credential is good (a pass that
+	 * takes the connection out of the keyless pool, adr/0046). */
+	SBX_GATE_KEYED,
 };
 
 /* Limits of one gate; every one has a config key in both daemons
@@ -37,6 +43,17 @@ struct sbx_gate_limits {
 	unsigned headers_max;      /* header fields per request (100) */
 	int64_t header_timeout_ms; /* whole head within this, however it trickles (10 s) */
 	unsigned max_connections;  /* connections open at once on this server (512) */
+	/*
+	 * Connections no head of which has passed the check with a good
+	 * credential (SBX_GATE_KEYED) yet, part of max_connections (api: 64;
+	 * 0: no such pool, every connection counts as keyed). A new one over
+	 * the pool pushes out the oldest idle keyless one (SBX_GATE_KEYLESS_FULL),
+	 * or is refused so when none is idle (adr/0046).
+	 */
+	unsigned max_connections_keyless;
+	/* header_timeout of a keyless connection's heads, ms (api: 5 s; 0 or
+	 * more than header_timeout_ms: header_timeout_ms). */
+	int64_t keyless_header_timeout_ms;
 };
 
 /*
@@ -89,7 +106,9 @@ int sbx_gate_parse(const char *p, size_t n, const struct sbx_gate_limits *lim,
  * (NUL-terminated, NULL when the target does not parse). Must set *cap to
  * the largest body the route takes, bytes (0: none, or no such route) and
  * return SBX_GATE_PASS (credential good, or the route needs none) or
- * SBX_GATE_UNAUTHORIZED. Runs synchronously inside the socket read, so it
+ * SBX_GATE_UNAUTHORIZED; SBX_GATE_KEYED instead of SBX_GATE_PASS when the
+ * head carried a credential that verified (only those leave the keyless
+ * pool). Runs synchronously inside the socket read, so it
  * may not block for long (an indexed sqlite lookup is fine). A route-level
  * hook (e.g. a ticket in the query instead of a key) lives here: the target
  * with its query is in h->target.
@@ -127,7 +146,8 @@ enum sbx_gate_verdict sbx_gate_refused(const struct sbx_gate *g,
  * The JSON error for a refusal: sets err's code (proto/sbx_proto.h:
  * unauthorized, bad_request, too_large, head_too_large, uri_too_long,
  * request_timeout, overloaded) and a sentence. Returns the HTTP status
- * (sbx_err_http_status of that code), 0 for SBX_GATE_PASS.
+ * (sbx_err_http_status of that code), 0 for SBX_GATE_PASS and
+ * SBX_GATE_KEYED.
  */
 int sbx_gate_refusal(enum sbx_gate_verdict v, struct sbx_err *err);
 
@@ -200,6 +220,16 @@ void sbx_gate_body_free(struct sbx_gate_body *b);
 
 /* Connections open through g now (for tests and metrics). */
 unsigned sbx_gate_connections(const struct sbx_gate *g);
+
+/* Of those, the ones in the keyless pool (for tests and metrics). */
+unsigned sbx_gate_keyless(const struct sbx_gate *g);
+
+/* Request bytes read from the sockets of g's connections and not yet taken
+ * by evhttp, bytes: the gate's held input plus evhttp's input buffers
+ * (streamed bodies not counted; they have their own window). Pipelined
+ * heads keep it within about head_max + one socket read per connection
+ * (adr/0046). For tests and metrics; loop thread. */
+size_t sbx_gate_buffered(const struct sbx_gate *g);
 
 /*
  * The credential of an Authorization field value (SPEC §4): "Bearer CRED",

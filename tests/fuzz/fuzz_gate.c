@@ -26,7 +26,7 @@
 #include "fuzz.h"
 #include "sbx_gate.h"
 
-static const struct sbx_gate_limits lim = { 1024, 16, 10000, 64 };
+static const struct sbx_gate_limits lim = { 1024, 16, 10000, 64, 0, 0 };
 
 static int
 inside(const char *p, size_t n, const char *q, size_t qlen)

@@ -1,4 +1,4 @@
-/* test_api_auth.c - sandbox-api's credential check comes before the request body: a bad or missing key is answered 401 before one body byte is read, and a keyless CONNECT is 401 and closed (sbx_gate.h, adr/0008). */
+/* test_api_auth.c - sandbox-api's credential check comes before the request body: a bad or missing key is answered 401 before one body byte is read, a keyless CONNECT is 401 and closed (sbx_gate.h, adr/0008), and keyless connections cannot take a keyed client's slot (adr/0046). */
 #include <sys/socket.h>
 
 #include <errno.h>
@@ -122,6 +122,48 @@ test_keyless_connect_is_401_and_closed(void **state)
 	assert_memory_equal(buf, "HTTP/1.1 401", 12);
 }
 
+/*
+ * Issue 24 M1 without a key: more idle sockets than the keyless pool
+ * (and than max_connections) that never send a byte; a keyed request still
+ * gets 200, and the oldest idle ones were closed with 503 overloaded.
+ */
+static void
+test_idle_keyless_sockets_leave_keyed_clients_room(void **state)
+{
+	int fds[12], pushed = 0;
+	struct tu_res r;
+	char buf[2048];
+	ssize_t n;
+	size_t i;
+
+	(void)state;
+	assert_int_equal(T.cfg.max_connections_keyless, 64);
+	assert_int_equal(T.cfg.keyless_header_timeout, 5000);
+	tu_set("max_connections", "8");
+	tu_set("max_connections_keyless", "3");
+	tu_start_fake(KA, KB, KOP);
+	for (i = 0; i < 12; i++)
+		fds[i] = tu_raw_connect();
+	for (i = 0; i < 3; i++) {
+		memset(&r, 0, sizeof(r));
+		assert_int_equal(tu_req(&r, "GET", "/api/v1/npcs", KA, NULL),
+		    200);
+		tu_res_free(&r);
+	}
+	for (i = 0; i < 12; i++) {
+		n = recv(fds[i], buf, sizeof(buf) - 1, MSG_DONTWAIT);
+		if (n > 0) {
+			buf[n] = '\0';
+			pushed += strstr(buf, "HTTP/1.1 503") != NULL &&
+			    strstr(buf, "without a credential") != NULL;
+		}
+		close(fds[i]);
+	}
+	/* 12 idle, a pool of 3: the 9 oldest were pushed out (the keyed
+	 * requests' own connections pushed out more, before their key). */
+	assert_true(pushed >= 9);
+}
+
 int
 main(void)
 {
@@ -131,6 +173,9 @@ main(void)
 		    tu_down),
 		cmocka_unit_test_setup_teardown(
 		    test_keyless_connect_is_401_and_closed, tu_up, tu_down),
+		cmocka_unit_test_setup_teardown(
+		    test_idle_keyless_sockets_leave_keyed_clients_room, tu_up,
+		    tu_down),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

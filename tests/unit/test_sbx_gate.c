@@ -252,6 +252,11 @@ static struct {
 	struct event *tick;
 	size_t got, most;     /* bytes consumed; most ever buffered at once */
 	int bad_byte, saw_cl, planted_taken;
+	/* A second server: a keyless pool of 3, their heads within 1 s
+	 * (others' within 3 s). */
+	struct evhttp *http2;
+	struct sbx_gate *gate2;
+	int port2;
 } S;
 
 static enum sbx_gate_verdict
@@ -264,7 +269,7 @@ check(void *arg, const struct sbx_gate_head *h, const char *path,
 	    path != NULL && strcmp(path, "/stream") == 0 ? 64u << 20 : 0;
 	if (h->auth != NULL && h->alen == strlen("Bearer good-token-0123") &&
 	    strncasecmp(h->auth, "Bearer good-token-0123", h->alen) == 0)
-		return SBX_GATE_PASS;
+		return SBX_GATE_KEYED;
 	return SBX_GATE_UNAUTHORIZED;
 }
 
@@ -310,15 +315,18 @@ stream_tick(evutil_socket_t fd, short what, void *arg)
 	evbuffer_free(out);
 }
 
+#define BIG (32u << 20)   /* bytes of the /big reply */
+
 static void
 handler(struct evhttp_request *req, void *arg)
 {
 	struct evbuffer *out = evbuffer_new();
-	enum sbx_gate_verdict v = sbx_gate_refused(S.gate, req);
+	/* arg: the keyless-pool server's gate; NULL: the first server's. */
+	enum sbx_gate_verdict v = sbx_gate_refused(arg != NULL ? arg : S.gate,
+	    req);
 	struct sbx_err err;
 	int status = 200;
 
-	(void)arg;
 	if (v != SBX_GATE_PASS) {
 		status = sbx_gate_refusal(v, &err);
 		evbuffer_add_printf(out, "{\"error\":{\"code\":\"%s\","
@@ -351,6 +359,18 @@ handler(struct evhttp_request *req, void *arg)
 		evtimer_add(S.tick, &tv);
 		evbuffer_free(out);
 		return;
+	} else if (strcmp(evhttp_request_get_uri(req), "/big") == 0) {
+		/* A reply far larger than the sockets' buffers: its write
+		 * waits on a client that does not read. */
+		static char chunk[65536];
+		size_t i;
+
+		memset(chunk, 'x', sizeof(chunk));
+		for (i = 0; i < BIG / sizeof(chunk); i++)
+			evbuffer_add(out, chunk, sizeof(chunk));
+	} else if (strncmp(evhttp_request_get_uri(req), "/echo/", 6) == 0) {
+		evbuffer_add_printf(out, "{\"uri\":\"%s\"}\n",
+		    evhttp_request_get_uri(req));
 	} else {
 		if (sbx_gate_body_take(S.gate, req) != NULL)
 			S.planted_taken = 1;
@@ -396,6 +416,19 @@ server_setup(void **state)
 	assert_non_null(b);
 	getsockname(evhttp_bound_socket_get_fd(b), (struct sockaddr *)&sin, &sl);
 	S.port = ntohs(sin.sin_port);
+	lim.header_timeout_ms = 3000;
+	lim.max_connections = 16;
+	lim.max_connections_keyless = 3;
+	lim.keyless_header_timeout_ms = 1000;
+	S.http2 = evhttp_new(S.base);
+	S.gate2 = sbx_gate_new(S.base, S.http2, &lim, check, NULL, &err);
+	assert_non_null(S.gate2);
+	evhttp_set_gencb(S.http2, handler, S.gate2);
+	b = evhttp_bind_socket_with_handle(S.http2, "127.0.0.1", 0);
+	assert_non_null(b);
+	sl = sizeof(sin);
+	getsockname(evhttp_bound_socket_get_fd(b), (struct sockaddr *)&sin, &sl);
+	S.port2 = ntohs(sin.sin_port);
 	assert_int_equal(pthread_create(&S.th, NULL, loop, NULL), 0);
 	return 0;
 }
@@ -410,7 +443,7 @@ server_teardown(void **state)
 }
 
 static int
-dial(void)
+dial_port(int port)
 {
 	struct sockaddr_in sin;
 	struct timeval tv = { 10, 0 };
@@ -418,11 +451,17 @@ dial(void)
 
 	memset(&sin, 0, sizeof(sin));
 	sin.sin_family = AF_INET;
-	sin.sin_port = htons((uint16_t)S.port);
+	sin.sin_port = htons((uint16_t)port);
 	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	assert_int_equal(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	return fd;
+}
+
+static int
+dial(void)
+{
+	return dial_port(S.port);
 }
 
 /* Reads until the server closes (or 10 s pass); returns what came. */
@@ -720,6 +759,192 @@ test_server_caps_open_connections(void **state)
 }
 
 /*
+ * M1, keyless: idle connections that never send a key cannot take the
+ * slots keyed clients need. Three idle sockets fill the pool; each further
+ * one pushes out the oldest idle keyless one (503 overloaded with its
+ * sentence, closed); a keyed request on a new connection gets 200 and
+ * leaves the pool; a keyless connection's head is due within 1 s, not
+ * header_timeout (3 s).
+ */
+static void
+test_server_keyless_pool(void **state)
+{
+	const char *keyed = "GET /x HTTP/1.1\r\n" GOOD "\r\n";
+	int idle[9], fd, closed, pushed = 0;
+	struct pollfd pfd;
+	char buf[4096];
+	const char *r;
+	int64_t t0;
+	ssize_t n;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < 9; i++) {
+		idle[i] = dial_port(S.port2);
+		usleep(30 * 1000);
+	}
+	assert_true(sbx_gate_keyless(S.gate2) <= 3);
+	/* A keyed client still gets in and is answered. */
+	fd = dial_port(S.port2);
+	assert_int_equal(write(fd, keyed, strlen(keyed)), (ssize_t)strlen(keyed));
+	pfd.fd = fd;
+	pfd.events = POLLIN;
+	assert_int_equal(poll(&pfd, 1, 3000), 1);
+	n = read(fd, buf, sizeof(buf) - 1);
+	assert_true(n > 0);
+	buf[n] = '\0';
+	if (strstr(buf, "HTTP/1.1 200") == NULL)
+		fail_msg("keyed request refused: %s", buf);
+	/* It left the pool: three idle ones were there, one was pushed. */
+	assert_int_equal(sbx_gate_keyless(S.gate2), 2);
+	/* The oldest idle ones were pushed out, with the sentence. */
+	for (i = 0; i < 6; i++) {
+		r = read_all(idle[i], &closed);
+		if (strstr(r, "HTTP/1.1 503") != NULL &&
+		    strstr(r, "without a credential") != NULL && closed)
+			pushed++;
+		close(idle[i]);
+	}
+	assert_int_equal(pushed, 6);
+	for (i = 6; i < 9; i++)
+		close(idle[i]);
+	close(fd);
+	usleep(200 * 1000);
+	/* Alone in the pool: 408 after keyless_header_timeout. */
+	fd = dial_port(S.port2);
+	t0 = now_ms();
+	r = read_all(fd, &closed);
+	close(fd);
+	assert_non_null(strstr(r, "HTTP/1.1 408"));
+	if (now_ms() - t0 >= 2500)
+		fail_msg("keyless head deadline took %lld ms",
+		    (long long)(now_ms() - t0));
+}
+
+/* Counts "HTTP/1.1 200" in the n bytes at r and checks that the /echo/I
+ * replies come in order, I from 0; returns the count of 200s. */
+static size_t
+replies_in_order(const char *r, size_t n, size_t *echoes)
+{
+	const char *p = r, *end = r + n, *q;
+	size_t ok = 0;
+
+	*echoes = 0;
+	while ((q = memmem(p, (size_t)(end - p), "HTTP/1.1 ", 9)) != NULL) {
+		if (end - q > 12 && memcmp(q + 9, "200", 3) == 0)
+			ok++;
+		p = q + 9;
+	}
+	p = r;
+	while ((q = memmem(p, (size_t)(end - p), "\"uri\":\"/echo/", 13)) !=
+	    NULL) {
+		if ((size_t)strtoul(q + 13, NULL, 10) != *echoes)
+			fail_msg("reply %zu out of order", *echoes);
+		(*echoes)++;
+		p = q + 13;
+	}
+	return ok;
+}
+
+/* HTTP/1.1 pipelining: five requests in one write, five replies in order. */
+static void
+test_server_pipelining_keeps_order(void **state)
+{
+	char req[2048];
+	size_t n = 0, echoes;
+	int i, closed;
+	const char *r;
+
+	(void)state;
+	for (i = 0; i < 5; i++)
+		n += (size_t)snprintf(req + n, sizeof(req) - n,
+		    "GET /echo/%d HTTP/1.1\r\n" GOOD "%s\r\n", i,
+		    i == 4 ? "Connection: close\r\n" : "");
+	r = exchange(req, n, &closed);
+	assert_int_equal(replies_in_order(r, strlen(r), &echoes), 5);
+	assert_int_equal(echoes, 5);
+	assert_int_equal(closed, 1);
+}
+
+/*
+ * M3: a client pipelines 1,000 heads behind a request whose reply it does
+ * not read. The server's buffered request bytes stay within one head and
+ * one socket read (not the 400 KB sent); once the client reads, every
+ * request is answered, in order.
+ */
+static void
+test_server_pipelined_heads_stay_bounded(void **state)
+{
+	const size_t heads = 1000, bound = LIM.head_max + 16384;
+	size_t cap = BIG + heads * 256, got = 0, len = 0, off = 0, echoes,
+	    most = 0, b;
+	char *out = malloc(heads * 512 + 512), *in = malloc(cap), pad[301];
+	struct pollfd pfd;
+	int fd = dial(), stalls = 0;
+	int64_t t0;
+	ssize_t r;
+	size_t i;
+
+	(void)state;
+	assert_non_null(out);
+	assert_non_null(in);
+	memset(pad, 'p', sizeof(pad) - 1);
+	pad[sizeof(pad) - 1] = '\0';
+	len = (size_t)sprintf(out, "GET /big HTTP/1.1\r\n" GOOD "\r\n");
+	for (i = 0; i < heads; i++)
+		len += (size_t)sprintf(out + len, "GET /echo/%zu HTTP/1.1\r\n"
+		    GOOD "X-Pad: %s\r\n%s\r\n", i, pad,
+		    i == heads - 1 ? "Connection: close\r\n" : "");
+	/* Write without reading until the sockets are full. */
+	pfd.fd = fd;
+	pfd.events = POLLOUT;
+	while (off < len && stalls < 5) {
+		if (poll(&pfd, 1, 100) <= 0) {
+			stalls++;
+			continue;
+		}
+		r = send(fd, out + off, len - off > 4096 ? 4096 : len - off,
+		    MSG_DONTWAIT);
+		if (r > 0)
+			off += (size_t)r;
+	}
+	usleep(300 * 1000);
+	b = sbx_gate_buffered(S.gate);
+	if (b > bound)
+		fail_msg("%zu request bytes buffered (%zu sent), bound %zu", b,
+		    off, bound);
+	/* Now read: everything is answered, in order, and stays bounded. */
+	t0 = now_ms();
+	for (;;) {
+		pfd.events = POLLIN | (off < len ? POLLOUT : 0);
+		if (now_ms() - t0 > 60000)
+			fail_msg("replies stalled at %zu bytes", got);
+		if (poll(&pfd, 1, 1000) <= 0)
+			continue;
+		if ((pfd.revents & POLLOUT) && off < len &&
+		    (r = send(fd, out + off, len - off, MSG_DONTWAIT)) > 0)
+			off += (size_t)r;
+		if (pfd.revents & (POLLIN | POLLHUP)) {
+			if (got == cap)
+				fail_msg("more reply bytes than expected");
+			if ((r = recv(fd, in + got, cap - got, MSG_DONTWAIT)) == 0)
+				break;
+			if (r > 0)
+				got += (size_t)r;
+		}
+		if ((b = sbx_gate_buffered(S.gate)) > most)
+			most = b;
+	}
+	close(fd);
+	assert_int_equal(replies_in_order(in, got, &echoes), heads + 1);
+	assert_int_equal(echoes, heads);
+	if (most > bound)
+		fail_msg("%zu request bytes buffered while replying", most);
+	free(out);
+	free(in);
+}
+
+/*
  * The one Authorization grammar both daemons accept (sbx_gate_bearer):
  * what is the credential, byte for byte, and what is no credential at all.
  */
@@ -788,6 +1013,9 @@ main(void)
 		cmocka_unit_test(test_server_head_limits),
 		cmocka_unit_test(test_server_trickled_head_meets_header_timeout),
 		cmocka_unit_test(test_server_caps_open_connections),
+		cmocka_unit_test(test_server_pipelining_keeps_order),
+		cmocka_unit_test(test_server_pipelined_heads_stay_bounded),
+		cmocka_unit_test(test_server_keyless_pool),
 	};
 	int rc = cmocka_run_group_tests_name("parser", parser, NULL, NULL);
 

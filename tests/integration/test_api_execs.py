@@ -528,8 +528,12 @@ class ExecResourceTest(unittest.TestCase):
         ms = duration(full)
         self.assertEqual(st["bytes_out"], 40 * 49153)
         print("exec duration: %d ms with 100 viewers (one stalled), %d ms with none" % (ms, base_ms))
-        # The stalled viewer cost the exec nothing.
-        self.assertLessEqual(ms, base_ms * 1.10 + 50, (ms, base_ms))
+        # The stalled viewer held nothing up: a producer it held would wait
+        # for the whole viewer_stall (3 s) before the viewer is cut off, so
+        # the exec would take at least that much longer than the one with no
+        # viewer. The margin below it absorbs the load of the other lanes of
+        # `make check` (adr/0039): 10% + 50 ms failed once at +3 ms there.
+        self.assertLess(ms, base_ms * 1.10 + 2000, (ms, base_ms))
         # It was cut off (viewer_stall) and can resume where it stopped.
         sbxtest.wait_until(lambda: not stalled.pump(), 60, "stalled viewer cut off")
         have = parse_blocks(stalled.raw)

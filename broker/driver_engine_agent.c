@@ -600,21 +600,28 @@ eng_agent_forget(struct engine *e, const char *id)
 	ag->st_valid = 0;
 }
 
+/* Takes ag out of e's table and frees it with its channel and its
+ * runtime call; a starter op still pointing at it is told it is gone. */
+static void
+agent_free(struct engine *e, struct eng_agent *ag)
+{
+	TAILQ_REMOVE(&e->agents, ag, link);
+	if (ag->starter != NULL) {
+		ago(ag->starter)->ag = NULL;
+		ag->starter = NULL;
+	}
+	sbx_http_req_cancel(ag->http);
+	sbx_agent_chan_free(ag->ch);
+	free(ag);
+}
+
 void
 eng_agents_free(struct engine *e)
 {
 	struct eng_agent *ag;
 
-	while ((ag = TAILQ_FIRST(&e->agents)) != NULL) {
-		TAILQ_REMOVE(&e->agents, ag, link);
-		if (ag->starter != NULL) {
-			ago(ag->starter)->ag = NULL;
-			ag->starter = NULL;
-		}
-		sbx_http_req_cancel(ag->http);
-		sbx_agent_chan_free(ag->ch);
-		free(ag);
-	}
+	while ((ag = TAILQ_FIRST(&e->agents)) != NULL)
+		agent_free(e, ag);
 }
 
 size_t
@@ -631,10 +638,7 @@ sbx_engine_agents_close_idle(struct sbx_driver *d)
 			busy++;
 			continue;
 		}
-		TAILQ_REMOVE(&e->agents, ag, link);
-		sbx_http_req_cancel(ag->http);
-		sbx_agent_chan_free(ag->ch);
-		free(ag);
+		agent_free(e, ag);
 	}
 	return busy;
 }

@@ -32,15 +32,6 @@
 #include "sbx_time.h"
 #include "sbx_wire.h"
 
-/* Until agent protocol 4 (adr/0049) names them: the numbers of section 1
- * of the design both ends share. */
-#ifndef SBX_AGENT_T_CTRL
-#define SBX_AGENT_T_CTRL 11
-#endif
-#ifndef SBX_AGENT_T_EVENT
-#define SBX_AGENT_T_EVENT 12
-#endif
-
 #define LINK_STREAM 1
 /* Input credit goes back in WINDOW frames of at least this many bytes
  * (or whatever was taken when the input ran dry). */
@@ -99,7 +90,7 @@ put_event(struct blink *l, struct evbuffer *line)
 {
 	size_t n = evbuffer_get_length(line);
 
-	if (n > 0 && n - 1 <= 4096)
+	if (n > 1 && n - 1 <= SBX_AGENT_EVENT_MAX)
 		put_frame(l, SBX_AGENT_T_EVENT, 0, evbuffer_pullup(line, -1),
 		    (uint32_t)(n - 1));
 	evbuffer_drain(line, n);
@@ -323,7 +314,9 @@ link_frame(void *arg, const struct sbx_agent_frame *f, const unsigned char *p,
 {
 	struct blink *l = arg;
 	struct sbx_session_ctl c;
+	struct sbx_agent_ctrl ac;
 	struct sbx_err err;
+	const char *why;
 	uint32_t w;
 
 	(void)last;
@@ -350,21 +343,16 @@ link_frame(void *arg, const struct sbx_agent_frame *f, const unsigned char *p,
 		l->cancelled = 1;       /* link_read ends the link */
 		return -1;
 	case SBX_AGENT_T_CTRL:
-		if (n != 8)
+		if (sbx_agent_ctrl_parse(p, n, &ac, &why) < 0)
 			return -1;
 		memset(&c, 0, sizeof(c));
-		switch (sbx_agent_get32(p)) {
-		case 1:
+		if (ac.kind == SBX_AGENT_CTRL_RESIZE) {
 			c.kind = SBX_SESSION_RESIZE;
-			c.cols = (p[4] << 8) | p[5];
-			c.rows = (p[6] << 8) | p[7];
-			break;
-		case 2:
+			c.cols = (int)ac.a;
+			c.rows = (int)ac.b;
+		} else {
 			c.kind = SBX_SESSION_SIGNAL;
-			c.signo = (int)sbx_agent_get32(p + 4);
-			break;
-		default:
-			return -1;
+			c.signo = (int)ac.a;
 		}
 		/* A control the session cannot take (it ended, a resize of an
 		 * exec) changes nothing; the api checked the ranges. */

@@ -4,6 +4,7 @@
 import json
 import os
 import re
+import signal
 import socket
 import struct
 import threading
@@ -270,6 +271,52 @@ class SessionTest(BrokerTestCase):
         last = s.wait_end(10)
         self.assertEqual(last["type"], "error", s.events)
         self.assertTrue(wait_until(lambda: not procs(self.client, self.sid, rb"sleep 741"), 5.0, 0.1))
+
+
+class SessionLimitsTest(BrokerTestCase):
+    """A session is an exec to the limits and to recovery: it counts in
+    max_execs_per_sandbox, and a broker SIGKILLed under it leaves no
+    process behind."""
+
+    limits = {"max_execs": 2}
+
+    @classmethod
+    def setUpSandboxes(cls):
+        cls.sid = cls.new_id("slim")
+        cls.ensure_ok(cls.sid)
+
+    def open(self, body):
+        s = Session(self.broker.sock, self.broker.token, self.sid, body)
+        self.addCleanup(s.close)
+        return s
+
+    def test_a_session_counts_as_an_exec(self):
+        s = self.open({"kind": "exec", "argv": ["cat"]})
+        self.assertEqual(s.status, 101)
+        s2 = self.open({"kind": "exec", "argv": ["cat"]})
+        self.assertEqual(s2.status, 101)
+        t = self.open({"kind": "exec", "argv": ["cat"]})
+        self.assertEqual((t.status, t.body["error"]["code"]), (429, "too_many"))
+        r = self.client.request("POST", "/v1/sandboxes/%s/exec" % self.sid, {"argv": ["true"]})
+        self.assertEqual((r.status, r.error_code()), (429, "too_many"), r)
+        s.eof()
+        self.assertEqual(s.wait_end()["code"], 0)
+        self.assertTrue(wait_until(lambda: self.client.request(
+            "POST", "/v1/sandboxes/%s/exec" % self.sid, {"argv": ["true"]}).status == 200, 5.0, 0.1))
+        s2.eof()
+        self.assertEqual(s2.wait_end()["code"], 0)
+
+    def test_sigkill_of_the_broker_leaves_no_process(self):
+        s = self.open({"kind": "exec", "argv": ["sh", "-c", "sleep 751 & sleep 752"]})
+        self.assertEqual(s.status, 101)
+        self.assertTrue(wait_until(lambda: len(procs(self.client, self.sid, rb"sleep 75[12]")) == 2, 5.0, 0.1))
+        self.broker.proc.send_signal(signal.SIGKILL)
+        self.broker.proc.wait(5)
+        self.assertEqual(s.wait_end(10)["type"], "start", "a killed broker sent an end")
+        self.broker.stop()
+        self.broker.start()
+        self.assertTrue(wait_until(lambda: not procs(self.client, self.sid, rb"sleep 75[12]"), 10.0, 0.25),
+                        "the session's processes outlived the broker")
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ struct blink {
 	int eof_in, closed_in;          /* EOF came; told the session */
 	int ending;                     /* last frame queued: flush, then end */
 	int cancelled;                  /* the api sent CANCEL */
+	struct evbuffer *final;         /* the last EVENT, waiting for held output */
 	char outcome[48];
 };
 
@@ -136,6 +137,8 @@ link_detach(struct breq *b)
 		evbuffer_free(l->in);
 	if (l->held != NULL)
 		evbuffer_free(l->held);
+	if (l->final != NULL)
+		evbuffer_free(l->final);
 	free(l);
 }
 
@@ -209,7 +212,10 @@ set_paused(struct blink *l, int on)
 		sbx_op_resume(l->b->op);
 }
 
-/* Sends held output as credit allows. */
+static void link_end(struct blink *l, const char *outcome);
+
+/* Sends held output as credit allows; once none is left, the session's
+ * last EVENT if it ended meanwhile. */
 static void
 held_flush(struct blink *l)
 {
@@ -232,6 +238,12 @@ held_flush(struct blink *l)
 		put_frame(l, SBX_AGENT_T_DATA, l->held_stream, buf, (uint32_t)n);
 		l->held_left -= n;
 		l->out_credit -= n;
+	}
+	if (l->final != NULL && evbuffer_get_length(l->held) == 0 &&
+	    !l->ending) {
+		put_event(l, l->final);
+		link_end(l, l->outcome);
+		return;
 	}
 	set_paused(l, evbuffer_get_length(l->held) > 0 || l->out_credit == 0);
 }
@@ -461,6 +473,16 @@ s_start(void *arg, const char *exec_id)
 		link_read(l->bev, l);
 }
 
+/* The session ended with the EVENT in ev (taken): it goes after the output
+ * still held, which waits for the api's credit like any other. */
+static void
+link_last(struct blink *l, struct evbuffer *ev, const char *outcome)
+{
+	snprintf(l->outcome, sizeof(l->outcome), "%s", outcome);
+	l->final = ev;
+	held_flush(l);
+}
+
 /* The session ended: the held output, then the exit, then the end. */
 static void
 s_exit(void *arg, const struct sbx_exit *ex)
@@ -474,34 +496,13 @@ s_exit(void *arg, const struct sbx_exit *ex)
 		    "session before it started.");
 		return;
 	}
-	/* Output still held waits for the api's credit: the exit follows it. */
-	if (evbuffer_get_length(l->held) > 0) {
-		unsigned char buf[SBX_AGENT_DATA_MAX];
-		size_t n;
-
-		while (evbuffer_get_length(l->held) > 0) {
-			if (l->held_left == 0) {
-				unsigned char rh[5];
-
-				evbuffer_remove(l->held, rh, sizeof(rh));
-				l->held_stream = rh[0];
-				l->held_left = sbx_agent_get32(rh + 1);
-				continue;
-			}
-			n = l->held_left < sizeof(buf) ? l->held_left : sizeof(buf);
-			evbuffer_remove(l->held, buf, n);
-			put_frame(l, SBX_AGENT_T_DATA, l->held_stream, buf,
-			    (uint32_t)n);
-			l->held_left -= n;
-		}
+	if ((ev = evbuffer_new()) == NULL) {
+		link_cancel(l, SBX_E_INTERNAL, "out of memory");
+		return;
 	}
-	if ((ev = evbuffer_new()) != NULL) {
-		sbx_ndjson_exit(ev, ex->code, ex->signal, ex->duration_ms,
-		    ex->truncated);
-		put_event(l, ev);
-		evbuffer_free(ev);
-	}
-	link_end(l, "ok");
+	sbx_ndjson_exit(ev, ex->code, ex->signal, ex->duration_ms,
+	    ex->truncated);
+	link_last(l, ev, "ok");
 }
 
 static void
@@ -517,12 +518,12 @@ s_error(void *arg, const struct sbx_err *err)
 	}
 	if (broker_is_runtime_code(err->code))
 		broker_metrics_runtime_error(l->b->s->metrics, err->code);
-	if ((ev = evbuffer_new()) != NULL) {
-		sbx_ndjson_error(ev, err->code, err->message);
-		put_event(l, ev);
-		evbuffer_free(ev);
+	if ((ev = evbuffer_new()) == NULL) {
+		link_cancel(l, SBX_E_INTERNAL, "out of memory");
+		return;
 	}
-	link_end(l, err->code);
+	sbx_ndjson_error(ev, err->code, err->message);
+	link_last(l, ev, err->code);
 }
 
 /* ---------- the handler ---------- */

@@ -43,7 +43,8 @@ class Session:
     A reader thread collects output (granting credit as it reads) and
     events; send() spends the input credit the broker gives."""
 
-    def __init__(self, sock_path, token, sid, body, headers=None, timeout=30):
+    def __init__(self, sock_path, token, sid, body, headers=None, timeout=30, grant=True):
+        self.grant = grant
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
         self.sock.connect(sock_path)
@@ -112,7 +113,7 @@ class Session:
                     else:
                         raise AssertionError("frame type %d from the broker" % t)
                     self.cv.notify_all()
-                if t == T_DATA:
+                if t == T_DATA and self.grant:
                     self.raw(frame(T_WINDOW, 1, struct.pack(">I", n)))
         except (EOFError, OSError):
             pass
@@ -176,9 +177,9 @@ class SessionTest(BrokerTestCase):
         cls.sid = cls.new_id("sess")
         cls.ensure_ok(cls.sid)
 
-    def open(self, body, sid=None, token=..., headers=None):
+    def open(self, body, sid=None, token=..., headers=None, grant=True):
         s = Session(self.broker.sock, self.broker.token if token is ... else token,
-                    sid or self.sid, body, headers)
+                    sid or self.sid, body, headers, grant=grant)
         self.addCleanup(s.close)
         return s
 
@@ -213,6 +214,23 @@ class SessionTest(BrokerTestCase):
         # the session was audited and counted like an exec
         m = self.client.metrics().body.decode()
         self.assertRegex(m, r'sbx_broker_requests_total\{op="session",code="101"\} [1-9]')
+
+    def test_output_waits_for_the_clients_credit(self):
+        # A client that gives no credit back gets one window, no more, and
+        # the exit only after the rest of the output, once it gives credit.
+        s = self.open({"kind": "exec", "argv": ["head", "-c", str(MiB), "/dev/zero"]}, grant=False)
+        self.assertEqual(s.status, 101)
+        base = self.broker.rss_kib()
+        self.assertTrue(s.wait(lambda x: len(x.out[1]) >= WINDOW, 10))
+        time.sleep(1.0)
+        with s.cv:
+            self.assertEqual(len(s.out[1]), WINDOW)
+            self.assertEqual([e["type"] for e in s.events], ["start"])
+        self.assertLess(self.broker.rss_kib() - base, 8 * 1024, "broker RSS grew while output waited")
+        s.raw(frame(T_WINDOW, 1, struct.pack(">I", MiB)))
+        last = s.wait_end()
+        self.assertEqual((last["type"], last["code"]), ("exit", 0), s.events)
+        self.assertEqual(bytes(s.out[1]), b"\0" * MiB)
 
     def test_output_cap_as_exec(self):
         s = self.open({"kind": "exec", "argv": ["head", "-c", "3000000", "/dev/zero"],

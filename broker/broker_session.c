@@ -176,8 +176,12 @@ link_end(struct blink *l, const char *outcome)
 	l->ending = 1;
 	snprintf(l->outcome, sizeof(l->outcome), "%s", outcome);
 	bufferevent_set_timeouts(l->bev, NULL, &tv);
+	/* Never from here: the caller may be inside the decoder or a sink
+	 * callback. The write callback comes from the loop once the output
+	 * is empty (now, if it is already). */
 	if (evbuffer_get_length(bufferevent_get_output(l->bev)) == 0)
-		link_finish(l);
+		bufferevent_trigger(l->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS |
+		    BEV_TRIG_DEFER_CALLBACKS);
 }
 
 /* The link broke (the api's frames, or memory): the api hears why. */
@@ -416,8 +420,7 @@ link_written(struct bufferevent *bev, void *arg)
 {
 	struct blink *l = arg;
 
-	(void)bev;
-	if (l->ending)
+	if (l->ending && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
 		link_finish(l);
 }
 

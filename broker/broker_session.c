@@ -127,6 +127,9 @@ link_detach(struct breq *b)
 			put_event(l, ev);
 			evbuffer_free(ev);
 		}
+		/* A socket bufferevent keeps its output's start frozen
+		 * between its own writes: thawed for this last one. */
+		evbuffer_unfreeze(bufferevent_get_output(l->bev), 1);
 		(void)evbuffer_write(bufferevent_get_output(l->bev),
 		    bufferevent_getfd(l->bev));
 		sbx_gate_upgraded_close(b->s->gate, l->bev);

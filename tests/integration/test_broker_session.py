@@ -296,7 +296,7 @@ class SessionLimitsTest(BrokerTestCase):
     max_execs_per_sandbox, and a broker SIGKILLed under it leaves no
     process behind."""
 
-    limits = {"max_execs": 2}
+    limits = {"max_execs": 2, "shutdown_grace_ms": 500}
 
     @classmethod
     def setUpSandboxes(cls):
@@ -323,6 +323,22 @@ class SessionLimitsTest(BrokerTestCase):
             "POST", "/v1/sandboxes/%s/exec" % self.sid, {"argv": ["true"]}).status == 200, 5.0, 0.1))
         s2.eof()
         self.assertEqual(s2.wait_end()["code"], 0)
+
+    def test_sigterm_ends_an_open_session_after_the_grace(self):
+        s = self.open({"kind": "exec", "argv": ["sh", "-c", "sleep 757"]})
+        self.assertEqual(s.status, 101)
+        self.assertTrue(wait_until(lambda: procs(self.client, self.sid, rb"sleep 757"), 5.0, 0.1))
+        t0 = time.monotonic()
+        self.broker.proc.send_signal(signal.SIGTERM)
+        last = s.wait_end(10)
+        self.assertEqual((last["type"], last.get("code")), ("error", "shutting_down"),
+                         (s.events, self.broker.log_text()[-3000:]))
+        self.assertLess(time.monotonic() - t0, 5.0)
+        self.assertEqual(self.broker.proc.wait(10), 0, "the broker did not exit 0 after draining")
+        self.broker.stop()
+        self.broker.start()
+        self.assertTrue(wait_until(lambda: not procs(self.client, self.sid, rb"sleep 757"), 10.0, 0.25),
+                        "the session's process outlived the drain")
 
     def test_sigkill_of_the_broker_leaves_no_process(self):
         s = self.open({"kind": "exec", "argv": ["sh", "-c", "sleep 751 & sleep 752"]})

@@ -597,6 +597,7 @@ void
 term_end(struct api_term *t, const char *state, const char *code,
     const char *message)
 {
+	static const struct timeval soon = { 0, 0 };
 	struct api_viewer *v;
 
 	snprintf(t->state, sizeof(t->state), "%s", state);
@@ -622,6 +623,9 @@ term_end(struct api_term *t, const char *state, const char *code,
 	viewers_reap(t);
 	if (viewers_live(t) == 0)
 		ring_free(t);
+	/* The record bounds may remove an older ended terminal now. */
+	if (t->s->terms_sweep != NULL)
+		evtimer_add(t->s->terms_sweep, &soon);
 }
 
 void
@@ -742,11 +746,14 @@ term_forget(struct api_term *t)
 	sbx_err_clear(&e);
 	sbx_err_set(&e, SBX_E_NOT_FOUND, "The terminal's record was removed "
 	    "(terminal_retention, terminal_records_per_principal).");
+	t->delivering++;   /* a callback that detaches does not free yet */
 	for (v = t->viewers; v != NULL; v = v->next)
 		if (!v->dead && !v->ended_sent) {
 			v->ended_sent = 1;
 			v->ops->ended(v->arg, t->state, t->code, NULL, &e);
 		}
+	t->delivering--;
+	viewers_reap(t);
 	term_path(path, sizeof(path), t, NULL);
 	if ((d = opendir(path)) != NULL) {
 		while ((de = readdir(d)) != NULL) {

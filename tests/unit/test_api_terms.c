@@ -872,6 +872,38 @@ test_tickets_authorise_one_terminal_only(void **state)
 	tu_res_free(&r);
 }
 
+static void
+test_ended_terminals_beyond_the_records_bound_are_forgotten(void **state)
+{
+	struct tu_res r = { 0 };
+	char id1[32], id2[32], id3[32], path[160];
+	struct tsess *s1, *s2;
+	struct rec c;
+	struct api_viewer *v;
+	uint64_t st;
+
+	(void)state;
+	tu_set("terminal_records_per_principal", "1");
+	start();
+	s1 = create(NULL, id1);
+	s2 = create(NULL, id2);
+	v = attach(id1, 0, &c, &st);
+	ts_exit(s1, 0);
+	ts_exit(s2, 0);
+	tu_spin(50);
+	/* id1 is older, but a viewer keeps it. */
+	snprintf(path, sizeof(path), "/api/v1/npcs/n1/sandbox/terminals/%s", id1);
+	assert_int_equal(tu_req(&r, "GET", path, KA, NULL), 200);
+	api_viewer_detach(v);
+	evbuffer_free(c.got);
+	/* Once unviewed it goes at the next sweep; the newer one stays. */
+	s2 = create(NULL, id3);
+	ts_exit(s2, 0);
+	tu_spin(50);
+	assert_int_equal(tu_req(&r, "GET", path, KA, NULL), 404);
+	tu_res_free(&r);
+}
+
 int
 main(void)
 {
@@ -899,6 +931,9 @@ main(void)
 		    down),
 		cmocka_unit_test_setup_teardown(
 		    test_tickets_authorise_one_terminal_only, up, down),
+		cmocka_unit_test_setup_teardown(
+		    test_ended_terminals_beyond_the_records_bound_are_forgotten,
+		    up, down),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

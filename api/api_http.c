@@ -179,6 +179,18 @@ limit_take(struct api_server *s, struct api_limit *l)
 /* ------------------------------------------------------------------ */
 /* Dispatch                                                            */
 
+/* The bearer API key of an Authorization value (1, 0, -1 as api_auth_fn). */
+static int
+bearer_auth(struct api_server *s, const char *authz, struct api_principal *who)
+{
+	const char *key;
+	size_t keylen = 0;
+
+	key = sbx_gate_bearer(authz, &keylen);
+	return key != NULL ? api_store_authenticate(s->store, key, keylen,
+	    who) : 0;
+}
+
 /*
  * The events route's credential: the bearer key when an Authorization
  * header is present (then a ticket is not looked at), else ?ticket= of
@@ -188,16 +200,9 @@ static int
 events_auth(struct api_server *s, const char *npc, const char *id,
     const char *query, const char *authz, int final, struct api_principal *who)
 {
-	const char *key;
-	size_t keylen = 0;
-
 	(void)final;
-	if (authz != NULL) {
-		key = sbx_gate_bearer(authz, &keylen);
-		return key != NULL ? api_store_authenticate(s->store, key,
-		    keylen, who) : 0;
-	}
-	return api_execs_ticket_auth(s, npc, id, query, who);
+	return authz != NULL ? bearer_auth(s, authz, who) :
+	    api_execs_ticket_auth(s, npc, id, query, who);
 }
 
 /* A terminal route's credential: the bearer key when an Authorization
@@ -207,16 +212,9 @@ static int
 term_auth(struct api_server *s, const char *npc, const char *id,
     const char *query, const char *authz, int final, struct api_principal *who)
 {
-	const char *key;
-	size_t keylen = 0;
-
 	(void)final;
-	if (authz != NULL) {
-		key = sbx_gate_bearer(authz, &keylen);
-		return key != NULL ? api_store_authenticate(s->store, key,
-		    keylen, who) : 0;
-	}
-	return api_term_ticket_auth(s, npc, id, query, who);
+	return authz != NULL ? bearer_auth(s, authz, who) :
+	    api_term_ticket_auth(s, npc, id, query, who);
 }
 
 /*

@@ -6,7 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/socket.h>
+
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
@@ -20,6 +23,7 @@
 #include "sbx_wire.h"
 
 #define TERM_SSE_HIGH_WATER ((size_t)256 * 1024)
+#define TERM_SSE_SNDBUF (128 * 1024)   /* SO_SNDBUF of an SSE viewer's socket */
 
 /* ------------------------------------------------------------------ */
 /* Create, list, get, delete                                           */
@@ -343,7 +347,9 @@ int
 api_h_terms_output(struct areq *a, struct sbx_err *err)
 {
 	struct api_term *t;
+	struct bufferevent *bev;
 	uint64_t off, start;
+	int sfd, sndbuf = TERM_SSE_SNDBUF;
 
 	if ((t = term_of(a, err)) == NULL || offset_query(a, &off, err) == -1)
 		return -1;
@@ -355,6 +361,12 @@ api_h_terms_output(struct areq *a, struct sbx_err *err)
 	a->sse = 1;
 	if (areq_stream_begin(a, SBX_CT_SSE, TERM_SSE_HIGH_WATER) == -1)
 		return 0;   /* a ended (sse_end) */
+	/* A fixed kernel send buffer: a viewer that stops reading holds at
+	 * most TERM_SSE_SNDBUF there plus TERM_SSE_HIGH_WATER here. */
+	bev = evhttp_connection_get_bufferevent(a->h.conn);
+	if (bev != NULL && (sfd = bufferevent_getfd(bev)) >= 0 &&
+	    setsockopt(sfd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)) == -1)
+		log_debug("cannot set a viewer's send buffer", NULL);
 	evbuffer_add_printf(a->h.chunk, "retry: %lld\n\n", a->s->cfg->sse_retry);
 	sse_event(a, "hello", UINT64_MAX, json_pack("{s:s,s:I,s:b,s:s}", "id",
 	    t->id, "offset", (json_int_t)start, "pty", t->pty, "state",

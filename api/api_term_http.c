@@ -229,15 +229,47 @@ utf8_valid(const unsigned char *p, size_t n)
 	return ok;
 }
 
+/* An SSE viewer: its request, and the end of a UTF-8 character that the
+ * last piece began and did not complete, held back (at most 3 bytes) so
+ * that text goes out as "data", not cut into base64 pieces. */
+struct sse_view {
+	struct areq *a;
+	unsigned char hold[4];
+	size_t nhold;
+	uint64_t hold_off;
+	int hold_stream;
+};
+
+/* Bytes at the end of p (n bytes) that begin a UTF-8 character p does
+ * not complete (RFC 3629 lead bytes); 0 when none. */
+static size_t
+utf8_tail(const unsigned char *p, size_t n)
+{
+	size_t i, want;
+	unsigned char c;
+
+	for (i = 1; i <= 3 && i <= n; i++) {
+		c = p[n - i];
+		if ((c & 0xC0) == 0x80)
+			continue;
+		want = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 :
+		    c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+		return want > i ? i : 0;
+	}
+	return 0;
+}
+
+/* One output event (not sent yet): text when p is UTF-8, else base64. */
 static void
-sse_output(void *arg, int stream, uint64_t offset, const unsigned char *p,
+sse_piece(struct areq *a, int stream, uint64_t offset, const unsigned char *p,
     size_t n)
 {
-	struct areq *a = arg;
 	json_t *o;
 	char *b64;
 	size_t cap;
 
+	if (n == 0)
+		return;
 	if (utf8_valid(p, n))
 		o = json_pack("{s:I,s:i,s:s%}", "offset", (json_int_t)offset,
 		    "stream", stream, "data", (const char *)p, n);
@@ -251,16 +283,61 @@ sse_output(void *arg, int stream, uint64_t offset, const unsigned char *p,
 		free(b64);
 	}
 	sse_event(a, "output", offset + n, o);
+}
+
+/* The held bytes as they are (the character never completed). */
+static void
+sse_hold_out(struct sse_view *sv)
+{
+	if (sv->nhold > 0)
+		sse_piece(sv->a, sv->hold_stream, sv->hold_off, sv->hold,
+		    sv->nhold);
+	sv->nhold = 0;
+}
+
+static void
+sse_output(void *arg, int stream, uint64_t offset, const unsigned char *p,
+    size_t n)
+{
+	struct sse_view *sv = arg;
+	struct areq *a = sv->a;
+	unsigned char *buf = NULL;
+	const unsigned char *q = p;
+	uint64_t at = offset;
+	size_t m = n, tail;
+
+	if (sv->nhold > 0 && (sv->hold_stream != stream ||
+	    sv->hold_off + sv->nhold != offset))
+		sse_hold_out(sv);
+	if (sv->nhold > 0) {
+		if ((buf = malloc(sv->nhold + n)) == NULL)
+			return;
+		memcpy(buf, sv->hold, sv->nhold);
+		memcpy(buf + sv->nhold, p, n);
+		q = buf;
+		m = sv->nhold + n;
+		at = sv->hold_off;
+		sv->nhold = 0;
+	}
+	tail = utf8_tail(q, m);
+	sse_piece(a, stream, at, q, m - tail);
+	memcpy(sv->hold, q + m - tail, tail);
+	sv->nhold = tail;
+	sv->hold_off = at + m - tail;
+	sv->hold_stream = stream;
+	free(buf);
 	areq_ping_arm(a);
-	areq_stream_flush(a);   /* may end a: nothing after this */
+	areq_stream_flush(a);   /* may end a (and free sv): nothing after this */
 }
 
 static void
 sse_ended(void *arg, const char *state, int code, const char *signal,
     const struct sbx_err *err)
 {
-	struct areq *a = arg;
+	struct sse_view *sv = arg;
+	struct areq *a = sv->a;
 
+	sse_hold_out(sv);
 	if (err != NULL && strcmp(state, "exited") != 0)
 		sse_event(a, "error", UINT64_MAX, json_pack("{s:s,s:s,s:s}",
 		    "state", state, "code", err->code, "message", err->message));
@@ -269,9 +346,7 @@ sse_ended(void *arg, const char *state, int code, const char *signal,
 		    "state", state, "code", code >= 0 ? json_integer(code) :
 		    json_null(), "signal", signal != NULL ? json_string(signal) :
 		    json_null()));
-	api_viewer_detach(a->tviewer);
-	a->tviewer = NULL;
-	areq_stream_end(a, "ok");
+	areq_stream_end(a, "ok");   /* sse_end detaches and frees sv */
 }
 
 static void
@@ -284,9 +359,10 @@ sse_writer(void *arg, int you)
 static void
 sse_skipped(void *arg, uint64_t from, uint64_t to)
 {
-	struct areq *a = arg;
+	struct sse_view *sv = arg;
 
-	sse_event(a, "reset", UINT64_MAX, json_pack("{s:I,s:I,s:s}", "from",
+	sse_hold_out(sv);
+	sse_event(sv->a, "reset", UINT64_MAX, json_pack("{s:I,s:I,s:s}", "from",
 	    (json_int_t)from, "to", (json_int_t)to, "message", "This viewer "
 	    "fell behind the scrollback (terminal_scrollback); the bytes "
 	    "between from and to are no longer kept."));
@@ -299,11 +375,15 @@ static const struct api_viewer_ops sse_ops = {
 	.skipped = sse_skipped,
 };
 
+/* on_end of an SSE viewer's request: detached, its state freed. */
 static void
 sse_end(struct areq *a)
 {
+	struct sse_view *sv = a->tviewer != NULL ? a->tviewer->arg : NULL;
+
 	api_viewer_detach(a->tviewer);
 	a->tviewer = NULL;
+	free(sv);
 }
 
 static void
@@ -347,15 +427,21 @@ int
 api_h_terms_output(struct areq *a, struct sbx_err *err)
 {
 	struct api_term *t;
+	struct sse_view *sv;
 	struct bufferevent *bev;
 	uint64_t off, start;
 	int sfd, sndbuf = TERM_SSE_SNDBUF;
 
 	if ((t = term_of(a, err)) == NULL || offset_query(a, &off, err) == -1)
 		return -1;
-	if ((a->tviewer = term_attach(t, off, 0, &sse_ops, a, &start, err)) ==
-	    NULL)
+	if ((sv = calloc(1, sizeof(*sv))) == NULL)
+		return sbx_err_oom(err);
+	sv->a = a;
+	if ((a->tviewer = term_attach(t, off, 0, &sse_ops, sv, &start, err)) ==
+	    NULL) {
+		free(sv);
 		return -1;
+	}
 	a->on_end = sse_end;
 	a->on_pause = sse_pause;
 	a->sse = 1;
@@ -390,7 +476,7 @@ api_terms_drain(struct api_server *s)
 		for (t = s->terms; t != NULL && !again; t = t->next)
 			for (v = t->viewers; v != NULL; v = v->next)
 				if (!v->dead && v->ops == &sse_ops) {
-					a = v->arg;
+					a = ((struct sse_view *)v->arg)->a;
 					sse_end(a);
 					areq_stream_end(a, SBX_E_SHUTTING_DOWN);
 					again = 1;

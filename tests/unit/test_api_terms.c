@@ -451,7 +451,7 @@ static void
 test_sse_output_from_an_offset_and_a_safe_cut(void **state)
 {
 	struct tu_res r = { 0 };
-	char id[32];
+	char id[32], path[160];
 	struct tsess *s;
 
 	(void)state;
@@ -481,9 +481,27 @@ test_sse_output_from_an_offset_and_a_safe_cut(void **state)
 	ts_out(s, "more", 0);
 	output(&r, id, "offset=0", "more", KA);
 	assert_non_null(strstr(tu_text(&r), "hello"));
+	/* A character split between two live outputs goes out whole, as
+	 * text. */
+	tu_res_free(&r);
+	r.stop_when = "!\"";
+	snprintf(path, sizeof(path), "/api/v1/npcs/n1/sandbox/terminals/%s/"
+	    "output?offset=24", id);
+	tu_start_req(&r, "GET", path, KA, NULL, 0);
+	tu_spin(50);
+	ts_out(s, "caf\xc3", 0);
+	tu_spin(20);
+	ts_out(s, "\xa9!", 0);
+	assert_true(tu_loop_until(tu_is_done, &r, 3000));
+	assert_non_null(strstr(tu_text(&r), "{\"offset\":24,\"stream\":1,\"data\":"
+	    "\"caf\"}"));
+	assert_non_null(strstr(tu_text(&r), "id: 27\n"));
+	assert_non_null(strstr(tu_text(&r), "\"offset\":27,\"stream\":1,\"data\":"
+	    "\"\xc3\xa9!\"}"));
+	assert_null(strstr(tu_text(&r), "data_b64"));
 	/* The end: an exit event, then the stream closes. */
 	ts_exit(s, 3);
-	output(&r, id, "offset=24", "event: exit", KA);
+	output(&r, id, "offset=30", "event: exit", KA);
 	assert_non_null(strstr(tu_text(&r), "\"code\":3"));
 	tu_res_free(&r);
 }

@@ -235,7 +235,8 @@ class TerminalTest(unittest.TestCase):
         st.api, st.url = st.start_api(st.api_state, self.api_args(), "api.%d" % len(st.apis))
         type(self).url = st.url
         s = self.get(t)
-        self.assertEqual((s["state"], s["reason"]), ("failed", "api_restarted"))
+        self.assertEqual((s["state"], s["reason"], s["offset"]),
+                         ("failed", "api_restarted", len(seen)))
         o = self.output(t)
         o.until(lambda o: "error" in o.kinds())
         self.assertEqual(o.output()[:len(seen)], seen)
@@ -265,6 +266,56 @@ class TerminalTest(unittest.TestCase):
         self.assertEqual(self.call("DELETE", self.base(t, "carol")).status, 200)
         o.close()
 
+
+    # -------------------------------------------------------- a pty
+
+    def test_06_pty_typed_echo_comes_back(self):
+        self.call("PUT", "/api/v1/npcs/alice/sandbox")
+        t = self.create(argv=["/bin/sh"], cols=80, rows=24)
+        o = self.output(t)
+        self.type(t, "echo hi-$((40+2))\r")
+        o.until(lambda o: "hi-42\r\n" in o.text())
+        # The command line itself was echoed by the pty.
+        self.assertIn("echo hi-$((40+2))", o.text())
+        self.type(t, "exit 3\r")
+        o.until(lambda o: "exit" in o.kinds())
+        ex = [d for _, ev, d in o.events if ev == "exit"][0]
+        self.assertEqual((ex["state"], ex["code"]), ("exited", 3))
+        o.close()
+
+    def test_07_pty_stty_size_agrees_with_the_size_and_a_resize(self):
+        self.call("PUT", "/api/v1/npcs/alice/sandbox")
+        # No line editor (an interactive shell asks the terminal where the
+        # cursor is after a resize, and no terminal answers here).
+        t = self.create(argv=["sh", "-c", "stty size; read x; stty size; read x"],
+                        cols=100, rows=30)
+        o = self.output(t)
+        o.until(lambda o: "30 100\r\n" in o.text())
+        for bad in ({"cols": 0, "rows": 0}, {"cols": 10001, "rows": 40}):
+            bad["type"] = "resize"
+            r = self.call("POST", self.base(t) + "/control", bad)
+            self.assertEqual(r.status, 400, r.body)
+        r = self.call("POST", self.base(t) + "/control",
+                      {"type": "resize", "cols": 120, "rows": 40})
+        self.assertEqual(r.status, 200, r.body)
+        self.type(t, "\r")
+        o.until(lambda o: "40 120\r\n" in o.text())
+        self.assertEqual((self.get(t)["cols"], self.get(t)["rows"]), (120, 40))
+        self.assertEqual(self.call("DELETE", self.base(t)).status, 200)
+        o.close()
+
+    def test_08_signal_reaches_the_foreground_process_group(self):
+        self.call("PUT", "/api/v1/npcs/alice/sandbox")
+        t = self.create(argv=["/bin/sh"])
+        o = self.output(t)
+        self.type(t, "sleep 100; echo after-$((2*4))\r")
+        time.sleep(0.5)
+        r = self.call("POST", self.base(t) + "/control", {"type": "signal", "signal": "INT"})
+        self.assertEqual(r.status, 200, r.body)
+        self.type(t, "echo alive-$((3*3))\r")
+        o.until(lambda o: "alive-9\r\n" in o.text())
+        self.assertEqual(self.call("DELETE", self.base(t)).status, 200)
+        o.close()
 
 if __name__ == "__main__":
     unittest.main()

@@ -62,6 +62,10 @@ struct api_config {
 	long long sse_retry;        /* ms sent as SSE "retry:" to viewers */
 	long long viewer_stall;     /* ms a viewer may stop reading before it is cut off */
 	char **cors_origins;        /* allowed Origins for CORS; NULL or empty: CORS off */
+	/* WebSocket attach (common/sbx_ws.h, adr/0052). */
+	long long ws_message_max;   /* bytes of one received message; more: close 1009 */
+	long long ws_ping_interval; /* ms between the server's pings; 2 silent: closed */
+	long long ws_output_high;   /* bytes queued for a viewer above which its terminal output pauses */
 };
 
 extern const struct sbx_config_key api_config_keys[];

@@ -12,7 +12,7 @@ struct bufferevent;
 /* Close codes (RFC 6455 §7.4.1; 4000-4999 are the subprotocol's own). */
 #define SBX_WS_NORMAL      1000  /* done (sbx.v1: the command exited) */
 #define SBX_WS_GOING_AWAY  1001  /* the server stops, or the peer stopped answering pings */
-#define SBX_WS_PROTOCOL    1002  /* a frame broke RFC 6455 (libwslay's verdict) */
+#define SBX_WS_PROTOCOL_ERROR 1002  /* a frame broke RFC 6455 (libwslay's verdict) */
 #define SBX_WS_NO_STATUS   1005  /* reported only: a close frame without a code */
 #define SBX_WS_ABNORMAL    1006  /* reported only: the connection ended without a close */
 #define SBX_WS_BAD_DATA    1007  /* a text message that is not UTF-8 */

@@ -159,7 +159,7 @@ done:
 	return out;
 }
 
-json_t *
+static json_t *
 exec_body(struct ctx *x, int with_stdin, int *rc)
 {
 	json_t *body = NULL, *argv = NULL, *env = NULL;
@@ -411,7 +411,8 @@ c_exec(struct ctx *x)
 		return usage_err(NULL, "the NPC name is too long.");
 	/* -i without -d: stdin streamed through a pty:false terminal */
 	if (x->o.stdin_flag && !x->o.detach)
-		return cli_exec_stream(x);
+		return (body = exec_body(x, 0, &rc)) == NULL ? rc :
+		    cli_exec_stream(x, body);
 	if ((body = exec_body(x, 1, &rc)) == NULL)
 		return rc;
 	/* A resource exec (docs/api.md): it outlives this connection, so a

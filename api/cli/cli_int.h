@@ -161,10 +161,9 @@ void cli_term_size(int *cols, int *rows);
 /* cli_term.c: shell, attach, and exec -i streamed through a terminal. */
 int c_shell(struct ctx *x);
 int c_attach(struct ctx *x);
-int cli_exec_stream(struct ctx *x);
-/* cli_exec.c: an exec's body (argv, cwd, env, timeout_ms; stdin read into
- * it when with_stdin), or NULL with *rc set and the reason printed. */
-json_t *exec_body(struct ctx *x, int with_stdin, int *rc);
+/* sbxctl exec -i (not -d): body (stolen) is the exec's (argv, cwd, env,
+ * timeout_ms), made a pty:false terminal. */
+int cli_exec_stream(struct ctx *x, json_t *body);
 
 /* cli_exec.c, cli_files.c: commands of the table in cli.c (CX_* or the
  * command's exit code). */

@@ -114,14 +114,12 @@ c_attach(struct ctx *x)
 }
 
 int
-cli_exec_stream(struct ctx *x)
+cli_exec_stream(struct ctx *x, json_t *body)
 {
 	struct term_attach t;
-	json_t *body, *ans = NULL;
+	json_t *ans = NULL;
 	int rc;
 
-	if ((body = exec_body(x, 0, &rc)) == NULL)
-		return rc;
 	json_object_set_new(body, "pty", json_false());
 	if ((rc = term_create(x, body, &ans)) != CX_OK)
 		return rc;

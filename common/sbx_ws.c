@@ -52,6 +52,17 @@ struct sbx_ws {
 };
 
 static void ws_end(struct sbx_ws *ws, int code, const char *reason);
+
+static void
+bev_release(struct sbx_ws *ws)
+{
+	if (ws->bev == NULL)
+		return;
+	if (ws->ops->release != NULL)
+		ws->ops->release(ws->arg, ws->bev);
+	bufferevent_free(ws->bev);
+	ws->bev = NULL;
+}
 static void ws_flush(struct sbx_ws *ws);
 
 /* ------------------------------------------------------------------ */
@@ -217,10 +228,7 @@ ws_end(struct sbx_ws *ws, int code, const char *reason)
 	if (ws->ended)
 		return;
 	ws->ended = 1;
-	if (ws->bev != NULL) {
-		bufferevent_free(ws->bev);
-		ws->bev = NULL;
-	}
+	bev_release(ws);
 	if (ws->timer != NULL)
 		evtimer_del(ws->timer);
 	if (!ws->dead && ws->ops->closed != NULL)
@@ -475,6 +483,8 @@ sbx_ws_new(struct bufferevent *bev, enum sbx_ws_role role,
 	event_active(ws->kick, 0, 0);
 	return ws;
 oom:
+	if (ops != NULL && ops->release != NULL)
+		ops->release(arg, bev);
 	if (ws != NULL) {
 		ws->bev = NULL;
 		ws->ended = 1;
@@ -567,8 +577,7 @@ sbx_ws_free(struct sbx_ws *ws)
 	ws->dead = 1;
 	if (ws->depth > 0)
 		return;  /* the outermost of our frames frees it */
-	if (ws->bev != NULL)
-		bufferevent_free(ws->bev);
+	bev_release(ws);
 	if (ws->timer != NULL)
 		event_free(ws->timer);
 	if (ws->kick != NULL)

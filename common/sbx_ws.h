@@ -63,11 +63,16 @@ struct sbx_ws_limits {
  *     failed the connection (1002, 1007, 1009, 1001), else the peer's
  *     (1005 when its close had none), or 1006 when the connection ended
  *     without a close frame. reason is NUL-terminated ("" for none).
+ *   release(arg, bev): bev is about to be freed (the socket closes): the
+ *     one callback that also runs inside sbx_ws_free and sbx_ws_new's
+ *     failure, e.g. for the HTTP server's connection count of an upgraded
+ *     socket. Must not call into ws.
  */
 struct sbx_ws_ops {
 	void (*message)(void *arg, int text, const unsigned char *p, size_t n);
 	void (*pause)(void *arg, int on);
 	void (*closed)(void *arg, int code, const char *reason);
+	void (*release)(void *arg, struct bufferevent *bev);
 };
 
 struct sbx_ws;

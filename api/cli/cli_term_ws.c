@@ -336,7 +336,8 @@ ws_closed(void *arg, int code, const char *reason)
 	s->rc = code == SBX_WS_POLICY ? CX_USAGE : CX_ERR;
 }
 
-static const struct sbx_ws_ops tops = { ws_message, ws_pause, ws_closed };
+static const struct sbx_ws_ops tops = { ws_message, ws_pause, ws_closed,
+    NULL };
 
 static void
 sig_cb(evutil_socket_t fd, short what, void *arg)

@@ -106,7 +106,7 @@ on_closed(void *arg, int code, const char *reason)
 	s->code = code;
 }
 
-static const struct sbx_ws_ops ops = { on_message, NULL, on_closed };
+static const struct sbx_ws_ops ops = { on_message, NULL, on_closed, NULL };
 
 static void
 turn(struct st *s)

@@ -32,6 +32,7 @@ struct side {
 	char reason[128];
 	int paused, unpaused;
 	int free_on_msg;          /* sbx_ws_free from inside message() */
+	int released;             /* ops->release ran */
 };
 
 struct fx {
@@ -78,7 +79,17 @@ on_closed(void *arg, int code, const char *reason)
 	snprintf(s->reason, sizeof(s->reason), "%s", reason);
 }
 
-static const struct sbx_ws_ops ops = { on_message, on_pause, on_closed };
+static void
+on_release(void *arg, struct bufferevent *bev)
+{
+	struct side *s = arg;
+
+	assert_non_null(bev);
+	s->released++;
+}
+
+static const struct sbx_ws_ops ops = { on_message, on_pause, on_closed,
+    on_release };
 
 static struct sbx_ws *
 open_side(struct fx *f, int fd, enum sbx_ws_role role,
@@ -208,6 +219,8 @@ test_messages_both_ways_and_a_clean_close(void **state)
 	assert_string_equal(f->cli.reason, "exit");
 	assert_int_equal(f->srv.closed, 1);
 	assert_int_equal(f->srv.code, SBX_WS_NORMAL);
+	assert_int_equal(f->srv.released, 1);
+	assert_int_equal(f->cli.released, 1);
 }
 
 static void
@@ -386,6 +399,7 @@ test_free_inside_a_callback_and_eof_is_1006(void **state)
 	run_until(f, NULL, 200);
 	assert_int_equal(f->srv.nmsg, 1);
 	assert_int_equal(f->srv.closed, 0);
+	assert_int_equal(f->srv.released, 1);
 	assert_null(f->srv.ws);
 
 	memset(&f->srv, 0, sizeof(f->srv));

@@ -410,9 +410,13 @@ c_exec(struct ctx *x)
 	    NULL) == -1)
 		return usage_err(NULL, "the NPC name is too long.");
 	/* -i without -d: stdin streamed through a pty:false terminal */
-	if (x->o.stdin_flag && !x->o.detach)
-		return (body = exec_body(x, 0, &rc)) == NULL ? rc :
-		    cli_exec_stream(x, body);
+	if (x->o.stdin_flag && !x->o.detach) {
+		if ((body = exec_body(x, 0, &rc)) == NULL)
+			return rc;
+		if ((rc = cli_exec_stream(x, body)) != CX_NO_TERMINALS)
+			return rc;
+		/* an api without terminals: stdin read whole, sent along */
+	}
 	if ((body = exec_body(x, 1, &rc)) == NULL)
 		return rc;
 	/* A resource exec (docs/api.md): it outlives this connection, so a

@@ -162,7 +162,9 @@ void cli_term_size(int *cols, int *rows);
 int c_shell(struct ctx *x);
 int c_attach(struct ctx *x);
 /* sbxctl exec -i (not -d): body (stolen) is the exec's (argv, cwd, env,
- * timeout_ms), made a pty:false terminal. */
+ * timeout_ms), made a pty:false terminal. CX_NO_TERMINALS (nothing
+ * printed, stdin untouched): the api has no terminals (an older one). */
+#define CX_NO_TERMINALS (-2)
 int cli_exec_stream(struct ctx *x, json_t *body);
 
 /* cli_exec.c, cli_files.c: commands of the table in cli.c (CX_* or the

@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 
+#include "cli_http.h"
 #include "sbx_proto.h"
 
 #include "cli_int.h"
@@ -37,6 +38,68 @@ term_create(struct ctx *x, json_t *body, json_t **ans)
 	}
 	rc = npc_call(x, "POST", x->o.pos[0], "/sandbox/terminals", body, ans);
 	json_decref(body);
+	return rc;
+}
+
+/*
+ * exec -i's POST …/terminals: like term_create, but an api without
+ * terminals (404 "No such route.", an older api) is told apart and
+ * nothing printed: returns CX_NO_TERMINALS then.
+ */
+static int
+term_create_or_none(struct ctx *x, json_t *body, json_t **ans)
+{
+	struct cli_body b = { SBX_CT_JSON, NULL, 0, -1 };
+	struct cli_resp r;
+	struct cli_conn *c = NULL;
+	struct sbx_err err;
+	char target[1024], *req, *txt = NULL;
+	json_t *j = NULL;
+	const char *msg;
+	size_t len = 0;
+	int rc;
+
+	*ans = NULL;
+	if (npc_target(target, sizeof(target), x->o.pos[0],
+	    "/sandbox/terminals", NULL) == -1)
+		return usage_err(NULL, "the NPC name is too long.");
+	if ((req = json_dumps(body, JSON_COMPACT)) == NULL) {
+		errmsg(SBX_MSG_OOM);
+		return CX_ERR;
+	}
+	b.data = req;
+	b.len = strlen(req);
+	sbx_err_clear(&err);
+	if ((c = cli_http_request(&x->url, "POST", target, x->key, &b, &r,
+	    &err)) == NULL) {
+		rc = fail_err(&err);
+		goto done;
+	}
+	if (r.status == 201 || r.status == 200) {
+		rc = (txt = cli_http_read_all(c, JSON_MAX, &len, &err)) == NULL ?
+		    fail_err(&err) : (*ans = json_loadb(txt, len, 0, NULL)) ==
+		    NULL ? (errmsg("the server's answer is not JSON."), CX_ERR) :
+		    CX_OK;
+		goto done;
+	}
+	if (r.status != 404) {
+		rc = fail_resp(c, &r);
+		goto done;
+	}
+	txt = cli_http_read_all(c, 1024 * 1024, &len, &err);
+	j = txt != NULL ? json_loadb(txt, len, 0, NULL) : NULL;
+	msg = jraw(json_object_get(j, "error"), "message");
+	if (strcmp(msg, "No such route.") == 0)
+		rc = CX_NO_TERMINALS;
+	else {
+		errmsg("%s", jstr(json_object_get(j, "error"), "message"));
+		rc = CX_NOTFOUND;
+	}
+done:
+	json_decref(j);
+	free(txt);
+	free(req);
+	cli_http_close(c);
 	return rc;
 }
 
@@ -121,7 +184,9 @@ cli_exec_stream(struct ctx *x, json_t *body)
 	int rc;
 
 	json_object_set_new(body, "pty", json_false());
-	if ((rc = term_create(x, body, &ans)) != CX_OK)
+	rc = term_create_or_none(x, body, &ans);
+	json_decref(body);
+	if (rc != CX_OK)
 		return rc;
 	memset(&t, 0, sizeof(t));
 	t.npc = x->o.pos[0];

@@ -448,8 +448,9 @@ read_head(struct cli_conn *c, struct cli_resp *resp, struct sbx_err *err)
 				if (parse_head(c, (size_t)(p - c->in - c->inoff),
 				    resp, err) == -1)
 					return -1;
-				/* Interim 1xx answers precede the real one. */
-				if (resp->status < 200) {
+				/* Interim 1xx answers precede the real one (101
+				 * is the last answer of an upgrade). */
+				if (resp->status < 200 && resp->status != 101) {
 					memset(resp, 0, sizeof(*resp));
 					resp->content_length = -1;
 					scanned = 0;

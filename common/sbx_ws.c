@@ -33,6 +33,9 @@ struct sbx_ws {
 	struct event *timer;          /* pings, silence, the close wait */
 	struct event *kick;           /* process input on the next turn */
 	struct evbuffer *msg;         /* the data message being received */
+	struct evbuffer *held;        /* whole messages libwslay parsed from
+	                               * its own buffer after the owner paused
+	                               * reading: [text byte][u64 len][bytes]... */
 	int msg_text;                 /* its first frame was text */
 	int rejecting;                /* a message over the cap: close 1009 sent */
 	int in_ctrl;                  /* the frame being read is a control frame */
@@ -206,6 +209,22 @@ msg_cb(wslay_event_context_ptr ctx,
 	if (a->opcode != WSLAY_TEXT_FRAME && a->opcode != WSLAY_BINARY_FRAME)
 		return;  /* wslay answered a ping itself */
 	n = evbuffer_get_length(ws->msg);
+	if (ws->read_paused || evbuffer_get_length(ws->held) > 0) {
+		/* libwslay reads ahead up to 4 KiB into a buffer of its own:
+		 * what it parses from there after a pause waits here */
+		unsigned char h[9];
+		uint64_t len = n;
+
+		h[0] = a->opcode == WSLAY_TEXT_FRAME;
+		memcpy(h + 1, &len, 8);
+		if (evbuffer_add(ws->held, h, 9) != 0 ||
+		    evbuffer_add_buffer(ws->held, ws->msg) != 0) {
+			ws->failed = 1;
+			queue_close(ws, SBX_WS_INTERNAL, "Out of memory.");
+			wslay_event_shutdown_read(ctx);
+		}
+		return;
+	}
 	p = n > 0 ? evbuffer_pullup(ws->msg, -1) : (unsigned char *)"";
 	if (n > 0 && p == NULL) {
 		ws->failed = 1;
@@ -283,6 +302,31 @@ ws_flush(struct sbx_ws *ws)
 	}
 }
 
+/* Messages held while reading was paused, in order, until the owner
+ * pauses again. */
+static void
+deliver_held(struct sbx_ws *ws)
+{
+	unsigned char h[9], *p;
+	uint64_t len;
+
+	while (!ws->read_paused && !ws->dead && !ws->ended &&
+	    evbuffer_get_length(ws->held) >= 9) {
+		evbuffer_remove(ws->held, h, 9);
+		memcpy(&len, h + 1, 8);
+		p = len > 0 ? evbuffer_pullup(ws->held, (ssize_t)len) :
+		    (unsigned char *)"";
+		if (p == NULL) {
+			ws_end(ws, SBX_WS_ABNORMAL, "");
+			return;
+		}
+		if (ws->ops->message != NULL)
+			ws->ops->message(ws->arg, h[0], p, (size_t)len);
+		if (!ws->dead)
+			evbuffer_drain(ws->held, (size_t)len);
+	}
+}
+
 static void
 ws_process(struct sbx_ws *ws)
 {
@@ -291,7 +335,9 @@ ws_process(struct sbx_ws *ws)
 	if (ws->ended || ws->dead)
 		return;
 	ws->depth++;
-	if (wslay_event_want_read(ws->ctx)) {
+	deliver_held(ws);
+	if (wslay_event_want_read(ws->ctx) && !ws->read_paused &&
+	    evbuffer_get_length(ws->held) == 0) {
 		ws->in_recv = 1;
 		rc = wslay_event_recv(ws->ctx);
 		ws->in_recv = 0;
@@ -470,6 +516,7 @@ sbx_ws_new(struct bufferevent *bev, enum sbx_ws_role role,
 	wslay_event_config_set_no_buffering(ws->ctx, 1);
 	wslay_event_config_set_max_recv_msg_length(ws->ctx, UINT64_MAX >> 1);
 	if ((ws->msg = evbuffer_new()) == NULL ||
+	    (ws->held = evbuffer_new()) == NULL ||
 	    (ws->timer = event_new(base, -1, 0, timer_cb, ws)) == NULL ||
 	    (ws->kick = event_new(base, -1, 0, kick_cb, ws)) == NULL)
 		goto oom;
@@ -584,6 +631,8 @@ sbx_ws_free(struct sbx_ws *ws)
 		event_free(ws->kick);
 	if (ws->msg != NULL)
 		evbuffer_free(ws->msg);
+	if (ws->held != NULL)
+		evbuffer_free(ws->held);
 	if (ws->ctx != NULL)
 		wslay_event_context_free(ws->ctx);
 	free(ws);

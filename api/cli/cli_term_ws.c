@@ -449,7 +449,10 @@ cli_term_run(struct ctx *x, const struct term_attach *t)
 			event_add(s.sig[i], NULL);
 	}
 	if (t->input) {
-		if (fstat(STDIN_FILENO, &st) == 0 && S_ISREG(st.st_mode))
+		/* epoll takes pipes, sockets and terminals; a file or
+		 * /dev/null is read on each turn instead */
+		if (fstat(STDIN_FILENO, &st) != 0 || !(S_ISFIFO(st.st_mode) ||
+		    S_ISSOCK(st.st_mode) || isatty(STDIN_FILENO)))
 			s.in_pump = event_new(s.base, -1, 0, pump_cb, &s);
 		else {
 			evutil_make_socket_nonblocking(STDIN_FILENO);

@@ -33,6 +33,7 @@ struct side {
 	int paused, unpaused;
 	int free_on_msg;          /* sbx_ws_free from inside message() */
 	int released;             /* ops->release ran */
+	int pause_on_msg;         /* sbx_ws_read_pause(ws, 1) inside message() */
 };
 
 struct fx {
@@ -52,6 +53,8 @@ on_message(void *arg, int text, const unsigned char *p, size_t n)
 		n = sizeof(s->got) - s->gotlen;
 	memcpy(s->got + s->gotlen, p, n);
 	s->gotlen += n;
+	if (s->pause_on_msg)
+		sbx_ws_read_pause(s->ws, 1);
 	if (s->free_on_msg) {
 		sbx_ws_free(s->ws);
 		s->ws = NULL;
@@ -412,6 +415,33 @@ test_free_inside_a_callback_and_eof_is_1006(void **state)
 }
 
 static void
+test_a_pause_inside_message_holds_what_was_read_ahead(void **state)
+{
+	struct fx *f = *state;
+	unsigned char buf[256];
+	size_t n = 0;
+
+	f->srv.pause_on_msg = 1;
+	open_side(f, f->fd[0], SBX_WS_SERVER, NULL, &f->srv);
+	n += frame(buf + n, 1, 0x2, "one", 3);
+	n += frame(buf + n, 1, 0x2, "two", 3);
+	n += frame(buf + n, 1, 0x1, "{\"type\":\"eof\"}", 14);
+	raw_write(f->fd[1], buf, n);   /* one read brings all three */
+	run_until(f, NULL, 200);
+	assert_int_equal(f->srv.nmsg, 1);
+	sbx_ws_read_pause(f->srv.ws, 0);
+	run_until(f, NULL, 100);
+	assert_int_equal(f->srv.nmsg, 2);
+	f->srv.pause_on_msg = 0;
+	sbx_ws_read_pause(f->srv.ws, 0);
+	run_until(f, NULL, 100);
+	assert_int_equal(f->srv.nmsg, 3);
+	assert_int_equal(f->srv.last_text, 1);
+	assert_int_equal(f->srv.gotlen, 20);
+	assert_memory_equal(f->srv.got, "onetwo{\"type\":\"eof\"}", 20);
+}
+
+static void
 test_handshake_checks(void **state)
 {
 	struct sbx_ws_head h = { 1, 1, "websocket", "keep-alive, Upgrade", "13",
@@ -487,6 +517,9 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_free_inside_a_callback_and_eof_is_1006, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_a_pause_inside_message_holds_what_was_read_ahead, setup,
 		    teardown),
 		cmocka_unit_test(test_handshake_checks),
 	};

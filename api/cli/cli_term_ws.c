@@ -342,7 +342,6 @@ ws_closed(void *arg, int code, const char *reason)
 	struct tsess *s = arg;
 
 	s->closed = 1;
-	s->ws = NULL;
 	stop(s);
 	if (s->detached || s->rc != -1)
 		return;
@@ -389,7 +388,7 @@ sig_cb(evutil_socket_t fd, short what, void *arg)
 	else
 		errmsg("left the terminal; it still runs (reattach with: "
 		    "sbxctl attach %s %s).", s->t->npc, s->t->id);
-	if (s->ws != NULL)
+	if (!s->closed)
 		sbx_ws_close(s->ws, SBX_WS_NORMAL, "left");
 	s->detached = 1;
 	stop(s);
@@ -503,7 +502,7 @@ cli_term_run(struct ctx *x, const struct term_attach *t)
 	tty_restore();
 	if (s.detached && s.rc == -1) {
 		/* the close went out; let it reach the api */
-		if (s.ws != NULL) {
+		if (!s.closed) {
 			struct timeval tv = { 2, 0 };
 
 			event_base_loopexit(s.base, &tv);

@@ -60,7 +60,7 @@ HELPER_PROTO_SRC := $(wildcard proto/sbx_helper_frame.c proto/sbx_agent.c)
 # The one clock (libc only) is linked into the static proxy too.
 STATIC_COMMON_SRC := common/sbx_time.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
-FAKE_SRC := $(wildcard tests/driver_fake.c)
+FAKE_SRC := $(wildcard tests/driver_fake*.c)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -141,7 +141,7 @@ $(BUILD)/sbx-proxy: $(PROXY_SRC) $(wildcard broker/proxy/*.h) common/proxy_polic
 		$(shell pkg-config --cflags libevent 2>/dev/null) -levent_extra -levent_core
 
 # Helpers the unit tests share (a .c with a header, not statics).
-TESTUTIL_SRC := $(wildcard tests/unit/api_testutil.c tests/unit/golden.c)
+TESTUTIL_SRC := $(wildcard tests/unit/api_testutil.c tests/unit/golden.c tests/unit/agent_rig.c)
 $(BUILD)/tests/%: tests/unit/%.c $(call obj,$(FAKE_SRC) $(TESTUTIL_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -o $@ $^ $(ALL_LDFLAGS) $(PKG_LIBS) -lcmocka -lm

@@ -27,7 +27,8 @@
 /* ------------------------------------------------------------------ */
 /* Routes                                                              */
 
-/* Matches path against pattern; captures its "{...}" and "*" segments. */
+/* Matches path against pattern; captures its "{...}" and "*" segments;
+ * a last segment "**" matches any rest. */
 static int
 route_match(const char *pattern, const char *path, struct sbx_httpd_match *m)
 {
@@ -36,6 +37,10 @@ route_match(const char *pattern, const char *path, struct sbx_httpd_match *m)
 
 	m->ncap = 0;
 	while (*p != '\0') {
+		/* A last segment "**": the rest of the path, "" or "/..."
+		 * (the ports proxy's prefix routes). */
+		if (strcmp(p, "/**") == 0)
+			return *q == '\0' || *q == '/';
 		close = NULL;
 		if (*p == '{')
 			close = strchr(p, '}');

@@ -35,7 +35,11 @@ struct evhttp_request;
  * The first member of every row of a daemon's route table. method is an
  * enum evhttp_cmd_type value (one bit). pattern is a path where "{...}"
  * (any name between braces) or "*" stands for one non-empty segment (no
- * '/'); everything else matches byte for byte, and the whole path must be
+ * '/'); a last segment "**" (after a '/') matches the rest of the path
+ * when that rest is empty or begins with '/' (a prefix route: the pattern
+ * "/x/" + "**" takes "/x", "/x/" and "/x/a/b", not "/xy"; nothing
+ * captured);
+ * everything else matches byte for byte, and the whole path must be
  * consumed. Tables end at a row whose pattern is NULL or after n rows.
  */
 struct sbx_httpd_route {

@@ -62,6 +62,12 @@ struct api_config {
 	long long sse_retry;        /* ms sent as SSE "retry:" to viewers */
 	long long viewer_stall;     /* ms a viewer may stop reading before it is cut off */
 	char **cors_origins;        /* allowed Origins for CORS; NULL or empty: CORS off */
+	/* The ports proxy (adr/0053). */
+	long long port_connections_per_sandbox; /* open at once per sandbox; more: 429 */
+	long long port_idle_timeout; /* ms without a byte either way: closed */
+	long long port_body_max;    /* bytes of a request body read before forwarding */
+	long long preview_ttl_max;  /* ms a preview link may live at most */
+	char *preview_domain;       /* NULL: no preview Host; else TOKEN.<it> */
 };
 
 extern const struct sbx_config_key api_config_keys[];

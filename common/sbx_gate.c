@@ -586,7 +586,7 @@ conn_closed(struct evhttp_connection *evcon, void *arg)
 	c->closed = NULL;
 	if (closed != NULL)
 		closed(evcon, c->closed_arg);
-	if (bev != NULL)
+	if (bev != NULL && c->ent != NULL)
 		evbuffer_remove_cb_entry(bufferevent_get_input(bev), c->ent);
 	conn_free(c);
 }
@@ -783,6 +783,37 @@ sbx_gate_watch(struct sbx_gate *g, struct evhttp_connection *conn,
 	return 0;
 }
 
+int
+sbx_gate_takeover(struct sbx_gate *g, struct evhttp_connection *conn,
+    struct evbuffer *dst)
+{
+	struct gconn *c = g != NULL ? sbx_gate_conn_find(g, conn) : NULL;
+	struct bufferevent *bev = evhttp_connection_get_bufferevent(conn);
+	struct evbuffer *in = bev != NULL ? bufferevent_get_input(bev) : NULL;
+	int r = 0;
+
+	if (c != NULL && c->ent != NULL && in != NULL) {
+		evbuffer_remove_cb_entry(in, c->ent);
+		c->ent = NULL;
+	}
+	if (c != NULL) {
+		evtimer_del(c->deadline);
+		sbx_gate_conn_body_detach(c);
+		c->state = G_CLOSED;
+		/* Nothing of the gate's can evict or time it out any more. */
+		if (c->keyless) {
+			c->keyless = 0;
+			g->nkeyless--;
+		}
+	}
+	/* Stream order: what evhttp was given and left, then what the gate
+	 * held back. */
+	if (in != NULL && evbuffer_add_buffer(dst, in) != 0)
+		r = -1;
+	if (c != NULL && evbuffer_add_buffer(dst, c->hold) != 0)
+		r = -1;
+	return r;
+}
 
 unsigned
 sbx_gate_connections(const struct sbx_gate *g)

@@ -73,6 +73,8 @@ struct sbx_gate_head {
 	/* SBX_GATE_PASS, or BAD_REQUEST / HEAD_TOO_LARGE / URI_TOO_LONG */
 	enum sbx_gate_verdict bad;
 	const char *why;           /* static sentence saying what was refused */
+	const char *host;          /* the first Host field's value, or NULL */
+	size_t hostlen;
 };
 
 /*
@@ -217,6 +219,18 @@ void sbx_gate_body_kick(struct sbx_gate_body *b);
  * then serves its next request), unless the reply closes the connection.
  * NULL ok. */
 void sbx_gate_body_free(struct sbx_gate_body *b);
+
+/*
+ * The connection leaves the gate for good (a hand-off, sbx_httpd_takeover):
+ * the gate stops reading it, stops its timers and its keyless membership,
+ * and moves the bytes read after the current request into dst in stream
+ * order (evhttp's unread input, then what the gate held). The connection
+ * stays counted in max_connections until evhttp frees it. g NULL or a
+ * connection the gate does not know: only evhttp's input moves. Returns
+ * 0, or -1 when out of memory (some bytes may have moved).
+ */
+int sbx_gate_takeover(struct sbx_gate *g, struct evhttp_connection *conn,
+    struct evbuffer *dst);
 
 /* Connections open through g now (for tests and metrics). */
 unsigned sbx_gate_connections(const struct sbx_gate *g);

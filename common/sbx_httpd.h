@@ -256,6 +256,18 @@ void sbx_httpd_release(struct sbx_httpd_req *r);
 struct bufferevent *sbx_httpd_upgrade(struct sbx_httpd_req *r, const char *upgrade,
     const char *extra_headers /* "Name: value\r\n"... or NULL */);
 
+/*
+ * sbx_httpd_upgrade without a status line (adr/0053): the caller's peer
+ * writes the whole reply (the ports proxy's upstream). Hands the connection
+ * over as sbx_httpd_upgrade does: returns a bufferevent (owned by the
+ * caller, BEV_OPT_CLOSE_ON_FREE, nothing enabled yet beyond libevent's
+ * default of writing) on the same socket with the bytes the client sent
+ * after the request in its input, or NULL (out of memory, or r->req NULL;
+ * then a 500 went if it could). r->req is NULL after. The request's own
+ * body stays in the evhttp request the caller read it from before.
+ */
+struct bufferevent *sbx_httpd_takeover(struct sbx_httpd_req *r);
+
 /* Frees what the core allocated in r (r->chunk). r itself is the daemon's. */
 void sbx_httpd_req_clear(struct sbx_httpd_req *r);
 

@@ -633,6 +633,12 @@ check_body(struct areq *a, int too_large, struct sbx_err *err)
 
 	blen = too_large ? SIZE_MAX : a->gbody != NULL ?
 	    (size_t)sbx_gate_body_length(a->gbody) : evbuffer_get_length(in);
+	if ((flags & R_PORT) && blen > (size_t)cfg->port_body_max)
+		return sbx_err_set(err, SBX_E_TOO_LARGE, "The request body is "
+		    "larger than %lld bytes (port_body_max).",
+		    cfg->port_body_max);
+	if (flags & R_PORT)
+		return 0;   /* forwarded as it is */
 	if (!(flags & (R_JSON | R_JSON_OPT | R_RAW)) && blen > 0)
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "This route takes no "
 		    "body.");

@@ -19,10 +19,6 @@
 #include "sbx_log.h"
 #include "sbx_proto.h"
 
-#ifndef SBX_E_PORT_CLOSED
-#define SBX_E_PORT_CLOSED "port_closed"
-#endif
-
 /* Bytes queued towards either side above which the other is not read. */
 #define SPLICE_HIGH ((size_t)256 * 1024)
 /* Sandboxes whose byte counts /metrics names; more share "other". */

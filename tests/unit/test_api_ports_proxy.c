@@ -306,12 +306,30 @@ ws_read(struct bufferevent *bev, void *arg)
 	bufferevent_write_buffer(bev, in);
 }
 
+/* Its connections, freed by the teardown when still open. */
+#define WS_MAX 16
+static struct bufferevent *ws_bev[WS_MAX];
+static int *ws_state[WS_MAX];
+
+static void
+ws_drop(int i)
+{
+	bufferevent_free(ws_bev[i]);
+	free(ws_state[i]);
+	ws_bev[i] = NULL;
+	ws_state[i] = NULL;
+}
+
 static void
 ws_event(struct bufferevent *bev, short what, void *arg)
 {
+	int i;
+
 	(void)what;
-	free(arg);
-	bufferevent_free(bev);
+	(void)arg;
+	for (i = 0; i < WS_MAX; i++)
+		if (ws_bev[i] == bev)
+			ws_drop(i);
 }
 
 static void
@@ -326,6 +344,13 @@ ws_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	(void)sa;
 	(void)len;
 	(void)arg;
+	int i;
+
+	for (i = 0; i < WS_MAX && ws_bev[i] != NULL; i++)
+		;
+	assert_true(i < WS_MAX);
+	ws_bev[i] = bev;
+	ws_state[i] = upgraded;
 	bufferevent_setcb(bev, ws_read, NULL, ws_event, upgraded);
 	bufferevent_enable(bev, EV_READ | EV_WRITE);
 }
@@ -363,6 +388,11 @@ up_start(void **state)
 static int
 up_stop(void **state)
 {
+	int i;
+
+	for (i = 0; i < WS_MAX; i++)
+		if (ws_bev[i] != NULL)
+			ws_drop(i);
 	evconnlistener_free(ws_lis);
 	evhttp_free(up_http);
 	return tu_down(state);

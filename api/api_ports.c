@@ -106,8 +106,10 @@ pc_free(struct api_port_conn *pc)
 		pc->a->pconn = NULL;
 		pc->a->on_end = NULL;
 	}
-	if (pc->bev != NULL)
+	if (pc->bev != NULL) {
+		sbx_gate_upgraded_close(pc->s->gate, pc->bev);
 		bufferevent_free(pc->bev);
+	}
 	if (pc->pending != NULL)
 		evbuffer_free(pc->pending);
 	if (pc->idle != NULL)

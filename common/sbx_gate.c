@@ -586,7 +586,7 @@ conn_closed(struct evhttp_connection *evcon, void *arg)
 	c->closed = NULL;
 	if (closed != NULL)
 		closed(evcon, c->closed_arg);
-	if (bev != NULL && c->ent != NULL)
+	if (bev != NULL)
 		evbuffer_remove_cb_entry(bufferevent_get_input(bev), c->ent);
 	conn_free(c);
 }
@@ -784,35 +784,44 @@ sbx_gate_watch(struct sbx_gate *g, struct evhttp_connection *conn,
 }
 
 int
-sbx_gate_takeover(struct sbx_gate *g, struct evhttp_connection *conn,
-    struct evbuffer *dst)
+sbx_gate_upgrade(struct sbx_gate *g, struct evhttp_connection *conn,
+    struct bufferevent *bev, struct evbuffer *held)
 {
-	struct gconn *c = g != NULL ? sbx_gate_conn_find(g, conn) : NULL;
-	struct bufferevent *bev = evhttp_connection_get_bufferevent(conn);
-	struct evbuffer *in = bev != NULL ? bufferevent_get_input(bev) : NULL;
-	int r = 0;
+	struct gconn *c = g != NULL && conn != NULL ?
+	    sbx_gate_conn_find(g, conn) : NULL;
+	struct bufferevent *obev;
 
-	if (c != NULL && c->ent != NULL && in != NULL) {
-		evbuffer_remove_cb_entry(in, c->ent);
-		c->ent = NULL;
-	}
-	if (c != NULL) {
-		evtimer_del(c->deadline);
-		sbx_gate_conn_body_detach(c);
-		c->state = G_CLOSED;
-		/* Nothing of the gate's can evict or time it out any more. */
-		if (c->keyless) {
-			c->keyless = 0;
-			g->nkeyless--;
+	if (c == NULL)
+		return -1;
+	if ((obev = evhttp_connection_get_bufferevent(conn)) != NULL &&
+	    c->ent != NULL)
+		evbuffer_remove_cb_entry(bufferevent_get_input(obev), c->ent);
+	c->ent = NULL;
+	evhttp_connection_set_closecb(conn, NULL, NULL);
+	c->closed = NULL;
+	deadline_stop(c);
+	sbx_gate_conn_body_detach(c);
+	if (c->state != G_CLOSED)
+		evbuffer_add_buffer(held, c->hold);
+	evbuffer_drain(c->hold, evbuffer_get_length(c->hold));
+	c->state = G_CLOSED;
+	c->evcon = NULL;
+	c->upgraded = bev;
+	return 0;
+}
+
+void
+sbx_gate_upgraded_close(struct sbx_gate *g, struct bufferevent *bev)
+{
+	struct gconn *c;
+
+	if (g == NULL || bev == NULL)
+		return;
+	LIST_FOREACH(c, &g->conns, link)
+		if (c->upgraded == bev) {
+			conn_free(c);
+			return;
 		}
-	}
-	/* Stream order: what evhttp was given and left, then what the gate
-	 * held back. */
-	if (in != NULL && evbuffer_add_buffer(dst, in) != 0)
-		r = -1;
-	if (c != NULL && evbuffer_add_buffer(dst, c->hold) != 0)
-		r = -1;
-	return r;
 }
 
 unsigned

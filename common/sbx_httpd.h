@@ -259,12 +259,10 @@ struct bufferevent *sbx_httpd_upgrade(struct sbx_httpd_req *r, const char *upgra
 /*
  * sbx_httpd_upgrade without a status line (adr/0053): the caller's peer
  * writes the whole reply (the ports proxy's upstream). Hands the connection
- * over as sbx_httpd_upgrade does: returns a bufferevent (owned by the
- * caller, BEV_OPT_CLOSE_ON_FREE, nothing enabled yet beyond libevent's
- * default of writing) on the same socket with the bytes the client sent
- * after the request in its input, or NULL (out of memory, or r->req NULL;
- * then a 500 went if it could). r->req is NULL after. The request's own
- * body stays in the evhttp request the caller read it from before.
+ * over as sbx_httpd_upgrade does (the same bufferevent, the same bytes in
+ * its input, the same sbx_gate_upgraded_close before the caller frees it,
+ * the same NULL and 500 on out of memory). r->req is NULL after, so the
+ * request's body must be copied out of it before.
  */
 struct bufferevent *sbx_httpd_takeover(struct sbx_httpd_req *r);
 

@@ -58,7 +58,7 @@ HELPER_PROTO_SRC := $(wildcard proto/sbx_helper_frame.c proto/sbx_agent.c)
 # The one clock (libc only) is linked into the static proxy too.
 STATIC_COMMON_SRC := common/sbx_time.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
-FAKE_SRC := $(wildcard tests/driver_fake.c)
+FAKE_SRC := $(wildcard tests/driver_fake*.c)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))

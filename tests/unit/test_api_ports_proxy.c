@@ -38,6 +38,19 @@ struct sess {
 static struct sbx_driver_ops wrapped;
 static const struct sbx_driver_ops *fake_ops;
 static unsigned sessions_open;
+#define SESS_MAX 64
+static struct sess *sess_live[SESS_MAX];   /* ours, told apart by address */
+
+static int
+is_sess(const struct sbx_op *op)
+{
+	int i;
+
+	for (i = 0; i < SESS_MAX; i++)
+		if (sess_live[i] != NULL && &sess_live[i]->op == op)
+			return 1;
+	return 0;
+}
 
 static void
 sess_free(struct sess *s)
@@ -48,6 +61,9 @@ sess_free(struct sess *s)
 		event_free(s->start_ev);
 	s->magic = 0;
 	sessions_open--;
+	for (int i = 0; i < SESS_MAX; i++)
+		if (sess_live[i] == s)
+			sess_live[i] = NULL;
 	free(s);
 }
 
@@ -129,6 +145,11 @@ sess_open(struct sbx_driver *d, const char *id,
 	sin.sin_port = htons((uint16_t)req->port);
 	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	sessions_open++;
+	for (int i = 0; i < SESS_MAX; i++)
+		if (sess_live[i] == NULL) {
+			sess_live[i] = s;
+			break;
+		}
 	bufferevent_enable(s->bev, EV_READ | EV_WRITE);
 	if (bufferevent_socket_connect(s->bev, (struct sockaddr *)&sin,
 	    sizeof(sin)) != 0) {
@@ -181,7 +202,7 @@ sess_close_input(struct sbx_driver *d, struct sbx_op *op)
 static void
 w_cancel(struct sbx_driver *d, struct sbx_op *op)
 {
-	if (((struct sess *)op)->magic == SESS_MAGIC)
+	if (is_sess(op))
 		sess_free((struct sess *)op);
 	else
 		fake_ops->cancel(d, op);
@@ -190,7 +211,7 @@ w_cancel(struct sbx_driver *d, struct sbx_op *op)
 static void
 w_pause(struct sbx_driver *d, struct sbx_op *op)
 {
-	if (((struct sess *)op)->magic == SESS_MAGIC)
+	if (is_sess(op))
 		bufferevent_disable(((struct sess *)op)->bev, EV_READ);
 	else
 		fake_ops->pause(d, op);
@@ -199,7 +220,7 @@ w_pause(struct sbx_driver *d, struct sbx_op *op)
 static void
 w_resume(struct sbx_driver *d, struct sbx_op *op)
 {
-	if (((struct sess *)op)->magic == SESS_MAGIC)
+	if (is_sess(op))
 		bufferevent_enable(((struct sess *)op)->bev, EV_READ);
 	else
 		fake_ops->resume(d, op);

@@ -226,25 +226,27 @@ client_event(struct bufferevent *bev, short what, void *arg)
 /* ------------------------------------------------------------------ */
 /* The session's sink                                                  */
 
-static void
-s_start(void *arg, const char *exec_id)
+/*
+ * The first byte of the sandbox server's answer: now the connection is
+ * handed over (a session's start says only that the helper runs; a port
+ * where nothing listens ends before any output, and that is still the
+ * api's 502). Returns 0, or -1 when the hand-off failed (a 500 went, the
+ * session and pc are gone).
+ */
+static int
+handoff(struct api_port_conn *pc)
 {
-	struct api_port_conn *pc = arg;
 	struct areq *a = pc->a;
-	struct api_ports *P = pc->s->ports;
 
-	(void)exec_id;
-	pc->started = 1;
 	a->op = NULL;
 	if ((pc->bev = sbx_httpd_takeover(&a->h)) == NULL) {
 		/* A 500 went; the session goes with the request (on_end). */
 		sbx_op_cancel(pc->op);
 		pc->op = NULL;
 		areq_finish(a, 500, SBX_E_INTERNAL);
-		return;
+		return -1;
 	}
 	/* The request ends here for the api's books; the tunnel goes on. */
-	(void)P;
 	pc->a = NULL;
 	a->pconn = NULL;
 	a->on_end = NULL;
@@ -253,10 +255,21 @@ s_start(void *arg, const char *exec_id)
 	bufferevent_setwatermark(pc->bev, EV_READ, 0, SPLICE_HIGH);
 	bufferevent_setwatermark(pc->bev, EV_WRITE, SPLICE_HIGH / 2, 0);
 	bufferevent_enable(pc->bev, EV_READ | EV_WRITE);
-	idle_arm(pc);
-	pump(pc);
 	if (!pc->upgrade)
 		evbuffer_drain(bufferevent_get_input(pc->bev), (size_t)-1);
+	return 0;
+}
+
+/* The helper runs: the head and body go in at once. */
+static void
+s_start(void *arg, const char *exec_id)
+{
+	struct api_port_conn *pc = arg;
+
+	(void)exec_id;
+	pc->started = 1;
+	idle_arm(pc);
+	pump(pc);
 }
 
 static void
@@ -265,6 +278,8 @@ s_output(void *arg, int stream, const unsigned char *buf, size_t len)
 	struct api_port_conn *pc = arg;
 
 	(void)stream;
+	if (pc->bev == NULL && pc->a != NULL && handoff(pc) == -1)
+		return;
 	if (pc->bev == NULL || pc->closing)
 		return;
 	bufferevent_write(pc->bev, buf, len);
@@ -277,23 +292,26 @@ s_output(void *arg, int stream, const unsigned char *buf, size_t len)
 	}
 }
 
-/* The session ended. Before the hand-off the request answers (port_closed:
- * 502; not_running wakes the sandbox once, adr/0033); after it the client
- * gets what is queued, then its connection closes. */
+/* The session ended. Before the hand-off (no answer byte yet) the request
+ * answers (port_closed: 502; not_running wakes the sandbox once,
+ * adr/0033); after it the client gets what is queued, then its connection
+ * closes. */
 static void
 s_end(struct api_port_conn *pc, const struct sbx_err *err)
 {
 	struct areq *a = pc->a;
+	int port = a != NULL ? a->port : 0;
 
 	pc->op = NULL;
-	if (!pc->started && a != NULL) {
+	if (a != NULL) {
 		a->op = NULL;
 		pc_free(pc);
 		if (err != NULL)
 			areq_fail_broker(a, err);
 		else
-			areq_fail_code(a, SBX_E_PORT_CLOSED, "The connection to "
-			    "the sandbox port ended before it began.");
+			areq_fail_code(a, SBX_E_PORT_CLOSED, "The server on port "
+			    "%d in the sandbox closed the connection without an "
+			    "answer.", port);
 		return;
 	}
 	pc_close(pc);

@@ -31,7 +31,7 @@ struct sess {
 	unsigned magic;
 	struct bufferevent *bev;
 	struct sbx_sink sink;
-	int port, started, eof_pending;
+	int port, started, connected, eof_pending;
 	struct event *start_ev;
 };
 
@@ -102,11 +102,16 @@ sess_event(struct bufferevent *bev, short what, void *arg)
 
 	(void)bev;
 	if (what & BEV_EVENT_CONNECTED) {
-		s->started = 1;
-		sink.start(sink.arg, "");
+		s->connected = 1;
 		return;
 	}
-	if (!s->started) {
+	if (!s->connected) {
+		/* As the engine driver: start came when the helper ran, the
+		 * refusal after it. */
+		if (!s->started) {
+			s->started = 1;
+			sink.start(sink.arg, "");
+		}
 		sbx_err_set(&err, SBX_E_PORT_CLOSED, SBX_MSG_PORT_CLOSED, s->port);
 		sess_free(s);
 		sink.error(sink.arg, &err);
@@ -116,6 +121,21 @@ sess_event(struct bufferevent *bev, short what, void *arg)
 	memset(&ex, 0, sizeof(ex));
 	sess_free(s);
 	sink.exit(sink.arg, &ex);
+}
+
+/* The session's start, on the loop's next turn (EK_ANON_START: before the
+ * connection is known to be up). */
+static void
+sess_start(evutil_socket_t fd, short what, void *arg)
+{
+	struct sess *s = arg;
+
+	(void)fd;
+	(void)what;
+	if (!s->started) {
+		s->started = 1;
+		s->sink.start(s->sink.arg, "");
+	}
 }
 
 static struct sbx_op *
@@ -144,6 +164,8 @@ sess_open(struct sbx_driver *d, const char *id,
 	sin.sin_family = AF_INET;
 	sin.sin_port = htons((uint16_t)req->port);
 	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	s->start_ev = event_new(d->base, -1, 0, sess_start, s);
+	event_active(s->start_ev, EV_TIMEOUT, 1);
 	sessions_open++;
 	for (int i = 0; i < SESS_MAX; i++)
 		if (sess_live[i] == NULL) {

@@ -68,6 +68,10 @@ struct api_config {
 	long long port_body_max;    /* bytes of a request body read before forwarding */
 	long long preview_ttl_max;  /* ms a preview link may live at most */
 	char *preview_domain;       /* NULL: no preview Host; else TOKEN.<it> */
+	/* WebSocket attach (common/sbx_ws.h, adr/0052). */
+	long long ws_message_max;   /* bytes of one received message; more: close 1009 */
+	long long ws_ping_interval; /* ms between the server's pings; 2 silent: closed */
+	long long ws_output_high;   /* bytes queued for a viewer above which its terminal output pauses */
 };
 
 extern const struct sbx_config_key api_config_keys[];

@@ -115,13 +115,16 @@ static const struct api_route routes[] = {
 	{ { EVHTTP_REQ_POST, EXEC_PATH "/ticket" }, api_h_execs_ticket,
 	    R_AUTH | R_NPC | R_EXEC | R_JSON_OPT | R_MUTATING,
 	    .action = "execs.ticket" },
-	/* Ports (api_ports*.c, adr/0053): tickets and previews first, so
-	 * those three names of a port's root are the api's. */
+	/* Ports (api_ports*.c, adr/0053): tickets, previews and tcp first,
+	 * so those three names of a port's root are the api's. */
 	{ { EVHTTP_REQ_POST, PORT_PATH "/tickets" }, api_h_port_ticket,
 	    R_AUTH | R_NPC | R_JSON_OPT, .action = "ports.ticket" },
 	{ { EVHTTP_REQ_POST, PORT_PATH "/previews" }, api_h_port_preview,
 	    R_AUTH | R_NPC | R_JSON_OPT | R_MUTATING,
 	    .action = "ports.preview" },
+	{ { EVHTTP_REQ_GET, PORT_PATH "/tcp" }, api_h_port_tcp,
+	    R_AUTH | PROXY_FLAGS, .action = "ports.tcp",
+	    .auth = api_ports_auth },
 	PROXY_ROWS(PORT_PATH "/**", R_AUTH | PROXY_FLAGS, "ports.proxy",
 	    api_ports_auth),
 	/* A preview link on the api's own origin: no key, the token is the

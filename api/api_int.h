@@ -352,6 +352,9 @@ void api_ports_drain(struct api_server *s);
 void api_ports_close(struct api_server *s);
 /* ANY .../sandbox/ports/{port}/..., /p/{token}/..., a preview Host. */
 int api_h_port_proxy(struct areq *a, struct sbx_err *err);
+/* GET .../sandbox/ports/{port}/tcp: a WebSocket whose binary messages are
+ * the raw bytes of one TCP connection to the port (sbxctl port-forward). */
+int api_h_port_tcp(struct areq *a, struct sbx_err *err);
 /* POST .../sandbox/ports/{port}/tickets and .../previews. */
 int api_h_port_ticket(struct areq *a, struct sbx_err *err);
 int api_h_port_preview(struct areq *a, struct sbx_err *err);

@@ -10,6 +10,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/http_struct.h>
 #include <event2/keyvalq_struct.h>
 #include <sodium.h>
 
@@ -18,6 +19,7 @@
 #include "sbx_driver.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
+#include "sbx_ws.h"
 
 /* Bytes queued towards either side above which the other is not read. */
 #define SPLICE_HIGH ((size_t)256 * 1024)
@@ -50,6 +52,10 @@ struct api_port_conn {
 	struct event *idle;
 	struct port_bytes *bytes;
 	int64_t npc_id;
+	struct sbx_ws *ws;         /* GET .../tcp: the WebSocket, after the
+	                            * upgrade (it owns the client's socket) */
+	int tcp;                   /* GET .../tcp: binary frames = TCP bytes */
+	char accept[SBX_WS_ACCEPT_LEN + 1];
 	int upgrade;               /* the client asked for an Upgrade */
 	int started;
 	int paused;                /* the session's output is paused */
@@ -106,6 +112,8 @@ pc_free(struct api_port_conn *pc)
 		pc->a->pconn = NULL;
 		pc->a->on_end = NULL;
 	}
+	if (pc->ws != NULL)
+		sbx_ws_free(pc->ws);   /* its release gives the gate's count back */
 	if (pc->bev != NULL) {
 		sbx_gate_upgraded_close(pc->s->gate, pc->bev);
 		bufferevent_free(pc->bev);
@@ -121,6 +129,14 @@ pc_free(struct api_port_conn *pc)
 static void
 pc_close(struct api_port_conn *pc)
 {
+	if (pc->ws != NULL) {
+		/* The sandbox's side ended: a normal close after what is
+		 * queued; ws_closed frees pc. */
+		pc->closing = 1;
+		sbx_ws_close(pc->ws, SBX_WS_NORMAL, "the connection in the "
+		    "sandbox ended");
+		return;
+	}
 	if (pc->bev == NULL || evbuffer_get_length(
 	    bufferevent_get_output(pc->bev)) == 0) {
 		pc_free(pc);
@@ -176,6 +192,9 @@ pump(struct api_port_conn *pc)
 		pc->bytes->in += (uint64_t)n;
 		idle_arm(pc);
 	}
+	if (pc->ws != NULL)
+		sbx_ws_read_pause(pc->ws, evbuffer_get_length(pc->pending) >=
+		    SPLICE_HIGH);
 }
 
 static void
@@ -260,6 +279,99 @@ handoff(struct api_port_conn *pc)
 	return 0;
 }
 
+/* GET .../tcp: the WebSocket's side of a tunnel. */
+static void
+ws_message(void *arg, int text, const unsigned char *p, size_t n)
+{
+	struct api_port_conn *pc = arg;
+
+	if (text) {
+		sbx_ws_close(pc->ws, SBX_WS_POLICY, "binary frames only: they "
+		    "carry the TCP bytes");
+		return;
+	}
+	if (evbuffer_add(pc->pending, p, n) != 0) {
+		sbx_ws_close(pc->ws, SBX_WS_INTERNAL, "out of memory");
+		return;
+	}
+	pump(pc);
+}
+
+static void
+ws_pause(void *arg, int on)
+{
+	struct api_port_conn *pc = arg;
+
+	if (pc->op == NULL || pc->paused == on)
+		return;
+	pc->paused = on;
+	if (on)
+		sbx_op_pause(pc->op);
+	else
+		sbx_op_resume(pc->op);
+}
+
+static void
+ws_closed(void *arg, int code, const char *reason)
+{
+	struct api_port_conn *pc = arg;
+
+	(void)code;
+	(void)reason;
+	pc->ws = NULL;   /* freed by sbx_ws after this call */
+	pc_free(pc);
+}
+
+static void
+ws_release(void *arg, struct bufferevent *bev)
+{
+	struct api_port_conn *pc = arg;
+
+	sbx_gate_upgraded_close(pc->s->gate, bev);
+}
+
+static const struct sbx_ws_ops ws_ops = {
+	ws_message, ws_pause, ws_closed, ws_release,
+};
+
+/* The session started: 101 and the WebSocket (a closed port shows as a
+ * close with its sentence: there is no answer byte to wait for).
+ * Returns 0, or -1 when pc is gone. */
+static int
+ws_open(struct api_port_conn *pc)
+{
+	struct areq *a = pc->a;
+	const struct api_config *cfg = pc->s->cfg;
+	struct sbx_ws_limits lim;
+	struct bufferevent *bev;
+	struct sbx_err err;
+	char hdr[64];
+
+	a->op = NULL;
+	snprintf(hdr, sizeof(hdr), "Sec-WebSocket-Accept: %s\r\n", pc->accept);
+	if ((bev = sbx_httpd_upgrade(&a->h, "websocket", hdr)) == NULL) {
+		sbx_op_cancel(pc->op);
+		pc->op = NULL;
+		areq_finish(a, 500, SBX_E_INTERNAL);
+		return -1;
+	}
+	pc->a = NULL;
+	a->pconn = NULL;
+	a->on_end = NULL;
+	areq_finish(a, 101, "proxied");
+	memset(&lim, 0, sizeof(lim));
+	lim.message_max = (size_t)cfg->ws_message_max;
+	lim.ping_ms = cfg->ws_ping_interval;
+	lim.high_water = SPLICE_HIGH;
+	sbx_err_clear(&err);
+	if ((pc->ws = sbx_ws_new(bev, SBX_WS_SERVER, &lim, &ws_ops, pc,
+	    &err)) == NULL) {
+		pc_free(pc);
+		return -1;
+	}
+	return 0;
+}
+
 /* The helper runs: the head and body go in at once. */
 static void
 s_start(void *arg, const char *exec_id)
@@ -269,6 +381,8 @@ s_start(void *arg, const char *exec_id)
 	(void)exec_id;
 	pc->started = 1;
 	idle_arm(pc);
+	if (pc->tcp && ws_open(pc) == -1)
+		return;
 	pump(pc);
 }
 
@@ -278,6 +392,13 @@ s_output(void *arg, int stream, const unsigned char *buf, size_t len)
 	struct api_port_conn *pc = arg;
 
 	(void)stream;
+	if (pc->ws != NULL) {
+		if (pc->closing || sbx_ws_send(pc->ws, 0, buf, len, NULL, 0) == -1)
+			return;
+		pc->bytes->out += len;
+		idle_arm(pc);
+		return;
+	}
 	if (pc->bev == NULL && pc->a != NULL && handoff(pc) == -1)
 		return;
 	if (pc->bev == NULL || pc->closing)
@@ -303,6 +424,12 @@ s_end(struct api_port_conn *pc, const struct sbx_err *err)
 	int port = a != NULL ? a->port : 0;
 
 	pc->op = NULL;
+	if (pc->ws != NULL && err != NULL) {
+		pc->closing = 1;
+		sbx_ws_close(pc->ws, strcmp(err->code, SBX_E_PORT_CLOSED) == 0 ?
+		    SBX_WS_GOING_AWAY : SBX_WS_INTERNAL, err->message);
+		return;
+	}
 	if (a != NULL) {
 		a->op = NULL;
 		pc_free(pc);
@@ -455,8 +582,49 @@ head_make(struct areq *a, struct api_port_conn *pc, struct sbx_err *err)
 	return body_copy(pc->pending, body, err);
 }
 
+/* The checks of a .../tcp request's WebSocket handshake (RFC 6455
+ * §4.2.1); pc->accept gets the answer's key. */
+static int
+ws_check(struct areq *a, struct api_port_conn *pc, struct sbx_err *err)
+{
+	struct evhttp_request *req = a->h.req;
+	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+	struct sbx_ws_head h;
+
+	memset(&h, 0, sizeof(h));
+	h.is_get = evhttp_request_get_command(req) == EVHTTP_REQ_GET;
+	/* libevent 2.1 has no getter for the version (http_struct.h). */
+	h.http11 = req->major > 1 || (req->major == 1 && req->minor >= 1);
+	h.upgrade = evhttp_find_header(in, "Upgrade");
+	h.connection = evhttp_find_header(in, "Connection");
+	h.version = evhttp_find_header(in, "Sec-WebSocket-Version");
+	h.key = evhttp_find_header(in, "Sec-WebSocket-Key");
+	h.protocol = evhttp_find_header(in, "Sec-WebSocket-Protocol");
+	if (sbx_ws_handshake_check(&h, NULL, pc->accept, err) == -1) {
+		if (h.version != NULL && strcmp(h.version, "13") != 0)
+			sbx_httpd_header(&a->h, "Sec-WebSocket-Version", "13");
+		return -1;
+	}
+	return 0;
+}
+
+static int port_open(struct areq *a, int tcp, struct sbx_err *err);
+
 int
 api_h_port_proxy(struct areq *a, struct sbx_err *err)
+{
+	return port_open(a, 0, err);
+}
+
+int
+api_h_port_tcp(struct areq *a, struct sbx_err *err)
+{
+	return port_open(a, 1, err);
+}
+
+/* A request for a port: the tunnel, its session. tcp: GET .../tcp. */
+static int
+port_open(struct areq *a, int tcp, struct sbx_err *err)
 {
 	struct api_server *s = a->s;
 	struct api_ports *P = s->ports;
@@ -493,7 +661,8 @@ api_h_port_proxy(struct areq *a, struct sbx_err *err)
 		P->conns->prev = pc;
 	P->conns = pc;
 	P->nconns++;
-	if (head_make(a, pc, err) == -1) {
+	pc->tcp = tcp;
+	if ((tcp ? ws_check(a, pc, err) : head_make(a, pc, err)) == -1) {
 		pc_free(pc);
 		return -1;
 	}

@@ -774,6 +774,96 @@ test_idle_connection_is_closed(void **state)
 	evbuffer_free(b);
 }
 
+/* A masked binary frame of the client (RFC 6455 §5.2), n < 126. */
+static size_t
+ws_frame(unsigned char *out, const char *p, size_t n)
+{
+	static const unsigned char mask[4] = { 0x11, 0x22, 0x33, 0x44 };
+	size_t i;
+
+	out[0] = 0x82;
+	out[1] = (unsigned char)(0x80 | n);
+	memcpy(out + 2, mask, 4);
+	for (i = 0; i < n; i++)
+		out[6 + i] = (unsigned char)p[i] ^ mask[i % 4];
+	return 6 + n;
+}
+
+/* The payloads of the server's binary frames in raw (unmasked, lengths
+ * < 65536), appended to out; returns the bytes of raw used. */
+static size_t
+ws_payloads(const unsigned char *raw, size_t n, struct evbuffer *out)
+{
+	size_t at = 0, len, hl;
+
+	while (n - at >= 2) {
+		len = raw[at + 1] & 0x7f;
+		hl = 2;
+		if (len == 126) {
+			if (n - at < 4)
+				break;
+			len = (size_t)raw[at + 2] << 8 | raw[at + 3];
+			hl = 4;
+		}
+		assert_true(len < 127 || hl == 4);
+		if (n - at < hl + len)
+			break;
+		assert_int_equal(raw[at] & 0x0f, 2);   /* binary */
+		evbuffer_add(out, raw + at + hl, len);
+		at += hl + len;
+	}
+	return at;
+}
+
+/* GET .../tcp: a WebSocket whose binary messages are the TCP bytes. */
+static void
+test_tcp_websocket_carries_raw_bytes(void **state)
+{
+	char head[768];
+	struct evbuffer *b = evbuffer_new(), *pl = evbuffer_new();
+	unsigned char f[256];
+	const char *up = "GET / HTTP/1.1\r\nConnection: Upgrade\r\n"
+	    "Upgrade: echo\r\n\r\n";
+	struct tu_res r = { 0 };
+	struct evbuffer_ptr e;
+	size_t used;
+	int fd = tu_raw_connect();
+
+	(void)state;
+	snprintf(head, sizeof(head), "GET /api/v1/npcs/n1/sandbox/ports/%d/tcp"
+	    " HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer %s\r\n"
+	    "Connection: Upgrade\r\nUpgrade: websocket\r\n"
+	    "Sec-WebSocket-Version: 13\r\n"
+	    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", ws_port, ka);
+	raw_send(fd, head, strlen(head));
+	assert_int_equal(raw_read(fd, b, 0, "\r\n\r\n", 5000), 0);
+	assert_memory_equal(evbuffer_pullup(b, 12), "HTTP/1.1 101", 12);
+	/* RFC 6455 §1.3's example key and its accept value. */
+	assert_true(evbuffer_search(b, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", 28,
+	    NULL).pos >= 0);
+	e = evbuffer_search(b, "\r\n\r\n", 4, NULL);
+	evbuffer_drain(b, (size_t)e.pos + 4);
+	/* Raw TCP through frames: the upstream's own handshake, then echo. */
+	raw_send(fd, f, ws_frame(f, up, strlen(up)));
+	raw_send(fd, f, ws_frame(f, "tcp-bytes", 9));
+	while (evbuffer_search(pl, "tcp-bytes", 9, NULL).pos < 0) {
+		assert_int_equal(raw_read(fd, b, evbuffer_get_length(b) + 1, NULL,
+		    5000), 0);
+		used = ws_payloads(evbuffer_pullup(b, -1), evbuffer_get_length(b),
+		    pl);
+		evbuffer_drain(b, used);
+	}
+	assert_memory_equal(evbuffer_pullup(pl, 12), "HTTP/1.1 101", 12);
+	close(fd);
+	/* Not a handshake: 400 before anything is opened. */
+	snprintf(head, sizeof(head), "/api/v1/npcs/n1/sandbox/ports/%d/tcp",
+	    ws_port);
+	assert_int_equal(tu_req(&r, "GET", head, ka, NULL), 400);
+	tu_res_free(&r);
+	evbuffer_free(b);
+	evbuffer_free(pl);
+}
+
 int
 main(void)
 {
@@ -791,6 +881,8 @@ main(void)
 		    test_connection_cap_and_idle_timeout, up_start, up_stop),
 		cmocka_unit_test_setup_teardown(test_idle_connection_is_closed,
 		    up_start, up_stop),
+		cmocka_unit_test_setup_teardown(
+		    test_tcp_websocket_carries_raw_bytes, up_start, up_stop),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,7 +4,9 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 
 #include <event2/bufferevent.h>
 #include <event2/http.h>
@@ -864,6 +866,105 @@ test_tcp_websocket_carries_raw_bytes(void **state)
 	evbuffer_free(pl);
 }
 
+/* sbxctl beside this test binary (BUILD/sbxctl for BUILD/tests/test_x). */
+static void
+sbxctl_path(char *out, size_t cap)
+{
+	char self[512];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	char *slash;
+
+	assert_true(n > 0);
+	self[n] = '\0';
+	slash = strrchr(self, '/');
+	*slash = '\0';
+	slash = strrchr(self, '/');
+	*slash = '\0';
+	snprintf(out, cap, "%s/sbxctl", self);
+}
+
+/* sbxctl port-forward: a real sbxctl process, three local connections at
+ * once, each its own tunnel to the upstream's echo; Ctrl-C ends it with 0. */
+static void
+test_sbxctl_port_forward_carries_many_connections(void **state)
+{
+	static const char up_head[] = "GET / HTTP/1.1\r\nConnection: "
+	    "Upgrade\r\nUpgrade: echo\r\n\r\n";
+	char bin[600], url[64], spec[32], msg[32];
+	struct evbuffer *b[3];
+	struct sockaddr_in sin;
+	int local = 0, fd[3], i, st = -1, tries;
+	pid_t pid;
+
+	(void)state;
+	sbxctl_path(bin, sizeof(bin));
+	if (access(bin, X_OK) != 0)
+		skip();
+	/* a free port for LOCAL */
+	fd[0] = socket(AF_INET, SOCK_STREAM, 0);
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(fd[0], (struct sockaddr *)&sin, sizeof(sin)), 0);
+	{
+		socklen_t sl = sizeof(sin);
+
+		getsockname(fd[0], (struct sockaddr *)&sin, &sl);
+		local = ntohs(sin.sin_port);
+	}
+	close(fd[0]);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", T.port);
+	snprintf(spec, sizeof(spec), "%d:%d", local, ws_port);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int nul = open("/dev/null", O_WRONLY);
+
+		dup2(nul, 2);
+		setenv("SBX_URL", url, 1);
+		setenv("SBX_KEY", ka, 1);
+		setenv("HOME", "/nonexistent", 1);
+		unsetenv("SBX_CLI_CONFIG");
+		execl(bin, "sbxctl", "port-forward", "n1", spec, (char *)NULL);
+		_exit(127);
+	}
+	for (i = 0; i < 3; i++) {
+		for (tries = 0; tries < 200; tries++) {
+			fd[i] = socket(AF_INET, SOCK_STREAM, 0);
+			sin.sin_port = htons((uint16_t)local);
+			if (connect(fd[i], (struct sockaddr *)&sin, sizeof(sin)) == 0)
+				break;
+			close(fd[i]);
+			tu_spin(20);
+		}
+		assert_true(tries < 200);
+		b[i] = evbuffer_new();
+		raw_send(fd[i], up_head, strlen(up_head));
+	}
+	for (i = 0; i < 3; i++) {
+		assert_int_equal(raw_read(fd[i], b[i], 0, "\r\n\r\n", 10000), 0);
+		assert_memory_equal(evbuffer_pullup(b[i], 12), "HTTP/1.1 101", 12);
+		evbuffer_drain(b[i], evbuffer_get_length(b[i]));
+	}
+	for (i = 0; i < 3; i++) {
+		snprintf(msg, sizeof(msg), "tunnel-%d", i);
+		raw_send(fd[i], msg, strlen(msg));
+	}
+	for (i = 0; i < 3; i++) {
+		snprintf(msg, sizeof(msg), "tunnel-%d", i);
+		assert_int_equal(raw_read(fd[i], b[i], strlen(msg), NULL, 10000), 0);
+		assert_memory_equal(evbuffer_pullup(b[i], -1), msg, strlen(msg));
+		close(fd[i]);
+		evbuffer_free(b[i]);
+	}
+	tu_spin(100);
+	kill(pid, SIGINT);
+	for (tries = 0; tries < 200 && waitpid(pid, &st, WNOHANG) == 0; tries++)
+		tu_spin(20);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int
 main(void)
 {
@@ -883,6 +984,9 @@ main(void)
 		    up_start, up_stop),
 		cmocka_unit_test_setup_teardown(
 		    test_tcp_websocket_carries_raw_bytes, up_start, up_stop),
+		cmocka_unit_test_setup_teardown(
+		    test_sbxctl_port_forward_carries_many_connections, up_start,
+		    up_stop),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

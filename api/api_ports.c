@@ -318,8 +318,7 @@ ws_closed(void *arg, int code, const char *reason)
 
 	(void)code;
 	(void)reason;
-	pc->ws = NULL;   /* freed by sbx_ws after this call */
-	pc_free(pc);
+	pc_free(pc);   /* sbx_ws_free is safe inside its callbacks */
 }
 
 static void

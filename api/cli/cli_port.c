@@ -29,7 +29,8 @@ struct tunnel {
 	struct fwd *f;
 	struct tunnel *prev, *next;
 	struct bufferevent *local;
-	struct sbx_ws *ws;
+	struct sbx_ws *ws;         /* freed by tunnel_free (also once closed) */
+	int ws_ended;              /* its closed callback ran */
 	int local_eof;             /* the local client sent its last byte */
 	int closing;               /* the WebSocket ended: flush local, close */
 };
@@ -73,7 +74,7 @@ local_read(struct bufferevent *bev, void *arg)
 	unsigned char buf[16384];
 	int n;
 
-	while (t->ws != NULL && (n = evbuffer_remove(in, buf, sizeof(buf))) > 0)
+	while (!t->ws_ended && (n = evbuffer_remove(in, buf, sizeof(buf))) > 0)
 		if (sbx_ws_send(t->ws, 0, buf, (size_t)n, NULL, 0) == -1)
 			break;
 }
@@ -87,7 +88,7 @@ local_write(struct bufferevent *bev, void *arg)
 		tunnel_free(t);
 		return;
 	}
-	if (t->ws != NULL)
+	if (!t->ws_ended)
 		sbx_ws_read_pause(t->ws, 0);
 }
 
@@ -97,7 +98,7 @@ local_event(struct bufferevent *bev, short what, void *arg)
 	struct tunnel *t = arg;
 
 	(void)bev;
-	if ((what & BEV_EVENT_EOF) && t->ws != NULL && !t->closing) {
+	if ((what & BEV_EVENT_EOF) && !t->ws_ended && !t->closing) {
 		/* Its last bytes go first; then the tunnel ends normally. */
 		local_read(t->local, t);
 		t->local_eof = 1;
@@ -141,7 +142,7 @@ ws_closed(void *arg, int code, const char *reason)
 {
 	struct tunnel *t = arg;
 
-	t->ws = NULL;   /* sbx_ws frees itself after this call */
+	t->ws_ended = 1;   /* sbx_ws_free (in tunnel_free) still frees it */
 	if (code != SBX_WS_NORMAL && reason[0] != '\0')
 		errmsg("port %s: %s", t->f->x->o.pos[1], reason);
 	if (t->local == NULL || evbuffer_get_length(bufferevent_get_output(

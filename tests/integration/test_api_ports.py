@@ -4,19 +4,26 @@ WITHOUT egress (the test image's busybox: httpd with CGI scripts for the echo an
 the SSE stream, nc for an Upgrade echo), reached only through
 .../sandbox/ports/{port}/... and preview links. Byte-exact GET, a 5 MiB POST
 echoed, SSE events one by one, a WebSocket upgrade both ways, 400/404/502,
-tickets, previews by path and by Host (ttl 1 s), the 33rd connection 429, and a
-reaped sandbox woken by the first request.
+tickets, previews by path and by Host (ttl 1 s), the 33rd connection 429,
+sbxctl port-forward with concurrent connections (GET .../tcp), and a reaped
+sandbox woken by the first request.
 """
 
 import hashlib
-import json
+import http.client
 import os
+import signal
 import socket
+import subprocess
+import threading
 import time
 import unittest
 
 import sbxtest
-from stackfix import Stack
+from sbxtest import BUILD
+from stackfix import Stack, clean_env
+
+SBXCTL = os.path.join(BUILD, "sbxctl")
 
 HTTP_PORT = 8000
 WS_PORT = 9001
@@ -275,6 +282,40 @@ class PortsTest(unittest.TestCase):
         r = self.call(self.stack.operator, "GET", "/metrics")
         self.assertIn('sbx_api_port_bytes_total{sandbox="npc-web",direction="out"}',
                       r.body.decode())
+
+    def test_08_sbxctl_port_forward_carries_concurrent_connections(self):
+        local = sbxtest.free_port()
+        env = clean_env()
+        env.update({"SBX_URL": self.url, "SBX_KEY": self.key, "HOME": "/nonexistent"})
+        p = subprocess.Popen([SBXCTL, "port-forward", "web", "%d:%d" % (local, HTTP_PORT)],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            sbxtest.wait_for_tcp("127.0.0.1", local, 10)
+            got, errors = {}, []
+
+            def fetch(i):
+                try:
+                    c = http.client.HTTPConnection("127.0.0.1", local, timeout=60)
+                    c.request("GET", "/f.bin")
+                    r = c.getresponse()
+                    got[i] = (r.status, r.read())
+                    c.close()
+                except Exception as e:   # reported below
+                    errors.append(e)
+            ts = [threading.Thread(target=fetch, args=(i,)) for i in range(4)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(90)
+            self.assertEqual(errors, [])
+            for i in range(4):
+                self.assertEqual(got[i][0], 200)
+                self.assertTrue(got[i][1] == self.file_bytes, i)
+        finally:
+            p.send_signal(signal.SIGINT)
+            out, err = p.communicate(timeout=20)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn(b"Forwarding 127.0.0.1:%d" % local, err)
 
     def test_99_a_reaped_sandbox_is_woken_by_the_first_request(self):
         def reaped():

@@ -141,7 +141,7 @@ $(BUILD)/sbx-proxy: $(PROXY_SRC) $(wildcard broker/proxy/*.h) common/proxy_polic
 		$(shell pkg-config --cflags libevent 2>/dev/null) -levent_extra -levent_core
 
 # Helpers the unit tests share (a .c with a header, not statics).
-TESTUTIL_SRC := $(wildcard tests/unit/api_testutil.c tests/unit/golden.c)
+TESTUTIL_SRC := $(wildcard tests/unit/api_testutil.c tests/unit/golden.c tests/unit/agent_rig.c)
 $(BUILD)/tests/%: tests/unit/%.c $(call obj,$(FAKE_SRC) $(TESTUTIL_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -o $@ $^ $(ALL_LDFLAGS) $(PKG_LIBS) -lcmocka -lm

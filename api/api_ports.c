@@ -178,19 +178,23 @@ static void
 pump(struct api_port_conn *pc)
 {
 	struct evbuffer *src;
-	size_t room;
+	size_t len;
 	ssize_t n;
 
-	while (pc->op != NULL && (room = sbx_session_room(pc->op)) > 0) {
+	/* Offered whole: the driver takes what its room allows and, when it
+	 * took less, says by sink->room when more fits (sbx_driver.h). */
+	while (pc->op != NULL) {
 		src = evbuffer_get_length(pc->pending) > 0 ? pc->pending :
 		    pc->upgrade && pc->bev != NULL ?
 		    bufferevent_get_input(pc->bev) : NULL;
-		if (src == NULL || evbuffer_get_length(src) == 0)
+		if (src == NULL || (len = evbuffer_get_length(src)) == 0)
 			break;
-		if ((n = sbx_session_write(pc->op, src, room)) <= 0)
+		if ((n = sbx_session_write(pc->op, src, len)) <= 0)
 			break;
 		pc->bytes->in += (uint64_t)n;
 		idle_arm(pc);
+		if ((size_t)n < len)
+			break;
 	}
 	if (pc->ws != NULL)
 		sbx_ws_read_pause(pc->ws, evbuffer_get_length(pc->pending) >=

@@ -34,6 +34,7 @@ struct sess {
 	struct bufferevent *bev;
 	struct sbx_sink sink;
 	int port, started, connected, eof_pending;
+	int want_room;     /* a write took less than offered: room says when */
 	struct event *start_ev;
 };
 
@@ -90,8 +91,11 @@ sess_write(struct bufferevent *bev, void *arg)
 		s->eof_pending = 0;
 		shutdown(bufferevent_getfd(bev), SHUT_WR);
 	}
-	if (s->sink.room != NULL)
+	/* As the broker client: room only for a writer that was cut short. */
+	if (s->want_room && s->sink.room != NULL) {
+		s->want_room = 0;
 		s->sink.room(s->sink.arg);
+	}
 }
 
 static void
@@ -206,8 +210,10 @@ sess_write_in(struct sbx_driver *d, struct sbx_op *op, struct evbuffer *src,
 
 	if (n > max)
 		n = max;
-	if (n > room)
+	if (n > room) {
 		n = room;
+		s->want_room = 1;
+	}
 	return evbuffer_remove_buffer(src, bufferevent_get_output(s->bev), n);
 }
 

@@ -250,6 +250,31 @@ client_event(struct bufferevent *bev, short what, void *arg)
 /* The session's sink                                                  */
 
 /*
+ * The hand-off happened (bev, the client's socket, or NULL when it failed:
+ * a 500 went, and the session goes with the request through on_end): the
+ * request ends here for the api's books with status, the tunnel goes on.
+ * Returns 0, or -1 after a failed hand-off (pc is gone).
+ */
+static int
+request_done(struct api_port_conn *pc, struct bufferevent *bev, int status)
+{
+	struct areq *a = pc->a;
+
+	a->op = NULL;
+	if (bev == NULL) {
+		sbx_op_cancel(pc->op);
+		pc->op = NULL;
+		areq_finish(a, 500, SBX_E_INTERNAL);
+		return -1;
+	}
+	pc->a = NULL;
+	a->pconn = NULL;
+	a->on_end = NULL;
+	areq_finish(a, status, "proxied");
+	return 0;
+}
+
+/*
  * The first byte of the sandbox server's answer: now the connection is
  * handed over (a session's start says only that the helper runs; a port
  * where nothing listens ends before any output, and that is still the
@@ -261,19 +286,9 @@ handoff(struct api_port_conn *pc)
 {
 	struct areq *a = pc->a;
 
-	a->op = NULL;
-	if ((pc->bev = sbx_httpd_takeover(&a->h)) == NULL) {
-		/* A 500 went; the session goes with the request (on_end). */
-		sbx_op_cancel(pc->op);
-		pc->op = NULL;
-		areq_finish(a, 500, SBX_E_INTERNAL);
+	if (request_done(pc, pc->bev = sbx_httpd_takeover(&a->h),
+	    pc->upgrade ? 101 : 200) == -1)
 		return -1;
-	}
-	/* The request ends here for the api's books; the tunnel goes on. */
-	pc->a = NULL;
-	a->pconn = NULL;
-	a->on_end = NULL;
-	areq_finish(a, pc->upgrade ? 101 : 200, "proxied");
 	bufferevent_setcb(pc->bev, client_read, client_write, client_event, pc);
 	bufferevent_setwatermark(pc->bev, EV_READ, 0, SPLICE_HIGH);
 	bufferevent_setwatermark(pc->bev, EV_WRITE, SPLICE_HIGH / 2, 0);
@@ -350,18 +365,10 @@ ws_open(struct api_port_conn *pc)
 	struct sbx_err err;
 	char hdr[64];
 
-	a->op = NULL;
 	snprintf(hdr, sizeof(hdr), "Sec-WebSocket-Accept: %s\r\n", pc->accept);
-	if ((bev = sbx_httpd_upgrade(&a->h, "websocket", hdr)) == NULL) {
-		sbx_op_cancel(pc->op);
-		pc->op = NULL;
-		areq_finish(a, 500, SBX_E_INTERNAL);
+	if (request_done(pc, bev = sbx_httpd_upgrade(&a->h, "websocket", hdr),
+	    101) == -1)
 		return -1;
-	}
-	pc->a = NULL;
-	a->pconn = NULL;
-	a->on_end = NULL;
-	areq_finish(a, 101, "proxied");
 	memset(&lim, 0, sizeof(lim));
 	lim.message_max = (size_t)cfg->ws_message_max;
 	lim.ping_ms = cfg->ws_ping_interval;

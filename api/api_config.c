@@ -89,6 +89,20 @@ const struct sbx_config_key api_config_keys[] = {
 	    "ended terminals (and their scrollback logs) kept per principal; the oldest go first"),
 	K("terminal_retention", SBX_CFG_DURATION_MS, terminal_retention, "24h",
 	    "how long an ended terminal and its scrollback are kept"),
+	/* The ports proxy (docs/api.md "Ports", adr/0053). */
+	K("port_connections_per_sandbox", SBX_CFG_INT, port_connections_per_sandbox,
+	    "32", "ports proxy: connections open at once to one sandbox's ports; "
+	    "more: 429 too_many with Retry-After"),
+	K("port_idle_timeout", SBX_CFG_DURATION_MS, port_idle_timeout, "5m",
+	    "ports proxy: a connection with no byte either way this long is closed"),
+	K("port_body_max", SBX_CFG_BYTES, port_body_max, "16m",
+	    "ports proxy: largest request body read before it is forwarded; more: 413"),
+	K("preview_ttl_max", SBX_CFG_DURATION_MS, preview_ttl_max, "24h",
+	    "ports proxy: longest a preview link may live (its default is 1h)"),
+	K("preview_domain", SBX_CFG_STRING, preview_domain, NULL,
+	    "ports proxy: with it (e.g. preview.example.com) a request for "
+	    "TOKEN.preview.example.com is that preview on its own origin; "
+	    "unset: previews only at /p/TOKEN/"),
 	K("cors_origins", SBX_CFG_STRLIST, cors_origins, NULL,
 	    "Origins allowed to call the API from a browser (CORS); empty: CORS off"),
 	K("ws_message_max", SBX_CFG_BYTES, ws_message_max, "1m",
@@ -194,6 +208,19 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 		    "terminal_idle, terminals_per_principal and "
 		    "terminal_retention above 0, terminal_records_per_principal "
 		    "0 or more.");
+	if (cfg->port_connections_per_sandbox <= 0 ||
+	    cfg->port_idle_timeout <= 0 || cfg->port_body_max < 0 ||
+	    cfg->preview_ttl_max < 1000)
+		return sbx_err_set(err, SBX_E_CONFIG, "port_connections_per_sandbox "
+		    "and port_idle_timeout must be above 0, port_body_max 0 or "
+		    "more, preview_ttl_max at least 1s.");
+	if (cfg->preview_domain != NULL && cfg->preview_domain[0] != '\0' &&
+	    (strspn(cfg->preview_domain, "abcdefghijklmnopqrstuvwxyz"
+	    "0123456789.-") != strlen(cfg->preview_domain) ||
+	    cfg->preview_domain[0] == '.' || strchr(cfg->preview_domain, '.') ==
+	    NULL))
+		return sbx_err_set(err, SBX_E_CONFIG, "preview_domain must be a "
+		    "lowercase DNS name with a dot, e.g. preview.example.com.");
 	if (cfg->ws_message_max < 1024 || cfg->ws_ping_interval < 1000 ||
 	    cfg->ws_output_high < 65536)
 		return sbx_err_set(err, SBX_E_CONFIG, "ws_message_max must be "

@@ -74,6 +74,8 @@ struct sbx_gate_head {
 	/* SBX_GATE_PASS, or BAD_REQUEST / HEAD_TOO_LARGE / URI_TOO_LONG */
 	enum sbx_gate_verdict bad;
 	const char *why;           /* static sentence saying what was refused */
+	const char *host;          /* the first Host field's value, or NULL */
+	size_t hostlen;
 };
 
 /*

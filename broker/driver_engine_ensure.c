@@ -1,6 +1,7 @@
 /*
  * driver_engine_ensure.c - the engine driver's ensure: container, volume,
- * init container, egress network (adr/0009, adr/0014), and its kind row.
+ * image probe, init container, egress network (adr/0009, adr/0014,
+ * adr/0045), and its kind row.
  * It calls down into the egress proxy, the helper volume, the agent
  * records (warm ensure), the runtime call layer and the op lifecycle; the
  * driver's entry and life (eng_net_drop) call it.
@@ -507,6 +508,26 @@ ensure_removed(struct eop *op, int status, json_t *body,
 	eng_ensure_helper(op, ensure_volume);
 }
 
+/* The image passed: the old container goes (the volume stays). */
+static void
+ensure_replace(struct eop *op)
+{
+
+	eng_callf(op, "DELETE", NULL, ensure_removed,
+	    API "/containers/%s?force=1&v=0", op->cid);
+}
+
+/* The image passed and no container exists: a new volume, or one left
+ * without its container: its root is made the user's (never what is in
+ * it). */
+static void
+ensure_new(struct eop *op)
+{
+
+	ens(op)->need_init = 1;
+	eng_ensure_helper(op, ensure_volume);
+}
+
 /* 1 when a container inspect answer shows it attached to the sandbox's own
  * egress network; 0 for one made before ADR 0014 on the shared one, which
  * ensure replaces (the volume stays). */
@@ -531,10 +552,7 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 	if ((r = eng_inspect_found(op, status, body, err, &st, &hl)) < 0)
 		return;
 	if (r == 0) {
-		/* A new volume, or one left without its container: its root is
-		 * made the user's (never what is in it). */
-		en->need_init = 1;
-		eng_ensure_helper(op, ensure_volume);
+		eng_image_probe(op, ensure_new);
 		return;
 	}
 	snprintf(en->old_helper, sizeof(en->old_helper), "%s",
@@ -555,8 +573,7 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 		 * its own network (before adr/0014). Without our helper label
 		 * the volume was made before /work got its owner: prepare it. */
 		en->need_init = hl == NULL;
-		eng_callf(op, "DELETE", NULL, ensure_removed,
-		    API "/containers/%s?force=1&v=0", op->cid);
+		eng_image_probe(op, ensure_replace);
 		return;
 	}
 	/* The same mode: a changed policy replaces the proxy only, the
@@ -782,6 +799,7 @@ ensure_init(struct eop *op)
 	en->aux_tries = 0;
 	init_create(op);
 }
+
 
 static int
 pick_limit(const char *what, int64_t asked, const struct sbx_engine_limit *l,

@@ -66,7 +66,7 @@
 #define L_HELPER "io.sbx.helper"         /* the helper volume a container mounts */
 #define L_HELPER_SHA "io.sbx.helper-sha256"
 #define L_HELPER_STEM "io.sbx.helper-stem"
-#define L_ROLE "io.sbx.role"             /* helper-fill, init: not sandboxes */
+#define L_ROLE "io.sbx.role"             /* helper-fill, init, image-probe: not sandboxes */
 
 enum flavor { FLAVOR_UNKNOWN, FLAVOR_DOCKER, FLAVOR_PODMAN };
 enum hstate { H_NONE, H_BUSY, H_READY };
@@ -226,6 +226,8 @@ struct eop {
 	struct evbuffer *resp;
 	int resp_over;
 	int raw;                      /* eng_call: the answer stays raw in resp */
+	char *pstat;                  /* the last answer's X-Docker-Container-
+	                               * Path-Stat (an archive HEAD), or NULL */
 	cont_fn cont;
 
 	/* The caller's callback: the one of the op's kind is set. */
@@ -253,6 +255,8 @@ struct eop_ensure {
 	int retries;                  /* lost create races so far */
 	struct event *retry;
 	int need_init;                /* Docker: chown /work in an init container */
+	size_t probe_i;               /* the mount path the image probe stats */
+	void (*probe_then)(struct eop *); /* once the image passed (adr/0045) */
 	int waiting;                  /* on e->hwait */
 	void (*helper_then)(struct eop *); /* once the helper volume is ready */
 	TAILQ_ENTRY(eop_ensure) wlink;
@@ -613,6 +617,12 @@ void eng_net_drop(struct eop *op, void (*after)(struct eop *));
 /* Waits ensure op for the helper volume (filling it once), then then(op);
  * a helper that cannot be read or filled ends op with why. */
 void eng_ensure_helper(struct eop *op, void (*then)(struct eop *));
+/* Checks ensure op's image (adr/0045): a container of it with no mount,
+ * created, never started, an archive HEAD per sbx_engine_mount_paths entry,
+ * removed; then then(op). A mount path that is no directory ends op with
+ * image_not_allowed and sbx_engine_mount_path_judge's sentence (logged);
+ * a missing image or a runtime failure ends it as the init step's do. */
+void eng_image_probe(struct eop *op, void (*then)(struct eop *));
 /* Removes unused old helper volumes of the stem, in the background. */
 void eng_helper_gc(struct engine *e);
 /*

@@ -122,9 +122,16 @@ void
 eng_runtime_err(struct sbx_err *err, int status, json_t *body, const char *what)
 {
 	const char *m = json_string_value(json_object_get(body, "message"));
+	char code[16];
 
-	sbx_err_set(err, SBX_E_RUNTIME, "runtime refused to %s (HTTP %d): %s",
-	    what, status, m != NULL ? m : "no message");
+	/* The runtime's words name host paths (an overlay's merged directory,
+	 * a volume's mount point) and its internals: the log keeps them, the
+	 * caller gets what failed and where to look (issue 24 item 9). */
+	snprintf(code, sizeof(code), "%d", status);
+	log_warn("runtime refused", "what", what, "status", code, "message",
+	    m != NULL ? m : "", NULL);
+	sbx_err_set(err, SBX_E_RUNTIME, "the container runtime refused to %s "
+	    "(HTTP %d); the broker's log has its answer", what, status);
 }
 
 void

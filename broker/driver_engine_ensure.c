@@ -174,12 +174,36 @@ ensure_final(struct eop *op, int status, json_t *body, const struct sbx_err *err
 	eng_finish_status(op, NULL, &st);
 }
 
+/* The container this ensure made is gone again: its start's error. */
+static void
+ensure_unmade(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e = ens(op)->aux_err;
+
+	(void)status;
+	(void)body;
+	if (eng_ended(op, err))
+		return;
+	eng_finish_err(op, &e);
+}
+
 static void
 ensure_started(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
+	struct eop_ensure *en = ens(op);
 	char path[256];
 
+	if (err == NULL && en->fresh && status != 204 && status != 304) {
+		/* A container this ensure made that cannot start is removed:
+		 * a failed create leaves nothing listed (issue 24 item 9). */
+		en->fresh = 0;
+		eng_runtime_err(&en->aux_err, status, body, "start the container");
+		eng_callf(op, "DELETE", NULL, ensure_unmade,
+		    API "/containers/%s?force=1&v=0", op->cid);
+		return;
+	}
 	if (REPLY_BAD(op, NULL, err, status, body, "start the container", 204,
 	    304))
 		return;
@@ -248,6 +272,7 @@ ensure_created(struct eop *op, int status, json_t *body,
 		eng_finish_err(op, &e);
 		return;
 	}
+	ens(op)->fresh = 1;
 	ensure_start(op);
 }
 
@@ -653,14 +678,7 @@ init_removed(struct eop *op, int status, json_t *body,
 	struct eop_ensure *en = ens(op);
 	struct sbx_err e;
 
-	en->aux_cid[0] = '\0';
-	if (en->aux_err.code[0] != '\0') {
-		e = en->aux_err;
-		eng_finish_err(op, &e);
-		return;
-	}
-	if (REPLY_BAD(op, NULL, err, status, body, "remove the init container",
-	    204, 404))
+	if (eng_aux_removed(op, status, body, err, "remove the init container"))
 		return;
 	if (en->aux_code != 0) {
 		sbx_err_set(&e, SBX_E_RUNTIME, "making /work of %s belong to the "
@@ -720,32 +738,12 @@ static void
 init_created(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
-	struct eop_ensure *en = ens(op);
-	struct sbx_err e;
 
-	if (eng_ended(op, err))
+	if (eng_aux_created(op, status, body, err, ".init", init_stale_removed,
+	    "init container"))
 		return;
-	if (eng_name_taken(status, body) && en->aux_tries++ == 0) {
-		/* Left by a broker that died here: ours by its name (ids
-		 * cannot hold a '.'). */
-		eng_callf(op, "DELETE", NULL, init_stale_removed,
-		    API "/containers/%s.init?force=1&v=0", op->cname);
-		return;
-	}
-	if (status == 404) {
-		eng_image_missing(&e, en->image);
-		eng_finish_err(op, &e);
-		return;
-	}
-	if (status != 201 || !eng_name_ok(eng_jstr(body, "Id"),
-	    sizeof(en->aux_cid) - 1)) {
-		eng_runtime_err(&e, status, body, "create the init container");
-		eng_finish_err(op, &e);
-		return;
-	}
-	snprintf(en->aux_cid, sizeof(en->aux_cid), "%s", eng_jstr(body, "Id"));
 	eng_callf(op, "POST", NULL, init_started, API "/containers/%s/start",
-	    en->aux_cid);
+	    ens(op)->aux_cid);
 }
 
 static void

@@ -359,9 +359,9 @@ eng_ensure_helper(struct eop *op, void (*then)(struct eop *))
 
 static void probe_next(struct eop *op);
 
-static void
-probe_removed(struct eop *op, int status, json_t *body,
-    const struct sbx_err *err)
+int
+eng_aux_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err, const char *what)
 {
 	struct eop_ensure *en = ens(op);
 	struct sbx_err e;
@@ -370,12 +370,20 @@ probe_removed(struct eop *op, int status, json_t *body,
 	if (en->aux_err.code[0] != '\0') {
 		e = en->aux_err;
 		eng_finish_err(op, &e);
-		return;
+		return 1;
 	}
-	if (REPLY_BAD(op, NULL, err, status, body,
-	    "remove the image probe container", 204, 404))
+	return REPLY_BAD(op, NULL, err, status, body, what, 204, 404);
+}
+
+static void
+probe_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+
+	if (eng_aux_removed(op, status, body, err,
+	    "remove the image probe container"))
 		return;
-	en->probe_then(op);
+	ens(op)->probe_then(op);
 }
 
 /* Ends the probe with e (NULL: the image passed) once its container is
@@ -453,34 +461,49 @@ probe_stale_removed(struct eop *op, int status, json_t *body,
 	probe_create(op);
 }
 
-static void
-probe_created(struct eop *op, int status, json_t *body,
-    const struct sbx_err *err)
+int
+eng_aux_created(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err, const char *suffix, cont_fn stale_removed,
+    const char *what)
 {
 	struct eop_ensure *en = ens(op);
 	struct sbx_err e;
+	char doing[64];
 
 	if (eng_ended(op, err))
-		return;
+		return 1;
 	if (eng_name_taken(status, body) && en->aux_tries++ == 0) {
-		/* Left by a broker that died here: ours by its name. */
-		eng_callf(op, "DELETE", NULL, probe_stale_removed,
-		    API "/containers/%s.probe?force=1&v=0", op->cname);
-		return;
+		/* Left by a broker that died here: ours by its name (ids
+		 * cannot hold a '.'). */
+		eng_callf(op, "DELETE", NULL, stale_removed,
+		    API "/containers/%s%s?force=1&v=0", op->cname, suffix);
+		return 1;
 	}
 	if (status == 404) {
 		eng_image_missing(&e, en->image);
 		eng_finish_err(op, &e);
-		return;
+		return 1;
 	}
 	if (status != 201 || !eng_name_ok(eng_jstr(body, "Id"),
 	    sizeof(en->aux_cid) - 1)) {
-		eng_runtime_err(&e, status, body, "create the image probe container");
+		snprintf(doing, sizeof(doing), "create the %s", what);
+		eng_runtime_err(&e, status, body, doing);
 		eng_finish_err(op, &e);
-		return;
+		return 1;
 	}
 	snprintf(en->aux_cid, sizeof(en->aux_cid), "%s", eng_jstr(body, "Id"));
-	en->probe_i = 0;
+	return 0;
+}
+
+static void
+probe_created(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+
+	if (eng_aux_created(op, status, body, err, ".probe",
+	    probe_stale_removed, "image probe container"))
+		return;
+	ens(op)->probe_i = 0;
 	probe_next(op);
 }
 

@@ -72,6 +72,7 @@ struct fx {
 	/* the image's mount paths (adr/0045) the probe's HEAD finds as a
 	 * symbolic link, a regular file; any other is absent */
 	const char *img_link, *img_file;
+	int start_fail;               /* the sandbox's start answers 500 */
 	char helper_vol[96];          /* the name the driver must use */
 	int hv_filled;                /* the helper volume holds the helper */
 	int init_exit;                /* the init container's exit status */
@@ -147,11 +148,14 @@ static void
 reply_stat(struct bufferevent *bev, const char *path, long long mode,
     const char *link)
 {
+	json_t *j;
 	char *text, b64[1024];
 
-	text = json_dumps(json_pack("{s:s, s:i, s:I, s:s, s:s}", "name", path + 1,
-	    "size", 9, "mode", (json_int_t)mode, "mtime", "2026-01-01T00:00:00Z",
-	    "linkTarget", link), JSON_COMPACT);
+	j = json_pack("{s:s, s:i, s:I, s:s, s:s}", "name", path + 1, "size", 9,
+	    "mode", (json_int_t)mode, "mtime", "2026-01-01T00:00:00Z",
+	    "linkTarget", link);
+	text = json_dumps(j, JSON_COMPACT);
+	json_decref(j);
 	assert_non_null(text);
 	sodium_bin2base64(b64, sizeof(b64), (const unsigned char *)text,
 	    strlen(text), sodium_base64_VARIANT_ORIGINAL);
@@ -479,6 +483,12 @@ route(struct conn *c, const char *method, const char *path, json_t *body)
 		    json_string_value(json_object_get(body, "Image")));
 		reply(bev, 201, "Created", json_pack("{s:s}", "Id",
 		    "c0ffee0123456789"));
+	} else if (strcmp(path, "/v1.41/containers/c0ffee0123456789/start") == 0 &&
+	    f->start_fail) {
+		reply(bev, 500, "Internal Server Error", msg("error mounting "
+		    "\"/var/lib/docker/volumes/sbx-t1-work/_data\" to rootfs at "
+		    "\"/work\": /var/lib/docker/overlay2/x/merged/work: not a "
+		    "directory"));
 	} else if (strcmp(path, "/v1.41/containers/c0ffee0123456789/start") == 0) {
 		f->c_running = 1;
 		reply(bev, 204, "No Content", NULL);
@@ -1046,6 +1056,25 @@ test_ensure_refuses_an_image_whose_work_is_a_file(void **state)
 	assert_int_equal(logged(f, "POST /v1.41/volumes/create"), 0);
 	assert_int_equal(logged(f, "HEAD /v1.41/containers/p111/archive"), 2);
 	assert_int_equal(logged(f, "DELETE /v1.41/containers/p111"), 1);
+}
+
+/* issue 24 item 9: a container this ensure made that the runtime cannot
+ * start is removed (nothing listed, the next ensure starts over), and the
+ * runtime's words, host paths in them, stay in the broker's log. */
+static void
+test_a_new_container_that_cannot_start_is_removed_and_its_text_kept(void **state)
+{
+	struct fx *f = *state;
+
+	f->start_fail = 1;
+	ensure(f, 0, NULL);
+	assert_true(f->have_err);
+	assert_string_equal(f->err.code, SBX_E_RUNTIME);
+	assert_string_equal(f->err.message, "the container runtime refused to "
+	    "start the container (HTTP 500); the broker's log has its answer");
+	assert_null(strstr(f->err.message, "/var/lib"));
+	assert_int_equal(logged(f, "DELETE /v1.41/containers/c0ffee0123456789"), 1);
+	assert_int_equal(f->c_exists, 0);
 }
 
 /* The judge reads Docker's header and Podman's (linkTarget: the path
@@ -2149,6 +2178,7 @@ main(void)
 		T(test_ensure_refuses_an_image_whose_helper_dir_is_a_link),
 		T(test_ensure_refuses_an_image_whose_work_is_a_file),
 		cmocka_unit_test(test_mount_path_judge_reads_both_runtimes),
+		T(test_a_new_container_that_cannot_start_is_removed_and_its_text_kept),
 	T(test_ensure_init_wait_cut_off_is_runtime_unavailable),
 		T(test_stale_helper_label_replaces_the_container),
 		T(test_exec_helper_records_timeout_and_refusal),

@@ -790,8 +790,11 @@ struct eng_agent;
 /* Runs an invocation as a stream on its sandbox's agent channel (the
  * agent started first when needed). */
 extern const struct eng_transport eng_agent_transport;
-/* The sandbox is being stopped or removed through the driver: no warm
- * ensure from its agent, and its next start is not counted as a restart. */
+/* The sandbox's container is being stopped, removed or (re)started: no
+ * warm ensure from its agent, its next start is not counted as a restart,
+ * and the next stream starts a new agent rather than open on the old
+ * channel, which the runtime may not have ended yet (its streams then end
+ * as a killed exec's). */
 void eng_agent_forget(struct engine *e, const char *id);
 /* Frees every agent record (driver free). */
 void eng_agents_free(struct engine *e);

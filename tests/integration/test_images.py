@@ -13,6 +13,7 @@
 # (debootstrap: built once per run into the runtimes' directory and imported
 # into each runtime from that cached tar).
 
+import fcntl
 import hashlib
 import io
 import json
@@ -147,8 +148,12 @@ def build_default_image(runtime, host):
     cache = os.path.join(brokerfix.env_required("SBX_RUNTIMES_DIR"), "default-image-cache")
     os.makedirs(cache, exist_ok=True)
     t0 = time.monotonic()
-    r = subprocess.run(["sh", os.path.join(REPO, "deploy", "image", "build.sh"), runtime, host,
-                        cache, DEFAULT_IMAGE], capture_output=True, timeout=900)
+    # The docker and podman lanes run at once: one debootstraps into the
+    # cache while the other waits, then only imports the tar.
+    with open(os.path.join(cache, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        r = subprocess.run(["sh", os.path.join(REPO, "deploy", "image", "build.sh"), runtime,
+                            host, cache, DEFAULT_IMAGE], capture_output=True, timeout=900)
     if r.returncode != 0:
         raise RuntimeError("deploy/image/build.sh failed:\n%s" % r.stderr.decode(errors="replace")[-3000:])
     print("default image ready on %s in %.1f s" % (runtime, time.monotonic() - t0))
@@ -272,6 +277,24 @@ class TestAnyImage(ImagesBase):
         self.assertNotEqual(self.engine.containers_of(sid)[0]["Id"], old)
         res = self.client.sh(sid, "stat -c '%a %u' /work; ls /work")
         self.assertEqual(bytes(res.out).decode().split(), ["750", "1000", "a", "dir"], res)
+
+    def test_an_op_right_after_a_replacing_ensure_reaches_the_new_container(self):
+        # The agent channel of the replaced container may still look alive
+        # when ensure answers: the next exec and read must start a new agent
+        # in the new container, never be reset on the old one (adr/0045).
+        sid = self.check_image(IMAGES["bare"])
+        n = int(os.environ.get("SBX_REPLACE_ROUNDS", "12"))
+        for i in range(n):
+            image = IMAGES["rootwork" if i % 2 == 0 else "bare"]
+            r = self.client.ensure(sid, image=image)
+            self.assertEqual((r.status, r.json().get("image")), (200, image), r)
+            if i % 3 == 2:      # a stop and a start: the same container again
+                self.assertEqual(self.client.stop(sid).status, 200)
+                self.assertEqual(self.client.ensure(sid, image=image).status, 200)
+            res = self.client.sh(sid, "echo %d" % i)
+            self.assertEqual((bytes(res.out), res.code), (b"%d\n" % i, 0), (i, res))
+            r = self.client.read(sid, "/work/a")
+            self.assertEqual((r.status, r.body), (200, b"x\n"), (i, r))
 
 
 class TestMountPaths(ImagesBase):

@@ -64,6 +64,7 @@ struct api_server {
 	char *execs_dir;            /* state_dir/execs */
 	unsigned char ticket_key[32];
 	struct event *sweep_ev;     /* retention sweep */
+	struct event *trim_ev;      /* freed heap back to the system (api_req.c) */
 	char *console_csp;          /* Content-Security-Policy of /console */
 };
 
@@ -181,6 +182,7 @@ struct areq {
 	 * (api_files.c, adr/0030). */
 	struct sbx_gate_body *gbody;
 	uint64_t wsize;                     /* its Content-Length, bytes */
+	struct api_spool *spool;            /* a chunked one's file (api_files.c) */
 	struct sbx_list_out *lout;          /* a list reply being encoded */
 	struct ax_list_out *xlist;          /* a list of execs being encoded
 	                                     * (api_execs_view.c, adr/0048) */
@@ -196,6 +198,12 @@ struct areq {
  * cancelled). A handler's tail: returns 0
  * (started) or -1 with err, nothing sent. */
 int api_write_stream(struct areq *a, sbx_done_cb done, struct sbx_err *err);
+/* api_req.c: a request that moved a file's body ended: the heap it freed
+ * goes back to the system shortly (malloc_trim, at most once per 200 ms),
+ * so RSS returns after big requests (issue 24 M2, adr/0056). */
+void areq_trim_later(struct api_server *s);
+/* api_req.c: frees what areq_trim_later armed (server free). */
+void api_req_trim_close(struct api_server *s);
 /* api_files.c: a list page's reply (a->list_obj: the page object, else the
  * v1 array with the Sbx-List-* headers), encoded in slices of
  * SBX_LIST_SLICE entries, one per turn of the event loop, then sent whole

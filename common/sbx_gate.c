@@ -271,6 +271,13 @@ conn_head(struct gconn *c, struct evbuffer *in)
 		conn_refuse(c, in, &h, 1, h.bad);
 		return 1;
 	}
+	if (h.chunked && c->g->stream != NULL && sbx_gate_conn_streams(c, &h)) {
+		/* Streamed as it is decoded (M2): its handler runs, and may
+		 * refuse it, before a byte of it is held. */
+		c->cap = cap;
+		if (sbx_gate_conn_stream_head(c, in, p, &h) == 0)
+			return 1;
+	}
 	if (h.chunked) {
 		c->state = G_CHUNKED;
 		c->hlen = c->off = h.len;
@@ -440,6 +447,10 @@ conn_run(struct gconn *c, struct evbuffer *in)
 			break;
 		case G_CHUNKED:
 			if (!conn_chunked(c, in))
+				return;
+			break;
+		case G_SCHUNKED:
+			if (!sbx_gate_conn_schunked(c))
 				return;
 			break;
 		}
@@ -813,3 +824,4 @@ sbx_gate_buffered(const struct sbx_gate *g)
 	}
 	return n;
 }
+

@@ -141,6 +141,8 @@ areq_finish(struct areq *a, int status, const char *outcome)
 		a->lim->fileops--;
 	if (a->on_end != NULL)
 		a->on_end(a);
+	if (a->stream_counted)
+		api_streams_put(a->s, a->who.id);
 	sbx_httpd_unwatch(&a->h);
 	sbx_list_out_free(a->lout);
 	if (a->gbody != NULL)
@@ -171,6 +173,8 @@ reply_flags(const struct areq *a, int status)
 {
 	if (a->gbody != NULL && status == 504 &&
 	    !sbx_gate_body_complete(a->gbody))
+		return SBX_HTTPD_NO_STORE | SBX_HTTPD_CLOSE;
+	if (a->close_after)
 		return SBX_HTTPD_NO_STORE | SBX_HTTPD_CLOSE;
 	/* A chunked body the gate refused mid-way cannot be framed further. */
 	if (a->gbody != NULL && sbx_gate_body_failed(a->gbody) != SBX_GATE_PASS)

@@ -523,6 +523,8 @@ conn_free(struct gconn *c)
 		return;
 	LIST_REMOVE(c, link);
 	sbx_gate_conn_body_detach(c);
+	if (c->mark != 0 && c->g->unmark != NULL)
+		c->g->unmark(c->g->arg, c->mark);
 	if (c->counted)
 		c->g->nconns--;
 	if (c->keyless)
@@ -825,3 +827,33 @@ sbx_gate_buffered(const struct sbx_gate *g)
 	return n;
 }
 
+int64_t
+sbx_gate_conn_mark(struct sbx_gate *g, struct evhttp_request *req)
+{
+	struct evhttp_connection *conn = evhttp_request_get_connection(req);
+	struct gconn *c = g != NULL && conn != NULL ?
+	    sbx_gate_conn_find(g, conn) : NULL;
+
+	return c != NULL ? c->mark : 0;
+}
+
+int
+sbx_gate_conn_set_mark(struct sbx_gate *g, struct evhttp_request *req,
+    int64_t mark)
+{
+	struct evhttp_connection *conn = evhttp_request_get_connection(req);
+	struct gconn *c = g != NULL && conn != NULL ?
+	    sbx_gate_conn_find(g, conn) : NULL;
+
+	if (c == NULL)
+		return -1;
+	c->mark = mark;
+	return 0;
+}
+
+void
+sbx_gate_set_unmark(struct sbx_gate *g, void (*unmark)(void *arg,
+    int64_t mark))
+{
+	g->unmark = unmark;
+}

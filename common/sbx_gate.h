@@ -242,6 +242,20 @@ void sbx_gate_body_kick(struct sbx_gate_body *b);
  * NULL ok. */
 void sbx_gate_body_free(struct sbx_gate_body *b);
 
+/*
+ * The daemon's mark on a request's connection (the api: the principal its
+ * requests came from, for connections_per_principal, adr/0056): the mark,
+ * 0 for none or a connection without a gate. set_mark sets it (0 clears)
+ * and returns 0, or -1 when the connection has no gate (nothing counted
+ * then). When a connection with a mark ends, g's unmark(arg, mark) is
+ * called once (arg is sbx_gate_new's), also from evhttp_free.
+ */
+int64_t sbx_gate_conn_mark(struct sbx_gate *g, struct evhttp_request *req);
+int sbx_gate_conn_set_mark(struct sbx_gate *g, struct evhttp_request *req,
+    int64_t mark);
+void sbx_gate_set_unmark(struct sbx_gate *g, void (*unmark)(void *arg,
+    int64_t mark));
+
 /* Connections open through g now (for tests and metrics). */
 unsigned sbx_gate_connections(const struct sbx_gate *g);
 

@@ -44,6 +44,7 @@ struct gconn {
 	uint64_t total, cap, cleft;
 	enum chunk_state cst;
 	struct sbx_gate_body *body;  /* G_SBODY's body; NULL: released (discard) */
+	int64_t mark;             /* the daemon's (sbx_gate_conn_mark); 0: none */
 };
 
 /* A streamed body (adr/0018): the gate keeps it from evhttp and hands it to
@@ -75,6 +76,7 @@ struct sbx_gate {
 	LIST_HEAD(, gconn) conns;
 	unsigned nconns;
 	unsigned nkeyless;        /* of nconns, without a good credential yet */
+	void (*unmark)(void *arg, int64_t mark);
 };
 
 /* The gate's record of evcon, or NULL (not gated, or gone). */

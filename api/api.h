@@ -69,6 +69,10 @@ struct api_config {
 	long long terminal_input_max; /* bytes of one input POST, and of input queued per terminal */
 	long long terminal_records_per_principal; /* ended terminals kept per principal */
 	long long terminal_retention; /* ms an ended terminal is kept */
+	/* WebSocket attach (common/sbx_ws.h, adr/0052). */
+	long long ws_message_max;   /* bytes of one received message; more: close 1009 */
+	long long ws_ping_interval; /* ms between the server's pings; 2 silent: closed */
+	long long ws_output_high;   /* bytes queued for a viewer above which its terminal output pauses */
 };
 
 extern const struct sbx_config_key api_config_keys[];

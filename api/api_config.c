@@ -91,6 +91,12 @@ const struct sbx_config_key api_config_keys[] = {
 	    "how long an ended terminal and its scrollback are kept"),
 	K("cors_origins", SBX_CFG_STRLIST, cors_origins, NULL,
 	    "Origins allowed to call the API from a browser (CORS); empty: CORS off"),
+	K("ws_message_max", SBX_CFG_BYTES, ws_message_max, "1m",
+	    "WebSocket attach: bytes of one message a client sends; more: close 1009"),
+	K("ws_ping_interval", SBX_CFG_DURATION_MS, ws_ping_interval, "30s",
+	    "WebSocket attach: the server pings this often; a client silent for two is closed"),
+	K("ws_output_high", SBX_CFG_BYTES, ws_output_high, "1m",
+	    "WebSocket attach: bytes queued for a viewer above which its terminal's output waits"),
 	{ NULL, 0, 0, NULL, 0, NULL },
 };
 
@@ -188,6 +194,11 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 		    "terminal_idle, terminals_per_principal and "
 		    "terminal_retention above 0, terminal_records_per_principal "
 		    "0 or more.");
+	if (cfg->ws_message_max < 1024 || cfg->ws_ping_interval < 1000 ||
+	    cfg->ws_output_high < 65536)
+		return sbx_err_set(err, SBX_E_CONFIG, "ws_message_max must be "
+		    "at least 1k, ws_ping_interval at least 1s and "
+		    "ws_output_high at least 64k.");
 	if (cfg->shutdown_grace < 0)
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    "shutdown_grace must be 0 or more.");

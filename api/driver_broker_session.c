@@ -36,6 +36,7 @@ struct bsess {
 	struct event *flush;        /* resume: held output from the loop */
 	int upgraded, paused, want_room, eof, eof_sent;
 	int pend_resize, pend_cols, pend_rows;
+	int pend_viewers;             /* 0 none, else viewers + 1 */
 	int pend_sig[PENDING_SIGNALS];
 	size_t npend_sig;
 	/* a terminal event that came behind held output (paused) */
@@ -284,6 +285,9 @@ session_begin(struct bop *b)
 		    (uint32_t)s->pend_rows);
 	for (i = 0; i < s->npend_sig; i++)
 		send_ctrl(s, SBX_AGENT_CTRL_SIGNAL, (uint32_t)s->pend_sig[i], 0);
+	if (s->pend_viewers)
+		send_ctrl(s, SBX_AGENT_CTRL_VIEWERS,
+		    (uint32_t)(s->pend_viewers - 1), 0);
 	if (s->eof && !s->eof_sent) {
 		send_frame(s, SBX_AGENT_T_EOF, 0, NULL, 0);
 		s->eof_sent = 1;
@@ -512,6 +516,8 @@ ctrl_refusal(enum sbx_session_kind kind, const struct sbx_session_ctl *c)
 	if (c->kind == SBX_SESSION_SIGNAL)
 		return kind != SBX_SESSION_PORT ? NULL : "A port connection takes "
 		    "no signal.";
+	if (c->kind == SBX_SESSION_VIEWERS)
+		return NULL;
 	return "Unknown control.";
 }
 
@@ -531,6 +537,14 @@ dbk_session_control(struct sbx_driver *drv, struct sbx_op *op,
 		    "ended.");
 	if ((why = ctrl_refusal(s->kind, c)) != NULL)
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "%s", why);
+	if (c->kind == SBX_SESSION_VIEWERS) {
+		/* For the broker's reaper, not the agent (adr/0051). */
+		if (s->upgraded)
+			send_ctrl(s, SBX_AGENT_CTRL_VIEWERS, c->viewers > 0, 0);
+		else
+			s->pend_viewers = 1 + (c->viewers > 0);
+		return 0;
+	}
 	memset(&ac, 0, sizeof(ac));
 	ac.kind = c->kind == SBX_SESSION_RESIZE ? SBX_AGENT_CTRL_RESIZE :
 	    SBX_AGENT_CTRL_SIGNAL;

@@ -266,6 +266,33 @@ class TerminalTest(unittest.TestCase):
         self.assertEqual(self.call("DELETE", self.base(t, "carol")).status, 200)
         o.close()
 
+    def test_05b_an_unwatched_silent_terminal_lets_the_reaper_stop_it(self):
+        # adr/0051 amendment: no viewer and no output is no use of the
+        # sandbox; the terminal ends with the reaper's reason, and a new
+        # terminal wakes the sandbox again.
+        r = self.call("PUT", "/api/v1/npcs/carol/sandbox")
+        self.assertEqual(r.status, 200, r.body)
+        t0 = time.monotonic()
+        t = self.create("carol", argv=["/bin/sh"], pty=False)
+
+        def reaped():
+            j = self.call("GET", "/api/v1/npcs/carol/sandbox").json()
+            return j["state"] == "stopped" and j.get("stop_reason") == "idle"
+        sbxtest.wait_until(reaped, 20, "carol's sandbox reaped under a silent terminal",
+                           interval=0.3)
+        # idle_timeout (4 s) after the session last moved: not earlier.
+        self.assertGreaterEqual(time.monotonic() - t0, 3.5)
+        st = self.get(t, "carol")
+        self.assertEqual((st["state"], st["reason"]), ("failed", "not_running"), st)
+        self.assertIn("idle reaper", st["message"])
+        o = self.output(t, npc="carol")
+        o.until(lambda o: "error" in o.kinds())
+        o.close()
+        t2 = self.create("carol", argv=["/bin/sh"], pty=False)
+        self.assertEqual(self.call("GET", "/api/v1/npcs/carol/sandbox").json()["state"],
+                         "running")
+        self.assertEqual(self.call("DELETE", self.base(t2, "carol")).status, 200)
+
 
     # -------------------------------------------------------- a pty
 

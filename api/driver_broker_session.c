@@ -326,9 +326,14 @@ session_finish(struct bop *b, const struct sbx_err *terr)
 		dbk_op_stream_ended(b, terr);
 		return;
 	}
-	/* The link broke before its last event: whatever ran is gone with
-	 * it (the broker kills a session whose link closes). */
-	sbx_err_set(&e, SBX_E_RUNTIME, "The sandbox broker closed the session.");
+	/* The link broke before its last event: the broker went (a live
+	 * broker always sends one, even draining). Whatever ran is gone
+	 * with it: a broker kills a session whose link closes, and one that
+	 * starts again kills what a dead one left (its recovery). WebSocket
+	 * viewers are closed 4002 for this code (docs/api.md). */
+	sbx_err_set(&e, SBX_E_BROKER_UNAVAILABLE, "The sandbox broker went away "
+	    "during the session (it stopped or crashed); the session's "
+	    "processes are killed.");
 	b->sink.error(b->sink.arg, &e);
 }
 

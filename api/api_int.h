@@ -37,7 +37,11 @@ struct api_limit {
 
 struct areq;
 struct api_exec;
+struct ax_viewer;
+struct api_ports;
+struct api_port_conn;
 struct api_viewer;
+struct api_term;
 struct ax_list_out;
 
 /* Entries a list asks the broker for (its own list_max_entries may be lower). */
@@ -68,6 +72,13 @@ struct api_server {
 	struct event *sweep_ev;     /* retention sweep */
 	struct event *trim_ev;      /* freed heap back to the system (api_req.c) */
 	char *console_csp;          /* Content-Security-Policy of /console */
+	/* Terminals (api_term*.c, adr/0051). */
+	struct api_term *terms;     /* newest first */
+	char *terms_dir;            /* state_dir/terms */
+	struct event *terms_sweep;  /* retention and record bounds */
+	/* The ports proxy (api_ports*.c, adr/0053). */
+	unsigned char port_key[32]; /* signs previews and port tickets */
+	struct api_ports *ports;    /* open tunnels, byte counts */
 };
 
 /* The sentence a player gets when asking for egress (SPEC §8); %s: NPC. */
@@ -84,6 +95,13 @@ struct api_server {
 #define R_MUTATING 0x40  /* written to the audit table */
 #define R_WAKES    0x80  /* uses the sandbox: a stopped one is started first */
 #define R_EXEC     0x100 /* path has an exec id ("*"): [a-z0-9]{1,39}, else 404 */
+#define R_BYTES    0x200 /* raw body gathered whole, at most terminal_input_max */
+#define R_PORT     0x400 /* the ports proxy: "{port}" is the second capture
+                          * (into exec_id); the body, up to port_body_max,
+                          * is forwarded; no requests_per_minute (the
+                          * connection cap governs) */
+#define R_PREVIEW  0x800 /* the credential and the NPC come from a preview
+                          * token (/p/{token}/ or a preview Host) */
 
 /*
  * A handler (adr/0035, the broker's shape): returns 0 when the request goes
@@ -146,8 +164,15 @@ struct areq {
 	const char *label;                  /* metrics route when route is NULL */
 	int exec_started;                   /* counted in execs_started */
 	int64_t exec_started_ms;            /* monotonic */
-	char exec_id[40];                   /* {id} of .../execs/{id}... routes */
-	struct api_viewer *viewer;          /* GET .../events being streamed */
+	struct ax_viewer *viewer;          /* GET .../events being streamed */
+	struct api_viewer *tviewer;         /* GET .../terminals/{id}/output */
+	struct api_term *tcreate;           /* POST .../terminals waiting for start */
+	char exec_id[40];                   /* {id} of .../execs/{id}... routes
+	                                     * ({port} of ports routes) */
+	int port;                           /* R_PORT, R_PREVIEW: 1..65535 */
+	char preview[64];                   /* R_PREVIEW: the token ("" none) */
+	int preview_host;                   /* R_PREVIEW: from the Host */
+	struct api_port_conn *pconn;        /* the proxy's tunnel until hand-off */
 	int sse_counted;                    /* counted in sse_clients */
 	/* an SSE stream's heartbeat (areq_stream_begin with a->sse) */
 	struct event *ping;
@@ -367,6 +392,66 @@ int api_h_execs_ticket(struct areq *a, struct sbx_err *err);
  */
 int api_execs_ticket_auth(struct api_server *s, const char *npc,
     const char *id, const char *query, struct api_principal *who);
+/* api_term*.c: terminals as resources (adr/0051, api_term.h). */
+/* Loads state_dir/terms (terminals running at a crash or restart become
+ * failed, api_restarted). Returns 0, or -1 with err config_error. */
+int api_terms_open(struct api_server *s, struct sbx_err *err);
+/* Kills the terminals still running (failed, shutting_down), frees all. */
+void api_terms_close(struct api_server *s);
+/* Drain: ends every SSE viewer of a terminal at once. */
+void api_terms_drain(struct api_server *s);
+int api_h_terms_create(struct areq *a, struct sbx_err *err);
+int api_h_terms_list(struct areq *a, struct sbx_err *err);
+int api_h_terms_get(struct areq *a, struct sbx_err *err);
+int api_h_terms_delete(struct areq *a, struct sbx_err *err);
+int api_h_terms_output(struct areq *a, struct sbx_err *err);
+int api_h_terms_input(struct areq *a, struct sbx_err *err);
+int api_h_terms_control(struct areq *a, struct sbx_err *err);
+int api_h_terms_ticket(struct areq *a, struct sbx_err *err);
+/* api_ports.c, api_ports_auth.c: the ports reverse proxy, its tickets and
+ * preview links (docs/api.md "Ports", adr/0053). */
+/* Derives the token key from the ticket key (after api_execs_open) and
+ * makes the tunnel table. Returns 0, or -1 with err internal. */
+int api_ports_open(struct api_server *s, struct sbx_err *err);
+/* Closes every tunnel (drain: a proxied connection is cut, the browser
+ * reconnects elsewhere/later). */
+void api_ports_drain(struct api_server *s);
+/* Closes every tunnel and frees the table. */
+void api_ports_close(struct api_server *s);
+/* ANY .../sandbox/ports/{port}/..., /p/{token}/..., a preview Host. */
+int api_h_port_proxy(struct areq *a, struct sbx_err *err);
+/* GET .../sandbox/ports/{port}/tcp: a WebSocket whose binary messages are
+ * the raw bytes of one TCP connection to the port (sbxctl port-forward). */
+int api_h_port_tcp(struct areq *a, struct sbx_err *err);
+/* POST .../sandbox/ports/{port}/tickets and .../previews. */
+int api_h_port_ticket(struct areq *a, struct sbx_err *err);
+int api_h_port_preview(struct areq *a, struct sbx_err *err);
+/*
+ * The proxy route's credential (api_auth_fn): the bearer key when an
+ * Authorization header is present, else ?sbx_ticket= (a live ticket of
+ * this NPC and port, made by a principal still active). id is the port
+ * segment. Returns 1 with *who, 0 (401), -1 (database error).
+ */
+int api_ports_auth(struct api_server *s, const char *npc, const char *id,
+    const char *query, const char *authorization, int final,
+    struct api_principal *who);
+/*
+ * A preview's token (tok, n bytes, untrusted; from /p/{token}/ or a
+ * preview Host): when it is a live preview whose NPC exists and whose
+ * maker is active and still owns the NPC or operates, *who gets the maker,
+ * npc (npccap bytes) the NPC's name and *port the port; returns 1. 0 when
+ * not (one answer: 404 at dispatch), -1 on a database error.
+ */
+int api_ports_preview_resolve(struct api_server *s, const char *tok,
+    size_t n, struct api_principal *who, char *npc, size_t npccap,
+    int *port);
+/* The token of a request's Host when preview_domain is set and Host is
+ * TOKEN.<preview_domain> (api_ports_preview_host); NULL otherwise. */
+const char *api_ports_host_token(const struct api_server *s,
+    const char *host, size_t *n);
+/* Appends the ports families to /metrics' text (sbx_api_port_*). */
+int api_ports_metrics(const struct api_server *s, struct evbuffer *out);
+
 /* GET /console: the embedded page (api_console.c generated from api/console.html). */
 int api_h_console(struct areq *a, struct sbx_err *err);
 /* Builds s->console_csp (hashes of the page's inline script and style). */

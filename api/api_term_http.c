@@ -434,6 +434,13 @@ api_h_terms_output(struct areq *a, struct sbx_err *err)
 
 	if ((t = term_of(a, err)) == NULL || offset_query(a, &off, err) == -1)
 		return -1;
+	/* One of its principal's open streams (adr/0056), given back in
+	 * areq_finish. */
+	if (a->authed) {
+		if (api_streams_take(a->s, a->who.id, err) == -1)
+			return -1;
+		a->stream_counted = 1;
+	}
 	if ((sv = calloc(1, sizeof(*sv))) == NULL)
 		return sbx_err_oom(err);
 	sv->a = a;

@@ -10,7 +10,9 @@ DESTDIR ?=
 CC ?= cc
 PYTHON ?= /usr/bin/python3
 
-PKGS := libevent jansson sqlite3 libsodium
+PKGS := libevent jansson sqlite3 libsodium nettle
+# libwslay (WebSocket framing, adr/0052): Debian's libwslay-dev ships no .pc file.
+WSLAY_LIBS := -lwslay
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 ifneq ($(CI),)
@@ -36,7 +38,7 @@ OPT := -O2 -D_FORTIFY_SOURCE=2
 endif
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) $(WSLAY_LIBS)
 
 CFLAGS ?= -g
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) $(CFLAGS) $(WARN) -fstack-protector-strong \

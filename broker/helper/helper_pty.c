@@ -182,11 +182,11 @@ pty_wait(void *arg, pid_t pid, int sigfd, uint64_t deadline, int *status, int *t
 		pf[np].fd = 1;
 		pf[np++].events = out->len > out->off ? POLLOUT : 0;
 		/* A terminal whose every slave closed polls HUP for ever: not
-		 * polled once drained, with nothing to write to it. */
+		 * polled while there is nothing to read from or write to it. */
 		mi = np;
-		pf[np].fd = out->eof && in->len == in->off ? -1 : t->master;
-		pf[np++].events = (!out->eof && out->len == out->off ? POLLIN : 0) |
+		pf[np].events = (!out->eof && out->len == out->off ? POLLIN : 0) |
 		    (in->len > in->off ? POLLOUT : 0);
+		pf[np++].fd = pf[mi].events != 0 ? t->master : -1;
 		fi = ci = -1;
 		if (!reaped && !in->eof && in->len == in->off) {
 			fi = np;

@@ -62,6 +62,13 @@ struct api_config {
 	long long sse_retry;        /* ms sent as SSE "retry:" to viewers */
 	long long viewer_stall;     /* ms a viewer may stop reading before it is cut off */
 	char **cors_origins;        /* allowed Origins for CORS; NULL or empty: CORS off */
+	/* Terminals (docs/api.md "Terminals", adr/0051). */
+	long long terminal_scrollback; /* bytes kept per terminal for a replay */
+	long long terminal_idle;    /* ms without viewer and output before a terminal is killed */
+	long long terminals_per_principal; /* running terminals per principal; more: 429 */
+	long long terminal_input_max; /* bytes of one input POST, and of input queued per terminal */
+	long long terminal_records_per_principal; /* ended terminals kept per principal */
+	long long terminal_retention; /* ms an ended terminal is kept */
 	/* The ports proxy (adr/0053). */
 	long long port_connections_per_sandbox; /* open at once per sandbox; more: 429 */
 	long long port_idle_timeout; /* ms without a byte either way: closed */

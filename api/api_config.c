@@ -77,6 +77,18 @@ const struct sbx_config_key api_config_keys[] = {
 	    "SSE retry: field sent to resource exec viewers (EventSource reconnect delay)"),
 	K("viewer_stall", SBX_CFG_DURATION_MS, viewer_stall, "60s",
 	    "a viewer of a resource exec that reads nothing this long while events wait is cut off (it can resume)"),
+	K("terminal_scrollback", SBX_CFG_BYTES, terminal_scrollback, "1m",
+	    "bytes of a terminal's output kept in memory for a replay (and about twice that on disk)"),
+	K("terminal_idle", SBX_CFG_DURATION_MS, terminal_idle, "30m",
+	    "a terminal without a viewer and without output this long is killed (state ended, reason idle)"),
+	K("terminals_per_principal", SBX_CFG_INT, terminals_per_principal, "16",
+	    "terminals one principal may have running; more: 429"),
+	K("terminal_input_max", SBX_CFG_BYTES, terminal_input_max, "64k",
+	    "largest POST .../terminals/ID/input body, and the input a terminal queues towards the broker"),
+	K("terminal_records_per_principal", SBX_CFG_INT, terminal_records_per_principal, "32",
+	    "ended terminals (and their scrollback logs) kept per principal; the oldest go first"),
+	K("terminal_retention", SBX_CFG_DURATION_MS, terminal_retention, "24h",
+	    "how long an ended terminal and its scrollback are kept"),
 	/* The ports proxy (docs/api.md "Ports", adr/0053). */
 	K("port_connections_per_sandbox", SBX_CFG_INT, port_connections_per_sandbox,
 	    "32", "ports proxy: connections open at once to one sandbox's ports; "
@@ -184,6 +196,18 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 		return sbx_err_set(err, SBX_E_CONFIG, "exec_retention, "
 		    "exec_records_max, exec_records_per_principal, ticket_ttl, sse_retry and viewer_stall "
 		    "must be above 0.");
+	if (cfg->terminal_scrollback < 64 * 1024 ||
+	    cfg->terminal_scrollback > 64LL * 1024 * 1024 ||
+	    cfg->terminal_idle <= 0 || cfg->terminals_per_principal <= 0 ||
+	    cfg->terminal_input_max < 1024 ||
+	    cfg->terminal_input_max > cfg->terminal_scrollback ||
+	    cfg->terminal_records_per_principal < 0 ||
+	    cfg->terminal_retention <= 0)
+		return sbx_err_set(err, SBX_E_CONFIG, "terminal_scrollback must "
+		    "be 64k to 64m, terminal_input_max 1k to terminal_scrollback, "
+		    "terminal_idle, terminals_per_principal and "
+		    "terminal_retention above 0, terminal_records_per_principal "
+		    "0 or more.");
 	if (cfg->port_connections_per_sandbox <= 0 ||
 	    cfg->port_idle_timeout <= 0 || cfg->port_body_max < 0 ||
 	    cfg->preview_ttl_max < 1000)

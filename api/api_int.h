@@ -35,9 +35,11 @@ struct api_limit {
 
 struct areq;
 struct api_exec;
+struct ax_viewer;
 struct api_ports;
 struct api_port_conn;
 struct api_viewer;
+struct api_term;
 struct ax_list_out;
 
 /* Entries a list asks the broker for (its own list_max_entries may be lower). */
@@ -67,6 +69,10 @@ struct api_server {
 	unsigned char ticket_key[32];
 	struct event *sweep_ev;     /* retention sweep */
 	char *console_csp;          /* Content-Security-Policy of /console */
+	/* Terminals (api_term*.c, adr/0051). */
+	struct api_term *terms;     /* newest first */
+	char *terms_dir;            /* state_dir/terms */
+	struct event *terms_sweep;  /* retention and record bounds */
 	/* The ports proxy (api_ports*.c, adr/0053). */
 	unsigned char port_key[32]; /* signs previews and port tickets */
 	struct api_ports *ports;    /* open tunnels, byte counts */
@@ -86,11 +92,12 @@ struct api_server {
 #define R_MUTATING 0x40  /* written to the audit table */
 #define R_WAKES    0x80  /* uses the sandbox: a stopped one is started first */
 #define R_EXEC     0x100 /* path has an exec id ("*"): [a-z0-9]{1,39}, else 404 */
-#define R_PORT     0x200 /* the ports proxy: "{port}" is the second capture
+#define R_BYTES    0x200 /* raw body gathered whole, at most terminal_input_max */
+#define R_PORT     0x400 /* the ports proxy: "{port}" is the second capture
                           * (into exec_id); the body, up to port_body_max,
                           * is forwarded; no requests_per_minute (the
                           * connection cap governs) */
-#define R_PREVIEW  0x400 /* the credential and the NPC come from a preview
+#define R_PREVIEW  0x800 /* the credential and the NPC come from a preview
                           * token (/p/{token}/ or a preview Host) */
 
 /*
@@ -154,13 +161,15 @@ struct areq {
 	const char *label;                  /* metrics route when route is NULL */
 	int exec_started;                   /* counted in execs_started */
 	int64_t exec_started_ms;            /* monotonic */
+	struct ax_viewer *viewer;          /* GET .../events being streamed */
+	struct api_viewer *tviewer;         /* GET .../terminals/{id}/output */
+	struct api_term *tcreate;           /* POST .../terminals waiting for start */
 	char exec_id[40];                   /* {id} of .../execs/{id}... routes
 	                                     * ({port} of ports routes) */
 	int port;                           /* R_PORT, R_PREVIEW: 1..65535 */
 	char preview[64];                   /* R_PREVIEW: the token ("" none) */
 	int preview_host;                   /* R_PREVIEW: from the Host */
 	struct api_port_conn *pconn;        /* the proxy's tunnel until hand-off */
-	struct api_viewer *viewer;          /* GET .../events being streamed */
 	int sse_counted;                    /* counted in sse_clients */
 	/* an SSE stream's heartbeat (areq_stream_begin with a->sse) */
 	struct event *ping;
@@ -340,6 +349,22 @@ int api_h_execs_ticket(struct areq *a, struct sbx_err *err);
  */
 int api_execs_ticket_auth(struct api_server *s, const char *npc,
     const char *id, const char *query, struct api_principal *who);
+/* api_term*.c: terminals as resources (adr/0051, api_term.h). */
+/* Loads state_dir/terms (terminals running at a crash or restart become
+ * failed, api_restarted). Returns 0, or -1 with err config_error. */
+int api_terms_open(struct api_server *s, struct sbx_err *err);
+/* Kills the terminals still running (failed, shutting_down), frees all. */
+void api_terms_close(struct api_server *s);
+/* Drain: ends every SSE viewer of a terminal at once. */
+void api_terms_drain(struct api_server *s);
+int api_h_terms_create(struct areq *a, struct sbx_err *err);
+int api_h_terms_list(struct areq *a, struct sbx_err *err);
+int api_h_terms_get(struct areq *a, struct sbx_err *err);
+int api_h_terms_delete(struct areq *a, struct sbx_err *err);
+int api_h_terms_output(struct areq *a, struct sbx_err *err);
+int api_h_terms_input(struct areq *a, struct sbx_err *err);
+int api_h_terms_control(struct areq *a, struct sbx_err *err);
+int api_h_terms_ticket(struct areq *a, struct sbx_err *err);
 /* api_ports.c, api_ports_auth.c: the ports reverse proxy, its tickets and
  * preview links (docs/api.md "Ports", adr/0053). */
 /* Derives the token key from the ticket key (after api_execs_open) and

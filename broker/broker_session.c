@@ -32,15 +32,6 @@
 #include "sbx_time.h"
 #include "sbx_wire.h"
 
-/* Until agent protocol 4 (adr/0049) names them: the numbers of section 1
- * of the design both ends share. */
-#ifndef SBX_AGENT_T_CTRL
-#define SBX_AGENT_T_CTRL 11
-#endif
-#ifndef SBX_AGENT_T_EVENT
-#define SBX_AGENT_T_EVENT 12
-#endif
-
 #define LINK_STREAM 1
 /* Input credit goes back in WINDOW frames of at least this many bytes
  * (or whatever was taken when the input ran dry). */
@@ -70,6 +61,7 @@ struct blink {
 	int eof_in, closed_in;          /* EOF came; told the session */
 	int ending;                     /* last frame queued: flush, then end */
 	int cancelled;                  /* the api sent CANCEL */
+	struct evbuffer *final;         /* the last EVENT, waiting for held output */
 	char outcome[48];
 };
 
@@ -99,7 +91,7 @@ put_event(struct blink *l, struct evbuffer *line)
 {
 	size_t n = evbuffer_get_length(line);
 
-	if (n > 0 && n - 1 <= 4096)
+	if (n > 1 && n - 1 <= SBX_AGENT_EVENT_MAX)
 		put_frame(l, SBX_AGENT_T_EVENT, 0, evbuffer_pullup(line, -1),
 		    (uint32_t)(n - 1));
 	evbuffer_drain(line, n);
@@ -135,6 +127,9 @@ link_detach(struct breq *b)
 			put_event(l, ev);
 			evbuffer_free(ev);
 		}
+		/* A socket bufferevent keeps its output's start frozen
+		 * between its own writes: thawed for this last one. */
+		evbuffer_unfreeze(bufferevent_get_output(l->bev), 1);
 		(void)evbuffer_write(bufferevent_get_output(l->bev),
 		    bufferevent_getfd(l->bev));
 		sbx_gate_upgraded_close(b->s->gate, l->bev);
@@ -145,6 +140,8 @@ link_detach(struct breq *b)
 		evbuffer_free(l->in);
 	if (l->held != NULL)
 		evbuffer_free(l->held);
+	if (l->final != NULL)
+		evbuffer_free(l->final);
 	free(l);
 }
 
@@ -182,8 +179,12 @@ link_end(struct blink *l, const char *outcome)
 	l->ending = 1;
 	snprintf(l->outcome, sizeof(l->outcome), "%s", outcome);
 	bufferevent_set_timeouts(l->bev, NULL, &tv);
+	/* Never from here: the caller may be inside the decoder or a sink
+	 * callback. The write callback comes from the loop once the output
+	 * is empty (now, if it is already). */
 	if (evbuffer_get_length(bufferevent_get_output(l->bev)) == 0)
-		link_finish(l);
+		bufferevent_trigger(l->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS |
+		    BEV_TRIG_DEFER_CALLBACKS);
 }
 
 /* The link broke (the api's frames, or memory): the api hears why. */
@@ -218,7 +219,10 @@ set_paused(struct blink *l, int on)
 		sbx_op_resume(l->b->op);
 }
 
-/* Sends held output as credit allows. */
+static void link_end(struct blink *l, const char *outcome);
+
+/* Sends held output as credit allows; once none is left, the session's
+ * last EVENT if it ended meanwhile. */
 static void
 held_flush(struct blink *l)
 {
@@ -241,6 +245,12 @@ held_flush(struct blink *l)
 		put_frame(l, SBX_AGENT_T_DATA, l->held_stream, buf, (uint32_t)n);
 		l->held_left -= n;
 		l->out_credit -= n;
+	}
+	if (l->final != NULL && evbuffer_get_length(l->held) == 0 &&
+	    !l->ending) {
+		put_event(l, l->final);
+		link_end(l, l->outcome);
+		return;
 	}
 	set_paused(l, evbuffer_get_length(l->held) > 0 || l->out_credit == 0);
 }
@@ -323,7 +333,9 @@ link_frame(void *arg, const struct sbx_agent_frame *f, const unsigned char *p,
 {
 	struct blink *l = arg;
 	struct sbx_session_ctl c;
+	struct sbx_agent_ctrl ac;
 	struct sbx_err err;
+	const char *why;
 	uint32_t w;
 
 	(void)last;
@@ -350,21 +362,16 @@ link_frame(void *arg, const struct sbx_agent_frame *f, const unsigned char *p,
 		l->cancelled = 1;       /* link_read ends the link */
 		return -1;
 	case SBX_AGENT_T_CTRL:
-		if (n != 8)
+		if (sbx_agent_ctrl_parse(p, n, &ac, &why) < 0)
 			return -1;
 		memset(&c, 0, sizeof(c));
-		switch (sbx_agent_get32(p)) {
-		case 1:
+		if (ac.kind == SBX_AGENT_CTRL_RESIZE) {
 			c.kind = SBX_SESSION_RESIZE;
-			c.cols = (p[4] << 8) | p[5];
-			c.rows = (p[6] << 8) | p[7];
-			break;
-		case 2:
+			c.cols = (int)ac.a;
+			c.rows = (int)ac.b;
+		} else {
 			c.kind = SBX_SESSION_SIGNAL;
-			c.signo = (int)sbx_agent_get32(p + 4);
-			break;
-		default:
-			return -1;
+			c.signo = (int)ac.a;
 		}
 		/* A control the session cannot take (it ended, a resize of an
 		 * exec) changes nothing; the api checked the ranges. */
@@ -416,8 +423,7 @@ link_written(struct bufferevent *bev, void *arg)
 {
 	struct blink *l = arg;
 
-	(void)bev;
-	if (l->ending)
+	if (l->ending && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
 		link_finish(l);
 }
 
@@ -473,6 +479,16 @@ s_start(void *arg, const char *exec_id)
 		link_read(l->bev, l);
 }
 
+/* The session ended with the EVENT in ev (taken): it goes after the output
+ * still held, which waits for the api's credit like any other. */
+static void
+link_last(struct blink *l, struct evbuffer *ev, const char *outcome)
+{
+	snprintf(l->outcome, sizeof(l->outcome), "%s", outcome);
+	l->final = ev;
+	held_flush(l);
+}
+
 /* The session ended: the held output, then the exit, then the end. */
 static void
 s_exit(void *arg, const struct sbx_exit *ex)
@@ -486,34 +502,13 @@ s_exit(void *arg, const struct sbx_exit *ex)
 		    "session before it started.");
 		return;
 	}
-	/* Output still held waits for the api's credit: the exit follows it. */
-	if (evbuffer_get_length(l->held) > 0) {
-		unsigned char buf[SBX_AGENT_DATA_MAX];
-		size_t n;
-
-		while (evbuffer_get_length(l->held) > 0) {
-			if (l->held_left == 0) {
-				unsigned char rh[5];
-
-				evbuffer_remove(l->held, rh, sizeof(rh));
-				l->held_stream = rh[0];
-				l->held_left = sbx_agent_get32(rh + 1);
-				continue;
-			}
-			n = l->held_left < sizeof(buf) ? l->held_left : sizeof(buf);
-			evbuffer_remove(l->held, buf, n);
-			put_frame(l, SBX_AGENT_T_DATA, l->held_stream, buf,
-			    (uint32_t)n);
-			l->held_left -= n;
-		}
+	if ((ev = evbuffer_new()) == NULL) {
+		link_cancel(l, SBX_E_INTERNAL, "out of memory");
+		return;
 	}
-	if ((ev = evbuffer_new()) != NULL) {
-		sbx_ndjson_exit(ev, ex->code, ex->signal, ex->duration_ms,
-		    ex->truncated);
-		put_event(l, ev);
-		evbuffer_free(ev);
-	}
-	link_end(l, "ok");
+	sbx_ndjson_exit(ev, ex->code, ex->signal, ex->duration_ms,
+	    ex->truncated);
+	link_last(l, ev, "ok");
 }
 
 static void
@@ -529,12 +524,12 @@ s_error(void *arg, const struct sbx_err *err)
 	}
 	if (broker_is_runtime_code(err->code))
 		broker_metrics_runtime_error(l->b->s->metrics, err->code);
-	if ((ev = evbuffer_new()) != NULL) {
-		sbx_ndjson_error(ev, err->code, err->message);
-		put_event(l, ev);
-		evbuffer_free(ev);
+	if ((ev = evbuffer_new()) == NULL) {
+		link_cancel(l, SBX_E_INTERNAL, "out of memory");
+		return;
 	}
-	link_end(l, err->code);
+	sbx_ndjson_error(ev, err->code, err->message);
+	link_last(l, ev, err->code);
 }
 
 /* ---------- the handler ---------- */

@@ -538,10 +538,13 @@ handover(struct sbx_httpd_req *r, const char *upgrade,
 	bufferevent_setcb(obev, NULL, NULL, NULL, NULL);
 	bufferevent_set_timeouts(obev, NULL, NULL);
 	/* What the client sent after the request: evhttp's unread input,
-	 * then what the gate held back. */
+	 * then what the gate held back. A socket bufferevent keeps its
+	 * input's end frozen between its own reads: thawed for the moves. */
+	evbuffer_unfreeze(bufferevent_get_input(bev), 0);
 	evbuffer_add_buffer(bufferevent_get_input(bev),
 	    bufferevent_get_input(obev));
 	(void)sbx_gate_upgrade(r->gate, evcon, bev, bufferevent_get_input(bev));
+	evbuffer_freeze(bufferevent_get_input(bev), 0);
 	evhttp_connection_set_closecb(evcon, upgraded_gone, u);
 	if (dup3(ph, fd, O_CLOEXEC) < 0)
 		log_warn("upgrade: cannot take the socket from evhttp", "errno",

@@ -38,6 +38,8 @@ struct tsess {
 	int detach_armed;         /* Ctrl-] seen, the next key decides */
 	int detached;
 	int writer;               /* this viewer may write (writer message) */
+	int pty;                  /* the terminal is a pty (hello) */
+	int told_readonly;        /* the read-only note was printed */
 	int have_exit, code;
 	char signame[16];
 	int rc;                   /* the exit code once decided (-1: not yet) */
@@ -116,6 +118,17 @@ send_json(struct tsess *s, json_t *o)
 	json_decref(o);
 }
 
+/* The local terminal's size as a resize message. */
+static void
+send_size(struct tsess *s)
+{
+	int cols, rows;
+
+	winsize(&cols, &rows);
+	send_json(s, json_pack("{s:s,s:i,s:i}", "type", "resize", "cols",
+	    cols, "rows", rows));
+}
+
 static void
 stop(struct tsess *s)
 {
@@ -148,6 +161,22 @@ input_set(struct tsess *s, int on)
 	}
 }
 
+/* Input to the terminal: only while this viewer is the writer (the api
+ * closes a read-only viewer that types: 1008); said once otherwise. */
+static void
+keys(struct tsess *s, const unsigned char *p, size_t n)
+{
+	if (s->writer) {
+		(void)sbx_ws_send(s->ws, 0, p, n, NULL, 0);
+		return;
+	}
+	if (!s->told_readonly)
+		fprintf(stderr, "\r\nsbxctl: another viewer is the writer of "
+		    "this terminal; your keys are not sent (Ctrl-] d "
+		    "detaches).\r\n");
+	s->told_readonly = 1;
+}
+
 /* Sends n input bytes, taking the detach key out in raw mode. */
 static void
 send_input(struct tsess *s, const unsigned char *p, size_t n)
@@ -156,7 +185,7 @@ send_input(struct tsess *s, const unsigned char *p, size_t n)
 	size_t i, from = 0;
 
 	if (!s->t->raw) {
-		(void)sbx_ws_send(s->ws, 0, p, n, NULL, 0);
+		keys(s, p, n);
 		return;
 	}
 	for (i = 0; i < n; i++) {
@@ -169,20 +198,19 @@ send_input(struct tsess *s, const unsigned char *p, size_t n)
 				return;
 			}
 			if (p[i] != DETACH_KEY)
-				(void)sbx_ws_send(s->ws, 0, &dk, 1, NULL, 0);
+				keys(s, &dk, 1);
 			from = i;
 			continue;
 		}
 		if (p[i] == DETACH_KEY) {
 			if (i > from)
-				(void)sbx_ws_send(s->ws, 0, p + from, i - from,
-				    NULL, 0);
+				keys(s, p + from, i - from);
 			s->detach_armed = 1;
 			from = i + 1;
 		}
 	}
 	if (n > from)
-		(void)sbx_ws_send(s->ws, 0, p + from, n - from, NULL, 0);
+		keys(s, p + from, n - from);
 }
 
 static void
@@ -265,12 +293,15 @@ on_text(struct tsess *s, const unsigned char *p, size_t n)
 
 	if (strcmp(type, "hello") == 0) {
 		snprintf(s->id, sizeof(s->id), "%s", jraw(o, "id"));
+		/* a pty gets the local size (it may have changed since the
+		 * terminal was made); a pty:false terminal has none */
+		s->pty = json_is_true(json_object_get(o, "pty"));
+		if (s->pty && s->t->raw)
+			send_size(s);
 	} else if (strcmp(type, "writer") == 0) {
 		v = json_object_get(o, "you");
 		s->writer = json_is_true(v);
-		if (!s->writer && s->t->input)
-			fprintf(stderr, "\r\nsbxctl: another viewer is typing "
-			    "into this terminal; you see its output only.\r\n");
+
 	} else if (strcmp(type, "exit") == 0) {
 		s->have_exit = 1;
 		v = json_object_get(o, "code");
@@ -311,7 +342,6 @@ ws_closed(void *arg, int code, const char *reason)
 	struct tsess *s = arg;
 
 	s->closed = 1;
-	s->ws = NULL;
 	stop(s);
 	if (s->detached || s->rc != -1)
 		return;
@@ -343,13 +373,11 @@ static void
 sig_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct tsess *s = arg;
-	int cols, rows;
 
 	(void)what;
 	if (fd == SIGWINCH) {
-		winsize(&cols, &rows);
-		send_json(s, json_pack("{s:s,s:i,s:i}", "type", "resize",
-		    "cols", cols, "rows", rows));
+		if (s->pty)
+			send_size(s);
 		return;
 	}
 	/* SIGINT (not raw: Ctrl-C), SIGTERM, SIGHUP, SIGQUIT: leave. */
@@ -360,7 +388,7 @@ sig_cb(evutil_socket_t fd, short what, void *arg)
 	else
 		errmsg("left the terminal; it still runs (reattach with: "
 		    "sbxctl attach %s %s).", s->t->npc, s->t->id);
-	if (s->ws != NULL)
+	if (!s->closed)
 		sbx_ws_close(s->ws, SBX_WS_NORMAL, "left");
 	s->detached = 1;
 	stop(s);
@@ -433,8 +461,15 @@ cli_term_run(struct ctx *x, const struct term_attach *t)
 		rc = CX_ERR;
 		goto done;
 	}
-	if (leftn > 0)
-		evbuffer_add(bufferevent_get_input(bev), left, leftn);
+	/* A socket bufferevent's input takes bytes only at its front
+	 * (libevent freezes its end for the socket's own reads). */
+	if (leftn > 0 && evbuffer_prepend(bufferevent_get_input(bev), left,
+	    leftn) != 0) {
+		bufferevent_free(bev);
+		errmsg(SBX_MSG_OOM);
+		rc = CX_ERR;
+		goto done;
+	}
 	sbx_err_clear(&err);
 	if ((s.ws = sbx_ws_new(bev, SBX_WS_CLIENT, NULL, &tops, &s, &err)) ==
 	    NULL) {
@@ -463,19 +498,11 @@ cli_term_run(struct ctx *x, const struct term_attach *t)
 	if (t->raw)
 		(void)tty_raw();
 	input_set(&s, 1);
-	if (t->raw) {
-		/* the size may have changed since the terminal was made */
-		int cols, rows;
-
-		winsize(&cols, &rows);
-		send_json(&s, json_pack("{s:s,s:i,s:i}", "type", "resize",
-		    "cols", cols, "rows", rows));
-	}
 	event_base_dispatch(s.base);
 	tty_restore();
 	if (s.detached && s.rc == -1) {
 		/* the close went out; let it reach the api */
-		if (s.ws != NULL) {
+		if (!s.closed) {
 			struct timeval tv = { 2, 0 };
 
 			event_base_loopexit(s.base, &tv);

@@ -4,6 +4,7 @@
 import json
 import os
 import re
+import signal
 import socket
 import struct
 import threading
@@ -42,7 +43,8 @@ class Session:
     A reader thread collects output (granting credit as it reads) and
     events; send() spends the input credit the broker gives."""
 
-    def __init__(self, sock_path, token, sid, body, headers=None, timeout=30):
+    def __init__(self, sock_path, token, sid, body, headers=None, timeout=30, grant=True):
+        self.grant = grant
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
         self.sock.connect(sock_path)
@@ -111,7 +113,7 @@ class Session:
                     else:
                         raise AssertionError("frame type %d from the broker" % t)
                     self.cv.notify_all()
-                if t == T_DATA:
+                if t == T_DATA and self.grant:
                     self.raw(frame(T_WINDOW, 1, struct.pack(">I", n)))
         except (EOFError, OSError):
             pass
@@ -175,9 +177,9 @@ class SessionTest(BrokerTestCase):
         cls.sid = cls.new_id("sess")
         cls.ensure_ok(cls.sid)
 
-    def open(self, body, sid=None, token=..., headers=None):
+    def open(self, body, sid=None, token=..., headers=None, grant=True):
         s = Session(self.broker.sock, self.broker.token if token is ... else token,
-                    sid or self.sid, body, headers)
+                    sid or self.sid, body, headers, grant=grant)
         self.addCleanup(s.close)
         return s
 
@@ -212,6 +214,23 @@ class SessionTest(BrokerTestCase):
         # the session was audited and counted like an exec
         m = self.client.metrics().body.decode()
         self.assertRegex(m, r'sbx_broker_requests_total\{op="session",code="101"\} [1-9]')
+
+    def test_output_waits_for_the_clients_credit(self):
+        # A client that gives no credit back gets one window, no more, and
+        # the exit only after the rest of the output, once it gives credit.
+        s = self.open({"kind": "exec", "argv": ["head", "-c", str(MiB), "/dev/zero"]}, grant=False)
+        self.assertEqual(s.status, 101)
+        base = self.broker.rss_kib()
+        self.assertTrue(s.wait(lambda x: len(x.out[1]) >= WINDOW, 10))
+        time.sleep(1.0)
+        with s.cv:
+            self.assertEqual(len(s.out[1]), WINDOW)
+            self.assertEqual([e["type"] for e in s.events], ["start"])
+        self.assertLess(self.broker.rss_kib() - base, 8 * 1024, "broker RSS grew while output waited")
+        s.raw(frame(T_WINDOW, 1, struct.pack(">I", MiB)))
+        last = s.wait_end()
+        self.assertEqual((last["type"], last["code"]), ("exit", 0), s.events)
+        self.assertEqual(bytes(s.out[1]), b"\0" * MiB)
 
     def test_output_cap_as_exec(self):
         s = self.open({"kind": "exec", "argv": ["head", "-c", "3000000", "/dev/zero"],
@@ -270,6 +289,68 @@ class SessionTest(BrokerTestCase):
         last = s.wait_end(10)
         self.assertEqual(last["type"], "error", s.events)
         self.assertTrue(wait_until(lambda: not procs(self.client, self.sid, rb"sleep 741"), 5.0, 0.1))
+
+
+class SessionLimitsTest(BrokerTestCase):
+    """A session is an exec to the limits and to recovery: it counts in
+    max_execs_per_sandbox, and a broker SIGKILLed under it leaves no
+    process behind."""
+
+    limits = {"max_execs": 2, "shutdown_grace_ms": 500}
+
+    @classmethod
+    def setUpSandboxes(cls):
+        cls.sid = cls.new_id("slim")
+        cls.ensure_ok(cls.sid)
+
+    def open(self, body):
+        s = Session(self.broker.sock, self.broker.token, self.sid, body)
+        self.addCleanup(s.close)
+        return s
+
+    def test_a_session_counts_as_an_exec(self):
+        s = self.open({"kind": "exec", "argv": ["cat"]})
+        self.assertEqual(s.status, 101)
+        s2 = self.open({"kind": "exec", "argv": ["cat"]})
+        self.assertEqual(s2.status, 101)
+        t = self.open({"kind": "exec", "argv": ["cat"]})
+        self.assertEqual((t.status, t.body["error"]["code"]), (429, "too_many"))
+        r = self.client.request("POST", "/v1/sandboxes/%s/exec" % self.sid, {"argv": ["true"]})
+        self.assertEqual((r.status, r.error_code()), (429, "too_many"), r)
+        s.eof()
+        self.assertEqual(s.wait_end()["code"], 0)
+        self.assertTrue(wait_until(lambda: self.client.request(
+            "POST", "/v1/sandboxes/%s/exec" % self.sid, {"argv": ["true"]}).status == 200, 5.0, 0.1))
+        s2.eof()
+        self.assertEqual(s2.wait_end()["code"], 0)
+
+    def test_sigterm_ends_an_open_session_after_the_grace(self):
+        s = self.open({"kind": "exec", "argv": ["sh", "-c", "sleep 757"]})
+        self.assertEqual(s.status, 101)
+        self.assertTrue(wait_until(lambda: procs(self.client, self.sid, rb"sleep 757"), 5.0, 0.1))
+        t0 = time.monotonic()
+        self.broker.proc.send_signal(signal.SIGTERM)
+        last = s.wait_end(10)
+        self.assertEqual((last["type"], last.get("code")), ("error", "shutting_down"),
+                         (s.events, self.broker.log_text()[-3000:]))
+        self.assertLess(time.monotonic() - t0, 5.0)
+        self.assertEqual(self.broker.proc.wait(10), 0, "the broker did not exit 0 after draining")
+        self.broker.stop()
+        self.broker.start()
+        self.assertTrue(wait_until(lambda: not procs(self.client, self.sid, rb"sleep 757"), 10.0, 0.25),
+                        "the session's process outlived the drain")
+
+    def test_sigkill_of_the_broker_leaves_no_process(self):
+        s = self.open({"kind": "exec", "argv": ["sh", "-c", "sleep 751 & sleep 752"]})
+        self.assertEqual(s.status, 101)
+        self.assertTrue(wait_until(lambda: len(procs(self.client, self.sid, rb"sleep 75[12]")) == 2, 5.0, 0.1))
+        self.broker.proc.send_signal(signal.SIGKILL)
+        self.broker.proc.wait(5)
+        self.assertEqual(s.wait_end(10)["type"], "start", "a killed broker sent an end")
+        self.broker.stop()
+        self.broker.start()
+        self.assertTrue(wait_until(lambda: not procs(self.client, self.sid, rb"sleep 75[12]"), 10.0, 0.25),
+                        "the session's processes outlived the broker")
 
 
 if __name__ == "__main__":

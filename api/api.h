@@ -48,6 +48,8 @@ struct api_config {
 	long long headers_max;      /* header fields of a request */
 	long long max_connections;  /* client connections open at once */
 	long long max_connections_keyless; /* of those, without a good key yet */
+	long long connections_per_principal; /* of those, one principal's (0: max_connections/8) */
+	long long streams_per_principal;   /* open streams (SSE viewers, terminals, ports) of one principal */
 	long long keyless_header_timeout;  /* ms for a head while keyless */
 	char *log_level;
 	char *log_file;             /* NULL: stderr */

@@ -44,6 +44,13 @@ const struct sbx_config_key api_config_keys[] = {
 	K("max_connections_keyless", SBX_CFG_INT, max_connections_keyless, "64",
 	    "of max_connections, those without a valid key yet; beyond, the oldest "
 	    "idle one is closed with 503 overloaded (keyed clients keep the rest)"),
+	K("connections_per_principal", SBX_CFG_INT, connections_per_principal,
+	    "0", "of max_connections, those one principal's requests may hold "
+	    "(0: max_connections/8); beyond, 429 too_many and the connection "
+	    "closes (adr/0056)"),
+	K("streams_per_principal", SBX_CFG_INT, streams_per_principal, "64",
+	    "streams one principal may hold open at once (SSE viewers of execs, "
+	    "terminals, port connections); beyond, 429 too_many (adr/0056)"),
 	K("keyless_header_timeout", SBX_CFG_DURATION_MS, keyless_header_timeout,
 	    "5s", "header_timeout of a connection without a valid key yet"),
 	K("heartbeat", SBX_CFG_DURATION_MS, heartbeat, "15s",
@@ -147,6 +154,10 @@ api_config_finish(struct api_config *cfg, struct sbx_err *err)
 	if (sbx_credential_default(&cfg->broker_token_file,
 	    SBX_CRED_BROKER_TOKEN) == -1)
 		return sbx_err_oom(err);
+	/* A reserve for everyone else: one principal holds an eighth. */
+	if (cfg->connections_per_principal == 0)
+		cfg->connections_per_principal = cfg->max_connections / 8 > 0 ?
+		    cfg->max_connections / 8 : 1;
 	return 0;
 }
 
@@ -182,6 +193,12 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 		    "max_connections_keyless and keyless_header_timeout must be "
 		    "above 0, and max_connections_keyless at most "
 		    "max_connections.");
+	if (cfg->connections_per_principal < 0 ||
+	    cfg->connections_per_principal > cfg->max_connections ||
+	    cfg->streams_per_principal <= 0)
+		return sbx_err_set(err, SBX_E_CONFIG, "connections_per_principal "
+		    "must be 0 (max_connections/8) or 1..max_connections, and "
+		    "streams_per_principal above 0.");
 	if (cfg->exec_log_max < 1024 * 1024 ||
 	    cfg->exec_log_total < cfg->exec_log_max ||
 	    cfg->exec_log_per_principal < cfg->exec_log_max)

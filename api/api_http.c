@@ -175,24 +175,6 @@ static const struct api_route host_routes[] = {
 /* ------------------------------------------------------------------ */
 /* Limits                                                              */
 
-static struct api_limit *
-limit_get(struct api_server *s, int64_t principal_id)
-{
-	struct api_limit *l;
-
-	for (l = s->limits; l != NULL; l = l->next)
-		if (l->principal_id == principal_id)
-			return l;
-	if ((l = calloc(1, sizeof(*l))) == NULL)
-		return NULL;
-	l->principal_id = principal_id;
-	l->tokens = (double)s->cfg->rate_per_minute;
-	l->refilled_ms = sbx_mono_ms();
-	l->next = s->limits;
-	s->limits = l;
-	return l;
-}
-
 /*
  * Token bucket: rate_per_minute tokens, refilled continuously. Returns 0
  * when the request may go on, else the seconds until one token is back.
@@ -627,7 +609,7 @@ check_rate(struct areq *a, struct sbx_err *err)
 
 	if (!a->authed || (a->route->flags & R_PORT))
 		return 0;
-	if ((a->lim = limit_get(s, a->who.id)) == NULL)
+	if ((a->lim = api_limit_get(s, a->who.id)) == NULL)
 		return sbx_err_oom(err);
 	if ((wait = limit_take(s, a->lim)) == 0)
 		return 0;
@@ -787,7 +769,8 @@ dispatch_checks(struct areq *a, struct sbx_err *err)
 	if ((a->route->flags & R_AUTH) && !a->authed)
 		return sbx_err_set(err, SBX_E_UNAUTHORIZED, "A valid API key is "
 		    "required.");
-	if (check_rate(a, err) == -1 || check_npc(a, npc, err) == -1)
+	if (check_rate(a, err) == -1 || api_conns_admit(a, err) == -1 ||
+	    check_npc(a, npc, err) == -1)
 		return -1;
 	/* An exec id of another form names no exec (the route's "*"). */
 	if ((a->route->flags & R_EXEC) && !exec_id_ok(a->exec_id))
@@ -873,6 +856,8 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 	hc.arg = s;
 	if ((s->http = sbx_httpd_server_new(base, &hc, &s->gate, err)) == NULL)
 		goto fail;
+	/* A principal's connection slot comes back when it closes. */
+	sbx_gate_set_unmark(s->gate, api_conns_unmark);
 	/* HOST:PORT (a name, IPv4 or [IPv6]; port 0: any, read back). */
 	if (sbx_httpd_listen(s->http, base, cfg->listen, 0, 0, &s->listener,
 	    err) == -1)
@@ -936,6 +921,7 @@ api_server_free(struct api_server *s)
 	api_ports_close(s);
 	api_execs_close(s);
 	api_terms_close(s);
+	api_req_trim_close(s);
 	free(s->console_csp);
 	if (s->http != NULL)
 		evhttp_free(s->http);   /* frees every bound gate connection */

@@ -30,6 +30,8 @@ struct api_limit {
 	int64_t refilled_ms;      /* monotonic ms of the last refill */
 	unsigned execs;           /* exec streams open now */
 	unsigned fileops;         /* reads, writes, lists in flight */
+	unsigned streams;         /* open streams (api_streams_take) */
+	unsigned conns;           /* connections marked as its (api_conns_admit) */
 	struct api_limit *next;
 };
 
@@ -68,6 +70,7 @@ struct api_server {
 	char *execs_dir;            /* state_dir/execs */
 	unsigned char ticket_key[32];
 	struct event *sweep_ev;     /* retention sweep */
+	struct event *trim_ev;      /* freed heap back to the system (api_req.c) */
 	char *console_csp;          /* Content-Security-Policy of /console */
 	/* Terminals (api_term*.c, adr/0051). */
 	struct api_term *terms;     /* newest first */
@@ -206,6 +209,9 @@ struct areq {
 	 * (api_files.c, adr/0030). */
 	struct sbx_gate_body *gbody;
 	uint64_t wsize;                     /* its Content-Length, bytes */
+	struct api_spool *spool;            /* a chunked one's file (api_files.c) */
+	int close_after;                    /* the reply closes the connection */
+	int stream_counted;                 /* holds one of who's stream slots */
 	struct sbx_list_out *lout;          /* a list reply being encoded */
 	struct ax_list_out *xlist;          /* a list of execs being encoded
 	                                     * (api_execs_view.c, adr/0048) */
@@ -221,6 +227,43 @@ struct areq {
  * cancelled). A handler's tail: returns 0
  * (started) or -1 with err, nothing sent. */
 int api_write_stream(struct areq *a, sbx_done_cb done, struct sbx_err *err);
+/*
+ * api_streams.c (adr/0056): a principal's shares of the shared pools.
+ *
+ * api_limit_get: principal_id's limits record (made at first use, kept for
+ * the api's life); NULL when out of memory.
+ *
+ * api_streams_take: takes one of principal_id's streams_per_principal
+ * (64) slots for a stream that stays open (an SSE viewer of an exec, a
+ * terminal, a port connection: every long-lived stream of a principal
+ * calls it before it starts, and api_streams_put exactly once when it
+ * ends). Returns 0, or -1 with err: too_many (429; the reply gets
+ * Retry-After: 1 from the core's table) with a sentence, or internal (out
+ * of memory). Counts only; the caller owns the stream.
+ *
+ * api_streams_put: gives one back (never below 0).
+ *
+ * api_conns_admit: a request of an authenticated principal (a->lim set):
+ * its connection becomes one of the principal's (a mark on the gate's
+ * connection, cleared when it closes: api_conns_unmark, the gate's unmark
+ * hook). When the principal already holds connections_per_principal
+ * (default max_connections/8) connections, -1 with err too_many and
+ * a->close_after set (the reply closes the connection). A connection used
+ * before by another principal (a proxy's keep-alive) moves to this one.
+ */
+struct api_limit *api_limit_get(struct api_server *s, int64_t principal_id);
+int api_streams_take(struct api_server *s, int64_t principal_id,
+    struct sbx_err *err);
+void api_streams_put(struct api_server *s, int64_t principal_id);
+int api_conns_admit(struct areq *a, struct sbx_err *err);
+void api_conns_unmark(void *arg, int64_t principal_id);
+
+/* api_req.c: a request that moved a file's body ended: the heap it freed
+ * goes back to the system shortly (malloc_trim, at most once per 200 ms),
+ * so RSS returns after big requests (issue 24 M2, adr/0056). */
+void areq_trim_later(struct api_server *s);
+/* api_req.c: frees what areq_trim_later armed (server free). */
+void api_req_trim_close(struct api_server *s);
 /* api_files.c: a list page's reply (a->list_obj: the page object, else the
  * v1 array with the Sbx-List-* headers), encoded in slices of
  * SBX_LIST_SLICE entries, one per turn of the event loop, then sent whole

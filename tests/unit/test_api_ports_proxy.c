@@ -162,7 +162,7 @@ test_ticket_and_preview_without_key(void **state)
 	    up_port);
 	assert_int_equal(tu_req(&r, "POST", path, kb, "{\"ttl_s\":1}"), 404);
 	assert_int_equal(tu_req(&r, "POST", path, ka, "{\"ttl_s\":90000}"), 400);
-	assert_int_equal(tu_req(&r, "POST", path, ka, "{\"ttl_s\":2}"), 201);
+	assert_int_equal(tu_req(&r, "POST", path, ka, "{\"ttl_s\":1}"), 201);
 	o = json_loads(tu_text(&r), 0, NULL);
 	snprintf(url, sizeof(url), "%s", json_string_value(json_object_get(o,
 	    "path")));

@@ -121,6 +121,10 @@ class Session:
             with self.cv:
                 self.closed = True
                 self.cv.notify_all()
+            try:   # the broker's side is done: close ours, as a client does
+                self.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
 
     def raw(self, b):
         with self.wlock:

@@ -357,5 +357,102 @@ class SessionLimitsTest(BrokerTestCase):
                         "the session's processes outlived the broker")
 
 
+class TerminalPortTest(BrokerTestCase):
+    """Terminals and port connections (agent protocol 4's pty and connect
+    modes, adr/0049): a size that stty sees and a resize, signals to the
+    foreground job, and busybox httpd reached through a PORT session."""
+
+    @classmethod
+    def setUpSandboxes(cls):
+        cls.sid = cls.new_id("term")
+        cls.ensure_ok(cls.sid)
+
+    def open(self, body, sid=None):
+        s = Session(self.broker.sock, self.broker.token, sid or self.sid, body)
+        self.addCleanup(s.close)
+        return s
+
+    def test_pty_size_and_resize(self):
+        s = self.open({"kind": "pty", "argv": ["sh", "-c", "stty size; read x; stty size; exit 3"],
+                       "cols": 100, "rows": 30, "term": "xterm"})
+        self.assertEqual(s.status, 101)
+        self.assertTrue(s.wait(lambda x: b"30 100" in x.out[1]), bytes(s.out[1]))
+        s.raw(frame(T_CTRL, 0, struct.pack(">IHH", 1, 120, 40)))
+        s.send(b"go\r")
+        last = s.wait_end()
+        self.assertEqual(last["type"], "exit", s.events)
+        self.assertEqual(last["code"], 3)
+        out = bytes(s.out[1])
+        self.assertIn(b"40 120", out)
+        self.assertEqual(bytes(s.out[2]), b"", "a terminal's output is one stream")
+        self.assertIn(b"go", out, "the terminal echoes what is typed")
+
+    def test_pty_signal_goes_to_the_foreground_job(self):
+        s = self.open({"kind": "pty", "argv": ["sleep", "743"], "cols": 80, "rows": 24})
+        self.assertEqual(s.status, 101)
+        self.assertTrue(wait_until(lambda: procs(self.client, self.sid, rb"sleep 743"), 5.0, 0.1))
+        s.raw(frame(T_CTRL, 0, struct.pack(">II", 2, 2)))   # SIGINT
+        last = s.wait_end(10)
+        self.assertEqual((last["type"], last["code"], last["signal"]), ("exit", 130, "INT"), s.events)
+
+    def test_pty_without_argv_runs_the_login_shell(self):
+        s = self.open({"kind": "pty", "cols": 80, "rows": 24})
+        self.assertEqual(s.status, 101)
+        s.send(b"echo $((6*7))x; exit 4\r")
+        last = s.wait_end()
+        self.assertEqual((last["type"], last["code"]), ("exit", 4), s.events)
+        self.assertIn(b"42x", bytes(s.out[1]))
+
+    def test_exec_session_signal_goes_to_the_command(self):
+        s = self.open({"kind": "exec", "argv": ["sleep", "755"]})
+        self.assertEqual(s.status, 101)
+        self.assertTrue(wait_until(lambda: procs(self.client, self.sid, rb"sleep 755"), 5.0, 0.1))
+        s.raw(frame(T_CTRL, 0, struct.pack(">IHH", 1, 100, 40)))   # a resize: nothing
+        s.raw(frame(T_CTRL, 0, struct.pack(">II", 2, 15)))         # SIGTERM
+        last = s.wait_end(10)
+        self.assertEqual((last["type"], last["code"], last["signal"]), ("exit", 143, "TERM"), s.events)
+
+    def test_pty_client_closing_kills_the_terminal(self):
+        s = self.open({"kind": "pty", "argv": ["sh", "-c", "sleep 745"], "cols": 80, "rows": 24})
+        self.assertEqual(s.status, 101)
+        self.assertTrue(wait_until(lambda: procs(self.client, self.sid, rb"sleep 745"), 5.0, 0.1))
+        s.close()
+        self.assertTrue(wait_until(lambda: not procs(self.client, self.sid, rb"sleep 745"), 5.0, 0.1),
+                        "the terminal's command still runs after the client went away")
+
+    def test_port_reaches_a_server_in_the_sandbox(self):
+        r = self.client.exec(self.sid, ["sh", "-c", "mkdir -p /work/www && echo hello-port > /work/www/index.html"])
+        self.assertEqual(r.code, 0, r)
+        srv = self.open({"kind": "exec", "argv": ["httpd", "-f", "-p", "127.0.0.1:8123", "-h", "/work/www"]})
+        self.assertEqual(srv.status, 101)
+        self.assertTrue(wait_until(lambda: procs(self.client, self.sid, rb"httpd -f"), 5.0, 0.1))
+        ok = False
+        for _ in range(50):          # httpd binds a moment after it runs
+            s = self.open({"kind": "port", "port": 8123})
+            self.assertEqual(s.status, 101)
+            self.assertEqual(s.wait(lambda x: x.events) and s.events[0], {"type": "start", "exec_id": "",
+                                                                          "ts": s.events[0]["ts"]})
+            s.send(b"GET /index.html HTTP/1.0\r\nHost: x\r\n\r\n")
+            s.eof()
+            last = s.wait_end()
+            if last["type"] == "error" and last["code"] == "port_closed":
+                time.sleep(0.1)
+                continue
+            self.assertEqual(last, dict(last, type="exit", code=0), s.events)
+            ok = True
+            break
+        self.assertTrue(ok, "httpd never answered")
+        self.assertTrue(bytes(s.out[1]).startswith(b"HTTP/1."), bytes(s.out[1])[:200])
+        self.assertIn(b"hello-port", bytes(s.out[1]))
+        srv.close()
+
+    def test_port_nobody_listens_is_port_closed(self):
+        s = self.open({"kind": "port", "port": 1})
+        self.assertEqual(s.status, 101)
+        last = s.wait_end()
+        self.assertEqual((last["type"], last["code"]), ("error", "port_closed"), s.events)
+        self.assertIn("port 1", last["message"])
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

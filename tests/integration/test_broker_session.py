@@ -300,7 +300,7 @@ class SessionLimitsTest(BrokerTestCase):
     max_execs_per_sandbox, and a broker SIGKILLed under it leaves no
     process behind."""
 
-    limits = {"max_execs": 2, "shutdown_grace_ms": 500}
+    limits = {"max_execs": 3, "shutdown_grace_ms": 500}
 
     @classmethod
     def setUpSandboxes(cls):
@@ -317,6 +317,8 @@ class SessionLimitsTest(BrokerTestCase):
         self.assertEqual(s.status, 101)
         s2 = self.open({"kind": "exec", "argv": ["cat"]})
         self.assertEqual(s2.status, 101)
+        s3 = self.open({"kind": "pty", "argv": ["cat"], "cols": 80, "rows": 24})
+        self.assertEqual(s3.status, 101)
         t = self.open({"kind": "exec", "argv": ["cat"]})
         self.assertEqual((t.status, t.body["error"]["code"]), (429, "too_many"))
         r = self.client.request("POST", "/v1/sandboxes/%s/exec" % self.sid, {"argv": ["true"]})
@@ -327,6 +329,8 @@ class SessionLimitsTest(BrokerTestCase):
             "POST", "/v1/sandboxes/%s/exec" % self.sid, {"argv": ["true"]}).status == 200, 5.0, 0.1))
         s2.eof()
         self.assertEqual(s2.wait_end()["code"], 0)
+        s3.send(b"\x04")     # ^D: the end of a terminal's input
+        self.assertEqual(s3.wait_end()["code"], 0)
 
     def test_sigterm_ends_an_open_session_after_the_grace(self):
         s = self.open({"kind": "exec", "argv": ["sh", "-c", "sleep 757"]})
@@ -347,14 +351,16 @@ class SessionLimitsTest(BrokerTestCase):
     def test_sigkill_of_the_broker_leaves_no_process(self):
         s = self.open({"kind": "exec", "argv": ["sh", "-c", "sleep 751 & sleep 752"]})
         self.assertEqual(s.status, 101)
-        self.assertTrue(wait_until(lambda: len(procs(self.client, self.sid, rb"sleep 75[12]")) == 2, 5.0, 0.1))
+        t = self.open({"kind": "pty", "argv": ["sh", "-c", "sleep 753 & sleep 754"], "cols": 80, "rows": 24})
+        self.assertEqual(t.status, 101)
+        self.assertTrue(wait_until(lambda: len(procs(self.client, self.sid, rb"sleep 75[1-4]")) == 4, 5.0, 0.1))
         self.broker.proc.send_signal(signal.SIGKILL)
         self.broker.proc.wait(5)
         self.assertEqual(s.wait_end(10)["type"], "start", "a killed broker sent an end")
         self.broker.stop()
         self.broker.start()
-        self.assertTrue(wait_until(lambda: not procs(self.client, self.sid, rb"sleep 75[12]"), 10.0, 0.25),
-                        "the session's processes outlived the broker")
+        self.assertTrue(wait_until(lambda: not procs(self.client, self.sid, rb"sleep 75[1-4]"), 10.0, 0.25),
+                        "the sessions' processes outlived the broker")
 
 
 class TerminalPortTest(BrokerTestCase):

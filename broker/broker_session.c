@@ -391,7 +391,7 @@ link_frame(void *arg, const struct sbx_agent_frame *f, const unsigned char *p,
 		 * exec) changes nothing; the api checked the ranges. */
 		if (l->b->op != NULL && sbx_session_control(l->b->op, &c,
 		    &err) < 0)
-			log_info("session control refused", "id", l->b->id,
+			log_debug("session control refused", "id", l->b->id,
 			    "reason", err.message, NULL);
 		return 0;
 	default:

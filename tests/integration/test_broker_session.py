@@ -418,6 +418,17 @@ class TerminalPortTest(BrokerTestCase):
         last = s.wait_end(10)
         self.assertEqual((last["type"], last["code"], last["signal"]), ("exit", 143, "TERM"), s.events)
 
+    def test_timeouts_as_exec(self):
+        for body in ({"kind": "exec", "argv": ["sleep", "759"], "timeout_ms": 500},
+                     {"kind": "pty", "argv": ["sleep", "759"], "timeout_ms": 500, "cols": 80, "rows": 24}):
+            t0 = time.monotonic()
+            s = self.open(body)
+            self.assertEqual(s.status, 101)
+            last = s.wait_end(10)
+            self.assertEqual((last["type"], last.get("code")), ("error", "timeout"), (body, s.events))
+            self.assertLess(time.monotonic() - t0, 5.0)
+        self.assertTrue(wait_until(lambda: not procs(self.client, self.sid, rb"sleep 759"), 5.0, 0.1))
+
     def test_pty_client_closing_kills_the_terminal(self):
         s = self.open({"kind": "pty", "argv": ["sh", "-c", "sleep 745"], "cols": 80, "rows": 24})
         self.assertEqual(s.status, 101)

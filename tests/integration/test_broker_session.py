@@ -471,5 +471,25 @@ class TerminalPortTest(BrokerTestCase):
         self.assertIn("port 1", last["message"])
 
 
+class SessionReaperTest(BrokerTestCase):
+    """An open session is use: the idle reaper leaves its sandbox running;
+    once it ends, the sandbox is idle again and reaped."""
+
+    limits = {"idle_timeout_ms": 1500, "reap_interval_ms": 250}
+
+    def test_open_session_keeps_the_reaper_off(self):
+        sid = self.new_id("reap")
+        self.ensure_ok(sid)
+        s = Session(self.broker.sock, self.broker.token, sid, {"kind": "exec", "argv": ["cat"]})
+        self.addCleanup(s.close)
+        self.assertEqual(s.status, 101)
+        time.sleep(3.0)
+        self.assertEqual(self.client.status(sid).json()["state"], "running")
+        s.eof()
+        self.assertEqual(s.wait_end()["code"], 0)
+        self.assertTrue(wait_until(lambda: self.client.status(sid).json()["state"] == "stopped", 8.0, 0.25),
+                        "the sandbox was not reaped after its session ended")
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

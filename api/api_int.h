@@ -349,6 +349,12 @@ int api_h_terms_output(struct areq *a, struct sbx_err *err);
 int api_h_terms_input(struct areq *a, struct sbx_err *err);
 int api_h_terms_control(struct areq *a, struct sbx_err *err);
 int api_h_terms_ticket(struct areq *a, struct sbx_err *err);
+/* api_term_ws.c: GET …/terminals/{id}/attach, the WebSocket of sbx.v1
+ * (adr/0052); the drain closes every attached one (1001), the server's
+ * free frees them. */
+int api_h_terms_attach(struct areq *a, struct sbx_err *err);
+void api_term_ws_drain(struct api_server *s);
+void api_term_ws_free_all(struct api_server *s);
 /* GET /console: the embedded page (api_console.c generated from api/console.html). */
 int api_h_console(struct areq *a, struct sbx_err *err);
 /* Builds s->console_csp (hashes of the page's inline script and style). */

@@ -296,10 +296,11 @@ static void
 ws_closed(void *arg, int code, const char *reason)
 {
 	struct tws *w = arg;
+	char c[8];
 
 	(void)reason;
-	log_debug("terminal websocket closed", "code", code == 1000 ? "1000" :
-	    "other", NULL);
+	snprintf(c, sizeof(c), "%d", code);
+	log_debug("terminal websocket closed", "code", c, NULL);
 	tws_free(w);
 }
 

@@ -13,6 +13,7 @@ import json
 import os
 import pty
 import select
+import signal
 import shutil
 import socket
 import subprocess
@@ -383,6 +384,11 @@ class WSTest(unittest.TestCase):
                             out += os.read(fd, 65536)
                         except OSError:
                             break
+                if data == b"SIGTERM":
+                    # to sbxctl itself, the wrapper shell's child
+                    with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+                        os.kill(int(f.read().split()[0]), signal.SIGTERM)
+                    continue
                 os.write(fd, data)
             end = time.monotonic() + 30
             while time.monotonic() < end:
@@ -427,6 +433,17 @@ class WSTest(unittest.TestCase):
         self.assertEqual(before, after)
         # the local terminal was raw meanwhile: "go\n" was not echoed by it
         self.assertNotIn(b"go\r\n", out.replace(b"got-go", b""))
+
+    def test_sbxctl_killed_by_sigterm_restores_the_terminal_and_leaves_it_running(self):
+        t = self.term(argv=("cat",), pty_=False)
+        rc, out, before, after = self._pty_sbx(
+            ["attach", "alice", t["id"]], [(1.0, b"abc\n"), (1.0, b"SIGTERM")])
+        self.assertEqual(rc, 128 + 15, out)
+        self.assertEqual(before, after)
+        self.assertIn(("sbxctl attach alice %s" % t["id"]).encode(), out)
+        r = self.call(self.stack.player, "GET",
+                      "/api/v1/npcs/alice/sandbox/terminals/%s" % t["id"])
+        self.assertEqual(r.json()["state"], "running")
 
     def test_sbxctl_attach_detach_key_leaves_a_terminal_running(self):
         t = self.term(argv=("cat",), pty_=False)

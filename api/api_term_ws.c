@@ -50,19 +50,6 @@ tws_free(struct tws *w)
 	free(w);
 }
 
-static void
-send_json(struct tws *w, json_t *o)
-{
-	char *t;
-
-	if (o == NULL)
-		return;
-	if ((t = json_dumps(o, JSON_COMPACT)) != NULL)
-		(void)sbx_ws_send(w->ws, 1, t, strlen(t), NULL, 0);
-	free(t);
-	json_decref(o);
-}
-
 /* Closes with code and a sentence; the viewer goes at once (the close
  * handshake finishes without it). */
 static void
@@ -97,15 +84,16 @@ v_ended(void *arg, const char *state, int code, const char *signal,
 	struct tws *w = arg;
 
 	if (err == NULL || !sbx_err_is_set(err)) {
-		send_json(w, json_pack("{s:s,s:s,s:o,s:o}", "type", "exit",
-		    "state", state, "code", code >= 0 ? json_integer(code) :
-		    json_null(), "signal", signal != NULL ?
+		(void)sbx_ws_send_json(w->ws, json_pack("{s:s,s:s,s:o,s:o}",
+		    "type", "exit", "state", state, "code", code >= 0 ?
+		    json_integer(code) : json_null(), "signal", signal != NULL ?
 		    json_string(signal) : json_null()));
 		tws_close(w, SBX_WS_NORMAL, "The terminal's command exited.");
 		return;
 	}
-	send_json(w, json_pack("{s:s,s:s,s:s,s:s}", "type", "error", "state",
-	    state, "code", err->code, "message", err->message));
+	(void)sbx_ws_send_json(w->ws, json_pack("{s:s,s:s,s:s,s:s}", "type",
+	    "error", "state", state, "code", err->code, "message",
+	    err->message));
 	if (strcmp(err->code, SBX_E_BROKER_UNAVAILABLE) == 0)
 		tws_close(w, WS_BROKER_GONE, err->message);
 	else if (strcmp(err->code, SBX_E_SHUTTING_DOWN) == 0)
@@ -119,14 +107,19 @@ v_ended(void *arg, const char *state, int code, const char *signal,
 static void
 v_writer(void *arg, int you)
 {
-	send_json(arg, json_pack("{s:s,s:b}", "type", "writer", "you", you));
+	struct tws *w = arg;
+
+	(void)sbx_ws_send_json(w->ws, json_pack("{s:s,s:b}", "type", "writer",
+	    "you", you));
 }
 
 static void
 v_skipped(void *arg, uint64_t from, uint64_t to)
 {
-	send_json(arg, json_pack("{s:s,s:I,s:I}", "type", "skipped", "from",
-	    (json_int_t)from, "to", (json_int_t)to));
+	struct tws *w = arg;
+
+	(void)sbx_ws_send_json(w->ws, json_pack("{s:s,s:I,s:I}", "type",
+	    "skipped", "from", (json_int_t)from, "to", (json_int_t)to));
 }
 
 static void ws_input(struct tws *w, const unsigned char *p, size_t n);
@@ -182,91 +175,34 @@ ws_input(struct tws *w, const unsigned char *p, size_t n)
 		return;
 	}
 	if (strcmp(err.code, SBX_E_FORBIDDEN) == 0)
-		tws_close(w, SBX_WS_POLICY, "Another viewer is the writer; "
-		    "this one may only read.");
+		tws_close(w, SBX_WS_POLICY, err.message);
 	/* conflict: the terminal has ended; its exit message follows */
 }
 
-/* A signal name ("INT", "SIGINT") or number to its number; 0 unknown. */
-static int
-signo_of(json_t *v)
-{
-	static const struct { const char *n; int v; } t[] = {
-		{ "HUP", 1 }, { "INT", 2 }, { "QUIT", 3 }, { "KILL", 9 },
-		{ "USR1", 10 }, { "USR2", 12 }, { "ALRM", 14 }, { "TERM", 15 },
-		{ "CONT", 18 }, { "STOP", 19 }, { "TSTP", 20 }, { "WINCH", 28 },
-	};
-	const char *s;
-	size_t i;
-
-	if (json_is_integer(v))
-		return json_integer_value(v) >= 1 && json_integer_value(v) <= 64 ?
-		    (int)json_integer_value(v) : 0;
-	if ((s = json_string_value(v)) == NULL)
-		return 0;
-	if (strncmp(s, "SIG", 3) == 0)
-		s += 3;
-	for (i = 0; i < sizeof(t) / sizeof(t[0]); i++)
-		if (strcmp(s, t[i].n) == 0)
-			return t[i].v;
-	return 0;
-}
-
-/* A text message: one JSON control (docs/api.md). Refusals close 1008
- * with the sentence. */
+/* A text message: one JSON control (docs/api.md), parsed as the control
+ * route's body. Refusals close 1008 with the sentence. */
 static void
 ws_control(struct tws *w, const unsigned char *p, size_t n)
 {
 	struct sbx_session_ctl c;
 	struct sbx_err err;
-	json_t *o, *cols, *rows;
-	const char *type;
-	char why[SBX_WS_REASON_MAX + 1];
+	json_t *o;
+	int eof;
 
 	if (w->v == NULL)
 		return;
-	o = json_loadb((const char *)p, n, JSON_REJECT_DUPLICATES, NULL);
-	type = json_string_value(json_object_get(o, "type"));
-	memset(&c, 0, sizeof(c));
 	sbx_err_clear(&err);
-	if (type == NULL) {
-		tws_close(w, SBX_WS_POLICY, "A text message is a JSON object "
-		    "with a \"type\": resize, signal or eof.");
-	} else if (strcmp(type, "resize") == 0) {
-		cols = json_object_get(o, "cols");
-		rows = json_object_get(o, "rows");
-		if (!json_is_integer(cols) || !json_is_integer(rows) ||
-		    json_integer_value(cols) < 1 ||
-		    json_integer_value(cols) > 10000 ||
-		    json_integer_value(rows) < 1 ||
-		    json_integer_value(rows) > 10000)
-			tws_close(w, SBX_WS_POLICY, "A resize needs cols and "
-			    "rows, each 1 to 10000.");
-		else {
-			c.kind = SBX_SESSION_RESIZE;
-			c.cols = (int)json_integer_value(cols);
-			c.rows = (int)json_integer_value(rows);
-			if (api_term_control(w->v, &c, &err) == -1 &&
-			    strcmp(err.code, SBX_E_CONFLICT) != 0)
-				tws_close(w, SBX_WS_POLICY, err.message);
-		}
-	} else if (strcmp(type, "signal") == 0) {
-		c.kind = SBX_SESSION_SIGNAL;
-		if ((c.signo = signo_of(json_object_get(o, "signal"))) == 0)
-			tws_close(w, SBX_WS_POLICY, "A signal is a name such "
-			    "as \"INT\" or a number 1 to 64.");
-		else if (api_term_control(w->v, &c, &err) == -1 &&
-		    strcmp(err.code, SBX_E_CONFLICT) != 0)
+	o = json_loadb((const char *)p, n, JSON_REJECT_DUPLICATES, NULL);
+	if (api_term_ctl_parse(o, &c, &eof, &err) == -1)
+		tws_close(w, SBX_WS_POLICY, err.message);
+	else if (eof) {
+		/* its refusal has no reason: the writer check gives it */
+		if (api_term_eof(w->v) == -1 && api_term_input(w->v, p, 0,
+		    &err) == -1 && strcmp(err.code, SBX_E_FORBIDDEN) == 0)
 			tws_close(w, SBX_WS_POLICY, err.message);
-	} else if (strcmp(type, "eof") == 0) {
-		if (api_term_eof(w->v) == -1 && !api_viewer_is_writer(w->v))
-			tws_close(w, SBX_WS_POLICY, "Another viewer is the "
-			    "writer; this one may only read.");
-	} else {
-		snprintf(why, sizeof(why), "Unknown message type \"%.40s\": "
-		    "resize, signal or eof.", type);
-		tws_close(w, SBX_WS_POLICY, why);
-	}
+	} else if (api_term_control(w->v, &c, &err) == -1 &&
+	    strcmp(err.code, SBX_E_CONFLICT) != 0)
+		tws_close(w, SBX_WS_POLICY, err.message);
 	json_decref(o);
 }
 
@@ -319,31 +255,6 @@ static const struct sbx_ws_ops wops = {
 /* ------------------------------------------------------------------ */
 /* The route                                                           */
 
-static int
-offset_of(struct areq *a, uint64_t *off, struct sbx_err *err)
-{
-	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->h.req);
-	const char *q = evhttp_uri_get_query(uri), *v;
-	struct evkeyvalq kv;
-	char *end;
-	int rc = 0;
-
-	*off = 0;
-	memset(&kv, 0, sizeof(kv));
-	if (evhttp_parse_query_str(q != NULL ? q : "", &kv) == -1)
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_BAD_QUERY);
-	if ((v = evhttp_find_header(&kv, "offset")) != NULL) {
-		errno = 0;
-		*off = strtoull(v, &end, 10);
-		if (*v < '0' || *v > '9' || *end != '\0' || errno != 0 ||
-		    strlen(v) > 19)
-			rc = sbx_err_set(err, SBX_E_BAD_REQUEST, "offset must "
-			    "be a decimal byte offset.");
-	}
-	evhttp_clear_headers(&kv);
-	return rc;
-}
-
 int
 api_h_terms_attach(struct areq *a, struct sbx_err *err)
 {
@@ -372,7 +283,7 @@ api_h_terms_attach(struct areq *a, struct sbx_err *err)
 			sbx_httpd_header(&a->h, "Sec-WebSocket-Version", "13");
 		return -1;
 	}
-	if (offset_of(a, &off, err) == -1)
+	if (api_term_offset_query(a, &off, err) == -1)
 		return -1;
 	if ((w = calloc(1, sizeof(*w))) == NULL)
 		return sbx_err_oom(err);
@@ -406,9 +317,11 @@ api_h_terms_attach(struct areq *a, struct sbx_err *err)
 	if (live != NULL)
 		live->prev = w;
 	live = w;
-	send_json(w, json_pack("{s:s,s:s,s:I,s:b}", "type", "hello", "id",
-	    api_term_id(t), "offset", (json_int_t)start, "pty", w->pty));
-	send_json(w, json_pack("{s:s,s:b}", "type", "writer", "you",
+	(void)sbx_ws_send_json(w->ws, json_pack("{s:s,s:s,s:I,s:b}", "type",
+	    "hello", "id", api_term_id(t), "offset", (json_int_t)start, "pty",
+	    w->pty));
+	(void)sbx_ws_send_json(w->ws, json_pack("{s:s,s:b}", "type", "writer",
+	    "you",
 	    api_viewer_is_writer(w->v)));
 	areq_finish(a, 101, "ok");
 	return 0;

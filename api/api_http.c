@@ -920,8 +920,8 @@ api_server_free(struct api_server *s)
 	api_req_abandon_all(s);
 	api_ports_close(s);
 	api_execs_close(s);
-	api_req_trim_close(s);
 	api_terms_close(s);
+	api_req_trim_close(s);
 	free(s->console_csp);
 	if (s->http != NULL)
 		evhttp_free(s->http);   /* frees every bound gate connection */

@@ -246,20 +246,6 @@ void sbx_gate_body_kick(struct sbx_gate_body *b);
 void sbx_gate_body_free(struct sbx_gate_body *b);
 
 /*
- * The daemon's mark on a request's connection (the api: the principal its
- * requests came from, for connections_per_principal, adr/0056): the mark,
- * 0 for none or a connection without a gate. set_mark sets it (0 clears)
- * and returns 0, or -1 when the connection has no gate (nothing counted
- * then). When a connection with a mark ends, g's unmark(arg, mark) is
- * called once (arg is sbx_gate_new's), also from evhttp_free.
- */
-int64_t sbx_gate_conn_mark(struct sbx_gate *g, struct evhttp_request *req);
-int sbx_gate_conn_set_mark(struct sbx_gate *g, struct evhttp_request *req,
-    int64_t mark);
-void sbx_gate_set_unmark(struct sbx_gate *g, void (*unmark)(void *arg,
-    int64_t mark));
-
-/*
  * An HTTP/1.1 Upgrade (sbx_httpd_upgrade, adr/0050): conn leaves evhttp for
  * bev, the caller's bufferevent on the same socket. The gate stops reading
  * conn (its input callback and head deadline go, a watch is dropped, a
@@ -275,6 +261,20 @@ int sbx_gate_upgrade(struct sbx_gate *g, struct evhttp_connection *conn,
 /* The upgraded connection of bev ends (call before freeing bev): it stops
  * counting. Unknown bev or g NULL: nothing. */
 void sbx_gate_upgraded_close(struct sbx_gate *g, struct bufferevent *bev);
+
+/*
+ * The daemon's mark on a request's connection (the api: the principal its
+ * requests came from, for connections_per_principal, adr/0056): the mark,
+ * 0 for none or a connection without a gate. set_mark sets it (0 clears)
+ * and returns 0, or -1 when the connection has no gate (nothing counted
+ * then). When a connection with a mark ends, g's unmark(arg, mark) is
+ * called once (arg is sbx_gate_new's), also from evhttp_free.
+ */
+int64_t sbx_gate_conn_mark(struct sbx_gate *g, struct evhttp_request *req);
+int sbx_gate_conn_set_mark(struct sbx_gate *g, struct evhttp_request *req,
+    int64_t mark);
+void sbx_gate_set_unmark(struct sbx_gate *g, void (*unmark)(void *arg,
+    int64_t mark));
 
 /* Connections open through g now (for tests and metrics). */
 unsigned sbx_gate_connections(const struct sbx_gate *g);

@@ -22,7 +22,7 @@ struct sbx_agent_stream {
 	uint32_t out_credit;   /* output bytes the agent may still send */
 	uint32_t owed;         /* output consumed, credit not yet returned */
 	uint32_t in_credit;    /* stdin bytes we may send */
-	int has_stdin, stdin_closed, paused, detached;
+	int has_stdin, stdin_closed, paused, detached, has_ctrl;
 };
 
 TAILQ_HEAD(stream_list, sbx_agent_stream);
@@ -159,7 +159,8 @@ proto_error(struct sbx_agent_chan *ch, const char *what)
 {
 	struct sbx_err e;
 
-	sbx_err_set(&e, SBX_E_RUNTIME, "sbx-helper agent broke protocol 3 (%s)", what);
+	sbx_err_set(&e, SBX_E_RUNTIME, "sbx-helper agent broke protocol %d (%s)",
+	    SBX_AGENT_PROTO, what);
 	sbx_agent_chan_fail(ch, &e);
 	return -1;
 }
@@ -501,6 +502,14 @@ struct sbx_agent_stream *
 sbx_agent_open(struct sbx_agent_chan *ch, const char *const *argv, const char *const *env,
     int with_stdin, const struct sbx_agent_stream_cbs *cbs, struct sbx_err *err)
 {
+	return sbx_agent_open2(ch, argv, env, with_stdin ? SBX_AGENT_OPEN_STDIN : 0, cbs, err);
+}
+
+struct sbx_agent_stream *
+sbx_agent_open2(struct sbx_agent_chan *ch, const char *const *argv, const char *const *env,
+    unsigned open_flags, const struct sbx_agent_stream_cbs *cbs, struct sbx_err *err)
+{
+	int with_stdin = (open_flags & SBX_AGENT_OPEN_STDIN) != 0;
 	struct sbx_agent_stream *st;
 	unsigned char h[SBX_AGENT_HDR], *p;
 	struct evbuffer_iovec v;
@@ -509,6 +518,10 @@ sbx_agent_open(struct sbx_agent_chan *ch, const char *const *argv, const char *c
 
 	if (ch->failed) {
 		sbx_err_set(err, SBX_E_RUNTIME, "the sandbox agent's channel has ended");
+		return NULL;
+	}
+	if ((open_flags & ~(unsigned)(SBX_AGENT_OPEN_STDIN | SBX_AGENT_OPEN_CTRL)) != 0) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "unknown agent open flags 0x%x", open_flags);
 		return NULL;
 	}
 	if ((n = sbx_agent_open_len(argv, env)) == 0) {
@@ -540,8 +553,7 @@ sbx_agent_open(struct sbx_agent_chan *ch, const char *const *argv, const char *c
 		sbx_err_set(err, SBX_E_INTERNAL, "cannot encode the open");
 		return NULL;
 	}
-	sbx_agent_hdr_put(h, SBX_AGENT_T_OPEN, with_stdin ? SBX_AGENT_OPEN_STDIN : 0, st->id,
-	    (uint32_t)n);
+	sbx_agent_hdr_put(h, SBX_AGENT_T_OPEN, (int)open_flags, st->id, (uint32_t)n);
 	memcpy(p, h, sizeof(h));
 	v.iov_len = SBX_AGENT_HDR + n;
 	evbuffer_commit_space(chan_out(ch), &v, 1);
@@ -550,6 +562,7 @@ sbx_agent_open(struct sbx_agent_chan *ch, const char *const *argv, const char *c
 	st->out_credit = ch->got_hello ? ch->hello.window : SBX_AGENT_WINDOW;
 	st->in_credit = with_stdin ? st->out_credit : 0;
 	st->has_stdin = with_stdin;
+	st->has_ctrl = (open_flags & SBX_AGENT_OPEN_CTRL) != 0;
 	TAILQ_INSERT_TAIL(&ch->streams, st, link);
 	ch->nstreams++;
 	return st;
@@ -650,4 +663,23 @@ sbx_agent_cancel(struct sbx_agent_stream *st)
 	/* Credit for whatever is still on its way, so the agent can drain
 	 * the killed mode's pipes and reach its EXIT. */
 	st->paused = 0;
+}
+
+int
+sbx_agent_control(struct sbx_agent_stream *st, int kind, uint32_t a, uint32_t b)
+{
+	struct sbx_agent_ctrl c = { (uint32_t)kind, a, b }, back;
+	unsigned char p[SBX_AGENT_CTRL_LEN];
+	const char *why;
+
+	if (st == NULL || !st->has_ctrl || st->detached || st->ch->failed)
+		return -1;
+	if (kind == SBX_AGENT_CTRL_SIGNAL && b != 0)
+		return -1;
+	/* The codec's own check: what the agent would refuse never goes. */
+	sbx_agent_ctrl_put(p, &c);
+	if (sbx_agent_ctrl_parse(p, sizeof(p), &back, &why) < 0)
+		return -1;
+	send_frame(st->ch, SBX_AGENT_T_CTRL, 0, st->id, p, sizeof(p));
+	return 0;
 }

@@ -1,4 +1,4 @@
-/* agent.h - the broker's end of a sandbox agent channel (helper protocol 3, proto/sbx_agent.h, adr/0025). */
+/* agent.h - the broker's end of a sandbox agent channel (helper protocol 4, proto/sbx_agent.h, adr/0025, adr/0049). */
 #ifndef AGENT_H
 #define AGENT_H
 
@@ -23,7 +23,8 @@
  *
  * Everything the agent sends is untrusted: a frame that breaks the
  * protocol (header, unknown or ended stream, more output than the credit
- * given, a second HELLO, a PONG nobody asked for...) fails the channel:
+ * given, a second HELLO, a PONG nobody asked for, an EVENT: that type is
+ * the session link's, never an agent's...) fails the channel:
  * every open stream gets its error callback (runtime_error) and the owner
  * its closed callback; nothing the agent sends after that is read. Memory
  * is bounded whatever the agent sends: a fixed decoder (no payload over
@@ -132,6 +133,30 @@ struct sbx_agent_stream_cbs {
 struct sbx_agent_stream *sbx_agent_open(struct sbx_agent_chan *ch, const char *const *argv,
     const char *const *env, int with_stdin, const struct sbx_agent_stream_cbs *cbs,
     struct sbx_err *err);
+
+/*
+ * OPEN flags for sbx_agent_open2 (with_stdin of sbx_agent_open is SBX_AGENT_OPEN_STDIN).
+ * sbx_agent_open with the OPEN flags spelled out: open_flags is a mask of
+ * SBX_AGENT_OPEN_STDIN (as with_stdin 1) and SBX_AGENT_OPEN_CTRL (the mode
+ * gets a control pipe as fd 3 and runs with --ctrl; sbx_agent_control
+ * then sends to it: pty mode, exec --framed). Other bits: bad_request.
+ * Everything else as sbx_agent_open.
+ */
+struct sbx_agent_stream *sbx_agent_open2(struct sbx_agent_chan *ch, const char *const *argv,
+    const char *const *env, unsigned open_flags, const struct sbx_agent_stream_cbs *cbs,
+    struct sbx_err *err);
+
+/*
+ * Sends a CTRL frame (resize: a = cols, b = rows; signal: a = signo, b = 0). Returns 0, -1 when
+ * the stream was not opened with SBX_AGENT_OPEN_CTRL, has ended, or the values are out of range.
+ * kind is SBX_AGENT_CTRL_RESIZE (cols and rows 1..SBX_AGENT_CTRL_DIM_MAX;
+ * the mode sets the terminal's size, the kernel sends SIGWINCH) or
+ * SBX_AGENT_CTRL_SIGNAL (1..64; pty: to the terminal's foreground process
+ * group, exec: to the command's process group). "Ended": cancelled, or
+ * its channel failed (after its terminal callback st is gone: do not
+ * call). Takes no credit and never blocks (proto/sbx_agent.h, CTRL).
+ */
+int sbx_agent_control(struct sbx_agent_stream *st, int kind, uint32_t a, uint32_t b);
 
 /* Bytes of stdin that may be sent now (the credit the agent gave). */
 size_t sbx_agent_stdin_room(const struct sbx_agent_stream *st);

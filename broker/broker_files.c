@@ -107,7 +107,7 @@ int
 h_read(struct breq *b, struct sbx_err *err)
 {
 	struct sbx_sink sink = { read_start, read_output, read_exit, read_error,
-	    b };
+	    b, NULL };
 
 	if (query_path(b, err) == -1)
 		return -1;

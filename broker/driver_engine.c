@@ -308,4 +308,9 @@ const struct sbx_driver_ops sbx_engine_driver_ops = {
 	.pause = eng_pause,
 	.resume = eng_resume,
 	.free = eng_free,
+	.session = eng_session,
+	.session_write = eng_session_write,
+	.session_room = eng_session_room,
+	.session_close_input = eng_session_close_input,
+	.session_control = eng_session_control,
 };

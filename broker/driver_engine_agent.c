@@ -127,7 +127,7 @@ chan_ready(void *arg, const struct sbx_agent_hello *h)
 	/* The agent runs: the execs waiting for it have started (before, a
 	 * missing or stopped sandbox is still an error, not a stream). */
 	TAILQ_FOREACH(op, &ag->e->ops, link)
-		if ((op->kind->flags & EK_FRAMED) && !op->dead &&
+		if ((op->kind->flags & (EK_FRAMED | EK_SESSION)) && !op->dead &&
 		    xop(op)->ast != NULL &&
 		    xop(op)->astart != NULL && strcmp(op->id, ag->id) == 0)
 			event_active(xop(op)->astart, EV_TIMEOUT, 0);
@@ -345,7 +345,7 @@ static void agent_pump(struct eop *op);
 static int
 ensure_started(struct eop *op)
 {
-	if (op->kind->flags & EK_FRAMED)
+	if (op->kind->flags & (EK_FRAMED | EK_SESSION))
 		eng_exec_announce(op);
 	return !op->dead;
 }
@@ -428,7 +428,7 @@ st_error(void *arg, const struct sbx_err *err)
 		return;
 	/* The agent's exec ended under a running exec: ask the runtime, as a
 	 * runtime exec without an exit record did (ended_inspected). */
-	if ((op->kind->flags & EK_FRAMED) && x->stream_started &&
+	if ((op->kind->flags & (EK_FRAMED | EK_SESSION)) && x->stream_started &&
 	    strcmp(err->message, AGENT_ENDED) == 0) {
 		char path[256];
 
@@ -447,7 +447,17 @@ static void
 st_room(void *arg)
 {
 	struct eop *op = arg;
+	struct eop_exec *x = xop(op);
 
+	if (op->kind->flags & EK_SESSION) {
+		/* The session's input is the caller's: tell it of the room. */
+		if (x->sink.room == NULL || op->dead)
+			return;
+		eng_op_enter(op);
+		x->sink.room(x->sink.arg);
+		eng_op_leave(op);
+		return;
+	}
 	eng_file_progress(op);
 	agent_pump(op);
 }
@@ -460,7 +470,7 @@ agent_pump(struct eop *op)
 	struct eop_exec *x = xop(op);
 	size_t room;
 
-	if (x->ast == NULL || !x->has_stdin)
+	if (x->ast == NULL || !x->has_stdin || (op->kind->flags & EK_SESSION))
 		return;
 	if (x->stdin_buf != NULL && evbuffer_get_length(x->stdin_buf) > 0) {
 		(void)sbx_agent_write_buffer(x->ast, x->stdin_buf,
@@ -536,7 +546,12 @@ agent_run(struct eop *op)
 		sbx_err_set(&e, SBX_E_INTERNAL, "cannot pass the helper's arguments");
 		goto fail;
 	}
+#ifdef SBX_AGENT_OPEN_CTRL
+	x->ast = sbx_agent_open2(ag->ch, argv, env, (x->has_stdin ?
+	    SBX_AGENT_OPEN_STDIN : 0) | x->open_flags, &cbs, &e);
+#else
 	x->ast = sbx_agent_open(ag->ch, argv, env, x->has_stdin, &cbs, &e);
+#endif
 	free(argv);
 	if (x->ast == NULL)
 		goto fail;
@@ -551,7 +566,7 @@ agent_run(struct eop *op)
 		sbx_agent_pause(x->ast, 1);
 	if (eng_exec_clock(op, &e) < 0)
 		goto fail;
-	if (op->kind->flags & EK_FRAMED) {
+	if (op->kind->flags & (EK_FRAMED | EK_SESSION)) {
 		if ((x->astart = event_new(op->e->base.base, -1, 0, started_cb, op)) == NULL) {
 			sbx_err_oom(&e);
 			goto fail;

@@ -42,6 +42,22 @@ const struct eng_kind eng_kind_exec = {
 	.over_cap = exec_over_cap,
 };
 
+/* The exec of a session (driver_engine_session.c): the same, with its
+ * stdin the caller's (EK_SESSION). */
+const struct eng_kind eng_kind_exec_session = {
+	.name = "exec session",
+	.flags = EK_RUN | EK_FRAMED | EK_SESSION,
+	.fail = eng_finish_sink_error,
+	.let_go = eng_src_detach,
+	.fini = eng_run_fini,
+	.cancel = eng_run_cancel,
+	.pause = eng_run_pause,
+	.exited = cmd_exited,
+	.output = exec_output,
+	.recorded = exec_recorded,
+	.over_cap = exec_over_cap,
+};
+
 /* Keep reading (and dropping) until the killed exec's stream ends, so the
  * runtime records its real exit status; closing early makes Docker 20.10
  * report 126 ("attach failed"). */
@@ -328,63 +344,72 @@ cmd_exited(struct eop *op, int code)
 	eng_op_release(op);
 }
 
-struct sbx_op *
-eng_exec(struct sbx_driver *d, const char *id, const struct sbx_exec_req *req,
-    const struct sbx_sink *sink, struct sbx_err *err)
+struct eop *
+eng_exec_build(struct engine *e, const struct eng_kind *kind, size_t size,
+    const char *id, const struct sbx_exec_req *req,
+    const struct sbx_sink *sink, const char *mode, json_t *opts,
+    unsigned flags, struct sbx_err *err)
 {
-	struct engine *e = (struct engine *)d;
 	struct eop *op = NULL;
 	const char *const *p;
 	const char *cwd;
 	int64_t timeout, cap;
 	char num[32];
+	int no_argv;
+	size_t i;
 
 	if (eng_id_check(id, err) < 0)
-		return NULL;
-	if (req == NULL || sink == NULL || req->argv == NULL ||
-	    req->argv[0] == NULL || req->argv[0][0] == '\0') {
+		goto out;
+	no_argv = req != NULL && (req->argv == NULL || req->argv[0] == NULL) &&
+	    (flags & EXB_ARGV_OPTIONAL);
+	if (req == NULL || sink == NULL || (!no_argv && (req->argv == NULL ||
+	    req->argv[0] == NULL || req->argv[0][0] == '\0'))) {
 		sbx_err_set(err, SBX_E_BAD_REQUEST, "exec needs a non-empty argv");
-		return NULL;
+		goto out;
 	}
 	cwd = req->cwd != NULL ? req->cwd : SBX_WORK_DIR;
 	if (eng_path_check(cwd, err) < 0)
-		return NULL;
+		goto out;
 	if (req->timeout_ms < 0 || req->timeout_ms > e->timeout.ceiling) {
 		sbx_err_set(err, SBX_E_LIMIT_EXCEEDED, "timeout_ms must be between "
 		    "0 and %" PRId64, e->timeout.ceiling);
-		return NULL;
+		goto out;
 	}
 	if (req->output_cap < 0 || req->output_cap > e->output_cap) {
 		sbx_err_set(err, SBX_E_LIMIT_EXCEEDED, "output cap must be between "
 		    "0 and %" PRId64 " bytes", e->output_cap);
-		return NULL;
+		goto out;
 	}
 	for (p = req->env; p != NULL && *p != NULL; p++) {
 		if (strchr(*p, '=') == NULL || **p == '=') {
 			sbx_err_set(err, SBX_E_BAD_REQUEST,
 			    "env entries must be NAME=value");
-			return NULL;
+			goto out;
 		}
 	}
-	timeout = req->timeout_ms > 0 ? req->timeout_ms : e->timeout.def;
-	cap = req->output_cap > 0 ? req->output_cap : e->output_cap;
-	if ((op = eng_helper_op(e, &eng_kind_exec, id, sizeof(struct eop_cmd),
-	    err)) == NULL)
-		return NULL;
+	timeout = req->timeout_ms > 0 ? req->timeout_ms :
+	    (flags & EXB_NO_DEFAULTS) ? 0 : e->timeout.def;
+	cap = req->output_cap > 0 ? req->output_cap :
+	    (flags & EXB_NO_DEFAULTS) ? INT64_MAX : e->output_cap;
+	if ((op = eng_helper_op(e, kind, id, size, err)) == NULL)
+		goto out;
 	xop(op)->sink = *sink;
 	xop(op)->timeout_ms = timeout;
 	xop(op)->cap = cap;
-	xop(op)->cmd = eng_helper_cmd("exec");
-	snprintf(num, sizeof(num), "%" PRId64, timeout + HELPER_GRACE_MS);
-	json_array_append_new(xop(op)->cmd, json_string("--framed"));
+	xop(op)->cmd = eng_helper_cmd(mode);
+	for (i = 0; i < json_array_size(opts); i++)
+		json_array_append(xop(op)->cmd, json_array_get(opts, i));
 	json_array_append_new(xop(op)->cmd, json_string("--id"));
 	json_array_append_new(xop(op)->cmd, json_string(xop(op)->exec_id));
-	json_array_append_new(xop(op)->cmd, json_string("--timeout-ms"));
-	json_array_append_new(xop(op)->cmd, json_string(num));
+	if (timeout > 0) {
+		snprintf(num, sizeof(num), "%" PRId64, timeout + HELPER_GRACE_MS);
+		json_array_append_new(xop(op)->cmd, json_string("--timeout-ms"));
+		json_array_append_new(xop(op)->cmd, json_string(num));
+	}
 	json_array_append_new(xop(op)->cmd, json_string("--cwd"));
 	json_array_append_new(xop(op)->cmd, json_string(cwd));
 	json_array_append_new(xop(op)->cmd, json_string("--"));
-	for (p = req->argv; *p != NULL; p++)
+	for (p = no_argv ? NULL : req->argv; p != NULL && *p != NULL; p++)
 		if (json_array_append_new(xop(op)->cmd, json_string(*p)) < 0)
 			goto bad;
 	if (req->env != NULL) {
@@ -393,21 +418,37 @@ eng_exec(struct sbx_driver *d, const char *id, const struct sbx_exec_req *req,
 			if (json_array_append_new(xop(op)->env, json_string(*p)) < 0)
 				goto bad;
 	}
-	if (req->stdin_data != NULL) {
-		xop(op)->has_stdin = 1;
-		if ((xop(op)->stdin_buf = evbuffer_new()) == NULL ||
-		    evbuffer_add(xop(op)->stdin_buf, req->stdin_data, req->stdin_len) < 0)
-			goto oom;
-	}
-	eng_helper_run(op);
-	return &op->base;
+	json_decref(opts);
+	return op;
 bad:
 	/* json_string() refuses what is not UTF-8. */
 	sbx_err_set(err, SBX_E_BAD_REQUEST, "argv and env must be valid UTF-8");
 	eng_op_free(op);
-	return NULL;
-oom:
-	sbx_err_oom(err);
-	eng_op_free(op);
-	return NULL;
+	op = NULL;
+out:
+	json_decref(opts);
+	return op;
+}
+
+struct sbx_op *
+eng_exec(struct sbx_driver *d, const char *id, const struct sbx_exec_req *req,
+    const struct sbx_sink *sink, struct sbx_err *err)
+{
+	struct eop *op;
+
+	if ((op = eng_exec_build((struct engine *)d, &eng_kind_exec,
+	    sizeof(struct eop_cmd), id, req, sink, "exec",
+	    json_pack("[s]", "--framed"), 0, err)) == NULL)
+		return NULL;
+	if (req->stdin_data != NULL) {
+		xop(op)->has_stdin = 1;
+		if ((xop(op)->stdin_buf = evbuffer_new()) == NULL ||
+		    evbuffer_add(xop(op)->stdin_buf, req->stdin_data, req->stdin_len) < 0) {
+			sbx_err_oom(err);
+			eng_op_free(op);
+			return NULL;
+		}
+	}
+	eng_helper_run(op);
+	return &op->base;
 }

@@ -135,6 +135,13 @@ struct sbx_status;
 /* ... never killed by its handle (it is the kill): a stream lost, or a
  * helper still running after it, ends it at once (kind->fail, ->expired) */
 #define EK_NO_KILL 0x20
+/* ... a session (driver_engine_session.c, adr/0050): the stream is opened
+ * with x->open_flags, its stdin is the caller's (sbx_session_write; the
+ * transport neither sends nor closes it), its stdin room goes to
+ * sink->room, and the sink hears the start as a framed exec's does */
+#define EK_SESSION 0x40
+/* ... whose start carries no exec id ("": a port connection, no handle) */
+#define EK_ANON_START 0x80
 
 /*
  * What differs between kinds of operation, one row per kind, defined
@@ -353,6 +360,8 @@ struct eop_exec {
 	 * event that reports its start from the loop. */
 	struct sbx_agent_stream *ast;
 	struct event *astart;
+	/* A session's OPEN flags beyond stdin (SBX_AGENT_OPEN_CTRL), 0 else. */
+	unsigned open_flags;
 };
 
 /* exec: sbx-helper's frames inside the runtime's stdout stream
@@ -738,6 +747,26 @@ int eng_run_recorded(struct eop *op);
 
 /* The exec's row; a fuzz target builds an exec op by hand. */
 extern const struct eng_kind eng_kind_exec;
+/* The exec of a session: eng_kind_exec with EK_SESSION. */
+extern const struct eng_kind eng_kind_exec_session;
+/*
+ * The op of an exec-like invocation of kind (size: its state struct) for
+ * sandbox id: req checked as exec checks it (argv, cwd, timeout and cap
+ * within the ceilings, env NAME=value), the sink copied, cmd built as
+ * `sbx-helper MODE OPTS... --id EXEC_ID [--timeout-ms T+grace] --cwd CWD
+ * -- ARGV...` (opts: a JSON array of strings, stolen, NULL: none), env
+ * kept for the transport. flags: EXB_ARGV_OPTIONAL (an empty argv is
+ * passed as none: the mode's default), EXB_NO_DEFAULTS (timeout 0 is
+ * none, not the configured default; cap 0 is none). Not started: the
+ * caller sets what else it needs and calls eng_helper_run. NULL with err
+ * invalid_id, bad_request, path_outside_work, limit_exceeded, internal.
+ */
+#define EXB_ARGV_OPTIONAL 0x1
+#define EXB_NO_DEFAULTS 0x2
+struct eop *eng_exec_build(struct engine *e, const struct eng_kind *kind,
+    size_t size, const char *id, const struct sbx_exec_req *req,
+    const struct sbx_sink *sink, const char *mode, json_t *opts,
+    unsigned flags, struct sbx_err *err);
 /* sbx-helper's frames in the transport's stdout of an exec op: stdout and
  * stderr payloads to eng_deliver, the exit and error records kept; a
  * violation of the protocol ends op with runtime_error and kills it. */
@@ -746,6 +775,19 @@ void eng_helper_frames(struct eop *op, const unsigned char *buf, size_t len);
 struct sbx_op *eng_exec(struct sbx_driver *d, const char *id,
     const struct sbx_exec_req *req, const struct sbx_sink *sink,
     struct sbx_err *err);
+
+/* ---- driver_engine_session.c: sessions (adr/0050) ---- */
+
+/* The vtable's session ops (sbx_driver.h; driver_engine.h says how). */
+struct sbx_op *eng_session(struct sbx_driver *d, const char *id,
+    const struct sbx_session_req *req, const struct sbx_sink *sink,
+    struct sbx_err *err);
+ssize_t eng_session_write(struct sbx_driver *d, struct sbx_op *op,
+    struct evbuffer *src, size_t max);
+size_t eng_session_room(struct sbx_driver *d, struct sbx_op *op);
+void eng_session_close_input(struct sbx_driver *d, struct sbx_op *op);
+int eng_session_control(struct sbx_driver *d, struct sbx_op *op,
+    const struct sbx_session_ctl *c, struct sbx_err *err);
 
 /* ---- driver_engine_rexec.c: invocations as runtime execs (agent: false) ---- */
 

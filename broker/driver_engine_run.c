@@ -624,7 +624,8 @@ eng_exec_announce(struct eop *op)
 	x->stream_started = 1;
 	eng_op_enter(op);
 	if (x->sink.start != NULL)
-		x->sink.start(x->sink.arg, x->exec_id);
+		x->sink.start(x->sink.arg, op->kind->flags & EK_ANON_START ? "" :
+		    x->exec_id);
 	eng_op_leave(op);
 }
 

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "sbx_err.h"
 #include "sbx_types.h"
@@ -46,6 +47,8 @@ struct sbx_sink {
 	void (*exit)(void *arg, const struct sbx_exit *ex);         /* terminal */
 	void (*error)(void *arg, const struct sbx_err *err);       /* terminal */
 	void *arg;
+	/* Optional, sessions only: more input may be written now (sbx_session_room grew). */
+	void (*room)(void *arg);
 };
 
 typedef void (*sbx_status_cb)(void *arg, const struct sbx_err *err,
@@ -217,6 +220,28 @@ struct sbx_driver_ops {
 
 	/* Frees the driver; every operation must have ended or been cancelled. */
 	void (*free)(struct sbx_driver *d);
+	/* Sessions (proto/sbx_types.h, adr/0050). Optional members: NULL in
+	 * drivers without sessions (sbx_session_open then refuses with
+	 * bad_request). */
+	/* Opens a session (proto/sbx_types.h). Output goes to sink->output (PTY and PORT: stream 1
+	 * only), start once with the session's exec id (PORT: ""), then exactly one of exit/error.
+	 * pause/resume/cancel as for exec (cancel kills the process tree / closes the connection).
+	 * Errors: those of exec, plus bad_request (cols/rows/term/port out of range), port_closed
+	 * (PORT: nothing listens; via sink->error). */
+	struct sbx_op *(*session)(struct sbx_driver *d, const char *id,
+	    const struct sbx_session_req *req, const struct sbx_sink *sink, struct sbx_err *err);
+	/* Input: moves up to max bytes of src (and at most the room) to the session's stdin /
+	 * pty / socket. Returns bytes moved (0: no room; sink->room will say when), -1 after
+	 * session_close_input or when the op has ended. */
+	ssize_t (*session_write)(struct sbx_driver *d, struct sbx_op *op, struct evbuffer *src, size_t max);
+	/* Bytes session_write would take now. */
+	size_t (*session_room)(struct sbx_driver *d, struct sbx_op *op);
+	/* EOF on stdin (EXEC), half-close (PORT), nothing (PTY). Idempotent. */
+	void (*session_close_input)(struct sbx_driver *d, struct sbx_op *op);
+	/* Resize (PTY only) or signal to the foreground process group (PTY) / the process group
+	 * (EXEC). Returns 0, or -1 with err bad_request (wrong kind, out of range). */
+	int (*session_control)(struct sbx_driver *d, struct sbx_op *op,
+	    const struct sbx_session_ctl *c, struct sbx_err *err);
 };
 
 /*
@@ -237,5 +262,23 @@ void sbx_op_cancel(struct sbx_op *op);  /* NULL allowed */
 void sbx_op_pause(struct sbx_op *op);
 void sbx_op_resume(struct sbx_op *op);
 void sbx_driver_free(struct sbx_driver *d); /* NULL allowed */
+
+/*
+ * Session wrappers (the members above, found through op->driver). open:
+ * as the session member; a driver without sessions refuses with
+ * bad_request "this driver has no sessions" (NULL, no callback). The
+ * others take a handle the open returned and not yet ended; a driver
+ * without the member answers as an ended session would: write -1, room
+ * 0, control -1 with bad_request; close_input does nothing. op NULL:
+ * write -1, room 0, close_input nothing, control -1 with bad_request.
+ */
+struct sbx_op *sbx_session_open(struct sbx_driver *d, const char *id,
+    const struct sbx_session_req *req, const struct sbx_sink *sink,
+    struct sbx_err *err);
+ssize_t sbx_session_write(struct sbx_op *op, struct evbuffer *src, size_t max);
+size_t sbx_session_room(struct sbx_op *op);
+void sbx_session_close_input(struct sbx_op *op);
+int sbx_session_control(struct sbx_op *op, const struct sbx_session_ctl *c,
+    struct sbx_err *err);
 
 #endif

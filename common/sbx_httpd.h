@@ -13,6 +13,7 @@
 struct event;
 struct event_base;
 struct evbuffer;
+struct bufferevent;
 struct evhttp;
 struct evhttp_bound_socket;
 struct evhttp_connection;
@@ -235,6 +236,21 @@ void sbx_httpd_unwatch(struct sbx_httpd_req *r);
  * watch without sending anything.
  */
 void sbx_httpd_release(struct sbx_httpd_req *r);
+
+/*
+ * HTTP/1.1 Upgrade (RFC 9110 §7.8; adr/0050). Answers r with "101 Switching
+ * Protocols", "Connection: Upgrade", "Upgrade: <upgrade>" and the given
+ * extra headers, and hands the connection over: returns a bufferevent (owned
+ * by the caller, BEV_OPT_CLOSE_ON_FREE) on the same socket, with any bytes
+ * the client sent after the request already in its input, or NULL (out of
+ * memory; then a 500 went). evhttp forgets the connection (freed on the next
+ * turn of the loop without touching the socket); the gate's connection count
+ * drops when the caller frees the bufferevent (sbx_gate_upgraded_close).
+ * r->req is NULL after. upgrade: a token ("sbx-session/1", "websocket");
+ * extra_headers: "Name: value\r\n"... or NULL (borrowed).
+ */
+struct bufferevent *sbx_httpd_upgrade(struct sbx_httpd_req *r, const char *upgrade,
+    const char *extra_headers /* "Name: value\r\n"... or NULL */);
 
 /* Frees what the core allocated in r (r->chunk). r itself is the daemon's. */
 void sbx_httpd_req_clear(struct sbx_httpd_req *r);

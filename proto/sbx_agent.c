@@ -1,4 +1,4 @@
-/* sbx_agent.c - helper protocol 3 frame codec (contract in sbx_agent.h); libc only, shared by sbx-helper and the broker. */
+/* sbx_agent.c - helper protocol 4 frame codec (contract in sbx_agent.h); libc only, shared by sbx-helper and the broker. */
 #include <string.h>
 
 #include "sbx_agent.h"
@@ -64,6 +64,8 @@ static const struct rule rules[] = {
 	[SBX_AGENT_T_CANCEL] = { 2, 0, 0, 0 },
 	[SBX_AGENT_T_EXIT] = { 1, 0, SBX_AGENT_EXIT_LEN, SBX_AGENT_EXIT_LEN },
 	[SBX_AGENT_T_REFUSE] = { 1, 0, 1, SBX_AGENT_CODE_MAX },
+	[SBX_AGENT_T_CTRL] = { 2, 0, SBX_AGENT_CTRL_LEN, SBX_AGENT_CTRL_LEN },
+	[SBX_AGENT_T_EVENT] = { 1, 0, 1, SBX_AGENT_EVENT_MAX },
 };
 
 /* The flags a type may carry in a direction. */
@@ -72,7 +74,7 @@ flags_ok(int type, int flags, int from_agent)
 {
 	switch (type) {
 	case SBX_AGENT_T_OPEN:
-		return (flags & ~SBX_AGENT_OPEN_STDIN) == 0;
+		return (flags & ~(SBX_AGENT_OPEN_STDIN | SBX_AGENT_OPEN_CTRL)) == 0;
 	case SBX_AGENT_T_DATA:
 		return from_agent ? (flags == 1 || flags == 2) : flags == 0;
 	case SBX_AGENT_T_WINDOW:
@@ -98,7 +100,7 @@ sbx_agent_hdr_parse(const unsigned char *h, int from_agent, struct sbx_agent_fra
 		*why = "frame header byte 3 not zero";
 		return -1;
 	}
-	if (type < SBX_AGENT_T_HELLO || type > SBX_AGENT_T_REFUSE) {
+	if (type < SBX_AGENT_T_HELLO || type > SBX_AGENT_T_EVENT) {
 		*why = "unknown frame type";
 		return -1;
 	}
@@ -135,6 +137,12 @@ sbx_agent_dec_init(struct sbx_agent_dec *d, int from_agent, unsigned char *rec, 
 	d->rec_cap = rec_cap;
 }
 
+void
+sbx_agent_dec_link(struct sbx_agent_dec *d)
+{
+	d->link = 1;
+}
+
 static int
 dec_fail(struct sbx_agent_dec *d, const char *why)
 {
@@ -160,6 +168,8 @@ sbx_agent_dec_feed(struct sbx_agent_dec *d, const unsigned char *buf, size_t len
 			d->hlen = 0;
 			if (sbx_agent_hdr_parse(d->hdr, d->from_agent, &d->f, &why) < 0)
 				return dec_fail(d, why);
+			if (d->f.type == SBX_AGENT_T_EVENT && !d->link)
+				return dec_fail(d, "an event frame on an agent channel");
 			if (d->f.type != SBX_AGENT_T_DATA && d->f.len > d->rec_cap)
 				return dec_fail(d, "frame longer than this side accepts");
 			d->in_frame = 1;
@@ -263,6 +273,55 @@ sbx_agent_exit_parse(const unsigned char *p, size_t n, struct sbx_agent_exit *ex
 		return 0;
 	}
 	return -1;
+}
+
+void
+sbx_agent_ctrl_put(unsigned char *p, const struct sbx_agent_ctrl *c)
+{
+	sbx_agent_put32(p, c->kind);
+	if (c->kind == SBX_AGENT_CTRL_RESIZE) {
+		/* A size that does not fit 16 bits goes as 0, which is refused. */
+		uint32_t a = c->a > 0xffff ? 0 : c->a, b = c->b > 0xffff ? 0 : c->b;
+
+		p[4] = (unsigned char)(a >> 8);
+		p[5] = (unsigned char)a;
+		p[6] = (unsigned char)(b >> 8);
+		p[7] = (unsigned char)b;
+	} else
+		sbx_agent_put32(p + 4, c->a);
+}
+
+int
+sbx_agent_ctrl_parse(const unsigned char *p, size_t n, struct sbx_agent_ctrl *c,
+    const char **why)
+{
+	memset(c, 0, sizeof(*c));
+	if (n != SBX_AGENT_CTRL_LEN) {
+		*why = "control record of the wrong length";
+		return -1;
+	}
+	c->kind = sbx_agent_get32(p);
+	switch (c->kind) {
+	case SBX_AGENT_CTRL_RESIZE:
+		c->a = (uint32_t)p[4] << 8 | p[5];
+		c->b = (uint32_t)p[6] << 8 | p[7];
+		if (c->a < 1 || c->a > SBX_AGENT_CTRL_DIM_MAX || c->b < 1 ||
+		    c->b > SBX_AGENT_CTRL_DIM_MAX) {
+			*why = "terminal size out of 1..10000";
+			return -1;
+		}
+		return 0;
+	case SBX_AGENT_CTRL_SIGNAL:
+		c->a = sbx_agent_get32(p + 4);
+		if (c->a < 1 || c->a > SBX_AGENT_CTRL_SIG_MAX) {
+			*why = "signal number out of 1..64";
+			return -1;
+		}
+		return 0;
+	default:
+		*why = "unknown control record";
+		return -1;
+	}
 }
 
 int

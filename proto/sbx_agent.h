@@ -1,4 +1,4 @@
-/* sbx_agent.h - helper protocol 3: the frame codec of the channel between the broker and a sandbox's sbx-helper agent. */
+/* sbx_agent.h - helper protocol 4: the frame codec of the channel between the broker and a sandbox's sbx-helper agent. */
 #ifndef SBX_AGENT_H
 #define SBX_AGENT_H
 
@@ -6,7 +6,8 @@
 #include <stdint.h>
 
 /*
- * Protocol 3 (adr/0025). One long-lived `sbx-helper agent` per running
+ * Protocol 4 (adr/0049; protocol 3, adr/0025, without CTRL and EVENT).
+ * One long-lived `sbx-helper agent` per running
  * sandbox, started by the broker through one runtime exec whose stdin and
  * stdout are the channel (the broker opens it; the sandbox initiates
  * nothing). Over it the broker opens streams; each stream runs one
@@ -21,16 +22,17 @@
  *
  * Frame: a 12-byte header, then the payload.
  *   byte 0      type (SBX_AGENT_T_*)
- *   byte 1      SBX_AGENT_PROTO (3)
+ *   byte 1      SBX_AGENT_PROTO (4)
  *   byte 2      flags: the descriptor for DATA/EOF/WINDOW (0 stdin,
- *               1 output, 2 stderr), OPEN bit 0 = stdin follows; else 0
+ *               1 output, 2 stderr), OPEN bit 0 = stdin follows, bit 1 =
+ *               CTRL follows (SBX_AGENT_OPEN_*); else 0
  *   byte 3      zero
  *   bytes 4-7   stream id, big-endian: 0 for the channel's own frames
  *               (HELLO, PING, PONG), 1..2^31-1 for a stream
  *   bytes 8-11  payload length, big-endian, within the type's bound
  *
  * Types, the direction each may travel (b = broker, a = agent), payload:
- *   HELLO   a->b  stream 0, 16 bytes: u32 proto (3), u32 agent pid,
+ *   HELLO   a->b  stream 0, 16 bytes: u32 proto (4), u32 agent pid,
  *                 u32 initial window, u32 streams at most. First frame.
  *   PING    b->a  stream 0, 8 bytes (opaque); PONG a->b echoes them.
  *   OPEN    b->a  a new stream (ids strictly increasing per channel):
@@ -51,6 +53,21 @@
  *                 signal 1..64), byte 3 zero. The stream's last frame.
  *   REFUSE  a->b  1..SBX_AGENT_CODE_MAX bytes of [a-z_]: the stream was
  *                 not started (a SBX_E_* code). The stream's last frame.
+ *   CTRL    b->a  flags 0, exactly SBX_AGENT_CTRL_LEN bytes, only on a
+ *                 stream opened with SBX_AGENT_OPEN_CTRL (else a protocol
+ *                 error): u32 kind, then for SBX_AGENT_CTRL_RESIZE u16
+ *                 cols, u16 rows (1..SBX_AGENT_CTRL_DIM_MAX each), for
+ *                 SBX_AGENT_CTRL_SIGNAL u32 signal number 1..64. The agent
+ *                 checks it and writes the 8 bytes as received to the
+ *                 mode's fd 3 (a pipe; the mode runs with --ctrl). Takes no
+ *                 credit: at most a pipe's worth waits, later ones are
+ *                 dropped while the mode does not read (it is stuck).
+ *   EVENT   a->b  never on an agent channel (its receiver fails it): on
+ *                 the broker<->api session link only (adr/0050), where the
+ *                 broker plays the agent's side: 1..SBX_AGENT_EVENT_MAX
+ *                 bytes, one JSON object (start/exit/error, SPEC §5), no
+ *                 newline; accepted only by a decoder set up with
+ *                 sbx_agent_dec_link.
  *
  * Flow control: each stream starts with SBX_AGENT_WINDOW bytes of credit
  * in each direction (the HELLO says how much); a DATA frame spends its
@@ -64,7 +81,7 @@
  * channel.
  */
 
-#define SBX_AGENT_PROTO 3
+#define SBX_AGENT_PROTO 4
 #define SBX_AGENT_MODE "agent"           /* sbx-helper agent [--idle-ms N] */
 #define SBX_AGENT_HDR 12
 #define SBX_AGENT_DATA_MAX 65536            /* payload of one DATA frame */
@@ -80,6 +97,8 @@
 #define SBX_AGENT_PING_LEN 8
 #define SBX_AGENT_WINDOW_LEN 4
 #define SBX_AGENT_EXIT_LEN 4
+#define SBX_AGENT_CTRL_LEN 8
+#define SBX_AGENT_EVENT_MAX 4096            /* payload of one EVENT (link only) */
 
 enum sbx_agent_type {
 	SBX_AGENT_T_HELLO = 1,
@@ -92,9 +111,16 @@ enum sbx_agent_type {
 	SBX_AGENT_T_CANCEL = 8,
 	SBX_AGENT_T_EXIT = 9,
 	SBX_AGENT_T_REFUSE = 10,
+	SBX_AGENT_T_CTRL = 11,
+	SBX_AGENT_T_EVENT = 12,
 };
 
 #define SBX_AGENT_OPEN_STDIN 0x01           /* OPEN flag: DATA/EOF for stdin follow */
+#define SBX_AGENT_OPEN_CTRL 0x02            /* OPEN flag: CTRL may follow; the mode gets fd 3 */
+#define SBX_AGENT_CTRL_RESIZE 1             /* CTRL kind: a = cols, b = rows */
+#define SBX_AGENT_CTRL_SIGNAL 2             /* CTRL kind: a = signal number, b = 0 */
+#define SBX_AGENT_CTRL_DIM_MAX 10000        /* cols and rows of a resize, at most */
+#define SBX_AGENT_CTRL_SIG_MAX 64           /* signal numbers, at most */
 #define SBX_AGENT_EXIT_EXITED 1
 #define SBX_AGENT_EXIT_SIGNALED 2
 
@@ -115,7 +141,9 @@ void sbx_agent_hdr_put(unsigned char *h, int type, int flags, uint32_t stream, u
 /*
  * Checks the header h[SBX_AGENT_HDR] as sent by the agent (from_agent 1,
  * what the broker reads) or by the broker (0, what the agent reads): known
- * type travelling in that direction, version 3, zero byte 3, flags allowed
+ * type travelling in that direction (EVENT counts as the agent's: whether
+ * a receiver takes it at all is its decoder's link flag), version 4, zero
+ * byte 3, flags allowed
  * for the type, stream id 0 exactly for HELLO/PING/PONG and in
  * 1..SBX_AGENT_STREAM_MAX otherwise, length within the type's bound.
  * Returns 0 and fills *f, or -1 with *why set to a static sentence.
@@ -138,8 +166,11 @@ typedef int (*sbx_agent_frame_cb)(void *arg, const struct sbx_agent_frame *f,
  * An incremental decoder: frames may be split anywhere across feeds.
  * rec is a caller-owned buffer for non-DATA payloads, rec_cap bytes
  * (the largest such payload the direction allows: SBX_AGENT_OPEN_MAX at
- * the agent, SBX_AGENT_HELLO_LEN.. SBX_AGENT_CODE_MAX at the broker; a
- * frame longer than rec_cap is a protocol error).
+ * the agent, SBX_AGENT_HELLO_LEN.. SBX_AGENT_CODE_MAX at the broker,
+ * SBX_AGENT_EVENT_MAX at the api's end of a session link; a frame longer
+ * than rec_cap is a protocol error). link 0 (every agent channel): an
+ * EVENT is a protocol error; 1 (sbx_agent_dec_link): accepted from the
+ * side that plays the agent.
  */
 struct sbx_agent_dec {
 	int from_agent;
@@ -154,11 +185,21 @@ struct sbx_agent_dec {
 	size_t rec_len;
 	int failed;
 	const char *why;
+	int link;   /* public: set by sbx_agent_dec_link only */
 };
 
-/* Sets up d (no allocation). from_agent as for sbx_agent_hdr_parse. */
+/* Sets up d (no allocation) with link 0. from_agent as for sbx_agent_hdr_parse. */
 void sbx_agent_dec_init(struct sbx_agent_dec *d, int from_agent, unsigned char *rec,
     size_t rec_cap);
+
+/*
+ * Marks d (after sbx_agent_dec_init) as the decoder of a broker<->api
+ * session link (adr/0050): EVENT frames from the agent's side are handed
+ * to the callback like any other non-DATA frame (rec_cap must then be
+ * SBX_AGENT_EVENT_MAX to take the largest). Decoders of agent channels
+ * never call it. Never fails.
+ */
+void sbx_agent_dec_link(struct sbx_agent_dec *d);
 
 /*
  * Feeds len bytes. Returns 0 when every byte was consumed without error,
@@ -212,6 +253,22 @@ void sbx_agent_exit_put(unsigned char *p, const struct sbx_agent_exit *ex);
 /* Parses an EXIT payload (rules above). Returns 0, or -1 with *why. */
 int sbx_agent_exit_parse(const unsigned char *p, size_t n, struct sbx_agent_exit *ex,
     const char **why);
+
+/* CTRL payload (SBX_AGENT_CTRL_LEN bytes): kind SBX_AGENT_CTRL_*; resize:
+ * a = cols, b = rows; signal: a = the signal number, b = 0. */
+struct sbx_agent_ctrl { uint32_t kind, a, b; };
+
+/*
+ * Writes c's payload into p[SBX_AGENT_CTRL_LEN], big-endian: u32 kind, then
+ * resize u16 a, u16 b (a value over 65535 is written as 0), anything else
+ * u32 a. No checks: sbx_agent_ctrl_parse of the result says whether it is
+ * valid (so a size over 65535 is refused, not wrapped).
+ * Never fails.
+ */
+void sbx_agent_ctrl_put(unsigned char *p, const struct sbx_agent_ctrl *c);
+
+/* Checks kind and ranges (resize 1..10000 each, signal 1..64). Returns 0, or -1 with *why. */
+int sbx_agent_ctrl_parse(const unsigned char *p, size_t n, struct sbx_agent_ctrl *c, const char **why);
 
 /*
  * Parses a REFUSE payload into code[SBX_AGENT_CODE_MAX + 1] (NUL-terminated).

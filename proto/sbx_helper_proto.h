@@ -144,6 +144,13 @@
  *   --state-dir DIR  instead of SBX_HELPER_EXEC_DIR
  *   --no-openat2     resolve paths with the O_NOFOLLOW walk even where
  *                    openat2(2) exists (every symlink is then refused)
+ * and one the agent gives a stream opened with SBX_AGENT_OPEN_CTRL
+ * (proto/sbx_agent.h, adr/0049):
+ *   --ctrl           descriptor SBX_HELPER_CTRL_FD (3) is a pipe carrying
+ *                    the stream's CTRL records, SBX_AGENT_CTRL_LEN bytes
+ *                    each, already checked by the agent; it is made
+ *                    close-on-exec (no command inherits it). Absent: no
+ *                    record ever comes.
  *
  * Paths must be absolute, equal to or under the root ("/work"), with no
  * ".", ".." or empty segment, no NUL, at most SBX_HELPER_PATH_MAX bytes and
@@ -176,6 +183,7 @@
 #define SBX_HELPER_PATH_MAX 4096             /* bytes of a PATH argument */
 #define SBX_HELPER_EXEC_ID_MAX 64            /* exec ids: [A-Za-z0-9_-]{1,64} */
 #define SBX_HELPER_LIST_MAX 100000           /* list --limit ceiling and default */
+#define SBX_HELPER_CTRL_FD 3                 /* --ctrl: the agent's CTRL records */
 
 /* exec --framed: frame header, types and bounds (see above). */
 #define SBX_HELPER_FRAME_HDR 8

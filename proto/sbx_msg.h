@@ -24,6 +24,8 @@
 #define SBX_MSG_NO_SANDBOX "sandbox %s does not exist"
 /* not_running: %s the sandbox id. */
 #define SBX_MSG_NOT_RUNNING "sandbox %s is not running: ensure it first"
+/* port_closed: %d the port (sbx-helper connect, adr/0049). */
+#define SBX_MSG_PORT_CLOSED "nothing listens on port %d in the sandbox"
 /* shutting_down: the broker drains after SIGTERM. */
 #define SBX_MSG_BROKER_DRAINING "The broker is shutting down."
 /* shutting_down: the api drains after SIGTERM. */

@@ -57,6 +57,13 @@
 #define SBX_EXEC_ENV_MAX 1024
 #define SBX_PATH_MAX 4096                   /* bytes of a sandbox path */
 #define SBX_PATH_SEGMENT_MAX 255            /* bytes of one path segment / entry name */
+/* Sessions (adr/0050): a terminal's columns and rows are 1..this each, a
+ * TERM value 1..SBX_SESSION_TERM_MAX bytes of [A-Za-z0-9._+-]. */
+#define SBX_SESSION_SIZE_MAX 10000
+#define SBX_SESSION_TERM_MAX 64
+#define SBX_SESSION_TERM_DEFAULT "xterm-256color"
+/* The Upgrade token of the broker's session route (proto/broker-api.md). */
+#define SBX_SESSION_UPGRADE "sbx-session/1"
 
 /* SSE response headers the api sends on exec streams (SPEC §5). */
 #define SBX_SSE_CACHE_CONTROL "no-cache"    /* Cache-Control */
@@ -100,6 +107,7 @@
 #define SBX_E_TOO_MANY "too_many"                   /* [429] concurrent execs / sandboxes cap */
 #define SBX_E_INTERNAL "internal"                   /* [500] */
 #define SBX_E_RUNTIME "runtime_error"               /* [502] runtime answered with an error */
+#define SBX_E_PORT_CLOSED "port_closed"             /* [502] nothing listens on a sandbox port (adr/0049) */
 #define SBX_E_RUNTIME_UNAVAILABLE "runtime_unavailable" /* [503] runtime socket unreachable */
 #define SBX_E_SHUTTING_DOWN "shutting_down"         /* [503] draining after SIGTERM */
 #define SBX_E_BROKER_UNAVAILABLE "broker_unavailable" /* [503] (api) broker unreachable */

@@ -100,6 +100,29 @@ struct sbx_exec_req {
 	int64_t output_cap;      /* bytes of stdout+stderr; 0: configured default */
 };
 
+/*
+ * Sessions (adr/0050, proto/broker-api.md "Sessions"): an exec whose stdin
+ * is streamed, a terminal, or one TCP connection to a port in the sandbox.
+ * Opened with sbx_session_open (common/sbx_driver.h); input, resize and
+ * signals go in while output comes out.
+ */
+enum sbx_session_kind { SBX_SESSION_EXEC = 1, SBX_SESSION_PTY = 2, SBX_SESSION_PORT = 3 };
+/* A session: an exec whose stdin is streamed, a terminal, or one TCP connection to a port. */
+struct sbx_session_req {
+	enum sbx_session_kind kind;
+	struct sbx_exec_req exec; /* EXEC, PTY: argv (PTY: NULL or empty = login shell), cwd, env,
+	                           * timeout_ms (0: the configured default; PTY 0: no timeout),
+	                           * output_cap (EXEC: as exec; PTY: 0 = no cap); stdin_data unused */
+	int cols, rows;           /* PTY: 1..10000 each */
+	const char *term;         /* PTY: NULL = "xterm-256color"; [A-Za-z0-9._+-]{1,64} */
+	int port;                 /* PORT: 1..65535 */
+};
+/* A control message of a session: RESIZE (PTY only: cols, rows 1..10000)
+ * or SIGNAL (signo 1..64: PTY the foreground process group, EXEC the
+ * process group). */
+enum sbx_session_ctl_kind { SBX_SESSION_RESIZE = 1, SBX_SESSION_SIGNAL = 2 };
+struct sbx_session_ctl { enum sbx_session_ctl_kind kind; int cols, rows; int signo; };
+
 /* How an exec ended. */
 struct sbx_exit {
 	int code;                /* exit status 0-255 */

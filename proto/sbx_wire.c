@@ -321,6 +321,13 @@ int
 sbx_wire_exec_decode(const json_t *body, struct sbx_wire_exec *x,
     struct sbx_err *err)
 {
+	return sbx_wire_exec_decode_flags(body, 0, x, err);
+}
+
+int
+sbx_wire_exec_decode_flags(const json_t *body, unsigned flags,
+    struct sbx_wire_exec *x, struct sbx_err *err)
+{
 	const char *str;
 	json_t *v, *e;
 	size_t i, n, blen;
@@ -329,7 +336,11 @@ sbx_wire_exec_decode(const json_t *body, struct sbx_wire_exec *x,
 	if (!json_is_object(body))
 		return sbx_err_set(err, SBX_E_BAD_REQUEST,
 		    SBX_MSG_BODY_NOT_OBJECT);
-	if ((v = json_object_get(body, "argv")) == NULL)
+	v = json_object_get(body, "argv");
+	if ((flags & SBX_WIRE_ARGV_OPTIONAL) &&
+	    (v == NULL || (json_is_array(v) && json_array_size(v) == 0)))
+		goto rest;
+	if (v == NULL)
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Field \"argv\" is "
 		    "required.");
 	if (!json_is_array(v))
@@ -348,6 +359,7 @@ sbx_wire_exec_decode(const json_t *body, struct sbx_wire_exec *x,
 		goto fail;
 	}
 	x->req.argv = x->argv;
+rest:
 	if ((v = json_object_get(body, "cwd")) != NULL) {
 		if ((str = plain_string(v, "cwd", err)) == NULL ||
 		    sbx_path_check(str, strlen(str), err) == -1)

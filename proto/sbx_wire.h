@@ -116,6 +116,12 @@ struct sbx_wire_exec {
 int sbx_wire_exec_decode(const json_t *body, struct sbx_wire_exec *x,
     struct sbx_err *err);
 
+/* sbx_wire_exec_decode with flags: SBX_WIRE_ARGV_OPTIONAL lets "argv" be
+ * absent or [] (then x->req.argv stays NULL: a terminal's login shell). */
+#define SBX_WIRE_ARGV_OPTIONAL 0x01
+int sbx_wire_exec_decode_flags(const json_t *body, unsigned flags,
+    struct sbx_wire_exec *x, struct sbx_err *err);
+
 /* Frees what sbx_wire_exec_decode allocated (stdin wiped first: it may be
  * a secret) and zeroes *x; NULL allowed. A caller may take over argv, env
  * and stdin_buf instead (set them NULL here), each freed with free(). */
@@ -129,6 +135,51 @@ void sbx_wire_exec_free(struct sbx_wire_exec *x);
  * of memory). Returns the new body or NULL with err set.
  */
 json_t *sbx_wire_exec_encode(const struct sbx_exec_req *req, struct sbx_err *err);
+
+/*
+ * A decoded session body (POST /v1/sandboxes/{id}/session, proto/broker-api.md
+ * "Sessions", adr/0050). req points into x and into the json_t it was
+ * decoded from; free with sbx_wire_session_free.
+ */
+struct sbx_wire_session {
+	struct sbx_session_req req; /* what to pass to sbx_session_open */
+	struct sbx_wire_exec x;     /* argv/env storage (req.exec is x.req) */
+};
+
+/* The members a session body may hold (which ones a kind takes: below). */
+extern const char *const sbx_wire_session_fields[];
+
+/*
+ * Session body -> *s. body comes from sbx_wire_body_object(...,
+ * sbx_wire_session_fields, 0, ...). Rules:
+ * - "kind" required: "exec", "pty" or "port";
+ * - exec: "argv" (required), "cwd", "env", "timeout_ms", "output_cap" as
+ *   sbx_wire_exec_decode ("stdin" is not a member: input is streamed);
+ * - pty: the same, "argv" optional (absent or []: the login shell), plus
+ *   "cols" and "rows" (required integers 1..SBX_SESSION_SIZE_MAX) and
+ *   "term" (optional, [A-Za-z0-9._+-]{1,64}; NULL: the driver's default);
+ * - port: "port" alone (required integer 1..65535);
+ * - a member of another kind is bad_request (it names the member).
+ * Errors: bad_request (kind missing or unknown, a range, a member of
+ * another kind, the exec rules), wrong_type, limit_exceeded,
+ * path_outside_work, internal. *s is zeroed first and freed on failure.
+ */
+int sbx_wire_session_decode(const json_t *body, struct sbx_wire_session *s,
+    struct sbx_err *err);
+
+/* Frees what sbx_wire_session_decode allocated and zeroes *s; NULL allowed. */
+void sbx_wire_session_free(struct sbx_wire_session *s);
+
+/*
+ * *req -> session body, the members of its kind only: exec and pty as
+ * sbx_wire_exec_encode (stdin_data ignored; pty's argv only when not NULL
+ * and not empty) plus "cols", "rows" and "term" (when not NULL); port
+ * "port". Ranges are checked as the decoder does, so a body this encodes
+ * decodes. Errors: bad_request (unknown kind, a range, argv missing for
+ * exec, text not UTF-8), internal. Returns the new body or NULL with err.
+ */
+json_t *sbx_wire_session_encode(const struct sbx_session_req *req,
+    struct sbx_err *err);
 
 /*
  * ?mode= of a file PUT (proto/broker-api.md "files"): 1..4 octal digits,

@@ -68,6 +68,8 @@ struct helper_ctx {
 	int rootfd;
 	const char *state_dir; /* kill handles (SBX_HELPER_EXEC_DIR) */
 	int no_openat2;        /* 1: always use the O_NOFOLLOW walk */
+	int ctrl_fd;           /* --ctrl: SBX_HELPER_CTRL_FD, where the agent writes the
+	                        * stream's CTRL records (proto/sbx_agent.h); else -1 */
 };
 
 /*
@@ -231,7 +233,7 @@ int helper_initwork(const struct helper_ctx *ctx, const char *owner, struct help
 typedef int helper_main_fn(int argc, char **argv);
 
 /*
- * agent mode (protocol 3, proto/sbx_agent.h, adr/0025): the sandbox's
+ * agent mode (protocol 4, proto/sbx_agent.h, adr/0025, adr/0049): the sandbox's
  * long-lived helper. Reads frames on fd 0 and writes frames on fd 1 until
  * the channel ends, breaks the protocol, or nothing came from the broker
  * for idle_ms (0: no bound); then kills every stream's processes and

@@ -1,4 +1,4 @@
-/* helper_agent.c - sbx-helper agent mode (protocol 3, proto/sbx_agent.h): one process per sandbox multiplexing helper modes over one channel; calls the frame codec and helper_util/helper_exec (kill handles), never the entry. */
+/* helper_agent.c - sbx-helper agent mode (protocol 4, proto/sbx_agent.h): one process per sandbox multiplexing helper modes over one channel; calls the frame codec and helper_util/helper_exec (kill handles), never the entry. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -46,6 +46,8 @@ struct astream {
 	uint32_t id;
 	pid_t pid;              /* the child (its own group), 0 once reaped */
 	int in, out, err;       /* stdin write end, stdout/stderr read ends; -1 closed */
+	int ctrl;               /* write end of the mode's fd 3 (OPEN_CTRL); -1 closed */
+	int has_ctrl;           /* opened with SBX_AGENT_OPEN_CTRL */
 	uint32_t credit;        /* output bytes we may still send */
 	unsigned char *inbuf;   /* stdin bytes received, not yet written (<= window) */
 	size_t inlen;
@@ -246,6 +248,7 @@ stream_free(struct agent *a, struct astream *s)
 	close_fd(&s->in);
 	close_fd(&s->out);
 	close_fd(&s->err);
+	close_fd(&s->ctrl);
 	free(s->inbuf);
 	free(s);
 }
@@ -289,10 +292,11 @@ refuse(struct agent *a, uint32_t id, const char *code)
 	q_frame(a, SBX_AGENT_T_REFUSE, 0, id, code, strlen(code));
 }
 
-/* In the child: the stream's pipes become 0-2, nothing else stays open,
- * signals as a fresh process has them, then the mode runs. */
+/* In the child: the stream's pipes become 0-2 (and its control pipe 3,
+ * ctrl >= 0: the mode runs with --ctrl), nothing else stays open, signals
+ * as a fresh process has them, then the mode runs. */
 static void
-child_run(const struct agent *a, int in, int out, int err, char **argv, char **env)
+child_run(const struct agent *a, int in, int out, int err, int ctrl, char **argv, char **env)
 {
 	const struct helper_ctx *ctx = a->ctx;
 	char *args[SBX_AGENT_ARGS_MAX + 8];
@@ -304,8 +308,10 @@ child_run(const struct agent *a, int in, int out, int err, char **argv, char **e
 	(void)setsid();
 	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 		_exit(SBX_HELPER_EXIT_INTERNAL);
-	if (syscall(SYS_close_range, 3, ~0U, 0) < 0)
-		for (fd = 3; fd < 4096; fd++)
+	if (ctrl >= 0 && (ctrl == 3 ? fcntl(3, F_SETFD, 0) : dup2(ctrl, 3)) < 0)
+		_exit(SBX_HELPER_EXIT_INTERNAL);
+	if (syscall(SYS_close_range, ctrl >= 0 ? 4 : 3, ~0U, 0) < 0)
+		for (fd = ctrl >= 0 ? 4 : 3; fd < 4096; fd++)
 			(void)close(fd);
 	memset(&dfl, 0, sizeof(dfl));
 	dfl.sa_handler = SIG_DFL;
@@ -326,6 +332,8 @@ child_run(const struct agent *a, int in, int out, int err, char **argv, char **e
 	args[n++] = (char *)ctx->state_dir;
 	if (ctx->no_openat2)
 		args[n++] = "--no-openat2";
+	if (ctrl >= 0)
+		args[n++] = "--ctrl";
 	for (i = 0; argv[i] != NULL; i++)
 		args[n++] = argv[i];
 	args[n] = NULL;
@@ -346,7 +354,7 @@ stream_open(struct agent *a, const struct sbx_agent_frame *f, unsigned char *p, 
 	static char *argv[SBX_AGENT_ARGS_MAX + 1], *env[SBX_AGENT_ARGS_MAX + 1];
 	const char *why;
 	struct astream *s = NULL;
-	int pi[2] = { -1, -1 }, po[2] = { -1, -1 }, pe[2] = { -1, -1 };
+	int pi[2] = { -1, -1 }, po[2] = { -1, -1 }, pe[2] = { -1, -1 }, pc[2] = { -1, -1 };
 	pid_t pid;
 
 	if (f->stream <= a->last_id) {
@@ -384,7 +392,8 @@ stream_open(struct agent *a, const struct sbx_agent_frame *f, unsigned char *p, 
 	if ((s = calloc(1, sizeof(*s))) == NULL)
 		goto fail;
 	s->id = f->stream;
-	s->in = s->out = s->err = -1;
+	s->in = s->out = s->err = s->ctrl = -1;
+	s->has_ctrl = (f->flags & SBX_AGENT_OPEN_CTRL) != 0;
 	s->credit = SBX_AGENT_WINDOW;
 	s->is_exec = strcmp(argv[0], SBX_HELPER_MODE_EXEC) == 0;
 	exec_id_of(argv, s->exec_id);
@@ -395,16 +404,20 @@ stream_open(struct agent *a, const struct sbx_agent_frame *f, unsigned char *p, 
 	if ((f->flags & SBX_AGENT_OPEN_STDIN) ? pipe_nb(pi) < 0 :
 	    (pi[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
 		goto fail;
-	if (pipe_nb(po) < 0 || pipe_nb(pe) < 0)
+	if (pipe_nb(po) < 0 || pipe_nb(pe) < 0 || (s->has_ctrl && pipe_nb(pc) < 0))
 		goto fail;
 	if ((pid = fork()) < 0)
 		goto fail;
 	if (pid == 0)
-		child_run(a, pi[0], po[1], pe[1], argv, env);
+		child_run(a, pi[0], po[1], pe[1], pc[0], argv, env);
 	s->pid = pid;
 	close(pi[0]);
 	close(po[1]);
 	close(pe[1]);
+	close_fd(&pc[0]);
+	s->ctrl = pc[1];
+	if (s->ctrl >= 0)
+		(void)fcntl(s->ctrl, F_SETFL, O_NONBLOCK);
 	s->in = pi[1];
 	s->out = po[0];
 	s->err = pe[0];
@@ -421,6 +434,8 @@ fail:
 	close_fd(&po[1]);
 	close_fd(&pe[0]);
 	close_fd(&pe[1]);
+	close_fd(&pc[0]);
+	close_fd(&pc[1]);
 	if (s != NULL) {
 		free(s->inbuf);
 		free(s);
@@ -461,6 +476,32 @@ stdin_pump(struct agent *a, struct astream *s)
 		s->in_window += s->in_owed;
 		s->in_owed = 0;
 	}
+}
+
+/*
+ * A CTRL record for s: checked, then written whole (8 bytes < PIPE_BUF:
+ * atomic) to the mode's fd 3. A full pipe means a mode that stopped
+ * reading it: the record is dropped, as are records for a mode that
+ * closed it or was cancelled. Returns -1 (a protocol error) for a stream
+ * opened without SBX_AGENT_OPEN_CTRL or a record out of its bounds.
+ */
+static int
+stream_ctrl(struct astream *s, const unsigned char *p, size_t n)
+{
+	struct sbx_agent_ctrl c;
+	const char *why;
+	ssize_t w;
+
+	if (!s->has_ctrl || sbx_agent_ctrl_parse(p, n, &c, &why) < 0)
+		return -1;
+	if (s->ctrl < 0 || s->cancelled)
+		return 0;
+	do
+		w = write(s->ctrl, p, n);
+	while (w < 0 && errno == EINTR);
+	if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+		close_fd(&s->ctrl);   /* the mode is gone */
+	return 0;
 }
 
 /* One frame (or DATA piece) from the broker. */
@@ -518,6 +559,8 @@ on_frame(void *arg, const struct sbx_agent_frame *f, const unsigned char *p, siz
 	case SBX_AGENT_T_CANCEL:
 		stream_cancel(a, s);
 		return 0;
+	case SBX_AGENT_T_CTRL:
+		return stream_ctrl(s, p, n);
 	default:
 		return -1;
 	}

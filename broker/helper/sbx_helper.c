@@ -38,6 +38,7 @@ struct args {
 	const char *root;
 	const char *state_dir;
 	int no_openat2;
+	int ctrl;          /* --ctrl: fd 3 carries CTRL records */
 	int framed;
 	uint64_t limit;
 	char after[256];
@@ -251,6 +252,10 @@ parse_args(int argc, char **argv, const struct mode **mp, struct args *a,
 			a->no_openat2 = 1;
 			continue;
 		}
+		if (strcmp(opt, "--ctrl") == 0) {
+			a->ctrl = 1;
+			continue;
+		}
 		if (m != NULL && (m->opts & OPT_FRAMED) && strcmp(opt, "--framed") == 0) {
 			a->framed = 1;
 			continue;
@@ -347,6 +352,7 @@ helper_main(int argc, char **argv)
 	memset(&err, 0, sizeof(err));
 	memset(&a, 0, sizeof(a));
 	ctx.rootfd = -1;
+	ctx.ctrl_fd = -1;
 	/* A closed 0-2 would let a pipe land there and confuse who owns what. */
 	for (fd = 0; fd < 3; fd++)
 		if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) != fd)
@@ -361,6 +367,15 @@ helper_main(int argc, char **argv)
 	if (!root_valid(ctx.root) || (a.state_dir != NULL && !root_valid(a.state_dir))) {
 		helper_err_set(&err, SBX_E_BAD_REQUEST, "--root and --state-dir must be canonical");
 		goto fail;
+	}
+	if (a.ctrl) {
+		/* The agent's pipe of CTRL records: never the command's. */
+		if (fcntl(SBX_HELPER_CTRL_FD, F_SETFD, FD_CLOEXEC) < 0) {
+			helper_err_set(&err, SBX_E_BAD_REQUEST, "--ctrl needs descriptor %d open",
+			    SBX_HELPER_CTRL_FD);
+			goto fail;
+		}
+		ctx.ctrl_fd = SBX_HELPER_CTRL_FD;
 	}
 	if (m->flags & MODE_ROOT) {
 		ctx.rootfd = open(ctx.root, O_PATH | O_DIRECTORY | O_CLOEXEC);

@@ -152,7 +152,7 @@ s_error(void *arg, const struct sbx_err *err)
 	terminal(err);
 }
 
-static const struct sbx_sink SINK = { s_start, s_output, s_exit, s_error, NULL };
+static const struct sbx_sink SINK = { s_start, s_output, s_exit, s_error, NULL, NULL };
 
 /* Runs the loop until a terminal callback came or the target's timeout. */
 static void

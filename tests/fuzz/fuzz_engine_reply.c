@@ -68,7 +68,7 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
 	static const char *const argv[] = { "sh", "-c", "echo hi", NULL };
 	struct engine *e = (struct engine *)drv;
-	struct sbx_sink sink = { dc_start, dc_output, dc_exit, dc_error, NULL };
+	struct sbx_sink sink = { dc_start, dc_output, dc_exit, dc_error, NULL, NULL };
 	struct sbx_exec_req xr;
 	struct sbx_spec spec;
 	struct sbx_list_page page = { NULL, 100 };

@@ -176,12 +176,57 @@ cursor(const char *buf, size_t len)
 	}
 }
 
+/* A session body: decoded, re-encoded and decoded again to the same. */
+static void
+session_body(const char *buf, size_t len)
+{
+	struct sbx_wire_session s, t;
+	struct sbx_err err;
+	json_t *body, *enc;
+	size_t i;
+
+	sbx_err_clear(&err);
+	if (sbx_wire_body_object(buf, len, sbx_wire_session_fields, 0, &body,
+	    &err) == -1) {
+		refused(&err);
+		return;
+	}
+	if (sbx_wire_session_decode(body, &s, &err) == -1) {
+		refused(&err);
+		FUZZ_ASSERT(s.x.argv == NULL && s.x.env == NULL);
+		json_decref(body);
+		return;
+	}
+	FUZZ_ASSERT(s.req.kind != SBX_SESSION_PTY ||
+	    (s.req.cols >= 1 && s.req.cols <= SBX_SESSION_SIZE_MAX &&
+	    s.req.rows >= 1 && s.req.rows <= SBX_SESSION_SIZE_MAX));
+	FUZZ_ASSERT(s.req.kind != SBX_SESSION_PORT ||
+	    (s.req.port >= 1 && s.req.port <= 65535));
+	FUZZ_ASSERT(s.req.kind != SBX_SESSION_EXEC || s.req.exec.argv != NULL);
+	enc = sbx_wire_session_encode(&s.req, &err);
+	FUZZ_ASSERT(enc != NULL);
+	FUZZ_ASSERT(sbx_wire_session_decode(enc, &t, &err) == 0);
+	FUZZ_ASSERT(t.req.kind == s.req.kind && t.req.cols == s.req.cols &&
+	    t.req.rows == s.req.rows && t.req.port == s.req.port);
+	FUZZ_ASSERT((s.req.term == NULL) == (t.req.term == NULL));
+	FUZZ_ASSERT(s.req.term == NULL || strcmp(s.req.term, t.req.term) == 0);
+	FUZZ_ASSERT((s.req.exec.argv == NULL) == (t.req.exec.argv == NULL));
+	for (i = 0; s.req.exec.argv != NULL && s.req.exec.argv[i] != NULL; i++)
+		FUZZ_ASSERT(t.req.exec.argv[i] != NULL &&
+		    strcmp(s.req.exec.argv[i], t.req.exec.argv[i]) == 0);
+	sbx_wire_session_free(&t);
+	sbx_wire_session_free(&s);
+	json_decref(enc);
+	json_decref(body);
+}
+
 int
 LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
 	const char *buf = (const char *)data;
 
 	exec_body(buf, size);
+	session_body(buf, size);
 	spec_body(buf, size);
 	answers(buf, size);
 	cursor(buf, size);

@@ -1,9 +1,11 @@
-"""agentproto.py - a small client of helper protocol 3 (proto/sbx_agent.h) for tests and measurements."""
+"""agentproto.py - a small client of helper protocol 4 (proto/sbx_agent.h) for tests and measurements."""
 import struct
 
-PROTO = 3
+PROTO = 4
 HDR = 12
-T_HELLO, T_PING, T_PONG, T_OPEN, T_DATA, T_EOF, T_WINDOW, T_CANCEL, T_EXIT, T_REFUSE = range(1, 11)
+T_HELLO, T_PING, T_PONG, T_OPEN, T_DATA, T_EOF, T_WINDOW, T_CANCEL, T_EXIT, T_REFUSE, T_CTRL, T_EVENT = range(1, 13)
+OPEN_STDIN, OPEN_CTRL = 1, 2
+CTRL_RESIZE, CTRL_SIGNAL = 1, 2
 WINDOW = 256 * 1024
 
 
@@ -11,11 +13,19 @@ def frame(typ, stream=0, payload=b"", flags=0):
     return struct.pack(">BBBBII", typ, PROTO, flags, 0, stream, len(payload)) + payload
 
 
-def open_frame(stream, argv, env=(), stdin=False):
+def open_frame(stream, argv, env=(), stdin=False, ctrl=False):
     body = struct.pack(">II", len(argv), len(env))
     for s in list(argv) + list(env):
         body += s.encode() + b"\0"
-    return frame(T_OPEN, stream, body, 1 if stdin else 0)
+    return frame(T_OPEN, stream, body, (OPEN_STDIN if stdin else 0) | (OPEN_CTRL if ctrl else 0))
+
+
+def resize_frame(stream, cols, rows):
+    return frame(T_CTRL, stream, struct.pack(">IHH", CTRL_RESIZE, cols, rows))
+
+
+def signal_frame(stream, signo):
+    return frame(T_CTRL, stream, struct.pack(">II", CTRL_SIGNAL, signo))
 
 
 class Decoder:

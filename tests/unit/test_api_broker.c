@@ -705,7 +705,7 @@ test_a_sink_that_cancels_from_its_own_callback_hears_nothing_more(
 	    "{\"type\":\"stdout\",\"data\":\"b\"}\n{\"type\":\"exit\","
 	    "\"code\":0,\"signal\":null,\"duration_ms\":1,"
 	    "\"truncated\":false}\n";
-	struct sbx_sink sink = { c_start, c_output, c_exit, c_error, NULL };
+	struct sbx_sink sink = { c_start, c_output, c_exit, c_error, NULL, NULL };
 	struct sbx_exec_req req;
 	const char *const argv[] = { "true", NULL };
 	struct sbx_driver *d;

@@ -859,7 +859,7 @@ s_error(void *arg, const struct sbx_err *err)
 static struct sbx_sink
 sink_of(struct fx *f)
 {
-	struct sbx_sink s = { s_start, s_output, s_exit, s_error, f };
+	struct sbx_sink s = { s_start, s_output, s_exit, s_error, f, NULL };
 
 	return s;
 }

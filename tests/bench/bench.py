@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 
+import term_bench
+
 MiB = 1 << 20
 GiB = 1 << 30
 TICK = os.sysconf("SC_CLK_TCK")
@@ -1209,6 +1211,8 @@ def main():
             ("stream", b.fig_stream),
             ("resume", b.fig_resume), ("conc", b.fig_concurrent), ("many", b.fig_many_streams),
             ("egress", b.fig_egress), ("agents", b.fig_agents)]
+    # Issue 21: terminals and stdin (tests/bench/term_bench.py).
+    figs += [(name, (lambda f: lambda: f(b))(fn)) for name, fn in term_bench.FIGURES]
     only = set(x for x in a.only.split(",") if x)
     try:
         b.start_daemons()

@@ -14,6 +14,10 @@ Each figure measures sbx and its baseline in the same run, alternating:
   term_idle   100 idle terminals with one WebSocket viewer each: VmRSS delta of
               sandbox-api and sandbox-broker.
 
+Knobs: BENCH_ECHO_ROUNDS [200] keystrokes per side, BENCH_STDIN_BYTES [64 MiB],
+BENCH_STDIN_ROUNDS [3], BENCH_IDLE_TERMS [100]; BENCH_ONLY=term_echo,term_stdin,
+term_idle runs only these (tests/bench/run.sh).
+
 The WebSocket client is the few lines RFC 6455 needs (client frames masked,
 §5.3); no library. Never asserts: a figure that misses is reported as missed.
 """

@@ -13,6 +13,9 @@ Each figure measures sbx and its baseline in the same run, alternating:
               against `docker exec -i CONTAINER sh -c 'cat > /work/f'`: MB/s, ratio.
   term_idle   100 idle terminals with one WebSocket viewer each: VmRSS delta of
               sandbox-api and sandbox-broker.
+  ports       100 MiB over HTTP through …/sandbox/ports/8000/ (busybox httpd in
+              the sandbox) vs busybox wget inside the sandbox to its own
+              loopback (the image has no curl); a small GET's added latency.
 
 Knobs: BENCH_ECHO_ROUNDS [200] keystrokes per side, BENCH_STDIN_BYTES [64 MiB],
 BENCH_STDIN_ROUNDS [3], BENCH_IDLE_TERMS [100]; BENCH_ONLY=term_echo,term_stdin,
@@ -383,5 +386,126 @@ def fig_term_idle(b):
               "≤ +16 MiB", d <= 16)
 
 
+# ------------------------------------------------------------ (d) ports
+
+PORT = 8000
+PORT_BYTES = int(os.environ.get("BENCH_PORT_BYTES", str(100 * MiB)))
+PORT_ROUNDS = int(os.environ.get("BENCH_PORT_ROUNDS", "3"))
+PORT_REQS = int(os.environ.get("BENCH_PORT_REQS", "200"))
+
+
+def sbxctl(b, *argv, timeout=600):
+    host, port = b.api_addr
+    env = dict(os.environ, SBX_URL="http://%s:%d" % (host, port), SBX_KEY=b.akey)
+    r = subprocess.run([os.path.join(b.build, "sbxctl")] + list(argv), capture_output=True,
+                       env=env, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError("sbxctl %s: exit %d: %s" % (" ".join(argv[:3]), r.returncode,
+                                                      r.stderr.decode(errors="replace")[-300:]))
+    return r.stdout.decode(errors="replace")
+
+
+def get_through_port(b, npc, rest):
+    """GET …/sandbox/ports/PORT/rest on a new connection; (seconds, body bytes, status)."""
+    s = socket.create_connection(b.api_addr, timeout=120)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = bytearray(1 << 20)
+    t0 = time.perf_counter()
+    s.sendall(("GET /api/v1/npcs/%s/sandbox/ports/%d/%s HTTP/1.1\r\nHost: bench\r\n"
+               "Authorization: Bearer %s\r\nConnection: close\r\n\r\n"
+               % (npc, PORT, rest, b.akey)).encode())
+    head, total = b"", 0
+    while True:
+        n = s.recv_into(buf)
+        if n == 0:
+            break
+        if len(head) < 4096:
+            head += bytes(buf[:n])[:4096]
+        total += n
+    dt = time.perf_counter() - t0
+    s.close()
+    if b"\r\n\r\n" not in head:
+        raise RuntimeError("ports route: no answer (%r)" % head[:200])
+    hl = head.index(b"\r\n\r\n") + 4
+    return dt, total - hl, int(head.split(b" ", 2)[1])
+
+
+def inside_seconds(out):
+    """busybox time's `real 0m 1.23s` -> seconds."""
+    for line in out.splitlines():
+        if line.startswith("real"):
+            m, sec = line.split()[1:3]
+            return int(m.rstrip("m")) * 60 + float(sec.rstrip("s"))
+    raise RuntimeError("no `real` line in %r" % out[-300:])
+
+
+def fig_ports(b):
+    """100 MiB over HTTP through the ports route vs the same GET inside the
+    sandbox (busybox wget to its own loopback: the image has no curl), and
+    the latency a small GET gains (inside: the mean of a wget loop less the
+    same loop against a closed port, i.e. less wget's own start)."""
+    npc = "bench-2"
+    sbxctl(b, "exec", npc, "--", "sh", "-c", "head -c %d /dev/zero > /work/big && "
+           "head -c 100 /dev/zero > /work/small" % PORT_BYTES)
+    st, x = http_json(b.api_addr, b.akey, "POST", "/api/v1/npcs/%s/sandbox/execs" % npc,
+                      {"argv": ["httpd", "-f", "-p", "127.0.0.1:%d" % PORT, "-h", "/work"]})
+    if st != 201:
+        raise RuntimeError("httpd exec: %d %r" % (st, x))
+    xid = x.get("exec_id") or x.get("id")
+    try:
+        end = time.time() + 20
+        while True:
+            try:
+                if get_through_port(b, npc, "small")[2] == 200:
+                    break
+            except (OSError, RuntimeError):
+                pass
+            if time.time() > end:
+                raise RuntimeError("httpd in the sandbox never answered through the ports route")
+            time.sleep(0.2)
+        big = "http://127.0.0.1:%d/big" % PORT
+        loop = "for i in %s; do wget -q -O /dev/null %s; done" % (
+            " ".join(str(i) for i in range(PORT_ROUNDS)), big)
+        sbx_t, in_t = [], []
+        for _ in range(PORT_ROUNDS):
+            dt, n, code = get_through_port(b, npc, "big")
+            if code != 200 or n != PORT_BYTES:
+                raise RuntimeError("ports route: status %d, %d bytes" % (code, n))
+            sbx_t.append(dt)
+        out = sbxctl(b, "exec", npc, "--", "sh", "-c", "time sh -c '%s' 2>&1" % loop)
+        in_t = inside_seconds(out) / PORT_ROUNDS
+        sbx_mbs = PORT_BYTES / 1e6 / p50(sbx_t)
+        in_mbs = PORT_BYTES / 1e6 / in_t
+        ratio = sbx_mbs / in_mbs
+        b.row("%d MiB over HTTP through the ports route (api -> broker -> agent -> "
+              "127.0.0.1:%d) vs the same GET inside the sandbox (busybox wget)"
+              % (PORT_BYTES // MiB, PORT),
+              "%.0f MB/s" % sbx_mbs, "inside %.0f MB/s" % in_mbs, "%.2f×" % ratio,
+              "≥ 0.5× inside", ratio >= 0.5)
+        lat = [get_through_port(b, npc, "small")[0] * 1000 for _ in range(PORT_REQS)]
+        n = PORT_REQS
+        w = ("i=0; while [ $i -lt %d ]; do wget -q -O /dev/null http://127.0.0.1:%d/%%s; "
+             "i=$((i+1)); done" % (n, PORT))
+        t_ok = inside_seconds(sbxctl(b, "exec", npc, "--", "sh", "-c",
+                                     "time sh -c '%s' 2>&1" % (w % "small")))
+        t_no = inside_seconds(sbxctl(b, "exec", npc, "--", "sh", "-c",
+                                     "time sh -c '%s' 2>&1" % (w.replace(str(PORT), "1") % "x")))
+        inside_ms = max(0.0, (t_ok - t_no) / n * 1000)
+        added = p50(lat) - inside_ms
+        b.row("small GET (100 bytes) through the ports route, new connection each: "
+              "p50 and what it adds to the same GET inside the sandbox",
+              "p50 %.2f ms, p99 %.2f ms" % (p50(lat), pct(lat, 99)),
+              "inside %.2f ms (mean of %d, wget's start taken off)" % (inside_ms, n),
+              "+%.2f ms" % added, "added p50 ≤ 2 ms", added <= 2.0)
+    finally:
+        if xid:
+            http_json(b.api_addr, b.akey, "DELETE", "/api/v1/npcs/%s/sandbox/execs/%s"
+                      % (npc, xid))
+        try:
+            sbxctl(b, "exec", npc, "--", "rm", "-f", "/work/big", "/work/small")
+        except RuntimeError:
+            pass
+
+
 FIGURES = [("term_echo", fig_term_echo), ("term_stdin", fig_term_stdin),
-           ("term_idle", fig_term_idle)]
+           ("term_idle", fig_term_idle), ("ports", fig_ports)]

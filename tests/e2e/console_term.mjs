@@ -86,7 +86,7 @@ try {
   await page.click('#termopen');
   await until('the terminal to connect', (n) => {
     const el = document.querySelector('#terms .term[data-npc="' + n + '"]');
-    return el && el.dataset.state === 'connected';
+    return el && el.dataset.state === 'connected' && el.dataset.writer === 'true';
   }, npc);
   await page.click('#terms .term[data-npc="' + npc + '"]');
   step('connected');

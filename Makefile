@@ -10,7 +10,9 @@ DESTDIR ?=
 CC ?= cc
 PYTHON ?= /usr/bin/python3
 
-PKGS := libevent jansson sqlite3 libsodium
+PKGS := libevent jansson sqlite3 libsodium nettle
+# libwslay (WebSocket framing, adr/0052): Debian's libwslay-dev ships no .pc file.
+WSLAY_LIBS := -lwslay
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 ifneq ($(CI),)
@@ -36,7 +38,7 @@ OPT := -O2 -D_FORTIFY_SOURCE=2
 endif
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) $(WSLAY_LIBS)
 
 CFLAGS ?= -g
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) $(CFLAGS) $(WARN) -fstack-protector-strong \
@@ -58,7 +60,7 @@ HELPER_PROTO_SRC := $(wildcard proto/sbx_helper_frame.c proto/sbx_agent.c)
 # The one clock (libc only) is linked into the static proxy too.
 STATIC_COMMON_SRC := common/sbx_time.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
-FAKE_SRC := $(wildcard tests/driver_fake.c)
+FAKE_SRC := $(wildcard tests/driver_fake*.c)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -153,7 +155,7 @@ $(BUILD)/sbx-proxy: $(PROXY_SRC) $(wildcard broker/proxy/*.h) common/proxy_polic
 		$(shell pkg-config --cflags libevent 2>/dev/null) -levent_extra -levent_core
 
 # Helpers the unit tests share (a .c with a header, not statics).
-TESTUTIL_SRC := $(wildcard tests/unit/api_testutil.c tests/unit/golden.c)
+TESTUTIL_SRC := $(wildcard tests/unit/api_testutil.c tests/unit/golden.c tests/unit/agent_rig.c)
 $(BUILD)/tests/%: tests/unit/%.c $(call obj,$(FAKE_SRC) $(TESTUTIL_SRC)) $(LIBBROKER) $(LIBAPI) $(LIBSBX)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -o $@ $^ $(ALL_LDFLAGS) $(PKG_LIBS) -lcmocka -lm

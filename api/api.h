@@ -62,6 +62,17 @@ struct api_config {
 	long long sse_retry;        /* ms sent as SSE "retry:" to viewers */
 	long long viewer_stall;     /* ms a viewer may stop reading before it is cut off */
 	char **cors_origins;        /* allowed Origins for CORS; NULL or empty: CORS off */
+	/* Terminals (docs/api.md "Terminals", adr/0051). */
+	long long terminal_scrollback; /* bytes kept per terminal for a replay */
+	long long terminal_idle;    /* ms without viewer and output before a terminal is killed */
+	long long terminals_per_principal; /* running terminals per principal; more: 429 */
+	long long terminal_input_max; /* bytes of one input POST, and of input queued per terminal */
+	long long terminal_records_per_principal; /* ended terminals kept per principal */
+	long long terminal_retention; /* ms an ended terminal is kept */
+	/* WebSocket attach (common/sbx_ws.h, adr/0052). */
+	long long ws_message_max;   /* bytes of one received message; more: close 1009 */
+	long long ws_ping_interval; /* ms between the server's pings; 2 silent: closed */
+	long long ws_output_high;   /* bytes queued for a viewer above which its terminal output pauses */
 };
 
 extern const struct sbx_config_key api_config_keys[];

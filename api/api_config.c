@@ -77,8 +77,26 @@ const struct sbx_config_key api_config_keys[] = {
 	    "SSE retry: field sent to resource exec viewers (EventSource reconnect delay)"),
 	K("viewer_stall", SBX_CFG_DURATION_MS, viewer_stall, "60s",
 	    "a viewer of a resource exec that reads nothing this long while events wait is cut off (it can resume)"),
+	K("terminal_scrollback", SBX_CFG_BYTES, terminal_scrollback, "1m",
+	    "bytes of a terminal's output kept in memory for a replay (and about twice that on disk)"),
+	K("terminal_idle", SBX_CFG_DURATION_MS, terminal_idle, "30m",
+	    "a terminal without a viewer and without output this long is killed (state ended, reason idle)"),
+	K("terminals_per_principal", SBX_CFG_INT, terminals_per_principal, "16",
+	    "terminals one principal may have running; more: 429"),
+	K("terminal_input_max", SBX_CFG_BYTES, terminal_input_max, "64k",
+	    "largest POST .../terminals/ID/input body, and the input a terminal queues towards the broker"),
+	K("terminal_records_per_principal", SBX_CFG_INT, terminal_records_per_principal, "32",
+	    "ended terminals (and their scrollback logs) kept per principal; the oldest go first"),
+	K("terminal_retention", SBX_CFG_DURATION_MS, terminal_retention, "24h",
+	    "how long an ended terminal and its scrollback are kept"),
 	K("cors_origins", SBX_CFG_STRLIST, cors_origins, NULL,
 	    "Origins allowed to call the API from a browser (CORS); empty: CORS off"),
+	K("ws_message_max", SBX_CFG_BYTES, ws_message_max, "1m",
+	    "WebSocket attach: bytes of one message a client sends; more: close 1009"),
+	K("ws_ping_interval", SBX_CFG_DURATION_MS, ws_ping_interval, "30s",
+	    "WebSocket attach: the server pings this often; a client silent for two is closed"),
+	K("ws_output_high", SBX_CFG_BYTES, ws_output_high, "1m",
+	    "WebSocket attach: bytes queued for a viewer above which its terminal's output waits"),
 	{ NULL, 0, 0, NULL, 0, NULL },
 };
 
@@ -164,6 +182,23 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 		return sbx_err_set(err, SBX_E_CONFIG, "exec_retention, "
 		    "exec_records_max, exec_records_per_principal, ticket_ttl, sse_retry and viewer_stall "
 		    "must be above 0.");
+	if (cfg->terminal_scrollback < 64 * 1024 ||
+	    cfg->terminal_scrollback > 64LL * 1024 * 1024 ||
+	    cfg->terminal_idle <= 0 || cfg->terminals_per_principal <= 0 ||
+	    cfg->terminal_input_max < 1024 ||
+	    cfg->terminal_input_max > cfg->terminal_scrollback ||
+	    cfg->terminal_records_per_principal < 0 ||
+	    cfg->terminal_retention <= 0)
+		return sbx_err_set(err, SBX_E_CONFIG, "terminal_scrollback must "
+		    "be 64k to 64m, terminal_input_max 1k to terminal_scrollback, "
+		    "terminal_idle, terminals_per_principal and "
+		    "terminal_retention above 0, terminal_records_per_principal "
+		    "0 or more.");
+	if (cfg->ws_message_max < 1024 || cfg->ws_ping_interval < 1000 ||
+	    cfg->ws_output_high < 65536)
+		return sbx_err_set(err, SBX_E_CONFIG, "ws_message_max must be "
+		    "at least 1k, ws_ping_interval at least 1s and "
+		    "ws_output_high at least 64k.");
 	if (cfg->shutdown_grace < 0)
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    "shutdown_grace must be 0 or more.");

@@ -37,7 +37,7 @@ static void creator_end(struct areq *a);
 static void
 wake_viewers(struct api_exec *x)
 {
-	struct api_viewer *v, *next;
+	struct ax_viewer *v, *next;
 
 	for (v = x->viewers; v != NULL; v = next) {
 		next = v->next;
@@ -290,7 +290,7 @@ void
 ax_exec_forget(struct api_exec *x)
 {
 	char path[1024];
-	struct api_viewer *v;
+	struct ax_viewer *v;
 
 	if (x->segs != NULL)
 		ax_log_remove(x, "forgotten");
@@ -328,7 +328,7 @@ static void
 seg_drop_oldest(struct api_exec *x)
 {
 	struct seg *g = x->segs;
-	struct api_viewer *v;
+	struct ax_viewer *v;
 	char path[1024];
 
 	if (g == NULL || g == x->cur)

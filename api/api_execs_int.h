@@ -87,12 +87,12 @@ struct api_exec {
 	struct api_limit *lim;        /* counted in lim->execs while running */
 	struct areq *creator;         /* POST waiting for the start event */
 	int64_t counted_ms;           /* monotonic start, counted in metrics; 0 not */
-	struct api_viewer *viewers;
+	struct ax_viewer *viewers;
 	struct ticket *tickets;
 	struct api_exec *prev, *next; /* s->execs, newest first */
 };
 
-struct api_viewer {
+struct ax_viewer {
 	struct areq *a;
 	struct api_exec *x;
 	uint64_t seg_first;           /* segment being read (its first id) */
@@ -104,8 +104,8 @@ struct api_viewer {
 	struct event *stall;
 	/* Sends what is logged and not yet sent (api_execs_view.c); the log
 	 * writer calls it when a waiting viewer has news. */
-	void (*pump)(struct api_viewer *v);
-	struct api_viewer *next;
+	void (*pump)(struct ax_viewer *v);
+	struct ax_viewer *next;
 };
 
 /* api_execs.c: records, shared with the loader and the viewers. */

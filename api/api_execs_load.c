@@ -380,7 +380,7 @@ api_execs_close(struct api_server *s)
 			    "api shut down; the exec was cancelled.");
 		}
 		while (x->viewers != NULL) {
-			struct api_viewer *v = x->viewers;
+			struct ax_viewer *v = x->viewers;
 
 			x->viewers = v->next;
 			v->x = NULL;

@@ -28,7 +28,7 @@
 #include "sbx_time.h"
 #include "api_execs_int.h"
 
-static void viewer_pump(struct api_viewer *v);
+static void viewer_pump(struct ax_viewer *v);
 
 /* ------------------------------------------------------------------ */
 /* Tickets                                                             */
@@ -221,9 +221,9 @@ api_execs_ticket_auth(struct api_server *s, const char *npc, const char *id,
 /* Viewers                                                             */
 
 static void
-viewer_detach(struct api_viewer *v)
+viewer_detach(struct ax_viewer *v)
 {
-	struct api_viewer **pp;
+	struct ax_viewer **pp;
 
 	if (v->x != NULL)
 		for (pp = &v->x->viewers; *pp != NULL; pp = &(*pp)->next)
@@ -242,7 +242,7 @@ viewer_detach(struct api_viewer *v)
 static void
 viewer_free(struct areq *a)
 {
-	struct api_viewer *v = a->viewer;
+	struct ax_viewer *v = a->viewer;
 
 	if (v == NULL)
 		return;
@@ -255,7 +255,7 @@ viewer_free(struct areq *a)
 
 /* Ends v's stream normally (what is queued is sent first); a is freed. */
 static void
-viewer_end(struct api_viewer *v, const char *outcome)
+viewer_end(struct ax_viewer *v, const char *outcome)
 {
 	viewer_detach(v);
 	areq_stream_end(v->a, outcome);
@@ -266,7 +266,7 @@ viewer_end(struct api_viewer *v, const char *outcome)
 static void
 viewer_pause(struct areq *a, int on)
 {
-	struct api_viewer *v = a->viewer;
+	struct ax_viewer *v = a->viewer;
 	struct timeval tv;
 
 	if (v == NULL)
@@ -289,7 +289,7 @@ viewer_pause(struct areq *a, int on)
 static void
 viewer_stalled(evutil_socket_t fd, short what, void *arg)
 {
-	struct api_viewer *v = arg;
+	struct ax_viewer *v = arg;
 	struct areq *a = v->a;
 
 	(void)fd;
@@ -326,7 +326,7 @@ seg_find(struct api_exec *x, uint64_t first)
 }
 
 static int
-seg_open(struct api_viewer *v, uint64_t first)
+seg_open(struct ax_viewer *v, uint64_t first)
 {
 	char path[1024];
 
@@ -346,7 +346,7 @@ seg_open(struct api_viewer *v, uint64_t first)
  * exec or other viewers.
  */
 static void
-viewer_pump(struct api_viewer *v)
+viewer_pump(struct ax_viewer *v)
 {
 	struct areq *a = v->a;
 	struct api_exec *x = v->x;
@@ -429,7 +429,7 @@ parse_event_id(const char *t, uint64_t *out)
 
 /* Positions v just before event want (>= the segment's first id). */
 static int
-seek_event(struct api_viewer *v, struct seg *g, uint64_t want)
+seek_event(struct ax_viewer *v, struct seg *g, uint64_t want)
 {
 	char *buf;
 	size_t pos = 0;
@@ -502,7 +502,7 @@ events_query(struct areq *a, const struct api_exec *x, int *follow,
 /* Where v starts: the segment holding event last + 1 (a reset event when
  * it was dropped). Ends v's request when there is nothing to read. */
 static void
-viewer_start(struct api_viewer *v, uint64_t last)
+viewer_start(struct ax_viewer *v, uint64_t last)
 {
 	struct areq *a = v->a;
 	struct api_exec *x = v->x;
@@ -537,7 +537,7 @@ viewer_start(struct api_viewer *v, uint64_t last)
 int
 api_h_execs_events(struct areq *a, struct sbx_err *err)
 {
-	struct api_viewer *v = NULL;
+	struct ax_viewer *v = NULL;
 	struct api_exec *x;
 	struct bufferevent *bev;
 	uint64_t last;
@@ -786,7 +786,7 @@ void
 api_execs_drain(struct api_server *s)
 {
 	struct api_exec *x;
-	struct api_viewer *v;
+	struct ax_viewer *v;
 
 	for (x = s->execs; x != NULL; x = x->next)
 		while ((v = x->viewers) != NULL)

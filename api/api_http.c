@@ -16,6 +16,7 @@
 #include <sodium.h>
 
 #include "api_int.h"
+#include "api_term.h"
 #include "sbx_call.h"
 #include "sbx_httpd.h"
 #include "sbx_log.h"
@@ -31,6 +32,8 @@
 
 static int events_auth(struct api_server *, const char *, const char *,
     const char *, const char *, int, struct api_principal *);
+static int term_auth(struct api_server *, const char *, const char *,
+    const char *, const char *, int, struct api_principal *);
 
 /*
  * The route table (rows begin with the core's route, sbx_httpd.h): "{npc}"
@@ -42,6 +45,7 @@ static int events_auth(struct api_server *, const char *, const char *,
  */
 #define NPC_PATH NPCS_PATH "/{npc}"
 #define EXEC_PATH NPC_PATH "/sandbox/execs/*"
+#define TERM_PATH NPC_PATH "/sandbox/terminals/*"
 
 static const struct api_route routes[] = {
 	{ { EVHTTP_REQ_POST, NPCS_PATH }, api_h_npc_create,
@@ -96,6 +100,29 @@ static const struct api_route routes[] = {
 	{ { EVHTTP_REQ_POST, EXEC_PATH "/ticket" }, api_h_execs_ticket,
 	    R_AUTH | R_NPC | R_EXEC | R_JSON_OPT | R_MUTATING,
 	    .action = "execs.ticket" },
+	/* Terminals (api_term*.c, adr/0051): a key, or a ticket of that
+	 * terminal for its output, input and control. */
+	{ { EVHTTP_REQ_POST, NPC_PATH "/sandbox/terminals" }, api_h_terms_create,
+	    R_AUTH | R_NPC | R_JSON_OPT | R_MUTATING | R_WAKES,
+	    .action = "terminals.create" },
+	{ { EVHTTP_REQ_GET, NPC_PATH "/sandbox/terminals" }, api_h_terms_list,
+	    R_AUTH | R_NPC, .action = "terminals.list" },
+	{ { EVHTTP_REQ_GET, TERM_PATH }, api_h_terms_get,
+	    R_AUTH | R_NPC | R_EXEC, .action = "terminals.get" },
+	{ { EVHTTP_REQ_DELETE, TERM_PATH }, api_h_terms_delete,
+	    R_AUTH | R_NPC | R_EXEC | R_MUTATING, .action = "terminals.delete" },
+	{ { EVHTTP_REQ_GET, TERM_PATH "/output" }, api_h_terms_output,
+	    R_AUTH | R_NPC | R_EXEC, .action = "terminals.output",
+	    .auth = term_auth },
+	{ { EVHTTP_REQ_POST, TERM_PATH "/input" }, api_h_terms_input,
+	    R_AUTH | R_NPC | R_EXEC | R_BYTES, .action = "terminals.input",
+	    .auth = term_auth },
+	{ { EVHTTP_REQ_POST, TERM_PATH "/control" }, api_h_terms_control,
+	    R_AUTH | R_NPC | R_EXEC | R_JSON, .action = "terminals.control",
+	    .auth = term_auth },
+	{ { EVHTTP_REQ_POST, TERM_PATH "/tickets" }, api_h_terms_ticket,
+	    R_AUTH | R_NPC | R_EXEC | R_JSON_OPT | R_MUTATING,
+	    .action = "terminals.ticket" },
 	{ { EVHTTP_REQ_GET, "/console" }, api_h_console, 0,
 	    .action = "console" },
 	/* Operators only: the figures are about every principal's use. */
@@ -152,6 +179,18 @@ limit_take(struct api_server *s, struct api_limit *l)
 /* ------------------------------------------------------------------ */
 /* Dispatch                                                            */
 
+/* The bearer API key of an Authorization value (1, 0, -1 as api_auth_fn). */
+static int
+bearer_auth(struct api_server *s, const char *authz, struct api_principal *who)
+{
+	const char *key;
+	size_t keylen = 0;
+
+	key = sbx_gate_bearer(authz, &keylen);
+	return key != NULL ? api_store_authenticate(s->store, key, keylen,
+	    who) : 0;
+}
+
 /*
  * The events route's credential: the bearer key when an Authorization
  * header is present (then a ticket is not looked at), else ?ticket= of
@@ -161,16 +200,21 @@ static int
 events_auth(struct api_server *s, const char *npc, const char *id,
     const char *query, const char *authz, int final, struct api_principal *who)
 {
-	const char *key;
-	size_t keylen = 0;
-
 	(void)final;
-	if (authz != NULL) {
-		key = sbx_gate_bearer(authz, &keylen);
-		return key != NULL ? api_store_authenticate(s->store, key,
-		    keylen, who) : 0;
-	}
-	return api_execs_ticket_auth(s, npc, id, query, who);
+	return authz != NULL ? bearer_auth(s, authz, who) :
+	    api_execs_ticket_auth(s, npc, id, query, who);
+}
+
+/* A terminal route's credential: the bearer key when an Authorization
+ * header is present, else ?ticket= of that terminal
+ * (api_term_ticket_auth). */
+static int
+term_auth(struct api_server *s, const char *npc, const char *id,
+    const char *query, const char *authz, int final, struct api_principal *who)
+{
+	(void)final;
+	return authz != NULL ? bearer_auth(s, authz, who) :
+	    api_term_ticket_auth(s, npc, id, query, who);
 }
 
 /*
@@ -331,6 +375,8 @@ gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
 		*cap = (uint64_t)s->cfg->file_size_max;
 	else if (r != NULL && (r->flags & (R_JSON | R_JSON_OPT)))
 		*cap = (uint64_t)s->cfg->body_max;
+	else if (r != NULL && (r->flags & R_BYTES))
+		*cap = (uint64_t)s->cfg->terminal_input_max;
 	/* A verified key takes the connection out of the keyless pool. */
 	return keyed ? SBX_GATE_KEYED : SBX_GATE_PASS;
 }
@@ -532,10 +578,14 @@ check_body(struct areq *a, int too_large, struct sbx_err *err)
 
 	blen = too_large ? SIZE_MAX : a->gbody != NULL ?
 	    (size_t)sbx_gate_body_length(a->gbody) : evbuffer_get_length(in);
-	if (!(flags & (R_JSON | R_JSON_OPT | R_RAW)) && blen > 0)
+	if (!(flags & (R_JSON | R_JSON_OPT | R_RAW | R_BYTES)) && blen > 0)
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "This route takes no "
 		    "body.");
-	if (!(flags & R_RAW) && blen > (size_t)cfg->body_max)
+	if ((flags & R_BYTES) && blen > (size_t)cfg->terminal_input_max)
+		return sbx_err_set(err, SBX_E_TOO_LARGE, "Input is at most %lld "
+		    "bytes per request (terminal_input_max).",
+		    cfg->terminal_input_max);
+	if (!(flags & (R_RAW | R_BYTES)) && blen > (size_t)cfg->body_max)
 		return sbx_err_set(err, SBX_E_TOO_LARGE, "The request body is "
 		    "larger than %lld bytes.", cfg->body_max);
 	if ((flags & R_RAW) && blen > (size_t)cfg->file_size_max)
@@ -666,7 +716,7 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 	if ((s->store = api_store_open(cfg->state_dir, err)) == NULL ||
 	    api_store_defer_on(s->store, base, err) == -1)
 		goto fail;
-	if (api_execs_open(s, err) == -1)
+	if (api_execs_open(s, err) == -1 || api_terms_open(s, err) == -1)
 		goto fail;
 	if (api_console_init(s) == -1) {
 		sbx_err_oom(err);
@@ -731,6 +781,7 @@ api_server_drain(struct api_server *s, void (*done)(void *), void *arg)
 	sbx_httpd_unlisten(s->http, &s->listener);
 	/* Viewers of resource execs end now: they resume later. */
 	api_execs_drain(s);
+	api_terms_drain(s);
 	snprintf(n, sizeof(n), "%u", s->inflight);
 	log_info("draining", "in_flight", n, NULL);
 	/* Cannot wait politely (no memory for the events): cancelled now. */
@@ -749,6 +800,7 @@ api_server_free(struct api_server *s)
 	 * closes their connections. */
 	api_req_abandon_all(s);
 	api_execs_close(s);
+	api_terms_close(s);
 	free(s->console_csp);
 	if (s->http != NULL)
 		evhttp_free(s->http);   /* frees every bound gate connection */

@@ -35,7 +35,9 @@ struct api_limit {
 
 struct areq;
 struct api_exec;
+struct ax_viewer;
 struct api_viewer;
+struct api_term;
 struct ax_list_out;
 
 /* Entries a list asks the broker for (its own list_max_entries may be lower). */
@@ -65,6 +67,10 @@ struct api_server {
 	unsigned char ticket_key[32];
 	struct event *sweep_ev;     /* retention sweep */
 	char *console_csp;          /* script-src of /console: the hash of its one script */
+	/* Terminals (api_term*.c, adr/0051). */
+	struct api_term *terms;     /* newest first */
+	char *terms_dir;            /* state_dir/terms */
+	struct event *terms_sweep;  /* retention and record bounds */
 };
 
 /* The sentence a player gets when asking for egress (SPEC §8); %s: NPC. */
@@ -81,6 +87,7 @@ struct api_server {
 #define R_MUTATING 0x40  /* written to the audit table */
 #define R_WAKES    0x80  /* uses the sandbox: a stopped one is started first */
 #define R_EXEC     0x100 /* path has an exec id ("*"): [a-z0-9]{1,39}, else 404 */
+#define R_BYTES    0x200 /* raw body gathered whole, at most terminal_input_max */
 
 /*
  * A handler (adr/0035, the broker's shape): returns 0 when the request goes
@@ -144,7 +151,9 @@ struct areq {
 	int exec_started;                   /* counted in execs_started */
 	int64_t exec_started_ms;            /* monotonic */
 	char exec_id[40];                   /* {id} of .../execs/{id}... routes */
-	struct api_viewer *viewer;          /* GET .../events being streamed */
+	struct ax_viewer *viewer;          /* GET .../events being streamed */
+	struct api_viewer *tviewer;         /* GET .../terminals/{id}/output */
+	struct api_term *tcreate;           /* POST .../terminals waiting for start */
 	int sse_counted;                    /* counted in sse_clients */
 	/* an SSE stream's heartbeat (areq_stream_begin with a->sse) */
 	struct event *ping;
@@ -324,6 +333,22 @@ int api_h_execs_ticket(struct areq *a, struct sbx_err *err);
  */
 int api_execs_ticket_auth(struct api_server *s, const char *npc,
     const char *id, const char *query, struct api_principal *who);
+/* api_term*.c: terminals as resources (adr/0051, api_term.h). */
+/* Loads state_dir/terms (terminals running at a crash or restart become
+ * failed, api_restarted). Returns 0, or -1 with err config_error. */
+int api_terms_open(struct api_server *s, struct sbx_err *err);
+/* Kills the terminals still running (failed, shutting_down), frees all. */
+void api_terms_close(struct api_server *s);
+/* Drain: ends every SSE viewer of a terminal at once. */
+void api_terms_drain(struct api_server *s);
+int api_h_terms_create(struct areq *a, struct sbx_err *err);
+int api_h_terms_list(struct areq *a, struct sbx_err *err);
+int api_h_terms_get(struct areq *a, struct sbx_err *err);
+int api_h_terms_delete(struct areq *a, struct sbx_err *err);
+int api_h_terms_output(struct areq *a, struct sbx_err *err);
+int api_h_terms_input(struct areq *a, struct sbx_err *err);
+int api_h_terms_control(struct areq *a, struct sbx_err *err);
+int api_h_terms_ticket(struct areq *a, struct sbx_err *err);
 /* GET /console: the embedded page (api/console.html + xterm.js, adr/0054), a fresh style nonce each reply. */
 int api_h_console(struct areq *a, struct sbx_err *err);
 /* Builds s->console_csp (the hash of the page's one inline script) and finds

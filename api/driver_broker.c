@@ -1,4 +1,4 @@
-/* driver_broker.c - the broker-client SandboxDriver (driver_broker.h): its vtable, its configuration and token; each operation lives in the file of its kind (driver_broker_plain.c, _exec.c, _files.c) over one op life (driver_broker_op.c). */
+/* driver_broker.c - the broker-client SandboxDriver (driver_broker.h): its vtable, its configuration and token; each operation lives in the file of its kind (driver_broker_plain.c, _exec.c, _files.c, _session.c) over one op life (driver_broker_op.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +83,11 @@ static const struct sbx_driver_ops broker_driver_ops = {
 	.pause = dbk_pause,
 	.resume = dbk_resume,
 	.free = b_free,
+	.session = dbk_session,
+	.session_write = dbk_session_write,
+	.session_room = dbk_session_room,
+	.session_close_input = dbk_session_close_input,
+	.session_control = dbk_session_control,
 };
 
 struct sbx_driver *

@@ -37,13 +37,7 @@ on_event(void *arg, const struct sbx_event *ev, const char *line, size_t len)
 		break;
 	case SBX_EVENT_EXIT:
 		/* Held until the stream ends: an error may still follow. */
-		b->have_exit = 1;
-		b->exit.code = ev->code;
-		b->exit.duration_ms = ev->duration_ms;
-		b->exit.truncated = ev->truncated;
-		snprintf(b->exit_signal, sizeof(b->exit_signal), "%s",
-		    ev->signal != NULL ? ev->signal : "");
-		b->exit.signal = ev->signal != NULL ? b->exit_signal : NULL;
+		dbk_op_keep_exit(b, ev);
 		break;
 	case SBX_EVENT_ERROR:
 		b->have_error = 1;

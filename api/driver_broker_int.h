@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <jansson.h>
 
@@ -21,6 +22,7 @@
 struct evbuffer;
 struct sbx_http_req;
 struct sbx_ndjson_parser;
+struct sbx_event;
 struct bpump;
 struct lscan;
 struct bop;
@@ -43,6 +45,12 @@ struct bkind {
 	 * the caller's one terminal callback (b->busy held around it); the op
 	 * ends after it. */
 	void (*finish)(struct bop *b, const struct sbx_err *terr);
+	/* Optional: the caller's pause (on 1) and resume (0) of a kind that
+	 * keeps reading while paused (a session withholds credit instead,
+	 * adr/0055). NULL: the connection stops being read. */
+	void (*pause)(struct bop *b, int on);
+	/* Optional: frees b->kstate (dbk_op_free, whatever ended the op). */
+	void (*release)(struct bop *b);
 };
 
 struct bdriver {
@@ -80,6 +88,9 @@ struct bop {
 	struct lscan *lscan;        /* list: the page decoded as it arrives */
 	size_t list_limit;          /* list: entries asked for (0: the ceiling) */
 	struct bop *prev, *next;
+	void *kstate;               /* the kind's own state (kind->release) */
+	const char *upgrade;        /* set before start: an Upgrade request
+	                             * with this value (a static string) */
 };
 
 /* ------------------------------------------------------------------ */
@@ -138,6 +149,10 @@ json_t *dbk_op_answer_json(struct bop *b, const struct sbx_err *terr,
  * goes to the sink as its error. Returns 0 when the stream came and the
  * kind ends it, -1 when the sink has had its terminal error. */
 int dbk_op_stream_ended(struct bop *b, const struct sbx_err *terr);
+
+/* An exit event (an exec's NDJSON line, a session's EVENT) kept in
+ * b->exit, its signal name copied into b->exit_signal; have_exit set. */
+void dbk_op_keep_exit(struct bop *b, const struct sbx_event *ev);
 
 /* The vtable's cancel, pause and resume (sbx_driver.h): closing the
  * connection is the cancel (the broker then kills an exec's tree). */
@@ -202,6 +217,17 @@ struct sbx_op *dbk_exec(struct sbx_driver *drv, const char *id,
 struct sbx_op *dbk_exec_lines(struct sbx_driver *drv, const char *id,
     const struct sbx_exec_req *req, const struct sbx_sink *sink,
     sbx_line_cb line, struct sbx_err *err);
+
+/* driver_broker_session.c: sessions over the broker link (adr/0055). */
+struct sbx_op *dbk_session(struct sbx_driver *drv, const char *id,
+    const struct sbx_session_req *req, const struct sbx_sink *sink,
+    struct sbx_err *err);
+ssize_t dbk_session_write(struct sbx_driver *drv, struct sbx_op *op,
+    struct evbuffer *src, size_t max);
+size_t dbk_session_room(struct sbx_driver *drv, struct sbx_op *op);
+void dbk_session_close_input(struct sbx_driver *drv, struct sbx_op *op);
+int dbk_session_control(struct sbx_driver *drv, struct sbx_op *op,
+    const struct sbx_session_ctl *c, struct sbx_err *err);
 
 /* driver_broker_files.c: /files and /list. */
 struct sbx_op *dbk_read(struct sbx_driver *drv, const char *id,

@@ -43,6 +43,8 @@ dbk_op_free(struct bop *b)
 		evbuffer_free(b->body);
 	sbx_ndjson_parser_free(b->parser);
 	lscan_free(b->lscan);
+	if (b->kind->release != NULL)
+		b->kind->release(b);
 	free(b);
 }
 
@@ -152,6 +154,18 @@ dbk_op_stream_ended(struct bop *b, const struct sbx_err *terr)
 	return -1;
 }
 
+void
+dbk_op_keep_exit(struct bop *b, const struct sbx_event *ev)
+{
+	b->have_exit = 1;
+	b->exit.code = ev->code;
+	b->exit.duration_ms = ev->duration_ms;
+	b->exit.truncated = ev->truncated;
+	snprintf(b->exit_signal, sizeof(b->exit_signal), "%s",
+	    ev->signal != NULL ? ev->signal : "");
+	b->exit.signal = ev->signal != NULL ? b->exit_signal : NULL;
+}
+
 /* ------------------------------------------------------------------ */
 /* The HTTP client's callbacks: through the op's kind                  */
 
@@ -245,6 +259,8 @@ start_req(struct bop *b, const char *method, const char *path,
 	hr.body_len = body_len;
 	hr.body_stream = stream;
 	hr.stream_len = stream_len;
+	hr.upgrade = b->upgrade != NULL;
+	hr.upgrade_proto = b->upgrade;
 	opts.unavailable_code = SBX_E_BROKER_UNAVAILABLE;
 	opts.protocol_code = SBX_E_BROKER_UNAVAILABLE;
 	opts.peer_name = "the sandbox broker";
@@ -333,7 +349,9 @@ dbk_pause(struct sbx_driver *drv, struct sbx_op *op)
 	struct bop *b = (struct bop *)op;
 
 	(void)drv;
-	if (!b->dead && b->http != NULL)
+	if (!b->dead && b->kind->pause != NULL)
+		b->kind->pause(b, 1);
+	else if (!b->dead && b->http != NULL)
 		sbx_http_req_pause(b->http);
 }
 
@@ -343,6 +361,8 @@ dbk_resume(struct sbx_driver *drv, struct sbx_op *op)
 	struct bop *b = (struct bop *)op;
 
 	(void)drv;
-	if (!b->dead && b->http != NULL)
+	if (!b->dead && b->kind->pause != NULL)
+		b->kind->pause(b, 0);
+	else if (!b->dead && b->http != NULL)
 		sbx_http_req_resume(b->http);
 }

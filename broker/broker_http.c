@@ -44,6 +44,8 @@ const struct route broker_routes[] = {
 	    R_ID | R_SERIAL },
 	{ { EVHTTP_REQ_POST, "/v1/sandboxes/{id}/exec" }, "exec", h_exec,
 	    R_ID | R_JSON },
+	{ { EVHTTP_REQ_POST, "/v1/sandboxes/{id}/session" }, "session",
+	    h_session, R_ID | R_JSON },
 	{ { EVHTTP_REQ_GET, "/v1/sandboxes/{id}/files" }, "read", h_read, R_ID },
 	{ { EVHTTP_REQ_PUT, "/v1/sandboxes/{id}/files" }, "write", h_write,
 	    R_ID | R_RAW },

@@ -28,6 +28,7 @@ struct broker_metrics;
 #define R_SERIAL  0x08  /* runs in the id's queue (ensure, stop, destroy) */
 
 struct breq;
+struct blink;
 struct sbx_list_out;
 
 /*
@@ -132,6 +133,7 @@ struct breq {
 	void *job_arg;
 	struct sbx_utf8_hold hold[2]; /* exec stdout/stderr split characters */
 	char exec_id[64];
+	struct blink *slink;      /* session: its link (broker_session.c) */
 };
 
 /* ---- broker_req.c: the request layer, what handlers call ---- */
@@ -238,6 +240,8 @@ unsigned bsbx_leave(struct bsbx *x, struct breq *b);
 
 /* broker_exec.c */
 int h_exec(struct breq *b, struct sbx_err *err);
+/* broker_session.c */
+int h_session(struct breq *b, struct sbx_err *err);
 /* broker_files.c */
 int h_read(struct breq *b, struct sbx_err *err);
 int h_write(struct breq *b, struct sbx_err *err);

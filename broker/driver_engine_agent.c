@@ -546,12 +546,8 @@ agent_run(struct eop *op)
 		sbx_err_set(&e, SBX_E_INTERNAL, "cannot pass the helper's arguments");
 		goto fail;
 	}
-#ifdef SBX_AGENT_OPEN_CTRL
 	x->ast = sbx_agent_open2(ag->ch, argv, env, (x->has_stdin ?
 	    SBX_AGENT_OPEN_STDIN : 0) | x->open_flags, &cbs, &e);
-#else
-	x->ast = sbx_agent_open(ag->ch, argv, env, x->has_stdin, &cbs, &e);
-#endif
 	free(argv);
 	if (x->ast == NULL)
 		goto fail;

@@ -78,7 +78,7 @@ sess_exited(struct eop *op, int code)
 {
 	static const char *const believed[] = {
 		SBX_E_PATH_OUTSIDE_WORK, SBX_E_NOT_FOUND, SBX_E_BAD_REQUEST,
-		SBX_E_FORBIDDEN, "port_closed", NULL,
+		SBX_E_FORBIDDEN, SBX_E_PORT_CLOSED, NULL,
 	};
 	struct eop_exec *x = xop(op);
 	struct sbx_exit ex;
@@ -221,10 +221,8 @@ eng_session(struct sbx_driver *d, const char *id,
 		return NULL;
 	sso(op)->skind = req->kind;
 	xop(op)->has_stdin = 1;
-#ifdef SBX_AGENT_OPEN_CTRL
 	if (req->kind != SBX_SESSION_PORT)
 		xop(op)->open_flags = SBX_AGENT_OPEN_CTRL;
-#endif
 	eng_helper_run(op);
 	return &op->base;
 }
@@ -300,7 +298,6 @@ eng_session_control(struct sbx_driver *d, struct sbx_op *o,
 	if (op->dead || xop(op)->ast == NULL)
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "The session has "
 		    "ended.");
-#ifdef SBX_AGENT_OPEN_CTRL
 	if (sbx_agent_control(xop(op)->ast, c->kind == SBX_SESSION_RESIZE ?
 	    SBX_AGENT_CTRL_RESIZE : SBX_AGENT_CTRL_SIGNAL,
 	    c->kind == SBX_SESSION_RESIZE ? (uint32_t)c->cols :
@@ -309,8 +306,4 @@ eng_session_control(struct sbx_driver *d, struct sbx_op *o,
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "The session has "
 		    "ended.");
 	return 0;
-#else
-	return sbx_err_set(err, SBX_E_BAD_REQUEST, "This broker's agent "
-	    "protocol has no control messages.");
-#endif
 }

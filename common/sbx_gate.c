@@ -783,6 +783,46 @@ sbx_gate_watch(struct sbx_gate *g, struct evhttp_connection *conn,
 	return 0;
 }
 
+int
+sbx_gate_upgrade(struct sbx_gate *g, struct evhttp_connection *conn,
+    struct bufferevent *bev, struct evbuffer *held)
+{
+	struct gconn *c = g != NULL && conn != NULL ?
+	    sbx_gate_conn_find(g, conn) : NULL;
+	struct bufferevent *obev;
+
+	if (c == NULL)
+		return -1;
+	if ((obev = evhttp_connection_get_bufferevent(conn)) != NULL &&
+	    c->ent != NULL)
+		evbuffer_remove_cb_entry(bufferevent_get_input(obev), c->ent);
+	c->ent = NULL;
+	evhttp_connection_set_closecb(conn, NULL, NULL);
+	c->closed = NULL;
+	deadline_stop(c);
+	sbx_gate_conn_body_detach(c);
+	if (c->state != G_CLOSED)
+		evbuffer_add_buffer(held, c->hold);
+	evbuffer_drain(c->hold, evbuffer_get_length(c->hold));
+	c->state = G_CLOSED;
+	c->evcon = NULL;
+	c->upgraded = bev;
+	return 0;
+}
+
+void
+sbx_gate_upgraded_close(struct sbx_gate *g, struct bufferevent *bev)
+{
+	struct gconn *c;
+
+	if (g == NULL || bev == NULL)
+		return;
+	LIST_FOREACH(c, &g->conns, link)
+		if (c->upgraded == bev) {
+			conn_free(c);
+			return;
+		}
+}
 
 unsigned
 sbx_gate_connections(const struct sbx_gate *g)

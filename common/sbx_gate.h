@@ -12,6 +12,7 @@ struct evhttp;
 struct evhttp_connection;
 struct evhttp_request;
 struct evbuffer;
+struct bufferevent;
 
 /*
  * A gate's verdict on one request head. SBX_GATE_PASS lets the request
@@ -217,6 +218,23 @@ void sbx_gate_body_kick(struct sbx_gate_body *b);
  * then serves its next request), unless the reply closes the connection.
  * NULL ok. */
 void sbx_gate_body_free(struct sbx_gate_body *b);
+
+/*
+ * An HTTP/1.1 Upgrade (sbx_httpd_upgrade, adr/0050): conn leaves evhttp for
+ * bev, the caller's bufferevent on the same socket. The gate stops reading
+ * conn (its input callback and head deadline go, a watch is dropped, a
+ * streamed body is let go), appends to held the bytes it read and had not
+ * let through yet (the client's first bytes of the new protocol, if it
+ * sent them early: they are not a head), and forgets conn; the connection
+ * stays counted (max_connections) until sbx_gate_upgraded_close(g, bev).
+ * Returns 0, or -1 when conn has no gate (nothing done). g NULL: -1.
+ */
+int sbx_gate_upgrade(struct sbx_gate *g, struct evhttp_connection *conn,
+    struct bufferevent *bev, struct evbuffer *held);
+
+/* The upgraded connection of bev ends (call before freeing bev): it stops
+ * counting. Unknown bev or g NULL: nothing. */
+void sbx_gate_upgraded_close(struct sbx_gate *g, struct bufferevent *bev);
 
 /* Connections open through g now (for tests and metrics). */
 unsigned sbx_gate_connections(const struct sbx_gate *g);

@@ -44,6 +44,10 @@ struct gconn {
 	uint64_t total, cap, cleft;
 	enum chunk_state cst;
 	struct sbx_gate_body *body;  /* G_SBODY's body; NULL: released (discard) */
+	/* Handed over by sbx_gate_upgrade: the caller's bufferevent on the
+	 * socket; evcon is NULL, the gate reads nothing, the count stays
+	 * until sbx_gate_upgraded_close. */
+	struct bufferevent *upgraded;
 };
 
 /* A streamed body (adr/0018): the gate keeps it from evhttp and hands it to

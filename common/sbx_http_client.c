@@ -685,8 +685,10 @@ write_request(struct sbx_http_req *r, struct evbuffer *out, const char *host,
 	if (needs_len && evbuffer_add_printf(out, "Content-Length: %" PRIu64
 	    "\r\n", q->body_stream ? q->stream_len : (uint64_t)q->body_len) < 0)
 		goto oom;
-	if (evbuffer_add_printf(out, "%s\r\n\r\n", r->upgrade_req ?
-	    "Connection: Upgrade\r\nUpgrade: tcp" : "Connection: close") < 0)
+	if (r->upgrade_req ? evbuffer_add_printf(out, "Connection: Upgrade\r\n"
+	    "Upgrade: %s\r\n\r\n", q->upgrade_proto != NULL ?
+	    q->upgrade_proto : "tcp") < 0 :
+	    evbuffer_add_printf(out, "Connection: close\r\n\r\n") < 0)
 		goto oom;
 	if (q->body_len > 0 && evbuffer_add(out, q->body, q->body_len) < 0)
 		goto oom;
@@ -712,7 +714,9 @@ sbx_http_request(struct event_base *base, const char *address,
 	if (base == NULL || address == NULL || q == NULL || cbs == NULL ||
 	    cbs->done == NULL || !valid_token(q->method, 0) ||
 	    !valid_token(q->path, 0) || q->path[0] != '/' ||
-	    (q->body_len > 0 && q->body == NULL) || (q->body_stream &&
+	    (q->body_len > 0 && q->body == NULL) || (q->upgrade &&
+	    q->upgrade_proto != NULL && !valid_token(q->upgrade_proto, 0)) ||
+	    (q->body_stream &&
 	    (q->body != NULL || q->body_len > 0 || q->upgrade))) {
 		sbx_err_set(err, SBX_E_BAD_REQUEST, "bad HTTP request arguments");
 		return NULL;

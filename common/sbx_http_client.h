@@ -91,6 +91,10 @@ struct sbx_http_request {
 	int upgrade;                     /* 1: send "Connection: Upgrade" and
 	                                  * "Upgrade: tcp"; a 101 hijacks the
 	                                  * connection (raw bytes both ways) */
+	const char *upgrade_proto;       /* with upgrade: the Upgrade value
+	                                  * (a token, RFC 9110 §7.8: the
+	                                  * broker's "sbx-session/1"); NULL:
+	                                  * "tcp" (the Engine API's hijack) */
 };
 
 /*

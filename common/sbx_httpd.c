@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -438,6 +439,129 @@ sbx_httpd_release(struct sbx_httpd_req *r)
 		sbx_httpd_unwatch(r);
 	r->req = NULL;   /* freed with the connection by evhttp_free */
 	r->conn = NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* HTTP/1.1 Upgrade: the connection leaves evhttp (adr/0050)           */
+
+/*
+ * libevent 2.1.12 has no hand-over of a server connection: evhttp keeps
+ * the socket in its connection (evcon->fd, set at accept), and
+ * evhttp_connection_free shuts it down for writing (shutdown(fd, SHUT_WR))
+ * and closes it, whatever became of its bufferevent. So the socket is
+ * dup'ed for the caller's bufferevent, and the descriptor number evhttp
+ * holds is pointed at /dev/null (dup3 onto it, atomic: no other thread
+ * opens files in a daemon) after evhttp's bufferevent stopped reading and
+ * writing it (its epoll registration goes while the number still names the
+ * socket). evhttp then frees its connection on the next turn of the loop:
+ * its shutdown fails on /dev/null (ENOTSOCK) and its close closes
+ * /dev/null; the socket lives on in the caller's descriptor alone.
+ */
+struct upgraded {
+	struct evhttp_connection *evcon;
+	struct event *ev;
+	int firing;
+};
+
+/* evhttp frees the connection (our event, or evhttp_free first). */
+static void
+upgraded_gone(struct evhttp_connection *evcon, void *arg)
+{
+	struct upgraded *u = arg;
+
+	(void)evcon;
+	if (u->firing)
+		return;
+	event_free(u->ev);
+	free(u);
+}
+
+static void
+upgraded_free(evutil_socket_t fd, short what, void *arg)
+{
+	struct upgraded *u = arg;
+
+	(void)fd;
+	(void)what;
+	u->firing = 1;
+	evhttp_connection_free(u->evcon);
+	event_free(u->ev);
+	free(u);
+}
+
+struct bufferevent *
+sbx_httpd_upgrade(struct sbx_httpd_req *r, const char *upgrade,
+    const char *extra_headers)
+{
+	struct evhttp_connection *evcon;
+	struct bufferevent *obev, *bev = NULL;
+	struct event_base *base;
+	struct upgraded *u = NULL;
+	struct sbx_err err;
+	evutil_socket_t fd;
+	int nfd = -1, ph = -1;
+
+	if (r->req == NULL)
+		return NULL;
+	if ((evcon = evhttp_request_get_connection(r->req)) == NULL ||
+	    (obev = evhttp_connection_get_bufferevent(evcon)) == NULL ||
+	    (fd = bufferevent_getfd(obev)) < 0) {
+		sbx_httpd_unwatch(r);
+		evhttp_send_reply_end(r->req);   /* frees a detached request */
+		r->req = NULL;
+		return NULL;
+	}
+	base = bufferevent_get_base(obev);
+	if ((u = calloc(1, sizeof(*u))) == NULL ||
+	    (u->ev = event_new(base, -1, 0, upgraded_free, u)) == NULL ||
+	    (nfd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0 ||
+	    (ph = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0 ||
+	    evutil_make_socket_nonblocking(nfd) < 0 ||
+	    (bev = bufferevent_socket_new(base, nfd, BEV_OPT_CLOSE_ON_FREE)) ==
+	    NULL)
+		goto fail;
+	nfd = -1;   /* bev's now */
+	if (evbuffer_add_printf(bufferevent_get_output(bev), "HTTP/1.1 101 "
+	    "Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: %s\r\n%s\r\n",
+	    upgrade, extra_headers != NULL ? extra_headers : "") < 0)
+		goto fail;
+	sbx_httpd_unwatch(r);
+	/* evhttp stops: no read, write or timeout on its bufferevent again. */
+	bufferevent_disable(obev, EV_READ | EV_WRITE);
+	bufferevent_setcb(obev, NULL, NULL, NULL, NULL);
+	bufferevent_set_timeouts(obev, NULL, NULL);
+	/* What the client sent after the request: evhttp's unread input,
+	 * then what the gate held back. A socket bufferevent keeps its
+	 * input's end frozen between its own reads: thawed for the moves. */
+	evbuffer_unfreeze(bufferevent_get_input(bev), 0);
+	evbuffer_add_buffer(bufferevent_get_input(bev),
+	    bufferevent_get_input(obev));
+	(void)sbx_gate_upgrade(r->gate, evcon, bev, bufferevent_get_input(bev));
+	evbuffer_freeze(bufferevent_get_input(bev), 0);
+	evhttp_connection_set_closecb(evcon, upgraded_gone, u);
+	if (dup3(ph, fd, O_CLOEXEC) < 0)
+		log_warn("upgrade: cannot take the socket from evhttp", "errno",
+		    strerror(errno), NULL);
+	close(ph);
+	u->evcon = evcon;
+	event_active(u->ev, EV_TIMEOUT, 0);
+	r->req = NULL;
+	r->conn = NULL;
+	r->status = 101;
+	return bev;
+fail:
+	if (bev != NULL)
+		bufferevent_free(bev);
+	if (nfd >= 0)
+		close(nfd);
+	if (ph >= 0)
+		close(ph);
+	if (u != NULL && u->ev != NULL)
+		event_free(u->ev);
+	free(u);
+	sbx_err_oom(&err);
+	sbx_httpd_reply_error(r, &err, SBX_HTTPD_CLOSE);
+	return NULL;
 }
 
 void

@@ -15,13 +15,17 @@ set -eu
 PKGS="
 build-essential pkg-config
 libevent-dev libjansson-dev libsqlite3-dev libsodium-dev libcmocka-dev sqlite3
+libwslay-dev nettle-dev
 docker.io docker-compose podman runc catatonit conmon uidmap iptables netavark aardvark-dns
 busybox-static debootstrap
-python3 curl jq iproute2 prometheus nftables wget openssl
+python3 python3-websockets curl jq iproute2 prometheus nftables wget openssl
 chromium nodejs
 clang libclang-rt-14-dev
 systemd nginx-light
 "
+# libwslay-dev: WebSocket framing (common/sbx_ws.c); nettle-dev: the SHA-1 of
+# the WebSocket handshake (adr/0052). python3-websockets: the WebSocket
+# client of tests/integration/test_api_ws.py.
 # systemd: systemd-analyze (verify, security --offline) and systemd-sysusers
 # check deploy/systemd/ against a DESTDIR tree (tests/integration/test_deploy_units.py).
 # nginx-light: the reverse proxy of deploy/nginx/sbx.conf, started by

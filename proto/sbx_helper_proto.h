@@ -99,13 +99,49 @@
  *       full past the --timeout-ms backstop it gives up and exits, and when
  *       its stdout's reader is gone (EPIPE, or POLLERR while it has nothing
  *       to write) it kills the group and exits.
+ *       With --ctrl (a stream of the agent opened with SBX_AGENT_OPEN_CTRL):
+ *       a SIGNAL record sends its signal to the command's process group;
+ *       a RESIZE record is ignored (no terminal).
+ *   sbx-helper pty --id ID [--cols C] [--rows R] [--term T] [--timeout-ms N]
+ *                  [--cwd DIR] [-- ARGV...]                    (adr/0049)
+ *       ARGV on a new pseudo terminal (posix_openpt: libc alone) of C
+ *       columns and R rows (1..10000 each; default 80x24) with TERM=T
+ *       ([A-Za-z0-9._+-]{1,64}; default xterm-256color). No ARGV: the
+ *       login shell of the user's entry in the image's /etc/passwd when
+ *       it is executable, else /bin/sh (plain, not a login shell).
+ *       Everything else is exec's: the kill handle ID, its own session
+ *       (the terminal is its controlling terminal, set with TIOCSCTTY,
+ *       and 0-2), --cwd beneath the root, --timeout-ms backstop (124 and
+ *       the timeout error), signals sent to the helper passed on, exit
+ *       status the command's or 128+signal; when it ends, what is left in
+ *       its session (a shell's jobs have groups of their own) is
+ *       SIGKILLed, and `kill ID` reaches the whole session too.
+ *       stdin goes to the terminal as typed bytes (EOF on stdin only stops
+ *       input: a terminal has no EOF, ^D is a byte); the terminal's output
+ *       comes on stdout raw, not framed (one stream: the command's stdout
+ *       and stderr are the same terminal); after the command exits the
+ *       terminal is read until it hangs up, stays quiet 100 ms or gave
+ *       1 MiB more. With --ctrl: RESIZE sets the size (TIOCSWINSZ: the
+ *       kernel sends SIGWINCH), SIGNAL goes to the terminal's foreground
+ *       process group (tcgetpgrp; the command's group when it has none).
+ *       Errors: the error line on stderr at the end, as passthrough exec.
+ *   sbx-helper connect --port P                                 (adr/0049)
+ *       Connects to 127.0.0.1:P, then [::1]:P, in the sandbox's own
+ *       network namespace (no egress needed), and relays stdin to the
+ *       socket and the socket to stdout, raw. EOF on stdin half-closes
+ *       the connection (shutdown SHUT_WR); the socket's EOF (or a reset)
+ *       ends it: what it sent is written out, exit 0. Nothing accepting
+ *       on either address (refused, or no accept within 5 s): exit
+ *       SBX_HELPER_EXIT_PORT_CLOSED and the error line with code
+ *       port_closed, "nothing listens on port P in the sandbox".
  *   sbx-helper kill ID
- *       SIGKILLs the process group recorded for ID. Exit 0 whether it was
+ *       SIGKILLs the process group recorded for ID, then every process
+ *       left in the session it leads (adr/0049). Exit 0 whether it was
  *       running, already gone or not started yet: a kill that arrives first
  *       leaves a tombstone, so an exec with that ID never runs (ids are
  *       single-use).
  *   sbx-helper killall
- *       SIGKILLs every group recorded in SBX_HELPER_EXEC_DIR and empties it
+ *       SIGKILLs every group (and session) recorded in SBX_HELPER_EXEC_DIR and empties it
  *       (broker recovery after a crash, SPEC §7). Exit 0.
  *   sbx-helper idle
  *       The sandbox container's main process (under the runtime's init):
@@ -204,6 +240,8 @@
 #define SBX_HELPER_MODE_WRITE "write"
 #define SBX_HELPER_MODE_LIST "list"
 #define SBX_HELPER_MODE_EXEC "exec"
+#define SBX_HELPER_MODE_PTY "pty"
+#define SBX_HELPER_MODE_CONNECT "connect"
 #define SBX_HELPER_MODE_KILL "kill"
 #define SBX_HELPER_MODE_KILLALL "killall"
 #define SBX_HELPER_MODE_IDLE "idle"
@@ -223,6 +261,7 @@
 #define SBX_HELPER_EXIT_TOO_LARGE 5         /* too_large: over --max */
 #define SBX_HELPER_EXIT_FORBIDDEN 6         /* forbidden: EACCES/EPERM for the sandbox user */
 #define SBX_HELPER_EXIT_CANCELLED 7         /* cancelled (only used inside exec, as 125) */
+#define SBX_HELPER_EXIT_PORT_CLOSED 8       /* port_closed: connect found nothing listening */
 
 /*
  * Exit status of exec for the helper's own outcomes. They overlap with what

@@ -85,6 +85,9 @@
  * bad_request): "protocol_error: line too long" etc. */
 #define SBX_PROTOCOL_ERROR "protocol_error"
 
+/* The WebSocket subprotocol of terminal attach (docs/api.md, adr/0052). */
+#define SBX_WS_PROTOCOL "sbx.v1"
+
 /* Error codes: {"error":{"code":...,"message":...}}. HTTP status in brackets. */
 #define SBX_E_BAD_REQUEST "bad_request"             /* [400] malformed input */
 #define SBX_E_INVALID_ID "invalid_id"               /* [400] id not [a-z0-9][a-z0-9-]{0,62} */

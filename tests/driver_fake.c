@@ -11,6 +11,7 @@
 #include <event2/event.h>
 
 #include "driver_fake.h"
+#include "driver_fake_int.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"
 
@@ -43,6 +44,7 @@ struct fake_driver;
 
 struct fake_op {
 	struct sbx_op base;         /* first: sbx_op_* find the driver */
+	int is_session;             /* 0 (struct fake_head) */
 	TAILQ_ENTRY(fake_op) link;
 	struct fake_driver *fd;
 	enum fake_kind kind;
@@ -92,6 +94,7 @@ struct fake_driver {
 	int fail_sync[SBX_FAKE_NOPS];
 	char health_reason[256];
 	unsigned exec_seq;
+	struct fake_sessions sessions;  /* driver_fake_session.c */
 };
 
 static int64_t
@@ -687,19 +690,6 @@ fake_status_usage(struct sbx_driver *d, const char *id, sbx_status_cb cb,
 	return &o->base;
 }
 
-static void
-join(char *dst, size_t cap, const char *const *v, const char *sep)
-{
-	size_t i;
-
-	dst[0] = '\0';
-	for (i = 0; v != NULL && v[i] != NULL; i++) {
-		if (i > 0)
-			strncat(dst, sep, cap - strlen(dst) - 1);
-		strncat(dst, v[i], cap - strlen(dst) - 1);
-	}
-}
-
 static struct sbx_op *
 stream_new(struct fake_driver *fd, enum sbx_fake_op op, const char *id,
     const struct sbx_sink *sink, const struct sbx_fake_step *steps, size_t n,
@@ -749,8 +739,8 @@ fake_exec(struct sbx_driver *d, const char *id, const struct sbx_exec_req *req,
 	}
 	memset(seen, 0, sizeof(*seen));
 	snprintf(seen->id, sizeof(seen->id), "%s", id ? id : "");
-	join(seen->argv, sizeof(seen->argv), req->argv, " ");
-	join(seen->env, sizeof(seen->env), req->env, ";");
+	fake_join(seen->argv, sizeof(seen->argv), req->argv, " ");
+	fake_join(seen->env, sizeof(seen->env), req->env, ";");
 	snprintf(seen->cwd, sizeof(seen->cwd), "%s", req->cwd ? req->cwd : "");
 	seen->stdin_len = req->stdin_len;
 	if (req->stdin_data != NULL)
@@ -941,6 +931,10 @@ fake_cancel(struct sbx_driver *d, struct sbx_op *op)
 	struct fake_driver *fd = (struct fake_driver *)d;
 	struct fake_op *o = (struct fake_op *)op;
 
+	if (((struct fake_head *)op)->is_session) {
+		fake_session_cancel(op);
+		return;
+	}
 	if (o->cancelled)
 		return;
 	fd->stats.cancels++;
@@ -960,6 +954,10 @@ fake_pause(struct sbx_driver *d, struct sbx_op *op)
 {
 	struct fake_op *o = (struct fake_op *)op;
 
+	if (((struct fake_head *)op)->is_session) {
+		fake_session_pause(op);
+		return;
+	}
 	if (o->kind != K_STREAM || o->paused)
 		return;
 	((struct fake_driver *)d)->stats.pauses++;
@@ -972,6 +970,10 @@ fake_resume(struct sbx_driver *d, struct sbx_op *op)
 {
 	struct fake_op *o = (struct fake_op *)op;
 
+	if (((struct fake_head *)op)->is_session) {
+		fake_session_resume(op);
+		return;
+	}
 	if (o->kind != K_STREAM || !o->paused)
 		return;
 	((struct fake_driver *)d)->stats.resumes++;
@@ -989,6 +991,7 @@ fake_free(struct sbx_driver *d)
 
 	while ((o = TAILQ_FIRST(&fd->ops)) != NULL)
 		op_free(o);
+	fake_sessions_free(&fd->sessions);
 	while ((s = LIST_FIRST(&fd->sbxs)) != NULL) {
 		LIST_REMOVE(s, link);
 		files_clear(s);
@@ -997,6 +1000,40 @@ fake_free(struct sbx_driver *d)
 	free(fd->script);
 	free(fd->scriptdata);
 	free(fd);
+}
+
+/* A session: the checks every op makes here (calls, fail_next, the
+ * sandbox's state), then the session itself (driver_fake_session.c). */
+static struct sbx_op *
+fake_session(struct sbx_driver *d, const char *id,
+    const struct sbx_session_req *req, const struct sbx_sink *sink,
+    struct sbx_err *err)
+{
+	struct fake_driver *fd = (struct fake_driver *)d;
+	enum sbx_fake_op op = SBX_FAKE_SESSION;
+	struct fake_sbx *s;
+	struct sbx_err fail;
+
+	fd->stats.calls[op]++;
+	sbx_err_clear(&fail);
+	if (fd->fail_code[op][0] != '\0') {
+		sbx_err_set(fd->fail_sync[op] ? err : &fail, fd->fail_code[op],
+		    "The fake was told to fail.");
+		fd->fail_code[op][0] = '\0';
+		if (fd->fail_sync[op])
+			return NULL;
+	}
+	if (id == NULL || !id_ok(id)) {
+		sbx_err_bad_id(err);
+		return NULL;
+	}
+	s = sbx_find(fd, id, 0);
+	if (!sbx_err_is_set(&fail) && (s == NULL ||
+	    s->state == SBX_STATE_ABSENT))
+		sbx_err_set(&fail, SBX_E_NOT_FOUND, "No such sandbox.");
+	else if (!sbx_err_is_set(&fail) && s->state != SBX_STATE_RUNNING)
+		sbx_err_set(&fail, SBX_E_NOT_RUNNING, "Sandbox is stopped.");
+	return fake_session_new(d, &fd->sessions, id, req, sink, &fail, err);
 }
 
 static const struct sbx_driver_ops fake_ops = {
@@ -1017,6 +1054,11 @@ static const struct sbx_driver_ops fake_ops = {
 	.pause = fake_pause,
 	.resume = fake_resume,
 	.free = fake_free,
+	.session = fake_session,
+	.session_write = fake_session_write,
+	.session_room = fake_session_room,
+	.session_close_input = fake_session_close_input,
+	.session_control = fake_session_control,
 };
 
 struct sbx_driver *
@@ -1034,6 +1076,7 @@ sbx_fake_driver_new(struct event_base *base)
 	fd->base.base = base;
 	LIST_INIT(&fd->sbxs);
 	TAILQ_INIT(&fd->ops);
+	fake_sessions_init(&fd->sessions);
 	if (sbx_fake_set_exec_script(&fd->base, hello, 2) == -1) {
 		free(fd);
 		return NULL;
@@ -1139,6 +1182,29 @@ sbx_fake_get_file(struct sbx_driver *d, const char *id, const char *path,
 		return -1;
 	memcpy(buf, f->data, f->len < cap ? f->len : cap);
 	return (long)f->len;
+}
+
+const struct sbx_fake_session_seen *
+sbx_fake_session_seen(struct sbx_driver *d)
+{
+	return &((struct fake_driver *)d)->sessions.seen;
+}
+
+void
+sbx_fake_set_session_window(struct sbx_driver *d, size_t bytes)
+{
+	((struct fake_driver *)d)->sessions.window = bytes > 0 ? bytes :
+	    SBX_FAKE_SESSION_WINDOW;
+}
+
+struct sbx_op *
+sbx_fake_session_latest(struct sbx_driver *d)
+{
+	struct fake_sessions *reg = &((struct fake_driver *)d)->sessions;
+	struct fake_head *h;
+
+	h = (struct fake_head *)TAILQ_LAST(&reg->live, fake_sess_list);
+	return h != NULL ? &h->base : NULL;
 }
 
 enum sbx_state

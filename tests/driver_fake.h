@@ -37,6 +37,7 @@ enum sbx_fake_op {
 	SBX_FAKE_HEALTH,
 	SBX_FAKE_RECOVER,
 	SBX_FAKE_STATUS_USAGE,    /* status_usage: status + the files counted */
+	SBX_FAKE_SESSION,         /* session (see "Sessions" below) */
 	SBX_FAKE_NOPS
 };
 
@@ -115,6 +116,71 @@ int sbx_fake_put_file(struct sbx_driver *d, const char *id, const char *path,
 /* Copy of a file's bytes into buf (up to cap); returns its full length or -1. */
 long sbx_fake_get_file(struct sbx_driver *d, const char *id, const char *path,
     void *buf, size_t cap);
+
+/*
+ * Sessions (sbx_driver.h session ops), so callers' unit tests need no
+ * runtime. The sandbox must be running (else not_found / not_running via
+ * sink->error, as exec); sbx_fake_fail_next(SBX_FAKE_SESSION) works as for
+ * the other ops. A session emits start (exec id "fake-exec-N"; PORT: ""),
+ * then, one callback per loop turn and only while not paused:
+ *  - EXEC: "cat": every input byte comes back on stdout (pieces of at most
+ *    16 KiB); EOF on input (session_close_input) -> exit 0 once the input
+ *    was echoed. output_cap honoured as exec's (exit 137 KILL truncated).
+ *  - PTY: echo with each "\r" sent back as "\r\n"; EOF changes nothing;
+ *    resize and signal are recorded (sbx_fake_session_seen), nothing else.
+ *  - PORT: echo; EOF -> exit 0 once the input was echoed.
+ * Input: session_write takes at most the window (sbx_fake_set_session_window)
+ * minus what is not echoed yet; a paused session echoes nothing, so its
+ * room stays 0 (backpressure reaches the writer). sink->room (when set) is
+ * called each time echoing freed room. Tests drive the rest with
+ * sbx_fake_session_output/_exit/_fail on a handle (sbx_fake_session_latest).
+ */
+#define SBX_FAKE_SESSION_WINDOW ((size_t)64 * 1024)
+
+/* What the fake's sessions saw (strings owned by the fake). */
+struct sbx_fake_session_seen {
+	unsigned opened;          /* sessions that started (refusals not counted) */
+	unsigned live;            /* not ended yet */
+	unsigned cancels;         /* sbx_op_cancel on a live session */
+	unsigned pauses, resumes;
+	/* the last session request */
+	enum sbx_session_kind kind;
+	char id[64];
+	char argv[1024];          /* argv joined with single spaces */
+	char cwd[256];
+	char env[1024];           /* env joined with ';' */
+	int64_t timeout_ms, output_cap;
+	int cols, rows;           /* PTY, as opened */
+	char term[80];            /* "" when NULL */
+	int port;
+	/* controls and input, over all sessions */
+	int last_cols, last_rows; /* the last resize (0 before any) */
+	unsigned resizes;
+	int last_signo;           /* the last signal (0 before any) */
+	unsigned signals;
+	uint64_t bytes_in;        /* taken by session_write */
+	unsigned eofs;            /* session_close_input calls (first per session) */
+};
+const struct sbx_fake_session_seen *sbx_fake_session_seen(struct sbx_driver *d);
+
+/* Input bytes a session holds before its room is 0 (default
+ * SBX_FAKE_SESSION_WINDOW; 0 restores it). Applies to later sessions. */
+void sbx_fake_set_session_window(struct sbx_driver *d, size_t bytes);
+
+/* The newest live session (borrowed; NULL when none). */
+struct sbx_op *sbx_fake_session_latest(struct sbx_driver *d);
+
+/* On a live session handle: queue len bytes of output on stream (1 stdout,
+ * 2 stderr), copied; emitted before any more echo. Returns 0, -1 (bad
+ * stream, ended, out of memory). */
+int sbx_fake_session_output(struct sbx_op *op, int stream, const void *data,
+    size_t len);
+/* Once the queued output went: exit with code (signal NULL or a name such
+ * as "KILL"), or sink->error with code and message. Returns 0, -1 when
+ * the session has ended or a terminal was queued already. */
+int sbx_fake_session_exit(struct sbx_op *op, int code, const char *signal);
+int sbx_fake_session_fail(struct sbx_op *op, const char *code,
+    const char *message);
 
 /* State of id as the fake sees it. */
 enum sbx_state sbx_fake_state(struct sbx_driver *d, const char *id);

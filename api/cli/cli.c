@@ -54,6 +54,12 @@ static const struct cmd cmds[] = {
 	    "when the connection drops); exits with its exit code; -d: print "
 	    "the exec id and leave it running", O_CWD | O_ENV | O_TIMEOUT |
 	    O_STDIN | O_DETACH | O_REST, 1, 1, c_exec },
+	{ "shell", "[-w DIR] NPC [-- CMD [ARG...]]", "a terminal in the "
+	    "sandbox (the login shell, or CMD) attached here; exits with its "
+	    "exit code; Ctrl-] d detaches and leaves it running",
+	    O_CWD | O_REST, 1, 1, c_shell },
+	{ "attach", "NPC TERMINAL_ID", "attach to a running terminal (its "
+	    "scrollback first); Ctrl-] d detaches again", 0, 2, 2, c_attach },
 	{ "logs", "[-f] NPC EXEC_ID", "print an exec's output so far; -f: "
 	    "follow it to its end (resumed when the connection drops)",
 	    O_FOLLOW, 2, 2, c_logs },

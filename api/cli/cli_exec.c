@@ -160,7 +160,7 @@ done:
 }
 
 static json_t *
-exec_body(struct ctx *x, int *rc)
+exec_body(struct ctx *x, int with_stdin, int *rc)
 {
 	json_t *body = NULL, *argv = NULL, *env = NULL;
 	char *end, *in = NULL;
@@ -207,7 +207,7 @@ exec_body(struct ctx *x, int *rc)
 		json_object_set_new(body, "timeout_ms",
 		    json_integer((json_int_t)(secs * 1000 + 0.5)));
 	}
-	if (x->o.stdin_flag) {
+	if (x->o.stdin_flag && with_stdin) {
 		if ((in = stdin_b64()) == NULL) {
 			errmsg("cannot read standard input (at most %zu MiB for "
 			    "-i).", STDIN_MAX >> 20);
@@ -409,7 +409,15 @@ c_exec(struct ctx *x)
 	if (npc_target(target, sizeof(target), x->o.pos[0], "/sandbox/execs",
 	    NULL) == -1)
 		return usage_err(NULL, "the NPC name is too long.");
-	if ((body = exec_body(x, &rc)) == NULL)
+	/* -i without -d: stdin streamed through a pty:false terminal */
+	if (x->o.stdin_flag && !x->o.detach) {
+		if ((body = exec_body(x, 0, &rc)) == NULL)
+			return rc;
+		if ((rc = cli_exec_stream(x, body)) != CX_NO_TERMINALS)
+			return rc;
+		/* an api without terminals: stdin read whole, sent along */
+	}
+	if ((body = exec_body(x, 1, &rc)) == NULL)
 		return rc;
 	/* A resource exec (docs/api.md): it outlives this connection, so a
 	 * dropped connection is resumed, not fatal. */

@@ -412,6 +412,17 @@ parse_head(struct cli_conn *c, size_t hlen, struct cli_resp *resp,
 		} else if (strcasecmp(line, "Transfer-Encoding") == 0 &&
 		    strcasestr(v, "chunked") != NULL)
 			resp->chunked = 1;
+		else if (strcasecmp(line, "Upgrade") == 0)
+			snprintf(resp->upgrade, sizeof(resp->upgrade), "%s", v);
+		else if (strcasecmp(line, "Connection") == 0)
+			snprintf(resp->connection, sizeof(resp->connection),
+			    "%s", v);
+		else if (strcasecmp(line, "Sec-WebSocket-Accept") == 0)
+			snprintf(resp->ws_accept, sizeof(resp->ws_accept), "%s",
+			    v);
+		else if (strcasecmp(line, "Sec-WebSocket-Protocol") == 0)
+			snprintf(resp->ws_protocol, sizeof(resp->ws_protocol),
+			    "%s", v);
 	}
 	free(head);
 	if (resp->chunked)
@@ -437,8 +448,9 @@ read_head(struct cli_conn *c, struct cli_resp *resp, struct sbx_err *err)
 				if (parse_head(c, (size_t)(p - c->in - c->inoff),
 				    resp, err) == -1)
 					return -1;
-				/* Interim 1xx answers precede the real one. */
-				if (resp->status < 200) {
+				/* Interim 1xx answers precede the real one (101
+				 * is the last answer of an upgrade). */
+				if (resp->status < 200 && resp->status != 101) {
 					memset(resp, 0, sizeof(*resp));
 					resp->content_length = -1;
 					scanned = 0;
@@ -455,9 +467,9 @@ read_head(struct cli_conn *c, struct cli_resp *resp, struct sbx_err *err)
 	}
 }
 
-struct cli_conn *
-cli_http_request(const struct cli_url *u, const char *method,
-    const char *target, const char *key, const struct cli_body *body,
+static struct cli_conn *
+request(const struct cli_url *u, const char *method, const char *target,
+    const char *key, const struct cli_body *body, const char *conn_headers,
     struct cli_resp *resp, struct sbx_err *err)
 {
 	struct cli_conn *c = NULL;
@@ -477,10 +489,10 @@ cli_http_request(const struct cli_url *u, const char *method,
 	if ((c->fd = connect_to(u, err)) == -1)
 		goto fail;
 	n = asprintf(&req, "%s %s%s HTTP/1.1\r\nHost: %s%s%s:%s\r\n"
-	    "User-Agent: sbx\r\nAccept: */*\r\nConnection: close\r\n"
+	    "User-Agent: sbx\r\nAccept: */*\r\n%s"
 	    "Content-Length: %zu\r\n%s%s%s%s%s%s\r\n", method, u->prefix, target,
 	    strchr(u->host, ':') != NULL ? "[" : "", u->host,
-	    strchr(u->host, ':') != NULL ? "]" : "", u->port, blen,
+	    strchr(u->host, ':') != NULL ? "]" : "", u->port, conn_headers, blen,
 	    body != NULL && body->content_type != NULL ? "Content-Type: " : "",
 	    body != NULL && body->content_type != NULL ? body->content_type : "",
 	    body != NULL && body->content_type != NULL ? "\r\n" : "",
@@ -523,6 +535,50 @@ fail:
 	free(req);
 	cli_http_close(c);
 	return NULL;
+}
+
+struct cli_conn *
+cli_http_request(const struct cli_url *u, const char *method,
+    const char *target, const char *key, const struct cli_body *body,
+    struct cli_resp *resp, struct sbx_err *err)
+{
+	return request(u, method, target, key, body, "Connection: close\r\n",
+	    resp, err);
+}
+
+struct cli_conn *
+cli_http_upgrade(const struct cli_url *u, const char *target,
+    const char *key, const char *headers, struct cli_resp *resp,
+    struct sbx_err *err)
+{
+	char *h = NULL;
+	struct cli_conn *c;
+
+	if (asprintf(&h, "Connection: Upgrade\r\n%s", headers) < 0) {
+		sbx_err_oom(err);
+		return NULL;
+	}
+	c = request(u, "GET", target, key, NULL, h, resp, err);
+	free(h);
+	return c;
+}
+
+int
+cli_http_detach(struct cli_conn *c, char **left, size_t *leftn)
+{
+	int fd = c->fd;
+
+	*leftn = c->inlen - c->inoff;
+	*left = NULL;
+	if (*leftn > 0 && (*left = malloc(*leftn)) != NULL)
+		memcpy(*left, c->in + c->inoff, *leftn);
+	if (*leftn > 0 && *left == NULL) {
+		cli_http_close(c);
+		return -1;
+	}
+	c->fd = -1;
+	cli_http_close(c);
+	return fd;
 }
 
 /* Reads a chunk-size line; 0 ok with c->remaining set, -1 err. */

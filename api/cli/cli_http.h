@@ -43,6 +43,8 @@ struct cli_resp {
 	char content_type[128];   /* "" when absent */
 	int64_t content_length;   /* -1 when absent or chunked */
 	int chunked;              /* Transfer-Encoding: chunked */
+	/* The headers of a 101 (cli_http_upgrade); "" when absent. */
+	char upgrade[32], connection[64], ws_accept[64], ws_protocol[64];
 };
 
 /* The request body: none, bytes in memory, or a file descriptor. */
@@ -91,6 +93,25 @@ ssize_t cli_http_read(struct cli_conn *c, void *buf, size_t cap,
  */
 char *cli_http_read_all(struct cli_conn *c, size_t max, size_t *len,
     struct sbx_err *err);
+
+/*
+ * cli_http_request for a GET that asks to switch protocols (RFC 9110
+ * §7.8): "Connection: Upgrade" and headers ("Name: value\r\n"..., e.g.
+ * Upgrade and the Sec-WebSocket-* of RFC 6455 §4.1) instead of
+ * "Connection: close". A 101 fills resp's upgrade fields; take the socket
+ * with cli_http_detach. Other answers are read as cli_http_request's.
+ */
+struct cli_conn *cli_http_upgrade(const struct cli_url *u, const char *target,
+    const char *key, const char *headers, struct cli_resp *resp,
+    struct sbx_err *err);
+
+/*
+ * Takes the socket out of c (after a 101) and frees c: returns the fd
+ * (non-blocking, the caller's to close), *left the bytes the server sent
+ * after the answer's head (owned: free; NULL when none) and *leftn their
+ * count. -1 when out of memory (c freed, the socket closed).
+ */
+int cli_http_detach(struct cli_conn *c, char **left, size_t *leftn);
 
 /* Closes the connection (which cancels whatever the server streams) and
  * frees c. NULL allowed. */

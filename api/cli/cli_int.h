@@ -138,6 +138,35 @@ int remote_spec(const char *spec, char *npc, size_t cap, const char **path);
 /* Writes all of p[0..n) to fd (EINTR retried); 0 or -1 with errno. */
 int write_fd(int fd, const unsigned char *p, size_t n);
 
+/* cli_term_ws.c: one terminal attached by WebSocket (docs/api.md,
+ * subprotocol sbx.v1). */
+struct term_attach {
+	const char *npc, *id;
+	unsigned long long offset;  /* replay from this output offset */
+	int raw;        /* the local terminal in raw mode (restored on every
+	                 * way out), the detach key Ctrl-] d, SIGWINCH sent as
+	                 * resize */
+	int input;      /* stdin streamed (its end sent as eof) */
+	int cancel_on_signal; /* SIGINT/SIGTERM/SIGHUP: return CX_INTR (the
+	                 * caller deletes the terminal); else the terminal
+	                 * is left running and how to reattach is printed */
+};
+/* Attaches to t and runs until the terminal exits (its exit code), the
+ * user detaches (CX_OK), a signal (see cancel_on_signal) or an error (its
+ * exit code, the reason printed). */
+int cli_term_run(struct ctx *x, const struct term_attach *t);
+/* The local terminal's size (stdout, else stdin), 80x24 when none. */
+void cli_term_size(int *cols, int *rows);
+
+/* cli_term.c: shell, attach, and exec -i streamed through a terminal. */
+int c_shell(struct ctx *x);
+int c_attach(struct ctx *x);
+/* sbxctl exec -i (not -d): body (stolen) is the exec's (argv, cwd, env,
+ * timeout_ms), made a pty:false terminal. CX_NO_TERMINALS (nothing
+ * printed, stdin untouched): the api has no terminals (an older one). */
+#define CX_NO_TERMINALS (-2)
+int cli_exec_stream(struct ctx *x, json_t *body);
+
 /* cli_exec.c, cli_files.c: commands of the table in cli.c (CX_* or the
  * command's exit code). */
 int c_exec(struct ctx *x);

@@ -196,6 +196,102 @@ int helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
     uint64_t timeout_ms, int framed, char *const argv[], struct helper_err *err);
 
 /*
+ * How another mode runs a command on exec mode's machinery (id and kill
+ * handle, cwd beneath the root, session and group, signals forwarded,
+ * --timeout-ms backstop, exit status, leftovers killed): pty mode gives
+ * the command a terminal (helper_pty.c). Hooks, all required but started:
+ *   child    in the command's process after setsid and chdir, before
+ *            execvp: its 0-2. 0, or -1 with errno (then the exec fails
+ *            as a failed dup2 does: internal, SBX_HELPER_EXEC_FAILED).
+ *   started  in the helper right after the fork (optional): drop what only
+ *            the command needed.
+ *   wait     in the helper once the command runs: relay until pid has
+ *            been reaped (*status, waitpid's), or until deadline (0: none)
+ *            passed, when it SIGKILLs pid's group, reaps it and sets
+ *            *timed_out. sigfd is a non-blocking signalfd of SIGCHLD,
+ *            SIGTERM, SIGINT, SIGHUP (the last three are to be passed to
+ *            the group). It must reap pid before returning.
+ */
+struct helper_exec_io {
+	int (*child)(void *arg);
+	void (*started)(void *arg);
+	void (*wait)(void *arg, pid_t pid, int sigfd, uint64_t deadline, int *status,
+	    int *timed_out);
+	void *arg;
+};
+
+/*
+ * helper_exec with a terminal instead of pipes: as helper_exec with framed
+ * 0, the command's stdio and the waiting done by io's hooks; when it ends,
+ * every process left in its session is SIGKILLed too. Same return and
+ * errors.
+ */
+int helper_exec_io(const struct helper_ctx *ctx, const char *id, const char *cwd,
+    uint64_t timeout_ms, const struct helper_exec_io *io, char *const argv[],
+    struct helper_err *err);
+
+/*
+ * pty mode (sbx_helper_proto.h, adr/0049): argv (NULL or empty: the login
+ * shell of the user's /etc/passwd entry, else /bin/sh) on a new pseudo
+ * terminal of cols x rows (1..SBX_AGENT_CTRL_DIM_MAX) with TERM=term
+ * ([A-Za-z0-9._+-]{1,64}), run through helper_exec_io; fd 0 goes to the
+ * terminal, the terminal's output to fd 1 (raw bytes), ctx->ctrl_fd's
+ * records resize it and signal its foreground process group. Returns the
+ * exit status as helper_exec does (bad_request and SBX_HELPER_EXEC_FAILED
+ * for a bad size or term).
+ */
+int helper_pty(const struct helper_ctx *ctx, const char *id, const char *cwd,
+    uint64_t timeout_ms, uint64_t cols, uint64_t rows, const char *term, char *const argv[],
+    struct helper_err *err);
+
+/*
+ * connect mode (sbx_helper_proto.h, adr/0049): connects to 127.0.0.1:port,
+ * then [::1]:port, and relays fd 0 to the socket and the socket to fd 1
+ * until the socket's EOF (fd 0's EOF half-closes it). Returns 0, or -1
+ * with err: port_closed when nothing accepts on either address,
+ * bad_request for a port outside 1..65535, internal.
+ */
+int helper_connect(uint64_t port, struct helper_err *err);
+
+/* Bytes moving one way between two descriptors (pty and connect modes). */
+struct helper_pump {
+	int from, to;           /* descriptors (non-blocking), borrowed */
+	int eof;                /* from ended (EOF, an error, EIO of a pty) */
+	size_t off, len;        /* buf[off..len) waits for to */
+	unsigned char buf[65536];
+};
+
+/* Reads from p->from into an empty buffer: 1 bytes came, 0 none now (or
+ * the buffer still holds some), -1 EOF or an error (p->eof set). */
+int helper_pump_fill(struct helper_pump *p);
+
+/* Writes what p holds to p->to: 1 all of it went, 0 it would block, -1 the
+ * reader is gone (EPIPE, an error). */
+int helper_pump_flush(struct helper_pump *p);
+
+/*
+ * Reads one control record from fd (--ctrl, non-blocking) into *c: 1 one
+ * came (kind 0 when it did not parse: skip it), 0 none now, -1 the agent
+ * closed the pipe (or an error).
+ */
+struct sbx_agent_ctrl;
+int helper_ctrl_read(int fd, struct sbx_agent_ctrl *c);
+
+/*
+ * Kill handles (helper_handle.c). helper_state_dir_open: opens (creating
+ * it 0700 when create is set) ctx->state_dir, refusing one not private to
+ * this user; an owned descriptor or -1 with err. helper_handle_link: links
+ * the handle id in sfd naming group pgid (its leader's start time read
+ * now) and this helper: 1 linked, 0 the id exists (*tombstone 1 when a
+ * kill came first), -1 with err. helper_session_kill: SIGKILLs every
+ * process of session sid (two passes over /proc); never the caller's own.
+ */
+int helper_state_dir_open(const struct helper_ctx *ctx, int create, struct helper_err *err);
+int helper_handle_link(int sfd, const char *id, pid_t pgid, int *tombstone,
+    struct helper_err *err);
+void helper_session_kill(pid_t sid);
+
+/*
  * read, write, list and du with --id: a kill handle naming the helper itself
  * (pgid = its own pid), so `kill ID` ends a file operation the broker gave
  * up on, stopped (SIGSTOP) or not. Returns 0, or -1 with err (cancelled

@@ -57,7 +57,8 @@ struct astream {
 	int status, reaped, cancelled;
 	uint64_t reaped_ms;
 	uint64_t kill_at;       /* soft cancel: SIGKILL at this time (0: none) */
-	int is_exec;
+	int is_exec;            /* exec or pty: --id is the command's kill handle */
+	int soft_cancel;        /* write: EOF first on cancel (stream_cancel) */
 	char exec_id[SBX_HELPER_EXEC_ID_MAX + 1]; /* --id: the mode's kill handle */
 };
 
@@ -226,7 +227,7 @@ stream_cancel(struct agent *a, struct astream *s)
 	if (s->cancelled)
 		return;
 	s->cancelled = 1;
-	if (!s->is_exec && s->inbuf != NULL && s->pid > 0) {
+	if (s->soft_cancel && s->inbuf != NULL && s->pid > 0) {
 		s->inlen = 0;
 		close_fd(&s->in);
 		s->kill_at = helper_mono_ms() + SOFT_KILL_MS;
@@ -276,7 +277,8 @@ mode_allowed(const char *m)
 	static const char *const ok[] = {
 		SBX_HELPER_MODE_VERSION, SBX_HELPER_MODE_READ, SBX_HELPER_MODE_WRITE,
 		SBX_HELPER_MODE_LIST, SBX_HELPER_MODE_EXEC, SBX_HELPER_MODE_KILL,
-		SBX_HELPER_MODE_KILLALL, SBX_HELPER_MODE_DU, NULL,
+		SBX_HELPER_MODE_KILLALL, SBX_HELPER_MODE_DU, SBX_HELPER_MODE_PTY,
+		SBX_HELPER_MODE_CONNECT, NULL,
 	};
 	size_t i;
 
@@ -395,7 +397,9 @@ stream_open(struct agent *a, const struct sbx_agent_frame *f, unsigned char *p, 
 	s->in = s->out = s->err = s->ctrl = -1;
 	s->has_ctrl = (f->flags & SBX_AGENT_OPEN_CTRL) != 0;
 	s->credit = SBX_AGENT_WINDOW;
-	s->is_exec = strcmp(argv[0], SBX_HELPER_MODE_EXEC) == 0;
+	s->is_exec = strcmp(argv[0], SBX_HELPER_MODE_EXEC) == 0 ||
+	    strcmp(argv[0], SBX_HELPER_MODE_PTY) == 0;
+	s->soft_cancel = strcmp(argv[0], SBX_HELPER_MODE_WRITE) == 0;
 	exec_id_of(argv, s->exec_id);
 	if ((f->flags & SBX_AGENT_OPEN_STDIN) &&
 	    (s->inbuf = malloc(SBX_AGENT_WINDOW)) == NULL)

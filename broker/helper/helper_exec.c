@@ -1,5 +1,4 @@
-/* helper_exec.c - sbx-helper exec control: a process group per exec, its kill handle, kill and killall. Calls helper_path.c, helper_util.c and the frame codec (proto/sbx_helper_frame.c). */
-#include <dirent.h>
+/* helper_exec.c - sbx-helper exec control: a process group and session per exec, its kill handle (helper_handle.c), its output framed or passed through, or its terminal run by another mode's hooks (pty). Calls helper_handle.c, helper_path.c, helper_util.c and the frame codecs (proto/sbx_helper_frame.c, proto/sbx_agent.c for control records). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -16,198 +15,8 @@
 #include <unistd.h>
 
 #include "helper.h"
+#include "sbx_agent.h"
 
-/*
- * A kill handle is the file STATE_DIR/ID holding one line, written whole
- * (a temporary file linked into place) so a reader never sees half of it:
- *   "sbx-helper-exec 1 pgid=G start=S helper=H\n"  G = the group (= the
- *       command's pid), S = its start time in clock ticks after boot from
- *       /proc/G/stat (0 if unknown), H = the helper's pid
- *   "sbx-helper-exec 1 killed\n"  a tombstone: kill came first
- */
-#define HANDLE_MAGIC "sbx-helper-exec 1 "
-#define HANDLE_TOMBSTONE HANDLE_MAGIC "killed\n"
-
-struct handle {
-	int tombstone;
-	pid_t pgid;
-	unsigned long long start;
-	pid_t helper;
-};
-
-int
-helper_exec_id_valid(const char *id)
-{
-	size_t i;
-
-	if (id == NULL)
-		return 0;
-	for (i = 0; id[i] != '\0'; i++) {
-		char c = id[i];
-
-		if (i == SBX_HELPER_EXEC_ID_MAX)
-			return 0;
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		    c == '_' || c == '-'))
-			return 0;
-	}
-	return i > 0;
-}
-
-/*
- * Start time (field 22 of /proc/PID/stat) of pid: 1 and *start when found,
- * 0 when no such process, -1 when /proc cannot tell.
- */
-static int
-proc_start_time(pid_t pid, unsigned long long *start)
-{
-	char path[64], buf[1024];
-	char *p, *end;
-	ssize_t n;
-	int fd, field;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return errno == ENOENT ? 0 : -1;
-	n = helper_read_full(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return n == 0 ? 0 : -1;
-	buf[n] = '\0';
-	/* The command name (field 2) may hold spaces and ')': skip to the last ')'. */
-	if ((p = strrchr(buf, ')')) == NULL)
-		return -1;
-	p++;
-	for (field = 3; field < 22; field++) {
-		while (*p == ' ')
-			p++;
-		while (*p != ' ' && *p != '\0')
-			p++;
-	}
-	while (*p == ' ')
-		p++;
-	errno = 0;
-	*start = strtoull(p, &end, 10);
-	if (errno != 0 || end == p)
-		return -1;
-	return 1;
-}
-
-/*
- * Opens (creating if missing, 0700) the directory of kill handles. It must
- * be a real directory owned by us: the sandbox's own code runs as the same
- * user and could have planted anything at that name.
- */
-static int
-state_dir_open(const struct helper_ctx *ctx, int create, struct helper_err *err)
-{
-	struct stat st;
-	int fd;
-
-	if (create && mkdir(ctx->state_dir, 0700) < 0 && errno != EEXIST)
-		return helper_err_errno(err, errno, "mkdir exec state directory");
-	fd = open(ctx->state_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return helper_err_errno(err, errno, "open exec state directory");
-	if (fstat(fd, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & 0077) != 0) {
-		close(fd);
-		return helper_err_set(err, SBX_E_INTERNAL,
-		    "exec state directory is not private to this user");
-	}
-	return fd;
-}
-
-/* Reads and parses the handle ID in sfd: 1 and *h, 0 when absent, -1 with err. */
-static int
-handle_read(int sfd, const char *id, struct handle *h, struct helper_err *err)
-{
-	char buf[256];
-	long long g = 0, hp = 0;
-	unsigned long long s = 0;
-	ssize_t n;
-	int fd, used = 0;
-
-	memset(h, 0, sizeof(*h));
-	if ((fd = openat(sfd, id, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) < 0) {
-		if (errno == ENOENT)
-			return 0;
-		return helper_err_errno(err, errno, "open kill handle");
-	}
-	n = helper_read_full(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n < 0)
-		return helper_err_errno(err, errno, "read kill handle");
-	buf[n] = '\0';
-	if (strcmp(buf, HANDLE_TOMBSTONE) == 0) {
-		h->tombstone = 1;
-		return 1;
-	}
-	if (sscanf(buf, HANDLE_MAGIC "pgid=%lld start=%llu helper=%lld\n%n", &g, &s, &hp,
-	    &used) != 3 || used != n || g <= 1 || g > 0x7fffffff || hp <= 0 || hp > 0x7fffffff)
-		return helper_err_set(err, SBX_E_INTERNAL, "kill handle is malformed");
-	h->pgid = (pid_t)g;
-	h->start = s;
-	h->helper = (pid_t)hp;
-	return 1;
-}
-
-/*
- * Links a new handle holding text at ID in sfd; never replaces one.
- * Returns 1 when linked, 0 when ID already exists, -1 with err.
- */
-static int
-handle_create(int sfd, const char *id, const char *text, struct helper_err *err)
-{
-	char tmp[SBX_HELPER_EXEC_ID_MAX + 48];
-	int fd = -1, rc = -1;
-
-	snprintf(tmp, sizeof(tmp), ".tmp-%d-%s", (int)getpid(), id);
-	(void)unlinkat(sfd, tmp, 0);
-	fd = openat(sfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		helper_err_errno(err, errno, "create kill handle");
-		goto done;
-	}
-	if (helper_write_all(fd, text, strlen(text)) < 0) {
-		helper_err_errno(err, errno, "write kill handle");
-		goto done;
-	}
-	if (linkat(sfd, tmp, sfd, id, 0) < 0) {
-		if (errno == EEXIST)
-			rc = 0;
-		else
-			helper_err_errno(err, errno, "link kill handle");
-		goto done;
-	}
-	rc = 1;
-done:
-	if (fd >= 0) {
-		close(fd);
-		(void)unlinkat(sfd, tmp, 0);
-	}
-	return rc;
-}
-
-/*
- * SIGKILLs the group of h, and its leader in case it has not called
- * setsid yet. A leader that exists with another start time means the pid
- * was reused and the group is long gone: nothing is sent then.
- */
-static void
-handle_kill(const struct handle *h)
-{
-	unsigned long long now = 0;
-	int r;
-
-	if (h->tombstone || h->pgid <= 1)
-		return;
-	r = proc_start_time(h->pgid, &now);
-	if (r == 1 && h->start != 0 && now != h->start)
-		return;
-	(void)kill(-h->pgid, SIGKILL);
-	if (r != 0)
-		(void)kill(h->pgid, SIGKILL);
-}
 
 /* What the helper waits for while the command runs. */
 static const int waitsigs[] = { SIGCHLD, SIGTERM, SIGINT, SIGHUP };
@@ -304,6 +113,7 @@ struct fwait {
 	pid_t pid;
 	int sigfd;
 	int pipes[2];          /* read ends of the command's stdout, stderr; -1 at EOF */
+	int ctrl;              /* --ctrl: the agent's control records (signals); -1 none */
 	uint64_t deadline;
 	int status, reaped, timed_out, gone, abandoned;
 	uint64_t quiet_until;  /* after the exit: stop when nothing came before this */
@@ -354,10 +164,11 @@ static int
 fwait_run(struct fwait *w, int records)
 {
 	struct framer *fr = w->fr;
-	struct pollfd pf[4];
+	struct pollfd pf[5];
+	struct sbx_agent_ctrl c;
 	uint64_t now;
 	ssize_t r;
-	int np, idx[2], i, tmo, n, outi;
+	int np, idx[2], i, tmo, n, outi, ci;
 
 	for (;;) {
 		now = helper_mono_ms();
@@ -385,6 +196,12 @@ fwait_run(struct fwait *w, int records)
 		outi = np;
 		pf[np].fd = fr->fd;
 		pf[np++].events = fr->len > 0 ? POLLOUT : 0;
+		ci = -1;
+		if (w->ctrl >= 0 && !w->reaped) {
+			ci = np;
+			pf[np].fd = w->ctrl;
+			pf[np++].events = POLLIN;
+		}
 		if (fr->len == 0) {
 			for (i = 0; i < 2; i++)
 				if (w->pipes[i] >= 0) {
@@ -407,6 +224,14 @@ fwait_run(struct fwait *w, int records)
 		}
 		if (pf[0].revents != 0)
 			fwait_signals(w);
+		/* A signal the caller sends (a session's ^C): to the whole group. */
+		if (ci >= 0 && pf[ci].revents != 0) {
+			while ((r = helper_ctrl_read(w->ctrl, &c)) > 0)
+				if (c.kind == SBX_AGENT_CTRL_SIGNAL && !w->reaped)
+					(void)kill(-w->pid, (int)c.a);
+			if (r < 0)
+				w->ctrl = -1;   /* the agent closed it: no more come */
+		}
 		if (fr->len == 0 && (pf[outi].revents & (POLLERR | POLLHUP | POLLNVAL))) {
 			w->gone = 1;
 			return -1;
@@ -499,31 +324,34 @@ fwait_records(struct fwait *w, const struct helper_err *err, int how, int code,
 	return fwait_run(w, 1);
 }
 
-int
-helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
-    uint64_t timeout_ms, int framed, char *const argv[], struct helper_err *err)
+/*
+ * exec mode's one body: framed or passthrough output (io NULL), or a
+ * terminal that io's hooks set up and relay (framed 0). See helper.h.
+ */
+static int
+exec_run(const struct helper_ctx *ctx, const char *id, const char *cwd,
+    uint64_t timeout_ms, int framed, const struct helper_exec_io *io, char *const argv[],
+    struct helper_err *err)
 {
-	char text[160];
 	const char *rel = NULL;
 	struct child_failure f;
-	struct handle h;
 	struct fwait fw;
 	sigset_t set, old;
 	siginfo_t info;
 	struct timespec ts;
 	uint64_t deadline = 0, now;
-	unsigned long long start = 0;
 	pid_t pid = -1, w;
 	ssize_t n;
 	int cwdfd = -1, sfd = -1, go[2] = { -1, -1 }, ep[2] = { -1, -1 };
 	int po[2] = { -1, -1 }, pe[2] = { -1, -1 }, sigfd = -1, fl1 = -1;
 	int status = 0, rc = SBX_HELPER_EXEC_FAILED, linked = 0, timed_out = 0, sig, masked = 0;
-	int restore = 0, i, ran = 0;
+	int restore = 0, i, ran = 0, tomb;
 	struct sigaction dfl, ign, saved[NWAITSIGS], savedpipe;
 
 	memset(&fw, 0, sizeof(fw));
 	fw.pipes[0] = fw.pipes[1] = -1;
 	fw.sigfd = -1;
+	fw.ctrl = ctx->ctrl_fd;
 	if (timeout_ms > 0)
 		deadline = helper_mono_ms() + timeout_ms;
 	if (framed) {
@@ -557,7 +385,7 @@ helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
 		if ((cwdfd = helper_open(ctx, rel, O_PATH | O_DIRECTORY, err)) < 0)
 			goto done;
 	}
-	if ((sfd = state_dir_open(ctx, 1, err)) < 0)
+	if ((sfd = helper_state_dir_open(ctx, 1, err)) < 0)
 		goto done;
 
 	sigemptyset(&set);
@@ -580,15 +408,19 @@ helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
 	ign.sa_handler = SIG_IGN;
 	for (i = 0; i < NWAITSIGS; i++)
 		sigaction(waitsigs[i], &dfl, &saved[i]);
-	sigaction(SIGPIPE, framed ? &ign : &dfl, &savedpipe);
+	sigaction(SIGPIPE, framed || io != NULL ? &ign : &dfl, &savedpipe);
 	restore = 1;
 	if (pipe2(go, O_CLOEXEC) < 0 || pipe2(ep, O_CLOEXEC) < 0) {
 		helper_err_errno(err, errno, "pipe");
 		goto done;
 	}
-	if (framed && (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0 ||
-	    (sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)) {
+	if (framed && (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0)) {
 		helper_err_errno(err, errno, "pipe");
+		goto done;
+	}
+	if ((framed || io != NULL) &&
+	    (sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0) {
+		helper_err_errno(err, errno, "signalfd");
 		goto done;
 	}
 	if (framed)   /* fewer wakeups per byte; refused above pipe-max-size: fine */
@@ -615,6 +447,8 @@ helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
 		/* dup2 clears close-on-exec on 1 and 2; the originals close at exec. */
 		if (framed && (dup2(po[1], 1) < 0 || dup2(pe[1], 2) < 0))
 			child_fail(ep[1], 4, errno);
+		if (io != NULL && io->child(io->arg) < 0)
+			child_fail(ep[1], 4, errno);
 		for (i = 0; i < NWAITSIGS; i++)
 			sigaction(waitsigs[i], &saved[i], NULL);
 		sigaction(SIGPIPE, &savedpipe, NULL);
@@ -633,16 +467,14 @@ helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
 		pe[1] = -1;
 	}
 
-	if (proc_start_time(pid, &start) != 1)
-		start = 0;
-	snprintf(text, sizeof(text), HANDLE_MAGIC "pgid=%d start=%llu helper=%d\n", (int)pid,
-	    start, (int)getpid());
-	switch (handle_create(sfd, id, text, err)) {
+	if (io != NULL && io->started != NULL)
+		io->started(io->arg);
+	switch (helper_handle_link(sfd, id, pid, &tomb, err)) {
 	case 1:
 		linked = 1;
 		break;
 	case 0:
-		if (handle_read(sfd, id, &h, err) == 1 && h.tombstone)
+		if (tomb)
 			helper_err_set(err, SBX_E_CANCELLED, "exec was killed before it started");
 		else if (err->code == NULL)
 			helper_err_set(err, SBX_E_BAD_REQUEST, "exec id already in use");
@@ -695,6 +527,8 @@ helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
 		status = fw.status;
 		if (!fw.gone && !fw.abandoned)
 			group_wait_gone(pid);
+	} else if (io != NULL) {
+		io->wait(io->arg, pid, sigfd, deadline, &status, &timed_out);
 	} else {
 		for (;;) {
 			w = waitpid(pid, &status, WNOHANG);
@@ -730,8 +564,11 @@ helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
 			}
 		}
 	}
-	/* The command is gone: whatever it left behind in its group goes too. */
+	/* The command is gone: whatever it left behind in its group (and,
+	 * with its terminal, in its session) goes too. */
 	(void)kill(-pid, SIGKILL);
+	if (io != NULL)
+		helper_session_kill(pid);
 	pid = -1;
 	if (timed_out) {
 		helper_err_set(err, SBX_E_TIMEOUT, "command ran longer than %llu ms",
@@ -806,120 +643,16 @@ done:
 }
 
 int
-helper_kill(const struct helper_ctx *ctx, const char *id, struct helper_err *err)
+helper_exec(const struct helper_ctx *ctx, const char *id, const char *cwd,
+    uint64_t timeout_ms, int framed, char *const argv[], struct helper_err *err)
 {
-	struct handle h;
-	unsigned long long hstart;
-	int sfd = -1, rc = -1, tries, r;
-
-	if (!helper_exec_id_valid(id)) {
-		helper_err_set(err, SBX_E_BAD_REQUEST, "exec id must match [A-Za-z0-9_-]{1,64}");
-		goto done;
-	}
-	if ((sfd = state_dir_open(ctx, 1, err)) < 0)
-		goto done;
-	for (tries = 0; tries < 4; tries++) {
-		if ((r = handle_read(sfd, id, &h, err)) < 0)
-			goto done;
-		if (r == 1) {
-			handle_kill(&h);
-			/* A helper that died (SIGKILL) leaves its handle: retire it. */
-			if (!h.tombstone && proc_start_time(h.helper, &hstart) == 0)
-				(void)unlinkat(sfd, id, 0);
-			rc = 0;
-			goto done;
-		}
-		/* Not started yet (or long finished): make sure it never starts. */
-		if ((r = handle_create(sfd, id, HANDLE_TOMBSTONE, err)) < 0)
-			goto done;
-		if (r == 1) {
-			rc = 0;
-			goto done;
-		}
-	}
-	helper_err_set(err, SBX_E_INTERNAL, "kill handle keeps changing");
-done:
-	if (sfd >= 0)
-		close(sfd);
-	return rc;
+	return exec_run(ctx, id, cwd, timeout_ms, framed, NULL, argv, err);
 }
 
 int
-helper_killall(const struct helper_ctx *ctx, struct helper_err *err)
+helper_exec_io(const struct helper_ctx *ctx, const char *id, const char *cwd,
+    uint64_t timeout_ms, const struct helper_exec_io *io, char *const argv[],
+    struct helper_err *err)
 {
-	struct handle h;
-	struct helper_err ignored;
-	struct dirent *de;
-	DIR *d = NULL;
-	int sfd = -1, rc = -1;
-
-	if ((sfd = state_dir_open(ctx, 0, err)) < 0) {
-		if (err->errnum == ENOENT) { /* nothing ever ran */
-			err->code = NULL;
-			rc = 0;
-		}
-		goto done;
-	}
-	if ((d = fdopendir(sfd)) == NULL) {
-		helper_err_errno(err, errno, "fdopendir");
-		goto done;
-	}
-	sfd = -1;
-	while ((de = readdir(d)) != NULL) {
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		if (helper_exec_id_valid(de->d_name) &&
-		    handle_read(dirfd(d), de->d_name, &h, &ignored) == 1) {
-			/* killall run by the agent (adr/0025) spares that agent. */
-			if (strcmp(de->d_name, "agent") == 0 && h.pgid == getppid())
-				continue;
-			handle_kill(&h);
-		}
-		(void)unlinkat(dirfd(d), de->d_name, 0);
-	}
-	rc = 0;
-done:
-	if (d != NULL)
-		closedir(d);
-	if (sfd >= 0)
-		close(sfd);
-	return rc;
-}
-
-int
-helper_handle_self(const struct helper_ctx *ctx, const char *id, struct helper_err *err)
-{
-	unsigned long long start = 0;
-	char text[160];
-	int sfd, r;
-
-	if (!helper_exec_id_valid(id))
-		return helper_err_set(err, SBX_E_BAD_REQUEST,
-		    "--id must match [A-Za-z0-9_-]{1,64}");
-	if ((sfd = state_dir_open(ctx, 1, err)) < 0)
-		return -1;
-	if (proc_start_time(getpid(), &start) != 1)
-		start = 0;
-	/* The helper is its own group's leader (the runtime's exec makes it
-	 * one); kill then reaches it, stopped or not. */
-	snprintf(text, sizeof(text), HANDLE_MAGIC "pgid=%d start=%llu helper=%d\n",
-	    (int)getpid(), start, (int)getpid());
-	r = handle_create(sfd, id, text, err);
-	close(sfd);
-	if (r == 0)
-		return helper_err_set(err, SBX_E_CANCELLED,
-		    "cancelled before it started (id already used)");
-	return r < 0 ? -1 : 0;
-}
-
-void
-helper_handle_drop(const struct helper_ctx *ctx, const char *id)
-{
-	int sfd;
-
-	if ((sfd = open(ctx->state_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-	    O_CLOEXEC)) < 0)
-		return;
-	(void)unlinkat(sfd, id, 0);
-	close(sfd);
+	return exec_run(ctx, id, cwd, timeout_ms, 0, io, argv, err);
 }

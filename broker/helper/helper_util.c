@@ -1,4 +1,4 @@
-/* helper_util.c - sbx-helper errors, full reads/writes and a tiny buffered JSON writer (libc, and for output framing the frame codec's sbx_agent_take of proto/sbx_agent.c): the helper's ground floor, it calls no other helper file. */
+/* helper_util.c - sbx-helper errors, full reads/writes, byte pumps, control records and a tiny buffered JSON writer (libc, and the frame codec of proto/sbx_agent.c: sbx_agent_take for output framing, the CTRL parser): the helper's ground floor, it calls no other helper file. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -112,6 +112,7 @@ helper_err_exit_code(const struct helper_err *err)
 		{ SBX_E_TOO_LARGE, SBX_HELPER_EXIT_TOO_LARGE },
 		{ SBX_E_FORBIDDEN, SBX_HELPER_EXIT_FORBIDDEN },
 		{ SBX_E_CANCELLED, SBX_HELPER_EXIT_CANCELLED },
+		{ SBX_E_PORT_CLOSED, SBX_HELPER_EXIT_PORT_CLOSED },
 	};
 	size_t i;
 
@@ -414,4 +415,64 @@ helper_mono_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+int
+helper_pump_fill(struct helper_pump *p)
+{
+	ssize_t n;
+
+	if (p->eof || p->len > p->off)
+		return p->eof ? -1 : 0;
+	p->off = p->len = 0;
+	do
+		n = read(p->from, p->buf, sizeof(p->buf));
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	if (n <= 0) {
+		p->eof = 1;   /* EIO: a pty whose every slave closed */
+		return -1;
+	}
+	p->len = (size_t)n;
+	return 1;
+}
+
+int
+helper_pump_flush(struct helper_pump *p)
+{
+	ssize_t n;
+
+	while (p->off < p->len) {
+		n = write(p->to, p->buf + p->off, p->len - p->off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (n <= 0)
+			return -1;
+		p->off += (size_t)n;
+	}
+	p->off = p->len = 0;
+	return 1;
+}
+
+int
+helper_ctrl_read(int fd, struct sbx_agent_ctrl *c)
+{
+	unsigned char p[SBX_AGENT_CTRL_LEN];
+	const char *why;
+	ssize_t n;
+
+	do
+		n = read(fd, p, sizeof(p));
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	if (n <= 0)
+		return -1;
+	/* The agent writes whole records (8 bytes < PIPE_BUF: atomic). */
+	if (n != (ssize_t)sizeof(p) || sbx_agent_ctrl_parse(p, sizeof(p), c, &why) < 0)
+		memset(c, 0, sizeof(*c));
+	return 1;
 }

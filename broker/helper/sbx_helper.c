@@ -24,6 +24,8 @@
 #define OPT_FRAMED 0x20
 #define OPT_LIST 0x40   /* --limit, --after-hex */
 #define OPT_IDLE 0x200  /* agent --idle-ms (adr/0025) */
+#define OPT_PTY 0x400   /* pty --cols, --rows, --term (adr/0049) */
+#define OPT_PORT 0x800  /* connect --port (adr/0049) */
 
 struct args {
 	const char *pos[2];
@@ -33,6 +35,8 @@ struct args {
 	const char *id;
 	uint64_t timeout_ms;
 	uint64_t idle_ms;
+	uint64_t cols, rows, port;
+	const char *term;
 	const char *cwd;
 	char **argv;
 	const char *root;
@@ -52,6 +56,8 @@ struct args {
  * than the helper's own, a framed error has gone as a record, and a
  * failure before the command ran exits SBX_HELPER_EXEC_FAILED. */
 #define MODE_CMD_STATUS 0x02
+/* "--" and the command may be left out (pty: the login shell). */
+#define MODE_ARGV_OPTIONAL 0x04
 
 struct mode {
 	const char *name;
@@ -106,6 +112,24 @@ run_exec(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 }
 
 static int
+run_pty(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	if (a->id == NULL) {
+		helper_err_set(err, SBX_E_BAD_REQUEST, "pty needs --id");
+		return SBX_HELPER_EXEC_FAILED;
+	}
+	return helper_pty(ctx, a->id, a->cwd, a->timeout_ms, a->cols, a->rows, a->term, a->argv,
+	    err);
+}
+
+static int
+run_connect(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	(void)ctx;
+	return helper_connect(a->port, err);
+}
+
+static int
 run_kill(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 {
 	return helper_kill(ctx, a->pos[0], err);
@@ -152,6 +176,9 @@ static const struct mode modes[] = {
 	{ SBX_HELPER_MODE_LIST, run_list, 1, OPT_ID | OPT_LIST, MODE_ROOT },
 	{ SBX_HELPER_MODE_EXEC, run_exec, 0, OPT_ID | OPT_TIMEOUT | OPT_CWD | OPT_ARGV | OPT_FRAMED,
 	    MODE_ROOT | MODE_CMD_STATUS },
+	{ SBX_HELPER_MODE_PTY, run_pty, 0, OPT_ID | OPT_TIMEOUT | OPT_CWD | OPT_ARGV | OPT_PTY,
+	    MODE_ROOT | MODE_CMD_STATUS | MODE_ARGV_OPTIONAL },
+	{ SBX_HELPER_MODE_CONNECT, run_connect, 0, OPT_PORT, 0 },
 	{ SBX_HELPER_MODE_KILL, run_kill, 1, 0, 0 },
 	{ SBX_HELPER_MODE_KILLALL, run_killall, 0, 0, 0 },
 	{ SBX_HELPER_MODE_IDLE, run_idle, 0, 0, 0 },
@@ -240,6 +267,8 @@ parse_args(int argc, char **argv, const struct mode **mp, struct args *a,
 
 	a->max = UINT64_MAX;
 	a->size = UINT64_MAX;
+	a->cols = 80;
+	a->rows = 24;
 	for (i = 1; i < argc; i++) {
 		opt = argv[i];
 		if (strcmp(opt, "--") == 0) {
@@ -302,6 +331,18 @@ parse_args(int argc, char **argv, const struct mode **mp, struct args *a,
 				if (parse_u64(val, TIMEOUT_MS_MAX, &a->idle_ms) < 0)
 					return helper_err_set(err, SBX_E_BAD_REQUEST,
 					    "--idle-ms must be milliseconds up to 30 days");
+			} else if (m != NULL && (m->opts & OPT_PTY) &&
+			    (strcmp(opt, "--cols") == 0 || strcmp(opt, "--rows") == 0)) {
+				if (parse_u64(val, SBX_AGENT_CTRL_DIM_MAX, opt[2] == 'c' ? &a->cols :
+				    &a->rows) < 0 || (opt[2] == 'c' ? a->cols : a->rows) == 0)
+					return helper_err_set(err, SBX_E_BAD_REQUEST,
+					    "%s must be 1 to %d", opt, SBX_AGENT_CTRL_DIM_MAX);
+			} else if (m != NULL && (m->opts & OPT_PTY) && strcmp(opt, "--term") == 0)
+				a->term = val;
+			else if (m != NULL && (m->opts & OPT_PORT) && strcmp(opt, "--port") == 0) {
+				if (parse_u64(val, 65535, &a->port) < 0 || a->port == 0)
+					return helper_err_set(err, SBX_E_BAD_REQUEST,
+					    "--port must be 1 to 65535");
 			} else if (m != NULL && (m->opts & OPT_CWD) && strcmp(opt, "--cwd") == 0)
 				a->cwd = val;
 			else
@@ -324,11 +365,12 @@ parse_args(int argc, char **argv, const struct mode **mp, struct args *a,
 	}
 	if (m == NULL)
 		return helper_err_set(err, SBX_E_BAD_REQUEST,
-		    "usage: sbx-helper version|read|write|list|exec|kill|killall|idle|initwork|du|agent ...");
+		    "usage: sbx-helper version|read|write|list|exec|pty|connect|kill|killall|idle|"
+		    "initwork|du|agent ...");
 	if (a->npos != m->npos)
 		return helper_err_set(err, SBX_E_BAD_REQUEST, "%s needs %d argument(s)", m->name,
 		    m->npos);
-	if ((m->opts & OPT_ARGV) && a->argv == NULL)
+	if ((m->opts & OPT_ARGV) && a->argv == NULL && !(m->flags & MODE_ARGV_OPTIONAL))
 		return helper_err_set(err, SBX_E_BAD_REQUEST, "%s needs '--' and a command",
 		    m->name);
 	*mp = m;
@@ -370,7 +412,8 @@ helper_main(int argc, char **argv)
 	}
 	if (a.ctrl) {
 		/* The agent's pipe of CTRL records: never the command's. */
-		if (fcntl(SBX_HELPER_CTRL_FD, F_SETFD, FD_CLOEXEC) < 0) {
+		if (fcntl(SBX_HELPER_CTRL_FD, F_SETFD, FD_CLOEXEC) < 0 ||
+		    fcntl(SBX_HELPER_CTRL_FD, F_SETFL, O_RDONLY | O_NONBLOCK) < 0) {
 			helper_err_set(&err, SBX_E_BAD_REQUEST, "--ctrl needs descriptor %d open",
 			    SBX_HELPER_CTRL_FD);
 			goto fail;

@@ -5,7 +5,9 @@
  * exec stream and file bytes, for every driver operation.
  *
  * Input: one byte picks the operation (status, ensure, exec, read, write,
- * list, stop, destroy, list_sandboxes, health, recover); the rest is a
+ * list, stop, destroy, list_sandboxes, health, recover: the byte mod 11;
+ * 0xf0 and above: a session, whose upgraded stream is agent frames, with
+ * input, a resize and EOF sent while it runs, adr/0055); the rest is a
  * sequence of raw HTTP responses separated by "\n--next--\n", served in
  * order, one per connection the driver makes, from a thread on a unix socket
  * (after the last one each connection is closed unanswered). Seeds: the
@@ -25,6 +27,7 @@
 #include <signal.h>
 #include <sys/un.h>
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +85,8 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	static const char *const argv[] = { "sh", "-c", "echo hi", NULL };
 	struct sbx_sink sink = { dc_start, dc_output, dc_exit, dc_error, NULL, NULL };
 	struct sbx_exec_req xr;
+	struct sbx_session_req sr;
+	struct sbx_session_ctl ctl = { SBX_SESSION_RESIZE, 100, 30, 0 };
 	struct sbx_spec spec;
 	struct sbx_list_page page = { NULL, 100 };
 	struct evbuffer *body = NULL;
@@ -93,7 +98,7 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 
 	if (size == 0)
 		return 0;
-	which = data[0] % 11;
+	which = data[0] >= 0xf0 ? 11 : data[0] % 11;
 	reply_load(data + 1, size - 1);
 	dc_secret_in_reply = memmem(data, size, TOKEN, strlen(TOKEN)) != NULL;
 	memset(&g, 0, sizeof(g));
@@ -119,6 +124,17 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	case 7: op = drv->ops->destroy(drv, "fz", dc_done, &g, &err); break;
 	case 8: op = drv->ops->list_sandboxes(drv, dc_sandboxes, &g, &err); break;
 	case 9: op = drv->ops->health(drv, dc_health, &g, &err); break;
+	case 11:
+		memset(&sr, 0, sizeof(sr));
+		sr.kind = (enum sbx_session_kind)(1 + data[0] % 3);
+		sr.exec = xr;
+		sr.cols = 80;
+		sr.rows = 24;
+		sr.port = 8080;
+		body = evbuffer_new();
+		evbuffer_add(body, "input", 5);
+		op = sbx_session_open(drv, "fz", &sr, &sink, &err);
+		break;
 	default:
 		if (drv->ops->recover == NULL)
 			return 0;
@@ -131,6 +147,12 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	} else {
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		for (turns = 0; g.terminal == 0; turns++) {
+			if (which == 11 && turns == 1) {
+				/* the handle lives until the terminal callback */
+				sbx_session_write(op, body, SIZE_MAX);
+				(void)sbx_session_control(op, &ctl, &err);
+				sbx_session_close_input(op);
+			}
 			event_base_loop(base, EVLOOP_ONCE);
 			clock_gettime(CLOCK_MONOTONIC, &t1);
 			FUZZ_ASSERT(t1.tv_sec - t0.tv_sec < 10);

@@ -412,7 +412,8 @@ def write_config(path, limits):
                       ("max_file_ops", "max_file_ops_per_sandbox"),
                       ("egress_proxy_resolver", "egress_proxy_resolver"),
                       ("egress_stats_interval", "egress_stats_interval"),
-                      ("idle_timeout_ms", "idle_timeout"), ("reap_interval_ms", "reap_interval")):
+                      ("idle_timeout_ms", "idle_timeout"), ("reap_interval_ms", "reap_interval"),
+                      ("shutdown_grace_ms", "shutdown_grace")):
         if key in limits:
             cfg[name] = limits[key]
     with open(path, "w") as f:

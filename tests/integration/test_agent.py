@@ -1,13 +1,20 @@
 #!/usr/bin/python3
-# test_agent.py - the sandbox agent (adr/0025, issue 13): restart after a kill from inside, a hostile sandbox, a slow reader among many execs, broker SIGKILL.
+# test_agent.py - the sandbox agent (adr/0025, issue 13): restart after a kill from inside, a hostile sandbox, a slow reader among many execs, broker SIGKILL; protocol 4 (adr/0049) in a real container: a terminal, stdin streamed into cat, a port.
 
+import os
 import re
 import signal
+import socket
+import struct
+import sys
 import threading
 import time
 import unittest
 
-from brokerfix import BrokerTestCase, ExecStream, wait_until
+from brokerfix import API, BrokerTestCase, ExecStream, wait_until
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
+import agentproto as ap  # noqa: E402  (protocol 4's frames, shared with the measurements)
 
 
 def agent_pids(client, sid):
@@ -173,6 +180,218 @@ class AgentRecoveryTest(BrokerTestCase):
             self.assertTrue(wait_until(lambda: not left(), 10, 0.25),
                             "an exec from before the SIGKILL survives in %s: %r" % (sid, left()))
             self.assertEqual(len(agent_pids(self.client, sid)), 1)
+
+
+class RawAgent:
+    """A second `sbx-helper agent` in a sandbox's container, with its own
+    --state-dir (so the broker's agent and its kill handle are untouched),
+    started by one runtime exec as the broker starts its own (adr/0025) and
+    spoken to in protocol 4 (tests/harness/agentproto.py) by the test: the
+    agent's side of sessions in a real container, before any broker route."""
+
+    def __init__(self, engine, cid):
+        body = {"AttachStdin": True, "AttachStdout": True, "AttachStderr": True, "Tty": False,
+                "Cmd": ["/.sbx/sbx-helper", "--state-dir", "/run/sbx/t-agent", "agent",
+                        "--idle-ms", "60000"], "WorkingDir": "/work"}
+        eid = engine.post("/containers/%s/exec" % cid, body)["Id"]
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.settimeout(30)
+        self.s.connect(engine.path)
+        b = b'{"Detach":false,"Tty":false}'
+        self.s.sendall(("POST %s/exec/%s/start HTTP/1.1\r\nHost: d\r\nContent-Type: "
+                        "application/json\r\nContent-Length: %d\r\nConnection: Upgrade\r\n"
+                        "Upgrade: tcp\r\n\r\n" % (API, eid, len(b))).encode() + b)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            c = self.s.recv(4096)
+            assert c, "the runtime closed the agent's exec"
+            head += c
+        head, rest = head.split(b"\r\n\r\n", 1)
+        assert int(head.split()[1]) in (101, 200), head
+        self.r8, self.dec = ap.Runtime8(), ap.Decoder()
+        self.streams = {}
+        self.next_id = 1
+        self.slow = set()   # streams whose output credit is held back
+        self.frames(rest)
+        self.until(lambda: self.hello)
+
+    hello = False
+
+    def frames(self, data):
+        for typ, flags, sid, p in self.dec.feed(self.r8.feed(data).get(1, b"")):
+            if typ == ap.T_HELLO:
+                self.hello = True
+                continue
+            st = self.streams.get(sid)
+            if st is None:
+                continue
+            if typ == ap.T_DATA:
+                st["out"][flags] += p
+                st["owed"] += len(p)
+            elif typ == ap.T_WINDOW:
+                st["room"] += struct.unpack(">I", p)[0]
+            elif typ == ap.T_EXIT:
+                st["exit"] = (p[0], p[1], p[2])
+            elif typ == ap.T_REFUSE:
+                st["exit"] = ("refused", p)
+        for sid, st in self.streams.items():
+            if st["owed"] and sid not in self.slow:
+                self.s.sendall(ap.frame(ap.T_WINDOW, sid, struct.pack(">I", st["owed"]), 1))
+                st["owed"] = 0
+
+    def pump(self, timeout=0.05):
+        self.s.settimeout(timeout)
+        try:
+            c = self.s.recv(1 << 20)
+        except socket.timeout:
+            return
+        assert c, "the agent's channel closed"
+        self.frames(c)
+
+    def until(self, pred, timeout=20):
+        deadline = time.monotonic() + timeout
+        while not pred():
+            assert time.monotonic() < deadline, "timed out"
+            self.pump()
+
+    def open(self, argv, stdin=False, ctrl=False):
+        sid = self.next_id
+        self.next_id += 1
+        self.streams[sid] = {"out": {1: b"", 2: b""}, "owed": 0, "room": ap.WINDOW,
+                             "exit": None}
+        self.s.sendall(ap.open_frame(sid, argv, (), stdin, ctrl))
+        return sid
+
+    def write(self, sid, data):
+        """Sends data as stdin within the stream's credit, pumping for more."""
+        st = self.streams[sid]
+        while data:
+            self.until(lambda: st["room"] > 0 or st["exit"] is not None)
+            assert st["exit"] is None, st
+            n = min(len(data), st["room"], 65536)
+            self.s.sendall(ap.frame(ap.T_DATA, sid, data[:n]))
+            st["room"] -= n
+            data = data[n:]
+
+    def send(self, frame):
+        self.s.sendall(frame)
+
+    def out(self, sid, fd=1):
+        return self.streams[sid]["out"][fd]
+
+    def wait_exit(self, sid, timeout=20):
+        self.until(lambda: self.streams[sid]["exit"] is not None, timeout)
+        return self.streams[sid]["exit"]
+
+    def close(self):
+        self.s.close()
+
+
+def framed_stdout(data):
+    """stdout of exec --framed (protocol 2 frames) out of its stream's bytes."""
+    out, i = [], 0
+    while i + 8 <= len(data):
+        t, n = data[i], struct.unpack(">I", data[i + 4:i + 8])[0]
+        if t == 1:
+            out.append(data[i + 8:i + 8 + n])
+        i += 8 + n
+    return b"".join(out)
+
+
+class AgentSessionTest(BrokerTestCase):
+    """Protocol 4's modes in a sandbox container of this run's runtime."""
+
+    @classmethod
+    def setUpSandboxes(cls):
+        cls.sid = cls.new_id("agsess")
+        cls.ensure_ok(cls.sid)
+        cls.cid = cls.engine.containers_of(cls.sid)[0]["Id"]
+
+    def setUp(self):
+        self.agent = RawAgent(self.engine, self.cid)
+        self.addCleanup(self.agent.close)
+
+    def test_terminal_size_term_resize_signal_and_exit(self):
+        a = self.agent
+        t1 = a.open(["pty", "--id", "tp1", "--cols", "100", "--rows", "30", "--term", "vt100",
+                     "--", "sh", "-c", "stty size; echo T=$TERM; exit 3"], True, True)
+        self.assertEqual(a.wait_exit(t1), (ap.EXIT_EXITED, 3, 0))
+        self.assertIn(b"30 100\r\n", a.out(t1))
+        self.assertIn(b"T=vt100\r\n", a.out(t1))
+        self.assertEqual(a.out(t1, 2), b"")
+        # resize, then stty agrees
+        t2 = a.open(["pty", "--id", "tp2", "--", "sh", "-c", "stty size; read x; stty size"],
+                    True, True)
+        a.until(lambda: b"24 80\r\n" in a.out(t2))
+        a.send(ap.resize_frame(t2, 132, 50))
+        a.write(t2, b"go\r")
+        self.assertEqual(a.wait_exit(t2), (ap.EXIT_EXITED, 0, 0))
+        self.assertIn(b"50 132\r\n", a.out(t2))
+        # ^C as a signal record reaches the foreground sleep of an
+        # interactive shell, which lives on
+        t3 = a.open(["pty", "--id", "tp3", "--", "sh", "-i"], True, True)
+        a.write(t3, b"echo go; sleep 100\r")
+        a.until(lambda: b"go\r\n" in a.out(t3))
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        a.send(ap.signal_frame(t3, signal.SIGINT))
+        a.write(t3, b"echo alive; exit 4\r")
+        self.assertEqual(a.wait_exit(t3), (ap.EXIT_EXITED, 4, 0))
+        self.assertLess(time.monotonic() - t0, 10)
+        self.assertIn(b"alive\r\n", a.out(t3))
+
+    def test_stdin_through_cat_with_a_slow_reader(self):
+        a = self.agent
+        data = os.urandom(4 << 20)
+        sid = a.open(["exec", "--framed", "--id", "cat1", "--", "cat"], stdin=True)
+        a.slow.add(sid)   # output credit comes back in bursts, after pauses
+        sent, last = 0, 0
+        st = a.streams[sid]
+        while sent < len(data):
+            n = min(len(data) - sent, st["room"], 65536)
+            if n:
+                a.send(ap.frame(ap.T_DATA, sid, data[sent:sent + n]))
+                st["room"] -= n
+                sent += n
+            a.pump(0.01)
+            got = len(st["out"][1])
+            if got - last >= 512 << 10:   # every 512 KiB: stop reading a while
+                time.sleep(0.2)
+                last = got
+            if st["owed"] and (st["room"] == 0 or got - last < 256 << 10):
+                a.send(ap.frame(ap.T_WINDOW, sid, struct.pack(">I", st["owed"]), 1))
+                st["owed"] = 0
+        a.send(ap.frame(ap.T_EOF, sid))
+        a.slow.discard(sid)
+        a.frames(b"")   # what is owed goes
+        self.assertEqual(a.wait_exit(sid, 60), (ap.EXIT_EXITED, 0, 0))
+        self.assertEqual(framed_stdout(a.out(sid)), data)
+
+    def test_port_connection_and_closed_port(self):
+        a = self.agent
+        w = self.client.write(self.sid, "/work/hello.txt", b"hello through connect\n")
+        self.assertIn(w.status, (200, 204), w)
+        srv = a.open(["exec", "--framed", "--id", "httpd1", "--", "httpd", "-f", "-p",
+                      "127.0.0.1:18080", "-h", "/work"])
+        deadline = time.monotonic() + 10
+        while True:
+            c = a.open(["connect", "--port", "18080"], stdin=True)
+            a.write(c, b"GET /hello.txt HTTP/1.0\r\n\r\n")
+            a.send(ap.frame(ap.T_EOF, c))
+            code = a.wait_exit(c)
+            if code[1] == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)   # httpd not listening yet
+        self.assertEqual(code, (ap.EXIT_EXITED, 0, 0), a.out(c, 2))
+        self.assertTrue(a.out(c).startswith(b"HTTP/1.") and b" 200 " in a.out(c)[:20],
+                        a.out(c)[:200])
+        self.assertTrue(a.out(c).endswith(b"\r\n\r\nhello through connect\n"), a.out(c)[-100:])
+        a.send(ap.frame(ap.T_CANCEL, srv))
+        a.wait_exit(srv)
+        c = a.open(["connect", "--port", "18081"], stdin=True)
+        self.assertEqual(a.wait_exit(c), (ap.EXIT_EXITED, 8, 0))
+        self.assertIn(b'"code":"port_closed"', a.out(c, 2))
+
 
 
 if __name__ == "__main__":

@@ -177,6 +177,90 @@ test_decoder_takes_events_only_on_a_link(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* codec of protocol 3, unchanged                                       */
+
+static void
+test_open_round_trip_and_bounds(void **state)
+{
+	static const char *const argv[] = { "exec", "--id", "x", "--", "echo", "é", NULL };
+	static const char *const env[] = { "A=1", "EMPTY=", NULL };
+	static const char *const bad_env[] = { "NOEQUALS", NULL };
+	unsigned char buf[512];
+	char *av[16], *ev[16];
+	const char *why;
+	size_t n;
+
+	(void)state;
+	n = sbx_agent_open_put(buf, sizeof(buf), argv, env);
+	assert_int_equal(n, sbx_agent_open_len(argv, env));
+	assert_int_equal(sbx_agent_open_parse(buf, n, av, 16, ev, 16, &why), 0);
+	assert_string_equal(av[5], "é");
+	assert_null(av[6]);
+	assert_string_equal(ev[1], "EMPTY=");
+	assert_null(ev[2]);
+	assert_int_equal(sbx_agent_open_len(argv, bad_env), 0);
+	/* a missing NUL, bytes after the last string, too few slots */
+	assert_int_equal(sbx_agent_open_parse(buf, n - 1, av, 16, ev, 16, &why), -1);
+	buf[n] = 'x';
+	assert_int_equal(sbx_agent_open_parse(buf, n + 1, av, 16, ev, 16, &why), -1);
+	assert_int_equal(sbx_agent_open_parse(buf, n, av, 6, ev, 16, &why), -1);
+}
+
+/* sbx_agent_take: what fits, no more, and both sides advanced. */
+static void
+test_take_copies_what_fits_and_advances(void **state)
+{
+	static const unsigned char in[] = "abcdefgh";
+	unsigned char dst[5];
+	const unsigned char *src = in;
+	size_t have = 2, len = 8;
+
+	(void)state;
+	memcpy(dst, "xy", 2);
+	assert_int_equal(sbx_agent_take(dst, &have, sizeof(dst), &src, &len), 3);
+	assert_memory_equal(dst, "xyabc", 5);
+	assert_int_equal(have, 5);
+	assert_ptr_equal(src, in + 3);
+	assert_int_equal(len, 5);
+	/* full: nothing moves */
+	assert_int_equal(sbx_agent_take(dst, &have, sizeof(dst), &src, &len), 0);
+	assert_ptr_equal(src, in + 3);
+	assert_int_equal(len, 5);
+	/* less input than room */
+	have = 0;
+	len = 2;
+	assert_int_equal(sbx_agent_take(dst, &have, sizeof(dst), &src, &len), 2);
+	assert_memory_equal(dst, "de", 2);
+	assert_int_equal(have, 2);
+	assert_int_equal(len, 0);
+}
+
+static void
+test_header_rules(void **state)
+{
+	unsigned char h[SBX_AGENT_HDR];
+	struct sbx_agent_frame f;
+	const char *why;
+
+	(void)state;
+	sbx_agent_hdr_put(h, SBX_AGENT_T_DATA, 1, 5, 10);
+	assert_int_equal(sbx_agent_hdr_parse(h, 1, &f, &why), 0);
+	assert_int_equal(sbx_agent_hdr_parse(h, 0, &f, &why), -1);   /* fd 1 data is the agent's */
+	sbx_agent_hdr_put(h, SBX_AGENT_T_DATA, 1, 0, 10);
+	assert_int_equal(sbx_agent_hdr_parse(h, 1, &f, &why), -1);   /* stream 0 */
+	sbx_agent_hdr_put(h, SBX_AGENT_T_DATA, 1, 5, SBX_AGENT_DATA_MAX + 1);
+	assert_int_equal(sbx_agent_hdr_parse(h, 1, &f, &why), -1);
+	sbx_agent_hdr_put(h, SBX_AGENT_T_DATA, 1, 5, 0);
+	assert_int_equal(sbx_agent_hdr_parse(h, 1, &f, &why), -1);
+	sbx_agent_hdr_put(h, SBX_AGENT_T_PING, 0, 0, 8);
+	assert_int_equal(sbx_agent_hdr_parse(h, 1, &f, &why), -1);   /* the broker pings */
+	assert_int_equal(sbx_agent_hdr_parse(h, 0, &f, &why), 0);
+	sbx_agent_hdr_put(h, SBX_AGENT_T_CANCEL, 0, 3, 0);
+	h[3] = 1;
+	assert_int_equal(sbx_agent_hdr_parse(h, 0, &f, &why), -1);
+}
+
+/* ------------------------------------------------------------------ */
 /* the broker's side: what sbx_agent_open2 and sbx_agent_control send   */
 
 struct sent {
@@ -328,6 +412,9 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_open_round_trip_and_bounds),
+		cmocka_unit_test(test_header_rules),
+		cmocka_unit_test(test_take_copies_what_fits_and_advances),
 		cmocka_unit_test(test_ctrl_round_trip_and_ranges),
 		cmocka_unit_test(test_header_rules_of_protocol_4),
 		cmocka_unit_test(test_decoder_takes_events_only_on_a_link),

@@ -1,0 +1,119 @@
+/* helper_connect.c - sbx-helper connect mode: one TCP connection to a port on the sandbox's own loopback, relayed to fd 0/1 (adr/0049); libc only, calls helper_util.c. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "helper.h"
+#include "sbx_msg.h"
+
+#define CONNECT_MS 5000   /* a listener whose backlog is full: give up after */
+
+static struct helper_pump up, down;   /* 64 KiB each: not for the stack */
+
+/* A connected socket to addr (non-blocking), or -1 with errno. */
+static int
+try_connect(const struct sockaddr *addr, socklen_t len)
+{
+	struct pollfd pf;
+	socklen_t sl = sizeof(int);
+	int fd, e = 0;
+
+	if ((fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
+		return -1;
+	if (connect(fd, addr, len) == 0)
+		return fd;
+	if (errno != EINPROGRESS)
+		goto fail;
+	pf.fd = fd;
+	pf.events = POLLOUT;
+	while ((e = poll(&pf, 1, CONNECT_MS)) < 0 && errno == EINTR)
+		;
+	if (e == 0) {
+		errno = ETIMEDOUT;
+		goto fail;
+	}
+	if (e < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &sl) < 0)
+		goto fail;
+	if (e == 0)
+		return fd;
+	errno = e;
+fail:
+	e = errno;
+	close(fd);
+	errno = e;
+	return -1;
+}
+
+int
+helper_connect(uint64_t port, struct helper_err *err)
+{
+	struct sockaddr_in a4;
+	struct sockaddr_in6 a6;
+	struct pollfd pf[4];
+	int s, np, n, half = 0, ui, si, oi;
+
+	if (port < 1 || port > 65535)
+		return helper_err_set(err, SBX_E_BAD_REQUEST, "--port must be 1 to 65535");
+	memset(&a4, 0, sizeof(a4));
+	a4.sin_family = AF_INET;
+	a4.sin_port = htons((uint16_t)port);
+	a4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	memset(&a6, 0, sizeof(a6));
+	a6.sin6_family = AF_INET6;
+	a6.sin6_port = htons((uint16_t)port);
+	a6.sin6_addr = in6addr_loopback;
+	if ((s = try_connect((struct sockaddr *)&a4, sizeof(a4))) < 0 &&
+	    (s = try_connect((struct sockaddr *)&a6, sizeof(a6))) < 0)
+		return helper_err_set(err, SBX_E_PORT_CLOSED, SBX_MSG_PORT_CLOSED, (int)port);
+	memset(&up, 0, sizeof(up));
+	memset(&down, 0, sizeof(down));
+	up.from = 0;
+	up.to = down.from = s;
+	down.to = 1;
+	(void)fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+	(void)fcntl(1, F_SETFL, fcntl(1, F_GETFL) | O_NONBLOCK);
+	/* Until the socket's EOF and all it sent is written out. */
+	while (!down.eof || down.len > down.off) {
+		np = 0;
+		oi = np;
+		pf[np].fd = 1;
+		pf[np++].events = down.len > down.off ? POLLOUT : 0;
+		si = np;
+		pf[np].fd = s;
+		pf[np++].events = (!down.eof && down.len == down.off ? POLLIN : 0) |
+		    (up.len > up.off ? POLLOUT : 0);
+		ui = -1;
+		if (!up.eof && up.len == up.off) {
+			ui = np;
+			pf[np].fd = 0;
+			pf[np++].events = POLLIN;
+		}
+		if ((n = poll(pf, (nfds_t)np, -1)) < 0 && errno != EINTR)
+			break;
+		if (n <= 0)
+			continue;
+		if (down.len == down.off && (pf[oi].revents & (POLLERR | POLLHUP | POLLNVAL)))
+			break;   /* nobody reads fd 1 any more */
+		if (pf[si].revents != 0 && down.len == down.off)
+			(void)helper_pump_fill(&down);   /* EOF or a reset ends it */
+		if (down.len > down.off && helper_pump_flush(&down) < 0)
+			break;
+		if (ui >= 0 && pf[ui].revents != 0)
+			(void)helper_pump_fill(&up);
+		if (up.len > up.off && helper_pump_flush(&up) < 0) {
+			up.eof = 1;   /* the peer stopped reading: input goes nowhere */
+			up.off = up.len = 0;
+		}
+		if (up.eof && up.len == up.off && !half) {
+			half = 1;
+			(void)shutdown(s, SHUT_WR);
+		}
+	}
+	close(s);
+	return 0;
+}

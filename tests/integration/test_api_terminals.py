@@ -1,0 +1,321 @@
+"""test_api_terminals - terminals as resources (issue 21 item 3, adr/0051): a
+real sandbox-api in front of a real broker on the runtime under test, the
+client python's http.client (SSE out, POST in; the WebSocket attach is
+test_api_ws's). Typed input comes back and the exit code is reported;
+controls are checked and eof closes stdin; a detach and a reattach from the
+offset seen get every byte once; an api restart ends a running terminal
+failed/api_restarted with its scrollback still replayed; a sandbox stopped by
+the idle reaper is woken by a new terminal, and a terminal in use keeps the
+reaper off.
+"""
+
+import base64
+import http.client
+import json
+import os
+import time
+import unittest
+
+import sbxtest
+from stackfix import Stack
+
+
+class SSE:
+    """GET .../output?offset=N read as it arrives (http.client, chunked)."""
+
+    def __init__(self, url, path, key):
+        host, port = url.split("//", 1)[1].split(":")
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        h = {"Accept": "text/event-stream"}
+        if key:
+            h["Authorization"] = "Bearer " + key
+        self.conn.request("GET", path, headers=h)
+        self.resp = self.conn.getresponse()
+        self.status = self.resp.status
+        self.raw = b""
+        self.events = []     # (id or None, event, data)
+        self.done = self.status != 200
+        if self.done:
+            self.body = self.resp.read()
+
+    def _parse(self):
+        while b"\n\n" in self.raw:
+            block, _, self.raw = self.raw.partition(b"\n\n")
+            f = {}
+            for ln in block.split(b"\n"):
+                if ln and not ln.startswith(b":"):
+                    k, _, v = ln.decode().partition(": ")
+                    f[k] = v
+            if "data" in f:
+                self.events.append((int(f["id"]) if "id" in f else None,
+                                    f.get("event", "message"), json.loads(f["data"])))
+
+    def until(self, pred, timeout=20):
+        t0 = time.monotonic()
+        while not pred(self):
+            if self.done or time.monotonic() - t0 > timeout:
+                raise AssertionError("timed out or ended; got %r" % self.text()[-400:])
+            try:
+                c = self.resp.read1(65536)
+            except (TimeoutError, OSError):
+                c = b""
+            if not c:
+                self.done = True
+            self.raw += c
+            self._parse()
+        return self
+
+    def output(self):
+        """Output bytes in order, with each piece's offset checked."""
+        out = b""
+        for _, ev, d in self.events:
+            if ev == "output":
+                b = d["data"].encode() if "data" in d else base64.b64decode(d["data_b64"])
+                out += b
+        return out
+
+    def text(self):
+        return self.output().decode(errors="replace")
+
+    def last_offset(self):
+        ids = [i for i, ev, _ in self.events if ev == "output"]
+        return ids[-1] if ids else None
+
+    def kinds(self):
+        return [ev for _, ev, _ in self.events]
+
+    def close(self):
+        self.conn.close()
+
+
+class TerminalTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.prefix = "sbxtm%d-" % (os.getpid() % 100000)
+        cls.stack = Stack(cls.prefix, broker_args=["--idle-timeout", "4s",
+                                                   "--reap-interval", "300ms"],
+                          api_args=cls.api_args())
+        st = cls.stack
+        cls.url = st.url
+        cls.key = st.player
+        for n in ("alice", "carol"):
+            r = cls.call("POST", "/api/v1/npcs", {"name": n})
+            assert r.status == 201, r.body
+
+    @staticmethod
+    def api_args():
+        return ["--requests-per-minute", "100000", "--log-level", "debug"]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.close()
+
+    @classmethod
+    def call(cls, method, path, body=None, raw=None, key=None):
+        host, port = cls.url.split("//", 1)[1].split(":")
+        h = {"Authorization": "Bearer " + (key or cls.key)}
+        if raw is not None:
+            c = http.client.HTTPConnection(host, int(port), timeout=60)
+            c.request(method, path, body=raw, headers=h)
+            r = c.getresponse()
+            r.body = r.read()
+            c.close()
+            return r
+        return sbxtest.tcp_http(host, int(port), method, path, body, h, 60)
+
+    def base(self, t, npc="alice"):
+        return "/api/v1/npcs/%s/sandbox/terminals/%s" % (npc, t["id"])
+
+    def create(self, npc="alice", **body):
+        r = self.call("POST", "/api/v1/npcs/%s/sandbox/terminals" % npc, body or None)
+        self.assertEqual(r.status, 201, r.body)
+        t = r.json()
+        self.assertEqual(r.headers.get("Location"), self.base(t, npc))
+        self.assertEqual(t["state"], "running")
+        return t
+
+    def type(self, t, s, npc="alice"):
+        r = self.call("POST", self.base(t, npc) + "/input", raw=s.encode())
+        self.assertEqual(r.status, 200, r.body)
+
+    def output(self, t, offset=0, npc="alice"):
+        return SSE(self.url, self.base(t, npc) + "/output?offset=%d" % offset, self.key)
+
+    def get(self, t, npc="alice"):
+        r = self.call("GET", self.base(t, npc))
+        self.assertEqual(r.status, 200, r.body)
+        return r.json()
+
+    def test_01_input_comes_back_and_exit_code_is_reported(self):
+        self.call("PUT", "/api/v1/npcs/alice/sandbox")
+        t = self.create(argv=["/bin/sh"], pty=False)
+        o = self.output(t)
+        self.assertEqual(o.status, 200)
+        self.type(t, "echo hi-$((40+2))\n")
+        o.until(lambda o: "hi-42\n" in o.text())
+        self.type(t, "echo oops >&2; exit 3\n")
+        o.until(lambda o: "exit" in o.kinds())
+        streams = [d["stream"] for _, ev, d in o.events if ev == "output"]
+        self.assertIn(2, streams)
+        ex = [d for _, ev, d in o.events if ev == "exit"][0]
+        self.assertEqual((ex["state"], ex["code"]), ("exited", 3))
+        st = self.get(t)
+        self.assertEqual((st["state"], st["exit_code"]), ("exited", 3))
+        o.close()
+        # Another player's terminal is not found; input to an ended one is 409.
+        r = self.call("GET", self.base(t), key=self.stack.other)
+        self.assertEqual(r.status, 404)
+        r = self.call("POST", self.base(t) + "/input", raw=b"x")
+        self.assertEqual(r.status, 409)
+
+    def test_02_control_is_checked_and_eof_closes_stdin(self):
+        self.call("PUT", "/api/v1/npcs/alice/sandbox")
+        t = self.create(argv=["sh", "-c", "echo ready; while read l; do echo \"read:$l\"; "
+                              "done; echo stdin-closed"], pty=False)
+        o = self.output(t)
+        o.until(lambda o: "ready\n" in o.text())
+        for bad in ({"type": "resize", "cols": 0, "rows": 0},
+                    {"type": "resize", "cols": 10001, "rows": 40},
+                    {"type": "resize", "cols": 80, "rows": 24},     # no pty: no size
+                    {"type": "signal", "signal": "NOPE"}, {"type": "signal", "signal": 65},
+                    {"type": "dance"}):
+            r = self.call("POST", self.base(t) + "/control", bad)
+            self.assertEqual(r.status, 400, (bad, r.body))
+        r = self.call("POST", self.base(t) + "/input", raw=b"x" * (64 * 1024 + 1))
+        self.assertEqual(r.status, 413, r.body)
+        self.type(t, "one\n")
+        o.until(lambda o: "read:one\n" in o.text())
+        r = self.call("POST", self.base(t) + "/control", {"type": "eof"})
+        self.assertEqual(r.status, 200, r.body)
+        o.until(lambda o: "exit" in o.kinds())
+        self.assertIn("stdin-closed\n", o.text())
+        o.close()
+        # DELETE kills a running one.
+        t = self.create(argv=["sleep", "300"], pty=False)
+        r = self.call("DELETE", self.base(t))
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(r.json()["state"], "killed")
+
+    def test_03_detach_and_reattach_from_the_offset_gets_every_byte_once(self):
+        self.call("PUT", "/api/v1/npcs/alice/sandbox")
+        t = self.create(argv=["sh", "-c", "for i in $(seq 1 400); do echo line-$i; "
+                              "sleep 0.005; done; sleep 1"], pty=False)
+        self.assertFalse(t["pty"])
+        a = self.output(t)
+        a.until(lambda o: "line-100\n" in o.text())
+        cut = a.last_offset()
+        first = a.output()
+        self.assertEqual(len(first), cut)
+        a.close()
+        b = self.output(t, cut)
+        b.until(lambda o: "exit" in o.kinds(), 30)
+        rest = b.output()
+        whole = first + rest
+        self.assertEqual(whole.decode(),
+                         "".join("line-%d\n" % i for i in range(1, 401)))
+        b.close()
+        # From 0 again: the same bytes in one piece.
+        c = self.output(t, 0)
+        c.until(lambda o: "exit" in o.kinds())
+        self.assertEqual(c.output(), whole)
+        c.close()
+
+    def test_04_api_restart_fails_a_running_terminal_and_replays_it(self):
+        self.call("PUT", "/api/v1/npcs/alice/sandbox")
+        t = self.create(argv=["/bin/sh"], pty=False)
+        o = self.output(t)
+        self.type(t, "echo before-$((1+1))-restart\n")
+        o.until(lambda o: "before-2-restart" in o.text())
+        seen = o.output()
+        o.close()
+        st = self.stack
+        st.api.stop(sig=9)
+        st.apis.remove(st.api)
+        st.api, st.url = st.start_api(st.api_state, self.api_args(), "api.%d" % len(st.apis))
+        type(self).url = st.url
+        s = self.get(t)
+        self.assertEqual((s["state"], s["reason"], s["offset"]),
+                         ("failed", "api_restarted", len(seen)))
+        o = self.output(t)
+        o.until(lambda o: "error" in o.kinds())
+        self.assertEqual(o.output()[:len(seen)], seen)
+        err = [d for _, ev, d in o.events if ev == "error"][0]
+        self.assertEqual(err["code"], "api_restarted")
+        o.close()
+
+    def test_05_a_reaped_sandbox_is_woken_by_a_new_terminal(self):
+        r = self.call("PUT", "/api/v1/npcs/carol/sandbox")
+        self.assertEqual(r.status, 200, r.body)
+
+        def reaped():
+            j = self.call("GET", "/api/v1/npcs/carol/sandbox").json()
+            return j["state"] == "stopped" and j.get("stop_reason") == "idle"
+        sbxtest.wait_until(reaped, 20, "carol's sandbox reaped", interval=0.3)
+        t = self.create("carol", argv=["/bin/sh"], pty=False)
+        self.assertEqual(self.call("GET", "/api/v1/npcs/carol/sandbox").json()["state"],
+                         "running")
+        o = self.output(t, npc="carol")
+        self.type(t, "echo awake-$((6*7))\n", npc="carol")
+        o.until(lambda o: "awake-42" in o.text())
+        # A terminal in use keeps the reaper off: past idle_timeout it runs.
+        time.sleep(5)
+        self.assertEqual(self.get(t, "carol")["state"], "running")
+        self.assertEqual(self.call("GET", "/api/v1/npcs/carol/sandbox").json()["state"],
+                         "running")
+        self.assertEqual(self.call("DELETE", self.base(t, "carol")).status, 200)
+        o.close()
+
+
+    # -------------------------------------------------------- a pty
+
+    def test_06_pty_typed_echo_comes_back(self):
+        self.call("PUT", "/api/v1/npcs/alice/sandbox")
+        t = self.create(argv=["/bin/sh"], cols=80, rows=24)
+        o = self.output(t)
+        self.type(t, "echo hi-$((40+2))\r")
+        o.until(lambda o: "hi-42\r\n" in o.text())
+        # The command line itself was echoed by the pty.
+        self.assertIn("echo hi-$((40+2))", o.text())
+        self.type(t, "exit 3\r")
+        o.until(lambda o: "exit" in o.kinds())
+        ex = [d for _, ev, d in o.events if ev == "exit"][0]
+        self.assertEqual((ex["state"], ex["code"]), ("exited", 3))
+        o.close()
+
+    def test_07_pty_stty_size_agrees_with_the_size_and_a_resize(self):
+        self.call("PUT", "/api/v1/npcs/alice/sandbox")
+        # No line editor (an interactive shell asks the terminal where the
+        # cursor is after a resize, and no terminal answers here).
+        t = self.create(argv=["sh", "-c", "stty size; read x; stty size; read x"],
+                        cols=100, rows=30)
+        o = self.output(t)
+        o.until(lambda o: "30 100\r\n" in o.text())
+        for bad in ({"cols": 0, "rows": 0}, {"cols": 10001, "rows": 40}):
+            bad["type"] = "resize"
+            r = self.call("POST", self.base(t) + "/control", bad)
+            self.assertEqual(r.status, 400, r.body)
+        r = self.call("POST", self.base(t) + "/control",
+                      {"type": "resize", "cols": 120, "rows": 40})
+        self.assertEqual(r.status, 200, r.body)
+        self.type(t, "\r")
+        o.until(lambda o: "40 120\r\n" in o.text())
+        self.assertEqual((self.get(t)["cols"], self.get(t)["rows"]), (120, 40))
+        self.assertEqual(self.call("DELETE", self.base(t)).status, 200)
+        o.close()
+
+    def test_08_signal_reaches_the_foreground_process_group(self):
+        self.call("PUT", "/api/v1/npcs/alice/sandbox")
+        t = self.create(argv=["/bin/sh"])
+        o = self.output(t)
+        self.type(t, "sleep 100; echo after-$((2*4))\r")
+        time.sleep(0.5)
+        r = self.call("POST", self.base(t) + "/control", {"type": "signal", "signal": "INT"})
+        self.assertEqual(r.status, 200, r.body)
+        self.type(t, "echo alive-$((3*3))\r")
+        o.until(lambda o: "alive-9\r\n" in o.text())
+        self.assertEqual(self.call("DELETE", self.base(t)).status, 200)
+        o.close()
+
+if __name__ == "__main__":
+    unittest.main()

@@ -48,6 +48,8 @@ struct api_config {
 	long long headers_max;      /* header fields of a request */
 	long long max_connections;  /* client connections open at once */
 	long long max_connections_keyless; /* of those, without a good key yet */
+	long long connections_per_principal; /* of those, one principal's (0: max_connections/8) */
+	long long streams_per_principal;   /* open streams (SSE viewers, terminals, ports) of one principal */
 	long long keyless_header_timeout;  /* ms for a head while keyless */
 	char *log_level;
 	char *log_file;             /* NULL: stderr */
@@ -69,6 +71,12 @@ struct api_config {
 	long long terminal_input_max; /* bytes of one input POST, and of input queued per terminal */
 	long long terminal_records_per_principal; /* ended terminals kept per principal */
 	long long terminal_retention; /* ms an ended terminal is kept */
+	/* The ports proxy (adr/0053). */
+	long long port_connections_per_sandbox; /* open at once per sandbox; more: 429 */
+	long long port_idle_timeout; /* ms without a byte either way: closed */
+	long long port_body_max;    /* bytes of a request body read before forwarding */
+	long long preview_ttl_max;  /* ms a preview link may live at most */
+	char *preview_domain;       /* NULL: no preview Host; else TOKEN.<it> */
 	/* WebSocket attach (common/sbx_ws.h, adr/0052). */
 	long long ws_message_max;   /* bytes of one received message; more: close 1009 */
 	long long ws_ping_interval; /* ms between the server's pings; 2 silent: closed */

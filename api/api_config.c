@@ -44,6 +44,13 @@ const struct sbx_config_key api_config_keys[] = {
 	K("max_connections_keyless", SBX_CFG_INT, max_connections_keyless, "64",
 	    "of max_connections, those without a valid key yet; beyond, the oldest "
 	    "idle one is closed with 503 overloaded (keyed clients keep the rest)"),
+	K("connections_per_principal", SBX_CFG_INT, connections_per_principal,
+	    "0", "of max_connections, those one principal's requests may hold "
+	    "(0: max_connections/8); beyond, 429 too_many and the connection "
+	    "closes (adr/0056)"),
+	K("streams_per_principal", SBX_CFG_INT, streams_per_principal, "64",
+	    "streams one principal may hold open at once (SSE viewers of execs, "
+	    "terminals, port connections); beyond, 429 too_many (adr/0056)"),
 	K("keyless_header_timeout", SBX_CFG_DURATION_MS, keyless_header_timeout,
 	    "5s", "header_timeout of a connection without a valid key yet"),
 	K("heartbeat", SBX_CFG_DURATION_MS, heartbeat, "15s",
@@ -89,6 +96,20 @@ const struct sbx_config_key api_config_keys[] = {
 	    "ended terminals (and their scrollback logs) kept per principal; the oldest go first"),
 	K("terminal_retention", SBX_CFG_DURATION_MS, terminal_retention, "24h",
 	    "how long an ended terminal and its scrollback are kept"),
+	/* The ports proxy (docs/api.md "Ports", adr/0053). */
+	K("port_connections_per_sandbox", SBX_CFG_INT, port_connections_per_sandbox,
+	    "32", "ports proxy: connections open at once to one sandbox's ports; "
+	    "more: 429 too_many with Retry-After"),
+	K("port_idle_timeout", SBX_CFG_DURATION_MS, port_idle_timeout, "5m",
+	    "ports proxy: a connection with no byte either way this long is closed"),
+	K("port_body_max", SBX_CFG_BYTES, port_body_max, "16m",
+	    "ports proxy: largest request body read before it is forwarded; more: 413"),
+	K("preview_ttl_max", SBX_CFG_DURATION_MS, preview_ttl_max, "24h",
+	    "ports proxy: longest a preview link may live (its default is 1h)"),
+	K("preview_domain", SBX_CFG_STRING, preview_domain, NULL,
+	    "ports proxy: with it (e.g. preview.example.com) a request for "
+	    "TOKEN.preview.example.com is that preview on its own origin; "
+	    "unset: previews only at /p/TOKEN/"),
 	K("cors_origins", SBX_CFG_STRLIST, cors_origins, NULL,
 	    "Origins allowed to call the API from a browser (CORS); empty: CORS off"),
 	K("ws_message_max", SBX_CFG_BYTES, ws_message_max, "1m",
@@ -133,6 +154,10 @@ api_config_finish(struct api_config *cfg, struct sbx_err *err)
 	if (sbx_credential_default(&cfg->broker_token_file,
 	    SBX_CRED_BROKER_TOKEN) == -1)
 		return sbx_err_oom(err);
+	/* A reserve for everyone else: one principal holds an eighth. */
+	if (cfg->connections_per_principal == 0)
+		cfg->connections_per_principal = cfg->max_connections / 8 > 0 ?
+		    cfg->max_connections / 8 : 1;
 	return 0;
 }
 
@@ -168,6 +193,12 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 		    "max_connections_keyless and keyless_header_timeout must be "
 		    "above 0, and max_connections_keyless at most "
 		    "max_connections.");
+	if (cfg->connections_per_principal < 0 ||
+	    cfg->connections_per_principal > cfg->max_connections ||
+	    cfg->streams_per_principal <= 0)
+		return sbx_err_set(err, SBX_E_CONFIG, "connections_per_principal "
+		    "must be 0 (max_connections/8) or 1..max_connections, and "
+		    "streams_per_principal above 0.");
 	if (cfg->exec_log_max < 1024 * 1024 ||
 	    cfg->exec_log_total < cfg->exec_log_max ||
 	    cfg->exec_log_per_principal < cfg->exec_log_max)
@@ -194,6 +225,19 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 		    "terminal_idle, terminals_per_principal and "
 		    "terminal_retention above 0, terminal_records_per_principal "
 		    "0 or more.");
+	if (cfg->port_connections_per_sandbox <= 0 ||
+	    cfg->port_idle_timeout <= 0 || cfg->port_body_max < 0 ||
+	    cfg->preview_ttl_max < 1000)
+		return sbx_err_set(err, SBX_E_CONFIG, "port_connections_per_sandbox "
+		    "and port_idle_timeout must be above 0, port_body_max 0 or "
+		    "more, preview_ttl_max at least 1s.");
+	if (cfg->preview_domain != NULL && cfg->preview_domain[0] != '\0' &&
+	    (strspn(cfg->preview_domain, "abcdefghijklmnopqrstuvwxyz"
+	    "0123456789.-") != strlen(cfg->preview_domain) ||
+	    cfg->preview_domain[0] == '.' || strchr(cfg->preview_domain, '.') ==
+	    NULL))
+		return sbx_err_set(err, SBX_E_CONFIG, "preview_domain must be a "
+		    "lowercase DNS name with a dot, e.g. preview.example.com.");
 	if (cfg->ws_message_max < 1024 || cfg->ws_ping_interval < 1000 ||
 	    cfg->ws_output_high < 65536)
 		return sbx_err_set(err, SBX_E_CONFIG, "ws_message_max must be "

@@ -553,6 +553,13 @@ api_h_execs_events(struct areq *a, struct sbx_err *err)
 		areq_reply_body(a, 204, NULL, NULL);
 		return 0;
 	}
+	/* A viewer is one of its principal's open streams (adr/0056);
+	 * given back in areq_finish. */
+	if (a->authed) {
+		if (api_streams_take(a->s, a->who.id, err) == -1)
+			return -1;
+		a->stream_counted = 1;
+	}
 	if ((v = calloc(1, sizeof(*v))) == NULL ||
 	    (v->stall = evtimer_new(a->s->base, viewer_stalled, v)) == NULL) {
 		free(v);

@@ -46,6 +46,25 @@ static int term_auth(struct api_server *, const char *, const char *,
 #define NPC_PATH NPCS_PATH "/{npc}"
 #define EXEC_PATH NPC_PATH "/sandbox/execs/*"
 #define TERM_PATH NPC_PATH "/sandbox/terminals/*"
+#define PORT_PATH NPC_PATH "/sandbox/ports/{port}"
+
+/* The ports proxy takes every method a browser or a client sends. */
+#define PROXY_ROWS(pattern, flags, act, hook) \
+	{ { EVHTTP_REQ_GET, pattern }, api_h_port_proxy, flags, \
+	    .action = act, .auth = hook }, \
+	{ { EVHTTP_REQ_POST, pattern }, api_h_port_proxy, flags, \
+	    .action = act, .auth = hook }, \
+	{ { EVHTTP_REQ_PUT, pattern }, api_h_port_proxy, flags, \
+	    .action = act, .auth = hook }, \
+	{ { EVHTTP_REQ_DELETE, pattern }, api_h_port_proxy, flags, \
+	    .action = act, .auth = hook }, \
+	{ { EVHTTP_REQ_PATCH, pattern }, api_h_port_proxy, flags, \
+	    .action = act, .auth = hook }, \
+	{ { EVHTTP_REQ_HEAD, pattern }, api_h_port_proxy, flags, \
+	    .action = act, .auth = hook }, \
+	{ { EVHTTP_REQ_OPTIONS, pattern }, api_h_port_proxy, flags, \
+	    .action = act, .auth = hook }
+#define PROXY_FLAGS (R_NPC | R_PORT | R_WAKES)
 
 static const struct api_route routes[] = {
 	{ { EVHTTP_REQ_POST, NPCS_PATH }, api_h_npc_create,
@@ -123,6 +142,22 @@ static const struct api_route routes[] = {
 	{ { EVHTTP_REQ_POST, TERM_PATH "/tickets" }, api_h_terms_ticket,
 	    R_AUTH | R_NPC | R_EXEC | R_JSON_OPT | R_MUTATING,
 	    .action = "terminals.ticket" },
+	/* Ports (api_ports*.c, adr/0053): tickets, previews and tcp first,
+	 * so those three names of a port's root are the api's. */
+	{ { EVHTTP_REQ_POST, PORT_PATH "/tickets" }, api_h_port_ticket,
+	    R_AUTH | R_NPC | R_JSON_OPT, .action = "ports.ticket" },
+	{ { EVHTTP_REQ_POST, PORT_PATH "/previews" }, api_h_port_preview,
+	    R_AUTH | R_NPC | R_JSON_OPT | R_MUTATING,
+	    .action = "ports.preview" },
+	{ { EVHTTP_REQ_GET, PORT_PATH "/tcp" }, api_h_port_tcp,
+	    R_AUTH | PROXY_FLAGS, .action = "ports.tcp",
+	    .auth = api_ports_auth },
+	PROXY_ROWS(PORT_PATH "/**", R_AUTH | PROXY_FLAGS, "ports.proxy",
+	    api_ports_auth),
+	/* A preview link on the api's own origin: no key, the token is the
+	 * credential (R_PREVIEW). */
+	PROXY_ROWS("/p/{token}/**", R_PREVIEW | PROXY_FLAGS, "ports.preview_proxy",
+	    NULL),
 	{ { EVHTTP_REQ_GET, "/console" }, api_h_console, 0,
 	    .action = "console" },
 	/* Operators only: the figures are about every principal's use. */
@@ -131,26 +166,14 @@ static const struct api_route routes[] = {
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
+/* Every path of a preview Host (TOKEN.<preview_domain>) is that preview. */
+static const struct api_route host_routes[] = {
+	PROXY_ROWS("/**", R_PREVIEW | PROXY_FLAGS, "ports.preview_host", NULL),
+};
+#define NHOST_ROUTES (sizeof(host_routes) / sizeof(host_routes[0]))
+
 /* ------------------------------------------------------------------ */
 /* Limits                                                              */
-
-static struct api_limit *
-limit_get(struct api_server *s, int64_t principal_id)
-{
-	struct api_limit *l;
-
-	for (l = s->limits; l != NULL; l = l->next)
-		if (l->principal_id == principal_id)
-			return l;
-	if ((l = calloc(1, sizeof(*l))) == NULL)
-		return NULL;
-	l->principal_id = principal_id;
-	l->tokens = (double)s->cfg->rate_per_minute;
-	l->refilled_ms = sbx_mono_ms();
-	l->next = s->limits;
-	s->limits = l;
-	return l;
-}
 
 /*
  * Token bucket: rate_per_minute tokens, refilled continuously. Returns 0
@@ -320,6 +343,41 @@ api_authenticate(struct api_server *s, int method, const char *path,
 }
 
 /*
+ * A preview's head in the gate (a preview Host, or /p/TOKEN/...): a live
+ * token takes the connection out of the keyless pool (1) and its body may
+ * be port_body_max; a dead one passes (2: dispatch answers 404) with no
+ * body. 0: no preview; the usual checks go on.
+ */
+static int
+gate_preview(struct api_server *s, const struct sbx_gate_head *h,
+    const char *path, uint64_t *cap)
+{
+	struct api_principal who;
+	char host[256], npc[API_NPC_NAME_MAX + 2];
+	const char *tok = NULL;
+	size_t n = 0;
+	int port, r;
+
+	if (h->host != NULL && h->hostlen < sizeof(host)) {
+		memcpy(host, h->host, h->hostlen);
+		host[h->hostlen] = '\0';
+		tok = api_ports_host_token(s, host, &n);
+	}
+	if (tok == NULL && strncmp(path, "/p/", 3) == 0) {
+		tok = path + 3;
+		n = strcspn(tok, "/");
+	}
+	if (tok == NULL)
+		return 0;
+	r = api_ports_preview_resolve(s, tok, n, &who, npc, sizeof(npc), &port);
+	sodium_memzero(&who, sizeof(who));
+	if (r != 1)
+		return 2;
+	*cap = (uint64_t)s->cfg->port_body_max;
+	return 1;
+}
+
+/*
  * The gate's check (common/sbx_gate.h), before any body byte is read: the
  * credential (the same lookup as api_dispatch's step 1) and the route's
  * body cap. A database error lets the head through with cap 0, so a body
@@ -345,6 +403,8 @@ gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
 	 * api_dispatch answers it (cors) or asks for a key; no body. */
 	if (h->type == EVHTTP_REQ_OPTIONS)
 		return SBX_GATE_PASS;
+	if (path != NULL && (ok = gate_preview(s, h, path, cap)) != 0)
+		return ok == 1 ? SBX_GATE_KEYED : SBX_GATE_PASS;
 	r = path != NULL ? route_find(path, h->type, npc, sizeof(npc), id,
 	    sizeof(id), NULL, 0) : NULL;
 	if (path == NULL || path_needs_auth(path)) {
@@ -377,6 +437,8 @@ gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
 		*cap = (uint64_t)s->cfg->body_max;
 	else if (r != NULL && (r->flags & R_BYTES))
 		*cap = (uint64_t)s->cfg->terminal_input_max;
+	else if (r != NULL && (r->flags & R_PORT))
+		*cap = (uint64_t)s->cfg->port_body_max;
 	/* A verified key takes the connection out of the keyless pool. */
 	return keyed ? SBX_GATE_KEYED : SBX_GATE_PASS;
 }
@@ -513,7 +575,31 @@ check_auth(struct areq *a, const char *path, struct sbx_err *err)
 	return 0;
 }
 
-/* 3. Requests per minute. */
+/* 2b. A preview's token (R_PREVIEW): its maker is the principal, its NPC
+ * and port are the request's. A dead or foreign token is no preview. */
+static int
+check_preview(struct areq *a, const char *tok, size_t n, char *npc,
+    size_t npccap, struct sbx_err *err)
+{
+	int r;
+
+	if (tok == NULL || n >= sizeof(a->preview))
+		r = 0;
+	else
+		r = api_ports_preview_resolve(a->s, tok, n, &a->who, npc,
+		    npccap, &a->port);
+	if (r == -1)
+		return sbx_err_set(err, SBX_E_INTERNAL, "The api's database "
+		    "failed.");
+	if (r == 0)
+		return sbx_err_set(err, SBX_E_NOT_FOUND, "No such preview: the "
+		    "link is wrong or has expired.");
+	snprintf(a->preview, sizeof(a->preview), "%.*s", (int)n, tok);
+	a->authed = 1;
+	return 0;
+}
+
+/* 3. Requests per minute. A port's connections have their own cap. */
 static int
 check_rate(struct areq *a, struct sbx_err *err)
 {
@@ -521,9 +607,9 @@ check_rate(struct areq *a, struct sbx_err *err)
 	char ra[24];
 	long wait;
 
-	if (!a->authed)
+	if (!a->authed || (a->route->flags & R_PORT))
 		return 0;
-	if ((a->lim = limit_get(s, a->who.id)) == NULL)
+	if ((a->lim = api_limit_get(s, a->who.id)) == NULL)
 		return sbx_err_oom(err);
 	if ((wait = limit_take(s, a->lim)) == 0)
 		return 0;
@@ -578,6 +664,12 @@ check_body(struct areq *a, int too_large, struct sbx_err *err)
 
 	blen = too_large ? SIZE_MAX : a->gbody != NULL ?
 	    (size_t)sbx_gate_body_length(a->gbody) : evbuffer_get_length(in);
+	if ((flags & R_PORT) && blen > (size_t)cfg->port_body_max)
+		return sbx_err_set(err, SBX_E_TOO_LARGE, "The request body is "
+		    "larger than %lld bytes (port_body_max).",
+		    cfg->port_body_max);
+	if (flags & R_PORT)
+		return 0;   /* forwarded as it is */
 	if (!(flags & (R_JSON | R_JSON_OPT | R_RAW | R_BYTES)) && blen > 0)
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "This route takes no "
 		    "body.");
@@ -613,6 +705,8 @@ dispatch_checks(struct areq *a, struct sbx_err *err)
 	const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
 	enum sbx_gate_verdict refused;
 	char npc[API_NPC_NAME_MAX + 2], allow[128];
+	const char *host, *tok = NULL;
+	size_t tn = 0;
 
 	/* What the gate refused before any body byte was read: a head too
 	 * long or too slow, too many connections, framing (after the
@@ -641,11 +735,27 @@ dispatch_checks(struct areq *a, struct sbx_err *err)
 	if (s->draining)
 		return sbx_err_set(err, SBX_E_SHUTTING_DOWN,
 		    SBX_MSG_API_DRAINING);
-	if (check_auth(a, path, err) == -1)
-		return -1;
-	/* 2. Route and method. */
-	a->route = route_find(path, evhttp_request_get_command(req), npc,
-	    sizeof(npc), a->exec_id, sizeof(a->exec_id), allow, sizeof(allow));
+	/* A preview Host is that preview, whatever the path (its own
+	 * origin, adr/0053); nothing of the api is served there. */
+	host = evhttp_find_header(evhttp_request_get_input_headers(req),
+	    "Host");
+	if ((tok = api_ports_host_token(s, host, &tn)) != NULL) {
+		a->preview_host = 1;
+		a->route = sbx_httpd_route_find(host_routes, NHOST_ROUTES,
+		    sizeof(host_routes[0]), evhttp_request_get_command(req),
+		    path, NULL, allow, sizeof(allow));
+	} else {
+		if (check_auth(a, path, err) == -1)
+			return -1;
+		/* 2. Route and method. */
+		a->route = route_find(path, evhttp_request_get_command(req),
+		    npc, sizeof(npc), a->exec_id, sizeof(a->exec_id), allow,
+		    sizeof(allow));
+		if (a->route != NULL && (a->route->flags & R_PREVIEW)) {
+			tok = path + 3;
+			tn = strcspn(tok, "/");
+		}
+	}
 	if (a->route == NULL && allow[0] != '\0') {
 		sbx_httpd_header(&a->h, "Allow", allow);
 		return sbx_err_set(err, SBX_E_METHOD_NOT_ALLOWED, "Method not "
@@ -653,10 +763,14 @@ dispatch_checks(struct areq *a, struct sbx_err *err)
 	}
 	if (a->route == NULL)
 		return sbx_err_set(err, SBX_E_NOT_FOUND, "No such route.");
+	if ((a->route->flags & R_PREVIEW) &&
+	    check_preview(a, tok, tn, npc, sizeof(npc), err) == -1)
+		return -1;
 	if ((a->route->flags & R_AUTH) && !a->authed)
 		return sbx_err_set(err, SBX_E_UNAUTHORIZED, "A valid API key is "
 		    "required.");
-	if (check_rate(a, err) == -1 || check_npc(a, npc, err) == -1)
+	if (check_rate(a, err) == -1 || api_conns_admit(a, err) == -1 ||
+	    check_npc(a, npc, err) == -1)
 		return -1;
 	/* An exec id of another form names no exec (the route's "*"). */
 	if ((a->route->flags & R_EXEC) && !exec_id_ok(a->exec_id))
@@ -716,7 +830,8 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 	if ((s->store = api_store_open(cfg->state_dir, err)) == NULL ||
 	    api_store_defer_on(s->store, base, err) == -1)
 		goto fail;
-	if (api_execs_open(s, err) == -1 || api_terms_open(s, err) == -1)
+	if (api_execs_open(s, err) == -1 || api_terms_open(s, err) == -1 ||
+	    api_ports_open(s, err) == -1)
 		goto fail;
 	if (api_console_init(s) == -1) {
 		sbx_err_oom(err);
@@ -741,6 +856,8 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 	hc.arg = s;
 	if ((s->http = sbx_httpd_server_new(base, &hc, &s->gate, err)) == NULL)
 		goto fail;
+	/* A principal's connection slot comes back when it closes. */
+	sbx_gate_set_unmark(s->gate, api_conns_unmark);
 	/* HOST:PORT (a name, IPv4 or [IPv6]; port 0: any, read back). */
 	if (sbx_httpd_listen(s->http, base, cfg->listen, 0, 0, &s->listener,
 	    err) == -1)
@@ -779,9 +896,11 @@ api_server_drain(struct api_server *s, void (*done)(void *), void *arg)
 		return;
 	s->draining = 1;
 	sbx_httpd_unlisten(s->http, &s->listener);
-	/* Viewers of resource execs end now: they resume later. */
+	/* Viewers of resource execs end now: they resume later. So do
+	 * proxied port connections. */
 	api_execs_drain(s);
 	api_terms_drain(s);
+	api_ports_drain(s);
 	snprintf(n, sizeof(n), "%u", s->inflight);
 	log_info("draining", "in_flight", n, NULL);
 	/* Cannot wait politely (no memory for the events): cancelled now. */
@@ -799,8 +918,10 @@ api_server_free(struct api_server *s)
 	/* Requests still open: stop their driver work; evhttp_free below
 	 * closes their connections. */
 	api_req_abandon_all(s);
+	api_ports_close(s);
 	api_execs_close(s);
 	api_terms_close(s);
+	api_req_trim_close(s);
 	free(s->console_csp);
 	if (s->http != NULL)
 		evhttp_free(s->http);   /* frees every bound gate connection */

@@ -30,12 +30,16 @@ struct api_limit {
 	int64_t refilled_ms;      /* monotonic ms of the last refill */
 	unsigned execs;           /* exec streams open now */
 	unsigned fileops;         /* reads, writes, lists in flight */
+	unsigned streams;         /* open streams (api_streams_take) */
+	unsigned conns;           /* connections marked as its (api_conns_admit) */
 	struct api_limit *next;
 };
 
 struct areq;
 struct api_exec;
 struct ax_viewer;
+struct api_ports;
+struct api_port_conn;
 struct api_viewer;
 struct api_term;
 struct ax_list_out;
@@ -66,11 +70,15 @@ struct api_server {
 	char *execs_dir;            /* state_dir/execs */
 	unsigned char ticket_key[32];
 	struct event *sweep_ev;     /* retention sweep */
+	struct event *trim_ev;      /* freed heap back to the system (api_req.c) */
 	char *console_csp;          /* script-src of /console: the hash of its one script */
 	/* Terminals (api_term*.c, adr/0051). */
 	struct api_term *terms;     /* newest first */
 	char *terms_dir;            /* state_dir/terms */
 	struct event *terms_sweep;  /* retention and record bounds */
+	/* The ports proxy (api_ports*.c, adr/0053). */
+	unsigned char port_key[32]; /* signs previews and port tickets */
+	struct api_ports *ports;    /* open tunnels, byte counts */
 };
 
 /* The sentence a player gets when asking for egress (SPEC §8); %s: NPC. */
@@ -88,6 +96,12 @@ struct api_server {
 #define R_WAKES    0x80  /* uses the sandbox: a stopped one is started first */
 #define R_EXEC     0x100 /* path has an exec id ("*"): [a-z0-9]{1,39}, else 404 */
 #define R_BYTES    0x200 /* raw body gathered whole, at most terminal_input_max */
+#define R_PORT     0x400 /* the ports proxy: "{port}" is the second capture
+                          * (into exec_id); the body, up to port_body_max,
+                          * is forwarded; no requests_per_minute (the
+                          * connection cap governs) */
+#define R_PREVIEW  0x800 /* the credential and the NPC come from a preview
+                          * token (/p/{token}/ or a preview Host) */
 
 /*
  * A handler (adr/0035, the broker's shape): returns 0 when the request goes
@@ -150,10 +164,15 @@ struct areq {
 	const char *label;                  /* metrics route when route is NULL */
 	int exec_started;                   /* counted in execs_started */
 	int64_t exec_started_ms;            /* monotonic */
-	char exec_id[40];                   /* {id} of .../execs/{id}... routes */
 	struct ax_viewer *viewer;          /* GET .../events being streamed */
 	struct api_viewer *tviewer;         /* GET .../terminals/{id}/output */
 	struct api_term *tcreate;           /* POST .../terminals waiting for start */
+	char exec_id[40];                   /* {id} of .../execs/{id}... routes
+	                                     * ({port} of ports routes) */
+	int port;                           /* R_PORT, R_PREVIEW: 1..65535 */
+	char preview[64];                   /* R_PREVIEW: the token ("" none) */
+	int preview_host;                   /* R_PREVIEW: from the Host */
+	struct api_port_conn *pconn;        /* the proxy's tunnel until hand-off */
 	int sse_counted;                    /* counted in sse_clients */
 	/* an SSE stream's heartbeat (areq_stream_begin with a->sse) */
 	struct event *ping;
@@ -190,6 +209,9 @@ struct areq {
 	 * (api_files.c, adr/0030). */
 	struct sbx_gate_body *gbody;
 	uint64_t wsize;                     /* its Content-Length, bytes */
+	struct api_spool *spool;            /* a chunked one's file (api_files.c) */
+	int close_after;                    /* the reply closes the connection */
+	int stream_counted;                 /* holds one of who's stream slots */
 	struct sbx_list_out *lout;          /* a list reply being encoded */
 	struct ax_list_out *xlist;          /* a list of execs being encoded
 	                                     * (api_execs_view.c, adr/0048) */
@@ -205,6 +227,43 @@ struct areq {
  * cancelled). A handler's tail: returns 0
  * (started) or -1 with err, nothing sent. */
 int api_write_stream(struct areq *a, sbx_done_cb done, struct sbx_err *err);
+/*
+ * api_streams.c (adr/0056): a principal's shares of the shared pools.
+ *
+ * api_limit_get: principal_id's limits record (made at first use, kept for
+ * the api's life); NULL when out of memory.
+ *
+ * api_streams_take: takes one of principal_id's streams_per_principal
+ * (64) slots for a stream that stays open (an SSE viewer of an exec, a
+ * terminal, a port connection: every long-lived stream of a principal
+ * calls it before it starts, and api_streams_put exactly once when it
+ * ends). Returns 0, or -1 with err: too_many (429; the reply gets
+ * Retry-After: 1 from the core's table) with a sentence, or internal (out
+ * of memory). Counts only; the caller owns the stream.
+ *
+ * api_streams_put: gives one back (never below 0).
+ *
+ * api_conns_admit: a request of an authenticated principal (a->lim set):
+ * its connection becomes one of the principal's (a mark on the gate's
+ * connection, cleared when it closes: api_conns_unmark, the gate's unmark
+ * hook). When the principal already holds connections_per_principal
+ * (default max_connections/8) connections, -1 with err too_many and
+ * a->close_after set (the reply closes the connection). A connection used
+ * before by another principal (a proxy's keep-alive) moves to this one.
+ */
+struct api_limit *api_limit_get(struct api_server *s, int64_t principal_id);
+int api_streams_take(struct api_server *s, int64_t principal_id,
+    struct sbx_err *err);
+void api_streams_put(struct api_server *s, int64_t principal_id);
+int api_conns_admit(struct areq *a, struct sbx_err *err);
+void api_conns_unmark(void *arg, int64_t principal_id);
+
+/* api_req.c: a request that moved a file's body ended: the heap it freed
+ * goes back to the system shortly (malloc_trim, at most once per 200 ms),
+ * so RSS returns after big requests (issue 24 M2, adr/0056). */
+void areq_trim_later(struct api_server *s);
+/* api_req.c: frees what areq_trim_later armed (server free). */
+void api_req_trim_close(struct api_server *s);
 /* api_files.c: a list page's reply (a->list_obj: the page object, else the
  * v1 array with the Sbx-List-* headers), encoded in slices of
  * SBX_LIST_SLICE entries, one per turn of the event loop, then sent whole
@@ -349,6 +408,50 @@ int api_h_terms_output(struct areq *a, struct sbx_err *err);
 int api_h_terms_input(struct areq *a, struct sbx_err *err);
 int api_h_terms_control(struct areq *a, struct sbx_err *err);
 int api_h_terms_ticket(struct areq *a, struct sbx_err *err);
+/* api_ports.c, api_ports_auth.c: the ports reverse proxy, its tickets and
+ * preview links (docs/api.md "Ports", adr/0053). */
+/* Derives the token key from the ticket key (after api_execs_open) and
+ * makes the tunnel table. Returns 0, or -1 with err internal. */
+int api_ports_open(struct api_server *s, struct sbx_err *err);
+/* Closes every tunnel (drain: a proxied connection is cut, the browser
+ * reconnects elsewhere/later). */
+void api_ports_drain(struct api_server *s);
+/* Closes every tunnel and frees the table. */
+void api_ports_close(struct api_server *s);
+/* ANY .../sandbox/ports/{port}/..., /p/{token}/..., a preview Host. */
+int api_h_port_proxy(struct areq *a, struct sbx_err *err);
+/* GET .../sandbox/ports/{port}/tcp: a WebSocket whose binary messages are
+ * the raw bytes of one TCP connection to the port (sbxctl port-forward). */
+int api_h_port_tcp(struct areq *a, struct sbx_err *err);
+/* POST .../sandbox/ports/{port}/tickets and .../previews. */
+int api_h_port_ticket(struct areq *a, struct sbx_err *err);
+int api_h_port_preview(struct areq *a, struct sbx_err *err);
+/*
+ * The proxy route's credential (api_auth_fn): the bearer key when an
+ * Authorization header is present, else ?sbx_ticket= (a live ticket of
+ * this NPC and port, made by a principal still active). id is the port
+ * segment. Returns 1 with *who, 0 (401), -1 (database error).
+ */
+int api_ports_auth(struct api_server *s, const char *npc, const char *id,
+    const char *query, const char *authorization, int final,
+    struct api_principal *who);
+/*
+ * A preview's token (tok, n bytes, untrusted; from /p/{token}/ or a
+ * preview Host): when it is a live preview whose NPC exists and whose
+ * maker is active and still owns the NPC or operates, *who gets the maker,
+ * npc (npccap bytes) the NPC's name and *port the port; returns 1. 0 when
+ * not (one answer: 404 at dispatch), -1 on a database error.
+ */
+int api_ports_preview_resolve(struct api_server *s, const char *tok,
+    size_t n, struct api_principal *who, char *npc, size_t npccap,
+    int *port);
+/* The token of a request's Host when preview_domain is set and Host is
+ * TOKEN.<preview_domain> (api_ports_preview_host); NULL otherwise. */
+const char *api_ports_host_token(const struct api_server *s,
+    const char *host, size_t *n);
+/* Appends the ports families to /metrics' text (sbx_api_port_*). */
+int api_ports_metrics(const struct api_server *s, struct evbuffer *out);
+
 /* GET /console: the embedded page (api/console.html + xterm.js, adr/0054), a fresh style nonce each reply. */
 int api_h_console(struct areq *a, struct sbx_err *err);
 /* Builds s->console_csp (the hash of the page's one inline script) and finds

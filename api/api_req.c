@@ -1,4 +1,5 @@
 /* api_req.c - the life of one sandbox-api request over the HTTP core (sbx_httpd.h, adr/0035): start, the one way out of a handler, replies and errors, streams, limits given back, finish, drain. Reaches handlers only through the route table and the hooks of struct areq. */
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,8 +141,12 @@ areq_finish(struct areq *a, int status, const char *outcome)
 		a->lim->fileops--;
 	if (a->on_end != NULL)
 		a->on_end(a);
+	if (a->stream_counted)
+		api_streams_put(a->s, a->who.id);
 	sbx_httpd_unwatch(&a->h);
 	sbx_list_out_free(a->lout);
+	if (a->gbody != NULL)
+		areq_trim_later(a->s);
 	sbx_gate_body_free(a->gbody);
 	if (a->ping != NULL)
 		event_free(a->ping);
@@ -168,6 +173,11 @@ reply_flags(const struct areq *a, int status)
 {
 	if (a->gbody != NULL && status == 504 &&
 	    !sbx_gate_body_complete(a->gbody))
+		return SBX_HTTPD_NO_STORE | SBX_HTTPD_CLOSE;
+	if (a->close_after)
+		return SBX_HTTPD_NO_STORE | SBX_HTTPD_CLOSE;
+	/* A chunked body the gate refused mid-way cannot be framed further. */
+	if (a->gbody != NULL && sbx_gate_body_failed(a->gbody) != SBX_GATE_PASS)
 		return SBX_HTTPD_NO_STORE | SBX_HTTPD_CLOSE;
 	return SBX_HTTPD_NO_STORE;
 }
@@ -418,4 +428,37 @@ api_req_abandon_all(struct api_server *s)
 		a->route = NULL;    /* no audit row for an abandoned request */
 		areq_finish(a, 503, SBX_E_SHUTTING_DOWN);
 	}
+}
+
+/* ---- the heap back to the system after big bodies ---- */
+
+static void
+trim_fire(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+	/* glibc keeps freed arena memory mapped (a body's window buffers,
+	 * evbuffer chains): RSS stayed at its high-water mark (issue 24 M2). */
+	malloc_trim(0);
+}
+
+void
+areq_trim_later(struct api_server *s)
+{
+	struct timeval tv = { 0, 200 * 1000 };
+
+	if (s->trim_ev == NULL &&
+	    (s->trim_ev = evtimer_new(s->base, trim_fire, s)) == NULL)
+		return;
+	if (!evtimer_pending(s->trim_ev, NULL))
+		evtimer_add(s->trim_ev, &tv);
+}
+
+void
+api_req_trim_close(struct api_server *s)
+{
+	if (s->trim_ev != NULL)
+		event_free(s->trim_ev);
+	s->trim_ev = NULL;
 }

@@ -683,7 +683,8 @@ api_h_metrics(struct areq *a, struct sbx_err *err)
 	struct evbuffer *out = NULL;
 
 	if ((out = evbuffer_new()) == NULL ||
-	    api_metrics_render(&a->s->metrics, out, a->s->inflight) == -1) {
+	    api_metrics_render(&a->s->metrics, out, a->s->inflight) == -1 ||
+	    api_ports_metrics(a->s, out) == -1) {
 		if (out != NULL)
 			evbuffer_free(out);
 		return sbx_err_oom(err);

@@ -46,6 +46,8 @@ enum {
 	Q_AUDIT_DETAIL,
 	Q_EGRESS_ALLOW_SET,
 	Q_EGRESS_ALLOW_DEL,
+	Q_PRINCIPAL_GET_ID,
+	Q_NPC_GET_ID,
 	Q_N
 };
 
@@ -77,6 +79,9 @@ static const char *const queries[Q_N] = {
 	[Q_NPC_CREATE] = "INSERT INTO npcs (name, owner_id, sandbox_id, created_at) "
 	    "VALUES (?, ?, ?, ?)",
 	[Q_NPC_GET] = NPC_SELECT "WHERE n.name = ?",
+	[Q_NPC_GET_ID] = NPC_SELECT "WHERE n.id = ?",
+	[Q_PRINCIPAL_GET_ID] = "SELECT id, name, role, created_at, revoked_at FROM "
+	    "principals WHERE id = ?",
 	[Q_NPC_LIST] = NPC_SELECT "WHERE ?1 = 0 OR n.owner_id = ?1 ORDER BY n.name",
 	[Q_NPC_SET_EGRESS] = "UPDATE npcs SET egress = ?, egress_by = ?, egress_at = ? "
 	    "WHERE name = ?",
@@ -517,6 +522,20 @@ api_store_principal_get(struct api_store *st, const char *name,
 }
 
 int
+api_store_principal_get_id(struct api_store *st, int64_t id,
+    struct api_principal *out, struct sbx_err *err)
+{
+	sqlite3_stmt *stmt = st->q[Q_PRINCIPAL_GET_ID];
+	int rc;
+
+	db_bind(stmt, "i", id);
+	if ((rc = step_row(st, stmt, "get principal", err)) == 1)
+		row_principal(stmt, out);
+	sbx_sqlite_done(stmt);
+	return rc;
+}
+
+int
 api_store_authenticate(struct api_store *st, const char *key, size_t len,
     struct api_principal *out)
 {
@@ -604,6 +623,20 @@ api_store_npc_get(struct api_store *st, const char *name, struct api_npc *out,
 	int rc;
 
 	db_bind(stmt, "t", name);
+	if ((rc = step_row(st, stmt, "get npc", err)) == 1)
+		row_npc(stmt, out);
+	sbx_sqlite_done(stmt);
+	return rc;
+}
+
+int
+api_store_npc_get_id(struct api_store *st, int64_t id, struct api_npc *out,
+    struct sbx_err *err)
+{
+	sqlite3_stmt *stmt = st->q[Q_NPC_GET_ID];
+	int rc;
+
+	db_bind(stmt, "i", id);
 	if ((rc = step_row(st, stmt, "get npc", err)) == 1)
 		row_npc(stmt, out);
 	sbx_sqlite_done(stmt);

@@ -97,6 +97,9 @@ int api_store_principal_list(struct api_store *st,
 /* Looks up by name (revoked ones too). 1 found, 0 absent, -1 error. */
 int api_store_principal_get(struct api_store *st, const char *name,
     struct api_principal *out, struct sbx_err *err);
+/* Looks up by id (revoked ones too). 1 found, 0 absent, -1 error. */
+int api_store_principal_get_id(struct api_store *st, int64_t id,
+    struct api_principal *out, struct sbx_err *err);
 
 /*
  * Authenticates a presented key of len bytes (any bytes): hashes it keyed
@@ -118,6 +121,9 @@ int api_store_npc_create(struct api_store *st, const char *name,
 
 /* 1 found (*out filled), 0 absent, -1 error (err). */
 int api_store_npc_get(struct api_store *st, const char *name,
+    struct api_npc *out, struct sbx_err *err);
+/* By id (api_npc.id; a preview link names its NPC so): as api_store_npc_get. */
+int api_store_npc_get_id(struct api_store *st, int64_t id,
     struct api_npc *out, struct sbx_err *err);
 
 /* Calls cb for each NPC of owner_id (0: all), by name. Returns 0 or -1. */

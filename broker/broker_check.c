@@ -17,6 +17,7 @@
 #include <sodium.h>
 
 #include "broker_check.h"
+#include "driver_engine.h"
 #include "sbx_call.h"
 #include "sbx_http_client.h"
 #include "sbx_log.h"
@@ -33,6 +34,7 @@ struct check {
 	int over;
 	int finished;
 	struct sbx_err err;
+	char *pstat;               /* X-Docker-Container-Path-Stat, or NULL */
 };
 
 static void
@@ -152,22 +154,125 @@ img_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 {
 	struct check *c = arg;
 
+	const char *ps = sbx_http_req_header(req, "X-Docker-Container-Path-Stat");
+
 	c->status = sbx_http_req_status(req);
+	free(c->pstat);
+	c->pstat = ps != NULL ? strdup(ps) : NULL;
 	if (err != NULL)
 		c->err = *err;
 	c->finished = 1;
 	event_base_loopbreak(c->base);
 }
 
-/* One allowlisted image: present, Linux, the helper's architecture. */
-static void
-check_image(struct check *c, const char *runtime, const char *image,
-    const char *helper_arch, int is_default)
+/*
+ * One runtime request, waited for: method path with the JSON text body (or
+ * NULL); the status and answer land in c. -1 after a transport error
+ * (c->err set).
+ */
+static int
+check_call(struct check *c, const char *runtime, const char *method,
+    const char *path, const char *body)
 {
 	struct sbx_http_request q;
 	struct sbx_http_opts o;
 	struct sbx_http_cbs cbs;
 	struct sbx_http_req *req;
+
+	memset(&q, 0, sizeof(q));
+	memset(&o, 0, sizeof(o));
+	memset(&cbs, 0, sizeof(cbs));
+	q.method = method;
+	q.path = path;
+	if (body != NULL) {
+		q.content_type = "application/json";
+		q.body = body;
+		q.body_len = strlen(body);
+	}
+	o.timeout_ms = 30000;
+	o.peer_name = "the container runtime";
+	cbs.body = img_body;
+	cbs.done = img_done;
+	cbs.arg = c;
+	c->finished = 0;
+	c->over = 0;
+	c->status = 0;
+	sbx_err_clear(&c->err);
+	evbuffer_drain(c->body, evbuffer_get_length(c->body));
+	if ((req = sbx_http_request(c->base, runtime, &q, &o, &cbs,
+	    &c->err)) == NULL)
+		return -1;
+	while (!c->finished)
+		if (event_base_dispatch(c->base) == -1)
+			break;
+	return c->err.code[0] != '\0' ? -1 : 0;
+}
+
+/*
+ * The image's mount paths (adr/0045), as ensure judges them: a container
+ * of it with no mount, created and never started, an archive HEAD per
+ * path, removed. 1 when each passed, 0 after printing the problem.
+ */
+static int
+check_mounts(struct check *c, const char *runtime, const char *image)
+{
+	struct sbx_err err;
+	char path[1024], id[80] = "", *body;
+	json_t *j;
+	size_t i;
+	int ok = 1;
+
+	body = json_dumps(j = json_pack("{s:s, s:[s], s:{s:s, s:s}, s:b,"
+	    " s:{s:s, s:[s]}}", "Image", image, "Entrypoint", "/.sbx/sbx-helper",
+	    "Labels", "io.sbx.managed", "true", "io.sbx.role", "image-probe",
+	    "NetworkDisabled", 1, "HostConfig", "NetworkMode", "none",
+	    "CapDrop", "ALL"), JSON_COMPACT);
+	json_decref(j);
+	if (body == NULL || check_call(c, runtime, "POST",
+	    "/v1.41/containers/create", body) < 0 || c->status != 201 ||
+	    (j = json_loadb((const char *)evbuffer_pullup(c->body, -1),
+	    evbuffer_get_length(c->body), 0, NULL)) == NULL) {
+		free(body);
+		problem(c, "image %s could not be checked: the runtime did not "
+		    "create a container of it (HTTP %d).", image, c->status);
+		return 0;
+	}
+	free(body);
+	snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(j,
+	    "Id")) != NULL ? json_string_value(json_object_get(j, "Id")) : "");
+	json_decref(j);
+	for (i = 0; id[0] != '\0' && sbx_engine_mount_paths[i] != NULL; i++) {
+		snprintf(path, sizeof(path), "/v1.41/containers/%s/archive?path=%s",
+		    id, sbx_engine_mount_paths[i]);
+		sbx_err_clear(&err);
+		if (check_call(c, runtime, "HEAD", path, NULL) < 0 ||
+		    (c->status != 200 && c->status != 404)) {
+			problem(c, "image %s could not be checked: the runtime did "
+			    "not stat its %s (HTTP %d).", image,
+			    sbx_engine_mount_paths[i], c->status);
+			ok = 0;
+			break;
+		}
+		if (sbx_engine_mount_path_judge(image, sbx_engine_mount_paths[i],
+		    c->status == 404 ? NULL : c->pstat, &err) < 0) {
+			problem(c, "%s", err.message);
+			ok = 0;
+			break;
+		}
+	}
+	if (id[0] != '\0') {
+		snprintf(path, sizeof(path), "/v1.41/containers/%s?force=1&v=0", id);
+		(void)check_call(c, runtime, "DELETE", path, NULL);
+	}
+	return ok;
+}
+
+/* One allowlisted image: present, Linux, the helper's architecture, its
+ * mount paths directories (or absent). */
+static void
+check_image(struct check *c, const char *runtime, const char *image,
+    const char *helper_arch, int is_default)
+{
 	char path[1024], enc[800];
 	const char *arch, *os;
 	json_t *j = NULL;
@@ -184,31 +289,7 @@ check_image(struct check *c, const char *runtime, const char *image,
 	}
 	enc[k] = '\0';
 	snprintf(path, sizeof(path), "/v1.41/images/%s/json", enc);
-	memset(&q, 0, sizeof(q));
-	memset(&o, 0, sizeof(o));
-	memset(&cbs, 0, sizeof(cbs));
-	q.method = "GET";
-	q.path = path;
-	o.timeout_ms = 30000;
-	o.peer_name = "the container runtime";
-	cbs.body = img_body;
-	cbs.done = img_done;
-	cbs.arg = c;
-	c->finished = 0;
-	c->over = 0;
-	c->status = 0;
-	sbx_err_clear(&c->err);
-	evbuffer_drain(c->body, evbuffer_get_length(c->body));
-	if ((req = sbx_http_request(c->base, runtime, &q, &o, &cbs,
-	    &c->err)) == NULL) {
-		problem(c, "image %s could not be checked: %s", image,
-		    c->err.message);
-		return;
-	}
-	while (!c->finished)
-		if (event_base_dispatch(c->base) == -1)
-			break;
-	if (c->err.code[0] != '\0') {
+	if (check_call(c, runtime, "GET", path, NULL) < 0) {
 		problem(c, "image %s could not be checked: %s", image,
 		    c->err.message);
 		return;
@@ -236,14 +317,16 @@ check_image(struct check *c, const char *runtime, const char *image,
 		problem(c, "image %s is for %s but sbx-helper is built for %s: "
 		    "its sandboxes cannot run the helper (ensure fails).", image,
 		    arch, helper_arch);
-	else
+	else if (check_mounts(c, runtime, image))
 		printf("image: %s (%s/%s): ok\n", image, os != NULL ? os : "?",
 		    arch != NULL ? arch : "?");
 	json_decref(j);
 }
 
 /* --check: like a doctor, says what is wrong and exits 0 or 69. Nothing is
- * created: images without /work, a 0755 /tmp or no shell are fine. */
+ * left (each image's probe container is removed): images without /work, a
+ * 0755 /tmp or no shell are fine; mount paths that are links or files are
+ * not (adr/0045). */
 int
 broker_run_check(struct event_base *base, struct sbx_driver *driver,
     const struct broker_config *cfg, const char *token_problem)
@@ -279,6 +362,7 @@ broker_run_check(struct event_base *base, struct sbx_driver *driver,
 	for (i = 0; allow[i] != NULL; i++)
 		check_image(&c, cfg->runtime, allow[i], harch, i == 0);
 	free(allow);
+	free(c.pstat);
 	evbuffer_free(c.body);
 	printf("%d problem%s\n", c.problems, c.problems == 1 ? "" : "s");
 	return c.problems > 0 ? BROKER_EXIT_UNAVAILABLE : BROKER_EXIT_OK;

@@ -216,6 +216,29 @@ int sbx_helper_list_line(const char *line, size_t len, struct sbx_dirent *d,
 char *sbx_engine_volume_name(const char *name_prefix, const char *id,
     char *buf, size_t size);
 
+/*
+ * The paths of an image the runtime mounts on (adr/0045): /.sbx, /work,
+ * /tmp, /run, /run/sbx and /run/sbx-egress, a parent before its child;
+ * NULL-terminated. The runtime follows a symbolic link at a mount target
+ * inside the image, so each must be a directory or absent.
+ */
+extern const char *const sbx_engine_mount_paths[];
+
+/*
+ * The verdict on one mount path (sbx_engine_mount_paths) of image: stat is
+ * the runtime's X-Docker-Container-Path-Stat header of an archive HEAD on
+ * a created, never started container of the image with no mount (base64
+ * of the JSON {"name","size","mode","mtime","linkTarget"}, mode a Go
+ * os.FileMode; Docker and Podman alike), or NULL when that HEAD answered
+ * 404 (absent). Returns 0 when the runtime may mount there (a directory,
+ * or absent; an absent path is created), -1 with err set to
+ * image_not_allowed and one sentence naming the image, the path, what it
+ * is and the fix (a symbolic link, a file, or anything but a directory;
+ * a header that cannot be read). Pure; both ensure and --check use it.
+ */
+int sbx_engine_mount_path_judge(const char *image, const char *path,
+    const char *stat, struct sbx_err *err);
+
 extern const struct sbx_driver_ops sbx_engine_driver_ops;
 
 /* Agents whose channel is up now. */

@@ -35,6 +35,7 @@ struct eng_agent {
 	char rexec[80];               /* its runtime exec */
 	enum ag_state state;
 	int ever_ready;               /* a restart is a start after this */
+	int stale;                    /* its container went (eng_agent_forget) */
 	struct sbx_agent_chan *ch;
 	struct sbx_http_req *http;    /* the exec start stream = the channel */
 	struct eop *starter;          /* the runtime calls that start it */
@@ -304,9 +305,21 @@ agent_get(struct engine *e, const char *id, struct sbx_err *err)
 	struct eop *op;
 	char path[256];
 
-	if (ag != NULL && ag->state != AG_DEAD && ag->ch != NULL &&
+	if (ag != NULL && !ag->stale && ag->state != AG_DEAD && ag->ch != NULL &&
 	    sbx_agent_chan_alive(ag->ch))
 		return ag;
+	if (ag != NULL && ag->stale) {
+		struct sbx_err gone;
+
+		/* The channel runs in a container that was stopped or replaced
+		 * and has not heard its end yet: a stream opened on it now
+		 * would be reset. Its streams end as a killed exec's do. */
+		ag->stale = 0;
+		if (ag->ch != NULL && sbx_agent_chan_alive(ag->ch)) {
+			sbx_err_set(&gone, SBX_E_RUNTIME, AGENT_ENDED);
+			agent_down(ag, &gone);
+		}
+	}
 	if (ag == NULL) {
 		if ((ag = calloc(1, sizeof(*ag))) == NULL)
 			goto oom;
@@ -606,9 +619,12 @@ eng_agent_forget(struct engine *e, const char *id)
 	if (ag == NULL)
 		return;
 	/* Its channel ends by itself when the container stops (streams end
-	 * as a killed exec's did); what goes now is what it stood for. */
+	 * as a killed exec's did), but the runtime may tell that only after
+	 * the next ensure made or started the container again: the next
+	 * stream starts a new agent instead (agent_get), never lands on it. */
 	ag->ever_ready = 0;
 	ag->st_valid = 0;
+	ag->stale = 1;
 }
 
 /* Takes ag out of e's table and frees it with its channel and its

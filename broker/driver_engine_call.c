@@ -122,9 +122,16 @@ void
 eng_runtime_err(struct sbx_err *err, int status, json_t *body, const char *what)
 {
 	const char *m = json_string_value(json_object_get(body, "message"));
+	char code[16];
 
-	sbx_err_set(err, SBX_E_RUNTIME, "runtime refused to %s (HTTP %d): %s",
-	    what, status, m != NULL ? m : "no message");
+	/* The runtime's words name host paths (an overlay's merged directory,
+	 * a volume's mount point) and its internals: the log keeps them, the
+	 * caller gets what failed and where to look (issue 24 item 9). */
+	snprintf(code, sizeof(code), "%d", status);
+	log_warn("runtime refused", "what", what, "status", code, "message",
+	    m != NULL ? m : "", NULL);
+	sbx_err_set(err, SBX_E_RUNTIME, "the container runtime refused to %s "
+	    "(HTTP %d); the broker's log has its answer", what, status);
 }
 
 void
@@ -201,9 +208,12 @@ call_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 	size_t n;
 	int status = sbx_http_req_status(req);
 	cont_fn cont = op->cont;
+	const char *ps = sbx_http_req_header(req, "X-Docker-Container-Path-Stat");
 
 	op->http = NULL;
 	op->cont = NULL;
+	free(op->pstat);
+	op->pstat = ps != NULL ? strdup(ps) : NULL;
 	if (err != NULL) {
 		e = *err;
 		if (strcmp(e.code, SBX_E_RUNTIME_UNAVAILABLE) == 0)
@@ -321,6 +331,58 @@ eng_callf(struct eop *op, const char *method, json_t *body, cont_fn cont,
 	vsnprintf(path, sizeof(path), fmt, ap);
 	va_end(ap);
 	eng_call(op, method, path, body, cont);
+}
+
+/* ---------- an image's mount paths (adr/0045) ---------- */
+
+const char *const sbx_engine_mount_paths[] = {
+	SBX_HELPER_DIR, SBX_WORK_DIR, "/tmp", "/run", SBX_HELPER_RUN_DIR,
+	"/run/sbx-egress", NULL,
+};
+
+#define GO_MODE_DIR (1LL << 31)        /* Go's os.ModeDir */
+#define GO_MODE_SYMLINK (1LL << 27)    /* os.ModeSymlink */
+#define GO_MODE_TYPE 0x8F280000LL      /* os.ModeType: every type bit */
+
+int
+sbx_engine_mount_path_judge(const char *image, const char *path,
+    const char *stat, struct sbx_err *err)
+{
+	unsigned char bin[2048];
+	size_t n = 0;
+	json_t *j;
+	json_int_t mode;
+	const char *link, *what;
+
+	if (stat == NULL)
+		return 0;
+	if (sodium_base642bin(bin, sizeof(bin) - 1, stat, strlen(stat), "\n\r",
+	    &n, NULL, sodium_base64_VARIANT_ORIGINAL) != 0 ||
+	    (j = json_loadb((const char *)bin, n, 0, NULL)) == NULL)
+		return sbx_err_set(err, SBX_E_IMAGE_NOT_ALLOWED, "image %s cannot "
+		    "be used: the runtime did not say what its %s is; check the "
+		    "image with sandbox-broker --check.", image, path);
+	mode = json_integer_value(json_object_get(j, "mode"));
+	link = json_string_value(json_object_get(j, "linkTarget"));
+	/* Docker gives linkTarget only for a link; Podman gives every path's
+	 * resolved name, the path itself when it is no link. */
+	if ((mode & GO_MODE_SYMLINK) != 0 || (link != NULL && link[0] != '\0' &&
+	    strcmp(link, path) != 0))
+		what = "a symbolic link, which the runtime would follow when it "
+		    "mounts there";
+	else if ((mode & GO_MODE_DIR) != 0 && (mode & GO_MODE_TYPE &
+	    ~GO_MODE_DIR) == 0)
+		what = NULL;
+	else if ((mode & GO_MODE_TYPE) == 0)
+		what = "a file, not a directory, and the sandbox mounts there";
+	else
+		what = "not a directory, and the sandbox mounts there";
+	json_decref(j);
+	if (what == NULL)
+		return 0;
+	return sbx_err_set(err, SBX_E_IMAGE_NOT_ALLOWED, "image %s cannot be "
+	    "used: its %s is %s; rebuild the image with %s a directory or "
+	    "without it.", image, path, what, path);
 }
 
 /* ---------- status from an inspect answer ---------- */

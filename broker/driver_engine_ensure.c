@@ -1,6 +1,7 @@
 /*
  * driver_engine_ensure.c - the engine driver's ensure: container, volume,
- * init container, egress network (adr/0009, adr/0014), and its kind row.
+ * image probe, init container, egress network (adr/0009, adr/0014,
+ * adr/0045), and its kind row.
  * It calls down into the egress proxy, the helper volume, the agent
  * records (warm ensure), the runtime call layer and the op lifecycle; the
  * driver's entry and life (eng_net_drop) call it.
@@ -173,12 +174,36 @@ ensure_final(struct eop *op, int status, json_t *body, const struct sbx_err *err
 	eng_finish_status(op, NULL, &st);
 }
 
+/* The container this ensure made is gone again: its start's error. */
+static void
+ensure_unmade(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct sbx_err e = ens(op)->aux_err;
+
+	(void)status;
+	(void)body;
+	if (eng_ended(op, err))
+		return;
+	eng_finish_err(op, &e);
+}
+
 static void
 ensure_started(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
+	struct eop_ensure *en = ens(op);
 	char path[256];
 
+	if (err == NULL && en->fresh && status != 204 && status != 304) {
+		/* A container this ensure made that cannot start is removed:
+		 * a failed create leaves nothing listed (issue 24 item 9). */
+		en->fresh = 0;
+		eng_runtime_err(&en->aux_err, status, body, "start the container");
+		eng_callf(op, "DELETE", NULL, ensure_unmade,
+		    API "/containers/%s?force=1&v=0", op->cid);
+		return;
+	}
 	if (REPLY_BAD(op, NULL, err, status, body, "start the container", 204,
 	    304))
 		return;
@@ -190,6 +215,10 @@ static void
 ensure_start(struct eop *op)
 {
 
+	/* An agent channel left in the table runs in the container's last
+	 * life (stopped, or the one this ensure replaced): the next exec
+	 * starts a new one (adr/0045). */
+	eng_agent_forget(op->e, op->id);
 	eng_callf(op, "POST", NULL, ensure_started, API "/containers/%s/start",
 	    op->cid);
 }
@@ -247,6 +276,7 @@ ensure_created(struct eop *op, int status, json_t *body,
 		eng_finish_err(op, &e);
 		return;
 	}
+	ens(op)->fresh = 1;
 	ensure_start(op);
 }
 
@@ -507,6 +537,26 @@ ensure_removed(struct eop *op, int status, json_t *body,
 	eng_ensure_helper(op, ensure_volume);
 }
 
+/* The image passed: the old container goes (the volume stays). */
+static void
+ensure_replace(struct eop *op)
+{
+
+	eng_callf(op, "DELETE", NULL, ensure_removed,
+	    API "/containers/%s?force=1&v=0", op->cid);
+}
+
+/* The image passed and no container exists: a new volume, or one left
+ * without its container: its root is made the user's (never what is in
+ * it). */
+static void
+ensure_new(struct eop *op)
+{
+
+	ens(op)->need_init = 1;
+	eng_ensure_helper(op, ensure_volume);
+}
+
 /* 1 when a container inspect answer shows it attached to the sandbox's own
  * egress network; 0 for one made before ADR 0014 on the shared one, which
  * ensure replaces (the volume stays). */
@@ -531,10 +581,7 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 	if ((r = eng_inspect_found(op, status, body, err, &st, &hl)) < 0)
 		return;
 	if (r == 0) {
-		/* A new volume, or one left without its container: its root is
-		 * made the user's (never what is in it). */
-		en->need_init = 1;
-		eng_ensure_helper(op, ensure_volume);
+		eng_image_probe(op, ensure_new);
 		return;
 	}
 	snprintf(en->old_helper, sizeof(en->old_helper), "%s",
@@ -555,8 +602,7 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 		 * its own network (before adr/0014). Without our helper label
 		 * the volume was made before /work got its owner: prepare it. */
 		en->need_init = hl == NULL;
-		eng_callf(op, "DELETE", NULL, ensure_removed,
-		    API "/containers/%s?force=1&v=0", op->cid);
+		eng_image_probe(op, ensure_replace);
 		return;
 	}
 	/* The same mode: a changed policy replaces the proxy only, the
@@ -636,14 +682,7 @@ init_removed(struct eop *op, int status, json_t *body,
 	struct eop_ensure *en = ens(op);
 	struct sbx_err e;
 
-	en->aux_cid[0] = '\0';
-	if (en->aux_err.code[0] != '\0') {
-		e = en->aux_err;
-		eng_finish_err(op, &e);
-		return;
-	}
-	if (REPLY_BAD(op, NULL, err, status, body, "remove the init container",
-	    204, 404))
+	if (eng_aux_removed(op, status, body, err, "remove the init container"))
 		return;
 	if (en->aux_code != 0) {
 		sbx_err_set(&e, SBX_E_RUNTIME, "making /work of %s belong to the "
@@ -703,32 +742,12 @@ static void
 init_created(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
-	struct eop_ensure *en = ens(op);
-	struct sbx_err e;
 
-	if (eng_ended(op, err))
+	if (eng_aux_created(op, status, body, err, ".init", init_stale_removed,
+	    "init container"))
 		return;
-	if (eng_name_taken(status, body) && en->aux_tries++ == 0) {
-		/* Left by a broker that died here: ours by its name (ids
-		 * cannot hold a '.'). */
-		eng_callf(op, "DELETE", NULL, init_stale_removed,
-		    API "/containers/%s.init?force=1&v=0", op->cname);
-		return;
-	}
-	if (status == 404) {
-		eng_image_missing(&e, en->image);
-		eng_finish_err(op, &e);
-		return;
-	}
-	if (status != 201 || !eng_name_ok(eng_jstr(body, "Id"),
-	    sizeof(en->aux_cid) - 1)) {
-		eng_runtime_err(&e, status, body, "create the init container");
-		eng_finish_err(op, &e);
-		return;
-	}
-	snprintf(en->aux_cid, sizeof(en->aux_cid), "%s", eng_jstr(body, "Id"));
 	eng_callf(op, "POST", NULL, init_started, API "/containers/%s/start",
-	    en->aux_cid);
+	    ens(op)->aux_cid);
 }
 
 static void
@@ -782,6 +801,7 @@ ensure_init(struct eop *op)
 	en->aux_tries = 0;
 	init_create(op);
 }
+
 
 static int
 pick_limit(const char *what, int64_t asked, const struct sbx_engine_limit *l,

@@ -1,8 +1,9 @@
 /*
  * driver_engine_helper.c - the engine driver's helper volume: sbx-helper
  * read once, filled into a named volume, old ones removed (adr/0009); the
- * fill's and the removal's kind rows, and the one-file tar the proxy uses
- * too. It calls down into the runtime call layer and the op lifecycle;
+ * image probe that keeps an image from redirecting its mount (adr/0045);
+ * the fill's and the removal's kind rows, and the one-file tar the proxy
+ * uses too. It calls down into the runtime call layer and the op lifecycle;
  * the ensures waiting go on through the continuation they gave.
  */
 #include <errno.h>
@@ -343,6 +344,205 @@ eng_ensure_helper(struct eop *op, void (*then)(struct eop *))
 	snprintf(hlp(hp)->image, sizeof(hlp(hp)->image), "%s", en->image);
 	sbx_err_clear(&hlp(hp)->aux_err);
 	eng_call(hp, "GET", API "/version", NULL, hp_version);
+}
+
+/* ---------- the image's mount paths (adr/0045) ----------
+ *
+ * The runtime follows a symbolic link at a mount target inside the image:
+ * an image whose /.sbx leads into /work had its own program run as the
+ * helper once the /work volume landed on top. Before any container of this
+ * ensure is made (or the old one removed), a container of the image with
+ * no mount is created, never started; an archive HEAD stats each mount
+ * path (sbx_engine_mount_paths), and it is removed. A path that is not a
+ * directory refuses the ensure with one sentence; nothing is left behind.
+ */
+
+static void probe_next(struct eop *op);
+
+int
+eng_aux_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err, const char *what)
+{
+	struct eop_ensure *en = ens(op);
+	struct sbx_err e;
+
+	en->aux_cid[0] = '\0';
+	if (en->aux_err.code[0] != '\0') {
+		e = en->aux_err;
+		eng_finish_err(op, &e);
+		return 1;
+	}
+	return REPLY_BAD(op, NULL, err, status, body, what, 204, 404);
+}
+
+static void
+probe_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+
+	if (eng_aux_removed(op, status, body, err,
+	    "remove the image probe container"))
+		return;
+	ens(op)->probe_then(op);
+}
+
+/* Ends the probe with e (NULL: the image passed) once its container is
+ * gone. */
+static void
+probe_end(struct eop *op, const struct sbx_err *e)
+{
+	struct eop_ensure *en = ens(op);
+
+	if (e != NULL)
+		en->aux_err = *e;
+	if (en->aux_cid[0] == '\0') {
+		if (e != NULL)
+			eng_finish_err(op, e);
+		else
+			en->probe_then(op);
+		return;
+	}
+	eng_callf(op, "DELETE", NULL, probe_removed,
+	    API "/containers/%s?force=1&v=0", en->aux_cid);
+}
+
+static void
+probe_statted(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	struct eop_ensure *en = ens(op);
+	const char *path = sbx_engine_mount_paths[en->probe_i];
+	struct sbx_err e;
+
+	if (err != NULL) {
+		probe_end(op, err);
+		return;
+	}
+	if (status != 200 && status != 404) {
+		eng_runtime_err(&e, status, body, "stat a path of the image");
+		probe_end(op, &e);
+		return;
+	}
+	if (sbx_engine_mount_path_judge(en->image, path, status == 404 ? NULL :
+	    op->pstat, &e) < 0) {
+		log_warn("image refused", "image", en->image, "path", path,
+		    "error", e.message, NULL);
+		probe_end(op, &e);
+		return;
+	}
+	en->probe_i++;
+	probe_next(op);
+}
+
+static void
+probe_next(struct eop *op)
+{
+	struct eop_ensure *en = ens(op);
+
+	if (sbx_engine_mount_paths[en->probe_i] == NULL) {
+		probe_end(op, NULL);
+		return;
+	}
+	eng_callf(op, "HEAD", NULL, probe_statted,
+	    API "/containers/%s/archive?path=%s", en->aux_cid,
+	    sbx_engine_mount_paths[en->probe_i]);
+}
+
+static void probe_create(struct eop *op);
+
+static void
+probe_stale_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	(void)status;
+	(void)body;
+	if (eng_ended(op, err))
+		return;
+	probe_create(op);
+}
+
+int
+eng_aux_created(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err, const char *suffix, cont_fn stale_removed,
+    const char *what)
+{
+	struct eop_ensure *en = ens(op);
+	struct sbx_err e;
+	char doing[64];
+
+	if (eng_ended(op, err))
+		return 1;
+	if (eng_name_taken(status, body) && en->aux_tries++ == 0) {
+		/* Left by a broker that died here: ours by its name (ids
+		 * cannot hold a '.'). */
+		eng_callf(op, "DELETE", NULL, stale_removed,
+		    API "/containers/%s%s?force=1&v=0", op->cname, suffix);
+		return 1;
+	}
+	if (status == 404) {
+		eng_image_missing(&e, en->image);
+		eng_finish_err(op, &e);
+		return 1;
+	}
+	if (status != 201 || !eng_name_ok(eng_jstr(body, "Id"),
+	    sizeof(en->aux_cid) - 1)) {
+		snprintf(doing, sizeof(doing), "create the %s", what);
+		eng_runtime_err(&e, status, body, doing);
+		eng_finish_err(op, &e);
+		return 1;
+	}
+	snprintf(en->aux_cid, sizeof(en->aux_cid), "%s", eng_jstr(body, "Id"));
+	return 0;
+}
+
+static void
+probe_created(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+
+	if (eng_aux_created(op, status, body, err, ".probe",
+	    probe_stale_removed, "image probe container"))
+		return;
+	ens(op)->probe_i = 0;
+	probe_next(op);
+}
+
+static void
+probe_create(struct eop *op)
+{
+	struct sbx_err err;
+	json_t *body;
+
+	/* Never started; no mount, so each path is the image's own. */
+	body = json_pack("{s:s, s:[s], s:[s], s:{s:s, s:s}, s:b,"
+	    " s:{s:s, s:[s]}}",
+	    "Image", ens(op)->image,
+	    "Entrypoint", SBX_HELPER_PATH,
+	    "Cmd", SBX_HELPER_MODE_VERSION,
+	    "Labels", L_MANAGED, "true", L_ROLE, "image-probe",
+	    "NetworkDisabled", 1,
+	    "HostConfig",
+	    "NetworkMode", "none",
+	    "CapDrop", "ALL");
+	if (body == NULL) {
+		sbx_err_oom(&err);
+		eng_finish_err(op, &err);
+		return;
+	}
+	eng_callf(op, "POST", body, probe_created,
+	    API "/containers/create?name=%s.probe", op->cname);
+}
+
+void
+eng_image_probe(struct eop *op, void (*then)(struct eop *))
+{
+	struct eop_ensure *en = ens(op);
+
+	en->probe_then = then;
+	sbx_err_clear(&en->aux_err);
+	en->aux_tries = 0;
+	en->aux_cid[0] = '\0';
+	probe_create(op);
 }
 
 /* ---------- old helper volumes ---------- */

@@ -66,7 +66,7 @@
 #define L_HELPER "io.sbx.helper"         /* the helper volume a container mounts */
 #define L_HELPER_SHA "io.sbx.helper-sha256"
 #define L_HELPER_STEM "io.sbx.helper-stem"
-#define L_ROLE "io.sbx.role"             /* helper-fill, init: not sandboxes */
+#define L_ROLE "io.sbx.role"             /* helper-fill, init, image-probe: not sandboxes */
 
 enum flavor { FLAVOR_UNKNOWN, FLAVOR_DOCKER, FLAVOR_PODMAN };
 enum hstate { H_NONE, H_BUSY, H_READY };
@@ -233,6 +233,8 @@ struct eop {
 	struct evbuffer *resp;
 	int resp_over;
 	int raw;                      /* eng_call: the answer stays raw in resp */
+	char *pstat;                  /* the last answer's X-Docker-Container-
+	                               * Path-Stat (an archive HEAD), or NULL */
 	cont_fn cont;
 
 	/* The caller's callback: the one of the op's kind is set. */
@@ -260,6 +262,9 @@ struct eop_ensure {
 	int retries;                  /* lost create races so far */
 	struct event *retry;
 	int need_init;                /* Docker: chown /work in an init container */
+	size_t probe_i;               /* the mount path the image probe stats */
+	int fresh;                    /* the container was made by this ensure */
+	void (*probe_then)(struct eop *); /* once the image passed (adr/0045) */
 	int waiting;                  /* on e->hwait */
 	void (*helper_then)(struct eop *); /* once the helper volume is ready */
 	TAILQ_ENTRY(eop_ensure) wlink;
@@ -494,7 +499,9 @@ void eng_urlencode(const char *in, char *out, size_t outsz);
 const char *eng_jstr(json_t *o, const char *key);
 const char *eng_label(json_t *labels, const char *key);
 int eng_managed(json_t *labels);
-/* err = runtime_error "runtime refused to WHAT (HTTP n): message". */
+/* err = runtime_error "the container runtime refused to WHAT (HTTP n);
+ * the broker's log has its answer"; the runtime's message (host paths,
+ * its internals) goes to the log only, with what and the status. */
 void eng_runtime_err(struct sbx_err *err, int status, json_t *body,
     const char *what);
 /* err = runtime_error "image I is not present in the runtime ...". */
@@ -622,6 +629,27 @@ void eng_net_drop(struct eop *op, void (*after)(struct eop *));
 /* Waits ensure op for the helper volume (filling it once), then then(op);
  * a helper that cannot be read or filled ends op with why. */
 void eng_ensure_helper(struct eop *op, void (*then)(struct eop *));
+/* Checks ensure op's image (adr/0045): a container of it with no mount,
+ * created, never started, an archive HEAD per sbx_engine_mount_paths entry,
+ * removed; then then(op). A mount path that is no directory ends op with
+ * image_not_allowed and sbx_engine_mount_path_judge's sentence (logged);
+ * a missing image or a runtime failure ends it as the init step's do. */
+void eng_image_probe(struct eop *op, void (*then)(struct eop *));
+/*
+ * The create answer of ensure op's short-lived container "<cname><suffix>"
+ * (".probe", ".init"; what names it in an error): 0 with its id in
+ * aux_cid; 1 when op went on or ended: a stale one of that name (left by a
+ * broker that died there) is being removed, once, and stale_removed goes
+ * on; a missing image or any other answer ended op.
+ */
+int eng_aux_created(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err, const char *suffix, cont_fn stale_removed,
+    const char *what);
+/* The removal answer of that container (what names the step in an error):
+ * clears aux_cid; 1 when op ended (with the failure kept in aux_err, or a
+ * removal that failed), 0 to go on. */
+int eng_aux_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err, const char *what);
 /* Removes unused old helper volumes of the stem, in the background. */
 void eng_helper_gc(struct engine *e);
 /*
@@ -804,8 +832,11 @@ struct eng_agent;
 /* Runs an invocation as a stream on its sandbox's agent channel (the
  * agent started first when needed). */
 extern const struct eng_transport eng_agent_transport;
-/* The sandbox is being stopped or removed through the driver: no warm
- * ensure from its agent, and its next start is not counted as a restart. */
+/* The sandbox's container is being stopped, removed or (re)started: no
+ * warm ensure from its agent, its next start is not counted as a restart,
+ * and the next stream starts a new agent rather than open on the old
+ * channel, which the runtime may not have ended yet (its streams then end
+ * as a killed exec's). */
 void eng_agent_forget(struct engine *e, const char *id);
 /* Frees every agent record (driver free). */
 void eng_agents_free(struct engine *e);

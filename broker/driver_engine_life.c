@@ -286,11 +286,24 @@ destroy_volume(struct eop *op)
 }
 
 static void
+destroy_probe_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	(void)status;
+	(void)body;
+	if (eng_ended(op, err))
+		return;
+	eng_callf(op, "DELETE", NULL, destroy_init_removed,
+	    API "/containers/%s.init?force=1&v=0", op->cname);
+}
+
+/* The image probe (adr/0045) a killed broker may have left, likewise. */
+static void
 destroy_volume_now(struct eop *op)
 {
 
-	eng_callf(op, "DELETE", NULL, destroy_init_removed,
-	    API "/containers/%s.init?force=1&v=0", op->cname);
+	eng_callf(op, "DELETE", NULL, destroy_probe_removed,
+	    API "/containers/%s.probe?force=1&v=0", op->cname);
 }
 
 static void

@@ -60,6 +60,7 @@ eng_op_free(struct eop *op)
 		event_free(op->defer);
 	if (op->resp != NULL)
 		evbuffer_free(op->resp);
+	free(op->pstat);
 	free(op);
 }
 

@@ -271,6 +271,13 @@ conn_head(struct gconn *c, struct evbuffer *in)
 		conn_refuse(c, in, &h, 1, h.bad);
 		return 1;
 	}
+	if (h.chunked && c->g->stream != NULL && sbx_gate_conn_streams(c, &h)) {
+		/* Streamed as it is decoded (M2): its handler runs, and may
+		 * refuse it, before a byte of it is held. */
+		c->cap = cap;
+		if (sbx_gate_conn_stream_head(c, in, p, &h) == 0)
+			return 1;
+	}
 	if (h.chunked) {
 		c->state = G_CHUNKED;
 		c->hlen = c->off = h.len;
@@ -442,6 +449,10 @@ conn_run(struct gconn *c, struct evbuffer *in)
 			if (!conn_chunked(c, in))
 				return;
 			break;
+		case G_SCHUNKED:
+			if (!sbx_gate_conn_schunked(c))
+				return;
+			break;
 		}
 	}
 }
@@ -512,6 +523,8 @@ conn_free(struct gconn *c)
 		return;
 	LIST_REMOVE(c, link);
 	sbx_gate_conn_body_detach(c);
+	if (c->mark != 0 && c->g->unmark != NULL)
+		c->g->unmark(c->g->arg, c->mark);
 	if (c->counted)
 		c->g->nconns--;
 	if (c->keyless)
@@ -852,4 +865,35 @@ sbx_gate_buffered(const struct sbx_gate *g)
 			n += evbuffer_get_length(bufferevent_get_input(bev));
 	}
 	return n;
+}
+
+int64_t
+sbx_gate_conn_mark(struct sbx_gate *g, struct evhttp_request *req)
+{
+	struct evhttp_connection *conn = evhttp_request_get_connection(req);
+	struct gconn *c = g != NULL && conn != NULL ?
+	    sbx_gate_conn_find(g, conn) : NULL;
+
+	return c != NULL ? c->mark : 0;
+}
+
+int
+sbx_gate_conn_set_mark(struct sbx_gate *g, struct evhttp_request *req,
+    int64_t mark)
+{
+	struct evhttp_connection *conn = evhttp_request_get_connection(req);
+	struct gconn *c = g != NULL && conn != NULL ?
+	    sbx_gate_conn_find(g, conn) : NULL;
+
+	if (c == NULL)
+		return -1;
+	c->mark = mark;
+	return 0;
+}
+
+void
+sbx_gate_set_unmark(struct sbx_gate *g, void (*unmark)(void *arg,
+    int64_t mark))
+{
+	g->unmark = unmark;
 }

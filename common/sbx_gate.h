@@ -74,6 +74,8 @@ struct sbx_gate_head {
 	/* SBX_GATE_PASS, or BAD_REQUEST / HEAD_TOO_LARGE / URI_TOO_LONG */
 	enum sbx_gate_verdict bad;
 	const char *why;           /* static sentence saying what was refused */
+	const char *host;          /* the first Host field's value, or NULL */
+	size_t hostlen;
 };
 
 /*
@@ -172,8 +174,14 @@ int sbx_gate_watch(struct sbx_gate *g, struct evhttp_connection *conn,
  * socket until the consumer drains the buffer. Reading is only turned on
  * while evhttp's read callback is unset (the handler must set it to NULL,
  * as sbx_httpd_watch does: evhttp aborts on bytes it did not
- * expect). An Expect: 100-continue is answered by the gate. Chunked bodies
- * are not streamed (they pass as before, held until within the cap).
+ * expect). An Expect: 100-continue is answered by the gate. A chunked body
+ * for which stream returns 1 streams too (issue 24 M2, adr/0056): evhttp
+ * gets the head without Transfer-Encoding, the gate decodes the chunks
+ * itself (the syntax G_CHUNKED accepts) and the body's length is known
+ * only at its end (sbx_gate_body_chunked, sbx_gate_body_on_end); one over
+ * the route's cap or with bad chunk syntax ends as failed and the
+ * connection is closed after its reply. Other chunked bodies pass as
+ * before, held until complete and within the cap.
  * stream runs like check (synchronously, path as there); NULL: none.
  */
 #define SBX_GATE_BODY_WINDOW (256 * 1024)
@@ -204,8 +212,26 @@ struct evbuffer *sbx_gate_body_buffer(struct sbx_gate_body *b);
 /* The body's Content-Length, bytes (within the route's cap). */
 uint64_t sbx_gate_body_length(const struct sbx_gate_body *b);
 
-/* 1 when every byte of the body has arrived (consumed or not). */
+/* 1 when every byte of the body has arrived (consumed or not); for a
+ * chunked body, when its last chunk and trailer have. */
 int sbx_gate_body_complete(const struct sbx_gate_body *b);
+
+/* 1 when b is a chunked body: sbx_gate_body_length is 0 until it is
+ * complete; the bytes arrived so far are not bounded by it but by the
+ * route's cap (checked as chunk sizes arrive). */
+int sbx_gate_body_chunked(const struct sbx_gate_body *b);
+
+/* SBX_GATE_PASS, or why a chunked body was refused mid-way
+ * (SBX_GATE_TOO_LARGE: past the route's cap; SBX_GATE_BAD_REQUEST: chunk
+ * syntax). The connection is then closed after the reply, and
+ * sbx_gate_refusal gives the error. */
+enum sbx_gate_verdict sbx_gate_body_failed(const struct sbx_gate_body *b);
+
+/* Calls ended(b, arg) once when a chunked body completes or fails (from
+ * the socket read that saw it; b stays the caller's). NULL: no call. A
+ * Content-Length body never calls it (its length is known). */
+void sbx_gate_body_on_end(struct sbx_gate_body *b,
+    void (*ended)(struct sbx_gate_body *, void *), void *arg);
 
 /* Bytes buffered before the gate stops reading (0 counts as 1); a consumer
  * that needs the whole body at once sets the length. */
@@ -235,6 +261,20 @@ int sbx_gate_upgrade(struct sbx_gate *g, struct evhttp_connection *conn,
 /* The upgraded connection of bev ends (call before freeing bev): it stops
  * counting. Unknown bev or g NULL: nothing. */
 void sbx_gate_upgraded_close(struct sbx_gate *g, struct bufferevent *bev);
+
+/*
+ * The daemon's mark on a request's connection (the api: the principal its
+ * requests came from, for connections_per_principal, adr/0056): the mark,
+ * 0 for none or a connection without a gate. set_mark sets it (0 clears)
+ * and returns 0, or -1 when the connection has no gate (nothing counted
+ * then). When a connection with a mark ends, g's unmark(arg, mark) is
+ * called once (arg is sbx_gate_new's), also from evhttp_free.
+ */
+int64_t sbx_gate_conn_mark(struct sbx_gate *g, struct evhttp_request *req);
+int sbx_gate_conn_set_mark(struct sbx_gate *g, struct evhttp_request *req,
+    int64_t mark);
+void sbx_gate_set_unmark(struct sbx_gate *g, void (*unmark)(void *arg,
+    int64_t mark));
 
 /* Connections open through g now (for tests and metrics). */
 unsigned sbx_gate_connections(const struct sbx_gate *g);

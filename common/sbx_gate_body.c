@@ -54,7 +54,8 @@ sbx_gate_body_flow(struct sbx_gate_body *b)
 	bufferevent_data_cb readcb = NULL;
 
 	if (b == NULL || b->c == NULL || b->c->body != b ||
-	    b->c->state != G_SBODY || b->c->evcon == NULL ||
+	    (b->c->state != G_SBODY && b->c->state != G_SCHUNKED) ||
+	    b->c->evcon == NULL ||
 	    (bev = evhttp_connection_get_bufferevent(b->c->evcon)) == NULL)
 		return;
 	if (evbuffer_get_length(b->buf) >= b->window) {
@@ -122,6 +123,7 @@ sbx_gate_conn_stream_head(struct gconn *c, struct evbuffer *in, const char *p,
 		nl = colon != NULL ? (size_t)(colon - line) : 0;
 		if (colon != NULL && (sbx_gate_hname_is(line, nl,
 		    "Content-Length") || sbx_gate_hname_is(line, nl,
+		    "Transfer-Encoding") || sbx_gate_hname_is(line, nl,
 		    HDR_BODY) || sbx_gate_hname_is(line, nl, "Expect"))) {
 			expect |= sbx_gate_hname_is(line, nl, "Expect");
 		} else {
@@ -136,8 +138,18 @@ sbx_gate_conn_stream_head(struct gconn *c, struct evbuffer *in, const char *p,
 	sbx_gate_conn_body_detach(c);
 	c->body = b;
 	b->c = c;
-	c->state = G_SBODY;
-	c->left = h->cl;
+	if (h->chunked) {
+		/* Decoded here as it comes (sbx_gate_conn_schunked); c->cap
+		 * is the route's, set by the caller. */
+		b->chunked = 1;
+		b->len = 0;
+		c->state = G_SCHUNKED;
+		c->total = c->cleft = 0;
+		c->cst = C_SIZE;
+	} else {
+		c->state = G_SBODY;
+		c->left = h->cl;
+	}
 	/* evhttp would have said it; without Expect it does not. */
 	if (expect && c->evcon != NULL &&
 	    (bev = evhttp_connection_get_bufferevent(c->evcon)) != NULL)
@@ -187,7 +199,140 @@ sbx_gate_body_length(const struct sbx_gate_body *b)
 int
 sbx_gate_body_complete(const struct sbx_gate_body *b)
 {
-	return b->got == b->len;
+	return b->chunked ? b->done : b->got == b->len;
+}
+
+int
+sbx_gate_body_chunked(const struct sbx_gate_body *b)
+{
+	return b->chunked;
+}
+
+enum sbx_gate_verdict
+sbx_gate_body_failed(const struct sbx_gate_body *b)
+{
+	return b->failed;
+}
+
+void
+sbx_gate_body_on_end(struct sbx_gate_body *b,
+    void (*ended)(struct sbx_gate_body *, void *), void *arg)
+{
+	b->ended = ended;
+	b->ended_arg = arg;
+}
+
+/* A chunked body ended (whole, or refused with v): its taker is told. */
+static void
+schunk_end(struct gconn *c, enum sbx_gate_verdict v)
+{
+	struct sbx_gate_body *b = c->body;
+
+	if (v != SBX_GATE_PASS) {
+		/* The rest of the connection's bytes cannot be framed: its
+		 * reply closes it (the taker's). */
+		c->state = G_CLOSED;
+		evbuffer_drain(c->hold, evbuffer_get_length(c->hold));
+	} else
+		c->state = G_HEAD;
+	if (b == NULL)
+		return;
+	/* It stays c's until taken or the connection goes (a small body may
+	 * end in the read that brought its head, before dispatch takes it). */
+	if (v != SBX_GATE_PASS)
+		b->failed = v;
+	else {
+		b->done = 1;
+		b->len = b->got;
+	}
+	if (b->ended != NULL)
+		b->ended(b, b->ended_arg);
+}
+
+/*
+ * The chunk syntax G_CHUNKED accepts (plain hex sizes, no extensions, CRLF
+ * or LF line ends, no trailer fields: RFC 9112 §7.1 as far as evhttp and
+ * the gate agree), decoded as it arrives: at most a size line (24 bytes)
+ * and one socket read are held, the data goes to the body's window.
+ */
+int
+sbx_gate_conn_schunked(struct gconn *c)
+{
+	struct evbuffer_ptr eol;
+	size_t len, eollen, ll, i, n;
+	char line[24];
+	uint64_t v;
+
+	for (;;) {
+		len = evbuffer_get_length(c->hold);
+		if (c->cst == C_DATA) {
+			if (len == 0)
+				return 0;
+			n = (uint64_t)len < c->cleft ? len : (size_t)c->cleft;
+			c->cleft -= n;
+			if (c->body != NULL) {
+				c->body->got += n;
+				evbuffer_remove_buffer(c->hold, c->body->buf, n);
+				sbx_gate_body_flow(c->body);
+			} else
+				evbuffer_drain(c->hold, n);   /* released */
+			if (c->cleft == 0)
+				c->cst = C_DATA_END;
+			continue;
+		}
+		eol = evbuffer_search_eol(c->hold, NULL, &eollen, EVBUFFER_EOL_LF);
+		if (eol.pos == -1) {
+			if (len > sizeof(line)) {
+				schunk_end(c, SBX_GATE_BAD_REQUEST);
+				return 1;
+			}
+			return 0;
+		}
+		ll = (size_t)eol.pos;
+		if (ll > sizeof(line) - 1) {
+			schunk_end(c, SBX_GATE_BAD_REQUEST);
+			return 1;
+		}
+		evbuffer_remove(c->hold, line, ll);
+		evbuffer_drain(c->hold, eollen);
+		if (ll > 0 && line[ll - 1] == '\r')
+			ll--;
+		if (c->cst != C_SIZE) {   /* C_DATA_END, C_TRAILER: empty line */
+			if (ll != 0) {
+				schunk_end(c, SBX_GATE_BAD_REQUEST);
+				return 1;
+			}
+			if (c->cst == C_DATA_END) {
+				c->cst = C_SIZE;
+				continue;
+			}
+			schunk_end(c, SBX_GATE_PASS);
+			return 1;
+		}
+		for (i = 0, v = 0; i < ll; i++) {
+			if (i >= 15 || !((line[i] >= '0' && line[i] <= '9') ||
+			    (line[i] >= 'a' && line[i] <= 'f') ||
+			    (line[i] >= 'A' && line[i] <= 'F')))
+				break;
+			v = v * 16 + (uint64_t)(line[i] <= '9' ? line[i] - '0' :
+			    (line[i] | 0x20) - 'a' + 10);
+		}
+		if (ll == 0 || i != ll) {
+			schunk_end(c, SBX_GATE_BAD_REQUEST);
+			return 1;
+		}
+		if (v == 0) {
+			c->cst = C_TRAILER;
+			continue;
+		}
+		if (v > c->cap - c->total) {
+			schunk_end(c, SBX_GATE_TOO_LARGE);
+			return 1;
+		}
+		c->total += v;
+		c->cleft = v;
+		c->cst = C_DATA;
+	}
 }
 
 void
@@ -211,7 +356,8 @@ sbx_gate_body_free(struct sbx_gate_body *b)
 	if (b->c != NULL) {
 		/* The rest of the body is read and thrown away. */
 		b->c->body = NULL;
-		if (b->c->state == G_SBODY && b->c->evcon != NULL &&
+		if ((b->c->state == G_SBODY || b->c->state == G_SCHUNKED) &&
+		    b->c->evcon != NULL &&
 		    b->taken) {
 			struct bufferevent *bev =
 			    evhttp_connection_get_bufferevent(b->c->evcon);

@@ -18,7 +18,7 @@ struct bufferevent;
 
 /* A connection's state: where its next input bytes go (sbx_gate.c says
  * how). */
-enum conn_state { G_HEAD, G_BODY, G_SBODY, G_CHUNKED, G_CLOSED };
+enum conn_state { G_HEAD, G_BODY, G_SBODY, G_CHUNKED, G_SCHUNKED, G_CLOSED };
 enum chunk_state { C_SIZE, C_DATA, C_DATA_END, C_TRAILER };
 
 struct gconn {
@@ -48,6 +48,7 @@ struct gconn {
 	 * socket; evcon is NULL, the gate reads nothing, the count stays
 	 * until sbx_gate_upgraded_close. */
 	struct bufferevent *upgraded;
+	int64_t mark;             /* the daemon's (sbx_gate_conn_mark); 0: none */
 };
 
 /* A streamed body (adr/0018): the gate keeps it from evhttp and hands it to
@@ -60,6 +61,11 @@ struct sbx_gate_body {
 	uint64_t seq;
 	size_t window;
 	int taken;
+	int chunked;              /* decoded from chunks: len unknown till done */
+	int done;                 /* chunked: the last chunk and trailer came */
+	enum sbx_gate_verdict failed;   /* chunked: refused mid-body */
+	void (*ended)(struct sbx_gate_body *, void *);
+	void *ended_arg;
 };
 
 struct sbx_gate {
@@ -74,6 +80,7 @@ struct sbx_gate {
 	LIST_HEAD(, gconn) conns;
 	unsigned nconns;
 	unsigned nkeyless;        /* of nconns, without a good credential yet */
+	void (*unmark)(void *arg, int64_t mark);
 };
 
 /* The gate's record of evcon, or NULL (not gated, or gone). */
@@ -92,6 +99,14 @@ int sbx_gate_conn_streams(struct gconn *c, const struct sbx_gate_head *h);
  */
 int sbx_gate_conn_stream_head(struct gconn *c, struct evbuffer *in,
     const char *p, const struct sbx_gate_head *h);
+
+/*
+ * G_SCHUNKED: decodes the chunks at the start of c->hold into c->body (or
+ * drops them when the body was released), consuming them. Returns 1 when
+ * the body ended (state G_HEAD) or was refused (G_CLOSED, body->failed
+ * set and its taker told), 0 when it needs more bytes.
+ */
+int sbx_gate_conn_schunked(struct gconn *c);
 
 /* Reading on or off for b's window (only in G_SBODY, only while evhttp's
  * read callback is unset). */

@@ -120,6 +120,11 @@ head_field(const char *l, size_t n, struct sbx_gate_head *h)
 		} else
 			refuse(h, SBX_GATE_BAD_REQUEST, "More than one "
 			    "Authorization header.");
+	} else if (sbx_gate_hname_is(l, nl, "Host")) {
+		if (h->host == NULL) {
+			h->host = v;
+			h->hostlen = (size_t)(ve - v);
+		}
 	} else if (sbx_gate_hname_is(l, nl, "Content-Length")) {
 		if (h->has_cl)
 			refuse(h, SBX_GATE_BAD_REQUEST, "More than one "

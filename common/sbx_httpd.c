@@ -28,7 +28,8 @@
 /* ------------------------------------------------------------------ */
 /* Routes                                                              */
 
-/* Matches path against pattern; captures its "{...}" and "*" segments. */
+/* Matches path against pattern; captures its "{...}" and "*" segments;
+ * a last segment "**" matches any rest. */
 static int
 route_match(const char *pattern, const char *path, struct sbx_httpd_match *m)
 {
@@ -37,6 +38,10 @@ route_match(const char *pattern, const char *path, struct sbx_httpd_match *m)
 
 	m->ncap = 0;
 	while (*p != '\0') {
+		/* A last segment "**": the rest of the path, "" or "/..."
+		 * (the ports proxy's prefix routes). */
+		if (strcmp(p, "/**") == 0)
+			return *q == '\0' || *q == '/';
 		close = NULL;
 		if (*p == '{')
 			close = strchr(p, '}');
@@ -489,8 +494,9 @@ upgraded_free(evutil_socket_t fd, short what, void *arg)
 	free(u);
 }
 
-struct bufferevent *
-sbx_httpd_upgrade(struct sbx_httpd_req *r, const char *upgrade,
+/* Hands r's connection over; upgrade NULL: no status line (takeover). */
+static struct bufferevent *
+handover(struct sbx_httpd_req *r, const char *upgrade,
     const char *extra_headers)
 {
 	struct evhttp_connection *evcon;
@@ -521,9 +527,10 @@ sbx_httpd_upgrade(struct sbx_httpd_req *r, const char *upgrade,
 	    NULL)
 		goto fail;
 	nfd = -1;   /* bev's now */
-	if (evbuffer_add_printf(bufferevent_get_output(bev), "HTTP/1.1 101 "
-	    "Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: %s\r\n%s\r\n",
-	    upgrade, extra_headers != NULL ? extra_headers : "") < 0)
+	if (upgrade != NULL && evbuffer_add_printf(bufferevent_get_output(bev),
+	    "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
+	    "Upgrade: %s\r\n%s\r\n", upgrade, extra_headers != NULL ?
+	    extra_headers : "") < 0)
 		goto fail;
 	sbx_httpd_unwatch(r);
 	/* evhttp stops: no read, write or timeout on its bufferevent again. */
@@ -547,7 +554,7 @@ sbx_httpd_upgrade(struct sbx_httpd_req *r, const char *upgrade,
 	event_active(u->ev, EV_TIMEOUT, 0);
 	r->req = NULL;
 	r->conn = NULL;
-	r->status = 101;
+	r->status = upgrade != NULL ? 101 : 200;
 	return bev;
 fail:
 	if (bev != NULL)
@@ -562,6 +569,19 @@ fail:
 	sbx_err_oom(&err);
 	sbx_httpd_reply_error(r, &err, SBX_HTTPD_CLOSE);
 	return NULL;
+}
+
+struct bufferevent *
+sbx_httpd_upgrade(struct sbx_httpd_req *r, const char *upgrade,
+    const char *extra_headers)
+{
+	return handover(r, upgrade, extra_headers);
+}
+
+struct bufferevent *
+sbx_httpd_takeover(struct sbx_httpd_req *r)
+{
+	return handover(r, NULL, NULL);
 }
 
 void

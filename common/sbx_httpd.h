@@ -36,7 +36,11 @@ struct evhttp_request;
  * The first member of every row of a daemon's route table. method is an
  * enum evhttp_cmd_type value (one bit). pattern is a path where "{...}"
  * (any name between braces) or "*" stands for one non-empty segment (no
- * '/'); everything else matches byte for byte, and the whole path must be
+ * '/'); a last segment "**" (after a '/') matches the rest of the path
+ * when that rest is empty or begins with '/' (a prefix route: the pattern
+ * "/x/" + "**" takes "/x", "/x/" and "/x/a/b", not "/xy"; nothing
+ * captured);
+ * everything else matches byte for byte, and the whole path must be
  * consumed. Tables end at a row whose pattern is NULL or after n rows.
  */
 struct sbx_httpd_route {
@@ -251,6 +255,16 @@ void sbx_httpd_release(struct sbx_httpd_req *r);
  */
 struct bufferevent *sbx_httpd_upgrade(struct sbx_httpd_req *r, const char *upgrade,
     const char *extra_headers /* "Name: value\r\n"... or NULL */);
+
+/*
+ * sbx_httpd_upgrade without a status line (adr/0053): the caller's peer
+ * writes the whole reply (the ports proxy's upstream). Hands the connection
+ * over as sbx_httpd_upgrade does (the same bufferevent, the same bytes in
+ * its input, the same sbx_gate_upgraded_close before the caller frees it,
+ * the same NULL and 500 on out of memory). r->req is NULL after, so the
+ * request's body must be copied out of it before.
+ */
+struct bufferevent *sbx_httpd_takeover(struct sbx_httpd_req *r);
 
 /* Frees what the core allocated in r (r->chunk). r itself is the daemon's. */
 void sbx_httpd_req_clear(struct sbx_httpd_req *r);

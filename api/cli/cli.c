@@ -60,6 +60,10 @@ static const struct cmd cmds[] = {
 	    O_CWD | O_REST, 1, 1, c_shell },
 	{ "attach", "NPC TERMINAL_ID", "attach to a running terminal (its "
 	    "scrollback first); Ctrl-] d detaches again", 0, 2, 2, c_attach },
+	{ "port-forward", "NPC LOCAL:REMOTE", "forward 127.0.0.1:LOCAL to "
+	    "port REMOTE inside the sandbox (no network needed; every "
+	    "connection its own tunnel) until Ctrl-C", 0, 2, 2,
+	    c_port_forward },
 	{ "logs", "[-f] NPC EXEC_ID", "print an exec's output so far; -f: "
 	    "follow it to its end (resumed when the connection drops)",
 	    O_FOLLOW, 2, 2, c_logs },

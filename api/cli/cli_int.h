@@ -155,6 +155,8 @@ struct term_attach {
  * user detaches (CX_OK), a signal (see cancel_on_signal) or an error (its
  * exit code, the reason printed). */
 int cli_term_run(struct ctx *x, const struct term_attach *t);
+/* cli_port.c: sbxctl port-forward NPC LOCAL:REMOTE (docs/cli.md). */
+int c_port_forward(struct ctx *x);
 /* The local terminal's size (stdout, else stdin), 80x24 when none. */
 void cli_term_size(int *cols, int *rows);
 

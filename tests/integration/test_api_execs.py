@@ -482,8 +482,13 @@ class ExecResourceTest(unittest.TestCase):
         # An api whose log holds the whole output (2 MB), so a viewer has
         # all of it to read; its own player and NPC.
         state = os.path.join(self.stack.dir, "api-view")
+        # 100 viewers of one player: above its default share of streams
+        # and connections (64 each, adr/0056), raised here.
         p, url = self.stack.start_api(state, ["--viewer-stall", "3s",
-                                              "--requests-per-minute", "100000"], "api-view")
+                                              "--requests-per-minute", "100000",
+                                              "--streams-per-principal", "128",
+                                              "--connections-per-principal", "128"],
+                                      "api-view")
         self.addCleanup(p.stop)
         key = self.stack.admin("create-player", "viewed", state_dir=state)
         self.assertEqual(self.call(key, "POST", "/api/v1/npcs", {"name": "dave"},

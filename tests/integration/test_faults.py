@@ -314,13 +314,15 @@ class BrokerKilledLoopTest(BrokerTestCase):
 
     def check(self, i, sids, db):
         what = "after kill %d (seed %d)" % (i + 1, SEED)
-        transient = ["/sbx-%s.init" % s for s in sids] + ["/%s.fill" % helper_volume()]
+        transient = (["/sbx-%s.init" % s for s in sids] + ["/sbx-%s.probe" % s for s in sids]
+                     + ["/%s.fill" % helper_volume()])
         for ct in self.engine.containers(MANAGED_LABEL + "=true"):
             # A broker killed during a Docker ensure leaves that sandbox's
-            # init container, or during the helper fill its never-started
-            # fill container (adr/0009), until the next ensure or destroy
-            # removes it (the end of the test checks that they do).
-            if (ct["Labels"].get("io.sbx.role") in ("init", "helper-fill") and
+            # init container, during its image probe the never-started probe
+            # container (adr/0045), or during the helper fill its
+            # never-started fill container (adr/0009), until the next ensure
+            # or destroy removes it (the end of the test checks that they do).
+            if (ct["Labels"].get("io.sbx.role") in ("init", "image-probe", "helper-fill") and
                     ct.get("Names", [""])[0] in transient):
                 continue
             self.assertIn(ct["Labels"].get(ID_LABEL), sids, "orphan container %s %s"

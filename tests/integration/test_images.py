@@ -5,11 +5,15 @@
 # 1000 ("bare"); the same with a root-owned /work that ships a file
 # ("rootwork"); no shell and no /etc at all, only the busybox binary under
 # /opt/tools/busybox ("noshell": execs name that binary, whose sh finds
-# its applets without PATH). It also runs the
+# its applets without PATH); and three an operator must not be able to
+# use (adr/0045): /.sbx a link into /work with a program planted at
+# /work/sub/sbx-helper ("sbxlink"), /work a regular file ("workfile"), /work
+# a link to /etc ("worklink"). It also runs the
 # harness's test image and the default Debian image of deploy/image/build.sh
 # (debootstrap: built once per run into the runtimes' directory and imported
 # into each runtime from that cached tar).
 
+import fcntl
 import hashlib
 import io
 import json
@@ -34,7 +38,13 @@ DEFAULT_CAPS = {"CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "NET_RAW",
                 "SETUID", "SETFCAP", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL",
                 "AUDIT_WRITE"}
 IMAGES = {"bare": "sbx-imgtest-bare:1", "rootwork": "sbx-imgtest-rootwork:1",
-          "noshell": "sbx-imgtest-noshell:1"}
+          "noshell": "sbx-imgtest-noshell:1", "sbxlink": "sbx-imgtest-sbxlink:1",
+          "workfile": "sbx-imgtest-workfile:1", "worklink": "sbx-imgtest-worklink:1"}
+# What the planted program would do if it ever ran as the sandbox's idle
+# process or agent: leave a mark in /work (the sandbox's volume), then idle.
+PLANTED = b"#!/bin/sh\necho planted-ran >> /work/planted-ran\nexec sleep 100000\n"
+# Text no reply to a player may carry: host paths of the runtimes.
+HOST_TEXT = ("/var/lib", "overlay", "/containers/storage", "/volumes/")
 
 
 def _add(t, name, kind, mode=0o755, data=None, uid=0, link=None):
@@ -79,6 +89,15 @@ def rootfs_tar(kind):
         if kind == "rootwork":
             _add(t, "work", "dir", 0o755)
             _add(t, "work/shipped", "file", 0o644, b"from the image\n")
+        elif kind == "sbxlink":
+            _add(t, ".sbx", "link", link="/work/sub")
+            _add(t, "work", "dir", 0o777)
+            _add(t, "work/sub", "dir", 0o755)
+            _add(t, "work/sub/sbx-helper", "file", 0o755, PLANTED)
+        elif kind == "workfile":
+            _add(t, "work", "file", 0o644, b"not a directory\n")
+        elif kind == "worklink":
+            _add(t, "work", "link", link="/etc")
     return buf.getvalue()
 
 
@@ -129,8 +148,12 @@ def build_default_image(runtime, host):
     cache = os.path.join(brokerfix.env_required("SBX_RUNTIMES_DIR"), "default-image-cache")
     os.makedirs(cache, exist_ok=True)
     t0 = time.monotonic()
-    r = subprocess.run(["sh", os.path.join(REPO, "deploy", "image", "build.sh"), runtime, host,
-                        cache, DEFAULT_IMAGE], capture_output=True, timeout=900)
+    # The docker and podman lanes run at once: one debootstraps into the
+    # cache while the other waits, then only imports the tar.
+    with open(os.path.join(cache, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        r = subprocess.run(["sh", os.path.join(REPO, "deploy", "image", "build.sh"), runtime,
+                            host, cache, DEFAULT_IMAGE], capture_output=True, timeout=900)
     if r.returncode != 0:
         raise RuntimeError("deploy/image/build.sh failed:\n%s" % r.stderr.decode(errors="replace")[-3000:])
     print("default image ready on %s in %.1f s" % (runtime, time.monotonic() - t0))
@@ -255,6 +278,79 @@ class TestAnyImage(ImagesBase):
         res = self.client.sh(sid, "stat -c '%a %u' /work; ls /work")
         self.assertEqual(bytes(res.out).decode().split(), ["750", "1000", "a", "dir"], res)
 
+    def test_an_op_right_after_a_replacing_ensure_reaches_the_new_container(self):
+        # The agent channel of the replaced container may still look alive
+        # when ensure answers: the next exec and read must start a new agent
+        # in the new container, never be reset on the old one (adr/0045).
+        sid = self.check_image(IMAGES["bare"])
+        n = int(os.environ.get("SBX_REPLACE_ROUNDS", "12"))
+        for i in range(n):
+            image = IMAGES["rootwork" if i % 2 == 0 else "bare"]
+            r = self.client.ensure(sid, image=image)
+            self.assertEqual((r.status, r.json().get("image")), (200, image), r)
+            if i % 3 == 2:      # a stop and a start: the same container again
+                self.assertEqual(self.client.stop(sid).status, 200)
+                self.assertEqual(self.client.ensure(sid, image=image).status, 200)
+            res = self.client.sh(sid, "echo %d" % i)
+            self.assertEqual((bytes(res.out), res.code), (b"%d\n" % i, 0), (i, res))
+            r = self.client.read(sid, "/work/a")
+            self.assertEqual((r.status, r.body), (200, b"x\n"), (i, r))
+
+
+class TestMountPaths(ImagesBase):
+    """An image cannot redirect a mount (adr/0045): /.sbx or /work a link
+    or a file is refused at ensure with one sentence, before anything is
+    made, and the planted program never runs."""
+
+    def assertRefused(self, r, image, path, what):
+        self.assertError(r, 400, "image_not_allowed")
+        msg = r.json()["error"]["message"]
+        self.assertIn("image %s cannot be used: its %s is %s" % (image, path, what), msg)
+        self.assertIn("rebuild the image with %s a directory or without it" % path, msg)
+        body = r.body.decode(errors="replace")
+        for t in HOST_TEXT + (os.environ.get("SBX_RUNTIMES_DIR", "/nonexistent-dir"), REPO):
+            self.assertNotIn(t, body)
+
+    def assertNothingOf(self, sid):
+        self.assertEqual(self.engine.containers_of(sid), [])
+        self.assertEqual(self.engine.volumes_of(sid), [])
+        self.assertEqual(self.engine.containers("io.sbx.role=image-probe"), [])
+        r = self.client.sandboxes()
+        self.assertEqual(r.status, 200, r)
+        self.assertNotIn(sid, json.dumps(r.json()))
+
+    def test_a_linked_helper_dir_is_refused_and_the_planted_program_never_runs(self):
+        image = IMAGES["sbxlink"]
+        n = int(os.environ.get("SBX_L1_ENSURES", "50"))
+        sid = self.new_id("l1")
+        for i in range(n):
+            r = self.client.ensure(sid, image=image)
+            self.assertRefused(r, image, "/.sbx", "a symbolic link")
+            self.assertNothingOf(sid)
+        # A sandbox of a good image stays good when asked for the bad one:
+        # refused before its container is replaced, its /work untouched.
+        other = self.new_id("l1ok")
+        self.assertEqual(self.client.ensure(other, image=IMAGES["bare"]).status, 200)
+        self.assertEqual(self.client.write(other, "/work/keep", b"kept\n").status, 200)
+        cid = self.engine.containers_of(other)[0]["Id"]
+        for i in range(3):
+            self.assertRefused(self.client.ensure(other, image=image), image, "/.sbx",
+                               "a symbolic link")
+        self.assertEqual(self.engine.containers_of(other)[0]["Id"], cid)
+        res = self.client.sh(other, "cat /work/keep; ls /work")
+        self.assertEqual(bytes(res.out).decode().split(), ["kept", "keep"], res)
+
+    def test_work_a_file_or_a_link_is_refused_alike_and_leaves_nothing(self):
+        for kind, what in (("workfile", "a file, not a directory"),
+                           ("worklink", "a symbolic link")):
+            image = IMAGES[kind]
+            sid = self.new_id(kind)
+            for i in range(3):     # every ensure alike: refused, never a 502
+                self.assertRefused(self.client.ensure(sid, image=image), image, "/work", what)
+                self.assertNothingOf(sid)
+            # the id is free: a good image works at once
+            self.assertEqual(self.client.ensure(sid, image=IMAGES["bare"]).status, 200)
+
 
 class TestHelperVolume(ImagesBase):
     """sbx-helper arrives in a read-only named volume named by its hash."""
@@ -344,7 +440,7 @@ class TestCheck(unittest.TestCase):
     def setUpClass(cls):
         cls.rt = brokerfix.env_required("SBX_TEST_RUNTIME")
         cls.host = brokerfix.env_required("SBX_RUNTIME_HOST")
-        for kind in ("bare",):
+        for kind in ("bare", "sbxlink", "workfile", "worklink"):
             import_image(cls.rt, cls.host, IMAGES[kind], rootfs_tar(kind))
         load_archive(cls.rt, cls.host, foreign_arch_archive("sbx-imgtest-arm64:1"))
         cls.dir = tempfile.mkdtemp(prefix="sbx-check-")
@@ -390,6 +486,28 @@ class TestCheck(unittest.TestCase):
         self.assertIn("image sbx-imgtest-arm64:1 is for arm64 but sbx-helper is built for amd64",
                       problems[1])
         self.assertIn("2 problems", out)
+
+    def test_linked_or_file_mount_paths_are_problems(self):
+        rc, out, problems = self.check([IMAGES["bare"], IMAGES["sbxlink"], IMAGES["workfile"],
+                                        IMAGES["worklink"]])
+        self.assertEqual(rc, 69, out)
+        self.assertEqual(problems, [
+            "image %s cannot be used: its /.sbx is a symbolic link, which the runtime would "
+            "follow when it mounts there; rebuild the image with /.sbx a directory or without "
+            "it." % IMAGES["sbxlink"],
+            "image %s cannot be used: its /work is a file, not a directory, and the sandbox "
+            "mounts there; rebuild the image with /work a directory or without it."
+            % IMAGES["workfile"],
+            "image %s cannot be used: its /work is a symbolic link, which the runtime would "
+            "follow when it mounts there; rebuild the image with /work a directory or without "
+            "it." % IMAGES["worklink"]], out)
+        self.assertIn("image: %s (linux/amd64): ok" % IMAGES["bare"], out)
+        for t in HOST_TEXT:
+            self.assertNotIn(t, out)
+        # its probe containers are gone
+        r = subprocess.run(cli(self.rt, self.host) + ["ps", "-aq", "--filter",
+                           "label=io.sbx.role=image-probe"], capture_output=True, timeout=60)
+        self.assertEqual((r.returncode, r.stdout.strip()), (0, b""), r)
 
     def test_a_dynamic_helper_is_a_problem(self):
         rc, out, problems = self.check([IMAGES["bare"]], helper="/bin/true")

@@ -39,7 +39,8 @@ def site(snippet, port, api_port, upstream="sbx_api"):
     """The snippet served on 127.0.0.1:PORT in front of the api on API_PORT."""
     text = snippet.replace("server 127.0.0.1:8080;", "server 127.0.0.1:%d;" % api_port)
     text = text.replace("    listen [::]:80;\n", "")
-    text = text.replace("    listen 80;\n", "    listen 127.0.0.1:%d;\n" % port, 1)
+    # every server block (the api and the preview host) on the one port
+    text = text.replace("    listen 80;\n", "    listen 127.0.0.1:%d;\n" % port)
     text = text.replace("sbx_api", upstream)
     assert "127.0.0.1:%d;" % port in text and "127.0.0.1:%d;" % api_port in text, text
     return text

@@ -69,6 +69,10 @@ struct fx {
 	char c_image[64];
 	int v_exists, v_labelled;
 	char c_helper[96];            /* the container's helper label */
+	/* the image's mount paths (adr/0045) the probe's HEAD finds as a
+	 * symbolic link, a regular file; any other is absent */
+	const char *img_link, *img_file;
+	int start_fail;               /* the sandbox's start answers 500 */
 	char helper_vol[96];          /* the name the driver must use */
 	int hv_filled;                /* the helper volume holds the helper */
 	int init_exit;                /* the init container's exit status */
@@ -137,6 +141,28 @@ reply(struct bufferevent *bev, int status, const char *reason, json_t *body)
 	    text != NULL ? strlen(text) : 0, text != NULL ? text : "");
 	free(text);
 	json_decref(body);
+}
+
+/* An archive HEAD's answer: the path's stat as Docker gives it. */
+static void
+reply_stat(struct bufferevent *bev, const char *path, long long mode,
+    const char *link)
+{
+	json_t *j;
+	char *text, b64[1024];
+
+	j = json_pack("{s:s, s:i, s:I, s:s, s:s}", "name", path + 1, "size", 9,
+	    "mode", (json_int_t)mode, "mtime", "2026-01-01T00:00:00Z",
+	    "linkTarget", link);
+	text = json_dumps(j, JSON_COMPACT);
+	json_decref(j);
+	assert_non_null(text);
+	sodium_bin2base64(b64, sizeof(b64), (const unsigned char *)text,
+	    strlen(text), sodium_base64_VARIANT_ORIGINAL);
+	free(text);
+	evbuffer_add_printf(bufferevent_get_output(bev), "HTTP/1.1 200 OK\r\n"
+	    "X-Docker-Container-Path-Stat: %s\r\nContent-Length: 0\r\n"
+	    "Connection: close\r\n\r\n", b64);
 }
 
 static json_t *
@@ -350,6 +376,20 @@ route(struct conn *c, const char *method, const char *path, json_t *body)
 		} else {
 			reply(bev, 404, "Not Found", msg("no such file"));
 		}
+	} else if (strcmp(path, "/v1.41/containers/create?name=sbx-t1.probe") == 0) {
+		reply(bev, 201, "Created", json_pack("{s:s}", "Id", "p111"));
+	} else if (strncmp(path, "/v1.41/containers/p111/archive?path=", 36) == 0) {
+		if (f->img_link != NULL && strcmp(path + 36, f->img_link) == 0)
+			reply_stat(bev, path + 36, (1LL << 27) | 0777, "/work/sub");
+		else if (f->img_file != NULL && strcmp(path + 36, f->img_file) == 0)
+			reply_stat(bev, path + 36, 0644, "");
+		else
+			evbuffer_add_printf(bufferevent_get_output(bev),
+			    "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
+			    "Connection: close\r\n\r\n");
+	} else if (strncmp(path, "/v1.41/containers/p111?", 23) == 0 &&
+	    strcmp(method, "DELETE") == 0) {
+		reply(bev, 204, "No Content", NULL);
 	} else if (strcmp(path, "/v1.41/containers/create?name=sbx-t1.init") == 0) {
 		reply(bev, 201, "Created", json_pack("{s:s}", "Id", "i111"));
 	} else if (strcmp(path, "/v1.41/containers/i111/start") == 0) {
@@ -443,6 +483,12 @@ route(struct conn *c, const char *method, const char *path, json_t *body)
 		    json_string_value(json_object_get(body, "Image")));
 		reply(bev, 201, "Created", json_pack("{s:s}", "Id",
 		    "c0ffee0123456789"));
+	} else if (strcmp(path, "/v1.41/containers/c0ffee0123456789/start") == 0 &&
+	    f->start_fail) {
+		reply(bev, 500, "Internal Server Error", msg("error mounting "
+		    "\"/var/lib/docker/volumes/sbx-t1-work/_data\" to rootfs at "
+		    "\"/work\": /var/lib/docker/overlay2/x/merged/work: not a "
+		    "directory"));
 	} else if (strcmp(path, "/v1.41/containers/c0ffee0123456789/start") == 0) {
 		f->c_running = 1;
 		reply(bev, 204, "No Content", NULL);
@@ -694,6 +740,15 @@ logged(struct fx *f, const char *prefix)
 	return n;
 }
 
+/* Creates of sbx-t1 and its init container, not of its image probe
+ * (adr/0045). */
+static int
+creates(struct fx *f)
+{
+	return logged(f, "POST /v1.41/containers/create?name=sbx-t1") -
+	    logged(f, "POST /v1.41/containers/create?name=sbx-t1.probe");
+}
+
 /* 1 when a request starting with first was logged before one starting
  * with then (both logged). */
 static int
@@ -899,7 +954,7 @@ test_ensure_creates_a_hardened_container(void **state)
 	assert_string_equal(f->st.image, "img:1");
 	assert_int_equal(f->st.created_at_ms, 1796040000250LL);
 	assert_int_equal(logged(f, "POST /v1.41/volumes/create"), 2);
-	assert_int_equal(logged(f, "POST /v1.41/containers/create?name=sbx-t1"), 2);
+	assert_int_equal(creates(f), 2);
 	assert_int_equal(logged(f, "GET /v1.41/networks"), 0);
 	assert_non_null(f->created);
 	assert_string_equal(json_string_value(json_object_get(f->created, "User")),
@@ -958,7 +1013,99 @@ test_ensure_init_container_failure_is_an_error(void **state)
 	assert_string_equal(f->err.code, "runtime_error");
 	assert_non_null(strstr(f->err.message, "initwork"));
 	assert_int_equal(logged(f, "DELETE /v1.41/containers/i111"), 1);
-	assert_int_equal(logged(f, "POST /v1.41/containers/create?name=sbx-t1"), 1);
+	assert_int_equal(creates(f), 1);
+}
+
+/* adr/0045: an image whose /.sbx is a symbolic link (the runtime would
+ * mount the helper where the link leads, under /work) is refused with one
+ * sentence before any volume or container of the sandbox is made; the
+ * probe container is removed. */
+static void
+test_ensure_refuses_an_image_whose_helper_dir_is_a_link(void **state)
+{
+	struct fx *f = *state;
+
+	f->img_link = "/.sbx";
+	ensure(f, 0, NULL);
+	assert_true(f->have_err);
+	assert_string_equal(f->err.code, SBX_E_IMAGE_NOT_ALLOWED);
+	assert_string_equal(f->err.message, "image img:1 cannot be used: its "
+	    "/.sbx is a symbolic link, which the runtime would follow when it "
+	    "mounts there; rebuild the image with /.sbx a directory or without "
+	    "it.");
+	assert_int_equal(creates(f), 0);
+	assert_int_equal(logged(f, "POST /v1.41/volumes/create"), 0);
+	assert_int_equal(logged(f, "HEAD /v1.41/containers/p111/archive"), 1);
+	assert_int_equal(logged(f, "DELETE /v1.41/containers/p111"), 1);
+}
+
+/* The same for /work a regular file, found after the paths before it
+ * passed (absent). */
+static void
+test_ensure_refuses_an_image_whose_work_is_a_file(void **state)
+{
+	struct fx *f = *state;
+
+	f->img_file = "/work";
+	ensure(f, 0, NULL);
+	assert_true(f->have_err);
+	assert_string_equal(f->err.code, SBX_E_IMAGE_NOT_ALLOWED);
+	assert_non_null(strstr(f->err.message, "image img:1 cannot be used: "
+	    "its /work is a file, not a directory"));
+	assert_int_equal(creates(f), 0);
+	assert_int_equal(logged(f, "POST /v1.41/volumes/create"), 0);
+	assert_int_equal(logged(f, "HEAD /v1.41/containers/p111/archive"), 2);
+	assert_int_equal(logged(f, "DELETE /v1.41/containers/p111"), 1);
+}
+
+/* issue 24 item 9: a container this ensure made that the runtime cannot
+ * start is removed (nothing listed, the next ensure starts over), and the
+ * runtime's words, host paths in them, stay in the broker's log. */
+static void
+test_a_new_container_that_cannot_start_is_removed_and_its_text_kept(void **state)
+{
+	struct fx *f = *state;
+
+	f->start_fail = 1;
+	ensure(f, 0, NULL);
+	assert_true(f->have_err);
+	assert_string_equal(f->err.code, SBX_E_RUNTIME);
+	assert_string_equal(f->err.message, "the container runtime refused to "
+	    "start the container (HTTP 500); the broker's log has its answer");
+	assert_null(strstr(f->err.message, "/var/lib"));
+	assert_int_equal(logged(f, "DELETE /v1.41/containers/c0ffee0123456789"), 1);
+	assert_int_equal(f->c_exists, 0);
+}
+
+/* The judge reads Docker's header and Podman's (linkTarget: the path
+ * itself for a directory, where it leads for a link, mode bits or not). */
+static void
+test_mount_path_judge_reads_both_runtimes(void **state)
+{
+	static const struct { const char *json; int ok; } cases[] = {
+		{ "{\"name\":\"work\",\"mode\":2147484141,\"linkTarget\":\"\"}", 0 },
+		{ "{\"name\":\"work\",\"mode\":2147484141,\"linkTarget\":\"/work\"}", 0 },
+		{ "{\"name\":\"work\",\"mode\":2147484141,\"linkTarget\":\"/etc\"}", -1 },
+		{ "{\"name\":\"work\",\"mode\":134218239,\"linkTarget\":\"/etc\"}", -1 },
+		{ "{\"name\":\"work\",\"mode\":420}", -1 },
+		{ "{\"name\":\"work\",\"mode\":2214592932}", -1 },  /* a dir bit + device */
+	};
+	struct sbx_err err;
+	char b64[512];
+	size_t i;
+
+	(void)state;
+	assert_int_equal(sbx_engine_mount_path_judge("i", "/work", NULL, &err), 0);
+	assert_int_equal(sbx_engine_mount_path_judge("i", "/work", "%%%", &err), -1);
+	assert_non_null(strstr(err.message, "did not say what its /work is"));
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		sodium_bin2base64(b64, sizeof(b64), (const unsigned char *)
+		    cases[i].json, strlen(cases[i].json),
+		    sodium_base64_VARIANT_ORIGINAL);
+		sbx_err_clear(&err);
+		assert_int_equal(sbx_engine_mount_path_judge("i", "/work", b64,
+		    &err), cases[i].ok);
+	}
 }
 
 /* A daemon killed while the broker waits for the init container: the
@@ -1115,7 +1262,7 @@ test_unlabelled_network_of_that_name_is_conflict_and_untouched(void **state)
 	assert_true(f->have_err);
 	assert_not_ours(f, "network");
 	/* No sandbox container (only, on Docker, the /work init one). */
-	assert_int_equal(logged(f, "POST /v1.41/containers/create?name=sbx-t1"),
+	assert_int_equal(creates(f),
 	    logged(f, "POST /v1.41/containers/create?name=sbx-t1.init"));
 	/* destroy leaves it too */
 	f->have_err = 0;
@@ -1192,7 +1339,7 @@ test_unlabelled_volume_is_conflict(void **state)
 	f->v_labelled = 0;
 	ensure(f, 0, NULL);
 	assert_not_ours(f, "volume");
-	assert_int_equal(logged(f, "POST /v1.41/containers/create?name=sbx-t1"), 0);
+	assert_int_equal(creates(f), 0);
 }
 
 static void
@@ -2028,6 +2175,10 @@ main(void)
 		T(test_exec_without_exit_record_asks_the_runtime),
 		T(test_exec_bad_helper_frame_is_runtime_error_and_kills),
 		T(test_ensure_init_container_failure_is_an_error),
+		T(test_ensure_refuses_an_image_whose_helper_dir_is_a_link),
+		T(test_ensure_refuses_an_image_whose_work_is_a_file),
+		cmocka_unit_test(test_mount_path_judge_reads_both_runtimes),
+		T(test_a_new_container_that_cannot_start_is_removed_and_its_text_kept),
 	T(test_ensure_init_wait_cut_off_is_runtime_unavailable),
 		T(test_stale_helper_label_replaces_the_container),
 		T(test_exec_helper_records_timeout_and_refusal),

@@ -302,7 +302,9 @@ stream_tick(evutil_socket_t fd, short what, void *arg)
 		if (chunk[i] != (unsigned char)('0' + (S.got + i) % 10))
 			S.bad_byte = 1;
 	S.got += n;
-	if (S.got < sbx_gate_body_length(S.body)) {
+	/* A chunked body's length is known once complete (sbx_gate.h). */
+	if (!sbx_gate_body_complete(S.body) || evbuffer_get_length(buf) > 0 ||
+	    S.got < sbx_gate_body_length(S.body)) {
 		evtimer_add(S.tick, &tv);
 		return;
 	}
@@ -350,7 +352,8 @@ handler(struct evhttp_request *req, void *arg)
 		S.got = S.most = 0;
 		S.bad_byte = 0;
 		S.saw_cl = evhttp_find_header(evhttp_request_get_input_headers(req),
-		    "Content-Length") != NULL ||
+		    "Content-Length") != NULL || evhttp_find_header(
+		    evhttp_request_get_input_headers(req), "Transfer-Encoding") != NULL ||
 		    evbuffer_get_length(evhttp_request_get_input_buffer(req)) > 0;
 		/* taking it twice gives nothing */
 		S.planted_taken = sbx_gate_body_take(S.gate, req) != NULL;
@@ -594,6 +597,57 @@ test_server_streams_a_body_within_its_window(void **state)
 	assert_non_null(strstr(r, "HTTP/1.1 200"));
 	assert_non_null(strstr(r, "{\"len\":0}"));
 	assert_int_equal(S.planted_taken, 0);
+	assert_int_equal(closed, 1);
+}
+
+/* issue 24 M2 (adr/0056): a chunked body streams as a Content-Length one
+ * does, decoded by the gate, a window at a time. */
+static void
+test_server_streams_a_chunked_body_within_its_window(void **state)
+{
+	size_t n = 8u << 20, i, off, hl, csz = 100000;
+	char head[256], *body = malloc(n), *r, line[32];
+	struct evbuffer *wire = evbuffer_new();
+	int fd, closed;
+	unsigned long got = 0, most = 0;
+	int bad = -1, cl = -1;
+
+	(void)state;
+	assert_non_null(body);
+	for (i = 0; i < n; i++)
+		body[i] = (char)('0' + i % 10);
+	for (off = 0; off < n; off += csz) {
+		size_t k = n - off < csz ? n - off : csz;
+
+		snprintf(line, sizeof(line), "%zx\r\n", k);
+		evbuffer_add(wire, line, strlen(line));
+		evbuffer_add(wire, body + off, k);
+		evbuffer_add(wire, "\r\n", 2);
+	}
+	evbuffer_add(wire, "0\r\n\r\n", 5);
+	hl = (size_t)snprintf(head, sizeof(head), "PUT /stream HTTP/1.1\r\n" GOOD
+	    "Transfer-Encoding: chunked\r\n\r\n");
+	fd = dial();
+	write_all(fd, head, hl);
+	write_all(fd, (const char *)evbuffer_pullup(wire, -1),
+	    evbuffer_get_length(wire));
+	write_all(fd, "GET /x HTTP/1.1\r\n" GOOD "Connection: close\r\n\r\n",
+	    strlen("GET /x HTTP/1.1\r\n" GOOD "Connection: close\r\n\r\n"));
+	r = read_all(fd, &closed);
+	close(fd);
+	free(body);
+	evbuffer_free(wire);
+	assert_non_null(r = strstr(r, "HTTP/1.1 200"));
+	assert_non_null(r = strstr(r, "{\"got\":"));
+	assert_int_equal(sscanf(r, "{\"got\":%lu,\"most\":%lu,\"bad\":%d,\"cl\":%d}",
+	    &got, &most, &bad, &cl), 4);
+	assert_int_equal(got, n);
+	assert_int_equal(bad, 0);
+	assert_int_equal(cl, 0);         /* evhttp saw no body framing */
+	/* Held whole before (the gate's G_CHUNKED): 8 MiB. */
+	assert_true(most <= SBX_GATE_BODY_WINDOW + 65536);
+	assert_true(most > 0);
+	assert_non_null(strstr(r, "{\"len\":0}"));   /* the GET after it */
 	assert_int_equal(closed, 1);
 }
 
@@ -1008,6 +1062,7 @@ main(void)
 	const struct CMUnitTest server[] = {
 		cmocka_unit_test(test_server_refuses_before_the_body),
 		cmocka_unit_test(test_server_streams_a_body_within_its_window),
+		cmocka_unit_test(test_server_streams_a_chunked_body_within_its_window),
 		cmocka_unit_test(test_server_smuggling_is_400_and_close),
 		cmocka_unit_test(test_server_two_credentials_400_unchecked),
 		cmocka_unit_test(test_server_head_limits),

@@ -33,6 +33,8 @@ static const struct row rows[] = {
 	{ { EVHTTP_REQ_GET, "/v1/sandboxes/{id}" }, "status" },
 	{ { EVHTTP_REQ_DELETE, "/v1/sandboxes/{id}" }, "destroy" },
 	{ { EVHTTP_REQ_GET, "/npcs/{npc}/execs/*/events" }, "events" },
+	{ { EVHTTP_REQ_GET, "/npcs/{npc}/ports/{port}/**" }, "proxy" },
+	{ { EVHTTP_REQ_GET, "/static/**" }, "static" },
 	{ { 0, NULL }, NULL },
 	{ { EVHTTP_REQ_GET, "/after-the-end" }, "unreachable" },
 };
@@ -91,6 +93,42 @@ test_unknown_path_is_404_not_405(void **state)
 	/* The table ends at its NULL row. */
 	assert_null(find(EVHTTP_REQ_GET, "/after-the-end", NULL, allow));
 	assert_null(find(EVHTTP_REQ_GET, NULL, NULL, allow));
+}
+
+/* A last segment "**" takes the rest of the path at a segment boundary,
+ * after its captures, and nothing shorter or glued to the last segment. */
+static void
+test_prefix_route_takes_the_rest_of_the_path(void **state)
+{
+	struct sbx_httpd_match m;
+	char allow[128];
+	const struct row *r;
+	const char *yes[] = { "/npcs/al/ports/80", "/npcs/al/ports/80/",
+	    "/npcs/al/ports/80/a/b.txt", "/npcs/al/ports/80//x/**" };
+	const char *no[] = { "/npcs/al/ports", "/npcs/al/ports/",
+	    "/npcs/al/ports//x", "/npcs/al/port/80", "/npcs//ports/80/x" };
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		r = find(EVHTTP_REQ_GET, yes[i], &m, allow);
+		assert_non_null(r);
+		assert_string_equal(r->name, "proxy");
+		assert_int_equal(m.ncap, 2);
+		assert_string_equal(m.cap[0], "al");
+		assert_string_equal(m.cap[1], "80");
+	}
+	for (i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+		assert_null(find(EVHTTP_REQ_GET, no[i], &m, allow));
+	/* After a literal: the rest begins at a '/', never glued. */
+	assert_non_null(find(EVHTTP_REQ_GET, "/static", &m, allow));
+	assert_non_null(find(EVHTTP_REQ_GET, "/static/a", &m, allow));
+	assert_int_equal(m.ncap, 0);
+	assert_null(find(EVHTTP_REQ_GET, "/staticx", &m, allow));
+	assert_null(find(EVHTTP_REQ_GET, "/stati", &m, allow));
+	/* The method still counts: a POST gets the Allow of the prefix row. */
+	assert_null(find(EVHTTP_REQ_POST, "/npcs/al/ports/80/x", NULL, allow));
+	assert_string_equal(allow, "GET");
 }
 
 static void
@@ -390,6 +428,7 @@ main(void)
 		cmocka_unit_test(test_route_found_with_its_captures),
 		cmocka_unit_test(test_wrong_method_gives_allow_in_table_order),
 		cmocka_unit_test(test_unknown_path_is_404_not_405),
+		cmocka_unit_test(test_prefix_route_takes_the_rest_of_the_path),
 		cmocka_unit_test(test_overlong_segment_captured_empty),
 		cmocka_unit_test(test_reason_phrases_are_rfc9110),
 		cmocka_unit_test(test_histogram_is_cumulative),

@@ -138,8 +138,8 @@ try {
   await page.keyboard.type('top');
   await page.keyboard.press('Enter');
   result.steps.top = await until('top to draw', (n) => {
-    const s = window.sbxConsole.text(n);
-    return /PID/.test(s) && /Mem|CPU|Load/.test(s) ? s.split('\n').slice(-8) : null;
+    const rows = window.sbxConsole.screen(n);
+    return rows.some((l) => /PID/.test(l)) && rows.some((l) => /\btop\b/.test(l)) ? rows : null;
   }, npc);
   await page.waitForTimeout(500);
   if (shot) await page.locator('#terms .term[data-npc="' + npc + '"]').screenshot({ path: shot });

@@ -164,18 +164,16 @@ api_h_execs_ticket(struct areq *a, struct sbx_err *err)
 }
 
 int
-api_execs_ticket_auth(struct api_server *s, const char *npc, const char *id,
-    const char *query, struct api_principal *who)
+api_ticket_auth(struct api_server *s, const char *npc, const char *id,
+    const char *query, api_ticket_find_fn find, struct api_principal *who)
 {
 	struct api_principal p;
 	struct api_npc n;
-	struct api_exec *x;
 	struct evkeyvalq q;
-	struct ticket *t;
 	struct sbx_err err;
-	unsigned char h[32];
+	char principal[API_NAME_MAX + 1];
 	const char *tok;
-	int r, found = 0;
+	int r, found;
 
 	sbx_err_clear(&err);
 	memset(&q, 0, sizeof(q));
@@ -189,32 +187,51 @@ api_execs_ticket_auth(struct api_server *s, const char *npc, const char *id,
 		evhttp_clear_headers(&q);
 		return r;
 	}
-	for (x = s->execs; x != NULL; x = x->next)
-		if (strcmp(x->id, id) == 0 && strcmp(x->npc, npc) == 0 &&
-		    x->owner_id == n.owner_id)
-			break;
-	if (x != NULL) {
-		tickets_prune(x, sbx_wall_ms());
-		ticket_hash(s, tok, strlen(tok), h);
-		for (t = x->tickets; t != NULL; t = t->next)
-			if (sodium_memcmp(t->hash, h, sizeof(h)) == 0 &&
-			    t->expires_ms > sbx_wall_ms()) {
-				found = 1;
-				break;
-			}
-	}
+	found = find(s, npc, n.owner_id, id, tok, principal, sizeof(principal));
 	evhttp_clear_headers(&q);
 	if (!found)
 		return 0;
 	/* A ticket is no stronger than its principal's key is now. */
-	if ((r = api_store_principal_get(s->store, t->principal, &p,
-	    &err)) != 1)
+	if ((r = api_store_principal_get(s->store, principal, &p, &err)) != 1)
 		return r;
 	if (p.revoked_at != 0 || (p.role != API_ROLE_OPERATOR &&
 	    p.id != n.owner_id))
 		return 0;
 	*who = p;
 	return 1;
+}
+
+/* api_ticket_find_fn of exec events: a live ticket tok of exec id. */
+static int
+exec_ticket_find(struct api_server *s, const char *npc, int64_t owner_id,
+    const char *id, const char *tok, char *principal, size_t cap)
+{
+	struct api_exec *x;
+	struct ticket *t;
+	unsigned char h[32];
+
+	for (x = s->execs; x != NULL; x = x->next)
+		if (strcmp(x->id, id) == 0 && strcmp(x->npc, npc) == 0 &&
+		    x->owner_id == owner_id)
+			break;
+	if (x == NULL)
+		return 0;
+	tickets_prune(x, sbx_wall_ms());
+	ticket_hash(s, tok, strlen(tok), h);
+	for (t = x->tickets; t != NULL; t = t->next)
+		if (sodium_memcmp(t->hash, h, sizeof(h)) == 0 &&
+		    t->expires_ms > sbx_wall_ms()) {
+			snprintf(principal, cap, "%s", t->principal);
+			return 1;
+		}
+	return 0;
+}
+
+int
+api_execs_ticket_auth(struct api_server *s, const char *npc, const char *id,
+    const char *query, struct api_principal *who)
+{
+	return api_ticket_auth(s, npc, id, query, exec_ticket_find, who);
 }
 
 /* ------------------------------------------------------------------ */

@@ -452,6 +452,20 @@ const char *api_ports_host_token(const struct api_server *s,
 /* Appends the ports families to /metrics' text (sbx_api_port_*). */
 int api_ports_metrics(const struct api_server *s, struct evbuffer *out);
 
+/*
+ * api_execs_view.c: the frame of every ticket check (exec events,
+ * terminals): ?ticket=T of query (not decoded; NULL: none) for the NPC
+ * named npc; find(s, npc, owner_id, id, T, principal, cap) says whether T
+ * is a live ticket of resource id of that NPC's owner (1, with the
+ * ticket's principal name copied to principal) or not (0); then that
+ * principal must be active and still own the NPC or operate. Returns 1
+ * with *who, 0 (401, one answer whatever is wrong), -1 (database).
+ */
+typedef int (*api_ticket_find_fn)(struct api_server *s, const char *npc,
+    int64_t owner_id, const char *id, const char *tok, char *principal,
+    size_t cap);
+int api_ticket_auth(struct api_server *s, const char *npc, const char *id,
+    const char *query, api_ticket_find_fn find, struct api_principal *who);
 /* GET /console: the embedded page (api/console.html + xterm.js, adr/0054), a fresh style nonce each reply. */
 int api_h_console(struct areq *a, struct sbx_err *err);
 /* Builds s->console_csp (the hash of the page's one inline script) and finds

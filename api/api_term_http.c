@@ -657,54 +657,34 @@ api_h_terms_ticket(struct areq *a, struct sbx_err *err)
 	return 0;
 }
 
+/* api_ticket_find_fn of terminals: a live ticket tok of terminal id. */
+static int
+term_ticket_find(struct api_server *s, const char *npc, int64_t owner_id,
+    const char *id, const char *tok, char *principal, size_t cap)
+{
+	struct api_term *t;
+	struct tticket *k;
+	unsigned char h[32];
+
+	for (t = s->terms; t != NULL; t = t->next)
+		if (strcmp(t->id, id) == 0 && strcmp(t->npc, npc) == 0 &&
+		    t->owner_id == owner_id)
+			break;
+	if (t == NULL)
+		return 0;
+	tickets_prune(t, sbx_wall_ms());
+	ticket_hash(s, tok, h);
+	for (k = t->tickets; k != NULL; k = k->next)
+		if (sodium_memcmp(k->hash, h, sizeof(h)) == 0) {
+			snprintf(principal, cap, "%s", k->principal);
+			return 1;
+		}
+	return 0;
+}
+
 int
 api_term_ticket_auth(struct api_server *s, const char *npc, const char *id,
     const char *query, struct api_principal *who)
 {
-	struct api_principal p;
-	struct api_npc n;
-	struct api_term *t;
-	struct tticket *k;
-	struct evkeyvalq q;
-	struct sbx_err err;
-	unsigned char h[32];
-	const char *tok;
-	int r, found = 0;
-
-	sbx_err_clear(&err);
-	memset(&q, 0, sizeof(q));
-	if (query == NULL || !api_npc_name_valid(npc) ||
-	    evhttp_parse_query_str(query, &q) == -1 ||
-	    (tok = evhttp_find_header(&q, "ticket")) == NULL) {
-		evhttp_clear_headers(&q);
-		return 0;
-	}
-	if ((r = api_store_npc_get(s->store, npc, &n, &err)) != 1) {
-		evhttp_clear_headers(&q);
-		return r;
-	}
-	for (t = s->terms; t != NULL; t = t->next)
-		if (strcmp(t->id, id) == 0 && strcmp(t->npc, npc) == 0 &&
-		    t->owner_id == n.owner_id)
-			break;
-	if (t != NULL) {
-		tickets_prune(t, sbx_wall_ms());
-		ticket_hash(s, tok, h);
-		for (k = t->tickets; k != NULL; k = k->next)
-			if (sodium_memcmp(k->hash, h, sizeof(h)) == 0) {
-				found = 1;
-				break;
-			}
-	}
-	evhttp_clear_headers(&q);
-	if (!found)
-		return 0;
-	if ((r = api_store_principal_get(s->store, k->principal, &p,
-	    &err)) != 1)
-		return r;
-	if (p.revoked_at != 0 || (p.role != API_ROLE_OPERATOR &&
-	    p.id != n.owner_id))
-		return 0;
-	*who = p;
-	return 1;
+	return api_ticket_auth(s, npc, id, query, term_ticket_find, who);
 }

@@ -17,7 +17,6 @@
 #include "sbx_proto.h"
 #include "sbx_wire.h"
 
-#define SESSION_SUFFIX "/session"         /* proto/broker-api.md "Sessions" */
 #define LINK_STREAM 1u
 #define PENDING_SIGNALS 8           /* signals asked for before the 101 */
 #define HELD_REC 5                  /* held output record: u8 stream, u32 len */
@@ -438,7 +437,7 @@ dbk_session(struct sbx_driver *drv, const char *id,
 	sbx_agent_dec_link(&s->dec);
 	b->sink = *sink;
 	b->upgrade = SBX_SESSION_UPGRADE;
-	return dbk_op_start_id(b, "POST", SESSION_SUFFIX, o, err);
+	return dbk_op_start_id(b, "POST", SBX_PATH_SESSION_SUFFIX, o, err);
 }
 
 /* ------------------------------------------------------------------ */

@@ -9,6 +9,7 @@
 /* Paths of the broker API (SPEC §4). {id} is a sandbox id (sbx_id_valid). */
 #define SBX_PATH_SANDBOXES "/v1/sandboxes"   /* GET list; /{id} PUT ensure, GET status, DELETE destroy */
 #define SBX_PATH_EXEC_SUFFIX "/exec"        /* POST /v1/sandboxes/{id}/exec -> NDJSON */
+#define SBX_PATH_SESSION_SUFFIX "/session"  /* POST, Upgrade sbx-session/1 -> agent frames (adr/0050) */
 #define SBX_PATH_FILES_SUFFIX "/files"      /* GET read, PUT write; ?path=&mode= */
 #define SBX_PATH_LIST_SUFFIX "/list"        /* GET ?path= */
 #define SBX_PATH_STOP_SUFFIX "/stop"        /* POST */

@@ -322,6 +322,7 @@ static struct {
 	struct evbuffer *out;
 	int pause_on_output;
 	int cancel_on_start;
+	int cancel_on_output;
 	int ended;
 	struct evbuffer *src;         /* input still to write */
 	int count_only;               /* output counted, not kept */
@@ -352,6 +353,11 @@ s_output(void *arg, int stream, const unsigned char *p, size_t n)
 		evbuffer_add(S.out, p, n);
 	if (S.pause_on_output && S.op != NULL)
 		sbx_op_pause(S.op);
+	if (S.cancel_on_output && S.op != NULL) {
+		sbx_op_cancel(S.op);
+		S.op = NULL;
+		S.ended = 1;
+	}
 }
 
 static void
@@ -843,6 +849,45 @@ test_cancel_closes_the_socket(void **state)
 	assert_int_equal(S.exits + S.errors, 0);
 }
 
+/* A sink that cancels from inside an output callback: no more calls, the
+ * link closes, nothing leaks (ASan). */
+static void
+test_cancel_from_output(void **state)
+{
+	(void)state;
+	FB.mode = FB_FLOOD;
+	FB.flood_total = 4 * SBX_AGENT_WINDOW;
+	S.cancel_on_output = 1;
+	open_session(SBX_SESSION_EXEC);
+	run(3000);
+	assert_true(S.ended);
+	run_for(200);
+	assert_int_equal(S.exits + S.errors, 0);
+	assert_true(S.counted > 0 && S.counted <= SBX_AGENT_DATA_MAX);
+	assert_int_equal(FB.closed, 1);
+}
+
+/* Cancelled while paused with output held and a resume pending: the held
+ * output and the pending turn go with the op. */
+static void
+test_cancel_while_output_is_held(void **state)
+{
+	(void)state;
+	FB.mode = FB_FLOOD;
+	FB.flood_total = 4 * SBX_AGENT_WINDOW;
+	S.pause_on_output = 1;
+	open_session(SBX_SESSION_EXEC);
+	run_for(300);
+	S.pause_on_output = 0;
+	sbx_op_resume(S.op);        /* the resume's turn is queued... */
+	sbx_op_cancel(S.op);        /* ...and the op goes first */
+	S.op = NULL;
+	run_for(200);
+	assert_int_equal(S.exits + S.errors, 0);
+	assert_true(S.counted <= SBX_AGENT_DATA_MAX);
+	assert_int_equal(FB.closed, 1);
+}
+
 static void
 test_controls_before_and_after_the_upgrade(void **state)
 {
@@ -977,6 +1022,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_paused_sink_withholds_credit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_exit_waits_behind_held_output, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cancel_closes_the_socket, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cancel_from_output, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cancel_while_output_is_held, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_controls_before_and_after_the_upgrade, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wrong_kind_controls_are_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_requests_are_refused_at_once, setup, teardown),

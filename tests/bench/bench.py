@@ -326,6 +326,9 @@ class Bench:
             self.spawn("api", [api, "--listen", "127.0.0.1:%d" % port, "--broker", "unix:" + self.bsock,
                                "--broker-token-file", tf, "--state-dir", st,
                                "--max-execs-per-principal", "100000",
+                               "--terminals-per-principal", "1000",
+                               "--max-connections", "4096",
+                               "--connections-per-principal", "4096",
                                "--requests-per-minute", "100000000",
                                "--broker-timeout", "600s", "--log-level", "warn",
                                "--log-file", os.path.join(w, "api.log")])

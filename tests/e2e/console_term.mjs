@@ -6,10 +6,7 @@
 // Reads its parameters from the environment; prints "STEP name" as it goes,
 // "SEQ n" (the highest line of the stream seen so far) and one final
 // "RESULT {json}" line.
-import { chromium } from 'playwright-core';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { launch } from './chromium.mjs';
 
 const url = process.env.SBX_CONSOLE_URL;
 const key = process.env.SBX_KEY;
@@ -18,14 +15,7 @@ const seqN = Number(process.env.SBX_SEQ || 2000);
 const shot = process.env.SBX_SCREENSHOT;
 const stepMs = Number(process.env.SBX_STEP_MS || 60000);
 
-const profile = mkdtempSync(join(tmpdir(), 'sbx-chromium-'));
-const browser = await chromium.launchPersistentContext(profile, {
-  executablePath: '/usr/bin/chromium',
-  headless: true,
-  viewport: { width: 1000, height: 700 },
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
+const { browser, close } = await launch({ viewport: { width: 1000, height: 700 } });
 const result = { console: [], sockets: 0, steps: {} };
 const step = (name) => console.log('STEP ' + name);
 let page;
@@ -169,7 +159,6 @@ try {
     result.screen = String(e2);
   }
 } finally {
-  await browser.close();
-  rmSync(profile, { recursive: true, force: true });
+  await close();
 }
 console.log('RESULT ' + JSON.stringify(result));

@@ -15,12 +15,9 @@ import threading
 import unittest
 
 import sbxtest
-from cutproxy import CuttableProxy
-from sbxtest import BUILD, REPO
-from stackfix import Stack
+from consolefix import E2E, NODE, CuttableProxy, browser_stack
+from sbxtest import BUILD
 
-E2E = os.path.join(REPO, "tests", "e2e")
-NODE = "/usr/bin/node"
 LINES = 40
 CMD = "for i in $(seq 1 %d); do echo line-$i; sleep 0.15; done; exit 5" % LINES
 
@@ -29,20 +26,7 @@ class ConsoleTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        for path in (NODE, "/usr/bin/chromium", os.path.join(E2E, "node_modules",
-                                                             "playwright-core")):
-            if not os.path.exists(path):
-                raise AssertionError("%s is missing: run deploy/deps.sh (make check does)"
-                                     % path)
-        cls.stack = Stack("sbxcon%d-" % (os.getpid() % 100000))
-        st = cls.stack
-        cls.host, cls.port = "127.0.0.1", int(st.url.rsplit(":", 1)[1])
-        r = sbxtest.tcp_http(cls.host, cls.port, "POST", "/api/v1/npcs", {"name": "eve"},
-                             {"Authorization": "Bearer " + st.player})
-        assert r.status == 201, r.body
-        r = sbxtest.tcp_http(cls.host, cls.port, "PUT", "/api/v1/npcs/eve/sandbox", None,
-                             {"Authorization": "Bearer " + st.player}, 120)
-        assert r.status == 200, r.body
+        cls.stack, cls.host, cls.port = browser_stack("sbxcon", "eve")
 
     @classmethod
     def tearDownClass(cls):

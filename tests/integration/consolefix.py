@@ -1,12 +1,43 @@
-"""cutproxy - a TCP proxy the browser tests cut: every open connection of a page drops at once.
+"""consolefix - what the browser tests of /console share (test_console.py, test_console_term.py).
 
-Shared by tests/integration/test_console.py and test_console_term.py; binds
-127.0.0.1:0 and forwards byte for byte to one local port.
+browser_stack() checks that node, Debian's chromium and tests/e2e's
+playwright-core are there and brings up an api and broker (stackfix.Stack)
+with one NPC whose sandbox is running; CuttableProxy is a TCP proxy on
+127.0.0.1:0 the tests cut: every open connection of a page drops at once.
 """
 
+import os
 import select
 import socket
 import threading
+
+import sbxtest
+from sbxtest import REPO
+from stackfix import Stack
+
+E2E = os.path.join(REPO, "tests", "e2e")
+NODE = "/usr/bin/node"
+
+
+def browser_stack(prefix, npc):
+    """A Stack (its player's key in .player) with NPC npc and its sandbox up;
+    AssertionError naming what is missing when the browser tools are not."""
+    for path in (NODE, "/usr/bin/chromium", os.path.join(E2E, "node_modules", "playwright-core")):
+        if not os.path.exists(path):
+            raise AssertionError("%s is missing: run deploy/deps.sh (make check does)" % path)
+    st = Stack("%s%d-" % (prefix, os.getpid() % 100000))
+    try:
+        host, port = "127.0.0.1", int(st.url.rsplit(":", 1)[1])
+        r = sbxtest.tcp_http(host, port, "POST", "/api/v1/npcs", {"name": npc},
+                             {"Authorization": "Bearer " + st.player})
+        assert r.status == 201, r.body
+        r = sbxtest.tcp_http(host, port, "PUT", "/api/v1/npcs/%s/sandbox" % npc, None,
+                             {"Authorization": "Bearer " + st.player}, 120)
+        assert r.status == 200, r.body
+    except BaseException:
+        st.close()
+        raise
+    return st, host, port
 
 
 class CuttableProxy:

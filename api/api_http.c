@@ -139,6 +139,9 @@ static const struct api_route routes[] = {
 	{ { EVHTTP_REQ_POST, TERM_PATH "/control" }, api_h_terms_control,
 	    R_AUTH | R_NPC | R_EXEC | R_JSON, .action = "terminals.control",
 	    .auth = term_auth },
+	{ { EVHTTP_REQ_GET, TERM_PATH "/attach" }, api_h_terms_attach,
+	    R_AUTH | R_NPC | R_EXEC, .action = "terminals.attach",
+	    .auth = term_auth },
 	{ { EVHTTP_REQ_POST, TERM_PATH "/tickets" }, api_h_terms_ticket,
 	    R_AUTH | R_NPC | R_EXEC | R_JSON_OPT | R_MUTATING,
 	    .action = "terminals.ticket" },
@@ -901,6 +904,7 @@ api_server_drain(struct api_server *s, void (*done)(void *), void *arg)
 	api_execs_drain(s);
 	api_terms_drain(s);
 	api_ports_drain(s);
+	api_term_ws_drain(s);
 	snprintf(n, sizeof(n), "%u", s->inflight);
 	log_info("draining", "in_flight", n, NULL);
 	/* Cannot wait politely (no memory for the events): cancelled now. */
@@ -920,6 +924,7 @@ api_server_free(struct api_server *s)
 	api_req_abandon_all(s);
 	api_ports_close(s);
 	api_execs_close(s);
+	api_term_ws_free_all(s);
 	api_terms_close(s);
 	api_req_trim_close(s);
 	free(s->console_csp);

@@ -408,6 +408,14 @@ int api_h_terms_output(struct areq *a, struct sbx_err *err);
 int api_h_terms_input(struct areq *a, struct sbx_err *err);
 int api_h_terms_control(struct areq *a, struct sbx_err *err);
 int api_h_terms_ticket(struct areq *a, struct sbx_err *err);
+/* api_term_http.c, for every transport of a terminal: a's ?offset= (or
+ * Last-Event-ID), 0 when absent; -1 with err bad_request. */
+int api_term_offset_query(struct areq *a, uint64_t *off, struct sbx_err *err);
+/* A control object {"type":"resize","cols","rows"} | {"type":"signal",
+ * "signal": name or 1..64} | {"type":"eof"} (docs/api.md) into *c, or
+ * *eof 1. Returns 0, or -1 with err bad_request and the sentence. */
+int api_term_ctl_parse(const json_t *o, struct sbx_session_ctl *c, int *eof,
+    struct sbx_err *err);
 /* api_ports.c, api_ports_auth.c: the ports reverse proxy, its tickets and
  * preview links (docs/api.md "Ports", adr/0053). */
 /* Derives the token key from the ticket key (after api_execs_open) and
@@ -466,6 +474,12 @@ typedef int (*api_ticket_find_fn)(struct api_server *s, const char *npc,
     size_t cap);
 int api_ticket_auth(struct api_server *s, const char *npc, const char *id,
     const char *query, api_ticket_find_fn find, struct api_principal *who);
+/* api_term_ws.c: GET …/terminals/{id}/attach, the WebSocket of sbx.v1
+ * (adr/0052); the drain closes every attached one (1001), the server's
+ * free frees them. */
+int api_h_terms_attach(struct areq *a, struct sbx_err *err);
+void api_term_ws_drain(struct api_server *s);
+void api_term_ws_free_all(struct api_server *s);
 /* GET /console: the embedded page (api/console.html + xterm.js, adr/0054), a fresh style nonce each reply. */
 int api_h_console(struct areq *a, struct sbx_err *err);
 /* Builds s->console_csp (the hash of the page's one inline script) and finds

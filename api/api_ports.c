@@ -162,11 +162,20 @@ idle_fire(evutil_socket_t fd, short what, void *arg)
 {
 	struct api_port_conn *pc = arg;
 
+	struct areq *a = pc->a;
+	int port = a != NULL ? a->port : 0;
+
 	(void)fd;
 	(void)what;
 	pc->s->ports->idle_closed++;
 	log_info("port connection idle; closed", NULL);
+	if (a != NULL)
+		a->op = NULL;   /* pc_free cancels it */
 	pc_free(pc);
+	/* Before the hand-off the request still answers, once. */
+	if (a != NULL)
+		areq_fail_code(a, SBX_E_TIMEOUT, "The server on port %d in the "
+		    "sandbox sent nothing for port_idle_timeout.", port);
 }
 
 /* ------------------------------------------------------------------ */

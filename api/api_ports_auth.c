@@ -169,7 +169,9 @@ api_h_port_preview(struct areq *a, struct sbx_err *err)
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "ttl_s must be from 1 "
 		    "to %lld seconds (preview_ttl_max).",
 		    cfg->preview_ttl_max / 1000);
-	t.expires = (uint32_t)(sbx_wall_ms() / 1000 + ttl_s);
+	/* Whole seconds, rounded up: a link lives at least ttl_s (a ttl of 1
+	 * made at x.999 s would otherwise die 1 ms later). */
+	t.expires = (uint32_t)((sbx_wall_ms() + ttl_s * 1000 + 999) / 1000);
 	t.port = (uint16_t)port;
 	t.npc_id = (uint32_t)a->npc.id;
 	t.principal_id = (uint32_t)a->who.id;

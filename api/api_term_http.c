@@ -393,8 +393,8 @@ sse_pause(struct areq *a, int on)
 }
 
 /* ?offset= (else Last-Event-ID: the offset after the last event seen). */
-static int
-offset_query(struct areq *a, uint64_t *off, struct sbx_err *err)
+int
+api_term_offset_query(struct areq *a, uint64_t *off, struct sbx_err *err)
 {
 	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(a->h.req);
 	struct evkeyvalq q;
@@ -432,8 +432,15 @@ api_h_terms_output(struct areq *a, struct sbx_err *err)
 	uint64_t off, start;
 	int sfd, sndbuf = TERM_SSE_SNDBUF;
 
-	if ((t = term_of(a, err)) == NULL || offset_query(a, &off, err) == -1)
+	if ((t = term_of(a, err)) == NULL || api_term_offset_query(a, &off, err) == -1)
 		return -1;
+	/* One of its principal's open streams (adr/0056), given back in
+	 * areq_finish. */
+	if (a->authed) {
+		if (api_streams_take(a->s, a->who.id, err) == -1)
+			return -1;
+		a->stream_counted = 1;
+	}
 	if ((sv = calloc(1, sizeof(*sv))) == NULL)
 		return sbx_err_oom(err);
 	sv->a = a;
@@ -517,66 +524,77 @@ static const struct {
 };
 
 int
+api_term_ctl_parse(const json_t *o, struct sbx_session_ctl *c, int *eof,
+    struct sbx_err *err)
+{
+	const char *type, *name;
+	const json_t *sig;
+	size_t i;
+
+	memset(c, 0, sizeof(*c));
+	*eof = 0;
+	type = json_string_value(json_object_get(o, "type"));
+	if (type == NULL)
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "type must be "
+		    "\"resize\", \"signal\" or \"eof\".");
+	if (strcmp(type, "eof") == 0) {
+		*eof = 1;
+	} else if (strcmp(type, "resize") == 0) {
+		c->kind = SBX_SESSION_RESIZE;
+		if (!json_is_integer(json_object_get(o, "cols")) ||
+		    !json_is_integer(json_object_get(o, "rows")))
+			return sbx_err_set(err, SBX_E_BAD_REQUEST, "A resize needs "
+			    "integers cols and rows (1 to 10000).");
+		if (json_integer_value(json_object_get(o, "cols")) < 1 ||
+		    json_integer_value(json_object_get(o, "cols")) > 10000 ||
+		    json_integer_value(json_object_get(o, "rows")) < 1 ||
+		    json_integer_value(json_object_get(o, "rows")) > 10000)
+			return sbx_err_set(err, SBX_E_BAD_REQUEST, "cols and rows "
+			    "must be 1 to 10000.");
+		c->cols = (int)json_integer_value(json_object_get(o, "cols"));
+		c->rows = (int)json_integer_value(json_object_get(o, "rows"));
+	} else if (strcmp(type, "signal") == 0) {
+		c->kind = SBX_SESSION_SIGNAL;
+		sig = json_object_get(o, "signal");
+		if (json_is_integer(sig) && json_integer_value(sig) >= 1 &&
+		    json_integer_value(sig) <= 64)
+			c->signo = (int)json_integer_value(sig);
+		else if ((name = json_string_value(sig)) != NULL) {
+			if (strncmp(name, "SIG", 3) == 0)
+				name += 3;
+			for (i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)
+				if (strcmp(signals[i].name, name) == 0)
+					c->signo = signals[i].signo;
+		}
+		if (c->signo == 0)
+			return sbx_err_set(err, SBX_E_BAD_REQUEST, "signal must be "
+			    "a number 1 to 64 or a name (INT, TERM, HUP, KILL, "
+			    "QUIT, USR1, USR2, CONT, STOP, TSTP, WINCH, ALRM).");
+	} else
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "type must be "
+		    "\"resize\", \"signal\" or \"eof\".");
+	return 0;
+}
+
+int
 api_h_terms_control(struct areq *a, struct sbx_err *err)
 {
 	static const char *const fields[] = { "type", "cols", "rows", "signal",
 	    NULL };
 	struct sbx_session_ctl c;
 	struct api_term *t;
-	const char *type, *name;
-	const json_t *sig;
-	size_t i;
+	int eof;
 
 	if ((t = term_of(a, err)) == NULL ||
-	    sbx_wire_fields_check(a->body, fields, err) == -1)
+	    sbx_wire_fields_check(a->body, fields, err) == -1 ||
+	    api_term_ctl_parse(a->body, &c, &eof, err) == -1)
 		return -1;
-	memset(&c, 0, sizeof(c));
-	type = json_string_value(json_object_get(a->body, "type"));
-	if (type == NULL)
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "type must be "
-		    "\"resize\", \"signal\" or \"eof\".");
-	if (strcmp(type, "eof") == 0) {
+	if (eof) {
 		if (term_eof(t) == -1)
 			return sbx_err_set(err, SBX_E_CONFLICT, "Terminal %s has "
 			    "ended.", t->id);
-	} else if (strcmp(type, "resize") == 0) {
-		c.kind = SBX_SESSION_RESIZE;
-		if (!json_is_integer(json_object_get(a->body, "cols")) ||
-		    !json_is_integer(json_object_get(a->body, "rows")))
-			return sbx_err_set(err, SBX_E_BAD_REQUEST, "A resize needs "
-			    "integers cols and rows (1 to 10000).");
-		if (json_integer_value(json_object_get(a->body, "cols")) < 1 ||
-		    json_integer_value(json_object_get(a->body, "cols")) > 10000 ||
-		    json_integer_value(json_object_get(a->body, "rows")) < 1 ||
-		    json_integer_value(json_object_get(a->body, "rows")) > 10000)
-			return sbx_err_set(err, SBX_E_BAD_REQUEST, "cols and rows "
-			    "must be 1 to 10000.");
-		c.cols = (int)json_integer_value(json_object_get(a->body, "cols"));
-		c.rows = (int)json_integer_value(json_object_get(a->body, "rows"));
-		if (term_control(t, &c, err) == -1)
-			return -1;
-	} else if (strcmp(type, "signal") == 0) {
-		c.kind = SBX_SESSION_SIGNAL;
-		sig = json_object_get(a->body, "signal");
-		if (json_is_integer(sig) && json_integer_value(sig) >= 1 &&
-		    json_integer_value(sig) <= 64)
-			c.signo = (int)json_integer_value(sig);
-		else if ((name = json_string_value(sig)) != NULL) {
-			if (strncmp(name, "SIG", 3) == 0)
-				name += 3;
-			for (i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)
-				if (strcmp(signals[i].name, name) == 0)
-					c.signo = signals[i].signo;
-		}
-		if (c.signo == 0)
-			return sbx_err_set(err, SBX_E_BAD_REQUEST, "signal must be "
-			    "a number 1 to 64 or a name (INT, TERM, HUP, KILL, "
-			    "QUIT, USR1, USR2, CONT, STOP, TSTP, WINCH, ALRM).");
-		if (term_control(t, &c, err) == -1)
-			return -1;
-	} else
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "type must be "
-		    "\"resize\", \"signal\" or \"eof\".");
+	} else if (term_control(t, &c, err) == -1)
+		return -1;
 	areq_reply_json(a, 200, term_json(t));
 	return 0;
 }

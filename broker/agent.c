@@ -40,6 +40,7 @@ struct sbx_agent_chan {
 	uint32_t next_id;
 	struct sbx_agent_hello hello;
 	int got_hello, failed, depth, freed;
+	uint64_t rx;                /* bytes the agent sent */
 	unsigned pings_out;
 	uint64_t last_rx_ms, keep_ms, ping_sent_ms;
 	struct event *keep;
@@ -304,6 +305,18 @@ sbx_agent_chan_input(struct sbx_agent_chan *ch, const unsigned char *buf, size_t
 
 	if (ch->failed)
 		return -1;
+	/* The version byte of the first frame (the HELLO): an agent of
+	 * another protocol is an older helper in an older container. */
+	if (ch->rx < 2 && ch->rx + len >= 2 && buf[1 - ch->rx] != SBX_AGENT_PROTO) {
+		struct sbx_err e;
+
+		sbx_err_set(&e, SBX_E_RUNTIME, "the sandbox's sbx-helper speaks agent protocol "
+		    "%d, not %d (an older helper volume): ensure the sandbox to replace its "
+		    "container", buf[1 - ch->rx], SBX_AGENT_PROTO);
+		sbx_agent_chan_fail(ch, &e);
+		return -1;
+	}
+	ch->rx += len;
 	enter(ch);
 	r = sbx_agent_dec_feed(&ch->dec, buf, len, on_frame, ch);
 	if (r < 0 && !ch->failed && !ch->freed)

@@ -11,6 +11,8 @@
  * while it has none. A handler: it reaches the request layer through
  * broker_int.h only (adr/0036).
  */
+#include <sys/socket.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +63,7 @@ struct blink {
 	int eof_in, closed_in;          /* EOF came; told the session */
 	int ending;                     /* last frame queued: flush, then end */
 	int cancelled;                  /* the api sent CANCEL */
+	int shut;                       /* ending: our side shut down */
 	struct evbuffer *final;         /* the last EVENT, waiting for held output */
 	char outcome[48];
 };
@@ -165,20 +168,31 @@ link_cancel(struct blink *l, const char *outcome, const char *why)
 		log_warn("session link ended", "id", l->b->id, "reason", why,
 		    NULL);
 	snprintf(l->outcome, sizeof(l->outcome), "%s", outcome);
+	l->ending = 1;   /* nothing more to say: no last EVENT from detach */
 	link_finish(l);
 }
 
 /* The last frame is queued: what the api still sends is read and dropped
- * (a client blocked in a write would not read the end otherwise); the end
- * comes when the output has gone (or FLUSH_TIMEOUT_S later). */
+ * (a client blocked in a write would not read the end otherwise). Once
+ * the output has gone the broker shuts its side down for writing and
+ * ends when the api closes its own (closing while the api's last credit
+ * frames were unread would reset a TCP connection and lose the api's
+ * unread output), or FLUSH_TIMEOUT_S after the last byte either way. */
 static void
 link_end(struct blink *l, const char *outcome)
 {
 	struct timeval tv = { FLUSH_TIMEOUT_S, 0 };
 
 	l->ending = 1;
-	snprintf(l->outcome, sizeof(l->outcome), "%s", outcome);
-	bufferevent_set_timeouts(l->bev, NULL, &tv);
+	if (outcome != l->outcome)
+		snprintf(l->outcome, sizeof(l->outcome), "%s", outcome);
+	/* The session is over: its place in max_execs_per_sandbox is free
+	 * while its last bytes go. */
+	if (l->b->holds_exec) {
+		l->b->holds_exec = 0;
+		l->b->sbx->execs--;
+	}
+	bufferevent_set_timeouts(l->bev, &tv, &tv);
 	/* Never from here: the caller may be inside the decoder or a sink
 	 * callback. The write callback comes from the loop once the output
 	 * is empty (now, if it is already). */
@@ -377,7 +391,7 @@ link_frame(void *arg, const struct sbx_agent_frame *f, const unsigned char *p,
 		 * exec) changes nothing; the api checked the ranges. */
 		if (l->b->op != NULL && sbx_session_control(l->b->op, &c,
 		    &err) < 0)
-			log_info("session control refused", "id", l->b->id,
+			log_debug("session control refused", "id", l->b->id,
 			    "reason", err.message, NULL);
 		return 0;
 	default:
@@ -423,8 +437,12 @@ link_written(struct bufferevent *bev, void *arg)
 {
 	struct blink *l = arg;
 
-	if (l->ending && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-		link_finish(l);
+	if (!l->ending || l->shut ||
+	    evbuffer_get_length(bufferevent_get_output(bev)) > 0)
+		return;
+	l->shut = 1;
+	if (shutdown(bufferevent_getfd(bev), SHUT_WR) < 0)
+		link_finish(l);   /* the api is gone already */
 }
 
 static void
@@ -433,11 +451,14 @@ link_event(struct bufferevent *bev, short what, void *arg)
 	struct blink *l = arg;
 
 	(void)bev;
-	(void)what;
-	if (l->ending)
+	if (l->ending) {
 		link_finish(l);
-	else
-		link_cancel(l, SBX_E_CANCELLED, NULL);   /* the api went */
+		return;
+	}
+	log_info("session link closed by the api", "id", l->b->id, "what",
+	    what & BEV_EVENT_EOF ? "eof" : what & BEV_EVENT_TIMEOUT ?
+	    "timeout" : "error", NULL);
+	link_cancel(l, SBX_E_CANCELLED, NULL);   /* the api went */
 }
 
 /* ---------- the session's sink ---------- */

@@ -150,6 +150,7 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 	TAILQ_INIT(&e->hwait);
 	TAILQ_INIT(&e->agents);
 	e->agent_on = !c->agent_off;
+	e->fail_hook = eng_verify_fail;
 	e->rexec_via = &eng_rexec_transport;
 	e->via = e->agent_on ? &eng_agent_transport : &eng_rexec_transport;
 	e->agent_idle_ms = c->agent_idle_ms > 0 ? c->agent_idle_ms : 60000;

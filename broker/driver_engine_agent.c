@@ -35,7 +35,8 @@ struct eng_agent {
 	char rexec[80];               /* its runtime exec */
 	enum ag_state state;
 	int ever_ready;               /* a restart is a start after this */
-	int stale;                    /* its container went (eng_agent_forget) */
+	int stale;                    /* its container went (eng_agent_retire) */
+	unsigned going;               /* stops and destroys in flight (eng_agent_forget) */
 	struct sbx_agent_chan *ch;
 	struct sbx_http_req *http;    /* the exec start stream = the channel */
 	struct eop *starter;          /* the runtime calls that start it */
@@ -616,12 +617,50 @@ eng_agent_forget(struct engine *e, const char *id)
 {
 	struct eng_agent *ag = agent_find(e, id);
 
+	/* A record without a channel holds the count when there is none. */
+	if (ag == NULL && (ag = calloc(1, sizeof(*ag))) != NULL) {
+		ag->e = e;
+		ag->state = AG_DEAD;
+		snprintf(ag->id, sizeof(ag->id), "%s", id);
+		TAILQ_INSERT_TAIL(&e->agents, ag, link);
+	}
 	if (ag == NULL)
 		return;
 	/* Its channel ends by itself when the container stops (streams end
-	 * as a killed exec's did), but the runtime may tell that only after
-	 * the next ensure made or started the container again: the next
-	 * stream starts a new agent instead (agent_get), never lands on it. */
+	 * as a killed exec's did); what goes now is what it stood for. */
+	ag->ever_ready = 0;
+	ag->st_valid = 0;
+	ag->going++;
+}
+
+void
+eng_agent_forget_end(struct engine *e, const char *id)
+{
+	struct eng_agent *ag = agent_find(e, id);
+
+	if (ag != NULL && ag->going > 0)
+		ag->going--;
+}
+
+int
+eng_agent_going(struct engine *e, const char *id)
+{
+	struct eng_agent *ag = agent_find(e, id);
+
+	return ag != NULL && ag->going > 0;
+}
+
+void
+eng_agent_retire(struct engine *e, const char *id)
+{
+	struct eng_agent *ag = agent_find(e, id);
+
+	if (ag == NULL)
+		return;
+	/* The channel may run on in the container's last life until the
+	 * runtime tells its end, which can come after the container was made
+	 * or started again: the next stream starts a new agent instead
+	 * (agent_get), never lands on it. */
 	ag->ever_ready = 0;
 	ag->st_valid = 0;
 	ag->stale = 1;

@@ -218,7 +218,7 @@ ensure_start(struct eop *op)
 	/* An agent channel left in the table runs in the container's last
 	 * life (stopped, or the one this ensure replaced): the next exec
 	 * starts a new one (adr/0045). */
-	eng_agent_forget(op->e, op->id);
+	eng_agent_retire(op->e, op->id);
 	eng_callf(op, "POST", NULL, ensure_started, API "/containers/%s/start",
 	    op->cid);
 }

@@ -116,6 +116,9 @@ struct engine {
 	int agent_on;
 	int64_t agent_idle_ms, agent_ping_ms, agent_fresh_ms;
 	TAILQ_HEAD(, eng_agent) agents;
+	/* Asked first by eng_finish_err: 1 when it took the failure over
+	 * (driver_engine_verify.c); NULL: none. */
+	int (*fail_hook)(struct eop *op, const struct sbx_err *err);
 };
 
 struct sbx_status;
@@ -243,6 +246,8 @@ struct eop {
 
 	struct event *defer;          /* reports a failure from the loop */
 	struct sbx_err derr;
+	int verified;                 /* its failure was checked against the
+	                               * sandbox's state (eng_verify_fail) */
 };
 
 /* ensure */
@@ -826,18 +831,44 @@ int eng_session_control(struct sbx_driver *d, struct sbx_op *op,
  */
 extern const struct eng_transport eng_rexec_transport;
 
+/* ---- driver_engine_verify.c: a failure checked against the sandbox ---- */
+
+/*
+ * An invocation in a sandbox (EK_RUN, inspected first) that failed with
+ * runtime_error or runtime_unavailable may have lost its sandbox
+ * meanwhile: a destroy or a stop racing it ends its agent channel, its
+ * exec's start (Podman resets the connection) or its container's inspect
+ * (Podman answers 500 for a container being removed). The hook
+ * (e->fail_hook, asked by eng_finish_err) inspects the container once and
+ * fails op with not_found (gone) or not_running (stopped, removing, or a
+ * stop or destroy of it under way here: eng_agent_going), as an op a
+ * moment later would be answered, else with the original err (the
+ * broker's log keeps it). Returns 1 when it took op over (op then ends
+ * from the inspect's answer), 0 when op fails at once (another code, an
+ * op already checked, dead, or with a runtime call in flight). Issue 24
+ * item 10.
+ */
+int eng_verify_fail(struct eop *op, const struct sbx_err *err);
+
 /* ---- driver_engine_agent.c: invocations through the agent (adr/0025) ---- */
 
 struct eng_agent;
 /* Runs an invocation as a stream on its sandbox's agent channel (the
  * agent started first when needed). */
 extern const struct eng_transport eng_agent_transport;
-/* The sandbox's container is being stopped, removed or (re)started: no
- * warm ensure from its agent, its next start is not counted as a restart,
- * and the next stream starts a new agent rather than open on the old
- * channel, which the runtime may not have ended yet (its streams then end
- * as a killed exec's). */
+/* The sandbox is being stopped or removed through the driver: no warm
+ * ensure from its agent, its next start is not counted as a restart, and
+ * until the matching eng_agent_forget_end (the op's end) it counts as
+ * going (eng_agent_going: an op failing meanwhile answers not_running,
+ * eng_verify_fail). */
 void eng_agent_forget(struct engine *e, const char *id);
+void eng_agent_forget_end(struct engine *e, const char *id);
+int eng_agent_going(struct engine *e, const char *id);
+/* The sandbox's container is (re)started by an ensure: the next stream
+ * starts a new agent rather than open on the old channel, which the
+ * runtime may not have ended yet (its streams then end as a killed
+ * exec's, adr/0045). */
+void eng_agent_retire(struct engine *e, const char *id);
 /* Frees every agent record (driver free). */
 void eng_agents_free(struct engine *e);
 /* An ensure found st (running, on the helper volume helper_vol). */

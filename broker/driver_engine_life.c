@@ -17,15 +17,26 @@ static const struct eng_kind status_kind = {
 	.fail = eng_fail_status,
 };
 
+static void going_fini(struct eop *op);
+
 static const struct eng_kind stop_kind = {
 	.name = "stop",
 	.fail = eng_finish_done,
+	.fini = going_fini,
 };
 
 static const struct eng_kind destroy_kind = {
 	.name = "destroy",
 	.fail = eng_finish_done,
+	.fini = going_fini,
 };
+
+/* A stop or destroy ended: the sandbox no longer counts as going. */
+static void
+going_fini(struct eop *op)
+{
+	eng_agent_forget_end(op->e, op->id);
+}
 
 static const struct eng_kind sandboxes_kind = {
 	.name = "list of sandboxes",

@@ -136,6 +136,8 @@ eng_fail_quiet(struct eop *op, const struct sbx_err *err)
 void
 eng_finish_err(struct eop *op, const struct sbx_err *err)
 {
+	if (op->e->fail_hook != NULL && op->e->fail_hook(op, err))
+		return;
 	op->kind->fail(op, err);
 }
 

@@ -135,7 +135,7 @@ port_build(struct engine *e, const char *id, const struct sbx_session_req *req,
 	char num[16];
 
 	if (req->port < 1 || req->port > 65535) {
-		sbx_err_set(err, SBX_E_BAD_REQUEST, "A port must be 1 to 65535.");
+		sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_PORT_RANGE);
 		return NULL;
 	}
 	if ((op = eng_helper_op(e, &kind_port, id, sizeof(struct eop_sess),
@@ -163,13 +163,13 @@ pty_build(struct engine *e, const char *id, const struct sbx_session_req *req,
 
 	if (req->cols < 1 || req->cols > SBX_SESSION_SIZE_MAX ||
 	    req->rows < 1 || req->rows > SBX_SESSION_SIZE_MAX) {
-		sbx_err_set(err, SBX_E_BAD_REQUEST, "A terminal's cols and rows "
-		    "must be 1 to %d.", SBX_SESSION_SIZE_MAX);
+		sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_PTY_SIZE,
+		    SBX_SESSION_SIZE_MAX);
 		return NULL;
 	}
 	if (!term_ok(term)) {
-		sbx_err_set(err, SBX_E_BAD_REQUEST, "A terminal's TERM must be 1 "
-		    "to %d of A-Z a-z 0-9 . _ + -.", SBX_SESSION_TERM_MAX);
+		sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_PTY_TERM,
+		    SBX_SESSION_TERM_MAX);
 		return NULL;
 	}
 	snprintf(cols, sizeof(cols), "%d", req->cols);
@@ -287,8 +287,8 @@ eng_session_control(struct sbx_driver *d, struct sbx_op *o,
 		    "takes no signal.");
 	if (c->kind == SBX_SESSION_RESIZE && (c->cols < 1 || c->rows < 1 ||
 	    c->cols > SBX_SESSION_SIZE_MAX || c->rows > SBX_SESSION_SIZE_MAX))
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "A terminal's cols and "
-		    "rows must be 1 to %d.", SBX_SESSION_SIZE_MAX);
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_PTY_SIZE,
+		    SBX_SESSION_SIZE_MAX);
 	if (c->kind == SBX_SESSION_SIGNAL && (c->signo < 1 || c->signo > 64))
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "A signal must be 1 "
 		    "to 64.");

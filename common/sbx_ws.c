@@ -577,6 +577,23 @@ sbx_ws_send(struct sbx_ws *ws, int text, const void *a, size_t an,
 	return 0;
 }
 
+int
+sbx_ws_send_json(struct sbx_ws *ws, json_t *o)
+{
+	char *t;
+	int rc;
+
+	if (o == NULL)
+		return -1;
+	t = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	if (t == NULL)
+		return -1;
+	rc = sbx_ws_send(ws, 1, t, strlen(t), NULL, 0);
+	free(t);
+	return rc;
+}
+
 void
 sbx_ws_close(struct sbx_ws *ws, int code, const char *reason)
 {

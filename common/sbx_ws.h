@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "sbx_err.h"
 
 struct bufferevent;
@@ -101,6 +103,13 @@ struct sbx_ws *sbx_ws_new(struct bufferevent *bev, enum sbx_ws_role role,
  */
 int sbx_ws_send(struct sbx_ws *ws, int text, const void *a, size_t an,
     const void *b, size_t bn);
+
+/*
+ * sbx_ws_send of o (stolen, decref'd here; NULL: nothing, out of memory
+ * upstream) as one compact JSON text message. Returns as sbx_ws_send, -1
+ * for o NULL.
+ */
+int sbx_ws_send_json(struct sbx_ws *ws, json_t *o);
 
 /*
  * Starts the closing handshake (RFC 6455 §7.1.2): sends a close frame with

@@ -121,7 +121,8 @@
  *       comes on stdout raw, not framed (one stream: the command's stdout
  *       and stderr are the same terminal); after the command exits the
  *       terminal is read until it hangs up, stays quiet 100 ms or gave
- *       1 MiB more. With --ctrl: RESIZE sets the size (TIOCSWINSZ: the
+ *       1 MiB more, and written out as stdout's reader takes it (past the
+ *       --timeout-ms backstop, 1 s more, as exec). With --ctrl: RESIZE sets the size (TIOCSWINSZ: the
  *       kernel sends SIGWINCH), SIGNAL goes to the terminal's foreground
  *       process group (tcgetpgrp; the command's group when it has none).
  *       Errors: the error line on stderr at the end, as passthrough exec.

@@ -92,6 +92,12 @@
 #define SBX_MSG_CIDR_PREFIX "CIDR: bad prefix length"
 #define SBX_MSG_BAD_REQUEST_LINE "bad request line"
 
+/* Sessions (adr/0050): %d SBX_SESSION_SIZE_MAX; %d SBX_SESSION_TERM_MAX. */
+#define SBX_MSG_PTY_SIZE "A terminal's cols and rows must be 1 to %d."
+#define SBX_MSG_PTY_TERM "A terminal's TERM must be 1 to %d of A-Z a-z 0-9 " \
+    ". _ + -."
+#define SBX_MSG_PORT_RANGE "A port must be 1 to 65535."
+
 /* The CLI's reading of the api's answers (printed, exit 1). */
 #define SBX_MSG_NOT_HTTP "The server's answer is not HTTP/1.x; is SBX_URL " \
     "the sandbox-api address?"

@@ -201,8 +201,7 @@ sbx_wire_session_encode(const struct sbx_session_req *req,
 	}
 	if (req->kind == SBX_SESSION_PORT) {
 		if (req->port < 1 || req->port > 65535) {
-			sbx_err_set(err, SBX_E_BAD_REQUEST, "A port must be 1 to "
-			    "65535.");
+			sbx_err_set(err, SBX_E_BAD_REQUEST, SBX_MSG_PORT_RANGE);
 			return NULL;
 		}
 		if ((o = json_object()) == NULL ||

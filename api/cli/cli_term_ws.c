@@ -105,19 +105,6 @@ cli_term_size(int *cols, int *rows)
 	winsize(cols, rows);
 }
 
-static void
-send_json(struct tsess *s, json_t *o)
-{
-	char *t;
-
-	if (o == NULL)
-		return;
-	if ((t = json_dumps(o, JSON_COMPACT)) != NULL)
-		(void)sbx_ws_send(s->ws, 1, t, strlen(t), NULL, 0);
-	free(t);
-	json_decref(o);
-}
-
 /* The local terminal's size as a resize message. */
 static void
 send_size(struct tsess *s)
@@ -125,8 +112,8 @@ send_size(struct tsess *s)
 	int cols, rows;
 
 	winsize(&cols, &rows);
-	send_json(s, json_pack("{s:s,s:i,s:i}", "type", "resize", "cols",
-	    cols, "rows", rows));
+	(void)sbx_ws_send_json(s->ws, json_pack("{s:s,s:i,s:i}", "type",
+	    "resize", "cols", cols, "rows", rows));
 }
 
 static void
@@ -227,7 +214,8 @@ read_stdin(struct tsess *s)
 		 * ignores it (^D is a byte). */
 		s->in_eof = 1;
 		input_set(s, 0);
-		send_json(s, json_pack("{s:s}", "type", "eof"));
+		(void)sbx_ws_send_json(s->ws, json_pack("{s:s}", "type",
+		    "eof"));
 		return;
 	}
 	send_input(s, buf, (size_t)r);

@@ -269,6 +269,10 @@ int helper_pump_fill(struct helper_pump *p);
  * reader is gone (EPIPE, an error). */
 int helper_pump_flush(struct helper_pump *p);
 
+/* Writes buf[*off..len) to the non-blocking fd, advancing *off: 1 all of it
+ * went, 0 it would block, -1 an error (errno; EPIPE: the reader is gone). */
+int helper_write_some(int fd, const unsigned char *buf, size_t *off, size_t len);
+
 /*
  * Reads one control record from fd (--ctrl, non-blocking) into *c: 1 one
  * came (kind 0 when it did not parse: skip it), 0 none now, -1 the agent

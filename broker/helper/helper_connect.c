@@ -83,10 +83,11 @@ helper_connect(uint64_t port, struct helper_err *err)
 		oi = np;
 		pf[np].fd = 1;
 		pf[np++].events = down.len > down.off ? POLLOUT : 0;
+		/* Not polled with nothing to do: a closed connection polls HUP. */
 		si = np;
-		pf[np].fd = s;
-		pf[np++].events = (!down.eof && down.len == down.off ? POLLIN : 0) |
+		pf[np].events = (!down.eof && down.len == down.off ? POLLIN : 0) |
 		    (up.len > up.off ? POLLOUT : 0);
+		pf[np++].fd = pf[si].events != 0 ? s : -1;
 		ui = -1;
 		if (!up.eof && up.len == up.off) {
 			ui = np;

@@ -65,18 +65,10 @@ static struct framer framer;
 static int
 framer_flush(struct framer *f)
 {
-	ssize_t n;
+	int r = helper_write_some(f->fd, f->buf, &f->off, f->len);
 
-	while (f->off < f->len) {
-		n = write(f->fd, f->buf + f->off, f->len - f->off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return 0;
-		if (n < 0)
-			return -1;
-		f->off += (size_t)n;
-	}
+	if (r < 1)
+		return r;
 	f->len = f->off = 0;
 	return 1;
 }

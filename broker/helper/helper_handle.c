@@ -50,18 +50,18 @@ helper_exec_id_valid(const char *id)
 }
 
 /*
- * Start time (field 22 of /proc/PID/stat) of pid: 1 and *start when found,
- * 0 when no such process, -1 when /proc cannot tell.
+ * Field want (>= 3, numeric) of /proc/PID/stat for pid (its decimal name):
+ * 1 and *v when found, 0 when no such process, -1 when /proc cannot tell.
  */
 static int
-proc_start_time(pid_t pid, unsigned long long *start)
+stat_field(const char *pid, int want, unsigned long long *v)
 {
 	char path[64], buf[1024];
 	char *p, *end;
 	ssize_t n;
 	int fd, field;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	snprintf(path, sizeof(path), "/proc/%s/stat", pid);
 	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
 		return errno == ENOENT ? 0 : -1;
 	n = helper_read_full(fd, buf, sizeof(buf) - 1);
@@ -73,7 +73,7 @@ proc_start_time(pid_t pid, unsigned long long *start)
 	if ((p = strrchr(buf, ')')) == NULL)
 		return -1;
 	p++;
-	for (field = 3; field < 22; field++) {
+	for (field = 3; field < want; field++) {
 		while (*p == ' ')
 			p++;
 		while (*p != ' ' && *p != '\0')
@@ -82,10 +82,20 @@ proc_start_time(pid_t pid, unsigned long long *start)
 	while (*p == ' ')
 		p++;
 	errno = 0;
-	*start = strtoull(p, &end, 10);
+	*v = strtoull(p, &end, 10);
 	if (errno != 0 || end == p)
 		return -1;
 	return 1;
+}
+
+/* Start time (field 22) of pid: 1 and *start, 0 gone, -1 unreadable. */
+static int
+proc_start_time(pid_t pid, unsigned long long *start)
+{
+	char name[16];
+
+	snprintf(name, sizeof(name), "%d", (int)pid);
+	return stat_field(name, 22, start);
 }
 
 /*
@@ -187,28 +197,9 @@ done:
 static pid_t
 proc_session(const char *d)
 {
-	char path[64], buf[1024], *p;
-	ssize_t n;
-	int fd, field;
+	unsigned long long sid;
 
-	snprintf(path, sizeof(path), "/proc/%s/stat", d);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return -1;
-	n = helper_read_full(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	if ((p = strrchr(buf, ')')) == NULL)
-		return -1;
-	p++;
-	for (field = 3; field < 6; field++) {
-		while (*p == ' ')
-			p++;
-		while (*p != ' ' && *p != '\0')
-			p++;
-	}
-	return (pid_t)strtol(p, NULL, 10);
+	return stat_field(d, 6, &sid) == 1 ? (pid_t)sid : -1;
 }
 
 void

@@ -19,7 +19,7 @@
 #define TERM_MAX 64
 #define DRAIN_QUIET_MS 100         /* after the exit: terminal quiet this long = done */
 #define DRAIN_MAX (1024 * 1024)    /* after the exit: bytes read before giving up */
-#define GIVE_UP_MS 1000            /* after the exit: time left to write to a slow reader */
+#define GIVE_UP_MS 1000            /* past the backstop: time left to write the output */
 #define PASSWD "/etc/passwd"
 #define SHELL_FALLBACK "/bin/sh"
 
@@ -168,10 +168,12 @@ pty_wait(void *arg, pid_t pid, int sigfd, uint64_t deadline, int *status, int *t
 		 * past what we read after the exit), its output written. */
 		if (reaped && out->len == out->off && (out->eof || now >= quiet_until))
 			return;
-		if (reaped && give_up == 0)
-			give_up = now + GIVE_UP_MS;
+		/* As exec: a reader that does not read holds the output until
+		 * the backstop (if any) and GIVE_UP_MS more, then it is lost. */
+		if (reaped && give_up == 0 && deadline != 0)
+			give_up = (now > deadline ? now : deadline) + GIVE_UP_MS;
 		if (give_up != 0 && now >= give_up)
-			return;   /* a reader that does not read: the rest is lost */
+			return;
 		np = 0;
 		pf[np].fd = sigfd;
 		pf[np++].events = POLLIN;
@@ -180,11 +182,11 @@ pty_wait(void *arg, pid_t pid, int sigfd, uint64_t deadline, int *status, int *t
 		pf[np].fd = 1;
 		pf[np++].events = out->len > out->off ? POLLOUT : 0;
 		/* A terminal whose every slave closed polls HUP for ever: not
-		 * polled once drained, with nothing to write to it. */
+		 * polled while there is nothing to read from or write to it. */
 		mi = np;
-		pf[np].fd = out->eof && in->len == in->off ? -1 : t->master;
-		pf[np++].events = (!out->eof && out->len == out->off ? POLLIN : 0) |
+		pf[np].events = (!out->eof && out->len == out->off ? POLLIN : 0) |
 		    (in->len > in->off ? POLLOUT : 0);
+		pf[np++].fd = pf[mi].events != 0 ? t->master : -1;
 		fi = ci = -1;
 		if (!reaped && !in->eof && in->len == in->off) {
 			fi = np;
@@ -198,7 +200,7 @@ pty_wait(void *arg, pid_t pid, int sigfd, uint64_t deadline, int *status, int *t
 		}
 		tmo = until(reaped ? 0 : deadline, now);
 		if (reaped)
-			tmo = until(out->len > out->off ? give_up : quiet_until, now);
+			tmo = out->len > out->off ? until(give_up, now) : until(quiet_until, now);
 		n = poll(pf, (nfds_t)np, tmo);
 		if (n < 0 && errno != EINTR) {
 			if (!reaped)

@@ -439,22 +439,31 @@ helper_pump_fill(struct helper_pump *p)
 }
 
 int
-helper_pump_flush(struct helper_pump *p)
+helper_write_some(int fd, const unsigned char *buf, size_t *off, size_t len)
 {
 	ssize_t n;
 
-	while (p->off < p->len) {
-		n = write(p->to, p->buf + p->off, p->len - p->off);
+	while (*off < len) {
+		n = write(fd, buf + *off, len - *off);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return 0;
 		if (n <= 0)
 			return -1;
-		p->off += (size_t)n;
+		*off += (size_t)n;
 	}
-	p->off = p->len = 0;
 	return 1;
+}
+
+int
+helper_pump_flush(struct helper_pump *p)
+{
+	int r = helper_write_some(p->to, p->buf, &p->off, p->len);
+
+	if (r == 1)
+		p->off = p->len = 0;
+	return r;
 }
 
 int

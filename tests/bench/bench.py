@@ -15,6 +15,7 @@ BENCH_STREAM_BYTES [268435456], BENCH_STREAM_ROUNDS [3], BENCH_SSE_CLIENTS
 """
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -664,6 +665,66 @@ class Bench:
                          "%.2f s" % c,
                          "raw client %.2f s" % med(cpu["raw"]["client"]), "—", "≤ 3 s", c <= 3.0)
 
+    def sbxctl(self, args, stdin):
+        env = dict(os.environ, SBX_URL="http://%s:%d" % self.api_addr, SBX_KEY=self.akey,
+                   HOME=self.work)
+        t0 = time.perf_counter_ns()
+        p = subprocess.run([os.path.join(self.build, "sbxctl")] + args, env=env, stdin=stdin,
+                           capture_output=True)
+        if p.returncode != 0:
+            raise RuntimeError("sbxctl %s: %d %s" % (args[0], p.returncode, p.stderr[:300]))
+        return time.perf_counter_ns() - t0, p.stdout
+
+    def fig_stdin(self):
+        """stdin streamed through `sbxctl exec -i` (a pty:false terminal
+        attached by WebSocket, adr/0052) against `docker exec -i`, and a
+        200 MiB tree round-tripped through tar, byte for byte."""
+        if not self.has_api:
+            return
+        n = 64 * MiB
+        src = os.path.join(self.work, "stdin.bin")
+        with open(src, "wb") as f:
+            f.write(os.urandom(n))
+        res = {"sbxctl": [], "docker": []}
+        for r in range(4):
+            for m in (("sbxctl", "docker") if r % 2 else ("docker", "sbxctl")):
+                with open(src, "rb") as f:
+                    if m == "sbxctl":
+                        ns, _ = self.sbxctl(["exec", "-i", "bench-1", "--", "sh", "-c",
+                                             "cat > /work/stdin.bin"], f)
+                    else:
+                        t0 = time.perf_counter_ns()
+                        subprocess.run([self.docker, "exec", "-i", self.cname(1), "sh", "-c",
+                                        "cat > /work/stdin.bin"], env=self.denv, stdin=f,
+                                       check=True, capture_output=True)
+                        ns = time.perf_counter_ns() - t0
+                if r > 0:   # the first round warms
+                    res[m].append(n / (ns / 1e9) / 1e6)
+        x = med(res["sbxctl"]) / med(res["docker"])
+        self.row("64 MiB piped through `sbxctl exec -i … cat > /work/f`",
+                 "%.0f MB/s" % med(res["sbxctl"]), "`docker exec -i` %.0f MB/s" % med(res["docker"]),
+                 "%.2f×" % x, "≥ 0.90 × docker exec -i", x >= 0.90)
+        # 200 MiB tree: tar in through stdin, tar out through stdout, compared
+        tree = os.path.join(self.work, "tree")
+        os.makedirs(tree, exist_ok=True)
+        sums = {}
+        for i in range(20):
+            data = os.urandom(10 * MiB)
+            with open(os.path.join(tree, "f%02d" % i), "wb") as f:
+                f.write(data)
+            sums["f%02d" % i] = hashlib.sha256(data).hexdigest()
+        tar = subprocess.Popen(["tar", "-C", tree, "-c", "."], stdout=subprocess.PIPE)
+        ns, _ = self.sbxctl(["exec", "-i", "bench-1", "--", "sh", "-c",
+                             "rm -rf /work/tree && mkdir /work/tree && tar -C /work/tree -x"],
+                            tar.stdout)
+        tar.wait()
+        _, out = self.sbxctl(["exec", "bench-1", "--", "sh", "-c",
+                              "cd /work/tree && sha256sum f*"], subprocess.DEVNULL)
+        back = dict(reversed(ln.split()) for ln in out.decode().splitlines())
+        self.row("200 MiB tree: `tar -c | sbxctl exec -i … tar -x`, read back",
+                 "%.0f MB/s" % (200 * MiB / (ns / 1e9) / 1e6),
+                 "—", "—", "byte-exact", back == sums)
+
     def fig_wire(self):
         """In-process CPU of the output wire path (tests/bench/wire_micro.c,
         adr/0028): no runtime, no sockets, so it isolates sbx's own cost."""
@@ -1211,7 +1272,7 @@ def main():
     b = Bench(a)
     figs = [("idle", b.fig_idle_rss), ("rt", b.fig_exec_rt), ("warm", b.fig_warm_ensure),
             ("cold", b.fig_cold_ensure), ("files", b.fig_files), ("wire", b.fig_wire),
-            ("stream", b.fig_stream),
+            ("stream", b.fig_stream), ("stdin", b.fig_stdin),
             ("resume", b.fig_resume), ("conc", b.fig_concurrent), ("many", b.fig_many_streams),
             ("egress", b.fig_egress), ("agents", b.fig_agents)]
     # Issue 21: terminals and stdin (tests/bench/term_bench.py).

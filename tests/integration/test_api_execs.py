@@ -483,11 +483,13 @@ class ExecResourceTest(unittest.TestCase):
         # all of it to read; its own player and NPC.
         state = os.path.join(self.stack.dir, "api-view")
         # 100 viewers of one player: above its default share of streams
-        # and connections (64 each, adr/0056), raised here.
+        # and connections (64 each, adr/0056), raised here; and connected at
+        # once, above the keyless pool a new connection starts in (adr/0046).
         p, url = self.stack.start_api(state, ["--viewer-stall", "3s",
                                               "--requests-per-minute", "100000",
                                               "--streams-per-principal", "128",
-                                              "--connections-per-principal", "128"],
+                                              "--connections-per-principal", "128",
+                                              "--max-connections-keyless", "128"],
                                       "api-view")
         self.addCleanup(p.stop)
         key = self.stack.admin("create-player", "viewed", state_dir=state)

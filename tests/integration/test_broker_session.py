@@ -121,6 +121,10 @@ class Session:
             with self.cv:
                 self.closed = True
                 self.cv.notify_all()
+            try:   # the broker's side is done: close ours, as a client does
+                self.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
 
     def raw(self, b):
         with self.wlock:
@@ -296,7 +300,7 @@ class SessionLimitsTest(BrokerTestCase):
     max_execs_per_sandbox, and a broker SIGKILLed under it leaves no
     process behind."""
 
-    limits = {"max_execs": 2, "shutdown_grace_ms": 500}
+    limits = {"max_execs": 3, "shutdown_grace_ms": 500}
 
     @classmethod
     def setUpSandboxes(cls):
@@ -313,6 +317,8 @@ class SessionLimitsTest(BrokerTestCase):
         self.assertEqual(s.status, 101)
         s2 = self.open({"kind": "exec", "argv": ["cat"]})
         self.assertEqual(s2.status, 101)
+        s3 = self.open({"kind": "pty", "argv": ["cat"], "cols": 80, "rows": 24})
+        self.assertEqual(s3.status, 101)
         t = self.open({"kind": "exec", "argv": ["cat"]})
         self.assertEqual((t.status, t.body["error"]["code"]), (429, "too_many"))
         r = self.client.request("POST", "/v1/sandboxes/%s/exec" % self.sid, {"argv": ["true"]})
@@ -323,6 +329,8 @@ class SessionLimitsTest(BrokerTestCase):
             "POST", "/v1/sandboxes/%s/exec" % self.sid, {"argv": ["true"]}).status == 200, 5.0, 0.1))
         s2.eof()
         self.assertEqual(s2.wait_end()["code"], 0)
+        s3.send(b"\x04")     # ^D: the end of a terminal's input
+        self.assertEqual(s3.wait_end()["code"], 0)
 
     def test_sigterm_ends_an_open_session_after_the_grace(self):
         s = self.open({"kind": "exec", "argv": ["sh", "-c", "sleep 757"]})
@@ -343,14 +351,144 @@ class SessionLimitsTest(BrokerTestCase):
     def test_sigkill_of_the_broker_leaves_no_process(self):
         s = self.open({"kind": "exec", "argv": ["sh", "-c", "sleep 751 & sleep 752"]})
         self.assertEqual(s.status, 101)
-        self.assertTrue(wait_until(lambda: len(procs(self.client, self.sid, rb"sleep 75[12]")) == 2, 5.0, 0.1))
+        t = self.open({"kind": "pty", "argv": ["sh", "-c", "sleep 753 & sleep 754"], "cols": 80, "rows": 24})
+        self.assertEqual(t.status, 101)
+        self.assertTrue(wait_until(lambda: len(procs(self.client, self.sid, rb"sleep 75[1-4]")) == 4, 5.0, 0.1))
         self.broker.proc.send_signal(signal.SIGKILL)
         self.broker.proc.wait(5)
         self.assertEqual(s.wait_end(10)["type"], "start", "a killed broker sent an end")
         self.broker.stop()
         self.broker.start()
-        self.assertTrue(wait_until(lambda: not procs(self.client, self.sid, rb"sleep 75[12]"), 10.0, 0.25),
-                        "the session's processes outlived the broker")
+        self.assertTrue(wait_until(lambda: not procs(self.client, self.sid, rb"sleep 75[1-4]"), 10.0, 0.25),
+                        "the sessions' processes outlived the broker")
+
+
+class TerminalPortTest(BrokerTestCase):
+    """Terminals and port connections (agent protocol 4's pty and connect
+    modes, adr/0049): a size that stty sees and a resize, signals to the
+    foreground job, and busybox httpd reached through a PORT session."""
+
+    @classmethod
+    def setUpSandboxes(cls):
+        cls.sid = cls.new_id("term")
+        cls.ensure_ok(cls.sid)
+
+    def open(self, body, sid=None):
+        s = Session(self.broker.sock, self.broker.token, sid or self.sid, body)
+        self.addCleanup(s.close)
+        return s
+
+    def test_pty_size_and_resize(self):
+        s = self.open({"kind": "pty", "argv": ["sh", "-c", "stty size; read x; stty size; exit 3"],
+                       "cols": 100, "rows": 30, "term": "xterm"})
+        self.assertEqual(s.status, 101)
+        self.assertTrue(s.wait(lambda x: b"30 100" in x.out[1]), bytes(s.out[1]))
+        s.raw(frame(T_CTRL, 0, struct.pack(">IHH", 1, 120, 40)))
+        s.send(b"go\r")
+        last = s.wait_end()
+        self.assertEqual(last["type"], "exit", s.events)
+        self.assertEqual(last["code"], 3)
+        out = bytes(s.out[1])
+        self.assertIn(b"40 120", out)
+        self.assertEqual(bytes(s.out[2]), b"", "a terminal's output is one stream")
+        self.assertIn(b"go", out, "the terminal echoes what is typed")
+
+    def test_pty_signal_goes_to_the_foreground_job(self):
+        s = self.open({"kind": "pty", "argv": ["sleep", "743"], "cols": 80, "rows": 24})
+        self.assertEqual(s.status, 101)
+        self.assertTrue(wait_until(lambda: procs(self.client, self.sid, rb"sleep 743"), 5.0, 0.1))
+        s.raw(frame(T_CTRL, 0, struct.pack(">II", 2, 2)))   # SIGINT
+        last = s.wait_end(10)
+        self.assertEqual((last["type"], last["code"], last["signal"]), ("exit", 130, "INT"), s.events)
+
+    def test_pty_without_argv_runs_the_login_shell(self):
+        s = self.open({"kind": "pty", "cols": 80, "rows": 24})
+        self.assertEqual(s.status, 101)
+        s.send(b"echo $((6*7))x; exit 4\r")
+        last = s.wait_end()
+        self.assertEqual((last["type"], last["code"]), ("exit", 4), s.events)
+        self.assertIn(b"42x", bytes(s.out[1]))
+
+    def test_exec_session_signal_goes_to_the_command(self):
+        s = self.open({"kind": "exec", "argv": ["sleep", "755"]})
+        self.assertEqual(s.status, 101)
+        self.assertTrue(wait_until(lambda: procs(self.client, self.sid, rb"sleep 755"), 5.0, 0.1))
+        s.raw(frame(T_CTRL, 0, struct.pack(">IHH", 1, 100, 40)))   # a resize: nothing
+        s.raw(frame(T_CTRL, 0, struct.pack(">II", 2, 15)))         # SIGTERM
+        last = s.wait_end(10)
+        self.assertEqual((last["type"], last["code"], last["signal"]), ("exit", 143, "TERM"), s.events)
+
+    def test_timeouts_as_exec(self):
+        for body in ({"kind": "exec", "argv": ["sleep", "759"], "timeout_ms": 500},
+                     {"kind": "pty", "argv": ["sleep", "759"], "timeout_ms": 500, "cols": 80, "rows": 24}):
+            t0 = time.monotonic()
+            s = self.open(body)
+            self.assertEqual(s.status, 101)
+            last = s.wait_end(10)
+            self.assertEqual((last["type"], last.get("code")), ("error", "timeout"), (body, s.events))
+            self.assertLess(time.monotonic() - t0, 5.0)
+        self.assertTrue(wait_until(lambda: not procs(self.client, self.sid, rb"sleep 759"), 5.0, 0.1))
+
+    def test_pty_client_closing_kills_the_terminal(self):
+        s = self.open({"kind": "pty", "argv": ["sh", "-c", "sleep 745"], "cols": 80, "rows": 24})
+        self.assertEqual(s.status, 101)
+        self.assertTrue(wait_until(lambda: procs(self.client, self.sid, rb"sleep 745"), 5.0, 0.1))
+        s.close()
+        self.assertTrue(wait_until(lambda: not procs(self.client, self.sid, rb"sleep 745"), 5.0, 0.1),
+                        "the terminal's command still runs after the client went away")
+
+    def test_port_reaches_a_server_in_the_sandbox(self):
+        r = self.client.exec(self.sid, ["sh", "-c", "mkdir -p /work/www && echo hello-port > /work/www/index.html"])
+        self.assertEqual(r.code, 0, r)
+        srv = self.open({"kind": "exec", "argv": ["httpd", "-f", "-p", "127.0.0.1:8123", "-h", "/work/www"]})
+        self.assertEqual(srv.status, 101)
+        self.assertTrue(wait_until(lambda: procs(self.client, self.sid, rb"httpd -f"), 5.0, 0.1))
+        ok = False
+        for _ in range(50):          # httpd binds a moment after it runs
+            s = self.open({"kind": "port", "port": 8123})
+            self.assertEqual(s.status, 101)
+            self.assertEqual(s.wait(lambda x: x.events) and s.events[0], {"type": "start", "exec_id": "",
+                                                                          "ts": s.events[0]["ts"]})
+            s.send(b"GET /index.html HTTP/1.0\r\nHost: x\r\n\r\n")
+            s.eof()
+            last = s.wait_end()
+            if last["type"] == "error" and last["code"] == "port_closed":
+                time.sleep(0.1)
+                continue
+            self.assertEqual(last, dict(last, type="exit", code=0), s.events)
+            ok = True
+            break
+        self.assertTrue(ok, "httpd never answered")
+        self.assertTrue(bytes(s.out[1]).startswith(b"HTTP/1."), bytes(s.out[1])[:200])
+        self.assertIn(b"hello-port", bytes(s.out[1]))
+        srv.close()
+
+    def test_port_nobody_listens_is_port_closed(self):
+        s = self.open({"kind": "port", "port": 1})
+        self.assertEqual(s.status, 101)
+        last = s.wait_end()
+        self.assertEqual((last["type"], last["code"]), ("error", "port_closed"), s.events)
+        self.assertIn("port 1", last["message"])
+
+
+class SessionReaperTest(BrokerTestCase):
+    """An open session is use: the idle reaper leaves its sandbox running;
+    once it ends, the sandbox is idle again and reaped."""
+
+    limits = {"idle_timeout_ms": 1500, "reap_interval_ms": 250}
+
+    def test_open_session_keeps_the_reaper_off(self):
+        sid = self.new_id("reap")
+        self.ensure_ok(sid)
+        s = Session(self.broker.sock, self.broker.token, sid, {"kind": "exec", "argv": ["cat"]})
+        self.addCleanup(s.close)
+        self.assertEqual(s.status, 101)
+        time.sleep(3.0)
+        self.assertEqual(self.client.status(sid).json()["state"], "running")
+        s.eof()
+        self.assertEqual(s.wait_end()["code"], 0)
+        self.assertTrue(wait_until(lambda: self.client.status(sid).json()["state"] == "stopped", 8.0, 0.25),
+                        "the sandbox was not reaped after its session ended")
 
 
 if __name__ == "__main__":

@@ -197,13 +197,7 @@ got_free(struct got *g)
 struct sbx_agent_stream *
 open_got(struct rig *r, struct got *g, const char *const *argv, int with_stdin)
 {
-	struct sbx_agent_stream_cbs cbs = { g_output, g_exit, g_error, g_room, g };
-	struct sbx_err err;
-
-	memset(g, 0, sizeof(*g));
-	g->st = sbx_agent_open(r->ch, argv, NULL, with_stdin, &cbs, &err);
-	assert_non_null(g->st);
-	return g->st;
+	return open_flags(r, g, argv, with_stdin ? SBX_AGENT_OPEN_STDIN : 0);
 }
 
 /* Payloads of protocol 2 frames (exec --framed) of one type, concatenated. */

@@ -147,6 +147,45 @@ test_exec_stdin_streams_through_a_slow_reader(void **state)
 	free(back);
 }
 
+/* A command that does not read for a while: the stdin credit runs out (a
+ * write moves nothing), nothing is lost, EOF after the last byte ends it. */
+static void
+test_exec_stdin_waits_for_a_command_that_reads_late(void **state)
+{
+	static const char *const argv[] = { "exec", "--framed", "--id", "late1", "--", "sh", "-c",
+		"sleep 1; wc -c", NULL };
+	static const size_t size = 2 * 1024 * 1024;
+	struct evbuffer *src = evbuffer_new();
+	char text[64], *data = malloc(size);
+	struct rig r;
+	struct got g;
+	int i, zero = 0, starved = 0;
+
+	(void)state;
+	memset(data, 'x', size);
+	evbuffer_add(src, data, size);
+	free(data);
+	rig_up(&r, NULL);
+	open_flags(&r, &g, argv, SBX_AGENT_OPEN_STDIN);
+	for (i = 0; i < 3000 && evbuffer_get_length(src) > 0 && g.exits + g.errors == 0; i++) {
+		if (sbx_agent_stdin_room(g.st) == 0 && i > 10)
+			starved++;
+		assert_true(sbx_agent_write_buffer(g.st, src, evbuffer_get_length(src)) >= 0);
+		run_until(&r, &zero, 1, 10);
+	}
+	assert_int_equal(evbuffer_get_length(src), 0);
+	/* while sleep ran, the credit was spent and none came back */
+	assert_true(starved >= 20);
+	sbx_agent_close_stdin(g.st);
+	run_until(&r, &g.exits, 1, 10000);
+	assert_int_equal(g.status, 0);
+	p2_payload(&g, SBX_HELPER_FRAME_STDOUT, text, sizeof(text));
+	assert_int_equal(atoi(text), (int)size);
+	got_free(&g);
+	rig_down(&r);
+	evbuffer_free(src);
+}
+
 /* A listener on 127.0.0.1 port 0; its port in *port. */
 static int
 listener(int *port)
@@ -284,6 +323,7 @@ main(void)
 		cmocka_unit_test(test_pty_resize_then_stty_agrees),
 		cmocka_unit_test(test_pty_signal_reaches_the_foreground_job),
 		cmocka_unit_test(test_exec_stdin_streams_through_a_slow_reader),
+		cmocka_unit_test(test_exec_stdin_waits_for_a_command_that_reads_late),
 		cmocka_unit_test(test_connect_relays_and_half_closes),
 		cmocka_unit_test(test_exec_takes_a_signal_record),
 		cmocka_unit_test(test_ctrl_without_the_flag_ends_the_channel),

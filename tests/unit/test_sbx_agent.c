@@ -360,13 +360,13 @@ test_control_goes_only_to_ctrl_streams(void **state)
 /* An agent that sends an EVENT (the link's type) breaks the protocol: the
  * channel fails and its streams hear runtime_error. */
 static int closed_n;
-static char stream_code[48];
+static char stream_code[48], closed_msg[256];
 
 static void
 on_closed(void *arg, const struct sbx_err *err)
 {
 	(void)arg;
-	(void)err;
+	snprintf(closed_msg, sizeof(closed_msg), "%s", err->message);
 	closed_n++;
 }
 
@@ -408,6 +408,38 @@ test_channel_refuses_an_event_from_the_agent(void **state)
 	event_base_free(base);
 }
 
+/* An agent of protocol 3 (an old helper) fails the channel at its HELLO,
+ * before any stream: the engine driver starts a new agent for the next
+ * operation, as after any channel failure (adr/0049). */
+static void
+test_a_protocol_3_hello_fails_the_channel(void **state)
+{
+	struct sbx_agent_chan_cbs ccbs = { NULL, on_closed, NULL };
+	struct sbx_agent_hello hello = { 3, 4242, SBX_AGENT_WINDOW, 8 };
+	struct event_base *base = event_base_new();
+	struct sbx_agent_chan *ch = sbx_agent_chan_new(base, &ccbs);
+	unsigned char buf[SBX_AGENT_HDR + SBX_AGENT_HELLO_LEN];
+
+	(void)state;
+	closed_n = 0;
+	sbx_agent_hdr_put(buf, SBX_AGENT_T_HELLO, 0, 0, SBX_AGENT_HELLO_LEN);
+	buf[1] = 3;
+	sbx_agent_put32(buf + SBX_AGENT_HDR, hello.proto);
+	sbx_agent_put32(buf + SBX_AGENT_HDR + 4, hello.pid);
+	sbx_agent_put32(buf + SBX_AGENT_HDR + 8, hello.window);
+	sbx_agent_put32(buf + SBX_AGENT_HDR + 12, hello.streams);
+	/* split after the version byte: still seen */
+	assert_int_equal(sbx_agent_chan_input(ch, buf, 1), 0);
+	assert_int_equal(sbx_agent_chan_input(ch, buf + 1, sizeof(buf) - 1), -1);
+	assert_int_equal(closed_n, 1);
+	assert_non_null(strstr(closed_msg, "protocol 3, not 4"));
+	assert_non_null(strstr(closed_msg, "ensure the sandbox"));
+	assert_false(sbx_agent_chan_ready(ch, NULL));
+	assert_false(sbx_agent_chan_alive(ch));
+	sbx_agent_chan_free(ch);
+	event_base_free(base);
+}
+
 int
 main(void)
 {
@@ -420,6 +452,7 @@ main(void)
 		cmocka_unit_test(test_decoder_takes_events_only_on_a_link),
 		cmocka_unit_test(test_control_goes_only_to_ctrl_streams),
 		cmocka_unit_test(test_channel_refuses_an_event_from_the_agent),
+		cmocka_unit_test(test_a_protocol_3_hello_fails_the_channel),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

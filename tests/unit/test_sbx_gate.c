@@ -58,8 +58,12 @@ test_parse_accepts_one_framing(void **state)
 	assert_int_equal(h.nheaders, 2);
 	assert_int_equal(h.alen, strlen("bEaReR k"));
 	assert_memory_equal(h.auth, "bEaReR k", h.alen);
+	/* The first Host, for the api's preview Host (adr/0053). */
+	assert_int_equal(h.hostlen, 1);
+	assert_memory_equal(h.host, "x", 1);
 	assert_int_equal(parse("PUT /f HTTP/1.1\r\nContent-Length: 12\r\n\r\n",
 	    &h), 1);
+	assert_null(h.host);
 	assert_int_equal(h.bad, SBX_GATE_PASS);
 	assert_int_equal(h.has_cl, 1);
 	assert_int_equal(h.cl, 12);

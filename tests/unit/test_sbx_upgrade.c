@@ -74,7 +74,11 @@ handler(struct evhttp_request *req, void *arg)
 	memset(&S.r, 0, sizeof(S.r));
 	S.r.req = req;
 	S.r.gate = S.gate;
-	bev = sbx_httpd_upgrade(&S.r, "echo/1", "X-Test: yes\r\n");
+	/* /raw: the hand-off without a status line (the ports proxy's). */
+	if (strncmp(evhttp_request_get_uri(req), "/raw", 4) == 0)
+		bev = sbx_httpd_takeover(&S.r);
+	else
+		bev = sbx_httpd_upgrade(&S.r, "echo/1", "X-Test: yes\r\n");
 	assert_non_null(bev);
 	assert_null(S.r.req);
 	bufferevent_setcb(bev, echo_read, NULL, echo_event, NULL);
@@ -195,11 +199,41 @@ test_upgrade_hands_the_connection_over(void **state)
 	assert_int_equal(sbx_gate_connections(S.gate), 0);
 }
 
+/* sbx_httpd_takeover: the same hand-off, and not one byte of its own. */
+static void
+test_takeover_sends_nothing_of_its_own(void **state)
+{
+	static const char req[] = "GET /raw HTTP/1.1\r\nHost: x\r\n\r\nearly";
+	char buf[64];
+	int fd, i;
+
+	(void)state;
+	__atomic_store_n(&S.upgraded, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&S.closed, 0, __ATOMIC_SEQ_CST);
+	fd = dial();
+	assert_int_equal(write(fd, req, sizeof(req) - 1), (ssize_t)sizeof(req) - 1);
+	/* The first bytes back are the echo of what followed the request. */
+	assert_int_equal(read_n(fd, buf, 5), 5);
+	assert_string_equal(buf, "early");
+	assert_true(wait_flag(&S.upgraded));
+	usleep(100000);
+	assert_int_equal(write(fd, "ping", 4), 4);
+	assert_int_equal(read_n(fd, buf, 4), 4);
+	assert_string_equal(buf, "ping");
+	assert_int_equal(sbx_gate_connections(S.gate), 1);
+	close(fd);
+	assert_true(wait_flag(&S.closed));
+	for (i = 0; i < 100 && sbx_gate_connections(S.gate) != 0; i++)
+		usleep(10000);
+	assert_int_equal(sbx_gate_connections(S.gate), 0);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_upgrade_hands_the_connection_over),
+		cmocka_unit_test(test_takeover_sends_nothing_of_its_own),
 	};
 
 	return cmocka_run_group_tests(tests, setup, NULL);

@@ -9,17 +9,18 @@ Each figure measures sbx and its baseline in the same run, alternating:
               into a shell in a PTY terminal until its echo comes back, against
               the same byte through `docker exec -it` (and `podman --remote exec
               -it` on podman) driven by a python pty: p50, ratio.
-  term_stdin  64 MiB piped through `sbxctl exec -i NPC -- sh -c 'cat > /work/f'`
-              against `docker exec -i CONTAINER sh -c 'cat > /work/f'`: MB/s, ratio.
   term_idle   100 idle terminals with one WebSocket viewer each: VmRSS delta of
               sandbox-api and sandbox-broker.
   ports       100 MiB over HTTP through …/sandbox/ports/8000/ (busybox httpd in
               the sandbox) vs busybox wget inside the sandbox to its own
               loopback (the image has no curl); a small GET's added latency.
 
-Knobs: BENCH_ECHO_ROUNDS [200] keystrokes per side, BENCH_STDIN_BYTES [64 MiB],
-BENCH_STDIN_ROUNDS [3], BENCH_IDLE_TERMS [100]; BENCH_ONLY=term_echo,term_stdin,
-term_idle runs only these (tests/bench/run.sh).
+The stdin figure (64 MiB through `sbxctl exec -i` vs `docker exec -i`) is
+bench.py's `stdin`.
+
+Knobs: BENCH_ECHO_ROUNDS [200] keystrokes per side, BENCH_IDLE_TERMS [100],
+BENCH_PORT_BYTES [100 MiB], BENCH_PORT_ROUNDS [3], BENCH_PORT_REQS [200];
+BENCH_ONLY=term_echo,term_idle,ports,stdin runs only these (tests/bench/run.sh).
 
 The WebSocket client is the few lines RFC 6455 needs (client frames masked,
 §5.3); no library. Never asserts: a figure that misses is reported as missed.
@@ -39,8 +40,6 @@ import time
 
 MiB = 1 << 20
 ECHO_ROUNDS = int(os.environ.get("BENCH_ECHO_ROUNDS", "200"))
-STDIN_BYTES = int(os.environ.get("BENCH_STDIN_BYTES", str(64 * MiB)))
-STDIN_ROUNDS = int(os.environ.get("BENCH_STDIN_ROUNDS", "3"))
 IDLE_TERMS = int(os.environ.get("BENCH_IDLE_TERMS", "100"))
 
 
@@ -289,55 +288,6 @@ def fig_term_echo(b):
               s <= 5.0 and ratio <= 0.1)
 
 
-# ------------------------------------------------------------ (b) stdin
-
-def fig_term_stdin(b):
-    src = os.path.join(b.work, "stdin.bin")
-    with open(src, "wb") as f:
-        left = STDIN_BYTES
-        while left:
-            n = min(left, MiB)
-            f.write(os.urandom(n))
-            left -= n
-    sbxctl = os.path.join(b.build, "sbxctl")
-    host, port = b.api_addr
-    senv = dict(os.environ, SBX_URL="http://%s:%d" % (host, port), SBX_KEY=b.akey)
-    cmd = "cat > /work/f && wc -c < /work/f"
-    runs = {
-        "sbx": [sbxctl, "exec", "-i", "bench-1", "--", "sh", "-c", cmd],
-        "docker": [b.docker, "exec", "-i", "-u", "1000:1000", b.cname(1), "sh", "-c", cmd],
-    }
-    envs = {"sbx": senv, "docker": b.denv}
-    t = {k: [] for k in runs}
-
-    def once(k):
-        with open(src, "rb") as f:
-            t0 = time.perf_counter()
-            r = subprocess.run(runs[k], stdin=f, capture_output=True, env=envs[k], timeout=600)
-            dt = time.perf_counter() - t0
-        got = r.stdout.decode(errors="replace").strip()
-        if r.returncode != 0 or got != str(STDIN_BYTES):
-            raise RuntimeError("%s: exit %d, wc says %r: %s" % (k, r.returncode, got,
-                                                                r.stderr.decode(errors="replace")[-300:]))
-        return dt
-
-    try:
-        once("sbx")
-        once("docker")
-        for _ in range(STDIN_ROUNDS):
-            for k in runs:
-                t[k].append(once(k))
-    finally:
-        os.unlink(src)
-    mbs = {k: STDIN_BYTES / 1e6 / p50(v) for k, v in t.items()}
-    ratio = mbs["sbx"] / mbs["docker"]
-    b.row("%d MiB on stdin, `sbxctl exec -i … sh -c 'cat > /work/f'` vs `docker exec -i` "
-          "(same pipe, same runtime)" % (STDIN_BYTES // MiB),
-          "%.0f MB/s (median of %d)" % (mbs["sbx"], len(t["sbx"])),
-          "docker exec -i %.0f MB/s" % mbs["docker"], "%.2f×" % ratio, "≥ 0.9× docker exec -i",
-          ratio >= 0.9)
-
-
 # ------------------------------------------------------------ (c) idle terminals
 
 def rss(pid):
@@ -507,5 +457,4 @@ def fig_ports(b):
             pass
 
 
-FIGURES = [("term_echo", fig_term_echo), ("term_stdin", fig_term_stdin),
-           ("term_idle", fig_term_idle), ("ports", fig_ports)]
+FIGURES = [("term_echo", fig_term_echo), ("term_idle", fig_term_idle), ("ports", fig_ports)]

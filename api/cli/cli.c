@@ -90,7 +90,8 @@ static const struct cmd cmds[] = {
 static const char exit_codes[] =
     "Exit codes:\n"
     "  0    success\n"
-    "  N    sbxctl exec, sbxctl logs: the command's own exit code (128+SIG when killed)\n"
+    "  N    sbxctl exec, shell, attach, logs: the command's own exit code\n"
+    "       (128+SIG when killed)\n"
     "  1    other error (the server's sentence is printed)\n"
     "  2    bad usage or configuration (also HTTP 400 from the server)\n"
     "  3    refused: bad or missing key (401), not allowed (403)\n"
@@ -533,7 +534,8 @@ parse_args(const struct cmd *c, int argc, char **argv, struct opts *o)
 	if (o->npos < c->minpos)
 		return usage_err(c, "missing argument%s.", c->minpos -
 		    o->npos > 1 ? "s" : "");
-	if (is_exec)
+	/* shell's command is optional (the login shell); exec's is not. */
+	if (is_exec && c->fn != c_shell)
 		return usage_err(c, "exec needs a command after the NPC "
 		    "(sbxctl exec NPC -- CMD ...).");
 	return CX_OK;

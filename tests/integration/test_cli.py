@@ -377,6 +377,11 @@ class CLITest(unittest.TestCase):
         r = self.sbx_as(None, "--version")
         self.assertEqual(r.returncode, 0)
         self.assertTrue(r.stdout.startswith(b"sbxctl "))
+        for args in (["shell", "--help"], ["attach", "--help"]):
+            r = self.sbx_as(None, *args)
+            self.assertEqual(r.returncode, 0, args)
+            # the exit-code table names them as docs/cli.md's does
+            self.assertIn(b"sbxctl exec, shell, attach", r.stdout)
         for args in ([], ["frobnicate"], ["exec", "alice"], ["status"],
                      ["status", "a", "b"], ["ls", "--bogus", "alice:/work"],
                      ["cp", "a", "b"], ["npc"]):
@@ -384,6 +389,43 @@ class CLITest(unittest.TestCase):
             self.assertEqual(r.returncode, 2, (args, r.stderr))
             self.assertIn(b"sbxctl", r.stderr)
 
+
+    # ------------------------------------------------------------ shell
+
+    def test_shell_without_a_command_is_the_login_shell(self):
+        # `sbxctl shell NPC`, nothing after: the sandbox user's login shell
+        # on a real pty; `exit 4` typed there is sbxctl's exit code.
+        import pty
+        import select
+        env = clean_env()
+        env.update(HOME=self.home, SBX_URL=self.stack.url,
+                   SBX_KEY=self.stack.player, TERM="xterm")
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.execve(SBX, [SBX, "shell", "alice"], env)
+        out, st = b"", None
+        try:
+            end, sent = time.monotonic() + 60, False
+            while time.monotonic() < end:
+                r, _, _ = select.select([fd], [], [], 0.1)
+                if r:
+                    try:
+                        c = os.read(fd, 65536)
+                    except OSError:
+                        c = b""
+                    if not c:
+                        break
+                    out += c
+                # the prompt came (or 3 s went by): type
+                if not sent and (out.rstrip().endswith((b"$", b"#")) or
+                                 time.monotonic() > end - 57):
+                    os.write(fd, b"exit 4\r")
+                    sent = True
+            _, st = os.waitpid(pid, 0)
+        finally:
+            os.close(fd)
+        self.assertEqual(os.waitstatus_to_exitcode(st), 4, out)
+        self.assertNotIn(b"usage", out)
 
 
 class FakeAPI:

@@ -8,6 +8,11 @@
 #include "sbx_err.h"
 #include "sbx_types.h"
 
+/* The sentence a viewer gets when the api drains (SIGTERM): the SSE
+ * viewer's last error event shutting_down, the WebSocket's close 1001
+ * reason. sbxctl recognises it by its start ("The api is shutting down"). */
+#define TERM_MSG_SHUTDOWN "The api is shutting down; the terminal ends with it."
+
 struct api_server;
 struct api_principal;
 struct api_term;

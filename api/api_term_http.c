@@ -477,13 +477,19 @@ api_terms_drain(struct api_server *s)
 	struct areq *a;
 	int again = 1;
 
-	/* SSE viewers end now (they resume from their offset later). */
+	/* SSE viewers end now with a last error event shutting_down, as an
+	 * exec stream does (a terminal does not outlive the api). */
 	while (again) {
 		again = 0;
 		for (t = s->terms; t != NULL && !again; t = t->next)
 			for (v = t->viewers; v != NULL; v = v->next)
 				if (!v->dead && v->ops == &sse_ops) {
 					a = ((struct sse_view *)v->arg)->a;
+					sse_hold_out(v->arg);
+					sse_event(a, "error", UINT64_MAX, json_pack(
+					    "{s:s,s:s,s:s}", "state", t->state,
+					    "code", SBX_E_SHUTTING_DOWN, "message",
+					    TERM_MSG_SHUTDOWN));
 					sse_end(a);
 					areq_stream_end(a, SBX_E_SHUTTING_DOWN);
 					again = 1;

@@ -352,8 +352,7 @@ api_term_ws_drain(struct api_server *s)
 	for (w = live; w != NULL; w = next) {
 		next = w->next;
 		if (w->s == s)
-			tws_close(w, SBX_WS_GOING_AWAY, "The api is shutting "
-			    "down; attach again when it is back.");
+			tws_close(w, SBX_WS_GOING_AWAY, TERM_MSG_SHUTDOWN);
 	}
 }
 

@@ -339,6 +339,16 @@ ws_closed(void *arg, int code, const char *reason)
 		    sig_exit(s->signame) : CX_ERR;
 		return;
 	}
+	/* The api's drain (api_term.h TERM_MSG_SHUTDOWN): the api ends its
+	 * terminals with it, there is nothing to reattach to. */
+	if (code == SBX_WS_GOING_AWAY && strncmp(reason, "The api is shutting "
+	    "down", 24) == 0) {
+		errmsg("%s", reason);
+		errmsg("the terminal %s ended with the api (it is shutting "
+		    "down); start a new one when the api is back.", s->t->id);
+		s->rc = CX_UNAVAIL;
+		return;
+	}
 	if (code == SBX_WS_ABNORMAL || code == SBX_WS_GOING_AWAY ||
 	    code == 4002) {
 		if (reason[0] != '\0')

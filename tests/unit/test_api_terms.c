@@ -977,6 +977,39 @@ test_ended_terminals_beyond_the_records_bound_are_forgotten(void **state)
 	tu_res_free(&r);
 }
 
+static void
+drain_done(void *arg)
+{
+	(void)arg;
+}
+
+static void
+test_a_drain_ends_sse_viewers_with_an_error_shutting_down(void **state)
+{
+	struct tu_res r = { 0 };
+	char id[32], path[160];
+	struct tsess *s;
+
+	(void)state;
+	start();
+	s = create(NULL, id);
+	ts_out(s, "before", 0);
+	snprintf(path, sizeof(path), "/api/v1/npcs/n1/sandbox/terminals/%s/"
+	    "output?offset=0", id);
+	tu_start_req(&r, "GET", path, KA, NULL, 0);
+	tu_spin(50);
+	assert_false(r.done);
+	api_server_drain(T.srv, drain_done, NULL);
+	/* The stream ends now, its last event an error, as an exec's does. */
+	assert_true(tu_loop_until(tu_is_done, &r, 3000));
+	assert_false(r.failed);
+	assert_non_null(strstr(tu_text(&r), "before"));
+	assert_non_null(strstr(tu_text(&r), "event: error\ndata: {\"state\":"
+	    "\"running\",\"code\":\"shutting_down\",\"message\":\"The api is "
+	    "shutting down; the terminal ends with it.\"}\n\n"));
+	tu_res_free(&r);
+}
+
 int
 main(void)
 {
@@ -1010,6 +1043,9 @@ main(void)
 		    test_tickets_authorise_one_terminal_only, up, down),
 		cmocka_unit_test_setup_teardown(
 		    test_ended_terminals_beyond_the_records_bound_are_forgotten,
+		    up, down),
+		cmocka_unit_test_setup_teardown(
+		    test_a_drain_ends_sse_viewers_with_an_error_shutting_down,
 		    up, down),
 	};
 

@@ -392,9 +392,10 @@ class CLITest(unittest.TestCase):
 
     # ------------------------------------------------------------ shell
 
-    def test_shell_without_a_command_is_the_login_shell(self):
-        # `sbxctl shell NPC`, nothing after: the sandbox user's login shell
-        # on a real pty; `exit 4` typed there is sbxctl's exit code.
+    def pty_sbx(self, args, act):
+        """sbxctl ARGS under a real pty; act(fd, out, prompt) is called as
+        output comes (prompt: the shell's prompt came, or 3 s went by) and
+        returns True once it has acted. Returns (exit code, output)."""
         import pty
         import select
         env = clean_env()
@@ -402,11 +403,10 @@ class CLITest(unittest.TestCase):
                    SBX_KEY=self.stack.player, TERM="xterm")
         pid, fd = pty.fork()
         if pid == 0:
-            os.execve(SBX, [SBX, "shell", "alice"], env)
-        out, st = b"", None
+            os.execve(SBX, [SBX] + list(args), env)
+        out, done, t0 = b"", False, time.monotonic()
         try:
-            end, sent = time.monotonic() + 60, False
-            while time.monotonic() < end:
+            while time.monotonic() < t0 + 60:
                 r, _, _ = select.select([fd], [], [], 0.1)
                 if r:
                     try:
@@ -416,17 +416,40 @@ class CLITest(unittest.TestCase):
                     if not c:
                         break
                     out += c
-                # the prompt came (or 3 s went by): type
-                if not sent and (out.rstrip().endswith((b"$", b"#")) or
-                                 time.monotonic() > end - 57):
-                    os.write(fd, b"exit 4\r")
-                    sent = True
+                if not done:
+                    done = act(fd, out, out.rstrip().endswith((b"$", b"#")) or
+                               time.monotonic() > t0 + 3)
             _, st = os.waitpid(pid, 0)
         finally:
             os.close(fd)
-        self.assertEqual(os.waitstatus_to_exitcode(st), 4, out)
+        return os.waitstatus_to_exitcode(st), out
+
+    def test_shell_without_a_command_is_the_login_shell(self):
+        # `sbxctl shell NPC`, nothing after: the sandbox user's login shell
+        # on a real pty; `exit 4` typed there is sbxctl's exit code.
+        def act(fd, out, prompt):
+            if prompt:
+                os.write(fd, b"exit 4\r")
+            return prompt
+        rc, out = self.pty_sbx(["shell", "alice"], act)
+        self.assertEqual(rc, 4, out)
         self.assertNotIn(b"usage", out)
 
+    def test_shell_says_the_terminal_ended_with_an_api_that_shuts_down(self):
+        st = self.stack
+
+        def act(fd, out, prompt):
+            if prompt:
+                st.api.stop()       # SIGTERM: the api drains
+            return prompt
+        try:
+            rc, out = self.pty_sbx(["shell", "alice"], act)
+        finally:
+            st.apis.remove(st.api)
+            st.api, st.url = st.start_api(st.api_state, (), "api.%d" % len(st.apis))
+        self.assertEqual(rc, 5, out)
+        self.assertIn(b"ended with the api", out)
+        self.assertNotIn(b"reattach", out)
 
 class FakeAPI:
     """A scripted HTTP server on 127.0.0.1:0: each request gets the raw bytes

@@ -143,6 +143,12 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	size_t off = 0, n, step;
 	int valid, got_exit = 0, alive, s;
 
+	/* This target judges the frame reader alone: a broken stream fails at
+	 * once with runtime_error. The check a failed op makes against its
+	 * container first (e->fail_hook, adr/0056) would ask a runtime the
+	 * fuzzer does not have and answer later. */
+	e->fail_hook = NULL;
+
 	if (size == 0)
 		return 0;
 	step = data[0] == 0 ? 0 : (size_t)data[0] * 7;

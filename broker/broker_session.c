@@ -35,9 +35,11 @@
 #include "sbx_wire.h"
 
 #define LINK_STREAM 1
-/* Input credit goes back in WINDOW frames of at least this many bytes
- * (or whatever was taken when the input ran dry). */
-#define GRANT_MIN (16 * 1024)
+/* Input credit goes back in WINDOW frames of at least this many bytes,
+ * or whatever was taken when the input ran dry while the api holds less
+ * than this: small grants make small DATA frames, which make small grants
+ * (the silly window of RFC 813; adr/0050, amendment 2026-12-02). */
+#define GRANT_MIN (SBX_AGENT_STDIN_WINDOW / 4)
 /* Output the session produced past the api's credit (what was in flight
  * when it was paused: the agent's window and one frame) is held here; more
  * breaks the driver's pause and ends the link. */
@@ -322,7 +324,8 @@ pump_in(struct blink *l)
 		l->grant += (uint64_t)n;
 	}
 	if (l->bev != NULL && !l->ending && l->grant > 0 &&
-	    (l->grant >= GRANT_MIN || evbuffer_get_length(l->in) == 0)) {
+	    (l->grant >= GRANT_MIN || (evbuffer_get_length(l->in) == 0 &&
+	    l->in_avail < GRANT_MIN))) {
 		put_window(l, (uint32_t)l->grant);
 		l->in_avail += l->grant;
 		l->grant = 0;
@@ -495,6 +498,11 @@ s_start(void *arg, const char *exec_id)
 	sbx_ndjson_start(ev, exec_id, sbx_wall_ms());
 	put_event(l, ev);
 	evbuffer_free(ev);
+	/* The api's input credit grows to SBX_AGENT_STDIN_WINDOW (held in
+	 * l->in at most): with the initial window alone every 256 KiB waits
+	 * for a round trip to the agent (adr/0050, amendment 2026-12-02). */
+	put_window(l, SBX_AGENT_STDIN_WINDOW - SBX_AGENT_WINDOW);
+	l->in_avail += SBX_AGENT_STDIN_WINDOW - SBX_AGENT_WINDOW;
 	/* Bytes the client sent right behind the request. */
 	if (evbuffer_get_length(bufferevent_get_input(l->bev)) > 0)
 		link_read(l->bev, l);

@@ -523,6 +523,7 @@ test_ctrl_and_cancel(void **state)
 	cl_open(&c, "t1", "{\"kind\":\"exec\",\"argv\":[\"cat\"]}");
 	assert_int_equal(c.status, 101);
 	assert_int_equal(cl_read(&c, 1), SBX_AGENT_T_EVENT);
+	assert_int_equal(cl_read(&c, 1), SBX_AGENT_T_WINDOW);  /* input credit grown */
 	sbx_agent_ctrl_put(p, &ac);
 	cl_frame(&c, SBX_AGENT_T_CTRL, 0, p, sizeof(p));
 	cl_frame(&c, SBX_AGENT_T_CANCEL, 0, NULL, 0);
@@ -562,7 +563,7 @@ test_input_past_credit_is_a_violation(void **state)
 	D.stuck = 1;
 	cl_open(&c, "t1", "{\"kind\":\"exec\",\"argv\":[\"cat\"]}");
 	assert_int_equal(c.status, 101);
-	for (i = 0; i < 5; i++)
+	for (i = 0; i < SBX_AGENT_STDIN_WINDOW / 65536 + 1; i++)
 		cl_frame(&c, SBX_AGENT_T_DATA, 0, chunk, sizeof(chunk));
 	assert_true(cl_until_event(&c, "runtime_error", 1));
 	assert_int_equal(cl_read(&c, 1), 0);

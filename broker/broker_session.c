@@ -188,11 +188,15 @@ link_end(struct blink *l, const char *outcome)
 	l->ending = 1;
 	if (outcome != l->outcome)
 		snprintf(l->outcome, sizeof(l->outcome), "%s", outcome);
-	/* The session is over: its place in max_execs_per_sandbox is free
-	 * while its last bytes go. */
+	/* The session is over: its place in max_execs_per_sandbox (or
+	 * max_port_sessions_per_sandbox) is free while its last bytes go. */
 	if (l->b->holds_exec) {
 		l->b->holds_exec = 0;
 		l->b->sbx->execs--;
+	}
+	if (l->b->holds_port) {
+		l->b->holds_port = 0;
+		l->b->sbx->ports--;
 	}
 	bufferevent_set_timeouts(l->bev, &tv, &tv);
 	/* Never from here: the caller may be inside the decoder or a sink
@@ -630,15 +634,30 @@ h_session(struct breq *b, struct sbx_err *err)
 		return sbx_err_oom(err);
 	if (session_parse(b, l, err) == -1)
 		return -1;
-	if (b->sbx->execs >= (unsigned long long)cfg->max_execs_per_sandbox)
+	/* A port session is a connection, not a process: it has its own
+	 * count, so the api's port_connections_per_sandbox (32) is reachable
+	 * with the default max_execs_per_sandbox (8). */
+	if (l->ws.req.kind == SBX_SESSION_PORT) {
+		if (b->sbx->ports >=
+		    (unsigned long long)cfg->max_port_sessions_per_sandbox)
+			return sbx_err_set(err, SBX_E_TOO_MANY, "Sandbox %s already "
+			    "has its maximum of %lld port connections open.",
+			    b->id, cfg->max_port_sessions_per_sandbox);
+	} else if (b->sbx->execs >=
+	    (unsigned long long)cfg->max_execs_per_sandbox)
 		return sbx_err_set(err, SBX_E_TOO_MANY, "Sandbox %s already runs "
 		    "its maximum of %lld execs.", b->id,
 		    cfg->max_execs_per_sandbox);
 	sbx_agent_dec_init(&l->dec, 0, l->rec, sizeof(l->rec));
 	l->in_avail = SBX_AGENT_WINDOW;
 	l->out_credit = SBX_AGENT_WINDOW;
-	b->sbx->execs++;
-	b->holds_exec = 1;
+	if (l->ws.req.kind == SBX_SESSION_PORT) {
+		b->sbx->ports++;
+		b->holds_port = 1;
+	} else {
+		b->sbx->execs++;
+		b->holds_exec = 1;
+	}
 	sk.arg = l;
 	b->op = sbx_session_open(b->s->driver, b->id, &l->ws.req, &sk, err);
 	if (b->op == NULL)

@@ -91,9 +91,23 @@ $(LIBBROKER): $(call obj,$(BROKER_SRC) $(PROXY_LIB_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-# /console's page is embedded: api/console.html becomes a C array.
+# /console's terminal is xterm.js from npm (adr/0054), pinned by
+# api/console/package-lock.json and installed by `npm ci` (no install
+# scripts); nothing of it is in the tree. After that the build is offline.
+CONSOLE_MODULES := api/console/node_modules/.package-lock.json
+$(CONSOLE_MODULES): api/console/package.json api/console/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "make: npm is missing: /console embeds xterm.js" \
+		"from npm at build time (adr/0054); install Debian's npm (deploy/deps.sh)" >&2; exit 1; }
+	cd api/console && npm ci --no-audit --no-fund --ignore-scripts
+	@touch $@
+# The page: api/console.html with xterm.js, its fit addon and xterm.css put
+# in (api/console/embed.py), then a C array the api serves.
+CONSOLE_PAGE := $(BUILD)/gen/console.html
+$(CONSOLE_PAGE): api/console.html api/console/embed.py $(CONSOLE_MODULES)
+	@mkdir -p $(dir $@)
+	$(PYTHON) api/console/embed.py api/console.html api/console/node_modules $@
 CONSOLE_GEN := $(BUILD)/gen/api_console_html.c
-$(CONSOLE_GEN): api/console.html
+$(CONSOLE_GEN): $(CONSOLE_PAGE)
 	@mkdir -p $(dir $@)
 	{ echo '/* generated from api/console.html by the Makefile; do not edit */'; \
 	  echo '#include <stddef.h>'; \

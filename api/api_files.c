@@ -78,7 +78,7 @@ static void
 spool_in(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 {
 	struct api_spool *sp = arg;
-	int n;
+	int n = 0;
 
 	if (info->n_added == 0 || sp->filling)
 		return;
@@ -99,7 +99,7 @@ spool_fill(struct api_spool *sp)
 {
 	struct evbuffer *buf = sp->src;
 	size_t have;
-	int n;
+	int n = 0;
 
 	if (sp->filling)
 		return;

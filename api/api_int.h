@@ -71,7 +71,7 @@ struct api_server {
 	unsigned char ticket_key[32];
 	struct event *sweep_ev;     /* retention sweep */
 	struct event *trim_ev;      /* freed heap back to the system (api_req.c) */
-	char *console_csp;          /* Content-Security-Policy of /console */
+	char *console_csp;          /* script-src of /console: the hash of its one script */
 	/* Terminals (api_term*.c, adr/0051). */
 	struct api_term *terms;     /* newest first */
 	char *terms_dir;            /* state_dir/terms */
@@ -480,9 +480,11 @@ int api_ticket_auth(struct api_server *s, const char *npc, const char *id,
 int api_h_terms_attach(struct areq *a, struct sbx_err *err);
 void api_term_ws_drain(struct api_server *s);
 void api_term_ws_free_all(struct api_server *s);
-/* GET /console: the embedded page (api_console.c generated from api/console.html). */
+/* GET /console: the embedded page (api/console.html + xterm.js, adr/0054), a fresh style nonce each reply. */
 int api_h_console(struct areq *a, struct sbx_err *err);
-/* Builds s->console_csp (hashes of the page's inline script and style). */
+/* Builds s->console_csp (the hash of the page's one inline script) and finds
+ * its style nonce mark. Returns 0, or -1 when the page is not as built
+ * (no or two scripts, no or two marks) or memory is out. */
 int api_console_init(struct api_server *s);
 
 /* NDJSON line -> SSE event: sbx_sse_from_own_ndjson (proto/sbx_sse.h). */

@@ -52,6 +52,7 @@ struct api_port_conn {
 	struct event *idle;
 	struct port_bytes *bytes;
 	int64_t npc_id;
+	int64_t stream_of;         /* principal whose stream it holds, 0 none */
 	struct sbx_ws *ws;         /* GET .../tcp: the WebSocket, after the
 	                            * upgrade (it owns the client's socket) */
 	int tcp;                   /* GET .../tcp: binary frames = TCP bytes */
@@ -108,6 +109,8 @@ pc_free(struct api_port_conn *pc)
 	if (pc->next != NULL)
 		pc->next->prev = pc->prev;
 	P->nconns--;
+	if (pc->stream_of != 0)
+		api_streams_put(pc->s, pc->stream_of);
 	if (pc->a != NULL) {
 		pc->a->pconn = NULL;
 		pc->a->on_end = NULL;
@@ -673,6 +676,18 @@ port_open(struct areq *a, int tcp, struct sbx_err *err)
 	}
 	pc->s = s;
 	pc->npc_id = a->npc.id;
+	/* A connection is one of its principal's open streams (adr/0056)
+	 * until it is freed (a preview's visitor is nobody's: the cap per
+	 * sandbox bounds those). */
+	if (a->authed) {
+		if (api_streams_take(s, a->who.id, err) == -1) {
+			evbuffer_free(pc->pending);
+			event_free(pc->idle);
+			free(pc);
+			return -1;
+		}
+		pc->stream_of = a->who.id;
+	}
 	pc->bytes = bytes_of(P, a->npc.sandbox_id);
 	/* Counted from now, so the cap holds while sessions open. */
 	pc->next = P->conns;

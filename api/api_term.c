@@ -157,6 +157,25 @@ viewers_live(const struct api_term *t)
 	return n;
 }
 
+/* Tells the session whether t has a viewer when that changed: the broker's
+ * reaper counts a terminal without one as use of its sandbox only while it
+ * moves bytes (adr/0051 amendment). */
+static void
+viewers_tell(struct api_term *t)
+{
+	struct sbx_session_ctl c;
+	struct sbx_err e;
+	int on = viewers_live(t) > 0;
+
+	if (t->op == NULL || t->creator != NULL || on == t->told_viewers)
+		return;
+	memset(&c, 0, sizeof(c));
+	c.kind = SBX_SESSION_VIEWERS;
+	c.viewers = on;
+	if (sbx_session_control(t->op, &c, &e) == 0)
+		t->told_viewers = on;
+}
+
 /* Tells v the end once it has every byte. */
 static void
 viewer_maybe_end(struct api_viewer *v)
@@ -295,6 +314,7 @@ term_attach(struct api_term *t, uint64_t offset, int can_write,
 		t->writer = v;
 	if (t->idle_ev != NULL)
 		event_del(t->idle_ev);
+	viewers_tell(t);
 	viewer_kick(v);
 	return v;
 }
@@ -342,6 +362,7 @@ api_viewer_detach(struct api_viewer *v)
 			}
 		viewer_free(v);
 	}
+	viewers_tell(t);
 	if (viewers_live(t) == 0) {
 		t->active_ms = sbx_mono_ms();
 		if (term_ended(t) && t->delivering == 0)
@@ -520,6 +541,7 @@ t_start(void *arg, const char *exec_id)
 		areq_reply_json(a, 201, term_json(t));
 	}
 	idle_arm(t);
+	viewers_tell(t);
 	log_info("terminal started", "terminal_id", t->id, "npc", t->npc, NULL);
 }
 
@@ -792,6 +814,7 @@ term_alloc(struct api_server *s)
 		return NULL;
 	t->s = s;
 	t->fd = -1;
+	t->told_viewers = -1;
 	t->code = -1;
 	t->seg_cur = t->seg_prev = UINT64_MAX;
 	if ((t->inq = evbuffer_new()) == NULL ||

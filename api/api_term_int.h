@@ -95,6 +95,7 @@ struct api_term {
 	int eof_asked;               /* close input once inq is empty */
 	struct api_viewer *viewers;  /* oldest first */
 	struct api_viewer *writer;
+	int told_viewers;            /* what the session was told (VIEWERS), -1 nothing */
 	int delivering;              /* viewers are being called */
 	struct event *idle_ev;
 	struct tticket *tickets;

@@ -29,11 +29,21 @@ struct tws {
 	unsigned char *held;      /* input the terminal had no room for */
 	size_t heldlen;
 	int closing;
+	int64_t stream_of;        /* principal whose stream it holds, 0 none */
 	struct tws *prev, *next;
 };
 
 /* Every attached WebSocket of the process (a drain closes them). */
 static struct tws *live;
+
+/* Frees w's own memory and gives its stream back. */
+static void
+tws_unmade(struct tws *w)
+{
+	if (w->stream_of != 0)
+		api_streams_put(w->s, w->stream_of);
+	free(w);
+}
 
 static void
 tws_free(struct tws *w)
@@ -47,7 +57,7 @@ tws_free(struct tws *w)
 	api_viewer_detach(w->v);
 	sbx_ws_free(w->ws);
 	free(w->held);
-	free(w);
+	tws_unmade(w);
 }
 
 /* Closes with code and a sentence; the viewer goes at once (the close
@@ -285,20 +295,27 @@ api_h_terms_attach(struct areq *a, struct sbx_err *err)
 	}
 	if (api_term_offset_query(a, &off, err) == -1)
 		return -1;
-	if ((w = calloc(1, sizeof(*w))) == NULL)
+	/* One of its principal's open streams (adr/0056) while attached. */
+	if (a->authed && api_streams_take(a->s, a->who.id, err) == -1)
+		return -1;
+	if ((w = calloc(1, sizeof(*w))) == NULL) {
+		if (a->authed)
+			api_streams_put(a->s, a->who.id);
 		return sbx_err_oom(err);
+	}
 	w->s = a->s;
+	w->stream_of = a->authed ? a->who.id : 0;
 	w->pty = api_term_is_pty(t);
 	if ((w->v = api_term_attach(a->s, t, off, &vops, w, &start, err)) ==
 	    NULL) {
-		free(w);
+		tws_unmade(w);
 		return -1;
 	}
 	snprintf(extra, sizeof(extra), "Sec-WebSocket-Accept: %s\r\n"
 	    "Sec-WebSocket-Protocol: " SBX_WS_PROTOCOL "\r\n", accept);
 	if ((bev = sbx_httpd_upgrade(&a->h, "websocket", extra)) == NULL) {
 		api_viewer_detach(w->v);
-		free(w);
+		tws_unmade(w);
 		areq_finish(a, 500, "error");
 		return 0;
 	}
@@ -309,7 +326,7 @@ api_h_terms_attach(struct areq *a, struct sbx_err *err)
 	if ((w->ws = sbx_ws_new(bev, SBX_WS_SERVER, &lim, &wops, w, err)) ==
 	    NULL) {
 		api_viewer_detach(w->v);
-		free(w);
+		tws_unmade(w);
 		areq_finish(a, 101, "error");
 		return 0;
 	}

@@ -35,6 +35,7 @@ struct bsess {
 	struct event *flush;        /* resume: held output from the loop */
 	int upgraded, paused, want_room, eof, eof_sent;
 	int pend_resize, pend_cols, pend_rows;
+	int pend_viewers;             /* 0 none, else viewers + 1 */
 	int pend_sig[PENDING_SIGNALS];
 	size_t npend_sig;
 	/* a terminal event that came behind held output (paused) */
@@ -298,6 +299,9 @@ session_begin(struct bop *b)
 		    (uint32_t)s->pend_rows);
 	for (i = 0; i < s->npend_sig; i++)
 		send_ctrl(s, SBX_AGENT_CTRL_SIGNAL, (uint32_t)s->pend_sig[i], 0);
+	if (s->pend_viewers)
+		send_ctrl(s, SBX_AGENT_CTRL_VIEWERS,
+		    (uint32_t)(s->pend_viewers - 1), 0);
 	if (s->eof && !s->eof_sent) {
 		send_frame(s, SBX_AGENT_T_EOF, 0, NULL, 0);
 		s->eof_sent = 1;
@@ -336,9 +340,14 @@ session_finish(struct bop *b, const struct sbx_err *terr)
 		dbk_op_stream_ended(b, terr);
 		return;
 	}
-	/* The link broke before its last event: whatever ran is gone with
-	 * it (the broker kills a session whose link closes). */
-	sbx_err_set(&e, SBX_E_RUNTIME, "The sandbox broker closed the session.");
+	/* The link broke before its last event: the broker went (a live
+	 * broker always sends one, even draining). Whatever ran is gone
+	 * with it: a broker kills a session whose link closes, and one that
+	 * starts again kills what a dead one left (its recovery). WebSocket
+	 * viewers are closed 4002 for this code (docs/api.md). */
+	sbx_err_set(&e, SBX_E_BROKER_UNAVAILABLE, "The sandbox broker went away "
+	    "during the session (it stopped or crashed); the session's "
+	    "processes are killed.");
 	b->sink.error(b->sink.arg, &e);
 }
 
@@ -526,6 +535,8 @@ ctrl_refusal(enum sbx_session_kind kind, const struct sbx_session_ctl *c)
 	if (c->kind == SBX_SESSION_SIGNAL)
 		return kind != SBX_SESSION_PORT ? NULL : "A port connection takes "
 		    "no signal.";
+	if (c->kind == SBX_SESSION_VIEWERS)
+		return NULL;
 	return "Unknown control.";
 }
 
@@ -545,6 +556,14 @@ dbk_session_control(struct sbx_driver *drv, struct sbx_op *op,
 		    "ended.");
 	if ((why = ctrl_refusal(s->kind, c)) != NULL)
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "%s", why);
+	if (c->kind == SBX_SESSION_VIEWERS) {
+		/* For the broker's reaper, not the agent (adr/0051). */
+		if (s->upgraded)
+			send_ctrl(s, SBX_AGENT_CTRL_VIEWERS, c->viewers > 0, 0);
+		else
+			s->pend_viewers = 1 + (c->viewers > 0);
+		return 0;
+	}
 	memset(&ac, 0, sizeof(ac));
 	ac.kind = c->kind == SBX_SESSION_RESIZE ? SBX_AGENT_CTRL_RESIZE :
 	    SBX_AGENT_CTRL_SIGNAL;

@@ -136,6 +136,16 @@ struct breq {
 	struct sbx_utf8_hold hold[2]; /* exec stdout/stderr split characters */
 	char exec_id[64];
 	struct blink *slink;      /* session: its link (broker_session.c) */
+	/* A session whose api said whether it has a viewer (CTRL viewers,
+	 * adr/0051 amendment): while it has none, the session is use of the
+	 * sandbox for the reaper only as of sess_active_ms (wall ms of the
+	 * last byte either way, or of the last viewer leaving), and its end
+	 * touches last_used_at with that time, not now. */
+	int sess_quiet;           /* upgraded, told "no viewer" */
+	int64_t sess_active_ms;
+	/* Ends a quiet session because the reaper stops its sandbox: the api
+	 * gets the error event (code, why), the process tree is killed. */
+	void (*sess_reap)(struct breq *b, const char *code, const char *why);
 };
 
 /* ---- broker_req.c: the request layer, what handlers call ---- */

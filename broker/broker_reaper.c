@@ -405,6 +405,25 @@ reap_destroyed(void *arg, const struct sbx_err *err)
 	reap_end(rp, "ok", NULL);
 }
 
+/* The sandbox of rp's job is running and unused for idle_timeout: no
+ * request but quiet sessions (broker_reaper.h), none of which moved bytes
+ * within it either. */
+static int
+reap_idle(struct reap *rp, const char *id)
+{
+	struct broker_server *s = rp->rp->s;
+	struct broker_row row;
+	struct sbx_err e;
+	int64_t quiet, last;
+
+	if (broker_job_others(rp->job, &quiet) > 0 ||
+	    broker_state_get(broker_server_state(s), id, &row, &e) != 1 ||
+	    strcmp(row.state, "running") != 0)
+		return 0;
+	last = row.last_used_at_ms > quiet ? row.last_used_at_ms : quiet;
+	return sbx_wall_ms() - last >= broker_server_config(s)->idle_timeout;
+}
+
 /* The runtime's view, just before stopping: it may have stopped itself. */
 static void
 reap_status(void *arg, const struct sbx_err *err, const struct sbx_status *st)
@@ -438,6 +457,14 @@ reap_status(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 		broker_job_done(rp->job, "ok");
 		return;
 	}
+	/* A session may have moved bytes, or got a viewer, meanwhile. */
+	if (!reap_idle(rp, id)) {
+		broker_job_done(rp->job, "ok");
+		return;
+	}
+	broker_job_end_quiet(rp->job, SBX_E_NOT_RUNNING, "The sandbox was "
+	    "stopped by the idle reaper: this session had no viewer and moved "
+	    "no byte for idle_timeout.");
 	if ((op = sbx_call_stop(d, id, reap_stopped, rp, &e)) == NULL) {
 		reap_end(rp, e.code, &e);
 		return;
@@ -457,13 +484,13 @@ reap_turn(struct broker_job *job, void *arg)
 	struct broker_row row;
 	struct sbx_err e;
 	struct sbx_op *op;
-	int64_t now = sbx_wall_ms(), since;
+	int64_t now = sbx_wall_ms(), since, quiet;
 
 	rp->job = job;
 	rp->t0 = sbx_mono_ms();
 	rp->ts = now;
 	sbx_err_clear(&e);
-	if (broker_server_draining(s) || broker_job_others(job) > 0 ||
+	if (broker_server_draining(s) || broker_job_others(job, &quiet) > 0 ||
 	    broker_state_get(broker_server_state(s), id, &row, &e) != 1) {
 		broker_job_done(job, "ok");   /* in use, or gone: not ours */
 		return;
@@ -485,8 +512,7 @@ reap_turn(struct broker_job *job, void *arg)
 		broker_job_set_op(job, op);
 		return;
 	}
-	if (strcmp(row.state, "running") != 0 ||
-	    now - row.last_used_at_ms < cfg->idle_timeout) {
+	if (!reap_idle(rp, id)) {
 		broker_job_done(job, "ok");
 		return;
 	}
@@ -524,7 +550,7 @@ broker_reaper_scan(struct broker_reaper *r)
 	struct broker_row *rows = NULL;
 	struct sbx_err e;
 	size_t i, n = 0;
-	int64_t now = sbx_wall_ms(), since;
+	int64_t now = sbx_wall_ms(), since, quiet, last;
 
 	if (broker_server_draining(s))
 		return;
@@ -537,11 +563,15 @@ broker_reaper_scan(struct broker_reaper *r)
 	for (i = 0; i < n; i++) {
 		/* Anything in flight for it (an exec still running, a queued
 		 * ensure) means it is in use: leave it for a later scan. */
-		if (broker_server_busy(s, rows[i].id))
+		if (broker_server_busy(s, rows[i].id, &quiet))
 			continue;
+		/* A session whose api has no viewer is use only while
+		 * it moves bytes (adr/0051 amendment). */
+		last = rows[i].last_used_at_ms > quiet ?
+		    rows[i].last_used_at_ms : quiet;
 		if (cfg->idle_timeout > 0 &&
 		    strcmp(rows[i].state, "running") == 0 &&
-		    now - rows[i].last_used_at_ms >= cfg->idle_timeout)
+		    now - last >= cfg->idle_timeout)
 			reap_queue(r, rows[i].id, 0);
 		since = rows[i].stopped_at_ms > 0 ? rows[i].stopped_at_ms :
 		    rows[i].last_used_at_ms;

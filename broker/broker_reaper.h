@@ -34,9 +34,17 @@ int broker_server_job(struct broker_server *s, const char *id,
 
 /* The job's sandbox id (borrowed while the job lives). */
 const char *broker_job_id(const struct broker_job *job);
-/* Requests in flight that name the job's sandbox, the job excluded
- * (running execs, reads, writes, queued ensures...). */
-unsigned broker_job_others(const struct broker_job *job);
+/* Requests in flight that name the job's sandbox and are use of it, the
+ * job excluded (running execs, reads, writes, queued ensures, sessions
+ * with a viewer...). A session whose api has no viewer of it (CTRL
+ * viewers, adr/0051 amendment) is not counted: *quiet_ms gets the latest
+ * wall-clock ms such a session moved bytes or lost its viewer (0: none). */
+unsigned broker_job_others(const struct broker_job *job, int64_t *quiet_ms);
+/* Ends every session of the job's sandbox that broker_job_others did not
+ * count: its process tree is killed, its api gets the error event (code,
+ * why: a sentence), and it ends on a later turn of the loop. */
+void broker_job_end_quiet(struct broker_job *job, const char *code,
+    const char *why);
 /* From now until the job ends, new requests naming its sandbox that are
  * not serialised (exec, status, files, list) wait for it instead of
  * racing the stop. */
@@ -46,8 +54,11 @@ void broker_job_set_op(struct broker_job *job, struct sbx_op *op);
 /* Ends the job (outcome "ok" or an SBX_E_* code; the caller audits). */
 void broker_job_done(struct broker_job *job, const char *outcome);
 
-/* 1 when some request or job names id right now. */
-int broker_server_busy(struct broker_server *s, const char *id);
+/* 1 when some request or job names id right now and is use of it (the
+ * quiet sessions as for broker_job_others, which *quiet_ms gets as
+ * there). */
+int broker_server_busy(struct broker_server *s, const char *id,
+    int64_t *quiet_ms);
 /* 1 once SIGTERM's drain has begun. */
 int broker_server_draining(const struct broker_server *s);
 

@@ -125,12 +125,14 @@ breq_done(struct breq *b, int status, const char *outcome)
 	 * Every authenticated request is audited; strangers get no row. Each
 	 * one naming a sandbox is use (last_used_at, which the reaper reads),
 	 * except a status read: polling must not keep a sandbox alive
-	 * (adr/0006-idle-reaper.md). Internal jobs audit themselves.
+	 * (adr/0006-idle-reaper.md), and a session that ends with no
+	 * viewer counts as use until it last moved bytes, not until now
+	 * (adr/0051 amendment). Internal jobs audit themselves.
 	 */
 	if (b->authed && !b->internal &&
 	    broker_state_request_done(s->state, b->ts_ms, b->name, b->id,
-	    outcome, ms, strcmp(b->name, "status") != 0, sbx_wall_ms(),
-	    &err) == -1)
+	    outcome, ms, strcmp(b->name, "status") != 0, b->sess_quiet ?
+	    b->sess_active_ms : sbx_wall_ms(), &err) == -1)
 		log_error("audit write failed", "error", err.message, NULL);
 	if (!b->internal)
 		broker_metrics_request(s->metrics, b->name, status, ms);

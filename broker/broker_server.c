@@ -99,16 +99,50 @@ broker_job_id(const struct broker_job *job)
 	return ((const struct breq *)job)->id;
 }
 
-unsigned
-broker_job_others(const struct broker_job *job)
+/* Requests of x in flight but skip that are use of the sandbox; those
+ * parked behind a job's block wait for it and are not, nor are the quiet
+ * sessions (broker_int.h), but the latest moment one of them moved bytes
+ * goes into *quiet_ms (kept when none is later). */
+static unsigned
+uses(struct broker_server *s, const struct bsbx *x, const struct breq *skip,
+    int64_t *quiet_ms)
 {
-	const struct breq *j = (const struct breq *)job, *b;
+	const struct breq *b;
 	unsigned n = 0;
 
-	TAILQ_FOREACH(b, &j->s->inflight, link)
-		if (b != j && b->sbx == j->sbx)
+	TAILQ_FOREACH(b, &s->inflight, link) {
+		if (b == skip || b->sbx != x || b->parked)
+			continue;
+		if (!b->sess_quiet)
 			n++;
+		else if (b->sess_active_ms > *quiet_ms)
+			*quiet_ms = b->sess_active_ms;
+	}
 	return n;
+}
+
+unsigned
+broker_job_others(const struct broker_job *job, int64_t *quiet_ms)
+{
+	const struct breq *j = (const struct breq *)job;
+
+	*quiet_ms = 0;
+	return uses(j->s, j->sbx, j, quiet_ms);
+}
+
+void
+broker_job_end_quiet(struct broker_job *job, const char *code,
+    const char *why)
+{
+	struct breq *j = (struct breq *)job, *b, *next;
+
+	/* A session's end is deferred to the loop: the list stays. */
+	for (b = TAILQ_FIRST(&j->s->inflight); b != NULL; b = next) {
+		next = TAILQ_NEXT(b, link);
+		if (b != j && b->sbx == j->sbx && b->sess_quiet &&
+		    b->sess_reap != NULL)
+			b->sess_reap(b, code, why);
+	}
 }
 
 void
@@ -135,9 +169,13 @@ broker_job_done(struct broker_job *job, const char *outcome)
 }
 
 int
-broker_server_busy(struct broker_server *s, const char *id)
+broker_server_busy(struct broker_server *s, const char *id,
+    int64_t *quiet_ms)
 {
-	return bsbx_find(s, id) != NULL;
+	struct bsbx *x = bsbx_find(s, id);
+
+	*quiet_ms = 0;
+	return x != NULL && uses(s, x, NULL, quiet_ms) > 0;
 }
 
 /* ------------------------------------------------------------------ */

@@ -207,22 +207,42 @@ link_end(struct blink *l, const char *outcome)
 		    BEV_TRIG_DEFER_CALLBACKS);
 }
 
-/* The link broke (the api's frames, or memory): the api hears why. */
+/* The session is cancelled (its processes killed) and the api hears why. */
 static void
-link_fail(struct blink *l, const char *code, const char *why)
+link_abort(struct blink *l, const char *code, const char *why)
 {
 	struct sbx_op *op = l->b->op;
 	struct evbuffer *ev = evbuffer_new();
 
 	l->b->op = NULL;
 	sbx_op_cancel(op);
-	log_warn("session link broken", "id", l->b->id, "reason", why, NULL);
 	if (ev != NULL) {
 		sbx_ndjson_error(ev, code, why);
 		put_event(l, ev);
 		evbuffer_free(ev);
 	}
 	link_end(l, code);
+}
+
+/* The link broke (the api's frames, or memory). */
+static void
+link_fail(struct blink *l, const char *code, const char *why)
+{
+	log_warn("session link broken", "id", l->b->id, "reason", why, NULL);
+	link_abort(l, code, why);
+}
+
+/* The reaper stops the sandbox under a quiet session (broker_int.h). */
+static void
+link_reap(struct breq *b, const char *code, const char *why)
+{
+	struct blink *l = link_of(b);
+
+	if (l == NULL || l->bev == NULL || l->ending)
+		return;
+	log_info("session ended: its sandbox is stopped idle", "id", b->id,
+	    NULL);
+	link_abort(l, code, why);
 }
 
 /* ---------- output: the session's bytes within the api's credit ---------- */
@@ -285,6 +305,7 @@ s_output(void *arg, int stream, const unsigned char *p, size_t len)
 	if (l->bev == NULL || l->ending || (stream != 1 && stream != 2))
 		return;
 	broker_metrics_exec_output(l->b->s->metrics, stream, len);
+	l->b->sess_active_ms = sbx_wall_ms();
 	while (len > 0 && l->out_credit > 0 &&
 	    evbuffer_get_length(l->held) == 0) {
 		n = len;
@@ -347,6 +368,22 @@ s_room(void *arg)
 	pump_in(arg);
 }
 
+/*
+ * The api has a viewer of the session (1) or none (0). Until it first says,
+ * the session is use of its sandbox, as a link of an api that never says
+ * (ports, an older api) always is; told "none", it is use only as of the
+ * last byte that moved or the last viewer leaving (adr/0051 amendment).
+ */
+static int
+link_viewers(struct blink *l, uint32_t a)
+{
+	if (a > 1)
+		return -1;
+	l->b->sess_quiet = a == 0;
+	l->b->sess_active_ms = sbx_wall_ms();
+	return 0;
+}
+
 /* One frame (or a DATA piece) from the api. */
 static int
 link_frame(void *arg, const struct sbx_agent_frame *f, const unsigned char *p,
@@ -368,6 +405,7 @@ link_frame(void *arg, const struct sbx_agent_frame *f, const unsigned char *p,
 			return -1;         /* after EOF, or past the credit */
 		l->in_avail -= n;
 		evbuffer_add(l->in, p, n);
+		l->b->sess_active_ms = sbx_wall_ms();
 		return 0;
 	case SBX_AGENT_T_EOF:
 		l->eof_in = 1;
@@ -383,6 +421,9 @@ link_frame(void *arg, const struct sbx_agent_frame *f, const unsigned char *p,
 		l->cancelled = 1;       /* link_read ends the link */
 		return -1;
 	case SBX_AGENT_T_CTRL:
+		if (n == SBX_AGENT_CTRL_LEN &&
+		    sbx_agent_get32(p) == SBX_AGENT_CTRL_VIEWERS)
+			return link_viewers(l, sbx_agent_get32(p + 4));
 		if (sbx_agent_ctrl_parse(p, n, &ac, &why) < 0)
 			return -1;
 		memset(&c, 0, sizeof(c));
@@ -493,6 +534,7 @@ s_start(void *arg, const char *exec_id)
 	broker_metrics_exec_started(b->s->metrics);
 	b->exec_counted = 1;
 	b->exec_t0 = sbx_mono_ms();
+	b->sess_active_ms = sbx_wall_ms();
 	bufferevent_setcb(l->bev, link_read, link_written, link_event, l);
 	bufferevent_enable(l->bev, EV_READ | EV_WRITE);
 	if ((ev = evbuffer_new()) == NULL) {
@@ -629,6 +671,7 @@ h_session(struct breq *b, struct sbx_err *err)
 	l->b = b;
 	b->slink = l;
 	b->detach = link_detach;
+	b->sess_reap = link_reap;
 	if ((l->in = evbuffer_new()) == NULL ||
 	    (l->held = evbuffer_new()) == NULL)
 		return sbx_err_oom(err);

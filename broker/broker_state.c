@@ -39,7 +39,10 @@ static const char *const queries[Q_N] = {
 	[Q_STOPPED] = "UPDATE sandboxes SET state = 'stopped', stop_reason = ?2,"
 	    " stopped_at = ?3 WHERE id = ?1",
 	[Q_DELETE] = "DELETE FROM sandboxes WHERE id = ?1",
-	[Q_TOUCH] = "UPDATE sandboxes SET last_used_at = ?2 WHERE id = ?1",
+	/* Never backwards: a quiet session's end touches with the time
+	 * it last moved bytes (adr/0051 amendment). */
+	[Q_TOUCH] = "UPDATE sandboxes SET last_used_at = MAX(last_used_at, ?2)"
+	    " WHERE id = ?1",
 	[Q_GET] = "SELECT id, container, volume, image, egress, state,"
 	    " stop_reason, created_at, last_used_at, stopped_at FROM sandboxes"
 	    " WHERE id = ?1",

@@ -77,7 +77,8 @@ int broker_state_list(struct broker_state *s, struct broker_row **rows,
 int broker_state_delete(struct broker_state *s, const char *id,
     struct sbx_err *err);
 
-/* Sets last_used_at of id to now_ms. Absent row: no-op. */
+/* Sets last_used_at of id to now_ms unless it is later already. Absent
+ * row: no-op. */
 int broker_state_touch(struct broker_state *s, const char *id, int64_t now_ms,
     struct sbx_err *err);
 

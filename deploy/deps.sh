@@ -39,6 +39,8 @@ systemd nginx-light
 # chromium, nodejs (+ npm, below): the browser test of /console (test_console.py)
 # drives Debian's chromium with playwright-core, which `make check` installs
 # from tests/e2e/package-lock.json into tests/e2e/node_modules (npm ci).
+# npm also builds /console: the Makefile installs xterm.js from
+# api/console/package-lock.json (npm ci, adr/0054) and embeds it in the page.
 # catatonit: podman's init for HostConfig.Init; docker.io brings tini.
 # wget, openssl: clients and the test certificate of the egress proxy's tests
 # (tests/integration/test_egress_proxy.py; libevent-dev's static archives

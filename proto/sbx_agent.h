@@ -124,6 +124,10 @@ enum sbx_agent_type {
 #define SBX_AGENT_OPEN_CTRL 0x02            /* OPEN flag: CTRL may follow; the mode gets fd 3 */
 #define SBX_AGENT_CTRL_RESIZE 1             /* CTRL kind: a = cols, b = rows */
 #define SBX_AGENT_CTRL_SIGNAL 2             /* CTRL kind: a = signal number, b = 0 */
+/* CTRL kind on the broker<->api session link only (api -> broker, adr/0051
+ * amendment): a = 1 while the api has a viewer of the session, 0 while it
+ * has none. sbx_agent_ctrl_parse refuses it, so no agent ever gets it. */
+#define SBX_AGENT_CTRL_VIEWERS 3
 #define SBX_AGENT_CTRL_DIM_MAX 10000        /* cols and rows of a resize, at most */
 #define SBX_AGENT_CTRL_SIG_MAX 64           /* signal numbers, at most */
 #define SBX_AGENT_EXIT_EXITED 1

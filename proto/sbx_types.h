@@ -119,9 +119,14 @@ struct sbx_session_req {
 };
 /* A control message of a session: RESIZE (PTY only: cols, rows 1..10000)
  * or SIGNAL (signo 1..64: PTY the foreground process group, EXEC the
- * process group). */
-enum sbx_session_ctl_kind { SBX_SESSION_RESIZE = 1, SBX_SESSION_SIGNAL = 2 };
-struct sbx_session_ctl { enum sbx_session_ctl_kind kind; int cols, rows; int signo; };
+ * process group), or VIEWERS (viewers 1 while the caller has a viewer of
+ * the session, 0 while none: the broker then counts the session as use of
+ * the sandbox only while bytes move, adr/0051 amendment; a driver without
+ * a reaper accepts and ignores it). */
+enum sbx_session_ctl_kind { SBX_SESSION_RESIZE = 1, SBX_SESSION_SIGNAL = 2,
+	SBX_SESSION_VIEWERS = 3 };
+struct sbx_session_ctl { enum sbx_session_ctl_kind kind; int cols, rows; int signo;
+	int viewers; };
 
 /* How an exec ended. */
 struct sbx_exit {

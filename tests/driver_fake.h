@@ -160,6 +160,8 @@ struct sbx_fake_session_seen {
 	unsigned signals;
 	uint64_t bytes_in;        /* taken by session_write */
 	unsigned eofs;            /* session_close_input calls (first per session) */
+	int last_viewers;         /* the last VIEWERS control (0 before any) */
+	unsigned viewer_changes;  /* VIEWERS controls */
 };
 const struct sbx_fake_session_seen *sbx_fake_session_seen(struct sbx_driver *d);
 

@@ -449,6 +449,11 @@ fake_session_control(struct sbx_driver *d, struct sbx_op *op,
 		v->signals++;
 		return 0;
 	}
+	if (c->kind == SBX_SESSION_VIEWERS) {
+		v->last_viewers = c->viewers;
+		v->viewer_changes++;
+		return 0;
+	}
 	return sbx_err_set(err, SBX_E_BAD_REQUEST, "Unknown control.");
 }
 

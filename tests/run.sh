@@ -62,8 +62,9 @@ LANES=$LOGS/lanes          # per lane: its jobs' blocks, counts and times
 COUNTS=$LANES/counts       # one "PASSED FAILED" line per report
 LOCK=$LANES/print.lock
 
-rm -rf "$LOGS" "$OUT/scratch"
-mkdir -p "$LOGS" "$OUT/scratch" "$LANES"
+# artifacts: what suites keep for a person to look at (docs/testing.md)
+rm -rf "$LOGS" "$OUT/scratch" "$OUT/artifacts"
+mkdir -p "$LOGS" "$OUT/scratch" "$LANES" "$OUT/artifacts"
 : >"$COUNTS"
 printf 'lane\tname\tseconds\tcpu_seconds\tpassed\tfailed\n' >"$LOGS/durations.tsv"
 

@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 
+import term_bench
+
 MiB = 1 << 20
 GiB = 1 << 30
 TICK = os.sysconf("SC_CLK_TCK")
@@ -325,6 +327,9 @@ class Bench:
             self.spawn("api", [api, "--listen", "127.0.0.1:%d" % port, "--broker", "unix:" + self.bsock,
                                "--broker-token-file", tf, "--state-dir", st,
                                "--max-execs-per-principal", "100000",
+                               "--terminals-per-principal", "1000",
+                               "--max-connections", "4096",
+                               "--connections-per-principal", "4096",
                                "--requests-per-minute", "100000000",
                                "--broker-timeout", "600s", "--log-level", "warn",
                                "--log-file", os.path.join(w, "api.log")])
@@ -1270,6 +1275,8 @@ def main():
             ("stream", b.fig_stream), ("stdin", b.fig_stdin),
             ("resume", b.fig_resume), ("conc", b.fig_concurrent), ("many", b.fig_many_streams),
             ("egress", b.fig_egress), ("agents", b.fig_agents)]
+    # Issue 21: terminals and stdin (tests/bench/term_bench.py).
+    figs += [(name, (lambda f: lambda: f(b))(fn)) for name, fn in term_bench.FIGURES]
     only = set(x for x in a.only.split(",") if x)
     try:
         b.start_daemons()

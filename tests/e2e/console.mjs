@@ -3,10 +3,7 @@
 // parameters from the environment; prints "LINES n" as lines arrive and one
 // final "RESULT {json}" line. The Python test (tests/integration/test_console.py)
 // cuts the page's connection while it runs.
-import { chromium } from 'playwright-core';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { launch } from './chromium.mjs';
 
 const url = process.env.SBX_CONSOLE_URL;
 const key = process.env.SBX_KEY;
@@ -14,14 +11,7 @@ const npc = process.env.SBX_NPC;
 const cmd = process.env.SBX_CMD;
 const timeoutMs = Number(process.env.SBX_TIMEOUT_MS || 120000);
 
-const profile = mkdtempSync(join(tmpdir(), 'sbx-chromium-'));
-// A new empty profile (--user-data-dir, which playwright sets from it).
-const browser = await chromium.launchPersistentContext(profile, {
-  executablePath: '/usr/bin/chromium',
-  headless: true,
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
+const { browser, close } = await launch();
 const result = { console: [], requests: [] };
 try {
   const page = await browser.newPage();
@@ -76,7 +66,6 @@ try {
 } catch (e) {
   result.error = String(e && e.stack || e);
 } finally {
-  await browser.close();
-  rmSync(profile, { recursive: true, force: true });
+  await close();
 }
 console.log('RESULT ' + JSON.stringify(result));

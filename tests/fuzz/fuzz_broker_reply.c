@@ -86,7 +86,7 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	struct sbx_sink sink = { dc_start, dc_output, dc_exit, dc_error, NULL, NULL };
 	struct sbx_exec_req xr;
 	struct sbx_session_req sr;
-	struct sbx_session_ctl ctl = { SBX_SESSION_RESIZE, 100, 30, 0 };
+	struct sbx_session_ctl ctl = { SBX_SESSION_RESIZE, 100, 30, 0, 0 };
 	struct sbx_spec spec;
 	struct sbx_list_page page = { NULL, 100 };
 	struct evbuffer *body = NULL;

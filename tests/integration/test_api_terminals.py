@@ -6,13 +6,17 @@ controls are checked and eof closes stdin; a detach and a reattach from the
 offset seen get every byte once; an api restart ends a running terminal
 failed/api_restarted with its scrollback still replayed; a sandbox stopped by
 the idle reaper is woken by a new terminal, and a terminal in use keeps the
-reaper off.
+reaper off while an unwatched, silent one lets it stop the sandbox; a viewer
+that never reads costs the api no memory past its bounds; a broker SIGKILLed
+under a running terminal ends it failed/broker_unavailable with a sentence to
+the viewer, and the broker started again leaves no process of it.
 """
 
 import base64
 import http.client
 import json
 import os
+import socket
 import time
 import unittest
 
@@ -221,6 +225,39 @@ class TerminalTest(unittest.TestCase):
         self.assertEqual(c.output(), whole)
         c.close()
 
+    def test_03b_a_viewer_that_never_reads_holds_no_memory(self):
+        # Issue 21 item 7: 32 MiB through a terminal with a viewer that
+        # never reads: the terminal is not slowed (it ends with every byte
+        # counted), and the api grows by its bounds only (the 1 MiB ring,
+        # the viewer's high-water mark), not by the output.
+        self.call("PUT", "/api/v1/npcs/alice/sandbox")
+        api_pid = self.stack.api.pid
+
+        def rss_kib():
+            with open("/proc/%d/status" % api_pid) as f:
+                return int([l for l in f if l.startswith("VmRSS:")][0].split()[1])
+        n = 32 * 1024 * 1024
+        # A pty: an exec's output_cap does not apply to it.
+        t = self.create(argv=["sh", "-c", "read go; yes 0123456789abcdef | head -c %d" % n],
+                        cols=80, rows=24)
+        host, port = self.url.split("//", 1)[1].split(":")
+        stuck = socket.create_connection((host, int(port)), timeout=10)
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stuck.sendall(("GET %s/output?offset=0 HTTP/1.1\r\nHost: x\r\nAuthorization: "
+                       "Bearer %s\r\n\r\n" % (self.base(t), self.key)).encode())
+        time.sleep(0.5)
+        before = rss_kib()
+        self.type(t, "go\r")
+
+        def ended():
+            return self.get(t)["state"] == "exited"
+        sbxtest.wait_until(ended, 60, "32 MiB through the terminal", interval=0.2)
+        grew = rss_kib() - before
+        stuck.close()
+        self.assertGreaterEqual(self.get(t)["offset"], n)   # the pty adds \r's
+        print("api RSS grew %d KiB for 32 MiB past a viewer that never reads" % grew)
+        self.assertLess(grew, 8 * 1024)
+
     def test_04_api_restart_fails_a_running_terminal_and_replays_it(self):
         self.call("PUT", "/api/v1/npcs/alice/sandbox")
         t = self.create(argv=["/bin/sh"], pty=False)
@@ -265,6 +302,33 @@ class TerminalTest(unittest.TestCase):
                          "running")
         self.assertEqual(self.call("DELETE", self.base(t, "carol")).status, 200)
         o.close()
+
+    def test_05b_an_unwatched_silent_terminal_lets_the_reaper_stop_it(self):
+        # adr/0051 amendment: no viewer and no output is no use of the
+        # sandbox; the terminal ends with the reaper's reason, and a new
+        # terminal wakes the sandbox again.
+        r = self.call("PUT", "/api/v1/npcs/carol/sandbox")
+        self.assertEqual(r.status, 200, r.body)
+        t0 = time.monotonic()
+        t = self.create("carol", argv=["/bin/sh"], pty=False)
+
+        def reaped():
+            j = self.call("GET", "/api/v1/npcs/carol/sandbox").json()
+            return j["state"] == "stopped" and j.get("stop_reason") == "idle"
+        sbxtest.wait_until(reaped, 20, "carol's sandbox reaped under a silent terminal",
+                           interval=0.3)
+        # idle_timeout (4 s) after the session last moved: not earlier.
+        self.assertGreaterEqual(time.monotonic() - t0, 3.5)
+        st = self.get(t, "carol")
+        self.assertEqual((st["state"], st["reason"]), ("failed", "not_running"), st)
+        self.assertIn("idle reaper", st["message"])
+        o = self.output(t, npc="carol")
+        o.until(lambda o: "error" in o.kinds())
+        o.close()
+        t2 = self.create("carol", argv=["/bin/sh"], pty=False)
+        self.assertEqual(self.call("GET", "/api/v1/npcs/carol/sandbox").json()["state"],
+                         "running")
+        self.assertEqual(self.call("DELETE", self.base(t2, "carol")).status, 200)
 
 
     # -------------------------------------------------------- a pty
@@ -316,6 +380,36 @@ class TerminalTest(unittest.TestCase):
         o.until(lambda o: "alive-9\r\n" in o.text())
         self.assertEqual(self.call("DELETE", self.base(t)).status, 200)
         o.close()
+    # -------------------------------------------------------- broker gone
+
+    def test_09_broker_sigkill_ends_the_terminal_and_leaves_no_process(self):
+        self.call("PUT", "/api/v1/npcs/alice/sandbox")
+        t = self.create(argv=["sh", "-c", "echo ready-$((400+19)); sleep 4193; echo never"],
+                        cols=80, rows=24)
+        o = self.output(t)
+        o.until(lambda o: "ready-419" in o.text())
+        st = self.stack
+        st.broker.stop(sig=9)
+        # The viewer hears why, in a sentence; the terminal ends failed.
+        o.until(lambda o: "error" in o.kinds())
+        err = [d for _, ev, d in o.events if ev == "error"][0]
+        self.assertEqual(err["code"], "broker_unavailable", err)
+        self.assertIn("broker went away", err["message"])
+        o.close()
+        s = self.get(t)
+        self.assertEqual((s["state"], s["reason"]), ("failed", "broker_unavailable"), s)
+        # The broker started again kills what the dead one left running.
+        st.start_broker()
+
+        def left():
+            r = self.call("POST", "/api/v1/npcs/alice/sandbox/exec",
+                          {"argv": ["ps", "-o", "args"]})
+            if r.status != 200:
+                return None
+            return [ln for ln in r.body.split(b"\\n") if b"sleep 4193" in ln]
+        sbxtest.wait_until(lambda: left() == [], 15, "no process of the terminal left",
+                           interval=0.5)
+
 
 if __name__ == "__main__":
     unittest.main()

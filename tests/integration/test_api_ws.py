@@ -220,6 +220,38 @@ class WSTest(unittest.TestCase):
 
     # ------------------------------------------------------------ refusals
 
+    # ------------------------------------------------------------ broker gone (last)
+
+    def test_zz_a_broker_sigkill_closes_4002_and_leaves_no_process(self):
+        t = self.term(argv=("sh", "-c", "echo ready-$((400+19)); sleep 4194; echo never"))
+        st = self.stack
+
+        async def go():
+            async with self.connect(t) as ws:
+                await self.hello(ws)
+                await self.read_until(ws, b"ready-419")
+                st.broker.stop(sig=9)
+                with self.assertRaises(websockets.exceptions.ConnectionClosed) as cm:
+                    while True:
+                        await ws.recv()
+                return cm.exception
+        e = run(go())
+        self.assertEqual(e.code, 4002, e)
+        self.assertIn("broker went away", e.reason)
+        r = self.call(st.player, "GET", "/api/v1/npcs/alice/sandbox/terminals/" + t["id"])
+        self.assertEqual((r.json()["state"], r.json()["reason"]),
+                         ("failed", "broker_unavailable"), r.body)
+        st.start_broker()
+
+        def left():
+            r = self.call(st.player, "POST", "/api/v1/npcs/alice/sandbox/exec",
+                          {"argv": ["ps", "-o", "args"]})
+            if r.status != 200:
+                return None
+            return [ln for ln in r.body.split(b"\\n") if b"sleep 4194" in ln]
+        sbxtest.wait_until(lambda: left() == [], 15, "no process of the terminal left",
+                           interval=0.5)
+
     def test_another_players_terminal_is_404_before_the_upgrade(self):
         t = self.term()
 

@@ -490,6 +490,29 @@ class SessionReaperTest(BrokerTestCase):
         self.assertTrue(wait_until(lambda: self.client.status(sid).json()["state"] == "stopped", 8.0, 0.25),
                         "the sandbox was not reaped after its session ended")
 
+    def test_a_session_without_a_viewer_is_use_only_while_bytes_move(self):
+        # adr/0051 amendment: CTRL viewers (kind 3) from the api. Told "one
+        # viewer", a silent session keeps the sandbox up; told "none", the
+        # reaper stops the sandbox idle_timeout after the last byte and
+        # the session ends with not_running and a sentence.
+        sid = self.new_id("quiet")
+        self.ensure_ok(sid)
+        s = Session(self.broker.sock, self.broker.token, sid,
+                    {"kind": "pty", "argv": ["sh"], "cols": 80, "rows": 24})
+        self.addCleanup(s.close)
+        self.assertEqual(s.status, 101)
+        s.raw(frame(T_CTRL, 0, struct.pack(">II", 3, 1)))
+        time.sleep(3.0)
+        self.assertEqual(self.client.status(sid).json()["state"], "running")
+        t0 = time.monotonic()
+        s.raw(frame(T_CTRL, 0, struct.pack(">II", 3, 0)))
+        self.assertTrue(wait_until(lambda: self.client.status(sid).json()["state"] == "stopped",
+                                   10.0, 0.25), "a silent session without a viewer kept its sandbox")
+        self.assertGreaterEqual(time.monotonic() - t0, 1.2)
+        last = s.wait_end()
+        self.assertEqual((last["type"], last["code"]), ("error", "not_running"), s.events)
+        self.assertIn("idle reaper", last["message"])
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -9,109 +9,24 @@ is closed, and the page must still end with every line exactly once.
 
 import json
 import os
-import select
-import socket
+import re
 import subprocess
 import threading
 import unittest
 
 import sbxtest
-from sbxtest import REPO
-from stackfix import Stack
+from consolefix import E2E, NODE, CuttableProxy, browser_stack
+from sbxtest import BUILD
 
-E2E = os.path.join(REPO, "tests", "e2e")
-NODE = "/usr/bin/node"
 LINES = 40
 CMD = "for i in $(seq 1 %d); do echo line-$i; sleep 0.15; done; exit 5" % LINES
-
-
-class CuttableProxy:
-    """127.0.0.1:0 -> TARGET, byte for byte; cut() closes every open
-    connection (new ones are accepted as before)."""
-
-    def __init__(self, target_port):
-        self.target = target_port
-        self.lsock = socket.socket()
-        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.lsock.bind(("127.0.0.1", 0))
-        self.lsock.listen(64)
-        self.port = self.lsock.getsockname()[1]
-        self.lock = threading.Lock()
-        self.pairs = []
-        self.cuts = 0
-        self.closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while not self.closed:
-            try:
-                c, _ = self.lsock.accept()
-            except OSError:
-                return
-            try:
-                u = socket.create_connection(("127.0.0.1", self.target))
-            except OSError:
-                c.close()
-                continue
-            with self.lock:
-                self.pairs.append((c, u))
-            threading.Thread(target=self._pipe, args=(c, u), daemon=True).start()
-
-    def _pipe(self, c, u):
-        socks = [c, u]
-        try:
-            while True:
-                r, _, _ = select.select(socks, [], [], 1.0)
-                for s in r:
-                    data = s.recv(65536)
-                    if not data:
-                        raise OSError("closed")
-                    (u if s is c else c).sendall(data)
-        except (OSError, ValueError):
-            pass
-        finally:
-            for s in socks:
-                try:
-                    s.close()
-                except OSError:
-                    pass
-
-    def cut(self):
-        with self.lock:
-            pairs, self.pairs = self.pairs, []
-            self.cuts += 1
-        for c, u in pairs:
-            for s in (c, u):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-        return len(pairs)
-
-    def close(self):
-        self.closed = True
-        self.lsock.close()
-        self.cut()
 
 
 class ConsoleTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        for path in (NODE, "/usr/bin/chromium", os.path.join(E2E, "node_modules",
-                                                             "playwright-core")):
-            if not os.path.exists(path):
-                raise AssertionError("%s is missing: run deploy/deps.sh (make check does)"
-                                     % path)
-        cls.stack = Stack("sbxcon%d-" % (os.getpid() % 100000))
-        st = cls.stack
-        cls.host, cls.port = "127.0.0.1", int(st.url.rsplit(":", 1)[1])
-        r = sbxtest.tcp_http(cls.host, cls.port, "POST", "/api/v1/npcs", {"name": "eve"},
-                             {"Authorization": "Bearer " + st.player})
-        assert r.status == 201, r.body
-        r = sbxtest.tcp_http(cls.host, cls.port, "PUT", "/api/v1/npcs/eve/sandbox", None,
-                             {"Authorization": "Bearer " + st.player}, 120)
-        assert r.status == 200, r.body
+        cls.stack, cls.host, cls.port = browser_stack("sbxcon", "eve")
 
     @classmethod
     def tearDownClass(cls):
@@ -128,8 +43,17 @@ class ConsoleTest(unittest.TestCase):
         self.assertIn("frame-ancestors 'none'", csp)
         self.assertEqual(r.headers.get("Referrer-Policy"), "no-referrer")
         self.assertIn(b"EventSource", r.body)
-        with open(os.path.join(REPO, "api", "console.html"), "rb") as f:
-            self.assertEqual(r.body, f.read())
+        # xterm.js is in the page, with its MIT notice (adr/0054); the one
+        # <style> carries the nonce style-src names, a new one each reply.
+        self.assertIn(b"The xterm.js authors", r.body)
+        self.assertIn(b"Permission is hereby granted", r.body)
+        nonce = re.search(r"style-src 'nonce-([A-Za-z0-9+/=]{24})'", csp).group(1)
+        self.assertIn(('<style nonce="%s">' % nonce).encode(), r.body)
+        r2 = sbxtest.tcp_http(self.host, self.port, "GET", "/console")
+        nonce2 = re.search(r"'nonce-([^']+)'", r2.headers["Content-Security-Policy"]).group(1)
+        self.assertNotEqual(nonce, nonce2)
+        with open(os.path.join(BUILD, "gen", "console.html"), "rb") as f:
+            self.assertEqual(r.body, f.read().replace(b"@STYLE_NONCE@", nonce.encode()))
 
     def test_chromium_runs_a_command_and_survives_cut_connections(self):
         proxy = CuttableProxy(self.port)

@@ -228,6 +228,40 @@ test_connection_cap_and_idle_timeout(void **state)
 	evbuffer_free(b);
 }
 
+/* A connection is one of its principal's streams_per_principal (adr/0056)
+ * from its request to its close, proxy and tcp alike (one port_open). */
+static void
+test_a_connection_is_one_of_its_principals_streams(void **state)
+{
+	char head[512], path[128];
+	struct evbuffer *b = evbuffer_new();
+	struct tu_res r = { 0 };
+	int fd;
+
+	(void)state;
+	tu_set("streams_per_principal", "1");   /* the server reads T.cfg */
+	snprintf(head, sizeof(head), "GET /api/v1/npcs/n1/sandbox/ports/%d/ws"
+	    " HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer %s\r\n"
+	    "Connection: Upgrade\r\nUpgrade: echo\r\n\r\n", ws_port, ka);
+	fd = tu_raw_connect();
+	raw_send(fd, head, strlen(head));
+	assert_int_equal(raw_read(fd, b, 0, "\r\n\r\n", 5000), 0);
+	snprintf(path, sizeof(path), "/api/v1/npcs/n1/sandbox/ports/%d/file",
+	    up_port);
+	assert_int_equal(tu_req(&r, "GET", path, ka, NULL), 429);
+	assert_string_equal(tu_code(&r), "too_many");
+	assert_string_equal(r.retry_after, "1");
+	assert_non_null(strstr(tu_text(&r), "open streams"));
+	close(fd);
+	tu_spin(100);
+	assert_int_equal(tu_req(&r, "GET", path, ka, NULL), 200);
+	/* That GET's connection gave its stream back too. */
+	tu_spin(100);
+	assert_int_equal(tu_req(&r, "GET", path, ka, NULL), 200);
+	tu_res_free(&r);
+	evbuffer_free(b);
+}
+
 /* port_idle_timeout (1 s here): an idle tunnel is closed, a busy one is
  * not. */
 static void
@@ -281,6 +315,9 @@ main(void)
 		    test_ticket_and_preview_without_key, up_start, up_stop),
 		cmocka_unit_test_setup_teardown(
 		    test_connection_cap_and_idle_timeout, up_start, up_stop),
+		cmocka_unit_test_setup_teardown(
+		    test_a_connection_is_one_of_its_principals_streams, up_start,
+		    up_stop),
 		cmocka_unit_test_setup_teardown(test_idle_connection_is_closed,
 		    up_start, up_stop),
 	};

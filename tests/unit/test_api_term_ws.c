@@ -288,6 +288,32 @@ test_a_second_viewer_reads_and_may_not_write(void **state)
 	view_free(&b);
 }
 
+/* streams_per_principal (adr/0056): an attached WebSocket holds one of
+ * its principal's streams until it closes; beyond, 429 + Retry-After
+ * before the upgrade. */
+static void
+test_an_attach_is_one_of_its_principals_streams(void **state)
+{
+	struct view a, b;
+	char id[64], head[2048];
+	int fd;
+
+	(void)state;
+	tu_set("streams_per_principal", "1");   /* the server reads T.cfg */
+	new_term(1, id, sizeof(id));
+	attach(&a, id, KA);
+	assert_true(tu_loop_until(ntexts, &a, 2000));
+	assert_int_equal(handshake(id, KA, "sbx.v1", &fd, head, sizeof(head)),
+	    429);
+	assert_non_null(strstr(head, "Retry-After: 1\r\n"));
+	close(fd);
+	view_free(&a);
+	tu_spin(50);
+	attach(&b, id, KA);
+	assert_true(tu_loop_until(ntexts, &b, 2000));
+	view_free(&b);
+}
+
 static void
 test_refusals_come_before_the_upgrade(void **state)
 {
@@ -327,6 +353,9 @@ main(void)
 		    test_a_message_over_ws_message_max_closes_1009, up, tu_down),
 		cmocka_unit_test_setup_teardown(
 		    test_a_second_viewer_reads_and_may_not_write, up, tu_down),
+		cmocka_unit_test_setup_teardown(
+		    test_an_attach_is_one_of_its_principals_streams, up,
+		    tu_down),
 		cmocka_unit_test_setup_teardown(
 		    test_refusals_come_before_the_upgrade, up, tu_down),
 	};

@@ -19,6 +19,7 @@ struct tsess {
 	struct evbuffer *echo;       /* PTY: echoed on the next turn */
 	struct sbx_session_ctl ctl;  /* the last control */
 	int nctl;
+	int viewers, nviewers;    /* the last VIEWERS control, how many came */
 	struct event *ev;
 	struct tsess *next;
 };
@@ -159,6 +160,11 @@ ts_control(struct sbx_driver *d, struct sbx_op *op,
 	(void)d;
 	(void)err;
 	assert_non_null(s);
+	if (c->kind == SBX_SESSION_VIEWERS) {
+		s->viewers = c->viewers;
+		s->nviewers++;
+		return 0;
+	}
 	s->ctl = *c;
 	s->nctl++;
 	return 0;
@@ -766,8 +772,47 @@ test_scrollback_ring_skip_notice_and_bounded_paused_viewer(void **state)
 	evbuffer_free(c.got);
 }
 
+static int
+has_status(void *arg)
+{
+	return ((struct tu_res *)arg)->status != 0;
+}
+
+/* streams_per_principal (adr/0056) holds for terminal viewers: the second
+ * open viewer of a principal with a share of 1 is 429 + Retry-After, and
+ * the share comes back when the first goes. */
 static void
-test_idle_terminal_is_killed_and_a_viewer_keeps_it(void **state)
+test_an_sse_viewer_is_one_of_its_principals_streams(void **state)
+{
+	struct tu_res a = { 0 }, b = { 0 };
+	char id[32], path[160];
+
+	(void)state;
+	tu_set("streams_per_principal", "1");
+	start();
+	create(NULL, id);
+	snprintf(path, sizeof(path), "/api/v1/npcs/n1/sandbox/terminals/%s/"
+	    "output", id);
+	a.pause_at_headers = 1;
+	tu_start_req(&a, "GET", path, KA, NULL, 0);
+	assert_true(tu_loop_until(has_status, &a, 3000));
+	assert_int_equal(a.status, 200);
+	assert_int_equal(tu_req(&b, "GET", path, KA, NULL), 429);
+	assert_string_equal(tu_code(&b), "too_many");
+	assert_string_equal(b.retry_after, "1");
+	tu_res_free(&a);
+	tu_res_free(&b);
+	tu_spin(100);
+	memset(&b, 0, sizeof(b));
+	b.pause_at_headers = 1;
+	tu_start_req(&b, "GET", path, KA, NULL, 0);
+	assert_true(tu_loop_until(has_status, &b, 3000));
+	assert_int_equal(b.status, 200);
+	tu_res_free(&b);
+}
+
+static void
+test_idle_terminal_is_killed_a_viewer_keeps_it_and_the_session_hears_of_it(void **state)
 {
 	struct rec c;
 	struct api_viewer *v;
@@ -781,8 +826,16 @@ test_idle_terminal_is_killed_and_a_viewer_keeps_it(void **state)
 	start();
 	s = create(NULL, id);
 	s2 = create(NULL, id2);
+	/* The session hears whether the terminal has a viewer, for the
+	 * broker's reaper (adr/0051 amendment): none at the start, one on
+	 * attach, none when it leaves; once each. */
+	assert_int_equal(s2->nviewers, 1);
+	assert_int_equal(s2->viewers, 0);
 	v = attach(id2, 0, &c, &st);
+	assert_int_equal(s2->nviewers, 2);
+	assert_int_equal(s2->viewers, 1);
 	tu_spin(500);
+	assert_int_equal(s->nviewers, 1);
 	j = get(id);
 	assert_string_equal(sget(j, "state"), "ended");
 	assert_string_equal(sget(j, "reason"), "idle");
@@ -793,6 +846,8 @@ test_idle_terminal_is_killed_and_a_viewer_keeps_it(void **state)
 	assert_string_equal(sget(j, "state"), "running");
 	json_decref(j);
 	api_viewer_detach(v);
+	assert_int_equal(s2->nviewers, 3);
+	assert_int_equal(s2->viewers, 0);
 	tu_spin(200);
 	j = get(id2);
 	assert_string_equal(sget(j, "state"), "running");
@@ -940,7 +995,11 @@ main(void)
 		    test_scrollback_ring_skip_notice_and_bounded_paused_viewer,
 		    up, down),
 		cmocka_unit_test_setup_teardown(
-		    test_idle_terminal_is_killed_and_a_viewer_keeps_it, up, down),
+		    test_idle_terminal_is_killed_a_viewer_keeps_it_and_the_session_hears_of_it,
+		    up, down),
+		cmocka_unit_test_setup_teardown(
+		    test_an_sse_viewer_is_one_of_its_principals_streams, up,
+		    down),
 		cmocka_unit_test_setup_teardown(
 		    test_restart_ends_running_failed_and_replays_from_disk, up,
 		    down),

@@ -754,15 +754,25 @@ test_input_credit_over_the_bound_is_a_violation(void **state)
 	expect_violation(raw, n, "credit");
 }
 
+/* The broker gone mid-session (SIGKILL): broker_unavailable, which a
+ * terminal's WebSocket viewer hears as close 4002. */
 static void
-test_link_closing_is_a_runtime_error(void **state)
+test_link_closing_is_broker_unavailable(void **state)
 {
 	unsigned char raw[256];
 
 	(void)state;
 	FB.raw_close = 1;
-	expect_violation(raw, put_frame(raw, SBX_AGENT_T_EVENT, 0, 1, START,
-	    sizeof(START) - 1), "closed the session");
+	FB.mode = FB_RAW;
+	FB.raw = raw;
+	FB.raw_len = put_frame(raw, SBX_AGENT_T_EVENT, 0, 1, START,
+	    sizeof(START) - 1);
+	open_session(SBX_SESSION_EXEC);
+	run(3000);
+	assert_int_equal(S.exits, 0);
+	assert_int_equal(S.errors, 1);
+	assert_string_equal(S.err.code, SBX_E_BROKER_UNAVAILABLE);
+	assert_non_null(strstr(S.err.message, "broker went away"));
 	assert_int_equal(S.starts, 1);
 }
 
@@ -1025,7 +1035,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_frame_of_another_stream_is_a_violation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_exit_frame_of_the_agent_is_a_violation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_input_credit_over_the_bound_is_a_violation, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_link_closing_is_a_runtime_error, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_link_closing_is_broker_unavailable, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_input_waits_for_credit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_paused_sink_withholds_credit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_exit_waits_behind_held_output, setup, teardown),

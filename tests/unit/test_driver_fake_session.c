@@ -184,7 +184,7 @@ test_exec_is_cat(void **state)
 static void
 test_pty_echoes_cr_as_crlf_and_records_controls(void **state)
 {
-	struct sbx_session_ctl c = { SBX_SESSION_RESIZE, 132, 43, 0 };
+	struct sbx_session_ctl c = { SBX_SESSION_RESIZE, 132, 43, 0, 0 };
 	struct sbx_err err;
 
 	(void)state;
@@ -218,7 +218,7 @@ test_pty_echoes_cr_as_crlf_and_records_controls(void **state)
 static void
 test_port_echoes_without_exec_id(void **state)
 {
-	struct sbx_session_ctl c = { SBX_SESSION_RESIZE, 80, 24, 0 };
+	struct sbx_session_ctl c = { SBX_SESSION_RESIZE, 80, 24, 0, 0 };
 	struct sbx_err err;
 
 	(void)state;

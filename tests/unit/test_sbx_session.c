@@ -96,7 +96,7 @@ test_wrappers_reach_the_members(void **state)
 {
 	struct rec r;
 	struct sbx_session_req req;
-	struct sbx_session_ctl c = { SBX_SESSION_RESIZE, 80, 24, 0 };
+	struct sbx_session_ctl c = { SBX_SESSION_RESIZE, 80, 24, 0, 0 };
 	struct sbx_sink sink;
 	struct sbx_err err;
 	struct evbuffer *b = evbuffer_new();
@@ -137,7 +137,7 @@ test_driver_without_sessions_refuses(void **state)
 	struct sbx_driver d = { &bare_ops, NULL };
 	struct sbx_op op = { &d };
 	struct sbx_session_req req;
-	struct sbx_session_ctl c = { SBX_SESSION_SIGNAL, 0, 0, 2 };
+	struct sbx_session_ctl c = { SBX_SESSION_SIGNAL, 0, 0, 2, 0 };
 	struct sbx_sink sink;
 	struct sbx_err err;
 	struct evbuffer *b = evbuffer_new();

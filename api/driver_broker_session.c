@@ -77,6 +77,11 @@ give_credit(struct bsess *s)
 
 	if (s->paused || s->owed == 0 || s->b->dead || s->b->http == NULL)
 		return;
+	/* In quarters, unless the broker runs short: small grants make small
+	 * frames (RFC 813's silly window; adr/0055, amendment 2026-12-02). */
+	if (s->owed < SBX_AGENT_STDIN_WINDOW / 4 &&
+	    s->out_credit >= SBX_AGENT_STDIN_WINDOW / 4)
+		return;
 	sbx_agent_put32(p, (uint32_t)s->owed);
 	send_frame(s, SBX_AGENT_T_WINDOW, 1, p, sizeof(p));
 	s->out_credit += s->owed;
@@ -277,6 +282,16 @@ session_begin(struct bop *b)
 	    s)) == NULL) {
 		end_error(s, SBX_E_INTERNAL, "%s", "Out of memory.");
 		return;
+	}
+	/* The broker's output credit grows to SBX_AGENT_STDIN_WINDOW: one
+	 * initial window in flight is a round trip per 256 KiB (adr/0055,
+	 * amendment 2026-12-02). */
+	{
+		unsigned char w[SBX_AGENT_WINDOW_LEN];
+
+		sbx_agent_put32(w, SBX_AGENT_STDIN_WINDOW - SBX_AGENT_WINDOW);
+		send_frame(s, SBX_AGENT_T_WINDOW, 1, w, sizeof(w));
+		s->out_credit += SBX_AGENT_STDIN_WINDOW - SBX_AGENT_WINDOW;
 	}
 	/* What the caller asked for before the link existed, in order. */
 	if (s->pend_resize)

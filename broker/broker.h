@@ -59,6 +59,7 @@ struct broker_config {
 	long long headers_max;    /* header fields of a request */
 	long long max_connections; /* client connections open at once */
 	long long max_execs_per_sandbox;
+	long long max_port_sessions_per_sandbox; /* PORT sessions open at once (not execs) */
 	long long file_timeout;   /* ms without progress of a read/write/list */
 	long long list_max_entries; /* entries per list reply (<= 100000) */
 	long long max_file_ops_per_sandbox;

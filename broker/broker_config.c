@@ -78,6 +78,10 @@ const struct sbx_config_key broker_config_keys[] = {
 	SBX_CONFIG_HTTP_ROWS(K),
 	K("max_execs_per_sandbox", SBX_CFG_INT, max_execs_per_sandbox, "8",
 	    "concurrent execs per sandbox; more: 429 too_many"),
+	K("max_port_sessions_per_sandbox", SBX_CFG_INT,
+	    max_port_sessions_per_sandbox, "32",
+	    "port sessions (TCP connections to a sandbox's port) open at once "
+	    "per sandbox, apart from its execs; more: 429 too_many"),
 	K("file_timeout", SBX_CFG_DURATION_MS, file_timeout, "30s",
 	    "read/write/list: longest time without progress; then 504 timeout and the helper is killed"),
 	K("list_max_entries", SBX_CFG_INT, list_max_entries, "10000",
@@ -234,6 +238,8 @@ broker_config_finish(struct broker_config *cfg, const char *exe_path,
 	    need_positive(cfg->max_connections, "max_connections", err) == -1 ||
 	    need_positive(cfg->max_execs_per_sandbox, "max_execs_per_sandbox",
 	    err) == -1 ||
+	    need_positive(cfg->max_port_sessions_per_sandbox,
+	    "max_port_sessions_per_sandbox", err) == -1 ||
 	    need_positive(cfg->max_sandboxes, "max_sandboxes", err) == -1 ||
 	    need_positive(cfg->file_timeout, "file_timeout", err) == -1 ||
 	    need_positive(cfg->list_max_entries, "list_max_entries", err) == -1 ||

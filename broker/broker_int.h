@@ -62,6 +62,7 @@ struct bsbx {
 	struct breq *blocker;     /* a job that parks the other requests */
 	unsigned execs;
 	unsigned fileops;         /* reads, writes, lists in flight */
+	unsigned ports;           /* PORT sessions open (max_port_sessions_per_sandbox) */
 	unsigned refs;
 	int kicking;
 };
@@ -111,6 +112,7 @@ struct breq {
 	int queued;
 	int64_t t0_mono, ts_ms;
 	int holds_exec, holds_new, holds_fileop;
+	int holds_port;           /* counted in its sandbox's ports */
 	int list_obj;             /* list: ?cursor= given, reply is the page object */
 	char *after;              /* list: the cursor's name */
 	struct sbx_list_out *lout;/* list: its reply being encoded (adr/0030) */

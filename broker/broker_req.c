@@ -151,6 +151,8 @@ breq_done(struct breq *b, int status, const char *outcome)
 	if (x != NULL) {
 		if (b->holds_exec)
 			x->execs--;
+		if (b->holds_port)
+			x->ports--;
 		if (b->holds_fileop)
 			x->fileops--;
 		gave = bsbx_leave(x, b);

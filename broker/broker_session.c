@@ -35,9 +35,11 @@
 #include "sbx_wire.h"
 
 #define LINK_STREAM 1
-/* Input credit goes back in WINDOW frames of at least this many bytes
- * (or whatever was taken when the input ran dry). */
-#define GRANT_MIN (16 * 1024)
+/* Input credit goes back in WINDOW frames of at least this many bytes,
+ * or whatever was taken when the input ran dry while the api holds less
+ * than this: small grants make small DATA frames, which make small grants
+ * (the silly window of RFC 813; adr/0050, amendment 2026-12-02). */
+#define GRANT_MIN (SBX_AGENT_STDIN_WINDOW / 4)
 /* Output the session produced past the api's credit (what was in flight
  * when it was paused: the agent's window and one frame) is held here; more
  * breaks the driver's pause and ends the link. */
@@ -186,11 +188,15 @@ link_end(struct blink *l, const char *outcome)
 	l->ending = 1;
 	if (outcome != l->outcome)
 		snprintf(l->outcome, sizeof(l->outcome), "%s", outcome);
-	/* The session is over: its place in max_execs_per_sandbox is free
-	 * while its last bytes go. */
+	/* The session is over: its place in max_execs_per_sandbox (or
+	 * max_port_sessions_per_sandbox) is free while its last bytes go. */
 	if (l->b->holds_exec) {
 		l->b->holds_exec = 0;
 		l->b->sbx->execs--;
+	}
+	if (l->b->holds_port) {
+		l->b->holds_port = 0;
+		l->b->sbx->ports--;
 	}
 	bufferevent_set_timeouts(l->bev, &tv, &tv);
 	/* Never from here: the caller may be inside the decoder or a sink
@@ -343,7 +349,8 @@ pump_in(struct blink *l)
 		l->grant += (uint64_t)n;
 	}
 	if (l->bev != NULL && !l->ending && l->grant > 0 &&
-	    (l->grant >= GRANT_MIN || evbuffer_get_length(l->in) == 0)) {
+	    (l->grant >= GRANT_MIN || (evbuffer_get_length(l->in) == 0 &&
+	    l->in_avail < GRANT_MIN))) {
 		put_window(l, (uint32_t)l->grant);
 		l->in_avail += l->grant;
 		l->grant = 0;
@@ -537,6 +544,11 @@ s_start(void *arg, const char *exec_id)
 	sbx_ndjson_start(ev, exec_id, sbx_wall_ms());
 	put_event(l, ev);
 	evbuffer_free(ev);
+	/* The api's input credit grows to SBX_AGENT_STDIN_WINDOW (held in
+	 * l->in at most): with the initial window alone every 256 KiB waits
+	 * for a round trip to the agent (adr/0050, amendment 2026-12-02). */
+	put_window(l, SBX_AGENT_STDIN_WINDOW - SBX_AGENT_WINDOW);
+	l->in_avail += SBX_AGENT_STDIN_WINDOW - SBX_AGENT_WINDOW;
 	/* Bytes the client sent right behind the request. */
 	if (evbuffer_get_length(bufferevent_get_input(l->bev)) > 0)
 		link_read(l->bev, l);
@@ -665,15 +677,30 @@ h_session(struct breq *b, struct sbx_err *err)
 		return sbx_err_oom(err);
 	if (session_parse(b, l, err) == -1)
 		return -1;
-	if (b->sbx->execs >= (unsigned long long)cfg->max_execs_per_sandbox)
+	/* A port session is a connection, not a process: it has its own
+	 * count, so the api's port_connections_per_sandbox (32) is reachable
+	 * with the default max_execs_per_sandbox (8). */
+	if (l->ws.req.kind == SBX_SESSION_PORT) {
+		if (b->sbx->ports >=
+		    (unsigned long long)cfg->max_port_sessions_per_sandbox)
+			return sbx_err_set(err, SBX_E_TOO_MANY, "Sandbox %s already "
+			    "has its maximum of %lld port connections open.",
+			    b->id, cfg->max_port_sessions_per_sandbox);
+	} else if (b->sbx->execs >=
+	    (unsigned long long)cfg->max_execs_per_sandbox)
 		return sbx_err_set(err, SBX_E_TOO_MANY, "Sandbox %s already runs "
 		    "its maximum of %lld execs.", b->id,
 		    cfg->max_execs_per_sandbox);
 	sbx_agent_dec_init(&l->dec, 0, l->rec, sizeof(l->rec));
 	l->in_avail = SBX_AGENT_WINDOW;
 	l->out_credit = SBX_AGENT_WINDOW;
-	b->sbx->execs++;
-	b->holds_exec = 1;
+	if (l->ws.req.kind == SBX_SESSION_PORT) {
+		b->sbx->ports++;
+		b->holds_port = 1;
+	} else {
+		b->sbx->execs++;
+		b->holds_exec = 1;
+	}
 	sk.arg = l;
 	b->op = sbx_session_open(b->s->driver, b->id, &l->ws.req, &sk, err);
 	if (b->op == NULL)

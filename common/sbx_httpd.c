@@ -527,6 +527,10 @@ handover(struct sbx_httpd_req *r, const char *upgrade,
 	    NULL)
 		goto fail;
 	nfd = -1;   /* bev's now */
+	/* Upgraded connections stream (session link, WebSocket, ports):
+	 * more than libevent's 16 KiB a turn (sbx_http_client.h). */
+	bufferevent_set_max_single_read(bev, SBX_BEV_IO_MAX);
+	bufferevent_set_max_single_write(bev, SBX_BEV_IO_MAX);
 	if (upgrade != NULL && evbuffer_add_printf(bufferevent_get_output(bev),
 	    "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
 	    "Upgrade: %s\r\n%s\r\n", upgrade, extra_headers != NULL ?

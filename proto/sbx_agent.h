@@ -89,6 +89,11 @@
 #define SBX_AGENT_ARGS_MAX 4096             /* argc + envc of one OPEN */
 #define SBX_AGENT_WINDOW (256 * 1024)       /* initial credit per stream and direction */
 #define SBX_AGENT_WINDOW_MAX (4 * 1024 * 1024) /* credit held at most */
+/* Credit a streaming receiver grows its sender's to with one WINDOW right
+ * after the stream opens (stdin at the agent, both ways on the session
+ * link): the initial window alone is one stop-and-wait round trip over
+ * every hop per 256 KiB (adr/0050, amendment 2026-12-02). */
+#define SBX_AGENT_STDIN_WINDOW (1024 * 1024)
 #define SBX_AGENT_STREAMS_MAX 256           /* streams open at once on one channel */
 #define SBX_AGENT_CODE_MAX 64               /* REFUSE payload */
 #define SBX_AGENT_STREAM_MAX 0x7fffffffu    /* highest stream id */

@@ -5,6 +5,10 @@
 /* Version of the broker HTTP API; every path starts with SBX_API_PREFIX. */
 #define SBX_PROTO_VERSION "1"
 #define SBX_API_PREFIX "/v1"
+/* Bytes a streaming bufferevent (exec I/O, the session link, WebSocket,
+ * ports) reads or writes in one turn of the loop: libevent 2.1's default
+ * is 16 KiB, a wakeup and a syscall per 16 KiB (adr/0050, amendment). */
+#define SBX_BEV_IO_MAX (256 * 1024)
 
 /* Paths of the broker API (SPEC §4). {id} is a sandbox id (sbx_id_valid). */
 #define SBX_PATH_SANDBOXES "/v1/sandboxes"   /* GET list; /{id} PUT ensure, GET status, DELETE destroy */

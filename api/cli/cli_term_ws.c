@@ -459,6 +459,9 @@ cli_term_run(struct ctx *x, const struct term_attach *t)
 		rc = CX_ERR;
 		goto done;
 	}
+	/* 64 KiB of stdin a message: more than libevent's 16 KiB a turn. */
+	bufferevent_set_max_single_read(bev, SBX_BEV_IO_MAX);
+	bufferevent_set_max_single_write(bev, SBX_BEV_IO_MAX);
 	/* A socket bufferevent's input takes bytes only at its front
 	 * (libevent freezes its end for the socket's own reads). */
 	if (leftn > 0 && evbuffer_prepend(bufferevent_get_input(bev), left,

@@ -49,8 +49,8 @@ struct astream {
 	int ctrl;               /* write end of the mode's fd 3 (OPEN_CTRL); -1 closed */
 	int has_ctrl;           /* opened with SBX_AGENT_OPEN_CTRL */
 	uint32_t credit;        /* output bytes we may still send */
-	unsigned char *inbuf;   /* stdin bytes received, not yet written (<= window) */
-	size_t inlen;
+	unsigned char *inbuf;   /* stdin bytes received, not yet written: */
+	size_t inoff, inlen;    /* inlen of them at inbuf + inoff (<= SBX_AGENT_STDIN_WINDOW) */
 	int in_eof;             /* EOF received: close stdin once inbuf is written */
 	uint32_t in_owed;       /* stdin bytes written, credit not yet returned */
 	uint32_t in_window;     /* stdin credit the broker holds */
@@ -402,7 +402,7 @@ stream_open(struct agent *a, const struct sbx_agent_frame *f, unsigned char *p, 
 	s->soft_cancel = strcmp(argv[0], SBX_HELPER_MODE_WRITE) == 0;
 	exec_id_of(argv, s->exec_id);
 	if ((f->flags & SBX_AGENT_OPEN_STDIN) &&
-	    (s->inbuf = malloc(SBX_AGENT_WINDOW)) == NULL)
+	    (s->inbuf = malloc(SBX_AGENT_STDIN_WINDOW)) == NULL)
 		goto fail;
 	s->in_window = (f->flags & SBX_AGENT_OPEN_STDIN) ? SBX_AGENT_WINDOW : 0;
 	if ((f->flags & SBX_AGENT_OPEN_STDIN) ? pipe_nb(pi) < 0 :
@@ -430,6 +430,16 @@ stream_open(struct agent *a, const struct sbx_agent_frame *f, unsigned char *p, 
 	(void)fcntl(s->out, F_SETFL, O_NONBLOCK);
 	(void)fcntl(s->err, F_SETFL, O_NONBLOCK);
 	a->streams[a->nstreams++] = s;
+	/* stdin's credit grows from the protocol's initial window to what
+	 * inbuf holds: one window in flight over the runtime's exec stream
+	 * is a stop-and-wait round trip per window (adr/0050 amendment). */
+	if (s->inbuf != NULL) {
+		unsigned char w[SBX_AGENT_WINDOW_LEN];
+
+		sbx_agent_put32(w, SBX_AGENT_STDIN_WINDOW - SBX_AGENT_WINDOW);
+		q_frame(a, SBX_AGENT_T_WINDOW, 0, s->id, w, sizeof(w));
+		s->in_window = SBX_AGENT_STDIN_WINDOW;
+	}
 	return;
 fail:
 	close_fd(&pi[0]);
@@ -455,7 +465,7 @@ stdin_pump(struct agent *a, struct astream *s)
 	ssize_t n;
 
 	while (s->in >= 0 && s->inlen > 0) {
-		n = write(s->in, s->inbuf, s->inlen);
+		n = write(s->in, s->inbuf + s->inoff, s->inlen);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -467,14 +477,22 @@ stdin_pump(struct agent *a, struct astream *s)
 			close_fd(&s->in);
 			break;
 		}
-		memmove(s->inbuf, s->inbuf + n, s->inlen - (size_t)n);
+		s->inoff += (size_t)n;
 		s->inlen -= (size_t)n;
+		if (s->inlen == 0)
+			s->inoff = 0;
 		s->in_owed += (uint32_t)n;
 	}
 	if (s->in_eof && s->inlen == 0)
 		close_fd(&s->in);
-	/* Credit back in batches: one WINDOW per quarter window, not per write. */
-	if (s->in_owed >= SBX_AGENT_WINDOW / 4 || (s->in_owed > 0 && s->inlen == 0)) {
+	/* Credit back in batches: one WINDOW per quarter window, not per
+	 * write; early only when the broker is short of credit and nothing
+	 * waits here. Returning each write's bytes as they go makes the
+	 * broker send frames the size of a pipe read, whose credit comes
+	 * back as small again: the silly window of RFC 813 (adr/0050,
+	 * amendment 2026-12-02). */
+	if (s->in_owed >= SBX_AGENT_STDIN_WINDOW / 4 || (s->in_owed > 0 &&
+	    s->inlen == 0 && s->in_window < SBX_AGENT_STDIN_WINDOW / 4)) {
 		sbx_agent_put32(w, s->in_owed);
 		q_frame(a, SBX_AGENT_T_WINDOW, 0, s->id, w, sizeof(w));
 		s->in_window += s->in_owed;
@@ -544,7 +562,11 @@ on_frame(void *arg, const struct sbx_agent_frame *f, const unsigned char *p, siz
 			stdin_pump(a, s);
 			return 0;
 		}
-		memcpy(s->inbuf + s->inlen, p, n);
+		if (s->inoff + s->inlen + n > SBX_AGENT_STDIN_WINDOW) {
+			memmove(s->inbuf, s->inbuf + s->inoff, s->inlen);
+			s->inoff = 0;
+		}
+		memcpy(s->inbuf + s->inoff + s->inlen, p, n);
 		s->inlen += n;
 		stdin_pump(a, s);
 		return 0;

@@ -99,11 +99,10 @@ class PortsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.prefix = "sbxpt%d-" % (os.getpid() % 100000)
-        # The broker counts a port session as an exec of its sandbox
-        # (max_execs_per_sandbox, 8): room for the api's own cap of 32.
+        # The broker's defaults: port sessions have their own limit
+        # (max_port_sessions_per_sandbox, 32), apart from the 8 execs.
         cls.stack = Stack(cls.prefix, broker_args=["--idle-timeout", "4s",
-                                                   "--reap-interval", "300ms",
-                                                   "--max-execs-per-sandbox", "40"],
+                                                   "--reap-interval", "300ms"],
                           api_args=["--preview-domain", PREVIEW_DOMAIN,
                                     "--requests-per-minute", "100000",
                                     "--ticket-ttl", "30s"])

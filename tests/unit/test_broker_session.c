@@ -111,7 +111,7 @@ t_session(struct sbx_driver *d, const char *id,
 	o->ev = event_new(d->base, -1, 0, turn, o);
 	if (strcmp(id, "absent") == 0)
 		o->fail = SBX_E_NOT_FOUND;
-	assert_int_equal(req->kind, SBX_SESSION_EXEC);
+	assert_true(req->kind == SBX_SESSION_EXEC || req->kind == SBX_SESSION_PORT);
 	D.op = o;
 	__atomic_add_fetch(&D.opened, 1, __ATOMIC_SEQ_CST);
 	event_active(o->ev, EV_TIMEOUT, 0);
@@ -523,6 +523,7 @@ test_ctrl_and_cancel(void **state)
 	cl_open(&c, "t1", "{\"kind\":\"exec\",\"argv\":[\"cat\"]}");
 	assert_int_equal(c.status, 101);
 	assert_int_equal(cl_read(&c, 1), SBX_AGENT_T_EVENT);
+	assert_int_equal(cl_read(&c, 1), SBX_AGENT_T_WINDOW);  /* input credit grown */
 	sbx_agent_ctrl_put(p, &ac);
 	cl_frame(&c, SBX_AGENT_T_CTRL, 0, p, sizeof(p));
 	cl_frame(&c, SBX_AGENT_T_CANCEL, 0, NULL, 0);
@@ -562,7 +563,7 @@ test_input_past_credit_is_a_violation(void **state)
 	D.stuck = 1;
 	cl_open(&c, "t1", "{\"kind\":\"exec\",\"argv\":[\"cat\"]}");
 	assert_int_equal(c.status, 101);
-	for (i = 0; i < 5; i++)
+	for (i = 0; i < SBX_AGENT_STDIN_WINDOW / 65536 + 1; i++)
 		cl_frame(&c, SBX_AGENT_T_DATA, 0, chunk, sizeof(chunk));
 	assert_true(cl_until_event(&c, "runtime_error", 1));
 	assert_int_equal(cl_read(&c, 1), 0);
@@ -588,6 +589,38 @@ test_refusals_before_the_upgrade(void **state)
 	assert_int_equal(D.opened, 1);
 }
 
+/* Port sessions have their own limit (max_port_sessions_per_sandbox, 32),
+ * apart from the execs' (max_execs_per_sandbox, 8): the api's
+ * port_connections_per_sandbox (32) is reachable by default. */
+static void
+test_port_sessions_have_their_own_limit(void **state)
+{
+	struct cl c[34];
+	int i;
+
+	(void)state;
+	for (i = 0; i < 32; i++) {
+		cl_open(&c[i], "t1", "{\"kind\":\"port\",\"port\":8080}");
+		assert_int_equal(c[i].status, 101);
+	}
+	cl_open(&c[32], "t1", "{\"kind\":\"port\",\"port\":8080}");
+	assert_int_equal(c[32].status, 429);
+	assert_non_null(strstr(c[32].last, "too_many"));
+	close(c[32].fd);
+	/* execs are counted apart: one still opens */
+	cl_open(&c[33], "t1", "{\"kind\":\"exec\",\"argv\":[\"cat\"]}");
+	assert_int_equal(c[33].status, 101);
+	close(c[33].fd);
+	/* a port connection that ends frees its place */
+	close(c[0].fd);
+	assert_true(wait_count(&D.cancels, 2));
+	cl_open(&c[0], "t1", "{\"kind\":\"port\",\"port\":8080}");
+	assert_int_equal(c[0].status, 101);
+	for (i = 0; i < 32; i++)
+		close(c[i].fd);
+	assert_true(wait_count(&D.cancels, 34));
+}
+
 int
 main(void)
 {
@@ -604,6 +637,8 @@ main(void)
 		    test_input_past_credit_is_a_violation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refusals_before_the_upgrade,
 		    setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_port_sessions_have_their_own_limit, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -658,9 +658,11 @@ sbx_ws_free(struct sbx_ws *ws)
 /* ------------------------------------------------------------------ */
 /* Handshake                                                           */
 
-/* 1 when the comma list v holds token (case-insensitive, OWS around). */
+/* 1 when the comma list v holds token, OWS around each element; case 1:
+ * compared case-insensitively (Connection, Upgrade: RFC 9110 §7.6.1,
+ * §7.8), 0: byte for byte (Sec-WebSocket-Protocol, RFC 6455 §4.1). */
 static int
-has_token(const char *v, const char *token)
+list_has(const char *v, const char *token, int nocase)
 {
 	size_t tl = strlen(token), n;
 	const char *e;
@@ -675,36 +677,24 @@ has_token(const char *v, const char *token)
 		n = (size_t)(e - v);
 		while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
 			n--;
-		if (n == tl && strncasecmp(v, token, tl) == 0)
+		if (n == tl && (nocase ? strncasecmp(v, token, tl) :
+		    memcmp(v, token, tl)) == 0)
 			return 1;
 		v = e;
 	}
 	return 0;
 }
 
-/* 1 when the comma list v holds protocol exactly (RFC 6455 §4.1: tokens,
- * compared byte for byte). */
+static int
+has_token(const char *v, const char *token)
+{
+	return list_has(v, token, 1);
+}
+
 static int
 has_exact(const char *v, const char *protocol)
 {
-	size_t pl = strlen(protocol), n;
-	const char *e;
-
-	if (v == NULL)
-		return 0;
-	while (*v != '\0') {
-		while (*v == ' ' || *v == '\t' || *v == ',')
-			v++;
-		for (e = v; *e != '\0' && *e != ','; e++)
-			;
-		n = (size_t)(e - v);
-		while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
-			n--;
-		if (n == pl && memcmp(v, protocol, pl) == 0)
-			return 1;
-		v = e;
-	}
-	return 0;
+	return list_has(v, protocol, 0);
 }
 
 int

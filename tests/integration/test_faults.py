@@ -182,10 +182,21 @@ class RuntimeDaemonKilledTest(BrokerTestCase):
             if nc:
                 self.assertEqual(nv, 1, "%s: a container without its volume" % sid)
                 self.assertIn(sid, listed, "%s exists but the broker does not list it" % sid)
-        # Callers retry: every sandbox comes up whole and works.
+        # Callers retry: every sandbox comes up whole and works. Podman may
+        # refuse the first start of a container whose create the kill cut
+        # (502 runtime_error, "refused to start the container (HTTP 500)",
+        # seen in about 1 of 4 runs of one seed); a caller's retry a moment
+        # later brings it up. Anything else, or a third refusal, fails.
         for sid in sids:
-            r = c.ensure(sid)
-            self.assertEqual(r.status, 200, r)
+            for attempt in range(3):
+                r = c.ensure(sid)
+                if r.status != 502 or err_code(r) != "runtime_error":
+                    break
+                print("test_faults: ensure %s refused once after the restart "
+                      "(attempt %d): %s\n%s" % (sid, attempt + 1, r.body,
+                                                 self.broker.log_text()[-1500:]))
+                time.sleep(2)
+            self.assertEqual(r.status, 200, "%r\n%s" % (r, self.broker.log_text()[-3000:]))
             self.assertEqual(r.json()["state"], "running", r)
             self.assertEqual(runtime_state(self.engine, sid), ("running", 1, 1), sid)
         res = c.exec(sids[0], ["echo", "back"])

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
 #include <sqlite3.h>
 
 #include "api_e2b_int.h"
@@ -24,6 +25,17 @@ static const char schema[] =
     " deadline INTEGER NOT NULL,"
     " paused INTEGER NOT NULL,"
     " auto_pause INTEGER NOT NULL);";
+
+void
+api_e2b_rec_free(struct api_e2b_rec *r)
+{
+	if (r == NULL)
+		return;
+	free(r->metadata);
+	free(r->envs);
+	sodium_memzero(r->token, sizeof(r->token));
+	free(r);
+}
 
 static int
 db_fail(sqlite3 *db, struct sbx_err *err, const char *what)

@@ -325,13 +325,3 @@ api_h_e2b_envd(struct areq *a, struct sbx_err *err)
 		return api_h_envd(a, err);
 	return api_h_port_proxy(a, err);
 }
-
-/* Until e2b-proc's api_envd.c is linked: envd answers that it is not
- * here yet, in Connect's shape. */
-__attribute__((weak)) int
-api_h_envd(struct areq *a, struct sbx_err *err)
-{
-	(void)a;
-	return sbx_err_set(err, SBX_E_NOT_IMPLEMENTED, "envd's methods are not "
-	    "built into this api.");
-}

@@ -81,6 +81,9 @@ struct api_config {
 	long long ws_message_max;   /* bytes of one received message; more: close 1009 */
 	long long ws_ping_interval; /* ms between the server's pings; 2 silent: closed */
 	long long ws_output_high;   /* bytes queued for a viewer above which its terminal output pauses */
+	/* The Connect protocol of envd (api_connect.h, adr/0060). */
+	long long connect_message_max; /* bytes of one Connect request message; more: resource_exhausted */
+	long long connect_stream_high; /* bytes queued for a Connect stream above which its producer pauses */
 };
 
 extern const struct sbx_config_key api_config_keys[];

@@ -81,6 +81,12 @@ struct api_config {
 	long long ws_message_max;   /* bytes of one received message; more: close 1009 */
 	long long ws_ping_interval; /* ms between the server's pings; 2 silent: closed */
 	long long ws_output_high;   /* bytes queued for a viewer above which its terminal output pauses */
+	/* E2B's filesystem service (docs/e2b.md, adr/0061). */
+	long long e2b_list_max;     /* entries one ListDir answers at most; more: resource_exhausted */
+	long long e2b_watchers_per_sandbox; /* WatchDir streams and watchers open per sandbox */
+	long long e2b_watcher_events_max;   /* events a watcher holds for GetWatcherEvents */
+	long long e2b_watch_timeout; /* ms a watch lives at most (its helper's exec timeout) */
+	long long e2b_files_parts_max; /* files in one multipart POST /files */
 };
 
 extern const struct sbx_config_key api_config_keys[];

@@ -15,6 +15,7 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "api_e2b_fs.h"
 #include "api_int.h"
 #include "api_term.h"
 #include "sbx_call.h"
@@ -905,6 +906,7 @@ api_server_drain(struct api_server *s, void (*done)(void *), void *arg)
 	api_terms_drain(s);
 	api_ports_drain(s);
 	api_term_ws_drain(s);
+	api_e2b_fs_drain(s);
 	snprintf(n, sizeof(n), "%u", s->inflight);
 	log_info("draining", "in_flight", n, NULL);
 	/* Cannot wait politely (no memory for the events): cancelled now. */
@@ -921,6 +923,7 @@ api_server_free(struct api_server *s)
 		return;
 	/* Requests still open: stop their driver work; evhttp_free below
 	 * closes their connections. */
+	api_e2b_fs_close(s);     /* before its calls are abandoned */
 	api_req_abandon_all(s);
 	api_ports_close(s);
 	api_execs_close(s);

@@ -43,6 +43,8 @@ struct api_port_conn;
 struct api_viewer;
 struct api_term;
 struct ax_list_out;
+struct api_e2b_watch;
+struct api_e2b_upload;
 
 /* Entries a list asks the broker for (its own list_max_entries may be lower). */
 #define API_LIST_MAX_ENTRIES 10000
@@ -79,6 +81,8 @@ struct api_server {
 	/* The ports proxy (api_ports*.c, adr/0053). */
 	unsigned char port_key[32]; /* signs previews and port tickets */
 	struct api_ports *ports;    /* open tunnels, byte counts */
+	/* E2B's watches: WatchDir streams and watchers (api_e2b_fs.c, adr/0061). */
+	struct api_e2b_watch *e2b_watches;
 };
 
 /* The sentence a player gets when asking for egress (SPEC §8); %s: NPC. */
@@ -210,6 +214,7 @@ struct areq {
 	struct sbx_gate_body *gbody;
 	uint64_t wsize;                     /* its Content-Length, bytes */
 	struct api_spool *spool;            /* a chunked one's file (api_files.c) */
+	struct api_e2b_upload *upload;      /* E2B's POST /files (api_e2b_files.c) */
 	int close_after;                    /* the reply closes the connection */
 	int stream_counted;                 /* holds one of who's stream slots */
 	struct sbx_list_out *lout;          /* a list reply being encoded */

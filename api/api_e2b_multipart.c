@@ -278,15 +278,16 @@ process(struct mp_parser *p, struct sbx_err *err)
 				at = p->hold;   /* no header at all */
 			else if ((at = memmem(p->hold, p->hlen, "\r\n\r\n", 4)) != NULL)
 				at += 2;
-			if (at == NULL) {
-				if (p->hlen > MP_HEADERS_MAX) {
-					sbx_err_set(err, SBX_E_BAD_REQUEST, "A part's "
-					    "headers are longer than %d bytes.",
-					    MP_HEADERS_MAX);
-					return fail(p);
-				}
-				return 0;
+			/* The bound holds however the bytes were split: with
+			 * MAX + 2 held and no blank line, none can end in time. */
+			if ((at == NULL && p->hlen >= MP_HEADERS_MAX + 2) ||
+			    (at != NULL && (size_t)(at - p->hold) > MP_HEADERS_MAX)) {
+				sbx_err_set(err, SBX_E_BAD_REQUEST, "A part's "
+				    "headers are longer than %d bytes.", MP_HEADERS_MAX);
+				return fail(p);
 			}
+			if (at == NULL)
+				return 0;
 			pos = (size_t)(at - p->hold);
 			if (part_headers(p, (const char *)p->hold, pos, err) == -1 ||
 			    p->cb.part(p->cb.arg, p->name, p->filename, err) == -1)

@@ -621,13 +621,35 @@ api_e2b_files_post(struct areq *a, struct sbx_err *err)
 	return 0;
 }
 
+int
+api_e2b_files(struct areq *a, struct sbx_err *err)
+{
+	switch (evhttp_request_get_command(a->h.req)) {
+	case EVHTTP_REQ_GET:
+		return api_e2b_files_get(a, err);
+	case EVHTTP_REQ_POST:
+		return api_e2b_files_post(a, err);
+	default:
+		sbx_httpd_header(&a->h, "Allow", "GET, POST");
+		sbx_err_set(err, SBX_E_METHOD_NOT_ALLOWED, "/files takes GET "
+		    "(download) and POST (upload).");
+		e2b_fail(a, err);
+		return 0;
+	}
+}
+
 /* ------------------------------------------------------------------ */
 /* GET /health                                                         */
 
 int
 api_e2b_health(struct areq *a, struct sbx_err *err)
 {
-	(void)err;
+	if (evhttp_request_get_command(a->h.req) != EVHTTP_REQ_GET) {
+		sbx_httpd_header(&a->h, "Allow", "GET");
+		sbx_err_set(err, SBX_E_METHOD_NOT_ALLOWED, "/health takes GET.");
+		e2b_fail(a, err);
+		return 0;
+	}
 	areq_reply_body(a, 204, NULL, NULL);
 	return 0;
 }

@@ -495,7 +495,7 @@ reply_entries(struct fs_call *f, json_t *lines)
 	}
 	if (json_is_true(json_object_get(end, "truncated"))) {
 		sbx_err_set(&err, SBX_E_TOO_MANY, "%s holds more than %llu entries "
-		    "at that depth (e2b_list_max); list a smaller depth or a "
+		    "at that depth (e2b_fs_list_max); list a smaller depth or a "
 		    "directory below it.", f->path, (unsigned long long)f->limit);
 		fs_fail(f, &err);
 		return;
@@ -528,7 +528,7 @@ void
 api_e2b_fs_list_dir(struct areq *a, struct api_connect_call *c, json_t *msg)
 {
 	const json_t *d = json_object_get(msg, "depth");
-	long long max = a->s->cfg->e2b_list_max;
+	long long max = a->s->cfg->e2b_fs_list_max;
 	char depth[24], limit[24];
 	const char *argv[] = { SBX_HELPER_PATH, SBX_HELPER_MODE_WALK, NULL, "--depth",
 	    depth, "--limit", limit, NULL };

@@ -28,7 +28,7 @@ struct api_server;
  *
  *   Stat {path} -> {entry}            MakeDir {path} -> {entry}
  *   Move {source,destination} -> {entry}   Remove {path} -> {}
- *   ListDir {path,depth} -> {entries} (depth 0 is 1; at most e2b_list_max
+ *   ListDir {path,depth} -> {entries} (depth 0 is 1; at most e2b_fs_list_max
  *       entries, sorted by path; more: resource_exhausted)
  *   WatchDir {path,recursive} -> stream: {start:{}} once the watches are in
  *       place, then {filesystem:{name,type}}; ends when the directory goes
@@ -73,8 +73,13 @@ void api_e2b_fs_close(struct api_server *s);
  * other; at most e2b_files_parts_max parts and file_size_max bytes in all.
  * Answers [{"name","type":"file","path"}...] in the parts' order.
  * GET /health: 204 (the envd of an sbx sandbox is the api itself).
+ * The body of POST /files is streamed by the gate when the request is
+ * envd's (api_e2b_gate_streams, api_e2b.h): a->gbody; else it is in
+ * evhttp's input buffer, whole.
  */
 struct sbx_err;
+/* /files by method: GET, POST, else 405 with Allow. */
+int api_e2b_files(struct areq *a, struct sbx_err *err);
 int api_e2b_files_get(struct areq *a, struct sbx_err *err);
 int api_e2b_files_post(struct areq *a, struct sbx_err *err);
 int api_e2b_health(struct areq *a, struct sbx_err *err);

@@ -6,6 +6,7 @@
 #include "api_connect.h"
 #include "api_connect_wire.h"
 #include "api_e2b.h"
+#include "api_e2b_fs.h"
 #include "api_e2b_process.h"
 #include "api_int.h"
 #include "sbx_proto.h"
@@ -30,6 +31,18 @@ static const struct envd_row envd_rows[] = {
 	{ "/process.Process/Update", API_CONNECT_UNARY, api_e2b_proc_update, NULL },
 	/* Client streaming: refused unimplemented by the core (adr/0060). */
 	{ "/process.Process/StreamInput", API_CONNECT_CLIENT_STREAM, api_e2b_proc_send_input, NULL },
+	{ "/filesystem.Filesystem/Stat", API_CONNECT_UNARY, api_e2b_fs_stat, NULL },
+	{ "/filesystem.Filesystem/MakeDir", API_CONNECT_UNARY, api_e2b_fs_make_dir, NULL },
+	{ "/filesystem.Filesystem/Move", API_CONNECT_UNARY, api_e2b_fs_move, NULL },
+	{ "/filesystem.Filesystem/Remove", API_CONNECT_UNARY, api_e2b_fs_remove, NULL },
+	{ "/filesystem.Filesystem/ListDir", API_CONNECT_UNARY, api_e2b_fs_list_dir, NULL },
+	{ "/filesystem.Filesystem/WatchDir", API_CONNECT_SERVER_STREAM, api_e2b_fs_watch_dir, NULL },
+	{ "/filesystem.Filesystem/CreateWatcher", API_CONNECT_UNARY, api_e2b_fs_create_watcher, NULL },
+	{ "/filesystem.Filesystem/GetWatcherEvents", API_CONNECT_UNARY, api_e2b_fs_get_watcher_events, NULL },
+	{ "/filesystem.Filesystem/RemoveWatcher", API_CONNECT_UNARY, api_e2b_fs_remove_watcher, NULL },
+	/* envd's plain HTTP routes (api_e2b_files.c, adr/0061). */
+	{ "/files", API_CONNECT_UNARY, NULL, api_e2b_files },
+	{ "/health", API_CONNECT_UNARY, NULL, api_e2b_health },
 };
 
 /* Where the api serves envd when E2B_SANDBOX_URL is <api>/e2b/envd. */

@@ -93,6 +93,9 @@ struct api_config {
 	long long e2b_cpu_count;    /* cpuCount the control plane reports */
 	long long e2b_memory_mb;    /* memoryMB it reports */
 	long long e2b_disk_mb;      /* diskSizeMB it reports (and diskTotal of metrics) */
+	/* The Connect protocol of envd (api_connect.h, adr/0060). */
+	long long connect_message_max; /* bytes of one Connect request message; more: resource_exhausted */
+	long long connect_stream_high; /* bytes queued for a Connect stream above which its producer pauses */
 	/* E2B's filesystem service (docs/e2b.md, adr/0061). */
 	long long e2b_fs_list_max;  /* entries one ListDir answers at most; more: resource_exhausted */
 	long long e2b_watchers_per_sandbox; /* WatchDir streams and watchers open per sandbox */

@@ -112,6 +112,11 @@ const struct sbx_config_key api_config_keys[] = {
 	    "unset: previews only at /p/TOKEN/"),
 	K("cors_origins", SBX_CFG_STRLIST, cors_origins, NULL,
 	    "Origins allowed to call the API from a browser (CORS); empty: CORS off"),
+	/* The Connect protocol of envd (api_connect.h, adr/0060). */
+	K("connect_message_max", SBX_CFG_BYTES, connect_message_max, "1m",
+	    "largest Connect request message (an envd call's body); more: resource_exhausted (413)"),
+	K("connect_stream_high", SBX_CFG_BYTES, connect_stream_high, "256k",
+	    "bytes queued for one Connect stream's client above which its producer pauses"),
 	K("ws_message_max", SBX_CFG_BYTES, ws_message_max, "1m",
 	    "WebSocket attach: bytes of one message a client sends; more: close 1009"),
 	K("ws_ping_interval", SBX_CFG_DURATION_MS, ws_ping_interval, "30s",
@@ -289,6 +294,9 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 	    NULL))
 		return sbx_err_set(err, SBX_E_CONFIG, "preview_domain must be a "
 		    "lowercase DNS name with a dot, e.g. preview.example.com.");
+	if (cfg->connect_message_max < 1024 || cfg->connect_stream_high < 65536)
+		return sbx_err_set(err, SBX_E_CONFIG, "connect_message_max must "
+		    "be at least 1k and connect_stream_high at least 64k.");
 	if (cfg->ws_message_max < 1024 || cfg->ws_ping_interval < 1000 ||
 	    cfg->ws_output_high < 65536)
 		return sbx_err_set(err, SBX_E_CONFIG, "ws_message_max must be "

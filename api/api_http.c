@@ -16,6 +16,7 @@
 #include <sodium.h>
 
 #include "api_e2b.h"
+#include "api_e2b_process.h"
 #include "api_e2b_fs.h"
 #include "api_int.h"
 #include "api_term.h"
@@ -949,6 +950,7 @@ api_server_free(struct api_server *s)
 	api_ports_close(s);
 	api_execs_close(s);
 	api_term_ws_free_all(s);
+	api_e2b_procs_close(s);
 	api_terms_close(s);
 	api_req_trim_close(s);
 	free(s->console_csp);

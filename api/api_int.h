@@ -44,6 +44,8 @@ struct api_e2b;
 struct api_viewer;
 struct api_term;
 struct ax_list_out;
+struct api_connect_call;
+struct e2b_proc;
 struct api_e2b_watch;
 struct api_e2b_upload;
 
@@ -84,6 +86,9 @@ struct api_server {
 	struct api_ports *ports;    /* open tunnels, byte counts */
 	/* The E2B layer (api_e2b*.c, adr/0059): records, deadline reaper. */
 	struct api_e2b *e2b;
+	/* E2B's processes (api_e2b_process.c, adr/0060). */
+	struct e2b_proc *e2b_procs; /* newest first */
+	uint32_t e2b_next_pid;      /* the pid the next one gets */
 	/* E2B's watches: WatchDir streams and watchers (api_e2b_fs.c, adr/0061). */
 	struct api_e2b_watch *e2b_watches;
 };
@@ -241,6 +246,8 @@ struct areq {
 	struct sbx_list_out *lout;          /* a list reply being encoded */
 	struct ax_list_out *xlist;          /* a list of execs being encoded
 	                                     * (api_execs_view.c, adr/0048) */
+	struct api_connect_call *connect;   /* the Connect call a answers
+	                                     * (api_connect.c, adr/0060) */
 	struct areq *prev, *next;
 };
 
@@ -389,6 +396,13 @@ int api_h_metrics(struct areq *a, struct sbx_err *err);
 int api_ensure_start(struct areq *a, struct sbx_err *err);
 /* The status object of docs/api.md for st of a's NPC (new reference). */
 json_t *api_status_json(const struct areq *a, const struct sbx_status *st);
+
+/* api_envd.c: an envd request (adr/0060; the route rows and the sandbox's
+ * authentication are api_http.c's: a->npc is the E2B sandbox's NPC, a->who
+ * its owner): the method of the request's path, served over Connect
+ * (api_connect.h) or as plain HTTP; an unknown one 404 with Connect's error
+ * JSON (code unimplemented). */
+int api_h_envd(struct areq *a, struct sbx_err *err);
 
 /* api_exec.c: POST .../exec as SSE, GET .../files as bytes (SPEC §5). */
 int api_h_exec(struct areq *a, struct sbx_err *err);

@@ -353,6 +353,45 @@ test('a path outside /work is refused with sbx\'s sentence', async () => {
   truthy(/Only \/work is reachable/.test(got.message), `refusal: ${got.constructor.name}: ${got.message}`)
 })
 
+// -------------------------------------------------------------- beyond the must-show
+// The other methods docs/e2b-compat.md calls working: each is exercised here.
+
+test('commands.sendStdin / closeStdin', async () => {
+  const h = await sbx().commands.run('cat; echo "[eof]"', { background: true, stdin: true })
+  await sbx().commands.sendStdin(h.pid, 'line one\n')
+  await h.sendStdin('line two\n')
+  await sbx().commands.closeStdin(h.pid)
+  const r = await h.wait()
+  eq(r.stdout, 'line one\nline two\n[eof]\n', 'stdout of cat')
+})
+
+test('commands.connect to a running command', async () => {
+  const h = await sbx().commands.run('sleep 1; echo late; exit 4', { background: true })
+  await h.disconnect()
+  const seen = []
+  const again = await sbx().commands.connect(h.pid, { onStdout: (d) => seen.push(d) })
+  const e = await expectError(again.wait(), CommandExitError, 'wait of the connected command')
+  eq([e.exitCode, seen.join('')], [4, 'late\n'], 'exit code and stdout seen by connect')
+})
+
+test('files.write of several files at once, read as blob and stream', async () => {
+  const infos = await sbx().files.write([
+    { path: 'multi/one.txt', data: 'one' },
+    { path: 'multi/two.bin', data: new Uint8Array([0, 1, 2, 255]).buffer },
+  ])
+  eq(infos.map((i) => i.name).sort(), ['one.txt', 'two.bin'], 'names written')
+  eq(await (await sbx().files.read('multi/one.txt', { format: 'blob' })).text(), 'one', 'blob')
+  const chunks = []
+  for await (const c of await sbx().files.read('multi/two.bin', { format: 'stream' })) chunks.push(...c)
+  eq(chunks, [0, 1, 2, 255], 'stream')
+})
+
+test('isRunning and getMetrics', async () => {
+  eq(await sbx().isRunning(), true, 'isRunning')
+  const m = await sbx().getMetrics()
+  truthy(Array.isArray(m), `getMetrics: ${JSON.stringify(m)}`)
+})
+
 // -------------------------------------------------------------- lifecycle
 
 test('pause then connect: files kept', async () => {
@@ -360,6 +399,7 @@ test('pause then connect: files kept', async () => {
   eq(await sbx().pause(), true, 'pause()')
   const info = await Sandbox.getInfo(sbx().sandboxId)
   eq(info.state, 'paused', 'state after pause')
+  eq(await sbx().isRunning(), false, 'isRunning of a paused sandbox')
   const p = Sandbox.list({ query: { metadata: { run: RUN }, state: ['paused'] } })
   const paused = (await p.nextItems()).map((s) => s.sandboxId)
   eq(paused, [sbx().sandboxId], 'list of paused sandboxes')

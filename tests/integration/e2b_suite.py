@@ -14,6 +14,7 @@ not report fails too. A missing node or node_modules fails every test loudly
 import os
 import re
 import subprocess
+import tempfile
 import time
 import unittest
 
@@ -63,7 +64,7 @@ class E2BScenarioTest(unittest.TestCase):
     @classmethod
     def run_scenario(cls):
         st = cls.stack
-        home = sbxtest.tmpdir("sbxe2b-home-")
+        home = tempfile.mkdtemp(prefix="sbxe2b-home-", dir=sbxtest.out_dir())
         # Only the three settings (and what node itself needs to start).
         env = {"PATH": "/usr/bin:/bin", "HOME": home,
                "E2B_API_URL": st.url + "/e2b", "E2B_SANDBOX_URL": st.url + "/e2b/envd",

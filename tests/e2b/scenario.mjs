@@ -44,9 +44,18 @@ function fail(msg) {
   throw new Error(msg)
 }
 
+// canon(v): JSON with object keys sorted, so objects compare by content.
+function canon(v) {
+  if (Array.isArray(v)) return `[${v.map(canon).join(',')}]`
+  if (v && typeof v === 'object' && !(v instanceof Date)) {
+    return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canon(v[k])}`).join(',')}}`
+  }
+  return JSON.stringify(v)
+}
+
 function eq(got, want, what) {
-  const g = JSON.stringify(got)
-  const w = JSON.stringify(want)
+  const g = canon(got)
+  const w = canon(want)
   if (g !== w) fail(`${what}: got ${g}, want ${w}`)
 }
 

@@ -5,7 +5,8 @@
 // Configured like scenario.mjs by E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY
 // only. Reads one word a line on stdin and answers one JSON line on stdout:
 //   create   Sandbox.create('base') kept as the current sandbox
-//            -> {"id": ..., "ms": ...}
+//            -> {"id": ..., "token": envd access token, "ms": ...} (the token
+//            lets the bench call envd without the SDK; it is never printed)
 //   run      commands.run('true') in the current sandbox -> {"ms": ...}
 //   cold     a new sandbox and its first command, then kill it (not timed)
 //            -> {"create_ms": ..., "first_ms": ..., "ms": create + first}
@@ -25,7 +26,7 @@ async function handle(word) {
   switch (word) {
     case 'create':
       cur = await Sandbox.create(TEMPLATE, { timeoutMs: 600_000 })
-      return { id: cur.sandboxId, ms: performance.now() - t0 }
+      return { id: cur.sandboxId, token: cur.envdAccessToken, ms: performance.now() - t0 }
     case 'run': {
       if (!cur) throw new Error('no sandbox: send create first')
       await cur.commands.run('true')

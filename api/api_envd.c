@@ -5,13 +5,11 @@
 
 #include "api_connect.h"
 #include "api_connect_wire.h"
+#include "api_e2b.h"
 #include "api_e2b_fs.h"
 #include "api_e2b_process.h"
 #include "api_int.h"
 #include "sbx_proto.h"
-
-/* Where the api serves envd when E2B_SANDBOX_URL is <api>/e2b/envd. */
-#define API_ENVD_PREFIX "/e2b/envd"
 
 /* One envd method: a Connect method (http NULL) of kind answered by fn,
  * or a plain HTTP route answered by http. Paths are envd's own (what
@@ -47,16 +45,21 @@ static const struct envd_row envd_rows[] = {
 	{ "/health", API_CONNECT_UNARY, NULL, api_e2b_health },
 };
 
+/* Where the api serves envd when E2B_SANDBOX_URL is <api>/e2b/envd. */
+#define API_ENVD_PREFIX "/e2b/envd"
+
 /* The envd path of a's URI: after "/e2b/envd" when the request came under
- * the api's envd prefix, else the path itself (the Host form). */
+ * the api's envd prefix, else the path itself (the {port}-{id}.{domain}
+ * Host form). (api_e2b_route.c has the same rule; it calls this file, so
+ * this file does not call it back.) */
 static const char *
 envd_path(struct areq *a)
 {
 	const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(a->h.req);
 	const char *p = u != NULL ? evhttp_uri_get_path(u) : NULL;
 
-	if (p == NULL)
-		return "";
+	if (p == NULL || p[0] == '\0')
+		return "/";
 	if (strncmp(p, API_ENVD_PREFIX, sizeof(API_ENVD_PREFIX) - 1) == 0 &&
 	    p[sizeof(API_ENVD_PREFIX) - 1] == '/')
 		p += sizeof(API_ENVD_PREFIX) - 1;

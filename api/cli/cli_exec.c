@@ -58,6 +58,10 @@ on_event(void *arg, const struct sbx_event *ev, const char *line, size_t len)
 		s->code = ev->code;
 		s->truncated = ev->truncated;
 		break;
+	case SBX_EVENT_QUOTA:
+		/* the api's sentence (adr/0057), on stderr like sbxctl's own */
+		fprintf(stderr, "sbxctl: %s\n", ev->err_message);
+		break;
 	case SBX_EVENT_ERROR:
 		snprintf(s->err_code, sizeof(s->err_code), "%s", ev->err_code);
 		snprintf(s->err_msg, sizeof(s->err_msg), "%s", ev->err_message);

@@ -79,7 +79,7 @@ on_sse(void *arg, const char *event, const char *data, size_t len,
     const char *id)
 {
 	static const char *const known[] = { SBX_EV_START, SBX_EV_STDOUT,
-		SBX_EV_STDERR, SBX_EV_EXIT, SBX_EV_ERROR, NULL };
+		SBX_EV_STDERR, SBX_EV_EXIT, SBX_EV_ERROR, SBX_EV_QUOTA, NULL };
 	static const char start_line[] = "{\"type\":\"start\",\"exec_id\":\"\","
 	    "\"ts\":0}\n";
 	struct exec_state *s = arg;

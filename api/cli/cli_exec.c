@@ -59,8 +59,8 @@ on_event(void *arg, const struct sbx_event *ev, const char *line, size_t len)
 		s->truncated = ev->truncated;
 		break;
 	case SBX_EVENT_QUOTA:
-		/* the api's sentence (adr/0057), on stderr like sbxctl's own */
-		fprintf(stderr, "sbxctl: %s\n", ev->err_message);
+		/* the api's sentence (adr/0057), escaped like all server text */
+		errmsg("%s", ev->err_message);
 		break;
 	case SBX_EVENT_ERROR:
 		snprintf(s->err_code, sizeof(s->err_code), "%s", ev->err_code);

@@ -150,11 +150,15 @@ class QuotaStackTest(unittest.TestCase):
         # Over: even a small write is refused, nothing written.
         r = self.put(npc, "/work/small", 10)
         self.assert_refused(r, 10)
+        env = {"PATH": "/usr/bin:/bin", "SBX_URL": self.stack.url, "SBX_KEY": self.key,
+               "HOME": "/nonexistent"}
+        r = subprocess.run([SBXCTL, "cp", "-", npc + ":/work/small"], input=b"0123456789",
+                           capture_output=True, env=env, timeout=120)
+        self.assertEqual(r.returncode, 1, r)
+        self.assertIn(b"writing 10 more would pass its quota", r.stderr)
         # Cleaned up: writes go in again, and crossing again tells again.
         self.exec_sse(npc, "rm /work/big")
         self.assertEqual(self.put(npc, "/work/small", 10).status, 200)
-        env = {"PATH": "/usr/bin:/bin", "SBX_URL": self.stack.url, "SBX_KEY": self.key,
-               "HOME": "/nonexistent"}
         r = subprocess.run([SBXCTL, "exec", npc, "--", "sh", "-c",
                             "dd if=/dev/zero of=/work/big bs=1M count=9 2>/dev/null"],
                            capture_output=True, env=env, timeout=120)

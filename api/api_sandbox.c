@@ -219,6 +219,11 @@ ensure_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 	    &e2) == -1)
 		log_warn("cannot remember the NPC's image", "npc", a->npc.name,
 		    NULL);
+	if (a->ensured != NULL) {
+		a->op = NULL;
+		a->ensured(a, err, st);
+		return;
+	}
 	status_done(arg, err, st);
 }
 
@@ -285,11 +290,17 @@ ensure_body(struct areq *a, struct sbx_err *err)
 int
 api_h_ensure(struct areq *a, struct sbx_err *err)
 {
+	if (ensure_body(a, err) == -1)
+		return -1;
+	return api_ensure_start(a, err);
+}
+
+int
+api_ensure_start(struct areq *a, struct sbx_err *err)
+{
 	struct sbx_spec spec;
 	struct sbx_err e2;
 
-	if (ensure_body(a, err) == -1)
-		return -1;
 	memset(&spec, 0, sizeof(spec));
 	/* The image asked for once stays the NPC's image: a later ensure
 	 * without one (or an egress change) must not fall back to the

@@ -143,6 +143,16 @@ test_full_table_forgets_the_oldest_count(void **state)
 	broker_quota_free(q);
 }
 
+/* Member by member: the struct has padding after present. */
+static void
+assert_same_quota(const struct sbx_quota *a, const struct sbx_quota *b)
+{
+	assert_int_equal(a->present, b->present);
+	assert_int_equal(a->bytes, b->bytes);
+	assert_int_equal(a->used, b->used);
+	assert_int_equal(a->age_ms, b->age_ms);
+}
+
 static void
 test_status_quota_object_round_trip_and_strict(void **state)
 {
@@ -154,7 +164,7 @@ test_status_quota_object_round_trip_and_strict(void **state)
 	(void)state;
 	o = sbx_quota_json(&a);
 	assert_int_equal(sbx_quota_from_json(o, &b, &e), 0);
-	assert_memory_equal(&a, &b, sizeof(a));
+	assert_same_quota(&a, &b);
 	json_decref(o);
 	a.used = a.age_ms = -1;   /* not counted yet: nulls */
 	o = sbx_quota_json(&a);
@@ -179,7 +189,7 @@ test_status_quota_object_round_trip_and_strict(void **state)
 	st.quota = (struct sbx_quota){ 1, 8 * MIB, 3, 4 };
 	o = sbx_wire_status_encode(&st, 0);
 	assert_int_equal(sbx_wire_status_decode(o, &back, &e), 0);
-	assert_memory_equal(&st.quota, &back.quota, sizeof(st.quota));
+	assert_same_quota(&st.quota, &back.quota);
 	json_object_set_new(o, "quota", json_string("big"));
 	assert_int_equal(sbx_wire_status_decode(o, &back, &e), -1);
 	json_decref(o);

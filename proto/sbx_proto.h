@@ -120,7 +120,6 @@
 #define SBX_E_RUNTIME "runtime_error"               /* [502] runtime answered with an error */
 #define SBX_E_PORT_CLOSED "port_closed"             /* [502] nothing listens on a sandbox port (adr/0049) */
 #define SBX_E_PAUSED "paused"                       /* [502] (api) an E2B sandbox is paused: connect first (adr/0059) */
-#define SBX_E_NOT_IMPLEMENTED "not_implemented"     /* [501] (api) a part this build lacks */
 #define SBX_E_RUNTIME_UNAVAILABLE "runtime_unavailable" /* [503] runtime socket unreachable */
 #define SBX_E_SHUTTING_DOWN "shutting_down"         /* [503] draining after SIGTERM */
 #define SBX_E_BROKER_UNAVAILABLE "broker_unavailable" /* [503] (api) broker unreachable */

@@ -65,7 +65,7 @@ api_e2b_open(struct api_server *s, struct sbx_err *err)
 		    "(e.g. e2b.example.com).");
 	if ((s->e2b = calloc(1, sizeof(*s->e2b))) == NULL)
 		return sbx_err_oom(err);
-	/* Its own subkey of the api's ticket key (api.key-derived), so the
+	/* Its own subkey of the api's ticket key (state_dir/ticket.key), so the
 	 * tokens are stable across restarts and nothing secret is in api.db. */
 	crypto_kdf_derive_from_key(s->e2b->key, sizeof(s->e2b->key), 2,
 	    "sbxe2btk", s->ticket_key);

@@ -54,8 +54,7 @@ const char *api_e2b_envd_path(const struct areq *a);
 /*
  * envd itself (e2b-proc's api/api_envd.c): an R_ENVD request for port
  * 49983, a->npc loaded (the sandbox), a->who its owner (authenticated by
- * the access token). An api_handler_fn. Until api_envd.c is linked, a weak
- * definition in api_envd_stub.c answers 501 not_implemented.
+ * the access token). An api_handler_fn.
  */
 int api_h_envd(struct areq *a, struct sbx_err *err);
 

@@ -35,6 +35,7 @@ struct api_e2b_rec {
 	int paused;                    /* 1: stopped by pause or autoPause */
 	int auto_pause;                /* the deadline pauses instead of kills */
 	int busy;                      /* the reaper's op is in flight */
+	int64_t retry_at;              /* Unix ms: a failed enforce waits */
 	struct api_e2b_rec *next;
 };
 

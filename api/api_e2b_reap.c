@@ -43,16 +43,22 @@ reap_done(void *arg, const struct sbx_err *err)
 	struct api_npc n;
 	struct sbx_err e2;
 	int gone = err != NULL && strcmp(err->code, SBX_E_NOT_FOUND) == 0;
+	/* A pause of a sandbox the idle reaper stopped already is done. */
+	int stopped = rp->pause && err != NULL &&
+	    strcmp(err->code, SBX_E_NOT_RUNNING) == 0;
 
 	sbx_err_clear(&e2);
 	rp->op = NULL;
 	reap_unlink(rp);
-	api_store_audit(s->store, NULL, rp->pause ? "e2b.deadline.pause" :
-	    "e2b.deadline.kill", rp->id, err == NULL ? "ok" : err->code);
 	if (r != NULL)
 		r->busy = 0;
+	if (stopped)
+		err = NULL;
+	api_store_audit(s->store, NULL, rp->pause ? "e2b.deadline.pause" :
+	    "e2b.deadline.kill", rp->id, err == NULL ? "ok" : err->code);
 	if (r != NULL && err != NULL && !gone) {
-		/* Tried again at the next look. */
+		/* Tried again a few looks later (a broker away). */
+		r->retry_at = sbx_wall_ms() + 5 * s->cfg->e2b_reap_interval;
 		log_warn("cannot enforce an E2B deadline", "sandbox", rp->id,
 		    "code", err->code, NULL);
 	} else if (r != NULL && rp->pause && !gone) {
@@ -115,8 +121,9 @@ reap_tick(evutil_socket_t fd, short what, void *arg)
 	if (s->draining)
 		return;
 	for (r = s->e2b->recs; r != NULL; r = next) {
-		next = r->next;   /* a driver that answers at once frees r */
-		if (!r->busy && !r->paused && r->deadline <= now)
+		next = r->next;
+		if (!r->busy && !r->paused && r->deadline <= now &&
+		    r->retry_at <= now)
 			reap_start(s, r);
 	}
 }

@@ -10,8 +10,8 @@
 #include "sbx_log.h"
 #include "sbx_proto.h"
 
-/* The token is never stored: only the salt it is derived from with the
- * api's key (api.key), so api.db alone opens no sandbox. */
+/* The token is never stored: only the salt it is derived from with a
+ * subkey of state_dir/ticket.key, so api.db alone opens no sandbox. */
 static const char schema[] =
     "CREATE TABLE IF NOT EXISTS e2b_sandboxes ("
     " id TEXT PRIMARY KEY,"

@@ -298,10 +298,14 @@ class E2BApiTest(unittest.TestCase):
         r = self.call(self.key, "GET", "/e2b/envd/hello.txt", headers={
             "E2b-Sandbox-Id": "e2bnosuchsandbox0000", "X-Access-Token": tok})
         self.assertEqual(r.status, 404, r.body)
-        # envd's own port answers in Connect's shape (api_envd.c, or 501
-        # until it is built in).
+        # Port 49983 is envd (api_envd.c): a Connect call with the token is
+        # answered by it; without, Connect's error shape.
+        envd = dict(hdr, **{"E2b-Sandbox-Port": "49983"})
+        r = self.call(None, "POST", "/e2b/envd/process.Process/List", {}, headers=envd)
+        self.assertEqual(r.status, 200, r.body)
+        self.assertIn("processes", r.json())
         r = self.call(None, "POST", "/e2b/envd/process.Process/List", {}, headers=dict(
-            hdr, **{"E2b-Sandbox-Port": "49983", "X-Access-Token": "bad"}))
+            envd, **{"X-Access-Token": "bad"}))
         self.assertEqual(r.status, 401, r.body)
         self.assertEqual(r.json()["code"], "unauthenticated")
 

@@ -131,7 +131,7 @@ class RuntimeDaemonKilledTest(BrokerTestCase):
     def tearDown(self):
         # a failed test may leave the daemon down: the next needs it
         try:
-            self.engine.fetch("GET", "/version", timeout=5)
+            self.engine.fetch("GET", "/_ping", timeout=5)
         except OSError:
             runtime_ctl("start")
 

@@ -10,6 +10,7 @@
 #include <sodium.h>
 #include <wslay/wslay.h>
 
+#include "sbx_bev.h"
 #include "sbx_proto.h"
 #include "sbx_time.h"
 #include "sbx_ws.h"
@@ -17,8 +18,8 @@
 #define DEF_MESSAGE_MAX ((size_t)1024 * 1024)
 #define DEF_HIGH_WATER ((size_t)1024 * 1024)
 /* Bytes read from the socket ahead of wslay: bounds the input buffer while
- * the owner has paused reading. */
-#define READ_AHEAD ((size_t)64 * 1024)
+ * the owner has paused reading; read in one piece (sbx_bev_fill). */
+#define READ_AHEAD ((size_t)SBX_BEV_IO_MAX)
 /* How long a close this side started waits for the peer's. */
 #define CLOSE_WAIT_MS 5000
 #define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -359,7 +360,7 @@ ws_process(struct sbx_ws *ws)
 static void
 read_cb(struct bufferevent *bev, void *arg)
 {
-	(void)bev;
+	(void)sbx_bev_fill(bev, READ_AHEAD);
 	ws_process(arg);
 }
 

@@ -2,6 +2,10 @@
 #include <sys/ioctl.h>
 #include <sys/uio.h>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -54,4 +58,13 @@ sbx_bev_fill(struct bufferevent *bev, size_t upto)
 	evbuffer_commit_space(in, v, got > 0 ? nv : 0);
 	evbuffer_freeze(in, 0);
 	return got;
+}
+
+void
+sbx_bev_heap(void)
+{
+#ifdef __GLIBC__
+	(void)mallopt(M_MMAP_THRESHOLD, SBX_HEAP_MMAP_MIN);
+	(void)mallopt(M_TRIM_THRESHOLD, SBX_HEAP_KEEP);
+#endif
 }

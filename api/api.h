@@ -81,6 +81,27 @@ struct api_config {
 	long long ws_message_max;   /* bytes of one received message; more: close 1009 */
 	long long ws_ping_interval; /* ms between the server's pings; 2 silent: closed */
 	long long ws_output_high;   /* bytes queued for a viewer above which its terminal output pauses */
+	/* The E2B layer (docs/e2b.md, adr/0059). */
+	char **e2b_templates;       /* "alias=image"; "alias=": the broker's default image */
+	char *e2b_domain;           /* NULL: no {port}-{id}.<it> Host; else the SDK's domain */
+	long long e2b_timeout_default; /* ms of a deadline when create/connect names none */
+	long long e2b_timeout_max;  /* ms a deadline may lie ahead at most */
+	long long e2b_metadata_max; /* bytes of a sandbox's metadata as compact JSON */
+	long long e2b_envs_max;     /* bytes of its envVars as compact JSON */
+	long long e2b_list_max;     /* sandboxes in one list page at most (the default limit) */
+	long long e2b_reap_interval; /* ms between two looks at the deadlines */
+	long long e2b_cpu_count;    /* cpuCount the control plane reports */
+	long long e2b_memory_mb;    /* memoryMB it reports */
+	long long e2b_disk_mb;      /* diskSizeMB it reports (and diskTotal of metrics) */
+	/* The Connect protocol of envd (api_connect.h, adr/0060). */
+	long long connect_message_max; /* bytes of one Connect request message; more: resource_exhausted */
+	long long connect_stream_high; /* bytes queued for a Connect stream above which its producer pauses */
+	/* E2B's filesystem service (docs/e2b.md, adr/0061). */
+	long long e2b_fs_list_max;  /* entries one ListDir answers at most; more: resource_exhausted */
+	long long e2b_watchers_per_sandbox; /* WatchDir streams and watchers open per sandbox */
+	long long e2b_watcher_events_max;   /* events a watcher holds for GetWatcherEvents */
+	long long e2b_watch_timeout; /* ms a watch lives at most (its helper's exec timeout) */
+	long long e2b_files_parts_max; /* files in one multipart POST /files */
 };
 
 extern const struct sbx_config_key api_config_keys[];

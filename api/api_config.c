@@ -112,12 +112,61 @@ const struct sbx_config_key api_config_keys[] = {
 	    "unset: previews only at /p/TOKEN/"),
 	K("cors_origins", SBX_CFG_STRLIST, cors_origins, NULL,
 	    "Origins allowed to call the API from a browser (CORS); empty: CORS off"),
+	/* The Connect protocol of envd (api_connect.h, adr/0060). */
+	K("connect_message_max", SBX_CFG_BYTES, connect_message_max, "1m",
+	    "largest Connect request message (an envd call's body); more: resource_exhausted (413)"),
+	K("connect_stream_high", SBX_CFG_BYTES, connect_stream_high, "256k",
+	    "bytes queued for one Connect stream's client above which its producer pauses"),
 	K("ws_message_max", SBX_CFG_BYTES, ws_message_max, "1m",
 	    "WebSocket attach: bytes of one message a client sends; more: close 1009"),
 	K("ws_ping_interval", SBX_CFG_DURATION_MS, ws_ping_interval, "30s",
 	    "WebSocket attach: the server pings this often; a client silent for two is closed"),
 	K("ws_output_high", SBX_CFG_BYTES, ws_output_high, "1m",
 	    "WebSocket attach: bytes queued for a viewer above which its terminal's output waits"),
+	/* The E2B layer (docs/e2b.md, adr/0059). */
+	K("e2b_templates", SBX_CFG_STRLIST, e2b_templates, "base=",
+	    "E2B: the templateIDs create accepts, as alias=image (alias=: the "
+	    "broker's default image); any other templateID: 400"),
+	K("e2b_domain", SBX_CFG_STRING, e2b_domain, NULL,
+	    "E2B: with it (e.g. e2b.example.com) a request for "
+	    "{port}-{sandboxID}.e2b.example.com is that sandbox's envd (port "
+	    "49983) or port, and the control plane answers it as the sandbox's "
+	    "domain; unset: envd only at <api>/e2b/envd"),
+	K("e2b_timeout_default", SBX_CFG_DURATION_MS, e2b_timeout_default, "300s",
+	    "E2B: a sandbox's deadline when create or connect names no timeout"),
+	K("e2b_timeout_max", SBX_CFG_DURATION_MS, e2b_timeout_max, "24h",
+	    "E2B: the furthest a deadline may lie ahead; a longer timeout: 400"),
+	K("e2b_metadata_max", SBX_CFG_BYTES, e2b_metadata_max, "4k",
+	    "E2B: bytes of one sandbox's metadata (compact JSON); more: 400"),
+	K("e2b_envs_max", SBX_CFG_BYTES, e2b_envs_max, "16k",
+	    "E2B: bytes of one sandbox's envVars (compact JSON); more: 400"),
+	K("e2b_list_max", SBX_CFG_INT, e2b_list_max, "100",
+	    "E2B: sandboxes in one GET /v2/sandboxes page at most, and its "
+	    "default limit; a larger limit: 400"),
+	K("e2b_reap_interval", SBX_CFG_DURATION_MS, e2b_reap_interval, "1s",
+	    "E2B: how often the api looks for sandboxes past their deadline "
+	    "(killed, or paused with autoPause)"),
+	K("e2b_cpu_count", SBX_CFG_INT, e2b_cpu_count, "1",
+	    "E2B: cpuCount the control plane reports (set it to the broker's cpu limit)"),
+	K("e2b_memory_mb", SBX_CFG_INT, e2b_memory_mb, "512",
+	    "E2B: memoryMB the control plane reports (set it to the broker's memory limit)"),
+	K("e2b_disk_mb", SBX_CFG_INT, e2b_disk_mb, "1024",
+	    "E2B: diskSizeMB the control plane reports, and diskTotal of metrics"),
+	/* E2B's filesystem service (docs/e2b.md, adr/0061). */
+	K("e2b_fs_list_max", SBX_CFG_INT, e2b_fs_list_max, "10000",
+	    "E2B ListDir: entries one call answers at most (all depths); more: "
+	    "resource_exhausted"),
+	K("e2b_watchers_per_sandbox", SBX_CFG_INT, e2b_watchers_per_sandbox, "16",
+	    "E2B WatchDir streams and CreateWatcher watchers open at once per "
+	    "sandbox; more: resource_exhausted"),
+	K("e2b_watcher_events_max", SBX_CFG_INT, e2b_watcher_events_max, "1000",
+	    "E2B CreateWatcher: events held until GetWatcherEvents takes them; "
+	    "beyond, the watcher reports resource_exhausted (events were lost)"),
+	K("e2b_watch_timeout", SBX_CFG_DURATION_MS, e2b_watch_timeout, "10m",
+	    "E2B WatchDir and watchers: longest life of one watch (its helper "
+	    "runs as an exec; at most the broker's exec_timeout_max)"),
+	K("e2b_files_parts_max", SBX_CFG_INT, e2b_files_parts_max, "64",
+	    "E2B POST /files: files in one multipart upload; more: 400"),
 	{ NULL, 0, 0, NULL, 0, NULL },
 };
 
@@ -231,6 +280,13 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 		return sbx_err_set(err, SBX_E_CONFIG, "port_connections_per_sandbox "
 		    "and port_idle_timeout must be above 0, port_body_max 0 or "
 		    "more, preview_ttl_max at least 1s.");
+	if (cfg->e2b_fs_list_max <= 0 || cfg->e2b_fs_list_max > 100000 ||
+	    cfg->e2b_watchers_per_sandbox <= 0 ||
+	    cfg->e2b_watcher_events_max <= 0 || cfg->e2b_watch_timeout <= 0 ||
+	    cfg->e2b_files_parts_max <= 0)
+		return sbx_err_set(err, SBX_E_CONFIG, "e2b_fs_list_max must be 1 to "
+		    "100000, e2b_watchers_per_sandbox, e2b_watcher_events_max, "
+		    "e2b_watch_timeout and e2b_files_parts_max above 0.");
 	if (cfg->preview_domain != NULL && cfg->preview_domain[0] != '\0' &&
 	    (strspn(cfg->preview_domain, "abcdefghijklmnopqrstuvwxyz"
 	    "0123456789.-") != strlen(cfg->preview_domain) ||
@@ -238,6 +294,9 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 	    NULL))
 		return sbx_err_set(err, SBX_E_CONFIG, "preview_domain must be a "
 		    "lowercase DNS name with a dot, e.g. preview.example.com.");
+	if (cfg->connect_message_max < 1024 || cfg->connect_stream_high < 65536)
+		return sbx_err_set(err, SBX_E_CONFIG, "connect_message_max must "
+		    "be at least 1k and connect_stream_high at least 64k.");
 	if (cfg->ws_message_max < 1024 || cfg->ws_ping_interval < 1000 ||
 	    cfg->ws_output_high < 65536)
 		return sbx_err_set(err, SBX_E_CONFIG, "ws_message_max must be "
@@ -246,6 +305,16 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 	if (cfg->shutdown_grace < 0)
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    "shutdown_grace must be 0 or more.");
+	if (cfg->e2b_timeout_default < 1000 || cfg->e2b_timeout_max <
+	    cfg->e2b_timeout_default || cfg->e2b_metadata_max < 2 ||
+	    cfg->e2b_envs_max < 2 || cfg->e2b_list_max <= 0 ||
+	    cfg->e2b_reap_interval < 100 || cfg->e2b_cpu_count <= 0 ||
+	    cfg->e2b_memory_mb <= 0 || cfg->e2b_disk_mb <= 0)
+		return sbx_err_set(err, SBX_E_CONFIG, "e2b_timeout_default must "
+		    "be at least 1s and at most e2b_timeout_max, "
+		    "e2b_metadata_max and e2b_envs_max at least 2, "
+		    "e2b_reap_interval at least 100ms, e2b_list_max, "
+		    "e2b_cpu_count, e2b_memory_mb and e2b_disk_mb above 0.");
 	if (cfg->log_level != NULL && sbx_log_level_parse(cfg->log_level) < 0)
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    SBX_MSG_LOG_LEVEL);

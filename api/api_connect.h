@@ -60,6 +60,14 @@ const char *api_connect_code_of(const struct sbx_err *err);
 /* api_connect_error with err's code (api_connect_code_of) and message. */
 void api_connect_fail(struct api_connect_call *c, const struct sbx_err *err);
 
+/* The call's Connect-Timeout-Ms (ms; 0: the client set none). Where envd
+ * takes a process's deadline from (its Start). */
+int64_t api_connect_timeout_ms(const struct api_connect_call *c);
+
+/* 1 while a server stream's client has more than connect_stream_high bytes
+ * queued (the producer should wait for the drain hook). */
+int api_connect_paused(const struct api_connect_call *c);
+
 /* The HTTP status a unary error of Connect code code answers with (Connect
  * protocol "Error Codes": not_found 404, invalid_argument 400, ...; unknown
  * names 500). */

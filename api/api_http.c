@@ -15,6 +15,9 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "api_e2b.h"
+#include "api_e2b_process.h"
+#include "api_e2b_fs.h"
 #include "api_int.h"
 #include "api_term.h"
 #include "sbx_call.h"
@@ -406,6 +409,8 @@ gate_check(void *arg, const struct sbx_gate_head *h, const char *path,
 	 * api_dispatch answers it (cors) or asks for a key; no body. */
 	if (h->type == EVHTTP_REQ_OPTIONS)
 		return SBX_GATE_PASS;
+	if (api_e2b_claims(s, path, h->host, h->hostlen))
+		return api_e2b_gate(s, h, path, cap);
 	if (path != NULL && (ok = gate_preview(s, h, path, cap)) != 0)
 		return ok == 1 ? SBX_GATE_KEYED : SBX_GATE_PASS;
 	r = path != NULL ? route_find(path, h->type, npc, sizeof(npc), id,
@@ -455,9 +460,11 @@ gate_stream(void *arg, const struct sbx_gate_head *h, const char *path)
 	const struct api_route *r;
 	char npc[API_NPC_NAME_MAX + 2], id[40];
 
-	(void)arg;
 	if (path == NULL)
 		return 0;
+	/* envd's POST /files (adr/0061). */
+	if (api_e2b_claims(arg, path, h->host, h->hostlen))
+		return api_e2b_gate_streams(arg, h, path);
 	r = route_find(path, h->type, npc, sizeof(npc), id, sizeof(id), NULL, 0);
 	return r != NULL && (r->flags & R_RAW);
 }
@@ -610,7 +617,8 @@ check_rate(struct areq *a, struct sbx_err *err)
 	char ra[24];
 	long wait;
 
-	if (!a->authed || (a->route->flags & R_PORT))
+	if (!a->authed || ((a->route->flags & R_PORT) &&
+	    !(a->route->flags & R_ENVD)))
 		return 0;
 	if ((a->lim = api_limit_get(s, a->who.id)) == NULL)
 		return sbx_err_oom(err);
@@ -667,6 +675,10 @@ check_body(struct areq *a, int too_large, struct sbx_err *err)
 
 	blen = too_large ? SIZE_MAX : a->gbody != NULL ?
 	    (size_t)sbx_gate_body_length(a->gbody) : evbuffer_get_length(in);
+	/* envd's POST /files, streamed within file_size_max (adr/0061). */
+	if ((flags & R_PORT) && a->gbody != NULL)
+		return too_large ? sbx_err_set(err, SBX_E_TOO_LARGE,
+		    SBX_MSG_FILE_TOO_LARGE, cfg->file_size_max) : 0;
 	if ((flags & R_PORT) && blen > (size_t)cfg->port_body_max)
 		return sbx_err_set(err, SBX_E_TOO_LARGE, "The request body is "
 		    "larger than %lld bytes (port_body_max).",
@@ -708,19 +720,26 @@ dispatch_checks(struct areq *a, struct sbx_err *err)
 	const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
 	enum sbx_gate_verdict refused;
 	char npc[API_NPC_NAME_MAX + 2], allow[128];
-	const char *host, *tok = NULL;
+	const char *host, *tok = NULL, *no_key = "A valid API key is required "
+	    "(Authorization: Bearer KEY).";
 	size_t tn = 0;
+	int e2b;
 
 	/* What the gate refused before any body byte was read: a head too
 	 * long or too slow, too many connections, framing (after the
 	 * credential verified), an ambiguous or a bad credential. A body over
 	 * the cap is answered at step 6, in order. */
+	host = evhttp_find_header(evhttp_request_get_input_headers(req),
+	    "Host");
+	/* The E2B layer's requests answer in E2B's shapes (adr/0059). */
+	if ((e2b = api_e2b_claims(s, path, host, host != NULL ? strlen(host) :
+	    0)))
+		no_key = api_e2b_begin(a, path);
 	refused = sbx_gate_refused(s->gate, req);
 	if (refused != SBX_GATE_PASS && refused != SBX_GATE_TOO_LARGE) {
 		sbx_gate_refusal(refused, err);
 		if (refused == SBX_GATE_UNAUTHORIZED)
-			snprintf(err->message, sizeof(err->message), "A valid "
-			    "API key is required (Authorization: Bearer KEY).");
+			snprintf(err->message, sizeof(err->message), "%s", no_key);
 		return -1;
 	}
 	/* A file write's body the gate keeps for the handler (adr/0030):
@@ -740,9 +759,11 @@ dispatch_checks(struct areq *a, struct sbx_err *err)
 		    SBX_MSG_API_DRAINING);
 	/* A preview Host is that preview, whatever the path (its own
 	 * origin, adr/0053); nothing of the api is served there. */
-	host = evhttp_find_header(evhttp_request_get_input_headers(req),
-	    "Host");
-	if ((tok = api_ports_host_token(s, host, &tn)) != NULL) {
+	if (e2b) {
+		if (api_e2b_route(a, path, npc, sizeof(npc), allow,
+		    sizeof(allow), err) == -1)
+			return -1;
+	} else if ((tok = api_ports_host_token(s, host, &tn)) != NULL) {
 		a->preview_host = 1;
 		a->route = sbx_httpd_route_find(host_routes, NHOST_ROUTES,
 		    sizeof(host_routes[0]), evhttp_request_get_command(req),
@@ -834,7 +855,7 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 	    api_store_defer_on(s->store, base, err) == -1)
 		goto fail;
 	if (api_execs_open(s, err) == -1 || api_terms_open(s, err) == -1 ||
-	    api_ports_open(s, err) == -1)
+	    api_ports_open(s, err) == -1 || api_e2b_open(s, err) == -1)
 		goto fail;
 	if (api_console_init(s) == -1) {
 		sbx_err_oom(err);
@@ -853,6 +874,7 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 	hc.gate.max_connections_keyless =
 	    (unsigned)cfg->max_connections_keyless;
 	hc.gate.keyless_header_timeout_ms = cfg->keyless_header_timeout;
+	memcpy(hc.gate.fields, api_e2b_gate_fields, sizeof(api_e2b_gate_fields));
 	hc.check = gate_check;
 	hc.stream = gate_stream;
 	hc.dispatch = api_dispatch;
@@ -905,6 +927,7 @@ api_server_drain(struct api_server *s, void (*done)(void *), void *arg)
 	api_terms_drain(s);
 	api_ports_drain(s);
 	api_term_ws_drain(s);
+	api_e2b_fs_drain(s);
 	snprintf(n, sizeof(n), "%u", s->inflight);
 	log_info("draining", "in_flight", n, NULL);
 	/* Cannot wait politely (no memory for the events): cancelled now. */
@@ -921,10 +944,13 @@ api_server_free(struct api_server *s)
 		return;
 	/* Requests still open: stop their driver work; evhttp_free below
 	 * closes their connections. */
+	api_e2b_fs_close(s);     /* before its calls are abandoned */
 	api_req_abandon_all(s);
+	api_e2b_close(s);
 	api_ports_close(s);
 	api_execs_close(s);
 	api_term_ws_free_all(s);
+	api_e2b_procs_close(s);
 	api_terms_close(s);
 	api_req_trim_close(s);
 	free(s->console_csp);

@@ -40,9 +40,14 @@ struct api_exec;
 struct ax_viewer;
 struct api_ports;
 struct api_port_conn;
+struct api_e2b;
 struct api_viewer;
 struct api_term;
 struct ax_list_out;
+struct api_connect_call;
+struct e2b_proc;
+struct api_e2b_watch;
+struct api_e2b_upload;
 
 /* Entries a list asks the broker for (its own list_max_entries may be lower). */
 #define API_LIST_MAX_ENTRIES 10000
@@ -79,6 +84,13 @@ struct api_server {
 	/* The ports proxy (api_ports*.c, adr/0053). */
 	unsigned char port_key[32]; /* signs previews and port tickets */
 	struct api_ports *ports;    /* open tunnels, byte counts */
+	/* The E2B layer (api_e2b*.c, adr/0059): records, deadline reaper. */
+	struct api_e2b *e2b;
+	/* E2B's processes (api_e2b_process.c, adr/0060). */
+	struct e2b_proc *e2b_procs; /* newest first */
+	uint32_t e2b_next_pid;      /* the pid the next one gets */
+	/* E2B's watches: WatchDir streams and watchers (api_e2b_fs.c, adr/0061). */
+	struct api_e2b_watch *e2b_watches;
 };
 
 /* The sentence a player gets when asking for egress (SPEC §8); %s: NPC. */
@@ -102,6 +114,12 @@ struct api_server {
                           * connection cap governs) */
 #define R_PREVIEW  0x800 /* the credential and the NPC come from a preview
                           * token (/p/{token}/ or a preview Host) */
+#define R_E2B      0x1000 /* E2B's control plane (api_e2b.c): X-API-Key,
+                           * errors in E2B's {"code","message"} shape */
+#define R_ENVD     0x2000 /* an E2B sandbox's envd or port (api_e2b_route.c):
+                           * the access token is the credential, the NPC
+                           * and port come from E2b-Sandbox-Id/-Port or
+                           * the Host {port}-{id}.{e2b_domain} */
 
 /*
  * A handler (adr/0035, the broker's shape): returns 0 when the request goes
@@ -205,16 +223,31 @@ struct areq {
 	void (*on_shutdown)(struct areq *a);
 	void (*on_pause)(struct areq *a, int on);
 	void (*wake)(struct areq *a);
+	/* Another protocol's error body (the E2B layer's): areq_fail sends
+	 * encode(err, status) instead of sbx's error object (NULL: sbx's). */
+	json_t *(*err_encode)(const struct sbx_err *e, int status);
+	/* api_ensure_start's caller: gets the status once the slot and image
+	 * bookkeeping of the ensure is done (NULL: the status reply). */
+	void (*ensured)(struct areq *a, const struct sbx_err *err,
+	    const struct sbx_status *st);
+	/* The ports proxy reached by another route (R_ENVD): the path's
+	 * first port_skip bytes are the route's, not the port's. */
+	int port_route;
+	size_t port_skip;
+	int64_t e2b_ms;                     /* E2B connect: its timeout, ms */
 	/* A file write's streamed body (sbx_gate.h) and what uses it
 	 * (api_files.c, adr/0030). */
 	struct sbx_gate_body *gbody;
 	uint64_t wsize;                     /* its Content-Length, bytes */
 	struct api_spool *spool;            /* a chunked one's file (api_files.c) */
+	struct api_e2b_upload *upload;      /* E2B's POST /files (api_e2b_files.c) */
 	int close_after;                    /* the reply closes the connection */
 	int stream_counted;                 /* holds one of who's stream slots */
 	struct sbx_list_out *lout;          /* a list reply being encoded */
 	struct ax_list_out *xlist;          /* a list of execs being encoded
 	                                     * (api_execs_view.c, adr/0048) */
+	struct api_connect_call *connect;   /* the Connect call a answers
+	                                     * (api_connect.c, adr/0060) */
 	struct areq *prev, *next;
 };
 
@@ -352,8 +385,24 @@ int api_h_egress(struct areq *a, struct sbx_err *err);
  * and last denials (operators only). */
 int api_h_egress_get(struct areq *a, struct sbx_err *err);
 int api_h_metrics(struct areq *a, struct sbx_err *err);
+/*
+ * The ensure of PUT .../sandbox for a->npc (a->npc and a->who set): the
+ * owner's sandbox slot claimed (max_sandboxes_per_player), the spec from
+ * the stored NPC (its image, its egress grant), then a->ensured (or the
+ * status reply when NULL) with the broker's answer, after a failed
+ * ensure's slot went back and a->set_image's image was stored. Returns 0
+ * (started), or -1 with err (too_many, the driver's: a->broker_err set).
+ */
+int api_ensure_start(struct areq *a, struct sbx_err *err);
 /* The status object of docs/api.md for st of a's NPC (new reference). */
 json_t *api_status_json(const struct areq *a, const struct sbx_status *st);
+
+/* api_envd.c: an envd request (adr/0060; the route rows and the sandbox's
+ * authentication are api_http.c's: a->npc is the E2B sandbox's NPC, a->who
+ * its owner): the method of the request's path, served over Connect
+ * (api_connect.h) or as plain HTTP; an unknown one 404 with Connect's error
+ * JSON (code unimplemented). */
+int api_h_envd(struct areq *a, struct sbx_err *err);
 
 /* api_exec.c: POST .../exec as SSE, GET .../files as bytes (SPEC §5). */
 int api_h_exec(struct areq *a, struct sbx_err *err);

@@ -571,7 +571,9 @@ head_make(struct areq *a, struct api_port_conn *pc, struct sbx_err *err)
 	}
 	/* The prefix the route matched: /api/v1/npcs/N/sandbox/ports/P,
 	 * /p/TOKEN, or nothing on a preview Host. */
-	if (a->preview_host)
+	if (a->port_route)
+		skip = a->port_skip;   /* the E2B layer's envd route */
+	else if (a->preview_host)
 		skip = 0;
 	else if (a->preview[0] != '\0')
 		skip = 3 + strlen(a->preview);

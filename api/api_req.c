@@ -215,9 +215,9 @@ areq_fail(struct areq *a, const struct sbx_err *err)
 {
 	int status;
 
-	status = sbx_httpd_reply_error(&a->h, err, reply_flags(a,
+	status = sbx_httpd_reply_error_as(&a->h, err, reply_flags(a,
 	    err != NULL && sbx_err_is_set(err) ? sbx_err_http_status(err) :
-	    500));
+	    500), a->err_encode);
 	areq_finish(a, status, err != NULL && sbx_err_is_set(err) ? err->code :
 	    SBX_E_INTERNAL);
 }

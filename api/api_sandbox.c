@@ -60,8 +60,9 @@ json_t *
 api_status_json(const struct areq *a, const struct sbx_status *st)
 {
 	int absent = st->state == SBX_STATE_ABSENT;
+	json_t *o;
 
-	return json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:b,s:o,s:o,s:o}",
+	o = json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:b,s:o,s:o,s:o}",
 	    "npc", a->npc.name, "owner", a->npc.owner, "sandbox_id",
 	    a->npc.sandbox_id, "state", sbx_state_name(st->state),
 	    "image", absent || st->image[0] == '\0' ? json_null() :
@@ -71,6 +72,13 @@ api_status_json(const struct areq *a, const struct sbx_status *st)
 	    opt_ms(st->last_used_at_ms), "stop_reason",
 	    st->stop_reason[0] != '\0' && !absent ?
 	    json_string(st->stop_reason) : json_null());
+	/* The broker's /work quota and its figure (adr/0057). */
+	if (o != NULL && st->quota.present &&
+	    json_object_set_new(o, "quota", sbx_quota_json(&st->quota)) == -1) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
 }
 
 /* 0 when every member of obj is in allowed; else -1 with err. */
@@ -211,6 +219,11 @@ ensure_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 	    &e2) == -1)
 		log_warn("cannot remember the NPC's image", "npc", a->npc.name,
 		    NULL);
+	if (a->ensured != NULL) {
+		a->op = NULL;
+		a->ensured(a, err, st);
+		return;
+	}
 	status_done(arg, err, st);
 }
 
@@ -277,11 +290,17 @@ ensure_body(struct areq *a, struct sbx_err *err)
 int
 api_h_ensure(struct areq *a, struct sbx_err *err)
 {
+	if (ensure_body(a, err) == -1)
+		return -1;
+	return api_ensure_start(a, err);
+}
+
+int
+api_ensure_start(struct areq *a, struct sbx_err *err)
+{
 	struct sbx_spec spec;
 	struct sbx_err e2;
 
-	if (ensure_body(a, err) == -1)
-		return -1;
 	memset(&spec, 0, sizeof(spec));
 	/* The image asked for once stays the NPC's image: a later ensure
 	 * without one (or an egress change) must not fall back to the

@@ -410,6 +410,12 @@ fail:
 	return NULL;
 }
 
+struct sqlite3 *
+api_store_db(struct api_store *st)
+{
+	return st->db;
+}
+
 void
 api_store_close(struct api_store *st)
 {

@@ -71,6 +71,11 @@ int api_npc_name_valid(const char *name);
  */
 struct api_store *api_store_open(const char *state_dir, struct sbx_err *err);
 
+/* The store's sqlite handle, for a layer that keeps its own table in
+ * api.db (the E2B records, api_e2b_store.c): borrowed, valid until
+ * api_store_close; that layer prepares and finalizes its own statements. */
+struct sqlite3 *api_store_db(struct api_store *st);
+
 /* Closes and frees; wipes the server key. NULL ok. */
 void api_store_close(struct api_store *st);
 

@@ -540,6 +540,12 @@ t_start(void *arg, const char *exec_id)
 		sbx_httpd_header(&a->h, "Location", loc);
 		areq_reply_json(a, 201, term_json(t));
 	}
+	if (t->started != NULL) {
+		api_term_started_fn fn = t->started;
+
+		t->started = NULL;
+		fn(t->started_arg, t, NULL);
+	}
 	idle_arm(t);
 	viewers_tell(t);
 	log_info("terminal started", "terminal_id", t->id, "npc", t->npc, NULL);
@@ -554,7 +560,7 @@ t_output(void *arg, int stream, const unsigned char *buf, size_t len)
 
 	if (len == 0 || (stream != 1 && stream != 2))
 		return;
-	if (t->creator != NULL)
+	if (t->creator != NULL || t->started != NULL)
 		t_start(t, "");
 	api_metrics_stream_bytes(&t->s->metrics, stream, len);
 	before = t->cut_live[stream - 1];
@@ -574,7 +580,7 @@ t_exit(void *arg, const struct sbx_exit *ex)
 	struct api_term *t = arg;
 
 	t->op = NULL;
-	if (t->creator != NULL)
+	if (t->creator != NULL || t->started != NULL)
 		t_start(t, "");
 	t->code = ex->code;
 	snprintf(t->signal, sizeof(t->signal), "%s", ex->signal != NULL ?
@@ -589,6 +595,16 @@ t_error(void *arg, const struct sbx_err *err)
 	struct areq *a = t->creator;
 
 	t->op = NULL;
+	if (t->started != NULL) {
+		/* Refused before it started: its opener is told, no record. */
+		api_term_started_fn fn = t->started;
+
+		t->started = NULL;
+		snprintf(t->state, sizeof(t->state), "failed");
+		term_forget(t);
+		fn(t->started_arg, NULL, err);
+		return;
+	}
 	if (a != NULL) {
 		/* Refused before it started: the POST gets the error (a
 		 * not_running wakes the sandbox and runs the POST again,
@@ -656,7 +672,7 @@ term_kill(struct api_term *t, const char *who)
 	struct sbx_op *op = t->op;
 	char msg[160];
 
-	if (term_ended(t) || t->creator != NULL)
+	if (term_ended(t) || t->creator != NULL || t->started != NULL)
 		return;
 	t->op = NULL;
 	/* Cancelling closes the session: the broker kills the process tree. */
@@ -702,7 +718,7 @@ idle_arm(struct api_term *t)
 	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
 
 	if (t->idle_ev != NULL && !term_ended(t) && t->creator == NULL &&
-	    viewers_live(t) == 0)
+	    t->started == NULL && viewers_live(t) == 0)
 		evtimer_add(t->idle_ev, &tv);
 }
 
@@ -846,8 +862,9 @@ creator_end(struct areq *a)
 }
 
 int
-term_create(struct areq *a, const struct sbx_session_req *req,
-    const char *argv_preview, struct sbx_err *err)
+term_open(struct areq *a, const struct sbx_session_req *req,
+    const char *argv_preview, api_term_started_fn started, void *arg,
+    struct sbx_err *err)
 {
 	struct api_server *s = a->s;
 	struct api_term *t;
@@ -890,21 +907,35 @@ term_create(struct areq *a, const struct sbx_session_req *req,
 	}
 	term_link(t);
 	meta_write(t);
-	t->creator = a;
-	a->tcreate = t;
-	a->on_end = creator_end;
+	if (started == NULL) {
+		t->creator = a;
+		a->tcreate = t;
+		a->on_end = creator_end;
+	} else {
+		t->started = started;
+		t->started_arg = arg;
+	}
 	sink = (struct sbx_sink){ .start = t_start, .output = t_output,
 	    .exit = t_exit, .error = t_error, .arg = t, .room = t_room };
 	/* The op belongs to t, not to the request: the terminal outlives it. */
 	t->op = sbx_session_open(s->driver, t->sandbox_id, req, &sink, err);
 	if (t->op == NULL) {
 		t->creator = NULL;
-		a->tcreate = NULL;
+		t->started = NULL;
+		if (started == NULL)
+			a->tcreate = NULL;
 		snprintf(t->state, sizeof(t->state), "failed");
 		term_forget(t);
-		return areq_broker_err(a);
+		return started == NULL ? areq_broker_err(a) : -1;
 	}
 	return 0;
+}
+
+int
+term_create(struct areq *a, const struct sbx_session_req *req,
+    const char *argv_preview, struct sbx_err *err)
+{
+	return term_open(a, req, argv_preview, NULL, NULL, err);
 }
 
 struct api_term *

@@ -99,6 +99,32 @@ int api_term_eof(struct api_viewer *v);
  * not_found. */
 struct api_term *api_term_find(struct api_server *a, const char *npc, const char *id, struct sbx_err *err);
 
+/*
+ * Opens a terminal as POST .../terminals does (the same record, limits and
+ * session; for a's NPC, counted against a->who), for a caller that is not
+ * that POST (E2B's process.Process Start, adr/0060): instead of a reply,
+ * started(arg, t, NULL) runs once when its session started (t running),
+ * or started(arg, NULL, err) when the session was refused (no record is
+ * kept; a not_running does not wake the sandbox). Never called during
+ * this call. argv_preview: what lists show of the command. Returns 0, or
+ * -1 with err and started never called: too_many (terminals_per_principal),
+ * internal, or the driver's refusal.
+ */
+typedef void (*api_term_started_fn)(void *arg, struct api_term *t, const struct sbx_err *err);
+struct areq;
+int api_term_open(struct areq *a, const struct sbx_session_req *req, const char *argv_preview,
+    api_term_started_fn started, void *arg, struct sbx_err *err);
+/* 1 while t runs (its session is open). */
+int api_term_running(const struct api_term *t);
+/* The owner's requests on t without a viewer, as the owner's POST routes
+ * do (input, control, end of input, DELETE): same returns as
+ * api_term_input / _control / _eof minus forbidden; kill ends t killed
+ * (reason cancelled, "Killed by who.") and does nothing to an ended t. */
+int api_term_write(struct api_term *t, const unsigned char *p, size_t n, struct sbx_err *err);
+int api_term_ctl(struct api_term *t, const struct sbx_session_ctl *c, struct sbx_err *err);
+int api_term_close_input(struct api_term *t);
+void api_term_kill(struct api_term *t, const char *who);
+
 /* t's id ("t" and 24 hex digits), 1 when it runs a pty, its output so far
  * (the next byte's offset). */
 const char *api_term_id(const struct api_term *t);

@@ -91,6 +91,8 @@ struct api_term {
 	/* The session. */
 	struct sbx_op *op;
 	struct areq *creator;        /* POST waiting for the start */
+	api_term_started_fn started; /* or an api_term_open caller waiting */
+	void *started_arg;
 	struct evbuffer *inq;        /* input queued towards the broker */
 	int eof_asked;               /* close input once inq is empty */
 	struct api_viewer *viewers;  /* oldest first */
@@ -114,6 +116,14 @@ json_t *term_json(const struct api_term *t);
  * Returns 0, or -1 with err (nothing sent). */
 int term_create(struct areq *a, const struct sbx_session_req *req,
     const char *argv_preview, struct sbx_err *err);
+/* term_create, and api_term_open's (api_term_open.c): a new running
+ * record for a's NPC whose session is opening; the start goes to the POST
+ * (started NULL: a is the creator, answered 201) or to started(arg, ...).
+ * Returns 0, or -1 with err (nothing sent; a POST's driver refusal marked
+ * areq_broker_err). */
+int term_open(struct areq *a, const struct sbx_session_req *req,
+    const char *argv_preview, api_term_started_fn started, void *arg,
+    struct sbx_err *err);
 /* Kills t (DELETE): state killed, reason cancelled by who. */
 void term_kill(struct api_term *t, const char *who);
 /* Input, control, eof without a viewer (the owner's POST routes). Same

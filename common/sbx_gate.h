@@ -39,6 +39,9 @@ enum sbx_gate_verdict {
 
 /* Limits of one gate; every one has a config key in both daemons
  * (docs/security.md). */
+/* Header fields a gate's check may ask for (sbx_gate_limits.fields). */
+#define SBX_GATE_FIELDS_MAX 4
+
 struct sbx_gate_limits {
 	size_t head_max;           /* bytes of request line + headers + empty line (16 KiB) */
 	unsigned headers_max;      /* header fields per request (100) */
@@ -55,6 +58,15 @@ struct sbx_gate_limits {
 	/* header_timeout of a keyless connection's heads, ms (api: 5 s; 0 or
 	 * more than header_timeout_ms: header_timeout_ms). */
 	int64_t keyless_header_timeout_ms;
+	/*
+	 * Header fields the daemon's check needs besides Authorization and
+	 * Host (a credential of another name, e.g. the api's X-API-Key of the
+	 * E2B control plane): up to SBX_GATE_FIELDS_MAX names, the rest NULL,
+	 * compared without case;
+	 * the first value of each goes to h->field[i] and its count to
+	 * h->nfield[i]. Unused entries NULL. Borrowed for the gate's life.
+	 */
+	const char *fields[SBX_GATE_FIELDS_MAX];
 };
 
 /*
@@ -76,6 +88,11 @@ struct sbx_gate_head {
 	const char *why;           /* static sentence saying what was refused */
 	const char *host;          /* the first Host field's value, or NULL */
 	size_t hostlen;
+	/* lim->fields[i]'s first value (NULL: absent), its length, and how
+	 * many such fields the head holds. */
+	const char *field[SBX_GATE_FIELDS_MAX];
+	size_t fieldlen[SBX_GATE_FIELDS_MAX];
+	unsigned nfield[SBX_GATE_FIELDS_MAX];
 };
 
 /*
@@ -125,7 +142,9 @@ struct sbx_gate;
  * Puts a gate in front of every connection http accepts from now on
  * (evhttp_set_bevcb; the caller must not set its own). lim is copied; check
  * and arg must outlive the gate. Also sets evhttp's header size limit above
- * head_max (the gate decides first). Returns the gate, or NULL with err
+ * head_max (the gate decides first). Every TCP connection it takes gets
+ * TCP_NODELAY (adr/0062: small replies and stream messages are not held
+ * back by Nagle's algorithm). Returns the gate, or NULL with err
  * (internal: out of memory). Free it with sbx_gate_free before evhttp_free.
  */
 struct sbx_gate *sbx_gate_new(struct event_base *base, struct evhttp *http,

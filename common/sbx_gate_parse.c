@@ -93,7 +93,8 @@ sbx_gate_hname_is(const char *name, size_t n, const char *want)
 
 /* One header line (no EOL). */
 static void
-head_field(const char *l, size_t n, struct sbx_gate_head *h)
+head_field(const char *l, size_t n, const struct sbx_gate_limits *lim,
+    struct sbx_gate_head *h)
 {
 	const char *c = l, *v, *ve = l + n;
 	size_t nl, i;
@@ -113,6 +114,12 @@ head_field(const char *l, size_t n, struct sbx_gate_head *h)
 		;
 	while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
 		ve--;
+	for (i = 0; i < SBX_GATE_FIELDS_MAX && lim->fields[i] != NULL; i++)
+		if (sbx_gate_hname_is(l, nl, lim->fields[i]) &&
+		    h->nfield[i]++ == 0) {
+			h->field[i] = v;
+			h->fieldlen[i] = (size_t)(ve - v);
+		}
 	if (sbx_gate_hname_is(l, nl, "Authorization")) {
 		if (h->nauth++ == 0) {
 			h->auth = v;
@@ -213,7 +220,7 @@ sbx_gate_head_parse(const char *p, size_t n, const struct sbx_gate_limits *lim,
 			refuse(h, SBX_GATE_HEAD_TOO_LARGE, "Too many header "
 			    "fields.");
 		else
-			head_field(line, ll, h);
+			head_field(line, ll, lim, h);
 		first = 0;
 	}
 	if (!h->line_ok)

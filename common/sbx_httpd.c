@@ -142,6 +142,7 @@ sbx_httpd_reason(int status)
 	case 502: return "Bad Gateway";
 	case 503: return "Service Unavailable";
 	case 504: return "Gateway Timeout";
+	case 507: return "Insufficient Storage";
 	default: return NULL;
 	}
 }
@@ -249,6 +250,14 @@ int
 sbx_httpd_reply_error(struct sbx_httpd_req *r, const struct sbx_err *err,
     unsigned flags)
 {
+	return sbx_httpd_reply_error_as(r, err, flags, NULL);
+}
+
+int
+sbx_httpd_reply_error_as(struct sbx_httpd_req *r, const struct sbx_err *err,
+    unsigned flags, json_t *(*encode)(const struct sbx_err *e, int status))
+{
+	json_t *body = NULL;
 	struct sbx_err e;
 	size_t i;
 	int status;
@@ -271,8 +280,12 @@ sbx_httpd_reply_error(struct sbx_httpd_req *r, const struct sbx_err *err,
 			sbx_httpd_unwatch(r);
 		return status;
 	}
-	sbx_httpd_reply_json(r, status, sbx_wire_error_encode(e.code,
-	    e.message[0] != '\0' ? e.message : e.code), flags);
+	if (encode != NULL)
+		body = encode(&e, status);
+	if (body == NULL)
+		body = sbx_wire_error_encode(e.code, e.message[0] != '\0' ?
+		    e.message : e.code);
+	sbx_httpd_reply_json(r, status, body, flags);
 	return status;
 }
 

@@ -165,6 +165,13 @@ int sbx_httpd_reply_json_text(struct sbx_httpd_req *r, int status,
  */
 int sbx_httpd_reply_error(struct sbx_httpd_req *r, const struct sbx_err *err,
     unsigned flags);
+/* sbx_httpd_reply_error with the body encode(e, status) makes (a new
+ * reference; NULL: out of memory, the usual body then) instead of the
+ * sbx error object: a protocol of another shape (the api's E2B layer)
+ * keeps the one status and header table. encode NULL: the usual body. */
+int sbx_httpd_reply_error_as(struct sbx_httpd_req *r,
+    const struct sbx_err *err, unsigned flags,
+    json_t *(*encode)(const struct sbx_err *e, int status));
 
 /*
  * Sends body (drained; the evbuffer stays the caller's; NULL: no body) as

@@ -72,12 +72,16 @@ static const struct {
 	{ SBX_E_INTERNAL, 500 },
 	{ SBX_E_RUNTIME, 502 },
 	{ SBX_E_PORT_CLOSED, 502 },
+	{ SBX_E_PAUSED, 502 },
 	{ SBX_E_RUNTIME_UNAVAILABLE, 503 },
 	{ SBX_E_SHUTTING_DOWN, 503 },
 	{ SBX_E_BROKER_UNAVAILABLE, 503 },
 	{ SBX_E_STORAGE_FULL, 503 },
 	{ SBX_E_OVERLOADED, 503 },
 	{ SBX_E_TIMEOUT, 504 },
+	/* RFC 4918 §11.5: the server cannot store what the request needs;
+	 * not 413, which says this body is too big whatever /work holds. */
+	{ SBX_E_QUOTA, 507 },
 	/* Whoever cancelled rarely reads the reply; a shutdown cancels too. */
 	{ SBX_E_CANCELLED, 503 },
 };

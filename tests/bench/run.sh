@@ -2,7 +2,7 @@
 # run.sh - `make bench`: start a private runtime, run tests/bench/bench.py against it, tear everything down.
 #
 #   BENCH_RUNTIMES=podman (default) | docker | docker,podman
-#   BENCH_ONLY=cold,warm (only those figures, for a quick look),
+#   BENCH_ONLY=cold,warm (only those figures, for a quick look; e2b: the E2B SDK rows),
 #   BUILD=build/out (set by make), BENCH_OUT=docs/bench.md (table; with two
 #   runtimes the second goes to docs/bench-RUNTIME.md), other BENCH_* knobs:
 #   see bench.py. The soak: BENCH_SOAK_SECONDS (default 1800),

@@ -95,9 +95,13 @@ recv_cb(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags,
 	in = bufferevent_get_input(ws->bev);
 	if (ws->role == SBX_WS_SERVER) {
 		/* binary payloads are unmasked there, a word at a time */
+		size_t before = evbuffer_get_length(in);
 		long r = sbx_ws_fast_recv(&ws->fast, in, ws->pending,
 		    ws->lim.message_max, buf, len);
 
+		/* a large frame's payload arriving is the peer alive too */
+		if (evbuffer_get_length(in) != before)
+			ws->last_rx_ms = sbx_mono_ms();
 		if (r <= 0) {
 			wslay_event_set_error(ctx, r == 0 ? WSLAY_ERR_WOULDBLOCK :
 			    WSLAY_ERR_NOMEM);

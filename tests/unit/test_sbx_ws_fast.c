@@ -1,4 +1,4 @@
-/* test_sbx_ws_fast.c - the WebSocket fast path for binary payloads (adr/0063): the word-wise mask against the byte-wise rule of RFC 6455 §5.3 at every offset, client frames as RFC 6455 §5.2 lays them out, and through sbx_ws over a socket pair: a client's 300 KiB message arrives byte for byte, fragments with a real mask key and a ping between them join, one byte at a time, and a message over the cap still closes 1009. */
+/* test_sbx_ws_fast.c - the WebSocket fast path for binary payloads (adr/0063): the word-wise mask against the byte-wise rule of RFC 6455 §5.3 at every offset, client frames as RFC 6455 §5.2 lays them out, and through sbx_ws over a socket pair: a client's 300 KiB message arrives byte for byte, fragments with a real mask key and a ping between them join, one byte at a time, a message over the cap still closes 1009, and a large frame arriving slowly keeps its peer alive. */
 #include <sys/socket.h>
 
 #include <fcntl.h>
@@ -297,6 +297,33 @@ test_taken_fragments_still_count_against_the_cap(void **state)
 	assert_int_equal(f->srv.nmsg, 0);
 }
 
+static void
+test_a_slow_large_frame_is_a_live_peer(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_ws_limits lim = { 0, 100, 0 };   /* pings every 100 ms */
+	static const unsigned char k[4] = { 0x31, 0x41, 0x59, 0x26 };
+	static unsigned char p[64 * 1024], buf[64 * 1024 + 16];
+	size_t n, i, step;
+
+	fill(p, sizeof(p), 13);
+	open_side(f, f->fd[0], SBX_WS_SERVER, &lim, &f->srv);
+	n = frame_k(buf, 1, 0x2, p, sizeof(p), k);
+	/* one frame over ~600 ms, longer than two ping intervals: its
+	 * payload arriving keeps the peer alive (the client's pong cannot
+	 * come inside a frame) */
+	step = n / 12 + 1;
+	for (i = 0; i < n; i += step) {
+		raw_write(f->fd[1], buf + i, n - i < step ? n - i : step);
+		run_until(f, NULL, 50);
+		assert_int_equal(f->srv.closed, 0);
+	}
+	run_until(f, &f->srv.nmsg, 500);
+	assert_int_equal(f->srv.nmsg, 1);
+	assert_int_equal(f->srv.gotlen, sizeof(p));
+	assert_memory_equal(f->srv.got, p, sizeof(p));
+}
+
 int
 main(void)
 {
@@ -312,6 +339,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(
 		    test_taken_fragments_still_count_against_the_cap, setup,
 		    teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_a_slow_large_frame_is_a_live_peer, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -40,14 +40,14 @@ api_e2b_files_status(const struct sbx_err *err)
 	return sbx_err_http_status(err);
 }
 
-/* The one error reply of these routes: {"code":STATUS,"message":...}. */
+/* The one error reply of these routes: {"code":STATUS,"message":...}.
+ * An op still in flight is cancelled by areq_finish. */
 static void
 e2b_fail(struct areq *a, const struct sbx_err *err)
 {
 	int status = api_e2b_files_status(err);
 	unsigned flags = SBX_HTTPD_NO_STORE;
 
-	a->op = NULL;
 	/* A body not read to its end cannot be followed on this connection. */
 	if (a->gbody != NULL && (!sbx_gate_body_complete(a->gbody) ||
 	    sbx_gate_body_failed(a->gbody) != SBX_GATE_PASS))

@@ -1,34 +1,31 @@
-/* api_e2b_fs.c - E2B's filesystem.Filesystem Connect methods (api_e2b_fs.h, adr/0061): each runs an sbx-helper mode in the sandbox through the driver's exec and answers its JSON lines as E2B's messages; watches are long execs of the helper's inotify mode. May touch the driver (sbx_call.h), the Connect core (api_connect.h) and a request's limits. */
+/* api_e2b_fs.c - E2B's filesystem.Filesystem unary Connect methods (api_e2b_fs.h, adr/0061): each runs an sbx-helper mode in the sandbox through the driver's exec and answers its JSON lines as E2B's messages (the watches are api_e2b_watch.c). May touch the driver (sbx_call.h), the Connect core (api_connect.h) and a request's limits. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include <event2/buffer.h>
-#include <event2/event.h>
 #include <jansson.h>
-#include <sodium.h>
 
 #include "api_connect.h"
 #include "api_e2b_fs.h"
+#include "api_e2b_fs_int.h"
 #include "api_e2b_path.h"
 #include "api_int.h"
 #include "sbx_call.h"
 #include "sbx_helper_proto.h"
-#include "sbx_log.h"
 #include "sbx_path.h"
 
-#define ERR_MAX 4096            /* bytes of the helper's stderr kept */
 #define ENTRY_LINE_MAX 16384    /* bytes of one entry line (two paths and names) */
-#define WATCH_LINE_MAX 8192     /* bytes of one watch line */
-#define WATCH_HIGH_WATER (256 * 1024) /* bytes queued to a WatchDir client: pause */
-#define WATCHER_ID_LEN 16       /* hex digits of a watcher id */
+/* Bytes of a ListDir's lines at most (e2b_fs_list_max entries of a few
+ * hundred bytes; within the broker's default output_cap of 16 MiB). */
+#define LIST_OUT_MAX (8 * 1024 * 1024)
 
 /* ------------------------------------------------------------------ */
 /* Entries                                                             */
 
-static const char *
-jstr(const json_t *o, const char *k)
+const char *
+api_e2b_jstr(const json_t *o, const char *k)
 {
 	const json_t *v = json_object_get(o, k);
 
@@ -49,9 +46,9 @@ jint(const json_t *o, const char *k, json_int_t *out)
 json_t *
 api_e2b_entry_json(const json_t *line, const char *base)
 {
-	const char *name = jstr(line, "name"), *rel = jstr(line, "rel");
-	const char *type = jstr(line, "type"), *owner = jstr(line, "owner");
-	const char *group = jstr(line, "group"), *target = jstr(line, "target");
+	const char *name = api_e2b_jstr(line, "name"), *rel = api_e2b_jstr(line, "rel");
+	const char *type = api_e2b_jstr(line, "type"), *owner = api_e2b_jstr(line, "owner");
+	const char *group = api_e2b_jstr(line, "group"), *target = api_e2b_jstr(line, "target");
 	const char *ptype;
 	json_int_t size, mode, mtime, nsec;
 	char perm[11], when[64], num[32], *path;
@@ -125,6 +122,7 @@ api_e2b_fs_code(const struct sbx_err *err)
 		{ SBX_E_TOO_MANY, "resource_exhausted" },
 		{ SBX_E_RATE_LIMITED, "resource_exhausted" },
 		{ SBX_E_TOO_LARGE, "resource_exhausted" },
+		{ SBX_E_LIMIT_EXCEEDED, "resource_exhausted" },
 		{ SBX_E_NOT_RUNNING, "unavailable" },
 		{ SBX_E_TIMEOUT, "deadline_exceeded" },
 		{ SBX_E_CANCELLED, "canceled" },
@@ -142,8 +140,8 @@ api_e2b_fs_code(const struct sbx_err *err)
 
 /* The helper's error line (sbx_helper_proto.h) in what it wrote on stderr,
  * else an error from its exit status alone. */
-static void
-helper_error(struct evbuffer *errb, int code, struct sbx_err *err)
+void
+api_e2b_helper_error(struct evbuffer *errb, int code, struct sbx_err *err)
 {
 	const char *msg, *c;
 	size_t n = evbuffer_get_length(errb);
@@ -163,8 +161,8 @@ helper_error(struct evbuffer *errb, int code, struct sbx_err *err)
 		    (size_t)(text + n - line), 0, NULL);
 	}
 	e = json_object_get(o, "error");
-	c = jstr(e, "code");
-	msg = jstr(e, "message");
+	c = api_e2b_jstr(e, "code");
+	msg = api_e2b_jstr(e, "message");
 	if (c != NULL && msg != NULL && strlen(c) < sizeof(err->code)) {
 		sbx_err_set(err, c, "%s", msg);
 		/* "/work/x does not exist" is the answer; "the path leaves /work
@@ -182,8 +180,8 @@ helper_error(struct evbuffer *errb, int code, struct sbx_err *err)
 }
 
 /* A driver's error of a helper run, in E2B's terms. */
-static void
-run_error(const struct sbx_err *in, struct sbx_err *err)
+void
+api_e2b_run_error(const struct sbx_err *in, struct sbx_err *err)
 {
 	*err = *in;
 	if (strcmp(in->code, SBX_E_NOT_RUNNING) == 0 ||
@@ -265,7 +263,7 @@ fs_exit(void *arg, const struct sbx_exit *ex)
 	api_connect_on_cancel(f->c, NULL, NULL);
 	sbx_err_clear(&err);
 	if (ex->code != 0 || ex->signal != NULL) {
-		helper_error(f->errb, ex->code, &err);
+		api_e2b_helper_error(f->errb, ex->code, &err);
 		fs_fail(f, &err);
 		return;
 	}
@@ -305,12 +303,12 @@ fs_error(void *arg, const struct sbx_err *in)
 
 	f->op = NULL;
 	api_connect_on_cancel(f->c, NULL, NULL);
-	run_error(in, &err);
+	api_e2b_run_error(in, &err);
 	fs_fail(f, &err);
 }
 
-static void
-fs_start(void *arg, const char *exec_id)
+void
+api_e2b_no_start(void *arg, const char *exec_id)
 {
 	(void)arg;
 	(void)exec_id;
@@ -330,7 +328,7 @@ fs_run(struct fs_call *f, const char *const *argv, int64_t timeout_ms)
 	req.argv = argv;
 	req.timeout_ms = timeout_ms;
 	req.output_cap = (int64_t)(f->out_max + ERR_MAX + 1);
-	sink.start = fs_start;
+	sink.start = api_e2b_no_start;
 	sink.output = fs_output;
 	sink.exit = fs_exit;
 	sink.error = fs_error;
@@ -343,7 +341,7 @@ fs_run(struct fs_call *f, const char *const *argv, int64_t timeout_ms)
 	if (f->op == NULL) {
 		struct sbx_err e2;
 
-		run_error(&err, &e2);
+		api_e2b_run_error(&err, &e2);
 		fs_fail(f, &e2);
 		return;
 	}
@@ -473,8 +471,8 @@ api_e2b_fs_move(struct areq *a, struct api_connect_call *c, json_t *msg)
 static int
 by_path(const void *x, const void *y)
 {
-	const char *a = jstr(*(json_t *const *)x, "path");
-	const char *b = jstr(*(json_t *const *)y, "path");
+	const char *a = api_e2b_jstr(*(json_t *const *)x, "path");
+	const char *b = api_e2b_jstr(*(json_t *const *)y, "path");
 
 	return strcmp(a != NULL ? a : "", b != NULL ? b : "");
 }
@@ -545,9 +543,7 @@ api_e2b_fs_list_dir(struct areq *a, struct api_connect_call *c, json_t *msg)
 	}
 	if (dv > SBX_HELPER_DU_DEPTH_MAX)
 		dv = SBX_HELPER_DU_DEPTH_MAX;
-	/* An entry line holds at most two names and the path below. */
-	if ((f = fs_new(a, c, msg, "path", reply_entries,
-	    (size_t)(max + 1) * ENTRY_LINE_MAX / 8)) == NULL)
+	if ((f = fs_new(a, c, msg, "path", reply_entries, LIST_OUT_MAX)) == NULL)
 		return;
 	f->limit = (uint64_t)max;
 	snprintf(depth, sizeof(depth), "%lld", (long long)dv);
@@ -556,422 +552,3 @@ api_e2b_fs_list_dir(struct areq *a, struct api_connect_call *c, json_t *msg)
 	fs_run(f, argv, 0);
 }
 
-/* ------------------------------------------------------------------ */
-/* Watches: WatchDir streams and CreateWatcher watchers                */
-
-struct api_e2b_watch {
-	struct api_server *s;
-	struct api_e2b_watch *next;
-	char sandbox[64];          /* the driver's sandbox id */
-	int64_t owner;
-	char id[WATCHER_ID_LEN + 1]; /* watchers; "" for a WatchDir stream */
-	struct sbx_op *op;
-	struct api_connect_call *c; /* the stream, or CreateWatcher until started */
-	struct evbuffer *buf;      /* stdout not yet a whole line */
-	struct evbuffer *errb;
-	int started;
-	int paused;
-	int stream_slot;           /* holds one of owner's streams */
-	/* a watcher's buffer */
-	json_t *events;
-	int lost;                  /* the buffer or the kernel's queue overflowed */
-	int ended;
-	struct sbx_err end_err;    /* why it ended (code "" : the directory went) */
-};
-
-static unsigned
-watches_of(const struct api_server *s, const char *sandbox)
-{
-	const struct api_e2b_watch *w;
-	unsigned n = 0;
-
-	for (w = s->e2b_watches; w != NULL; w = w->next)
-		if (strcmp(w->sandbox, sandbox) == 0)
-			n++;
-	return n;
-}
-
-static void
-watch_unlink_free(struct api_e2b_watch *w)
-{
-	struct api_e2b_watch **pp;
-
-	for (pp = &w->s->e2b_watches; *pp != NULL; pp = &(*pp)->next)
-		if (*pp == w) {
-			*pp = w->next;
-			break;
-		}
-	if (w->op != NULL)
-		sbx_op_cancel(w->op);
-	if (w->stream_slot)
-		api_streams_put(w->s, w->owner);
-	if (w->buf != NULL)
-		evbuffer_free(w->buf);
-	if (w->errb != NULL)
-		evbuffer_free(w->errb);
-	json_decref(w->events);
-	free(w);
-}
-
-static const char *
-event_type(const char *op)
-{
-	if (strcmp(op, "create") == 0)
-		return "EVENT_TYPE_CREATE";
-	if (strcmp(op, "write") == 0)
-		return "EVENT_TYPE_WRITE";
-	if (strcmp(op, "remove") == 0)
-		return "EVENT_TYPE_REMOVE";
-	if (strcmp(op, "rename") == 0)
-		return "EVENT_TYPE_RENAME";
-	if (strcmp(op, "chmod") == 0)
-		return "EVENT_TYPE_CHMOD";
-	return NULL;
-}
-
-/* The call of a stream or a CreateWatcher not answered yet ends with err. */
-static void
-watch_call_fail(struct api_e2b_watch *w, const struct sbx_err *err)
-{
-	struct api_connect_call *c = w->c;
-
-	w->c = NULL;
-	if (c == NULL)
-		return;
-	api_connect_on_cancel(c, NULL, NULL);
-	if (w->id[0] == '\0' && w->started)
-		api_connect_end(c, err->code[0] != '\0' ? api_e2b_fs_code(err) : NULL,
-		    err->code[0] != '\0' ? err->message : NULL);
-	else
-		api_connect_error(c, api_e2b_fs_code(err), err->message);
-}
-
-/* The watch ended (err: why; code "" when its directory went). */
-static void
-watch_ended(struct api_e2b_watch *w, const struct sbx_err *err)
-{
-	w->op = NULL;
-	if (w->id[0] != '\0' && w->started) {
-		/* A watcher stays until GetWatcherEvents has taken its events. */
-		w->ended = 1;
-		w->end_err = *err;
-		return;
-	}
-	watch_call_fail(w, err);
-	watch_unlink_free(w);
-}
-
-/* One line of the helper's watch mode. Returns -1 when w was freed. */
-static int
-watch_line(struct api_e2b_watch *w, const char *line, size_t n)
-{
-	json_t *o = json_loadb(line, n, JSON_REJECT_DUPLICATES, NULL), *ev;
-	const char *name = jstr(o, "name"), *op = jstr(o, "op");
-	const char *type = op != NULL ? event_type(op) : NULL;
-	struct sbx_err err;
-	int rc = 0;
-
-	sbx_err_clear(&err);
-	if (json_is_true(json_object_get(o, "start")) && !w->started) {
-		w->started = 1;
-		if (w->id[0] != '\0') {
-			api_connect_on_cancel(w->c, NULL, NULL);
-			api_connect_reply(w->c, json_pack("{s:s}", "watcherId", w->id));
-			w->c = NULL;
-		} else if (api_connect_send(w->c, json_pack("{s:{}}", "start")) == -1)
-			rc = -1;
-	} else if (json_is_true(json_object_get(o, "overflow"))) {
-		w->lost = 1;
-		if (w->id[0] == '\0') {
-			sbx_err_set(&err, SBX_E_TOO_MANY, "Events were lost: the "
-			    "sandbox's inotify queue overflowed; watch again.");
-			sbx_op_cancel(w->op);
-			watch_ended(w, &err);
-			rc = -1;
-		}
-	} else if (name != NULL && type != NULL && w->started) {
-		ev = json_pack("{s:s, s:s}", "name", name, "type", type);
-		if (w->id[0] == '\0') {
-			if (api_connect_send(w->c, json_pack("{s:o}", "filesystem", ev)) == -1)
-				rc = -1;
-			else if (!w->paused &&
-			    api_connect_queued(w->c) > WATCH_HIGH_WATER) {
-				w->paused = 1;
-				sbx_op_pause(w->op);
-			}
-		} else if (json_array_size(w->events) >=
-		    (size_t)w->s->cfg->e2b_watcher_events_max) {
-			w->lost = 1;
-			json_decref(ev);
-		} else
-			json_array_append_new(w->events, ev);
-	}
-	json_decref(o);
-	return rc;
-}
-
-static void
-watch_output(void *arg, int stream, const unsigned char *buf, size_t len)
-{
-	struct api_e2b_watch *w = arg;
-	struct sbx_err err;
-	char *line;
-	size_t n;
-
-	if (stream != 1) {
-		if (evbuffer_get_length(w->errb) + len <= ERR_MAX)
-			evbuffer_add(w->errb, buf, len);
-		return;
-	}
-	evbuffer_add(w->buf, buf, len);
-	while ((line = evbuffer_readln(w->buf, &n, EVBUFFER_EOL_LF)) != NULL) {
-		int gone = n <= WATCH_LINE_MAX ? watch_line(w, line, n) : 0;
-
-		free(line);
-		if (gone == -1)
-			return;   /* w is freed, or its stream's client left */
-	}
-	if (evbuffer_get_length(w->buf) > WATCH_LINE_MAX) {
-		sbx_err_set(&err, SBX_E_INTERNAL, "The sandbox's sbx-helper "
-		    "wrote a watch line longer than %d bytes.", WATCH_LINE_MAX);
-		sbx_op_cancel(w->op);
-		watch_ended(w, &err);
-	}
-}
-
-static void
-watch_exit(void *arg, const struct sbx_exit *ex)
-{
-	struct api_e2b_watch *w = arg;
-	struct sbx_err err;
-
-	sbx_err_clear(&err);
-	if (ex->code != 0 || ex->signal != NULL)
-		helper_error(w->errb, ex->code, &err);
-	else if (!w->started)
-		sbx_err_set(&err, SBX_E_INTERNAL, "The sandbox's sbx-helper ended "
-		    "the watch before it started.");
-	watch_ended(w, &err);
-}
-
-static void
-watch_error(void *arg, const struct sbx_err *in)
-{
-	struct api_e2b_watch *w = arg;
-	struct sbx_err err;
-
-	run_error(in, &err);
-	if (strcmp(in->code, SBX_E_TIMEOUT) == 0)
-		sbx_err_set(&err, SBX_E_TIMEOUT, "The watch reached its time "
-		    "limit (e2b_watch_timeout); watch again.");
-	watch_ended(w, &err);
-}
-
-/* The client of a stream, or of a CreateWatcher not answered, left. */
-static void
-watch_cancelled(void *arg)
-{
-	struct api_e2b_watch *w = arg;
-
-	w->c = NULL;
-	watch_unlink_free(w);
-}
-
-static void
-watch_drained(void *arg)
-{
-	struct api_e2b_watch *w = arg;
-
-	if (w->paused && w->op != NULL) {
-		w->paused = 0;
-		sbx_op_resume(w->op);
-	}
-}
-
-static void
-watch_start(struct areq *a, struct api_connect_call *c, json_t *msg, int watcher)
-{
-	const json_t *p = json_object_get(msg, "path"), *r = json_object_get(msg, "recursive");
-	char path[SBX_PATH_MAX + 1];
-	const char *argv[] = { SBX_HELPER_PATH, SBX_HELPER_MODE_WATCH, path, NULL, NULL };
-	struct api_e2b_watch *w;
-	struct sbx_exec_req req;
-	struct sbx_sink sink;
-	struct sbx_err err;
-	unsigned char rnd[WATCHER_ID_LEN / 2];
-
-	sbx_err_clear(&err);
-	if ((p != NULL && !json_is_string(p)) || (r != NULL && !json_is_boolean(r))) {
-		api_connect_error(c, "invalid_argument", "path must be a string and "
-		    "recursive a boolean.");
-		return;
-	}
-	if (api_e2b_path(p != NULL ? json_string_value(p) : NULL, path, sizeof(path),
-	    &err) == -1) {
-		api_connect_error(c, api_e2b_fs_code(&err), err.message);
-		return;
-	}
-	if (json_is_true(r))
-		argv[3] = "--recursive";
-	if (watches_of(a->s, a->npc.sandbox_id) >=
-	    (unsigned)a->s->cfg->e2b_watchers_per_sandbox) {
-		api_connect_error(c, "resource_exhausted", "This sandbox has as many "
-		    "watches open as it may (e2b_watchers_per_sandbox); stop one "
-		    "first.");
-		return;
-	}
-	if ((w = calloc(1, sizeof(*w))) == NULL || (w->buf = evbuffer_new()) == NULL ||
-	    (w->errb = evbuffer_new()) == NULL ||
-	    (watcher && (w->events = json_array()) == NULL)) {
-		if (w != NULL) {
-			if (w->buf != NULL)
-				evbuffer_free(w->buf);
-			if (w->errb != NULL)
-				evbuffer_free(w->errb);
-			free(w);
-		}
-		api_connect_error(c, "internal", "Out of memory.");
-		return;
-	}
-	w->s = a->s;
-	w->owner = a->who.id;
-	w->c = c;
-	snprintf(w->sandbox, sizeof(w->sandbox), "%s", a->npc.sandbox_id);
-	if (watcher) {
-		randombytes_buf(rnd, sizeof(rnd));
-		sodium_bin2hex(w->id, sizeof(w->id), rnd, sizeof(rnd));
-	}
-	w->next = a->s->e2b_watches;
-	a->s->e2b_watches = w;
-	if (api_streams_take(a->s, a->who.id, &err) == -1) {
-		watch_call_fail(w, &err);
-		watch_unlink_free(w);
-		return;
-	}
-	w->stream_slot = 1;
-	memset(&req, 0, sizeof(req));
-	memset(&sink, 0, sizeof(sink));
-	req.argv = argv;
-	req.timeout_ms = a->s->cfg->e2b_watch_timeout;
-	sink.start = fs_start;
-	sink.output = watch_output;
-	sink.exit = watch_exit;
-	sink.error = watch_error;
-	sink.arg = w;
-	w->op = sbx_call_exec(a->s->driver, a->npc.sandbox_id, &req, &sink, &err);
-	if (w->op == NULL) {
-		struct sbx_err e2;
-
-		run_error(&err, &e2);
-		watch_call_fail(w, &e2);
-		watch_unlink_free(w);
-		return;
-	}
-	api_connect_on_cancel(c, watch_cancelled, w);
-	if (!watcher)
-		api_connect_on_drain(c, watch_drained, w);
-}
-
-void
-api_e2b_fs_watch_dir(struct areq *a, struct api_connect_call *c, json_t *msg)
-{
-	watch_start(a, c, msg, 0);
-}
-
-void
-api_e2b_fs_create_watcher(struct areq *a, struct api_connect_call *c, json_t *msg)
-{
-	watch_start(a, c, msg, 1);
-}
-
-/* The watcher msg names, of a's sandbox; NULL after answering not_found. */
-static struct api_e2b_watch *
-watcher_find(struct areq *a, struct api_connect_call *c, const json_t *msg)
-{
-	const char *id = jstr(msg, "watcherId");
-	struct api_e2b_watch *w;
-
-	for (w = a->s->e2b_watches; id != NULL && w != NULL; w = w->next)
-		if (w->id[0] != '\0' && w->started &&
-		    strcmp(w->id, id) == 0 && strcmp(w->sandbox, a->npc.sandbox_id) == 0)
-			return w;
-	api_connect_error(c, "not_found", "No such watcher in this sandbox (it "
-	    "was removed, or it ended and its events were taken).");
-	return NULL;
-}
-
-void
-api_e2b_fs_get_watcher_events(struct areq *a, struct api_connect_call *c, json_t *msg)
-{
-	struct api_e2b_watch *w = watcher_find(a, c, msg);
-	struct sbx_err err;
-	json_t *evs;
-
-	if (w == NULL)
-		return;
-	if (json_array_size(w->events) == 0 && (w->lost || w->ended)) {
-		if (w->lost)
-			sbx_err_set(&err, SBX_E_TOO_MANY, "Events were lost: more than "
-			    "%lld waited (e2b_watcher_events_max) or the sandbox's "
-			    "inotify queue overflowed; create a new watcher.",
-			    a->s->cfg->e2b_watcher_events_max);
-		else if (w->end_err.code[0] != '\0')
-			err = w->end_err;
-		else
-			sbx_err_set(&err, SBX_E_NOT_FOUND, "The watched directory "
-			    "is gone; the watcher ended.");
-		api_connect_error(c, api_e2b_fs_code(&err), err.message);
-		watch_unlink_free(w);
-		return;
-	}
-	evs = w->events;
-	if ((w->events = json_array()) == NULL) {
-		w->events = evs;
-		api_connect_error(c, "internal", "Out of memory.");
-		return;
-	}
-	api_connect_reply(c, json_pack("{s:o}", "events", evs));
-}
-
-void
-api_e2b_fs_remove_watcher(struct areq *a, struct api_connect_call *c, json_t *msg)
-{
-	struct api_e2b_watch *w = watcher_find(a, c, msg);
-
-	if (w == NULL)
-		return;
-	watch_unlink_free(w);
-	api_connect_reply(c, json_object());
-}
-
-static void
-watches_stop(struct api_server *s, int answer)
-{
-	struct api_e2b_watch *w;
-	struct sbx_err err;
-
-	sbx_err_set(&err, SBX_E_SHUTTING_DOWN, "The api is shutting down; "
-	    "watch again in a moment.");
-	while ((w = s->e2b_watches) != NULL) {
-		/* The request layer ends the calls still open (abandon or
-		 * drain): their hooks must not run into a freed watch. */
-		if (answer)
-			watch_call_fail(w, &err);
-		else if (w->c != NULL)
-			api_connect_on_cancel(w->c, NULL, NULL);
-		w->c = NULL;
-		watch_unlink_free(w);
-	}
-}
-
-void
-api_e2b_fs_drain(struct api_server *s)
-{
-	watches_stop(s, 1);
-}
-
-void
-api_e2b_fs_close(struct api_server *s)
-{
-	watches_stop(s, 0);
-}

@@ -173,7 +173,9 @@
  *       or moved ({"gone":true}, exit 0) or stdout's reader goes:
  *       {"name":REL,"op":"create|write|remove|rename|chmod"}
  *       (REL below PATH; create also for a name moved in, rename for one
- *       moved out), and {"overflow":true} when the kernel's queue
+ *       moved out; a write's temporary file (".sbx-helper-*.tmp") is not
+ *       reported, its rename onto the target is "create" then "write" of
+ *       the target), and {"overflow":true} when the kernel's queue
  *       overflowed (events were lost). Writes block: the kernel's queue
  *       (fs.inotify.max_queued_events) is the only buffer. Not dumpable.
  *   sbx-helper kill ID

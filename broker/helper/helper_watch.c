@@ -148,12 +148,24 @@ follow_new_dir(struct watch *w, const struct wdir *parent, const char *name)
 	close(cfd);
 }
 
+/* A write's temporary file (helper_fs.c: ".sbx-helper-<16 hex>.tmp"):
+ * sbx's own, never reported; its rename onto the target is the write. */
+static int
+is_write_tmp(const char *name)
+{
+	size_t n = strlen(name);
+
+	return n == 12 + 16 + 4 && strncmp(name, ".sbx-helper-", 12) == 0 &&
+	    strcmp(name + 28, ".tmp") == 0;
+}
+
 static int
 relay(struct watch *w, struct helper_err *err)
 {
 	static char buf[64 * 1024] __attribute__((aligned(__alignof__(struct inotify_event))));
 	const struct inotify_event *ev;
 	const struct wdir *d;
+	uint32_t cookie = 0;   /* of the last sbx write's rename away */
 	ssize_t n;
 	char *p;
 
@@ -186,6 +198,19 @@ relay(struct watch *w, struct helper_err *err)
 			}
 			if (ev->len == 0 || ev->name[0] == '\0')
 				continue;
+			if (is_write_tmp(ev->name)) {
+				if (ev->mask & IN_MOVED_FROM)
+					cookie = ev->cookie;
+				continue;
+			}
+			if ((ev->mask & IN_MOVED_TO) && cookie != 0 && ev->cookie == cookie) {
+				/* An sbx write replaced the file whole: what a
+				 * writer in place would have caused. */
+				cookie = 0;
+				put_event(w, d->rel, ev->name, "create");
+				put_event(w, d->rel, ev->name, "write");
+				continue;
+			}
 			if (ev->mask & (IN_CREATE | IN_MOVED_TO)) {
 				put_event(w, d->rel, ev->name, "create");
 				if (w->recursive && (ev->mask & IN_ISDIR))

@@ -1,7 +1,8 @@
 """test_e2b_attacks - the E2B layer (issue 23, adr/0059-0061) tried as an attacker
 and a careless client would, on a real api and broker on the runtime under test,
 with python's stdlib as the client: another player's sandbox and processes out of
-reach with one's own token, paths that leave /work through a symlink a command
+reach with one's own token (and an operator is not handed a player's access
+token), paths that leave /work through a symlink a command
 made refused in E2B's shapes with sbx's sentence (nothing read or written
 outside), a multipart filename cut short by a NUL refused, and a refused token on
 the {port}-{id}.{e2b_domain} Host answered in envd's shape, not sbx's.
@@ -123,6 +124,20 @@ class E2BAttacksTest(unittest.TestCase):
                      {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"})
         self.assertEqual(r.status, 200, r.body)
         self.assertTrue(done.wait(30))
+
+    def test_an_operator_never_sees_a_players_access_token(self):
+        # envd acts under the owner's name: the token stays the owner's.
+        for m, p, body in (("GET", "/e2b/sandboxes/" + self.b[0], None),
+                           ("POST", "/e2b/v2/sandboxes/" + self.b[0] + "/connect",
+                            {"timeout": 600})):
+            r = sbxtest.tcp_http(self.host, self.port, m, p, body,
+                                 {"X-API-Key": self.stack.operator}, 60)
+            self.assertIn(r.status, (200, 201), r.body)
+            self.assertIsNone(r.json()["envdAccessToken"], r.body)
+            self.assertNotIn(self.b[1].encode(), r.body)
+            r = sbxtest.tcp_http(self.host, self.port, m, p, body,
+                                 {"X-API-Key": self.stack.other}, 60)
+            self.assertEqual(r.json()["envdAccessToken"], self.b[1], r.body)
 
     def test_host_form_refusal_is_envds_shape(self):
         # A wrong or absent token on the {port}-{id}.{domain} Host: envd's

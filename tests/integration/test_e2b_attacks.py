@@ -4,7 +4,8 @@ with python's stdlib as the client: another player's sandbox and processes out o
 reach with one's own token (and an operator is not handed a player's access
 token), paths that leave /work through a symlink a command
 made refused in E2B's shapes with sbx's sentence (nothing read or written
-outside), a multipart filename cut short by a NUL refused, and a refused token on
+outside), a paused sandbox's Connect calls answered in Connect's shape, a
+multipart filename cut short by a NUL refused, and a refused token on
 the {port}-{id}.{e2b_domain} Host answered in envd's shape, not sbx's.
 """
 
@@ -154,6 +155,25 @@ class E2BAttacksTest(unittest.TestCase):
         h = {"Host": "49983-%s.%s" % (self.a[0], DOMAIN), "X-Access-Token": self.a[1]}
         r = sbxtest.tcp_http(self.host, self.port, "GET", "/health", None, h, 30)
         self.assertEqual(r.status, 204, r.body)
+
+    def test_paused_sandbox_answers_connect_calls_in_connects_shape(self):
+        key = {"X-API-Key": self.stack.player}
+        r = sbxtest.tcp_http(self.host, self.port, "POST", "/e2b/sandboxes/%s/pause" % self.a[0],
+                             None, key, 120)
+        self.assertEqual(r.status, 204, r.body)
+        try:
+            r = self.rpc(self.a, "filesystem.Filesystem/Stat", {"path": "/work"})
+            self.assertEqual(r.status, 502, r.body)
+            self.assertEqual(r.json()["code"], "unavailable", r.body)
+            self.assertIn("connect first", r.json()["message"])
+            # /files is plain HTTP: E2B's {"code": 502} shape.
+            r = self.envd(self.a, "GET", "/files?path=x")
+            self.assertEqual((r.status, r.json()["code"]), (502, 502), r.body)
+        finally:
+            r = sbxtest.tcp_http(self.host, self.port, "POST",
+                                 "/e2b/v2/sandboxes/%s/connect" % self.a[0], {"timeout": 600},
+                                 key, 120)
+            self.assertEqual(r.status, 201, r.body)
 
     # ------------------------------------------------------------ paths
 

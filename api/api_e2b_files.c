@@ -69,6 +69,11 @@ e2b_fail_driver(struct areq *a, const struct sbx_err *in)
 	if (strcmp(in->code, SBX_E_NOT_RUNNING) == 0)
 		sbx_err_set(&err, SBX_E_NOT_RUNNING, "The sandbox is not running; "
 		    "connect to it first (POST /sandboxes/{id}/connect).");
+	/* A path that leaves /work through a symlink: 403 with the design's
+	 * sentence first, as filesystem.Filesystem answers it. */
+	if (strcmp(in->code, SBX_E_PATH_OUTSIDE_WORK) == 0)
+		sbx_err_set(&err, SBX_E_FORBIDDEN, "%s (%s)", API_E2B_PATH_OUTSIDE,
+		    in->message);
 	api_metrics_broker_error(&a->s->metrics, in->code);
 	e2b_fail(a, &err);
 }

@@ -166,6 +166,11 @@ conn_refuse(struct gconn *c, struct evbuffer *in,
 		    h->target);
 	else
 		evbuffer_add_printf(in, "GET / HTTP/1.1\r\n");
+	/* The Host too: a refusal is answered in the shape of what the Host
+	 * names (an E2B sandbox's {port}-{id}.{domain}, adr/0059). */
+	if (h != NULL && h->host != NULL && h->hostlen > 0)
+		evbuffer_add_printf(in, "Host: %.*s\r\n", (int)h->hostlen,
+		    h->host);
 	if (authed && h != NULL && h->auth != NULL) {
 		evbuffer_add_printf(in, "%s: ", SBX_HDR_AUTHORIZATION);
 		evbuffer_add(in, h->auth, h->alen);

@@ -76,6 +76,8 @@ struct fx {
 	int ghost;                    /* Podman's ghost of t1 (adr/0058): its
 	                               * inspect and the list answer 500 */
 	int removing;                 /* t1 left "removing" by a cut removal */
+	int exec_improper;            /* exec create: Podman's 500 of a
+	                               * container that is not running */
 	int gone;                     /* t1's inspect: Podman's 500 of a
 	                               * container being removed */
 	char helper_vol[96];          /* the name the driver must use */
@@ -521,6 +523,10 @@ route(struct conn *c, const char *method, const char *path, json_t *body)
 	    strcmp(method, "DELETE") == 0) {
 		f->c_exists = 0;
 		reply(bev, 204, "No Content", NULL);
+	} else if (strcmp(path, "/v1.41/containers/c0ffee0123456789/exec") == 0 &&
+	    f->exec_improper) {
+		reply(bev, 500, "Internal Server Error", msg("can only create exec "
+		    "sessions on running containers: container state improper"));
 	} else if (strcmp(path, "/v1.41/containers/c0ffee0123456789/exec") == 0) {
 		assert_true(f->nexecs < MAX_EXECS);
 		x = &f->execs[f->nexecs];
@@ -1181,6 +1187,25 @@ test_inspect_of_a_container_being_removed_is_absent(void **state)
 	run_loop(f);
 	assert_false(f->have_err);
 	assert_int_equal(f->st.state, SBX_STATE_ABSENT);
+}
+
+static struct sbx_op *exec_argv(struct fx *f, const char *const *argv,
+    int64_t timeout, int64_t cap);
+
+/* Podman refuses an exec in a container that stopped meanwhile with 500
+ * "... container state improper" (Docker: 409): not_running, not 502. */
+static void
+test_exec_refused_as_improper_state_is_not_running(void **state)
+{
+	struct fx *f = *state;
+	static const char *const argv[] = { "true", NULL };
+
+	running_sandbox(f);
+	f->exec_improper = 1;
+	exec_argv(f, argv, 0, 0);
+	run_loop(f);
+	assert_true(f->have_err);
+	assert_string_equal(f->err.code, SBX_E_NOT_RUNNING);
 }
 
 /* The judge reads Docker's header and Podman's (linkTarget: the path
@@ -2287,6 +2312,7 @@ main(void)
 		T(test_a_new_container_that_cannot_start_is_removed_and_its_text_kept),
 		T(test_ensure_removes_a_podman_ghost_and_keeps_the_volume),
 		T(test_ensure_removes_a_container_left_removing),
+		T(test_exec_refused_as_improper_state_is_not_running),
 		T(test_list_and_destroy_remove_a_podman_ghost),
 		T(test_inspect_of_a_container_being_removed_is_absent),
 	T(test_ensure_init_wait_cut_off_is_runtime_unavailable),

@@ -15,6 +15,7 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "api_connect.h"
 #include "api_e2b.h"
 #include "api_e2b_process.h"
 #include "api_e2b_fs.h"
@@ -925,6 +926,7 @@ api_server_drain(struct api_server *s, void (*done)(void *), void *arg)
 	 * proxied port connections. */
 	api_execs_drain(s);
 	api_terms_drain(s);
+	api_connect_drain(s);
 	api_ports_drain(s);
 	api_term_ws_drain(s);
 	api_e2b_fs_drain(s);

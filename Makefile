@@ -200,6 +200,15 @@ E2E_MODULES := tests/e2e/node_modules/.package-lock.json
 $(E2E_MODULES): tests/e2e/package.json tests/e2e/package-lock.json
 	cd tests/e2e && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund
 
+# The E2B compatibility scenario's client: npm `e2b` (issue 23), pinned by
+# tests/e2b/package-lock.json; tests/integration/test_e2b.py and the bench's
+# e2b rows run tests/e2b/*.mjs with it.
+E2B_MODULES := tests/e2b/node_modules/.package-lock.json
+$(E2B_MODULES): tests/e2b/package.json tests/e2b/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "make: npm is missing: the E2B scenario runs the" \
+		"npm e2b SDK (tests/e2b); install Debian's npm (deploy/deps.sh)" >&2; exit 1; }
+	cd tests/e2b && npm ci --no-audit --no-fund --ignore-scripts
+
 # The whole test suite: unit tests, the same under ASan+UBSan, the fuzz smoke,
 # integration tests on real Docker and Podman started on private sockets. One
 # summary line. Every build comes first, with both cores; the lanes of
@@ -207,7 +216,7 @@ $(E2E_MODULES): tests/e2e/package.json tests/e2e/package-lock.json
 # into a just-replaced container was reset twice while the sanitizer and
 # fuzz builds ran beside the integration lanes (adr/0039).
 CHECK_JOBS ?= 2
-check: deps $(E2E_MODULES)
+check: deps $(E2E_MODULES) $(E2B_MODULES)
 	$(MAKE) -j$(CHECK_JOBS) all unit
 	$(MAKE) -j$(CHECK_JOBS) SANITIZE=address,undefined unit
 	$(MAKE) -j$(CHECK_JOBS) FUZZ=1 fuzzers
@@ -216,12 +225,12 @@ check: deps $(E2E_MODULES)
 # The inner loop: unit tests, the same under ASan+UBSan (the fake driver's
 # conformance suite among them) and the Docker integration suites; no fuzz
 # smoke, no Podman, no suite that runs once.
-check-fast: deps $(E2E_MODULES)
+check-fast: deps $(E2E_MODULES) $(E2B_MODULES)
 	$(MAKE) -j$(CHECK_JOBS) all unit
 	@MAKE="$(MAKE)" SBX_CHECK_BUILD=san SBX_RUNTIMES=docker SBX_FUZZ=0 \
 		SBX_SKIP_ONCE=1 sh tests/run.sh
 
-bench: deps all $(BUILD)/engine-raw $(BUILD)/wire-micro
+bench: deps all $(BUILD)/engine-raw $(BUILD)/wire-micro $(E2B_MODULES)
 	@BUILD=$(BUILD) sh tests/bench/run.sh
 
 run: deps all

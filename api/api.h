@@ -96,6 +96,12 @@ struct api_config {
 	/* The Connect protocol of envd (api_connect.h, adr/0060). */
 	long long connect_message_max; /* bytes of one Connect request message; more: resource_exhausted */
 	long long connect_stream_high; /* bytes queued for a Connect stream above which its producer pauses */
+	/* E2B's filesystem service (docs/e2b.md, adr/0061). */
+	long long e2b_fs_list_max;  /* entries one ListDir answers at most; more: resource_exhausted */
+	long long e2b_watchers_per_sandbox; /* WatchDir streams and watchers open per sandbox */
+	long long e2b_watcher_events_max;   /* events a watcher holds for GetWatcherEvents */
+	long long e2b_watch_timeout; /* ms a watch lives at most (its helper's exec timeout) */
+	long long e2b_files_parts_max; /* files in one multipart POST /files */
 };
 
 extern const struct sbx_config_key api_config_keys[];

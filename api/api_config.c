@@ -152,6 +152,21 @@ const struct sbx_config_key api_config_keys[] = {
 	    "E2B: memoryMB the control plane reports (set it to the broker's memory limit)"),
 	K("e2b_disk_mb", SBX_CFG_INT, e2b_disk_mb, "1024",
 	    "E2B: diskSizeMB the control plane reports, and diskTotal of metrics"),
+	/* E2B's filesystem service (docs/e2b.md, adr/0061). */
+	K("e2b_fs_list_max", SBX_CFG_INT, e2b_fs_list_max, "10000",
+	    "E2B ListDir: entries one call answers at most (all depths); more: "
+	    "resource_exhausted"),
+	K("e2b_watchers_per_sandbox", SBX_CFG_INT, e2b_watchers_per_sandbox, "16",
+	    "E2B WatchDir streams and CreateWatcher watchers open at once per "
+	    "sandbox; more: resource_exhausted"),
+	K("e2b_watcher_events_max", SBX_CFG_INT, e2b_watcher_events_max, "1000",
+	    "E2B CreateWatcher: events held until GetWatcherEvents takes them; "
+	    "beyond, the watcher reports resource_exhausted (events were lost)"),
+	K("e2b_watch_timeout", SBX_CFG_DURATION_MS, e2b_watch_timeout, "10m",
+	    "E2B WatchDir and watchers: longest life of one watch (its helper "
+	    "runs as an exec; at most the broker's exec_timeout_max)"),
+	K("e2b_files_parts_max", SBX_CFG_INT, e2b_files_parts_max, "64",
+	    "E2B POST /files: files in one multipart upload; more: 400"),
 	{ NULL, 0, 0, NULL, 0, NULL },
 };
 
@@ -265,6 +280,13 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 		return sbx_err_set(err, SBX_E_CONFIG, "port_connections_per_sandbox "
 		    "and port_idle_timeout must be above 0, port_body_max 0 or "
 		    "more, preview_ttl_max at least 1s.");
+	if (cfg->e2b_fs_list_max <= 0 || cfg->e2b_fs_list_max > 100000 ||
+	    cfg->e2b_watchers_per_sandbox <= 0 ||
+	    cfg->e2b_watcher_events_max <= 0 || cfg->e2b_watch_timeout <= 0 ||
+	    cfg->e2b_files_parts_max <= 0)
+		return sbx_err_set(err, SBX_E_CONFIG, "e2b_fs_list_max must be 1 to "
+		    "100000, e2b_watchers_per_sandbox, e2b_watcher_events_max, "
+		    "e2b_watch_timeout and e2b_files_parts_max above 0.");
 	if (cfg->preview_domain != NULL && cfg->preview_domain[0] != '\0' &&
 	    (strspn(cfg->preview_domain, "abcdefghijklmnopqrstuvwxyz"
 	    "0123456789.-") != strlen(cfg->preview_domain) ||

@@ -277,17 +277,37 @@ call_pause(struct areq *a, int on)
 		c->drain_fn(c->drain_arg);
 }
 
-/* Drain past shutdown_grace: the stream ends unavailable, as envd's would
- * when it goes away. */
+/* The api drains: a stream ends unavailable, as envd's would when it goes
+ * away. The handler is told first (its cancel hook: it forgets c), so
+ * nothing of it writes to the call after; a handler without a cancel hook
+ * keeps c, so its stream is cut and c stays until it ends it. */
 static void
 call_shutdown(struct areq *a)
 {
 	struct api_connect_call *c = a->connect;
 
-	if (c != NULL && !c->answered)
-		api_connect_end(c, "unavailable", "The api is shutting down.");
-	else
+	if (c == NULL || c->answered || c->cancel_fn == NULL) {
 		areq_stream_abort(a, SBX_E_SHUTTING_DOWN);
+		return;
+	}
+	if (!c->cancel_ran) {
+		c->cancel_ran = 1;
+		c->cancel_fn(c->cancel_arg);
+	}
+	api_connect_end(c, "unavailable", "The api is shutting down.");
+}
+
+void
+api_connect_drain(struct api_server *s)
+{
+	struct areq *a, *next;
+
+	for (a = s->live; a != NULL; a = next) {
+		next = a->next;
+		if (a->connect != NULL && a->h.streaming && a->h.req != NULL &&
+		    !a->connect->answered)
+			call_shutdown(a);
+	}
 }
 
 static void

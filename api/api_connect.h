@@ -60,6 +60,12 @@ const char *api_connect_code_of(const struct sbx_err *err);
 /* api_connect_error with err's code (api_connect_code_of) and message. */
 void api_connect_fail(struct api_connect_call *c, const struct sbx_err *err);
 
+/* The api drains (SIGTERM): every Connect stream still open ends now with
+ * unavailable "The api is shutting down." (its handler's cancel hook runs
+ * first); unary calls finish as usual within shutdown_grace. */
+struct api_server;
+void api_connect_drain(struct api_server *s);
+
 /* The call's Connect-Timeout-Ms (ms; 0: the client set none). Where envd
  * takes a process's deadline from (its Start). */
 int64_t api_connect_timeout_ms(const struct api_connect_call *c);

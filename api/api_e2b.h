@@ -69,11 +69,20 @@ int api_e2b_open(struct api_server *s, struct sbx_err *err);
 void api_e2b_close(struct api_server *s);
 
 /* The header fields the gate must keep for the E2B credentials
- * (sbx_gate_limits.fields): X-API-Key, X-Access-Token, E2b-Sandbox-Id. */
+ * (sbx_gate_limits.fields): X-API-Key, X-Access-Token, E2b-Sandbox-Id, and
+ * E2b-Sandbox-Port (which body streams: api_e2b_gate_streams). */
 #define API_E2B_FIELD_KEY 0
 #define API_E2B_FIELD_TOKEN 1
 #define API_E2B_FIELD_ID 2
-extern const char *const api_e2b_gate_fields[3];
+#define API_E2B_FIELD_PORT 3
+extern const char *const api_e2b_gate_fields[4];
+
+/* 1 when a head api_e2b_claims took is envd's POST /files (port 49983 by
+ * the E2b-Sandbox-Port field, absent, or the Host form): its body, up to
+ * file_size_max, is streamed to the handler as it arrives (adr/0061, as
+ * PUT .../files, adr/0030) rather than gathered up to port_body_max. */
+int api_e2b_gate_streams(const struct api_server *s, const struct sbx_gate_head *h,
+    const char *path);
 
 /* 1 when a request for path (NULL ok) with Host host (hostlen bytes, NULL
  * ok) is the E2B layer's: path under /e2b/, or, with e2b_domain set, a

@@ -10,6 +10,7 @@
 #include <sodium.h>
 
 #include "api_connect.h"
+#include "api_e2b.h"
 #include "api_e2b_process.h"
 #include "api_int.h"
 #include "api_term.h"
@@ -24,6 +25,10 @@
 #define KEEPALIVE_DEFAULT_S 90     /* envd's, without Keepalive-Ping-Interval */
 #define KEEPALIVE_MIN_S 1
 #define KEEPALIVE_MAX_S 3600
+
+/* "/bin/bash ARGS" where there is a bash, else "/bin/sh ARGS" ($0 is
+ * "/bin/bash", "$@" the SDK's arguments). */
+#define BASH_OR_SH "[ -x /bin/bash ] && exec /bin/bash \"$@\"; exec /bin/sh \"$@\""
 
 /* The sentences of what sbx refuses (docs/e2b.md). */
 #define MSG_ROOT "sbx runs every command as the sandbox user."
@@ -510,7 +515,6 @@ static json_t *
 envs_merge(struct areq *a, const json_t *req_envs, struct sbx_err *err)
 {
 	json_t *all = NULL;
-#ifdef HAVE_E2B_LOOKUP
 	struct evkeyvalq *hs = evhttp_request_get_input_headers(a->h.req);
 	struct api_e2b_sandbox sb;
 	json_error_t jerr;
@@ -519,9 +523,6 @@ envs_merge(struct areq *a, const json_t *req_envs, struct sbx_err *err)
 	    "X-Access-Token"), &sb, err) == 0 && sb.env_json != NULL)
 		all = json_loads(sb.env_json, 0, &jerr);
 	sbx_err_clear(err);
-#else
-	(void)a;
-#endif
 	if (!json_is_object(all)) {
 		json_decref(all);
 		all = json_object();
@@ -657,7 +658,7 @@ api_e2b_proc_start(struct areq *a, struct api_connect_call *c, json_t *msg)
 	json_t *envs = NULL, *v;
 	const char **argv = NULL, **env = NULL;
 	char cwd[4096], preview[256];
-	size_t i, used;
+	size_t i, j, used;
 
 	sbx_err_clear(&e);
 	procs_sweep(s);
@@ -665,7 +666,7 @@ api_e2b_proc_start(struct areq *a, struct api_connect_call *c, json_t *msg)
 	    cwd_map(r.cwd, cwd, sizeof(cwd), &e) == -1 ||
 	    (envs = envs_merge(a, r.envs, &e)) == NULL)
 		goto fail;
-	argv = calloc(json_array_size(r.args) + 2, sizeof(*argv));
+	argv = calloc(json_array_size(r.args) + 5, sizeof(*argv));
 	env = env_list(envs);
 	p = calloc(1, sizeof(*p));
 	if (argv == NULL || env == NULL || p == NULL ||
@@ -674,13 +675,22 @@ api_e2b_proc_start(struct areq *a, struct api_connect_call *c, json_t *msg)
 		sbx_err_oom(&e);
 		goto fail;
 	}
-	argv[0] = r.cmd;
 	used = (size_t)snprintf(preview, sizeof(preview), "%s", r.cmd);
+	j = 0;
+	if (strcmp(r.cmd, "/bin/bash") == 0) {
+		/* The SDK runs everything as /bin/bash (commands: -l -c CMD,
+		 * pty: -i -l); an image without bash gets /bin/sh with the
+		 * same arguments (adr/0060). */
+		argv[j++] = "/bin/sh";
+		argv[j++] = "-c";
+		argv[j++] = BASH_OR_SH;
+	}
+	argv[j++] = r.cmd;
 	json_array_foreach(r.args, i, v) {
-		argv[i + 1] = json_string_value(v);
+		argv[j++] = json_string_value(v);
 		if (used < sizeof(preview))
 			used += (size_t)snprintf(preview + used, sizeof(preview) -
-			    used, " %s", argv[i + 1]);
+			    used, " %s", json_string_value(v));
 	}
 	/* What List shows: envd's ProcessConfig as it was asked. */
 	json_object_set_new(p->config, "cmd", json_string(r.cmd));

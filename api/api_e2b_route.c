@@ -21,10 +21,11 @@
 #define MSG_NO_TOKEN "The sandbox's access token is required " \
 	"(X-Access-Token: envdAccessToken of create or connect)."
 
-const char *const api_e2b_gate_fields[3] = {
+const char *const api_e2b_gate_fields[4] = {
 	[API_E2B_FIELD_KEY] = "X-API-Key",
 	[API_E2B_FIELD_TOKEN] = "X-Access-Token",
 	[API_E2B_FIELD_ID] = "E2b-Sandbox-Id",
+	[API_E2B_FIELD_PORT] = "E2b-Sandbox-Port",
 };
 
 /* envd and a sandbox's ports take every method a client sends. */
@@ -145,7 +146,9 @@ api_e2b_gate(struct api_server *s, const struct sbx_gate_head *h,
 			/* An unknown sandbox is dispatch's 404, with no body. */
 			return strcmp(err.code, SBX_E_NOT_FOUND) == 0 ?
 			    SBX_GATE_PASS : SBX_GATE_UNAUTHORIZED;
-		*cap = (uint64_t)s->cfg->port_body_max;
+		*cap = api_e2b_gate_streams(s, h, path) ?
+		    (uint64_t)s->cfg->file_size_max :
+		    (uint64_t)s->cfg->port_body_max;
 		return SBX_GATE_KEYED;
 	}
 	ok = field_copy(h, API_E2B_FIELD_KEY, key, sizeof(key)) &&
@@ -159,6 +162,32 @@ api_e2b_gate(struct api_server *s, const struct sbx_gate_head *h,
 	if (r != NULL && (r->flags & (R_JSON | R_JSON_OPT)))
 		*cap = (uint64_t)s->cfg->body_max;
 	return SBX_GATE_KEYED;
+}
+
+int
+api_e2b_gate_streams(const struct api_server *s, const struct sbx_gate_head *h,
+    const char *path)
+{
+	char id[API_NPC_NAME_MAX + 2];
+	const char *p;
+	int port;
+
+	if (h->type != EVHTTP_REQ_POST || path == NULL)
+		return 0;
+	if (host_form(s, h->host, h->hostlen, &port, id, sizeof(id)))
+		p = path;
+	else if (under(path, ENVD_PREFIX)) {
+		p = path + strlen(ENVD_PREFIX);
+		port = API_E2B_ENVD_PORT;
+		if (h->nfield[API_E2B_FIELD_PORT] > 1)
+			return 0;
+		if (h->nfield[API_E2B_FIELD_PORT] == 1 &&
+		    (h->fieldlen[API_E2B_FIELD_PORT] != 5 ||
+		    memcmp(h->field[API_E2B_FIELD_PORT], "49983", 5) != 0))
+			return 0;
+	} else
+		return 0;
+	return port == API_E2B_ENVD_PORT && strcmp(p, "/files") == 0;
 }
 
 /* ------------------------------------------------------------------ */

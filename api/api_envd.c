@@ -5,12 +5,11 @@
 
 #include "api_connect.h"
 #include "api_connect_wire.h"
+#include "api_e2b.h"
+#include "api_e2b_fs.h"
 #include "api_e2b_process.h"
 #include "api_int.h"
 #include "sbx_proto.h"
-
-/* Where the api serves envd when E2B_SANDBOX_URL is <api>/e2b/envd. */
-#define API_ENVD_PREFIX "/e2b/envd"
 
 /* One envd method: a Connect method (http NULL) of kind answered by fn,
  * or a plain HTTP route answered by http. Paths are envd's own (what
@@ -32,18 +31,35 @@ static const struct envd_row envd_rows[] = {
 	{ "/process.Process/Update", API_CONNECT_UNARY, api_e2b_proc_update, NULL },
 	/* Client streaming: refused unimplemented by the core (adr/0060). */
 	{ "/process.Process/StreamInput", API_CONNECT_CLIENT_STREAM, api_e2b_proc_send_input, NULL },
+	{ "/filesystem.Filesystem/Stat", API_CONNECT_UNARY, api_e2b_fs_stat, NULL },
+	{ "/filesystem.Filesystem/MakeDir", API_CONNECT_UNARY, api_e2b_fs_make_dir, NULL },
+	{ "/filesystem.Filesystem/Move", API_CONNECT_UNARY, api_e2b_fs_move, NULL },
+	{ "/filesystem.Filesystem/Remove", API_CONNECT_UNARY, api_e2b_fs_remove, NULL },
+	{ "/filesystem.Filesystem/ListDir", API_CONNECT_UNARY, api_e2b_fs_list_dir, NULL },
+	{ "/filesystem.Filesystem/WatchDir", API_CONNECT_SERVER_STREAM, api_e2b_fs_watch_dir, NULL },
+	{ "/filesystem.Filesystem/CreateWatcher", API_CONNECT_UNARY, api_e2b_fs_create_watcher, NULL },
+	{ "/filesystem.Filesystem/GetWatcherEvents", API_CONNECT_UNARY, api_e2b_fs_get_watcher_events, NULL },
+	{ "/filesystem.Filesystem/RemoveWatcher", API_CONNECT_UNARY, api_e2b_fs_remove_watcher, NULL },
+	/* envd's plain HTTP routes (api_e2b_files.c, adr/0061). */
+	{ "/files", API_CONNECT_UNARY, NULL, api_e2b_files },
+	{ "/health", API_CONNECT_UNARY, NULL, api_e2b_health },
 };
 
+/* Where the api serves envd when E2B_SANDBOX_URL is <api>/e2b/envd. */
+#define API_ENVD_PREFIX "/e2b/envd"
+
 /* The envd path of a's URI: after "/e2b/envd" when the request came under
- * the api's envd prefix, else the path itself (the Host form). */
+ * the api's envd prefix, else the path itself (the {port}-{id}.{domain}
+ * Host form). (api_e2b_route.c has the same rule; it calls this file, so
+ * this file does not call it back.) */
 static const char *
 envd_path(struct areq *a)
 {
 	const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(a->h.req);
 	const char *p = u != NULL ? evhttp_uri_get_path(u) : NULL;
 
-	if (p == NULL)
-		return "";
+	if (p == NULL || p[0] == '\0')
+		return "/";
 	if (strncmp(p, API_ENVD_PREFIX, sizeof(API_ENVD_PREFIX) - 1) == 0 &&
 	    p[sizeof(API_ENVD_PREFIX) - 1] == '/')
 		p += sizeof(API_ENVD_PREFIX) - 1;

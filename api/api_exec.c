@@ -164,6 +164,10 @@ exec_exit(void *arg, const struct sbx_exit *ex)
 		return;
 	}
 	if ((line = evbuffer_new()) != NULL) {
+		/* /work crossed its quota: the owner is told (adr/0057) */
+		if (ex->work_quota > 0 && sbx_ndjson_quota(line, ex->work_bytes,
+		    ex->work_quota) == 0)
+			sse_emit(a, line);
 		if (sbx_ndjson_exit(line, ex->code, ex->signal,
 		    ex->duration_ms, ex->truncated) == 0)
 			sse_emit(a, line);

@@ -541,6 +541,10 @@ x_exit(void *arg, const struct sbx_exit *ex)
 	snprintf(x->signal, sizeof(x->signal), "%s", ex->signal != NULL ?
 	    ex->signal : "");
 	if ((line = evbuffer_new()) != NULL) {
+		/* /work crossed its quota: the owner is told (adr/0057) */
+		if (ex->work_quota > 0 && sbx_ndjson_quota(line, ex->work_bytes,
+		    ex->work_quota) == 0)
+			log_line(x, line);
 		if (sbx_ndjson_exit(line, ex->code, ex->signal,
 		    ex->duration_ms, ex->truncated) == 0)
 			log_line(x, line);

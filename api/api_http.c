@@ -15,8 +15,10 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "api_connect.h"
 #include "api_e2b.h"
 #include "api_e2b_process.h"
+#include "api_e2b_fs.h"
 #include "api_int.h"
 #include "api_term.h"
 #include "sbx_call.h"
@@ -459,9 +461,11 @@ gate_stream(void *arg, const struct sbx_gate_head *h, const char *path)
 	const struct api_route *r;
 	char npc[API_NPC_NAME_MAX + 2], id[40];
 
-	(void)arg;
 	if (path == NULL)
 		return 0;
+	/* envd's POST /files (adr/0061). */
+	if (api_e2b_claims(arg, path, h->host, h->hostlen))
+		return api_e2b_gate_streams(arg, h, path);
 	r = route_find(path, h->type, npc, sizeof(npc), id, sizeof(id), NULL, 0);
 	return r != NULL && (r->flags & R_RAW);
 }
@@ -672,6 +676,10 @@ check_body(struct areq *a, int too_large, struct sbx_err *err)
 
 	blen = too_large ? SIZE_MAX : a->gbody != NULL ?
 	    (size_t)sbx_gate_body_length(a->gbody) : evbuffer_get_length(in);
+	/* envd's POST /files, streamed within file_size_max (adr/0061). */
+	if ((flags & R_PORT) && a->gbody != NULL)
+		return too_large ? sbx_err_set(err, SBX_E_TOO_LARGE,
+		    SBX_MSG_FILE_TOO_LARGE, cfg->file_size_max) : 0;
 	if ((flags & R_PORT) && blen > (size_t)cfg->port_body_max)
 		return sbx_err_set(err, SBX_E_TOO_LARGE, "The request body is "
 		    "larger than %lld bytes (port_body_max).",
@@ -918,8 +926,10 @@ api_server_drain(struct api_server *s, void (*done)(void *), void *arg)
 	 * proxied port connections. */
 	api_execs_drain(s);
 	api_terms_drain(s);
+	api_connect_drain(s);
 	api_ports_drain(s);
 	api_term_ws_drain(s);
+	api_e2b_fs_drain(s);
 	snprintf(n, sizeof(n), "%u", s->inflight);
 	log_info("draining", "in_flight", n, NULL);
 	/* Cannot wait politely (no memory for the events): cancelled now. */
@@ -936,6 +946,7 @@ api_server_free(struct api_server *s)
 		return;
 	/* Requests still open: stop their driver work; evhttp_free below
 	 * closes their connections. */
+	api_e2b_fs_close(s);     /* before its calls are abandoned */
 	api_req_abandon_all(s);
 	api_e2b_close(s);
 	api_ports_close(s);

@@ -46,6 +46,8 @@ struct api_term;
 struct ax_list_out;
 struct api_connect_call;
 struct e2b_proc;
+struct api_e2b_watch;
+struct api_e2b_upload;
 
 /* Entries a list asks the broker for (its own list_max_entries may be lower). */
 #define API_LIST_MAX_ENTRIES 10000
@@ -87,6 +89,8 @@ struct api_server {
 	/* E2B's processes (api_e2b_process.c, adr/0060). */
 	struct e2b_proc *e2b_procs; /* newest first */
 	uint32_t e2b_next_pid;      /* the pid the next one gets */
+	/* E2B's watches: WatchDir streams and watchers (api_e2b_fs.c, adr/0061). */
+	struct api_e2b_watch *e2b_watches;
 };
 
 /* The sentence a player gets when asking for egress (SPEC §8); %s: NPC. */
@@ -236,6 +240,7 @@ struct areq {
 	struct sbx_gate_body *gbody;
 	uint64_t wsize;                     /* its Content-Length, bytes */
 	struct api_spool *spool;            /* a chunked one's file (api_files.c) */
+	struct api_e2b_upload *upload;      /* E2B's POST /files (api_e2b_files.c) */
 	int close_after;                    /* the reply closes the connection */
 	int stream_counted;                 /* holds one of who's stream slots */
 	struct sbx_list_out *lout;          /* a list reply being encoded */

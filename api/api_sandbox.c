@@ -60,8 +60,9 @@ json_t *
 api_status_json(const struct areq *a, const struct sbx_status *st)
 {
 	int absent = st->state == SBX_STATE_ABSENT;
+	json_t *o;
 
-	return json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:b,s:o,s:o,s:o}",
+	o = json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:b,s:o,s:o,s:o}",
 	    "npc", a->npc.name, "owner", a->npc.owner, "sandbox_id",
 	    a->npc.sandbox_id, "state", sbx_state_name(st->state),
 	    "image", absent || st->image[0] == '\0' ? json_null() :
@@ -71,6 +72,13 @@ api_status_json(const struct areq *a, const struct sbx_status *st)
 	    opt_ms(st->last_used_at_ms), "stop_reason",
 	    st->stop_reason[0] != '\0' && !absent ?
 	    json_string(st->stop_reason) : json_null());
+	/* The broker's /work quota and its figure (adr/0057). */
+	if (o != NULL && st->quota.present &&
+	    json_object_set_new(o, "quota", sbx_quota_json(&st->quota)) == -1) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
 }
 
 /* 0 when every member of obj is in allowed; else -1 with err. */

@@ -598,11 +598,12 @@ t_error(void *arg, const struct sbx_err *err)
 	if (t->started != NULL) {
 		/* Refused before it started: its opener is told, no record. */
 		api_term_started_fn fn = t->started;
+		void *sarg = t->started_arg;
 
 		t->started = NULL;
 		snprintf(t->state, sizeof(t->state), "failed");
 		term_forget(t);
-		fn(t->started_arg, NULL, err);
+		fn(sarg, NULL, err);
 		return;
 	}
 	if (a != NULL) {

@@ -35,6 +35,11 @@ on_event(void *arg, const struct sbx_event *ev, const char *line, size_t len)
 			b->sink.output(b->sink.arg, ev->stream, ev->data,
 			    ev->len);
 		break;
+	case SBX_EVENT_QUOTA:
+		/* Goes out with the exit, just before it (adr/0057). */
+		b->exit.work_bytes = ev->work_bytes;
+		b->exit.work_quota = ev->work_quota;
+		break;
 	case SBX_EVENT_EXIT:
 		/* Held until the stream ends: an error may still follow. */
 		dbk_op_keep_exit(b, ev);

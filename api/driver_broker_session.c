@@ -186,6 +186,11 @@ on_event(void *arg, const struct sbx_event *ev, const char *line, size_t len)
 		b->started = 1;
 		b->sink.start(b->sink.arg, ev->exec_id);
 		break;
+	case SBX_EVENT_QUOTA:
+		/* Goes out with the exit, just before it (adr/0057). */
+		b->exit.work_bytes = ev->work_bytes;
+		b->exit.work_quota = ev->work_quota;
+		break;
 	case SBX_EVENT_EXIT:
 		dbk_op_keep_exit(b, ev);
 		terminal(s, 1, NULL);

@@ -68,6 +68,8 @@ struct broker_config {
 	long long shutdown_grace; /* ms SIGTERM waits for in-flight requests */
 	long long usage_timeout;  /* ms a /work usage walk may take (adr/0017) */
 	long long usage_max_entries; /* entries a /work usage walk counts at most */
+	long long work_quota;     /* bytes of /work per sandbox, soft (adr/0057); 0: none */
+	long long work_quota_stale; /* ms a /work figure is trusted for a write */
 	int agent;                /* helper invocations through each sandbox's agent (adr/0025) */
 	long long agent_idle, agent_ping, agent_fresh; /* ms (adr/0025) */
 	long long socket_mode;    /* unix socket permission bits, e.g. 0660 */

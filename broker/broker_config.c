@@ -100,6 +100,13 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "status ?usage=1: longest walk of /work; then the figures say partial"),
 	K("usage_max_entries", SBX_CFG_INT, usage_max_entries, "200000",
 	    "status ?usage=1: most /work entries walked; then the figures say partial"),
+	K("work_quota", SBX_CFG_BYTES, work_quota, "0",
+	    "bytes /work may hold per sandbox, kept by the broker (adr/0057): "
+	    "API writes past it 507 quota_exceeded, a quota event at an exec's "
+	    "end; each exec's end then counts /work (0: no quota)"),
+	K("work_quota_stale", SBX_CFG_DURATION_MS, work_quota_stale, "10s",
+	    "work_quota: how old a count of /work may be for judging a write; "
+	    "older, /work is counted again first"),
 	K("agent", SBX_CFG_BOOL, agent, "true",
 	    "run sbx-helper as one long-lived agent per sandbox (adr/0025); false: one runtime exec per operation"),
 	K("agent_idle", SBX_CFG_DURATION_MS, agent_idle, "60s",

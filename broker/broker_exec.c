@@ -8,6 +8,7 @@
 #include "broker_int.h"
 #include "broker_metrics.h"
 #include "sbx_call.h"
+#include "sbx_log.h"
 #include "sbx_ndjson.h"
 #include "sbx_proto.h"
 #include "sbx_time.h"
@@ -50,10 +51,47 @@ exec_output_end(struct breq *b)
 	sbx_ndjson_output_flush(b->h.chunk, &b->hold[1], SBX_STREAM_STDERR);
 }
 
+/* The end of the stream: the quota event when ex says so (adr/0057),
+ * then the exit event. */
+static void
+exec_end(struct breq *b, const struct sbx_exit *ex)
+{
+	if (ex->work_quota > 0)
+		sbx_ndjson_quota(b->h.chunk, ex->work_bytes, ex->work_quota);
+	sbx_ndjson_exit(b->h.chunk, ex->code, ex->signal, ex->duration_ms,
+	    ex->truncated);
+	breq_stream_end(b, "ok");
+}
+
+/* /work counted at the exec's end: the held exit goes out, with the
+ * quota event when this count finds /work over the quota since the
+ * owner was last told. A failed count only loses the event. */
+static void
+exec_counted(void *arg, const struct sbx_err *err, const struct sbx_status *st)
+{
+	struct breq *b = arg;
+	struct sbx_exit ex = b->held_exit;
+
+	b->op = NULL;
+	if (err == NULL && st->usage.present) {
+		broker_quota_counted(b->s->quota, b->id, sbx_mono_ms(),
+		    st->usage.bytes);
+		if (broker_quota_tell(b->s->quota, b->id)) {
+			ex.work_bytes = st->usage.bytes;
+			ex.work_quota = broker_quota_bytes(b->s->quota);
+		}
+	} else if (err != NULL) {
+		log_warn("work quota: /work not counted at an exec's end", "id",
+		    b->id, "code", err->code, NULL);
+	}
+	exec_end(b, &ex);
+}
+
 static void
 exec_exit(void *arg, const struct sbx_exit *ex)
 {
 	struct breq *b = arg;
+	struct sbx_err e;
 
 	b->op = NULL;
 	if (!b->h.streaming) {
@@ -63,9 +101,24 @@ exec_exit(void *arg, const struct sbx_exit *ex)
 		return;
 	}
 	exec_output_end(b);
-	sbx_ndjson_exit(b->h.chunk, ex->code, ex->signal, ex->duration_ms,
-	    ex->truncated);
-	breq_stream_end(b, "ok");
+	breq_stream_flush(b);
+	/* With a work_quota, /work is counted unless a count ended after
+	 * this exec began (adr/0057); the exit waits for it. */
+	if (broker_quota_exit_needs_count(b->s->quota, b->id, b->exec_t0) &&
+	    sbx_call_supports(b->s->driver, SBX_CALL_STATUS_USAGE)) {
+		b->held_exit = *ex;
+		b->held_exit.work_bytes = b->held_exit.work_quota = 0;
+		snprintf(b->held_signal, sizeof(b->held_signal), "%s",
+		    ex->signal != NULL ? ex->signal : "");
+		b->held_exit.signal = ex->signal != NULL ? b->held_signal : NULL;
+		b->op = sbx_call_status_usage(b->s->driver, b->id,
+		    exec_counted, b, &e);
+		if (b->op != NULL)
+			return;
+		log_warn("work quota: /work not counted at an exec's end", "id",
+		    b->id, "code", e.code, NULL);
+	}
+	exec_end(b, ex);
 }
 
 static void

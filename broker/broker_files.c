@@ -19,6 +19,7 @@
 #include "sbx_log.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"
+#include "sbx_time.h"
 #include "sbx_wire.h"
 
 static void
@@ -189,22 +190,14 @@ query_mode(struct breq *b, struct sbx_err *err)
 	return r;
 }
 
-int
-h_write(struct breq *b, struct sbx_err *err)
+/* The write itself, once the quota let it through. */
+static int
+write_go(struct breq *b, struct sbx_err *err)
 {
 	struct evbuffer *in = evhttp_request_get_input_buffer(b->h.req);
 
-	if (query_path(b, err) == -1)
-		return -1;
-	if (strcmp(b->path, SBX_WORK_DIR) == 0)
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "A file path under "
-		    "/work is needed, not /work itself.");
-	if (query_mode(b, err) == -1 || fileop_admit(b, err) == -1)
-		return -1;
-	if (b->gbody != NULL) {
-		b->detach = files_detach;
+	if (b->gbody != NULL)
 		return write_streamed(b, err);
-	}
 	/* Kept for the reply: the driver drains the body. */
 	b->wsize = evbuffer_get_length(in);
 	b->op = sbx_call_write(b->s->driver, b->id, b->path, b->mode,
@@ -213,6 +206,96 @@ h_write(struct breq *b, struct sbx_err *err)
 		return -1;
 	breq_watch(b);
 	return 0;
+}
+
+/* Bytes the write brings: its Content-Length, -1 for a chunked body
+ * whose length is not known yet (then /work alone is judged). */
+static int64_t
+write_incoming(struct breq *b)
+{
+	if (b->gbody != NULL)
+		return sbx_gate_body_chunked(b->gbody) &&
+		    !sbx_gate_body_complete(b->gbody) ? -1 :
+		    (int64_t)sbx_gate_body_length(b->gbody);
+	return (int64_t)evbuffer_get_length(
+	    evhttp_request_get_input_buffer(b->h.req));
+}
+
+static void write_counted(void *arg, const struct sbx_err *err,
+    const struct sbx_status *st);
+
+/*
+ * The soft quota (adr/0057): 0 the write may go on, 1 /work is being
+ * counted first (write_counted goes on), -1 with err: quota_exceeded
+ * (507), nothing written. counted: a walk just ended; a figure still
+ * missing then (a sandbox not running, a driver that cannot count) lets
+ * the write go on: the write itself then answers.
+ */
+static int
+write_judge(struct breq *b, int counted, struct sbx_err *err)
+{
+	int64_t n = write_incoming(b), used;
+
+	switch (broker_quota_write(b->s->quota, b->id, sbx_mono_ms(), n,
+	    &used)) {
+	case BQ_ALLOW:
+		return 0;
+	case BQ_REFUSE:
+		return sbx_err_set(err, SBX_E_QUOTA, "/work holds %lld bytes; "
+		    "writing %lld more would pass its quota of %lld bytes. Remove "
+		    "files from /work, then try again.", (long long)used,
+		    (long long)(n > 0 ? n : 0),
+		    (long long)broker_quota_bytes(b->s->quota));
+	case BQ_COUNT:
+		break;
+	}
+	if (counted || !sbx_call_supports(b->s->driver, SBX_CALL_STATUS_USAGE))
+		return 0;
+	b->op = sbx_call_status_usage(b->s->driver, b->id, write_counted, b,
+	    err);
+	if (b->op == NULL)
+		return -1;
+	breq_watch(b);
+	if (b->gbody != NULL)
+		sbx_gate_body_kick(b->gbody);
+	return 1;
+}
+
+static void
+write_counted(void *arg, const struct sbx_err *err, const struct sbx_status *st)
+{
+	struct breq *b = arg;
+	struct sbx_err e;
+
+	b->op = NULL;
+	if (err == NULL && st->usage.present)
+		broker_quota_counted(b->s->quota, b->id, sbx_mono_ms(),
+		    st->usage.bytes);
+	else if (err != NULL)
+		log_warn("work quota: /work not counted, the write goes on",
+		    "id", b->id, "code", err->code, NULL);
+	sbx_err_clear(&e);
+	if (write_judge(b, 1, &e) == -1 || write_go(b, &e) == -1)
+		breq_fail(b, &e);
+}
+
+int
+h_write(struct breq *b, struct sbx_err *err)
+{
+	int r;
+
+	if (query_path(b, err) == -1)
+		return -1;
+	if (strcmp(b->path, SBX_WORK_DIR) == 0)
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "A file path under "
+		    "/work is needed, not /work itself.");
+	if (query_mode(b, err) == -1 || fileop_admit(b, err) == -1)
+		return -1;
+	if (b->gbody != NULL)
+		b->detach = files_detach;
+	if ((r = write_judge(b, 0, err)) != 0)
+		return r < 0 ? -1 : 0;
+	return write_go(b, err);
 }
 
 /* A page's reply is encoded in slices, one per turn of the event loop,

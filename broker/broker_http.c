@@ -240,18 +240,31 @@ h_ensure(struct breq *b, struct sbx_err *err)
 	return 0;
 }
 
+/* st with the broker's /work quota and figure of b's sandbox
+ * (adr/0057), for a status reply. */
+static struct sbx_status
+status_with_quota(struct breq *b, const struct sbx_status *st)
+{
+	struct sbx_status out = *st;
+
+	broker_quota_status(b->s->quota, b->id, sbx_mono_ms(), &out.quota);
+	return out;
+}
+
 static void
 status_done(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 {
 	struct breq *b = arg;
 	struct broker_row row;
+	struct sbx_status q;
 
 	b->op = NULL;
 	if (err != NULL) {
 		breq_fail(b, err);
 		return;
 	}
-	breq_reply_json(b, 200, status_json(st, status_record(b->s, st, &row)),
+	q = status_with_quota(b, st);
+	breq_reply_json(b, 200, status_json(&q, status_record(b->s, st, &row)),
 	    "ok");
 }
 
@@ -290,6 +303,7 @@ status_usage_done(void *arg, const struct sbx_err *err,
 {
 	struct breq *b = arg;
 	struct broker_row row;
+	struct sbx_status q;
 	json_t *o;
 
 	b->op = NULL;
@@ -297,7 +311,12 @@ status_usage_done(void *arg, const struct sbx_err *err,
 		breq_fail(b, err);
 		return;
 	}
-	o = status_json(st, status_record(b->s, st, &row));
+	/* A count of /work is the quota's figure too (adr/0057). */
+	if (st->usage.present)
+		broker_quota_counted(b->s->quota, b->id, sbx_mono_ms(),
+		    st->usage.bytes);
+	q = status_with_quota(b, st);
+	o = status_json(&q, status_record(b->s, st, &row));
 	if (o != NULL)
 		json_object_set_new(o, "usage", sbx_usage_json(&st->usage));
 	breq_reply_json(b, 200, o, "ok");
@@ -355,6 +374,7 @@ destroy_done(void *arg, const struct sbx_err *err)
 		return;
 	}
 	broker_metrics_egress_forget(b->s->metrics, b->id);
+	broker_quota_forget(b->s->quota, b->id);
 	memset(&gone, 0, sizeof(gone));
 	snprintf(gone.id, sizeof(gone.id), "%s", b->id);
 	/* Its row is deleted: nothing the broker knows better. */

@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "broker.h"
+#include "broker_quota.h"
 #include "broker_reaper.h"
 #include "sbx_gate.h"
 #include "sbx_httpd.h"
@@ -76,6 +77,7 @@ struct broker_server {
 	struct sbx_httpd_listener listener;
 	struct broker_state *state;
 	struct broker_metrics *metrics;
+	struct broker_quota *quota;  /* /work figures, soft quota (adr/0057) */
 	const char **allowlist;
 	/* The route table (broker_http.c), set by broker_server_new: the
 	 * request layer reaches a handler only through it. */
@@ -127,6 +129,9 @@ struct breq {
 	int is_exec;
 	int exec_counted;
 	int64_t exec_t0;          /* monotonic ms of the exec's start event */
+	/* exec: its exit, held while /work is counted at its end (adr/0057) */
+	struct sbx_exit held_exit;
+	char held_signal[16];
 	int parked;               /* waits in sbx->parked */
 	/* an internal job (the reaper's): no HTTP request, no reply */
 	int internal;

@@ -213,8 +213,13 @@ broker_server_new(struct event_base *base, const struct broker_config *cfg,
 	    broker_state_defer_on(s->state, base, state_write_failed,
 	    err) == -1)
 		goto fail;
+	/* Twice max_sandboxes: figures of sandboxes destroyed behind the
+	 * broker's back age out (adr/0057). */
 	if ((s->metrics = broker_metrics_new()) == NULL ||
-	    (s->allowlist = broker_config_allowlist(cfg)) == NULL)
+	    (s->allowlist = broker_config_allowlist(cfg)) == NULL ||
+	    (s->quota = broker_quota_new(cfg->work_quota, cfg->work_quota_stale,
+	    cfg->max_sandboxes > 0 && cfg->max_sandboxes < 100000 ?
+	    (unsigned)cfg->max_sandboxes * 2 : 200000)) == NULL)
 		goto oom;
 	{
 		/* Every method reaches dispatch, so even a 405 needs the
@@ -345,6 +350,7 @@ broker_server_free(struct broker_server *s)
 	sbx_httpd_drain_free(&s->drain);
 	broker_state_close(s->state);
 	broker_metrics_free(s->metrics);
+	broker_quota_free(s->quota);
 	free(s->allowlist);
 	sbx_token_clear(&s->token);
 	free(s);

@@ -1,5 +1,8 @@
 /* sbx_gate.c - the request gate both listeners put in front of evhttp: heads checked before any body byte is read (adr/0008, adr/0012). */
 #include <sys/queue.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -637,6 +640,21 @@ keyless_evict(struct sbx_gate *g, struct gconn *c)
 }
 
 /*
+ * A reply's small writes leave at once (adr/0062): without TCP_NODELAY a
+ * second small segment (a stream's next message, the rest of a reply) waits
+ * for the ACK of the first, which a keep-alive client delays up to 40 ms.
+ * A unix socket has no Nagle: the call fails there, harmlessly.
+ */
+static void
+conn_nodelay(evutil_socket_t fd)
+{
+	int one = 1;
+
+	if (fd >= 0)
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/*
  * Runs once, right after evhttp made the connection around the bufferevent
  * conn_bev_new returned (in the same accept callback, before any read).
  * evhttp passes its connection as the bufferevent's callback argument
@@ -660,6 +678,7 @@ conn_bind(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	c->evcon = cbarg;
+	conn_nodelay(bufferevent_getfd(bev));
 	evhttp_connection_set_closecb(c->evcon, conn_closed, c);
 	c->bev = NULL;
 	bufferevent_decref(bev);

@@ -142,7 +142,9 @@ struct sbx_gate;
  * Puts a gate in front of every connection http accepts from now on
  * (evhttp_set_bevcb; the caller must not set its own). lim is copied; check
  * and arg must outlive the gate. Also sets evhttp's header size limit above
- * head_max (the gate decides first). Returns the gate, or NULL with err
+ * head_max (the gate decides first). Every TCP connection it takes gets
+ * TCP_NODELAY (adr/0062: small replies and stream messages are not held
+ * back by Nagle's algorithm). Returns the gate, or NULL with err
  * (internal: out of memory). Free it with sbx_gate_free before evhttp_free.
  */
 struct sbx_gate *sbx_gate_new(struct event_base *base, struct evhttp *http,

@@ -41,6 +41,8 @@ systemd nginx-light
 # from tests/e2e/package-lock.json into tests/e2e/node_modules (npm ci).
 # npm also builds /console: the Makefile installs xterm.js from
 # api/console/package-lock.json (npm ci, adr/0054) and embeds it in the page.
+# npm also installs the E2B SDK the E2B scenario drives (npm `e2b`, pinned by
+# tests/e2b/package-lock.json; `make check` and `make bench` run npm ci there).
 # catatonit: podman's init for HostConfig.Init; docker.io brings tini.
 # wget, openssl: clients and the test certificate of the egress proxy's tests
 # (tests/integration/test_egress_proxy.py; libevent-dev's static archives

@@ -79,6 +79,9 @@ static const struct {
 	{ SBX_E_STORAGE_FULL, 503 },
 	{ SBX_E_OVERLOADED, 503 },
 	{ SBX_E_TIMEOUT, 504 },
+	/* RFC 4918 §11.5: the server cannot store what the request needs;
+	 * not 413, which says this body is too big whatever /work holds. */
+	{ SBX_E_QUOTA, 507 },
 	/* Whoever cancelled rarely reads the reply; a shutdown cancels too. */
 	{ SBX_E_CANCELLED, 503 },
 };

@@ -50,7 +50,8 @@ int sbx_err_is_set(const struct sbx_err *err);
  * 403, 404 absent, 408 head too slow, 409 conflict, 413 too large, 414 and
  * 431 head too long, 429 limit reached, 502 the runtime or the sandbox's
  * port answered badly (runtime_error, port_closed), 503 unavailable,
- * overloaded or cancelled, 504 timeout; 500 for internal, an unknown or
+ * overloaded or cancelled, 504 timeout, 507 quota_exceeded (/work would
+ * pass work_quota, adr/0057); 500 for internal, an unknown or
  * empty code.
  */
 int sbx_err_http_status(const struct sbx_err *err);

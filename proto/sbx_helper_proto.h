@@ -135,6 +135,49 @@
  *       on either address (refused, or no accept within 5 s): exit
  *       SBX_HELPER_EXIT_PORT_CLOSED and the error line with code
  *       port_closed, "nothing listens on port P in the sandbox".
+ *   sbx-helper stat PATH                                        (adr/0061)
+ *       stdout: one entry line for PATH itself (a symlink is described,
+ *       not followed):
+ *       {"name":S,"rel":"","type":"file|dir|symlink|other","size":N,
+ *        "mode":N,"uid":N,"gid":N,"owner":S,"group":S,"mtime":N,
+ *        "mtime_nsec":N[,"target":S]}
+ *       mode = st_mode & 07777; owner/group from the image's /etc/passwd
+ *       and /etc/group ("" when absent); target: a symlink's, raw.
+ *   sbx-helper mkdir PATH
+ *       Creates PATH (0755) and missing parents beneath the root; stdout
+ *       its entry line. A directory there already -> conflict; something
+ *       else there -> bad_request.
+ *   sbx-helper move SRC DST
+ *       renameat SRC to DST (DST's missing parents created; an existing
+ *       DST file is replaced, as rename(2)); stdout DST's entry line. SRC
+ *       absent -> not_found; /work itself -> bad_request; a non-empty
+ *       directory at DST -> conflict.
+ *   sbx-helper remove PATH
+ *       Removes PATH; a directory with everything in it (no symlink is
+ *       followed, at most SBX_HELPER_DU_DEPTH_MAX deep). /work itself ->
+ *       bad_request. Nothing on stdout.
+ *   sbx-helper walk PATH [--depth D] [--limit N]
+ *       The entries below directory PATH down to D levels (1..256,
+ *       default 1: its children), not through symlinks, at most N
+ *       (1..SBX_HELPER_LIST_MAX, default that), in readdir order: one
+ *       entry line each ("rel" the path below PATH), then
+ *       {"end":true,"truncated":true|false}. Not a directory ->
+ *       bad_request.
+ *   sbx-helper watch PATH [--recursive]
+ *       inotify on directory PATH (and, --recursive, each directory below
+ *       it, also ones made later, at most SBX_HELPER_WATCH_DIRS_MAX), each
+ *       added through /proc/self/fd of a descriptor resolved beneath the
+ *       root. stdout: {"start":true[,"partial":true]} once the watches
+ *       are in place (partial: the cap or the kernel's watch limit left
+ *       some out), then one line per event until PATH itself is removed
+ *       or moved ({"gone":true}, exit 0) or stdout's reader goes:
+ *       {"name":REL,"op":"create|write|remove|rename|chmod"}
+ *       (REL below PATH; create also for a name moved in, rename for one
+ *       moved out; a write's temporary file (".sbx-helper-*.tmp") is not
+ *       reported, its rename onto the target is "create" then "write" of
+ *       the target), and {"overflow":true} when the kernel's queue
+ *       overflowed (events were lost). Writes block: the kernel's queue
+ *       (fs.inotify.max_queued_events) is the only buffer. Not dumpable.
  *   sbx-helper kill ID
  *       SIGKILLs the process group recorded for ID, then every process
  *       left in the session it leads (adr/0049). Exit 0 whether it was
@@ -248,6 +291,15 @@
 #define SBX_HELPER_MODE_IDLE "idle"
 #define SBX_HELPER_MODE_INITWORK "initwork"
 #define SBX_HELPER_MODE_DU "du"
+/* E2B's filesystem service (adr/0061). */
+#define SBX_HELPER_MODE_STAT "stat"
+#define SBX_HELPER_MODE_MKDIR "mkdir"
+#define SBX_HELPER_MODE_MOVE "move"
+#define SBX_HELPER_MODE_REMOVE "remove"
+#define SBX_HELPER_MODE_WALK "walk"
+#define SBX_HELPER_MODE_WATCH "watch"
+/* watch: directories watched at most (a recursive watch stops adding there). */
+#define SBX_HELPER_WATCH_DIRS_MAX 4096
 
 /* du: entries walked when --max is absent; directories entered at most. */
 #define SBX_HELPER_DU_MAX_DEF 1000000

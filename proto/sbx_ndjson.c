@@ -307,6 +307,26 @@ sbx_ndjson_exit(struct evbuffer *out, int code, const char *signal,
 }
 
 int
+sbx_ndjson_quota(struct evbuffer *out, int64_t bytes, int64_t quota)
+{
+	char msg[160];
+	json_t *o;
+	int rc;
+
+	if (out == NULL || bytes < 0 || quota < 0)
+		return -1;
+	snprintf(msg, sizeof(msg), "/work holds %lld bytes, over its quota of "
+	    "%lld bytes: writes through the API are refused until files are "
+	    "removed.", (long long)bytes, (long long)quota);
+	o = json_pack("{s:s, s:I, s:I, s:s}", SBX_EVF_TYPE, SBX_EV_QUOTA,
+	    SBX_EVF_BYTES, (json_int_t)bytes, SBX_EVF_QUOTA, (json_int_t)quota,
+	    SBX_EVF_MESSAGE, msg);
+	rc = append_json_line(out, o);
+	json_decref(o);
+	return rc;
+}
+
+int
 sbx_ndjson_error(struct evbuffer *out, const char *code, const char *message)
 {
 	json_t *o = NULL;

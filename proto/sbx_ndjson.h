@@ -165,6 +165,16 @@ int sbx_ndjson_output_flush(struct evbuffer *out, struct sbx_utf8_hold *h,
 int sbx_ndjson_exit(struct evbuffer *out, int code, const char *signal,
     int64_t duration_ms, int truncated);
 
+/*
+ * {"type":"quota","bytes":BYTES,"quota":QUOTA,"message":MESSAGE}
+ * (adr/0057): /work holds BYTES (st_blocks x 512, as the usage walk counts
+ * them), more than the broker's work_quota QUOTA; sent once per crossing,
+ * just before the exit event of the exec whose end found it. Both >= 0;
+ * the message is built here ("/work holds N bytes, over its quota of Q
+ * bytes: writes through the API are refused until files are removed.").
+ */
+int sbx_ndjson_quota(struct evbuffer *out, int64_t bytes, int64_t quota);
+
 /* {"type":"error","code":CODE,"message":MESSAGE}. code: an SBX_E_* string
  * (e.g. SBX_E_TIMEOUT); message: one human sentence, never a secret. Both
  * non-NULL valid UTF-8. */
@@ -180,6 +190,7 @@ enum sbx_event_type {
 	SBX_EVENT_STDERR,
 	SBX_EVENT_EXIT,
 	SBX_EVENT_ERROR,
+	SBX_EVENT_QUOTA,   /* between start and exit, at most once (adr/0057) */
 };
 
 /* "start", "stdout", ... (SBX_EV_*); "" for anything else. */
@@ -202,7 +213,9 @@ struct sbx_event {
 	int64_t duration_ms;       /* exit */
 	int truncated;             /* exit: 0 or 1 */
 	const char *err_code;      /* error: "code" */
-	const char *err_message;   /* error: "message" */
+	const char *err_message;   /* error: "message"; quota: "message" */
+	int64_t work_bytes;        /* quota: "bytes" */
+	int64_t work_quota;        /* quota: "quota" */
 	json_t *raw;               /* the parsed object (borrowed; the caller
 	                            * may json_incref it to keep it) */
 	int undecoded;             /* 1: an output event handed over as its

@@ -231,6 +231,7 @@ sbx_event_type_name(enum sbx_event_type t)
 	case SBX_EVENT_STDERR: return SBX_EV_STDERR;
 	case SBX_EVENT_EXIT:   return SBX_EV_EXIT;
 	case SBX_EVENT_ERROR:  return SBX_EV_ERROR;
+	case SBX_EVENT_QUOTA:  return SBX_EV_QUOTA;
 	}
 	return "";
 }
@@ -254,6 +255,7 @@ struct sbx_ndjson_parser {
 	uint64_t lineno;
 	enum parse_state state;
 	int undecoded;          /* sbx_ndjson_parser_undecoded */
+	int quota_seen;         /* a quota event came (at most one) */
 	int stopped;
 	struct sbx_err err;     /* why it stopped */
 };
@@ -500,6 +502,22 @@ decode_event(struct sbx_ndjson_parser *p, json_t *o, struct sbx_event *ev,
 			return -1;
 		}
 		p->state = PS_EXITED;
+	} else if (strcmp(type, SBX_EV_QUOTA) == 0) {
+		ev->type = SBX_EVENT_QUOTA;
+		ev->err_message = get_str(o, SBX_EVF_MESSAGE);
+		if (get_int64(o, SBX_EVF_BYTES, &ev->work_bytes) ||
+		    get_int64(o, SBX_EVF_QUOTA, &ev->work_quota) ||
+		    ev->work_bytes < 0 || ev->work_quota < 0 ||
+		    ev->err_message == NULL) {
+			*why = "quota needs bytes and quota (integers >= 0) and "
+			    "message (string)";
+			return -1;
+		}
+		if (p->state != PS_RUNNING || p->quota_seen) {
+			*why = "quota outside start..exit or twice";
+			return -1;
+		}
+		p->quota_seen = 1;
 	} else if (strcmp(type, SBX_EV_ERROR) == 0) {
 		ev->type = SBX_EVENT_ERROR;
 		ev->err_code = get_str(o, SBX_EVF_CODE);

@@ -32,6 +32,7 @@
 #define SBX_EV_STDERR "stderr"
 #define SBX_EV_EXIT "exit"
 #define SBX_EV_ERROR "error"
+#define SBX_EV_QUOTA "quota"   /* /work crossed work_quota (adr/0057) */
 
 /* Request details (SPEC §4). Every route, /v1/health and /metrics included,
  * needs "Authorization: Bearer TOKEN"; the token has at least
@@ -85,6 +86,8 @@
 #define SBX_EVF_DURATION_MS "duration_ms"
 #define SBX_EVF_TRUNCATED "truncated"
 #define SBX_EVF_MESSAGE "message"
+#define SBX_EVF_BYTES "bytes"
+#define SBX_EVF_QUOTA "quota"
 
 /* Message prefix of errors about a malformed exec event stream (code
  * bad_request): "protocol_error: line too long" etc. */
@@ -122,6 +125,7 @@
 #define SBX_E_BROKER_UNAVAILABLE "broker_unavailable" /* [503] (api) broker unreachable */
 #define SBX_E_STORAGE_FULL "storage_full"           /* [503] state dir's filesystem full (SQLITE_FULL) */
 #define SBX_E_OVERLOADED "overloaded"               /* [503] max_connections open on the listener */
+#define SBX_E_QUOTA "quota_exceeded"          /* [507] the write would take /work past work_quota (adr/0057) */
 #define SBX_E_TIMEOUT "timeout"                     /* [504] exec or operation timed out */
 #define SBX_E_CANCELLED "cancelled"                 /* [503] operation cancelled by its caller */
 

@@ -58,6 +58,21 @@ struct sbx_usage {
 	char partial_reason[16]; /* "", "max_entries", "timeout", "unreadable" */
 };
 
+/*
+ * The /work quota of a sandbox as the broker sees it (adr/0057), in a
+ * status: present 0 when the broker has no work_quota (or the status did
+ * not come through a broker). bytes: the quota; used: the broker's figure
+ * of /work (its last walk's `bytes` plus what the api wrote since), -1
+ * when it has not counted this sandbox yet; age_ms: how old the walk
+ * under that figure is, -1 with used.
+ */
+struct sbx_quota {
+	int present;
+	int64_t bytes;
+	int64_t used;
+	int64_t age_ms;
+};
+
 /* What status() and list_sandboxes() report. Times in Unix milliseconds. */
 struct sbx_status {
 	char id[64];
@@ -69,6 +84,7 @@ struct sbx_status {
 	char stop_reason[16];     /* "", "idle", "operator", "oom", "exited" */
 	char container_id[72];    /* runtime's container id, "" when absent */
 	struct sbx_usage usage;   /* filled by status_usage only */
+	struct sbx_quota quota;   /* filled by the broker (adr/0057) */
 };
 
 /* One entry of list(). */
@@ -134,6 +150,10 @@ struct sbx_exit {
 	const char *signal;      /* NULL or signal name ("KILL") when killed by one */
 	int64_t duration_ms;
 	int truncated;           /* 1: output cap reached, exec was killed */
+	/* adr/0057: work_quota > 0 when the exec's end found /work past the
+	 * quota (crossed since the owner was last told): a "quota" event
+	 * goes before the exit event. work_bytes: /work's bytes then. */
+	int64_t work_bytes, work_quota;
 };
 
 struct sbx_health {

@@ -28,6 +28,52 @@ sbx_usage_json(const struct sbx_usage *u)
 	return o;
 }
 
+json_t *
+sbx_quota_json(const struct sbx_quota *q)
+{
+	if (q == NULL || !q->present)
+		return json_null();
+	return json_pack("{s:I,s:o,s:o}", "bytes", (json_int_t)q->bytes,
+	    "used", q->used >= 0 ? json_integer(q->used) : json_null(),
+	    "age_ms", q->age_ms >= 0 ? json_integer(q->age_ms) : json_null());
+}
+
+/* An integer >= 0 or null (-1) at key of o into *v; -1 when neither. */
+static int
+int_or_null(const json_t *o, const char *key, int64_t *v)
+{
+	const json_t *m = json_object_get(o, key);
+
+	if (json_is_null(m)) {
+		*v = -1;
+		return 0;
+	}
+	if (!json_is_integer(m) || json_integer_value(m) < 0)
+		return -1;
+	*v = json_integer_value(m);
+	return 0;
+}
+
+int
+sbx_quota_from_json(const json_t *o, struct sbx_quota *q, struct sbx_err *err)
+{
+	const json_t *b;
+
+	memset(q, 0, sizeof(*q));
+	if (json_is_null(o))
+		return 0;
+	b = json_object_get(o, "bytes");
+	if (!json_is_object(o) || !json_is_integer(b) ||
+	    json_integer_value(b) <= 0 || int_or_null(o, "used", &q->used) ||
+	    int_or_null(o, "age_ms", &q->age_ms)) {
+		memset(q, 0, sizeof(*q));
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "not a quota object");
+	}
+	q->bytes = json_integer_value(b);
+	q->present = 1;
+	return 0;
+}
+
 int
 sbx_usage_from_json(const json_t *o, struct sbx_usage *u, struct sbx_err *err)
 {

@@ -26,6 +26,24 @@ json_t *sbx_usage_json(const struct sbx_usage *u);
 int sbx_usage_from_json(const json_t *o, struct sbx_usage *u, struct sbx_err *err);
 
 /*
+ * The "quota" member of a status object (adr/0057): {"bytes":Q,
+ * "used":N|null,"age_ms":A|null} for q->present (used -1 and age_ms -1
+ * give null: not counted yet), else JSON null. Returns a new reference
+ * (NULL only when out of memory).
+ */
+json_t *sbx_quota_json(const struct sbx_quota *q);
+
+/*
+ * That object (borrowed; untrusted: it comes over the wire) into *q with
+ * present 1: "bytes" an integer > 0, "used" and "age_ms" integers >= 0
+ * or null (-1); other members ignored. JSON null gives present 0 and
+ * returns 0. Returns 0, or -1 with err (SBX_E_BAD_REQUEST: "not a quota
+ * object") and *q zeroed.
+ */
+int sbx_quota_from_json(const json_t *o, struct sbx_quota *q,
+    struct sbx_err *err);
+
+/*
  * Query flag ?name=1 / ?name=0 (query may be NULL). Returns 1 (on), 0 (off
  * or absent), or -1 with SBX_E_BAD_REQUEST for any other value or a
  * parameter given twice.

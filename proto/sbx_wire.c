@@ -544,6 +544,11 @@ sbx_wire_status_encode(const struct sbx_status *st, int with_usage)
 		json_decref(o);
 		return NULL;
 	}
+	if (o != NULL && st->quota.present &&
+	    json_object_set_new(o, "quota", sbx_quota_json(&st->quota)) == -1) {
+		json_decref(o);
+		return NULL;
+	}
 	return o;
 }
 
@@ -591,6 +596,12 @@ sbx_wire_status_decode(const json_t *o, struct sbx_status *st,
 		memset(st, 0, sizeof(*st));
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "The status holds a "
 		    "bad usage object.");
+	}
+	if ((u = json_object_get(o, "quota")) != NULL &&
+	    sbx_quota_from_json(u, &st->quota, err) == -1) {
+		memset(st, 0, sizeof(*st));
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "The status holds a "
+		    "bad quota object.");
 	}
 	return 0;
 }

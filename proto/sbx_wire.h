@@ -210,7 +210,8 @@ int sbx_wire_error_decode(const char *buf, size_t len, struct sbx_err *out);
 /*
  * Status object (proto/broker-api.md "status"):
  * {"id","state","image","egress","created_at","last_used_at",
- *  "stop_reason"[,"usage"]}. For state absent image is null, egress
+ *  "stop_reason"[,"usage"][,"quota"]}. "quota" only when
+ * st->quota.present (sbx_quota_json, adr/0057). For state absent image is null, egress
  * false, created_at null; times are Unix ms or null when 0; stop_reason
  * null when "" or absent. with_usage 1 adds "usage" (sbx_usage_json:
  * null when st->usage.present is 0).
@@ -221,7 +222,8 @@ json_t *sbx_wire_status_encode(const struct sbx_status *st, int with_usage);
  * Status object (untrusted) -> *st (zeroed first). Needs an object with a
  * string "state" ("running", "stopped", anything else absent); other
  * members optional with defaults ""/0/false; strings truncated to their
- * fields. A "usage" member must pass sbx_usage_from_json. Errors:
+ * fields. A "usage" member must pass sbx_usage_from_json, a "quota"
+ * member sbx_quota_from_json. Errors:
  * bad_request (not a status object, bad usage).
  */
 int sbx_wire_status_decode(const json_t *o, struct sbx_status *st,

@@ -58,6 +58,10 @@ on_event(void *arg, const struct sbx_event *ev, const char *line, size_t len)
 		s->code = ev->code;
 		s->truncated = ev->truncated;
 		break;
+	case SBX_EVENT_QUOTA:
+		/* the api's sentence (adr/0057), escaped like all server text */
+		errmsg("%s", ev->err_message);
+		break;
 	case SBX_EVENT_ERROR:
 		snprintf(s->err_code, sizeof(s->err_code), "%s", ev->err_code);
 		snprintf(s->err_msg, sizeof(s->err_msg), "%s", ev->err_message);
@@ -75,7 +79,7 @@ on_sse(void *arg, const char *event, const char *data, size_t len,
     const char *id)
 {
 	static const char *const known[] = { SBX_EV_START, SBX_EV_STDOUT,
-		SBX_EV_STDERR, SBX_EV_EXIT, SBX_EV_ERROR, NULL };
+		SBX_EV_STDERR, SBX_EV_EXIT, SBX_EV_ERROR, SBX_EV_QUOTA, NULL };
 	static const char start_line[] = "{\"type\":\"start\",\"exec_id\":\"\","
 	    "\"ts\":0}\n";
 	struct exec_state *s = arg;

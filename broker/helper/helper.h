@@ -179,6 +179,28 @@ struct helper_du_result {
 int helper_du(const struct helper_ctx *ctx, uint64_t max_entries, uint64_t timeout_ms, int outfd,
     struct helper_err *err);
 
+/*
+ * E2B's filesystem service (helper_e2bfs.c, helper_watch.c; adr/0061;
+ * contracts in sbx_helper_proto.h): stat, mkdir, move and walk write entry
+ * lines to outfd, remove writes nothing, watch writes event lines until the
+ * watched directory goes (0) or outfd's reader does (-1). Each checks its
+ * PATH arguments (helper_path_check) and reaches them beneath the root.
+ * Return 0, or -1 with err (not_found, bad_request, conflict,
+ * path_outside_work, forbidden, too_many for watch, internal).
+ */
+int helper_fs_stat(const struct helper_ctx *ctx, const char *path, int outfd,
+    struct helper_err *err);
+int helper_fs_mkdir(const struct helper_ctx *ctx, const char *path, int outfd,
+    struct helper_err *err);
+int helper_fs_move(const struct helper_ctx *ctx, const char *src, const char *dst, int outfd,
+    struct helper_err *err);
+int helper_fs_remove(const struct helper_ctx *ctx, const char *path, struct helper_err *err);
+/* depth 1..SBX_HELPER_DU_DEPTH_MAX; limit: entries at most (then truncated). */
+int helper_fs_walk(const struct helper_ctx *ctx, const char *path, uint64_t depth,
+    uint64_t limit, int outfd, struct helper_err *err);
+int helper_fs_watch(const struct helper_ctx *ctx, const char *path, int recursive, int outfd,
+    struct helper_err *err);
+
 /* 1 when id matches [A-Za-z0-9_-]{1,64}, else 0. */
 int helper_exec_id_valid(const char *id);
 

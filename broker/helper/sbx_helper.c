@@ -26,6 +26,8 @@
 #define OPT_IDLE 0x200  /* agent --idle-ms (adr/0025) */
 #define OPT_PTY 0x400   /* pty --cols, --rows, --term (adr/0049) */
 #define OPT_PORT 0x800  /* connect --port (adr/0049) */
+#define OPT_DEPTH 0x1000 /* walk --depth, --limit (adr/0061) */
+#define OPT_RECURSIVE 0x2000 /* watch --recursive (adr/0061) */
 
 struct args {
 	const char *pos[2];
@@ -45,6 +47,8 @@ struct args {
 	int ctrl;          /* --ctrl: fd 3 carries CTRL records */
 	int framed;
 	uint64_t limit;
+	uint64_t depth;
+	int recursive;
 	char after[256];
 	int has_after;
 };
@@ -164,6 +168,43 @@ run_du(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 }
 
 static int
+run_stat(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	return helper_fs_stat(ctx, a->pos[0], 1, err);
+}
+
+static int
+run_mkdir(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	return helper_fs_mkdir(ctx, a->pos[0], 1, err);
+}
+
+static int
+run_move(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	return helper_fs_move(ctx, a->pos[0], a->pos[1], 1, err);
+}
+
+static int
+run_remove(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	return helper_fs_remove(ctx, a->pos[0], err);
+}
+
+static int
+run_walk(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	return helper_fs_walk(ctx, a->pos[0], a->depth != 0 ? a->depth : 1,
+	    a->limit != 0 ? a->limit : SBX_HELPER_LIST_MAX, 1, err);
+}
+
+static int
+run_watch(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	return helper_fs_watch(ctx, a->pos[0], a->recursive, 1, err);
+}
+
+static int
 run_agent(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 {
 	return helper_agent(ctx, a->idle_ms, helper_main, err);
@@ -184,6 +225,12 @@ static const struct mode modes[] = {
 	{ SBX_HELPER_MODE_IDLE, run_idle, 0, 0, 0 },
 	{ SBX_HELPER_MODE_INITWORK, run_initwork, 1, 0, 0 },
 	{ SBX_HELPER_MODE_DU, run_du, 0, OPT_MAX | OPT_TIMEOUT | OPT_ID, MODE_ROOT },
+	{ SBX_HELPER_MODE_STAT, run_stat, 1, 0, MODE_ROOT },
+	{ SBX_HELPER_MODE_MKDIR, run_mkdir, 1, 0, MODE_ROOT },
+	{ SBX_HELPER_MODE_MOVE, run_move, 2, 0, MODE_ROOT },
+	{ SBX_HELPER_MODE_REMOVE, run_remove, 1, 0, MODE_ROOT },
+	{ SBX_HELPER_MODE_WALK, run_walk, 1, OPT_DEPTH, MODE_ROOT },
+	{ SBX_HELPER_MODE_WATCH, run_watch, 1, OPT_RECURSIVE, MODE_ROOT },
 	{ SBX_AGENT_MODE, run_agent, 0, OPT_IDLE, MODE_ROOT },
 	{ NULL, NULL, 0, 0, 0 },
 };
@@ -285,6 +332,10 @@ parse_args(int argc, char **argv, const struct mode **mp, struct args *a,
 			a->ctrl = 1;
 			continue;
 		}
+		if (m != NULL && (m->opts & OPT_RECURSIVE) && strcmp(opt, "--recursive") == 0) {
+			a->recursive = 1;
+			continue;
+		}
 		if (m != NULL && (m->opts & OPT_FRAMED) && strcmp(opt, "--framed") == 0) {
 			a->framed = 1;
 			continue;
@@ -319,6 +370,18 @@ parse_args(int argc, char **argv, const struct mode **mp, struct args *a,
 					return helper_err_set(err, SBX_E_BAD_REQUEST,
 					    "--after-hex must be 1 to 255 bytes of a name in hex");
 				a->has_after = 1;
+			} else if (m != NULL && (m->opts & OPT_DEPTH) &&
+			    strcmp(opt, "--depth") == 0) {
+				if (parse_u64(val, SBX_HELPER_DU_DEPTH_MAX, &a->depth) < 0 ||
+				    a->depth == 0)
+					return helper_err_set(err, SBX_E_BAD_REQUEST,
+					    "--depth must be 1 to %d", SBX_HELPER_DU_DEPTH_MAX);
+			} else if (m != NULL && (m->opts & OPT_DEPTH) &&
+			    strcmp(opt, "--limit") == 0) {
+				if (parse_u64(val, SBX_HELPER_LIST_MAX, &a->limit) < 0 ||
+				    a->limit == 0)
+					return helper_err_set(err, SBX_E_BAD_REQUEST,
+					    "--limit must be 1 to %d", SBX_HELPER_LIST_MAX);
 			} else if (m != NULL && (m->opts & OPT_ID) && strcmp(opt, "--id") == 0)
 				a->id = val;
 			else if (m != NULL && (m->opts & OPT_TIMEOUT) &&
@@ -366,7 +429,7 @@ parse_args(int argc, char **argv, const struct mode **mp, struct args *a,
 	if (m == NULL)
 		return helper_err_set(err, SBX_E_BAD_REQUEST,
 		    "usage: sbx-helper version|read|write|list|exec|pty|connect|kill|killall|idle|"
-		    "initwork|du|agent ...");
+		    "initwork|du|stat|mkdir|move|remove|walk|watch|agent ...");
 	if (a->npos != m->npos)
 		return helper_err_set(err, SBX_E_BAD_REQUEST, "%s needs %d argument(s)", m->name,
 		    m->npos);

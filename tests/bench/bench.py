@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 
+import e2b_bench
 import term_bench
 
 MiB = 1 << 20
@@ -307,6 +308,7 @@ class Bench:
                 "--max-execs-per-sandbox", "1000", "--pids", "1024", "--pids-max", "1024",
                 "--max-sandboxes", "200",
                 "--log-level", "warn", "--log-file", os.path.join(w, "broker.log")]
+        args += getattr(self.a, "broker_extra", [])  # soak.py: its reaper
         self.spawn("broker", args)
         self.bconn = Conn(self.bsock, [("Authorization", "Bearer " + tok)])
         self.wait_ok(lambda: self.bconn.json("GET", "/v1/health"), "broker")
@@ -407,7 +409,12 @@ class Bench:
                       [("Authorization", "Bearer " + self.token)], {"argv": argv}, "ndjson")
 
     def exec_api(self, i, argv):
-        return stream(self.api_addr, "/api/v1/npcs/bench-%d/sandbox/exec" % i,
+        return self.exec_npc("bench-%d" % i, argv)
+
+    def exec_npc(self, npc, argv):
+        """argv in NPC npc's sandbox through the api's exec route (SSE);
+        stream()'s dict, checked for exit code 0 by check_exit0."""
+        return stream(self.api_addr, "/api/v1/npcs/%s/sandbox/exec" % npc,
                       [("Authorization", "Bearer " + self.akey)], {"argv": argv}, "sse")
 
     def exec_raw(self, i, argv):
@@ -1277,6 +1284,8 @@ def main():
             ("egress", b.fig_egress), ("agents", b.fig_agents)]
     # Issue 21: terminals and stdin (tests/bench/term_bench.py).
     figs += [(name, (lambda f: lambda: f(b))(fn)) for name, fn in term_bench.FIGURES]
+    # Issue 23: the E2B SDK against sbx's own exec route (tests/bench/e2b_bench.py).
+    figs += [(name, (lambda f: lambda: f(b, check_exit0))(fn)) for name, fn in e2b_bench.FIGURES]
     only = set(x for x in a.only.split(",") if x)
     try:
         b.start_daemons()

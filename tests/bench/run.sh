@@ -2,7 +2,7 @@
 # run.sh - `make bench`: start a private runtime, run tests/bench/bench.py against it, tear everything down.
 #
 #   BENCH_RUNTIMES=podman (default) | docker | docker,podman
-#   BENCH_ONLY=cold,warm (only those figures, for a quick look),
+#   BENCH_ONLY=cold,warm (only those figures, for a quick look; e2b: the E2B SDK rows),
 #   BUILD=build/out (set by make), BENCH_OUT=docs/bench.md (table; with two
 #   runtimes the second goes to docs/bench-RUNTIME.md), other BENCH_* knobs:
 #   see bench.py. The soak: BENCH_SOAK_SECONDS (default 1800),
@@ -107,8 +107,10 @@ podman_up() {
 		setsid env -C "$p" /usr/bin/podman system service --time=0 "unix://$p/podman.sock" \
 		</dev/null >"$p/service.log" 2>&1 &
 	echo $! > "$p/service.pid"
+	# /_ping, not /version: Podman runs dpkg-query on each /version, and
+	# under load the 2 s probes piled up (adr/0058)
 	i=0
-	until curl -sf --max-time 2 --unix-socket "$p/podman.sock" http://x/v1.41/version >/dev/null 2>&1; do
+	until curl -sf --max-time 2 --unix-socket "$p/podman.sock" http://x/v1.41/_ping >/dev/null 2>&1; do
 		i=$((i + 1))
 		if [ "$i" -gt 400 ] || ! kill -0 "$(cat "$p/service.pid")" 2>/dev/null; then
 			log "podman service did not come up:"

@@ -118,6 +118,15 @@ on_event(void *arg, const struct sbx_event *e, const char *line, size_t len)
 			FUZZ_ASSERT(sbx_ndjson_exit(r->reencoded, e->code,
 			    e->signal, e->duration_ms, e->truncated) == 0);
 		break;
+	case SBX_EVENT_QUOTA:
+		/* the numbers only: the encoder writes its own sentence */
+		FUZZ_ASSERT(e->work_bytes >= 0 && e->work_quota >= 0);
+		v->duration_ms = e->work_bytes;
+		v->ts = e->work_quota;
+		if (r->reencoded != NULL)
+			FUZZ_ASSERT(sbx_ndjson_quota(r->reencoded, e->work_bytes,
+			    e->work_quota) == 0);
+		break;
 	case SBX_EVENT_ERROR:
 		FUZZ_ASSERT(e->err_code != NULL && e->err_message != NULL);
 		copy_text(v->text[0], e->err_code);

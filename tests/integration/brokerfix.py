@@ -248,7 +248,7 @@ class BrokerClient:
         return self.exec(sid, ["sh", "-c", script], timeout_ms=timeout_ms)
 
 
-EVENT_TYPES = ("start", "stdout", "stderr", "exit", "error")
+EVENT_TYPES = ("start", "stdout", "stderr", "exit", "error", "quota")  # quota: adr/0057
 
 
 class ExecResult:

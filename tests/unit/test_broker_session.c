@@ -90,7 +90,7 @@ turn(evutil_socket_t fd, short what, void *arg)
 			return;
 	}
 	if (o->eof && evbuffer_get_length(o->pending) == 0) {
-		struct sbx_exit ex = { 0, NULL, 1, 0 };
+		struct sbx_exit ex = { .duration_ms = 1 };
 
 		o->sink.exit(o->sink.arg, &ex);
 		op_free(o);

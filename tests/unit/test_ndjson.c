@@ -558,6 +558,8 @@ collect_cb(void *arg, const struct sbx_event *ev, const char *line, size_t len)
 		snprintf(c->signal, sizeof(c->signal), "%s",
 		    ev->signal ? ev->signal : "(null)");
 		break;
+	case SBX_EVENT_QUOTA:   /* test_broker_quota.c */
+		break;
 	case SBX_EVENT_ERROR:
 		snprintf(c->err_code, sizeof(c->err_code), "%s", ev->err_code);
 		break;
@@ -1054,6 +1056,10 @@ reencode_cb(void *arg, const struct sbx_event *ev, const char *line, size_t len)
 	case SBX_EVENT_EXIT:
 		assert_int_equal(sbx_ndjson_exit(out, ev->code, ev->signal,
 		    ev->duration_ms, ev->truncated), 0);
+		break;
+	case SBX_EVENT_QUOTA:
+		assert_int_equal(sbx_ndjson_quota(out, ev->work_bytes,
+		    ev->work_quota), 0);
 		break;
 	case SBX_EVENT_ERROR:
 		assert_int_equal(sbx_ndjson_error(out, ev->err_code,

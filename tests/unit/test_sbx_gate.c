@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include <errno.h>
 #include <pthread.h>
@@ -375,6 +376,14 @@ handler(struct evhttp_request *req, void *arg)
 		memset(chunk, 'x', sizeof(chunk));
 		for (i = 0; i < BIG / sizeof(chunk); i++)
 			evbuffer_add(out, chunk, sizeof(chunk));
+	} else if (strcmp(evhttp_request_get_uri(req), "/nodelay") == 0) {
+		int on = 0;
+		socklen_t ol = sizeof(on);
+
+		getsockopt(bufferevent_getfd(evhttp_connection_get_bufferevent(
+		    evhttp_request_get_connection(req))), IPPROTO_TCP, TCP_NODELAY,
+		    &on, &ol);
+		evbuffer_add_printf(out, "{\"nodelay\":%d}\n", on != 0);
 	} else if (strncmp(evhttp_request_get_uri(req), "/echo/", 6) == 0) {
 		evbuffer_add_printf(out, "{\"uri\":\"%s\"}\n",
 		    evhttp_request_get_uri(req));
@@ -543,6 +552,22 @@ test_server_refuses_before_the_body(void **state)
 	assert_non_null(strstr(r, "{\"len\":5}"));
 }
 
+
+/* adr/0062: the connection a request came on has Nagle off, so a keep-alive
+ * client's delayed ACK does not hold a reply's second write back 40 ms. */
+static void
+test_server_connections_have_nodelay(void **state)
+{
+	const char *r;
+	int closed;
+
+	(void)state;
+	r = exchange("GET /nodelay HTTP/1.1\r\n" GOOD "Connection: close\r\n\r\n",
+	    strlen("GET /nodelay HTTP/1.1\r\n" GOOD "Connection: close\r\n\r\n"),
+	    &closed);
+	assert_non_null(strstr(r, "HTTP/1.1 200"));
+	assert_non_null(strstr(r, "{\"nodelay\":1}"));
+}
 
 /* Writes the whole of p (blocking). */
 static void
@@ -1065,6 +1090,7 @@ main(void)
 	};
 	const struct CMUnitTest server[] = {
 		cmocka_unit_test(test_server_refuses_before_the_body),
+		cmocka_unit_test(test_server_connections_have_nodelay),
 		cmocka_unit_test(test_server_streams_a_body_within_its_window),
 		cmocka_unit_test(test_server_streams_a_chunked_body_within_its_window),
 		cmocka_unit_test(test_server_smuggling_is_400_and_close),

@@ -26,7 +26,8 @@
 #include "fuzz.h"
 #include "sbx_gate.h"
 
-static const struct sbx_gate_limits lim = { 1024, 16, 10000, 64, 0, 0 };
+static const struct sbx_gate_limits lim = { .head_max = 1024,
+    .headers_max = 16, .header_timeout_ms = 10000, .max_connections = 64 };
 
 static int
 inside(const char *p, size_t n, const char *q, size_t qlen)

@@ -174,6 +174,49 @@ eng_name_taken(int status, json_t *body)
 	    strstr(m, "already exists") != NULL));
 }
 
+int
+eng_gone(int status, json_t *body)
+{
+	const char *m = json_string_value(json_object_get(body, "message"));
+
+	return status == 500 && m != NULL &&
+	    (strstr(m, "no such container") != NULL ||
+	    strstr(m, "does not exist") != NULL);
+}
+
+int
+eng_ghost(int status, json_t *body, char *id, size_t sz)
+{
+	static const char pre[] = "getting container from store \"";
+	const char *m = json_string_value(json_object_get(body, "message"));
+	const char *p;
+	size_t n;
+
+	if (status != 500 || m == NULL || (p = strstr(m, pre)) == NULL)
+		return 0;
+	p += sizeof(pre) - 1;
+	for (n = 0; n < 64 && isxdigit((unsigned char)p[n]); n++)
+		;
+	if (n != 64 || strncmp(p + n, "\": container not known", 23) != 0)
+		return 0;
+	if (id != NULL) {
+		if (sz < 65)
+			return 0;
+		memcpy(id, p, 64);
+		id[64] = '\0';
+	}
+	return 1;
+}
+
+int
+eng_ghost_removing(json_t *inspect)
+{
+	const char *s = json_string_value(json_object_get(json_object_get(
+	    inspect, "State"), "Status"));
+
+	return s != NULL && strcmp(s, "removing") == 0;
+}
+
 /* ---------- one JSON call to the runtime ---------- */
 
 static void
@@ -505,7 +548,7 @@ eng_inspect_found(struct eop *op, int status, json_t *body,
 		eng_finish_err(op, err);
 		return -1;
 	}
-	if (status == 404)
+	if (status == 404 || eng_gone(status, body))
 		return 0;
 	if (REPLY_BAD(op, NULL, NULL, status, body, "inspect the container",
 	    200))

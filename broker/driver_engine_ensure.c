@@ -569,6 +569,45 @@ on_own_network(const struct eop *op, json_t *c)
 	return json_object_get(nets, op->nname) != NULL;
 }
 
+/* The Podman ghost went (or was gone): look again; the volume stayed. */
+static void
+ensure_unghosted(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+
+	if (REPLY_BAD(op, NULL, err, status, body,
+	    "remove a container it keeps without storage", 200, 204, 404))
+		return;
+	ensure_inspect(op);
+}
+
+/*
+ * Podman's ghost of the sandbox's container (adr/0058): in its database
+ * without storage (inspect 500 "container not known"), or left "removing"
+ * by a removal a crash cut (start 500 "container state improper"). Either
+ * is force-removed by name, its volume kept (v=0: /work stays), and the
+ * ensure starts over from the inspect; 1 then, else 0.
+ */
+static int
+ensure_ghost(struct eop *op, int status, json_t *body)
+{
+	struct eop_ensure *en = ens(op);
+	int removing;
+
+	removing = status == 200 && eng_ghost_removing(body);
+	if ((!removing && !eng_ghost(status, body, NULL, 0)) ||
+	    en->retries >= ENSURE_RETRIES)
+		return 0;
+	en->retries++;
+	log_warn("removing a container the runtime keeps without its storage "
+	    "(a runtime crash cut its removal); its volume stays", "container",
+	    op->cname, "state", removing ? "removing" : "no storage", NULL);
+	eng_agent_retire(op->e, op->id);
+	eng_callf(op, "DELETE", NULL, ensure_unghosted,
+	    API "/containers/%s?force=1&v=0", op->cname);
+	return 1;
+}
+
 static void
 ensure_inspected(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
@@ -578,6 +617,8 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 	const char *hl, *mode;
 	int r, was_proxy;
 
+	if (err == NULL && ensure_ghost(op, status, body))
+		return;
 	if ((r = eng_inspect_found(op, status, body, err, &st, &hl)) < 0)
 		return;
 	if (r == 0) {

@@ -59,6 +59,7 @@
 #define HELPER_GRACE_MS 2000           /* helper's own timeout trails ours */
 #define KILL_TIMEOUT_MS 10000
 #define ENSURE_RETRIES 5               /* create races lost before giving up */
+#define GHOSTS_MAX 16                  /* Podman ghosts one op removes (adr/0058) */
 #define L_MANAGED "io.sbx.managed"
 #define L_ID "io.sbx.id"
 #define L_EGRESS "io.sbx.egress"
@@ -248,6 +249,11 @@ struct eop {
 	struct sbx_err derr;
 	int verified;                 /* its failure was checked against the
 	                               * sandbox's state (eng_verify_fail) */
+	/* A container list (driver_engine_life.c): asked again after each
+	 * Podman ghost it removed (adr/0058). */
+	char lpath[320];
+	cont_fn lcont;
+	int ghosts;                   /* ghosts removed by this op */
 };
 
 /* ensure */
@@ -513,6 +519,22 @@ void eng_runtime_err(struct sbx_err *err, int status, json_t *body,
 void eng_image_missing(struct sbx_err *err, const char *image);
 /* A create that lost a race (Docker 409, Podman 500 "already ..."). */
 int eng_name_taken(int status, json_t *body);
+/* Podman's answer to the inspect of a container a removal is taking away
+ * (500 "... does not exist in database: no such container"): as 404.
+ * 1 when (status, body) is that answer. */
+int eng_gone(int status, json_t *body);
+/*
+ * Podman 4.3's ghost (adr/0058): a container its database still holds
+ * whose storage a SIGKILL of the service cut away mid-removal. Its inspect,
+ * and every container list it is in, answers 500 `getting container from
+ * store "ID": container not known`. Returns 1 when (status, body) is that
+ * answer and copies ID (64 hex digits) into id (sz >= 65) when id is not
+ * NULL; else 0. Docker never answers so.
+ */
+int eng_ghost(int status, json_t *body, char *id, size_t sz);
+/* 1 when a container inspect answer shows Podman's state "removing": a
+ * removal cut midway (start answers 500 "container state improper"). */
+int eng_ghost_removing(json_t *inspect);
 /*
  * The common check of a continuation: err, or a status not in ok (a list
  * ending in 0) -> the op ends through fail (NULL: eng_finish_err) with err

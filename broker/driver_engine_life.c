@@ -78,22 +78,51 @@ list_managed(struct eop *op, const char *path, cont_fn cont)
 	char filt[256];
 
 	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
-	eng_callf(op, "GET", NULL, cont, API "%sfilters=%s", path, filt);
+	snprintf(op->lpath, sizeof(op->lpath), API "%sfilters=%s", path, filt);
+	op->lcont = cont;
+	eng_call(op, "GET", op->lpath, NULL, cont);
+}
+
+/* A Podman ghost went (or was gone): the same list again. */
+static void
+ghost_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+
+	if (REPLY_BAD(op, NULL, err, status, body,
+	    "remove a container it keeps without storage", 200, 204, 404))
+		return;
+	eng_call(op, "GET", op->lpath, NULL, op->lcont);
 }
 
 /* The answer to a list: 1 when op has been ended (no answer, or anything
- * but 200 with a JSON array: runtime_error "... list WHAT"), else 0. */
+ * but 200 with a JSON array: runtime_error "... list WHAT") or goes on
+ * elsewhere, else 0. A Podman ghost in a list of containers (adr/0058) is
+ * force-removed by its id (its volumes stay: v=0) and the list asked
+ * again, up to GHOSTS_MAX times: the list was filtered to io.sbx.managed,
+ * so the ghost is one sbx made (a sandbox, or its probe, init or proxy
+ * container), and its storage is gone already. */
 static int
 list_bad(struct eop *op, int status, json_t *body, const struct sbx_err *err,
     const char *what)
 {
 	struct sbx_err e;
-	char doing[64];
+	char doing[64], gid[72];
 
 	if (eng_ended(op, err))
 		return 1;
 	if (status == 200 && json_is_array(body))
 		return 0;
+	if (eng_ghost(status, body, gid, sizeof(gid)) &&
+	    op->ghosts < GHOSTS_MAX) {
+		op->ghosts++;
+		log_warn("removing a container the runtime lists without its "
+		    "storage (a runtime crash cut its removal)", "container",
+		    gid, "during", op->kind->name, NULL);
+		eng_callf(op, "DELETE", NULL, ghost_removed,
+		    API "/containers/%s?force=1&v=0", gid);
+		return 1;
+	}
 	snprintf(doing, sizeof(doing), "list %s", what);
 	eng_runtime_err(&e, status, body, doing);
 	eng_finish_err(op, &e);
@@ -144,7 +173,7 @@ status_inspected(struct eop *op, int status, json_t *body,
 
 	if (eng_ended(op, err))
 		return;
-	if (status == 404) {
+	if (status == 404 || eng_gone(status, body)) {
 		eng_absent_status(op, &st);
 		eng_finish_status(op, NULL, &st);
 		return;
@@ -340,6 +369,15 @@ destroy_inspected(struct eop *op, int status, json_t *body,
 	const char *hl;
 	int r;
 
+	if (err == NULL && eng_ghost(status, body, NULL, 0)) {
+		/* Podman's ghost (adr/0058): removed by name like any. */
+		log_warn("removing a container the runtime keeps without its "
+		    "storage (a runtime crash cut its removal)", "container",
+		    op->cname, "during", "destroy", NULL);
+		eng_callf(op, "DELETE", NULL, destroy_removed,
+		    API "/containers/%s?force=1&v=0", op->cname);
+		return;
+	}
 	if ((r = eng_inspect_found(op, status, body, err, &st, &hl)) < 0)
 		return;
 	if (r == 0) {

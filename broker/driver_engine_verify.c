@@ -8,16 +8,6 @@
  */
 #include "driver_engine_int.h"
 
-/* Podman answers a container being removed with 500 and these words. */
-static int
-gone_words(json_t *body)
-{
-	const char *m = json_string_value(json_object_get(body, "message"));
-
-	return m != NULL && (strstr(m, "no such container") != NULL ||
-	    strstr(m, "does not exist") != NULL);
-}
-
 static void
 verify_inspected(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
@@ -25,7 +15,7 @@ verify_inspected(struct eop *op, int status, json_t *body,
 	struct sbx_err e = op->derr, ignored;
 	struct sbx_status st;
 
-	if (err == NULL && (status == 404 || (status == 500 && gone_words(body))))
+	if (err == NULL && (status == 404 || eng_gone(status, body)))
 		sbx_err_set(&e, SBX_E_NOT_FOUND, SBX_MSG_NO_SANDBOX, op->id);
 	else if (err == NULL && status == 200 &&
 	    eng_status_from_inspect(op, body, &st, &ignored) == 0 &&

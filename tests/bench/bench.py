@@ -308,6 +308,7 @@ class Bench:
                 "--max-execs-per-sandbox", "1000", "--pids", "1024", "--pids-max", "1024",
                 "--max-sandboxes", "200",
                 "--log-level", "warn", "--log-file", os.path.join(w, "broker.log")]
+        args += getattr(self.a, "broker_extra", [])  # soak.py: its reaper
         self.spawn("broker", args)
         self.bconn = Conn(self.bsock, [("Authorization", "Bearer " + tok)])
         self.wait_ok(lambda: self.bconn.json("GET", "/v1/health"), "broker")

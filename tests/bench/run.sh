@@ -107,8 +107,10 @@ podman_up() {
 		setsid env -C "$p" /usr/bin/podman system service --time=0 "unix://$p/podman.sock" \
 		</dev/null >"$p/service.log" 2>&1 &
 	echo $! > "$p/service.pid"
+	# /_ping, not /version: Podman runs dpkg-query on each /version, and
+	# under load the 2 s probes piled up (adr/0058)
 	i=0
-	until curl -sf --max-time 2 --unix-socket "$p/podman.sock" http://x/v1.41/version >/dev/null 2>&1; do
+	until curl -sf --max-time 2 --unix-socket "$p/podman.sock" http://x/v1.41/_ping >/dev/null 2>&1; do
 		i=$((i + 1))
 		if [ "$i" -gt 400 ] || ! kill -0 "$(cat "$p/service.pid")" 2>/dev/null; then
 			log "podman service did not come up:"

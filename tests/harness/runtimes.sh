@@ -61,7 +61,7 @@
 # exit_command_delay (default 300 s); we use 5 s (see containers.conf below).
 #
 # Timing measured on this machine (2 shared cores, load 3-5): `up` takes
-# 1.5-2.5 s (dockerd answers /version 0.1 s after start, podman 0.6-0.7 s; the
+# 1.5-2.5 s (dockerd answers /_ping 0.1 s after start, podman 0.6-0.7 s; the
 # image build and the two imports take the rest); `down` 1-2 s (emptying the
 # engines ~1 s, the daemons stop in well under 0.1 s once empty), 3 s with a
 # hundred lingering podman exec sessions to kill.
@@ -102,11 +102,18 @@ api() {
 	curl -sf --max-time 10 --unix-socket "$1" -X "$2" "http://sbx$3"
 }
 
+# answers SOCK: the daemon on SOCK answers GET /_ping. Not /version: Podman
+# 4.3 runs dpkg-query for conmon and runc on every /version, which took
+# longer than 2 s under load (2 cores, load 40): each timed-out probe left
+# its dpkg-queries running and the next probe 50 ms later added more, so a
+# restarted service never answered within UP_DEADLINE (seen as the "podman
+# did not answer" failures of test_faults.py's daemon-kill case).
 answers() {
-	[ -S "$1" ] && curl -sf --max-time 2 --unix-socket "$1" "http://sbx/$API/version" >/dev/null 2>&1
+	[ -S "$1" ] && curl -sf --max-time 2 --unix-socket "$1" "http://sbx/$API/_ping" >/dev/null 2>&1
 }
 
-# wait_for NAME SOCK PID LOG: wait until SOCK answers /version, or fail loudly.
+# wait_for NAME SOCK PID LOG: wait until SOCK answers /_ping, or fail loudly
+# (and kill PID: a later start must not find two daemons on one socket).
 wait_for() {
 	local name=$1 sock=$2 pid=$3 logf=$4 t0 end
 	t0=$(now_ms)
@@ -118,8 +125,9 @@ wait_for() {
 			return 1
 		fi
 		if [ "$(now_ms)" -gt "$end" ]; then
-			log "$name did not answer GET /$API/version on $sock within ${UP_DEADLINE}s; log tail:"
+			log "$name did not answer GET /$API/_ping on $sock within ${UP_DEADLINE}s; log tail:"
 			tail -n 30 "$logf" >&2 || true
+			kill -KILL "$pid" 2>/dev/null || true
 			return 1
 		fi
 		sleep 0.05
@@ -557,7 +565,7 @@ cmd_kill() {
 }
 
 # start DIR RT: start that daemon again (after kill) on the same socket and
-# state; returns once it answers GET /version.
+# state; returns once it answers GET /_ping.
 cmd_start() {
 	local dir=$1 rt=$2 run
 	run=$(run_dir "$dir")

@@ -10,6 +10,7 @@
 # a run).
 
 import http.client
+import json
 import os
 import random
 import re
@@ -131,12 +132,22 @@ class RuntimeDaemonKilledTest(BrokerTestCase):
     def tearDown(self):
         # a failed test may leave the daemon down: the next needs it
         try:
-            self.engine.fetch("GET", "/version", timeout=5)
+            self.engine.fetch("GET", "/_ping", timeout=5)
         except OSError:
             runtime_ctl("start")
 
     def test_1_killed_during_ensure(self):
-        rng = random.Random(SEED)
+        self.killed_during_ensure(SEED)
+
+    def test_3_killed_during_ensure_seed_857213994(self):
+        """The seed of the flake of issue 24 (adr/0058): 3 of 8 runs failed
+        on Podman, the restarted service not answering /version in time
+        (the harness now probes /_ping), and Podman may keep a container
+        without storage (the broker now removes it)."""
+        self.killed_during_ensure(857213994)
+
+    def killed_during_ensure(self, seed):
+        rng = random.Random(seed)
         c = self.broker.client(timeout=150)
         sids = [self.new_id("rk") for _ in range(3)]
         results = {}
@@ -182,20 +193,10 @@ class RuntimeDaemonKilledTest(BrokerTestCase):
             if nc:
                 self.assertEqual(nv, 1, "%s: a container without its volume" % sid)
                 self.assertIn(sid, listed, "%s exists but the broker does not list it" % sid)
-        # Callers retry: every sandbox comes up whole and works. Podman may
-        # refuse the first start of a container whose create the kill cut
-        # (502 runtime_error, "refused to start the container (HTTP 500)",
-        # seen in about 1 of 4 runs of one seed); a caller's retry a moment
-        # later brings it up. Anything else, or a third refusal, fails.
+        # Callers retry: every sandbox comes up whole and works, at the
+        # first ensure.
         for sid in sids:
-            for attempt in range(3):
-                r = c.ensure(sid)
-                if r.status != 502 or err_code(r) != "runtime_error":
-                    break
-                print("test_faults: ensure %s refused once after the restart "
-                      "(attempt %d): %s\n%s" % (sid, attempt + 1, r.body,
-                                                 self.broker.log_text()[-1500:]))
-                time.sleep(2)
+            r = c.ensure(sid)
             self.assertEqual(r.status, 200, "%r\n%s" % (r, self.broker.log_text()[-3000:]))
             self.assertEqual(r.json()["state"], "running", r)
             self.assertEqual(runtime_state(self.engine, sid), ("running", 1, 1), sid)
@@ -205,6 +206,84 @@ class RuntimeDaemonKilledTest(BrokerTestCase):
         for sid in self.ids:
             self.assertEqual(c.destroy(sid).status, 200)
             self.assertEqual(runtime_state(self.engine, sid), ("absent", 0, 0), sid)
+
+    def ghost(self, sid):
+        """Makes Podman's ghost of sid's container (adr/0058): with the
+        service killed, its entry leaves containers/storage's list while
+        libpod's database keeps it - what a SIGKILL between the two steps
+        of a removal leaves. On Docker (no such state) the daemon is only
+        killed and started again. Returns the container's id."""
+        cid = self.engine.containers_of(sid)[0]["Id"]
+        runtime_ctl("kill")
+        try:
+            if self.runtime == "podman":
+                p = os.path.join(env_required("SBX_RUNTIMES_DIR"), "podman", "root",
+                                 "overlay-containers", "containers.json")
+                with open(p) as f:
+                    cs = json.load(f)
+                left = [x for x in cs if x["id"] != cid]
+                self.assertEqual(len(left), len(cs) - 1, "no storage entry for %s" % cid)
+                with open(p, "w") as f:
+                    json.dump(left, f)
+        finally:
+            runtime_ctl("start")
+        if self.runtime == "podman":
+            st, body = self.engine.fetch("GET", "/containers/json", params={"all": "1"})
+            self.assertEqual(st, 500, "the ghost was not made: %r" % (body,))
+            self.assertIn("container not known", body["message"])
+            self.assertIn(cid, body["message"])
+        return cid
+
+    def assert_runtime_lists(self):
+        st, body = self.engine.fetch("GET", "/containers/json", params={"all": "1"})
+        self.assertEqual(st, 200, "the runtime still cannot list: %r" % (body,))
+
+    def test_4_container_without_storage(self):
+        """Podman keeps a container whose storage a crash cut away (adr/0058):
+        ensure meeting it removes it and makes the sandbox again with its
+        /work; a restarted broker's reconcile and list remove it and go on;
+        destroy removes it. One log line each; /work is never lost."""
+        c = self.broker.client(timeout=60)
+        a, b, d = self.new_id("gh"), self.new_id("gh"), self.new_id("gh")
+        for sid in (a, b, d):
+            self.ensure_ok(sid)
+            self.assertEqual(c.write(sid, "/work/keep", b"kept " + sid.encode()).status, 200)
+        def removed():
+            return self.broker.log_text().count("without its storage")
+        # ensure meets the ghost (broker running)
+        self.ghost(a)
+        n = removed()
+        r = c.ensure(a)
+        self.assertEqual(r.status, 200, "%r\n%s" % (r, self.broker.log_text()[-2000:]))
+        self.assertEqual(r.json()["state"], "running", r)
+        self.assertEqual(c.read(a, "/work/keep").body, b"kept " + a.encode())
+        self.assert_runtime_lists()
+        if self.runtime == "podman":
+            self.assertGreater(removed(), n, "no log line for the ghost")
+        # a broker started beside the ghost: reconcile and list go on
+        self.broker.stop()
+        self.ghost(b)
+        n = removed()
+        self.broker.start()
+        r = c.sandboxes()
+        self.assertEqual(r.status, 200, "%r\n%s" % (r, self.broker.log_text()[-2000:]))
+        self.assert_runtime_lists()
+        if self.runtime == "podman":
+            self.assertGreater(removed(), n, "no log line for the ghost")
+        r = c.ensure(b)
+        self.assertEqual(r.status, 200, "%r\n%s" % (r, self.broker.log_text()[-2000:]))
+        self.assertEqual(c.read(b, "/work/keep").body, b"kept " + b.encode())
+        # destroy meets the ghost
+        self.ghost(d)
+        n = removed()
+        r = c.destroy(d)
+        self.assertEqual(r.status, 200, "%r\n%s" % (r, self.broker.log_text()[-2000:]))
+        self.assertEqual(runtime_state(self.engine, d), ("absent", 0, 0), d)
+        if self.runtime == "podman":
+            self.assertGreater(removed(), n, "no log line for the ghost")
+        self.assertNotIn("cannot reconcile", self.broker.log_text())
+        for sid in (a, b):
+            self.assertEqual(c.destroy(sid).status, 200)
 
     def test_2_killed_during_exec(self):
         c = self.broker.client(timeout=60)

@@ -8,9 +8,11 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <event2/buffer.h>
 #include <jansson.h>
 
 #include "api_e2b_fs.h"
+#include "api_e2b_fs_int.h"
 #include "api_e2b_multipart.h"
 #include "api_e2b_path.h"
 #include "sbx_proto.h"
@@ -203,6 +205,50 @@ test_error_maps(void **state)
 		assert_string_equal(api_e2b_fs_code(&err), m[i].connect);
 		assert_int_equal(api_e2b_files_status(&err), m[i].status);
 	}
+}
+
+/* The helper's error line found in what it wrote on stderr (untrusted). */
+static void
+helper_err_of(const char *text, int code, struct sbx_err *err)
+{
+	struct evbuffer *b = evbuffer_new();
+
+	assert_non_null(b);
+	evbuffer_add(b, text, strlen(text));
+	sbx_err_clear(err);
+	api_e2b_helper_error(b, code, err);
+	evbuffer_free(b);
+}
+
+static void
+test_helper_error_lines(void **state)
+{
+	struct sbx_err err;
+
+	(void)state;
+	helper_err_of("noise\n{\"sbx_helper\":2,\"error\":{\"code\":\"not_found\","
+	    "\"message\":\"/work/a does not exist; check the name.\"}}\n", 4, &err);
+	assert_string_equal(err.code, SBX_E_NOT_FOUND);
+	assert_string_equal(err.message, "/work/a does not exist; check the name.");
+	assert_string_equal(api_e2b_fs_code(&err), "not_found");
+	/* A symlink out of /work: the design's sentence first. */
+	helper_err_of("{\"sbx_helper\":2,\"error\":{\"code\":\"path_outside_work\","
+	    "\"message\":\"open: the path leaves /work\"}}", 3, &err);
+	assert_string_equal(err.code, SBX_E_FORBIDDEN);
+	assert_non_null(strstr(err.message, API_E2B_PATH_OUTSIDE));
+	helper_err_of("{\"sbx_helper\":2,\"error\":{\"code\":\"conflict\",\"message\":"
+	    "\"/work/d exists already.\"}}\n", 1, &err);
+	assert_string_equal(api_e2b_fs_code(&err), "already_exists");
+	/* No line (or a broken one): the exit status alone. */
+	helper_err_of("", 127, &err);
+	assert_string_equal(err.code, SBX_E_INTERNAL);
+	assert_non_null(strstr(err.message, "could not run"));
+	helper_err_of("{\"sbx_helper\":2,\"error\":{\"code\":1}}", 1, &err);
+	assert_string_equal(err.code, SBX_E_INTERNAL);
+	assert_non_null(strstr(err.message, "exit 1"));
+	helper_err_of("{\"sbx_helper\":2,\"error\":{\"code\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	    "aaaaaaaaaaaaaaaaaaaaaaaaaaaa\",\"message\":\"x\"}}", 1, &err);
+	assert_string_equal(err.code, SBX_E_INTERNAL);
 }
 
 /* ---- multipart ---- */
@@ -476,6 +522,7 @@ main(void)
 		cmocka_unit_test(test_entry_is_e2b_entry_info),
 		cmocka_unit_test(test_entry_refuses_what_is_not_an_entry),
 		cmocka_unit_test(test_error_maps),
+		cmocka_unit_test(test_helper_error_lines),
 		cmocka_unit_test(test_multipart_parts_whatever_the_split),
 		cmocka_unit_test(test_multipart_refusals),
 		cmocka_unit_test(test_multipart_big_part_streams_in_bounded_pieces),

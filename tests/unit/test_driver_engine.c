@@ -73,6 +73,10 @@ struct fx {
 	 * symbolic link, a regular file; any other is absent */
 	const char *img_link, *img_file;
 	int start_fail;               /* the sandbox's start answers 500 */
+	int ghost;                    /* Podman's ghost of t1 (adr/0058): its
+	                               * inspect and the list answer 500 */
+	int gone;                     /* t1's inspect: Podman's 500 of a
+	                               * container being removed */
 	char helper_vol[96];          /* the name the driver must use */
 	int hv_filled;                /* the helper volume holds the helper */
 	int init_exit;                /* the init container's exit status */
@@ -336,6 +340,8 @@ ends_with(const char *s, const char *suffix)
 	return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
+#define GHOST_ID "c0ffee0123456789c0ffee0123456789c0ffee0123456789c0ffee0123456789"
+
 static void
 route(struct conn *c, const char *method, const char *path, json_t *body)
 {
@@ -352,6 +358,20 @@ route(struct conn *c, const char *method, const char *path, json_t *body)
 		    "20.10.24", "ApiVersion", "1.41", "Components", "Name", "Engine"));
 	} else if (strncmp(path, "/v1.41/images/", 14) == 0) {
 		reply(bev, 200, "OK", json_pack("{s:s}", "Id", "sha256:1"));
+	} else if (f->ghost && (strcmp(path, "/v1.41/containers/sbx-t1/json")
+	    == 0 || strncmp(path, "/v1.41/containers/json?", 23) == 0)) {
+		reply(bev, 500, "Internal Server Error", msg("getting container "
+		    "from store \"" GHOST_ID "\": container not known"));
+	} else if (strcmp(method, "DELETE") == 0 && f->ghost &&
+	    (strncmp(path, "/v1.41/containers/" GHOST_ID "?", 83) == 0 ||
+	    strncmp(path, "/v1.41/containers/sbx-t1?", 25) == 0)) {
+		f->ghost = 0;
+		f->c_exists = 0;
+		reply(bev, 204, "No Content", NULL);
+	} else if (f->gone && strcmp(path, "/v1.41/containers/sbx-t1/json")
+	    == 0) {
+		reply(bev, 500, "Internal Server Error", msg("container " GHOST_ID
+		    " does not exist in database: no such container"));
 	} else if (strcmp(path, "/v1.41/containers/sbx-t1/json") == 0) {
 		if (!f->c_exists)
 			reply(bev, 404, "Not Found", msg("No such container: sbx-t1"));
@@ -1075,6 +1095,73 @@ test_a_new_container_that_cannot_start_is_removed_and_its_text_kept(void **state
 	assert_null(strstr(f->err.message, "/var/lib"));
 	assert_int_equal(logged(f, "DELETE /v1.41/containers/c0ffee0123456789"), 1);
 	assert_int_equal(f->c_exists, 0);
+}
+
+static void on_sandboxes(void *arg, const struct sbx_err *err,
+    const struct sbx_status *sts, size_t n);
+
+/* Podman's ghost of the sandbox's container (adr/0058): ensure removes it
+ * by name, its volume kept, and makes the container again. */
+static void
+test_ensure_removes_a_podman_ghost_and_keeps_the_volume(void **state)
+{
+	struct fx *f = *state;
+
+	running_sandbox(f);
+	f->ghost = 1;
+	ensure(f, 0, NULL);
+	assert_false(f->have_err);
+	assert_int_equal(f->st.state, SBX_STATE_RUNNING);
+	assert_int_equal(logged(f, "DELETE /v1.41/containers/sbx-t1?force=1&v=0"), 1);
+	assert_int_equal(logged(f, "DELETE /v1.41/volumes/sbx-t1-work"), 0);
+	assert_true(f->v_exists);
+	assert_true(f->c_exists && f->c_running);   /* made again */
+}
+
+/* ... and a list meeting it removes it by the id Podman names, then lists
+ * again; destroy removes it by name. */
+static void
+test_list_and_destroy_remove_a_podman_ghost(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_err err;
+
+	running_sandbox(f);
+	f->ghost = 1;
+	f->returned = 0;
+	assert_non_null(f->drv->ops->list_sandboxes(f->drv, on_sandboxes, f,
+	    &err));
+	run_loop(f);
+	assert_int_equal(logged(f, "DELETE /v1.41/containers/" GHOST_ID
+	    "?force=1&v=0"), 1);
+	assert_int_equal(logged(f, "GET /v1.41/containers/json?"), 2);
+	assert_int_equal(f->nents, 1);
+	running_sandbox(f);
+	f->ghost = 1;
+	log_reset(f);
+	f->returned = 0;
+	assert_non_null(f->drv->ops->destroy(f->drv, "t1", on_done, f, &err));
+	run_loop(f);
+	assert_false(f->have_err);
+	assert_int_equal(logged(f, "DELETE /v1.41/containers/sbx-t1?force=1&v=0"), 1);
+	assert_false(f->v_exists);
+}
+
+/* Podman answers the inspect of a container a removal is taking away
+ * with 500 "... no such container": absent, not a runtime error. */
+static void
+test_inspect_of_a_container_being_removed_is_absent(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_err err;
+
+	running_sandbox(f);
+	f->gone = 1;
+	f->returned = 0;
+	assert_non_null(f->drv->ops->status(f->drv, "t1", on_status, f, &err));
+	run_loop(f);
+	assert_false(f->have_err);
+	assert_int_equal(f->st.state, SBX_STATE_ABSENT);
 }
 
 /* The judge reads Docker's header and Podman's (linkTarget: the path
@@ -2179,6 +2266,9 @@ main(void)
 		T(test_ensure_refuses_an_image_whose_work_is_a_file),
 		cmocka_unit_test(test_mount_path_judge_reads_both_runtimes),
 		T(test_a_new_container_that_cannot_start_is_removed_and_its_text_kept),
+		T(test_ensure_removes_a_podman_ghost_and_keeps_the_volume),
+		T(test_list_and_destroy_remove_a_podman_ghost),
+		T(test_inspect_of_a_container_being_removed_is_absent),
 	T(test_ensure_init_wait_cut_off_is_runtime_unavailable),
 		T(test_stale_helper_label_replaces_the_container),
 		T(test_exec_helper_records_timeout_and_refusal),

@@ -16,6 +16,7 @@
 
 #include "api_int.h"
 #include "api_ports.h"
+#include "sbx_bev.h"
 #include "sbx_driver.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
@@ -218,8 +219,10 @@ client_read(struct bufferevent *bev, void *arg)
 {
 	struct api_port_conn *pc = arg;
 
-	if (pc->upgrade)
+	if (pc->upgrade) {
+		(void)sbx_bev_fill(bev, SPLICE_HIGH);
 		pump(pc);
+	}
 	else    /* after its one request, a client's bytes go nowhere */
 		evbuffer_drain(bufferevent_get_input(bev), (size_t)-1);
 }

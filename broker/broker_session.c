@@ -28,6 +28,7 @@
 #include "broker_int.h"
 #include "broker_metrics.h"
 #include "sbx_agent.h"
+#include "sbx_bev.h"
 #include "sbx_log.h"
 #include "sbx_ndjson.h"
 #include "sbx_proto.h"
@@ -458,6 +459,7 @@ link_read(struct bufferevent *bev, void *arg)
 		evbuffer_drain(in, evbuffer_get_length(in));
 		return;
 	}
+	(void)sbx_bev_fill(bev, SBX_BEV_IO_MAX);
 	while (!l->ending && evbuffer_peek(in, -1, NULL, &v,
 	    1) > 0 && v.iov_len > 0) {
 		size_t len = v.iov_len;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sbx_bev.h"
 #include "sbx_daemon.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
@@ -16,6 +17,7 @@ sbx_daemon_begin(const char *name)
 {
 	signal(SIGPIPE, SIG_IGN);
 	umask(077);
+	sbx_bev_heap();
 	sbx_log_init(name, 2, SBX_LOG_INFO);
 }
 

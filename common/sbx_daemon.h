@@ -9,8 +9,9 @@
 /*
  * Process setup every daemon does first: SIGPIPE ignored (a client gone
  * mid-write is an EPIPE the code handles, not a death), umask 077 (its
- * databases, sockets before chmod, and files are its own), logging to
- * stderr as name at info level (sbx_log.h). name is static.
+ * databases, sockets before chmod, and files are its own), the heap kept
+ * for stream buffers (sbx_bev_heap), logging to stderr as name at info
+ * level (sbx_log.h). name is static.
  */
 void sbx_daemon_begin(const char *name);
 

@@ -16,6 +16,7 @@
 #include <event2/event.h>
 #include <event2/util.h>
 
+#include "sbx_bev.h"
 #include "sbx_http_client.h"
 #include "sbx_proto.h"
 
@@ -469,7 +470,7 @@ read_cb(struct bufferevent *bev, void *arg)
 {
 	struct sbx_http_req *r = arg;
 
-	(void)bev;
+	(void)sbx_bev_fill(bev, SBX_BEV_IO_MAX);
 	enter(r);
 	process(r);
 	leave(r);
@@ -754,6 +755,10 @@ sbx_http_request(struct event_base *base, const char *address,
 	    r->bev == NULL)
 		goto oom;
 	bufferevent_setcb(r->bev, read_cb, write_cb, event_cb, r);
+	/* Streams (exec output, the session link, the agent's channel) go
+	 * in pieces of up to SBX_BEV_IO_MAX a turn, not libevent's 16 KiB
+	 * writes and 4 KiB reads (read_cb, adr/0063). */
+	bufferevent_set_max_single_write(r->bev, SBX_BEV_IO_MAX);
 	/* The request is built here and queued once the socket exists. */
 	if ((reqbuf = evbuffer_new()) == NULL)
 		goto oom;

@@ -115,8 +115,9 @@ void sbx_http_req_cancel(struct sbx_http_req *req);
 
 /*
  * Backpressure: pause stops reading from the socket (and stops delivering
- * bytes already buffered) until resume; memory held is at most one socket
- * read (16 KiB) beyond what was delivered. Either may be called any time
+ * bytes already buffered) until resume; memory held is at most
+ * SBX_BEV_IO_MAX (256 KiB, what one turn reads: sbx_bev_fill) plus one
+ * socket read of libevent's (4 KiB) beyond what was delivered. Either may be called any time
  * before done(), also from body(). Timeouts keep running while paused.
  */
 void sbx_http_req_pause(struct sbx_http_req *req);

@@ -10,17 +10,22 @@
 #include <sodium.h>
 #include <wslay/wslay.h>
 
+#include "sbx_bev.h"
 #include "sbx_proto.h"
 #include "sbx_time.h"
 #include "sbx_ws.h"
+#include "sbx_ws_fast.h"
 
 #define DEF_MESSAGE_MAX ((size_t)1024 * 1024)
 #define DEF_HIGH_WATER ((size_t)1024 * 1024)
 /* Bytes read from the socket ahead of wslay: bounds the input buffer while
- * the owner has paused reading. */
-#define READ_AHEAD ((size_t)64 * 1024)
+ * the owner has paused reading; read in one piece (sbx_bev_fill). */
+#define READ_AHEAD ((size_t)SBX_BEV_IO_MAX)
 /* How long a close this side started waits for the peer's. */
 #define CLOSE_WAIT_MS 5000
+/* A client's binary message at least this long is framed and masked by
+ * sbx_ws_fast (8 bytes a step), not by libwslay (a byte a step). */
+#define FAST_SEND_MIN 1024
 #define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 struct sbx_ws {
@@ -33,6 +38,9 @@ struct sbx_ws {
 	struct event *timer;          /* pings, silence, the close wait */
 	struct event *kick;           /* process input on the next turn */
 	struct evbuffer *msg;         /* the data message being received */
+	struct sbx_ws_fast fast;      /* the server's input on its way to
+	                               * libwslay (sbx_ws_fast.h) */
+	struct evbuffer *pending;     /* a taken frame's unmasked payload */
 	struct evbuffer *held;        /* whole messages libwslay parsed from
 	                               * its own buffer after the owner paused
 	                               * reading: [text byte][u64 len][bytes]... */
@@ -85,6 +93,23 @@ recv_cb(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags,
 		return -1;
 	}
 	in = bufferevent_get_input(ws->bev);
+	if (ws->role == SBX_WS_SERVER) {
+		/* binary payloads are unmasked there, a word at a time */
+		size_t before = evbuffer_get_length(in);
+		long r = sbx_ws_fast_recv(&ws->fast, in, ws->pending,
+		    ws->lim.message_max, buf, len);
+
+		/* a large frame's payload arriving is the peer alive too */
+		if (evbuffer_get_length(in) != before)
+			ws->last_rx_ms = sbx_mono_ms();
+		if (r <= 0) {
+			wslay_event_set_error(ctx, r == 0 ? WSLAY_ERR_WOULDBLOCK :
+			    WSLAY_ERR_NOMEM);
+			return -1;
+		}
+		ws->last_rx_ms = sbx_mono_ms();
+		return r;
+	}
 	if (evbuffer_get_length(in) == 0) {
 		wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
 		return -1;
@@ -165,6 +190,15 @@ frame_start_cb(wslay_event_context_ptr ctx,
 		ws->rejecting = 1;
 		ws->failed = 1;
 		queue_close(ws, SBX_WS_TOO_BIG, why);
+		wslay_event_shutdown_read(ctx);
+		return;
+	}
+	/* A frame sbx_ws_fast took: its payload, unmasked, joins here. */
+	if (sbx_ws_fast_taken(&ws->fast, a->payload_length) &&
+	    evbuffer_add_buffer(ws->msg, ws->pending) != 0) {
+		ws->rejecting = 1;
+		ws->failed = 1;
+		queue_close(ws, SBX_WS_INTERNAL, "Out of memory.");
 		wslay_event_shutdown_read(ctx);
 	}
 }
@@ -359,7 +393,7 @@ ws_process(struct sbx_ws *ws)
 static void
 read_cb(struct bufferevent *bev, void *arg)
 {
-	(void)bev;
+	(void)sbx_bev_fill(bev, READ_AHEAD);
 	ws_process(arg);
 }
 
@@ -515,7 +549,9 @@ sbx_ws_new(struct bufferevent *bev, enum sbx_ws_role role,
 	 * cap; wslay's own cap then guards nothing we need. */
 	wslay_event_config_set_no_buffering(ws->ctx, 1);
 	wslay_event_config_set_max_recv_msg_length(ws->ctx, UINT64_MAX >> 1);
+	sbx_ws_fast_init(&ws->fast);
 	if ((ws->msg = evbuffer_new()) == NULL ||
+	    (ws->pending = evbuffer_new()) == NULL ||
 	    (ws->held = evbuffer_new()) == NULL ||
 	    (ws->timer = event_new(base, -1, 0, timer_cb, ws)) == NULL ||
 	    (ws->kick = event_new(base, -1, 0, kick_cb, ws)) == NULL)
@@ -554,6 +590,20 @@ sbx_ws_send(struct sbx_ws *ws, int text, const void *a, size_t an,
 	if (ws == NULL || ws->ended || ws->dead ||
 	    !wslay_event_get_write_enabled(ws->ctx) || ws->my_code != 0)
 		return -1;
+	if (ws->role == SBX_WS_CLIENT && !text && an + bn >= FAST_SEND_MIN &&
+	    !wslay_event_want_write(ws->ctx)) {
+		/* Nothing of libwslay's is queued or half sent: this frame
+		 * goes whole after what it wrote (§5.3 key, §5.2 header). */
+		unsigned char key[4];
+
+		randombytes_buf(key, sizeof(key));
+		if (sbx_ws_fast_client_frame(bufferevent_get_output(ws->bev), key,
+		    a, an, b, bn) != 0)
+			return -1;
+		if (!ws->in_recv)
+			ws_flush(ws);
+		return 0;
+	}
 	m.opcode = text ? WSLAY_TEXT_FRAME : WSLAY_BINARY_FRAME;
 	if (bn == 0) {
 		m.msg = a;
@@ -648,6 +698,8 @@ sbx_ws_free(struct sbx_ws *ws)
 		event_free(ws->kick);
 	if (ws->msg != NULL)
 		evbuffer_free(ws->msg);
+	if (ws->pending != NULL)
+		evbuffer_free(ws->pending);
 	if (ws->held != NULL)
 		evbuffer_free(ws->held);
 	if (ws->ctx != NULL)

@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "cli_http.h"
+#include "sbx_bev.h"
 #include "sbx_proto.h"
 #include "sbx_ws.h"
 
@@ -447,6 +448,7 @@ cli_term_run(struct ctx *x, const struct term_attach *t)
 	s.t = t;
 	s.rc = -1;
 	s.writer = 1;
+	sbx_bev_heap();   /* stdin streams through 256 KiB chains */
 	if ((rc = ws_open(x, t, &fd, &left, &leftn)) != CX_OK)
 		return rc;
 	signal(SIGPIPE, SIG_IGN);

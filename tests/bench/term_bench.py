@@ -432,6 +432,22 @@ def fig_ports(b):
               % (PORT_BYTES // MiB, PORT),
               "%.0f MB/s" % sbx_mbs, "inside %.0f MB/s" % in_mbs, "%.2f×" % ratio,
               "≥ 0.5× inside", ratio >= 0.5)
+        # The ceiling of any path through the runtime's exec stream (the
+        # agent's channel is one, adr/0025): the same bytes as the stdout
+        # of `cat` through the raw Engine API, no sbx code (adr/0063).
+        raw_t = []
+        for _ in range(PORT_ROUNDS):
+            x = b.exec_raw(2, ["cat", "/work/big"])
+            if x.get("bytes") != PORT_BYTES:
+                raise RuntimeError("raw cat: %r" % x)
+            raw_t.append(x["ns"] / 1e9)
+        raw_mbs = PORT_BYTES / 1e6 / p50(raw_t)
+        b.row("the same %d MiB as exec stdout (`cat`) through the raw Engine API, no sbx "
+              "code: the runtime's exec stream the agent's channel rides on, vs inside"
+              % (PORT_BYTES // MiB),
+              "%.0f MB/s" % raw_mbs, "inside %.0f MB/s" % in_mbs,
+              "%.2f× (ports route %.2f× of it)" % (raw_mbs / in_mbs, sbx_mbs / raw_mbs),
+              "— (ceiling of the row above)")
         lat = [get_through_port(b, npc, "small")[0] * 1000 for _ in range(PORT_REQS)]
         n = PORT_REQS
         w = ("i=0; while [ $i -lt %d ]; do wget -q -O /dev/null http://127.0.0.1:%d/%%s; "

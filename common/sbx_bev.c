@@ -1,0 +1,70 @@
+/* sbx_bev.c - large reads for socket bufferevents (sbx_bev.h, adr/0063); touches only the socket and the input buffer of the bufferevent it is given. */
+#include <sys/ioctl.h>
+#include <sys/uio.h>
+
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "sbx_bev.h"
+
+size_t
+sbx_bev_fill(struct bufferevent *bev, size_t upto)
+{
+	struct evbuffer_iovec v[2];
+	struct evbuffer *in;
+	evutil_socket_t fd;
+	size_t have, want, left, high = 0, got;
+	ssize_t r;
+	int avail = 0, nv, i;
+
+	if (bev == NULL || !(bufferevent_get_enabled(bev) & EV_READ) ||
+	    (fd = bufferevent_getfd(bev)) < 0)
+		return 0;
+	in = bufferevent_get_input(bev);
+	have = evbuffer_get_length(in);
+	if (bufferevent_getwatermark(bev, EV_READ, NULL, &high) == 0 &&
+	    high != 0 && high < upto)
+		upto = high;
+	if (have >= upto || ioctl(fd, FIONREAD, &avail) != 0 || avail <= 0)
+		return 0;
+	want = upto - have;
+	if ((size_t)avail < want)
+		want = (size_t)avail;
+	evbuffer_unfreeze(in, 0);
+	nv = evbuffer_reserve_space(in, (ev_ssize_t)want, v, 2);
+	if (nv <= 0) {
+		evbuffer_freeze(in, 0);
+		return 0;
+	}
+	for (i = 0, left = want; i < nv; i++) {
+		if (v[i].iov_len > left)
+			v[i].iov_len = left;
+		left -= v[i].iov_len;
+	}
+	r = readv(fd, (struct iovec *)v, nv);
+	got = r > 0 ? (size_t)r : 0;
+	for (i = 0, left = got; i < nv; i++) {
+		if (v[i].iov_len > left)
+			v[i].iov_len = left;
+		left -= v[i].iov_len;
+	}
+	/* Nothing read (EAGAIN, or a race with an error): commit nothing;
+	 * the socket keeps whatever it has for libevent's own read. */
+	evbuffer_commit_space(in, v, got > 0 ? nv : 0);
+	evbuffer_freeze(in, 0);
+	return got;
+}
+
+void
+sbx_bev_heap(void)
+{
+#ifdef __GLIBC__
+	(void)mallopt(M_MMAP_THRESHOLD, SBX_HEAP_MMAP_MIN);
+	(void)mallopt(M_TRIM_THRESHOLD, SBX_HEAP_KEEP);
+#endif
+}

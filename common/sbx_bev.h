@@ -1,0 +1,37 @@
+/* sbx_bev.h - reading a socket bufferevent in large pieces: libevent 2.1 reads at most 4 KiB a turn whatever bufferevent_set_max_single_read says (adr/0063). */
+#ifndef SBX_BEV_H
+#define SBX_BEV_H
+
+#include <stddef.h>
+
+#include <event2/bufferevent.h>
+
+/* Moves the bytes already queued on the socket under bev into its input
+ * buffer, up to `upto` bytes held in that buffer in all (and never past
+ * the read high watermark bev has, when it has one). Called at the top
+ * of a read callback: libevent 2.1's evbuffer_read reads at most 4 KiB
+ * per call (EVBUFFER_MAX_READ; evbuffer_set_max_read came with 2.2), one
+ * epoll_wait + ioctl + readv a 4 KiB piece; this reads what FIONREAD
+ * says is there in one readv.
+ * bev must be a socket bufferevent (bufferevent_socket_new: its input's
+ * end is frozen between its own reads; thawed here for the add). Reads
+ * only bytes the socket reports queued, so an EOF or a socket error is
+ * never consumed here: libevent's next read reports it as before.
+ * Does nothing while bev's reading is disabled (paused), on a bev
+ * without a socket, or when the input already holds `upto` bytes.
+ * Returns the bytes added (0: none; errors are left to libevent's read:
+ * nothing is lost, the socket keeps them). */
+size_t sbx_bev_fill(struct bufferevent *bev, size_t upto);
+
+/* Keeps the stream buffers' memory in the process between uses (glibc's
+ * mallopt): allocations below SBX_HEAP_MMAP_MIN (1 MiB) come from the heap
+ * instead of a fresh mmap each, and up to SBX_HEAP_KEEP (8 MiB) of free
+ * heap top is kept instead of returned at once. Without it every 256 KiB
+ * chain of a stream was a new mapping: ~7,000-8,600 page faults in each
+ * daemon per 64 MiB of stdin (adr/0063). Called once at start, before any
+ * allocation of note; does nothing on a C library without mallopt. */
+#define SBX_HEAP_MMAP_MIN (1024 * 1024)
+#define SBX_HEAP_KEEP (8 * 1024 * 1024)
+void sbx_bev_heap(void);
+
+#endif

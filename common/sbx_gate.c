@@ -176,6 +176,20 @@ conn_refuse(struct gconn *c, struct evbuffer *in,
 		evbuffer_add(in, h->auth, h->alen);
 		evbuffer_add(in, "\r\n", 2);
 	}
+	/* The check's fields go along as the credential does (an E2B key or
+	 * sandbox id, adr/0059): the daemon answers the refusal in the route's
+	 * own shape. Each as often as it came, at most twice (two: ambiguous). */
+	if (authed && h != NULL) {
+		unsigned i, k;
+
+		for (i = 0; i < SBX_GATE_FIELDS_MAX; i++)
+			for (k = 0; c->g->lim.fields[i] != NULL &&
+			    h->field[i] != NULL && k < h->nfield[i] && k < 2; k++) {
+				evbuffer_add_printf(in, "%s: ", c->g->lim.fields[i]);
+				evbuffer_add(in, h->field[i], h->fieldlen[i]);
+				evbuffer_add(in, "\r\n", 2);
+			}
+	}
 	evbuffer_add_printf(in, "Connection: close\r\n%s: %s %s\r\n\r\n",
 	    HDR_REFUSED, c->g->nonce, verdict_token(v));
 	evbuffer_drain(c->hold, evbuffer_get_length(c->hold));

@@ -80,6 +80,7 @@ struct api_config {
 	/* WebSocket attach (common/sbx_ws.h, adr/0052). */
 	long long ws_message_max;   /* bytes of one received message; more: close 1009 */
 	long long ws_ping_interval; /* ms between the server's pings; 2 silent: closed */
+	long long db_cache;         /* bytes of api.db's page cache at most (sbx_sqlite_cache) */
 	long long ws_output_high;   /* bytes queued for a viewer above which its terminal output pauses */
 	/* The E2B layer (docs/e2b.md, adr/0059). */
 	char **e2b_templates;       /* "alias=image"; "alias=": the broker's default image */

@@ -121,6 +121,8 @@ const struct sbx_config_key api_config_keys[] = {
 	    "WebSocket attach: bytes of one message a client sends; more: close 1009"),
 	K("ws_ping_interval", SBX_CFG_DURATION_MS, ws_ping_interval, "30s",
 	    "WebSocket attach: the server pings this often; a client silent for two is closed"),
+	K("db_cache", SBX_CFG_BYTES, db_cache, "256k",
+	    "bytes of api.db's page cache at most (SQLite cache_size)"),
 	K("ws_output_high", SBX_CFG_BYTES, ws_output_high, "1m",
 	    "WebSocket attach: bytes queued for a viewer above which its terminal's output waits"),
 	/* The E2B layer (docs/e2b.md, adr/0059). */

@@ -26,6 +26,7 @@
 #include "sbx_log.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"
+#include "sbx_sqlite.h"
 #include "sbx_time.h"
 #include "sbx_usage.h"
 
@@ -853,7 +854,9 @@ api_server_new(struct event_base *base, const struct api_config *cfg,
 	s->now_ms = sbx_wall_ms;
 	memset(&hc, 0, sizeof(hc));
 	if ((s->store = api_store_open(cfg->state_dir, err)) == NULL ||
-	    api_store_defer_on(s->store, base, err) == -1)
+	    api_store_defer_on(s->store, base, err) == -1 ||
+	    sbx_sqlite_cache(api_store_db(s->store), cfg->db_cache,
+	    err) == -1)
 		goto fail;
 	if (api_execs_open(s, err) == -1 || api_terms_open(s, err) == -1 ||
 	    api_ports_open(s, err) == -1 || api_e2b_open(s, err) == -1)

@@ -76,6 +76,7 @@ struct api_server {
 	unsigned char ticket_key[32];
 	struct event *sweep_ev;     /* retention sweep */
 	struct event *trim_ev;      /* freed heap back to the system (api_req.c) */
+	struct event *heap_quiet;   /* the same once no request ended for a while (sbx_heap_quiet) */
 	char *console_csp;          /* script-src of /console: the hash of its one script */
 	/* Terminals (api_term*.c, adr/0051). */
 	struct api_term *terms;     /* newest first */

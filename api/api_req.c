@@ -13,6 +13,7 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "sbx_bev.h"
 #include "api_int.h"
 #include "sbx_httpd.h"
 #include "sbx_list_out.h"
@@ -147,6 +148,7 @@ areq_finish(struct areq *a, int status, const char *outcome)
 	sbx_list_out_free(a->lout);
 	if (a->gbody != NULL)
 		areq_trim_later(a->s);
+	sbx_heap_quiet(a->s->base, &a->s->heap_quiet);
 	sbx_gate_body_free(a->gbody);
 	if (a->ping != NULL)
 		event_free(a->ping);
@@ -461,4 +463,5 @@ api_req_trim_close(struct api_server *s)
 	if (s->trim_ev != NULL)
 		event_free(s->trim_ev);
 	s->trim_ev = NULL;
+	sbx_heap_quiet_free(&s->heap_quiet);
 }

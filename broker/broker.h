@@ -67,6 +67,7 @@ struct broker_config {
 	long long idle_timeout, reap_interval, destroy_after; /* ms; reaper */
 	long long shutdown_grace; /* ms SIGTERM waits for in-flight requests */
 	long long usage_timeout;  /* ms a /work usage walk may take (adr/0017) */
+	long long db_cache;       /* bytes of broker.db's page cache at most (sbx_sqlite_cache) */
 	long long usage_max_entries; /* entries a /work usage walk counts at most */
 	long long work_quota;     /* bytes of /work per sandbox, soft (adr/0057); 0: none */
 	long long work_quota_stale; /* ms a /work figure is trusted for a write */

@@ -96,6 +96,8 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "reaper: how often to look"),
 	K("destroy_after", SBX_CFG_DURATION_MS, destroy_after, "0",
 	    "reaper: destroy sandboxes stopped longer than this (0: never)"),
+	K("db_cache", SBX_CFG_BYTES, db_cache, "256k",
+	    "bytes of broker.db's page cache at most (SQLite cache_size)"),
 	K("usage_timeout", SBX_CFG_DURATION_MS, usage_timeout, "5s",
 	    "status ?usage=1: longest walk of /work; then the figures say partial"),
 	K("usage_max_entries", SBX_CFG_INT, usage_max_entries, "200000",

@@ -90,6 +90,7 @@ struct broker_server {
 	unsigned pending_new;     /* ensures of new ids under way */
 	int draining, stopping;
 	struct sbx_httpd_drain drain;
+	struct event *heap_quiet;  /* freed heap back when quiet (sbx_heap_quiet) */
 };
 
 /* One request being answered. */

@@ -13,6 +13,7 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "sbx_bev.h"
 #include "broker_int.h"
 #include "broker_metrics.h"
 #include "broker_state.h"
@@ -121,6 +122,7 @@ breq_done(struct breq *b, int status, const char *outcome)
 	char st[16], dur[32];
 
 	sbx_err_clear(&err);
+	sbx_heap_quiet(s->base, &s->heap_quiet);
 	/*
 	 * Every authenticated request is audited; strangers get no row. Each
 	 * one naming a sandbox is use (last_used_at, which the reaper reads),

@@ -7,6 +7,7 @@
 #include <event2/http.h>
 #include <sodium.h>
 
+#include "sbx_bev.h"
 #include "broker_int.h"
 #include "broker_metrics.h"
 #include "broker_state.h"
@@ -211,7 +212,8 @@ broker_server_new(struct event_base *base, const struct broker_config *cfg,
 	LIST_INIT(&s->sbxs);
 	if ((s->state = broker_state_open(cfg->state_dir, err)) == NULL ||
 	    broker_state_defer_on(s->state, base, state_write_failed,
-	    err) == -1)
+	    err) == -1 ||
+	    broker_state_cache(s->state, cfg->db_cache, err) == -1)
 		goto fail;
 	/* Twice max_sandboxes: figures of sandboxes destroyed behind the
 	 * broker's back age out (adr/0057). */
@@ -348,6 +350,7 @@ broker_server_free(struct broker_server *s)
 	sbx_gate_free(s->gate);
 	sbx_httpd_listener_free(&s->listener);
 	sbx_httpd_drain_free(&s->drain);
+	sbx_heap_quiet_free(&s->heap_quiet);
 	broker_state_close(s->state);
 	broker_metrics_free(s->metrics);
 	broker_quota_free(s->quota);

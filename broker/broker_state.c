@@ -9,6 +9,7 @@
 #include <sqlite3.h>
 
 #include "broker_state.h"
+#include "sbx_sqlite.h"
 #include "sbx_defer.h"
 #include "sbx_config.h"
 #include "sbx_proto.h"
@@ -480,4 +481,11 @@ broker_state_request_done(struct broker_state *s, int64_t ts_ms,
 	snprintf(u.id, sizeof(u.id), "%s", id ? id : "");
 	snprintf(u.outcome, sizeof(u.outcome), "%s", outcome);
 	return sbx_defer_add(s->defer, used_write, s, &u, sizeof(u), err);
+}
+
+int
+broker_state_cache(struct broker_state *s, long long bytes,
+    struct sbx_err *err)
+{
+	return sbx_sqlite_cache(s->db, bytes, err);
 }

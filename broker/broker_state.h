@@ -38,6 +38,11 @@ struct broker_state *broker_state_open(const char *dir, struct sbx_err *err);
 /* Finalizes every statement and closes the database. NULL ok. */
 void broker_state_close(struct broker_state *s);
 
+/* Bounds the database's page cache to bytes (config db_cache;
+ * sbx_sqlite_cache). Returns 0, or -1 with err config_error. */
+int broker_state_cache(struct broker_state *s, long long bytes,
+    struct sbx_err *err);
+
 /*
  * Records the result of an ensure: inserts or replaces the row of st->id
  * with state st->state, container st->container_id, volume, image, egress,

@@ -68,3 +68,34 @@ sbx_bev_heap(void)
 	(void)mallopt(M_TRIM_THRESHOLD, SBX_HEAP_KEEP);
 #endif
 }
+
+static void
+heap_quiet_fire(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+#ifdef __GLIBC__
+	malloc_trim(0);
+#endif
+}
+
+void
+sbx_heap_quiet(struct event_base *base, struct event **evp)
+{
+	struct timeval tv = { SBX_HEAP_QUIET_MS / 1000,
+	    (SBX_HEAP_QUIET_MS % 1000) * 1000 };
+
+	if (*evp == NULL &&
+	    (*evp = evtimer_new(base, heap_quiet_fire, NULL)) == NULL)
+		return;
+	evtimer_add(*evp, &tv);   /* pending: pushed back to now + quiet */
+}
+
+void
+sbx_heap_quiet_free(struct event **evp)
+{
+	if (*evp != NULL)
+		event_free(*evp);
+	*evp = NULL;
+}

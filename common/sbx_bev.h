@@ -34,4 +34,18 @@ size_t sbx_bev_fill(struct bufferevent *bev, size_t upto);
 #define SBX_HEAP_KEEP (8 * 1024 * 1024)
 void sbx_bev_heap(void);
 
+/* What sbx_bev_heap keeps goes back once the daemon is quiet: each call
+ * (one per finished request) arms, or pushes back, a timer that calls
+ * malloc_trim(0) after SBX_HEAP_QUIET_MS with no further call, so a busy
+ * daemon keeps its buffers and an idle one returns to its resting RSS (the
+ * soak's RSS target, docs/bench.md). *evp is the timer, made on first use
+ * on base (NULL: no timer this time, nothing else happens); free it with
+ * sbx_heap_quiet_free. */
+#define SBX_HEAP_QUIET_MS 2000
+struct event;
+struct event_base;
+void sbx_heap_quiet(struct event_base *base, struct event **evp);
+/* Frees the timer of sbx_heap_quiet and sets *evp NULL. NULL *evp ok. */
+void sbx_heap_quiet_free(struct event **evp);
+
 #endif

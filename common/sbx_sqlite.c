@@ -1,4 +1,5 @@
 /* sbx_sqlite.c - statements prepared once per database handle (sbx_sqlite.h). */
+#include <stdio.h>
 #include <string.h>
 
 #include <sqlite3.h>
@@ -45,4 +46,23 @@ sbx_sqlite_done(sqlite3_stmt *q)
 		return;
 	sqlite3_reset(q);
 	sqlite3_clear_bindings(q);
+}
+
+int
+sbx_sqlite_cache(sqlite3 *db, long long bytes, struct sbx_err *err)
+{
+	char sql[64];
+	char *msg = NULL;
+	long long kib = bytes / 1024;
+
+	if (kib < 64)
+		kib = 64;
+	snprintf(sql, sizeof(sql), "PRAGMA cache_size=-%lld;", kib);
+	if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+		sbx_err_set(err, SBX_E_CONFIG, "Cannot bound the database's "
+		    "cache: %s.", msg != NULL ? msg : "unknown error");
+		sqlite3_free(msg);
+		return -1;
+	}
+	return 0;
 }

@@ -20,6 +20,15 @@
 int sbx_sqlite_prepare_all(sqlite3 *db, const char *const *sql, size_t n,
     sqlite3_stmt **q, struct sbx_err *err);
 
+/*
+ * Bounds db's page cache to bytes (PRAGMA cache_size with a negative
+ * count: KiB, SQLite "PRAGMA cache_size"); at least 64 KiB is kept. The
+ * default cache (2,000 KiB a connection) was most of a daemon's RSS growth
+ * in the 30-minute soak (docs/bench.md). Returns 0, or -1 with err
+ * config_error and SQLite's message.
+ */
+int sbx_sqlite_cache(sqlite3 *db, long long bytes, struct sbx_err *err);
+
 /* Finalizes q[0..n) (NULL entries fine) and zeroes them. */
 void sbx_sqlite_finalize_all(sqlite3_stmt **q, size_t n);
 

@@ -12,7 +12,10 @@
 
 #include <cmocka.h>
 
+#include <sqlite3.h>
+
 #include "api_store.h"
+#include "sbx_sqlite.h"
 #include "sbx_log.h"
 #include "sbx_token.h"
 
@@ -174,6 +177,39 @@ test_npcs_are_unique_and_listed_by_owner(void **state)
 	api_store_close(st);
 }
 
+/* db_cache bounds api.db's page cache (sbx_sqlite_cache): the soak's RSS
+ * growth was SQLite's default 2,000 KiB cache filling (docs/bench.md). */
+static int
+cache_pragma(struct api_store *st)
+{
+	sqlite3_stmt *q = NULL;
+	int v = 0;
+
+	assert_int_equal(sqlite3_prepare_v2(api_store_db(st),
+	    "PRAGMA cache_size;", -1, &q, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+	v = sqlite3_column_int(q, 0);
+	sqlite3_finalize(q);
+	return v;
+}
+
+static void
+test_db_cache_bounds_the_page_cache(void **state)
+{
+	struct api_store *st;
+	struct sbx_err err;
+
+	(void)state;
+	st = api_store_open(dir, &err);
+	assert_non_null(st);
+	assert_int_equal(sbx_sqlite_cache(api_store_db(st), 256 * 1024, &err), 0);
+	assert_int_equal(cache_pragma(st), -256);
+	/* Below the floor: 64 KiB. */
+	assert_int_equal(sbx_sqlite_cache(api_store_db(st), 1000, &err), 0);
+	assert_int_equal(cache_pragma(st), -64);
+	api_store_close(st);
+}
+
 int
 main(void)
 {
@@ -187,6 +223,8 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_npcs_are_unique_and_listed_by_owner, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_db_cache_bounds_the_page_cache, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -113,14 +113,23 @@ domain_json(const struct areq *a)
 	return d != NULL && d[0] != '\0' ? json_string(d) : json_null();
 }
 
+/* The sandbox's access token for its owner only: an operator who may
+ * see or connect another's sandbox gets null, so what envd does under
+ * the owner's name is the owner's doing. */
+static json_t *
+token_json(const struct areq *a, const struct api_e2b_rec *r)
+{
+	return a->who.id == r->owner ? json_string(r->token) : json_null();
+}
+
 /* Sandbox (create, connect): what the SDK needs to reach envd. */
 static json_t *
 sandbox_json(const struct areq *a, const struct api_e2b_rec *r)
 {
-	return json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:o,s:n}", "sandboxID", r->id,
+	return json_pack("{s:s,s:s,s:s,s:s,s:s,s:o,s:o,s:n}", "sandboxID", r->id,
 	    "templateID", r->template_id, "alias", r->template_id, "clientID",
-	    CLIENT_ID, "envdVersion", ENVD_VERSION, "envdAccessToken", r->token,
-	    "domain", domain_json(a), "trafficAccessToken");
+	    CLIENT_ID, "envdVersion", ENVD_VERSION, "envdAccessToken",
+	    token_json(a, r), "domain", domain_json(a), "trafficAccessToken");
 }
 
 /* ListedSandbox, and with detail 1 SandboxDetail. */
@@ -144,7 +153,7 @@ listed_json(const struct areq *a, const struct api_e2b_rec *r, int detail,
 	if (o == NULL || !detail)
 		return o;
 	json_object_set_new(o, "domain", domain_json(a));
-	json_object_set_new(o, "envdAccessToken", json_string(r->token));
+	json_object_set_new(o, "envdAccessToken", token_json(a, r));
 	json_object_set_new(o, "allowInternetAccess", egress ? json_true() :
 	    json_null());
 	json_object_set_new(o, "lifecycle", json_pack("{s:b,s:s}",

@@ -69,6 +69,11 @@ e2b_fail_driver(struct areq *a, const struct sbx_err *in)
 	if (strcmp(in->code, SBX_E_NOT_RUNNING) == 0)
 		sbx_err_set(&err, SBX_E_NOT_RUNNING, "The sandbox is not running; "
 		    "connect to it first (POST /sandboxes/{id}/connect).");
+	/* A path that leaves /work through a symlink: 403 with the design's
+	 * sentence first, as filesystem.Filesystem answers it. */
+	if (strcmp(in->code, SBX_E_PATH_OUTSIDE_WORK) == 0)
+		sbx_err_set(&err, SBX_E_FORBIDDEN, "%s (%s)", API_E2B_PATH_OUTSIDE,
+		    in->message);
 	api_metrics_broker_error(&a->s->metrics, in->code);
 	e2b_fail(a, &err);
 }
@@ -495,21 +500,6 @@ up_go(evutil_socket_t fd, short what, void *arg)
 }
 
 static int
-spool_open(const char *dir)
-{
-	char path[4096];
-	int fd;
-
-	if ((fd = open(dir, O_TMPFILE | O_RDWR | O_EXCL | O_CLOEXEC, 0600)) >= 0)
-		return fd;
-	if (snprintf(path, sizeof(path), "%s/.upload-XXXXXX", dir) >= (int)sizeof(path) ||
-	    (fd = mkostemp(path, O_CLOEXEC)) < 0)
-		return -1;
-	unlink(path);
-	return fd;
-}
-
-static int
 post_multipart(struct areq *a, const char *ctype, struct sbx_err *err)
 {
 	const struct mp_callbacks cb = { mp_part, mp_data, mp_end, NULL };
@@ -530,7 +520,7 @@ post_multipart(struct areq *a, const char *ctype, struct sbx_err *err)
 	u->has_qpath = strcmp(u->qpath, SBX_WORK_DIR) != 0;
 	if ((u->mp = mp_new(ctype, &c, err)) == NULL)
 		return -1;
-	if ((u->fd = spool_open(a->s->cfg->state_dir)) < 0) {
+	if ((u->fd = api_spool_open(a->s->cfg->state_dir)) < 0) {
 		log_warn("cannot open a spool file", "dir", a->s->cfg->state_dir,
 		    "error", strerror(errno), NULL);
 		return sbx_err_set(err, SBX_E_INTERNAL, "The api cannot take an "

@@ -175,6 +175,11 @@ part_headers(struct mp_parser *p, const char *h, size_t n, struct sbx_err *err)
 	int seen = 0, r;
 
 	p->name[0] = p->filename[0] = '\0';
+	/* Names are handed on NUL-terminated: a NUL inside would cut a
+	 * filename short and write another file than the one named. */
+	if (memchr(h, '\0', n) != NULL)
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "A part's headers "
+		    "hold a NUL byte.");
 	while (line < end) {
 		eol = line;
 		while (eol + 1 < end && !(eol[0] == '\r' && eol[1] == '\n'))

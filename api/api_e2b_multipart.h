@@ -42,8 +42,9 @@ void mp_free(struct mp_parser *p);
 
 /*
  * Feeds len more bytes of the body. Returns 0, or -1 with err: bad_request
- * (a part's headers over MP_HEADERS_MAX or without Content-Disposition:
- * form-data, bytes after the boundary that are neither "--" nor CRLF), or
+ * (a part's headers over MP_HEADERS_MAX, holding a NUL, or without
+ * Content-Disposition: form-data, bytes after the boundary that are
+ * neither "--" nor CRLF), or
  * a callback's error. After -1 the parser takes nothing more.
  */
 int mp_feed(struct mp_parser *p, const unsigned char *buf, size_t len, struct sbx_err *err);

@@ -242,6 +242,8 @@ route_envd(struct areq *a, const char *path, int hport, const char *hid,
 			return sbx_err_set(err, SBX_E_BAD_REQUEST, "E2b-Sandbox-Port "
 			    "must be one port number, 1 to 65535.");
 	}
+	/* Before api_e2b_envd_path: it skips the path's prefix by it. */
+	a->port_skip = hid != NULL ? 0 : strlen(ENVD_PREFIX);
 	if (port != API_E2B_ENVD_PORT || !connect_path(api_e2b_envd_path(a)))
 		a->err_encode = api_e2b_error_json;
 	tok = header_one(a, "X-Access-Token", &n);
@@ -258,7 +260,6 @@ route_envd(struct areq *a, const char *path, int hport, const char *hid,
 	a->port = (int)port;
 	snprintf(a->exec_id, sizeof(a->exec_id), "%ld", port);
 	a->port_route = 1;
-	a->port_skip = hid != NULL ? 0 : strlen(ENVD_PREFIX);
 	a->route = hid != NULL ? sbx_httpd_route_find(host_routes, NHOST_ROUTES,
 	    sizeof(host_routes[0]), evhttp_request_get_command(a->h.req), path,
 	    NULL, allow, allowcap) : sbx_httpd_route_find(e2b_routes, NROUTES,

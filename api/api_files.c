@@ -203,8 +203,8 @@ spool_ended(struct sbx_gate_body *b, void *arg)
 	event_active(sp->go, EV_TIMEOUT, 0);
 }
 
-static int
-spool_open(const char *dir)
+int
+api_spool_open(const char *dir)
 {
 	char path[4096];
 	int fd;
@@ -231,7 +231,7 @@ write_spooled(struct areq *a, sbx_done_cb done, struct sbx_err *err)
 	sp->a = a;
 	sp->done = done;
 	sp->window = (size_t)a->s->cfg->file_write_buffer;
-	if ((sp->fd = spool_open(a->s->cfg->state_dir)) < 0) {
+	if ((sp->fd = api_spool_open(a->s->cfg->state_dir)) < 0) {
 		log_warn("cannot open a spool file", "dir", a->s->cfg->state_dir,
 		    "error", strerror(errno), NULL);
 		free(sp);

@@ -260,6 +260,10 @@ struct areq {
  * cancelled). A handler's tail: returns 0
  * (started) or -1 with err, nothing sent. */
 int api_write_stream(struct areq *a, sbx_done_cb done, struct sbx_err *err);
+/* api_files.c: an unnamed file in dir for a body held on disk (O_TMPFILE,
+ * else a file unlinked at once; adr/0056, adr/0061): an owned read-write
+ * descriptor, or -1 with errno. */
+int api_spool_open(const char *dir);
 /*
  * api_streams.c (adr/0056): a principal's shares of the shared pools.
  *

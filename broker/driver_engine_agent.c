@@ -252,7 +252,7 @@ agent_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *
 		agent_down(ag, err);
 		return;
 	}
-	if (status == 404) {
+	if (status == 404 || eng_gone(status, body)) {
 		sbx_err_set(&e, SBX_E_NOT_FOUND, SBX_MSG_NO_SANDBOX, op->id);
 		agent_down(ag, &e);
 		return;

@@ -593,9 +593,12 @@ eng_exec_created_id(const struct eop *op, int status, json_t *body,
 		*e = *err;
 		return -1;
 	}
-	if (status == 404)
+	if (status == 404 || eng_gone(status, body))
 		return eng_not_found(op, e);
-	if (status == 409)
+	/* Podman answers an exec in a container that stopped meanwhile with
+	 * 500 "... container state improper" where Docker answers 409. */
+	if (status == 409 || (status == 500 && strstr(eng_jstr(body, "message"),
+	    "container state improper") != NULL))
 		return sbx_err_set(e, SBX_E_NOT_RUNNING, SBX_MSG_NOT_RUNNING,
 		    op->id);
 	if (status != 201) {

@@ -166,10 +166,29 @@ conn_refuse(struct gconn *c, struct evbuffer *in,
 		    h->target);
 	else
 		evbuffer_add_printf(in, "GET / HTTP/1.1\r\n");
+	/* The Host too: a refusal is answered in the shape of what the Host
+	 * names (an E2B sandbox's {port}-{id}.{domain}, adr/0059). */
+	if (h != NULL && h->host != NULL && h->hostlen > 0)
+		evbuffer_add_printf(in, "Host: %.*s\r\n", (int)h->hostlen,
+		    h->host);
 	if (authed && h != NULL && h->auth != NULL) {
 		evbuffer_add_printf(in, "%s: ", SBX_HDR_AUTHORIZATION);
 		evbuffer_add(in, h->auth, h->alen);
 		evbuffer_add(in, "\r\n", 2);
+	}
+	/* The check's fields go along as the credential does (an E2B key or
+	 * sandbox id, adr/0059): the daemon answers the refusal in the route's
+	 * own shape. Each as often as it came, at most twice (two: ambiguous). */
+	if (authed && h != NULL) {
+		unsigned i, k;
+
+		for (i = 0; i < SBX_GATE_FIELDS_MAX; i++)
+			for (k = 0; c->g->lim.fields[i] != NULL &&
+			    h->field[i] != NULL && k < h->nfield[i] && k < 2; k++) {
+				evbuffer_add_printf(in, "%s: ", c->g->lim.fields[i]);
+				evbuffer_add(in, h->field[i], h->fieldlen[i]);
+				evbuffer_add(in, "\r\n", 2);
+			}
 	}
 	evbuffer_add_printf(in, "Connection: close\r\n%s: %s %s\r\n\r\n",
 	    HDR_REFUSED, c->g->nonce, verdict_token(v));

@@ -300,6 +300,10 @@ check_done(struct sbx_ws *ws)
 		return;
 	if (!wslay_event_get_close_sent(ws->ctx))
 		return;
+	/* Messages libwslay parsed before the peer's close, held while the
+	 * owner paused reading, go first (deliver_held, on the resume). */
+	if (evbuffer_get_length(ws->held) > 0)
+		return;
 	recvd = wslay_event_get_close_received(ws->ctx);
 	if (!recvd && wslay_event_get_read_enabled(ws->ctx))
 		return;  /* the peer's close is awaited (at most CLOSE_WAIT_MS) */

@@ -27,6 +27,7 @@ import {
   FileType,
   NotFoundError,
   Sandbox,
+  SandboxError,
   TimeoutError,
 } from 'e2b'
 
@@ -399,6 +400,27 @@ test('isRunning and getMetrics', async () => {
   eq(await sbx().isRunning(), true, 'isRunning')
   const m = await sbx().getMetrics()
   truthy(Array.isArray(m), `getMetrics: ${JSON.stringify(m)}`)
+})
+
+test('refusals of the compatibility table, each with its sentence', async () => {
+  const refused = async (p, re, what) => {
+    const e = await expectError(p, SandboxError, what)
+    truthy(re.test(e.message), `${what}: ${e.constructor.name}: ${e.message}`)
+  }
+  await refused(Sandbox.create(TEMPLATE, { network: { allowOut: ['192.0.2.1'] } }),
+    /granted by an operator/, 'create with network')
+  await refused(sbx().updateNetwork({ allowOut: ['192.0.2.1'] }), /granted by an operator/,
+    'updateNetwork')
+  await refused(Sandbox.create(TEMPLATE, { mcp: { exa: { apiKey: 'x' } } }),
+    /"mcp" is not available/, 'create with mcp')
+  await refused(Sandbox.create('no-such-template-' + RUN), /is not offered here/,
+    'an unknown template')
+  await refused(sbx().commands.run('id', { user: 'root' }),
+    /sbx runs every command as the sandbox user/, 'user root')
+  await refused(sbx().fork(), /No such route/, 'fork')
+  await refused(sbx().createSnapshot(), /not found/, 'createSnapshot')
+  const p = Sandbox.list({ query: { metadata: { run: RUN } } })
+  eq((await p.nextItems()).length, 2, 'sandboxes of this run after the refusals')
 })
 
 // -------------------------------------------------------------- lifecycle

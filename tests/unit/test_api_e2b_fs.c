@@ -414,6 +414,14 @@ test_multipart_refusals(void **state)
 	    "--b\r\nX: y\r\n\r\nabc\r\n--b--", 23, 0, &g, &err), -1);
 	assert_int_equal(parse("multipart/form-data; boundary=b",
 	    "--b\r\n\r\nabc\r\n--b--", 17, 0, &g, &err), -1);
+	/* A NUL in a part's headers would cut its filename short ("a\0b"
+	 * written as /work/a): refused, whole. */
+	memset(&g, 0, sizeof(g));
+	assert_int_equal(parse("multipart/form-data; boundary=b",
+	    "--b\r\nContent-Disposition: form-data; name=f; filename=\"a\0b\"\r\n\r\n"
+	    "x\r\n--b--", 71, 0, &g, &err), -1);
+	assert_string_equal(err.code, SBX_E_BAD_REQUEST);
+	assert_int_equal(g.parts, 0);
 	/* headers too long */
 	n = MP_HEADERS_MAX + 100;
 	big = malloc(n + 16);

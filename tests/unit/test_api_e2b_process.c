@@ -493,6 +493,37 @@ test_deadline_ends_the_stream_deadline_exceeded(void **state)
 	tu_res_free(&r);
 }
 
+static int drained;
+
+static void
+drain_done(void *arg)
+{
+	(void)arg;
+	drained = 1;
+}
+
+static void
+test_drain_ends_streams_unavailable_at_once(void **state)
+{
+	struct tu_res r = { 0 };
+	json_t *all, *end;
+
+	(void)state;
+	stream(&r, "Start", "{\"process\":{\"cmd\":\"cat\"},\"stdin\":true}",
+	    NULL);
+	start_pid(&r);
+	drained = 0;
+	api_server_drain(T.srv, drain_done, NULL);
+	/* Not after shutdown_grace: now. */
+	assert_true(tu_loop_until(tu_is_done, &r, 1000));
+	all = messages(&r, &end);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(
+	    end, "error"), "code")), "unavailable");
+	json_decref(all);
+	json_decref(end);
+	tu_res_free(&r);
+}
+
 int
 main(void)
 {
@@ -509,6 +540,8 @@ main(void)
 		    up, down),
 		cmocka_unit_test_setup_teardown(
 		    test_deadline_ends_the_stream_deadline_exceeded, up, down),
+		cmocka_unit_test_setup_teardown(
+		    test_drain_ends_streams_unavailable_at_once, up, down),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -75,6 +75,9 @@ struct fx {
 	int start_fail;               /* the sandbox's start answers 500 */
 	int ghost;                    /* Podman's ghost of t1 (adr/0058): its
 	                               * inspect and the list answer 500 */
+	int removing;                 /* t1 left "removing" by a cut removal */
+	int exec_improper;            /* exec create: Podman's 500 of a
+	                               * container that is not running */
 	int gone;                     /* t1's inspect: Podman's 500 of a
 	                               * container being removed */
 	char helper_vol[96];          /* the name the driver must use */
@@ -194,7 +197,7 @@ inspect_json(struct fx *f)
 	    " s:{s:o}}",
 	    "Id", "c0ffee0123456789", "Created", "2026-11-30T12:00:00.250Z",
 	    "State", "Running", f->c_running, "OOMKilled", 0, "Status",
-	    f->c_running ? "running" : "exited",
+	    f->removing ? "removing" : f->c_running ? "running" : "exited",
 	    "Config", "Image", f->c_image, "Labels", labels,
 	    "NetworkSettings", "Networks", f->c_egress ?
 	    json_pack("{s:{}}", "sbx-t1-egress") : json_pack("{s:{}}", "none"));
@@ -362,10 +365,10 @@ route(struct conn *c, const char *method, const char *path, json_t *body)
 	    == 0 || strncmp(path, "/v1.41/containers/json?", 23) == 0)) {
 		reply(bev, 500, "Internal Server Error", msg("getting container "
 		    "from store \"" GHOST_ID "\": container not known"));
-	} else if (strcmp(method, "DELETE") == 0 && f->ghost &&
+	} else if (strcmp(method, "DELETE") == 0 && (f->ghost || f->removing) &&
 	    (strncmp(path, "/v1.41/containers/" GHOST_ID "?", 83) == 0 ||
 	    strncmp(path, "/v1.41/containers/sbx-t1?", 25) == 0)) {
-		f->ghost = 0;
+		f->ghost = f->removing = 0;
 		f->c_exists = 0;
 		reply(bev, 204, "No Content", NULL);
 	} else if (f->gone && strcmp(path, "/v1.41/containers/sbx-t1/json")
@@ -520,6 +523,10 @@ route(struct conn *c, const char *method, const char *path, json_t *body)
 	    strcmp(method, "DELETE") == 0) {
 		f->c_exists = 0;
 		reply(bev, 204, "No Content", NULL);
+	} else if (strcmp(path, "/v1.41/containers/c0ffee0123456789/exec") == 0 &&
+	    f->exec_improper) {
+		reply(bev, 500, "Internal Server Error", msg("can only create exec "
+		    "sessions on running containers: container state improper"));
 	} else if (strcmp(path, "/v1.41/containers/c0ffee0123456789/exec") == 0) {
 		assert_true(f->nexecs < MAX_EXECS);
 		x = &f->execs[f->nexecs];
@@ -1118,6 +1125,24 @@ test_ensure_removes_a_podman_ghost_and_keeps_the_volume(void **state)
 	assert_true(f->c_exists && f->c_running);   /* made again */
 }
 
+/* A container a crash left "removing" (Podman refuses to start it): removed
+ * by name, its volume kept, and made again. */
+static void
+test_ensure_removes_a_container_left_removing(void **state)
+{
+	struct fx *f = *state;
+
+	running_sandbox(f);
+	f->c_running = 0;
+	f->removing = 1;
+	ensure(f, 0, NULL);
+	assert_false(f->have_err);
+	assert_int_equal(f->st.state, SBX_STATE_RUNNING);
+	assert_int_equal(logged(f, "DELETE /v1.41/containers/sbx-t1?force=1&v=0"), 1);
+	assert_int_equal(logged(f, "DELETE /v1.41/volumes/sbx-t1-work"), 0);
+	assert_true(f->c_exists && f->c_running);
+}
+
 /* ... and a list meeting it removes it by the id Podman names, then lists
  * again; destroy removes it by name. */
 static void
@@ -1162,6 +1187,25 @@ test_inspect_of_a_container_being_removed_is_absent(void **state)
 	run_loop(f);
 	assert_false(f->have_err);
 	assert_int_equal(f->st.state, SBX_STATE_ABSENT);
+}
+
+static struct sbx_op *exec_argv(struct fx *f, const char *const *argv,
+    int64_t timeout, int64_t cap);
+
+/* Podman refuses an exec in a container that stopped meanwhile with 500
+ * "... container state improper" (Docker: 409): not_running, not 502. */
+static void
+test_exec_refused_as_improper_state_is_not_running(void **state)
+{
+	struct fx *f = *state;
+	static const char *const argv[] = { "true", NULL };
+
+	running_sandbox(f);
+	f->exec_improper = 1;
+	exec_argv(f, argv, 0, 0);
+	run_loop(f);
+	assert_true(f->have_err);
+	assert_string_equal(f->err.code, SBX_E_NOT_RUNNING);
 }
 
 /* The judge reads Docker's header and Podman's (linkTarget: the path
@@ -2267,6 +2311,8 @@ main(void)
 		cmocka_unit_test(test_mount_path_judge_reads_both_runtimes),
 		T(test_a_new_container_that_cannot_start_is_removed_and_its_text_kept),
 		T(test_ensure_removes_a_podman_ghost_and_keeps_the_volume),
+		T(test_ensure_removes_a_container_left_removing),
+		T(test_exec_refused_as_improper_state_is_not_running),
 		T(test_list_and_destroy_remove_a_podman_ghost),
 		T(test_inspect_of_a_container_being_removed_is_absent),
 	T(test_ensure_init_wait_cut_off_is_runtime_unavailable),

@@ -335,9 +335,13 @@ handler(struct evhttp_request *req, void *arg)
 	int status = 200;
 
 	if (v != SBX_GATE_PASS) {
+		const char *f = evhttp_find_header(evhttp_request_get_input_headers(
+		    req), "X-Sandbox");
+
 		status = sbx_gate_refusal(v, &err);
 		evbuffer_add_printf(out, "{\"error\":{\"code\":\"%s\","
-		    "\"message\":\"%s\"}}\n", err.code, err.message);
+		    "\"message\":\"%s\"},\"field\":\"%s\"}\n", err.code,
+		    err.message, f != NULL ? f : "");
 	} else if (strcmp(evhttp_request_get_uri(req), "/stream") == 0 &&
 	    (S.body = sbx_gate_body_take(S.gate, req)) != NULL) {
 		struct bufferevent *bev = evhttp_connection_get_bufferevent(
@@ -420,6 +424,7 @@ server_setup(void **state)
 	(void)state;
 	lim.header_timeout_ms = 1500;
 	lim.max_connections = 4;
+	lim.fields[0] = "X-Sandbox";
 	memset(&S, 0, sizeof(S));
 	S.base = event_base_new();
 	S.http = evhttp_new(S.base);
@@ -544,6 +549,19 @@ test_server_refuses_before_the_body(void **state)
 	assert_non_null(strstr(r, "\"too_large\""));
 	assert_null(strstr(r, "<html"));
 	assert_int_equal(closed, 1);
+	/* The check's fields reach the daemon with the refusal, as the
+	 * credential does (an E2B route answers in its own shape). */
+	r = exchange("PUT /up HTTP/1.1\r\n" GOOD "X-Sandbox: e2bs1\r\n"
+	    "Content-Length: 4096\r\n\r\n", strlen("PUT /up HTTP/1.1\r\n" GOOD
+	    "X-Sandbox: e2bs1\r\nContent-Length: 4096\r\n\r\n"), &closed);
+	assert_non_null(strstr(r, "HTTP/1.1 413"));
+	assert_non_null(strstr(r, "\"field\":\"e2bs1\""));
+	/* A stranger's refusal carries none of it. */
+	r = exchange("PUT /up HTTP/1.1\r\nX-Sandbox: e2bs1\r\n"
+	    "Content-Length: 4096\r\n\r\n", strlen("PUT /up HTTP/1.1\r\n"
+	    "X-Sandbox: e2bs1\r\nContent-Length: 4096\r\n\r\n"), &closed);
+	assert_non_null(strstr(r, "HTTP/1.1 401"));
+	assert_non_null(strstr(r, "\"field\":\"\""));
 	/* Within the cap: through, body and all. */
 	r = exchange("PUT /up HTTP/1.1\r\n" GOOD "Content-Length: 5\r\n"
 	    "Connection: close\r\n\r\nhello", strlen("PUT /up HTTP/1.1\r\n" GOOD

@@ -442,6 +442,32 @@ test_a_pause_inside_message_holds_what_was_read_ahead(void **state)
 }
 
 static void
+test_a_close_behind_held_messages_waits_for_them(void **state)
+{
+	struct fx *f = *state;
+	/* the server's side, raw and unmasked: two messages and a close in
+	 * one write, so libwslay parses all three after the pause */
+	static const unsigned char srv[] = { 0x82, 3, 'o', 'n', 'e', 0x82, 3,
+	    't', 'w', 'o', 0x88, 2, 0x03, 0xe8 };
+
+	f->cli.pause_on_msg = 1;
+	open_side(f, f->fd[1], SBX_WS_CLIENT, NULL, &f->cli);
+	raw_write(f->fd[0], srv, sizeof(srv));
+	run_until(f, NULL, 200);
+	assert_int_equal(f->cli.nmsg, 1);
+	/* "two" is held: the close must not end the connection without it */
+	assert_int_equal(f->cli.closed, 0);
+	f->cli.pause_on_msg = 0;
+	sbx_ws_read_pause(f->cli.ws, 0);
+	run_until(f, &f->cli.closed, 1000);
+	assert_int_equal(f->cli.nmsg, 2);
+	assert_int_equal(f->cli.gotlen, 6);
+	assert_memory_equal(f->cli.got, "onetwo", 6);
+	assert_int_equal(f->cli.closed, 1);
+	assert_int_equal(f->cli.code, SBX_WS_NORMAL);
+}
+
+static void
 test_handshake_checks(void **state)
 {
 	struct sbx_ws_head h = { 1, 1, "websocket", "keep-alive, Upgrade", "13",
@@ -520,6 +546,9 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_a_pause_inside_message_holds_what_was_read_ahead, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_a_close_behind_held_messages_waits_for_them, setup,
 		    teardown),
 		cmocka_unit_test(test_handshake_checks),
 	};

@@ -1,4 +1,4 @@
-"""e2b_suite - (becomes test_e2b.py once the E2B layer is in main) issue 23's must-show: the real npm `e2b` SDK (tests/e2b, pinned by
+"""test_e2b - issue 23's must-show: the real npm `e2b` SDK (tests/e2b, pinned by
 its package-lock.json and installed by `npm ci`: make check does) runs
 tests/e2b/scenario.mjs against a real sandbox-api and broker on the runtime
 under test, configured with only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY

@@ -332,7 +332,9 @@ static void
 test_pings_keep_a_live_peer_and_a_silent_one_is_closed(void **state)
 {
 	struct fx *f = *state;
-	struct sbx_ws_limits lim = { 0, 100, 0 };
+	/* 250 ms pings: two silent intervals are 500 ms, more than a loaded
+	 * machine (load 30 on 2 cores) stalls this loop; 100 ms flaked there. */
+	struct sbx_ws_limits lim = { 0, 250, 0 };
 	unsigned char in[64];
 	size_t got;
 	int fd2[2];
@@ -340,7 +342,7 @@ test_pings_keep_a_live_peer_and_a_silent_one_is_closed(void **state)
 	/* a live client answers the server's pings by itself */
 	open_side(f, f->fd[0], SBX_WS_SERVER, &lim, &f->srv);
 	open_side(f, f->fd[1], SBX_WS_CLIENT, NULL, &f->cli);
-	run_until(f, &f->srv.closed, 600);
+	run_until(f, &f->srv.closed, 1500);
 	assert_int_equal(f->srv.closed, 0);
 	assert_int_equal(f->cli.closed, 0);
 	sbx_ws_free(f->srv.ws);
@@ -351,10 +353,10 @@ test_pings_keep_a_live_peer_and_a_silent_one_is_closed(void **state)
 	/* a silent peer sees a ping, then the close after 2 intervals */
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fd2), 0);
 	open_side(f, fd2[0], SBX_WS_SERVER, &lim, &f->srv);
-	got = raw_read(f, fd2[1], in, 2, 300);
+	got = raw_read(f, fd2[1], in, 2, 1000);
 	assert_int_equal(got, 2);
 	assert_int_equal(in[0], 0x89);                  /* ping */
-	run_until(f, &f->srv.closed, 1000);
+	run_until(f, &f->srv.closed, 3000);
 	assert_int_equal(f->srv.closed, 1);
 	assert_int_equal(f->srv.code, SBX_WS_GOING_AWAY);
 	close(fd2[1]);

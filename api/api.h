@@ -103,6 +103,9 @@ struct api_config {
 	long long e2b_watcher_events_max;   /* events a watcher holds for GetWatcherEvents */
 	long long e2b_watch_timeout; /* ms a watch lives at most (its helper's exec timeout) */
 	long long e2b_files_parts_max; /* files in one multipart POST /files */
+	/* Snapshots of /work (api_snap.c, adr/0068). */
+	long long max_snapshots_per_player; /* snapshots an owner's NPCs may keep; more: 429 */
+	long long snapshot_bytes_per_player; /* bytes those snapshots may take; more: 507 */
 };
 
 extern const struct sbx_config_key api_config_keys[];

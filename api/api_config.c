@@ -169,6 +169,12 @@ const struct sbx_config_key api_config_keys[] = {
 	    "runs as an exec; at most the broker's exec_timeout_max)"),
 	K("e2b_files_parts_max", SBX_CFG_INT, e2b_files_parts_max, "64",
 	    "E2B POST /files: files in one multipart upload; more: 400"),
+	K("max_snapshots_per_player", SBX_CFG_INT, max_snapshots_per_player, "8",
+	    "snapshots of /work the NPCs of one owner may keep (kept after their "
+	    "sandbox is destroyed); one more: 429 too_many (adr/0068)"),
+	K("snapshot_bytes_per_player", SBX_CFG_BYTES, snapshot_bytes_per_player,
+	    "10g", "bytes those snapshots may take together (du of /work when "
+	    "taken); one that would pass it: 507 quota_exceeded (adr/0068)"),
 	{ NULL, 0, 0, NULL, 0, NULL },
 };
 
@@ -289,6 +295,10 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 		return sbx_err_set(err, SBX_E_CONFIG, "e2b_fs_list_max must be 1 to "
 		    "100000, e2b_watchers_per_sandbox, e2b_watcher_events_max, "
 		    "e2b_watch_timeout and e2b_files_parts_max above 0.");
+	if (cfg->max_snapshots_per_player <= 0 ||
+	    cfg->snapshot_bytes_per_player <= 0)
+		return sbx_err_set(err, SBX_E_CONFIG, "max_snapshots_per_player "
+		    "and snapshot_bytes_per_player must be above 0.");
 	if (cfg->preview_domain != NULL && cfg->preview_domain[0] != '\0' &&
 	    (strspn(cfg->preview_domain, "abcdefghijklmnopqrstuvwxyz"
 	    "0123456789.-") != strlen(cfg->preview_domain) ||

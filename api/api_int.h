@@ -402,6 +402,19 @@ int api_ensure_start(struct areq *a, struct sbx_err *err);
 /* The status object of docs/api.md for st of a's NPC (new reference). */
 json_t *api_status_json(const struct areq *a, const struct sbx_status *st);
 
+/* api_snap.c (docs/api.md "Snapshots", adr/0068): POST/GET
+ * …/sandbox/snapshots, DELETE …/sandbox/snapshots/{name} (the name in
+ * a->exec_id), GET /api/v1/snapshots, POST …/sandbox/fork. */
+int api_h_snap_create(struct areq *a, struct sbx_err *err);
+int api_h_snap_list(struct areq *a, struct sbx_err *err);
+int api_h_snap_delete(struct areq *a, struct sbx_err *err);
+int api_h_snap_all(struct areq *a, struct sbx_err *err);
+int api_h_snap_fork(struct areq *a, struct sbx_err *err);
+/* PUT …/sandbox with "from_snapshot" (a->body checked by the ensure's
+ * body rules): the copy, then api_ensure_start. Returns 0 (started) or
+ * -1 with err (bad_request, not_found, the driver's: a->broker_err). */
+int api_snap_ensure_from(struct areq *a, struct sbx_err *err);
+
 /* api_envd.c: an envd request (adr/0060; the route rows and the sandbox's
  * authentication are api_http.c's: a->npc is the E2B sandbox's NPC, a->who
  * its owner): the method of the request's path, served over Connect

@@ -257,7 +257,8 @@ claim_slot(struct areq *a, struct sbx_err *err)
 static int
 ensure_body(struct areq *a, struct sbx_err *err)
 {
-	static const char *const allowed[] = { "image", NULL };
+	static const char *const allowed[] = { "image", "from_snapshot",
+	    "from_npc", NULL };
 	json_t *img;
 
 	if (a->body == NULL)
@@ -292,6 +293,9 @@ api_h_ensure(struct areq *a, struct sbx_err *err)
 {
 	if (ensure_body(a, err) == -1)
 		return -1;
+	/* A new sandbox on a snapshot's copy (api_snap.c, adr/0068). */
+	if (a->body != NULL && json_object_get(a->body, "from_snapshot") != NULL)
+		return api_snap_ensure_from(a, err);
 	return api_ensure_start(a, err);
 }
 

@@ -88,6 +88,10 @@ static const struct sbx_driver_ops broker_driver_ops = {
 	.session_room = dbk_session_room,
 	.session_close_input = dbk_session_close_input,
 	.session_control = dbk_session_control,
+	.snapshot_create = dbk_snapshot_create,   /* adr/0068 */
+	.snapshot_list = dbk_snapshot_list,
+	.snapshot_delete = dbk_snapshot_delete,
+	.snapshot_copy = dbk_snapshot_copy,
 };
 
 struct sbx_driver *

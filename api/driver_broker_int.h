@@ -192,6 +192,17 @@ void dbk_error_malformed(struct sbx_err *e);
 
 /* driver_broker_plain.c: one JSON answer, or none. */
 extern const struct bkind dbk_kind_done;   /* cb.done; also write's */
+/* driver_broker_snap.c (adr/0068): the snapshot ops of sbx_driver.h. */
+struct sbx_op *dbk_snapshot_create(struct sbx_driver *drv, const char *id,
+    const struct sbx_snapshot_req *req, sbx_json_cb cb, void *arg,
+    struct sbx_err *err);
+struct sbx_op *dbk_snapshot_list(struct sbx_driver *drv, const char *id,
+    const char *owner, sbx_json_cb cb, void *arg, struct sbx_err *err);
+struct sbx_op *dbk_snapshot_delete(struct sbx_driver *drv, const char *id,
+    const char *name, sbx_done_cb cb, void *arg, struct sbx_err *err);
+struct sbx_op *dbk_snapshot_copy(struct sbx_driver *drv, const char *id,
+    const char *from, const char *name, sbx_done_cb cb, void *arg,
+    struct sbx_err *err);
 struct sbx_op *dbk_ensure(struct sbx_driver *drv, const char *id,
     const struct sbx_spec *spec, sbx_status_cb cb, void *arg,
     struct sbx_err *err);

@@ -53,6 +53,17 @@ const struct route broker_routes[] = {
 	{ { EVHTTP_REQ_POST, "/v1/sandboxes/{id}/stop" }, "stop", h_stop,
 	    R_ID | R_JSON | R_SERIAL },
 	{ { EVHTTP_REQ_GET, "/v1/sandboxes/{id}/egress" }, "egress", h_egress, R_ID },
+	/* Snapshots of /work (broker_snap.c, adr/0068). */
+	{ { EVHTTP_REQ_POST, "/v1/sandboxes/{id}/snapshots" }, "snapshot_create",
+	    h_snap_create, R_ID | R_JSON | R_SERIAL },
+	{ { EVHTTP_REQ_GET, "/v1/sandboxes/{id}/snapshots" }, "snapshot_list",
+	    h_snap_list, R_ID },
+	{ { EVHTTP_REQ_DELETE, "/v1/sandboxes/{id}/snapshots" }, "snapshot_delete",
+	    h_snap_delete, R_ID | R_SERIAL },
+	{ { EVHTTP_REQ_POST, "/v1/sandboxes/{id}/copy" }, "snapshot_copy",
+	    h_snap_copy, R_ID | R_JSON | R_SERIAL },
+	{ { EVHTTP_REQ_GET, "/v1/snapshots" }, "snapshot_list_all",
+	    h_snap_list_all, 0 },
 	{ { EVHTTP_REQ_GET, "/v1/health" }, "health", h_health, 0 },
 	{ { EVHTTP_REQ_GET, "/metrics" }, "metrics", h_metrics, 0 },
 };

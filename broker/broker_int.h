@@ -264,6 +264,12 @@ int h_session(struct breq *b, struct sbx_err *err);
 int h_read(struct breq *b, struct sbx_err *err);
 int h_write(struct breq *b, struct sbx_err *err);
 int h_list(struct breq *b, struct sbx_err *err);
+/* broker_snap.c (adr/0068) */
+int h_snap_create(struct breq *b, struct sbx_err *err);
+int h_snap_list(struct breq *b, struct sbx_err *err);
+int h_snap_list_all(struct breq *b, struct sbx_err *err);
+int h_snap_delete(struct breq *b, struct sbx_err *err);
+int h_snap_copy(struct breq *b, struct sbx_err *err);
 
 /* ---- broker_http.c: the route table, for broker_server_new ---- */
 

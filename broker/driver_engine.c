@@ -314,4 +314,8 @@ const struct sbx_driver_ops sbx_engine_driver_ops = {
 	.session_room = eng_session_room,
 	.session_close_input = eng_session_close_input,
 	.session_control = eng_session_control,
+	.snapshot_create = eng_snapshot_create,   /* adr/0068 */
+	.snapshot_list = eng_snapshot_list,
+	.snapshot_delete = eng_snapshot_delete,
+	.snapshot_copy = eng_snapshot_copy,
 };

@@ -642,6 +642,20 @@ void eng_proxy_reconcile(struct eop *op, void (*then)(struct eop *));
 struct sbx_op *eng_egress_stats(struct sbx_driver *d, const char *id,
     sbx_json_cb cb, void *arg, struct sbx_err *err);
 
+/* ---- driver_engine_snap.c (adr/0068) ---- */
+/* The snapshot ops of the vtable (sbx_driver.h: arguments, callbacks,
+ * errors); the volume names and labels are driver_engine_snap.c's. */
+struct sbx_op *eng_snapshot_create(struct sbx_driver *d, const char *id,
+    const struct sbx_snapshot_req *req, sbx_json_cb cb, void *arg,
+    struct sbx_err *err);
+struct sbx_op *eng_snapshot_list(struct sbx_driver *d, const char *id,
+    const char *owner, sbx_json_cb cb, void *arg, struct sbx_err *err);
+struct sbx_op *eng_snapshot_delete(struct sbx_driver *d, const char *id,
+    const char *name, sbx_done_cb cb, void *arg, struct sbx_err *err);
+struct sbx_op *eng_snapshot_copy(struct sbx_driver *d, const char *id,
+    const char *from, const char *name, sbx_done_cb cb, void *arg,
+    struct sbx_err *err);
+
 /* ---- driver_engine_ensure.c ---- */
 
 /* The ensure op of the vtable (sbx_driver.h; driver_engine.h says how). */

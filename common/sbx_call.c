@@ -29,6 +29,10 @@ static const char *const op_names[SBX_CALL_NOPS] = {
 	[SBX_CALL_RECOVER] = "recover",
 	[SBX_CALL_RECONCILE] = "reconcile",
 	[SBX_CALL_EGRESS_STATS] = "egress_stats",
+	[SBX_CALL_SNAPSHOT_CREATE] = "snapshot_create",
+	[SBX_CALL_SNAPSHOT_LIST] = "snapshot_list",
+	[SBX_CALL_SNAPSHOT_DELETE] = "snapshot_delete",
+	[SBX_CALL_SNAPSHOT_COPY] = "snapshot_copy",
 };
 
 const char *
@@ -55,6 +59,14 @@ sbx_call_supports(const struct sbx_driver *d, enum sbx_call_op op)
 		return d->ops->reconcile != NULL;
 	case SBX_CALL_EGRESS_STATS:
 		return d->ops->egress_stats != NULL;
+	case SBX_CALL_SNAPSHOT_CREATE:
+		return d->ops->snapshot_create != NULL;
+	case SBX_CALL_SNAPSHOT_LIST:
+		return d->ops->snapshot_list != NULL;
+	case SBX_CALL_SNAPSHOT_DELETE:
+		return d->ops->snapshot_delete != NULL;
+	case SBX_CALL_SNAPSHOT_COPY:
+		return d->ops->snapshot_copy != NULL;
 	default:
 		return 1;
 	}
@@ -80,6 +92,11 @@ check(struct sbx_driver *d, enum sbx_call_op op, const char *id, int has_id,
 	log_debug("driver call", "driver", sbx_call_driver_name(d),
 	    "op", op_names[op], "id", has_id && id != NULL ? id : "", NULL);
 	/* write_stream without the driver's own: gathered here (below). */
+	if (op >= SBX_CALL_SNAPSHOT_CREATE && !sbx_call_supports(d, op)) {
+		sbx_err_set(err, SBX_E_UNSUPPORTED, "this sandbox driver (%s) "
+		    "does not support snapshots", sbx_call_driver_name(d));
+		goto refused;
+	}
 	if (op != SBX_CALL_WRITE_STREAM && !sbx_call_supports(d, op)) {
 		sbx_err_set(err, SBX_E_BAD_REQUEST, "The %s driver has no %s "
 		    "operation.", sbx_call_driver_name(d), op_names[op]);
@@ -448,4 +465,74 @@ sbx_call_egress_stats(struct sbx_driver *d, const char *id, sbx_json_cb cb,
 		return done(d, SBX_CALL_EGRESS_STATS, NULL, err);
 	return done(d, SBX_CALL_EGRESS_STATS, d->ops->egress_stats(d, id, cb, arg,
 	    err), err);
+}
+
+/* ---------- snapshots (adr/0068) ---------- */
+
+static int
+snap_name_check(const char *name, struct sbx_err *err)
+{
+	if (sbx_snapshot_name_valid(name))
+		return 0;
+	return sbx_err_set(err, SBX_E_BAD_REQUEST, "%s", SBX_MSG_BAD_SNAPSHOT);
+}
+
+struct sbx_op *
+sbx_call_snapshot_create(struct sbx_driver *d, const char *id,
+    const struct sbx_snapshot_req *req, sbx_json_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	if (check(d, SBX_CALL_SNAPSHOT_CREATE, id, 1, NULL, 0, err) == -1)
+		return done(d, SBX_CALL_SNAPSHOT_CREATE, NULL, err);
+	if (req == NULL || snap_name_check(req->name, err) == -1) {
+		if (req == NULL)
+			sbx_err_set(err, SBX_E_BAD_REQUEST, "A snapshot needs a "
+			    "request.");
+		counts.checks_failed++;
+		return done(d, SBX_CALL_SNAPSHOT_CREATE, NULL, err);
+	}
+	return done(d, SBX_CALL_SNAPSHOT_CREATE,
+	    d->ops->snapshot_create(d, id, req, cb, arg, err), err);
+}
+
+struct sbx_op *
+sbx_call_snapshot_list(struct sbx_driver *d, const char *id,
+    const char *owner, sbx_json_cb cb, void *arg, struct sbx_err *err)
+{
+	if (check(d, SBX_CALL_SNAPSHOT_LIST, id, id != NULL, NULL, 0, err) == -1)
+		return done(d, SBX_CALL_SNAPSHOT_LIST, NULL, err);
+	return done(d, SBX_CALL_SNAPSHOT_LIST,
+	    d->ops->snapshot_list(d, id, owner, cb, arg, err), err);
+}
+
+struct sbx_op *
+sbx_call_snapshot_delete(struct sbx_driver *d, const char *id,
+    const char *name, sbx_done_cb cb, void *arg, struct sbx_err *err)
+{
+	if (check(d, SBX_CALL_SNAPSHOT_DELETE, id, 1, NULL, 0, err) == -1)
+		return done(d, SBX_CALL_SNAPSHOT_DELETE, NULL, err);
+	if (snap_name_check(name, err) == -1) {
+		counts.checks_failed++;
+		return done(d, SBX_CALL_SNAPSHOT_DELETE, NULL, err);
+	}
+	return done(d, SBX_CALL_SNAPSHOT_DELETE,
+	    d->ops->snapshot_delete(d, id, name, cb, arg, err), err);
+}
+
+struct sbx_op *
+sbx_call_snapshot_copy(struct sbx_driver *d, const char *id,
+    const char *from, const char *name, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	if (check(d, SBX_CALL_SNAPSHOT_COPY, id, 1, NULL, 0, err) == -1)
+		return done(d, SBX_CALL_SNAPSHOT_COPY, NULL, err);
+	if (!sbx_id_valid(from) || (name != NULL &&
+	    snap_name_check(name, err) == -1)) {
+		if (!sbx_id_valid(from))
+			sbx_err_bad_id(err);
+		counts.checks_failed++;
+		return done(d, SBX_CALL_SNAPSHOT_COPY, NULL, err);
+	}
+	return done(d, SBX_CALL_SNAPSHOT_COPY,
+	    d->ops->snapshot_copy(d, id, from, name, cb, arg, err), err);
 }

@@ -69,6 +69,10 @@ enum sbx_call_op {
 	SBX_CALL_RECOVER,
 	SBX_CALL_RECONCILE,
 	SBX_CALL_EGRESS_STATS,
+	SBX_CALL_SNAPSHOT_CREATE,  /* adr/0068: optional, unsupported (501) when NULL */
+	SBX_CALL_SNAPSHOT_LIST,
+	SBX_CALL_SNAPSHOT_DELETE,
+	SBX_CALL_SNAPSHOT_COPY,
 	SBX_CALL_NOPS
 };
 
@@ -152,5 +156,20 @@ struct sbx_op *sbx_call_reconcile(struct sbx_driver *d, sbx_done_cb cb,
 /* Optional op (adr/0026): bad_request when the driver lacks it. */
 struct sbx_op *sbx_call_egress_stats(struct sbx_driver *d, const char *id,
     sbx_json_cb cb, void *arg, struct sbx_err *err);
+/* Snapshots (adr/0068): optional ops refused with unsupported (501, "this
+ * sandbox driver (NAME) does not support snapshots") when the driver
+ * lacks them; besides the id (list: when not NULL; copy: id and from), a
+ * name (create: req->name; delete; copy: when not NULL) must satisfy
+ * sbx_snapshot_name_valid (bad_request), req and req->name must be set. */
+struct sbx_op *sbx_call_snapshot_create(struct sbx_driver *d, const char *id,
+    const struct sbx_snapshot_req *req, sbx_json_cb cb, void *arg,
+    struct sbx_err *err);
+struct sbx_op *sbx_call_snapshot_list(struct sbx_driver *d, const char *id,
+    const char *owner, sbx_json_cb cb, void *arg, struct sbx_err *err);
+struct sbx_op *sbx_call_snapshot_delete(struct sbx_driver *d, const char *id,
+    const char *name, sbx_done_cb cb, void *arg, struct sbx_err *err);
+struct sbx_op *sbx_call_snapshot_copy(struct sbx_driver *d, const char *id,
+    const char *from, const char *name, sbx_done_cb cb, void *arg,
+    struct sbx_err *err);
 
 #endif

@@ -82,3 +82,17 @@ sbx_session_control(struct sbx_op *op, const struct sbx_session_ctl *c,
 		    "this session takes no control messages");
 	return op->driver->ops->session_control(op->driver, op, c, err);
 }
+
+int
+sbx_snapshot_name_valid(const char *s)
+{
+	size_t i;
+
+	if (s == NULL || s[0] == '\0' || s[0] == '-')
+		return 0;
+	for (i = 0; s[i] != '\0'; i++)
+		if (i >= 32 || !((s[i] >= 'a' && s[i] <= 'z') ||
+		    (s[i] >= '0' && s[i] <= '9') || s[i] == '-'))
+			return 0;
+	return 1;
+}

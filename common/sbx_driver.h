@@ -35,6 +35,7 @@ struct evbuffer;
 
 struct sbx_driver;
 struct sbx_op;
+struct sbx_snapshot_req;
 
 /*
  * Consumer of a stream (exec output or file read). For a read, output()
@@ -242,7 +243,49 @@ struct sbx_driver_ops {
 	 * (EXEC). Returns 0, or -1 with err bad_request (wrong kind, out of range). */
 	int (*session_control)(struct sbx_driver *d, struct sbx_op *op,
 	    const struct sbx_session_ctl *c, struct sbx_err *err);
+
+	/* Snapshots of /work (adr/0068). Optional: NULL in a driver without
+	 * them (sbx_call_snapshot_* then refuses with unsupported, 501).
+	 * Names satisfy sbx_snapshot_name_valid (callers check; drivers
+	 * check again: bad_request). */
+	/* A read-only copy of id's /work named req->name, taken while the
+	 * sandbox is frozen (running) or as it lies (stopped). cb gets the
+	 * snapshot object {"name","sandbox_id","owner","size_bytes",
+	 * "created_at" (ms)}. Errors: not_found (no sandbox), conflict (the
+	 * name is taken), quota_exceeded (size over req->max_bytes),
+	 * timeout, runtime_*. */
+	struct sbx_op *(*snapshot_create)(struct sbx_driver *d, const char *id,
+	    const struct sbx_snapshot_req *req, sbx_json_cb cb, void *arg,
+	    struct sbx_err *err);
+	/* {"snapshots":[snapshot object...]} of sandbox id (NULL: every
+	 * sandbox), only those labelled with owner (NULL: any owner),
+	 * sorted by sandbox id then name. Errors: runtime_*. */
+	struct sbx_op *(*snapshot_list)(struct sbx_driver *d, const char *id,
+	    const char *owner, sbx_json_cb cb, void *arg, struct sbx_err *err);
+	/* Removes snapshot name of id. Errors: not_found, conflict (in use
+	 * by a copy under way), runtime_*. */
+	struct sbx_op *(*snapshot_delete)(struct sbx_driver *d, const char *id,
+	    const char *name, sbx_done_cb cb, void *arg, struct sbx_err *err);
+	/* Makes id's /work (id must have no container and no /work yet:
+	 * conflict) a copy of snapshot name of sandbox from, or, name NULL,
+	 * of from's /work now (frozen while copied, as snapshot_create). An
+	 * ensure of id then starts on it. Errors: not_found (no such
+	 * snapshot or sandbox), conflict, timeout, runtime_*. */
+	struct sbx_op *(*snapshot_copy)(struct sbx_driver *d, const char *id,
+	    const char *from, const char *name, sbx_done_cb cb, void *arg,
+	    struct sbx_err *err);
 };
+
+/* What snapshot_create is asked (adr/0068). Strings borrowed for the call. */
+struct sbx_snapshot_req {
+	const char *name;     /* sbx_snapshot_name_valid */
+	const char *owner;    /* recorded as a label ("" or NULL: none); a
+	                       * principal's name, [A-Za-z0-9_.-]{1,64} */
+	uint64_t max_bytes;   /* refuse when /work holds more (0: no bound) */
+};
+/* 1 when s is a snapshot name: 1..32 bytes of [a-z0-9-], not starting
+ * with '-' (adr/0068); else 0 (NULL: 0). */
+int sbx_snapshot_name_valid(const char *s);
 
 /*
  * A driver instance. Implementations embed this as their first member and

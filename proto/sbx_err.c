@@ -84,6 +84,8 @@ static const struct {
 	{ SBX_E_QUOTA, 507 },
 	/* Whoever cancelled rarely reads the reply; a shutdown cancels too. */
 	{ SBX_E_CANCELLED, 503 },
+	/* An optional driver op the configured driver lacks (adr/0068). */
+	{ SBX_E_UNSUPPORTED, 501 },
 };
 
 int

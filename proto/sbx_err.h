@@ -51,7 +51,8 @@ int sbx_err_is_set(const struct sbx_err *err);
  * 431 head too long, 429 limit reached, 502 the runtime or the sandbox's
  * port answered badly (runtime_error, port_closed), 503 unavailable,
  * overloaded or cancelled, 504 timeout, 507 quota_exceeded (/work would
- * pass work_quota, adr/0057); 500 for internal, an unknown or
+ * pass work_quota, adr/0057), 501 unsupported (an optional driver op the
+ * driver lacks, adr/0068); 500 for internal, an unknown or
  * empty code.
  */
 int sbx_err_http_status(const struct sbx_err *err);

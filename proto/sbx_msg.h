@@ -36,6 +36,7 @@
 #define SBX_MSG_NO_NPC "No NPC named %s."
 /* bad_request (api): the NPC name rule. */
 #define SBX_MSG_BAD_NPC_NAME "An NPC name must match [a-z0-9][a-z0-9-]{0,40}."
+#define SBX_MSG_BAD_SNAPSHOT "A snapshot name must match [a-z0-9][a-z0-9-]{0,31}."
 /* bad_request: an exec without a command. */
 #define SBX_MSG_NO_ARGV "argv is required."
 /* bad_request: a body that is valid JSON but no object. */

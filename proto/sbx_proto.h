@@ -17,6 +17,9 @@
 #define SBX_PATH_FILES_SUFFIX "/files"      /* GET read, PUT write; ?path=&mode= */
 #define SBX_PATH_LIST_SUFFIX "/list"        /* GET ?path= */
 #define SBX_PATH_STOP_SUFFIX "/stop"        /* POST */
+#define SBX_PATH_SNAPSHOTS_SUFFIX "/snapshots" /* POST create, GET list, DELETE ?name= (adr/0068) */
+#define SBX_PATH_COPY_SUFFIX "/copy"        /* POST {"from","snapshot"}: a new /work as a copy (adr/0068) */
+#define SBX_PATH_SNAPSHOTS "/v1/snapshots"  /* GET ?owner=: every snapshot (adr/0068) */
 #define SBX_PATH_HEALTH "/v1/health"
 #define SBX_PATH_METRICS "/metrics"
 
@@ -128,6 +131,7 @@
 #define SBX_E_QUOTA "quota_exceeded"          /* [507] the write would take /work past work_quota (adr/0057) */
 #define SBX_E_TIMEOUT "timeout"                     /* [504] exec or operation timed out */
 #define SBX_E_CANCELLED "cancelled"                 /* [503] operation cancelled by its caller */
+#define SBX_E_UNSUPPORTED "unsupported"             /* [501] the sandbox driver lacks an optional op (snapshots, adr/0068) */
 
 /* Codes that never cross the wire (exit statuses of the daemons, the CLI). */
 #define SBX_E_USAGE "usage"         /* bad command line: unknown flag, missing value */

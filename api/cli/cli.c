@@ -82,6 +82,11 @@ static const struct cmd cmds[] = {
 	    "denials (operators only)", O_JSON, 1, 1, c_egress_show },
 	{ "egress revoke", "NPC", "take network egress away again "
 	    "(operators only)", O_JSON, 1, 1, c_egress_revoke },
+	{ "snapshot", "NPC create|list|delete [NAME] [--json]", "a read-only "
+	    "copy of the sandbox's /work, kept until deleted (also after the "
+	    "sandbox is removed)", O_JSON, 2, 3, c_snapshot },
+	{ "fork", "NPC NEW [--json]", "a new sandbox for NPC NEW (made when "
+	    "absent) whose /work is a copy of NPC's now", O_JSON, 2, 2, c_fork },
 	{ "whoami", "[--json]", "show the principal the key belongs to",
 	    O_JSON, 0, 0, c_whoami },
 	{ NULL, NULL, NULL, 0, 0, 0, NULL },

@@ -176,5 +176,8 @@ int c_logs(struct ctx *x);
 int c_cp(struct ctx *x);
 int c_cat(struct ctx *x);
 int c_ls(struct ctx *x);
+/* cli_snap.c (adr/0068) */
+int c_snapshot(struct ctx *x);
+int c_fork(struct ctx *x);
 
 #endif

@@ -78,7 +78,7 @@ static const struct api_route routes[] = {
 	    .action = "npc.list" },
 	{ { EVHTTP_REQ_GET, API_PREFIX "/whoami" }, api_h_whoami, R_AUTH,
 	    .action = "whoami" },
-	{ { EVHTTP_REQ_PUT, NPC_PATH "/sandbox" }, api_h_ensure,
+	{ { EVHTTP_REQ_PUT, NPC_PATH "/sandbox" }, api_h_sandbox_put,
 	    R_AUTH | R_NPC | R_JSON_OPT | R_MUTATING,
 	    .action = "sandbox.ensure" },
 	{ { EVHTTP_REQ_GET, NPC_PATH "/sandbox" }, api_h_status,

@@ -399,6 +399,11 @@ int api_h_metrics(struct areq *a, struct sbx_err *err);
  * (started), or -1 with err (too_many, the driver's: a->broker_err set).
  */
 int api_ensure_start(struct areq *a, struct sbx_err *err);
+/* api_sandbox.c: PUT …/sandbox's body rules (absent is fine): "image"
+ * (into a->npc.image, a->set_image), "from_snapshot" and "from_npc" let
+ * through for api_snap.c; "egress" refused (forbidden for a player). 0,
+ * or -1 with err (unknown_field, wrong_type, bad_request, forbidden). */
+int api_ensure_body(struct areq *a, struct sbx_err *err);
 /* The status object of docs/api.md for st of a's NPC (new reference). */
 json_t *api_status_json(const struct areq *a, const struct sbx_status *st);
 
@@ -410,10 +415,11 @@ int api_h_snap_list(struct areq *a, struct sbx_err *err);
 int api_h_snap_delete(struct areq *a, struct sbx_err *err);
 int api_h_snap_all(struct areq *a, struct sbx_err *err);
 int api_h_snap_fork(struct areq *a, struct sbx_err *err);
-/* PUT …/sandbox with "from_snapshot" (a->body checked by the ensure's
- * body rules): the copy, then api_ensure_start. Returns 0 (started) or
- * -1 with err (bad_request, not_found, the driver's: a->broker_err). */
-int api_snap_ensure_from(struct areq *a, struct sbx_err *err);
+/* PUT …/sandbox (the route's handler): with "from_snapshot" the body's
+ * checks (api_ensure_body), the copy, then api_ensure_start; without,
+ * api_h_ensure. Returns 0 (started) or -1 with err (bad_request,
+ * not_found, the driver's: a->broker_err). */
+int api_h_sandbox_put(struct areq *a, struct sbx_err *err);
 
 /* api_envd.c: an envd request (adr/0060; the route rows and the sandbox's
  * authentication are api_http.c's: a->npc is the E2B sandbox's NPC, a->who

@@ -253,9 +253,10 @@ claim_slot(struct areq *a, struct sbx_err *err)
 	return -1;
 }
 
-/* The body of PUT .../sandbox (may be absent): only "image". */
-static int
-ensure_body(struct areq *a, struct sbx_err *err)
+/* The body of PUT .../sandbox (may be absent): "image", and the members
+ * of a copy (api_snap.c reads them, adr/0068). */
+int
+api_ensure_body(struct areq *a, struct sbx_err *err)
 {
 	static const char *const allowed[] = { "image", "from_snapshot",
 	    "from_npc", NULL };
@@ -291,11 +292,8 @@ ensure_body(struct areq *a, struct sbx_err *err)
 int
 api_h_ensure(struct areq *a, struct sbx_err *err)
 {
-	if (ensure_body(a, err) == -1)
+	if (api_ensure_body(a, err) == -1)
 		return -1;
-	/* A new sandbox on a snapshot's copy (api_snap.c, adr/0068). */
-	if (a->body != NULL && json_object_get(a->body, "from_snapshot") != NULL)
-		return api_snap_ensure_from(a, err);
 	return api_ensure_start(a, err);
 }
 

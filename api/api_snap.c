@@ -277,11 +277,19 @@ same_owner_npc(struct areq *a, const char *name, struct api_npc *n,
  * then the ensure as usual. The broker refuses (409) when the sandbox or
  * its /work exist already. */
 int
-api_snap_ensure_from(struct areq *a, struct sbx_err *err)
+api_h_sandbox_put(struct areq *a, struct sbx_err *err)
 {
 	struct api_npc from;
 	const char *name, *fnpc = NULL;
 
+	if (a->body == NULL || json_object_get(a->body, "from_snapshot") == NULL) {
+		if (a->body != NULL && json_object_get(a->body, "from_npc") != NULL)
+			return sbx_err_set(err, SBX_E_BAD_REQUEST, "Member "
+			    "\"from_npc\" needs \"from_snapshot\".");
+		return api_h_ensure(a, err);
+	}
+	if (api_ensure_body(a, err) == -1)
+		return -1;
 	if (name_member(a, "from_snapshot", &name, err) == -1)
 		return -1;
 	if (!sbx_snapshot_name_valid(name))

@@ -722,7 +722,7 @@ eng_snapshot_copy(struct sbx_driver *d, const char *id, const char *from,
 
 	if (eng_id_check(from, err) < 0)
 		return NULL;
-	if (strcmp(id, from) == 0)
+	if (name == NULL && strcmp(id, from) == 0)
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "a copy's source and "
 		    "destination must differ"), NULL;
 	if ((s = snap_new(d, 0, id, name, SM_COPY, err)) == NULL)

@@ -1,0 +1,245 @@
+#!/usr/bin/python3
+# test_snapshots.py - snapshots and forks of /work (adr/0068) on a real runtime, through the api as players use it: a snapshot taken during a stream of writes holds only whole files, from_snapshot and fork start sandboxes on copies that then live apart, delete removes the volume, another player reaches nothing, bad input changes nothing, the owner's count limit.
+#
+# One stack (broker + api, max_snapshots_per_player 3). The writer runs as
+# one exec in a thread while the snapshot is taken; it stops when /work/stop
+# appears.
+
+import json
+import os
+import threading
+import time
+import unittest
+import urllib.parse
+
+import sbxtest
+from stackfix import Stack
+
+# The writer: whole files by rename (64 KiB of x then "END n") and a log
+# appended one line per write(2); both with known content.
+WRITER = (
+    "mkdir -p /work/w; i=0; "
+    "while [ ! -e /work/stop ]; do i=$((i+1)); "
+    "head -c 65536 /dev/zero | tr '\\0' x > /work/w/.tmp; "
+    "echo >> /work/w/.tmp; echo \"END $i\" >> /work/w/.tmp; mv /work/w/.tmp /work/w/f$((i % 40)); "
+    "echo $i >> /work/log; done; echo stopped $i")
+
+# Checks a /work that the writer wrote: every f* whole and named by its
+# number, the log whole lines 1..n, and files and log of one moment. Prints "OK n" or what is wrong.
+CHECK = (
+    "cd /work || exit 1; n=0; m=0; bad=''; "
+    "for f in w/f*; do [ -e \"$f\" ] || continue; n=$((n+1)); "
+    "s=$(wc -c < \"$f\"); l=$(tail -n 1 \"$f\"); "
+    "j=${l#END }; [ \"$j\" -gt \"$m\" ] 2>/dev/null && m=$j; "
+    "[ \"f$((j % 40))\" = \"${f#w/}\" ] || bad=\"$bad $f:name$j\"; "
+    "x=$(head -c 65536 \"$f\" | tr -d x | wc -c); "
+    "case \"$l\" in 'END '*) ;; *) bad=\"$bad $f:tail\";; esac; "
+    "[ \"$x\" = 0 ] || bad=\"$bad $f:body\"; "
+    "[ \"$s\" = $((65536 + 1 + ${#l} + 1)) ] || bad=\"$bad $f:size$s\"; done; "
+    "k=0; while read -r v; do k=$((k+1)); [ \"$v\" = \"$k\" ] || "
+    "bad=\"$bad log:$k:$v\"; done < log; "
+    "[ -z \"$(tail -c 1 log)\" ] || bad=\"$bad log:partial\"; "
+    # One moment for all: the newest file is the log's last line or the
+    # one renamed just before its line was appended.
+    "[ \"$m\" = \"$k\" ] || [ \"$m\" = $((k + 1)) ] || bad=\"$bad moment:$m/$k\"; "
+    "if [ -n \"$bad\" ]; then echo \"BAD$bad\"; else echo \"OK $n $k\"; fi")
+
+
+def parse_sse(body):
+    events = []
+    for block in body.decode("utf-8").split("\n\n"):
+        fields = {}
+        for ln in block.split("\n"):
+            if not ln or ln.startswith(":"):
+                continue
+            k, _, v = ln.partition(": ")
+            fields[k] = v
+        if fields:
+            events.append((fields["event"], json.loads(fields["data"])))
+    return events
+
+
+class SnapshotTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.prefix = "sbxsn%d-" % os.getpid()
+        cls.stack = Stack(cls.prefix, api_args=["--max-snapshots-per-player", "3"])
+        u = urllib.parse.urlsplit(cls.stack.url)
+        cls.host, cls.port = u.hostname, u.port
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.close()
+
+    def req(self, method, path, body=None, key=None, raw=None):
+        hdrs = {"Authorization": "Bearer " + (key or self.stack.player)}
+        data = raw
+        if body is not None:
+            data = json.dumps(body).encode()
+            hdrs["Content-Type"] = "application/json"
+        return sbxtest.tcp_http(self.host, self.port, method, path, data, hdrs, 180)
+
+    def ok(self, r, status=200):
+        self.assertEqual(r.status, status, r.body[:500])
+        return json.loads(r.body) if r.body else None
+
+    def npc(self, name, up=True):
+        self.ok(self.req("POST", "/api/v1/npcs", {"name": name}), 201)
+        if up:
+            self.ok(self.req("PUT", "/api/v1/npcs/%s/sandbox" % name))
+
+    def sh(self, npc, script):
+        r = self.req("POST", "/api/v1/npcs/%s/sandbox/exec" % npc,
+                     {"argv": ["sh", "-c", script], "timeout_ms": 120000})
+        self.assertEqual(r.status, 200, r.body[:500])
+        evs = parse_sse(r.body)
+        self.assertEqual(evs[-1][0], "exit", evs)
+        return "".join(d.get("data", "") for e, d in evs if e == "stdout")
+
+    def snap_volumes(self):
+        return sorted(v["Name"] for v in self.stack.managed_volumes() if ".snap." in v["Name"])
+
+    def snaps(self, npc):
+        return [s["name"] for s in self.ok(self.req(
+            "GET", "/api/v1/npcs/%s/sandbox/snapshots" % npc))["snapshots"]]
+
+    def test_a_snapshot_during_writes_from_snapshot_fork_delete(self):
+        self.npc("sn-a")
+        out = {}
+        t = threading.Thread(target=lambda: out.setdefault("w", self.sh("sn-a", WRITER)))
+        t.start()
+        try:
+            # Let the writer get going (a few files renamed into place).
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                n = self.sh("sn-a", "wc -l < /work/log 2>/dev/null || echo 0").strip()
+                if int(n or 0) >= 20:
+                    break
+                time.sleep(0.2)
+            snap = self.ok(self.req("POST", "/api/v1/npcs/sn-a/sandbox/snapshots",
+                                    {"name": "mid-write"}), 201)
+            self.assertEqual(snap["name"], "mid-write")
+            self.assertEqual(snap["npc"], "sn-a")
+            self.assertEqual(snap["owner"], "pl")
+            self.assertGreater(snap["size_bytes"], 20 * 65536 - 1)
+            # The writer went on after the copy (the sandbox was unpaused).
+            n1 = int(self.sh("sn-a", "wc -l < /work/log").strip())
+            deadline = time.time() + 60
+            while int(self.sh("sn-a", "wc -l < /work/log").strip()) <= n1 + 5:
+                self.assertLess(time.time(), deadline, "the writer did not go on")
+                time.sleep(0.2)
+        finally:
+            self.req("PUT", "/api/v1/npcs/sn-a/sandbox/files?path=/work/stop", raw=b"")
+            t.join(120)
+        self.assertIn("stopped", out.get("w", ""))
+        self.assertEqual(self.snaps("sn-a"), ["mid-write"])
+        self.assertEqual(len(self.snap_volumes()), 1)
+
+        # from_snapshot: a new sandbox of another NPC of the owner on the
+        # copy; only whole files and whole log lines in it.
+        self.npc("sn-b", up=False)
+        st = self.ok(self.req("PUT", "/api/v1/npcs/sn-b/sandbox",
+                              {"from_snapshot": "mid-write", "from_npc": "sn-a"}))
+        self.assertEqual(st["state"], "running")
+        res = self.sh("sn-b", CHECK).strip()
+        self.assertTrue(res.startswith("OK "), res)
+        _, files, lines = res.split()
+        self.assertGreaterEqual(int(lines), 20)
+        self.assertEqual(self.sh("sn-b", "ls -ld /work | cut -c1-10; stat -c %u /work/log"
+                                 ).split(), ["drwxr-xr-x", "1000"])
+        self.assertFalse(self.sh("sn-b", "ls /work").count("stop"))
+        # On a sandbox that exists: refused, nothing changed.
+        r = self.req("PUT", "/api/v1/npcs/sn-b/sandbox", {"from_snapshot": "mid-write",
+                                                          "from_npc": "sn-a"})
+        self.assertEqual(r.status, 409, r.body)
+        self.assertTrue(self.sh("sn-b", CHECK).startswith("OK "))
+
+        # Fork: the same /work now, then each lives apart.
+        sum_a = self.sh("sn-a", "cd /work && find . | sort | xargs md5sum 2>/dev/null")
+        f = self.ok(self.req("POST", "/api/v1/npcs/sn-a/sandbox/fork", {"npc": "sn-c"}), 201)
+        self.assertEqual((f["npc"], f["state"], f["forked_from"]), ("sn-c", "running", "sn-a"))
+        self.assertEqual(self.sh("sn-c", "cd /work && find . | sort | xargs md5sum 2>/dev/null"),
+                         sum_a)
+        self.sh("sn-a", "echo a > /work/only-a")
+        self.sh("sn-c", "echo c > /work/only-c; echo changed >> /work/log")
+        self.assertEqual(self.sh("sn-a", "ls /work/only-c /work/only-a 2>/dev/null"),
+                         "/work/only-a\n")
+        self.assertEqual(self.sh("sn-c", "ls /work/only-c /work/only-a 2>/dev/null"),
+                         "/work/only-c\n")
+        self.assertNotIn("changed", self.sh("sn-a", "tail -n 1 /work/log"))
+        # A fork onto an NPC that has a sandbox: refused.
+        r = self.req("POST", "/api/v1/npcs/sn-a/sandbox/fork", {"npc": "sn-b"})
+        self.assertEqual(r.status, 409, r.body)
+
+        # The snapshot outlives its sandbox; the owner's list shows it.
+        self.ok(self.req("DELETE", "/api/v1/npcs/sn-a/sandbox"))
+        allmine = self.ok(self.req("GET", "/api/v1/snapshots"))["snapshots"]
+        self.assertEqual([(s["npc"], s["name"]) for s in allmine], [("sn-a", "mid-write")])
+        # ... and restores the NPC's own sandbox.
+        self.ok(self.req("PUT", "/api/v1/npcs/sn-a/sandbox", {"from_snapshot": "mid-write"}))
+        self.assertTrue(self.sh("sn-a", CHECK).startswith("OK "))
+        # Delete: the volume goes.
+        d = self.ok(self.req("DELETE", "/api/v1/npcs/sn-a/sandbox/snapshots/mid-write"))
+        self.assertEqual(d["state"], "deleted")
+        self.assertEqual(self.snaps("sn-a"), [])
+        self.assertEqual(self.snap_volumes(), [])
+        r = self.req("DELETE", "/api/v1/npcs/sn-a/sandbox/snapshots/mid-write")
+        self.assertEqual(r.status, 404, r.body)
+
+    def test_b_others_bad_input_and_the_count_limit(self):
+        self.npc("sn-d")
+        other = self.stack.other
+        before = self.snap_volumes()
+        # Another player's sandbox: 404 for every route, nothing made.
+        for method, path, body in (
+                ("POST", "/api/v1/npcs/sn-d/sandbox/snapshots", {"name": "x"}),
+                ("GET", "/api/v1/npcs/sn-d/sandbox/snapshots", None),
+                ("DELETE", "/api/v1/npcs/sn-d/sandbox/snapshots/x", None),
+                ("POST", "/api/v1/npcs/sn-d/sandbox/fork", {"npc": "sn-other"})):
+            r = self.req(method, path, body, key=other)
+            self.assertEqual(r.status, 404, (path, r.body))
+        self.assertEqual(self.ok(self.req("GET", "/api/v1/snapshots", key=other))["snapshots"], [])
+        # from_npc of another owner: 404 too.
+        self.ok(self.req("POST", "/api/v1/npcs", {"name": "sn-o"}, key=other), 201)
+        r = self.req("PUT", "/api/v1/npcs/sn-o/sandbox",
+                     {"from_snapshot": "x", "from_npc": "sn-d"}, key=other)
+        self.assertEqual(r.status, 404, r.body)
+        # Bad names: 400 before anything changes.
+        for name in ("Bad", "-x", "a" * 33, "a_b", "", "a/b", 7):
+            r = self.req("POST", "/api/v1/npcs/sn-d/sandbox/snapshots", {"name": name})
+            self.assertEqual(r.status, 400, (name, r.body))
+        r = self.req("POST", "/api/v1/npcs/sn-d/sandbox/snapshots", {"name": "ok", "x": 1})
+        self.assertEqual(r.status, 400, r.body)
+        r = self.req("DELETE", "/api/v1/npcs/sn-d/sandbox/snapshots/Bad")
+        self.assertEqual(r.status, 400, r.body)
+        r = self.req("POST", "/api/v1/npcs/sn-d/sandbox/fork", {"npc": "Bad Name"})
+        self.assertEqual(r.status, 400, r.body)
+        self.npc("sn-e", up=False)
+        r = self.req("PUT", "/api/v1/npcs/sn-e/sandbox", {"from_snapshot": "Nope"})
+        self.assertEqual(r.status, 400, r.body)
+        r = self.req("PUT", "/api/v1/npcs/sn-e/sandbox", {"from_snapshot": "nope"})
+        self.assertEqual(r.status, 404, r.body)
+        self.assertEqual(self.ok(self.req("GET", "/api/v1/npcs/sn-e/sandbox"))["state"], "absent")
+        self.assertEqual(self.snap_volumes(), before)
+        names = [n["name"] for n in self.ok(self.req("GET", "/api/v1/npcs"))]
+        self.assertNotIn("Bad Name", names)
+        # A stopped sandbox is copied as it lies; the same name twice: 409.
+        self.ok(self.req("POST", "/api/v1/npcs/sn-d/sandbox/stop", {}))
+        self.ok(self.req("POST", "/api/v1/npcs/sn-d/sandbox/snapshots", {"name": "s1"}), 201)
+        r = self.req("POST", "/api/v1/npcs/sn-d/sandbox/snapshots", {"name": "s1"})
+        self.assertEqual(r.status, 409, r.body)
+        # The owner's count (3 here, test_a deleted its own).
+        for n in ("s2", "s3"):
+            self.ok(self.req("POST", "/api/v1/npcs/sn-d/sandbox/snapshots", {"name": n}), 201)
+        r = self.req("POST", "/api/v1/npcs/sn-d/sandbox/snapshots", {"name": "s4"})
+        self.assertEqual(r.status, 429, r.body)
+        self.assertIn("max_snapshots_per_player", json.loads(r.body)["error"]["message"])
+        self.assertEqual(self.snaps("sn-d"), ["s1", "s2", "s3"])
+        for n in ("s1", "s2", "s3"):
+            self.ok(self.req("DELETE", "/api/v1/npcs/sn-d/sandbox/snapshots/" + n))
+        self.assertEqual(self.snap_volumes(), before)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -29,6 +29,7 @@ import sys
 import time
 
 import e2b_bench
+import snap_bench
 import term_bench
 
 MiB = 1 << 20
@@ -1286,6 +1287,8 @@ def main():
     figs += [(name, (lambda f: lambda: f(b))(fn)) for name, fn in term_bench.FIGURES]
     # Issue 23: the E2B SDK against sbx's own exec route (tests/bench/e2b_bench.py).
     figs += [(name, (lambda f: lambda: f(b, check_exit0))(fn)) for name, fn in e2b_bench.FIGURES]
+    # Issue 25 item 4: snapshots and forks of /work (tests/bench/snap_bench.py).
+    figs += [(name, (lambda f: lambda: f(b))(fn)) for name, fn in snap_bench.FIGURES]
     only = set(x for x in a.only.split(",") if x)
     try:
         b.start_daemons()

@@ -15,17 +15,24 @@ import urllib.parse
 import sbxtest
 from stackfix import Stack
 
-# The writer: whole files by rename (64 KiB of x then "END n") and a log
-# appended one line per write(2); both with known content.
+# The writer: whole files by rename (64 KiB of x, a newline, "END n") and
+# two logs in two directories, each appended one line per write(2), a/ first
+# then z/; both directories hold a 24 MiB ballast file, so a copy that does
+# not see one moment (no freeze) reads them far apart in time.
 WRITER = (
-    "mkdir -p /work/w; i=0; "
+    "mkdir -p /work/w /work/a /work/z; "
+    "dd if=/dev/zero of=/work/a/ballast bs=1M count=24 2>/dev/null; "
+    "cp /work/a/ballast /work/z/ballast; i=0; "
     "while [ ! -e /work/stop ]; do i=$((i+1)); "
     "head -c 65536 /dev/zero | tr '\\0' x > /work/w/.tmp; "
-    "echo >> /work/w/.tmp; echo \"END $i\" >> /work/w/.tmp; mv /work/w/.tmp /work/w/f$((i % 40)); "
-    "echo $i >> /work/log; done; echo stopped $i")
+    "echo >> /work/w/.tmp; echo \"END $i\" >> /work/w/.tmp; "
+    "mv /work/w/.tmp /work/w/f$((i % 40)); "
+    "echo $i >> /work/a/log; echo $i >> /work/z/log; done; echo stopped $i")
 
 # Checks a /work that the writer wrote: every f* whole and named by its
-# number, the log whole lines 1..n, and files and log of one moment. Prints "OK n" or what is wrong.
+# number, each log whole lines 1..n, and all of one moment: the newest file
+# is a/log's last line or the one renamed just before it was appended, and
+# z/log is a/log or one line behind. Prints "OK files lines" or what is wrong.
 CHECK = (
     "cd /work || exit 1; n=0; m=0; bad=''; "
     "for f in w/f*; do [ -e \"$f\" ] || continue; n=$((n+1)); "
@@ -36,13 +43,12 @@ CHECK = (
     "case \"$l\" in 'END '*) ;; *) bad=\"$bad $f:tail\";; esac; "
     "[ \"$x\" = 0 ] || bad=\"$bad $f:body\"; "
     "[ \"$s\" = $((65536 + 1 + ${#l} + 1)) ] || bad=\"$bad $f:size$s\"; done; "
-    "k=0; while read -r v; do k=$((k+1)); [ \"$v\" = \"$k\" ] || "
-    "bad=\"$bad log:$k:$v\"; done < log; "
-    "[ -z \"$(tail -c 1 log)\" ] || bad=\"$bad log:partial\"; "
-    # One moment for all: the newest file is the log's last line or the
-    # one renamed just before its line was appended.
-    "[ \"$m\" = \"$k\" ] || [ \"$m\" = $((k + 1)) ] || bad=\"$bad moment:$m/$k\"; "
-    "if [ -n \"$bad\" ]; then echo \"BAD$bad\"; else echo \"OK $n $k\"; fi")
+    "for d in a z; do c=0; while read -r v; do c=$((c+1)); [ \"$v\" = \"$c\" ] || "
+    "bad=\"$bad $d/log:$c:$v\"; done < $d/log; eval k$d=$c; "
+    "[ -z \"$(tail -c 1 $d/log)\" ] || bad=\"$bad $d/log:partial\"; done; "
+    "[ \"$m\" = \"$ka\" ] || [ \"$m\" = $((ka + 1)) ] || bad=\"$bad moment:f$m/a$ka\"; "
+    "[ \"$kz\" = \"$ka\" ] || [ \"$kz\" = $((ka - 1)) ] || bad=\"$bad moment:a$ka/z$kz\"; "
+    "if [ -n \"$bad\" ]; then echo \"BAD$bad\"; else echo \"OK $n $ka\"; fi")
 
 
 def parse_sse(body):
@@ -113,7 +119,7 @@ class SnapshotTest(unittest.TestCase):
             # Let the writer get going (a few files renamed into place).
             deadline = time.time() + 60
             while time.time() < deadline:
-                n = self.sh("sn-a", "wc -l < /work/log 2>/dev/null || echo 0").strip()
+                n = self.sh("sn-a", "wc -l < /work/a/log 2>/dev/null || echo 0").strip()
                 if int(n or 0) >= 20:
                     break
                 time.sleep(0.2)
@@ -124,9 +130,9 @@ class SnapshotTest(unittest.TestCase):
             self.assertEqual(snap["owner"], "pl")
             self.assertGreater(snap["size_bytes"], 20 * 65536 - 1)
             # The writer went on after the copy (the sandbox was unpaused).
-            n1 = int(self.sh("sn-a", "wc -l < /work/log").strip())
+            n1 = int(self.sh("sn-a", "wc -l < /work/a/log").strip())
             deadline = time.time() + 60
-            while int(self.sh("sn-a", "wc -l < /work/log").strip()) <= n1 + 5:
+            while int(self.sh("sn-a", "wc -l < /work/a/log").strip()) <= n1 + 5:
                 self.assertLess(time.time(), deadline, "the writer did not go on")
                 time.sleep(0.2)
         finally:
@@ -146,7 +152,7 @@ class SnapshotTest(unittest.TestCase):
         self.assertTrue(res.startswith("OK "), res)
         _, files, lines = res.split()
         self.assertGreaterEqual(int(lines), 20)
-        self.assertEqual(self.sh("sn-b", "ls -ld /work | cut -c1-10; stat -c %u /work/log"
+        self.assertEqual(self.sh("sn-b", "ls -ld /work | cut -c1-10; stat -c %u /work/a/log"
                                  ).split(), ["drwxr-xr-x", "1000"])
         self.assertFalse(self.sh("sn-b", "ls /work").count("stop"))
         # On a sandbox that exists: refused, nothing changed.
@@ -162,12 +168,12 @@ class SnapshotTest(unittest.TestCase):
         self.assertEqual(self.sh("sn-c", "cd /work && find . | sort | xargs md5sum 2>/dev/null"),
                          sum_a)
         self.sh("sn-a", "echo a > /work/only-a")
-        self.sh("sn-c", "echo c > /work/only-c; echo changed >> /work/log")
+        self.sh("sn-c", "echo c > /work/only-c; echo changed >> /work/a/log")
         self.assertEqual(self.sh("sn-a", "ls /work/only-c /work/only-a 2>/dev/null"),
                          "/work/only-a\n")
         self.assertEqual(self.sh("sn-c", "ls /work/only-c /work/only-a 2>/dev/null"),
                          "/work/only-c\n")
-        self.assertNotIn("changed", self.sh("sn-a", "tail -n 1 /work/log"))
+        self.assertNotIn("changed", self.sh("sn-a", "tail -n 1 /work/a/log"))
         # A fork onto an NPC that has a sandbox: refused.
         r = self.req("POST", "/api/v1/npcs/sn-a/sandbox/fork", {"npc": "sn-b"})
         self.assertEqual(r.status, 409, r.body)

@@ -9,6 +9,7 @@
 
 #include <event2/buffer.h>
 #include <event2/event.h>
+#include <jansson.h>
 
 #include "driver_fake.h"
 #include "driver_fake_int.h"
@@ -34,9 +35,15 @@ struct fake_sbx {
 	unsigned generation;        /* container number, for container_id */
 	unsigned mutating;          /* ensure/stop/destroy in flight */
 	LIST_HEAD(, fake_file) files;
+	/* A snapshot (adr/0068): id "<of>.snap.<name>", never a sandbox. */
+	int snap;
+	char snap_of[64], snap_name[40], snap_owner[72];
+	int64_t snap_at;
 };
 
-enum fake_kind { K_STATUS, K_DONE, K_LIST, K_SANDBOXES, K_HEALTH, K_STREAM };
+enum fake_kind { K_STATUS, K_DONE, K_LIST, K_SANDBOXES, K_HEALTH, K_STREAM,
+    K_JSON };
+enum fake_snap { SN_CREATE = 1, SN_LIST, SN_DELETE, SN_COPY };
 
 static void fill_usage(const struct fake_sbx *, struct sbx_usage *);
 
@@ -62,7 +69,13 @@ struct fake_op {
 	size_t list_limit;
 	sbx_sandboxes_cb sandboxes_cb;
 	sbx_health_cb health_cb;
+	sbx_json_cb json_cb;
 	void *arg;
+	/* snapshots (adr/0068) */
+	enum fake_snap snap;
+	char snap_name[40], snap_from[64], snap_owner[72];
+	int snap_has_name;
+	uint64_t snap_max;
 	struct sbx_spec spec;
 	char spec_image[256];
 	/* streams */
@@ -270,6 +283,250 @@ dirent_cmp(const void *a, const void *b)
 	    ((const struct sbx_dirent *)b)->name);
 }
 
+/* ---------- snapshots (adr/0068) ---------- */
+
+static void
+snap_id(char *buf, size_t cap, const char *of, const char *name)
+{
+	snprintf(buf, cap, "%s.snap.%s", of, name);
+}
+
+/* dst's files become copies of src's; 0, or -1 out of memory. */
+static int
+files_copy(struct fake_sbx *dst, const struct fake_sbx *src)
+{
+	struct fake_file *f, *g;
+
+	LIST_FOREACH(f, &src->files, link) {
+		if ((g = calloc(1, sizeof(*g))) == NULL ||
+		    (g->path = strdup(f->path)) == NULL ||
+		    (f->len > 0 && (g->data = malloc(f->len)) == NULL)) {
+			if (g != NULL)
+				free(g->path);
+			free(g);
+			return -1;
+		}
+		if (f->len > 0)
+			memcpy(g->data, f->data, f->len);
+		g->len = f->len;
+		g->mode = f->mode;
+		g->mtime = f->mtime;
+		LIST_INSERT_HEAD(&dst->files, g, link);
+	}
+	return 0;
+}
+
+static json_t *
+snap_obj(const struct fake_sbx *sn)
+{
+	const struct fake_file *f;
+	json_int_t size = 0;
+
+	LIST_FOREACH(f, &sn->files, link)
+		size += (json_int_t)f->len;
+	return json_pack("{s:s, s:s, s:o, s:I, s:I}", "name", sn->snap_name,
+	    "sandbox_id", sn->snap_of, "owner", sn->snap_owner[0] ?
+	    json_string(sn->snap_owner) : json_null(), "size_bytes", size,
+	    "created_at", (json_int_t)sn->snap_at);
+}
+
+static int
+snap_cmp(const void *a, const void *b)
+{
+	json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+	int c = strcmp(json_string_value(json_object_get(x, "sandbox_id")),
+	    json_string_value(json_object_get(y, "sandbox_id")));
+
+	return c != 0 ? c : strcmp(json_string_value(json_object_get(x,
+	    "name")), json_string_value(json_object_get(y, "name")));
+}
+
+/* The op's effect; the JSON answer (create, list; owned) or NULL. */
+static char *
+fake_snap_run(struct fake_driver *fd, struct fake_op *o, struct sbx_err *err)
+{
+	struct fake_sbx *s = sbx_find(fd, o->id, 0), *src, *sn;
+	json_t *arr, *items[256], *out;
+	char sid[128], *text = NULL;
+	size_t n = 0, i;
+
+	switch (o->snap) {
+	case SN_CREATE:
+		if (s == NULL || s->state == SBX_STATE_ABSENT) {
+			sbx_err_set(err, SBX_E_NOT_FOUND, SBX_MSG_NO_SANDBOX, o->id);
+			return NULL;
+		}
+		snap_id(sid, sizeof(sid), o->id, o->snap_name);
+		if (sbx_find(fd, sid, 0) != NULL) {
+			sbx_err_set(err, SBX_E_CONFLICT, "sandbox %s has a snapshot "
+			    "named %s already", o->id, o->snap_name);
+			return NULL;
+		}
+		if ((sn = sbx_find(fd, sid, 1)) == NULL || files_copy(sn, s) == -1) {
+			sbx_err_set(err, SBX_E_INTERNAL, "oom");
+			return NULL;
+		}
+		sn->snap = 1;
+		snprintf(sn->snap_of, sizeof(sn->snap_of), "%s", o->id);
+		snprintf(sn->snap_name, sizeof(sn->snap_name), "%s", o->snap_name);
+		snprintf(sn->snap_owner, sizeof(sn->snap_owner), "%s", o->snap_owner);
+		sn->snap_at = now_ms();
+		out = snap_obj(sn);
+		if (o->snap_max > 0 && json_integer_value(json_object_get(out,
+		    "size_bytes")) > (json_int_t)o->snap_max) {
+			json_decref(out);
+			files_clear(sn);
+			LIST_REMOVE(sn, link);
+			free(sn);
+			sbx_err_set(err, SBX_E_QUOTA, "/work is over max_bytes");
+			return NULL;
+		}
+		text = json_dumps(out, JSON_COMPACT);
+		json_decref(out);
+		return text;
+	case SN_LIST:
+		LIST_FOREACH(sn, &fd->sbxs, link)
+			if (sn->snap && n < 256 && (o->id[0] == '\0' ||
+			    strcmp(sn->snap_of, o->id) == 0) && (o->snap_owner[0] ==
+			    '\0' || strcmp(sn->snap_owner, o->snap_owner) == 0))
+				items[n++] = snap_obj(sn);
+		qsort(items, n, sizeof(*items), snap_cmp);
+		arr = json_array();
+		for (i = 0; i < n; i++)
+			json_array_append_new(arr, items[i]);
+		out = json_pack("{s:o}", "snapshots", arr);
+		text = json_dumps(out, JSON_COMPACT);
+		json_decref(out);
+		return text;
+	case SN_DELETE:
+		snap_id(sid, sizeof(sid), o->id, o->snap_name);
+		if ((sn = sbx_find(fd, sid, 0)) == NULL) {
+			sbx_err_set(err, SBX_E_NOT_FOUND, "sandbox %s has no snapshot "
+			    "named %s", o->id, o->snap_name);
+			return NULL;
+		}
+		files_clear(sn);
+		LIST_REMOVE(sn, link);
+		free(sn);
+		return NULL;
+	case SN_COPY:
+		if (o->snap_has_name) {
+			snap_id(sid, sizeof(sid), o->snap_from, o->snap_name);
+			src = sbx_find(fd, sid, 0);
+		} else {
+			src = sbx_find(fd, o->snap_from, 0);
+			if (src != NULL && src->state == SBX_STATE_ABSENT)
+				src = NULL;
+		}
+		if (src == NULL) {
+			sbx_err_set(err, SBX_E_NOT_FOUND, "no such snapshot or "
+			    "sandbox");
+			return NULL;
+		}
+		if (s != NULL && (s->state != SBX_STATE_ABSENT ||
+		    !LIST_EMPTY(&s->files))) {
+			sbx_err_set(err, SBX_E_CONFLICT, "sandbox %s has a /work "
+			    "already: a copy makes a new sandbox only", o->id);
+			return NULL;
+		}
+		if ((s = sbx_find(fd, o->id, 1)) == NULL || files_copy(s, src) == -1)
+			sbx_err_set(err, SBX_E_INTERNAL, "oom");
+		return NULL;
+	}
+	return NULL;
+}
+
+static struct fake_op *
+snap_op(struct sbx_driver *d, const char *id, enum fake_snap what,
+    const char *name, struct sbx_err *err)
+{
+	struct fake_op *o;
+
+	if (name != NULL && !sbx_snapshot_name_valid(name)) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "%s", SBX_MSG_BAD_SNAPSHOT);
+		return NULL;
+	}
+	if ((o = op_new((struct fake_driver *)d, SBX_FAKE_SNAPSHOT,
+	    what == SN_CREATE || what == SN_LIST ? K_JSON : K_DONE, id,
+	    err)) == NULL)
+		return NULL;
+	o->snap = what;
+	if (name != NULL) {
+		snprintf(o->snap_name, sizeof(o->snap_name), "%s", name);
+		o->snap_has_name = 1;
+	}
+	return o;
+}
+
+static struct sbx_op *
+fake_snapshot_create(struct sbx_driver *d, const char *id,
+    const struct sbx_snapshot_req *req, sbx_json_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct fake_op *o;
+
+	if ((o = snap_op(d, id, SN_CREATE, req != NULL ? req->name : "",
+	    err)) == NULL)
+		return NULL;
+	snprintf(o->snap_owner, sizeof(o->snap_owner), "%s",
+	    req->owner != NULL ? req->owner : "");
+	o->snap_max = req->max_bytes;
+	o->json_cb = cb;
+	o->arg = arg;
+	op_arm(o);
+	return &o->base;
+}
+
+static struct sbx_op *
+fake_snapshot_list(struct sbx_driver *d, const char *id, const char *owner,
+    sbx_json_cb cb, void *arg, struct sbx_err *err)
+{
+	struct fake_op *o;
+
+	if ((o = snap_op(d, id, SN_LIST, NULL, err)) == NULL)
+		return NULL;
+	snprintf(o->snap_owner, sizeof(o->snap_owner), "%s",
+	    owner != NULL ? owner : "");
+	o->json_cb = cb;
+	o->arg = arg;
+	op_arm(o);
+	return &o->base;
+}
+
+static struct sbx_op *
+fake_snapshot_delete(struct sbx_driver *d, const char *id, const char *name,
+    sbx_done_cb cb, void *arg, struct sbx_err *err)
+{
+	struct fake_op *o;
+
+	if ((o = snap_op(d, id, SN_DELETE, name != NULL ? name : "",
+	    err)) == NULL)
+		return NULL;
+	o->done_cb = cb;
+	o->arg = arg;
+	op_arm(o);
+	return &o->base;
+}
+
+static struct sbx_op *
+fake_snapshot_copy(struct sbx_driver *d, const char *id, const char *from,
+    const char *name, sbx_done_cb cb, void *arg, struct sbx_err *err)
+{
+	struct fake_op *o;
+
+	if (!id_ok(from)) {
+		sbx_err_bad_id(err);
+		return NULL;
+	}
+	if ((o = snap_op(d, id, SN_COPY, name, err)) == NULL)
+		return NULL;
+	snprintf(o->snap_from, sizeof(o->snap_from), "%s", from);
+	o->done_cb = cb;
+	o->arg = arg;
+	op_arm(o);
+	return &o->base;
+}
+
 /* Terminal callbacks of the non-stream operations. */
 static void
 finish_simple(struct fake_op *o)
@@ -285,6 +542,7 @@ finish_simple(struct fake_op *o)
 	struct fake_file *f;
 	struct fake_op copy = *o;
 	const struct sbx_err *e = sbx_err_is_set(&o->fail) ? &o->fail : NULL;
+	char *snap_text = NULL;
 
 	sbx_err_clear(&err);
 	/* The op is freed before its callback: the handle is dead for the caller. */
@@ -407,12 +665,19 @@ finish_simple(struct fake_op *o)
 				}
 			}
 			break;
+		case SBX_FAKE_SNAPSHOT:
+			snap_text = fake_snap_run(fd, o, &err);
+			break;
 		default:
 			break;
 		}
 	}
 	op_free(o);
 	switch (copy.kind) {
+	case K_JSON:
+		copy.json_cb(copy.arg, sbx_err_is_set(&err) ? &err : NULL,
+		    sbx_err_is_set(&err) ? NULL : snap_text);
+		break;
 	case K_STATUS:
 		fill_status(s, copy.id, &st);
 		if (copy.op == SBX_FAKE_STATUS_USAGE)
@@ -457,6 +722,7 @@ finish_simple(struct fake_op *o)
 	}
 	free(ents);
 	free(all);
+	free(snap_text);
 }
 
 /* One step of a stream. Returns 1 when the op ended (freed). */
@@ -1059,6 +1325,10 @@ static const struct sbx_driver_ops fake_ops = {
 	.session_room = fake_session_room,
 	.session_close_input = fake_session_close_input,
 	.session_control = fake_session_control,
+	.snapshot_create = fake_snapshot_create,   /* adr/0068 */
+	.snapshot_list = fake_snapshot_list,
+	.snapshot_delete = fake_snapshot_delete,
+	.snapshot_copy = fake_snapshot_copy,
 };
 
 struct sbx_driver *

@@ -38,6 +38,9 @@ enum sbx_fake_op {
 	SBX_FAKE_RECOVER,
 	SBX_FAKE_STATUS_USAGE,    /* status_usage: status + the files counted */
 	SBX_FAKE_SESSION,         /* session (see "Sessions" below) */
+	SBX_FAKE_SNAPSHOT,        /* snapshot_create/list/delete/copy (adr/0068):
+	                           * a snapshot is the files of /work copied, kept
+	                           * beside the sandbox; copy fills an absent one's */
 	SBX_FAKE_NOPS
 };
 

@@ -569,6 +569,11 @@ src_inspected(struct eop *op, int status, json_t *body,
 	if (json_is_true(json_object_get(state, "Running")) &&
 	    eng_name_ok(cid, 79)) {
 		snprintf(s->paused_cid, sizeof(s->paused_cid), "%s", cid);
+		/* Paused already: a broker died mid-copy; unpaused at the end. */
+		if (json_is_true(json_object_get(state, "Paused"))) {
+			paused(op, 204, NULL, NULL);
+			return;
+		}
 		eng_callf(op, "POST", NULL, paused, API "/containers/%s/pause",
 		    cid);
 		return;

@@ -65,6 +65,11 @@ static const struct api_route e2b_routes[] = {
 	    CP | R_NPC, .action = "e2b.metrics" },
 	{ { EVHTTP_REQ_PUT, SBX_PATH "/network" }, api_h_e2b_refuse,
 	    CP | R_NPC | R_JSON_OPT | R_MUTATING, .action = "e2b.network" },
+	/* E2B's snapshot and fork calls: 501 with where sbx's are (api_snap.c). */
+	{ { EVHTTP_REQ_POST, SBX_PATH "/snapshots" }, api_h_e2b_snap_refuse,
+	    CP | R_NPC | R_JSON_OPT, .action = "e2b.snapshot" },
+	{ { EVHTTP_REQ_POST, SBX_PATH "/fork" }, api_h_e2b_snap_refuse,
+	    CP | R_NPC | R_JSON_OPT, .action = "e2b.fork" },
 	ENVD_ROWS(ENVD_PREFIX "/**", "e2b.envd"),
 };
 #define NROUTES (sizeof(e2b_routes) / sizeof(e2b_routes[0]))

@@ -421,6 +421,10 @@ int api_h_snap_list(struct areq *a, struct sbx_err *err);
 int api_h_snap_delete(struct areq *a, struct sbx_err *err);
 int api_h_snap_all(struct areq *a, struct sbx_err *err);
 int api_h_snap_fork(struct areq *a, struct sbx_err *err);
+/* E2B's POST /e2b/sandboxes/{id}/snapshots and …/fork: 501 unsupported
+ * with a sentence naming sbx's routes (E2B's snapshot is a template, not
+ * mapped; docs/e2b.md). */
+int api_h_e2b_snap_refuse(struct areq *a, struct sbx_err *err);
 /* PUT …/sandbox (the route's handler): with "from_snapshot" the body's
  * checks (api_ensure_body), the copy, then api_ensure_start; without,
  * api_h_ensure. Returns 0 (started) or -1 with err (bad_request,

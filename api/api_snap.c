@@ -367,3 +367,12 @@ api_h_snap_fork(struct areq *a, struct sbx_err *err)
 	    NULL, copied, a, err);
 	return a->op != NULL ? 0 : areq_broker_err(a);
 }
+
+int
+api_h_e2b_snap_refuse(struct areq *a, struct sbx_err *err)
+{
+	return sbx_err_set(err, SBX_E_UNSUPPORTED, "sbx does not map E2B "
+	    "snapshots or forks; use POST /api/v1/npcs/%s/sandbox/snapshots or "
+	    "POST /api/v1/npcs/%s/sandbox/fork (docs/api.md).", a->npc.name,
+	    a->npc.name);
+}

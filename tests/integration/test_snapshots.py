@@ -230,6 +230,15 @@ class SnapshotTest(unittest.TestCase):
         self.assertEqual(self.snap_volumes(), before)
         names = [n["name"] for n in self.ok(self.req("GET", "/api/v1/npcs"))]
         self.assertNotIn("Bad Name", names)
+        # E2B's snapshot and fork calls: 501 with a sentence, nothing made.
+        for tail in ("snapshots", "fork"):
+            r = sbxtest.tcp_http(self.host, self.port, "POST",
+                                 "/e2b/sandboxes/sn-d/" + tail, b"{}",
+                                 {"X-API-Key": self.stack.player,
+                                  "Content-Type": "application/json"}, 60)
+            self.assertEqual(r.status, 501, r.body)
+            self.assertIn("/api/v1/npcs/sn-d/sandbox/snapshots", json.loads(r.body)["message"])
+        self.assertEqual(self.snap_volumes(), before)
         # A stopped sandbox is copied as it lies; the same name twice: 409.
         self.ok(self.req("POST", "/api/v1/npcs/sn-d/sandbox/stop", {}))
         self.ok(self.req("POST", "/api/v1/npcs/sn-d/sandbox/snapshots", {"name": "s1"}), 201)

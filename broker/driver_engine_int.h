@@ -39,6 +39,8 @@
  *   driver_engine_life.c    status, stop, destroy, list, reconcile, health
  *   driver_engine_ensure.c  ensure (container, volume, init, network)
  *   driver_engine_proxy.c   the egress proxy of a sandbox
+ *   driver_engine_snap.c    snapshots of /work and copies into a new one
+ *   driver_engine_snap_rec.c  what a broker killed mid-copy left (start-up)
  *   driver_engine_helper.c  the helper volume
  *   driver_engine_files.c   read, write, list, du, killall
  *   driver_engine_agent.c   transport: the sandbox's agent channel
@@ -655,6 +657,11 @@ struct sbx_op *eng_snapshot_delete(struct sbx_driver *d, const char *id,
 struct sbx_op *eng_snapshot_copy(struct sbx_driver *d, const char *id,
     const char *from, const char *name, sbx_done_cb cb, void *arg,
     struct sbx_err *err);
+
+/* Reconcile's hook (a background op, nobody waits): sandboxes left paused
+ * by a broker killed mid-copy are unpaused; its copy containers and the
+ * volumes they were filling are removed; snapshots stay. */
+void eng_snap_reconcile(struct engine *e);
 
 /* ---- driver_engine_ensure.c ---- */
 

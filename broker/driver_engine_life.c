@@ -530,6 +530,7 @@ rec_next(struct eop *op)
 	snprintf(gone, sizeof(gone), "%u", rc->rgone);
 	if (rc->rgone > 0)
 		log_info("egress networks reconciled", "removed", gone, NULL);
+	eng_snap_reconcile(op->e);   /* adr/0068: copies cut by a restart */
 	eng_finish_done(op, NULL);
 }
 

@@ -923,3 +923,4 @@ eng_snapshot_list(struct sbx_driver *d, const char *id, const char *owner,
 	eng_callf(op, "GET", NULL, listed, API "/volumes?filters=%s", filt);
 	return &op->base;
 }
+

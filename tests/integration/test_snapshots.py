@@ -255,6 +255,37 @@ class SnapshotTest(unittest.TestCase):
             self.ok(self.req("DELETE", "/api/v1/npcs/sn-d/sandbox/snapshots/" + n))
         self.assertEqual(self.snap_volumes(), before)
 
+    def test_c_a_restart_clears_what_a_cut_copy_left(self):
+        # What a broker killed mid-copy leaves, made by hand: its sandbox
+        # paused, a copy container with the volume it was filling.
+        self.npc("sn-f")
+        eng = sbxtest.Engine()
+        cname = self.prefix + "npc-sn-f"
+        half = self.prefix + "npc-sn-f.snap.half"
+        eng.call("POST", "/volumes/create", {"Name": half, "Labels": {
+            "io.sbx.managed": "true", "io.sbx.snapshot": "half",
+            "io.sbx.snapshot-of": "npc-sn-f"}})
+        aux = eng.create(cmd=["sleep", "600"], name=cname + ".snapcp",
+                         labels={"io.sbx.managed": "true", "io.sbx.role": "snapshot-copy"},
+                         host_config={"NetworkMode": "none", "Mounts": [
+                             {"Type": "volume", "Source": half, "Target": "/to"}]})
+        eng.start(aux)
+        eng.call("POST", "/containers/%s/pause" % cname)
+        self.assertTrue(eng.inspect(cname)["State"]["Paused"])
+        self.stack.broker.stop()
+        self.stack.start_broker()
+        deadline = time.time() + 60
+        while time.time() < deadline and (eng.inspect(aux) is not None or
+                                          eng.inspect(cname)["State"]["Paused"] or
+                                          half in self.snap_volumes()):
+            time.sleep(0.2)
+        self.assertIsNone(eng.inspect(aux))
+        self.assertFalse(eng.inspect(cname)["State"]["Paused"])
+        self.assertNotIn(half, self.snap_volumes())
+        self.assertEqual(self.sh("sn-f", "echo alive"), "alive\n")
+        log = open(self.stack.broker_logs[-1]).read()
+        self.assertIn("snapshot copies cut by a broker restart cleared", log)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -7,13 +7,17 @@
 
 import json
 import os
+import subprocess
 import threading
 import time
 import unittest
 import urllib.parse
 
 import sbxtest
+from brokerfix import REPO
 from stackfix import Stack
+
+SBXCTL = os.path.join(REPO, "build", "out", "sbxctl")
 
 # The writer: whole files by rename (64 KiB of x, a newline, "END n") and
 # two logs in two directories, each appended one line per write(2), a/ first
@@ -253,6 +257,30 @@ class SnapshotTest(unittest.TestCase):
         self.assertEqual(self.snaps("sn-d"), ["s1", "s2", "s3"])
         for n in ("s1", "s2", "s3"):
             self.ok(self.req("DELETE", "/api/v1/npcs/sn-d/sandbox/snapshots/" + n))
+        self.assertEqual(self.snap_volumes(), before)
+        # sbxctl snapshot and fork.
+        env = dict(os.environ, SBX_URL=self.stack.url, SBX_KEY=self.stack.player,
+                   HOME=self.stack.dir)
+        env.pop("SBX_CLI_CONFIG", None)
+
+        def cli(*args):
+            r = subprocess.run([SBXCTL] + list(args), env=env, capture_output=True,
+                               text=True, timeout=120)
+            return r.returncode, r.stdout + r.stderr
+        rc, out = cli("snapshot", "sn-d", "create", "c1")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("snapshot c1 taken", out)
+        rc, out = cli("snapshot", "sn-d", "list")
+        self.assertEqual((rc, out.split()[:4]), (0, ["NAME", "BYTES", "CREATED", "c1"]), out)
+        rc, out = cli("fork", "sn-d", "sn-g")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("sn-g: forked from sn-d", out)
+        rc, out = cli("snapshot", "sn-d", "delete", "Bad")
+        self.assertEqual(rc, 2, out)
+        rc, out = cli("snapshot", "sn-d", "delete", "c1")
+        self.assertEqual(rc, 0, out)
+        rc, out = cli("snapshot", "sn-d", "delete", "c1")
+        self.assertEqual(rc, 4, out)
         self.assertEqual(self.snap_volumes(), before)
 
     def test_c_a_restart_clears_what_a_cut_copy_left(self):

@@ -617,19 +617,15 @@ ensure_ghost(struct eop *op, int status, json_t *body)
 	return 1;
 }
 
-/* The claim hook's answer (adr/0067): a renamed member is inspected as a
- * new container is; else op creates one cold. */
+/* The claim hook's answer (adr/0067): a renamed member is inspected as an
+ * existing sandbox is (started if it stopped); else op creates one cold. */
 static void
 ensure_claimed(struct eop *op, int claimed)
 {
-	char path[256];
-
-	if (!claimed) {
+	if (claimed)
+		ensure_inspect(op);
+	else
 		eng_image_probe(op, ensure_new);
-		return;
-	}
-	eng_inspect_path(op, path, sizeof(path));
-	eng_call(op, "GET", path, NULL, ensure_final);
 }
 
 static void
@@ -993,7 +989,8 @@ eng_ensure_member(struct engine *e, const char *hex, sbx_status_cb cb,
 	sbx_engine_volume_name(e->prefix, op->id, op->vname, sizeof(op->vname));
 	ens(op)->pool = 1;
 	snprintf(ens(op)->image, sizeof(ens(op)->image), "%s", e->default_image);
-	ens(op)->mem = e->mem.def, ens(op)->cpus = e->cpus.def;
+	ens(op)->mem = e->mem.def;
+	ens(op)->cpus = e->cpus.def;
 	ens(op)->pids = e->pids.def;
 	ensure_inspect(op);
 	return op;

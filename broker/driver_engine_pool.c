@@ -42,7 +42,7 @@ struct eop_sweep {
 	struct eop op;
 	json_t *list;                 /* containers, then volumes */
 	size_t i;
-	unsigned gone;
+	unsigned gone;                /* containers and volumes removed */
 };
 
 static void pool_fill(struct eng_pool *p);
@@ -314,7 +314,7 @@ sweep_end(struct eop *op)
 	snprintf(n, sizeof(n), "%u", swp(op)->gone);
 	if (swp(op)->gone > 0)
 		log_info("unclaimed warm pool members of an earlier start removed",
-		    "removed", n, NULL);
+		    "containers_and_volumes", n, NULL);
 	p->sweeping = 0;
 	eng_op_release(op);
 	pool_fill(p);
@@ -334,13 +334,15 @@ sweep_fini(struct eop *op)
 	json_decref(swp(op)->list);
 }
 
-/* GET API PATH filters={"label":["io.sbx.pool"]} answered in cont. */
+/* GET API PATH filters={"label":["io.sbx.managed=true"]} answered in
+ * cont: members, and the image probe and init containers
+ * ("<member>.probe", ".init") a broker killed during a make left. */
 static void
 sweep_list(struct eop *op, const char *path, cont_fn cont)
 {
 	char filt[128];
 
-	eng_urlencode("{\"label\":[\"" L_POOL "\"]}", filt, sizeof(filt));
+	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
 	eng_callf(op, "GET", NULL, cont, API "%sfilters=%s", path, filt);
 }
 
@@ -408,6 +410,8 @@ ctr_removed(struct eop *op, int status, json_t *body,
 	if (REPLY_BAD(op, NULL, err, status, body, "remove a warm pool member",
 	    204, 404))
 		return;
+	if (status == 204)
+		swp(op)->gone++;
 	swp(op)->i++;
 	ctr_next(op);
 }
@@ -420,7 +424,9 @@ ctr_next(struct eop *op)
 
 	for (; s->i < json_array_size(s->list); s->i++) {
 		c = json_array_get(s->list, s->i);
-		/* Unclaimed only: a claimed member has a sandbox's name. */
+		/* Unclaimed only: a claimed member has a sandbox's name. A
+		 * "<prefix>pool." name is only ever a member's or its make's
+		 * (ids hold no '.'). */
 		if (!eng_managed(json_object_get(c, "Labels")) ||
 		    !pool_name(op->e, json_string_value(json_array_get(
 		    json_object_get(c, "Names"), 0))) ||

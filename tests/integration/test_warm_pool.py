@@ -6,6 +6,7 @@
 # leaves nothing. Runs on both runtimes.
 
 import re
+import signal
 import unittest
 
 from brokerfix import (BrokerTestCase, ExecStream, ID_LABEL, MANAGED_LABEL, wait_until,
@@ -34,12 +35,13 @@ class WarmPoolTest(BrokerTestCase):
             "spec": metric(text, "sbx_broker_warm_pool_misses_total", '{reason="spec"}'),
         }
 
-    def unclaimed(self):
-        """Names of the pool members no sandbox has claimed (runtime's view)."""
+    def unclaimed(self, makes=False):
+        """Names of the pool members no sandbox has claimed (runtime's view);
+        makes: also the probe and init containers of a member's make."""
         out = []
-        for c in self.engine.containers(POOL_LABEL):
+        for c in self.engine.containers(MANAGED_LABEL + "=true"):
             name = c["Names"][0].lstrip("/")
-            if name.startswith("sbx-pool."):
+            if re.match(r"^sbx-pool\.[0-9a-f]+$" if not makes else r"^sbx-pool\.", name):
                 out.append(name)
         return sorted(out)
 
@@ -142,13 +144,17 @@ class WarmPoolTest(BrokerTestCase):
         kept = self.new_id("pk")
         self.ensure_ok(kept)
         self.assertEqual(self.client.sh(kept, "echo mine > /work/mine").code, 0)
-        self.wait_full()
-        old = self.unclaimed()
-        # a restart: the claimed sandbox is adopted, unclaimed members of
-        # the earlier start go and new ones come
+        # SIGKILL while the refill makes a member (its probe, init or
+        # container may be half made), then a start: the claimed sandbox is
+        # adopted, everything of the earlier start's pool goes, new members come
+        self.assertTrue(wait_until(lambda: len(self.unclaimed(makes=True)) > WANT - 1, 60, 0.01))
+        old = self.unclaimed(makes=True)
+        self.broker.proc.send_signal(signal.SIGKILL)
+        self.broker.proc.wait(10)
+        old = sorted(set(old) | set(self.unclaimed(makes=True)))
         self.restart({})
-        self.assertTrue(wait_until(lambda: not set(old) & set(self.unclaimed()), 120, 0.2),
-                        "members of the earlier start stayed: %r" % self.unclaimed())
+        self.assertTrue(wait_until(lambda: not set(old) & set(self.unclaimed(makes=True)), 120, 0.2),
+                        "members of the earlier start stayed: %r" % self.unclaimed(makes=True))
         self.wait_full()
         self.assertIn(kept, [s["id"] for s in self.client.sandboxes().json()])
         r = self.client.read(kept, "/work/mine")
@@ -156,7 +162,7 @@ class WarmPoolTest(BrokerTestCase):
         # warm_pool = 0: the pool drains, an ensure is made cold as before
         self.restart({"warm_pool": 0})
         _, vol = self.work_volume(kept)
-        self.assertTrue(wait_until(lambda: self.unclaimed() == [] and [
+        self.assertTrue(wait_until(lambda: self.unclaimed(makes=True) == [] and [
             v["Name"] for v in self.engine.volumes(POOL_LABEL)] == [vol], 120, 0.2),
             "warm_pool = 0 left members: %r %r" % (self.unclaimed(), self.engine.volumes(POOL_LABEL)))
         f = self.figures()

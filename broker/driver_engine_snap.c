@@ -10,6 +10,7 @@
  * lifecycle layers (driver_engine_call.c, driver_engine_op.c).
  */
 #include "driver_engine_int.h"
+#include "driver_engine_snap.h"
 
 #define L_SNAPSHOT "io.sbx.snapshot"
 #define L_SNAPSHOT_OF "io.sbx.snapshot-of"
@@ -36,8 +37,8 @@ struct eop_snap {
 	uint64_t max_bytes;
 	char from[64];                /* copy: the source sandbox */
 	int from_snap;                /* copy: from a snapshot, not live /work */
-	char src_vol[200];
-	char dst_vol[200];
+	char src_vol[140];            /* as op->vname */
+	char dst_vol[140];
 	char image[256];
 	char paused_cid[80];          /* the container we paused ("" none) */
 	char aux_cid[80];
@@ -541,6 +542,7 @@ src_inspected(struct eop *op, int status, json_t *body,
 	json_t *state, *labels;
 	const char *img, *cid;
 	struct sbx_err e;
+	char keep[sizeof(op->vname)];
 
 	if (eng_ended(op, err))
 		return;
@@ -564,6 +566,13 @@ src_inspected(struct eop *op, int status, json_t *body,
 	if (img == NULL || img[0] == '\0')
 		img = eng_jstr(json_object_get(body, "Config"), "Image");
 	snprintf(s->image, sizeof(s->image), "%s", img);
+	/* The volume the container mounts at /work: a claimed pool member
+	 * keeps its own name (adr/0067); else the id's (s->src_vol). */
+	snprintf(keep, sizeof(keep), "%s", op->vname);
+	snprintf(op->vname, sizeof(op->vname), "%s", s->src_vol);
+	eng_work_volume(op, body);
+	snprintf(s->src_vol, sizeof(s->src_vol), "%s", op->vname);
+	snprintf(op->vname, sizeof(op->vname), "%s", keep);
 	cid = eng_jstr(body, "Id");
 	state = json_object_get(body, "State");
 	if (json_is_true(json_object_get(state, "Running")) &&

@@ -1,5 +1,6 @@
 /* driver_engine_snap_rec.c - the engine driver's start-up look for snapshot copies a killed broker cut (adr/0068): sandboxes left paused are unpaused, copy containers (io.sbx.role=snapshot-copy) and the volumes they were filling removed; snapshots are never touched. Calls the runtime-call and op lifecycle layers only. */
 #include "driver_engine_int.h"
+#include "driver_engine_snap.h"
 
 /* ---------- broker start: what a broker that died mid-copy left ---------- */
 

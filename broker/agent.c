@@ -48,6 +48,13 @@ struct sbx_agent_chan {
 
 static uint64_t agent_restarts;
 static uint64_t channels_open;
+static uint64_t direct_count[2];   /* fallbacks, direct connections (adr/0066) */
+
+void
+sbx_agent_count_direct(int connected)
+{
+	direct_count[connected != 0]++;
+}
 
 void
 sbx_agent_count_restart(void)
@@ -65,9 +72,16 @@ sbx_agent_metrics_render(struct evbuffer *out)
 	    "sbx_broker_agent_restarts_total %llu\n"
 	    "# HELP sbx_broker_agent_channels Sandbox agent channels open.\n"
 	    "# TYPE sbx_broker_agent_channels gauge\n"
-	    "sbx_broker_agent_channels %llu\n",
+	    "sbx_broker_agent_channels %llu\n"
+	    "# HELP sbx_broker_agent_direct_total Agent channels by transport chosen "
+	    "at start: the direct socket, or the runtime stream after a failed try.\n"
+	    "# TYPE sbx_broker_agent_direct_total counter\n"
+	    "sbx_broker_agent_direct_total{result=\"connected\"} %llu\n"
+	    "sbx_broker_agent_direct_total{result=\"fallback\"} %llu\n",
 	    (unsigned long long)agent_restarts,
-	    (unsigned long long)channels_open) < 0 ? -1 : 0;
+	    (unsigned long long)channels_open,
+	    (unsigned long long)direct_count[1],
+	    (unsigned long long)direct_count[0]) < 0 ? -1 : 0;
 }
 
 static struct evbuffer *
@@ -450,6 +464,29 @@ sbx_agent_chan_attach_bev(struct sbx_agent_chan *ch, struct bufferevent *bev)
 	bufferevent_setcb(bev, bev_read, NULL, bev_event, ch);
 	sbx_agent_chan_set_output(ch, bufferevent_get_output(bev));
 	return bufferevent_enable(bev, EV_READ | EV_WRITE);
+}
+
+void
+sbx_agent_chan_detach_bev(struct sbx_agent_chan *ch)
+{
+	if (ch == NULL || ch->bev == NULL)
+		return;
+	bufferevent_setcb(ch->bev, NULL, NULL, NULL, NULL);
+	if (ch->out == bufferevent_get_output(ch->bev))
+		ch->out = NULL;
+	ch->bev = NULL;
+}
+
+void
+sbx_agent_chan_ping(struct sbx_agent_chan *ch)
+{
+	unsigned char p[SBX_AGENT_PING_LEN] = { 's', 'b', 'x', 'p', 'i', 'n', 'g', 0 };
+
+	if (ch->failed)
+		return;
+	send_frame(ch, SBX_AGENT_T_PING, 0, 0, p, sizeof(p));
+	ch->pings_out++;
+	ch->ping_sent_ms = (uint64_t)sbx_mono_ms();
 }
 
 static void

@@ -100,6 +100,8 @@ create_body(struct eop *op)
 	    "s:s, s:b}", "Type", "volume", "Source", en->px_vol, "Target",
 	    EGRESS_SOCK_DIR, "ReadOnly", 1)) != 0)
 		goto fail;
+	if (en->agent_vol == 1 && json_array_append_new(mounts, eng_direct_mount(op)) != 0)
+		goto fail;
 	hc = json_pack("{s:b, s:[s], s:[s], s:b, s:o, s:I, s:I, s:I, s:I,"
 	    " s:o, s:s, s:{s:s}}",
 	    "Init", 1,
@@ -289,6 +291,12 @@ ensure_create(struct eop *op)
 	/* The proxy first: it puts sbx-proxy into the volume the relay runs. */
 	if (ens(op)->allow != NULL && !ens(op)->proxy_done) {
 		eng_proxy_ensure(op, ensure_create);
+		return;
+	}
+	/* The agent's socket volume (adr/0066): made before the container
+	 * that mounts it; without it the sandbox runs as before. */
+	if (op->e->agent_direct && ens(op)->agent_vol == 0) {
+		eng_direct_volume(op, ensure_create);
 		return;
 	}
 	if ((body = create_body(op)) == NULL) {

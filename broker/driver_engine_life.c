@@ -320,9 +320,15 @@ static void destroy_volume_now(struct eop *op);
 
 /* The egress proxy and its socket volume (adr/0026) before the rest. */
 static void
+destroy_agent_volume(struct eop *op)
+{
+	eng_direct_drop(op, destroy_volume_now);
+}
+
+static void
 destroy_volume(struct eop *op)
 {
-	eng_proxy_drop(op, destroy_volume_now);
+	eng_proxy_drop(op, destroy_agent_volume);
 }
 
 static void

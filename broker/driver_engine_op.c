@@ -18,6 +18,15 @@ sbx_engine_volume_name(const char *name_prefix, const char *id, char *buf,
 	return buf;
 }
 
+/* The agent's socket volume (adr/0066), beside the work volume's name. */
+char *
+eng_agent_volume_name(const char *name_prefix, const char *id, char *buf,
+    size_t size)
+{
+	snprintf(buf, size, "%s%s-agent", name_prefix, id);
+	return buf;
+}
+
 struct eop *
 eng_op_new(struct engine *e, const struct eng_kind *kind, const char *id,
     size_t size, struct sbx_err *err)

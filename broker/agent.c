@@ -1,4 +1,4 @@
-/* agent.c - the broker's end of a sandbox agent channel: streams, credit, bounds (contract in agent.h). Calls the frame codec (proto/sbx_agent.c) and libevent only; its owners (the engine driver, the broker's metrics page) call it, never the reverse. */
+/* agent.c - the broker's end of a sandbox agent channel: streams, credit, bounds (contract in agent.h). Calls the frame codec (proto/sbx_agent.c), libevent and common/sbx_bev (large reads) only; its owners (the engine driver, the broker's metrics page) call it, never the reverse. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
@@ -9,6 +9,7 @@
 #include <event2/event.h>
 
 #include "agent.h"
+#include "sbx_bev.h"
 #include "sbx_proto.h"
 #include "sbx_time.h"
 
@@ -423,6 +424,9 @@ bev_read(struct bufferevent *bev, void *arg)
 	struct evbuffer_iovec v[4];
 	int i, nv;
 
+	/* What the socket holds in one read, not libevent 2.1's 4 KiB
+	 * (adr/0063): the direct channel's bulk frames (adr/0066). */
+	(void)sbx_bev_fill(bev, SBX_BEV_IO_MAX);
 	while (evbuffer_get_length(in) > 0) {
 		nv = evbuffer_peek(in, -1, NULL, v, 4);
 		if (nv > 4)

@@ -622,6 +622,20 @@ sbx_agent_open2(struct sbx_agent_chan *ch, const char *const *argv, const char *
 	return st;
 }
 
+int
+sbx_agent_grow_output(struct sbx_agent_stream *st, uint32_t extra)
+{
+	unsigned char w[SBX_AGENT_WINDOW_LEN];
+
+	if (st == NULL || st->ch->failed || st->detached || extra == 0 ||
+	    (uint64_t)st->out_credit + st->owed + extra > SBX_AGENT_WINDOW_MAX)
+		return -1;
+	sbx_agent_put32(w, extra);
+	send_frame(st->ch, SBX_AGENT_T_WINDOW, 1, st->id, w, sizeof(w));
+	st->out_credit += extra;
+	return 0;
+}
+
 /* 1 while st takes stdin: opened with it, not closed, its channel up. */
 static int
 stdin_open(const struct sbx_agent_stream *st)

@@ -172,6 +172,15 @@ struct sbx_agent_stream *sbx_agent_open2(struct sbx_agent_chan *ch, const char *
  */
 int sbx_agent_control(struct sbx_agent_stream *st, int kind, uint32_t a, uint32_t b);
 
+/*
+ * Gives the agent extra bytes of output credit on st now (one WINDOW; the
+ * protocol's bound SBX_AGENT_WINDOW_MAX holds): a bulk stream's window is
+ * then more than one round trip's worth (adr/0066). A paused stream may
+ * then hold up to its whole window. Returns 0, -1 when st has ended or the
+ * credit would pass SBX_AGENT_WINDOW_MAX (nothing sent).
+ */
+int sbx_agent_grow_output(struct sbx_agent_stream *st, uint32_t extra);
+
 /* Bytes of stdin that may be sent now (the credit the agent gave). */
 size_t sbx_agent_stdin_room(const struct sbx_agent_stream *st);
 

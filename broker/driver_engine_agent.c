@@ -170,6 +170,7 @@ agent_body(void *arg, struct sbx_http_req *req, const unsigned char *buf, size_t
 /* ---------- the direct channel (adr/0066) ---------- */
 
 #define DIRECT_WAIT_MS 2000    /* for the agent's socket to appear */
+#define DIRECT_OUT_WINDOW (1024 * 1024)   /* output credit of a bulk stream */
 #define DIRECT_RETRY_MS 5
 
 static void
@@ -690,6 +691,10 @@ agent_run(struct eop *op)
 	free(argv);
 	if (x->ast == NULL)
 		goto fail;
+	/* Bulk output (exec, file reads): a window of DIRECT_OUT_WINDOW, not
+	 * one round trip's 256 KiB (adr/0066); terminals keep theirs. */
+	if (!(op->kind->flags & EK_SESSION))
+		(void)sbx_agent_grow_output(x->ast, DIRECT_OUT_WINDOW - SBX_AGENT_WINDOW);
 	if (ag->cid[0] != '\0' && op->cid[0] == '\0')
 		snprintf(op->cid, sizeof(op->cid), "%s", ag->cid);
 	if (op->cid[0] == '\0')   /* kills go through the agent: any mark will do */

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 
+import direct_bench
 import e2b_bench
 import term_bench
 
@@ -1297,6 +1298,9 @@ def main():
             ("egress", b.fig_egress), ("agents", b.fig_agents)]
     # Issue 21: terminals and stdin (tests/bench/term_bench.py).
     figs += [(name, (lambda f: lambda: f(b))(fn)) for name, fn in term_bench.FIGURES]
+    # Issue 25: the agent's direct channel vs the runtime stream (tests/bench/direct_bench.py).
+    figs.append(("direct", lambda: direct_bench.fig_direct(b, check_exit0, stream, proc_cpu, Conn,
+                                                           STREAM_BYTES, STREAM_ROUNDS)))
     # Issue 23: the E2B SDK against sbx's own exec route (tests/bench/e2b_bench.py).
     figs += [(name, (lambda f: lambda: f(b, check_exit0))(fn)) for name, fn in e2b_bench.FIGURES]
     only = set(x for x in a.only.split(",") if x)

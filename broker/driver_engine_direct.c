@@ -4,7 +4,7 @@
  * removed in destroy) and the one way the broker opens the agent's socket
  * through the volume's host mountpoint without following a path the
  * sandbox controls. It calls the runtime call layer and the op lifecycle;
- * the agent records (driver_engine_agent.c), ensure and destroy call it.
+ * the agent records (driver_engine_agent.c), ensure, destroy and reconcile call it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -249,4 +249,76 @@ eng_direct_drop(struct eop *op, void (*then)(struct eop *))
 	op->then = then;
 	eng_agent_volume_name(op->e->prefix, op->id, vol, sizeof(vol));
 	eng_callf(op, "GET", NULL, drop_inspected, API "/volumes/%s", vol);
+}
+
+/* ---------- reconcile: socket volumes whose sandbox is gone ---------- */
+
+static void rec_next(struct eop *op);
+
+static void
+rec_removed(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	(void)body;
+	if (eng_ended(op, err))
+		return;
+	if (status != 204 && status != 404)   /* in use: left for the next start */
+		log_warn("agent socket volume not removed", "volume", eng_jstr(
+		    json_array_get(rco(op)->rdvols, rco(op)->di), "Name"), NULL);
+	rco(op)->di++;
+	rec_next(op);
+}
+
+static void
+rec_next(struct eop *op)
+{
+	struct eop_reconcile *rc = rco(op);
+	json_t *v, *labels;
+	const char *id, *name;
+	char want[160];
+
+	for (; rc->di < json_array_size(rc->rdvols); rc->di++) {
+		v = json_array_get(rc->rdvols, rc->di);
+		labels = json_object_get(v, "Labels");
+		id = eng_label(labels, L_AGENT_OF);
+		name = eng_jstr(v, "Name");
+		if (!eng_managed(labels) || id == NULL || !sbx_id_valid(id) || name == NULL)
+			continue;
+		eng_agent_volume_name(op->e->prefix, id, want, sizeof(want));
+		if (strcmp(name, want) != 0 || json_object_get(rc->rsbx, id) != NULL)
+			continue;
+		log_info("orphaned agent socket volume removed", "volume", name, NULL);
+		eng_callf(op, "DELETE", NULL, rec_removed, API "/volumes/%s", name);
+		return;
+	}
+	rc->dthen(op);
+}
+
+static void
+rec_listed(struct eop *op, int status, json_t *body, const struct sbx_err *err)
+{
+	struct sbx_err e;
+	json_t *vols;
+
+	if (eng_ended(op, err))
+		return;
+	vols = json_object_get(body, "Volumes");
+	if (status != 200 || (!json_is_array(vols) && !json_is_null(vols))) {
+		eng_runtime_err(&e, status, body, "list volumes");
+		eng_finish_err(op, &e);
+		return;
+	}
+	json_decref(rco(op)->rdvols);
+	rco(op)->rdvols = json_is_array(vols) ? json_incref(vols) : json_array();
+	rco(op)->di = 0;
+	rec_next(op);
+}
+
+void
+eng_direct_reconcile(struct eop *op, void (*then)(struct eop *))
+{
+	char filt[256];
+
+	rco(op)->dthen = then;
+	eng_urlencode("{\"label\":[\"" L_AGENT_OF "\"]}", filt, sizeof(filt));
+	eng_callf(op, "GET", NULL, rec_listed, API "/volumes?filters=%s", filt);
 }

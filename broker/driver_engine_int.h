@@ -326,6 +326,10 @@ struct eop_reconcile {
 	size_t pi;
 	unsigned pgone;
 	void (*rthen)(struct eop *);
+	/* the agents' socket volumes (adr/0066) */
+	json_t *rdvols;               /* walked by di */
+	size_t di;
+	void (*dthen)(struct eop *);
 };
 
 /* health */
@@ -639,6 +643,10 @@ json_t *eng_direct_mount(struct eop *op);
 /* Destroy's step: removes op's socket volume when sbx made it (absent is
  * fine), then then(op) (uses op->then); a runtime failure ends op. */
 void eng_direct_drop(struct eop *op, void (*then)(struct eop *));
+/* Reconcile's step (rco(op)->rsbx filled): removes each agent socket
+ * volume sbx made whose sandbox has no container (ensure makes it again),
+ * then then(op); a runtime failure ends op. */
+void eng_direct_reconcile(struct eop *op, void (*then)(struct eop *));
 /* The host mountpoint of the socket volume in a container inspect answer
  * (its Mounts entry at SBX_AGENT_LISTEN_DIR, of a volume named
  * eng_agent_volume_name), or NULL (borrowed from body). */

@@ -558,6 +558,13 @@ rec_networks_list(struct eop *op)
 	list_managed(op, "/networks?", rec_networks);
 }
 
+/* The agents' socket volumes of sandboxes that are gone (adr/0066). */
+static void
+rec_agent_volumes(struct eop *op)
+{
+	eng_direct_reconcile(op, rec_networks_list);
+}
+
 static void
 rec_containers(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
@@ -598,7 +605,7 @@ rec_containers(struct eop *op, int status, json_t *body,
 	}
 	/* Proxies of sandboxes that are gone or stopped, first: a network
 	 * in use by one cannot go (adr/0027). */
-	eng_proxy_reconcile(op, rec_networks_list);
+	eng_proxy_reconcile(op, rec_agent_volumes);
 }
 
 static void
@@ -609,6 +616,7 @@ rec_fini(struct eop *op)
 	json_decref(rco(op)->rsbx);
 	json_decref(rco(op)->rpx);
 	json_decref(rco(op)->rvols);
+	json_decref(rco(op)->rdvols);
 }
 
 struct sbx_op *

@@ -222,6 +222,28 @@ class DirectChannelTest(BrokerTestCase):
         finally:
             canary.close()
 
+    def test_reconcile_removes_orphaned_socket_volumes(self):
+        """A socket volume whose sandbox has no container (a broker killed
+        mid-destroy, a container removed behind sbx's back) goes at the next
+        broker start; one that is not sbx's (no io.sbx.managed) stays."""
+        gone = "orph-%s" % os.urandom(3).hex()
+        other = "notours-%s" % os.urandom(3).hex()
+        self.engine.post("/volumes/create", {"Name": "sbx-%s-agent" % gone, "Labels": {
+            "io.sbx.managed": "true", "io.sbx.agent-of": gone}})
+        self.engine.post("/volumes/create", {"Name": "sbx-%s-agent" % other, "Labels": {
+            "io.sbx.agent-of": other}})
+        try:
+            b = self.start_broker(name="reconcile")
+            names = lambda: [v["Name"] for v in self.engine.volumes()]
+            self.assertTrue(wait_until(lambda: "sbx-%s-agent" % gone not in names(), 30), names())
+            self.assertIn("sbx-%s-agent" % other, names())
+            # the live sandbox's own volume stays
+            self.assertTrue(any(n.endswith(self.sid + "-agent") for n in names()))
+            self.assertEqual(b.client().exec(self.sid, ["true"]).code, 0)
+            b.stop()
+        finally:
+            self.engine.remove_volume("sbx-%s-agent" % other)
+
     def test_runtime_setting_keeps_the_stream(self):
         b = self.start_broker(limits={"agent_channel": "runtime"}, name="rtonly")
         c = b.client()

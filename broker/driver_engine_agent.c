@@ -8,7 +8,7 @@
  */
 #include <unistd.h>
 
-#include "driver_engine_int.h"
+#include "driver_engine_direct.h"
 #include "agent.h"
 
 /*

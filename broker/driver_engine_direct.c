@@ -15,7 +15,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "driver_engine_int.h"
+#include "driver_engine_direct.h"
 
 #define L_AGENT_OF "io.sbx.agent-of"   /* the socket volume's sandbox */
 #define CHAN_SOCKBUF (1024 * 1024)     /* bytes each way in the kernel */
@@ -164,12 +164,16 @@ volume_made(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 	op->then(op);
 }
 
-void
+int
 eng_direct_volume(struct eop *op, void (*then)(struct eop *))
 {
 	char vol[160];
 	json_t *req;
 
+	/* Not for a warm pool member (adr/0067): the volume is named by the
+	 * id, which a member does not have yet; a claimed one uses the stream. */
+	if (!op->e->agent_direct || ens(op)->agent_vol != 0 || ens(op)->pool)
+		return 0;
 	op->then = then;
 	eng_agent_volume_name(op->e->prefix, op->id, vol, sizeof(vol));
 	req = json_pack("{s:s, s:{s:s, s:s}}", "Name", vol, "Labels", L_MANAGED,
@@ -177,20 +181,23 @@ eng_direct_volume(struct eop *op, void (*then)(struct eop *))
 	if (req == NULL) {
 		ens(op)->agent_vol = 2;
 		then(op);
-		return;
+		return 1;
 	}
 	eng_callf(op, "POST", req, volume_made, API "/volumes/create");
+	return 1;
 }
 
-json_t *
-eng_direct_mount(struct eop *op)
+int
+eng_direct_mount(struct eop *op, json_t *mounts)
 {
 	char vol[160];
 
+	if (ens(op)->agent_vol != 1)
+		return 0;
 	eng_agent_volume_name(op->e->prefix, op->id, vol, sizeof(vol));
-	return json_pack("{s:s, s:s, s:s, s:{s:b}}", "Type", "volume", "Source", vol,
+	return json_array_append_new(mounts, json_pack("{s:s, s:s, s:s, s:{s:b}}", "Type", "volume", "Source", vol,
 	    "Target", SBX_AGENT_LISTEN_DIR, "VolumeOptions", "NoCopy",
-	    op->e->flavor != FLAVOR_PODMAN);
+	    op->e->flavor != FLAVOR_PODMAN)) != 0 ? -1 : 0;
 }
 
 const char *

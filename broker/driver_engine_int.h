@@ -297,8 +297,7 @@ struct eop_ensure {
 	int aux_tries;
 	int64_t aux_code;             /* its exit status */
 	struct sbx_err aux_err;       /* the failure reported after its removal */
-	int agent_vol;                /* the agent's socket volume (adr/0066):
-	                               * 0 not yet, 1 ready (mounted), 2 none */
+	int agent_vol;                /* socket volume (adr/0066): 0 not yet, 1 ok, 2 none */
 	/* The warm pool (adr/0067): this ensure makes a pool member (labels
 	 * io.sbx.pool, no io.sbx.id, no agent), or claims one. */
 	int pool;
@@ -343,8 +342,7 @@ struct eop_reconcile {
 	size_t pi;
 	unsigned pgone;
 	void (*rthen)(struct eop *);
-	/* the agents' socket volumes (adr/0066) */
-	json_t *rdvols;               /* walked by di */
+	json_t *rdvols;               /* agent socket volumes (adr/0066), walked by di */
 	size_t di;
 	void (*dthen)(struct eop *);
 };
@@ -663,43 +661,10 @@ struct sbx_http_req *eng_exec_start_stream(struct engine *e, const char *rexec,
 int eng_inspect_found(struct eop *op, int status, json_t *body,
     const struct sbx_err *err, struct sbx_status *st, const char **helper);
 
-/* ---- driver_engine_direct.c (adr/0066) ---- */
+/* ---- driver_engine_direct.c (adr/0066): driver_engine_direct.h ---- */
 /* "<prefix><id>-agent": the agent's socket volume (driver_engine_op.c). */
 char *eng_agent_volume_name(const char *name_prefix, const char *id, char *buf,
     size_t size);
-/* Ensure's step before the container create: makes the agent's socket
- * volume (labelled, its root the sandbox user's, 0700) and sets
- * ens(op)->agent_vol to 1, or to 2 when it cannot (one log line; the
- * sandbox then runs without a direct channel), then then(op). Never
- * fails op. */
-void eng_direct_volume(struct eop *op, void (*then)(struct eop *));
-/* The mount of the socket volume at SBX_AGENT_LISTEN_DIR for the
- * container's HostConfig.Mounts (new reference), NULL out of memory. */
-json_t *eng_direct_mount(struct eop *op);
-/* Destroy's step: removes op's socket volume when sbx made it (absent is
- * fine), then then(op) (uses op->then); a runtime failure ends op. */
-void eng_direct_drop(struct eop *op, void (*then)(struct eop *));
-/* Reconcile's step (rco(op)->rsbx filled): removes each agent socket
- * volume sbx made whose sandbox has no container (ensure makes it again),
- * then then(op); a runtime failure ends op. */
-void eng_direct_reconcile(struct eop *op, void (*then)(struct eop *));
-/* The host mountpoint of the socket volume in a container inspect answer
- * (its Mounts entry at SBX_AGENT_LISTEN_DIR, of a volume named
- * eng_agent_volume_name), or NULL (borrowed from body). */
-const char *eng_direct_mountpoint(struct engine *e, const char *id, json_t *body);
-/*
- * Connects to the agent's socket in the volume whose host mountpoint is
- * mnt without following any path the sandbox controls: the directory by
- * O_PATH|O_DIRECTORY|O_NOFOLLOW, the socket by openat2 RESOLVE_BENEATH|
- * RESOLVE_NO_SYMLINKS|RESOLVE_NO_XDEV|RESOLVE_NO_MAGICLINKS beneath it, then
- * fstat (a socket, owned by uid, no bits for group or others) and connect
- * through /proc/self/fd/N of that O_PATH descriptor. Returns the
- * connected socket (non-blocking, close-on-exec), -1 not there yet (no
- * such name, or nothing listening: worth a retry), -2 refused (anything
- * else: a symlink, another type, owner or mode, the directory out of
- * reach); why gets one sentence naming what was found.
- */
-int eng_direct_connect(const char *mnt, unsigned uid, char *why, size_t whysz);
 
 /* ---- driver_engine_proxy.c (adr/0026) ---- */
 /* Makes sure op's egress proxy runs with ens(op)->allow (its socket volume,

@@ -5,7 +5,7 @@
  * egress proxy, the helper volume (gc), the agent records (forget), the
  * runtime call layer and the op lifecycle; the driver's entry calls it.
  */
-#include "driver_engine_int.h"
+#include "driver_engine_direct.h"
 
 static void rec_next(struct eop *op);
 static void rec_fini(struct eop *op);

@@ -139,6 +139,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.request.settimeout(None)
         super().setup()
 
+    def finish(self):
+        super().finish()
+        if getattr(self, "kf_reset", False):
+            self.request.close()
+
     def log_message(self, fmt, *args):
         pass
 
@@ -464,11 +469,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 if ev is None:
                     if w.closed == "reset":
                         self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        self.kf_reset = True  # finish() closes: with linger 0 the peer gets an RST
                         self.close_connection = True
-                        try:
-                            self.connection.close()
-                        except OSError:
-                            pass
                         return
                     break
                 etype, obj = ev

@@ -158,7 +158,7 @@ class PodWorker:
         for m in c.get("volumeMounts") or []:
             kind, src, _ = vols[m["name"]]
             if kind == "tmpfs":
-                hc["Tmpfs"][m["mountPath"]] = "" if not m.get("readOnly") else "ro"
+                hc["Tmpfs"][m["mountPath"]] = "%s,exec,nosuid,nodev,mode=1777" % ("ro" if m.get("readOnly") else "rw")
             else:
                 hc["Mounts"].append({"Type": "volume", "Source": src, "Target": m["mountPath"],
                                      "ReadOnly": bool(m.get("readOnly"))})

@@ -176,7 +176,7 @@ def main():
         "server": url, "ca": ca, "namespace": namespaces[0], "namespaces": namespaces,
         "tokens": {"admin": auth.admin, "broker": auth.broker, "narrow": auth.narrow},
         "token_files": token_files, "kubeconfig": os.path.join(d, "kubeconfig"),
-        "serviceaccount": sa, "nodes": nodes, "pid": os.getpid()}, indent=1))
+        "serviceaccount": sa, "nodes": nodes, "instance": kubelets.instance, "pid": os.getpid()}, indent=1))
     print("kfake: serving %s, namespaces %s, nodes %s" % (url, namespaces, nodes), flush=True)
     for n in nodes:
         kubelets.add(n)

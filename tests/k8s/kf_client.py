@@ -85,6 +85,8 @@ class Client:
             if c is not None:
                 c.close()
             c = http.client.HTTPSConnection(self.host, self.port, context=self.ctx, timeout=self.timeout)
+            c.connect()
+            c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.local.conn = c
         return c
 
@@ -175,6 +177,7 @@ class Client:
         with the Status when the server does not upgrade."""
         path = "/api/v1/namespaces/%s/pods/%s/%s?%s" % (ns, pod, sub, urllib.parse.urlencode(params or {}, doseq=True))
         raw = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock = self.ctx.wrap_socket(raw, server_hostname=self.host)
         key = kf_ws.client_key()
         head = ("GET %s HTTP/1.1\r\nHost: %s:%d\r\nAuthorization: Bearer %s\r\nUpgrade: websocket\r\n"

@@ -9,6 +9,7 @@ Touches: its listening socket, the runtime through kf_engine, the kubelet's pod 
 
 import http.server
 import json
+import socket
 import socketserver
 import threading
 import urllib.parse
@@ -35,6 +36,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def setup(self):
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # head and body are two writes
         self.request.settimeout(30)
         self.request = self.server.ctx.wrap_socket(self.request, server_side=True)
         self.request.settimeout(None)

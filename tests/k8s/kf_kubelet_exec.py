@@ -103,7 +103,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         parser = kf_ws.Parser(require_mask=True)
         client_closed = False
         while not stream.eof:
-            for s in kf_net.wait_readable([ws, stream.sock], 5.0) + ([stream.sock] if stream.pending else []):
+            ready = [stream.sock] if stream.pending else kf_net.wait_readable([ws, stream.sock], 5.0)
+            for s in ready:
                 if s is stream.sock:
                     for n, data in stream.read():
                         if data and not kf_net.send_all(ws, kf_ws.channel(n, data, mask=False)):

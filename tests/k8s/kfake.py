@@ -108,6 +108,14 @@ class Kubelets:
                 p.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 p.kill()
+        if self.args.engine:  # a lost node's kubelet could not clean up: do it for it
+            from kf_engine import Engine
+            e = Engine(self.args.engine)
+            label = "io.kfake.instance=" + self.instance
+            for c in e.containers(label):
+                e.remove(c["Id"], ok=None)
+            for v in e.volumes(label):
+                e.remove_volume(v["Name"])
 
 
 def main():

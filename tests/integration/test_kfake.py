@@ -200,6 +200,23 @@ class KFakeTest(unittest.TestCase):
             self.api.channel(NS, "p-exec", "exec", {"command": ["true"]}, protocols=("channel.k8s.io",))
         self.assertEqual(cm.exception.status, 400)
 
+    def test_attach(self):
+        spec = pod_spec("p-attach", cmd=("cat",))
+        spec["spec"]["containers"][0]["stdin"] = True
+        self.api.post(self.path("pods"), spec)
+        self.wait(lambda: (self.get("pods", "p-attach") or {}).get("status", {}).get("phase") == "Running",
+                  "pod p-attach Running")
+        for word in (b"one\n", b"two\n"):  # a second attach finds the same process
+            ch = self.api.channel(NS, "p-attach", "attach", {"stdin": "true", "stdout": "true", "stderr": "true"})
+            ch.send(0, word)
+            self.assertEqual(ch.recv(30), (1, word))
+            ch.close()
+        narrow = self.fake.client(self.fake.knob("tokens", name="noattach", rules=[
+            {"apiGroups": [""], "resources": ["pods/attach"], "verbs": ["get"]}])["token"])
+        with self.assertRaises(KubeError) as cm:
+            narrow.channel(NS, "p-attach", "attach", {"stdin": "true", "stdout": "true"})
+        self.assertIn('cannot create resource "pods/attach"', str(cm.exception))
+
     # -- 410, bookmarks, a watch cut mid-stream; lesson 8 -------------------------
     def test_watch_410_bookmarks_and_cut(self):
         nps = self.path("networkpolicies")

@@ -113,18 +113,23 @@ class PodWorker:
             else:
                 self.fail("UnsupportedVolume", "kfake supports persistentVolumeClaim and emptyDir volumes, not %s" % v["name"])
                 return None
-            kind, name, new = out[v["name"]]
-            if new and fs_group is not None:
-                self.chgrp(pod, name, int(fs_group))
+        fresh = [name for kind, name, new in out.values() if new]
+        if fresh and fs_group is not None:
+            self.chgrp(pod, fresh, int(fs_group))
         return out
 
-    def chgrp(self, pod, volume, gid):
-        """fsGroup: the new volume's files get group GID, group-writable, setgid dirs."""
+    def chgrp(self, pod, volumes, gid):
+        """fsGroup: the new volumes' files get group GID, group-writable, setgid
+        dirs (one short root container of the pod's image for all of them)."""
         image = pod["spec"]["containers"][0]["image"]
         e = self.kl.rt.engine
-        cid = e.create(image=image, cmd=["sh", "-c", "chgrp -R %d /v && chmod -R g+rwX /v && chmod g+s /v" % gid],
+        dirs = " ".join("/v%d" % i for i in range(len(volumes)))
+        cid = e.create(image=image, cmd=["sh", "-c", "chgrp -R %d %s && chmod -R g+rwX %s && chmod g+s %s"
+                                         % (gid, dirs, dirs, dirs)],
                        user="0", labels={L_INST: self.kl.instance, L_NODE: self.kl.node},
-                       host_config={"NetworkMode": "none", "Mounts": [{"Type": "volume", "Source": volume, "Target": "/v"}]},
+                       host_config={"NetworkMode": "none",
+                                    "Mounts": [{"Type": "volume", "Source": v, "Target": "/v%d" % i}
+                                               for i, v in enumerate(volumes)]},
                        Entrypoint=[])
         try:
             e.start(cid)

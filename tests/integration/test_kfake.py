@@ -336,6 +336,14 @@ class KFakeTest(unittest.TestCase):
         engine = sbxtest.Engine(self.fake.engine_host)
         self.wait(lambda: not engine.volumes("io.kfake.pvc-name=work-del"), "work-del's volume removed")
 
+        # lesson 3 live: a node added now is born tainted, then the taint goes
+        rv = self.fake.admin.get("/api/v1/nodes")["metadata"]["resourceVersion"]
+        q = self.watcher(self.fake.admin, "/api/v1/nodes", {"resourceVersion": rv, "fieldSelector": "metadata.name=kfake-extra"})
+        self.fake.knob("nodes", name="kfake-extra")
+        _, born = self.next_event(q, lambda t, o: t == "ADDED")
+        self.assertIn({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}, born["spec"]["taints"])
+        self.next_event(q, lambda t, o: t == "MODIFIED" and not o["spec"].get("taints"))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -12,6 +12,7 @@ import os
 import socket
 import struct
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 
@@ -112,7 +113,7 @@ class Runtime:
         return eid, self.hijack("/exec/%s/start" % eid, {"Detach": False, "Tty": bool(tty)}, tty)
 
     def exec_exit(self, eid, tries=200):
-        import time
+        """The exit code of a finished exec (None if it still runs after ~10 s)."""
         for _ in range(tries):
             info = self.engine.get("/exec/%s/json" % eid)
             if not info.get("Running"):

@@ -11,7 +11,6 @@ SIGTERM removes every container and volume of its instance.
 """
 
 import argparse
-import json
 import os
 import signal
 import sys

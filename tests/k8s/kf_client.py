@@ -225,7 +225,7 @@ class Client:
                     out.append(data)
                 elif stream == kf_ws.STDERR:
                     err.append(data)
-                elif stream == kf_ws.STATUS:
+                elif stream == kf_ws.STATUS and data:
                     status = json.loads(data)
         finally:
             ch.close()

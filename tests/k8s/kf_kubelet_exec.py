@@ -93,6 +93,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
         try:
+            # as the real streaming server (remotecommand's createWebSocketStreams):
+            # an empty message on the lowest writable stream says the connection is up
+            first = kf_ws.STDOUT if flag("stdout") else kf_ws.STDERR if flag("stderr") else kf_ws.STATUS
+            self.connection.sendall(kf_ws.channel(first, b"", mask=False))
             self.pump(kl, eid, stream)
         finally:
             stream.close()

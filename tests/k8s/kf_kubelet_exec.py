@@ -68,6 +68,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.fail(400, "kfake kubelet: a WebSocket upgrade is required")
         if kf_ws.PROTOCOL not in protos:
             return self.fail(400, "kfake kubelet: subprotocol %s is required (offered: %s)" % (kf_ws.PROTOCOL, ", ".join(protos) or "none"))
+        if not (stdin or flag("stdout") or flag("stderr")):
+            return self.fail(400, "you must specify at least 1 of stdin, stdout, stderr")
+        if tty and flag("stderr"):
+            return self.fail(400, "stdout, stderr: tty and stderr cannot both be true")
         kl = self.server.kubelet
         cid, p = kl.find_container(ns, pod, ctr)
         if cid is None:

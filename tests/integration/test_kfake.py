@@ -178,6 +178,11 @@ class KFakeTest(unittest.TestCase):
         self.assertEqual((code, out), (0, b"init-was-here\ninstalled\n"))
         code, _, err, _ = self.api.exec(NS, "p-exec", ["touch", "/root-is-read-only"])
         self.assertNotEqual(code, 0, err)
+        code, out, _, _ = self.api.exec(NS, "p-exec", ["grep", "-E", "^(CapEff|NoNewPrivs|Seccomp):", "/proc/self/status"])
+        self.assertEqual(out.split(), [b"CapEff:", b"0000000000000000", b"NoNewPrivs:", b"1", b"Seccomp:", b"2"])
+        cid = pod["status"]["containerStatuses"][0]["containerID"].split("://")[1]
+        hc = sbxtest.Engine(self.fake.engine_host).inspect(cid)["HostConfig"]
+        self.assertEqual((hc["Memory"], hc["NanoCpus"], hc["ReadonlyRootfs"]), (128 << 20, 500000000, True))
 
         # frames as they are: one stdout message, stream byte 1; stream 3 last
         ch = self.api.channel(NS, "p-exec", "exec", {"command": ["echo", "x"], "stdout": "true"})
@@ -200,7 +205,17 @@ class KFakeTest(unittest.TestCase):
             self.api.channel(NS, "p-exec", "exec", {"command": ["true"]}, protocols=("channel.k8s.io",))
         self.assertEqual(cm.exception.status, 400)
 
-    def test_attach(self):
+    def test_exit_and_attach(self):
+        self.api.post(self.path("pods"), pod_spec("p-exit", cmd=("sh", "-c", "exit 7")))
+        self.wait(lambda: (self.get("pods", "p-exit") or {}).get("status", {}).get("phase") == "Failed", "p-exit Failed")
+        st = self.get("pods", "p-exit")["status"]["containerStatuses"][0]["state"]
+        self.assertEqual(st["terminated"]["exitCode"], 7)
+        with self.assertRaises(KubeError) as cm:
+            self.api.channel(NS, "p-exit", "exec", {"command": ["true"], "stdout": "true"})
+        self.assertIn("cannot exec into a container in a completed pod", str(cm.exception))
+        self.api.delete(self.path("pods", "p-exit"))  # a finished pod goes at once, no grace
+        self.assertIsNone(self.get("pods", "p-exit"))
+
         spec = pod_spec("p-attach", cmd=("cat",))
         spec["spec"]["containers"][0]["stdin"] = True
         self.api.post(self.path("pods"), spec)

@@ -280,6 +280,30 @@ class KFakeTest(unittest.TestCase):
         self.assertEqual((st, body["reason"]), (410, "Expired"))
         self.assertEqual(sorted(o["metadata"]["name"] for o in self.api.get(nps)["items"]), ["np-a", "np-b"])
 
+    def test_sweep_orphans_with_finalizers(self):
+        """Lesson 2's way out: force the pod, or patch the PVC's finalizer away."""
+        for pvc in ("work-orph1", "work-orph2"):
+            self.api.post(self.path("persistentvolumeclaims"), {"metadata": {"name": pvc, "labels": {"sbx.dev/managed": "true"}},
+                                                                "spec": {"resources": {"requests": {"storage": "1Gi"}}}})
+        spec = pod_spec("p-orphan", pvc="work-orph1")
+        spec["spec"]["volumes"].append({"name": "w2", "persistentVolumeClaim": {"claimName": "work-orph2"}})
+        spec["spec"]["nodeName"] = "kfake-gone"  # bound to a node no kubelet serves
+        self.api.post(self.path("pods"), spec)
+        self.assertIn("deletionTimestamp", self.api.delete(self.path("pods", "p-orphan"))["metadata"])
+        sel = {"labelSelector": "sbx.dev/managed=true", "fieldSelector": "metadata.name!=work-keep"}
+        for pvc in self.api.get(self.path("persistentvolumeclaims"), params=sel)["items"]:
+            if pvc["metadata"]["name"].startswith("work-orph"):
+                self.api.delete(self.path("persistentvolumeclaims", pvc["metadata"]["name"]))
+        self.assertEqual(self.get("persistentvolumeclaims", "work-orph1")["metadata"]["finalizers"],
+                         ["kubernetes.io/pvc-protection"])
+        # the finalizer patched away: gone at once, pod or not
+        gone = self.api.patch(self.path("persistentvolumeclaims", "work-orph2"), {"metadata": {"finalizers": None}})
+        self.assertEqual(gone["metadata"]["name"], "work-orph2")
+        self.assertIsNone(self.get("persistentvolumeclaims", "work-orph2"))
+        # the pod forced: the pvc-protection controller lets the other go
+        self.api.delete(self.path("pods", "p-orphan"), {"gracePeriodSeconds": 0})
+        self.wait(lambda: self.get("persistentvolumeclaims", "work-orph1") is None, "work-orph1 released")
+
     # -- lessons 2 and 3, a lost node ----------------------------------------------
     def test_node_taint_loss_graceful_delete_and_pvc_protection(self):
         node = self.fake.info["nodes"][0]

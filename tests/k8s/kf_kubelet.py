@@ -225,6 +225,8 @@ class PodWorker:
         for c in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]:
             msg = self.check_user(pod, c)
             if msg:
+                if self.waiting != ("CreateContainerConfigError", msg):
+                    log("pod %s: %s" % (pod["metadata"]["name"], msg))
                 self.waiting = ("CreateContainerConfigError", msg)
                 return self.report(pod)
         vols = self.volumes(pod)
@@ -250,12 +252,15 @@ class PodWorker:
                 self.cids[c["name"]] = self.create(pod, c, vols)
             except APIError as err:
                 self.waiting = ("ErrImagePull" if err.status == 404 else "CreateContainerError", str(err))
+                log("pod %s: container %s: %s" % (pod["metadata"]["name"], c["name"], err))
                 for cid in self.cids.values():
                     e.remove(cid, ok=None)
                 self.cids = {}
                 return self.report(pod)
         for cid in self.cids.values():
             e.start(cid)
+        log("pod %s/%s (%s): started %s" % (pod["metadata"]["namespace"], pod["metadata"]["name"],
+                                           self.uid[:8], ", ".join(sorted(self.cids))))
         self.waiting = None
         self.started = True
         self.monitor(pod)
@@ -373,6 +378,7 @@ class Kubelet:
 
     def final_delete(self, pod):
         md = pod["metadata"]
+        log("pod %s/%s (%s): stopped, deleting it" % (md["namespace"], md["name"], md["uid"][:8]))
         self.api.request("DELETE", "/api/v1/namespaces/%s/pods/%s" % (md["namespace"], md["name"]),
                          {"gracePeriodSeconds": 0, "preconditions": {"uid": md["uid"]}})
 

@@ -287,6 +287,8 @@ main(int argc, char **argv)
 	ec.agent_idle_ms = cfg.agent_idle;
 	ec.agent_ping_ms = cfg.agent_ping;
 	ec.agent_fresh_ms = cfg.agent_fresh > 0 ? cfg.agent_fresh : -1;
+	ec.agent_runtime_only = cfg.agent_channel != NULL &&
+	    strcmp(cfg.agent_channel, "runtime") == 0;
 	ec.helper_path = cfg.helper_path;
 	ec.helper_volume = cfg.helper_volume;
 	ec.run_bytes = cfg.run_size;
@@ -295,6 +297,7 @@ main(int argc, char **argv)
 	ec.proxy_resolver = cfg.egress_proxy_resolver;
 	ec.proxy_memory = cfg.egress_proxy_memory;
 	ec.name_prefix = cfg.name_prefix;
+	ec.warm_pool = (int)cfg.warm_pool;
 	if ((driver = sbx_engine_driver_new(m.base, &ec, &err)) == NULL) {
 		rc = sbx_daemon_config_error("sandbox-broker", &err);
 		goto done;

@@ -5,7 +5,7 @@
  * egress proxy, the helper volume (gc), the agent records (forget), the
  * runtime call layer and the op lifecycle; the driver's entry calls it.
  */
-#include "driver_engine_int.h"
+#include "driver_engine_direct.h"
 
 static void rec_next(struct eop *op);
 static void rec_fini(struct eop *op);
@@ -320,9 +320,15 @@ static void destroy_volume_now(struct eop *op);
 
 /* The egress proxy and its socket volume (adr/0026) before the rest. */
 static void
+destroy_agent_volume(struct eop *op)
+{
+	eng_direct_drop(op, destroy_volume_now);
+}
+
+static void
 destroy_volume(struct eop *op)
 {
-	eng_proxy_drop(op, destroy_volume_now);
+	eng_proxy_drop(op, destroy_agent_volume);
 }
 
 static void
@@ -386,6 +392,8 @@ destroy_inspected(struct eop *op, int status, json_t *body,
 	}
 	snprintf(dst(op)->old_helper, sizeof(dst(op)->old_helper), "%s",
 	    hl != NULL ? hl : "");
+	/* A claimed pool member's /work keeps its member's name (adr/0067). */
+	eng_work_volume(op, body);
 	eng_callf(op, "DELETE", NULL, destroy_removed,
 	    API "/containers/%s?force=1&v=0", op->cid);
 }
@@ -408,6 +416,7 @@ sandboxes_listed(struct eop *op, int status, json_t *body,
 	struct sbx_err e;
 	json_t *c, *labels;
 	const char *v, *state;
+	char id[sizeof(sts[0].id)];
 	size_t i, n = 0;
 
 	if (list_bad(op, status, body, err, "containers"))
@@ -421,10 +430,11 @@ sandboxes_listed(struct eop *op, int status, json_t *body,
 	json_array_foreach(body, i, c) {
 		labels = json_object_get(c, "Labels");
 		/* The filter is the runtime's; check again ourselves. */
-		if (!eng_managed(labels) || (v = eng_label(labels, L_ID)) == NULL ||
-		    !sbx_id_valid(v))
+		if (!eng_sandbox_of(op->e, labels, json_string_value(json_array_get(
+		    json_object_get(c, "Names"), 0)), id, sizeof(id)) ||
+		    !sbx_id_valid(id))
 			continue;
-		snprintf(sts[n].id, sizeof(sts[n].id), "%s", v);
+		snprintf(sts[n].id, sizeof(sts[n].id), "%s", id);
 		state = eng_jstr(c, "State");
 		sts[n].state = strcmp(state, "running") == 0 ?
 		    SBX_STATE_RUNNING : SBX_STATE_STOPPED;
@@ -530,6 +540,8 @@ rec_next(struct eop *op)
 	snprintf(gone, sizeof(gone), "%u", rc->rgone);
 	if (rc->rgone > 0)
 		log_info("egress networks reconciled", "removed", gone, NULL);
+	/* The warm pool starts once (adr/0067): after the first reconcile. */
+	eng_pool_reconciled(op->e);
 	eng_finish_done(op, NULL);
 }
 
@@ -550,6 +562,13 @@ rec_networks_list(struct eop *op)
 {
 
 	list_managed(op, "/networks?", rec_networks);
+}
+
+/* The agents' socket volumes of sandboxes that are gone (adr/0066). */
+static void
+rec_agent_volumes(struct eop *op)
+{
+	eng_direct_reconcile(op, rec_networks_list);
 }
 
 static void
@@ -592,7 +611,7 @@ rec_containers(struct eop *op, int status, json_t *body,
 	}
 	/* Proxies of sandboxes that are gone or stopped, first: a network
 	 * in use by one cannot go (adr/0027). */
-	eng_proxy_reconcile(op, rec_networks_list);
+	eng_proxy_reconcile(op, rec_agent_volumes);
 }
 
 static void
@@ -603,6 +622,7 @@ rec_fini(struct eop *op)
 	json_decref(rco(op)->rsbx);
 	json_decref(rco(op)->rpx);
 	json_decref(rco(op)->rvols);
+	json_decref(rco(op)->rdvols);
 }
 
 struct sbx_op *

@@ -413,9 +413,16 @@ def write_config(path, limits):
                       ("egress_proxy_resolver", "egress_proxy_resolver"),
                       ("egress_stats_interval", "egress_stats_interval"),
                       ("idle_timeout_ms", "idle_timeout"), ("reap_interval_ms", "reap_interval"),
-                      ("shutdown_grace_ms", "shutdown_grace")):
+                      ("shutdown_grace_ms", "shutdown_grace"),
+                      ("warm_pool", "warm_pool")):
         if key in limits:
             cfg[name] = limits[key]
+    # The agent's channel (adr/0066): a suite's own choice, else the run's
+    # (SBX_TEST_AGENT_CHANNEL=runtime|direct: test_agent_runtime.py), else
+    # the broker's default (direct).
+    chan = limits.get("agent_channel") or os.environ.get("SBX_TEST_AGENT_CHANNEL")
+    if chan:
+        cfg["agent_channel"] = chan
     with open(path, "w") as f:
         json.dump(cfg, f, indent=1)
 

@@ -9,22 +9,29 @@
 //   SBX_STEPS     [{"do": "goto", "url": U} -> {"status": N} | {"error": E},
 //                  {"do": "title"}, {"do": "click", "sel": S},
 //                  {"do": "text", "sel": S}, {"do": "eval", "js": EXPR},
-//                  {"do": "shot", "path": FILE} -> {"bytes": N},
-//                  {"do": "crash_by_memory"} -> {"crashed": true}]
+//                  {"do": "shot", "path": FILE} -> {"bytes": N}]
+//   SBX_DEADLINE_MS  RESULT with "stuck at STEP" after this long (180000)
 import { chromium } from 'playwright-core';
 import { writeFileSync } from 'node:fs';
 
 const steps = JSON.parse(process.env.SBX_STEPS || '[]');
 const out = { steps: [] };
 let browser;
+let at = 'connect';
+// A step that never ends (a stalled connection) still gives a RESULT.
+setTimeout(() => {
+  out.error = 'stuck at ' + at;
+  console.log('RESULT ' + JSON.stringify(out));
+  process.exit(0);
+}, Number(process.env.SBX_DEADLINE_MS || 180000)).unref();
 try {
   browser = await chromium.connectOverCDP(process.env.SBX_CDP_URL, { timeout: 60000 });
   out.version = browser.version();
   const ctx = browser.contexts()[0];
   const page = await ctx.newPage();
-  let crashed = false;
-  page.on('crash', () => { crashed = true; });
   for (const s of steps) {
+    at = JSON.stringify(s);
+    console.error('STEP ' + at);
     if (s.do === 'goto') {
       try {
         const r = await page.goto(s.url, { timeout: 30000 });
@@ -45,17 +52,6 @@ try {
       const png = await page.screenshot({ timeout: 30000 });
       writeFileSync(s.path, png);
       out.steps.push({ bytes: png.length });
-    } else if (s.do === 'crash_by_memory') {
-      // Grows the renderer's heap until the sandbox's memory limit kills
-      // a Chromium process; the page's 'crash' event (or the connection's
-      // end) says so.
-      await page.evaluate(() => {
-        const keep = [];
-        for (;;) keep.push(new Float64Array(16 * 1024 * 1024).fill(Math.random()));
-      }).catch(() => {});
-      for (let i = 0; i < 300 && !crashed && browser.isConnected(); i++)
-        await new Promise((r) => setTimeout(r, 100));
-      out.steps.push({ crashed: crashed || !browser.isConnected() });
     } else {
       throw new Error('unknown step ' + s.do);
     }

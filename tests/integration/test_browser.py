@@ -2,8 +2,8 @@
 api (issue 22 items 1, 2, 3, 5; adr/0064), on the runtime under test.
 
 The image is deploy/image/build.sh --browser (sbx-browser:bookworm: the
-default image's debootstrap tar, cached in the runtimes' directory and
-shared with test_images.py, plus Debian's chromium). One NPC's sandbox runs
+default image's debootstrap tar plus Debian's chromium, both tars cached in
+tests/out/image-cache between runs). One NPC's sandbox runs
 it; the host drives it with playwright-core (tests/e2e/browser_cdp.mjs,
 chromium.connectOverCDP of the endpoint the api answers: a ports-route
 WebSocket with a port ticket). Shown, in one sandbox reused across the asserts:
@@ -52,11 +52,13 @@ SITE = """<!doctype html><html><head><title>sbx browser test</title></head>
 
 def build_browser_image(runtime, host):
     """deploy/image/build.sh --browser into this runtime; both tars (the
-    debootstrap one and the browser's) are cached beside test_images.py's,
-    so a lane builds each once and the other lane only imports.
-    SBX_IMAGE_CACHE names another cache directory (kept between runs)."""
-    cache = os.environ.get("SBX_IMAGE_CACHE") or os.path.join(
-        brokerfix.env_required("SBX_RUNTIMES_DIR"), "default-image-cache")
+    debootstrap one and the browser's) are cached in tests/out/image-cache,
+    which no run cleans (test_compose.py's cache): the first run of a work
+    tree builds them (about 45 s debootstrap + 40-70 s apt on 2 cores), every
+    later run and the second lane only import (8-12 s). The lock keeps two
+    lanes from building at once. SBX_IMAGE_CACHE names another directory."""
+    cache = os.environ.get("SBX_IMAGE_CACHE") or os.path.join(REPO, "tests", "out",
+                                                               "image-cache")
     os.makedirs(cache, exist_ok=True)
     t0 = time.monotonic()
     with open(os.path.join(cache, ".lock"), "w") as lock:

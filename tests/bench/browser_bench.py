@@ -18,9 +18,9 @@ cached in tests/out/image-cache (kept between runs, as test_compose.py's).
 Never asserts: a figure that misses is reported as missed.
 """
 
+import http.client
 import json
 import os
-import socket
 import statistics
 import subprocess
 import time
@@ -87,21 +87,15 @@ def log(*a):
 
 
 def raw_get(b, path):
-    """GET path on the api with the key; (status, body bytes)."""
-    s = socket.create_connection(b.api_addr, timeout=30)
+    """GET path on the api with the key; (status, body bytes). Read by its
+    Content-Length: Chromium's DevTools server may keep the connection."""
+    c = http.client.HTTPConnection(*b.api_addr, timeout=30)
     try:
-        s.sendall(("GET %s HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer %s\r\n"
-                   "Connection: close\r\n\r\n" % (path, b.akey)).encode())
-        data = b""
-        while True:
-            x = s.recv(65536)
-            if not x:
-                break
-            data += x
+        c.request("GET", path, headers={"Authorization": "Bearer " + b.akey})
+        r = c.getresponse()
+        return r.status, r.read()
     finally:
-        s.close()
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), body
+        c.close()
 
 
 def setup(b):
@@ -116,11 +110,14 @@ def setup(b):
         raise RuntimeError("build.sh --browser: %s" % r.stderr.decode(errors="replace")[-300:])
     b.note("browser image (deploy/image/build.sh --browser, tars cached in tests/out/image-cache) "
            "ready in %.0f s" % (time.time() - t0))
+    log("browser image ready in %.0f s" % (time.time() - t0))
     st, _ = http_json(b.api_addr, b.akey, "POST", "/api/v1/npcs", {"name": NPC})
+    log("npc create: %d" % st)
     if st not in (201, 409):
         raise RuntimeError("npc create: %d" % st)
     st, j = http_json(b.api_addr, b.akey, "PUT", "/api/v1/npcs/%s/sandbox" % NPC,
                       {"image": IMAGE}, timeout=300)
+    log("ensure on %s: %d" % (IMAGE, st))
     if st != 200:
         raise RuntimeError("ensure on %s: %d %r" % (IMAGE, st, j))
 
@@ -132,6 +129,7 @@ def fig_browser_start(b):
         http_json(b.api_addr, b.akey, "DELETE", "/api/v1/npcs/%s/sandbox/browser" % NPC)
         t0 = time.perf_counter()
         st, j = http_json(b.api_addr, b.akey, "POST", "/api/v1/npcs/%s/sandbox/browser" % NPC)
+        log("browser start: %d %.2f s" % (st, time.perf_counter() - t0))
         if st != 200 or j.get("state") != "running":
             raise RuntimeError("browser start: %d %r" % (st, j))
         end = time.time() + 60

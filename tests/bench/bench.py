@@ -30,6 +30,7 @@ import time
 
 import browser_bench
 import e2b_bench
+import pool_bench
 import term_bench
 
 MiB = 1 << 20
@@ -310,6 +311,8 @@ class Bench:
                 "--max-sandboxes", "200", "--images", browser_bench.IMAGE,
                 "--log-level", "warn", "--log-file", os.path.join(w, "broker.log")]
         args += getattr(self.a, "broker_extra", [])  # soak.py: its reaper
+        if os.environ.get("BENCH_WARM_POOL"):  # adr/0067: e.g. the e2b rows with a pool
+            args += ["--warm-pool", os.environ["BENCH_WARM_POOL"]]
         self.spawn("broker", args)
         self.bconn = Conn(self.bsock, [("Authorization", "Bearer " + tok)])
         self.wait_ok(lambda: self.bconn.json("GET", "/v1/health"), "broker")
@@ -1289,6 +1292,8 @@ def main():
     figs += [(name, (lambda f: lambda: f(b, check_exit0))(fn)) for name, fn in e2b_bench.FIGURES]
     # Issue 22: the browser (tests/bench/browser_bench.py).
     figs += [(name, (lambda f: lambda: f(b))(fn)) for name, fn in browser_bench.FIGURES]
+    # Issue 25 item 3: the warm pool (tests/bench/pool_bench.py).
+    figs += [("pool", lambda: pool_bench.fig_pool(b, Conn, med, pct))]
     only = set(x for x in a.only.split(",") if x)
     try:
         b.start_daemons()

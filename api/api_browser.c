@@ -460,6 +460,20 @@ bcall_ended(struct areq *a)
 	}
 }
 
+/* Another request of this api is starting a's NPC's browser: two
+ * scripts at once would each find no browser and start one. */
+static int
+start_in_flight(const struct areq *a)
+{
+	const struct areq *x;
+
+	for (x = a->s->live; x != NULL; x = x->next)
+		if (x != a && x->bcall != NULL && x->bcall->act == ACT_START &&
+		    x->npc.id == a->npc.id)
+			return 1;
+	return 0;
+}
+
 /* Runs the script for act in a's sandbox; the reply comes from b_exit. */
 static int
 run(struct areq *a, enum act act, struct sbx_err *err)
@@ -476,6 +490,10 @@ run(struct areq *a, enum act act, struct sbx_err *err)
 	if (a->body != NULL && json_object_size(a->body) > 0)
 		return sbx_err_set(err, SBX_E_UNKNOWN_FIELD, "The browser routes "
 		    "take no fields.");
+	if (act == ACT_START && start_in_flight(a))
+		return sbx_err_set(err, SBX_E_CONFLICT, "A start of %s's browser "
+		    "is already in progress; ask again when it has answered.",
+		    a->npc.name);
 	if ((c = calloc(1, sizeof(*c))) == NULL ||
 	    (c->out = evbuffer_new()) == NULL) {
 		bcall_free(c);

@@ -21,7 +21,10 @@ WebSocket with a port ticket). Shown, in one sandbox reused across the asserts:
     whose memory.max and pids.max are the broker's limits (an OOM run was
     tried and left out: at the limit without swap the cgroup thrashes for
     minutes before the kernel kills anything);
-  * egress by an allowlist: a denied name answers the egress proxy's 403.
+  * egress by an allowlist: a denied name answers the egress proxy's 403;
+  * the idle reaper: a silent CDP client attached through the api keeps the
+    sandbox up past idle_timeout; once it leaves, the running browser alone
+    does not, and the browser then reads `stopped`.
 """
 
 import fcntl
@@ -42,6 +45,7 @@ from sbxtest import REPO
 from stackfix import Stack
 
 IMAGE = "sbx-browser:bookworm"
+IDLE_S = 8
 NPC = "webby"
 E2E = os.path.join(REPO, "tests", "e2e")
 NODE = "/usr/bin/node"
@@ -129,7 +133,11 @@ class BrowserTest(unittest.TestCase):
                 raise AssertionError("%s is missing: run deploy/deps.sh (make check does)" % path)
         build_browser_image(brokerfix.env_required("SBX_TEST_RUNTIME"),
                             brokerfix.env_required("SBX_RUNTIME_HOST"))
-        cls.stack = Stack("sbxbrw%d-" % (os.getpid() % 100000), broker_args=["--images", IMAGE])
+        # A short idle_timeout for test_3 (the reaper); every other step
+        # keeps a request or a CDP connection open, with gaps of a second.
+        cls.stack = Stack("sbxbrw%d-" % (os.getpid() % 100000),
+                          broker_args=["--images", IMAGE, "--idle-timeout", "%ds" % IDLE_S,
+                                       "--reap-interval", "300ms"])
         try:
             cls.port = int(cls.stack.url.rsplit(":", 1)[1])
             r = cls.req("POST", "/api/v1/npcs", {"name": NPC})
@@ -284,6 +292,36 @@ class BrowserTest(unittest.TestCase):
         s = self.cdp(st["endpoint"]["ws_url"], [{"do": "goto", "url": "http://denied.invalid/"}])
         self.assertEqual(s[0].get("status"), 403, s[0])
         self.assertIn("sbx egress", s[0]["body"])
+
+    def test_3_reaper_counts_the_browser_only_while_a_cdp_client_is_attached(self):
+        st = self.browser("POST")
+        self.assertEqual(st["state"], "running", st)
+        path = st["endpoint"]["ws_url"].split("127.0.0.1:%d" % self.port, 1)[1]
+        ws = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        self.addCleanup(ws.close)
+        ws.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\n"
+                    "Connection: Upgrade\r\nSec-WebSocket-Key: c2J4LWJyb3dzZXItdGVzdA==\r\n"
+                    "Sec-WebSocket-Version: 13\r\n\r\n" % (path, self.port)).encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            x = ws.recv(4096)
+            self.assertTrue(x, head)
+            head += x
+        self.assertTrue(head.startswith(b"HTTP/1.1 101"), head)
+
+        def sandbox():
+            r = sbxtest.tcp_http("127.0.0.1", self.port, "GET", "/api/v1/npcs/%s/sandbox" % NPC,
+                                 None, {"Authorization": "Bearer " + self.stack.player})
+            return json.loads(r.body)
+        # Attached and silent for two idle_timeouts: still up.
+        time.sleep(2 * IDLE_S)
+        self.assertEqual(sandbox()["state"], "running")
+        # Detached: the browser alone is no use of the sandbox.
+        ws.close()
+        sbxtest.wait_until(lambda: sandbox()["state"] == "stopped", 90,
+                           "the reaper's idle stop", interval=0.5)
+        self.assertEqual(sandbox().get("stop_reason"), "idle")
+        self.assertEqual(self.browser("GET"), {"state": "stopped"})
 
 
 if __name__ == "__main__":

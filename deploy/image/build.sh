@@ -20,11 +20,13 @@
 #      helper; drops apt caches; tars it to CACHE_DIR/sbx-default-bookworm.tar
 #      (kept: the next build skips debootstrap; delete it to refresh).
 #   2b. --browser only (adr/0064): unpacks that tar into CACHE_DIR/rootfs-browser,
-#      chroots into it and apt-get installs Debian's chromium and
-#      fonts-dejavu-core (--no-install-recommends) from the same mirror, then
-#      tars it to CACHE_DIR/sbx-browser-bookworm.tar (kept like the first).
-#      Measured on a 2-core machine: ~100 s the first time (apt download and
-#      unpack; the debootstrap tar reused), ~590 MB image (the default is ~240 MB).
+#      chroots into it and apt-get installs Debian's chromium,
+#      fonts-dejavu-core and python3 (--no-install-recommends) from the same
+#      mirror, drops docs, man pages and locales, then tars it to
+#      CACHE_DIR/sbx-browser-bookworm.tar (kept like the first). Measured on
+#      a 2-core machine: 40-70 s (apt download and unpack; the debootstrap tar
+#      reused) plus ~10 s packing; the tar is 785 MB (the default's 149 MB);
+#      an import takes 8-12 s.
 #   3. imports the tar with PATH/LANG/WORKDIR set: `docker import -c` through
 #      DOCKER_HOST=SOCKET, or `podman --remote --url SOCKET import --change`.
 # Needs root (debootstrap, chown). Exit 0 when IMAGE is in the runtime;
@@ -141,7 +143,7 @@ if [ "$BROWSER" = 1 ]; then
 		rm -rf "$ROOT"
 		mkdir -p "$ROOT"
 		t0=$(date +%s)
-		say "installing chromium and fonts-dejavu-core into a copy of $TAR (about 100 s the first time, 350 MB more) ..."
+		say "installing chromium, fonts-dejavu-core and python3 into a copy of $TAR (40-70 s the first time, about 640 MB more) ..."
 		tar --numeric-owner -C "$ROOT" -xf "$TAR" || die "unpacking $TAR failed (disk full?)"
 		cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
 		if ! chroot "$ROOT" /bin/sh -c 'export DEBIAN_FRONTEND=noninteractive; apt-get -q update &&

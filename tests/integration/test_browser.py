@@ -7,9 +7,9 @@ tests/out/image-cache between runs). One NPC's sandbox runs
 it; the host drives it with playwright-core (tests/e2e/browser_cdp.mjs,
 chromium.connectOverCDP of the endpoint the api answers: a ports-route
 WebSocket with a port ticket). Shown, in one sandbox reused across the asserts:
-  * start answers a running browser and its endpoint; a second start and
-    a status answer the same one; the ports route refuses it without a
-    credential;
+  * start answers a running browser and its endpoint; a second start
+    (`sbxctl browser NPC start`, which prints it) and a status answer the
+    same one; the ports route refuses it without a credential;
   * over CDP through the api: a page served by `python3 -m http.server` in
     the same sandbox loads, its title reads, a click changes the DOM, a
     screenshot is a PNG that decodes;
@@ -157,6 +157,14 @@ class BrowserTest(unittest.TestCase):
         return sbxtest.tcp_http("127.0.0.1", cls.port, method, path, body,
                                 {"Authorization": "Bearer " + (key or cls.stack.player)}, timeout)
 
+    def sbxctl(self, action):
+        """`sbxctl browser NPC ACTION` as the player; its stdout."""
+        env = dict(os.environ, SBX_URL=self.stack.url, SBX_KEY=self.stack.player)
+        r = subprocess.run([os.path.join(sbxtest.BUILD, "sbxctl"), "browser", NPC, action],
+                           env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
     def browser(self, method):
         r = self.req(method, "/api/v1/npcs/%s/sandbox/browser" % NPC)
         self.assertEqual(r.status, 200, r.body)
@@ -212,7 +220,11 @@ class BrowserTest(unittest.TestCase):
         self.assertRegex(ep["ws_path"], r"^/devtools/browser/[0-9a-f-]+$")
         self.assertTrue(ep["ws_url"].startswith("ws://127.0.0.1:%d%s%s?sbx_ticket="
                                                 % (self.port, route, ep["ws_path"])), ep)
-        # One browser per sandbox: a second start and the status name it.
+        # One browser per sandbox: a second start (sbxctl's) and the status
+        # name it.
+        out = self.sbxctl("start")
+        self.assertRegex(out, r"^browser: running\ncdp: +ws://127\.0\.0\.1:%d%s%s\?sbx_ticket="
+                         % (self.port, route, ep["ws_path"]))
         self.assertEqual(self.browser("POST")["endpoint"]["ws_path"], ep["ws_path"])
         self.assertEqual(self.browser("GET")["endpoint"]["ws_path"], ep["ws_path"])
         # The ports route wants a key or the ticket.
@@ -322,6 +334,7 @@ class BrowserTest(unittest.TestCase):
                            "the reaper's idle stop", interval=0.5)
         self.assertEqual(sandbox().get("stop_reason"), "idle")
         self.assertEqual(self.browser("GET"), {"state": "stopped"})
+        self.assertEqual(self.sbxctl("status"), "browser: stopped\n")
 
 
 if __name__ == "__main__":

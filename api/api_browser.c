@@ -27,7 +27,8 @@
  * started by setsid: its own session and process group) that writes its
  * group to D/pgid, the browser's pid to D/pid and, when the browser ends,
  * its exit status to D/exit; the browser's output goes to D/log (emptied
- * at each start). A start waits up to WAIT_S seconds for Chromium's line
+ * at each start before the launch, here: the launch's own redirection runs
+ * in the background and a line of the last run could be read first). A start waits up to WAIT_S seconds for Chromium's line
  * "DevTools listening on ws://127.0.0.1:PORT/devtools/browser/ID" there
  * (printed once its CDP server listens). The last line printed is the answer:
  *   state=running port=N path=/devtools/browser/ID
@@ -81,12 +82,13 @@ static const char SCRIPT[] =
 "    \"$P/SingletonLock\" \"$P/SingletonSocket\" \"$P/SingletonCookie\"\n"
 "  set --\n"
 "  if [ -n \"${HTTPS_PROXY:-}\" ]; then set -- \"--proxy-server=$HTTPS_PROXY\"; fi\n"
+"  : >\"$D/log\"\n"
 "  setsid sh -c 'd=$1; shift; echo $$ >\"$d/pgid\"; \"$@\" & c=$!; echo $c >\"$d/pid\"; wait $c; echo $? >\"$d/exit\"' \\\n"
 "    sbx-browser-wrapper \"$D\" \"$bin\" --headless=new --no-sandbox --disable-gpu \\\n"
 "    --disable-dev-shm-usage --no-first-run --no-default-browser-check \\\n"
 "    --disable-background-networking --disable-component-update --disable-sync \\\n"
 "    --remote-debugging-address=127.0.0.1 \"--remote-debugging-port=$port\" \\\n"
-"    \"--user-data-dir=$P\" \"$@\" about:blank </dev/null >\"$D/log\" 2>&1 &\n"
+"    \"--user-data-dir=$P\" \"$@\" about:blank </dev/null >>\"$D/log\" 2>&1 &\n"
 "  ready\n"
 "}\n"
 "stop() {\n"
@@ -401,12 +403,14 @@ b_exit(void *arg, const struct sbx_exit *ex)
 	struct sbx_err err;
 	char buf[OUT_MAX + 1], *line, *nl;
 	size_t n;
+	int r;
 	json_t *o;
 
 	a->op = NULL;
 	sbx_err_clear(&err);
-	n = evbuffer_remove(c->out, buf, OUT_MAX);
-	buf[n > 0 ? n : 0] = '\0';
+	r = evbuffer_remove(c->out, buf, OUT_MAX);
+	n = r > 0 ? (size_t)r : 0;
+	buf[n] = '\0';
 	/* The last non-empty line. */
 	while (n > 0 && buf[n - 1] == '\n')
 		buf[--n] = '\0';

@@ -48,6 +48,8 @@ struct api_connect_call;
 struct e2b_proc;
 struct api_e2b_watch;
 struct api_e2b_upload;
+struct api_browsers;
+struct api_bcall;
 
 /* Entries a list asks the broker for (its own list_max_entries may be lower). */
 #define API_LIST_MAX_ENTRIES 10000
@@ -92,6 +94,8 @@ struct api_server {
 	uint32_t e2b_next_pid;      /* the pid the next one gets */
 	/* E2B's watches: WatchDir streams and watchers (api_e2b_fs.c, adr/0061). */
 	struct api_e2b_watch *e2b_watches;
+	/* Browsers seen running (api_browser.c, adr/0064). */
+	struct api_browsers *browsers;
 };
 
 /* The sentence a player gets when asking for egress (SPEC §8); %s: NPC. */
@@ -249,6 +253,8 @@ struct areq {
 	                                     * (api_execs_view.c, adr/0048) */
 	struct api_connect_call *connect;   /* the Connect call a answers
 	                                     * (api_connect.c, adr/0060) */
+	struct api_bcall *bcall;            /* a browser route's exec
+	                                     * (api_browser.c, adr/0064) */
 	struct areq *prev, *next;
 };
 

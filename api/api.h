@@ -77,6 +77,9 @@ struct api_config {
 	long long port_body_max;    /* bytes of a request body read before forwarding */
 	long long preview_ttl_max;  /* ms a preview link may live at most */
 	char *preview_domain;       /* NULL: no preview Host; else TOKEN.<it> */
+	/* The browser (api_browser.c, adr/0064). */
+	long long browser_port;     /* sandbox-local CDP port, 1..65535 */
+	long long browser_start_timeout; /* ms a start waits for the CDP port */
 	/* WebSocket attach (common/sbx_ws.h, adr/0052). */
 	long long ws_message_max;   /* bytes of one received message; more: close 1009 */
 	long long ws_ping_interval; /* ms between the server's pings; 2 silent: closed */

@@ -110,6 +110,11 @@ const struct sbx_config_key api_config_keys[] = {
 	    "ports proxy: with it (e.g. preview.example.com) a request for "
 	    "TOKEN.preview.example.com is that preview on its own origin; "
 	    "unset: previews only at /p/TOKEN/"),
+	/* The browser (api_browser.c, adr/0064). */
+	K("browser_port", SBX_CFG_INT, browser_port, "9222",
+	    "browser: the sandbox-local port Chromium's DevTools (CDP) server listens on (1..65535)"),
+	K("browser_start_timeout", SBX_CFG_DURATION_MS, browser_start_timeout, "30s",
+	    "browser: how long POST .../sandbox/browser waits for Chromium's DevTools port (1s..5m)"),
 	K("cors_origins", SBX_CFG_STRLIST, cors_origins, NULL,
 	    "Origins allowed to call the API from a browser (CORS); empty: CORS off"),
 	/* The Connect protocol of envd (api_connect.h, adr/0060). */
@@ -291,6 +296,11 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 		return sbx_err_set(err, SBX_E_CONFIG, "port_connections_per_sandbox "
 		    "and port_idle_timeout must be above 0, port_body_max 0 or "
 		    "more, preview_ttl_max at least 1s.");
+	if (cfg->browser_port < 1 || cfg->browser_port > 65535 ||
+	    cfg->browser_start_timeout < 1000 ||
+	    cfg->browser_start_timeout > 300000)
+		return sbx_err_set(err, SBX_E_CONFIG, "browser_port must be 1 to "
+		    "65535 and browser_start_timeout 1s to 5m.");
 	if (cfg->e2b_fs_list_max <= 0 || cfg->e2b_fs_list_max > 100000 ||
 	    cfg->e2b_watchers_per_sandbox <= 0 ||
 	    cfg->e2b_watcher_events_max <= 0 || cfg->e2b_watch_timeout <= 0 ||

@@ -15,6 +15,7 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "api_browser.h"
 #include "api_connect.h"
 #include "api_e2b.h"
 #include "api_e2b_process.h"
@@ -166,6 +167,14 @@ static const struct api_route routes[] = {
 	 * credential (R_PREVIEW). */
 	PROXY_ROWS("/p/{token}/**", R_PREVIEW | PROXY_FLAGS, "ports.preview_proxy",
 	    NULL),
+	/* The browser (api_browser.c, adr/0064). */
+	{ { EVHTTP_REQ_POST, NPC_PATH "/sandbox/browser" }, api_h_browser_start,
+	    R_AUTH | R_NPC | R_JSON_OPT | R_MUTATING | R_WAKES,
+	    .action = "browser.start" },
+	{ { EVHTTP_REQ_GET, NPC_PATH "/sandbox/browser" }, api_h_browser_status,
+	    R_AUTH | R_NPC, .action = "browser.status" },
+	{ { EVHTTP_REQ_DELETE, NPC_PATH "/sandbox/browser" }, api_h_browser_stop,
+	    R_AUTH | R_NPC | R_MUTATING, .action = "browser.stop" },
 	/* Watching the browser (api_browser_view.c, adr/0065): the view's
 	 * WebSocket takes a key or a view ticket. */
 	{ { EVHTTP_REQ_GET, NPC_PATH "/sandbox/browser/screenshot" },
@@ -965,6 +974,7 @@ api_server_free(struct api_server *s)
 	api_req_abandon_all(s);
 	api_e2b_close(s);
 	api_ports_close(s);
+	api_browser_close(s);
 	api_execs_close(s);
 	api_term_ws_free_all(s);
 	api_browser_view_free_all(s);

@@ -48,6 +48,8 @@ struct api_connect_call;
 struct e2b_proc;
 struct api_e2b_watch;
 struct api_e2b_upload;
+struct api_browsers;
+struct api_bcall;
 
 /* Entries a list asks the broker for (its own list_max_entries may be lower). */
 #define API_LIST_MAX_ENTRIES 10000
@@ -92,6 +94,8 @@ struct api_server {
 	uint32_t e2b_next_pid;      /* the pid the next one gets */
 	/* E2B's watches: WatchDir streams and watchers (api_e2b_fs.c, adr/0061). */
 	struct api_e2b_watch *e2b_watches;
+	/* Browsers seen running (api_browser.c, adr/0064). */
+	struct api_browsers *browsers;
 };
 
 /* The sentence a player gets when asking for egress (SPEC §8); %s: NPC. */
@@ -250,6 +254,8 @@ struct areq {
 	                                     * (api_execs_view.c, adr/0048) */
 	struct api_connect_call *connect;   /* the Connect call a answers
 	                                     * (api_connect.c, adr/0060) */
+	struct api_bcall *bcall;            /* a browser route's exec
+	                                     * (api_browser.c, adr/0064) */
 	struct areq *prev, *next;
 };
 
@@ -358,6 +364,12 @@ int api_fileop_admit(struct areq *a, struct sbx_err *err);
  * both finish a. */
 int areq_stream_begin(struct areq *a, const char *ctype, size_t high_water);
 void areq_stream_flush(struct areq *a);
+/* A file's bytes as an octet-stream reply: begins the stream (high_water as
+ * above) before the first bytes, counts them in the stream metrics, queues
+ * and flushes them. A client gone, or a failed begin, ends a as begin and
+ * flush say; the bytes are then dropped. */
+void areq_stream_bytes(struct areq *a, const unsigned char *buf, size_t len,
+    size_t high_water);
 void areq_stream_end(struct areq *a, const char *outcome);
 void areq_stream_abort(struct areq *a, const char *outcome);
 /* Watches a's connection until its reply: a client that goes away

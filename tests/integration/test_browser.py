@@ -1,0 +1,287 @@
+"""test_browser - a headless Chromium inside a sandbox, driven over CDP through the
+api (issue 22 items 1, 2, 3, 5; adr/0064), on the runtime under test.
+
+The image is deploy/image/build.sh --browser (sbx-browser:bookworm: the
+default image's debootstrap tar, cached in the runtimes' directory and
+shared with test_images.py, plus Debian's chromium). One NPC's sandbox runs
+it; the host drives it with playwright-core (tests/e2e/browser_cdp.mjs,
+chromium.connectOverCDP of the endpoint the api answers: a ports-route
+WebSocket with a port ticket). Shown, in one sandbox reused across the asserts:
+  * start answers a running browser and its endpoint; a second start and
+    a status answer the same one; the ports route refuses it without a
+    credential;
+  * over CDP through the api: a page served by `python3 -m http.server` in
+    the same sandbox loads, its title reads, a click changes the DOM, a
+    screenshot is a PNG that decodes;
+  * egress off: a name does not resolve and a server on this host's own
+    address is never reached;
+  * stop, start: what the page kept in its profile (/work) is still there;
+  * the browser killed: status `crashed`, a start brings it back;
+  * the sandbox's limits bound it: Chromium runs in the sandbox's cgroup,
+    whose memory.max and pids.max are the broker's limits (an OOM run was
+    tried and left out: at the limit without swap the cgroup thrashes for
+    minutes before the kernel kills anything);
+  * egress by an allowlist: a denied name answers the egress proxy's 403.
+"""
+
+import fcntl
+import http.server
+import json
+import os
+import socket
+import struct
+import subprocess
+import threading
+import time
+import unittest
+import zlib
+
+import brokerfix
+import sbxtest
+from sbxtest import REPO
+from stackfix import Stack
+
+IMAGE = "sbx-browser:bookworm"
+NPC = "webby"
+E2E = os.path.join(REPO, "tests", "e2e")
+NODE = "/usr/bin/node"
+SITE = """<!doctype html><html><head><title>sbx browser test</title></head>
+<body><button id="go" onclick="document.getElementById('out').textContent='clicked'">go</button>
+<p id="out">waiting</p></body></html>"""
+
+
+def build_browser_image(runtime, host):
+    """deploy/image/build.sh --browser into this runtime; both tars (the
+    debootstrap one and the browser's) are cached beside test_images.py's,
+    so a lane builds each once and the other lane only imports.
+    SBX_IMAGE_CACHE names another cache directory (kept between runs)."""
+    cache = os.environ.get("SBX_IMAGE_CACHE") or os.path.join(
+        brokerfix.env_required("SBX_RUNTIMES_DIR"), "default-image-cache")
+    os.makedirs(cache, exist_ok=True)
+    t0 = time.monotonic()
+    with open(os.path.join(cache, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        r = subprocess.run(["sh", os.path.join(REPO, "deploy", "image", "build.sh"), "--browser",
+                            runtime, host, cache, IMAGE], capture_output=True, timeout=1200)
+    if r.returncode != 0:
+        raise RuntimeError("deploy/image/build.sh --browser failed:\n%s"
+                           % r.stderr.decode(errors="replace")[-3000:])
+    print("browser image ready on %s in %.1f s" % (runtime, time.monotonic() - t0))
+
+
+def png_decode(data):
+    """(width, height) of a PNG after checking every chunk's CRC and
+    inflating its image data to exactly the size its header says."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:8]
+    i, idat, hdr = 8, b"", None
+    while i < len(data):
+        n, kind = struct.unpack(">I4s", data[i:i + 8])
+        body = data[i + 8:i + 8 + n]
+        crc = struct.unpack(">I", data[i + 8 + n:i + 12 + n])[0]
+        assert zlib.crc32(kind + body) == crc, kind
+        if kind == b"IHDR":
+            hdr = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+        elif kind == b"IEND":
+            break
+        i += 12 + n
+    w, h, depth, color = hdr[0], hdr[1], hdr[2], hdr[3]
+    channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}[color]
+    raw = zlib.decompress(idat)
+    assert len(raw) == h * (1 + (w * channels * depth + 7) // 8), (len(raw), w, h)
+    return w, h
+
+
+def host_address():
+    """This machine's own address on its first non-loopback interface (a
+    route the sandbox must not have), or None."""
+    r = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"],
+                       capture_output=True, text=True)
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        if "inet" in parts:
+            return parts[parts.index("inet") + 1].split("/")[0]
+    return None
+
+
+class Witness(http.server.BaseHTTPRequestHandler):
+    hits = []
+
+    def do_GET(self):
+        Witness.hits.append(self.path)
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"reached")
+
+    def log_message(self, *a):
+        pass
+
+
+class BrowserTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        for path in (NODE, os.path.join(E2E, "node_modules", "playwright-core")):
+            if not os.path.exists(path):
+                raise AssertionError("%s is missing: run deploy/deps.sh (make check does)" % path)
+        build_browser_image(brokerfix.env_required("SBX_TEST_RUNTIME"),
+                            brokerfix.env_required("SBX_RUNTIME_HOST"))
+        cls.stack = Stack("sbxbrw%d-" % (os.getpid() % 100000), broker_args=["--images", IMAGE])
+        try:
+            cls.port = int(cls.stack.url.rsplit(":", 1)[1])
+            r = cls.req("POST", "/api/v1/npcs", {"name": NPC})
+            assert r.status == 201, r.body
+            r = cls.req("PUT", "/api/v1/npcs/%s/sandbox" % NPC, {"image": IMAGE}, timeout=180)
+            assert r.status == 200, r.body
+        except BaseException:
+            cls.stack.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.close()
+
+    @classmethod
+    def req(cls, method, path, body=None, key=None, timeout=120):
+        return sbxtest.tcp_http("127.0.0.1", cls.port, method, path, body,
+                                {"Authorization": "Bearer " + (key or cls.stack.player)}, timeout)
+
+    def browser(self, method):
+        r = self.req(method, "/api/v1/npcs/%s/sandbox/browser" % NPC)
+        self.assertEqual(r.status, 200, r.body)
+        return json.loads(r.body)
+
+    def sh(self, script, *args):
+        """Runs script in the sandbox (sh -c, args its $1...); returns its stdout."""
+        r = self.req("POST", "/api/v1/npcs/%s/sandbox/exec" % NPC,
+                     {"argv": ["sh", "-c", script, "sh"] + list(args)})
+        self.assertEqual(r.status, 200, r.body)
+        out, event = "", None
+        for line in r.body.decode().splitlines():
+            if line.startswith("event:"):
+                event = line[6:].strip()
+            elif line.startswith("data:") and event == "stdout":
+                out += json.loads(line[5:]).get("data", "")
+        return out
+
+    def cdp(self, url, steps):
+        """browser_cdp.mjs against url; its result (fails on its error)."""
+        env = dict(os.environ, SBX_CDP_URL=url, SBX_STEPS=json.dumps(steps))
+        p = subprocess.run([NODE, os.path.join(E2E, "browser_cdp.mjs")], cwd=E2E, env=env,
+                           capture_output=True, text=True, timeout=240)
+        res = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
+        self.assertTrue(res, p.stderr[-3000:])
+        out = json.loads(res[-1][len("RESULT "):])
+        self.assertNotIn("error", out, out.get("error"))
+        return out["steps"]
+
+    def wait_state(self, want):
+        st = {}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            st = self.browser("GET")
+            if st["state"] == want:
+                return st
+            time.sleep(0.3)
+        self.fail("browser state %r, not %r" % (st, want))
+
+    def test_1_cdp_through_the_api_page_profile_crash_and_limits(self):
+        route = "/api/v1/npcs/%s/sandbox/ports/9222" % NPC
+        # The site and its server, in the sandbox.
+        self.sh("mkdir -p /work/site && printf %s \"$1\" >/work/site/index.html && "
+                "{ setsid python3 -m http.server 8000 --bind 127.0.0.1 --directory /work/site "
+                "</dev/null >/dev/null 2>&1 & } && i=0 && while [ $i -lt 150 ]; do "
+                "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8000), 1)' "
+                "2>/dev/null && break; sleep 0.2; i=$((i + 1)); done", SITE)
+        self.assertEqual(self.browser("GET")["state"], "stopped")
+        st = self.browser("POST")
+        self.assertEqual(st["state"], "running", st)
+        ep = st["endpoint"]
+        self.assertEqual(ep["route"], route)
+        self.assertRegex(ep["ws_path"], r"^/devtools/browser/[0-9a-f-]+$")
+        self.assertTrue(ep["ws_url"].startswith("ws://127.0.0.1:%d%s%s?sbx_ticket="
+                                                % (self.port, route, ep["ws_path"])), ep)
+        # One browser per sandbox: a second start and the status name it.
+        self.assertEqual(self.browser("POST")["endpoint"]["ws_path"], ep["ws_path"])
+        self.assertEqual(self.browser("GET")["endpoint"]["ws_path"], ep["ws_path"])
+        # The ports route wants a key or the ticket.
+        r = sbxtest.tcp_http("127.0.0.1", self.port, "GET", route + "/json/version")
+        self.assertEqual(r.status, 401, r.body)
+        r = self.req("GET", route + "/json/version")
+        self.assertEqual(r.status, 200, r.body)
+        self.assertIn(ep["ws_path"], json.loads(r.body)["webSocketDebuggerUrl"])
+        # Over CDP through the api; egress off: nothing outside answers.
+        witness = http.server.ThreadingHTTPServer(("0.0.0.0", 0), Witness)
+        self.addCleanup(witness.server_close)
+        threading.Thread(target=witness.serve_forever, daemon=True).start()
+        self.addCleanup(witness.shutdown)
+        addr = host_address() or "127.0.0.1"
+        shot = os.path.join(sbxtest.out_dir(), "browser-%d.png" % os.getpid())
+        s = self.cdp(ep["ws_url"], [
+            {"do": "goto", "url": "http://127.0.0.1:8000/"},
+            {"do": "title"},
+            {"do": "click", "sel": "#go"},
+            {"do": "text", "sel": "#out"},
+            {"do": "shot", "path": shot},
+            {"do": "eval", "js": "localStorage.setItem('sbx', 'kept'); "
+                                 "document.cookie = 'sbx=kept; max-age=86400'; 1"},
+            {"do": "goto", "url": "http://sbx-browser-test.invalid/"},
+            {"do": "goto", "url": "http://%s:%d/outside" % (addr, witness.server_port)},
+        ])
+        self.assertEqual(s[0]["status"], 200, s[0])
+        self.assertEqual(s[1]["title"], "sbx browser test")
+        self.assertEqual(s[3]["text"], "clicked")
+        with open(shot, "rb") as f:
+            w, h = png_decode(f.read())
+        self.assertGreater(w * h, 0)
+        self.assertIn("net::ERR_", s[6].get("error", ""), s[6])
+        self.assertIn("net::ERR_", s[7].get("error", ""), s[7])
+        self.assertEqual(Witness.hits, [])
+        # Stop and start: the profile under /work kept the page's storage.
+        self.assertEqual(self.browser("DELETE"), {"state": "stopped"})
+        self.assertEqual(self.browser("GET"), {"state": "stopped"})
+        st = self.browser("POST")
+        self.assertEqual(st["state"], "running", st)
+        self.assertNotEqual(st["endpoint"]["ws_path"], ep["ws_path"])
+        s = self.cdp(st["endpoint"]["ws_url"], [
+            {"do": "goto", "url": "http://127.0.0.1:8000/"},
+            {"do": "eval", "js": "localStorage.getItem('sbx') + ' ' + document.cookie"},
+        ])
+        self.assertEqual(s[1]["value"], "kept sbx=kept")
+        # The browser killed: crashed, and a start brings it back.
+        self.sh("kill -KILL $(cat /work/.sbx-browser/pid)")
+        st = self.wait_state("crashed")
+        self.assertEqual(st["exit_code"], 137, st)
+        st = self.browser("POST")
+        self.assertEqual(st["state"], "running", st)
+        # The sandbox's limits bound it: Chromium is in the sandbox's own
+        # cgroup, whose memory.max and pids.max are the broker's memory
+        # (512m) and pids (256).
+        out = self.sh("p=$(cat /work/.sbx-browser/pid); cat /proc/$p/cgroup /proc/1/cgroup; "
+                      "cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/pids.max")
+        lines = out.split()
+        self.assertEqual(lines[0], lines[1], out)
+        self.assertEqual(lines[2:], [str(512 << 20), "256"], out)
+        s = self.cdp(st["endpoint"]["ws_url"], [{"do": "goto", "url": "http://127.0.0.1:8000/"},
+                                                {"do": "title"}])
+        self.assertEqual(s[1]["title"], "sbx browser test")
+
+    def test_2_allowlist_denied_name_is_the_proxys_403(self):
+        r = self.req("PUT", "/api/v1/npcs/%s/egress" % NPC,
+                     {"enabled": True, "allow": ["allowed.invalid"]}, key=self.stack.operator,
+                     timeout=180)
+        self.assertEqual(r.status, 200, r.body)
+        r = self.req("PUT", "/api/v1/npcs/%s/sandbox" % NPC, timeout=180)
+        self.assertEqual(r.status, 200, r.body)
+        st = self.browser("POST")
+        self.assertEqual(st["state"], "running", st)
+        self.assertIn("--proxy-server=http://127.0.0.1:3128",
+                      self.sh("tr '\\0' ' ' </proc/$(cat /work/.sbx-browser/pid)/cmdline"))
+        s = self.cdp(st["endpoint"]["ws_url"], [{"do": "goto", "url": "http://denied.invalid/"}])
+        self.assertEqual(s[0].get("status"), 403, s[0])
+        self.assertIn("sbx egress", s[0]["body"])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -6,19 +6,19 @@ and broker on the runtime under test, with Debian's chromium in the sandbox
 
 One sandbox, one browser, in order:
   * no browser yet: the screenshot is 404 with a sentence, the view too;
-  * the browser (started by POST .../sandbox/browser) loads a page served inside the sandbox
-    (a few lines of python3) (driven over CDP through the
+  * the browser (started by POST .../sandbox/browser) loads a page served
+    inside the sandbox by a few lines of python3 (driven over CDP through the
     api's ports route by playwright-core);
   * the screenshot is a PNG of the page's size, not one colour, and its
     colours are the page's;
   * another player's key gets 404; a view without a credential 401;
   * /console's live view in headless chromium on the host draws a frame,
-    and the drawing changes when the page does;
+    and the drawing changes each time the page does (four times: more than
+    the two frames Chromium sends without acks);
   * a second api with browser_shot_max 1k refuses the same screenshot with
     502 and a sentence naming the key.
 """
 
-import fcntl
 import json
 import os
 import struct
@@ -28,13 +28,11 @@ import time
 import unittest
 import zlib
 
-import brokerfix
 import sbxtest
 from consolefix import E2E, NODE
-from sbxtest import REPO
 from stackfix import Stack
+from test_browser import IMAGE as BROWSER_IMAGE, build_browser_image
 
-BROWSER_IMAGE = "sbx-browser:bookworm"
 NPC = "vic"
 SITE_PORT = 8000
 PAGE = ("<!doctype html><html><head><title>sbx view</title></head>"
@@ -60,22 +58,6 @@ while True:
         pass
     c.close()
 """ % SITE_PORT
-
-
-def ensure_browser_image():
-    """The browser image in the runtime under test (deploy/image/build.sh
-    --browser; its tars are cached in the runtimes' directory, so the second
-    runtime only imports)."""
-    cache = os.environ.get("SBX_IMAGE_CACHE") or os.path.join(
-        brokerfix.env_required("SBX_RUNTIMES_DIR"), "default-image-cache")
-    os.makedirs(cache, exist_ok=True)
-    with open(os.path.join(cache, ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        r = subprocess.run(["sh", os.path.join(REPO, "deploy", "image", "build.sh"), "--browser",
-                            sbxtest.runtime(), sbxtest.runtime_host(), cache, BROWSER_IMAGE],
-                           capture_output=True, timeout=900)
-    if r.returncode != 0:
-        raise RuntimeError("build.sh --browser failed:\n%s" % r.stderr.decode(errors="replace")[-3000:])
 
 
 def png_decode(data):
@@ -156,7 +138,7 @@ class BrowserViewTest(unittest.TestCase):
         for path in (NODE, "/usr/bin/chromium", os.path.join(E2E, "node_modules", "playwright-core")):
             if not os.path.exists(path):
                 raise AssertionError("%s is missing: run deploy/deps.sh (make check does)" % path)
-        ensure_browser_image()
+        build_browser_image(sbxtest.runtime(), sbxtest.runtime_host())
         cls.stack = Stack("sbxbview%d-" % (os.getpid() % 100000),
                           broker_args=["--image", BROWSER_IMAGE])
         try:
@@ -184,32 +166,12 @@ class BrowserViewTest(unittest.TestCase):
 
     def start_browser(self, key, port=None):
         r = self.call(key, "POST", self.base() + "/browser", {}, timeout=90, port=port)
-        if r.status in (404, 405) and b"no_route" not in r.body:  # INTERIM until s9-browser merges
-            argv = ["sh", "-c", "setsid chromium --headless=new --no-sandbox --disable-gpu "
-                    "--remote-debugging-address=127.0.0.1 --remote-debugging-port=9222 "
-                    "--user-data-dir=/work/.prof about:blank </dev/null >/work/.clog 2>&1 & "
-                    "i=0; while [ ! -s /work/.prof/DevToolsActivePort ] && [ $i -lt 600 ]; do "
-                    "sleep 0.1; i=$((i+1)); done"]
-            open("/tmp/bview-stub-on", "w").close()
-            r = self.call(key, "POST", self.base() + "/exec", {"argv": argv}, port=port)
-            for _ in range(400):
-                r = self.call(key, "GET", self.base() + "/ports/9222/json/version", port=port)
-                if r.status == 200:
-                    break
-                time.sleep(0.2)
-            if r.status != 200:
-                lg = self.call(key, "GET", "/api/v1/npcs/%s/sandbox/files?path=/work/.clog" % NPC, port=port)
-                raise AssertionError((r.status, r.body, lg.body[-2000:]))
-            u = json.loads(r.body)["webSocketDebuggerUrl"].split("9222", 1)[1]
-            return {"endpoint": {"ws_url": "ws://127.0.0.1:%d%s/ports/9222%s" % (
-                port or self.port, self.base(), u)}}
         self.assertEqual(r.status, 200, r.body)
         return json.loads(r.body)
 
     def test_screenshot_and_live_view(self):
         key = self.stack.player
         # No browser yet: 404 with a sentence, for the screenshot and the view.
-        if os.path.exists("/tmp/bview-stub-on"): os.unlink("/tmp/bview-stub-on")  # INTERIM
         r = self.call(key, "GET", self.base() + "/browser/screenshot")
         self.assertEqual(r.status, 404, r.body)
         self.assertIn("browser", json.loads(r.body)["error"]["message"])
@@ -229,7 +191,7 @@ class BrowserViewTest(unittest.TestCase):
         server = self.base() + "/execs/" + json.loads(r.body)["exec_id"]
 
         b = self.start_browser(key)
-        d = Driver(dict(os.environ, SBX_CDP_URL=b["endpoint"]["ws_url"], SBX_CDP_AUTH="Bearer " + key,
+        d = Driver(dict(os.environ, SBX_CDP_URL=b["endpoint"]["ws_url"],
                         SBX_CONSOLE_URL="http://127.0.0.1:%d" % self.port,
                         SBX_KEY=key, SBX_NPC=NPC))
         self.addCleanup(d.close)

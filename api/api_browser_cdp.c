@@ -221,7 +221,7 @@ api_cdp_send(struct api_cdp *c, const char *method, json_t *params)
 size_t
 api_cdp_output_len(const struct api_cdp *c)
 {
-	return (c->ws != NULL ? sbx_ws_output_len(c->ws) : 0) +
+	return (c->phase == P_OPEN ? sbx_ws_output_len(c->ws) : 0) +
 	    evbuffer_get_length(c->out) + (c->pair[1] != NULL ?
 	    evbuffer_get_length(bufferevent_get_input(c->pair[1])) : 0);
 }
@@ -259,8 +259,7 @@ ws_closed(void *arg, int code, const char *reason)
 	struct sbx_err err;
 
 	(void)reason;
-	c->ws = NULL;          /* it freed pair[0] */
-	c->pair[0] = NULL;
+	c->pair[0] = NULL;     /* it freed pair[0]; c->ws is freed with c */
 	if (code == SBX_WS_TOO_BIG)
 		sbx_err_set(&err, SBX_E_RUNTIME, "The browser sent a DevTools "
 		    "message over %zu bytes (browser_shot_max).", c->msg_max);

@@ -496,8 +496,7 @@ ws_closed(void *arg, int code, const char *reason)
 
 	(void)code;
 	(void)reason;
-	v->ws = NULL;
-	view_free(v);
+	view_free(v);   /* sbx_ws_free is safe in its callbacks, and due */
 }
 
 static void

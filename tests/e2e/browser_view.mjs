@@ -10,6 +10,7 @@
 //                   clicks "Watch browser", waits for a drawn frame
 //   view-changes    waits until the canvas's pixels differ from the last
 //                   "console" or "view-changes" answer
+//   view-ended      waits until the console says the view ended
 //   quit
 import { chromium } from 'playwright-core';
 import { createInterface } from 'node:readline';
@@ -84,6 +85,12 @@ const commands = {
     });
     lastSum = v.sum;
     return Object.assign({ before, console: logs }, v);
+  },
+  async 'view-ended'() {
+    return Object.assign({ console: logs }, await until('the view to end', async () => {
+      const x = await view();
+      return x.state === 'ended' ? x : null;
+    }));
   },
 };
 

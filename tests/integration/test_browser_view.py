@@ -16,7 +16,8 @@ One sandbox, one browser, in order:
     and the drawing changes each time the page does (four times: more than
     the two frames Chromium sends without acks);
   * a second api with browser_shot_max 1k refuses the same screenshot with
-    502 and a sentence naming the key.
+    502 and a sentence naming the key;
+  * the browser stops: the console's view ends, the screenshot is 404 again.
 """
 
 import json
@@ -258,6 +259,15 @@ class BrowserViewTest(unittest.TestCase):
 
         # A second api whose screenshot bound is 1k: the same page is too big.
         self.second_api_refuses_a_big_screenshot()
+
+        # The browser stops: the view ends and the console says so.
+        r = self.call(key, "DELETE", self.base() + "/browser", timeout=90)
+        self.assertEqual(r.status, 200, r.body)
+        e = d.do("view-ended")
+        self.assertNotIn("error", e, e)
+        self.assertRegex(e["status"], r"^(view closed \(1000|error: port_closed)", e)
+        r = self.call(key, "GET", self.base() + "/browser/screenshot")
+        self.assertEqual(r.status, 404, r.body)
 
     def second_api_refuses_a_big_screenshot(self):
         state = os.path.join(self.stack.dir, "api2")

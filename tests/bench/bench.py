@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 
+import browser_bench
 import e2b_bench
 import term_bench
 
@@ -306,7 +307,7 @@ class Bench:
                 "--image", IMAGE, "--output-cap", "2g", "--file-size-max", "128m",
                 "--exec-timeout", "10m", "--exec-timeout-max", "10m",
                 "--max-execs-per-sandbox", "1000", "--pids", "1024", "--pids-max", "1024",
-                "--max-sandboxes", "200",
+                "--max-sandboxes", "200", "--images", browser_bench.IMAGE,
                 "--log-level", "warn", "--log-file", os.path.join(w, "broker.log")]
         args += getattr(self.a, "broker_extra", [])  # soak.py: its reaper
         self.spawn("broker", args)
@@ -1286,6 +1287,8 @@ def main():
     figs += [(name, (lambda f: lambda: f(b))(fn)) for name, fn in term_bench.FIGURES]
     # Issue 23: the E2B SDK against sbx's own exec route (tests/bench/e2b_bench.py).
     figs += [(name, (lambda f: lambda: f(b, check_exit0))(fn)) for name, fn in e2b_bench.FIGURES]
+    # Issue 22: the browser (tests/bench/browser_bench.py).
+    figs += [(name, (lambda f: lambda: f(b))(fn)) for name, fn in browser_bench.FIGURES]
     only = set(x for x in a.only.split(",") if x)
     try:
         b.start_daemons()

@@ -56,7 +56,9 @@ try {
       throw new Error('unknown step ' + s.do);
     }
   }
-  await page.close().catch(() => {});
+  // The tab goes too, but a close after a failed navigation can hang
+  // (seen with Chromium 150): not waited for longer than 5 s.
+  await Promise.race([page.close().catch(() => {}), new Promise((r) => setTimeout(r, 5000))]);
 } catch (e) {
   out.error = String(e.stack || e);
 }

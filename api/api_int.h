@@ -196,6 +196,7 @@ struct areq {
 	char preview[64];                   /* R_PREVIEW: the token ("" none) */
 	int preview_host;                   /* R_PREVIEW: from the Host */
 	struct api_port_conn *pconn;        /* the proxy's tunnel until hand-off */
+	void *bview;                        /* a screenshot being taken (api_browser_view.c) */
 	int sse_counted;                    /* counted in sse_clients */
 	/* an SSE stream's heartbeat (areq_stream_begin with a->sse) */
 	struct event *ping;
@@ -546,6 +547,20 @@ int api_ticket_auth(struct api_server *s, const char *npc, const char *id,
 int api_h_terms_attach(struct areq *a, struct sbx_err *err);
 void api_term_ws_drain(struct api_server *s);
 void api_term_ws_free_all(struct api_server *s);
+/* api_browser_view.c: watching a sandbox's browser (adr/0065). GET
+ * …/sandbox/browser/screenshot (image/png), POST …/browser/view/tickets,
+ * GET …/browser/view (WebSocket of JPEG frames); the view route's
+ * credential (api_auth_fn: the bearer key, else ?ticket= of a view ticket
+ * of that NPC made by a principal still active and owning it or
+ * operating); the drain closes every view (1001), the free frees them. */
+int api_h_browser_screenshot(struct areq *a, struct sbx_err *err);
+int api_h_browser_view_ticket(struct areq *a, struct sbx_err *err);
+int api_h_browser_view(struct areq *a, struct sbx_err *err);
+int api_browser_view_auth(struct api_server *s, const char *npc,
+    const char *id, const char *query, const char *authorization, int final,
+    struct api_principal *who);
+void api_browser_view_drain(struct api_server *s);
+void api_browser_view_free_all(struct api_server *s);
 /* GET /console: the embedded page (api/console.html + xterm.js, adr/0054), a fresh style nonce each reply. */
 int api_h_console(struct areq *a, struct sbx_err *err);
 /* Builds s->console_csp (the hash of the page's one inline script) and finds

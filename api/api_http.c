@@ -21,6 +21,7 @@
 #include "api_e2b_process.h"
 #include "api_e2b_fs.h"
 #include "api_int.h"
+#include "api_snap.h"
 #include "api_term.h"
 #include "sbx_call.h"
 #include "sbx_httpd.h"
@@ -107,18 +108,7 @@ static const struct api_route routes[] = {
 	{ { EVHTTP_REQ_GET, NPC_PATH "/egress" }, api_h_egress_get,
 	    R_AUTH | R_NPC | R_OPERATOR, .action = "egress.show",
 	    .forbidden = API_EGRESS_FORBIDDEN },
-	/* Snapshots of /work (api_snap.c, adr/0068). */
-	{ { EVHTTP_REQ_POST, NPC_PATH "/sandbox/snapshots" }, api_h_snap_create,
-	    R_AUTH | R_NPC | R_JSON | R_MUTATING, .action = "snapshot.create" },
-	{ { EVHTTP_REQ_GET, NPC_PATH "/sandbox/snapshots" }, api_h_snap_list,
-	    R_AUTH | R_NPC, .action = "snapshot.list" },
-	{ { EVHTTP_REQ_DELETE, NPC_PATH "/sandbox/snapshots/*" },
-	    api_h_snap_delete, R_AUTH | R_NPC | R_MUTATING,
-	    .action = "snapshot.delete" },
-	{ { EVHTTP_REQ_POST, NPC_PATH "/sandbox/fork" }, api_h_snap_fork,
-	    R_AUTH | R_NPC | R_JSON | R_MUTATING, .action = "sandbox.fork" },
-	{ { EVHTTP_REQ_GET, API_PREFIX "/snapshots" }, api_h_snap_all, R_AUTH,
-	    .action = "snapshot.list" },
+	API_SNAP_ROUTES(NPC_PATH, API_PREFIX),   /* api_snap.h, adr/0068 */
 	/* Execs as resources (api_execs.c, ADR 0015). */
 	{ { EVHTTP_REQ_POST, NPC_PATH "/sandbox/execs" }, api_h_execs_create,
 	    R_AUTH | R_NPC | R_JSON | R_MUTATING, .action = "execs.create" },

@@ -9,6 +9,12 @@
 #include "driver_engine_snap.h"
 
 static void rec_next(struct eop *op);
+
+static void
+rec_done(struct eop *op)
+{
+	eng_finish_done(op, NULL);
+}
 static void rec_fini(struct eop *op);
 static void sandboxes_fail(struct eop *op, const struct sbx_err *err);
 static void health_fail(struct eop *op, const struct sbx_err *err);
@@ -541,10 +547,10 @@ rec_next(struct eop *op)
 	snprintf(gone, sizeof(gone), "%u", rc->rgone);
 	if (rc->rgone > 0)
 		log_info("egress networks reconciled", "removed", gone, NULL);
-	eng_snap_reconcile(op->e);   /* adr/0068: copies cut by a restart */
 	/* The warm pool starts once (adr/0067): after the first reconcile. */
 	eng_pool_reconciled(op->e);
-	eng_finish_done(op, NULL);
+	/* Copies a killed broker cut (adr/0068), then the end. */
+	eng_snap_reconcile(op, rec_done);
 }
 
 static void

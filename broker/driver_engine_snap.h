@@ -15,9 +15,11 @@ struct sbx_op *eng_snapshot_copy(struct sbx_driver *d, const char *id,
     const char *from, const char *name, sbx_done_cb cb, void *arg,
     struct sbx_err *err);
 
-/* Reconcile's hook (a background op, nobody waits): sandboxes left paused
- * by a broker killed mid-copy are unpaused; its copy containers and the
- * volumes they were filling are removed; snapshots stay. */
-void eng_snap_reconcile(struct engine *e);
+/* Reconcile's last step, on its op (an eop_reconcile whose proxy step is
+ * over: its rvols, pi, rgone, pgone and rthen are reused): sandboxes left
+ * paused by a broker killed mid-copy are unpaused; its copy containers and
+ * the volumes they were filling are removed; snapshots stay. Then
+ * then(op); a runtime failure is logged, never the op's end. */
+void eng_snap_reconcile(struct eop *op, void (*then)(struct eop *));
 
 #endif

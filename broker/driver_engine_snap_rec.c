@@ -1,60 +1,43 @@
-/* driver_engine_snap_rec.c - the engine driver's start-up look for snapshot copies a killed broker cut (adr/0068): sandboxes left paused are unpaused, copy containers (io.sbx.role=snapshot-copy) and the volumes they were filling removed; snapshots are never touched. Calls the runtime-call and op lifecycle layers only. */
+/* driver_engine_snap_rec.c - the engine driver's start-up look for snapshot copies a killed broker cut (adr/0068): sandboxes left paused are unpaused, copy containers (io.sbx.role=snapshot-copy) and the volumes they were filling removed; snapshots are never touched. A step of reconcile (driver_engine_life.c), run on its op; calls the runtime-call and op lifecycle layers only. */
 #include "driver_engine_int.h"
 #include "driver_engine_snap.h"
 
-/* ---------- broker start: what a broker that died mid-copy left ---------- */
-
-/* A background op (no caller): sandboxes left paused are unpaused, copy
- * containers left behind are removed with the volume they were filling
- * (a snapshot or a new /work that never completed: its op never answered
- * success). Snapshots themselves are never touched here. */
-struct eop_snaprec {
-	struct eop op;
-	json_t *todo;                 /* [["POST"|"DELETE", path], ...] */
-	size_t i;
-	unsigned unpaused, removed;
-};
+/*
+ * State kept in the reconcile op's fields that the proxy step has finished
+ * with (driver_engine_proxy.c runs before): rvols holds the steps
+ * [["POST"|"DELETE", path], ...], pi walks them, rgone and pgone count
+ * unpauses and removals (their own logs were written already), rthen is
+ * where reconcile goes on.
+ */
 
 static void snaprec_next(struct eop *op);
-
-static void
-snaprec_fini(struct eop *op)
-{
-	json_decref(((struct eop_snaprec *)op)->todo);
-}
-
-static const struct eng_kind snaprec_kind = {
-	.name = "snapshot reconcile",
-	.fail = eng_fail_quiet,
-	.fini = snaprec_fini,
-};
 
 static void
 snaprec_done(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
-	struct eop_snaprec *r = (struct eop_snaprec *)op;
-	json_t *step = json_array_get(r->todo, r->i);
+	struct eop_reconcile *rc = rco(op);
+	json_t *step = json_array_get(rc->rvols, rc->pi);
 
 	(void)body;
 	if (err == NULL && status >= 200 && status < 300) {
 		if (strcmp(json_string_value(json_array_get(step, 0)), "POST") == 0)
-			r->unpaused++;
+			rc->rgone++;
 		else
-			r->removed++;
+			rc->pgone++;
 	} else {
 		log_warn("snapshot leftover not cleared", "path",
 		    json_string_value(json_array_get(step, 1)), NULL);
 	}
-	r->i++;
+	rc->pi++;
 	snaprec_next(op);
 }
 
 static void
 snaprec_next(struct eop *op)
 {
-	struct eop_snaprec *r = (struct eop_snaprec *)op;
-	json_t *step = json_array_get(r->todo, r->i);
+	struct eop_reconcile *rc = rco(op);
+	json_t *step = json_array_get(rc->rvols, rc->pi);
 	char a[16], b[16];
 
 	if (step != NULL) {
@@ -62,13 +45,13 @@ snaprec_next(struct eop *op)
 		    json_string_value(json_array_get(step, 1)), NULL, snaprec_done);
 		return;
 	}
-	if (r->unpaused + r->removed > 0) {
-		snprintf(a, sizeof(a), "%u", r->unpaused);
-		snprintf(b, sizeof(b), "%u", r->removed);
+	if (rc->rgone + rc->pgone > 0) {
+		snprintf(a, sizeof(a), "%u", rc->rgone);
+		snprintf(b, sizeof(b), "%u", rc->pgone);
 		log_info("snapshot copies cut by a broker restart cleared",
 		    "unpaused", a, "removed", b, NULL);
 	}
-	eng_op_release(op);
+	rc->rthen(op);
 }
 
 static void
@@ -84,29 +67,29 @@ static void
 snaprec_listed(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
-	struct eop_snaprec *r = (struct eop_snaprec *)op;
-	json_t *c, *labels, *m, *vols;
+	struct eop_reconcile *rc = rco(op);
+	json_t *c, *labels, *m, *todo, *vols;
 	const char *id, *role;
 	size_t i, j;
 
 	if (err != NULL || status != 200 || !json_is_array(body)) {
+		/* Not worth failing the start: the next start looks again. */
 		log_warn("snapshot leftovers not looked for", "error",
 		    err != NULL ? err->message : "container list refused", NULL);
-		eng_op_release(op);
+		rc->rthen(op);
 		return;
 	}
-	if ((r->todo = json_array()) == NULL || (vols = json_array()) == NULL) {
-		eng_op_release(op);
-		return;
-	}
+	todo = json_array();
+	vols = json_array();
 	json_array_foreach(body, i, c) {
 		labels = json_object_get(c, "Labels");
 		id = eng_jstr(c, "Id");
-		if (!eng_managed(labels) || !eng_name_ok(id, 128))
+		if (todo == NULL || vols == NULL || !eng_managed(labels) ||
+		    !eng_name_ok(id, 128))
 			continue;
 		role = eng_label(labels, L_ROLE);
 		if (role != NULL && strcmp(role, "snapshot-copy") == 0) {
-			snaprec_add(r->todo, "DELETE", API "/containers/%s?force=1&v=0",
+			snaprec_add(todo, "DELETE", API "/containers/%s?force=1&v=0",
 			    id);
 			json_array_foreach(json_object_get(c, "Mounts"), j, m)
 				if (strcmp(eng_jstr(m, "Destination"), "/to") == 0 &&
@@ -117,28 +100,25 @@ snaprec_listed(struct eop *op, int status, json_t *body,
 		}
 		/* Nothing else of sbx pauses a container (E2B's pause stops). */
 		if (strcmp(eng_jstr(c, "State"), "paused") == 0)
-			snaprec_add(r->todo, "POST", API "/containers/%s/unpause", id);
+			snaprec_add(todo, "POST", API "/containers/%s/unpause", id);
 	}
 	/* The volumes after their containers (in use until then). */
-	json_array_extend(r->todo, vols);
+	if (todo != NULL && vols != NULL)
+		json_array_extend(todo, vols);
 	json_decref(vols);
-	r->i = 0;
+	json_decref(rc->rvols);
+	rc->rvols = todo != NULL ? todo : json_array();
+	rc->pi = 0;
+	rc->rgone = rc->pgone = 0;
 	snaprec_next(op);
 }
 
 void
-eng_snap_reconcile(struct engine *e)
+eng_snap_reconcile(struct eop *op, void (*then)(struct eop *))
 {
-	struct sbx_err err;
-	struct eop *op;
 	char filt[128];
 
-	if ((op = eng_op_new(e, &snaprec_kind, NULL, sizeof(struct eop_snaprec),
-	    &err)) == NULL) {
-		log_warn("snapshot leftovers not looked for", "error", err.message,
-		    NULL);
-		return;
-	}
+	rco(op)->rthen = then;
 	eng_urlencode("{\"label\":[\"" L_MANAGED "=true\"]}", filt, sizeof(filt));
 	eng_callf(op, "GET", NULL, snaprec_listed,
 	    API "/containers/json?all=1&filters=%s", filt);

@@ -1,0 +1,34 @@
+/* driver_vm_io.h - exec, read, write and list of the vm driver: sbx-helper modes as streams on the VM's agent channel (adr/0069). */
+#ifndef DRIVER_VM_IO_H
+#define DRIVER_VM_IO_H
+
+#include "driver_vm_int.h"
+
+/*
+ * The driver ops of sbx_driver.h with id and paths already checked by the
+ * caller (driver_vm.c). The stream opens from the event loop after the
+ * call returns: a sandbox that is absent answers not_found, one stopped or
+ * booting not_running, through the sink or callback. Refused at the call
+ * (NULL, err): exec limit_exceeded (timeout_ms or output_cap above the
+ * ceiling), bad_request (argv empty or too long); write too_large (body
+ * over file_max_bytes), bad_request (mode over 0777); list bad_request
+ * (after empty or over 255 bytes); internal (out of memory).
+ * Semantics are the engine driver's with the agent (exec --framed: exit
+ * code, 128+signal, timeout, truncation at output_cap with the command
+ * killed; the helper's error line believed only for its known codes).
+ */
+struct sbx_op *vm_io_exec(struct vmdrv *d, const char *id,
+    const struct sbx_exec_req *req, const struct sbx_sink *sink, struct sbx_err *err);
+struct sbx_op *vm_io_read(struct vmdrv *d, const char *id, const char *path,
+    const struct sbx_sink *sink, struct sbx_err *err);
+struct sbx_op *vm_io_write(struct vmdrv *d, const char *id, const char *path,
+    uint32_t mode, struct evbuffer *body, sbx_done_cb cb, void *arg,
+    struct sbx_err *err);
+struct sbx_op *vm_io_list(struct vmdrv *d, const char *id, const char *path,
+    const struct sbx_list_page *page, sbx_list_cb cb, void *arg,
+    struct sbx_err *err);
+
+/* pause (1) / resume (0) a stream op's output; other ops: nothing. */
+void vm_io_pause(struct vmop *op, int paused);
+
+#endif

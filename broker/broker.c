@@ -23,6 +23,7 @@
 #include "broker_egress_poll.h"
 #include "broker_reaper.h"
 #include "driver_engine.h"
+#include "driver_vm.h"
 #include "sbx_http_client.h"
 #include "sbx_daemon.h"
 #include "sbx_log.h"
@@ -181,6 +182,69 @@ recovery_start(struct main_ctx *m)
 		recovery_done(m, &err);
 }
 
+/* The vm driver's configuration from the broker's (adr/0069). */
+static struct sbx_driver *
+make_vm(struct event_base *base, const struct broker_config *cfg,
+    const struct sbx_engine_config *ec, struct sbx_err *err)
+{
+	struct sbx_vm_config vc;
+
+	memset(&vc, 0, sizeof(vc));
+	vc.state_dir = cfg->state_dir;
+	vc.vm_dir = cfg->vm_dir;
+	vc.qemu = cfg->vm_qemu;
+	vc.accel = cfg->vm_accel;
+	vc.runas = cfg->vm_runas;
+	vc.default_image = cfg->image;
+	vc.images = ec->images;
+	vc.user = cfg->user;
+	vc.memory_bytes = cfg->memory;
+	vc.cpus = (int)((cfg->nano_cpus + 999999999) / 1000000000);
+	vc.work_bytes = cfg->work_size;
+	vc.boot_timeout_ms = cfg->vm_boot_timeout;
+	vc.stop_timeout_ms = cfg->stop_timeout;
+	vc.exec_timeout_ms = cfg->exec_timeout;
+	vc.exec_timeout_max_ms = cfg->exec_timeout_max;
+	vc.exec_output_cap = cfg->output_cap;
+	vc.file_max_bytes = cfg->file_size_max;
+	vc.file_timeout_ms = cfg->file_timeout;
+	return sbx_vm_driver_new(base, &vc, err);
+}
+
+static struct sbx_driver *
+make_engine(struct event_base *base, const struct broker_config *cfg,
+    const struct sbx_engine_config *ec, struct sbx_err *err)
+{
+	(void)cfg;
+	return sbx_engine_driver_new(base, ec, err);
+}
+
+/* The sandbox drivers (config key driver): one row each. */
+static const struct {
+	const char *name;
+	struct sbx_driver *(*make)(struct event_base *base,
+	    const struct broker_config *cfg, const struct sbx_engine_config *ec,
+	    struct sbx_err *err);
+} broker_drivers[] = {
+	{ "engine", make_engine },
+	{ "vm", make_vm },
+};
+
+static struct sbx_driver *
+driver_new(struct event_base *base, const struct broker_config *cfg,
+    const struct sbx_engine_config *ec, struct sbx_err *err)
+{
+	const char *want = cfg->driver != NULL ? cfg->driver : "engine";
+	size_t i;
+
+	for (i = 0; i < sizeof(broker_drivers) / sizeof(broker_drivers[0]); i++)
+		if (strcmp(broker_drivers[i].name, want) == 0)
+			return broker_drivers[i].make(base, cfg, ec, err);
+	sbx_err_set(err, SBX_E_CONFIG, "driver: unknown driver \"%.64s\" "
+	    "(engine or vm)", want);
+	return NULL;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -295,7 +359,7 @@ main(int argc, char **argv)
 	ec.proxy_resolver = cfg.egress_proxy_resolver;
 	ec.proxy_memory = cfg.egress_proxy_memory;
 	ec.name_prefix = cfg.name_prefix;
-	if ((driver = sbx_engine_driver_new(m.base, &ec, &err)) == NULL) {
+	if ((driver = driver_new(m.base, &cfg, &ec, &err)) == NULL) {
 		rc = sbx_daemon_config_error("sandbox-broker", &err);
 		goto done;
 	}

@@ -815,7 +815,7 @@ engine_down(void)
  * directory, the image SBX_TEST_IMAGE; SBX_CONFORM_VM_ACCEL forces one. */
 static struct event_base *vm_base;
 static struct sbx_driver *vm_drv;
-static char vm_state[64];
+static char vm_state[256];
 
 static int
 vm_up(struct event_base **base, struct sbx_driver **drv)
@@ -829,9 +829,15 @@ vm_up(struct event_base **base, struct sbx_driver **drv)
 		fprintf(stderr, "vm target: SBX_CONFORM_VM_DIR is required\n");
 		return -1;
 	}
-	snprintf(vm_state, sizeof(vm_state), "/tmp/sbx-conform-vm.XXXXXX");
-	if (mkdtemp(vm_state) == NULL)
-		return -1;
+	/* SBX_CONFORM_VM_STATE: the caller's (it kills what a failed test
+	 * left running there); else a fresh one removed by vm_down. */
+	if (getenv("SBX_CONFORM_VM_STATE") != NULL)
+		snprintf(vm_state, sizeof(vm_state), "%s", getenv("SBX_CONFORM_VM_STATE"));
+	else {
+		snprintf(vm_state, sizeof(vm_state), "/tmp/sbx-conform-vm.XXXXXX");
+		if (mkdtemp(vm_state) == NULL)
+			return -1;
+	}
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.state_dir = vm_state;
 	cfg.vm_dir = dir;
@@ -855,12 +861,14 @@ vm_up(struct event_base **base, struct sbx_driver **drv)
 static void
 vm_down(void)
 {
-	char cmd[128];
+	char cmd[300];
 
 	sbx_driver_free(vm_drv);
 	event_base_free(vm_base);
 	vm_drv = NULL;
 	vm_base = NULL;
+	if (getenv("SBX_CONFORM_VM_STATE") != NULL)
+		return;
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", vm_state);
 	if (system(cmd) != 0)
 		fprintf(stderr, "cannot remove %s\n", vm_state);

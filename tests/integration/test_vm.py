@@ -90,6 +90,11 @@ class VmBroker(unittest.TestCase):
         cls.stop_broker()
         vmfix.sweep(cls.state)
         cls.log.close()
+        with open(cls.log.name, "rb") as f:   # the suite's log keeps the broker's end
+            print(b"".join(f.readlines()[-40:]).decode("utf-8", "replace"))
+        if os.environ.get("SBX_KEEP"):
+            print("kept", cls.dir)
+            return
         shutil.rmtree(cls.dir, ignore_errors=True)
         shutil.rmtree(cls.vm_dir, ignore_errors=True)
 

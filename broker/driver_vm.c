@@ -477,5 +477,6 @@ sbx_vm_driver_new(struct event_base *base, const struct sbx_vm_config *cfg,
 	pick_accel(d, cfg->accel);
 	d->tsc_khz = host_tsc_khz();
 	vm_adopt_all(d);
+	vm_kill_strays(d);
 	return &d->base;
 }

@@ -1,6 +1,7 @@
 /* driver_vm_box.c - the vm driver's VMs (adr/0069): each sandbox's directory under STATE/vm, its qemu process and agent channel, boot, poweroff, destroy and adoption; touches only STATE/vm and processes it started or found in its pidfiles. */
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 
 #include <dirent.h>
@@ -22,6 +23,9 @@
 #include "sbx_time.h"
 
 #define POLL_MS 20                 /* boot: look for agent.sock this often */
+#define VM_TB_MIB "64"             /* TCG translation cache (qemu's default: 1 GiB) */
+#define VM_OVERHEAD_BYTES (256LL << 20) /* qemu beside the guest's RAM: binary, cache, I/O */
+#define VM_QEMU_PIDS 256           /* qemu's own threads (its I/O pool has up to 64) */
 
 static void boot(struct vm *v);
 static void on_qemu_exit(void *arg, int status);
@@ -405,7 +409,8 @@ boot(struct vm *v)
 	snprintf(ch_con, sizeof(ch_con), "file,id=con,path=%s", con);
 	argv[n++] = d->cfg.qemu;
 	argv[n++] = "-M"; argv[n++] = "microvm";
-	argv[n++] = "-accel"; argv[n++] = d->accel;
+	argv[n++] = "-accel";
+	argv[n++] = strcmp(d->accel, "tcg") == 0 ? "tcg,tb-size=" VM_TB_MIB : d->accel;
 	argv[n++] = "-cpu"; argv[n++] = strcmp(d->accel, "kvm") == 0 ? "host" : "max";
 	argv[n++] = "-m"; argv[n++] = mem;
 	argv[n++] = "-smp"; argv[n++] = smp;
@@ -434,7 +439,16 @@ boot(struct vm *v)
 	argv[n++] = "-pidfile"; argv[n++] = pidf;
 	argv[n] = NULL;
 	sbx_err_clear(&err);
-	v->proc = vm_proc_start(d->base.base, argv, log, on_qemu_exit, v, &v->pid, &err);
+	vm_cg_remove(v->id);
+	if (vm_cg_make(&v->cg, v->id, d->cfg.memory_bytes + VM_OVERHEAD_BYTES,
+	    VM_QEMU_PIDS, d->cfg.cpus) == 0 && !d->cg_said) {
+		d->cg_said = 1;
+		log_warn("vm driver: no cgroup for the VMs (not root, or the memory, "
+		    "pids and cpu controllers are absent): each VM is bounded by its "
+		    "-m and -smp only", NULL);
+	}
+	v->proc = vm_proc_start(d->base.base, argv, log, v->cg.join, on_qemu_exit, v,
+	    &v->pid, &err);
 	if (v->proc == NULL) {
 		fail_boot(v, "cannot start qemu", &err);
 		return;
@@ -511,8 +525,8 @@ make_work(struct vm *v)
 	argv[8] = size;
 	argv[9] = NULL;
 	sbx_err_clear(&err);
-	if ((v->mkfs = vm_proc_start(v->d->base.base, argv, log, on_mkfs_exit, v,
-	    &pid, &err)) == NULL)
+	if ((v->mkfs = vm_proc_start(v->d->base.base, argv, log, NULL, on_mkfs_exit,
+	    v, &pid, &err)) == NULL)
 		fail_boot(v, "cannot run mkfs.ext4", &err);
 }
 
@@ -566,6 +580,7 @@ on_qemu_exit(void *arg, int status)
 	vm_proc_free(v->proc);
 	v->proc = NULL;
 	v->pid = 0;
+	vm_cg_remove(v->id);
 	drop_channel(v);
 	event_del(v->timer);
 	vpath(v, "qemu.pid", path, sizeof(path));
@@ -847,6 +862,61 @@ vm_adopt_all(struct vmdrv *d)
 	}
 	closedir(dh);
 	return adopted;
+}
+
+/* 1 when pid is the qemu of a VM in memory. */
+static int
+accounted(struct vmdrv *d, pid_t pid)
+{
+	struct vm *v;
+
+	TAILQ_FOREACH(v, &d->vms, link)
+		if (v->pid == pid && v->proc != NULL)
+			return 1;
+	return 0;
+}
+
+int
+vm_kill_strays(struct vmdrv *d)
+{
+	char path[64], want[600], buf[8192];
+	struct dirent *e;
+	int killed = 0, fd;
+	ssize_t r, i;
+	DIR *dh;
+	pid_t pid;
+
+	snprintf(want, sizeof(want), "path=%s/vm/", d->cfg.state_dir);
+	if ((dh = opendir("/proc")) == NULL)
+		return 0;
+	while ((e = readdir(dh)) != NULL) {
+		if ((pid = (pid_t)atoi(e->d_name)) <= 1 || pid == getpid() ||
+		    accounted(d, pid))
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+			continue;
+		r = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (r <= 0)
+			continue;
+		for (i = 0; i < r; i++)
+			if (buf[i] == '\0')
+				buf[i] = ' ';
+		buf[r] = '\0';
+		if (strstr(buf, "qemu") == NULL || strstr(buf, want) == NULL)
+			continue;
+		/* Through a pidfd: the pid cannot be another process by then. */
+		if ((fd = (int)syscall(SYS_pidfd_open, pid, 0)) >= 0) {
+			syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
+			close(fd);
+			log_warn("vm: killed a qemu no sandbox directory accounts for",
+			    "pid", e->d_name, NULL);
+			killed++;
+		}
+	}
+	closedir(dh);
+	return killed;
 }
 
 void

@@ -49,6 +49,14 @@ int vm_list_all(struct vmdrv *d, struct sbx_status **sts, size_t *n);
  */
 int vm_adopt_all(struct vmdrv *d);
 
+/*
+ * After vm_adopt_all: SIGKILLs every qemu process whose command line names
+ * a socket under STATE/vm/ and that no VM in memory accounts for (its
+ * directory was removed, its pidfile lost): nothing of ours is orphaned.
+ * Returns how many.
+ */
+int vm_kill_strays(struct vmdrv *d);
+
 /* Frees every VM in memory; qemu processes keep running (adopted by the
  * next broker). */
 void vm_free_all(struct vmdrv *d);

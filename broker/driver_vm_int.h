@@ -13,6 +13,7 @@
 
 #include "agent.h"
 #include "driver_vm.h"
+#include "driver_vm_cg.h"
 #include "sbx_driver.h"
 
 enum vm_state { VM_STOPPED, VM_BOOTING, VM_RUNNING, VM_STOPPING };
@@ -33,6 +34,7 @@ struct vm {
 	pid_t pid;                    /* qemu, 0 when none */
 	struct vm_proc *proc;         /* watches qemu (driver_vm_proc.h) */
 	struct vm_proc *mkfs;         /* a new work.img being made */
+	struct vm_cg cg;              /* its cgroups (driver_vm_cg.h) */
 	struct event *timer;          /* boot polling, boot and stop deadlines */
 	int64_t deadline_ms;
 	struct bufferevent *bev;      /* agent.sock */
@@ -50,6 +52,7 @@ struct vmdrv {
 	char accel[8];                /* "kvm" or "tcg", decided at start */
 	unsigned uid, gid;
 	unsigned long tsc_khz;        /* host TSC (tsc_early_khz for the guest) */
+	int cg_said;                  /* "no cgroup" logged once */
 	struct vm_q vms;
 	uint64_t seq;
 };

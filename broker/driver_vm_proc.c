@@ -66,7 +66,8 @@ watch(struct event_base *base, pid_t pid, int child, vm_proc_cb cb, void *arg)
 
 struct vm_proc *
 vm_proc_start(struct event_base *base, const char *const *argv,
-    const char *log_path, vm_proc_cb cb, void *arg, pid_t *pid, struct sbx_err *err)
+    const char *log_path, const char *const *join, vm_proc_cb cb, void *arg,
+    pid_t *pid, struct sbx_err *err)
 {
 	struct vm_proc *p;
 	pid_t c;
@@ -94,6 +95,12 @@ vm_proc_start(struct event_base *base, const char *const *argv,
 				close(fd);
 		}
 		closefrom(3);
+		for (; join != NULL && *join != NULL; join++) {
+			if ((fd = open(*join, O_WRONLY | O_CLOEXEC)) < 0 ||
+			    write(fd, "0", 1) != 1)
+				_exit(126);
+			close(fd);
+		}
 		execvp(argv[0], (char *const *)argv);
 		_exit(127);
 	}

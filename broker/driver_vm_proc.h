@@ -17,12 +17,15 @@ typedef void (*vm_proc_cb)(void *arg, int status);
  * Starts argv[0] (searched in PATH) with argv, stdin /dev/null, stdout and
  * stderr appended to log_path (created 0600), in a session of its own (a
  * signal to the broker's group does not reach it) and no descriptor of the
- * broker but those three. cb runs once, from base, when it has exited
+ * broker but those three. join: NULL, or cgroup.procs files (NULL-
+ * terminated) it moves itself into before exec; one it cannot join ends
+ * it (status 126) before it runs. cb runs once, from base, when it has exited
  * (reaped then). Returns the handle (*pid set), or NULL with err internal
  * (fork, pidfd_open or event failed; nothing is left running).
  */
 struct vm_proc *vm_proc_start(struct event_base *base, const char *const *argv,
-    const char *log_path, vm_proc_cb cb, void *arg, pid_t *pid, struct sbx_err *err);
+    const char *log_path, const char *const *join, vm_proc_cb cb, void *arg,
+    pid_t *pid, struct sbx_err *err);
 
 /*
  * Watches a process this broker did not start (pid from a pidfile): cb when

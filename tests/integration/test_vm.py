@@ -178,6 +178,31 @@ class VmBroker(unittest.TestCase):
         code, out, _ = self.run_(["stat", "-c", "%u %a", "/work/d/n.txt"])
         self.assertEqual(out, b"1000 640\n")
 
+    def test_1b_qemu_in_its_own_cgroup(self):
+        """The VM's qemu runs in a cgroup of its own (sbx-vm/ID) whose memory
+        limit is the guest's RAM plus 256 MiB for qemu, with a pids and a
+        CPU limit (cgroup v2, or v1 as on this machine)."""
+        self.ensure()
+        pid = self.qemu_pid()
+        with open("/proc/%d/cgroup" % pid) as f:
+            lines = [ln.strip().split(":", 2) for ln in f]
+        paths = {c: p for _, cs, p in lines for c in (cs.split(",") if cs else [""])}
+        want = str((256 + 256) * 1024 * 1024)
+        if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            d = "/sys/fs/cgroup" + paths[""]
+            self.assertTrue(d.endswith("/sbx-vm/" + ID), d)
+            limits = [("memory.max", want), ("pids.max", "256"), ("cpu.max", "100000 100000")]
+        else:
+            for c in ("memory", "pids", "cpu"):
+                self.assertTrue(paths.get(c, "").endswith("/sbx-vm/" + ID), paths)
+            d = "/sys/fs/cgroup"
+            limits = [("memory" + paths["memory"] + "/memory.limit_in_bytes", want),
+                      ("pids" + paths["pids"] + "/pids.max", "256"),
+                      ("cpu" + paths["cpu"] + "/cpu.cfs_quota_us", "100000")]
+        for f, v in limits:
+            with open(os.path.join(d, f)) as fh:
+                self.assertEqual(fh.read().strip(), v, f)
+
     def test_2_stop_is_clean_and_work_persists(self):
         """stop powers the guest off cleanly (init syncs and unmounts /work:
         e2fsck finds the image clean), status says stopped, and the next
@@ -202,12 +227,18 @@ class VmBroker(unittest.TestCase):
 
     def test_3_broker_restart_adopts_the_running_vm(self):
         """A broker restart leaves the VM running and the new broker adopts
-        it (pidfile + sockets): same qemu, exec works, no new boot."""
+        it (pidfile + sockets): same qemu, exec works, no new boot; a qemu
+        of its state directory that no sandbox accounts for is killed."""
         self.ensure()
         pid = self.qemu_pid()
         self.run_(["sh", "-c", "echo before > /work/restart"])
         self.stop_broker()
         self.assertTrue(alive(pid))
+        # A stray: a "qemu" whose sockets are under the state directory
+        # but that no sandbox directory accounts for. The new broker kills it.
+        stray = subprocess.Popen(
+            ["python3", "-c", "import time; time.sleep(600)", "qemu-system-x86_64",
+             "path=%s/vm/ghost/agent.sock," % self.state])
         self.start_broker()
         deadline = time.time() + 120
         while time.time() < deadline:
@@ -219,6 +250,7 @@ class VmBroker(unittest.TestCase):
         self.assertEqual(self.qemu_pid(), pid)
         code, out, _ = self.run_(["cat", "/work/restart"])
         self.assertEqual((code, out), (0, b"before\n"))
+        self.assertEqual(stray.wait(timeout=30), -signal.SIGKILL)
 
     def test_4_destroy_removes_everything(self):
         """destroy kills the VM and removes its directory (work.img with

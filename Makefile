@@ -258,6 +258,7 @@ install: all
 	install -m 0755 $(filter-out $(BUILD)/sbx-helper $(BUILD)/sbx-proxy $(BUILD)/sbx-vminit,$(BINS)) $(DESTDIR)$(BINDIR)/
 	$(if $(HELPER_SRC),install -m 0755 $(BUILD)/sbx-helper $(DESTDIR)$(LIBEXECDIR)/)
 	$(if $(PROXY_SRC),install -m 0755 $(BUILD)/sbx-proxy $(DESTDIR)$(LIBEXECDIR)/)
+	$(if $(wildcard broker/vm/sbx_vminit.c),install -m 0755 $(BUILD)/sbx-vminit $(DESTDIR)$(LIBEXECDIR)/)
 	install -m 0755 deploy/egress-firewall.sh $(DESTDIR)$(LIBEXECDIR)/
 	install -d $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR)
 	for u in $(UNITS); do \
@@ -274,6 +275,7 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/sandbox-broker $(DESTDIR)$(BINDIR)/sandbox-api \
 		$(DESTDIR)$(BINDIR)/sbxctl $(DESTDIR)$(LIBEXECDIR)/sbx-helper \
 		$(DESTDIR)$(LIBEXECDIR)/sbx-proxy $(DESTDIR)$(LIBEXECDIR)/egress-firewall.sh \
+		$(DESTDIR)$(LIBEXECDIR)/sbx-vminit \
 		$(patsubst deploy/systemd/%,$(DESTDIR)$(SYSTEMDUNITDIR)/%,$(UNITS)) \
 		$(DESTDIR)$(SYSUSERSDIR)/sbx.conf
 	-rmdir $(DESTDIR)$(LIBEXECDIR)

@@ -92,6 +92,9 @@ tick(evutil_socket_t fd, short what, void *arg)
  * that carry no stream. Returns the events still registered besides the
  * tick (0: settled), -1 when the tick could not be set up.
  */
+/* The running driver's close_idle (its row of broker_drivers), NULL: none. */
+static size_t (*driver_close_idle)(struct sbx_driver *d);
+
 static int
 settle(struct event_base *base, struct sbx_driver *d, int64_t max_ms)
 {
@@ -106,7 +109,8 @@ settle(struct event_base *base, struct sbx_driver *d, int64_t max_ms)
 		return -1;
 	}
 	for (;;) {
-		(void)sbx_engine_agents_close_idle(d);
+		if (driver_close_idle != NULL)
+			(void)driver_close_idle(d);
 		left = event_base_get_num_events(base,
 		    EVENT_BASE_COUNT_ADDED | EVENT_BASE_COUNT_ACTIVE) - 1;
 		if (left <= 0 || sbx_mono_ms() >= end)
@@ -219,15 +223,17 @@ make_engine(struct event_base *base, const struct broker_config *cfg,
 	return sbx_engine_driver_new(base, ec, err);
 }
 
-/* The sandbox drivers (config key driver): one row each. */
+/* The sandbox drivers (config key driver): one row each; close_idle: what
+ * a stopping broker calls so idle channels leave the loop (settle). */
 static const struct {
 	const char *name;
 	struct sbx_driver *(*make)(struct event_base *base,
 	    const struct broker_config *cfg, const struct sbx_engine_config *ec,
 	    struct sbx_err *err);
+	size_t (*close_idle)(struct sbx_driver *d);
 } broker_drivers[] = {
-	{ "engine", make_engine },
-	{ "vm", make_vm },
+	{ "engine", make_engine, sbx_engine_agents_close_idle },
+	{ "vm", make_vm, sbx_vm_close_idle },
 };
 
 static struct sbx_driver *
@@ -238,8 +244,10 @@ driver_new(struct event_base *base, const struct broker_config *cfg,
 	size_t i;
 
 	for (i = 0; i < sizeof(broker_drivers) / sizeof(broker_drivers[0]); i++)
-		if (strcmp(broker_drivers[i].name, want) == 0)
+		if (strcmp(broker_drivers[i].name, want) == 0) {
+			driver_close_idle = broker_drivers[i].close_idle;
 			return broker_drivers[i].make(base, cfg, ec, err);
+		}
 	sbx_err_set(err, SBX_E_CONFIG, "driver: unknown driver \"%.64s\" "
 	    "(engine or vm)", want);
 	return NULL;

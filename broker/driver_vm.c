@@ -343,6 +343,12 @@ static const struct sbx_driver_ops vm_ops = {
 	.free = vm_free_drv,
 };
 
+size_t
+sbx_vm_close_idle(struct sbx_driver *d)
+{
+	return vm_quiesce(vd(d));
+}
+
 /* ---------------------------------------------------------------- new */
 
 /* kvm when /dev/kvm opens and is not the paravirtual (PVM) module stock

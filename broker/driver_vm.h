@@ -59,4 +59,14 @@ struct sbx_vm_config {
 struct sbx_driver *sbx_vm_driver_new(struct event_base *base,
     const struct sbx_vm_config *cfg, struct sbx_err *err);
 
+/*
+ * For a broker that is stopping (d: a vm driver): each VM with no
+ * operation in flight leaves the event loop — its agent channel closed
+ * (the guest's agent sees the end; init starts another for the next
+ * broker), its qemu no longer watched (it keeps running, adopted by the
+ * next broker). Returns how many VMs are still busy (a stream, a boot, a
+ * stop); call again once the loop has run. No error.
+ */
+size_t sbx_vm_close_idle(struct sbx_driver *d);
+
 #endif

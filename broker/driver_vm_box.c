@@ -25,6 +25,7 @@
 #define POLL_MS 20                 /* boot: look for agent.sock this often */
 #define VM_TB_MIB "64"             /* TCG translation cache (qemu's default: 1 GiB) */
 #define VM_OVERHEAD_BYTES (256LL << 20) /* qemu beside the guest's RAM: binary, cache, I/O */
+#define VM_PING_MS 5000            /* agent keepalive: a dead agent is noticed */
 #define VM_QEMU_PIDS 256           /* qemu's own threads (its I/O pool has up to 64) */
 
 static void boot(struct vm *v);
@@ -202,10 +203,15 @@ drop_channel(struct vm *v)
 		bufferevent_free(v->bev);
 		v->bev = NULL;
 	}
+	if (v->ctl_ev != NULL) {
+		event_free(v->ctl_ev);
+		v->ctl_ev = NULL;
+	}
 	if (v->ctl >= 0) {
 		close(v->ctl);
 		v->ctl = -1;
 	}
+	v->awaiting = 0;
 }
 
 static void
@@ -252,11 +258,13 @@ on_closed(void *arg, const struct sbx_err *err)
 		v->bev = NULL;
 	}
 	/* The channel itself is freed later: we are inside its callback. */
+	v->awaiting = 0;
 	if (v->state == VM_RUNNING) {
 		v->state = VM_BOOTING;
 		v->deadline_ms = sbx_mono_ms() + v->d->cfg.boot_timeout_ms;
-		arm(v, POLL_MS);
 	}
+	if (v->state == VM_BOOTING)
+		arm(v, POLL_MS);   /* ask init for a fresh agent */
 }
 
 static int
@@ -279,9 +287,10 @@ connect_unix(const char *path)
 	return fd;
 }
 
-/* Connects agent.sock and ctl.sock; 0, or -1 (not there yet). */
+/* ctl said "ready": the old agent is gone; connect agent.sock, and init
+ * starts a fresh agent whose HELLO is the first byte on it. */
 static int
-try_connect(struct vm *v)
+connect_agent(struct vm *v)
 {
 	struct sbx_agent_chan_cbs cbs = { on_ready, on_closed, v };
 	char path[600];
@@ -290,6 +299,10 @@ try_connect(struct vm *v)
 	if (v->ch != NULL) {
 		sbx_agent_chan_free(v->ch);
 		v->ch = NULL;
+	}
+	if (v->bev != NULL) {
+		bufferevent_free(v->bev);
+		v->bev = NULL;
 	}
 	vpath(v, "agent.sock", path, sizeof(path));
 	if ((fd = connect_unix(path)) < 0)
@@ -306,11 +319,68 @@ try_connect(struct vm *v)
 		return -1;
 	}
 	sbx_agent_chan_attach_bev(v->ch, v->bev);
+	sbx_agent_chan_keepalive(v->ch, VM_PING_MS);
+	return 0;
+}
+
+static void
+on_ctl(evutil_socket_t fd, short what, void *arg)
+{
+	struct vm *v = arg;
+	char buf[64];
+	ssize_t r;
+
+	(void)what;
+	r = read(fd, buf, sizeof(buf) - 1);
+	if (r < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (r <= 0) {   /* qemu went (its exit is heard through the pidfd) */
+		event_free(v->ctl_ev);
+		v->ctl_ev = NULL;
+		close(v->ctl);
+		v->ctl = -1;
+		v->awaiting = 0;
+		return;
+	}
+	buf[r] = '\0';
+	if (strstr(buf, "ready") != NULL && v->awaiting) {
+		v->awaiting = 0;
+		if (connect_agent(v) != 0)
+			arm(v, POLL_MS);   /* on_timer asks again */
+	}
+}
+
+/*
+ * Asks init for a fresh agent (adr/0069): connects ctl.sock when needed and
+ * writes "agent"; init kills the agent it runs, answers "ready", and starts
+ * a new one once agent.sock has a client (on_ctl connects it). So the
+ * first bytes on a new agent connection are always a new agent's HELLO,
+ * whatever an earlier agent or broker left behind. 0, or -1 (qemu has not
+ * made its sockets yet: try again).
+ */
+static int
+try_connect(struct vm *v)
+{
+	char path[600];
+
 	if (v->ctl < 0) {
 		vpath(v, "ctl.sock", path, sizeof(path));
-		if ((v->ctl = connect_unix(path)) >= 0)
-			evutil_make_socket_nonblocking(v->ctl);
+		if ((v->ctl = connect_unix(path)) < 0)
+			return -1;
+		evutil_make_socket_nonblocking(v->ctl);
+		if ((v->ctl_ev = event_new(v->d->base.base, v->ctl, EV_READ | EV_PERSIST,
+		    on_ctl, v)) == NULL || event_add(v->ctl_ev, NULL) != 0) {
+			if (v->ctl_ev != NULL)
+				event_free(v->ctl_ev);
+			v->ctl_ev = NULL;
+			close(v->ctl);
+			v->ctl = -1;
+			return -1;
+		}
 	}
+	if (write(v->ctl, "agent\n", 6) != 6)
+		return -1;
+	v->awaiting = 1;
 	return 0;
 }
 
@@ -347,11 +417,11 @@ on_timer(evutil_socket_t fd, short what, void *arg)
 		kill_qemu(v, SIGKILL);
 		return;
 	}
-	if (v->bev == NULL && try_connect(v) != 0) {
+	if (v->bev == NULL && !v->awaiting && try_connect(v) != 0) {
 		arm(v, POLL_MS);
 		return;
 	}
-	/* Connected: HELLO (on_ready) or the deadline, whichever first. */
+	/* Asked: HELLO (on_ready) or the deadline, whichever first. */
 	arm(v, v->deadline_ms - sbx_mono_ms() + 1);
 }
 
@@ -917,6 +987,25 @@ vm_kill_strays(struct vmdrv *d)
 	}
 	closedir(dh);
 	return killed;
+}
+
+size_t
+vm_quiesce(struct vmdrv *d)
+{
+	struct vm *v, *next;
+	size_t busy = 0;
+
+	for (v = TAILQ_FIRST(&d->vms); v != NULL; v = next) {
+		next = TAILQ_NEXT(v, link);
+		if (!TAILQ_EMPTY(&v->waiters) || v->mkfs != NULL ||
+		    (v->state != VM_RUNNING && v->state != VM_STOPPED) ||
+		    (v->ch != NULL && sbx_agent_chan_streams(v->ch) > 0)) {
+			busy++;
+			continue;
+		}
+		vm_free(v);   /* qemu keeps running: not ours to end here */
+	}
+	return busy;
 }
 
 void

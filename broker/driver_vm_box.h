@@ -57,6 +57,10 @@ int vm_adopt_all(struct vmdrv *d);
  */
 int vm_kill_strays(struct vmdrv *d);
 
+/* sbx_vm_close_idle (driver_vm.h): VMs without work leave the loop;
+ * returns the busy ones. */
+size_t vm_quiesce(struct vmdrv *d);
+
 /* Frees every VM in memory; qemu processes keep running (adopted by the
  * next broker). */
 void vm_free_all(struct vmdrv *d);

@@ -40,6 +40,8 @@ struct vm {
 	struct bufferevent *bev;      /* agent.sock */
 	struct sbx_agent_chan *ch;
 	int ctl;                      /* ctl.sock, -1 */
+	struct event *ctl_ev;         /* its answers ("ready") */
+	int awaiting;                 /* "agent" sent, "ready" not yet back */
 	int destroying;
 	struct vmop_q waiters;        /* ensure/stop/destroy waiting on this VM */
 };

@@ -23,15 +23,17 @@
  * static sbx-helper as /sbx-helper. The kernel command line names the
  * sandbox user (sbx.user=UID:GID). Two virtio-serial ports: "sbx.agent"
  * carries the agent channel (proto/sbx_agent.h) to the broker's unix
- * socket; "sbx.ctl" takes one word from the broker, "poweroff", after which
- * every process is killed, the filesystems are synced and unmounted and the
- * VM powers off (qemu exits). Nothing here trusts the sandbox user: the
+ * socket; "sbx.ctl" takes two words from the broker: "agent" (kill the
+ * running agent, answer "ready", start a new one once the agent port has
+ * a client) and "poweroff" (every process killed, the filesystems synced
+ * and unmounted, the VM powered off: qemu exits). Nothing here trusts the sandbox user: the
  * agent and everything it starts run as that user; init alone is root.
  */
 
 #define NEWROOT "/newroot"
 #define HELPER_SRC "/sbx-helper"
 #define AGENT_RESTART_MS 200
+#define CONNECT_POLL_MS 20        /* an agent is wanted: look for the broker this often */
 
 static void
 say(const char *what)
@@ -227,22 +229,20 @@ setup(unsigned *uidp, unsigned *gidp)
 		die("cannot switch to the root filesystem");
 }
 
-/* The agent: the port as stdin and stdout, the sandbox user, no return. */
+/* The agent: the port (fd, open) as stdin and stdout, the sandbox user, no return. */
 static void
-agent_child(const char *port, unsigned uid, unsigned gid)
+agent_child(int fd, unsigned uid, unsigned gid)
 {
 	char *const argv[] = { "sbx-helper", "agent", NULL };
 	char *const envp[] = {
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=/work", "LANG=C.UTF-8", NULL };
 	sigset_t none;
-	int fd;
 
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	setsid();
-	if ((fd = open(port, O_RDWR | O_NOCTTY)) < 0)
-		die("cannot open the agent port");
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
 	dup2(fd, 0);
 	dup2(fd, 1);
 	if (fd > 1)
@@ -275,7 +275,7 @@ main(void)
 	char agent_port[300], ctl_port[300], buf[64];
 	unsigned uid, gid;
 	pid_t agent = 0;
-	int ctl = -1, tries;
+	int ctl = -1, tries, wanted = 0;
 	sigset_t chld;
 
 	if (getpid() != 1)
@@ -290,31 +290,58 @@ main(void)
 			die("no agent or control port");
 		sleep_ms(10);
 	}
+	/*
+	 * An agent runs only when the broker asked for one ("agent" on the
+	 * control port: the running one is killed first, "ready" answers) and
+	 * the agent port has a client: so a new connection's first bytes are a
+	 * new agent's HELLO, never the rest of an older agent's talk. An agent
+	 * that ends by itself (its broker went) is not replaced until asked.
+	 */
 	for (;;) {
 		struct pollfd p = { -1, POLLIN, 0 };
 		pid_t w;
-		int st, n;
+		int st, n, fd;
 
 		while ((w = waitpid(-1, &st, WNOHANG)) > 0)
-			if (w == agent)
+			if (w == agent) {
 				agent = 0;
-		if (agent == 0) {
-			if ((agent = fork()) == 0)
-				agent_child(agent_port, uid, gid);
-			if (agent < 0)
-				agent = 0;
+				wanted = 0;
+			}
+		if (wanted && agent == 0 &&
+		    (fd = open(agent_port, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC)) >= 0) {
+			struct pollfd q = { fd, POLLOUT, 0 };
+
+			if (poll(&q, 1, 0) == 1 && !(q.revents & POLLHUP) &&
+			    (q.revents & POLLOUT)) {
+				if ((agent = fork()) == 0)
+					agent_child(fd, uid, gid);
+				if (agent < 0)
+					agent = 0;
+			}
+			close(fd);
 		}
 		if (ctl < 0)
-			ctl = open(ctl_port, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+			ctl = open(ctl_port, O_RDWR | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 		p.fd = ctl;
-		n = poll(&p, 1, AGENT_RESTART_MS);
+		n = poll(&p, 1, wanted && agent == 0 ? CONNECT_POLL_MS : AGENT_RESTART_MS);
 		if (n == 1 && (p.revents & POLLIN)) {
 			ssize_t r = read(ctl, buf, sizeof(buf) - 1);
 
-			if (r > 0) {
-				buf[r] = '\0';
-				if (strstr(buf, "poweroff") != NULL)
-					poweroff();
+			if (r <= 0)
+				continue;
+			buf[r] = '\0';
+			if (strstr(buf, "poweroff") != NULL)
+				poweroff();
+			if (strstr(buf, "agent") != NULL) {
+				if (agent > 0) {
+					kill(-agent, SIGKILL);
+					kill(agent, SIGKILL);
+					waitpid(agent, NULL, 0);
+					agent = 0;
+				}
+				wanted = 1;
+				if (write(ctl, "ready\n", 6) != 6)
+					say("cannot answer on the control port");
 			}
 		} else if (n == 1) {
 			/* The broker is not connected (POLLHUP): look again soon. */

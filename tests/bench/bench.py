@@ -30,6 +30,7 @@ import time
 
 import e2b_bench
 import term_bench
+import vm_bench
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -1286,6 +1287,8 @@ def main():
     figs += [(name, (lambda f: lambda: f(b))(fn)) for name, fn in term_bench.FIGURES]
     # Issue 23: the E2B SDK against sbx's own exec route (tests/bench/e2b_bench.py).
     figs += [(name, (lambda f: lambda: f(b, check_exit0))(fn)) for name, fn in e2b_bench.FIGURES]
+    # Issue 26: the vm driver beside the container driver (tests/bench/vm_bench.py).
+    figs += [(name, (lambda f: lambda: f(b))(fn)) for name, fn in vm_bench.FIGURES]
     only = set(x for x in a.only.split(",") if x)
     try:
         b.start_daemons()

@@ -12,6 +12,7 @@
 #include "driver_vm_box.h"
 #include "driver_vm_io.h"
 #include "driver_vm_op.h"
+#include "driver_vm_scan.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"

@@ -37,10 +37,6 @@ void vm_destroy(struct vmdrv *d, struct vmop *op);
  * not_running when stopped or booting). */
 struct sbx_agent_chan *vm_channel(struct vmdrv *d, const char *id, struct sbx_err *err);
 
-/* Every sandbox directory: fills *sts (malloc'd, caller frees) and *n;
- * 0, or -1 out of memory. */
-int vm_list_all(struct vmdrv *d, struct sbx_status **sts, size_t *n);
-
 /*
  * At driver start: for each STATE/vm/<id>/qemu.pid whose process is a qemu
  * started for that directory, adopt it (watch it, connect its agent:
@@ -48,14 +44,6 @@ int vm_list_all(struct vmdrv *d, struct sbx_status **sts, size_t *n);
  * number adopted.
  */
 int vm_adopt_all(struct vmdrv *d);
-
-/*
- * After vm_adopt_all: SIGKILLs every qemu process whose command line names
- * a socket under STATE/vm/ and that no VM in memory accounts for (its
- * directory was removed, its pidfile lost): nothing of ours is orphaned.
- * Returns how many.
- */
-int vm_kill_strays(struct vmdrv *d);
 
 /* sbx_vm_close_idle (driver_vm.h): VMs without work leave the loop;
  * returns the busy ones. */

@@ -258,12 +258,21 @@ agent_child(int fd, unsigned uid, unsigned gid)
 static void
 poweroff(void)
 {
+	int tries;
+
 	kill(-1, SIGKILL);
-	sleep_ms(50);
-	while (waitpid(-1, NULL, WNOHANG) > 0)
-		;
 	sync();
-	umount2("/work", MNT_DETACH);
+	/* A clean unmount once the killed processes are gone (reaped), so the
+	 * journal is closed; lazy only if something still holds it after 2 s. */
+	for (tries = 0; tries < 40; tries++) {
+		while (waitpid(-1, NULL, WNOHANG) > 0)
+			;
+		if (umount2("/work", 0) == 0)
+			break;
+		sleep_ms(50);
+	}
+	if (tries == 40)
+		umount2("/work", MNT_DETACH);
 	sync();
 	reboot(RB_POWER_OFF);
 	_exit(0);

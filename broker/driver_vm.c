@@ -481,6 +481,13 @@ sbx_vm_driver_new(struct event_base *base, const struct sbx_vm_config *cfg,
 		vm_free_drv(&d->base);
 		return NULL;
 	}
+	if (d->cfg.runas != NULL && (d->cfg.runas[0] == '\0' || geteuid() != 0)) {
+		if (d->cfg.runas[0] != '\0')
+			log_info("vm driver: vm_runas ignored (the broker is not root): "
+			    "qemu runs as the broker's user", NULL);
+		free((char *)d->cfg.runas);
+		d->cfg.runas = NULL;
+	}
 	pick_accel(d, cfg->accel);
 	d->tsc_khz = host_tsc_khz();
 	vm_adopt_all(d);

@@ -33,7 +33,8 @@ struct sbx_vm_config {
 	const char *accel;            /* "auto", "kvm" or "tcg" ["auto": kvm when
 	                               * /dev/kvm opens and a KVM_CREATE_VM works,
 	                               * else tcg; logged] */
-	const char *runas;            /* user qemu drops to (-runas) [NULL: none] */
+	const char *runas;            /* user qemu drops to (-runas) [NULL or "":
+	                               * none; ignored unless the broker is root] */
 	const char *default_image;    /* (required) */
 	const char *const *images;    /* NULL-terminated allowlist [only default] */
 	const char *user;             /* "uid:gid" of the sandbox user ["1000:1000"] */

@@ -488,10 +488,14 @@ boot(struct vm *v)
 	argv[n++] = "-display"; argv[n++] = "none";
 	argv[n++] = "-no-reboot";
 	argv[n++] = "-sandbox";
-	argv[n++] = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
 	if (d->cfg.runas != NULL && d->cfg.runas[0] != '\0') {
+		/* -runas drops to the user with setuid after the filter is in
+		 * place, which elevateprivileges=deny would kill; once dropped,
+		 * the kernel refuses any way back to root anyway. */
+		argv[n++] = "on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny";
 		argv[n++] = "-runas"; argv[n++] = d->cfg.runas;
-	}
+	} else
+		argv[n++] = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
 	argv[n++] = "-kernel"; argv[n++] = kernel;
 	argv[n++] = "-initrd"; argv[n++] = initrd;
 	argv[n++] = "-append"; argv[n++] = append;

@@ -179,11 +179,15 @@ class VmBroker(unittest.TestCase):
         self.assertEqual(out, b"1000 640\n")
 
     def test_1b_qemu_in_its_own_cgroup(self):
-        """The VM's qemu runs in a cgroup of its own (sbx-vm/ID) whose memory
-        limit is the guest's RAM plus 256 MiB for qemu, with a pids and a
-        CPU limit (cgroup v2, or v1 as on this machine)."""
+        """The VM's qemu runs as the unprivileged vm_runas user (default nobody), in a
+        cgroup of its own (sbx-vm/ID) whose memory limit is the guest's RAM
+        plus 256 MiB for qemu, with a pids and a CPU limit (cgroup v2, or v1
+        as on this machine)."""
         self.ensure()
         pid = self.qemu_pid()
+        with open("/proc/%d/status" % pid) as f:
+            uids = [ln.split()[1:] for ln in f if ln.startswith("Uid:")][0]
+        self.assertEqual(set(uids), {"65534"})   # real, effective, saved, fs
         with open("/proc/%d/cgroup" % pid) as f:
             lines = [ln.strip().split(":", 2) for ln in f]
         paths = {c: p for _, cs, p in lines for c in (cs.split(",") if cs else [""])}

@@ -212,6 +212,8 @@ make_vm(struct event_base *base, const struct broker_config *cfg,
 	vc.exec_output_cap = cfg->output_cap;
 	vc.file_max_bytes = cfg->file_size_max;
 	vc.file_timeout_ms = cfg->file_timeout;
+	vc.usage_timeout_ms = cfg->usage_timeout;
+	vc.usage_max_entries = cfg->usage_max_entries;
 	return sbx_vm_driver_new(base, &vc, err);
 }
 

@@ -211,6 +211,15 @@ vm_destroy_op(struct sbx_driver *drv, const char *id, sbx_done_cb cb, void *arg,
 	return &op->op;
 }
 
+static struct sbx_op *
+vm_status_usage_op(struct sbx_driver *drv, const char *id, sbx_status_cb cb,
+    void *arg, struct sbx_err *err)
+{
+	if (!sbx_id_valid(id))
+		return sbx_err_bad_id(err), NULL;
+	return vm_io_usage(vd(drv), id, cb, arg, err);
+}
+
 static void
 list_now(struct vmop *op)
 {
@@ -338,6 +347,7 @@ static const struct sbx_driver_ops vm_ops = {
 	.destroy = vm_destroy_op,
 	.list_sandboxes = vm_list_sandboxes_op,
 	.health = vm_health_op,
+	.status_usage = vm_status_usage_op,
 	.cancel = vm_cancel,
 	.pause = vm_pause,
 	.resume = vm_resume,
@@ -475,6 +485,10 @@ sbx_vm_driver_new(struct event_base *base, const struct sbx_vm_config *cfg,
 		d->cfg.file_max_bytes = 64LL << 20;
 	if (d->cfg.file_timeout_ms <= 0)
 		d->cfg.file_timeout_ms = 30000;
+	if (d->cfg.usage_timeout_ms <= 0)
+		d->cfg.usage_timeout_ms = 5000;
+	if (d->cfg.usage_max_entries <= 0)
+		d->cfg.usage_max_entries = 200000;
 	if ((mkdir(d->cfg.state_dir, 0700) != 0 && errno != EEXIST) ||
 	    (mkdir(path, 0700) != 0 && errno != EEXIST)) {
 		sbx_err_set(err, SBX_E_CONFIG, "cannot make %.400s: %s", path, strerror(errno));

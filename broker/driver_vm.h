@@ -48,6 +48,8 @@ struct sbx_vm_config {
 	int64_t exec_output_cap;      /* default and ceiling [16 MiB] */
 	int64_t file_max_bytes;       /* read/write cap [64 MiB] */
 	int64_t file_timeout_ms;      /* read/write/list end within [30 s] */
+	int64_t usage_timeout_ms;     /* status_usage: the helper's du walk [5 s] */
+	int64_t usage_max_entries;    /* status_usage: entries walked at most [200000] */
 };
 
 /*

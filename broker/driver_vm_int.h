@@ -61,7 +61,7 @@ struct vmdrv {
 
 /* Kinds of op; what the op waits for decides its fields. */
 enum vmop_kind { VMOP_STATUS, VMOP_ENSURE, VMOP_STOP, VMOP_DESTROY,
-	VMOP_LIST_SBX, VMOP_HEALTH, VMOP_EXEC, VMOP_READ, VMOP_WRITE, VMOP_LIST };
+	VMOP_LIST_SBX, VMOP_HEALTH, VMOP_EXEC, VMOP_READ, VMOP_WRITE, VMOP_LIST, VMOP_USAGE };
 
 /*
  * One operation. The common part: a deferred event (answers that are known

@@ -98,6 +98,9 @@ on_timeout(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	if (op->kind == VMOP_EXEC)
 		sbx_err_set(&err, SBX_E_TIMEOUT, SBX_MSG_EXEC_TIMEOUT, op->cap2);
+	else if (op->kind == VMOP_USAGE)
+		sbx_err_set(&err, SBX_E_TIMEOUT, "sandbox %s: counting /work did not "
+		    "end within %lld ms", op->id, (long long)op->d->cfg.usage_timeout_ms + 2000);
 	else
 		sbx_err_set(&err, SBX_E_TIMEOUT, "sandbox %s: the file operation made "
 		    "no progress for %lld ms", op->id, (long long)op->d->cfg.file_timeout_ms);
@@ -463,7 +466,7 @@ file_output(void *arg, int fd, const unsigned char *buf, size_t len)
 		op->sink.output(op->sink.arg, 1, buf, len);
 		return;
 	}
-	if (op->kind == VMOP_LIST) {
+	if (op->kind == VMOP_LIST || op->kind == VMOP_USAGE) {
 		if (op->body == NULL && (op->body = evbuffer_new()) == NULL)
 			return;
 		if ((int64_t)(evbuffer_get_length(op->body) + len) > op->cap) {
@@ -544,6 +547,41 @@ bad:
 }
 
 static void
+usage_answer(struct vmop *op)
+{
+	struct sbx_status st;
+	struct sbx_err err;
+	const char *why;
+	json_t *j = NULL;
+	size_t n;
+
+	vm_fill_status(vm_get(op->d, op->id), op->id, &st);
+	if (op->body != NULL && (n = evbuffer_get_length(op->body)) > 0)
+		j = json_loadb((const char *)evbuffer_pullup(op->body, -1), n, 0, NULL);
+	if (!json_is_integer(json_object_get(j, "bytes"))) {
+		json_decref(j);
+		sbx_err_set(&err, SBX_E_RUNTIME, "sandbox %s: sbx-helper's /work count "
+		    "is malformed", op->id);
+		vmop_fail(op, &err);
+		return;
+	}
+	st.usage.present = 1;
+	st.usage.bytes = json_integer_value(json_object_get(j, "bytes"));
+	st.usage.apparent_bytes = json_integer_value(json_object_get(j, "apparent_bytes"));
+	st.usage.files = json_integer_value(json_object_get(j, "files"));
+	st.usage.dirs = json_integer_value(json_object_get(j, "dirs"));
+	st.usage.entries = json_integer_value(json_object_get(j, "entries"));
+	st.usage.elapsed_ms = json_integer_value(json_object_get(j, "elapsed_ms"));
+	st.usage.partial = json_is_true(json_object_get(j, "partial"));
+	why = json_string_value(json_object_get(j, "partial_reason"));
+	if (why != NULL && (strcmp(why, "max_entries") == 0 || strcmp(why, "timeout") == 0 ||
+	    strcmp(why, "unreadable") == 0))
+		snprintf(st.usage.partial_reason, sizeof(st.usage.partial_reason), "%s", why);
+	json_decref(j);
+	vmop_status(op, &st);
+}
+
+static void
 file_exit(void *arg, const struct sbx_agent_exit *ax)
 {
 	struct vmop *op = arg;
@@ -569,6 +607,9 @@ file_exit(void *arg, const struct sbx_agent_exit *ax)
 		return;
 	case VMOP_WRITE:
 		vmop_done(op);
+		return;
+	case VMOP_USAGE:
+		usage_answer(op);
 		return;
 	default:
 		if (list_parse(op, &ents, &n, &truncated) != 0) {
@@ -699,6 +740,50 @@ vm_io_list(struct vmdrv *d, const char *id, const char *path,
 	snprintf(op->cwd, sizeof(op->cwd), "%s", path);
 	snprintf(op->after, sizeof(op->after), "%s", page->after != NULL ? page->after : "");
 	if (vmop_later(op, file_begin) != 0) {
+		vmop_free(op);
+		return sbx_err_oom(err), NULL;
+	}
+	return &op->op;
+}
+
+static void
+usage_begin(struct vmop *op)
+{
+	struct vm *v = vm_get(op->d, op->id);
+	const char *argv[8];
+	char max[24], tmo[24];
+	struct sbx_status st;
+
+	if (v == NULL || v->state != VM_RUNNING) {
+		vm_fill_status(v, op->id, &st);   /* not running: status, no usage */
+		vmop_status(op, &st);
+		return;
+	}
+	snprintf(max, sizeof(max), "%lld", (long long)op->d->cfg.usage_max_entries);
+	snprintf(tmo, sizeof(tmo), "%lld", (long long)op->d->cfg.usage_timeout_ms);
+	argv[0] = SBX_HELPER_MODE_DU;
+	argv[1] = "--max";
+	argv[2] = max;
+	argv[3] = "--timeout-ms";
+	argv[4] = tmo;
+	argv[5] = NULL;
+	if (open_mode(op, argv, NULL, 0, file_output, file_exit) != 0)
+		return;
+	arm(op, op->d->cfg.usage_timeout_ms + 2000);
+}
+
+struct sbx_op *
+vm_io_usage(struct vmdrv *d, const char *id, sbx_status_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	struct vmop *op = vmop_new(d, VMOP_USAGE, id);
+
+	if (op == NULL)
+		return sbx_err_oom(err), NULL;
+	op->cb.status = cb;
+	op->arg = arg;
+	op->cap = 4096;   /* one line */
+	if (vmop_later(op, usage_begin) != 0) {
 		vmop_free(op);
 		return sbx_err_oom(err), NULL;
 	}

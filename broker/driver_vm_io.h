@@ -28,6 +28,16 @@ struct sbx_op *vm_io_list(struct vmdrv *d, const char *id, const char *path,
     const struct sbx_list_page *page, sbx_list_cb cb, void *arg,
     struct sbx_err *err);
 
+/*
+ * status_usage: a running VM's status with usage counted by `sbx-helper du`
+ * as the sandbox user (bounded by usage_max_entries and usage_timeout_ms: a
+ * bound hit is partial, not an error); a stopped or absent one answers as
+ * status (usage.present 0). Errors: runtime_error (the walk failed or its
+ * line is malformed), timeout (no answer 2 s past usage_timeout_ms).
+ */
+struct sbx_op *vm_io_usage(struct vmdrv *d, const char *id, sbx_status_cb cb,
+    void *arg, struct sbx_err *err);
+
 /* pause (1) / resume (0) a stream op's output; other ops: nothing. */
 void vm_io_pause(struct vmop *op, int paused);
 

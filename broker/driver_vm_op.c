@@ -76,6 +76,7 @@ vmop_fail(struct vmop *op, const struct sbx_err *err)
 	switch (op->kind) {
 	case VMOP_STATUS:
 	case VMOP_ENSURE:
+	case VMOP_USAGE:
 		op->cb.status(op->arg, err, NULL);
 		break;
 	case VMOP_STOP:

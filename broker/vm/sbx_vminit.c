@@ -211,6 +211,9 @@ setup(unsigned *uidp, unsigned *gidp)
 	mkdir(NEWROOT, 0755);
 	mount_or_die(root, NEWROOT, "ext4", MS_RDONLY | MS_NOATIME, NULL);
 	mount_or_die(work, NEWROOT "/work", "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, NULL);
+	/* mkfs's lost+found (root's, 0700) is no part of a container's /work:
+	 * the sandbox user could neither use nor count it. Gone while empty. */
+	rmdir(NEWROOT "/work/lost+found");
 	mount_or_die("tmpfs", NEWROOT "/.sbx", "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=0755");
 	copy_file(HELPER_SRC, NEWROOT "/.sbx/sbx-helper", 0755);
 	mount(NULL, NEWROOT "/.sbx", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL);

@@ -177,6 +177,12 @@ class VmBroker(unittest.TestCase):
         self.assertEqual(st, 404, js)
         code, out, _ = self.run_(["stat", "-c", "%u %a", "/work/d/n.txt"])
         self.assertEqual(out, b"1000 640\n")
+        st, js = self.call("GET", "/v1/sandboxes/%s?usage=1" % ID)
+        self.assertEqual(st, 200, js)
+        u = js["usage"]
+        self.assertGreaterEqual(u["files"], 1, u)     # n.txt, counted in the guest
+        self.assertGreaterEqual(u["apparent_bytes"], 11, u)
+        self.assertFalse(u["partial"], u)
 
     def test_1b_qemu_in_its_own_cgroup(self):
         """The VM's qemu runs as the unprivileged vm_runas user (default nobody), in a

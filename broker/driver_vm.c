@@ -13,6 +13,7 @@
 #include "driver_vm_io.h"
 #include "driver_vm_op.h"
 #include "driver_vm_scan.h"
+#include "driver_vm_sess.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
 #include "sbx_proto.h"
@@ -296,6 +297,52 @@ vm_health_op(struct sbx_driver *drv, sbx_health_cb cb, void *arg, struct sbx_err
 	return &op->op;
 }
 
+static struct sbx_op *
+vm_session_op(struct sbx_driver *drv, const char *id, const struct sbx_session_req *req,
+    const struct sbx_sink *sink, struct sbx_err *err)
+{
+	if (!sbx_id_valid(id))
+		return sbx_err_bad_id(err), NULL;
+	if (req->kind != SBX_SESSION_PORT && req->exec.cwd != NULL &&
+	    check_path(req->exec.cwd, err) != 0)
+		return NULL;
+	if (req->kind == SBX_SESSION_EXEC &&
+	    (req->exec.argv == NULL || req->exec.argv[0] == NULL)) {
+		sbx_err_set(err, SBX_E_BAD_REQUEST, "argv must not be empty");
+		return NULL;
+	}
+	return vm_sess_open(vd(drv), id, req, sink, err);
+}
+
+static ssize_t
+vm_session_write(struct sbx_driver *drv, struct sbx_op *op, struct evbuffer *src, size_t max)
+{
+	(void)drv;
+	return vm_sess_write((struct vmop *)op, src, max);
+}
+
+static size_t
+vm_session_room(struct sbx_driver *drv, struct sbx_op *op)
+{
+	(void)drv;
+	return vm_sess_room((struct vmop *)op);
+}
+
+static void
+vm_session_close_input(struct sbx_driver *drv, struct sbx_op *op)
+{
+	(void)drv;
+	vm_sess_close_input((struct vmop *)op);
+}
+
+static int
+vm_session_control(struct sbx_driver *drv, struct sbx_op *op,
+    const struct sbx_session_ctl *c, struct sbx_err *err)
+{
+	(void)drv;
+	return vm_sess_control((struct vmop *)op, c, err);
+}
+
 static void
 vm_cancel(struct sbx_driver *drv, struct sbx_op *op)
 {
@@ -352,6 +399,11 @@ static const struct sbx_driver_ops vm_ops = {
 	.pause = vm_pause,
 	.resume = vm_resume,
 	.free = vm_free_drv,
+	.session = vm_session_op,
+	.session_write = vm_session_write,
+	.session_room = vm_session_room,
+	.session_close_input = vm_session_close_input,
+	.session_control = vm_session_control,
 };
 
 size_t

@@ -94,6 +94,8 @@ struct vmop {
 	int64_t cap, sent;            /* exec: output cap; list: stdout bound */
 	int64_t cap2;                 /* exec: timeout_ms */
 	int truncated, stdin_done;
+	int session;                  /* a session (sbx_session_kind), 0: none */
+	int input_closed;             /* session_close_input done */
 	int64_t t0;
 	unsigned char fhdr[8];        /* exec --framed decoder */
 	size_t fhave, fpos;

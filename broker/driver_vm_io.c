@@ -29,11 +29,8 @@ arm(struct vmop *op, int64_t ms)
 		evtimer_add(op->timer, &tv);
 }
 
-/* The helper's error line {"sbx_helper":2,"error":{"code","message"}} in
- * op->errline, as err; 0, or -1 when there is none that parses (the
- * sandbox user can kill the helper: untrusted, so only known codes). */
-static int
-helper_line(struct vmop *op, struct sbx_err *err)
+int
+vm_io_helper_line(struct vmop *op, struct sbx_err *err)
 {
 	static const char *const believed[] = {
 		SBX_E_PATH_OUTSIDE_WORK, SBX_E_NOT_FOUND, SBX_E_BAD_REQUEST,
@@ -136,11 +133,18 @@ feed(struct vmop *op)
 static void
 on_stdin_room(void *arg)
 {
-	feed(arg);
+	struct vmop *op = arg;
+
+	if (op->session) {
+		if (op->sink.room != NULL)
+			op->sink.room(op->sink.arg);
+		return;
+	}
+	feed(op);
 }
 
-static void
-keep_err(struct vmop *op, const unsigned char *buf, size_t len)
+void
+vm_io_keep_err(struct vmop *op, const unsigned char *buf, size_t len)
 {
 	size_t have;
 
@@ -152,11 +156,9 @@ keep_err(struct vmop *op, const unsigned char *buf, size_t len)
 		    ERRLINE_MAX - have);
 }
 
-/* Opens the mode argv on id's channel with the stream callbacks of op;
- * 0, or -1 after failing op (not_found, not_running, too_many...). */
-static int
-open_mode(struct vmop *op, const char *const *argv, const char *const *env,
-    int with_stdin, void (*output)(void *, int, const unsigned char *, size_t),
+int
+vm_io_open(struct vmop *op, const char *const *argv, const char *const *env,
+    unsigned flags, void (*output)(void *, int, const unsigned char *, size_t),
     void (*exited)(void *, const struct sbx_agent_exit *))
 {
 	struct sbx_agent_stream_cbs cbs;
@@ -175,7 +177,7 @@ open_mode(struct vmop *op, const char *const *argv, const char *const *env,
 	cbs.stdin_room = on_stdin_room;
 	cbs.arg = op;
 	if ((op->timer = evtimer_new(op->d->base.base, on_timeout, op)) == NULL ||
-	    (op->st = sbx_agent_open(ch, argv, env, with_stdin, &cbs, &err)) == NULL) {
+	    (op->st = sbx_agent_open2(ch, argv, env, flags, &cbs, &err)) == NULL) {
 		if (!sbx_err_is_set(&err))
 			sbx_err_oom(&err);
 		vmop_fail(op, &err);
@@ -225,7 +227,7 @@ exec_output(void *arg, int fd, const unsigned char *buf, size_t len)
 	size_t take;
 
 	if (fd != 1) {
-		keep_err(op, buf, len);
+		vm_io_keep_err(op, buf, len);
 		return;
 	}
 	while (len > 0) {
@@ -270,7 +272,7 @@ exec_output(void *arg, int fd, const unsigned char *buf, size_t len)
 			}
 			break;
 		default:   /* error record */
-			keep_err(op, buf, take);
+			vm_io_keep_err(op, buf, take);
 			op->fleft -= (uint32_t)take;
 			if (op->fleft == 0)
 				op->fhave = 0;
@@ -318,7 +320,7 @@ exec_exit(void *arg, const struct sbx_agent_exit *ax)
 		struct sbx_err h;
 
 		sbx_err_set(&err, SBX_E_RUNTIME, "sbx-helper could not start the command");
-		if (helper_line(op, &h) == 0)
+		if (vm_io_helper_line(op, &h) == 0)
 			for (i = 0; believed_125[i] != NULL; i++)
 				if (strcmp(h.code, believed_125[i]) == 0)
 					err = h;
@@ -327,7 +329,7 @@ exec_exit(void *arg, const struct sbx_agent_exit *ax)
 	}
 	if (op->hx_how == SBX_HELPER_EXIT_HOW_EXITED && op->errline != NULL &&
 	    (op->hx_code == SBX_HELPER_EXEC_NOEXEC ||
-	    op->hx_code == SBX_HELPER_EXEC_NOTFOUND) && helper_line(op, &err) == 0) {
+	    op->hx_code == SBX_HELPER_EXEC_NOTFOUND) && vm_io_helper_line(op, &err) == 0) {
 		/* Like a shell: the reason on stderr, then the status. */
 		n = snprintf(line, sizeof(line), "sbx-helper: %s\n", err.message);
 		if (n > 0 && (size_t)n < sizeof(line) &&
@@ -376,8 +378,9 @@ exec_begin(struct vmop *op)
 		return;
 	}
 	op->sink.start(op->sink.arg, op->exec_id);
-	if (open_mode(op, argv, (const char *const *)op->env, op->body != NULL,
-	    exec_output, exec_exit) != 0)
+	if (vm_io_open(op, argv, (const char *const *)op->env, op->session ?
+	    SBX_AGENT_OPEN_STDIN | SBX_AGENT_OPEN_CTRL :
+	    op->body != NULL ? SBX_AGENT_OPEN_STDIN : 0, exec_output, exec_exit) != 0)
 		return;
 	/* The broker's own deadline, past the helper's backstop. */
 	arm(op, op->cap2 + 10000);
@@ -387,6 +390,13 @@ exec_begin(struct vmop *op)
 struct sbx_op *
 vm_io_exec(struct vmdrv *d, const char *id, const struct sbx_exec_req *req,
     const struct sbx_sink *sink, struct sbx_err *err)
+{
+	return vm_io_exec2(d, id, req, sink, 0, err);
+}
+
+struct sbx_op *
+vm_io_exec2(struct vmdrv *d, const char *id, const struct sbx_exec_req *req,
+    const struct sbx_sink *sink, int session, struct sbx_err *err)
 {
 	struct vmop *op;
 	int64_t tmo = req->timeout_ms, cap = req->output_cap;
@@ -416,6 +426,7 @@ vm_io_exec(struct vmdrv *d, const char *id, const struct sbx_exec_req *req,
 	if ((op = vmop_new(d, VMOP_EXEC, id)) == NULL)
 		return sbx_err_oom(err), NULL;
 	op->sink = *sink;
+	op->session = session;
 	op->cap = cap;
 	op->cap2 = tmo;
 	snprintf(op->exec_id, sizeof(op->exec_id), "vm%" PRIu64 "x%llx", ++d->seq,
@@ -459,7 +470,7 @@ file_output(void *arg, int fd, const unsigned char *buf, size_t len)
 
 	arm(op, op->d->cfg.file_timeout_ms);
 	if (fd != 1) {
-		keep_err(op, buf, len);
+		vm_io_keep_err(op, buf, len);
 		return;
 	}
 	if (op->kind == VMOP_READ) {
@@ -593,7 +604,7 @@ file_exit(void *arg, const struct sbx_agent_exit *ax)
 
 	op->st = NULL;
 	if (ax->how != SBX_AGENT_EXIT_EXITED || ax->status != 0) {
-		if (helper_line(op, &err) != 0)
+		if (vm_io_helper_line(op, &err) != 0)
 			exit_err(ax->how == SBX_AGENT_EXIT_EXITED ? ax->status : -1, &err);
 		vmop_fail(op, &err);
 		return;
@@ -666,7 +677,8 @@ file_begin(struct vmop *op)
 		break;
 	}
 	argv[n] = NULL;
-	if (open_mode(op, argv, NULL, op->kind == VMOP_WRITE, file_output, file_exit) != 0)
+	if (vm_io_open(op, argv, NULL, op->kind == VMOP_WRITE ? SBX_AGENT_OPEN_STDIN : 0,
+	    file_output, file_exit) != 0)
 		return;
 	arm(op, op->d->cfg.file_timeout_ms);
 	feed(op);
@@ -767,7 +779,7 @@ usage_begin(struct vmop *op)
 	argv[3] = "--timeout-ms";
 	argv[4] = tmo;
 	argv[5] = NULL;
-	if (open_mode(op, argv, NULL, 0, file_output, file_exit) != 0)
+	if (vm_io_open(op, argv, NULL, 0, file_output, file_exit) != 0)
 		return;
 	arm(op, op->d->cfg.usage_timeout_ms + 2000);
 }

@@ -38,6 +38,30 @@ struct sbx_op *vm_io_list(struct vmdrv *d, const char *id, const char *path,
 struct sbx_op *vm_io_usage(struct vmdrv *d, const char *id, sbx_status_cb cb,
     void *arg, struct sbx_err *err);
 
+/* exec, or (session SBX_SESSION_EXEC) an exec whose stdin the caller
+ * streams (sbx_session_write) and that takes signals (CTRL): the stream
+ * opens with stdin and a control pipe, sink->room says when stdin has
+ * room. */
+struct sbx_op *vm_io_exec2(struct vmdrv *d, const char *id,
+    const struct sbx_exec_req *req, const struct sbx_sink *sink, int session,
+    struct sbx_err *err);
+
+/* For driver_vm_sess.c: opens the helper mode argv on op's sandbox's
+ * channel (flags SBX_AGENT_OPEN_*) with these callbacks, a timer for
+ * op->timer and op->st; 0, or -1 after failing op (not_found,
+ * not_running, too_many, runtime_error). */
+int vm_io_open(struct vmop *op, const char *const *argv, const char *const *env,
+    unsigned flags, void (*output)(void *, int, const unsigned char *, size_t),
+    void (*exited)(void *, const struct sbx_agent_exit *));
+
+/* Keeps at most 4 KiB of the mode's stderr (its error line) in op->errline. */
+void vm_io_keep_err(struct vmop *op, const unsigned char *buf, size_t len);
+
+/* The helper's error line {"sbx_helper":2,"error":{"code","message"}} in
+ * op->errline, as err; 0, or -1 when there is none that parses (the
+ * sandbox user can kill the helper: untrusted, so only known codes). */
+int vm_io_helper_line(struct vmop *op, struct sbx_err *err);
+
 /* pause (1) / resume (0) a stream op's output; other ops: nothing. */
 void vm_io_pause(struct vmop *op, int paused);
 

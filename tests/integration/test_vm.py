@@ -18,6 +18,7 @@ import urllib.parse
 
 import vmfix
 from engineapi import UnixHTTPConnection
+from test_broker_session import Session
 
 SBX_ONCE = True
 
@@ -212,6 +213,41 @@ class VmBroker(unittest.TestCase):
         for f, v in limits:
             with open(os.path.join(d, f)) as fh:
                 self.assertEqual(fh.read().strip(), v, f)
+
+    def test_1c_sessions(self):
+        """Sessions as in containers (adr/0050): an exec whose stdin is
+        streamed echoes 1 MiB byte-exact; a terminal gets a pty of the size
+        asked; a port nothing listens on is port_closed."""
+        self.ensure()
+        data = os.urandom(1 << 20)
+        s = Session(self.sock, self.token, ID, {"kind": "exec", "argv": ["cat"]}, timeout=120)
+        try:
+            self.assertEqual(s.status, 101)
+            s.send(data, timeout=120)
+            s.eof()
+            last = s.wait_end(timeout=120)
+            self.assertEqual((last["type"], last.get("code")), ("exit", 0), s.events)
+            self.assertTrue(bytes(s.out[1]) == data, "stdout differs from the input")
+        finally:
+            s.close()
+        s = Session(self.sock, self.token, ID, {"kind": "pty", "cols": 91, "rows": 17,
+                                                "argv": ["sh", "-c", "tty; stty size"]})
+        try:
+            self.assertEqual(s.status, 101)
+            last = s.wait_end(timeout=60)
+            self.assertEqual((last["type"], last.get("code")), ("exit", 0), s.events)
+            self.assertIn(b"/dev/pts/", bytes(s.out[1]))
+            self.assertIn(b"17 91", bytes(s.out[1]))
+        finally:
+            s.close()
+        s = Session(self.sock, self.token, ID, {"kind": "port", "port": 9})
+        try:
+            self.assertEqual(s.status, 101)
+            last = s.wait_end(timeout=60)
+            self.assertEqual((last["type"], last.get("code")), ("error", "port_closed"),
+                             s.events)
+        finally:
+            s.close()
 
     def test_2_stop_is_clean_and_work_persists(self):
         """stop powers the guest off cleanly (init syncs and unmounts /work:

@@ -369,6 +369,7 @@ main(int argc, char **argv)
 	ec.proxy_resolver = cfg.egress_proxy_resolver;
 	ec.proxy_memory = cfg.egress_proxy_memory;
 	ec.name_prefix = cfg.name_prefix;
+	ec.warm_pool = (int)cfg.warm_pool;
 	if ((driver = driver_new(m.base, &cfg, &ec, &err)) == NULL) {
 		rc = sbx_daemon_config_error("sandbox-broker", &err);
 		goto done;

@@ -25,6 +25,7 @@
 #define POLL_MS 20                 /* boot: look for agent.sock this often */
 #define VM_TB_MIB "64"             /* TCG translation cache (qemu's default: 1 GiB) */
 #define VM_OVERHEAD_BYTES (256LL << 20) /* qemu beside the guest's RAM: binary, cache, I/O */
+#define ASK_AGAIN_MS 3000          /* no "ready" this long after "agent": ask again */
 #define VM_PING_MS 5000            /* agent keepalive: a dead agent is noticed */
 #define VM_QEMU_PIDS 256           /* qemu's own threads (its I/O pool has up to 64) */
 
@@ -417,12 +418,17 @@ on_timer(evutil_socket_t fd, short what, void *arg)
 		kill_qemu(v, SIGKILL);
 		return;
 	}
-	if (v->bev == NULL && !v->awaiting && try_connect(v) != 0) {
-		arm(v, POLL_MS);
-		return;
+	if (v->bev == NULL && v->awaiting && sbx_mono_ms() - v->asked_ms > ASK_AGAIN_MS)
+		v->awaiting = 0;   /* no "ready": the word or its answer was lost; ask again */
+	if (v->bev == NULL && !v->awaiting) {
+		if (try_connect(v) != 0) {
+			arm(v, POLL_MS);
+			return;
+		}
+		v->asked_ms = sbx_mono_ms();
 	}
-	/* Asked: HELLO (on_ready) or the deadline, whichever first. */
-	arm(v, v->deadline_ms - sbx_mono_ms() + 1);
+	/* Asked: "ready", then HELLO (on_ready); look again within a second. */
+	arm(v, v->deadline_ms - sbx_mono_ms() + 1 < 1000 ? v->deadline_ms - sbx_mono_ms() + 1 : 1000);
 }
 
 static void

@@ -42,6 +42,7 @@ struct vm {
 	int ctl;                      /* ctl.sock, -1 */
 	struct event *ctl_ev;         /* its answers ("ready") */
 	int awaiting;                 /* "agent" sent, "ready" not yet back */
+	int64_t asked_ms;             /* when "agent" was sent (sbx_mono_ms) */
 	int destroying;
 	struct vmop_q waiters;        /* ensure/stop/destroy waiting on this VM */
 };

@@ -46,6 +46,17 @@ say(const char *what)
 		return;
 }
 
+/* One line on the console (console.log on the host): what init did. */
+static void
+note(const char *what, long v)
+{
+	char line[160];
+	int n = snprintf(line, sizeof(line), "sbx-vminit: %s %ld\n", what, v);
+
+	if (n > 0 && write(2, line, (size_t)n) < 0)
+		return;
+}
+
 static void
 die(const char *what)
 {
@@ -173,6 +184,22 @@ mount_or_die(const char *src, const char *dst, const char *type,
 		die(dst);
 }
 
+/* "ready" on the control port. The broker's word can arrive before the
+ * port's "host connected" message: a write then fails with EAGAIN for a
+ * moment, so try for up to 5 s (the broker asks again after 3 s anyway). */
+static void
+answer_ready(int ctl)
+{
+	int tries;
+
+	for (tries = 0; tries < 50; tries++) {
+		if (write(ctl, "ready\n", 6) == 6)
+			return;
+		sleep_ms(100);
+	}
+	say("cannot answer on the control port");
+}
+
 /* user from the command line: sbx.user=UID:GID (default 1000:1000). */
 static void
 parse_user(unsigned *uid, unsigned *gid)
@@ -287,7 +314,7 @@ main(void)
 	char agent_port[300], ctl_port[300], buf[64];
 	unsigned uid, gid;
 	pid_t agent = 0;
-	int ctl = -1, tries, wanted = 0;
+	int ctl = -1, tries, wanted = 0, waits = 0;
 	sigset_t chld;
 
 	if (getpid() != 1)
@@ -316,11 +343,16 @@ main(void)
 
 		while ((w = waitpid(-1, &st, WNOHANG)) > 0)
 			if (w == agent) {
+				note("agent ended, status", (long)st);
 				agent = 0;
 				wanted = 0;
 			}
+		fd = -1;
 		if (wanted && agent == 0 &&
-		    (fd = open(agent_port, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC)) >= 0) {
+		    (fd = open(agent_port, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC)) < 0 &&
+		    ++waits % 100 == 0)
+			note("agent wanted, port does not open: errno", (long)errno);
+		if (fd >= 0) {
 			struct pollfd q = { fd, POLLOUT, 0 };
 
 			if (poll(&q, 1, 0) == 1 && !(q.revents & POLLHUP) &&
@@ -329,7 +361,9 @@ main(void)
 					agent_child(fd, uid, gid);
 				if (agent < 0)
 					agent = 0;
-			}
+				note("agent started, pid", (long)agent);
+			} else if (++waits % 100 == 0)
+				note("agent wanted, port not writable: revents", (long)q.revents);
 			close(fd);
 		}
 		if (ctl < 0)
@@ -345,6 +379,7 @@ main(void)
 			if (strstr(buf, "poweroff") != NULL)
 				poweroff();
 			if (strstr(buf, "agent") != NULL) {
+				note("agent asked for; running one", (long)agent);
 				if (agent > 0) {
 					kill(-agent, SIGKILL);
 					kill(agent, SIGKILL);
@@ -352,8 +387,7 @@ main(void)
 					agent = 0;
 				}
 				wanted = 1;
-				if (write(ctl, "ready\n", 6) != 6)
-					say("cannot answer on the control port");
+				answer_ready(ctl);
 			}
 		} else if (n == 1) {
 			/* The broker is not connected (POLLHUP): look again soon. */

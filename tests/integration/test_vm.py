@@ -292,6 +292,9 @@ class VmBroker(unittest.TestCase):
             if js.get("state") == "running":
                 break
             time.sleep(0.2)
+        if js.get("state") != "running":   # what the guest's init said
+            with open(os.path.join(self.state, "vm", ID, "console.log"), "rb") as f:
+                js["console"] = f.read()[-3000:].decode("utf-8", "replace")
         self.assertEqual(js["state"], "running", js)
         self.assertEqual(self.qemu_pid(), pid)
         code, out, _ = self.run_(["cat", "/work/restart"])

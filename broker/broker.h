@@ -78,6 +78,10 @@ struct broker_config {
 	long long warm_pool;      /* warm sandboxes of the default image (adr/0067); 0: none */
 	char *log_level;
 	char *log_file;           /* NULL: stderr */
+	char *driver;             /* "engine" or "vm" (adr/0069) */
+	char *vm_dir, *vm_accel, *vm_qemu, *vm_runas; /* driver vm */
+	long long vm_boot_timeout, stop_timeout; /* ms, driver vm */
+	long long work_size;      /* bytes of a vm sandbox's /work disk */
 	/* derived */
 	int64_t nano_cpus, nano_cpus_max;
 };

@@ -22,7 +22,11 @@ python3 python3-websockets curl jq iproute2 prometheus nftables wget openssl
 chromium nodejs
 clang libclang-rt-14-dev
 systemd nginx-light
+qemu-system-x86 linux-image-cloud-amd64 cpio
 "
+# qemu-system-x86, linux-image-cloud-amd64, cpio: the vm driver (adr/0069):
+# qemu -M microvm boots Debian's cloud kernel; deploy/vm/build.sh packs the
+# initramfs with cpio (the e2fsprogs of the base system make the disks).
 # libwslay-dev: WebSocket framing (common/sbx_ws.c); nettle-dev: the SHA-1 of
 # the WebSocket handshake (adr/0052). python3-websockets: the WebSocket
 # client of tests/integration/test_api_ws.py.

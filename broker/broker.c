@@ -23,6 +23,7 @@
 #include "broker_egress_poll.h"
 #include "broker_reaper.h"
 #include "driver_engine.h"
+#include "broker_kube.h"
 #include "sbx_http_client.h"
 #include "sbx_daemon.h"
 #include "sbx_log.h"
@@ -105,7 +106,8 @@ settle(struct event_base *base, struct sbx_driver *d, int64_t max_ms)
 		return -1;
 	}
 	for (;;) {
-		(void)sbx_engine_agents_close_idle(d);
+		if (d->ops == &sbx_engine_driver_ops)
+			(void)sbx_engine_agents_close_idle(d);
 		left = event_base_get_num_events(base,
 		    EVENT_BASE_COUNT_ADDED | EVENT_BASE_COUNT_ACTIVE) - 1;
 		if (left <= 0 || sbx_mono_ms() >= end)
@@ -295,8 +297,17 @@ main(int argc, char **argv)
 	ec.proxy_resolver = cfg.egress_proxy_resolver;
 	ec.proxy_memory = cfg.egress_proxy_memory;
 	ec.name_prefix = cfg.name_prefix;
-	if ((driver = sbx_engine_driver_new(m.base, &ec, &err)) == NULL) {
+	if (cfg.driver != NULL && strcmp(cfg.driver, "kubernetes") == 0)
+		driver = broker_kube_driver_new(m.base, &cfg, allow, &err);
+	else
+		driver = sbx_engine_driver_new(m.base, &ec, &err);
+	if (driver == NULL) {
 		rc = sbx_daemon_config_error("sandbox-broker", &err);
+		goto done;
+	}
+	if (opts.check && driver->ops != &sbx_engine_driver_ops) {
+		rc = broker_kube_check(m.base, driver, &cfg,
+		    token_problem[0] != '\0' ? token_problem : NULL);
 		goto done;
 	}
 	if (opts.check) {

@@ -76,6 +76,11 @@ struct broker_config {
 	long long socket_mode;    /* unix socket permission bits, e.g. 0660 */
 	char *log_level;
 	char *log_file;           /* NULL: stderr */
+	char *driver;             /* "engine" | "kubernetes" (adr/0072) */
+	char *kube_server, *kube_ca_file, *kube_token_file, *kube_namespace;
+	char *kube_helper_image, *kube_storage_class, *kube_work_size;
+	char *kube_egress_cidrs;
+	long long kube_start_timeout, kube_force_after; /* ms */
 	/* derived */
 	int64_t nano_cpus, nano_cpus_max;
 };

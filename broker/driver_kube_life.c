@@ -527,11 +527,17 @@ stop_inspected(struct lop *o, int status, json_t *body,
 		return;
 	}
 	if (status != 200) {
-		kube_status_err(&e, status, body, "read the sandbox's pod");
+		kube_status_err(&e, status, body, "read the sandbox's PVC");
 		finish(o, &e, NULL);
 		return;
 	}
-	kube_pod_seen(o->k, body);
+	if (json_object_get(json_object_get(body, "metadata"),
+	    "deletionTimestamp") != NULL) {
+		/* being destroyed: no sandbox to stop */
+		sbx_err_set(&e, SBX_E_NOT_FOUND, "no sandbox %s", o->id);
+		finish(o, &e, NULL);
+		return;
+	}
 	delete_pod(o, 0);
 }
 

@@ -151,10 +151,11 @@ kube_pod_read(json_t *pod, struct kube_pod *p)
 	json_t *lab = json_object_get(md, "labels");
 	const char *id = json_string_value(json_object_get(lab, KUBE_L_ID));
 	const char *m = json_string_value(json_object_get(lab, KUBE_L_MANAGED));
+	const char *kind = json_string_value(json_object_get(pod, "kind"));
 	const char *s;
 
 	memset(p, 0, sizeof(*p));
-	if (id == NULL || m == NULL || strcmp(m, "true") != 0 ||
+	if ((kind != NULL && strcmp(kind, "Pod") != 0) || id == NULL || m == NULL || strcmp(m, "true") != 0 ||
 	    strlen(id) >= sizeof(p->id))
 		return -1;
 	snprintf(p->id, sizeof(p->id), "%s", id);

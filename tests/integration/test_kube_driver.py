@@ -1,0 +1,156 @@
+"""test_kube_driver - driver = kubernetes (broker/driver_kube*.c, adr/0072)
+against tests/k8s's fake kube-apiserver and test kubelet, whose pods run as
+containers on this lane's runtime: the shared conformance suite
+(tests/conform/conform.c, target "kube") with one test here per C test, and
+the watch cut mid-stream plus a forced 410 through a real sandbox-broker:
+no sandbox lost, none duplicated. Touches: a fake cluster of its own (files
+under SBX_TEST_OUT), a helper image "sbx-kube-helper:test" it imports, the
+runtime's containers and volumes labelled with the fake's instance."""
+
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import unittest
+
+import sbxtest
+
+REPO = sbxtest.REPO
+BUILD = sbxtest.BUILD
+K8S = os.path.join(REPO, "tests", "k8s")
+sys.path.insert(0, K8S)
+from kf_client import Client  # noqa: E402
+
+SRC = os.path.join(REPO, "tests", "conform", "conform.c")
+HELPER_IMAGE = "sbx-kube-helper:test"
+
+
+def c_tests():
+    with open(SRC) as f:
+        return re.findall(r"cmocka_unit_test\((test_\w+)\)", f.read())
+
+
+def helper_image(engine):
+    """Imports an image holding /sbx-helper (static) plus /.sbx and /work
+    owned by the sandbox user, as deploy/kubernetes/README.md builds it."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for d in (".sbx", "work"):
+            ti = tarfile.TarInfo(d)
+            ti.type = tarfile.DIRTYPE
+            ti.mode = 0o755
+            ti.uid = ti.gid = 1000
+            t.addfile(ti)
+        t.add(os.path.join(BUILD, "sbx-helper"), arcname="sbx-helper")
+    engine.call("POST", "/images/create", body=buf.getvalue(),
+                params={"fromSrc": "-", "repo": "sbx-kube-helper", "tag": "test"},
+                timeout=120)
+
+
+class Fake:
+    """tests/k8s/kfake.py on this lane's runtime (README there)."""
+
+    def __init__(self, engine_host):
+        self.dir = tempfile.mkdtemp(prefix="kfake-", dir=sbxtest.out_dir())
+        self.log = open(os.path.join(self.dir, "kfake.log"), "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(K8S, "kfake.py"), "--dir", self.dir,
+             "--engine", engine_host, "--node-grace", "3"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        path = os.path.join(self.dir, "kfake.json")
+        sbxtest.wait_until(lambda: os.path.exists(path), 60, "kfake.json")
+        with open(path) as f:
+            self.info = json.load(f)
+        self.ns = self.info["namespace"]
+        self.admin = Client(self.info["server"], self.info["ca"],
+                            self.info["tokens"]["admin"])
+        sbxtest.wait_until(self.schedulable, 60, "a Ready node", interval=0.2)
+
+    def schedulable(self):
+        st, nodes = self.admin.request("GET", "/api/v1/nodes")
+        for n in (nodes or {}).get("items", []) if st == 200 else []:
+            ready = [c for c in n["status"].get("conditions") or []
+                     if c["type"] == "Ready"]
+            if ready and ready[0]["status"] == "True" and not n["spec"].get("taints"):
+                return True
+        return False
+
+    def knob(self, what, **body):
+        return self.admin.post("/kfake/v1/" + what, body)
+
+    def env(self, token="broker"):
+        return {
+            "SBX_CONFORM_KUBE_SERVER": self.info["server"],
+            "SBX_CONFORM_KUBE_CA": self.info["ca"],
+            "SBX_CONFORM_KUBE_TOKEN_FILE": self.info["token_files"][token],
+            "SBX_CONFORM_KUBE_NAMESPACE": self.ns,
+            "SBX_CONFORM_KUBE_HELPER_IMAGE": HELPER_IMAGE,
+        }
+
+    def logs(self):
+        with open(os.path.join(self.dir, "kfake.log"), errors="replace") as f:
+            return f.read()[-3000:]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        e = sbxtest.Engine(os.environ["SBX_RUNTIME_HOST"])
+        label = "io.kfake.instance=" + self.info.get("instance", "")
+        for c in e.containers(label):
+            e.remove(c["Id"], ok=None)
+        for v in e.volumes(label):
+            e.remove_volume(v["Name"])
+
+
+class KubeDriver(unittest.TestCase):
+    tap = None
+    fake = None
+
+    @classmethod
+    def setUpClass(cls):
+        host = os.environ["SBX_RUNTIME_HOST"]
+        helper_image(sbxtest.Engine(host))
+        cls.fake = Fake(host)
+        env = dict(os.environ)
+        env.update(cls.fake.env())
+        env.update({"SBX_CONFORM_TARGETS": "kube", "CMOCKA_MESSAGE_OUTPUT": "TAP"})
+        p = subprocess.run([os.path.join(BUILD, "tests", "test_conform")], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+        cls.tap = p.stdout.decode("utf-8", "replace")
+        print(cls.tap)
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.fake is not None:
+            cls.fake.stop()
+
+    def check(self, name):
+        if re.search(r"^ok \d+ - %s$" % name, self.tap, re.M):
+            return
+        m = re.search(r"^not ok \d+ - %s$((?:\n#.*)*)" % name, self.tap, re.M)
+        self.fail("%s: %s\n%s" % (name, m.group(1).strip() if m else
+                                  "not reported:\n" + self.tap[-2000:],
+                                  self.fake.logs()))
+
+
+def _make(name):
+    return lambda self: self.check(name)
+
+
+for _n in c_tests():
+    setattr(KubeDriver, "test_conform_" + _n[5:], _make(_n))
+
+if __name__ == "__main__":
+    unittest.main()

@@ -162,6 +162,30 @@ w_done(void *arg, int status, json_t *body, const struct sbx_err *err)
 	watch_next(k, err == NULL && (status == 200 || status == 410) ? 0 : 1000);
 }
 
+/* One line per list: what the cache now holds (ids, each once), and
+ * how the watch has fared (tests/integration/test_kube_driver.py). */
+static void
+log_pods(struct kube *k)
+{
+	char ids[1024], n[24], r[24], b[24], w[24];
+	struct kube_pod *p;
+	size_t len = 0, cnt = 0;
+
+	ids[0] = '\0';
+	TAILQ_FOREACH(p, &k->pods, link) {
+		cnt++;
+		if (len + strlen(p->id) + 2 < sizeof(ids))
+			len += (size_t)snprintf(ids + len, sizeof(ids) - len, "%s%s",
+			    len > 0 ? "," : "", p->id);
+	}
+	snprintf(n, sizeof(n), "%zu", cnt);
+	snprintf(r, sizeof(r), "%llu", (unsigned long long)k->relists_410);
+	snprintf(b, sizeof(b), "%llu", (unsigned long long)k->bookmarks);
+	snprintf(w, sizeof(w), "%llu", (unsigned long long)k->rewatches);
+	log_info("kubernetes pods listed", "pods", n, "ids", ids, "after_410", r,
+	    "bookmarks", b, "rewatches", w, NULL);
+}
+
 static void
 l_done(void *arg, int status, json_t *body, const struct sbx_err *err)
 {
@@ -202,6 +226,7 @@ l_done(void *arg, int status, json_t *body, const struct sbx_err *err)
 	}
 	rv_take(k, body);
 	k->synced = 1;
+	log_pods(k);
 	watch_next(k, 0);
 }
 

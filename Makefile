@@ -235,7 +235,12 @@ check-fast: deps $(E2E_MODULES) $(E2B_MODULES)
 bench: deps all $(BUILD)/engine-raw $(BUILD)/wire-micro $(E2B_MODULES)
 	@BUILD=$(BUILD) sh tests/bench/run.sh
 
-run: deps all
+# make run builds with every core and quietly (a newcomer's first screen is
+# the demo, not 150 compiler lines); a warning still shows.
+RUN_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+run: deps
+	@echo "==> building sbx (make -j$(RUN_JOBS) all)"
+	@$(MAKE) -s --no-print-directory -j$(RUN_JOBS) all
 	@sh deploy/run.sh
 
 UNITS := $(wildcard deploy/systemd/*.service)

@@ -113,14 +113,6 @@ base_name(const char *path)
 /* ------------------------------------------------------------------ */
 /* GET /files                                                          */
 
-static int
-read_begin(struct areq *a)
-{
-	if (a->h.streaming || a->h.req == NULL)
-		return 0;
-	return areq_stream_begin(a, SBX_CT_OCTET, READ_HIGH_WATER);
-}
-
 static void
 read_start(void *arg, const char *exec_id)
 {
@@ -134,11 +126,7 @@ read_output(void *arg, int stream, const unsigned char *buf, size_t len)
 	struct areq *a = arg;
 
 	(void)stream;
-	if (read_begin(a) == -1 || a->h.req == NULL)
-		return;
-	api_metrics_stream_bytes(&a->s->metrics, 0, len);
-	evbuffer_add(a->h.chunk, buf, len);
-	areq_stream_flush(a);
+	areq_stream_bytes(a, buf, len, READ_HIGH_WATER);
 }
 
 static void

@@ -11,6 +11,7 @@
 
 #include "api_connect.h"
 #include "api_e2b.h"
+#include "api_e2b_path.h"
 #include "api_e2b_process.h"
 #include "api_int.h"
 #include "api_term.h"
@@ -32,8 +33,6 @@
 
 /* The sentences of what sbx refuses (docs/e2b.md). */
 #define MSG_ROOT "sbx runs every command as the sandbox user."
-#define MSG_OUTSIDE "Only /work is reachable in an sbx sandbox (E2B's home " \
-	"directory is /work)."
 
 struct e2b_watch;
 
@@ -476,39 +475,6 @@ user_check(struct areq *a, struct sbx_err *err)
 	return 0;
 }
 
-/* E2B's cwd in sbx terms (docs/e2b.md): "", "~", "/home/user" and what is
- * under them, and relative paths, are under /work; /work itself stays.
- * Other absolute paths: forbidden. Writes the path into buf. */
-static int
-cwd_map(const char *cwd, char *buf, size_t cap, struct sbx_err *err)
-{
-	const char *rest = NULL;
-
-	if (cwd == NULL || cwd[0] == '\0' || strcmp(cwd, "~") == 0)
-		rest = "";
-	else if (strncmp(cwd, "~/", 2) == 0)
-		rest = cwd + 2;
-	else if (strcmp(cwd, "/home/user") == 0)
-		rest = "";
-	else if (strncmp(cwd, "/home/user/", 11) == 0)
-		rest = cwd + 11;
-	else if (strcmp(cwd, "/work") == 0 || strncmp(cwd, "/work/", 6) == 0)
-		rest = cwd[5] == '\0' ? "" : cwd + 6;
-	else if (cwd[0] != '/')
-		rest = cwd;
-	if (rest == NULL)
-		return sbx_err_set(err, SBX_E_FORBIDDEN, MSG_OUTSIDE);
-	while (*rest == '/')
-		rest++;
-	if ((size_t)snprintf(buf, cap, "/work%s%s", rest[0] != '\0' ? "/" : "",
-	    rest) >= cap)
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "cwd is too long.");
-	/* No trailing slash: sbx's path rules take "/work/x", not "/work/x/". */
-	while (strlen(buf) > 5 && buf[strlen(buf) - 1] == '/')
-		buf[strlen(buf) - 1] = '\0';
-	return 0;
-}
-
 /* The variables of a process: the sandbox's envVars, then the request's
  * (a later value wins, as in envd). A new object, or NULL with err. */
 static json_t *
@@ -663,7 +629,7 @@ api_e2b_proc_start(struct areq *a, struct api_connect_call *c, json_t *msg)
 	sbx_err_clear(&e);
 	procs_sweep(s);
 	if (user_check(a, &e) == -1 || start_parse(msg, &r, &e) == -1 ||
-	    cwd_map(r.cwd, cwd, sizeof(cwd), &e) == -1 ||
+	    api_e2b_path(r.cwd, cwd, sizeof(cwd), &e) == -1 ||
 	    (envs = envs_merge(a, r.envs, &e)) == NULL)
 		goto fail;
 	argv = calloc(json_array_size(r.args) + 5, sizeof(*argv));

@@ -295,11 +295,7 @@ read_output(void *arg, int stream, const unsigned char *buf, size_t len)
 	struct areq *a = arg;
 
 	(void)stream;
-	if (read_begin(a) == -1 || a->h.req == NULL)
-		return;
-	api_metrics_stream_bytes(&a->s->metrics, 0, len);
-	evbuffer_add(a->h.chunk, buf, len);
-	areq_stream_flush(a);
+	areq_stream_bytes(a, buf, len, STREAM_HIGH_WATER);
 }
 
 static void

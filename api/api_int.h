@@ -357,6 +357,12 @@ int api_fileop_admit(struct areq *a, struct sbx_err *err);
  * both finish a. */
 int areq_stream_begin(struct areq *a, const char *ctype, size_t high_water);
 void areq_stream_flush(struct areq *a);
+/* A file's bytes as an octet-stream reply: begins the stream (high_water as
+ * above) before the first bytes, counts them in the stream metrics, queues
+ * and flushes them. A client gone, or a failed begin, ends a as begin and
+ * flush say; the bytes are then dropped. */
+void areq_stream_bytes(struct areq *a, const unsigned char *buf, size_t len,
+    size_t high_water);
 void areq_stream_end(struct areq *a, const char *outcome);
 void areq_stream_abort(struct areq *a, const char *outcome);
 /* Watches a's connection until its reply: a client that goes away

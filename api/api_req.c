@@ -343,6 +343,20 @@ areq_stream_flush(struct areq *a)
 	sbx_httpd_stream_flush(&a->h);
 }
 
+void
+areq_stream_bytes(struct areq *a, const unsigned char *buf, size_t len,
+    size_t high_water)
+{
+	if (!a->h.streaming && a->h.req != NULL &&
+	    areq_stream_begin(a, SBX_CT_OCTET, high_water) == -1)
+		return;
+	if (a->h.req == NULL)
+		return;
+	api_metrics_stream_bytes(&a->s->metrics, 0, len);
+	evbuffer_add(a->h.chunk, buf, len);
+	areq_stream_flush(a);
+}
+
 static void ping_fire(evutil_socket_t, short, void *);
 
 void

@@ -575,6 +575,9 @@ Try it as the player:
     sbxctl status $NPC --json
 As the operator (egress is theirs to grant):
     SBX_KEY="\$(cat $RUN/operator.key)" sbxctl egress grant $NPC
+From code written for the e2b SDK (npm e2b; docs/e2b.md):
+    export E2B_API_URL=$URL/e2b E2B_SANDBOX_URL=$URL/e2b/envd
+    export E2B_API_KEY="\$(cat $RUN/player.key)"
 More: sbxctl --help, docs/cli.md. Logs: $RUN/api.log, $RUN/broker.log
 EOF
 

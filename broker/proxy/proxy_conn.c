@@ -39,13 +39,16 @@ struct conn {
 	int eof;                          /* 1: client ended, 2: upstream ended */
 	int shut;                         /* 1/2: that side's write shut down */
 	struct event *retry;              /* relay: the next connect attempt */
+	long long t0;                     /* sbx_mono_ms() at accept */
 };
 
-/* A relay that started less than RELAY_GRACE_MS ago tries the proxy's
- * socket again every RELAY_RETRY_MS before a 502: its sandbox and the proxy
- * start together (ensure of a stopped sandbox), and the proxy may not have
- * bound its socket yet (adr/0027). After that a refusal is a 502 at once. */
-#define RELAY_GRACE_MS 1000
+/* The relay tries the proxy's socket again every RELAY_RETRY_MS for the
+ * first RELAY_GRACE_MS of each connection before a 502: its sandbox and the
+ * proxy start together (ensure of a stopped sandbox), and a proxy that is
+ * being started or replaced may not have bound its socket yet (adr/0027,
+ * amended: a full make check on 2 loaded cores saw a 502 one second after
+ * the relay's start). A proxy that is gone still answers within the grace. */
+#define RELAY_GRACE_MS 2000
 #define RELAY_RETRY_MS 50
 
 static void
@@ -265,8 +268,8 @@ relay_retry_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* The proxy's socket refused (absent, or left by a proxy that is starting
- * again): within the relay's first RELAY_GRACE_MS try again shortly, else
- * (or then) 502. */
+ * again): within the connection's first RELAY_GRACE_MS try again shortly,
+ * else (or then) 502. */
 static void
 relay_failed(struct conn *k)
 {
@@ -276,7 +279,7 @@ relay_failed(struct conn *k)
 		bufferevent_free(k->u);
 		k->u = NULL;
 	}
-	if (sbx_mono_ms() - k->px->relay_t0 >= RELAY_GRACE_MS ||
+	if (sbx_mono_ms() - k->t0 >= RELAY_GRACE_MS ||
 	    (k->retry == NULL &&
 	    (k->retry = evtimer_new(k->px->base, relay_retry_cb, k)) == NULL) ||
 	    evtimer_add(k->retry, &tv) != 0) {
@@ -506,6 +509,7 @@ proxy_accepted(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa
 	}
 	px->conns++;
 	k->px = px;
+	k->t0 = sbx_mono_ms();
 	k->st = C_HEAD;
 	k->c = bufferevent_socket_new(px->base, fd, BEV_OPT_CLOSE_ON_FREE);
 	if (k->c == NULL) {

@@ -28,7 +28,6 @@ struct px {
 	int head_ms, connect_ms, idle_ms, dns_ms;
 	struct sockaddr_un relay_to;      /* relay mode: the proxy's socket */
 	int relay;
-	long long relay_t0;               /* relay: sbx_mono_ms() at start */
 	int counts_fd;                    /* --counts FILE, or -1 */
 	int counts_failed;                /* a write failed: said once */
 };
@@ -37,7 +36,7 @@ struct px {
  * The listener's callback (evconnlistener_cb, arg: the struct px): takes
  * fd over and runs one connection to its end. Above px->max_conns the
  * client gets 503 at once (a "deny" line); in relay mode the bytes go on
- * unparsed to px->relay_to, retried for RELAY_GRACE_MS after start. Every
+ * unparsed to px->relay_to, a refusal retried for RELAY_GRACE_MS (2 s) of the connection. Every
  * decision is a line of proxy_emit; nothing is returned.
  */
 void proxy_accepted(struct evconnlistener *l, evutil_socket_t fd,

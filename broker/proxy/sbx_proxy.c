@@ -225,7 +225,6 @@ main(int argc, char **argv)
 	i = 1;
 	if (argc > 1 && strcmp(argv[1], "relay") == 0) {
 		px.relay = 1;
-		px.relay_t0 = sbx_mono_ms();
 		listen = "127.0.0.1:3128";
 		i = 2;
 	}

@@ -13,6 +13,7 @@
 
 import json
 import os
+import sys
 import re
 import secrets
 import shutil
@@ -188,6 +189,11 @@ class EgressPolicyTest(BrokerTestCase):
                                 "| nc -w 20 ${p%%:*} ${p##*:}; true" % url, timeout_ms=60000)
         out = bytes(r.out)
         status = int(out.split(b" ", 2)[1]) if out.startswith(b"HTTP/1.") else 0
+        if status not in (200, 403):
+            # What a failing assertion cannot say: the answer and the proxy's state.
+            px = self.proxy(sid)
+            print("get %s: %r; proxy %s" % (url, out[-300:], json.dumps(
+                px["State"]) if px else "absent"), file=sys.stderr)
         return status, out, time.monotonic() - t0
 
     def raw(self, sid, data):

@@ -319,13 +319,13 @@ class EgressProxyTest(unittest.TestCase):
         self.assertLess(secs, 1.0)
         self.assertEqual([d["event"] for d in p.decisions()], ["allow", "allow", "allow", "deny"])
         self.assertEqual([d["event"] for d in relay.decisions()], [])   # the relay decides nothing
-        # The proxy gone: the relay answers at once, it does not hang.
+        # The proxy gone: the relay answers within its 2 s grace, it does not hang.
         p.stop()
         self.proxies.remove(p)
         code, body, secs, _ = self.curl("http://allowed.test:8080/", relay)
         self.assertEqual(code, "502", body)
         self.assertIn("egress proxy of this sandbox is not reachable", body)
-        self.assertLess(secs, 1.0)
+        self.assertLess(secs, 5.0)
 
     # ------------------------------------------------- robustness, secrets
 

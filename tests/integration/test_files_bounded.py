@@ -265,7 +265,12 @@ class ListPagesTest(BrokerTestCase):
                  1000 * max(bdl or [0]), rss0, peak[0]))
         self.assertLess(max(during), 2.0, "the stream stopped")
         self.assertLess(max(dl), 1.0, "a line waited %.2f s: the broker's loop blocked" % max(dl))
-        self.assertLessEqual(len([d for d in dl if d > 0.1]), max(3, len(dl) // 10))
+        # "Late" is relative to this run's own baseline window: on a loaded
+        # machine (a full make check, 4 lanes on 2 cores) the baseline's lines
+        # are already late by up to a few hundred ms, and a fixed 100 ms failed.
+        late = max(0.1, 2 * max(bdl or [0]))
+        self.assertLessEqual(len([d for d in dl if d > late]), max(3, len(dl) // 10),
+                             "lines later than %.0f ms (twice the baseline's worst)" % (1000 * late))
         self.assertLess(peak[0] - rss0, 32 * 1024, "broker RSS grew by %d KiB" % (peak[0] - rss0))
         self.assertIsNone(s.error)
 

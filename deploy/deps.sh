@@ -16,6 +16,7 @@ PKGS="
 build-essential pkg-config
 libevent-dev libjansson-dev libsqlite3-dev libsodium-dev libcmocka-dev sqlite3
 libwslay-dev nettle-dev
+libssl-dev
 docker.io docker-compose podman runc catatonit conmon uidmap iptables netavark aardvark-dns
 busybox-static debootstrap
 python3 python3-websockets curl jq iproute2 prometheus nftables wget openssl
@@ -23,6 +24,7 @@ chromium nodejs
 clang libclang-rt-14-dev
 systemd nginx-light
 "
+# libssl-dev: TLS of the kubernetes driver (libevent_openssl, adr/0072).
 # libwslay-dev: WebSocket framing (common/sbx_ws.c); nettle-dev: the SHA-1 of
 # the WebSocket handshake (adr/0052). python3-websockets: the WebSocket
 # client of tests/integration/test_api_ws.py.

@@ -39,6 +39,8 @@ struct kube_pod {
 	int64_t created_ms;
 	char image[256];
 	int egress;
+	char stuck[64];               /* a container waiting for a reason that
+	                               * will not pass (ErrImagePull...), or "" */
 };
 
 /* A waiter for a pod to reach Running (ensure), answered by the watch. */

@@ -248,6 +248,9 @@ running_cb(void *arg, const struct kube_pod *p)
 	}
 	snprintf(msg, sizeof(msg), "the sandbox's pod did not start (phase %s%s)",
 	    p->phase, p->deleting ? ", being deleted" : "");
+	if (p->stuck[0] != '\0')
+		snprintf(msg, sizeof(msg), "the sandbox's pod cannot start: %s "
+		    "(is the image, or kube_helper_image, on the nodes?)", p->stuck);
 	fail(o, SBX_E_RUNTIME, msg);
 }
 
@@ -267,7 +270,8 @@ wait_running(struct lop *o)
 	struct timeval tv = { o->k->start_to / 1000,
 	    (o->k->start_to % 1000) * 1000 };
 
-	if (p != NULL && (strcmp(p->phase, "Pending") != 0 || p->deleting)) {
+	if (p != NULL && (strcmp(p->phase, "Pending") != 0 || p->deleting ||
+	    p->stuck[0] != '\0')) {
 		running_cb(o, p);
 		return;
 	}

@@ -144,6 +144,27 @@ rfc3339_ms(const char *s)
 	return (int64_t)timegm(&tm) * 1000;
 }
 
+/* A waiting reason no retry cures soon: the ensure fails with it rather
+ * than wait for kube_start_timeout. */
+static void
+stuck_reason(json_t *statuses, struct kube_pod *p)
+{
+	static const char *const stuck[] = { "ErrImagePull", "ImagePullBackOff",
+	    "InvalidImageName", "CreateContainerConfigError",
+	    "CreateContainerError", NULL };
+	json_t *cs;
+	size_t i, j;
+
+	json_array_foreach(statuses, i, cs) {
+		const char *r = json_string_value(json_object_get(json_object_get(
+		    json_object_get(cs, "state"), "waiting"), "reason"));
+
+		for (j = 0; r != NULL && stuck[j] != NULL; j++)
+			if (strcmp(r, stuck[j]) == 0 && p->stuck[0] == '\0')
+				snprintf(p->stuck, sizeof(p->stuck), "%s", r);
+	}
+}
+
 int
 kube_pod_read(json_t *pod, struct kube_pod *p)
 {
@@ -176,6 +197,10 @@ kube_pod_read(json_t *pod, struct kube_pod *p)
 	snprintf(p->image, sizeof(p->image), "%s", s != NULL ? s : "");
 	s = json_string_value(json_object_get(lab, "sbx.dev/egress"));
 	p->egress = s != NULL && strcmp(s, "1") == 0;
+	stuck_reason(json_object_get(json_object_get(pod, "status"),
+	    "initContainerStatuses"), p);
+	stuck_reason(json_object_get(json_object_get(pod, "status"),
+	    "containerStatuses"), p);
 	return 0;
 }
 

@@ -35,7 +35,8 @@ wake(struct kube *k, const char *id, const struct kube_pod *p)
 {
 	struct kube_wait *w, *nw;
 
-	int over = p == NULL || strcmp(p->phase, "Running") == 0 ||
+	int over = p == NULL || p->stuck[0] != '\0' ||
+	    strcmp(p->phase, "Running") == 0 ||
 	    strcmp(p->phase, "Failed") == 0 ||
 	    strcmp(p->phase, "Succeeded") == 0 || p->deleting;
 

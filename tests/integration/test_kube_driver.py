@@ -31,6 +31,7 @@ from kf_client import Client  # noqa: E402
 SRC = os.path.join(REPO, "tests", "conform", "conform.c")
 # "localhost/": Podman resolves a bare name on docker.io
 HELPER_IMAGE = "localhost/sbx-kube-helper:test"
+ABSENT_IMAGE = "localhost/sbx-kube-absent:none"   # allowlisted, never pulled
 
 
 def c_tests():
@@ -168,7 +169,7 @@ class KubeBroker(brokerfix.Broker):
             "--driver", "kubernetes", "--kube-server", i["server"],
             "--kube-ca-file", i["ca"], "--kube-token-file", i["token_files"]["broker"],
             "--kube-namespace", self.fake.ns, "--kube-helper-image", HELPER_IMAGE,
-            "--kube-force-after", "5s"]
+            "--kube-force-after", "5s", "--images", ABSENT_IMAGE]
 
 
 def listed(log):
@@ -228,7 +229,13 @@ class KubeWatch(unittest.TestCase):
             r = c.ensure(new)
             self.assertEqual(r.status, 200, r)
             self.assertEqual(c.exec(new, ["echo", new]).code, 0)
-            for sid in ids + [new]:
+            # an image the node cannot get: the ensure fails at once with
+            # the kubelet's reason, not after kube_start_timeout
+            bad = "kw-e-%d" % os.getpid()
+            r = c.ensure(bad, image=ABSENT_IMAGE)
+            self.assertEqual(r.status, 502, r)
+            self.assertIn("ErrImagePull", r.json()["error"]["message"], r)
+            for sid in ids + [new, bad]:
                 c.destroy(sid)
         finally:
             broker.stop()

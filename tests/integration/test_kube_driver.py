@@ -4,7 +4,7 @@ containers on this lane's runtime: the shared conformance suite
 (tests/conform/conform.c, target "kube") with one test here per C test, and
 the watch cut mid-stream plus a forced 410 through a real sandbox-broker:
 no sandbox lost, none duplicated. Touches: a fake cluster of its own (files
-under SBX_TEST_OUT), a helper image "localhost/sbx-kube-helper:test" it imports, the
+under SBX_TEST_OUT), a helper image "localhost/sbx-kube-helper:latest" it imports, the
 runtime's containers and volumes labelled with the fake's instance."""
 
 import io
@@ -30,7 +30,7 @@ from kf_client import Client  # noqa: E402
 
 SRC = os.path.join(REPO, "tests", "conform", "conform.c")
 # "localhost/": Podman resolves a bare name on docker.io
-HELPER_IMAGE = "localhost/sbx-kube-helper:test"
+HELPER_IMAGE = "localhost/sbx-kube-helper:latest"   # Podman's import tags :latest whatever it is told
 ABSENT_IMAGE = "localhost/sbx-kube-absent:none"   # allowlisted, never pulled
 
 
@@ -52,7 +52,7 @@ def helper_image(engine):
             t.addfile(ti)
         t.add(os.path.join(BUILD, "sbx-helper"), arcname="sbx-helper")
     engine.call("POST", "/images/create", body=buf.getvalue(),
-                params={"fromSrc": "-", "repo": "localhost/sbx-kube-helper", "tag": "test"},
+                params={"fromSrc": "-", "repo": "localhost/sbx-kube-helper", "tag": "latest"},
                 timeout=120)
 
 

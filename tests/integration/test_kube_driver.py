@@ -243,6 +243,36 @@ class KubeWatch(unittest.TestCase):
             broker.cleanup()
 
 
+class KubeNodeLost(unittest.TestCase):
+    """Issue 27 lesson 2: a node that died never finishes a graceful delete
+    and the PVC waits on pvc-protection; destroy deletes the pod again with
+    grace 0 after kube_force_after and both go. Runs last (its node stays
+    lost: "KubeNodeLost" sorts after the other classes)."""
+
+    def test_destroy_on_a_lost_node_forces(self):
+        fake = FAKE
+        broker = KubeBroker(fake, sbxtest.test_image())
+        broker.start()
+        try:
+            c = broker.client(timeout=120)
+            sid = "kl-%d" % os.getpid()
+            self.assertEqual(c.ensure(sid).status, 200)
+            self.assertEqual(c.exec(sid, ["echo", "x"]).code, 0)
+            node = fake.admin.get("/api/v1/namespaces/%s/pods/sbx-%s" % (fake.ns, sid))["spec"]["nodeName"]
+            fake.knob("nodes/%s/lose" % node)
+            sbxtest.wait_until(lambda: not fake.schedulable(), 60, "the node NotReady", interval=0.2)
+            r = c.destroy(sid, timeout=120)
+            self.assertEqual(r.status, 200, r)
+            self.assertIn("deleting it with grace 0", broker.log_text())
+            for path in ("pods/sbx-", "persistentvolumeclaims/work-"):
+                url = "/api/v1/namespaces/%s/%s%s" % (fake.ns, path, sid)
+                sbxtest.wait_until(lambda: fake.admin.request("GET", url)[0] == 404,
+                                   30, url + " gone", interval=0.2)
+        finally:
+            broker.stop()
+            broker.cleanup()
+
+
 def _make(name):
     return lambda self: self.check(name)
 

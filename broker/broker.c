@@ -297,6 +297,7 @@ main(int argc, char **argv)
 	ec.proxy_resolver = cfg.egress_proxy_resolver;
 	ec.proxy_memory = cfg.egress_proxy_memory;
 	ec.name_prefix = cfg.name_prefix;
+	ec.warm_pool = (int)cfg.warm_pool;
 	if (cfg.driver != NULL && strcmp(cfg.driver, "kubernetes") == 0)
 		driver = broker_kube_driver_new(m.base, &cfg, allow, &err);
 	else

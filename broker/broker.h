@@ -74,6 +74,7 @@ struct broker_config {
 	int agent;                /* helper invocations through each sandbox's agent (adr/0025) */
 	long long agent_idle, agent_ping, agent_fresh; /* ms (adr/0025) */
 	long long socket_mode;    /* unix socket permission bits, e.g. 0660 */
+	long long warm_pool;      /* warm sandboxes of the default image (adr/0067); 0: none */
 	char *log_level;
 	char *log_file;           /* NULL: stderr */
 	char *driver;             /* "engine" | "kubernetes" (adr/0072) */

@@ -117,6 +117,8 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "the broker pings each agent this often; unanswered for twice that, the channel is closed"),
 	K("agent_fresh", SBX_CFG_DURATION_MS, agent_fresh, "15s",
 	    "warm ensure answered from the agent's channel when the agent was heard within this (0: always inspect)"),
+	K("warm_pool", SBX_CFG_INT, warm_pool, "0",
+	    "sandboxes of the default image kept created, started and owned by no one; an ensure of a new sandbox claims one (adr/0067; 0: none, at most 64 and max_sandboxes)"),
 	K("shutdown_grace", SBX_CFG_DURATION_MS, shutdown_grace, "10s",
 	    "SIGTERM: how long in-flight requests may finish"),
 	K("socket_mode", SBX_CFG_MODE, socket_mode, "0660",
@@ -288,6 +290,10 @@ broker_config_finish(struct broker_config *cfg, const char *exe_path,
 	    not_above(cfg->exec_timeout, cfg->exec_timeout_max, "exec_timeout",
 	    "exec_timeout_max", err) == -1)
 		return -1;
+	if (cfg->warm_pool < 0 || cfg->warm_pool > 64 ||
+	    cfg->warm_pool > cfg->max_sandboxes)
+		return sbx_err_set(err, SBX_E_CONFIG,
+		    "warm_pool must be 0..64 and not above max_sandboxes.");
 	if (cfg->list_max_entries > 100000)
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    "list_max_entries must be at most 100000.");

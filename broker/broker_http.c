@@ -534,7 +534,8 @@ h_metrics(struct breq *b, struct sbx_err *err)
 	stopped = broker_state_count_state(b->s->state, "stopped", &serr);
 	absent = broker_state_count_state(b->s->state, "absent", &serr);
 	if (out == NULL || broker_metrics_render(b->s->metrics, out, running,
-	    stopped, absent) == -1 || sbx_agent_metrics_render(out) < 0) {
+	    stopped, absent) == -1 || sbx_agent_metrics_render(out) < 0 ||
+	    sbx_engine_pool_metrics_render(out) < 0) {
 		if (out != NULL)
 			evbuffer_free(out);
 		return sbx_err_oom(err);

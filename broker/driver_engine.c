@@ -92,6 +92,7 @@ eng_free(struct sbx_driver *d)
 	eng_agents_free(e);
 	while ((op = TAILQ_FIRST(&e->ops)) != NULL)
 		eng_op_free(op);
+	eng_pool_free(e);
 	free(e->address);
 	free(e->default_image);
 	for (p = e->images; p != NULL && *p != NULL; p++)
@@ -280,6 +281,8 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 	e->usage_max = c->usage_max_entries > 0 ? c->usage_max_entries : 200000;
 	e->req_timeout_ms = c->request_timeout_ms > 0 ? c->request_timeout_ms :
 	    60000;
+	if (eng_pool_new(e, c->warm_pool, err) < 0)
+		goto fail;
 	return &e->base;
 oom:
 	sbx_err_oom(err);

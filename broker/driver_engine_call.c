@@ -117,6 +117,31 @@ eng_managed(json_t *labels)
 	return v != NULL && strcmp(v, "true") == 0;
 }
 
+int
+eng_sandbox_of(const struct engine *e, json_t *labels, const char *name,
+    char *id, size_t sz)
+{
+	const char *v;
+	size_t pl = strlen(e->prefix);
+
+	if (!eng_managed(labels))
+		return 0;
+	if ((v = eng_label(labels, L_ID)) == NULL) {
+		/* Born a pool member (adr/0067): the name is the truth. */
+		if (eng_label(labels, L_POOL) == NULL || name == NULL)
+			return 0;
+		if (name[0] == '/')
+			name++;
+		if (strncmp(name, e->prefix, pl) != 0)
+			return 0;
+		v = name + pl;
+	}
+	if (v[0] == '\0' || strlen(v) >= sz)
+		return 0;
+	snprintf(id, sz, "%s", v);
+	return 1;
+}
+
 /* A runtime error answer: {"message":"..."} (Docker and Podman). */
 void
 eng_runtime_err(struct sbx_err *err, int status, json_t *body, const char *what)
@@ -438,9 +463,10 @@ eng_status_from_inspect(struct eop *op, json_t *c, struct sbx_status *st,
 	json_t *labels = json_object_get(cfg, "Labels");
 	json_t *state = json_object_get(c, "State");
 	const char *v;
+	char id[sizeof(op->id)];
 
-	if (!eng_managed(labels) || (v = eng_label(labels, L_ID)) == NULL ||
-	    strcmp(v, op->id) != 0)
+	if (!eng_sandbox_of(op->e, labels, eng_jstr(c, "Name"), id, sizeof(id)) ||
+	    strcmp(id, op->id) != 0)
 		return eng_not_ours(err, "container", op->cname);
 	memset(st, 0, sizeof(*st));
 	snprintf(st->id, sizeof(st->id), "%s", op->id);

@@ -29,6 +29,11 @@ static const struct eng_kind ensure_kind = {
 static json_t *
 labels_json(struct eop *op)
 {
+	/* A pool member's id is its name until a claim renames it (adr/0067). */
+	if (ens(op)->pool)
+		return json_pack("{s:s, s:s, s:s, s:s, s:s}", L_MANAGED, "true",
+		    L_POOL, ens(op)->image, L_EGRESS, "0", L_IMAGE,
+		    ens(op)->image, L_HELPER, op->e->helper_vol);
 	return json_pack("{s:s, s:s, s:s, s:s, s:s}", L_MANAGED, "true", L_ID,
 	    op->id, L_EGRESS, ens(op)->allow != NULL ? "proxy" : ens(op)->egress ?
 	    "1" : "0", L_IMAGE, ens(op)->image,
@@ -170,7 +175,9 @@ ensure_final(struct eop *op, int status, json_t *body, const struct sbx_err *err
 		eng_finish_err(op, &e);
 		return;
 	}
-	eng_agent_note_status(op->e, &st, op->e->helper_vol);
+	/* A pool member stays untouched: no agent until it is claimed. */
+	if (!ens(op)->pool)
+		eng_agent_note_status(op->e, &st, op->e->helper_vol);
 	eng_finish_status(op, NULL, &st);
 }
 
@@ -506,7 +513,9 @@ ensure_volume(struct eop *op)
 	char o[64];
 
 	req = json_pack("{s:s, s:o}", "Name", op->vname, "Labels",
-	    json_pack("{s:s, s:s}", L_MANAGED, "true", L_ID, op->id));
+	    ens(op)->pool ? json_pack("{s:s, s:s}", L_MANAGED, "true", L_POOL,
+	    ens(op)->image) : json_pack("{s:s, s:s}", L_MANAGED, "true", L_ID,
+	    op->id));
 	/* Podman's local driver sets the new volume's owner itself, also
 	 * when the image's /work is root's (adr/0009); Docker's refuses the
 	 * option without a device: there an init container does it. */
@@ -608,6 +617,17 @@ ensure_ghost(struct eop *op, int status, json_t *body)
 	return 1;
 }
 
+/* The claim hook's answer (adr/0067): a renamed member is inspected as an
+ * existing sandbox is (started if it stopped); else op creates one cold. */
+static void
+ensure_claimed(struct eop *op, int claimed)
+{
+	if (claimed)
+		ensure_inspect(op);
+	else
+		eng_image_probe(op, ensure_new);
+}
+
 static void
 ensure_inspected(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
@@ -622,9 +642,14 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 	if ((r = eng_inspect_found(op, status, body, err, &st, &hl)) < 0)
 		return;
 	if (r == 0) {
+		/* A new sandbox: a warm pool member if one fits (adr/0067). */
+		if (!en->pool && op->e->claim_hook != NULL &&
+		    op->e->claim_hook(op, ensure_claimed))
+			return;
 		eng_image_probe(op, ensure_new);
 		return;
 	}
+	eng_work_volume(op, body);     /* a claimed member's (adr/0067) */
 	snprintf(en->old_helper, sizeof(en->old_helper), "%s",
 	    hl != NULL ? hl : "");
 	/* Egress revoked: its network goes once the container has. */
@@ -946,4 +971,27 @@ eng_ensure(struct sbx_driver *d, const char *id, const struct sbx_spec *spec,
 	}
 	ensure_inspect(op);
 	return &op->base;
+}
+
+struct eop *
+eng_ensure_member(struct engine *e, const char *hex, sbx_status_cb cb,
+    void *arg, struct sbx_err *err)
+{
+	struct eop *op;
+
+	if ((op = eng_op_new(e, &ensure_kind, NULL, sizeof(struct eop_ensure),
+	    err)) == NULL)
+		return NULL;
+	op->cb.status = cb;
+	op->arg = arg;
+	snprintf(op->id, sizeof(op->id), POOL_TAG "%s", hex);
+	snprintf(op->cname, sizeof(op->cname), "%s%s", e->prefix, op->id);
+	sbx_engine_volume_name(e->prefix, op->id, op->vname, sizeof(op->vname));
+	ens(op)->pool = 1;
+	snprintf(ens(op)->image, sizeof(ens(op)->image), "%s", e->default_image);
+	ens(op)->mem = e->mem.def;
+	ens(op)->cpus = e->cpus.def;
+	ens(op)->pids = e->pids.def;
+	ensure_inspect(op);
+	return op;
 }

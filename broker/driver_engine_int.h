@@ -37,6 +37,7 @@
  * Layout (adr/0021, adr/0037), each file calling only the ones below it:
  *   driver_engine.c         the ops table, the driver; calls the job files
  *   driver_engine_life.c    status, stop, destroy, list, reconcile, health
+ *   driver_engine_pool.c    the warm pool: members, claim, sweep (adr/0067)
  *   driver_engine_ensure.c  ensure (container, volume, init, network)
  *   driver_engine_proxy.c   the egress proxy of a sandbox
  *   driver_engine_helper.c  the helper volume
@@ -68,6 +69,9 @@
 #define L_HELPER_SHA "io.sbx.helper-sha256"
 #define L_HELPER_STEM "io.sbx.helper-stem"
 #define L_ROLE "io.sbx.role"             /* helper-fill, init, image-probe: not sandboxes */
+#define L_POOL "io.sbx.pool"             /* born a warm pool member (adr/0067): its
+                                        * sandbox id is its name, not io.sbx.id */
+#define POOL_TAG "pool."                /* "<prefix>pool.<hex>": never an id (no '.') */
 
 enum flavor { FLAVOR_UNKNOWN, FLAVOR_DOCKER, FLAVOR_PODMAN };
 enum hstate { H_NONE, H_BUSY, H_READY };
@@ -120,6 +124,13 @@ struct engine {
 	/* Asked first by eng_finish_err: 1 when it took the failure over
 	 * (driver_engine_verify.c); NULL: none. */
 	int (*fail_hook)(struct eop *op, const struct sbx_err *err);
+	/* The warm pool (driver_engine_pool.c, adr/0067); NULL: none. */
+	struct eng_pool *pool;
+	/* Asked by an ensure that found no container for its id: 1 when it
+	 * took op over and goes on in then(op, claimed): 1 a pool member now
+	 * carries op's container name (inspect it), 0 create it cold; 0 when
+	 * it did not (create cold at once). NULL: no pool. */
+	int (*claim_hook)(struct eop *op, void (*then)(struct eop *, int));
 };
 
 struct sbx_status;
@@ -284,6 +295,12 @@ struct eop_ensure {
 	int aux_tries;
 	int64_t aux_code;             /* its exit status */
 	struct sbx_err aux_err;       /* the failure reported after its removal */
+	/* The warm pool (adr/0067): this ensure makes a pool member (labels
+	 * io.sbx.pool, no io.sbx.id, no agent), or claims one. */
+	int pool;
+	void (*claim_then)(struct eop *, int);
+	char claim_cid[80];           /* the member being renamed */
+	char claim_name[140];         /* its container name */
 };
 
 /* destroy */
@@ -495,6 +512,16 @@ void eng_finish_err(struct eop *op, const struct sbx_err *err);
 /* Reports err from the event loop (a request that could not be sent), so
  * no callback runs before the call that started op has returned. */
 void eng_fail_later(struct eop *op, const struct sbx_err *err);
+/*
+ * The one lookup of a sandbox's /work volume that is not its name
+ * (adr/0067): a sandbox claimed from the warm pool keeps the volume its
+ * member was made with ("<prefix>pool.<hex>-work"). Sets op->vname to the
+ * volume container inspect answer c mounts at /work (Mounts[], Type
+ * "volume", Destination SBX_WORK_DIR); leaves it (the name made from the
+ * id, sbx_engine_volume_name) when c mounts none there or the name does
+ * not fit [A-Za-z0-9_.-] (139 bytes at most).
+ */
+void eng_work_volume(struct eop *op, json_t *c);
 
 /* ---- driver_engine_call.c: one runtime call, inspect parsing (calls the op lifecycle only) ---- */
 
@@ -510,6 +537,15 @@ void eng_urlencode(const char *in, char *out, size_t outsz);
 const char *eng_jstr(json_t *o, const char *key);
 const char *eng_label(json_t *labels, const char *key);
 int eng_managed(json_t *labels);
+/*
+ * The sandbox id of a container sbx made (labels managed): its io.sbx.id
+ * label, or for one born a warm pool member (io.sbx.pool, adr/0067) its
+ * name (Docker's "/name" or bare) without e->prefix. 1 with id (sz bytes,
+ * not checked with sbx_id_valid: an unclaimed member's is "pool.<hex>"),
+ * 0 when neither applies (not ours, another prefix, too long).
+ */
+int eng_sandbox_of(const struct engine *e, json_t *labels, const char *name,
+    char *id, size_t sz);
 /* err = runtime_error "the container runtime refused to WHAT (HTTP n);
  * the broker's log has its answer"; the runtime's message (host paths,
  * its internals) goes to the log only, with what and the status. */
@@ -650,6 +686,16 @@ struct sbx_op *eng_ensure(struct sbx_driver *d, const char *id,
     struct sbx_err *err);
 /* Removes op's egress network if sbx made it, then op->then(op). */
 void eng_net_drop(struct eop *op, void (*after)(struct eop *));
+/*
+ * Makes a warm pool member (adr/0067): an ensure of the default image with
+ * the default limits, no egress, whose container "<prefix>POOL_TAG<hex>"
+ * and volume "<that>-work" carry io.sbx.managed and io.sbx.pool=<image>,
+ * never io.sbx.id; no agent is started in it. hex: 1-32 of [0-9a-f]. cb
+ * hears its status (id "pool.<hex>") or why it failed (as ensure's). NULL
+ * with err (out of memory).
+ */
+struct eop *eng_ensure_member(struct engine *e, const char *hex,
+    sbx_status_cb cb, void *arg, struct sbx_err *err);
 
 /* ---- driver_engine_helper.c ---- */
 
@@ -690,6 +736,20 @@ int eng_file_tar(const char *path, const char *name, unsigned char **tar,
     size_t *tar_len, size_t *file_len, char *why, size_t whylen);
 /* Reads the helper file once; -1 with e->helper_err set. */
 int eng_helper_load(struct engine *e);
+
+/* ---- driver_engine_pool.c: the warm pool (adr/0067) ---- */
+
+/* Sets up e's pool of want members (0: none, nothing set) and its claim
+ * hook (e->claim_hook); nothing is made before eng_pool_reconciled. -1
+ * with err when out of memory. */
+int eng_pool_new(struct engine *e, int want, struct sbx_err *err);
+/* The first reconcile ended: unclaimed members of an earlier broker (any
+ * image, helper or count) are removed with their volumes, then the pool
+ * fills in the background. Later calls do nothing. */
+void eng_pool_reconciled(struct engine *e);
+/* Frees the pool's records (driver free); members stay in the runtime
+ * until the next start's eng_pool_reconciled. */
+void eng_pool_free(struct engine *e);
 
 /* ---- driver_engine_life.c ---- */
 

@@ -386,6 +386,8 @@ destroy_inspected(struct eop *op, int status, json_t *body,
 	}
 	snprintf(dst(op)->old_helper, sizeof(dst(op)->old_helper), "%s",
 	    hl != NULL ? hl : "");
+	/* A claimed pool member's /work keeps its member's name (adr/0067). */
+	eng_work_volume(op, body);
 	eng_callf(op, "DELETE", NULL, destroy_removed,
 	    API "/containers/%s?force=1&v=0", op->cid);
 }
@@ -408,6 +410,7 @@ sandboxes_listed(struct eop *op, int status, json_t *body,
 	struct sbx_err e;
 	json_t *c, *labels;
 	const char *v, *state;
+	char id[sizeof(sts[0].id)];
 	size_t i, n = 0;
 
 	if (list_bad(op, status, body, err, "containers"))
@@ -421,10 +424,11 @@ sandboxes_listed(struct eop *op, int status, json_t *body,
 	json_array_foreach(body, i, c) {
 		labels = json_object_get(c, "Labels");
 		/* The filter is the runtime's; check again ourselves. */
-		if (!eng_managed(labels) || (v = eng_label(labels, L_ID)) == NULL ||
-		    !sbx_id_valid(v))
+		if (!eng_sandbox_of(op->e, labels, json_string_value(json_array_get(
+		    json_object_get(c, "Names"), 0)), id, sizeof(id)) ||
+		    !sbx_id_valid(id))
 			continue;
-		snprintf(sts[n].id, sizeof(sts[n].id), "%s", v);
+		snprintf(sts[n].id, sizeof(sts[n].id), "%s", id);
 		state = eng_jstr(c, "State");
 		sts[n].state = strcmp(state, "running") == 0 ?
 		    SBX_STATE_RUNNING : SBX_STATE_STOPPED;
@@ -530,6 +534,8 @@ rec_next(struct eop *op)
 	snprintf(gone, sizeof(gone), "%u", rc->rgone);
 	if (rc->rgone > 0)
 		log_info("egress networks reconciled", "removed", gone, NULL);
+	/* The warm pool starts once (adr/0067): after the first reconcile. */
+	eng_pool_reconciled(op->e);
 	eng_finish_done(op, NULL);
 }
 

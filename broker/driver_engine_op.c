@@ -1,7 +1,8 @@
 /*
  * driver_engine_op.c - the engine driver's op lifecycle: new, enter,
  * leave, release, free, and the terminal callbacks of the caller's shapes;
- * the names an op's sandbox goes by (sbx_engine_volume_name).
+ * the names an op's sandbox goes by (sbx_engine_volume_name, and the /work
+ * volume a claimed pool member keeps: eng_work_volume, adr/0067).
  * What differs per kind comes from the op's row (struct eng_kind, set at
  * eng_op_new by the kind's own file): this file calls no other engine
  * file, only those hooks (adr/0037).
@@ -16,6 +17,32 @@ sbx_engine_volume_name(const char *name_prefix, const char *id, char *buf,
 {
 	snprintf(buf, size, "%s%s-work", name_prefix, id);
 	return buf;
+}
+
+void
+eng_work_volume(struct eop *op, json_t *c)
+{
+	json_t *m;
+	const char *name;
+	size_t i, n;
+
+	json_array_foreach(json_object_get(c, "Mounts"), i, m) {
+		if (!json_is_string(json_object_get(m, "Destination")) ||
+		    strcmp(json_string_value(json_object_get(m, "Destination")),
+		    SBX_WORK_DIR) != 0 ||
+		    !json_is_string(json_object_get(m, "Type")) ||
+		    strcmp(json_string_value(json_object_get(m, "Type")),
+		    "volume") != 0 || !json_is_string(json_object_get(m, "Name")))
+			continue;
+		name = json_string_value(json_object_get(m, "Name"));
+		n = strlen(name);
+		if (n == 0 || n >= sizeof(op->vname) ||
+		    strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+		    "0123456789_.-") != n)
+			return;
+		memcpy(op->vname, name, n + 1);
+		return;
+	}
 }
 
 struct eop *

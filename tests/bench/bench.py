@@ -29,6 +29,7 @@ import sys
 import time
 
 import e2b_bench
+import pool_bench
 import term_bench
 
 MiB = 1 << 20
@@ -309,6 +310,8 @@ class Bench:
                 "--max-sandboxes", "200",
                 "--log-level", "warn", "--log-file", os.path.join(w, "broker.log")]
         args += getattr(self.a, "broker_extra", [])  # soak.py: its reaper
+        if os.environ.get("BENCH_WARM_POOL"):  # adr/0067: e.g. the e2b rows with a pool
+            args += ["--warm-pool", os.environ["BENCH_WARM_POOL"]]
         self.spawn("broker", args)
         self.bconn = Conn(self.bsock, [("Authorization", "Bearer " + tok)])
         self.wait_ok(lambda: self.bconn.json("GET", "/v1/health"), "broker")
@@ -1286,6 +1289,8 @@ def main():
     figs += [(name, (lambda f: lambda: f(b))(fn)) for name, fn in term_bench.FIGURES]
     # Issue 23: the E2B SDK against sbx's own exec route (tests/bench/e2b_bench.py).
     figs += [(name, (lambda f: lambda: f(b, check_exit0))(fn)) for name, fn in e2b_bench.FIGURES]
+    # Issue 25 item 3: the warm pool (tests/bench/pool_bench.py).
+    figs += [("pool", lambda: pool_bench.fig_pool(b, Conn, med, pct))]
     only = set(x for x in a.only.split(",") if x)
     try:
         b.start_daemons()

@@ -413,7 +413,8 @@ def write_config(path, limits):
                       ("egress_proxy_resolver", "egress_proxy_resolver"),
                       ("egress_stats_interval", "egress_stats_interval"),
                       ("idle_timeout_ms", "idle_timeout"), ("reap_interval_ms", "reap_interval"),
-                      ("shutdown_grace_ms", "shutdown_grace")):
+                      ("shutdown_grace_ms", "shutdown_grace"),
+                      ("warm_pool", "warm_pool")):
         if key in limits:
             cfg[name] = limits[key]
     with open(path, "w") as f:

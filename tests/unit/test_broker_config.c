@@ -55,6 +55,7 @@ test_defaults_match_the_spec(void **state)
 	assert_int_equal(cfg.exec_timeout, 60000);
 	assert_int_equal(cfg.idle_timeout, 30LL * 60 * 1000);
 	assert_int_equal(cfg.socket_mode, 0660);
+	assert_int_equal(cfg.warm_pool, 0);  /* adr/0067: no pool unless asked */
 	/* Not next to the binary in /opt/sbx/bin: the installed layout. */
 	assert_string_equal(cfg.helper_path,
 	    "/opt/sbx/bin/../libexec/sbx/sbx-helper");
@@ -95,6 +96,9 @@ test_bad_values_are_refused_naming_the_key(void **state)
 		{ { "--log-level", "loud", NULL }, "log_level" },
 		{ { "--socket-mode", "4096", NULL }, "socket_mode" },
 		{ { "--max-sandboxes", "0", NULL }, "max_sandboxes" },
+		{ { "--warm-pool", "-1", NULL }, "warm_pool" },
+		{ { "--warm-pool", "65", NULL }, "warm_pool" },
+		{ { "--warm-pool", "3", "--max-sandboxes", "2" }, "warm_pool" },
 	};
 	size_t i;
 

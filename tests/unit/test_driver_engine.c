@@ -86,6 +86,9 @@ struct fx {
 	int init_wait_cut;            /* the wait's headers, then close (a killed daemon) */
 	int net_exists, net_labelled;
 	int no_t1_listed;             /* containers/json without t1 */
+	int pool_listed;              /* containers/json: a claimed and an
+	                               * unclaimed warm pool member (adr/0067) */
+	char listed_ids[256];         /* the ids a list answered, ' '-ended */
 	json_t *net_created;          /* last network create body */
 	json_t *created;              /* last container create body */
 	struct fexec execs[MAX_EXECS];
@@ -541,6 +544,21 @@ route(struct conn *c, const char *method, const char *path, json_t *body)
 	    ends_with(path, "/json") && (x = find_exec(f, id)) != NULL) {
 		reply(bev, 200, "OK", json_pack("{s:s, s:b, s:i}", "ID", x->id,
 		    "Running", x->running, "ExitCode", x->exit_code));
+	} else if (strncmp(path, "/v1.41/containers/json?", 23) == 0 &&
+	    f->pool_listed) {
+		/* Born pool members: one renamed to sandbox p1 (its id is its
+		 * name), one unclaimed, one of another broker's prefix. */
+		reply(bev, 200, "OK", json_pack("[{s:s, s:[s], s:s, s:s, s:{s:s, s:s}},"
+		    " {s:s, s:[s], s:s, s:s, s:{s:s, s:s}},"
+		    " {s:s, s:[s], s:s, s:s, s:{s:s, s:s}}]",
+		    "Id", "aa01", "Names", "/sbx-p1", "Image", "img:1", "State",
+		    "running", "Labels", "io.sbx.managed", "true", "io.sbx.pool", "img:1",
+		    "Id", "aa02", "Names", "/sbx-pool.0123abcd", "Image", "img:1",
+		    "State", "running", "Labels", "io.sbx.managed", "true",
+		    "io.sbx.pool", "img:1",
+		    "Id", "aa03", "Names", "/other-p2", "Image", "img:1", "State",
+		    "running", "Labels", "io.sbx.managed", "true", "io.sbx.pool",
+		    "img:1"));
 	} else if (strncmp(path, "/v1.41/containers/json?", 23) == 0) {
 		/* no_t1_listed: t1 is gone, t2 is a stopped egress sandbox. */
 		reply(bev, 200, "OK", json_pack("[{s:s, s:s, s:s, s:i, s:{s:s, s:s,"
@@ -1559,7 +1577,29 @@ on_sandboxes(void *arg, const struct sbx_err *err, const struct sbx_status *sts,
 	f->nents = n;
 	if (n > 0)
 		f->st = sts[0];
+	f->listed_ids[0] = '\0';
+	for (size_t i = 0; i < n; i++) {
+		strncat(f->listed_ids, sts[i].id, sizeof(f->listed_ids) -
+		    strlen(f->listed_ids) - 2);
+		strcat(f->listed_ids, " ");
+	}
 	event_base_loopbreak(f->base);
+}
+
+/* adr/0067: a claimed member is listed by its name, an unclaimed one and
+ * one of another prefix are not. */
+static void
+test_list_sandboxes_claimed_pool_member_by_name(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_err err;
+
+	f->pool_listed = 1;
+	assert_non_null(f->drv->ops->list_sandboxes(f->drv, on_sandboxes, f,
+	    &err));
+	run_loop(f);
+	assert_int_equal(f->nents, 1);
+	assert_string_equal(f->listed_ids, "p1 ");
 }
 
 static void
@@ -2298,6 +2338,7 @@ main(void)
 		T(test_stop_absent_is_not_found_destroy_absent_is_ok),
 		T(test_destroy_removes_container_then_volume),
 		T(test_list_sandboxes_only_labelled),
+		T(test_list_sandboxes_claimed_pool_member_by_name),
 		T(test_unreachable_runtime_is_runtime_unavailable),
 		T(test_health_ok),
 		T(test_exec_demultiplexes_split_frames_exactly),

@@ -27,6 +27,9 @@ k_cancel(struct sbx_driver *d, struct sbx_op *op)
 	case KUBE_OP_LIFE:
 		kube_life_cancel(op);
 		break;
+	case KUBE_OP_SWEEP:
+		kube_sweep_cancel(op);
+		break;
 	default:
 		kube_query_cancel(op);
 		break;
@@ -97,6 +100,7 @@ const struct sbx_driver_ops sbx_kube_driver_ops = {
 	.destroy = kube_destroy,
 	.list_sandboxes = kube_list_sandboxes,
 	.health = kube_health,
+	.reconcile = kube_reconcile,
 	.cancel = k_cancel,
 	.pause = k_pause,
 	.resume = k_resume,
@@ -249,11 +253,11 @@ static const struct {
 	{ "", "persistentvolumeclaims", "", "list" },
 	{ "", "persistentvolumeclaims", "", "create" },
 	{ "", "persistentvolumeclaims", "", "delete" },
+	{ "", "persistentvolumeclaims", "", "patch" },
 	{ "", "serviceaccounts", "", "create" },
 	{ "networking.k8s.io", "networkpolicies", "", "get" },
 	{ "networking.k8s.io", "networkpolicies", "", "create" },
 	{ "networking.k8s.io", "networkpolicies", "", "delete" },
-	{ "networking.k8s.io", "networkpolicies", "", "patch" },
 };
 
 struct rbac {

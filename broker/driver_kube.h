@@ -85,9 +85,9 @@ struct sbx_kube_config {
  * stop: DELETE pod (the PVC stays); absent -> not_found. destroy: DELETE
  * pod, NetworkPolicy, PVC; absent -> ok. A pod whose node is not Ready and
  * that still exists force_after_ms after the delete is deleted again with
- * gracePeriodSeconds 0. reconcile: removes PVCs and NetworkPolicies
- * labelled managed whose pod is absent and that are being deleted (the
- * pvc-protection finalizer waits on a pod that is gone) — deleted again.
+ * gracePeriodSeconds 0. reconcile (broker start): a PVC labelled managed
+ * that is being deleted while its pod is absent (stuck on a finalizer)
+ * gets its finalizers removed (merge patch), so it goes.
  *
  * Watch (driver_kube_watch.c): list pods with the label selector, then
  * watch from its resourceVersion with allowWatchBookmarks; a 410 (or an

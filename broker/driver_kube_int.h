@@ -195,6 +195,14 @@ struct sbx_op *kube_health(struct sbx_driver *d, sbx_health_cb cb, void *arg,
 void kube_query_cancel(struct sbx_op *op);
 #define KUBE_OP_QUERY 3
 
+/* ---- driver_kube_sweep.c: reconcile ---- */
+
+#define KUBE_OP_SWEEP 4
+/* The vtable's reconcile (driver_kube.h says what it sweeps). */
+struct sbx_op *kube_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
+    struct sbx_err *err);
+void kube_sweep_cancel(struct sbx_op *op);
+
 /* ---- driver_kube_watch.c: list+watch cache ---- */
 
 /* Starts the list+watch (idempotent). */

@@ -328,19 +328,42 @@ create_pod(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 	    o->memory, o->mcpu), NULL, pod_created);
 }
 
-/* The NetworkPolicy existed (an earlier life): its egress rule is
- * replaced by a merge patch of the whole spec, then the pod. */
+/* The NetworkPolicy existed (an earlier life, maybe another egress): no
+ * pod runs at this point, so it is deleted and made again (no patch
+ * verb needed in the Role). */
 static void
-create_pod_or_patch(struct lop *o, int status, json_t *body,
+netpol_again(struct lop *o, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	char path[256];
+	struct sbx_err e;
+
+	if (err != NULL) {
+		finish(o, err, NULL);
+		return;
+	}
+	if (status != 200 && status != 202 && status != 404) {
+		kube_status_err(&e, status, body, "replace the sandbox's "
+		    "NetworkPolicy");
+		finish(o, &e, NULL);
+		return;
+	}
+	snprintf(path, sizeof(path), "/apis/networking.k8s.io/v1/namespaces/%s/"
+	    "networkpolicies", o->k->ns);
+	call(o, "POST", path, kube_spec_netpol(o->k, o->id, o->egress), NULL,
+	    create_pod);
+}
+
+static void
+create_pod_or_replace(struct lop *o, int status, json_t *body,
     const struct sbx_err *err)
 {
 	char path[256];
 
-	if (err == NULL && status == 409) {
+	if (err == NULL && status == 409 && o->tries++ < 5) {
 		snprintf(path, sizeof(path), "/apis/networking.k8s.io/v1/"
 		    "namespaces/%s/networkpolicies/sbx-%s", o->k->ns, o->id);
-		call(o, "PATCH", path, kube_spec_netpol(o->k, o->id, o->egress),
-		    "application/merge-patch+json", create_pod);
+		call(o, "DELETE", path, NULL, NULL, netpol_again);
 		return;
 	}
 	create_pod(o, status, body, err);
@@ -363,12 +386,10 @@ create_netpol(struct lop *o, int status, json_t *body,
 		finish(o, &e, NULL);
 		return;
 	}
-	/* merge-patch an existing policy (egress may have changed), else
-	 * create it */
 	snprintf(path, sizeof(path), "/apis/networking.k8s.io/v1/namespaces/%s/"
 	    "networkpolicies", o->k->ns);
 	call(o, "POST", path, kube_spec_netpol(o->k, o->id, o->egress), NULL,
-	    create_pod_or_patch);
+	    create_pod_or_replace);
 }
 
 static void

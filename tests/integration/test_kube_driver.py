@@ -243,11 +243,11 @@ class KubeWatch(unittest.TestCase):
             broker.cleanup()
 
 
-class KubeNodeLost(unittest.TestCase):
+class KubeZLostNode(unittest.TestCase):
     """Issue 27 lesson 2: a node that died never finishes a graceful delete
     and the PVC waits on pvc-protection; destroy deletes the pod again with
     grace 0 after kube_force_after and both go. Runs last (its node stays
-    lost: "KubeNodeLost" sorts after the other classes)."""
+    lost: "KubeZLostNode" sorts after the other classes)."""
 
     def test_destroy_on_a_lost_node_forces(self):
         fake = FAKE
@@ -271,6 +271,57 @@ class KubeNodeLost(unittest.TestCase):
         finally:
             broker.stop()
             broker.cleanup()
+
+
+class KubeSweep(unittest.TestCase):
+    """The broker's start sweeps a PVC of ours left Terminating on a
+    finalizer with no pod (issue 27 lesson 2), and leaves alone one that is
+    not ours; --check names the missing RBAC permission, one sentence."""
+
+    def pvc(self, name, labels):
+        return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": name, "labels": labels,
+                             "finalizers": ["example.com/hold"]},
+                "spec": {"accessModes": ["ReadWriteOnce"],
+                         "resources": {"requests": {"storage": "1Gi"}}}}
+
+    def test_start_sweeps_stuck_pvcs_and_check_names_rbac(self):
+        fake = FAKE
+        base = "/api/v1/namespaces/%s/persistentvolumeclaims" % fake.ns
+        sid = "ks-%d" % os.getpid()
+        ours, theirs = "work-" + sid, "other-%d" % os.getpid()
+        fake.admin.post(base, self.pvc(ours, {"sbx.dev/id": sid, "sbx.dev/managed": "true"}))
+        fake.admin.post(base, self.pvc(theirs, {"app": "x"}))
+        for n in (ours, theirs):
+            fake.admin.request("DELETE", base + "/" + n)
+            st, obj = fake.admin.request("GET", base + "/" + n)
+            self.assertEqual(st, 200)
+            self.assertIn("deletionTimestamp", obj["metadata"])
+        broker = KubeBroker(fake, sbxtest.test_image())
+        broker.start()
+        try:
+            sbxtest.wait_until(lambda: fake.admin.request("GET", base + "/" + ours)[0] == 404,
+                               60, "the stuck PVC swept", interval=0.2)
+            self.assertEqual(fake.admin.request("GET", base + "/" + theirs)[0], 200)
+        finally:
+            broker.stop()
+            broker.cleanup()
+            fake.admin.patch(base + "/" + theirs, {"metadata": {"finalizers": None}})
+        # --check with the narrow token (no create on pods/exec) and the full one
+        for token, problems in (("narrow", 1), ("broker", 0)):
+            b = KubeBroker(fake, sbxtest.test_image())
+            argv = [a if a != fake.info["token_files"]["broker"] else fake.info["token_files"][token]
+                    for a in b.argv()] + ["--check"]
+            p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+            out = p.stdout.decode()
+            b.cleanup()
+            self.assertIn("%d problem" % problems, out, out)
+            if problems:
+                self.assertIn("the broker cannot create pods/exec in namespace %s" % fake.ns, out)
+                self.assertEqual(p.returncode, 69, out)
+            else:
+                self.assertEqual(p.returncode, 0, out)
+            self.assertNotIn(fake.info["tokens"][token], out)
 
 
 def _make(name):

@@ -39,7 +39,7 @@ def main():
         def ens(sid):
             r = broker.client(timeout=300).ensure(sid)
             if r.status != 200:
-                errs.append((sid, r.status))
+                errs.append((sid, r.status, r.body[:300]))
 
         t0 = time.monotonic()
         ths = [threading.Thread(target=ens, args=(s,)) for s in ids]
@@ -48,6 +48,8 @@ def main():
         for t in ths:
             t.join()
         wall = time.monotonic() - t0
+        for e in errs:
+            print("ensure failed: %r" % (e,), file=sys.stderr)
         rows.append(("create %d sandboxes at once (PVC+NetworkPolicy+Pod, to Running)" % n,
                      "%.1f s, %.2f sandboxes/s, %d failed" % (wall, n / wall, len(errs))))
         sid = "kb-first-%d" % os.getpid()

@@ -1,4 +1,4 @@
-/* agent.c - the broker's end of a sandbox agent channel: streams, credit, bounds (contract in agent.h). Calls the frame codec (proto/sbx_agent.c) and libevent only; its owners (the engine driver, the broker's metrics page) call it, never the reverse. */
+/* agent.c - the broker's end of a sandbox agent channel: streams, credit, bounds (contract in agent.h). Calls the frame codec (proto/sbx_agent.c), libevent and common/sbx_bev (large reads) only; its owners (the engine driver, the broker's metrics page) call it, never the reverse. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
@@ -9,6 +9,7 @@
 #include <event2/event.h>
 
 #include "agent.h"
+#include "sbx_bev.h"
 #include "sbx_proto.h"
 #include "sbx_time.h"
 
@@ -48,6 +49,13 @@ struct sbx_agent_chan {
 
 static uint64_t agent_restarts;
 static uint64_t channels_open;
+static uint64_t direct_count[2];   /* fallbacks, direct connections (adr/0066) */
+
+void
+sbx_agent_count_direct(int connected)
+{
+	direct_count[connected != 0]++;
+}
 
 void
 sbx_agent_count_restart(void)
@@ -65,9 +73,16 @@ sbx_agent_metrics_render(struct evbuffer *out)
 	    "sbx_broker_agent_restarts_total %llu\n"
 	    "# HELP sbx_broker_agent_channels Sandbox agent channels open.\n"
 	    "# TYPE sbx_broker_agent_channels gauge\n"
-	    "sbx_broker_agent_channels %llu\n",
+	    "sbx_broker_agent_channels %llu\n"
+	    "# HELP sbx_broker_agent_direct_total Agent channels by transport chosen "
+	    "at start: the direct socket, or the runtime stream after a failed try.\n"
+	    "# TYPE sbx_broker_agent_direct_total counter\n"
+	    "sbx_broker_agent_direct_total{result=\"connected\"} %llu\n"
+	    "sbx_broker_agent_direct_total{result=\"fallback\"} %llu\n",
 	    (unsigned long long)agent_restarts,
-	    (unsigned long long)channels_open) < 0 ? -1 : 0;
+	    (unsigned long long)channels_open,
+	    (unsigned long long)direct_count[1],
+	    (unsigned long long)direct_count[0]) < 0 ? -1 : 0;
 }
 
 static struct evbuffer *
@@ -409,6 +424,9 @@ bev_read(struct bufferevent *bev, void *arg)
 	struct evbuffer_iovec v[4];
 	int i, nv;
 
+	/* What the socket holds in one read, not libevent 2.1's 4 KiB
+	 * (adr/0063): the direct channel's bulk frames (adr/0066). */
+	(void)sbx_bev_fill(bev, SBX_BEV_IO_MAX);
 	while (evbuffer_get_length(in) > 0) {
 		nv = evbuffer_peek(in, -1, NULL, v, 4);
 		if (nv > 4)
@@ -450,6 +468,29 @@ sbx_agent_chan_attach_bev(struct sbx_agent_chan *ch, struct bufferevent *bev)
 	bufferevent_setcb(bev, bev_read, NULL, bev_event, ch);
 	sbx_agent_chan_set_output(ch, bufferevent_get_output(bev));
 	return bufferevent_enable(bev, EV_READ | EV_WRITE);
+}
+
+void
+sbx_agent_chan_detach_bev(struct sbx_agent_chan *ch)
+{
+	if (ch == NULL || ch->bev == NULL)
+		return;
+	bufferevent_setcb(ch->bev, NULL, NULL, NULL, NULL);
+	if (ch->out == bufferevent_get_output(ch->bev))
+		ch->out = NULL;
+	ch->bev = NULL;
+}
+
+void
+sbx_agent_chan_ping(struct sbx_agent_chan *ch)
+{
+	unsigned char p[SBX_AGENT_PING_LEN] = { 's', 'b', 'x', 'p', 'i', 'n', 'g', 0 };
+
+	if (ch->failed)
+		return;
+	send_frame(ch, SBX_AGENT_T_PING, 0, 0, p, sizeof(p));
+	ch->pings_out++;
+	ch->ping_sent_ms = (uint64_t)sbx_mono_ms();
 }
 
 static void
@@ -579,6 +620,20 @@ sbx_agent_open2(struct sbx_agent_chan *ch, const char *const *argv, const char *
 	TAILQ_INSERT_TAIL(&ch->streams, st, link);
 	ch->nstreams++;
 	return st;
+}
+
+int
+sbx_agent_grow_output(struct sbx_agent_stream *st, uint32_t extra)
+{
+	unsigned char w[SBX_AGENT_WINDOW_LEN];
+
+	if (st == NULL || st->ch->failed || st->detached || extra == 0 ||
+	    (uint64_t)st->out_credit + st->owed + extra > SBX_AGENT_WINDOW_MAX)
+		return -1;
+	sbx_agent_put32(w, extra);
+	send_frame(st->ch, SBX_AGENT_T_WINDOW, 1, st->id, w, sizeof(w));
+	st->out_credit += extra;
+	return 0;
 }
 
 /* 1 while st takes stdin: opened with it, not closed, its channel up. */

@@ -71,6 +71,20 @@ void sbx_agent_chan_set_output(struct sbx_agent_chan *ch, struct evbuffer *out);
 int sbx_agent_chan_attach_bev(struct sbx_agent_chan *ch, struct bufferevent *bev);
 
 /*
+ * The channel lets go of the bev given to sbx_agent_chan_attach_bev: no
+ * callback of it reaches the channel after this and the channel never
+ * touches it again (frames sent later wait as before an output was set),
+ * so the owner may free it, e.g. once the channel failed (adr/0066). NULL
+ * or a channel without a bev is fine.
+ */
+void sbx_agent_chan_detach_bev(struct sbx_agent_chan *ch);
+
+/* Sends one PING now (its PONG is expected, as the keepalive's are); a
+ * failed channel: nothing. Used to make the agent's first frame come on the
+ * transport just set (adr/0066). */
+void sbx_agent_chan_ping(struct sbx_agent_chan *ch);
+
+/*
  * Bytes the agent sent (any split). Returns 0, or -1 when the channel has
  * failed (now or before; the callbacks have run).
  */
@@ -158,6 +172,15 @@ struct sbx_agent_stream *sbx_agent_open2(struct sbx_agent_chan *ch, const char *
  */
 int sbx_agent_control(struct sbx_agent_stream *st, int kind, uint32_t a, uint32_t b);
 
+/*
+ * Gives the agent extra bytes of output credit on st now (one WINDOW; the
+ * protocol's bound SBX_AGENT_WINDOW_MAX holds): a bulk stream's window is
+ * then more than one round trip's worth (adr/0066). A paused stream may
+ * then hold up to its whole window. Returns 0, -1 when st has ended or the
+ * credit would pass SBX_AGENT_WINDOW_MAX (nothing sent).
+ */
+int sbx_agent_grow_output(struct sbx_agent_stream *st, uint32_t extra);
+
 /* Bytes of stdin that may be sent now (the credit the agent gave). */
 size_t sbx_agent_stdin_room(const struct sbx_agent_stream *st);
 
@@ -197,6 +220,10 @@ void sbx_agent_cancel(struct sbx_agent_stream *st);
  * Returns 0, -1 out of memory.
  */
 void sbx_agent_count_restart(void);
+/* One agent channel's transport was chosen (adr/0066): connected 1 the
+ * direct socket, 0 the runtime stream after a try failed. Rendered as
+ *   sbx_broker_agent_direct_total{result="connected"|"fallback"}  counter */
+void sbx_agent_count_direct(int connected);
 int sbx_agent_metrics_render(struct evbuffer *out);
 
 #endif

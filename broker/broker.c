@@ -289,6 +289,8 @@ main(int argc, char **argv)
 	ec.agent_idle_ms = cfg.agent_idle;
 	ec.agent_ping_ms = cfg.agent_ping;
 	ec.agent_fresh_ms = cfg.agent_fresh > 0 ? cfg.agent_fresh : -1;
+	ec.agent_runtime_only = cfg.agent_channel != NULL &&
+	    strcmp(cfg.agent_channel, "runtime") == 0;
 	ec.helper_path = cfg.helper_path;
 	ec.helper_volume = cfg.helper_volume;
 	ec.run_bytes = cfg.run_size;

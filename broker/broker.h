@@ -73,6 +73,7 @@ struct broker_config {
 	long long work_quota_stale; /* ms a /work figure is trusted for a write */
 	int agent;                /* helper invocations through each sandbox's agent (adr/0025) */
 	long long agent_idle, agent_ping, agent_fresh; /* ms (adr/0025) */
+	char *agent_channel;      /* "direct" | "runtime" (adr/0066) */
 	long long socket_mode;    /* unix socket permission bits, e.g. 0660 */
 	long long warm_pool;      /* warm sandboxes of the default image (adr/0067); 0: none */
 	char *log_level;

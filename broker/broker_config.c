@@ -117,6 +117,9 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "the broker pings each agent this often; unanswered for twice that, the channel is closed"),
 	K("agent_fresh", SBX_CFG_DURATION_MS, agent_fresh, "15s",
 	    "warm ensure answered from the agent's channel when the agent was heard within this (0: always inspect)"),
+	K("agent_channel", SBX_CFG_STRING, agent_channel, "direct",
+	    "direct: the broker reaches each agent through a unix socket in a per-sandbox volume "
+	    "(adr/0066), the runtime exec stream when that is not reachable; runtime: always the stream"),
 	K("warm_pool", SBX_CFG_INT, warm_pool, "0",
 	    "sandboxes of the default image kept created, started and owned by no one; an ensure of a new sandbox claims one (adr/0067; 0: none, at most 64 and max_sandboxes)"),
 	K("shutdown_grace", SBX_CFG_DURATION_MS, shutdown_grace, "10s",
@@ -303,6 +306,10 @@ broker_config_finish(struct broker_config *cfg, const char *exe_path,
 	if (cfg->socket_mode < 0 || cfg->socket_mode > 0777)
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    "socket_mode must be permission bits 0000..0777, e.g. 0660.");
+	if (cfg->agent_channel == NULL || (strcmp(cfg->agent_channel, "direct") != 0 &&
+	    strcmp(cfg->agent_channel, "runtime") != 0))
+		return sbx_err_set(err, SBX_E_CONFIG,
+		    "agent_channel must be direct or runtime.");
 	if (sbx_log_level_parse(cfg->log_level) == -1)
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    SBX_MSG_LOG_LEVEL);

@@ -157,6 +157,7 @@ sbx_engine_driver_new(struct event_base *base, const struct sbx_engine_config *c
 	e->agent_idle_ms = c->agent_idle_ms > 0 ? c->agent_idle_ms : 60000;
 	e->agent_ping_ms = c->agent_ping_ms > 0 ? c->agent_ping_ms : 5000;
 	e->agent_fresh_ms = c->agent_fresh_ms != 0 ? c->agent_fresh_ms : 15000;
+	e->agent_direct = e->agent_on && !c->agent_runtime_only;
 	sock = c->runtime_socket;
 	if (sock != NULL && strncmp(sock, "unix://", 7) == 0)
 		sock += 6;

@@ -71,6 +71,9 @@ struct sbx_engine_config {
 	int64_t agent_fresh_ms;       /* warm ensure answered from the live
 	                               * channel when the agent was heard from
 	                               * within this [15 s]; -1: always inspect */
+	int agent_runtime_only;       /* 1: the agent's channel is always its
+	                               * runtime exec stream; 0: the direct
+	                               * socket where reachable (adr/0066) [0] */
 	int warm_pool;                /* sandboxes of the default image kept
 	                               * started and owned by no one, claimed by
 	                               * an ensure of a new id (adr/0067) [0] */

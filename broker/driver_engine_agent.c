@@ -6,7 +6,9 @@
  * (driver_engine_run.c), the runtime call layer and the op lifecycle, and
  * reaches the kind only through its row.
  */
-#include "driver_engine_int.h"
+#include <unistd.h>
+
+#include "driver_engine_direct.h"
 #include "agent.h"
 
 /*
@@ -41,6 +43,15 @@ struct eng_agent {
 	struct sbx_http_req *http;    /* the exec start stream = the channel */
 	struct eop *starter;          /* the runtime calls that start it */
 	struct eng_demux demux;       /* the runtime's 8-byte stream frames */
+	/* The direct channel (adr/0066): the socket volume's host
+	 * mountpoint when the agent listens there, the connection once made,
+	 * the retry while its socket is not there yet; via_stream 1 when the
+	 * runtime exec stream carries the channel (fell back, or runtime). */
+	char mnt[512];
+	struct bufferevent *dbev;
+	struct event *dtimer;
+	uint64_t dstart_ms;
+	int via_stream;
 	/* What the last ensure saw (warm ensure, adr/0025). */
 	int st_valid;
 	struct sbx_status st;
@@ -88,6 +99,8 @@ agent_down(struct eng_agent *ag, const struct sbx_err *err)
 
 	ag->state = AG_DEAD;
 	ag->http = NULL;
+	if (ag->dtimer != NULL)
+		event_del(ag->dtimer);
 	if (ag->starter != NULL) {
 		ago(ag->starter)->ag = NULL;
 		eng_op_release(ag->starter);
@@ -147,11 +160,105 @@ agent_body(void *arg, struct sbx_http_req *req, const unsigned char *buf, size_t
 
 	if (sbx_http_req_status(req) >= 300)
 		return;
-	while (ag->ch != NULL && sbx_agent_chan_alive(ag->ch) &&
+	while (ag->via_stream && ag->ch != NULL && sbx_agent_chan_alive(ag->ch) &&
 	    (p = eng_demux_next(&ag->demux, &buf, &len, SIZE_MAX, &n,
 	    &stream)) != NULL)
 		if (stream == 1 && sbx_agent_chan_input(ag->ch, p, n) < 0)
 			return;   /* the channel failed (maybe freed with ag's streams) */
+}
+
+/* ---------- the direct channel (adr/0066) ---------- */
+
+#define DIRECT_WAIT_MS 2000    /* for the agent's socket to appear */
+#define DIRECT_OUT_WINDOW (1024 * 1024)   /* output credit of a bulk stream */
+#define DIRECT_RETRY_MS 5
+
+static void
+bev_free_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	bufferevent_free(arg);
+}
+
+/* The connection goes once no callback can be inside it: from the loop
+ * (now: only when nothing runs, at the driver's end). */
+static void
+direct_release(struct eng_agent *ag, int now)
+{
+	const struct timeval zero = { 0, 0 };
+	struct bufferevent *bev = ag->dbev;
+
+	ag->dbev = NULL;
+	if (ag->dtimer != NULL)
+		event_del(ag->dtimer);
+	if (bev == NULL)
+		return;
+	if (now || event_base_once(ag->e->base.base, -1, EV_TIMEOUT, bev_free_cb, bev,
+	    &zero) < 0)
+		bufferevent_free(bev);
+}
+
+/* The runtime stream carries the channel after all; one line says why.
+ * A PING makes the agent take its stdin and answer there (HELLO first). */
+static void
+direct_fallback(struct eng_agent *ag, const char *why)
+{
+	struct bufferevent *bev = sbx_http_req_bufferevent(ag->http);
+
+	log_warn("sandbox agent direct channel not used; the runtime exec stream "
+	    "carries it", "id", ag->id, "reason", why, NULL);
+	sbx_agent_count_direct(0);
+	if (bev == NULL)
+		return;
+	ag->via_stream = 1;
+	sbx_agent_chan_set_output(ag->ch, bufferevent_get_output(bev));
+	sbx_agent_chan_ping(ag->ch);
+}
+
+static void direct_retry_cb(evutil_socket_t fd, short what, void *arg);
+
+static void
+direct_try(struct eng_agent *ag)
+{
+	const struct timeval retry = { 0, DIRECT_RETRY_MS * 1000 };
+	char why[256];
+	int fd;
+
+	if (ag->state == AG_DEAD || ag->ch == NULL || !sbx_agent_chan_alive(ag->ch))
+		return;
+	fd = eng_direct_connect(ag->mnt, ag->e->uid, why, sizeof(why));
+	if (fd >= 0) {
+		if ((ag->dbev = bufferevent_socket_new(ag->e->base.base, fd,
+		    BEV_OPT_CLOSE_ON_FREE)) == NULL) {
+			close(fd);
+			direct_fallback(ag, "out of memory");
+			return;
+		}
+		bufferevent_set_max_single_read(ag->dbev, 4 * SBX_AGENT_DATA_MAX);
+		bufferevent_set_max_single_write(ag->dbev, 4 * SBX_AGENT_DATA_MAX);
+		(void)sbx_agent_chan_attach_bev(ag->ch, ag->dbev);
+		sbx_agent_count_direct(1);
+		return;
+	}
+	if (fd == -1 && (uint64_t)sbx_mono_ms() - ag->dstart_ms < DIRECT_WAIT_MS) {
+		if (ag->dtimer == NULL && (ag->dtimer = evtimer_new(ag->e->base.base,
+		    direct_retry_cb, ag)) == NULL) {
+			direct_fallback(ag, "out of memory");
+			return;
+		}
+		evtimer_add(ag->dtimer, &retry);
+		return;
+	}
+	direct_fallback(ag, why);
+}
+
+static void
+direct_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	direct_try(arg);
 }
 
 static void
@@ -169,6 +276,14 @@ agent_response(void *arg, struct sbx_http_req *req, int status)
 		agent_down(ag, &e);
 		return;
 	}
+	if (ag->mnt[0] != '\0') {
+		/* The agent listens in its volume: the stream is its lifeline
+		 * and the fallback (adr/0066). */
+		ag->dstart_ms = (uint64_t)sbx_mono_ms();
+		direct_try(ag);
+		return;
+	}
+	ag->via_stream = 1;
 	sbx_agent_chan_set_output(ag->ch, bufferevent_get_output(bev));
 }
 
@@ -243,6 +358,7 @@ agent_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *
 	struct sbx_status st;
 	struct sbx_err e;
 	json_t *cmd;
+	const char *mnt;
 	char idle[32];
 	int rc;
 
@@ -278,8 +394,14 @@ agent_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *
 		ag->ever_ready = 0;
 	snprintf(ag->cid, sizeof(ag->cid), "%s", op->cid);
 	snprintf(idle, sizeof(idle), "%" PRId64, ag->e->agent_idle_ms);
-	cmd = json_pack("[s,s,s,s]", SBX_HELPER_PATH, SBX_AGENT_MODE,
-	    "--idle-ms", idle);
+	/* The direct channel when the container mounts the socket volume
+	 * (adr/0066); its mountpoint is the runtime's word, not the sandbox's. */
+	mnt = ag->e->agent_direct ? eng_direct_mountpoint(ag->e, op->id, body) : NULL;
+	snprintf(ag->mnt, sizeof(ag->mnt), "%s", mnt != NULL && strlen(mnt) <
+	    sizeof(ag->mnt) ? mnt : "");
+	cmd = ag->mnt[0] != '\0' ? json_pack("[s,s,s,s,s,s]", SBX_HELPER_PATH,
+	    SBX_AGENT_MODE, "--idle-ms", idle, "--listen", SBX_AGENT_LISTEN_DIR) :
+	    json_pack("[s,s,s,s]", SBX_HELPER_PATH, SBX_AGENT_MODE, "--idle-ms", idle);
 	rc = cmd != NULL ? eng_exec_create(op, 1, NULL, cmd, agent_created) : -1;
 	json_decref(cmd);
 	if (rc < 0) {
@@ -328,8 +450,12 @@ agent_get(struct engine *e, const char *id, struct sbx_err *err)
 		snprintf(ag->id, sizeof(ag->id), "%s", id);
 		TAILQ_INSERT_TAIL(&e->agents, ag, link);
 	}
+	sbx_agent_chan_detach_bev(ag->ch);
 	sbx_agent_chan_free(ag->ch);   /* its streams have all ended */
 	ag->ch = NULL;
+	direct_release(ag, 0);
+	ag->via_stream = 0;
+	ag->mnt[0] = '\0';
 	memset(&ag->demux, 0, sizeof(ag->demux));
 	cbs.arg = ag;
 	if ((ag->ch = sbx_agent_chan_new(e->base.base, &cbs)) == NULL)
@@ -565,6 +691,10 @@ agent_run(struct eop *op)
 	free(argv);
 	if (x->ast == NULL)
 		goto fail;
+	/* Bulk output (exec, file reads): a window of DIRECT_OUT_WINDOW, not
+	 * one round trip's 256 KiB (adr/0066); terminals keep theirs. */
+	if (!(op->kind->flags & EK_SESSION))
+		(void)sbx_agent_grow_output(x->ast, DIRECT_OUT_WINDOW - SBX_AGENT_WINDOW);
 	if (ag->cid[0] != '\0' && op->cid[0] == '\0')
 		snprintf(op->cid, sizeof(op->cid), "%s", ag->cid);
 	if (op->cid[0] == '\0')   /* kills go through the agent: any mark will do */
@@ -669,7 +799,7 @@ eng_agent_retire(struct engine *e, const char *id)
 /* Takes ag out of e's table and frees it with its channel and its
  * runtime call; a starter op still pointing at it is told it is gone. */
 static void
-agent_free(struct engine *e, struct eng_agent *ag)
+agent_free(struct engine *e, struct eng_agent *ag, int now)
 {
 	TAILQ_REMOVE(&e->agents, ag, link);
 	if (ag->starter != NULL) {
@@ -677,7 +807,11 @@ agent_free(struct engine *e, struct eng_agent *ag)
 		ag->starter = NULL;
 	}
 	sbx_http_req_cancel(ag->http);
+	sbx_agent_chan_detach_bev(ag->ch);
 	sbx_agent_chan_free(ag->ch);
+	direct_release(ag, now);
+	if (ag->dtimer != NULL)
+		event_free(ag->dtimer);
 	free(ag);
 }
 
@@ -687,7 +821,7 @@ eng_agents_free(struct engine *e)
 	struct eng_agent *ag;
 
 	while ((ag = TAILQ_FIRST(&e->agents)) != NULL)
-		agent_free(e, ag);
+		agent_free(e, ag, 1);
 }
 
 size_t
@@ -704,7 +838,7 @@ sbx_engine_agents_close_idle(struct sbx_driver *d)
 			busy++;
 			continue;
 		}
-		agent_free(e, ag);
+		agent_free(e, ag, 0);
 	}
 	return busy;
 }

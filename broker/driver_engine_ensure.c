@@ -6,7 +6,7 @@
  * records (warm ensure), the runtime call layer and the op lifecycle; the
  * driver's entry and life (eng_net_drop) call it.
  */
-#include "driver_engine_int.h"
+#include "driver_engine_direct.h"
 #include "broker_egress.h"
 
 static void ensure_inspect(struct eop *op);
@@ -101,9 +101,9 @@ create_body(struct eop *op)
 	/* Egress by allowlist (adr/0026): no network; the proxy's socket
 	 * volume read-only, where the relay (this container's main process)
 	 * finds sbx-proxy and the socket. */
-	if (en->allow != NULL && json_array_append_new(mounts, json_pack("{s:s, s:s, "
+	if ((en->allow != NULL && json_array_append_new(mounts, json_pack("{s:s, s:s, "
 	    "s:s, s:b}", "Type", "volume", "Source", en->px_vol, "Target",
-	    EGRESS_SOCK_DIR, "ReadOnly", 1)) != 0)
+	    EGRESS_SOCK_DIR, "ReadOnly", 1)) != 0) || eng_direct_mount(op, mounts) != 0)
 		goto fail;
 	hc = json_pack("{s:b, s:[s], s:[s], s:b, s:o, s:I, s:I, s:I, s:I,"
 	    " s:o, s:s, s:{s:s}}",
@@ -298,6 +298,8 @@ ensure_create(struct eop *op)
 		eng_proxy_ensure(op, ensure_create);
 		return;
 	}
+	if (eng_direct_volume(op, ensure_create))   /* adr/0066: its socket volume */
+		return;
 	if ((body = create_body(op)) == NULL) {
 		sbx_err_oom(&e);
 		eng_finish_err(op, &e);

@@ -120,6 +120,8 @@ struct engine {
 	/* The sandboxes' agents (driver_engine_agent.c, adr/0025). */
 	int agent_on;
 	int64_t agent_idle_ms, agent_ping_ms, agent_fresh_ms;
+	int agent_direct;             /* agent_channel = direct (adr/0066) */
+	int direct_said;              /* the "not reachable" line was logged */
 	TAILQ_HEAD(, eng_agent) agents;
 	/* Asked first by eng_finish_err: 1 when it took the failure over
 	 * (driver_engine_verify.c); NULL: none. */
@@ -295,6 +297,7 @@ struct eop_ensure {
 	int aux_tries;
 	int64_t aux_code;             /* its exit status */
 	struct sbx_err aux_err;       /* the failure reported after its removal */
+	int agent_vol;                /* socket volume (adr/0066): 0 not yet, 1 ok, 2 none */
 	/* The warm pool (adr/0067): this ensure makes a pool member (labels
 	 * io.sbx.pool, no io.sbx.id, no agent), or claims one. */
 	int pool;
@@ -339,6 +342,9 @@ struct eop_reconcile {
 	size_t pi;
 	unsigned pgone;
 	void (*rthen)(struct eop *);
+	json_t *rdvols;               /* agent socket volumes (adr/0066), walked by di */
+	size_t di;
+	void (*dthen)(struct eop *);
 };
 
 /* health */
@@ -654,6 +660,11 @@ struct sbx_http_req *eng_exec_start_stream(struct engine *e, const char *rexec,
  * 0 absent (404), -1 op already finished. */
 int eng_inspect_found(struct eop *op, int status, json_t *body,
     const struct sbx_err *err, struct sbx_status *st, const char **helper);
+
+/* ---- driver_engine_direct.c (adr/0066): driver_engine_direct.h ---- */
+/* "<prefix><id>-agent": the agent's socket volume (driver_engine_op.c). */
+char *eng_agent_volume_name(const char *name_prefix, const char *id, char *buf,
+    size_t size);
 
 /* ---- driver_engine_proxy.c (adr/0026) ---- */
 /* Makes sure op's egress proxy runs with ens(op)->allow (its socket volume,

@@ -5,7 +5,7 @@
  * egress proxy, the helper volume (gc), the agent records (forget), the
  * runtime call layer and the op lifecycle; the driver's entry calls it.
  */
-#include "driver_engine_int.h"
+#include "driver_engine_direct.h"
 
 static void rec_next(struct eop *op);
 static void rec_fini(struct eop *op);
@@ -320,9 +320,15 @@ static void destroy_volume_now(struct eop *op);
 
 /* The egress proxy and its socket volume (adr/0026) before the rest. */
 static void
+destroy_agent_volume(struct eop *op)
+{
+	eng_direct_drop(op, destroy_volume_now);
+}
+
+static void
 destroy_volume(struct eop *op)
 {
-	eng_proxy_drop(op, destroy_volume_now);
+	eng_proxy_drop(op, destroy_agent_volume);
 }
 
 static void
@@ -558,6 +564,13 @@ rec_networks_list(struct eop *op)
 	list_managed(op, "/networks?", rec_networks);
 }
 
+/* The agents' socket volumes of sandboxes that are gone (adr/0066). */
+static void
+rec_agent_volumes(struct eop *op)
+{
+	eng_direct_reconcile(op, rec_networks_list);
+}
+
 static void
 rec_containers(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
@@ -598,7 +611,7 @@ rec_containers(struct eop *op, int status, json_t *body,
 	}
 	/* Proxies of sandboxes that are gone or stopped, first: a network
 	 * in use by one cannot go (adr/0027). */
-	eng_proxy_reconcile(op, rec_networks_list);
+	eng_proxy_reconcile(op, rec_agent_volumes);
 }
 
 static void
@@ -609,6 +622,7 @@ rec_fini(struct eop *op)
 	json_decref(rco(op)->rsbx);
 	json_decref(rco(op)->rpx);
 	json_decref(rco(op)->rvols);
+	json_decref(rco(op)->rdvols);
 }
 
 struct sbx_op *

@@ -19,6 +19,15 @@ sbx_engine_volume_name(const char *name_prefix, const char *id, char *buf,
 	return buf;
 }
 
+/* The agent's socket volume (adr/0066), beside the work volume's name. */
+char *
+eng_agent_volume_name(const char *name_prefix, const char *id, char *buf,
+    size_t size)
+{
+	snprintf(buf, size, "%s%s-agent", name_prefix, id);
+	return buf;
+}
+
 void
 eng_work_volume(struct eop *op, json_t *c)
 {

@@ -268,6 +268,11 @@
 #define SBX_HELPER_EXEC_ID_MAX 64            /* exec ids: [A-Za-z0-9_-]{1,64} */
 #define SBX_HELPER_LIST_MAX 100000           /* list --limit ceiling and default */
 #define SBX_HELPER_CTRL_FD 3                 /* --ctrl: the agent's CTRL records */
+/* agent --listen DIR (adr/0066): the agent's direct channel, a unix socket
+ * SBX_AGENT_SOCK_NAME in DIR, the root of a per-sandbox volume the broker
+ * mounts at SBX_AGENT_LISTEN_DIR and reaches through its host mountpoint. */
+#define SBX_AGENT_LISTEN_DIR "/run/sbx-agent"
+#define SBX_AGENT_SOCK_NAME "agent.sock"
 
 /* exec --framed: frame header, types and bounds (see above). */
 #define SBX_HELPER_FRAME_HDR 8

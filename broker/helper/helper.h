@@ -375,7 +375,35 @@ typedef int helper_main_fn(int argc, char **argv);
  * ctx->state_dir). Not dumpable. -1 with err when it cannot start
  * (signalfd, descriptors, state directory).
  */
-int helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, helper_main_fn *run_mode,
-    struct helper_err *err);
+int helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, const char *listen_dir,
+    helper_main_fn *run_mode, struct helper_err *err);
+
+/*
+ * The direct channel (helper_listen.c, adr/0066). listen_dir (not NULL) of
+ * helper_agent: the agent also listens on the unix socket
+ * listen_dir/SBX_AGENT_SOCK_NAME and takes as its channel whichever comes
+ * first: a connection from outside the sandbox's pid namespace (the
+ * broker, through the volume's host mountpoint), or a frame on fd 0 (the
+ * broker fell back to the runtime exec stream). HELLO goes on the channel
+ * taken. With the socket taken, fd 0 is the lifeline: its EOF ends the
+ * agent as before, what comes on it is read and dropped; nothing goes to
+ * fd 1. A socket that cannot be made leaves fd 0/1 as the channel.
+ */
+
+/* Makes dir/SBX_AGENT_SOCK_NAME (what was there is unlinked first) a
+ * listening socket, mode 0600, non-blocking, close-on-exec. Returns the
+ * descriptor (the caller closes it: helper_listen_close), or -1 with err
+ * (path too long, socket/bind/listen failed). */
+int helper_listen_open(const char *dir, struct helper_err *err);
+
+/* Accepts pending connections on lfd; closes every one from inside the
+ * agent's pid namespace (SO_PEERCRED pid != 0: a process of the sandbox)
+ * and returns the first from outside (non-blocking, close-on-exec, 1 MiB
+ * kernel buffers each way), or -1 when none is pending (errno as
+ * accept4 left it). */
+int helper_listen_accept(int lfd);
+
+/* Closes lfd (-1 is fine) and unlinks dir/SBX_AGENT_SOCK_NAME. */
+void helper_listen_close(int lfd, const char *dir);
 
 #endif

@@ -1,4 +1,4 @@
-/* helper_agent.c - sbx-helper agent mode (protocol 4, proto/sbx_agent.h): one process per sandbox multiplexing helper modes over one channel; calls the frame codec and helper_util/helper_exec (kill handles), never the entry. */
+/* helper_agent.c - sbx-helper agent mode (protocol 4, proto/sbx_agent.h): one process per sandbox multiplexing helper modes over one channel; calls the frame codec, helper_util/helper_exec (kill handles) and helper_listen (the direct channel, adr/0066), never the entry. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -66,6 +66,11 @@ struct agent {
 	const struct helper_ctx *ctx;
 	helper_main_fn *run_mode;   /* what a stream's child runs (helper.h) */
 	int cin, cout, sigfd;
+	/* The direct channel (adr/0066): the listening socket until a
+	 * channel is taken (chosen), then fd 0 as the lifeline when the
+	 * socket was. */
+	int lfd, lifeline, chosen;
+	const char *listen_dir;
 	int in_eof, failed;
 	uint64_t idle_ms, last_rx_ms;
 	uint32_t last_id;
@@ -776,13 +781,28 @@ take_slot(const struct helper_ctx *ctx, struct helper_err *err)
 	return helper_handle_self(ctx, HANDLE_AGENT, err);
 }
 
-int
-helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, helper_main_fn *run_mode,
-    struct helper_err *err)
+/* The channel is taken: the socket's connection (fd >= 0) or fd 0/1
+ * (fd -1); the listening socket goes, HELLO goes first on the channel. */
+static void
+take_channel(struct agent *a, int fd)
 {
-	struct pollfd pf[3 + 3 * SBX_AGENT_STREAMS_MAX];
-	struct astream *who[3 + 3 * SBX_AGENT_STREAMS_MAX];
-	int what[3 + 3 * SBX_AGENT_STREAMS_MAX];
+	helper_listen_close(a->lfd, a->listen_dir);
+	a->lfd = -1;
+	if (fd >= 0) {
+		a->lifeline = a->cin;
+		a->cin = a->cout = fd;
+	}
+	a->chosen = 1;
+	hello(a);
+}
+
+int
+helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, const char *listen_dir,
+    helper_main_fn *run_mode, struct helper_err *err)
+{
+	struct pollfd pf[5 + 3 * SBX_AGENT_STREAMS_MAX];
+	struct astream *who[5 + 3 * SBX_AGENT_STREAMS_MAX];
+	int what[5 + 3 * SBX_AGENT_STREAMS_MAX];
 	struct agent a;
 	sigset_t set;
 	size_t i;
@@ -796,7 +816,8 @@ helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, helper_main_fn *run
 	a.run_mode = run_mode;
 	a.q = outq;
 	a.idle_ms = idle_ms;
-	a.cin = a.cout = a.sigfd = -1;
+	a.cin = a.cout = a.sigfd = a.lfd = a.lifeline = -1;
+	a.listen_dir = listen_dir;
 	(void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	(void)setsid();   /* its own group: the kill handle names it */
 	signal(SIGPIPE, SIG_IGN);
@@ -816,9 +837,28 @@ helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, helper_main_fn *run
 		goto done;
 	sbx_agent_dec_init(&a.dec, 0, rec, sizeof(rec));
 	a.last_rx_ms = helper_mono_ms();
-	hello(&a);
+	if (listen_dir != NULL && (a.lfd = helper_listen_open(listen_dir, err)) < 0) {
+		/* No socket: the runtime stream is the channel (the broker's
+		 * connect fails and it falls back, adr/0066). */
+		(void)fprintf(stderr, "sbx-helper agent: %s\n", err->message);
+		memset(err, 0, sizeof(*err));
+	}
+	if (a.lfd < 0)
+		take_channel(&a, -1);
 	while (!a.failed) {
 		np = 0;
+		if (a.lfd >= 0) {
+			pf[np].fd = a.lfd;
+			pf[np].events = POLLIN;
+			who[np] = NULL;
+			what[np++] = 6;
+		}
+		if (a.lifeline >= 0) {
+			pf[np].fd = a.lifeline;
+			pf[np].events = POLLIN;
+			who[np] = NULL;
+			what[np++] = 7;
+		}
 		if (!a.in_eof && a.qlen < OUTQ_INPUT_MAX) {
 			pf[np].fd = a.cin;
 			pf[np].events = POLLIN;
@@ -888,6 +928,8 @@ helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, helper_main_fn *run
 					a.failed = 1;
 					break;
 				}
+				if (!a.chosen)   /* the broker fell back to the stream */
+					take_channel(&a, -1);
 				if (sbx_agent_dec_feed(&a.dec, buf, (size_t)n, on_frame, &a) < 0)
 					a.failed = 1;
 				break;
@@ -914,6 +956,17 @@ helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, helper_main_fn *run
 			case 5:
 				stdin_pump(&a, who[i]);
 				break;
+			case 6:
+				if ((n = helper_listen_accept(a.lfd)) >= 0)
+					take_channel(&a, (int)n);
+				break;
+			case 7:
+				/* The lifeline: nothing is expected on it; its
+				 * end is the broker's (as the stream's was). */
+				n = read(a.lifeline, buf, sizeof(buf));
+				if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+					a.failed = 1;
+				break;
 			}
 		}
 		reap(&a);
@@ -925,6 +978,7 @@ helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, helper_main_fn *run
 	rc = 0;
 done:
 	shutdown_streams(&a);
+	helper_listen_close(a.lfd, a.listen_dir);
 	helper_handle_drop(ctx, HANDLE_AGENT);
 	if (a.sigfd >= 0)
 		close(a.sigfd);

@@ -37,6 +37,7 @@ struct args {
 	const char *id;
 	uint64_t timeout_ms;
 	uint64_t idle_ms;
+	const char *listen;   /* agent --listen DIR (adr/0066) */
 	uint64_t cols, rows, port;
 	const char *term;
 	const char *cwd;
@@ -214,7 +215,7 @@ run_watch(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 static int
 run_agent(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 {
-	return helper_agent(ctx, a->idle_ms, helper_main, err);
+	return helper_agent(ctx, a->idle_ms, a->listen, helper_main, err);
 }
 
 static const struct mode modes[] = {
@@ -402,6 +403,12 @@ parse_args(int argc, char **argv, const struct mode **mp, struct args *a,
 				if (parse_u64(val, TIMEOUT_MS_MAX, &a->idle_ms) < 0)
 					return helper_err_set(err, SBX_E_BAD_REQUEST,
 					    "--idle-ms must be milliseconds up to 30 days");
+			} else if (m != NULL && (m->opts & OPT_IDLE) &&
+			    strcmp(opt, "--listen") == 0) {
+				if (val[0] != '/')
+					return helper_err_set(err, SBX_E_BAD_REQUEST,
+					    "--listen must be an absolute directory");
+				a->listen = val;
 			} else if (m != NULL && (m->opts & OPT_PTY) &&
 			    (strcmp(opt, "--cols") == 0 || strcmp(opt, "--rows") == 0)) {
 				if (parse_u64(val, SBX_AGENT_CTRL_DIM_MAX, opt[2] == 'c' ? &a->cols :

@@ -790,6 +790,10 @@ engine_up(struct event_base **base, struct sbx_driver **drv)
 	cfg.default_image = image != NULL ? image : "sbx-test:latest";
 	cfg.helper_path = helper;
 	cfg.name_prefix = "sbxconf-";
+	/* SBX_CONFORM_AGENT_CHANNEL=runtime: the agent's runtime exec stream
+	 * only (adr/0066); else the direct channel where reachable. */
+	cfg.agent_runtime_only = getenv("SBX_CONFORM_AGENT_CHANNEL") != NULL &&
+	    strcmp(getenv("SBX_CONFORM_AGENT_CHANNEL"), "runtime") == 0;
 	if ((en_base = event_base_new()) == NULL)
 		return -1;
 	if ((en_drv = sbx_engine_driver_new(en_base, &cfg, &err)) == NULL) {

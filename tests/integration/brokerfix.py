@@ -417,6 +417,12 @@ def write_config(path, limits):
                       ("warm_pool", "warm_pool")):
         if key in limits:
             cfg[name] = limits[key]
+    # The agent's channel (adr/0066): a suite's own choice, else the run's
+    # (SBX_TEST_AGENT_CHANNEL=runtime|direct: test_agent_runtime.py), else
+    # the broker's default (direct).
+    chan = limits.get("agent_channel") or os.environ.get("SBX_TEST_AGENT_CHANNEL")
+    if chan:
+        cfg["agent_channel"] = chan
     with open(path, "w") as f:
         json.dump(cfg, f, indent=1)
 

@@ -34,6 +34,9 @@ class Conform(unittest.TestCase):
             "SBX_CONFORM_RUNTIME": os.environ["SBX_RUNTIME_HOST"],
             "SBX_CONFORM_HELPER": os.path.join(BUILD, "sbx-helper"),
             "CMOCKA_MESSAGE_OUTPUT": "TAP",
+            # adr/0066: test_agent_runtime.py runs this suite again with
+            # SBX_TEST_AGENT_CHANNEL=runtime.
+            "SBX_CONFORM_AGENT_CHANNEL": os.environ.get("SBX_TEST_AGENT_CHANNEL", "direct"),
         })
         p = subprocess.run([BIN], env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, timeout=800)

@@ -134,10 +134,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
     sys_version = ""
 
     def setup(self):
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # head and body are two writes
         self.request.settimeout(30)
         self.request = self.server.ctx.wrap_socket(self.request, server_side=True)
         self.request.settimeout(None)
         super().setup()
+
+    def finish(self):
+        super().finish()
+        if getattr(self, "kf_reset", False):
+            self.request.close()
 
     def log_message(self, fmt, *args):
         pass
@@ -464,11 +470,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 if ev is None:
                     if w.closed == "reset":
                         self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        self.kf_reset = True  # finish() closes: with linger 0 the peer gets an RST
                         self.close_connection = True
-                        try:
-                            self.connection.close()
-                        except OSError:
-                            pass
                         return
                     break
                 etype, obj = ev
@@ -519,6 +522,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             raise ApiError(500, "InternalError", "error dialing backend: node %s has no InternalIP or kubelet port" % node_name)
         try:
             raw = socket.create_connection((ip, int(port)), timeout=5)
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             kube = self.server.kubelet_ctx.wrap_socket(raw, server_hostname=ip)
         except OSError as e:
             raise ApiError(500, "InternalError", "error dialing backend: dial tcp %s:%s: %s" % (ip, port, e))

@@ -19,7 +19,7 @@ BROKER_RULES = [
      "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
     {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["get", "create", "delete"]},
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
-     "verbs": ["get", "list", "watch", "create", "delete"]},
+     "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
 ]
 
 

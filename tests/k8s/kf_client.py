@@ -85,6 +85,8 @@ class Client:
             if c is not None:
                 c.close()
             c = http.client.HTTPSConnection(self.host, self.port, context=self.ctx, timeout=self.timeout)
+            c.connect()
+            c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.local.conn = c
         return c
 
@@ -132,32 +134,50 @@ class Client:
         return self.call("DELETE", path, body, **kw)
 
     def watch(self, path, params=None, timeout=None):
-        """Yield (type, object) from a watch until the stream ends. The
-        response object is kept as .last_watch so a caller can close it."""
+        """Yield (type, object) from a watch until the stream ends cleanly;
+        ConnectionError when it is cut (EOF before the last chunk)."""
         params = dict(params or {})
         params["watch"] = "1"
-        c = http.client.HTTPSConnection(self.host, self.port, context=self.ctx, timeout=timeout)
-        self.last_watch = c
+        raw = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        sock = self.ctx.wrap_socket(raw, server_hostname=self.host)
         try:
-            c.request("GET", path + "?" + urllib.parse.urlencode(params),
-                      headers={"Authorization": "Bearer " + self.token})
-            r = c.getresponse()
-            if r.status != 200:
-                raise KubeError("GET", path, r.status, json.loads(r.read() or b"null"))
+            sock.sendall(("GET %s?%s HTTP/1.1\r\nHost: %s:%d\r\nAuthorization: Bearer %s\r\n"
+                          "Accept: application/json\r\n\r\n" % (path, urllib.parse.urlencode(params),
+                                                                 self.host, self.port, self.token)).encode())
+            head, rest = kf_net.read_head(sock)
+            status, hdrs = kf_net.parse_head(head)
+            if status != 200:
+                n = int(hdrs.get("content-length") or 0)
+                while len(rest) < n:
+                    more = sock.recv(65536)
+                    if not more:
+                        break
+                    rest += more
+                raise KubeError("GET", path, status, json.loads(rest[:n] or b"null"))
+            sock.settimeout(timeout)
+            dc, buf = kf_net.Dechunker(), b""
+            data = rest
             while True:
-                line = r.readline()
-                if not line:
+                buf += dc.feed(data)
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.strip():
+                        ev = json.loads(line)
+                        yield ev["type"], ev["object"]
+                if dc.done:
                     return
-                ev = json.loads(line)
-                yield ev["type"], ev["object"]
+                data = sock.recv(65536)
+                if not data:
+                    raise ConnectionError("watch stream cut before its last chunk")
         finally:
-            c.close()
+            kf_net.shutdown(sock)
 
     def channel(self, ns, pod, sub="exec", params=None, protocols=(kf_ws.PROTOCOL,)):
         """Open pods/exec or pods/attach; returns a Channel. Raises KubeError
         with the Status when the server does not upgrade."""
         path = "/api/v1/namespaces/%s/pods/%s/%s?%s" % (ns, pod, sub, urllib.parse.urlencode(params or {}, doseq=True))
         raw = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock = self.ctx.wrap_socket(raw, server_hostname=self.host)
         key = kf_ws.client_key()
         head = ("GET %s HTTP/1.1\r\nHost: %s:%d\r\nAuthorization: Bearer %s\r\nUpgrade: websocket\r\n"
@@ -205,7 +225,7 @@ class Client:
                     out.append(data)
                 elif stream == kf_ws.STDERR:
                     err.append(data)
-                elif stream == kf_ws.STATUS:
+                elif stream == kf_ws.STATUS and data:
                     status = json.loads(data)
         finally:
             ch.close()

@@ -245,8 +245,11 @@ class Cluster:
         pods, _ = self.store.list("pods", fields=[("spec.nodeName", "=", (node,))])
         for pod in pods:
             if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-                if set_condition(pod, "Ready", "False", "NodeLost", "Node is not ready") | \
-                   set_condition(pod, "ContainersReady", "False", "NodeLost", "Node is not ready"):
+                # as 1.24's MarkPodsNotReady: Ready=False, reason and message kept
+                c = condition(pod, "Ready")
+                if c is not None and c.get("status") != "False":
+                    c["status"] = "False"
+                    c["lastTransitionTime"] = now_iso()
                     self.store.put("pods", pod)
 
     def _evict(self, node, taints):

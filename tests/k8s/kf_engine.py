@@ -12,6 +12,7 @@ import os
 import socket
 import struct
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 
@@ -42,7 +43,7 @@ class Stream:
     def __init__(self, sock, tty, chunked, rest):
         self.sock, self.tty = sock, tty
         self.dechunk = kf_net.Dechunker() if chunked else None
-        self.buf = b""
+        self.buf = bytearray()
         self.eof = False
         self.pending = self._parse(rest)
 
@@ -54,11 +55,11 @@ class Stream:
         self.buf += data
         out = []
         while len(self.buf) >= 8:
-            stream, n = self.buf[0], struct.unpack(">I", self.buf[4:8])[0]
+            stream, n = self.buf[0], struct.unpack(">I", bytes(self.buf[4:8]))[0]
             if len(self.buf) < 8 + n:
                 break
-            out.append((2 if stream == 2 else 1, self.buf[8:8 + n]))
-            self.buf = self.buf[8 + n:]
+            out.append((2 if stream == 2 else 1, bytes(self.buf[8:8 + n])))
+            del self.buf[:8 + n]
         return out
 
     def read(self):
@@ -112,7 +113,7 @@ class Runtime:
         return eid, self.hijack("/exec/%s/start" % eid, {"Detach": False, "Tty": bool(tty)}, tty)
 
     def exec_exit(self, eid, tries=200):
-        import time
+        """The exit code of a finished exec (None if it still runs after ~10 s)."""
         for _ in range(tries):
             info = self.engine.get("/exec/%s/json" % eid)
             if not info.get("Running"):

@@ -11,7 +11,6 @@ SIGTERM removes every container and volume of its instance.
 """
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -113,18 +112,23 @@ class PodWorker:
             else:
                 self.fail("UnsupportedVolume", "kfake supports persistentVolumeClaim and emptyDir volumes, not %s" % v["name"])
                 return None
-            kind, name, new = out[v["name"]]
-            if new and fs_group is not None:
-                self.chgrp(pod, name, int(fs_group))
+        fresh = [name for kind, name, new in out.values() if new]
+        if fresh and fs_group is not None:
+            self.chgrp(pod, fresh, int(fs_group))
         return out
 
-    def chgrp(self, pod, volume, gid):
-        """fsGroup: the new volume's files get group GID, group-writable, setgid dirs."""
+    def chgrp(self, pod, volumes, gid):
+        """fsGroup: the new volumes' files get group GID, group-writable, setgid
+        dirs (one short root container of the pod's image for all of them)."""
         image = pod["spec"]["containers"][0]["image"]
         e = self.kl.rt.engine
-        cid = e.create(image=image, cmd=["sh", "-c", "chgrp -R %d /v && chmod -R g+rwX /v && chmod g+s /v" % gid],
+        dirs = " ".join("/v%d" % i for i in range(len(volumes)))
+        cid = e.create(image=image, cmd=["sh", "-c", "chgrp -R %d %s && chmod -R g+rwX %s && chmod g+s %s"
+                                         % (gid, dirs, dirs, dirs)],
                        user="0", labels={L_INST: self.kl.instance, L_NODE: self.kl.node},
-                       host_config={"NetworkMode": "none", "Mounts": [{"Type": "volume", "Source": volume, "Target": "/v"}]},
+                       host_config={"NetworkMode": "none",
+                                    "Mounts": [{"Type": "volume", "Source": v, "Target": "/v%d" % i}
+                                               for i, v in enumerate(volumes)]},
                        Entrypoint=[])
         try:
             e.start(cid)
@@ -158,7 +162,7 @@ class PodWorker:
         for m in c.get("volumeMounts") or []:
             kind, src, _ = vols[m["name"]]
             if kind == "tmpfs":
-                hc["Tmpfs"][m["mountPath"]] = "" if not m.get("readOnly") else "ro"
+                hc["Tmpfs"][m["mountPath"]] = "%s,exec,nosuid,nodev,mode=1777" % ("ro" if m.get("readOnly") else "rw")
             else:
                 hc["Mounts"].append({"Type": "volume", "Source": src, "Target": m["mountPath"],
                                      "ReadOnly": bool(m.get("readOnly"))})
@@ -221,6 +225,8 @@ class PodWorker:
         for c in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]:
             msg = self.check_user(pod, c)
             if msg:
+                if self.waiting != ("CreateContainerConfigError", msg):
+                    log("pod %s: %s" % (pod["metadata"]["name"], msg))
                 self.waiting = ("CreateContainerConfigError", msg)
                 return self.report(pod)
         vols = self.volumes(pod)
@@ -246,12 +252,15 @@ class PodWorker:
                 self.cids[c["name"]] = self.create(pod, c, vols)
             except APIError as err:
                 self.waiting = ("ErrImagePull" if err.status == 404 else "CreateContainerError", str(err))
+                log("pod %s: container %s: %s" % (pod["metadata"]["name"], c["name"], err))
                 for cid in self.cids.values():
                     e.remove(cid, ok=None)
                 self.cids = {}
                 return self.report(pod)
         for cid in self.cids.values():
             e.start(cid)
+        log("pod %s/%s (%s): started %s" % (pod["metadata"]["namespace"], pod["metadata"]["name"],
+                                           self.uid[:8], ", ".join(sorted(self.cids))))
         self.waiting = None
         self.started = True
         self.monitor(pod)
@@ -369,6 +378,7 @@ class Kubelet:
 
     def final_delete(self, pod):
         md = pod["metadata"]
+        log("pod %s/%s (%s): stopped, deleting it" % (md["namespace"], md["name"], md["uid"][:8]))
         self.api.request("DELETE", "/api/v1/namespaces/%s/pods/%s" % (md["namespace"], md["name"]),
                          {"gracePeriodSeconds": 0, "preconditions": {"uid": md["uid"]}})
 

@@ -9,6 +9,7 @@ Touches: its listening socket, the runtime through kf_engine, the kubelet's pod 
 
 import http.server
 import json
+import socket
 import socketserver
 import threading
 import urllib.parse
@@ -35,6 +36,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def setup(self):
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # head and body are two writes
         self.request.settimeout(30)
         self.request = self.server.ctx.wrap_socket(self.request, server_side=True)
         self.request.settimeout(None)
@@ -66,6 +68,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.fail(400, "kfake kubelet: a WebSocket upgrade is required")
         if kf_ws.PROTOCOL not in protos:
             return self.fail(400, "kfake kubelet: subprotocol %s is required (offered: %s)" % (kf_ws.PROTOCOL, ", ".join(protos) or "none"))
+        if not (stdin or flag("stdout") or flag("stderr")):
+            return self.fail(400, "you must specify at least 1 of stdin, stdout, stderr")
+        if tty and flag("stderr"):
+            return self.fail(400, "stdout, stderr: tty and stderr cannot both be true")
         kl = self.server.kubelet
         cid, p = kl.find_container(ns, pod, ctr)
         if cid is None:
@@ -91,6 +97,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
         try:
+            # as the real streaming server (remotecommand's createWebSocketStreams):
+            # an empty message on the lowest writable stream says the connection is up
+            first = kf_ws.STDOUT if flag("stdout") else kf_ws.STDERR if flag("stderr") else kf_ws.STATUS
+            self.connection.sendall(kf_ws.channel(first, b"", mask=False))
             self.pump(kl, eid, stream)
         finally:
             stream.close()
@@ -101,7 +111,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         parser = kf_ws.Parser(require_mask=True)
         client_closed = False
         while not stream.eof:
-            for s in kf_net.wait_readable([ws, stream.sock], 5.0) + ([stream.sock] if stream.pending else []):
+            ready = [stream.sock] if stream.pending else kf_net.wait_readable([ws, stream.sock], 5.0)
+            for s in ready:
                 if s is stream.sock:
                     for n, data in stream.read():
                         if data and not kf_net.send_all(ws, kf_ws.channel(n, data, mask=False)):

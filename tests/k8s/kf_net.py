@@ -54,7 +54,7 @@ class Dechunker:
     .done once the last chunk has been seen."""
 
     def __init__(self):
-        self.buf = b""
+        self.buf = bytearray()
         self.need = None
         self.done = False
 
@@ -66,16 +66,16 @@ class Dechunker:
                 j = self.buf.find(b"\r\n")
                 if j < 0:
                     break
-                n = int(self.buf[:j].split(b";")[0] or b"0", 16)
-                self.buf = self.buf[j + 2:]
+                n = int(bytes(self.buf[:j]).split(b";")[0] or b"0", 16)
+                del self.buf[:j + 2]
                 if n == 0:
                     self.done = True
                     break
                 self.need = n
             if len(self.buf) < self.need + 2:
                 break
-            out.append(self.buf[:self.need])
-            self.buf = self.buf[self.need + 2:]
+            out.append(bytes(self.buf[:self.need]))
+            del self.buf[:self.need + 2]
             self.need = None
         return b"".join(out)
 

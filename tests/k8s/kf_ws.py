@@ -61,7 +61,7 @@ class Parser:
     REQUIRE_MASK: the server end refuses unmasked client frames (ValueError)."""
 
     def __init__(self, require_mask=False, max_message=64 << 20):
-        self.buf = b""
+        self.buf = bytearray()  # appended in place: a large frame arrives in many reads
         self.require_mask = require_mask
         self.max_message = max_message
         self.frag_op = None
@@ -75,34 +75,34 @@ class Parser:
             if len(b) < 2:
                 return out
             fin, op = b[0] & 0x80, b[0] & 0x0F
+            key = b""
             masked, n = b[1] & 0x80, b[1] & 0x7F
             i = 2
             if n == 126:
                 if len(b) < 4:
                     return out
-                n = struct.unpack(">H", b[2:4])[0]
+                n = struct.unpack(">H", bytes(b[2:4]))[0]
                 i = 4
             elif n == 127:
                 if len(b) < 10:
                     return out
-                n = struct.unpack(">Q", b[2:10])[0]
+                n = struct.unpack(">Q", bytes(b[2:10]))[0]
                 i = 10
             if n > self.max_message:
                 raise ValueError("websocket frame of %d bytes is over the limit" % n)
             if self.require_mask and not masked:
                 raise ValueError("unmasked client frame")
-            key = b""
             if masked:
                 if len(b) < i + 4:
                     return out
-                key = b[i:i + 4]
+                key = bytes(b[i:i + 4])
                 i += 4
             if len(b) < i + n:
                 return out
-            payload = b[i:i + n]
+            payload = bytes(b[i:i + n])
             if masked:
                 payload = unmask(payload, key)
-            self.buf = b[i + n:]
+            del self.buf[:i + n]
             if op >= 8:
                 out.append((op, payload))
             elif op == OP_CONT:

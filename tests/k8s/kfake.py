@@ -108,6 +108,14 @@ class Kubelets:
                 p.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 p.kill()
+        if self.args.engine:  # a lost node's kubelet could not clean up: do it for it
+            from kf_engine import Engine
+            e = Engine(self.args.engine)
+            label = "io.kfake.instance=" + self.instance
+            for c in e.containers(label):
+                e.remove(c["Id"], ok=None)
+            for v in e.volumes(label):
+                e.remove_volume(v["Name"])
 
 
 def main():
@@ -176,7 +184,7 @@ def main():
         "server": url, "ca": ca, "namespace": namespaces[0], "namespaces": namespaces,
         "tokens": {"admin": auth.admin, "broker": auth.broker, "narrow": auth.narrow},
         "token_files": token_files, "kubeconfig": os.path.join(d, "kubeconfig"),
-        "serviceaccount": sa, "nodes": nodes, "pid": os.getpid()}, indent=1))
+        "serviceaccount": sa, "nodes": nodes, "instance": kubelets.instance, "pid": os.getpid()}, indent=1))
     print("kfake: serving %s, namespaces %s, nodes %s" % (url, namespaces, nodes), flush=True)
     for n in nodes:
         kubelets.add(n)

@@ -42,6 +42,7 @@ struct lop {
 	struct event *kick;
 	lstep next;
 	int tries;
+	int restarts;                 /* pods that ended while starting */
 	int forced;
 	struct sbx_err early;
 };
@@ -244,6 +245,20 @@ running_cb(void *arg, const struct kube_pod *p)
 	}
 	if (strcmp(p->phase, "Running") == 0 && !p->deleting) {
 		finish(o, NULL, p);
+		return;
+	}
+	if (p->stuck[0] == '\0' && !p->deleting && o->restarts++ < 2 &&
+	    (strcmp(p->phase, "Succeeded") == 0 ||
+	    strcmp(p->phase, "Failed") == 0)) {
+		/* its container ended as it started (a node's hiccup): a new
+		 * pod, same PVC, twice at most */
+		log_warn("kubernetes: a sandbox pod ended while starting; "
+		    "making it again", "id", o->id, "phase", p->phase, NULL);
+		if (o->timer != NULL) {
+			event_free(o->timer);
+			o->timer = NULL;
+		}
+		delete_pod(o, 1);
 		return;
 	}
 	snprintf(msg, sizeof(msg), "the sandbox's pod did not start (phase %s%s)",

@@ -77,11 +77,19 @@ struct api_config {
 	long long port_body_max;    /* bytes of a request body read before forwarding */
 	long long preview_ttl_max;  /* ms a preview link may live at most */
 	char *preview_domain;       /* NULL: no preview Host; else TOKEN.<it> */
+	/* The browser (api_browser.c, adr/0064). */
+	long long browser_port;     /* sandbox-local CDP port, 1..65535 */
+	long long browser_start_timeout; /* ms a start waits for the CDP port */
 	/* WebSocket attach (common/sbx_ws.h, adr/0052). */
 	long long ws_message_max;   /* bytes of one received message; more: close 1009 */
 	long long ws_ping_interval; /* ms between the server's pings; 2 silent: closed */
 	long long db_cache;         /* bytes of api.db's page cache at most (sbx_sqlite_cache) */
 	long long ws_output_high;   /* bytes queued for a viewer above which its terminal output pauses */
+	/* Watching a sandbox's browser (adr/0065). */
+	long long browser_shot_max; /* bytes of a screenshot PNG the browser may send */
+	long long browser_frame_max; /* bytes of one live-view JPEG frame; larger ones are dropped */
+	long long browser_cdp_timeout; /* ms the browser has to answer (screenshot, view start) */
+	long long browser_viewers_per_sandbox; /* live views open at once per sandbox; more: 429 */
 	/* The E2B layer (docs/e2b.md, adr/0059). */
 	char **e2b_templates;       /* "alias=image"; "alias=": the broker's default image */
 	char *e2b_domain;           /* NULL: no {port}-{id}.<it> Host; else the SDK's domain */

@@ -110,6 +110,11 @@ const struct sbx_config_key api_config_keys[] = {
 	    "ports proxy: with it (e.g. preview.example.com) a request for "
 	    "TOKEN.preview.example.com is that preview on its own origin; "
 	    "unset: previews only at /p/TOKEN/"),
+	/* The browser (api_browser.c, adr/0064). */
+	K("browser_port", SBX_CFG_INT, browser_port, "9222",
+	    "browser: the sandbox-local port Chromium's DevTools (CDP) server listens on (1..65535)"),
+	K("browser_start_timeout", SBX_CFG_DURATION_MS, browser_start_timeout, "30s",
+	    "browser: how long POST .../sandbox/browser waits for Chromium's DevTools port (1s..5m)"),
 	K("cors_origins", SBX_CFG_STRLIST, cors_origins, NULL,
 	    "Origins allowed to call the API from a browser (CORS); empty: CORS off"),
 	/* The Connect protocol of envd (api_connect.h, adr/0060). */
@@ -125,6 +130,15 @@ const struct sbx_config_key api_config_keys[] = {
 	    "bytes of api.db's page cache at most (SQLite cache_size)"),
 	K("ws_output_high", SBX_CFG_BYTES, ws_output_high, "1m",
 	    "WebSocket attach: bytes queued for a viewer above which its terminal's output waits"),
+	/* Watching a sandbox's browser (docs/api.md "Browser view", adr/0065). */
+	K("browser_shot_max", SBX_CFG_BYTES, browser_shot_max, "8m",
+	    "browser view: bytes of the PNG a screenshot may be; larger: 502"),
+	K("browser_frame_max", SBX_CFG_BYTES, browser_frame_max, "1m",
+	    "browser view: bytes of one live-view JPEG frame; larger frames are dropped"),
+	K("browser_cdp_timeout", SBX_CFG_DURATION_MS, browser_cdp_timeout, "15s",
+	    "browser view: how long the browser has to answer a screenshot or start a live view; then 504"),
+	K("browser_viewers_per_sandbox", SBX_CFG_INT, browser_viewers_per_sandbox, "4",
+	    "browser view: live views open at once on one sandbox's browser; more: 429"),
 	/* The E2B layer (docs/e2b.md, adr/0059). */
 	K("e2b_templates", SBX_CFG_STRLIST, e2b_templates, "base=",
 	    "E2B: the templateIDs create accepts, as alias=image (alias=: the "
@@ -282,6 +296,11 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 		return sbx_err_set(err, SBX_E_CONFIG, "port_connections_per_sandbox "
 		    "and port_idle_timeout must be above 0, port_body_max 0 or "
 		    "more, preview_ttl_max at least 1s.");
+	if (cfg->browser_port < 1 || cfg->browser_port > 65535 ||
+	    cfg->browser_start_timeout < 1000 ||
+	    cfg->browser_start_timeout > 300000)
+		return sbx_err_set(err, SBX_E_CONFIG, "browser_port must be 1 to "
+		    "65535 and browser_start_timeout 1s to 5m.");
 	if (cfg->e2b_fs_list_max <= 0 || cfg->e2b_fs_list_max > 100000 ||
 	    cfg->e2b_watchers_per_sandbox <= 0 ||
 	    cfg->e2b_watcher_events_max <= 0 || cfg->e2b_watch_timeout <= 0 ||
@@ -304,6 +323,13 @@ api_config_check(const struct api_config *cfg, struct sbx_err *err)
 		return sbx_err_set(err, SBX_E_CONFIG, "ws_message_max must be "
 		    "at least 1k, ws_ping_interval at least 1s and "
 		    "ws_output_high at least 64k.");
+	if (cfg->browser_shot_max < 1024 || cfg->browser_shot_max > 268435456 ||
+	    cfg->browser_frame_max < 1024 || cfg->browser_frame_max > 67108864 ||
+	    cfg->browser_cdp_timeout < 100 ||
+	    cfg->browser_viewers_per_sandbox <= 0)
+		return sbx_err_set(err, SBX_E_CONFIG, "browser_shot_max must be "
+		    "1k to 256m, browser_frame_max 1k to 64m, browser_cdp_timeout "
+		    "at least 100ms, browser_viewers_per_sandbox above 0.");
 	if (cfg->shutdown_grace < 0)
 		return sbx_err_set(err, SBX_E_CONFIG,
 		    "shutdown_grace must be 0 or more.");

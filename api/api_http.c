@@ -15,6 +15,7 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "api_browser.h"
 #include "api_connect.h"
 #include "api_e2b.h"
 #include "api_e2b_process.h"
@@ -166,6 +167,25 @@ static const struct api_route routes[] = {
 	 * credential (R_PREVIEW). */
 	PROXY_ROWS("/p/{token}/**", R_PREVIEW | PROXY_FLAGS, "ports.preview_proxy",
 	    NULL),
+	/* The browser (api_browser.c, adr/0064). */
+	{ { EVHTTP_REQ_POST, NPC_PATH "/sandbox/browser" }, api_h_browser_start,
+	    R_AUTH | R_NPC | R_JSON_OPT | R_MUTATING | R_WAKES,
+	    .action = "browser.start" },
+	{ { EVHTTP_REQ_GET, NPC_PATH "/sandbox/browser" }, api_h_browser_status,
+	    R_AUTH | R_NPC, .action = "browser.status" },
+	{ { EVHTTP_REQ_DELETE, NPC_PATH "/sandbox/browser" }, api_h_browser_stop,
+	    R_AUTH | R_NPC | R_MUTATING, .action = "browser.stop" },
+	/* Watching the browser (api_browser_view.c, adr/0065): the view's
+	 * WebSocket takes a key or a view ticket. */
+	{ { EVHTTP_REQ_GET, NPC_PATH "/sandbox/browser/screenshot" },
+	    api_h_browser_screenshot, R_AUTH | R_NPC,
+	    .action = "browser.screenshot" },
+	{ { EVHTTP_REQ_POST, NPC_PATH "/sandbox/browser/view/tickets" },
+	    api_h_browser_view_ticket, R_AUTH | R_NPC | R_JSON_OPT,
+	    .action = "browser.view_ticket" },
+	{ { EVHTTP_REQ_GET, NPC_PATH "/sandbox/browser/view" },
+	    api_h_browser_view, R_AUTH | R_NPC, .action = "browser.view",
+	    .auth = api_browser_view_auth },
 	{ { EVHTTP_REQ_GET, "/console" }, api_h_console, 0,
 	    .action = "console" },
 	/* Operators only: the figures are about every principal's use. */
@@ -932,6 +952,7 @@ api_server_drain(struct api_server *s, void (*done)(void *), void *arg)
 	api_connect_drain(s);
 	api_ports_drain(s);
 	api_term_ws_drain(s);
+	api_browser_view_drain(s);
 	api_e2b_fs_drain(s);
 	snprintf(n, sizeof(n), "%u", s->inflight);
 	log_info("draining", "in_flight", n, NULL);
@@ -953,8 +974,10 @@ api_server_free(struct api_server *s)
 	api_req_abandon_all(s);
 	api_e2b_close(s);
 	api_ports_close(s);
+	api_browser_close(s);
 	api_execs_close(s);
 	api_term_ws_free_all(s);
+	api_browser_view_free_all(s);
 	api_e2b_procs_close(s);
 	api_terms_close(s);
 	api_req_trim_close(s);

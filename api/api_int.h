@@ -48,6 +48,8 @@ struct api_connect_call;
 struct e2b_proc;
 struct api_e2b_watch;
 struct api_e2b_upload;
+struct api_browsers;
+struct api_bcall;
 
 /* Entries a list asks the broker for (its own list_max_entries may be lower). */
 #define API_LIST_MAX_ENTRIES 10000
@@ -92,6 +94,8 @@ struct api_server {
 	uint32_t e2b_next_pid;      /* the pid the next one gets */
 	/* E2B's watches: WatchDir streams and watchers (api_e2b_fs.c, adr/0061). */
 	struct api_e2b_watch *e2b_watches;
+	/* Browsers seen running (api_browser.c, adr/0064). */
+	struct api_browsers *browsers;
 };
 
 /* The sentence a player gets when asking for egress (SPEC §8); %s: NPC. */
@@ -192,6 +196,7 @@ struct areq {
 	char preview[64];                   /* R_PREVIEW: the token ("" none) */
 	int preview_host;                   /* R_PREVIEW: from the Host */
 	struct api_port_conn *pconn;        /* the proxy's tunnel until hand-off */
+	void *bview;                        /* a screenshot being taken (api_browser_view.c) */
 	int sse_counted;                    /* counted in sse_clients */
 	/* an SSE stream's heartbeat (areq_stream_begin with a->sse) */
 	struct event *ping;
@@ -249,6 +254,8 @@ struct areq {
 	                                     * (api_execs_view.c, adr/0048) */
 	struct api_connect_call *connect;   /* the Connect call a answers
 	                                     * (api_connect.c, adr/0060) */
+	struct api_bcall *bcall;            /* a browser route's exec
+	                                     * (api_browser.c, adr/0064) */
 	struct areq *prev, *next;
 };
 
@@ -540,6 +547,20 @@ int api_ticket_auth(struct api_server *s, const char *npc, const char *id,
 int api_h_terms_attach(struct areq *a, struct sbx_err *err);
 void api_term_ws_drain(struct api_server *s);
 void api_term_ws_free_all(struct api_server *s);
+/* api_browser_view.c: watching a sandbox's browser (adr/0065). GET
+ * …/sandbox/browser/screenshot (image/png), POST …/browser/view/tickets,
+ * GET …/browser/view (WebSocket of JPEG frames); the view route's
+ * credential (api_auth_fn: the bearer key, else ?ticket= of a view ticket
+ * of that NPC made by a principal still active and owning it or
+ * operating); the drain closes every view (1001), the free frees them. */
+int api_h_browser_screenshot(struct areq *a, struct sbx_err *err);
+int api_h_browser_view_ticket(struct areq *a, struct sbx_err *err);
+int api_h_browser_view(struct areq *a, struct sbx_err *err);
+int api_browser_view_auth(struct api_server *s, const char *npc,
+    const char *id, const char *query, const char *authorization, int final,
+    struct api_principal *who);
+void api_browser_view_drain(struct api_server *s);
+void api_browser_view_free_all(struct api_server *s);
 /* GET /console: the embedded page (api/console.html + xterm.js, adr/0054), a fresh style nonce each reply. */
 int api_h_console(struct areq *a, struct sbx_err *err);
 /* Builds s->console_csp (the hash of the page's one inline script) and finds

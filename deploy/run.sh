@@ -56,6 +56,9 @@ esac
 PORT=${SBX_API_PORT:-8080}
 NPC=${SBX_RUN_NPC:-demo}
 DEFAULT_IMAGE=sbx-default:bookworm
+# Allowlisted beside it: the browser image (adr/0064), built on demand with
+# `sh deploy/image/build.sh --browser KIND SOCKET .sbx-run/image`.
+BROWSER_IMAGE=sbx-browser:bookworm
 IMAGE=${SBX_RUN_IMAGE:-$DEFAULT_IMAGE}
 URL=http://127.0.0.1:$PORT
 
@@ -423,6 +426,7 @@ rm -f "$BSOCK"
 say "starting sandbox-broker on unix:$BSOCK (log: $RUN/broker.log)"
 env -i PATH=$CLEANPATH HOME="${HOME:-/}" setsid "$BIN/sandbox-broker" --listen "unix:$BSOCK" --runtime "$RT_HOST" \
 	--token-file "$TOKEN" --state-dir "$RUN/broker" --image "$IMAGE" \
+	--images "$BROWSER_IMAGE" \
 	</dev/null >>"$RUN/broker.log" 2>&1 &
 BROKER_PID=$!
 echo "$BROKER_PID" >"$RUN/broker.pid"

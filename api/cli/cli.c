@@ -64,6 +64,9 @@ static const struct cmd cmds[] = {
 	    "port REMOTE inside the sandbox (no network needed; every "
 	    "connection its own tunnel) until Ctrl-C", 0, 2, 2,
 	    c_port_forward },
+	{ "browser", "NPC start|stop|status [--json]", "the sandbox's headless "
+	    "Chromium: start it (and print its CDP endpoint), stop it, or show "
+	    "it", O_JSON, 2, 2, c_browser },
 	{ "logs", "[-f] NPC EXEC_ID", "print an exec's output so far; -f: "
 	    "follow it to its end (resumed when the connection drops)",
 	    O_FOLLOW, 2, 2, c_logs },

@@ -160,6 +160,9 @@ int c_port_forward(struct ctx *x);
 /* The local terminal's size (stdout, else stdin), 80x24 when none. */
 void cli_term_size(int *cols, int *rows);
 
+/* cli_browser.c: sbxctl browser NPC start|stop|status (adr/0064). */
+int c_browser(struct ctx *x);
+
 /* cli_term.c: shell, attach, and exec -i streamed through a terminal. */
 int c_shell(struct ctx *x);
 int c_attach(struct ctx *x);

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 
+import browser_bench
 import direct_bench
 import e2b_bench
 import pool_bench
@@ -312,7 +313,7 @@ class Bench:
                 "--image", IMAGE, "--output-cap", "2g", "--file-size-max", "128m",
                 "--exec-timeout", "10m", "--exec-timeout-max", "10m",
                 "--max-execs-per-sandbox", "1000", "--pids", "1024", "--pids-max", "1024",
-                "--max-sandboxes", "200",
+                "--max-sandboxes", "200", "--images", browser_bench.IMAGE,
                 "--log-level", "warn", "--log-file", os.path.join(w, "broker.log")]
         args += ["--agent-channel", AGENT_CHANNEL]
         args += getattr(self.a, "broker_extra", [])  # soak.py: its reaper
@@ -1306,6 +1307,8 @@ def main():
                                                            STREAM_BYTES, STREAM_ROUNDS)))
     # Issue 23: the E2B SDK against sbx's own exec route (tests/bench/e2b_bench.py).
     figs += [(name, (lambda f: lambda: f(b, check_exit0))(fn)) for name, fn in e2b_bench.FIGURES]
+    # Issue 22: the browser (tests/bench/browser_bench.py).
+    figs += [(name, (lambda f: lambda: f(b))(fn)) for name, fn in browser_bench.FIGURES]
     # Issue 25 item 3: the warm pool (tests/bench/pool_bench.py).
     figs += [("pool", lambda: pool_bench.fig_pool(b, Conn, med, pct))]
     only = set(x for x in a.only.split(",") if x)

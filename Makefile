@@ -11,6 +11,8 @@ CC ?= cc
 PYTHON ?= /usr/bin/python3
 
 PKGS := libevent jansson sqlite3 libsodium nettle
+# The kubernetes driver's TLS (adr/0072).
+PKGS += libevent_openssl openssl
 # libwslay (WebSocket framing, adr/0052): Debian's libwslay-dev ships no .pc file.
 WSLAY_LIBS := -lwslay
 

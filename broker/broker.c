@@ -24,6 +24,7 @@
 #include "broker_reaper.h"
 #include "driver_engine.h"
 #include "driver_vm.h"
+#include "broker_kube.h"
 #include "sbx_http_client.h"
 #include "sbx_daemon.h"
 #include "sbx_log.h"
@@ -225,6 +226,13 @@ make_engine(struct event_base *base, const struct broker_config *cfg,
 	return sbx_engine_driver_new(base, ec, err);
 }
 
+static struct sbx_driver *
+make_kube(struct event_base *base, const struct broker_config *cfg,
+    const struct sbx_engine_config *ec, struct sbx_err *err)
+{
+	return broker_kube_driver_new(base, cfg, ec->images, err);
+}
+
 /* The sandbox drivers (config key driver): one row each; close_idle: what
  * a stopping broker calls so idle channels leave the loop (settle). */
 static const struct {
@@ -236,6 +244,7 @@ static const struct {
 } broker_drivers[] = {
 	{ "engine", make_engine, sbx_engine_agents_close_idle },
 	{ "vm", make_vm, sbx_vm_close_idle },
+	{ "kubernetes", make_kube, NULL },
 };
 
 static struct sbx_driver *
@@ -251,7 +260,7 @@ driver_new(struct event_base *base, const struct broker_config *cfg,
 			return broker_drivers[i].make(base, cfg, ec, err);
 		}
 	sbx_err_set(err, SBX_E_CONFIG, "driver: unknown driver \"%.64s\" "
-	    "(engine or vm)", want);
+	    "(engine, vm or kubernetes)", want);
 	return NULL;
 }
 
@@ -374,6 +383,11 @@ main(int argc, char **argv)
 	ec.warm_pool = (int)cfg.warm_pool;
 	if ((driver = driver_new(m.base, &cfg, &ec, &err)) == NULL) {
 		rc = sbx_daemon_config_error("sandbox-broker", &err);
+		goto done;
+	}
+	if (opts.check && driver->ops != &sbx_engine_driver_ops) {
+		rc = broker_kube_check(m.base, driver, &cfg,
+		    token_problem[0] != '\0' ? token_problem : NULL);
 		goto done;
 	}
 	if (opts.check) {

@@ -11,6 +11,8 @@ CC ?= cc
 PYTHON ?= /usr/bin/python3
 
 PKGS := libevent jansson sqlite3 libsodium nettle
+# The kubernetes driver's TLS (adr/0072).
+PKGS += libevent_openssl openssl
 # libwslay (WebSocket framing, adr/0052): Debian's libwslay-dev ships no .pc file.
 WSLAY_LIBS := -lwslay
 
@@ -71,7 +73,8 @@ LIBAPI := $(BUILD)/libsbxapi.a
 
 BINS := $(if $(wildcard broker/broker.c),$(BUILD)/sandbox-broker) $(if $(wildcard api/api.c),$(BUILD)/sandbox-api) \
 	$(if $(CLI_SRC),$(BUILD)/sbxctl) $(if $(HELPER_SRC),$(BUILD)/sbx-helper) \
-	$(if $(PROXY_SRC),$(BUILD)/sbx-proxy)
+	$(if $(PROXY_SRC),$(BUILD)/sbx-proxy) \
+	$(if $(wildcard broker/vm/sbx_vminit.c),$(BUILD)/sbx-vminit)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC)) \
 	$(if $(wildcard tests/conform/conform.c),$(BUILD)/tests/test_conform)
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzzers/%,$(FUZZ_SRC))
@@ -144,6 +147,13 @@ $(BUILD)/sbx-helper: $(HELPER_SRC) $(HELPER_PROTO_SRC) $(wildcard broker/helper/
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -D_FORTIFY_SOURCE=2 $(CFLAGS) $(WARN) \
 		-fstack-protector-strong -Iproto -static -o $@ $(HELPER_SRC) $(HELPER_PROTO_SRC)
+
+# PID 1 of a vm-driver sandbox (adr/0069): static, libc only, packed into
+# the VM's initramfs by deploy/vm/build.sh.
+$(BUILD)/sbx-vminit: broker/vm/sbx_vminit.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -D_FORTIFY_SOURCE=2 $(CFLAGS) $(WARN) \
+		-fstack-protector-strong -static -o $@ $<
 
 # The egress proxy runs in a container of the sandbox's image (adr/0026):
 # static like the helper, libevent linked in, glibc's NSS lookups replaced
@@ -247,9 +257,10 @@ UNITS := $(wildcard deploy/systemd/*.service)
 # to BINDIR/LIBEXECDIR) and the sysusers.d file. No `sbx`: the CLI is sbxctl.
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR)
-	install -m 0755 $(filter-out $(BUILD)/sbx-helper $(BUILD)/sbx-proxy,$(BINS)) $(DESTDIR)$(BINDIR)/
+	install -m 0755 $(filter-out $(BUILD)/sbx-helper $(BUILD)/sbx-proxy $(BUILD)/sbx-vminit,$(BINS)) $(DESTDIR)$(BINDIR)/
 	$(if $(HELPER_SRC),install -m 0755 $(BUILD)/sbx-helper $(DESTDIR)$(LIBEXECDIR)/)
 	$(if $(PROXY_SRC),install -m 0755 $(BUILD)/sbx-proxy $(DESTDIR)$(LIBEXECDIR)/)
+	$(if $(wildcard broker/vm/sbx_vminit.c),install -m 0755 $(BUILD)/sbx-vminit $(DESTDIR)$(LIBEXECDIR)/)
 	install -m 0755 deploy/egress-firewall.sh $(DESTDIR)$(LIBEXECDIR)/
 	install -d $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR)
 	for u in $(UNITS); do \
@@ -266,6 +277,7 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/sandbox-broker $(DESTDIR)$(BINDIR)/sandbox-api \
 		$(DESTDIR)$(BINDIR)/sbxctl $(DESTDIR)$(LIBEXECDIR)/sbx-helper \
 		$(DESTDIR)$(LIBEXECDIR)/sbx-proxy $(DESTDIR)$(LIBEXECDIR)/egress-firewall.sh \
+		$(DESTDIR)$(LIBEXECDIR)/sbx-vminit \
 		$(patsubst deploy/systemd/%,$(DESTDIR)$(SYSTEMDUNITDIR)/%,$(UNITS)) \
 		$(DESTDIR)$(SYSUSERSDIR)/sbx.conf
 	-rmdir $(DESTDIR)$(LIBEXECDIR)

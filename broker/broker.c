@@ -23,6 +23,8 @@
 #include "broker_egress_poll.h"
 #include "broker_reaper.h"
 #include "driver_engine.h"
+#include "driver_vm.h"
+#include "broker_kube.h"
 #include "sbx_http_client.h"
 #include "sbx_daemon.h"
 #include "sbx_log.h"
@@ -91,6 +93,9 @@ tick(evutil_socket_t fd, short what, void *arg)
  * that carry no stream. Returns the events still registered besides the
  * tick (0: settled), -1 when the tick could not be set up.
  */
+/* The running driver's close_idle (its row of broker_drivers), NULL: none. */
+static size_t (*driver_close_idle)(struct sbx_driver *d);
+
 static int
 settle(struct event_base *base, struct sbx_driver *d, int64_t max_ms)
 {
@@ -105,7 +110,8 @@ settle(struct event_base *base, struct sbx_driver *d, int64_t max_ms)
 		return -1;
 	}
 	for (;;) {
-		(void)sbx_engine_agents_close_idle(d);
+		if (driver_close_idle != NULL)
+			(void)driver_close_idle(d);
 		left = event_base_get_num_events(base,
 		    EVENT_BASE_COUNT_ADDED | EVENT_BASE_COUNT_ACTIVE) - 1;
 		if (left <= 0 || sbx_mono_ms() >= end)
@@ -179,6 +185,83 @@ recovery_start(struct main_ctx *m)
 	if ((m->recovery = broker_recover(m->server, recovery_done, m,
 	    &err)) == NULL)
 		recovery_done(m, &err);
+}
+
+/* The vm driver's configuration from the broker's (adr/0069). */
+static struct sbx_driver *
+make_vm(struct event_base *base, const struct broker_config *cfg,
+    const struct sbx_engine_config *ec, struct sbx_err *err)
+{
+	struct sbx_vm_config vc;
+
+	memset(&vc, 0, sizeof(vc));
+	vc.state_dir = cfg->state_dir;
+	vc.vm_dir = cfg->vm_dir;
+	vc.qemu = cfg->vm_qemu;
+	vc.accel = cfg->vm_accel;
+	vc.runas = cfg->vm_runas;
+	vc.default_image = cfg->image;
+	vc.images = ec->images;
+	vc.user = cfg->user;
+	vc.memory_bytes = cfg->memory;
+	vc.cpus = (int)((cfg->nano_cpus + 999999999) / 1000000000);
+	vc.work_bytes = cfg->work_size;
+	vc.boot_timeout_ms = cfg->vm_boot_timeout;
+	vc.stop_timeout_ms = cfg->stop_timeout;
+	vc.exec_timeout_ms = cfg->exec_timeout;
+	vc.exec_timeout_max_ms = cfg->exec_timeout_max;
+	vc.exec_output_cap = cfg->output_cap;
+	vc.file_max_bytes = cfg->file_size_max;
+	vc.file_timeout_ms = cfg->file_timeout;
+	vc.usage_timeout_ms = cfg->usage_timeout;
+	vc.usage_max_entries = cfg->usage_max_entries;
+	return sbx_vm_driver_new(base, &vc, err);
+}
+
+static struct sbx_driver *
+make_engine(struct event_base *base, const struct broker_config *cfg,
+    const struct sbx_engine_config *ec, struct sbx_err *err)
+{
+	(void)cfg;
+	return sbx_engine_driver_new(base, ec, err);
+}
+
+static struct sbx_driver *
+make_kube(struct event_base *base, const struct broker_config *cfg,
+    const struct sbx_engine_config *ec, struct sbx_err *err)
+{
+	return broker_kube_driver_new(base, cfg, ec->images, err);
+}
+
+/* The sandbox drivers (config key driver): one row each; close_idle: what
+ * a stopping broker calls so idle channels leave the loop (settle). */
+static const struct {
+	const char *name;
+	struct sbx_driver *(*make)(struct event_base *base,
+	    const struct broker_config *cfg, const struct sbx_engine_config *ec,
+	    struct sbx_err *err);
+	size_t (*close_idle)(struct sbx_driver *d);
+} broker_drivers[] = {
+	{ "engine", make_engine, sbx_engine_agents_close_idle },
+	{ "vm", make_vm, sbx_vm_close_idle },
+	{ "kubernetes", make_kube, NULL },
+};
+
+static struct sbx_driver *
+driver_new(struct event_base *base, const struct broker_config *cfg,
+    const struct sbx_engine_config *ec, struct sbx_err *err)
+{
+	const char *want = cfg->driver != NULL ? cfg->driver : "engine";
+	size_t i;
+
+	for (i = 0; i < sizeof(broker_drivers) / sizeof(broker_drivers[0]); i++)
+		if (strcmp(broker_drivers[i].name, want) == 0) {
+			driver_close_idle = broker_drivers[i].close_idle;
+			return broker_drivers[i].make(base, cfg, ec, err);
+		}
+	sbx_err_set(err, SBX_E_CONFIG, "driver: unknown driver \"%.64s\" "
+	    "(engine, vm or kubernetes)", want);
+	return NULL;
 }
 
 int
@@ -298,8 +381,13 @@ main(int argc, char **argv)
 	ec.proxy_memory = cfg.egress_proxy_memory;
 	ec.name_prefix = cfg.name_prefix;
 	ec.warm_pool = (int)cfg.warm_pool;
-	if ((driver = sbx_engine_driver_new(m.base, &ec, &err)) == NULL) {
+	if ((driver = driver_new(m.base, &cfg, &ec, &err)) == NULL) {
 		rc = sbx_daemon_config_error("sandbox-broker", &err);
+		goto done;
+	}
+	if (opts.check && driver->ops != &sbx_engine_driver_ops) {
+		rc = broker_kube_check(m.base, driver, &cfg,
+		    token_problem[0] != '\0' ? token_problem : NULL);
 		goto done;
 	}
 	if (opts.check) {

@@ -78,6 +78,14 @@ struct broker_config {
 	long long warm_pool;      /* warm sandboxes of the default image (adr/0067); 0: none */
 	char *log_level;
 	char *log_file;           /* NULL: stderr */
+	char *driver;             /* "engine", "vm" (adr/0069) or "kubernetes" (adr/0072) */
+	char *vm_dir, *vm_accel, *vm_qemu, *vm_runas; /* driver vm */
+	long long vm_boot_timeout, stop_timeout; /* ms, driver vm */
+	long long work_size;      /* bytes of a vm sandbox's /work disk */
+	char *kube_server, *kube_ca_file, *kube_token_file, *kube_namespace;
+	char *kube_helper_image, *kube_storage_class, *kube_work_size;
+	char *kube_egress_cidrs;
+	long long kube_start_timeout, kube_force_after; /* ms */
 	/* derived */
 	int64_t nano_cpus, nano_cpus_max;
 };

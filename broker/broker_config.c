@@ -126,6 +126,42 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "SIGTERM: how long in-flight requests may finish"),
 	K("socket_mode", SBX_CFG_MODE, socket_mode, "0660",
 	    "permission bits of the unix socket, octal as chmod writes them"),
+	K("driver", SBX_CFG_STRING, driver, "engine",
+	    "sandbox driver: engine (containers through the runtime), vm (a qemu microVM per sandbox, adr/0069) or kubernetes (adr/0072)"),
+	K("vm_dir", SBX_CFG_STRING, vm_dir, "/var/lib/sbx/vm-boot",
+	    "driver vm: vmlinuz, initrd.img and images/KEY.ext4 root disks (deploy/vm/build.sh)"),
+	K("vm_accel", SBX_CFG_STRING, vm_accel, "auto",
+	    "driver vm: auto (kvm when /dev/kvm works for stock kernels, else tcg; logged), kvm or tcg"),
+	K("vm_qemu", SBX_CFG_STRING, vm_qemu, "qemu-system-x86_64",
+	    "driver vm: the qemu binary"),
+	K("vm_runas", SBX_CFG_STRING, vm_runas, "nobody",
+	    "driver vm: unprivileged user qemu drops to (-runas) after opening its files; a broker not running as root ignores it (qemu runs as the broker's user, logged); empty: none"),
+	K("vm_boot_timeout", SBX_CFG_DURATION_MS, vm_boot_timeout, "120s",
+	    "driver vm: a VM whose agent has not said HELLO within this is killed and ensure fails"),
+	K("work_size", SBX_CFG_BYTES, work_size, "1g",
+	    "driver vm: size of a sandbox's sparse /work disk image"),
+	K("stop_timeout", SBX_CFG_DURATION_MS, stop_timeout, "10s",
+	    "driver vm: a stop waits this long for the clean poweroff, then kills qemu"),
+	K("kube_server", SBX_CFG_STRING, kube_server, NULL,
+	    "driver kubernetes: the API server https://HOST:PORT"),
+	K("kube_ca_file", SBX_CFG_STRING, kube_ca_file, NULL,
+	    "driver kubernetes: PEM CA of the API server's certificate"),
+	K("kube_token_file", SBX_CFG_STRING, kube_token_file, NULL,
+	    "driver kubernetes: file holding the broker ServiceAccount's bearer token (never logged)"),
+	K("kube_namespace", SBX_CFG_STRING, kube_namespace, "sbx",
+	    "driver kubernetes: namespace of every sandbox object"),
+	K("kube_helper_image", SBX_CFG_STRING, kube_helper_image, NULL,
+	    "driver kubernetes: image holding /sbx-helper, copied into each pod by an init container"),
+	K("kube_storage_class", SBX_CFG_STRING, kube_storage_class, NULL,
+	    "driver kubernetes: storageClassName of the work-ID PVCs (default: the cluster's)"),
+	K("kube_work_size", SBX_CFG_STRING, kube_work_size, "1Gi",
+	    "driver kubernetes: storage request of each work-ID PVC (a quantity)"),
+	K("kube_start_timeout", SBX_CFG_DURATION_MS, kube_start_timeout, "120s",
+	    "driver kubernetes: ensure waits this long for a new pod to run"),
+	K("kube_force_after", SBX_CFG_DURATION_MS, kube_force_after, "30s",
+	    "driver kubernetes: a pod still terminating this long after its delete is deleted with grace 0"),
+	K("kube_egress_cidrs", SBX_CFG_STRING, kube_egress_cidrs, NULL,
+	    "driver kubernetes: comma-separated CIDRs an egress sandbox's NetworkPolicy allows (empty: egress refused)"),
 	SBX_CONFIG_LOG_ROWS(K),
 	{ NULL, 0, 0, NULL, 0, NULL },
 };
@@ -202,6 +238,11 @@ broker_config_finish(struct broker_config *cfg, const char *exe_path,
 {
 	const char *dh;
 	char buf[PATH_MAX], *slash;
+
+	if (cfg->driver != NULL && strcmp(cfg->driver, "engine") != 0 &&
+	    strcmp(cfg->driver, "kubernetes") != 0)
+		return sbx_err_set(err, SBX_E_CONFIG, "driver must be engine or "
+		    "kubernetes.");
 
 	if (cfg->listen == NULL || cfg->listen[0] == '\0' ||
 	    (strncmp(cfg->listen, "unix:", 5) != 0 &&

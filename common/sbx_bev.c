@@ -8,6 +8,7 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 
 #include "sbx_bev.h"
@@ -24,6 +25,10 @@ sbx_bev_fill(struct bufferevent *bev, size_t upto)
 
 	if (bev == NULL || !(bufferevent_get_enabled(bev) & EV_READ) ||
 	    (fd = bufferevent_getfd(bev)) < 0)
+		return 0;
+	/* A TLS bufferevent's socket holds ciphertext: only libevent's own
+	 * read decrypts (the kubernetes driver's pods/exec, adr/0072). */
+	if (bufferevent_openssl_get_ssl(bev) != NULL)
 		return 0;
 	in = bufferevent_get_input(bev);
 	have = evbuffer_get_length(in);

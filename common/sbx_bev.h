@@ -18,7 +18,7 @@
  * only bytes the socket reports queued, so an EOF or a socket error is
  * never consumed here: libevent's next read reports it as before.
  * Does nothing while bev's reading is disabled (paused), on a bev
- * without a socket, or when the input already holds `upto` bytes.
+ * without a socket, on a TLS bufferevent (its socket holds ciphertext), or when the input already holds `upto` bytes.
  * Returns the bytes added (0: none; errors are left to libevent's read:
  * nothing is lost, the socket keeps them). */
 size_t sbx_bev_fill(struct bufferevent *bev, size_t upto);

@@ -16,13 +16,19 @@ PKGS="
 build-essential pkg-config
 libevent-dev libjansson-dev libsqlite3-dev libsodium-dev libcmocka-dev sqlite3
 libwslay-dev nettle-dev
+libssl-dev
 docker.io docker-compose podman runc catatonit conmon uidmap iptables netavark aardvark-dns
 busybox-static debootstrap
 python3 python3-websockets curl jq iproute2 prometheus nftables wget openssl
 chromium nodejs
 clang libclang-rt-14-dev
 systemd nginx-light
+qemu-system-x86 linux-image-cloud-amd64 cpio
 "
+# qemu-system-x86, linux-image-cloud-amd64, cpio: the vm driver (adr/0069):
+# qemu -M microvm boots Debian's cloud kernel; deploy/vm/build.sh packs the
+# initramfs with cpio (the e2fsprogs of the base system make the disks).
+# libssl-dev: TLS of the kubernetes driver (libevent_openssl, adr/0072).
 # libwslay-dev: WebSocket framing (common/sbx_ws.c); nettle-dev: the SHA-1 of
 # the WebSocket handshake (adr/0052). python3-websockets: the WebSocket
 # client of tests/integration/test_api_ws.py.

@@ -196,6 +196,10 @@
  *       only; never in a sandbox): makes the root (/work) itself owned by
  *       UID:GID with u+rwx; its contents are left alone. Exit 0, or an
  *       exit status and error line as for read.
+ *   sbx-helper install DIR
+ *       Copies itself (/proc/self/exe) to DIR/sbx-helper, mode 0555, via a
+ *       temporary file and rename: a Kubernetes init container's job
+ *       (adr/0072). Exit 0, or an error line.
  *   sbx-helper du [--max ENTRIES] [--timeout-ms N] [--id ID]
  *       How much /work holds (adr/0017): walks the root depth first with
  *       openat/fstatat beneath it, never following a symlink and never
@@ -295,6 +299,7 @@
 #define SBX_HELPER_MODE_KILLALL "killall"
 #define SBX_HELPER_MODE_IDLE "idle"
 #define SBX_HELPER_MODE_INITWORK "initwork"
+#define SBX_HELPER_MODE_INSTALL "install"   /* install DIR: copy itself (adr/0072) */
 #define SBX_HELPER_MODE_DU "du"
 /* E2B's filesystem service (adr/0061). */
 #define SBX_HELPER_MODE_STAT "stat"

@@ -348,6 +348,14 @@ int helper_idle(struct helper_err *err);
 int helper_initwork(const struct helper_ctx *ctx, const char *owner, struct helper_err *err);
 
 /*
+ * install mode (a Kubernetes init container, adr/0072): copies this binary
+ * (/proc/self/exe) to DIR/sbx-helper, mode 0555, through a temporary file
+ * and a rename. dir: an absolute directory (bad_request otherwise).
+ * Returns 0 or -1 with err (the errno's code: forbidden, not_found...).
+ */
+int helper_install(const char *dir, struct helper_err *err);
+
+/*
  * One command line of sbx-helper run to its exit status: the argument
  * parsing and mode table of sbx_helper.c (helper_main). Returns the exit
  * status; never calls exit() itself.

@@ -162,6 +162,13 @@ run_initwork(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 }
 
 static int
+run_install(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
+{
+	(void)ctx;
+	return helper_install(a->pos[0], err);
+}
+
+static int
 run_du(struct helper_ctx *ctx, struct args *a, struct helper_err *err)
 {
 	return helper_du(ctx, a->max == UINT64_MAX ? SBX_HELPER_DU_MAX_DEF : a->max,
@@ -225,6 +232,7 @@ static const struct mode modes[] = {
 	{ SBX_HELPER_MODE_KILLALL, run_killall, 0, 0, 0 },
 	{ SBX_HELPER_MODE_IDLE, run_idle, 0, 0, 0 },
 	{ SBX_HELPER_MODE_INITWORK, run_initwork, 1, 0, 0 },
+	{ SBX_HELPER_MODE_INSTALL, run_install, 1, 0, 0 },
 	{ SBX_HELPER_MODE_DU, run_du, 0, OPT_MAX | OPT_TIMEOUT | OPT_ID, MODE_ROOT },
 	{ SBX_HELPER_MODE_STAT, run_stat, 1, 0, MODE_ROOT },
 	{ SBX_HELPER_MODE_MKDIR, run_mkdir, 1, 0, MODE_ROOT },

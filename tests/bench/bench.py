@@ -34,6 +34,7 @@ import e2b_bench
 import snap_bench
 import pool_bench
 import term_bench
+import vm_bench
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -1314,6 +1315,8 @@ def main():
     figs += [(name, (lambda f: lambda: f(b))(fn)) for name, fn in browser_bench.FIGURES]
     # Issue 25 item 3: the warm pool (tests/bench/pool_bench.py).
     figs += [("pool", lambda: pool_bench.fig_pool(b, Conn, med, pct))]
+    # Issue 26: the vm driver beside the container driver (tests/bench/vm_bench.py).
+    figs += [(name, (lambda f: lambda: f(b))(fn)) for name, fn in vm_bench.FIGURES]
     only = set(x for x in a.only.split(",") if x)
     try:
         b.start_daemons()

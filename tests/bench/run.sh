@@ -7,6 +7,7 @@
 #   runtimes the second goes to docs/bench-RUNTIME.md), other BENCH_* knobs:
 #   see bench.py. The soak: BENCH_SOAK_SECONDS (default 1800),
 #   BENCH_SOAK=0 (skip) | only (soak alone), see soak.py.
+#   BENCH_KUBE=1 | only: driver = kubernetes on the fake (kube_bench.py).
 #
 # Podman alone is started by a lighter variant of tests/harness/runtimes.sh
 # (no dockerd, no containerd): same configuration except nproc, raised from
@@ -151,7 +152,7 @@ for rt in $(echo "$RUNTIMES" | tr ',' ' '); do
 	[ "$first" -eq 1 ] || out=$(dirname "$OUT")/bench-$rt.md
 	first=0
 	log "runtime $rt up after $(( $(date +%s) - t0 )) s; table goes to $out"
-	if [ "${BENCH_SOAK:-1}" != only ]; then
+	if [ "${BENCH_SOAK:-1}" != only ] && [ "${BENCH_KUBE:-0}" != only ]; then
 		"$PY" "$ROOT/tests/bench/bench.py" --build "$BUILD" --runtime "$rt" \
 			--runtime-sock "$sock" --work "$WORK/$rt" --out "$out" \
 			--dominates "$ROOT/tests/bench/profile.md" ${BENCH_ONLY:+--only "$BENCH_ONLY"}
@@ -159,9 +160,17 @@ for rt in $(echo "$RUNTIMES" | tr ',' ' '); do
 	# The soak (tests/bench/soak.py): BENCH_SOAK_SECONDS (1800) of mixed
 	# load; its section of $out is replaced. BENCH_SOAK=0 skips it,
 	# BENCH_SOAK=only runs it without the figures above.
-	if [ "${BENCH_SOAK:-1}" != 0 ]; then
+	if [ "${BENCH_SOAK:-1}" != 0 ] && [ "${BENCH_KUBE:-0}" != only ]; then
 		"$PY" "$ROOT/tests/bench/soak.py" --build "$BUILD" --runtime "$rt" \
 			--runtime-sock "$sock" --work "$WORK/soak-$rt" --out "$out"
+	fi
+	# driver = kubernetes on tests/k8s's fake (tests/bench/kube_bench.py,
+	# adr/0072): BENCH_KUBE=1 adds it, BENCH_KUBE=only runs it alone; its
+	# table goes to docs/bench-kube-RUNTIME.md.
+	if [ "${BENCH_KUBE:-0}" != 0 ]; then
+		SBX_RUNTIME_HOST="unix://$sock" SBX_TEST_RUNTIME="$rt" SBX_BUILD="$BUILD" \
+			SBX_TEST_OUT="$WORK/kube-$rt" "$PY" "$ROOT/tests/bench/kube_bench.py" \
+			> "$(dirname "$OUT")/bench-kube-$rt.md"
 	fi
 done
 log "done in $(( $(date +%s) - t0 )) s"

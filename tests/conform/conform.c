@@ -18,6 +18,8 @@
 #include "conform.h"
 #include "driver_broker.h"
 #include "driver_engine.h"
+#include "driver_kube.h"
+#include "driver_vm.h"
 #include "sbx_call.h"
 #include "sbx_config.h"
 #include "sbx_log.h"
@@ -813,14 +815,123 @@ engine_down(void)
 	en_base = NULL;
 }
 
+/* 4: the vm driver (adr/0069): boot files and root disks in
+ * SBX_CONFORM_VM_DIR (deploy/vm/build.sh), sandboxes under a fresh state
+ * directory, the image SBX_TEST_IMAGE; SBX_CONFORM_VM_ACCEL forces one. */
+static struct event_base *vm_base;
+static struct sbx_driver *vm_drv;
+static char vm_state[256];
+
+static int
+vm_up(struct event_base **base, struct sbx_driver **drv)
+{
+	const char *dir = getenv("SBX_CONFORM_VM_DIR");
+	const char *image = getenv("SBX_TEST_IMAGE");
+	struct sbx_vm_config cfg;
+	struct sbx_err err;
+
+	if (dir == NULL) {
+		fprintf(stderr, "vm target: SBX_CONFORM_VM_DIR is required\n");
+		return -1;
+	}
+	/* SBX_CONFORM_VM_STATE: the caller's (it kills what a failed test
+	 * left running there); else a fresh one removed by vm_down. */
+	if (getenv("SBX_CONFORM_VM_STATE") != NULL)
+		snprintf(vm_state, sizeof(vm_state), "%s", getenv("SBX_CONFORM_VM_STATE"));
+	else {
+		snprintf(vm_state, sizeof(vm_state), "/tmp/sbx-conform-vm.XXXXXX");
+		if (mkdtemp(vm_state) == NULL)
+			return -1;
+	}
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.state_dir = vm_state;
+	cfg.vm_dir = dir;
+	cfg.default_image = image != NULL ? image : "sbx-test:latest";
+	cfg.accel = getenv("SBX_CONFORM_VM_ACCEL");
+	cfg.runas = "nobody";
+	cfg.memory_bytes = 256LL << 20;
+	cfg.work_bytes = 256LL << 20;
+	cfg.stop_timeout_ms = 20000;
+	cfg.boot_timeout_ms = 150000;
+	if ((vm_base = event_base_new()) == NULL)
+		return -1;
+	if ((vm_drv = sbx_vm_driver_new(vm_base, &cfg, &err)) == NULL) {
+		fprintf(stderr, "vm target: %s: %s\n", err.code, err.message);
+		return -1;
+	}
+	*base = vm_base;
+	*drv = vm_drv;
+	return 0;
+}
+
+static void
+vm_down(void)
+{
+	char cmd[300];
+
+	sbx_driver_free(vm_drv);
+	event_base_free(vm_base);
+	vm_drv = NULL;
+	vm_base = NULL;
+	if (getenv("SBX_CONFORM_VM_STATE") != NULL)
+		return;
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", vm_state);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", vm_state);
+}
+
+/* 5: the kubernetes driver on the API server SBX_CONFORM_KUBE_SERVER
+ * (CA, token file and namespace beside it; tests/k8s's fake in
+ * tests/integration/test_kube_driver.py), pods of SBX_TEST_IMAGE with
+ * the helper from SBX_CONFORM_KUBE_HELPER_IMAGE (adr/0072). */
+static struct event_base *ku_base;
+static struct sbx_driver *ku_drv;
+
+static int
+kube_up(struct event_base **base, struct sbx_driver **drv)
+{
+	const char *image = getenv("SBX_TEST_IMAGE");
+	struct sbx_kube_config cfg;
+	struct sbx_err err;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.server = getenv("SBX_CONFORM_KUBE_SERVER");
+	cfg.ca_file = getenv("SBX_CONFORM_KUBE_CA");
+	cfg.token_file = getenv("SBX_CONFORM_KUBE_TOKEN_FILE");
+	cfg.namespace_ = getenv("SBX_CONFORM_KUBE_NAMESPACE");
+	cfg.helper_image = getenv("SBX_CONFORM_KUBE_HELPER_IMAGE");
+	cfg.default_image = image != NULL ? image : "sbx-test:latest";
+	cfg.force_after_ms = 5000;
+	if ((ku_base = event_base_new()) == NULL)
+		return -1;
+	if ((ku_drv = sbx_kube_driver_new(ku_base, &cfg, &err)) == NULL) {
+		fprintf(stderr, "kube target: %s: %s\n", err.code, err.message);
+		return -1;
+	}
+	*base = ku_base;
+	*drv = ku_drv;
+	return 0;
+}
+
+static void
+kube_down(void)
+{
+	sbx_driver_free(ku_drv);
+	event_base_free(ku_base);
+	ku_drv = NULL;
+	ku_base = NULL;
+}
+
 static const struct conform_target targets[] = {
 	{ "conform/fake", fake_up, fake_down, fake_script, 5000 },
 	{ "conform/broker-client", broker_up, broker_down, fake_script, 10000 },
 	{ "conform/engine", engine_up, engine_down, NULL, 180000 },
+	{ "conform/vm", vm_up, vm_down, NULL, 180000 },
+	{ "conform/kube", kube_up, kube_down, NULL, 180000 },
 };
 
 /*
- * SBX_CONFORM_TARGETS: comma-separated of "fake", "broker", "engine"
+ * SBX_CONFORM_TARGETS: comma-separated of "fake", "broker", "engine", "vm", "kube"
  * (default "fake,broker": what `make unit` can run without a runtime;
  * tests/integration/test_conform.py runs "engine" on each runtime).
  */
@@ -839,5 +950,9 @@ main(void)
 		failed += conform_run(&targets[1]);
 	if (strstr(want, "engine") != NULL)
 		failed += conform_run(&targets[2]);
+	if (strstr(want, "vm") != NULL)
+		failed += conform_run(&targets[3]);
+	if (strstr(want, "kube") != NULL)
+		failed += conform_run(&targets[4]);
 	return failed != 0;
 }

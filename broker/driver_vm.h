@@ -1,0 +1,75 @@
+/* driver_vm.h - the microVM driver (adr/0069): one qemu -M microvm per sandbox, sbx-helper's agent on a virtio-serial port. */
+#ifndef DRIVER_VM_H
+#define DRIVER_VM_H
+
+#include <stdint.h>
+
+#include "sbx_driver.h"
+
+/*
+ * vm driver configuration. Every pointer is borrowed for the duration of
+ * sbx_vm_driver_new() only. Zero or NULL fields take the default in
+ * brackets.
+ *
+ * What it does (adr/0069): a sandbox is a directory STATE/vm/<id>/ holding
+ * work.img (a sparse raw ext4 image of work_bytes, /work in the guest),
+ * meta (created time and image) and, while it runs, qemu.pid, agent.sock,
+ * ctl.sock and console.log. ensure starts qemu-system-x86_64 -M microvm
+ * with -nodefaults -no-user-config -sandbox on, no network device, the
+ * read-only root disk vm_dir/images/KEY.ext4 of the image (KEY: the image
+ * name with every byte outside [A-Za-z0-9._-] as '_'; deploy/vm/build.sh
+ * makes it), vm_dir/vmlinuz and vm_dir/initrd.img (init: broker/vm/
+ * sbx_vminit.c), and is running once the agent's HELLO arrives on
+ * agent.sock. Operations are agent streams running sbx-helper modes as the
+ * sandbox user, exactly as in the engine driver's containers. stop writes
+ * "poweroff" to ctl.sock (init kills everything, syncs, unmounts /work and
+ * powers off) and SIGKILLs qemu after stop_timeout_ms; destroy SIGKILLs it
+ * and removes the directory.
+ */
+struct sbx_vm_config {
+	const char *state_dir;        /* STATE above (required) */
+	const char *vm_dir;           /* vmlinuz, initrd.img, images/ (required) */
+	const char *qemu;             /* qemu binary ["qemu-system-x86_64"] */
+	const char *accel;            /* "auto", "kvm" or "tcg" ["auto": kvm when
+	                               * /dev/kvm opens and a KVM_CREATE_VM works,
+	                               * else tcg; logged] */
+	const char *runas;            /* user qemu drops to (-runas) [NULL or "":
+	                               * none; ignored unless the broker is root] */
+	const char *default_image;    /* (required) */
+	const char *const *images;    /* NULL-terminated allowlist [only default] */
+	const char *user;             /* "uid:gid" of the sandbox user ["1000:1000"] */
+	int64_t memory_bytes;         /* guest RAM (-m) [512 MiB] */
+	int cpus;                     /* guest CPUs (-smp) [1] */
+	int64_t work_bytes;           /* size of a new work.img [1 GiB] */
+	int64_t boot_timeout_ms;      /* HELLO within this after qemu starts [120 s] */
+	int64_t stop_timeout_ms;      /* clean poweroff within this, else SIGKILL [10 s] */
+	int64_t exec_timeout_ms;      /* exec default [30 s] */
+	int64_t exec_timeout_max_ms;  /* exec ceiling [10 min] */
+	int64_t exec_output_cap;      /* default and ceiling [16 MiB] */
+	int64_t file_max_bytes;       /* read/write cap [64 MiB] */
+	int64_t file_timeout_ms;      /* read/write/list end within [30 s] */
+	int64_t usage_timeout_ms;     /* status_usage: the helper's du walk [5 s] */
+	int64_t usage_max_entries;    /* status_usage: entries walked at most [200000] */
+};
+
+/*
+ * A vm driver on base (borrowed, must outlive it). Checks that vm_dir holds
+ * vmlinuz and initrd.img and creates STATE/vm (0700). Returns the driver
+ * (free with sbx_driver_free: running VMs are left running, their qemu
+ * processes are not children that die with the broker), or NULL with err:
+ * config_error (a missing file or bad value, naming it), internal.
+ */
+struct sbx_driver *sbx_vm_driver_new(struct event_base *base,
+    const struct sbx_vm_config *cfg, struct sbx_err *err);
+
+/*
+ * For a broker that is stopping (d: a vm driver): each VM with no
+ * operation in flight leaves the event loop — its agent channel closed
+ * (the guest's agent sees the end; init starts another for the next
+ * broker), its qemu no longer watched (it keeps running, adopted by the
+ * next broker). Returns how many VMs are still busy (a stream, a boot, a
+ * stop); call again once the loop has run. No error.
+ */
+size_t sbx_vm_close_idle(struct sbx_driver *d);
+
+#endif

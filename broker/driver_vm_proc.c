@@ -1,0 +1,138 @@
+/* driver_vm_proc.c - starts and watches the vm driver's processes (qemu, mkfs.ext4) with pidfds on the event loop; touches only processes it started or was handed. */
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "driver_vm_proc.h"
+#include "sbx_proto.h"
+
+struct vm_proc {
+	pid_t pid;
+	int pidfd;
+	int child;
+	struct event *ev;
+	vm_proc_cb cb;
+	void *arg;
+};
+
+static void
+on_exit_ev(evutil_socket_t fd, short what, void *arg)
+{
+	struct vm_proc *p = arg;
+	int status = -1;
+
+	(void)fd;
+	(void)what;
+	if (p->child) {
+		if (waitpid(p->pid, &status, WNOHANG) == 0)
+			return;   /* not yet (spurious) */
+	}
+	event_del(p->ev);
+	p->cb(p->arg, status);
+}
+
+static struct vm_proc *
+watch(struct event_base *base, pid_t pid, int child, vm_proc_cb cb, void *arg)
+{
+	struct vm_proc *p = calloc(1, sizeof(*p));
+
+	if (p == NULL)
+		return NULL;
+	p->pid = pid;
+	p->child = child;
+	p->cb = cb;
+	p->arg = arg;
+	p->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (p->pidfd < 0 ||
+	    (p->ev = event_new(base, p->pidfd, EV_READ | EV_PERSIST, on_exit_ev, p)) == NULL ||
+	    event_add(p->ev, NULL) != 0) {
+		if (p->pidfd >= 0)
+			close(p->pidfd);
+		if (p->ev != NULL)
+			event_free(p->ev);
+		free(p);
+		return NULL;
+	}
+	return p;
+}
+
+struct vm_proc *
+vm_proc_start(struct event_base *base, const char *const *argv,
+    const char *log_path, const char *const *join, vm_proc_cb cb, void *arg,
+    pid_t *pid, struct sbx_err *err)
+{
+	struct vm_proc *p;
+	pid_t c;
+
+	if ((c = fork()) < 0) {
+		sbx_err_set(err, SBX_E_INTERNAL, "cannot start %s: fork failed", argv[0]);
+		return NULL;
+	}
+	if (c == 0) {
+		sigset_t none;
+		int fd;
+
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		signal(SIGPIPE, SIG_DFL);
+		setsid();
+		if ((fd = open("/dev/null", O_RDONLY)) >= 0 && fd != 0) {
+			dup2(fd, 0);
+			close(fd);
+		}
+		if ((fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600)) >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+			if (fd > 2)
+				close(fd);
+		}
+		closefrom(3);
+		for (; join != NULL && *join != NULL; join++) {
+			if ((fd = open(*join, O_WRONLY | O_CLOEXEC)) < 0 ||
+			    write(fd, "0", 1) != 1)
+				_exit(126);
+			close(fd);
+		}
+		execvp(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	if ((p = watch(base, c, 1, cb, arg)) == NULL) {
+		kill(c, SIGKILL);
+		waitpid(c, NULL, 0);
+		sbx_err_set(err, SBX_E_INTERNAL, "cannot watch %s (pidfd)", argv[0]);
+		return NULL;
+	}
+	*pid = c;
+	return p;
+}
+
+struct vm_proc *
+vm_proc_adopt(struct event_base *base, pid_t pid, vm_proc_cb cb, void *arg)
+{
+	return watch(base, pid, 0, cb, arg);
+}
+
+void
+vm_proc_kill(struct vm_proc *p, int sig)
+{
+	if (p != NULL)
+		syscall(SYS_pidfd_send_signal, p->pidfd, sig, NULL, 0);
+}
+
+void
+vm_proc_free(struct vm_proc *p)
+{
+	if (p == NULL)
+		return;
+	event_free(p->ev);
+	close(p->pidfd);
+	free(p);
+}

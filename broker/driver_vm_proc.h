@@ -1,0 +1,46 @@
+/* driver_vm_proc.h - processes of the vm driver (qemu, mkfs.ext4): started detached, their end heard through a pidfd on the event loop (adr/0069). */
+#ifndef DRIVER_VM_PROC_H
+#define DRIVER_VM_PROC_H
+
+#include <sys/types.h>
+
+#include "sbx_err.h"
+
+struct event_base;
+struct vm_proc;
+
+/* status: the waitpid status (a child), or -1 when the process was not
+ * ours to reap (adopted). */
+typedef void (*vm_proc_cb)(void *arg, int status);
+
+/*
+ * Starts argv[0] (searched in PATH) with argv, stdin /dev/null, stdout and
+ * stderr appended to log_path (created 0600), in a session of its own (a
+ * signal to the broker's group does not reach it) and no descriptor of the
+ * broker but those three. join: NULL, or cgroup.procs files (NULL-
+ * terminated) it moves itself into before exec; one it cannot join ends
+ * it (status 126) before it runs. cb runs once, from base, when it has exited
+ * (reaped then). Returns the handle (*pid set), or NULL with err internal
+ * (fork, pidfd_open or event failed; nothing is left running).
+ */
+struct vm_proc *vm_proc_start(struct event_base *base, const char *const *argv,
+    const char *log_path, const char *const *join, vm_proc_cb cb, void *arg,
+    pid_t *pid, struct sbx_err *err);
+
+/*
+ * Watches a process this broker did not start (pid from a pidfile): cb when
+ * it is gone. Returns NULL (errno ESRCH: not running) when it cannot be
+ * watched.
+ */
+struct vm_proc *vm_proc_adopt(struct event_base *base, pid_t pid, vm_proc_cb cb,
+    void *arg);
+
+/* Sends sig to the process (through its pidfd: never a recycled pid). */
+void vm_proc_kill(struct vm_proc *p, int sig);
+
+/* Stops watching: no callback after this. A child not reaped yet stays a
+ * zombie until the broker exits, so callers free after the cb, or at the
+ * broker's end (a VM left running on purpose). NULL ok. */
+void vm_proc_free(struct vm_proc *p);
+
+#endif

@@ -1,0 +1,106 @@
+/* driver_vm_scan.c - the vm driver's walks over what is on disk and running: every sandbox directory (list_sandboxes) and every qemu process of its state directory (strays killed at start); reads the VM registry, signals only qemu processes naming that directory. */
+#include <sys/syscall.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "driver_vm_box.h"
+#include "driver_vm_scan.h"
+#include "sbx_log.h"
+#include "sbx_path.h"
+
+int
+vm_list_all(struct vmdrv *d, struct sbx_status **sts, size_t *n)
+{
+	struct sbx_status *out = NULL, *grown;
+	size_t have = 0, cap = 0;
+	char dir[512];
+	struct dirent *e;
+	struct vm *v;
+	DIR *dh;
+
+	*sts = NULL;
+	*n = 0;
+	snprintf(dir, sizeof(dir), "%s/vm", d->cfg.state_dir);
+	if ((dh = opendir(dir)) == NULL)
+		return 0;
+	while ((e = readdir(dh)) != NULL) {
+		if (!sbx_id_valid(e->d_name) || (v = vm_get(d, e->d_name)) == NULL)
+			continue;
+		if (have == cap) {
+			cap = cap ? cap * 2 : 16;
+			if ((grown = realloc(out, cap * sizeof(*out))) == NULL) {
+				free(out);
+				closedir(dh);
+				return -1;
+			}
+			out = grown;
+		}
+		vm_fill_status(v, v->id, &out[have++]);
+	}
+	closedir(dh);
+	*sts = out;
+	*n = have;
+	return 0;
+}
+
+/* 1 when pid is the qemu of a VM in memory. */
+static int
+accounted(struct vmdrv *d, pid_t pid)
+{
+	struct vm *v;
+
+	TAILQ_FOREACH(v, &d->vms, link)
+		if (v->pid == pid && v->proc != NULL)
+			return 1;
+	return 0;
+}
+
+int
+vm_kill_strays(struct vmdrv *d)
+{
+	char path[64], want[600], buf[8192];
+	struct dirent *e;
+	int killed = 0, fd;
+	ssize_t r, i;
+	DIR *dh;
+	pid_t pid;
+
+	snprintf(want, sizeof(want), "path=%s/vm/", d->cfg.state_dir);
+	if ((dh = opendir("/proc")) == NULL)
+		return 0;
+	while ((e = readdir(dh)) != NULL) {
+		if ((pid = (pid_t)atoi(e->d_name)) <= 1 || pid == getpid() ||
+		    accounted(d, pid))
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+			continue;
+		r = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (r <= 0)
+			continue;
+		for (i = 0; i < r; i++)
+			if (buf[i] == '\0')
+				buf[i] = ' ';
+		buf[r] = '\0';
+		if (strstr(buf, "qemu") == NULL || strstr(buf, want) == NULL)
+			continue;
+		/* Through a pidfd: the pid cannot be another process by then. */
+		if ((fd = (int)syscall(SYS_pidfd_open, pid, 0)) >= 0) {
+			syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
+			close(fd);
+			log_warn("vm: killed a qemu no sandbox directory accounts for",
+			    "pid", e->d_name, NULL);
+			killed++;
+		}
+	}
+	closedir(dh);
+	return killed;
+}
+

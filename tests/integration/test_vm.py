@@ -1,0 +1,319 @@
+"""test_vm - sandbox-broker with `driver = vm` (adr/0069) through its HTTP API:
+one microVM (qemu -M microvm, TCG) carries exec, files, the user, the missing
+network, a clean stop, a broker restart that adopts the running VM, and
+destroy. One VM for the whole suite where the asserts allow (boots cost
+seconds under TCG); the tests run in order (names numbered)."""
+
+import base64
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+import urllib.parse
+
+import vmfix
+from engineapi import UnixHTTPConnection
+from test_broker_session import Session
+
+SBX_ONCE = True
+
+ID = "vm-%d" % os.getpid()
+
+
+def alive(pid):
+    """Running: /proc/PID exists and is no zombie (a qemu adopted after a
+    broker restart is reaped by whoever inherited it, maybe later)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class VmBroker(unittest.TestCase):
+    broker = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.vm_dir, cls.image = vmfix.build_vm_dir()
+        cls.dir = tempfile.mkdtemp(prefix="sbx-vmb-")
+        cls.state = os.path.join(cls.dir, "state")
+        cls.sock = os.path.join(cls.dir, "b.sock")
+        cls.token = "vmtest-" + secrets.token_hex(16)
+        cls.log = open(os.path.join(cls.dir, "broker.log"), "ab")
+        cls.start_broker()
+
+    @classmethod
+    def start_broker(cls):
+        env = dict(os.environ, SBX_BROKER_TOKEN=cls.token)
+        env.pop("SBX_CONFIG", None)
+        cls.broker = subprocess.Popen(
+            [os.path.join(vmfix.BUILD, "sandbox-broker"),
+             "--driver", "vm", "--listen", "unix:" + cls.sock,
+             "--state-dir", cls.state, "--image", cls.image,
+             "--vm-dir", cls.vm_dir, "--vm-accel", "tcg",
+             "--memory", "256m", "--work-size", "128m",
+             "--stop-timeout", "30s", "--vm-boot-timeout", "150s",
+             "--idle-timeout", "0"],
+            env=env, stdout=cls.log, stderr=cls.log)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                st, _ = cls.call("GET", "/v1/health")
+                if st == 200:
+                    return
+            except OSError:
+                pass
+            if cls.broker.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError("sandbox-broker --driver vm did not come up: %s" %
+                           open(cls.log.name).read()[-3000:])
+
+    @classmethod
+    def stop_broker(cls):
+        if cls.broker is not None and cls.broker.poll() is None:
+            cls.broker.send_signal(signal.SIGTERM)
+            cls.broker.wait(timeout=60)
+        cls.broker = None
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.call("DELETE", "/v1/sandboxes/" + ID)
+        except OSError:
+            pass
+        cls.stop_broker()
+        vmfix.sweep(cls.state)
+        cls.log.close()
+        with open(cls.log.name, "rb") as f:   # the suite's log keeps the broker's end
+            print(b"".join(f.readlines()[-40:]).decode("utf-8", "replace"))
+        if os.environ.get("SBX_KEEP"):
+            print("kept", cls.dir)
+            return
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        shutil.rmtree(cls.vm_dir, ignore_errors=True)
+
+    @classmethod
+    def call(cls, method, path, body=None, timeout=200, raw=False):
+        c = UnixHTTPConnection(cls.sock, timeout=timeout)
+        try:
+            headers = {"Authorization": "Bearer " + cls.token}
+            if body is not None and not isinstance(body, bytes):
+                body = json.dumps(body).encode()
+                headers["Content-Type"] = "application/json"
+            c.request(method, path, body=body, headers=headers)
+            r = c.getresponse()
+            data = r.read()
+            if raw:
+                return r.status, data
+            try:
+                return r.status, json.loads(data) if data else None
+            except ValueError:
+                return r.status, data
+        finally:
+            c.close()
+
+    def ensure(self):
+        st, js = self.call("PUT", "/v1/sandboxes/" + ID, {"egress": False})
+        self.assertEqual(st, 200, js)
+        self.assertEqual(js["state"], "running", js)
+        return js
+
+    def run_(self, argv, stdin=None):
+        body = {"argv": argv, "timeout_ms": 60000}
+        if stdin is not None:
+            body["stdin"] = base64.b64encode(stdin).decode()
+        st, data = self.call("POST", "/v1/sandboxes/%s/exec" % ID, body, raw=True)
+        self.assertEqual(st, 200, data)
+        out, err, code = b"", b"", None
+        for line in data.decode().splitlines():
+            ev = json.loads(line)
+            if ev["type"] == "stdout":
+                out += ev["data"].encode() if "data" in ev else base64.b64decode(ev["data_b64"])
+            elif ev["type"] == "stderr":
+                err += ev["data"].encode() if "data" in ev else base64.b64decode(ev["data_b64"])
+            elif ev["type"] == "exit":
+                code = ev["code"]
+            elif ev["type"] == "error":
+                self.fail("exec error event: %s" % line)
+        return code, out, err
+
+    def qemu_pid(self):
+        with open(os.path.join(self.state, "vm", ID, "qemu.pid")) as f:
+            return int(f.read().strip())
+
+    def test_1_exec_files_user_network(self):
+        """ensure boots a VM; exec, stdin, write/read/list behave as in a
+        container; the command runs as the sandbox user under the VM's
+        own kernel (its command line) with no network but lo."""
+        self.ensure()
+        code, out, err = self.run_(["sh", "-c", "echo out; echo err >&2; exit 4"])
+        self.assertEqual((code, out, err), (4, b"out\n", b"err\n"))
+        code, out, _ = self.run_(["cat"], stdin=b"fed through stdin")
+        self.assertEqual((code, out), (0, b"fed through stdin"))
+        code, out, _ = self.run_(["sh", "-c", "id -u; id -g; pwd"])
+        self.assertEqual(out, b"1000\n1000\n/work\n")
+        code, out, _ = self.run_(["cat", "/proc/cmdline"])
+        self.assertIn(b"sbx.user=1000:1000", out)   # the guest's kernel, not the host's
+        code, out, _ = self.run_(["ls", "/sys/class/net"])
+        self.assertEqual(out.split(), [b"lo"])
+        st, js = self.call("PUT", "/v1/sandboxes/%s/files?path=%s&mode=0640" %
+                           (ID, urllib.parse.quote("/work/d/n.txt")), b"persist me\n")
+        self.assertEqual(st, 200, js)
+        st, data = self.call("GET", "/v1/sandboxes/%s/files?path=/work/d/n.txt" % ID,
+                             raw=True)
+        self.assertEqual((st, data), (200, b"persist me\n"))
+        st, js = self.call("GET", "/v1/sandboxes/%s/list?path=/work/d" % ID)
+        self.assertEqual(st, 200, js)
+        ents = js if isinstance(js, list) else js["entries"]
+        self.assertEqual([(e["name"], e["type"], e["size"], e["mode"]) for e in ents],
+                         [("n.txt", "file", 11, 0o640)])
+        st, js = self.call("GET", "/v1/sandboxes/%s/files?path=/work/none" % ID)
+        self.assertEqual(st, 404, js)
+        code, out, _ = self.run_(["stat", "-c", "%u %a", "/work/d/n.txt"])
+        self.assertEqual(out, b"1000 640\n")
+        st, js = self.call("GET", "/v1/sandboxes/%s?usage=1" % ID)
+        self.assertEqual(st, 200, js)
+        u = js["usage"]
+        self.assertGreaterEqual(u["files"], 1, u)     # n.txt, counted in the guest
+        self.assertGreaterEqual(u["apparent_bytes"], 11, u)
+        self.assertFalse(u["partial"], u)
+
+    def test_1b_qemu_in_its_own_cgroup(self):
+        """The VM's qemu runs as the unprivileged vm_runas user (default nobody), in a
+        cgroup of its own (sbx-vm/ID) whose memory limit is the guest's RAM
+        plus 256 MiB for qemu, with a pids and a CPU limit (cgroup v2, or v1
+        as on this machine)."""
+        self.ensure()
+        pid = self.qemu_pid()
+        with open("/proc/%d/status" % pid) as f:
+            uids = [ln.split()[1:] for ln in f if ln.startswith("Uid:")][0]
+        self.assertEqual(set(uids), {"65534"})   # real, effective, saved, fs
+        with open("/proc/%d/cgroup" % pid) as f:
+            lines = [ln.strip().split(":", 2) for ln in f]
+        paths = {c: p for _, cs, p in lines for c in (cs.split(",") if cs else [""])}
+        want = str((256 + 256) * 1024 * 1024)
+        if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            d = "/sys/fs/cgroup" + paths[""]
+            self.assertTrue(d.endswith("/sbx-vm/" + ID), d)
+            limits = [("memory.max", want), ("pids.max", "256"), ("cpu.max", "100000 100000")]
+        else:
+            for c in ("memory", "pids", "cpu"):
+                self.assertTrue(paths.get(c, "").endswith("/sbx-vm/" + ID), paths)
+            d = "/sys/fs/cgroup"
+            limits = [("memory" + paths["memory"] + "/memory.limit_in_bytes", want),
+                      ("pids" + paths["pids"] + "/pids.max", "256"),
+                      ("cpu" + paths["cpu"] + "/cpu.cfs_quota_us", "100000")]
+        for f, v in limits:
+            with open(os.path.join(d, f)) as fh:
+                self.assertEqual(fh.read().strip(), v, f)
+
+    def test_1c_sessions(self):
+        """Sessions as in containers (adr/0050): an exec whose stdin is
+        streamed echoes 1 MiB byte-exact; a terminal gets a pty of the size
+        asked; a port nothing listens on is port_closed."""
+        self.ensure()
+        data = os.urandom(1 << 20)
+        s = Session(self.sock, self.token, ID, {"kind": "exec", "argv": ["cat"]}, timeout=120)
+        try:
+            self.assertEqual(s.status, 101)
+            s.send(data, timeout=120)
+            s.eof()
+            last = s.wait_end(timeout=120)
+            self.assertEqual((last["type"], last.get("code")), ("exit", 0), s.events)
+            self.assertTrue(bytes(s.out[1]) == data, "stdout differs from the input")
+        finally:
+            s.close()
+        s = Session(self.sock, self.token, ID, {"kind": "pty", "cols": 91, "rows": 17,
+                                                "argv": ["sh", "-c", "tty; stty size"]})
+        try:
+            self.assertEqual(s.status, 101)
+            last = s.wait_end(timeout=60)
+            self.assertEqual((last["type"], last.get("code")), ("exit", 0), s.events)
+            self.assertIn(b"/dev/pts/", bytes(s.out[1]))
+            self.assertIn(b"17 91", bytes(s.out[1]))
+        finally:
+            s.close()
+        s = Session(self.sock, self.token, ID, {"kind": "port", "port": 9})
+        try:
+            self.assertEqual(s.status, 101)
+            last = s.wait_end(timeout=60)
+            self.assertEqual((last["type"], last.get("code")), ("error", "port_closed"),
+                             s.events)
+        finally:
+            s.close()
+
+    def test_2_stop_is_clean_and_work_persists(self):
+        """stop powers the guest off cleanly (init syncs and unmounts /work:
+        e2fsck finds the image clean), status says stopped, and the next
+        ensure boots it again with /work as it was."""
+        self.ensure()
+        pid = self.qemu_pid()
+        st, js = self.call("POST", "/v1/sandboxes/%s/stop" % ID)
+        self.assertIn(st, (200, 204), js)
+        self.assertFalse(alive(pid))
+        st, js = self.call("GET", "/v1/sandboxes/" + ID)
+        self.assertEqual(js["state"], "stopped", js)
+        with open(os.path.join(self.state, "vm", ID, "console.log"), "rb") as f:
+            log = f.read()
+        self.assertIn(b"reboot: Power down", log)   # the guest's poweroff, not a kill
+        fsck = subprocess.run(["e2fsck", "-fn", os.path.join(self.state, "vm", ID,
+                                                             "work.img")],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.assertEqual(fsck.returncode, 0, fsck.stdout.decode())
+        self.ensure()
+        code, out, _ = self.run_(["cat", "/work/d/n.txt"])
+        self.assertEqual((code, out), (0, b"persist me\n"))
+
+    def test_3_broker_restart_adopts_the_running_vm(self):
+        """A broker restart leaves the VM running and the new broker adopts
+        it (pidfile + sockets): same qemu, exec works, no new boot; a qemu
+        of its state directory that no sandbox accounts for is killed."""
+        self.ensure()
+        pid = self.qemu_pid()
+        self.run_(["sh", "-c", "echo before > /work/restart"])
+        self.stop_broker()
+        self.assertTrue(alive(pid))
+        # A stray: a "qemu" whose sockets are under the state directory
+        # but that no sandbox directory accounts for. The new broker kills it.
+        stray = subprocess.Popen(
+            ["python3", "-c", "import time; time.sleep(600)", "qemu-system-x86_64",
+             "path=%s/vm/ghost/agent.sock," % self.state])
+        self.start_broker()
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            st, js = self.call("GET", "/v1/sandboxes/" + ID)
+            if js.get("state") == "running":
+                break
+            time.sleep(0.2)
+        if js.get("state") != "running":   # what the guest's init said
+            with open(os.path.join(self.state, "vm", ID, "console.log"), "rb") as f:
+                js["console"] = f.read()[-3000:].decode("utf-8", "replace")
+        self.assertEqual(js["state"], "running", js)
+        self.assertEqual(self.qemu_pid(), pid)
+        code, out, _ = self.run_(["cat", "/work/restart"])
+        self.assertEqual((code, out), (0, b"before\n"))
+        self.assertEqual(stray.wait(timeout=30), -signal.SIGKILL)
+
+    def test_4_destroy_removes_everything(self):
+        """destroy kills the VM and removes its directory (work.img with
+        it); destroy again is fine; status is absent."""
+        self.ensure()
+        pid = self.qemu_pid()
+        for _ in range(2):
+            st, js = self.call("DELETE", "/v1/sandboxes/" + ID)
+            self.assertIn(st, (200, 204), js)
+        self.assertFalse(alive(pid))
+        self.assertFalse(os.path.exists(os.path.join(self.state, "vm", ID)))
+        st, js = self.call("GET", "/v1/sandboxes/" + ID)
+        self.assertEqual(js["state"], "absent", js)
+
+
+if __name__ == "__main__":
+    unittest.main()

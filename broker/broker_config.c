@@ -240,8 +240,8 @@ broker_config_finish(struct broker_config *cfg, const char *exe_path,
 	char buf[PATH_MAX], *slash;
 
 	if (cfg->driver != NULL && strcmp(cfg->driver, "engine") != 0 &&
-	    strcmp(cfg->driver, "kubernetes") != 0)
-		return sbx_err_set(err, SBX_E_CONFIG, "driver must be engine or "
+	    strcmp(cfg->driver, "vm") != 0 && strcmp(cfg->driver, "kubernetes") != 0)
+		return sbx_err_set(err, SBX_E_CONFIG, "driver must be engine, vm or "
 		    "kubernetes.");
 
 	if (cfg->listen == NULL || cfg->listen[0] == '\0' ||

@@ -76,7 +76,7 @@ vm_ensure_op(struct sbx_driver *drv, const char *id, const struct sbx_spec *spec
 		return NULL;
 	}
 	if (spec->egress) {
-		sbx_err_set(err, SBX_E_BAD_REQUEST, "this sandbox driver (vm) does not "
+		sbx_err_set(err, SBX_E_UNSUPPORTED, "this sandbox driver (vm) does not "
 		    "support egress: a vm sandbox has no network (adr/0069)");
 		return NULL;
 	}

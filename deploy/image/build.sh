@@ -146,8 +146,21 @@ if [ "$BROWSER" = 1 ]; then
 		say "installing chromium, fonts-dejavu-core and python3 into a copy of $TAR (40-70 s the first time, about 640 MB more) ..."
 		tar --numeric-owner -C "$ROOT" -xf "$TAR" || die "unpacking $TAR failed (disk full?)"
 		cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
-		if ! chroot "$ROOT" /bin/sh -c 'export DEBIAN_FRONTEND=noninteractive; apt-get -q update &&
-			apt-get -q install -y --no-install-recommends chromium fonts-dejavu-core python3' >"$CACHE/browser-apt.log" 2>&1; then
+		: >"$CACHE/browser-apt.log"
+		# Twice at most: one apt run in the chroot once failed with dpkg
+		# "unable to execute rm" and passed when run again; the second try
+		# first finishes what dpkg left half-configured.
+		ok=0
+		for try in 1 2; do
+			if chroot "$ROOT" /bin/sh -c 'export DEBIAN_FRONTEND=noninteractive; apt-get -q update &&
+				{ dpkg --configure -a || true; } &&
+				apt-get -q install -y --no-install-recommends chromium fonts-dejavu-core python3' >>"$CACHE/browser-apt.log" 2>&1; then
+				ok=1
+				break
+			fi
+			[ "$try" = 2 ] || say "apt-get in the image failed (try $try of 2; log: $CACHE/browser-apt.log); once more"
+		done
+		if [ "$ok" = 0 ]; then
 			tail -n 15 "$CACHE/browser-apt.log" | sed 's/^/  | /' >&2
 			rm -rf "$ROOT"
 			die "apt-get install chromium in the image failed (log: $CACHE/browser-apt.log); is the mirror in $ROOT/etc/apt/sources.list reachable?"

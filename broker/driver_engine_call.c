@@ -163,7 +163,9 @@ void
 eng_image_missing(struct sbx_err *err, const char *image)
 {
 	sbx_err_set(err, SBX_E_RUNTIME, "image %s is not present in the "
-	    "runtime (nothing can be pulled here: build or import it)", image);
+	    "runtime (nothing can be pulled here: build or import it; "
+	    "deploy/image/build.sh builds sbx-default:bookworm, with --browser "
+	    "sbx-browser:bookworm)", image);
 }
 
 int

@@ -91,6 +91,27 @@ fail(struct lop *o, const char *code, const char *msg)
 	finish(o, &e, NULL);
 }
 
+/* Ends o unless the answer is one of ok (0-terminated): a transport error
+ * as it came, another status as kube_status_err naming what was tried.
+ * Returns 1 when o ended (the caller returns at once), else 0. */
+static int
+answer_bad(struct lop *o, const struct sbx_err *err, int status, json_t *body,
+    const int *ok, const char *what)
+{
+	struct sbx_err e;
+
+	if (err != NULL) {
+		finish(o, err, NULL);
+		return 1;
+	}
+	for (; *ok != 0; ok++)
+		if (status == *ok)
+			return 0;
+	kube_status_err(&e, status, body, what);
+	finish(o, &e, NULL);
+	return 1;
+}
+
 static void
 call_done(void *arg, int status, json_t *body, const struct sbx_err *err)
 {
@@ -134,17 +155,10 @@ static void
 deleted(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 {
 	struct kube_pod *p;
-	struct sbx_err e;
 
-	if (err != NULL) {
-		finish(o, err, NULL);
+	if (answer_bad(o, err, status, body,
+	    (const int[]){ 200, 202, 404, 0 }, "delete the pod"))
 		return;
-	}
-	if (status != 200 && status != 202 && status != 404) {
-		kube_status_err(&e, status, body, "delete the pod");
-		finish(o, &e, NULL);
-		return;
-	}
 	p = kube_pod_find(o->k, o->id);
 	if (p == NULL) {
 		/* gone, or never seen by the watch: nothing to wait for */
@@ -326,18 +340,11 @@ static void
 create_pod(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 {
 	char path[256];
-	struct sbx_err e;
 
-	if (err != NULL) {
-		finish(o, err, NULL);
+	if (answer_bad(o, err, status, body,
+	    (const int[]){ 201, 200, 0 }, "create the sandbox's "
+		    "NetworkPolicy"))
 		return;
-	}
-	if (status != 201 && status != 200) {
-		kube_status_err(&e, status, body, "create the sandbox's "
-		    "NetworkPolicy");
-		finish(o, &e, NULL);
-		return;
-	}
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", o->k->ns);
 	call(o, "POST", path, kube_spec_pod(o->k, o->id, o->image, o->egress,
 	    o->memory, o->mcpu), NULL, pod_created);
@@ -351,18 +358,11 @@ netpol_again(struct lop *o, int status, json_t *body,
     const struct sbx_err *err)
 {
 	char path[256];
-	struct sbx_err e;
 
-	if (err != NULL) {
-		finish(o, err, NULL);
+	if (answer_bad(o, err, status, body,
+	    (const int[]){ 200, 202, 404, 0 }, "replace the sandbox's "
+		    "NetworkPolicy"))
 		return;
-	}
-	if (status != 200 && status != 202 && status != 404) {
-		kube_status_err(&e, status, body, "replace the sandbox's "
-		    "NetworkPolicy");
-		finish(o, &e, NULL);
-		return;
-	}
 	snprintf(path, sizeof(path), "/apis/networking.k8s.io/v1/namespaces/%s/"
 	    "networkpolicies", o->k->ns);
 	call(o, "POST", path, kube_spec_netpol(o->k, o->id, o->egress), NULL,
@@ -389,18 +389,11 @@ create_netpol(struct lop *o, int status, json_t *body,
     const struct sbx_err *err)
 {
 	char path[256];
-	struct sbx_err e;
 
-	if (err != NULL) {
-		finish(o, err, NULL);
+	if (answer_bad(o, err, status, body,
+	    (const int[]){ 201, 200, 409, 0 }, "create the sandbox's "
+		    "PersistentVolumeClaim"))
 		return;
-	}
-	if (status != 201 && status != 200 && status != 409) {
-		kube_status_err(&e, status, body, "create the sandbox's "
-		    "PersistentVolumeClaim");
-		finish(o, &e, NULL);
-		return;
-	}
 	snprintf(path, sizeof(path), "/apis/networking.k8s.io/v1/namespaces/%s/"
 	    "networkpolicies", o->k->ns);
 	call(o, "POST", path, kube_spec_netpol(o->k, o->id, o->egress), NULL,
@@ -494,18 +487,11 @@ inspect(struct lop *o)
 static void
 destroyed(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 {
-	struct sbx_err e;
 
-	if (err != NULL) {
-		finish(o, err, NULL);
+	if (answer_bad(o, err, status, body,
+	    (const int[]){ 200, 202, 404, 0 }, "delete the sandbox's "
+		    "PersistentVolumeClaim"))
 		return;
-	}
-	if (status != 200 && status != 202 && status != 404) {
-		kube_status_err(&e, status, body, "delete the sandbox's "
-		    "PersistentVolumeClaim");
-		finish(o, &e, NULL);
-		return;
-	}
 	finish(o, NULL, NULL);
 }
 
@@ -513,18 +499,11 @@ static void
 destroy_pvc(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 {
 	char path[256];
-	struct sbx_err e;
 
-	if (err != NULL) {
-		finish(o, err, NULL);
+	if (answer_bad(o, err, status, body,
+	    (const int[]){ 200, 202, 404, 0 }, "delete the sandbox's "
+		    "NetworkPolicy"))
 		return;
-	}
-	if (status != 200 && status != 202 && status != 404) {
-		kube_status_err(&e, status, body, "delete the sandbox's "
-		    "NetworkPolicy");
-		finish(o, &e, NULL);
-		return;
-	}
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/"
 	    "persistentvolumeclaims/work-%s", o->k->ns, o->id);
 	call(o, "DELETE", path, NULL, NULL, destroyed);

@@ -417,8 +417,10 @@ test('refusals of the compatibility table, each with its sentence', async () => 
     'an unknown template')
   await refused(sbx().commands.run('id', { user: 'root' }),
     /sbx runs every command as the sandbox user/, 'user root')
-  await refused(sbx().fork(), /No such route/, 'fork')
-  await refused(sbx().createSnapshot(), /not found/, 'createSnapshot')
+  // 501 with where sbx's own snapshots and forks are (adr/0068).
+  await refused(sbx().fork(), /sbx does not map E2B snapshots or forks/, 'fork')
+  await refused(sbx().createSnapshot(), /sbx does not map E2B snapshots or forks/,
+    'createSnapshot')
   const p = Sandbox.list({ query: { metadata: { run: RUN } } })
   eq((await p.nextItems()).length, 2, 'sandboxes of this run after the refusals')
 })

@@ -698,11 +698,12 @@ kube_ensure(struct sbx_driver *d, const char *id, const struct sbx_spec *spec,
 	return &o->op;
 }
 
-struct sbx_op *
-kube_stop(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
-    struct sbx_err *err)
+/* stop and destroy: an op of kind that ends in cb, started on the next turn. */
+static struct sbx_op *
+done_op(struct sbx_driver *d, enum lkind kind, const char *id, sbx_done_cb cb,
+    void *arg, struct sbx_err *err)
 {
-	struct lop *o = lop_new(d, L_STOP, id, err);
+	struct lop *o = lop_new(d, kind, id, err);
 
 	if (o == NULL)
 		return NULL;
@@ -713,15 +714,15 @@ kube_stop(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
 }
 
 struct sbx_op *
+kube_stop(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	return done_op(d, L_STOP, id, cb, arg, err);
+}
+
+struct sbx_op *
 kube_destroy(struct sbx_driver *d, const char *id, sbx_done_cb cb, void *arg,
     struct sbx_err *err)
 {
-	struct lop *o = lop_new(d, L_DESTROY, id, err);
-
-	if (o == NULL)
-		return NULL;
-	o->dcb = cb;
-	o->arg = arg;
-	event_active(o->kick, EV_TIMEOUT, 0);
-	return &o->op;
+	return done_op(d, L_DESTROY, id, cb, arg, err);
 }

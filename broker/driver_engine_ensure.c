@@ -7,6 +7,7 @@
  * driver's entry and life (eng_net_drop) call it.
  */
 #include "driver_engine_direct.h"
+#include "driver_engine_leftover.h"
 #include "broker_egress.h"
 
 static void ensure_inspect(struct eop *op);
@@ -202,6 +203,13 @@ ensure_started(struct eop *op, int status, json_t *body,
 	struct eop_ensure *en = ens(op);
 	char path[256];
 
+	if (err == NULL && en->retries < ENSURE_RETRIES &&
+	    eng_leftover(status, body) == ENG_LEFT_OCI) {
+		en->fresh = 0;
+		eng_leftover_clear(op, op->cid, "runtime state left",
+		    ensure_inspect);
+		return;
+	}
 	if (err == NULL && en->fresh && status != 204 && status != 304) {
 		/* A container this ensure made that cannot start is removed:
 		 * a failed create leaves nothing listed (issue 24 item 9). */
@@ -264,6 +272,15 @@ ensure_created(struct eop *op, int status, json_t *body,
 
 	if (eng_ended(op, err))
 		return;
+	/* The name still held in Podman's storage at a second look (a
+	 * broker serialises an id's operations: no ensure of ours races
+	 * it): what a runtime crash cut into a create left. */
+	if (ens(op)->retries > 0 && ens(op)->retries < ENSURE_RETRIES &&
+	    eng_leftover(status, body) == ENG_LEFT_STORAGE) {
+		eng_leftover_clear(op, op->cname, "storage only",
+		    ensure_inspect);
+		return;
+	}
 	if (eng_name_taken(status, body) && ens(op)->retries < ENSURE_RETRIES) {
 		/* A concurrent ensure made it: look again once it is visible. */
 		ensure_retry_later(op);
@@ -580,45 +597,6 @@ on_own_network(const struct eop *op, json_t *c)
 	return json_object_get(nets, op->nname) != NULL;
 }
 
-/* The Podman ghost went (or was gone): look again; the volume stayed. */
-static void
-ensure_unghosted(struct eop *op, int status, json_t *body,
-    const struct sbx_err *err)
-{
-
-	if (REPLY_BAD(op, NULL, err, status, body,
-	    "remove a container it keeps without storage", 200, 204, 404))
-		return;
-	ensure_inspect(op);
-}
-
-/*
- * Podman's ghost of the sandbox's container (adr/0058): in its database
- * without storage (inspect 500 "container not known"), or left "removing"
- * by a removal a crash cut (start 500 "container state improper"). Either
- * is force-removed by name, its volume kept (v=0: /work stays), and the
- * ensure starts over from the inspect; 1 then, else 0.
- */
-static int
-ensure_ghost(struct eop *op, int status, json_t *body)
-{
-	struct eop_ensure *en = ens(op);
-	int removing;
-
-	removing = status == 200 && eng_ghost_removing(body);
-	if ((!removing && !eng_ghost(status, body, NULL, 0)) ||
-	    en->retries >= ENSURE_RETRIES)
-		return 0;
-	en->retries++;
-	log_warn("removing a container the runtime keeps without its storage "
-	    "(a runtime crash cut its removal); its volume stays", "container",
-	    op->cname, "state", removing ? "removing" : "no storage", NULL);
-	eng_agent_retire(op->e, op->id);
-	eng_callf(op, "DELETE", NULL, ensure_unghosted,
-	    API "/containers/%s?force=1&v=0", op->cname);
-	return 1;
-}
-
 /* The claim hook's answer (adr/0067): a renamed member is inspected as an
  * existing sandbox is (started if it stopped); else op creates one cold. */
 static void
@@ -639,7 +617,7 @@ ensure_inspected(struct eop *op, int status, json_t *body,
 	const char *hl, *mode;
 	int r, was_proxy;
 
-	if (err == NULL && ensure_ghost(op, status, body))
+	if (err == NULL && eng_leftover_ghost(op, status, body, ensure_inspect))
 		return;
 	if ((r = eng_inspect_found(op, status, body, err, &st, &hl)) < 0)
 		return;

@@ -76,6 +76,10 @@ struct fx {
 	int ghost;                    /* Podman's ghost of t1 (adr/0058): its
 	                               * inspect and the list answer 500 */
 	int removing;                 /* t1 left "removing" by a cut removal */
+	int oci_left;                 /* t1's start: the OCI runtime's state
+	                               * of a cut start (500) until removed */
+	int storage_left;             /* t1's create: a name only Podman's
+	                               * storage holds (500) until removed */
 	int exec_improper;            /* exec create: Podman's 500 of a
 	                               * container that is not running */
 	int gone;                     /* t1's inspect: Podman's 500 of a
@@ -494,6 +498,16 @@ route(struct conn *c, const char *method, const char *path, json_t *body)
 		    "Name", "sbx-t4-egress", "Id", "n4", "Labels",
 		    "Name", "sbx-egress", "Id", "n5", "Labels",
 		    "io.sbx.managed", "true"));
+	} else if (strcmp(method, "DELETE") == 0 && f->storage_left &&
+	    strncmp(path, "/v1.41/containers/sbx-t1?force=1", 32) == 0) {
+		f->storage_left = 0;
+		reply(bev, 204, "No Content", NULL);
+	} else if (strcmp(path, "/v1.41/containers/create?name=sbx-t1") == 0 &&
+	    f->storage_left) {
+		reply(bev, 500, "Internal Server Error", msg("creating container "
+		    "storage: the container name \"sbx-t1\" is already in use by "
+		    "\"" GHOST_ID "\". You have to remove that container to be "
+		    "able to reuse that name.: that name is already in use"));
 	} else if (strcmp(path, "/v1.41/containers/create?name=sbx-t1") == 0) {
 		json_decref(f->created);
 		f->created = json_incref(body);
@@ -510,6 +524,11 @@ route(struct conn *c, const char *method, const char *path, json_t *body)
 		reply(bev, 201, "Created", json_pack("{s:s}", "Id",
 		    "c0ffee0123456789"));
 	} else if (strcmp(path, "/v1.41/containers/c0ffee0123456789/start") == 0 &&
+	    f->oci_left) {
+		reply(bev, 500, "Internal Server Error", msg("runc: runc create "
+		    "failed: container with given ID already exists: OCI runtime "
+		    "error"));
+	} else if (strcmp(path, "/v1.41/containers/c0ffee0123456789/start") == 0 &&
 	    f->start_fail) {
 		reply(bev, 500, "Internal Server Error", msg("error mounting "
 		    "\"/var/lib/docker/volumes/sbx-t1-work/_data\" to rootfs at "
@@ -525,6 +544,7 @@ route(struct conn *c, const char *method, const char *path, json_t *body)
 	} else if (strncmp(path, "/v1.41/containers/c0ffee0123456789?", 35) == 0 &&
 	    strcmp(method, "DELETE") == 0) {
 		f->c_exists = 0;
+		f->oci_left = 0;
 		reply(bev, 204, "No Content", NULL);
 	} else if (strcmp(path, "/v1.41/containers/c0ffee0123456789/exec") == 0 &&
 	    f->exec_improper) {
@@ -1158,6 +1178,45 @@ test_ensure_removes_a_container_left_removing(void **state)
 	assert_int_equal(f->st.state, SBX_STATE_RUNNING);
 	assert_int_equal(logged(f, "DELETE /v1.41/containers/sbx-t1?force=1&v=0"), 1);
 	assert_int_equal(logged(f, "DELETE /v1.41/volumes/sbx-t1-work"), 0);
+	assert_true(f->c_exists && f->c_running);
+}
+
+/* A start a Podman crash cut, met by the next ensure (the OCI runtime kept
+ * its state: start 500 "container with given ID already exists"): the
+ * container is removed by id, its volume kept, and made again. */
+static void
+test_ensure_removes_a_container_whose_start_a_crash_cut(void **state)
+{
+	struct fx *f = *state;
+
+	running_sandbox(f);
+	f->c_running = 0;
+	f->oci_left = 1;
+	ensure(f, 0, NULL);
+	assert_false(f->have_err);
+	assert_int_equal(f->st.state, SBX_STATE_RUNNING);
+	assert_int_equal(logged(f, "DELETE /v1.41/containers/c0ffee0123456789?force=1&v=0"), 1);
+	assert_int_equal(logged(f, "DELETE /v1.41/volumes/sbx-t1-work"), 0);
+	assert_int_equal(creates(f) - logged(f, "POST /v1.41/containers/create?name=sbx-t1.init"), 1);
+	assert_true(f->c_exists && f->c_running);
+}
+
+/* A create a Podman crash cut left the name in its storage only (create
+ * 500 "creating container storage: ... already in use", no container to
+ * inspect): at the second look the name is removed and the create goes on;
+ * at the first it is taken for a concurrent create. */
+static void
+test_ensure_removes_a_name_only_storage_holds(void **state)
+{
+	struct fx *f = *state;
+
+	f->storage_left = 1;
+	ensure(f, 0, NULL);
+	assert_false(f->have_err);
+	assert_int_equal(f->st.state, SBX_STATE_RUNNING);
+	assert_int_equal(logged(f, "DELETE /v1.41/containers/sbx-t1?force=1&v=0"), 1);
+	/* refused, refused (then removed), made */
+	assert_int_equal(creates(f) - logged(f, "POST /v1.41/containers/create?name=sbx-t1.init"), 3);
 	assert_true(f->c_exists && f->c_running);
 }
 
@@ -2353,6 +2412,8 @@ main(void)
 		T(test_a_new_container_that_cannot_start_is_removed_and_its_text_kept),
 		T(test_ensure_removes_a_podman_ghost_and_keeps_the_volume),
 		T(test_ensure_removes_a_container_left_removing),
+		T(test_ensure_removes_a_container_whose_start_a_crash_cut),
+		T(test_ensure_removes_a_name_only_storage_holds),
 		T(test_exec_refused_as_improper_state_is_not_running),
 		T(test_list_and_destroy_remove_a_podman_ghost),
 		T(test_inspect_of_a_container_being_removed_is_absent),

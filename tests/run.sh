@@ -38,6 +38,7 @@
 # separated suite files to run instead of all tests/integration/test_*.py),
 # SBX_RUNTIMES (default "docker podman"; `make check-fast` uses "docker"),
 # SBX_SKIP_ONCE=1 (skip the suites that run once), SBX_JOBS (lanes at a time),
+# SBX_RERUN=0 (a failed integration suite is not run once more, adr/0073),
 # SBX_CHECK_BUILD=san|san,fuzz (the host lane first builds the sanitizer unit
 # tests and/or the fuzzers with $MAKE, a failed build one failed test: `make
 # check` starts the integration lanes while those builds run).
@@ -264,14 +265,11 @@ once_of() {
 		sed -e 's/^True$/any/' -e 's/"//g'
 }
 
-# suite RT SUITE: one integration suite with runtime RT's environment, one block.
-suite() {
-	local rt=$1 suite=$2 name log scratch host rc counts p f t0 cpu
-	name=$(basename "$suite" .py)
-	log="$LOGS/$rt-$name.log"
-	scratch="$OUT/scratch/$rt-$name"
-	mkdir -p "$scratch"
-	job_begin "$rt-$name"
+# suite_once RT SUITE LOG SCRATCH: one run of the suite into LOG; sets
+# S_P, S_F (its counts; a run that printed none is one failure), S_SECS and
+# S_CPU.
+suite_once() {
+	local rt=$1 suite=$2 log=$3 scratch=$4 host rc counts t0
 	host=$(sed -n "s/^SBX_$(echo "$rt" | tr a-z A-Z)_HOST=//p" "$RTDIR/env")
 	t0=$(now_ms)
 	timed "$log" "$log.cpu" bash -c '
@@ -283,23 +281,55 @@ suite() {
 		exec timeout -k 10 "$5" "$6" tests/integration/runner.py "$7"
 	' run-suite "$RTDIR" "$rt" "$host" "$scratch" "$SUITE_TIMEOUT" "$PYTHON" "$suite"
 	rc=$?
-	t0=$(secs_since "$t0")
-	cpu=$(cpu_of "$log.cpu")
+	S_SECS=$(secs_since "$t0")
+	S_CPU=$(cpu_of "$log.cpu")
 	counts=$(grep '^SBXTEST-COUNTS ' "$log" | tail -n 1)
 	if [ -z "$counts" ]; then
 		[ "$rc" -eq 124 ] && echo "suite timed out after ${SUITE_TIMEOUT}s" >>"$log"
 		echo "suite exited with status $rc before reporting its counts" >>"$log"
-		report "$rt $name" 0 1 "$log" "$t0" "$cpu"
-		job_end
+		S_P=0 S_F=1
 		return
 	fi
-	p=$(echo "$counts" | sed -n 's/.*passed=\([0-9]*\).*/\1/p')
-	f=$(echo "$counts" | sed -n 's/.*failed=\([0-9]*\).*/\1/p')
-	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+	S_P=$(echo "$counts" | sed -n 's/.*passed=\([0-9]*\).*/\1/p')
+	S_F=$(echo "$counts" | sed -n 's/.*failed=\([0-9]*\).*/\1/p')
+	if [ "$rc" -ne 0 ] && [ "$S_F" -eq 0 ]; then
 		echo "runner exited with status $rc" >>"$log"
-		f=1
+		S_F=1
 	fi
-	report "$rt $name" "$p" "$f" "$log" "$t0" "$cpu"
+}
+
+# suite RT SUITE: one integration suite with runtime RT's environment, one
+# block. A failed run is run once more (SBX_RERUN=0: never; adr/0073): the
+# second run's counts are the suite's, and the first run's failure is
+# printed in the block all the same, with a RERUN line, and listed in
+# tests/out/logs/reruns.txt and in the run's closing lines.
+suite() {
+	local rt=$1 suite=$2 name log scratch p f secs cpu
+	name=$(basename "$suite" .py)
+	log="$LOGS/$rt-$name.log"
+	scratch="$OUT/scratch/$rt-$name"
+	mkdir -p "$scratch"
+	job_begin "$rt-$name"
+	suite_once "$rt" "$suite" "$log" "$scratch"
+	if [ "$S_F" -gt 0 ] && [ "${SBX_RERUN:-1}" != 0 ]; then
+		mv "$log" "$log.first"
+		p=$S_P f=$S_F secs=$S_SECS cpu=$S_CPU
+		{
+			printf 'RERUN %-44s %d passed, %d failed at its first run  (%s s, cpu %s s); its failures:\n' \
+				"$rt $name" "$p" "$f" "$secs" "$cpu"
+			grep -v -e ' \.\.\. ok$' -e '^ok [0-9]' "$log.first" | tail -n 60 | sed 's/^/    | /'
+			printf '    (full log of the first run: %s)\n' "${log#"$REPO"/}.first"
+		} >>"$BLOCK"
+		printf '%s %s: %d passed, %d failed at its first run\n' "$rt" "$name" "$p" "$f" \
+			>>"$LOGS/reruns.txt"
+		rm -rf "$scratch"
+		mkdir -p "$scratch"
+		suite_once "$rt" "$suite" "$log" "$scratch"
+		S_SECS=$((S_SECS + secs))
+		printf '%s %s: its re-run: %d passed, %d failed\n' "$rt" "$name" "$S_P" "$S_F" \
+			>>"$LOGS/reruns.txt"
+	fi
+	report "$rt $name" "$S_P" "$S_F" "$log" "$S_SECS" "$S_CPU"
 	job_end
 }
 
@@ -458,6 +488,10 @@ for f in "$LANES"/*.time; do
 done
 note "$(printf 'fixture daemons %5d s cpu' "$FIXTURE_CPU")"
 note "$(printf 'all %d s wall (lanes at once: %s)' "$(secs_since "$T_START")" "$JOBS")"
+if [ -s "$LOGS/reruns.txt" ]; then
+	note "suites that failed at their first run and were run once more (adr/0073):"
+	note "$(sed 's/^/  /' "$LOGS/reruns.txt")"
+fi
 job_end
 
 read -r PASSED FAILED < <(awk '{p += $1; f += $2} END {print p + 0, f + 0}' "$COUNTS")

@@ -96,6 +96,9 @@ struct api_server {
 	struct api_e2b_watch *e2b_watches;
 	/* Browsers seen running (api_browser.c, adr/0064). */
 	struct api_browsers *browsers;
+	/* Owners with a snapshot create under way, one each (api_snap.c,
+	 * adr/0068): an entry lives as long as its request. */
+	struct api_snap_turn *snap_turns;
 };
 
 /* The sentence a player gets when asking for egress (SPEC §8); %s: NPC. */

@@ -77,6 +77,56 @@ only(struct areq *a, const char *const *allowed, struct sbx_err *err)
 
 /* ---------- POST …/sandbox/snapshots {"name"} ---------- */
 
+/*
+ * One owner's snapshot create under way (adr/0068, "one at a time per
+ * owner"): the owner's count and bytes are checked against the broker's
+ * list, then the snapshot is made; a second create of the same owner
+ * meanwhile would check the same list and could pass a limit with it, so
+ * it is refused (429) before anything is asked. The turn ends with its
+ * request (the reply sent, or the client gone).
+ */
+struct api_snap_turn {
+	struct api_snap_turn *next;
+	struct areq *a;
+	char owner[API_NAME_MAX + 1];
+};
+
+/* 0: owner's turn taken for a; -1: another create of owner holds it, or
+ * no memory (*busy says which). */
+static int
+turn_take(struct areq *a, const char *owner, int *busy)
+{
+	struct api_snap_turn *t;
+
+	*busy = 0;
+	for (t = a->s->snap_turns; t != NULL; t = t->next)
+		if (strcmp(t->owner, owner) == 0) {
+			*busy = 1;
+			return -1;
+		}
+	if ((t = calloc(1, sizeof(*t))) == NULL)
+		return -1;
+	snprintf(t->owner, sizeof(t->owner), "%s", owner);
+	t->a = a;
+	t->next = a->s->snap_turns;
+	a->s->snap_turns = t;
+	return 0;
+}
+
+/* on_end of a create that took its owner's turn. */
+static void
+turn_end(struct areq *a)
+{
+	struct api_snap_turn **pp, *t;
+
+	for (pp = &a->s->snap_turns; (t = *pp) != NULL; pp = &t->next)
+		if (t->a == a) {
+			*pp = t->next;
+			free(t);
+			return;
+		}
+}
+
 static void
 created(void *arg, const struct sbx_err *err, const char *text)
 {
@@ -149,6 +199,7 @@ api_h_snap_create(struct areq *a, struct sbx_err *err)
 {
 	static const char *const allowed[] = { "name", NULL };
 	const char *name;
+	int busy;
 
 	if (only(a, allowed, err) == -1 ||
 	    name_member(a, "name", &name, err) == -1)
@@ -158,6 +209,12 @@ api_h_snap_create(struct areq *a, struct sbx_err *err)
 		    SBX_MSG_BAD_SNAPSHOT);
 	if ((a->path = strdup(name)) == NULL)
 		return sbx_err_oom(err);
+	if (turn_take(a, a->npc.owner, &busy) == -1)
+		return busy ? sbx_err_set(err, SBX_E_TOO_MANY, "A snapshot of "
+		    "%s's is being made; one owner's snapshots are made one at "
+		    "a time. Try again when it is done.", a->npc.owner) :
+		    sbx_err_oom(err);
+	a->on_end = turn_end;
 	a->op = sbx_call_snapshot_list(a->s->driver, NULL, a->npc.owner,
 	    owner_counted, a, err);
 	return a->op != NULL ? 0 : areq_broker_err(a);

@@ -109,6 +109,62 @@ test_snapshot_fork_from_snapshot_delete(void **state)
 	tu_res_free(&r);
 }
 
+/* Two creates of one owner at once (adr/0068): the second is refused (429,
+ * nothing asked of the driver) while the first is under way, so the two
+ * cannot both pass the count; once the first ends, the owner's next create
+ * is let through, and another owner's is never held up. */
+static void
+test_an_owners_snapshot_creates_take_turns(void **state)
+{
+	struct tu_res r1 = { 0 }, r2 = { 0 }, r3 = { 0 };
+	unsigned before;
+
+	(void)state;
+	tu_set("max_snapshots_per_player", "2");
+	tu_start_fake(KA, KB, KOP);
+	tu_npc(KA, "one");
+	tu_npc(KA, "two");
+	tu_npc(KB, "bobs");
+	assert_int_equal(req(&r1, "PUT", "/api/v1/npcs/one/sandbox", KA, NULL), 200);
+	assert_int_equal(req(&r1, "PUT", "/api/v1/npcs/two/sandbox", KA, NULL), 200);
+	assert_int_equal(req(&r1, "PUT", "/api/v1/npcs/bobs/sandbox", KB, NULL), 200);
+	assert_int_equal(req(&r1, "POST", "/api/v1/npcs/one/sandbox/snapshots", KA,
+	    "{\"name\":\"s1\"}"), 201);
+	/* One left of alice's 2: two creates at once, the driver slow. */
+	sbx_fake_set_delay_ms(T.drv, 300);
+	tu_res_free(&r1);
+	memset(&r1, 0, sizeof(r1));
+	tu_start_req(&r1, "POST", "/api/v1/npcs/one/sandbox/snapshots", KA,
+	    "{\"name\":\"s2\"}", 13);
+	tu_spin(50);
+	before = snap_calls();
+	assert_int_equal(req(&r2, "POST", "/api/v1/npcs/two/sandbox/snapshots", KA,
+	    "{\"name\":\"s3\"}"), 429);
+	assert_string_equal(tu_code(&r2), "too_many");
+	assert_non_null(strstr(tu_text(&r2), "one at a time"));
+	assert_int_equal(snap_calls(), before);
+	/* Bob is not held up by alice's turn. */
+	tu_start_req(&r3, "POST", "/api/v1/npcs/bobs/sandbox/snapshots", KB,
+	    "{\"name\":\"b1\"}", 13);
+	assert_true(tu_loop_until(tu_is_done, &r1, 5000));
+	assert_int_equal(r1.status, 201);
+	assert_true(tu_loop_until(tu_is_done, &r3, 5000));
+	assert_int_equal(r3.status, 201);
+	/* Alice's turn is free again: the count now says no. */
+	sbx_fake_set_delay_ms(T.drv, 0);
+	assert_int_equal(req(&r2, "POST", "/api/v1/npcs/two/sandbox/snapshots", KA,
+	    "{\"name\":\"s3\"}"), 429);
+	assert_non_null(strstr(tu_text(&r2), "max_snapshots_per_player"));
+	/* ... and a delete makes room for one more. */
+	assert_int_equal(req(&r2, "DELETE", "/api/v1/npcs/one/sandbox/snapshots/s1",
+	    KA, NULL), 200);
+	assert_int_equal(req(&r2, "POST", "/api/v1/npcs/two/sandbox/snapshots", KA,
+	    "{\"name\":\"s3\"}"), 201);
+	tu_res_free(&r1);
+	tu_res_free(&r2);
+	tu_res_free(&r3);
+}
+
 static const struct sbx_driver_ops bare_ops = { .name = "bare" };
 
 static void
@@ -144,6 +200,8 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(
 		    test_snapshot_fork_from_snapshot_delete, tu_up, tu_down),
+		cmocka_unit_test_setup_teardown(
+		    test_an_owners_snapshot_creates_take_turns, tu_up, tu_down),
 		cmocka_unit_test(test_a_driver_without_snapshots_is_unsupported_501),
 	};
 

@@ -88,6 +88,11 @@ job_end() {
 	rm -f "$BLOCK"
 }
 
+# clip: lines cut at 400 characters (a daemon's JSON log line can be
+# thousands), so a failure's excerpt keeps its lines and CI's view of the
+# output keeps the excerpt.
+clip() { awk '{ if (length($0) > 400) print substr($0, 1, 400) " [cut]"; else print }'; }
+
 # report NAME PASSED FAILED LOG SECS [CPU]: one summary line per test or suite
 # into the current block; on failure the log follows (unittest's "... ok"
 # lines dropped to keep it readable). SECS and CPU are whole seconds ("" for
@@ -104,7 +109,7 @@ report() {
 		else
 			printf 'FAIL  %-44s %d passed, %d failed%s\n' "$name" "$p" "$f" "$t"
 			if [ -n "$log" ] && [ -f "$log" ]; then
-				grep -v -e ' \.\.\. ok$' -e '^ok [0-9]' "$log" | tail -n 150 | sed 's/^/    | /'
+				grep -v -e ' \.\.\. ok$' -e '^ok [0-9]' "$log" | tail -n 150 | clip | sed 's/^/    | /'
 				printf '    (full log: %s)\n' "${log#"$REPO"/}"
 			fi
 		fi
@@ -325,7 +330,7 @@ suite() {
 		{
 			printf 'RERUN %-44s %d passed, %d failed at its first run  (%s s, cpu %s s); its failures:\n' \
 				"$rt $name" "$p" "$f" "$secs" "$cpu"
-			grep -v -e ' \.\.\. ok$' -e '^ok [0-9]' "$log.first" | tail -n 60 | sed 's/^/    | /'
+			grep -v -e ' \.\.\. ok$' -e '^ok [0-9]' "$log.first" | tail -n 60 | clip | sed 's/^/    | /'
 			printf '    (full log of the first run: %s)\n' "${log#"$REPO"/}.first"
 		} >>"$BLOCK"
 		printf '%s %s: %d passed, %d failed at its first run\n' "$rt" "$name" "$p" "$f" \

@@ -25,6 +25,7 @@
 #include "driver_engine.h"
 #include "driver_vm.h"
 #include "broker_kube.h"
+#include "broker_vm_check.h"
 #include "sbx_http_client.h"
 #include "sbx_daemon.h"
 #include "sbx_log.h"
@@ -381,11 +382,19 @@ main(int argc, char **argv)
 	ec.proxy_memory = cfg.egress_proxy_memory;
 	ec.name_prefix = cfg.name_prefix;
 	ec.warm_pool = (int)cfg.warm_pool;
+	/* driver = vm: checked without a driver, which would adopt and kill
+	 * the state dir's VMs. */
+	if (opts.check && cfg.driver != NULL && strcmp(cfg.driver, "vm") == 0) {
+		rc = broker_vm_check(&cfg, allow,
+		    token_problem[0] != '\0' ? token_problem : NULL);
+		goto done;
+	}
 	if ((driver = driver_new(m.base, &cfg, &ec, &err)) == NULL) {
 		rc = sbx_daemon_config_error("sandbox-broker", &err);
 		goto done;
 	}
-	if (opts.check && driver->ops != &sbx_engine_driver_ops) {
+	if (opts.check && cfg.driver != NULL &&
+	    strcmp(cfg.driver, "kubernetes") == 0) {
 		rc = broker_kube_check(m.base, driver, &cfg,
 		    token_problem[0] != '\0' ? token_problem : NULL);
 		goto done;

@@ -41,9 +41,8 @@ allowed(const struct vmdrv *d, const char *image)
 	return 0;
 }
 
-/* vm_dir/images/KEY.ext4 of image (KEY: deploy/vm/build.sh's). */
-static void
-root_disk(const struct vmdrv *d, const char *image, char *buf, size_t len)
+void
+sbx_vm_root_disk(const char *vm_dir, const char *image, char *buf, size_t len)
 {
 	char key[256];
 	size_t i;
@@ -54,7 +53,14 @@ root_disk(const struct vmdrv *d, const char *image, char *buf, size_t len)
 		    (key[i] >= '0' && key[i] <= '9') || key[i] == '.' || key[i] == '_' ||
 		    key[i] == '-'))
 			key[i] = '_';
-	snprintf(buf, len, "%s/images/%s.ext4", d->cfg.vm_dir, key);
+	snprintf(buf, len, "%s/images/%s.ext4", vm_dir, key);
+}
+
+/* vm_dir/images/KEY.ext4 of image. */
+static void
+root_disk(const struct vmdrv *d, const char *image, char *buf, size_t len)
+{
+	sbx_vm_root_disk(d->cfg.vm_dir, image, buf, len);
 }
 
 /* ---------------------------------------------------------------- ops */
@@ -414,28 +420,35 @@ sbx_vm_close_idle(struct sbx_driver *d)
 
 /* ---------------------------------------------------------------- new */
 
-/* kvm when /dev/kvm opens and is not the paravirtual (PVM) module stock
- * kernels fail under (measured, adr/0069); else tcg. */
+const char *
+sbx_vm_accel(const char *want, const char **why)
+{
+	int fd;
+
+	if (want != NULL && (strcmp(want, "kvm") == 0 || strcmp(want, "tcg") == 0)) {
+		*why = "vm_accel";
+		return strcmp(want, "kvm") == 0 ? "kvm" : "tcg";
+	}
+	if (access("/sys/module/kvm_pvm", F_OK) == 0) {
+		*why = "/dev/kvm is PVM (kvm_pvm loaded): stock kernels fail under it";
+		return "tcg";
+	}
+	if ((fd = open("/dev/kvm", O_RDWR | O_CLOEXEC)) >= 0) {
+		close(fd);
+		*why = "/dev/kvm opens";
+		return "kvm";
+	}
+	*why = "no usable /dev/kvm";
+	return "tcg";
+}
+
+/* The accelerator (sbx_vm_accel), logged with why. */
 static void
 pick_accel(struct vmdrv *d, const char *want)
 {
 	const char *why;
-	int fd;
 
-	if (want != NULL && (strcmp(want, "kvm") == 0 || strcmp(want, "tcg") == 0)) {
-		snprintf(d->accel, sizeof(d->accel), "%s", want);
-		why = "vm_accel";
-	} else if (access("/sys/module/kvm_pvm", F_OK) == 0) {
-		snprintf(d->accel, sizeof(d->accel), "tcg");
-		why = "/dev/kvm is PVM (kvm_pvm loaded): stock kernels fail under it";
-	} else if ((fd = open("/dev/kvm", O_RDWR | O_CLOEXEC)) >= 0) {
-		close(fd);
-		snprintf(d->accel, sizeof(d->accel), "kvm");
-		why = "/dev/kvm opens";
-	} else {
-		snprintf(d->accel, sizeof(d->accel), "tcg");
-		why = "no usable /dev/kvm";
-	}
+	snprintf(d->accel, sizeof(d->accel), "%s", sbx_vm_accel(want, &why));
 	log_info("vm driver accelerator", "accel", d->accel, "why", why, NULL);
 }
 

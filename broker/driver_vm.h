@@ -2,6 +2,7 @@
 #ifndef DRIVER_VM_H
 #define DRIVER_VM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "sbx_driver.h"
@@ -61,6 +62,24 @@ struct sbx_vm_config {
  */
 struct sbx_driver *sbx_vm_driver_new(struct event_base *base,
     const struct sbx_vm_config *cfg, struct sbx_err *err);
+
+/*
+ * The read-only root disk of image under vm_dir: buf gets
+ * "VM_DIR/images/KEY.ext4", KEY the image name with every byte outside
+ * [A-Za-z0-9._-] as '_' (deploy/vm/build.sh rootfs makes it), cut to len.
+ * No error.
+ */
+void sbx_vm_root_disk(const char *vm_dir, const char *image, char *buf,
+    size_t len);
+
+/*
+ * The accelerator a driver made now would use for want (vm_accel: "kvm"
+ * or "tcg" as given; else "tcg" when the kvm_pvm module is loaded, stock
+ * kernels fail under it (adr/0069), "kvm" when /dev/kvm opens read-write,
+ * else "tcg"). *why gets a static sentence saying which case. Touches
+ * nothing; no error.
+ */
+const char *sbx_vm_accel(const char *want, const char **why);
 
 /*
  * For a broker that is stopping (d: a vm driver): each VM with no

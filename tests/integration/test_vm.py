@@ -214,6 +214,44 @@ class VmBroker(unittest.TestCase):
             with open(os.path.join(d, f)) as fh:
                 self.assertEqual(fh.read().strip(), v, f)
 
+    def check(self, *extra):
+        """sandbox-broker --check --driver vm with this class's settings (no
+        token, as an operator runs it); (exit status, stdout)."""
+        env = dict(os.environ)
+        env.pop("SBX_CONFIG", None)
+        env.pop("SBX_BROKER_TOKEN", None)
+        p = subprocess.run(
+            [os.path.join(vmfix.BUILD, "sandbox-broker"), "--check",
+             "--driver", "vm", "--state-dir", self.state, "--image", self.image,
+             "--vm-dir", self.vm_dir, "--vm-accel", "tcg"] + list(extra),
+            env=env, capture_output=True, timeout=60)
+        return p.returncode, p.stdout.decode()
+
+    def test_1b2_check_beside_a_running_vm(self):
+        """--check for driver = vm (it crashed before: the kubernetes check
+        ran on a vm driver): qemu, the accelerator, the boot files and each
+        allowlisted image's root disk, one line each; exit 0 with nothing
+        missing, 69 and the fix's command for an image with no root disk;
+        a VM of the state dir it looks at keeps running."""
+        self.ensure()
+        pid = self.qemu_pid()
+        code, out = self.check()
+        self.assertEqual(code, 0, out)
+        self.assertIn("qemu: ", out)
+        self.assertIn("accelerator: tcg (vm_accel)", out)
+        self.assertIn("boot file: %s/vmlinuz: ok" % self.vm_dir, out)
+        self.assertIn("root disk of %s: " % self.image, out)
+        self.assertTrue(out.endswith("0 problems\n"), out)
+        code, out = self.check("--images", "sbx-nodisk:1")
+        self.assertEqual(code, 69, out)
+        self.assertIn("problem: no root disk for image sbx-nodisk:1 (%s/images/"
+                      "sbx-nodisk_1.ext4): make it with deploy/vm/build.sh rootfs"
+                      % self.vm_dir, out)
+        self.assertTrue(out.endswith("1 problem\n"), out)
+        os.kill(pid, 0)   # still there: nothing was adopted or killed
+        self.assertEqual(self.qemu_pid(), pid)
+        self.assertEqual(self.run_(["echo", "alive"])[:2], (0, b"alive\n"))
+
     def test_1c_sessions(self):
         """Sessions as in containers (adr/0050): an exec whose stdin is
         streamed echoes 1 MiB byte-exact; a terminal gets a pty of the size

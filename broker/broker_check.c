@@ -37,22 +37,20 @@ struct check {
 	char *pstat;               /* X-Docker-Container-Path-Stat, or NULL */
 };
 
-static void
-problem(struct check *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void
-problem(struct check *c, const char *fmt, ...)
+void
+broker_check_problem(int *problems, const char *fmt, ...)
 {
 	va_list ap;
 
-	c->problems++;
+	(*problems)++;
 	fputs("problem: ", stdout);
 	va_start(ap, fmt);
 	vprintf(fmt, ap);
 	va_end(ap);
 	fputc('\n', stdout);
 }
+
+#define problem(c, ...) broker_check_problem(&(c)->problems, __VA_ARGS__)
 
 static void
 check_done(void *arg, const struct sbx_err *err, const struct sbx_health *h)

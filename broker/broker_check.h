@@ -19,6 +19,14 @@ int broker_run_check(struct event_base *base, struct sbx_driver *driver,
     const struct broker_config *cfg, const char *token_problem);
 
 /*
+ * One finding of a --check that would fail: prints "problem: " and the
+ * sentence fmt makes, then a newline, on stdout, and counts it in
+ * *problems. The other drivers' checks (broker_vm_check.c) use it too.
+ */
+void broker_check_problem(int *problems, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/*
  * --health: GET /v1/health from the broker that serves cfg->listen, with the
  * token of token_file (or SBX_BROKER_TOKEN), within 5 s; one line on
  * stdout ("healthy: ..." / "unhealthy: ..."). Returns SBX_PROBE_HEALTHY (0)

@@ -2,16 +2,17 @@
  * broker_vm_check.c - sandbox-broker --check for driver = vm (adr/0069):
  * the host's qemu, accelerator, boot files, root disks and qemu's user,
  * looked at without making the driver. It calls the vm driver's two pure
- * helpers (root disk name, accelerator pick); broker.c calls it.
+ * helpers (root disk name, accelerator pick) and --check's problem line
+ * (broker_check.c); broker.c calls it.
  */
 #include <limits.h>
 #include <pwd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "broker_check.h"
 #include "broker_vm_check.h"
 #include "driver_vm.h"
 
@@ -19,21 +20,7 @@ struct vmchk {
 	int problems;
 };
 
-static void problem(struct vmchk *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void
-problem(struct vmchk *c, const char *fmt, ...)
-{
-	va_list ap;
-
-	c->problems++;
-	fputs("problem: ", stdout);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	fputc('\n', stdout);
-}
+#define problem(c, ...) broker_check_problem(&(c)->problems, __VA_ARGS__)
 
 /* The executable qemu is (a path, or a name found on PATH) into buf, 0;
  * -1 when there is none. */

@@ -206,6 +206,7 @@ make_vm(struct event_base *base, const struct broker_config *cfg,
 	vc.user = cfg->user;
 	vc.memory_bytes = cfg->memory;
 	vc.cpus = (int)((cfg->nano_cpus + 999999999) / 1000000000);
+	vc.pids = cfg->pids;
 	vc.work_bytes = cfg->work_size;
 	vc.boot_timeout_ms = cfg->vm_boot_timeout;
 	vc.stop_timeout_ms = cfg->stop_timeout;

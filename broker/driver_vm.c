@@ -534,6 +534,8 @@ sbx_vm_driver_new(struct event_base *base, const struct sbx_vm_config *cfg,
 		d->cfg.memory_bytes = 512LL << 20;
 	if (d->cfg.cpus <= 0)
 		d->cfg.cpus = 1;
+	if (d->cfg.pids <= 0)
+		d->cfg.pids = 256;
 	if (d->cfg.work_bytes <= 0)
 		d->cfg.work_bytes = 1LL << 30;
 	if (d->cfg.boot_timeout_ms <= 0)

@@ -41,6 +41,10 @@ struct sbx_vm_config {
 	const char *user;             /* "uid:gid" of the sandbox user ["1000:1000"] */
 	int64_t memory_bytes;         /* guest RAM (-m) [512 MiB] */
 	int cpus;                     /* guest CPUs (-smp) [1] */
+	int64_t pids;                 /* processes and threads the sandbox user
+	                               * may have at once inside the guest
+	                               * (RLIMIT_NPROC, set by init: sbx.pids=N
+	                               * on the kernel command line) [256] */
 	int64_t work_bytes;           /* size of a new work.img [1 GiB] */
 	int64_t boot_timeout_ms;      /* HELLO within this after qemu starts [120 s] */
 	int64_t stop_timeout_ms;      /* clean poweroff within this, else SIGKILL [10 s] */

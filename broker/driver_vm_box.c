@@ -474,8 +474,8 @@ boot(struct vm *v)
 	unlink(con);
 	unlink(log);
 	snprintf(append, sizeof(append), "console=ttyS0 quiet panic=-1 "
-	    "tsc_early_khz=%lu tsc=reliable no_timer_check sbx.user=%u:%u",
-	    d->tsc_khz, d->uid, d->gid);
+	    "tsc_early_khz=%lu tsc=reliable no_timer_check sbx.user=%u:%u "
+	    "sbx.pids=%lld", d->tsc_khz, d->uid, d->gid, (long long)d->cfg.pids);
 	snprintf(mem, sizeof(mem), "%lldM", (long long)(d->cfg.memory_bytes >> 20));
 	snprintf(smp, sizeof(smp), "%d", d->cfg.cpus);
 	snprintf(drv_root, sizeof(drv_root), "id=root,file=%s,format=raw,if=none,readonly=on", root);

@@ -1,6 +1,7 @@
 /* sbx_vminit.c - PID 1 of a vm-driver sandbox (adr/0069): loads the virtio modules, mounts the read-only root and /work, runs sbx-helper's agent on the agent port as the sandbox user and powers off on the control port's word; libc only, static, touches only the guest. */
 #include <sys/mount.h>
 #include <sys/reboot.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -21,7 +22,9 @@
  * The initramfs the broker's deploy/vm/build.sh makes holds this program as
  * /init, the kernel modules as /m/NN-name.ko (loaded in name order) and the
  * static sbx-helper as /sbx-helper. The kernel command line names the
- * sandbox user (sbx.user=UID:GID). Two virtio-serial ports: "sbx.agent"
+ * sandbox user (sbx.user=UID:GID) and how many processes and threads it may
+ * have at once (sbx.pids=N: RLIMIT_NPROC of the agent and all it starts,
+ * the guest's side of the broker's pids limit). Two virtio-serial ports: "sbx.agent"
  * carries the agent channel (proto/sbx_agent.h) to the broker's unix
  * socket; "sbx.ctl" takes two words from the broker: "agent" (kill the
  * running agent, answer "ready", start a new one once the agent port has
@@ -200,15 +203,23 @@ answer_ready(int ctl)
 	say("cannot answer on the control port");
 }
 
-/* user from the command line: sbx.user=UID:GID (default 1000:1000). */
+/* sbx.pids from the command line (default 256). */
+static unsigned long long g_pids = 256;
+
+/* user from the command line: sbx.user=UID:GID (default 1000:1000); and
+ * sbx.pids=N (g_pids, 1..1000000). */
 static void
 parse_user(unsigned *uid, unsigned *gid)
 {
 	char cmd[4096], *p;
+	unsigned long long n;
 
 	*uid = *gid = 1000;
 	if (read_small("/proc/cmdline", cmd, sizeof(cmd)) != 0)
 		return;
+	if ((p = strstr(cmd, "sbx.pids=")) != NULL &&
+	    sscanf(p + 9, "%llu", &n) == 1 && n >= 1 && n <= 1000000)
+		g_pids = n;
 	if ((p = strstr(cmd, "sbx.user=")) != NULL &&
 	    sscanf(p + 9, "%u:%u", uid, gid) == 2 && *uid != 0 && *gid != 0)
 		return;
@@ -267,6 +278,7 @@ agent_child(int fd, unsigned uid, unsigned gid)
 	char *const envp[] = {
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=/work", "LANG=C.UTF-8", NULL };
+	struct rlimit lim;
 	sigset_t none;
 
 	sigemptyset(&none);
@@ -277,6 +289,9 @@ agent_child(int fd, unsigned uid, unsigned gid)
 	dup2(fd, 1);
 	if (fd > 1)
 		close(fd);
+	lim.rlim_cur = lim.rlim_max = (rlim_t)g_pids;
+	if (setrlimit(RLIMIT_NPROC, &lim) != 0)
+		_exit(111);
 	if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
 		_exit(111);
 	if (chdir("/work") != 0)

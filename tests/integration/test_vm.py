@@ -57,7 +57,7 @@ class VmBroker(unittest.TestCase):
              "--driver", "vm", "--listen", "unix:" + cls.sock,
              "--state-dir", cls.state, "--image", cls.image,
              "--vm-dir", cls.vm_dir, "--vm-accel", "tcg",
-             "--memory", "256m", "--work-size", "128m",
+             "--memory", "256m", "--work-size", "128m", "--pids", "200",
              "--stop-timeout", "30s", "--vm-boot-timeout", "150s",
              "--idle-timeout", "0"],
             env=env, stdout=cls.log, stderr=cls.log)
@@ -251,6 +251,22 @@ class VmBroker(unittest.TestCase):
         os.kill(pid, 0)   # still there: nothing was adopted or killed
         self.assertEqual(self.qemu_pid(), pid)
         self.assertEqual(self.run_(["echo", "alive"])[:2], (0, b"alive\n"))
+
+    def test_1b3_pids_limit_inside_the_guest(self):
+        """The broker's pids limit (200 here) holds inside the guest: init
+        sets RLIMIT_NPROC on the agent and all it starts (sbx.pids on the
+        kernel command line), so the sandbox user cannot start more."""
+        self.ensure()
+        code, out, err = self.run_(["sh", "-c", "ulimit -u"])
+        self.assertEqual((code, out.strip()), (0, b"200"), err)
+        code, out, err = self.run_(["sh", "-c",
+                                    "sh -c 'i=0; while [ $i -lt 250 ]; do sleep 3 & "
+                                    "i=$((i+1)); done; echo started $i' 2>/dev/null; "
+                                    "echo rc=$?; sleep 4"])
+        self.assertEqual(code, 0, err)
+        self.assertNotIn(b"started 250", out)
+        self.assertNotIn(b"rc=0", out)
+        self.assertEqual(self.run_(["echo", "after"])[:2], (0, b"after\n"))
 
     def test_1c_sessions(self):
         """Sessions as in containers (adr/0050): an exec whose stdin is

@@ -383,7 +383,10 @@ exec_outcome(const struct exec_state *s)
 {
 	if (s->err_code[0] != '\0') {
 		errmsg("%s", s->err_msg[0] != '\0' ? s->err_msg : s->err_code);
-		return strcmp(s->err_code, SBX_E_TIMEOUT) == 0 ? CX_TIMEOUT :
+		if (strcmp(s->err_code, SBX_E_TIMEOUT) == 0)
+			return CX_TIMEOUT;
+		/* A working directory that does not exist: 4, as cat's. */
+		return strcmp(s->err_code, SBX_E_NOT_FOUND) == 0 ? CX_NOTFOUND :
 		    CX_ERR;
 	}
 	if (!s->exited) {

@@ -209,6 +209,7 @@ class CLITest(unittest.TestCase):
                                  b"or list its directory.\n"), args)
         r = self.sbx("exec", "-w", "/work/nope", "alice", "--", "true")
         self.assertIn(b"/work/nope does not exist", r.stderr)
+        self.assertEqual(r.returncode, 4, r.stderr)   # not found, as cat's
 
     # ------------------------------------------------------------ read commands
 

@@ -75,6 +75,25 @@ only(struct areq *a, const char *const *allowed, struct sbx_err *err)
 	return 0;
 }
 
+/* The broker's err, with "sandbox npc-NAME" in its message said as a
+ * player knows it, "NAME's sandbox" (the broker names sandboxes by id). */
+static void
+fail_named(struct areq *a, const struct sbx_err *err)
+{
+	static const char pre[] = "sandbox " API_NPC_SANDBOX_PREFIX;
+	struct sbx_err e = *err;
+	const char *p = strstr(err->message, pre), *name;
+	size_t n;
+
+	if (p != NULL) {
+		name = p + sizeof(pre) - 1;
+		n = strcspn(name, " :,;");
+		snprintf(e.message, sizeof(e.message), "%.*s%.*s's sandbox%s",
+		    (int)(p - err->message), err->message, (int)n, name, name + n);
+	}
+	areq_fail_broker(a, &e);
+}
+
 /* ---------- POST …/sandbox/snapshots {"name"} ---------- */
 
 /*
@@ -135,7 +154,7 @@ created(void *arg, const struct sbx_err *err, const char *text)
 
 	a->op = NULL;
 	if (err != NULL) {
-		areq_fail_broker(a, err);
+		fail_named(a, err);
 		return;
 	}
 	if ((o = json_loads(text, 0, NULL)) == NULL) {
@@ -269,7 +288,7 @@ deleted(void *arg, const struct sbx_err *err)
 
 	a->op = NULL;
 	if (err != NULL) {
-		areq_fail_broker(a, err);
+		fail_named(a, err);
 		return;
 	}
 	areq_reply_json(a, 200, json_pack("{s:s, s:s, s:s}", "npc", a->npc.name,
@@ -299,7 +318,7 @@ copied(void *arg, const struct sbx_err *err)
 
 	a->op = NULL;
 	if (err != NULL) {
-		areq_fail_broker(a, err);
+		fail_named(a, err);
 		return;
 	}
 	sbx_err_clear(&e);

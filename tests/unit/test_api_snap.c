@@ -39,6 +39,11 @@ test_snapshot_fork_from_snapshot_delete(void **state)
 	assert_non_null(strstr(tu_text(&r), "\"size_bytes\":3"));
 	assert_non_null(strstr(tu_text(&r), "\"owner\":\"alice\""));
 	assert_non_null(strstr(tu_text(&r), "\"npc\":\"src\""));
+	/* The same name again: 409, the NPC named as the player knows it. */
+	assert_int_equal(req(&r, "POST", "/api/v1/npcs/src/sandbox/snapshots", KA,
+	    "{\"name\":\"s1\"}"), 409);
+	assert_non_null(strstr(tu_text(&r), "src's sandbox has a snapshot named s1"));
+	assert_null(strstr(tu_text(&r), "npc-"));
 	/* Later writes to the source are not in the snapshot. */
 	assert_int_equal(sbx_fake_put_file(T.drv, "npc-src", "/work/b", "two", 3),
 	    0);
@@ -106,6 +111,7 @@ test_snapshot_fork_from_snapshot_delete(void **state)
 	    KA, NULL), 200);
 	assert_int_equal(req(&r, "DELETE", "/api/v1/npcs/src/sandbox/snapshots/s1",
 	    KA, NULL), 404);
+	assert_non_null(strstr(tu_text(&r), "src's sandbox has no snapshot named s1"));
 	tu_res_free(&r);
 }
 

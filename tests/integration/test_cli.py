@@ -292,6 +292,11 @@ class CLITest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         r = self.sbx("status", "bob", "--json")
         self.assertEqual(json.loads(r.stdout)["state"], "stopped")
+        self.assertEqual(json.loads(r.stdout)["stop_reason"], "operator")
+        # ... said in words: any stop request, not an operator's only
+        r = self.sbx("status", "bob")
+        self.assertIn(b"\nstopped:    by a stop request (sbxctl stop, or POST "
+                      b".../sandbox/stop)\n", r.stdout)
         r = self.sbx("exec", "bob", "--", "true")
         self.assertEqual((r.returncode, r.stderr), (1, b"sbxctl: bob's sandbox is not "
                                                     b"running (start it with: sbxctl up bob).\n"))

@@ -96,9 +96,6 @@ struct api_server {
 	struct api_e2b_watch *e2b_watches;
 	/* Browsers seen running (api_browser.c, adr/0064). */
 	struct api_browsers *browsers;
-	/* Owners with a snapshot create under way, one each (api_snap.c,
-	 * adr/0068): an entry lives as long as its request. */
-	struct api_snap_turn *snap_turns;
 };
 
 /* The sentence a player gets when asking for egress (SPEC §8); %s: NPC. */
@@ -213,6 +210,8 @@ struct areq {
 	char *audit_detail;                 /* what the audit row records (owned), or NULL */
 	int set_image;
 	int slot_claimed;                   /* this ensure took a sandbox slot */
+	int snap_turn;                      /* this snapshot create holds its
+	                                     * owner's turn (api_snap.c) */
 	int broker_err;                     /* the handler's err is the driver's
 	                                     * (areq_broker_err) */
 	unsigned char *stdin_data;

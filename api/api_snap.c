@@ -101,49 +101,19 @@ fail_named(struct areq *a, const struct sbx_err *err)
  * owner"): the owner's count and bytes are checked against the broker's
  * list, then the snapshot is made; a second create of the same owner
  * meanwhile would check the same list and could pass a limit with it, so
- * it is refused (429) before anything is asked. The turn ends with its
- * request (the reply sent, or the client gone).
+ * it is refused (429) before anything is asked. The turn is a's flag
+ * snap_turn: it ends with its request (the reply sent, or the client
+ * gone). 1 when another live request of owner holds it.
  */
-struct api_snap_turn {
-	struct api_snap_turn *next;
-	struct areq *a;
-	char owner[API_NAME_MAX + 1];
-};
-
-/* 0: owner's turn taken for a; -1: another create of owner holds it, or
- * no memory (*busy says which). */
 static int
-turn_take(struct areq *a, const char *owner, int *busy)
+turn_held(const struct areq *a, const char *owner)
 {
-	struct api_snap_turn *t;
+	const struct areq *x;
 
-	*busy = 0;
-	for (t = a->s->snap_turns; t != NULL; t = t->next)
-		if (strcmp(t->owner, owner) == 0) {
-			*busy = 1;
-			return -1;
-		}
-	if ((t = calloc(1, sizeof(*t))) == NULL)
-		return -1;
-	snprintf(t->owner, sizeof(t->owner), "%s", owner);
-	t->a = a;
-	t->next = a->s->snap_turns;
-	a->s->snap_turns = t;
+	for (x = a->s->live; x != NULL; x = x->next)
+		if (x != a && x->snap_turn && strcmp(x->npc.owner, owner) == 0)
+			return 1;
 	return 0;
-}
-
-/* on_end of a create that took its owner's turn. */
-static void
-turn_end(struct areq *a)
-{
-	struct api_snap_turn **pp, *t;
-
-	for (pp = &a->s->snap_turns; (t = *pp) != NULL; pp = &t->next)
-		if (t->a == a) {
-			*pp = t->next;
-			free(t);
-			return;
-		}
 }
 
 static void
@@ -218,7 +188,6 @@ api_h_snap_create(struct areq *a, struct sbx_err *err)
 {
 	static const char *const allowed[] = { "name", NULL };
 	const char *name;
-	int busy;
 
 	if (only(a, allowed, err) == -1 ||
 	    name_member(a, "name", &name, err) == -1)
@@ -228,12 +197,11 @@ api_h_snap_create(struct areq *a, struct sbx_err *err)
 		    SBX_MSG_BAD_SNAPSHOT);
 	if ((a->path = strdup(name)) == NULL)
 		return sbx_err_oom(err);
-	if (turn_take(a, a->npc.owner, &busy) == -1)
-		return busy ? sbx_err_set(err, SBX_E_TOO_MANY, "A snapshot of "
-		    "%s's is being made; one owner's snapshots are made one at "
-		    "a time. Try again when it is done.", a->npc.owner) :
-		    sbx_err_oom(err);
-	a->on_end = turn_end;
+	if (turn_held(a, a->npc.owner))
+		return sbx_err_set(err, SBX_E_TOO_MANY, "A snapshot of %s's is "
+		    "being made; one owner's snapshots are made one at a time. "
+		    "Try again when it is done.", a->npc.owner);
+	a->snap_turn = 1;
 	a->op = sbx_call_snapshot_list(a->s->driver, NULL, a->npc.owner,
 	    owner_counted, a, err);
 	return a->op != NULL ? 0 : areq_broker_err(a);

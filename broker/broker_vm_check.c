@@ -16,12 +16,6 @@
 #include "broker_vm_check.h"
 #include "driver_vm.h"
 
-struct vmchk {
-	int problems;
-};
-
-#define problem(c, ...) broker_check_problem(&(c)->problems, __VA_ARGS__)
-
 /* The executable qemu is (a path, or a name found on PATH) into buf, 0;
  * -1 when there is none. */
 static int
@@ -49,7 +43,7 @@ find_exec(const char *qemu, char *buf, size_t sz)
 }
 
 static void
-check_file(struct vmchk *c, const char *dir, const char *name)
+check_file(int *problems, const char *dir, const char *name)
 {
 	char path[PATH_MAX + 64];
 
@@ -57,15 +51,16 @@ check_file(struct vmchk *c, const char *dir, const char *name)
 	if (access(path, R_OK) == 0)
 		printf("boot file: %s: ok\n", path);
 	else
-		problem(c, "%s is missing: make it with deploy/vm/build.sh boot "
-		    "%s build/out/sbx-helper build/out/sbx-vminit", path, dir);
+		broker_check_problem(problems, "%s is missing: make it with "
+		    "deploy/vm/build.sh boot %s build/out/sbx-helper "
+		    "build/out/sbx-vminit", path, dir);
 }
 
 int
 broker_vm_check(const struct broker_config *cfg, const char *const *allow,
     const char *token_problem)
 {
-	struct vmchk c = { 0 };
+	int problems = 0;
 	const char *qemu = cfg->vm_qemu != NULL ? cfg->vm_qemu :
 	    "qemu-system-x86_64", *why, *accel;
 	char path[PATH_MAX + 64];
@@ -75,33 +70,33 @@ broker_vm_check(const struct broker_config *cfg, const char *const *allow,
 	    cfg->vm_dir != NULL ? cfg->vm_dir : "(none)",
 	    cfg->state_dir != NULL ? cfg->state_dir : "(none)");
 	if (token_problem != NULL)
-		problem(&c, "broker token: %s; the broker would refuse to "
-		    "start (exit 78)", token_problem);
+		broker_check_problem(&problems, "broker token: %s; the broker "
+		    "would refuse to start (exit 78)", token_problem);
 	if (find_exec(qemu, path, sizeof(path)) == 0)
 		printf("qemu: %s: ok\n", path);
 	else
-		problem(&c, "qemu %s is not an executable%s (apt-get install "
-		    "qemu-system-x86, or set vm_qemu)", path,
+		broker_check_problem(&problems, "qemu %s is not an executable%s "
+		    "(apt-get install qemu-system-x86, or set vm_qemu)", path,
 		    strchr(qemu, '/') != NULL ? "" : " on PATH");
 	accel = sbx_vm_accel(cfg->vm_accel, &why);
 	printf("accelerator: %s (%s)%s\n", accel, why,
 	    strcmp(accel, "tcg") == 0 ? "; TCG boots in seconds and runs "
 	    "code several times slower than KVM" : "");
 	if (cfg->vm_dir == NULL || cfg->vm_dir[0] == '\0') {
-		problem(&c, "vm_dir is not set: the driver needs its boot files "
-		    "and root disks (deploy/vm/build.sh)");
+		broker_check_problem(&problems, "vm_dir is not set: the driver "
+		    "needs its boot files and root disks (deploy/vm/build.sh)");
 	} else {
-		check_file(&c, cfg->vm_dir, "vmlinuz");
-		check_file(&c, cfg->vm_dir, "initrd.img");
+		check_file(&problems, cfg->vm_dir, "vmlinuz");
+		check_file(&problems, cfg->vm_dir, "initrd.img");
 		for (i = 0; allow != NULL && allow[i] != NULL; i++) {
 			sbx_vm_root_disk(cfg->vm_dir, allow[i], path, sizeof(path));
 			if (access(path, R_OK) == 0)
 				printf("root disk of %s: %s: ok\n", allow[i], path);
 			else
-				problem(&c, "no root disk for image %s (%s): make it "
-				    "with deploy/vm/build.sh rootfs %s %s TAR|"
-				    "unix://SOCKET", allow[i], path, cfg->vm_dir,
-				    allow[i]);
+				broker_check_problem(&problems, "no root disk for "
+				    "image %s (%s): make it with deploy/vm/build.sh "
+				    "rootfs %s %s TAR|unix://SOCKET", allow[i], path,
+				    cfg->vm_dir, allow[i]);
 		}
 	}
 	if (cfg->vm_runas != NULL && cfg->vm_runas[0] != '\0') {
@@ -109,12 +104,12 @@ broker_vm_check(const struct broker_config *cfg, const char *const *allow,
 			printf("vm_runas: ignored (the broker is not root): qemu "
 			    "runs as the broker's user\n");
 		else if (getpwnam(cfg->vm_runas) == NULL)
-			problem(&c, "vm_runas %s is not a user of this host: qemu "
-			    "could not drop to it (create it, or set vm_runas)",
-			    cfg->vm_runas);
+			broker_check_problem(&problems, "vm_runas %s is not a user "
+			    "of this host: qemu could not drop to it (create it, or "
+			    "set vm_runas)", cfg->vm_runas);
 		else
 			printf("vm_runas: %s: ok\n", cfg->vm_runas);
 	}
-	printf("%d problem%s\n", c.problems, c.problems == 1 ? "" : "s");
-	return c.problems > 0 ? BROKER_EXIT_UNAVAILABLE : BROKER_EXIT_OK;
+	printf("%d problem%s\n", problems, problems == 1 ? "" : "s");
+	return problems > 0 ? BROKER_EXIT_UNAVAILABLE : BROKER_EXIT_OK;
 }

@@ -56,13 +56,6 @@ sbx_vm_root_disk(const char *vm_dir, const char *image, char *buf, size_t len)
 	snprintf(buf, len, "%s/images/%s.ext4", vm_dir, key);
 }
 
-/* vm_dir/images/KEY.ext4 of image. */
-static void
-root_disk(const struct vmdrv *d, const char *image, char *buf, size_t len)
-{
-	sbx_vm_root_disk(d->cfg.vm_dir, image, buf, len);
-}
-
 /* ---------------------------------------------------------------- ops */
 
 static struct sbx_op *
@@ -98,7 +91,7 @@ vm_ensure_op(struct sbx_driver *drv, const char *id, const struct sbx_spec *spec
 	op->cb.status = cb;
 	op->arg = arg;
 	snprintf(op->image, sizeof(op->image), "%s", image);
-	root_disk(d, image, disk, sizeof(disk));
+	sbx_vm_root_disk(d->cfg.vm_dir, image, disk, sizeof(disk));
 	if (access(disk, R_OK) != 0) {
 		sbx_err_set(&e, SBX_E_RUNTIME, "no VM root disk for image %.200s: "
 		    "make it with deploy/vm/build.sh rootfs (adr/0069)", image);

@@ -170,14 +170,17 @@ eng_direct_volume(struct eop *op, void (*then)(struct eop *))
 	char vol[160];
 	json_t *req;
 
-	/* Not for a warm pool member (adr/0067): the volume is named by the
-	 * id, which a member does not have yet; a claimed one uses the stream. */
-	if (!op->e->agent_direct || ens(op)->agent_vol != 0 || ens(op)->pool)
+	if (!op->e->agent_direct || ens(op)->agent_vol != 0)
 		return 0;
 	op->then = then;
+	/* A warm pool member's is named by its member name and labelled as
+	 * the pool's (adr/0067): a claim keeps it, the pool's sweep removes
+	 * it when no container mounts it. */
 	eng_agent_volume_name(op->e->prefix, op->id, vol, sizeof(vol));
-	req = json_pack("{s:s, s:{s:s, s:s}}", "Name", vol, "Labels", L_MANAGED,
-	    "true", L_AGENT_OF, op->id);
+	req = ens(op)->pool ? json_pack("{s:s, s:{s:s, s:s, s:s}}", "Name", vol,
+	    "Labels", L_MANAGED, "true", L_AGENT_OF, op->id, L_POOL,
+	    ens(op)->image) : json_pack("{s:s, s:{s:s, s:s}}", "Name", vol,
+	    "Labels", L_MANAGED, "true", L_AGENT_OF, op->id);
 	if (req == NULL) {
 		ens(op)->agent_vol = 2;
 		then(op);
@@ -200,19 +203,40 @@ eng_direct_mount(struct eop *op, json_t *mounts)
 	    op->e->flavor != FLAVOR_PODMAN)) != 0 ? -1 : 0;
 }
 
+/* The name of the socket volume that goes with work volume work
+ * ("X-work" → "X-agent"; a claimed pool member's work volume keeps its
+ * member's name, adr/0067) into buf, or "" when work is not so named. */
+static void
+agent_volume_of(const char *work, char *buf, size_t sz)
+{
+	size_t n = strlen(work), sl = strlen("-work");
+
+	buf[0] = '\0';
+	if (n > sl && n - sl + strlen("-agent") < sz &&
+	    strcmp(work + n - sl, "-work") == 0)
+		snprintf(buf, sz, "%.*s-agent", (int)(n - sl), work);
+}
+
 const char *
 eng_direct_mountpoint(struct engine *e, const char *id, json_t *body)
 {
 	json_t *m;
 	size_t i;
-	const char *src;
-	char vol[160];
+	const char *src, *name, *dest;
+	char vol[160], pooled[160] = "";
 
 	eng_agent_volume_name(e->prefix, id, vol, sizeof(vol));
 	json_array_foreach(json_object_get(body, "Mounts"), i, m) {
-		if (eng_jstr(m, "Destination") == NULL || eng_jstr(m, "Name") == NULL ||
+		dest = eng_jstr(m, "Destination");
+		if (dest != NULL && strcmp(dest, SBX_WORK_DIR) == 0 &&
+		    eng_jstr(m, "Name") != NULL)
+			agent_volume_of(eng_jstr(m, "Name"), pooled, sizeof(pooled));
+	}
+	json_array_foreach(json_object_get(body, "Mounts"), i, m) {
+		name = eng_jstr(m, "Name");
+		if (eng_jstr(m, "Destination") == NULL || name == NULL ||
 		    strcmp(eng_jstr(m, "Destination"), SBX_AGENT_LISTEN_DIR) != 0 ||
-		    strcmp(eng_jstr(m, "Name"), vol) != 0)
+		    (strcmp(name, vol) != 0 && strcmp(name, pooled) != 0))
 			continue;
 		src = eng_jstr(m, "Source");
 		return src != NULL && src[0] == '/' ? src : NULL;
@@ -233,18 +257,20 @@ static void
 drop_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *err)
 {
 	json_t *labels;
-	const char *of;
-	char vol[160];
+	const char *of, *vol;
 
 	if (eng_ended(op, err))
 		return;
 	labels = json_object_get(body, "Labels");
 	of = eng_label(labels, L_AGENT_OF);
-	if (status != 200 || !eng_managed(labels) || of == NULL || strcmp(of, op->id) != 0) {
+	/* Ours: made for this id, or the pool's (its name came from the
+	 * work volume this sandbox's container mounted). */
+	if (status != 200 || !eng_managed(labels) || of == NULL ||
+	    (strcmp(of, op->id) != 0 && eng_label(labels, L_POOL) == NULL) ||
+	    (vol = eng_jstr(body, "Name")) == NULL || !eng_name_ok(vol, 159)) {
 		op->then(op);   /* absent, or not ours: left alone */
 		return;
 	}
-	eng_agent_volume_name(op->e->prefix, op->id, vol, sizeof(vol));
 	eng_callf(op, "DELETE", NULL, drop_removed, API "/volumes/%s", vol);
 }
 
@@ -254,7 +280,11 @@ eng_direct_drop(struct eop *op, void (*then)(struct eop *))
 	char vol[160];
 
 	op->then = then;
-	eng_agent_volume_name(op->e->prefix, op->id, vol, sizeof(vol));
+	/* op->vname: the work volume destroy found, a claimed pool member's
+	 * included (adr/0067); its socket volume has the same stem. */
+	agent_volume_of(op->vname, vol, sizeof(vol));
+	if (vol[0] == '\0' || !eng_name_ok(vol, 159))
+		eng_agent_volume_name(op->e->prefix, op->id, vol, sizeof(vol));
 	eng_callf(op, "GET", NULL, drop_inspected, API "/volumes/%s", vol);
 }
 

@@ -92,13 +92,29 @@ drop_fail(struct eop *op, const struct sbx_err *err)
 }
 
 static void
+drop_agent_removed(struct eop *op, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	if (REPLY_BAD(op, NULL, err, status, body, "remove the agent's socket "
+	    "volume", 204, 404))
+		return;
+	eng_op_release(op);
+}
+
+/* The work volume went: the agent's socket volume next (adr/0066; absent
+ * when the direct channel is off). */
+static void
 drop_volume_removed(struct eop *op, int status, json_t *body,
     const struct sbx_err *err)
 {
+	char vol[160];
+
 	if (REPLY_BAD(op, NULL, err, status, body, "remove the volume", 204,
 	    404))
 		return;
-	eng_op_release(op);
+	eng_agent_volume_name(op->e->prefix, op->id, vol, sizeof(vol));
+	eng_callf(op, "DELETE", NULL, drop_agent_removed, API "/volumes/%s",
+	    vol);
 }
 
 static void

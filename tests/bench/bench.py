@@ -11,7 +11,9 @@ Never asserts a time: a figure that misses its target is reported as missed.
 
 Environment knobs (defaults in brackets): BENCH_ROUNDS [30] exec round trips,
 BENCH_STREAM_BYTES [268435456], BENCH_STREAM_ROUNDS [3], BENCH_SSE_CLIENTS
-[1000], BENCH_SSE_RAMP_S [240], BENCH_CONC [100], BENCH_QUICK (fewer rounds).
+[1000], BENCH_SSE_RAMP_S [240], BENCH_CONC [100], BENCH_QUICK (fewer rounds),
+BENCH_PERF (1: each figure under perf record, summaries appended to
+BENCH_PERF_OUT [WORK/profile.md]; tests/bench/perf_profile.py).
 """
 
 import argparse
@@ -31,6 +33,7 @@ import time
 import browser_bench
 import direct_bench
 import e2b_bench
+import perf_profile
 import snap_bench
 import pool_bench
 import term_bench
@@ -1327,7 +1330,10 @@ def main():
                 continue
             log("figure %s (%.0f s so far)" % (name, time.time() - t0))
             try:
-                fn()
+                # BENCH_PERF=1: the figure under a system-wide perf record
+                # (tests/bench/perf_profile.py)
+                perf_profile.around(a.work, os.environ.get("BENCH_PERF_OUT") or os.path.join(
+                    a.work, "profile.md"), a.runtime, name, fn)
             except Exception as e:  # one broken figure must not hide the others
                 log("figure %s failed: %r" % (name, e))
                 b.row("figure `%s`" % name, "not measured: %s" % str(e)[:200].replace("|", "/"),

@@ -16,6 +16,12 @@ POOL_LABEL = "io.sbx.pool"
 WANT = 2
 
 
+def direct(text):
+    """sbx_broker_agent_direct_total by result (adr/0066)."""
+    return {res: metric(text, "sbx_broker_agent_direct_total", '{result="%s"}' % res)
+            for res in ("connected", "fallback")}
+
+
 def metric(text, name, labels=""):
     m = re.search(r"^%s%s (\d+)$" % (re.escape(name), re.escape(labels)), text, re.M)
     return int(m.group(1)) if m else None
@@ -33,6 +39,7 @@ class WarmPoolTest(BrokerTestCase):
             "wanted": metric(text, "sbx_broker_warm_pool_members", '{state="wanted"}'),
             "claims": metric(text, "sbx_broker_warm_pool_claims_total"),
             "spec": metric(text, "sbx_broker_warm_pool_misses_total", '{reason="spec"}'),
+            "direct": direct(text),
         }
 
     def unclaimed(self, makes=False):
@@ -119,6 +126,16 @@ class WarmPoolTest(BrokerTestCase):
         self.assertIn(POOL_LABEL, c["Config"]["Labels"])
         self.assertNotIn(ID_LABEL, c["Config"]["Labels"])
         self.assertIn(vol_a[:-len("-work")], members)
+        # its agent came up over the member's own socket volume (adr/0066),
+        # not the runtime's exec stream
+        agent_vol = vol_a[:-len("-work")] + "-agent"
+        self.assertIn(agent_vol, [m.get("Name") for m in c["Mounts"]
+                                  if m["Destination"] == "/run/sbx-agent"], c["Mounts"])
+        self.assertEqual(self.client.exec(a, ["true"]).code, 0)
+        self.assertTrue(wait_until(lambda: self.figures()["direct"]["connected"] ==
+                                   before["direct"]["connected"] + 1, 30, 0.1),
+                        "%r %r\n%s" % (before, self.figures(), self.warns()))
+        self.assertEqual(self.figures()["direct"]["fallback"], before["direct"]["fallback"])
         listed = [s["id"] for s in self.client.sandboxes().json()]
         self.assertIn(a, listed)
         self.assertFalse([i for i in listed if i.startswith("pool.")], listed)
@@ -137,7 +154,9 @@ class WarmPoolTest(BrokerTestCase):
             st.close()
         # destroy of a claimed sandbox: container and its member's volume gone
         self.assertIsNone(self.engine.inspect("sbx-" + a))
-        self.assertNotIn(vol_a, [v["Name"] for v in self.engine.volumes(MANAGED_LABEL + "=true")])
+        left = [v["Name"] for v in self.engine.volumes(MANAGED_LABEL + "=true")]
+        self.assertNotIn(vol_a, left)
+        self.assertNotIn(agent_vol, left)
         # the pool refilled behind the claim
         self.wait_full()
         # claim again, the same id and a new one: nothing of before is visible

@@ -1,4 +1,4 @@
-/* test_engine_direct.c - eng_direct_connect (adr/0066) in a temporary directory standing for a socket volume's mountpoint: only a listening socket of the right owner and mode at the name is connected; a symlink (to a live socket outside), a FIFO, a file, a directory, a wrong mode or owner are refused without touching what they point at; a missing name or a socket without a listener is "not yet". */
+/* test_engine_direct.c - eng_direct_connect (adr/0066) in a temporary directory standing for a socket volume's mountpoint: only a listening socket of the right owner and mode at the name is connected; a symlink (to a live socket outside), a FIFO, a file, a directory, a wrong mode or owner are refused without touching what they point at; a missing name or a socket without a listener is "not yet". Also eng_direct_mountpoint: the socket volume is found by the sandbox's name or, for a sandbox claimed from the warm pool (adr/0067), by its /work volume's stem, and no other mount at the listen directory is taken. */
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "driver_engine_direct.h"
 
@@ -179,6 +180,40 @@ test_mountpoint_that_is_a_symlink_is_refused(void **state)
 	close(lfd);
 }
 
+static json_t *
+inspect_with(const char *work, const char *agent)
+{
+	return json_pack("{s:[{s:s, s:s, s:s}, {s:s, s:s, s:s}]}", "Mounts",
+	    "Destination", "/work", "Name", work, "Source", "/v/work/_data",
+	    "Destination", "/run/sbx-agent", "Name", agent, "Source", "/v/agent/_data");
+}
+
+static void
+test_mountpoint_by_name_or_by_the_claimed_members_stem(void **state)
+{
+	struct engine e;
+	json_t *b;
+
+	(void)state;
+	memset(&e, 0, sizeof(e));
+	e.prefix = "sbx-";
+	/* a sandbox made for its id */
+	b = inspect_with("sbx-alice-work", "sbx-alice-agent");
+	assert_string_equal(eng_direct_mountpoint(&e, "alice", b), "/v/agent/_data");
+	json_decref(b);
+	/* claimed from the pool: both volumes keep the member's name */
+	b = inspect_with("sbx-pool.0123abcd-work", "sbx-pool.0123abcd-agent");
+	assert_string_equal(eng_direct_mountpoint(&e, "alice", b), "/v/agent/_data");
+	json_decref(b);
+	/* another member's, or anyone else's volume at the listen directory */
+	b = inspect_with("sbx-pool.0123abcd-work", "sbx-pool.99999999-agent");
+	assert_null(eng_direct_mountpoint(&e, "alice", b));
+	json_decref(b);
+	b = inspect_with("sbx-alice-work", "sbx-bob-agent");
+	assert_null(eng_direct_mountpoint(&e, "alice", b));
+	json_decref(b);
+}
+
 int
 main(void)
 {
@@ -191,6 +226,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_owner_and_mode_are_checked, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_mountpoint_that_is_a_symlink_is_refused, setup,
 		    teardown),
+		cmocka_unit_test(test_mountpoint_by_name_or_by_the_claimed_members_stem),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -168,6 +168,18 @@ vm_write_op(struct sbx_driver *drv, const char *id, const char *path,
 }
 
 static struct sbx_op *
+vm_write_stream_op(struct sbx_driver *drv, const char *id, const char *path,
+    uint32_t mode, struct evbuffer *src, uint64_t len, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	if (!sbx_id_valid(id))
+		return sbx_err_bad_id(err), NULL;
+	if (check_path(path, err) != 0)
+		return NULL;
+	return vm_io_write_stream(vd(drv), id, path, mode, src, len, cb, arg, err);
+}
+
+static struct sbx_op *
 vm_list_op(struct sbx_driver *drv, const char *id, const char *path,
     const struct sbx_list_page *page, sbx_list_cb cb, void *arg,
     struct sbx_err *err)
@@ -388,6 +400,7 @@ static const struct sbx_driver_ops vm_ops = {
 	.exec = vm_exec_op,
 	.read = vm_read_op,
 	.write = vm_write_op,
+	.write_stream = vm_write_stream_op,
 	.list = vm_list_op,
 	.stop = vm_stop_op,
 	.destroy = vm_destroy_op,

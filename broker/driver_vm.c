@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -499,6 +500,12 @@ sbx_vm_driver_new(struct event_base *base, const struct sbx_vm_config *cfg,
 	if (access(path, R_OK) != 0) {
 		sbx_err_set(err, SBX_E_CONFIG, "vm_dir: %.400s is missing (make it with "
 		    "deploy/vm/build.sh boot)", path);
+		return NULL;
+	}
+	/* A root broker never runs qemu as root for want of its user. */
+	if (cfg->runas != NULL && cfg->runas[0] != '\0' && geteuid() == 0 &&
+	    getpwnam(cfg->runas) == NULL) {
+		sbx_err_set(err, SBX_E_CONFIG, SBX_VM_MSG_NO_RUNAS, cfg->runas, cfg->runas);
 		return NULL;
 	}
 	if ((d = calloc(1, sizeof(*d))) == NULL)

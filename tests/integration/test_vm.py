@@ -8,6 +8,7 @@ import base64
 import hashlib
 import json
 import os
+import pwd
 import secrets
 import shutil
 import signal
@@ -194,7 +195,8 @@ class VmBroker(unittest.TestCase):
         self.assertFalse(u["partial"], u)
 
     def test_1b_qemu_in_its_own_cgroup(self):
-        """The VM's qemu runs as the unprivileged vm_runas user (default nobody), in a
+        """The VM's qemu runs as the unprivileged vm_runas user (default sbx-vm, a
+        system user of its own that deps.sh and tests/run.sh make), in a
         cgroup of its own (sbx-vm/ID) whose memory limit is the guest's RAM
         plus 256 MiB for qemu, with a pids and a CPU limit (cgroup v2, or v1
         as on this machine)."""
@@ -202,7 +204,9 @@ class VmBroker(unittest.TestCase):
         pid = self.qemu_pid()
         with open("/proc/%d/status" % pid) as f:
             uids = [ln.split()[1:] for ln in f if ln.startswith("Uid:")][0]
-        self.assertEqual(set(uids), {"65534"})   # real, effective, saved, fs
+        want = pwd.getpwnam("sbx-vm")
+        self.assertNotIn(want.pw_uid, (0, 65534))
+        self.assertEqual(set(uids), {str(want.pw_uid)})   # real, effective, saved, fs
         with open("/proc/%d/cgroup" % pid) as f:
             lines = [ln.strip().split(":", 2) for ln in f]
         paths = {c: p for _, cs, p in lines for c in (cs.split(",") if cs else [""])}
@@ -259,6 +263,36 @@ class VmBroker(unittest.TestCase):
         os.kill(pid, 0)   # still there: nothing was adopted or killed
         self.assertEqual(self.qemu_pid(), pid)
         self.assertEqual(self.run_(["echo", "alive"])[:2], (0, b"alive\n"))
+
+    def test_1b2b_missing_runas_user_is_named_and_refused(self):
+        """A vm_runas that is no user of the host: --check names it and the
+        command that makes it (one problem line, exit 69); a root broker
+        refuses to start (exit 78, config error) instead of running qemu
+        as root, and makes nothing in its state dir."""
+        self.assertEqual(os.geteuid(), 0)
+        ghost = "sbx-nouser-%d" % os.getpid()
+        code, out = self.check("--vm-runas", ghost)
+        self.assertEqual(code, 69, out)
+        fix = ("vm_runas %s is not a user of this host, and qemu must not run as root: "
+               "create it with useradd --system --no-create-home --shell "
+               "/usr/sbin/nologin %s" % (ghost, ghost))
+        self.assertEqual([ln for ln in out.splitlines() if ln.startswith("problem:")],
+                         ["problem: " + fix + " (deploy/deps.sh does for sbx-vm), or set "
+                          "vm_runas"], out)
+        self.assertTrue(out.endswith("1 problem\n"), out)
+        d = tempfile.mkdtemp(prefix="sbx-vmghost-")
+        self.addCleanup(shutil.rmtree, d, True)
+        p = subprocess.run(
+            [os.path.join(vmfix.BUILD, "sandbox-broker"), "--driver", "vm",
+             "--listen", "unix:" + os.path.join(d, "b.sock"),
+             "--state-dir", os.path.join(d, "state"), "--image", self.image,
+             "--vm-dir", self.vm_dir, "--vm-accel", "tcg", "--vm-runas", ghost],
+            env=dict(os.environ, SBX_BROKER_TOKEN=self.token), capture_output=True,
+            timeout=30)
+        self.assertEqual(p.returncode, 78, p.stderr)
+        self.assertIn(fix, p.stderr.decode())
+        self.assertFalse(os.path.exists(os.path.join(d, "state", "vm")))
+        self.assertFalse(os.path.exists(os.path.join(d, "b.sock")))
 
     def test_1b3_pids_limit_inside_the_guest(self):
         """The broker's pids limit (200 here) holds inside the guest: init

@@ -104,9 +104,8 @@ broker_vm_check(const struct broker_config *cfg, const char *const *allow,
 			printf("vm_runas: ignored (the broker is not root): qemu "
 			    "runs as the broker's user\n");
 		else if (getpwnam(cfg->vm_runas) == NULL)
-			broker_check_problem(&problems, "vm_runas %s is not a user "
-			    "of this host: qemu could not drop to it (create it, or "
-			    "set vm_runas)", cfg->vm_runas);
+			broker_check_problem(&problems, SBX_VM_MSG_NO_RUNAS,
+			    cfg->vm_runas, cfg->vm_runas);
 		else
 			printf("vm_runas: %s: ok\n", cfg->vm_runas);
 	}

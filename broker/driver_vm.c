@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,6 +166,18 @@ vm_write_op(struct sbx_driver *drv, const char *id, const char *path,
 	if (check_path(path, err) != 0)
 		return NULL;
 	return vm_io_write(vd(drv), id, path, mode, body, cb, arg, err);
+}
+
+static struct sbx_op *
+vm_write_stream_op(struct sbx_driver *drv, const char *id, const char *path,
+    uint32_t mode, struct evbuffer *src, uint64_t len, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	if (!sbx_id_valid(id))
+		return sbx_err_bad_id(err), NULL;
+	if (check_path(path, err) != 0)
+		return NULL;
+	return vm_io_write_stream(vd(drv), id, path, mode, src, len, cb, arg, err);
 }
 
 static struct sbx_op *
@@ -388,6 +401,7 @@ static const struct sbx_driver_ops vm_ops = {
 	.exec = vm_exec_op,
 	.read = vm_read_op,
 	.write = vm_write_op,
+	.write_stream = vm_write_stream_op,
 	.list = vm_list_op,
 	.stop = vm_stop_op,
 	.destroy = vm_destroy_op,
@@ -486,6 +500,12 @@ sbx_vm_driver_new(struct event_base *base, const struct sbx_vm_config *cfg,
 	if (access(path, R_OK) != 0) {
 		sbx_err_set(err, SBX_E_CONFIG, "vm_dir: %.400s is missing (make it with "
 		    "deploy/vm/build.sh boot)", path);
+		return NULL;
+	}
+	/* A root broker never runs qemu as root for want of its user. */
+	if (cfg->runas != NULL && cfg->runas[0] != '\0' && geteuid() == 0 &&
+	    getpwnam(cfg->runas) == NULL) {
+		sbx_err_set(err, SBX_E_CONFIG, SBX_VM_MSG_NO_RUNAS, cfg->runas, cfg->runas);
 		return NULL;
 	}
 	if ((d = calloc(1, sizeof(*d))) == NULL)

@@ -35,7 +35,9 @@ struct sbx_vm_config {
 	                               * /dev/kvm opens and a KVM_CREATE_VM works,
 	                               * else tcg; logged] */
 	const char *runas;            /* user qemu drops to (-runas) [NULL or "":
-	                               * none; ignored unless the broker is root] */
+	                               * none; ignored unless the broker is root;
+	                               * a root broker refuses a name that is no
+	                               * user of the host: config_error] */
 	const char *default_image;    /* (required) */
 	const char *const *images;    /* NULL-terminated allowlist [only default] */
 	const char *user;             /* "uid:gid" of the sandbox user ["1000:1000"] */
@@ -57,12 +59,21 @@ struct sbx_vm_config {
 	int64_t usage_max_entries;    /* status_usage: entries walked at most [200000] */
 };
 
+/* The sentence for a vm_runas that is no user of the host (a root broker's
+ * config_error, a --check problem): the name for both %s. adr/0069's
+ * amendment of session 11: qemu gets a user of its own (sbx-vm). */
+#define SBX_VM_MSG_NO_RUNAS "vm_runas %s is not a user of this host, and qemu " \
+	"must not run as root: create it with useradd --system --no-create-home " \
+	"--shell /usr/sbin/nologin %s (deploy/deps.sh does for sbx-vm), or set vm_runas"
+
 /*
  * A vm driver on base (borrowed, must outlive it). Checks that vm_dir holds
- * vmlinuz and initrd.img and creates STATE/vm (0700). Returns the driver
+ * vmlinuz and initrd.img and, when the caller is root, that cfg->runas is
+ * a user of the host; creates STATE/vm (0700). Returns the driver
  * (free with sbx_driver_free: running VMs are left running, their qemu
  * processes are not children that die with the broker), or NULL with err:
- * config_error (a missing file or bad value, naming it), internal.
+ * config_error (a missing file, a missing vm_runas user or a bad value,
+ * naming it; nothing made), internal.
  */
 struct sbx_driver *sbx_vm_driver_new(struct event_base *base,
     const struct sbx_vm_config *cfg, struct sbx_err *err);

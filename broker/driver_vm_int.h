@@ -106,6 +106,11 @@ struct vmop {
 	int have_exit, hx_how, hx_code, hx_sig, hx_timeout;
 	struct evbuffer *errline;     /* error record / stderr line */
 	struct evbuffer *body;        /* write, exec stdin: bytes to send; list: stdout */
+	/* write_stream (adr/0018): the caller's source, lent until the op
+	 * ends; src_left of its bytes still to send */
+	struct evbuffer *src;
+	struct evbuffer_cb_entry *src_ent;
+	uint64_t src_left;
 	size_t limit;
 };
 

@@ -1,6 +1,7 @@
-/* driver_vm_io.c - the vm driver's exec, read, write and list (adr/0069): each one sbx-helper mode run as a stream on the VM's agent channel; reads the VM registry, answers through the op file. */
+/* driver_vm_io.c - the vm driver's exec, read, write (whole or streamed) and list (adr/0069): each one sbx-helper mode run as a stream on the VM's agent channel; reads the VM registry, answers through the op file. */
 #include <inttypes.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,21 +114,40 @@ on_stream_error(void *arg, const struct sbx_err *err)
 	vmop_fail(op, err);
 }
 
-/* Moves what stdin may take now from op->body; EOF once all went. */
+/* Moves what stdin may take now (the stream's credit) from op->body, or
+ * from a write_stream's source up to its length; EOF once all went. */
 static void
 feed(struct vmop *op)
 {
 	ssize_t n;
 
-	if (op->st == NULL || op->body == NULL || op->stdin_done)
+	if (op->st == NULL || op->stdin_done || (op->body == NULL && op->src == NULL))
 		return;
-	n = sbx_agent_write_buffer(op->st, op->body, evbuffer_get_length(op->body));
+	if (op->body != NULL) {
+		n = sbx_agent_write_buffer(op->st, op->body, evbuffer_get_length(op->body));
+	} else {
+		n = sbx_agent_write_buffer(op->st, op->src, op->src_left > SIZE_MAX ?
+		    SIZE_MAX : (size_t)op->src_left);
+		if (n > 0)
+			op->src_left -= (uint64_t)n;
+	}
 	if (n > 0 && op->kind != VMOP_EXEC)
 		arm(op, op->d->cfg.file_timeout_ms);
-	if (evbuffer_get_length(op->body) == 0) {
+	if (op->body != NULL ? evbuffer_get_length(op->body) == 0 : op->src_left == 0) {
+		vmop_let_go(op);
 		sbx_agent_close_stdin(op->st);
 		op->stdin_done = 1;
 	}
+}
+
+/* New bytes in a write_stream's source: on to the stream, within its
+ * credit (before the stream opens they wait in the source). */
+static void
+src_added(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+	(void)buf;
+	if (info->n_added > 0)
+		feed(arg);
 }
 
 static void
@@ -653,7 +673,8 @@ file_begin(struct vmop *op)
 		break;
 	case VMOP_WRITE:
 		snprintf(mode, sizeof(mode), "%o", (unsigned)op->mode);
-		snprintf(size, sizeof(size), "%zu", evbuffer_get_length(op->body));
+		snprintf(size, sizeof(size), "%" PRIu64, op->src != NULL ? op->src_left :
+		    (uint64_t)evbuffer_get_length(op->body));
 		argv[n++] = SBX_HELPER_MODE_WRITE;
 		argv[n++] = op->cwd;
 		argv[n++] = mode;
@@ -701,13 +722,17 @@ vm_io_read(struct vmdrv *d, const char *id, const char *path,
 	return &op->op;
 }
 
-struct sbx_op *
-vm_io_write(struct vmdrv *d, const char *id, const char *path, uint32_t mode,
-    struct evbuffer *body, sbx_done_cb cb, void *arg, struct sbx_err *err)
+/* write (body: moved into the op) or write_stream (src lent, len bytes). */
+static struct sbx_op *
+write_common(struct vmdrv *d, const char *id, const char *path, uint32_t mode,
+    struct evbuffer *body, struct evbuffer *src, uint64_t len, sbx_done_cb cb,
+    void *arg, struct sbx_err *err)
 {
 	struct vmop *op;
 
-	if ((int64_t)evbuffer_get_length(body) > d->cfg.file_max_bytes) {
+	if (body != NULL)
+		len = evbuffer_get_length(body);
+	if (len > (uint64_t)d->cfg.file_max_bytes) {
 		sbx_err_set(err, SBX_E_TOO_LARGE, "the file is over the cap of %lld bytes",
 		    (long long)d->cfg.file_max_bytes);
 		return NULL;
@@ -722,13 +747,36 @@ vm_io_write(struct vmdrv *d, const char *id, const char *path, uint32_t mode,
 	op->arg = arg;
 	op->mode = mode != 0 ? mode : 0644;
 	snprintf(op->cwd, sizeof(op->cwd), "%s", path);
-	if ((op->body = evbuffer_new()) == NULL ||
-	    evbuffer_add_buffer(op->body, body) != 0 ||
-	    vmop_later(op, file_begin) != 0) {
-		vmop_free(op);
-		return sbx_err_oom(err), NULL;
+	if (src != NULL) {
+		op->src = src;
+		op->src_left = len;
+		if ((op->src_ent = evbuffer_add_cb(src, src_added, op)) == NULL)
+			goto oom;
+	} else if ((op->body = evbuffer_new()) == NULL ||
+	    evbuffer_add_buffer(op->body, body) != 0) {
+		goto oom;
 	}
+	if (vmop_later(op, file_begin) != 0)
+		goto oom;
 	return &op->op;
+oom:
+	vmop_free(op);
+	return sbx_err_oom(err), NULL;
+}
+
+struct sbx_op *
+vm_io_write(struct vmdrv *d, const char *id, const char *path, uint32_t mode,
+    struct evbuffer *body, sbx_done_cb cb, void *arg, struct sbx_err *err)
+{
+	return write_common(d, id, path, mode, body, NULL, 0, cb, arg, err);
+}
+
+struct sbx_op *
+vm_io_write_stream(struct vmdrv *d, const char *id, const char *path,
+    uint32_t mode, struct evbuffer *src, uint64_t len, sbx_done_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	return write_common(d, id, path, mode, NULL, src, len, cb, arg, err);
 }
 
 struct sbx_op *

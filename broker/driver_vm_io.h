@@ -1,4 +1,4 @@
-/* driver_vm_io.h - exec, read, write and list of the vm driver: sbx-helper modes as streams on the VM's agent channel (adr/0069). */
+/* driver_vm_io.h - exec, read, write (whole or streamed) and list of the vm driver: sbx-helper modes as streams on the VM's agent channel (adr/0069). */
 #ifndef DRIVER_VM_IO_H
 #define DRIVER_VM_IO_H
 
@@ -24,6 +24,15 @@ struct sbx_op *vm_io_read(struct vmdrv *d, const char *id, const char *path,
 struct sbx_op *vm_io_write(struct vmdrv *d, const char *id, const char *path,
     uint32_t mode, struct evbuffer *body, sbx_done_cb cb, void *arg,
     struct sbx_err *err);
+/* write with the body streamed from src (sbx_driver.h write_stream,
+ * adr/0018): src's bytes go to the helper's stdin only as the stream's
+ * credit allows (the guest's pace), up to len; the helper replaces the file
+ * only when exactly len came. src's callback is removed before cb runs or at
+ * cancel. A source that stops ends with timeout after file_timeout_ms.
+ * Refused at the call as write (too_large: len over file_max_bytes). */
+struct sbx_op *vm_io_write_stream(struct vmdrv *d, const char *id,
+    const char *path, uint32_t mode, struct evbuffer *src, uint64_t len,
+    sbx_done_cb cb, void *arg, struct sbx_err *err);
 struct sbx_op *vm_io_list(struct vmdrv *d, const char *id, const char *path,
     const struct sbx_list_page *page, sbx_list_cb cb, void *arg,
     struct sbx_err *err);

@@ -1,4 +1,4 @@
-/* driver_vm_op.c - makes, answers and frees the vm driver's op handles; touches nothing but the op and its vm's waiter list. */
+/* driver_vm_op.c - makes, answers and frees the vm driver's op handles; touches nothing but the op, its vm's waiter list and the callback it put on a write_stream's lent source. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,12 +21,22 @@ vmop_new(struct vmdrv *d, enum vmop_kind kind, const char *id)
 }
 
 void
+vmop_let_go(struct vmop *op)
+{
+	if (op->src != NULL && op->src_ent != NULL)
+		evbuffer_remove_cb_entry(op->src, op->src_ent);
+	op->src_ent = NULL;
+	op->src = NULL;
+}
+
+void
 vmop_free(struct vmop *op)
 {
 	size_t i;
 
 	if (op == NULL)
 		return;
+	vmop_let_go(op);
 	if (op->waiting != NULL)
 		TAILQ_REMOVE(&op->waiting->waiters, op, wlink);
 	if (op->defer != NULL)
@@ -73,6 +83,7 @@ vmop_later(struct vmop *op, void (*fn)(struct vmop *op))
 void
 vmop_fail(struct vmop *op, const struct sbx_err *err)
 {
+	vmop_let_go(op);   /* the caller may free its source in the callback */
 	switch (op->kind) {
 	case VMOP_STATUS:
 	case VMOP_ENSURE:
@@ -130,6 +141,7 @@ vmop_status(struct vmop *op, const struct sbx_status *st)
 void
 vmop_done(struct vmop *op)
 {
+	vmop_let_go(op);
 	op->cb.done(op->arg, NULL);
 	vmop_free(op);
 }

@@ -12,6 +12,11 @@ struct vmop *vmop_new(struct vmdrv *d, enum vmop_kind kind, const char *id);
  * (the agent kills the mode's processes). No callback. NULL ok. */
 void vmop_free(struct vmop *op);
 
+/* Lets go of a write_stream's source (its evbuffer callback removed; the
+ * caller's again). vmop_fail, vmop_done and vmop_free call it before any
+ * callback; nothing when op has none. */
+void vmop_let_go(struct vmop *op);
+
 /* Runs fn(op) from the event loop as soon as the current call returns;
  * 0, or -1 out of memory. */
 int vmop_later(struct vmop *op, void (*fn)(struct vmop *op));

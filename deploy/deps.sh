@@ -1,5 +1,6 @@
 #!/bin/sh
-# deps.sh - install the Debian 12 packages sbx needs to build, test and run.
+# deps.sh - install the Debian 12 packages sbx needs to build, test and run,
+# and make the system user sbx-vm (qemu's, driver = vm).
 #
 # Idempotent and quick when everything is present: it asks dpkg-query first and
 # only runs apt-get (update + install --no-install-recommends) for what is
@@ -63,6 +64,19 @@ for p in $PKGS; do
 	st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
 	[ "$st" = installed ] || missing="$missing $p"
 done
+# sbx-vm: the user a root broker's qemu drops to with driver = vm (vm_runas,
+# adr/0069): a system user of its own, no home, no login shell. Not a
+# package, so made here; without root only named.
+if ! getent passwd sbx-vm >/dev/null 2>&1; then
+	if [ "$(id -u)" -eq 0 ]; then
+		useradd --system --no-create-home --shell /usr/sbin/nologin sbx-vm
+		echo "deps.sh: made the system user sbx-vm (vm_runas)" >&2
+	else
+		echo "deps.sh: no user sbx-vm (vm_runas of a root broker with driver = vm);" \
+		    "as root: useradd --system --no-create-home --shell /usr/sbin/nologin sbx-vm" >&2
+	fi
+fi
+
 # Debian's nodejs comes without npm (package npm); a nodejs from elsewhere
 # (e.g. NodeSource) ships its own and conflicts with Debian's npm.
 command -v npm >/dev/null 2>&1 || missing="$missing npm"

@@ -424,6 +424,12 @@ only=""
 [ "$RUNTIMES" = docker ] && only=docker
 [ "$RUNTIMES" = podman ] && only=podman
 
+# The vm suites' qemu drops to vm_runas, the user sbx-vm (adr/0069) that
+# deploy/deps.sh makes; a run without deps.sh (this script alone) makes it.
+if [ "$(id -u)" -eq 0 ] && ! getent passwd sbx-vm >/dev/null 2>&1; then
+	useradd --system --no-create-home --shell /usr/sbin/nologin sbx-vm
+fi
+
 UP_LIST=""
 RTDIR=$(mktemp -d "$OUT/rt.XXXXXX")
 job_begin fixture-up

@@ -848,7 +848,7 @@ vm_up(struct event_base **base, struct sbx_driver **drv)
 	cfg.vm_dir = dir;
 	cfg.default_image = image != NULL ? image : "sbx-test:latest";
 	cfg.accel = getenv("SBX_CONFORM_VM_ACCEL");
-	cfg.runas = "nobody";
+	cfg.runas = "sbx-vm";   /* the broker's default (deps.sh, tests/run.sh make it) */
 	cfg.memory_bytes = 256LL << 20;
 	cfg.work_bytes = 256LL << 20;
 	cfg.stop_timeout_ms = 20000;

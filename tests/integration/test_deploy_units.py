@@ -219,7 +219,7 @@ class DeployUnitsTest(unittest.TestCase):
             self.assertNotIn(b"MemoryMax", r.stderr + r.stdout, unit)
             self.assertNotIn(b"TasksMax", r.stderr + r.stdout, unit)
 
-    def test_sysusers_creates_both_users_and_puts_the_broker_in_group_docker(self):
+    def test_sysusers_creates_the_users_and_puts_the_broker_in_group_docker(self):
         root = tempfile.mkdtemp(prefix="sbx-sysusers-", dir=sbxtest.out_dir())
         self.addCleanup(shutil.rmtree, root, True)
         make_install(root)
@@ -235,11 +235,13 @@ class DeployUnitsTest(unittest.TestCase):
             users = {l.split(":")[0]: l.split(":") for l in f.read().splitlines()}
         with open(os.path.join(root, "etc/group")) as f:
             groups = {l.split(":")[0]: l.split(":") for l in f.read().splitlines()}
-        for u, home in (("sbx-broker", "/var/lib/sbx"), ("sbx-api", "/var/lib/sbx-api")):
+        for u, home in (("sbx-broker", "/var/lib/sbx"), ("sbx-api", "/var/lib/sbx-api"),
+                        ("sbx-vm", "/nonexistent")):
             self.assertIn(u, users)
             self.assertNotEqual(users[u][2], "0")
             self.assertEqual(users[u][5], home)
             self.assertIn(u, groups)
+        self.assertEqual(users["sbx-vm"][6], "/usr/sbin/nologin")   # qemu's (vm_runas)
         self.assertEqual(groups["docker"][2], "998")
         self.assertIn("sbx-broker", groups["docker"][3].split(","))
         self.assertNotIn("sbx-api", groups["docker"][3].split(","))

@@ -5,13 +5,17 @@ destroy. One VM for the whole suite where the asserts allow (boots cost
 seconds under TCG); the tests run in order (names numbered)."""
 
 import base64
+import hashlib
 import json
 import os
+import pwd
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 import urllib.parse
@@ -23,6 +27,11 @@ from test_broker_session import Session
 SBX_ONCE = True
 
 ID = "vm-%d" % os.getpid()
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int([ln for ln in f if ln.startswith("VmRSS:")][0].split()[1])
 
 
 def alive(pid):
@@ -58,7 +67,7 @@ class VmBroker(unittest.TestCase):
              "--state-dir", cls.state, "--image", cls.image,
              "--vm-dir", cls.vm_dir, "--vm-accel", "tcg",
              "--memory", "256m", "--work-size", "128m", "--pids", "200",
-             "--stop-timeout", "30s", "--vm-boot-timeout", "150s",
+             "--stop-timeout", "30s", "--vm-boot-timeout", "150s", "--file-timeout", "10s",
              "--idle-timeout", "0"],
             env=env, stdout=cls.log, stderr=cls.log)
         deadline = time.time() + 30
@@ -186,7 +195,8 @@ class VmBroker(unittest.TestCase):
         self.assertFalse(u["partial"], u)
 
     def test_1b_qemu_in_its_own_cgroup(self):
-        """The VM's qemu runs as the unprivileged vm_runas user (default nobody), in a
+        """The VM's qemu runs as the unprivileged vm_runas user (default sbx-vm, a
+        system user of its own that deps.sh and tests/run.sh make), in a
         cgroup of its own (sbx-vm/ID) whose memory limit is the guest's RAM
         plus 256 MiB for qemu, with a pids and a CPU limit (cgroup v2, or v1
         as on this machine)."""
@@ -194,7 +204,9 @@ class VmBroker(unittest.TestCase):
         pid = self.qemu_pid()
         with open("/proc/%d/status" % pid) as f:
             uids = [ln.split()[1:] for ln in f if ln.startswith("Uid:")][0]
-        self.assertEqual(set(uids), {"65534"})   # real, effective, saved, fs
+        want = pwd.getpwnam("sbx-vm")
+        self.assertNotIn(want.pw_uid, (0, 65534))
+        self.assertEqual(set(uids), {str(want.pw_uid)})   # real, effective, saved, fs
         with open("/proc/%d/cgroup" % pid) as f:
             lines = [ln.strip().split(":", 2) for ln in f]
         paths = {c: p for _, cs, p in lines for c in (cs.split(",") if cs else [""])}
@@ -252,6 +264,36 @@ class VmBroker(unittest.TestCase):
         self.assertEqual(self.qemu_pid(), pid)
         self.assertEqual(self.run_(["echo", "alive"])[:2], (0, b"alive\n"))
 
+    def test_1b2b_missing_runas_user_is_named_and_refused(self):
+        """A vm_runas that is no user of the host: --check names it and the
+        command that makes it (one problem line, exit 69); a root broker
+        refuses to start (exit 78, config error) instead of running qemu
+        as root, and makes nothing in its state dir."""
+        self.assertEqual(os.geteuid(), 0)
+        ghost = "sbx-nouser-%d" % os.getpid()
+        code, out = self.check("--vm-runas", ghost)
+        self.assertEqual(code, 69, out)
+        fix = ("vm_runas %s is not a user of this host, and qemu must not run as root: "
+               "create it with useradd --system --no-create-home --shell "
+               "/usr/sbin/nologin %s" % (ghost, ghost))
+        self.assertEqual([ln for ln in out.splitlines() if ln.startswith("problem:")],
+                         ["problem: " + fix + " (deploy/deps.sh does for sbx-vm), or set "
+                          "vm_runas"], out)
+        self.assertTrue(out.endswith("1 problem\n"), out)
+        d = tempfile.mkdtemp(prefix="sbx-vmghost-")
+        self.addCleanup(shutil.rmtree, d, True)
+        p = subprocess.run(
+            [os.path.join(vmfix.BUILD, "sandbox-broker"), "--driver", "vm",
+             "--listen", "unix:" + os.path.join(d, "b.sock"),
+             "--state-dir", os.path.join(d, "state"), "--image", self.image,
+             "--vm-dir", self.vm_dir, "--vm-accel", "tcg", "--vm-runas", ghost],
+            env=dict(os.environ, SBX_BROKER_TOKEN=self.token), capture_output=True,
+            timeout=30)
+        self.assertEqual(p.returncode, 78, p.stderr)
+        self.assertIn(fix, p.stderr.decode())
+        self.assertFalse(os.path.exists(os.path.join(d, "state", "vm")))
+        self.assertFalse(os.path.exists(os.path.join(d, "b.sock")))
+
     def test_1b3_pids_limit_inside_the_guest(self):
         """The broker's pids limit (200 here) holds inside the guest: init
         sets RLIMIT_NPROC on the agent and all it starts (sbx.pids on the
@@ -302,6 +344,96 @@ class VmBroker(unittest.TestCase):
                              s.events)
         finally:
             s.close()
+
+    def test_1d_upload_streams_with_bounded_memory(self):
+        """A 64 MiB PUT /files to a vm sandbox streams to the guest as it
+        takes the bytes (write_stream, adr/0018): it arrives byte-exact and
+        the broker never holds the body (its RSS grows by far less than
+        the file; a driver without write_stream had the body gathered)."""
+        self.ensure()
+        size = 64 << 20
+        data = os.urandom(1 << 20) * 64
+        path = "/v1/sandboxes/%s/files?path=%s" % (ID, urllib.parse.quote("/work/big"))
+        # warm up (first-use allocations), then the baseline
+        self.assertEqual(self.call("PUT", path, b"w" * (1 << 20))[0], 200)
+        rss0 = rss_kib(self.broker.pid)
+        peak, done = [rss0], threading.Event()
+
+        def sample():
+            while not done.is_set():
+                try:
+                    peak[0] = max(peak[0], rss_kib(self.broker.pid))
+                except (OSError, IndexError):
+                    pass
+                time.sleep(0.01)
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        t0 = time.monotonic()
+        try:
+            st, js = self.call("PUT", path, data, timeout=600)
+        finally:
+            done.set()
+            sampler.join()
+        took = time.monotonic() - t0
+        self.assertEqual(st, 200, js)
+        self.assertEqual(js["size"], size, js)
+        print("64 MiB upload to a vm sandbox: %.1f s; broker RSS %d KiB -> peak %d KiB"
+              % (took, rss0, peak[0]))
+        self.assertLess(peak[0] - rss0, 24 * 1024, (rss0, peak[0]))
+        code, out, err = self.run_(["sha256sum", "/work/big"])
+        self.assertEqual(code, 0, err)
+        self.assertEqual(out.split()[0].decode(), hashlib.sha256(data).hexdigest())
+        self.assertEqual(self.run_(["rm", "/work/big"])[0], 0)
+
+    def put_head(self, path, length):
+        """A socket that has sent the head of a PUT /files of length bytes."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(60)
+        s.connect(self.sock)
+        s.sendall(("PUT /v1/sandboxes/%s/files?path=%s HTTP/1.1\r\nHost: sbx\r\n"
+                   "Authorization: Bearer %s\r\nContent-Length: %d\r\n\r\n"
+                   % (ID, urllib.parse.quote(path), self.token, length)).encode())
+        return s
+
+    def test_1e_cut_or_stalled_upload_keeps_the_old_file(self):
+        """A streamed upload whose client goes away halfway is cancelled (the
+        helper killed, its temporary file gone); one whose body stops ends
+        with 504 timeout after file_timeout (10 s here); either way the old
+        file stays as it was and the next write works."""
+        self.ensure()
+        self.assertEqual(self.run_(["sh", "-c", "mkdir -p /work/cut && echo keep > "
+                                    "/work/cut/old"])[0], 0)
+        s = self.put_head("/work/cut/old", 8 << 20)
+        s.sendall(b"N" * (2 << 20))
+        time.sleep(0.5)
+        s.close()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            names = self.run_(["ls", "-A", "/work/cut"])[1].split()
+            if names == [b"old"]:
+                break
+            time.sleep(0.3)
+        self.assertEqual(names, [b"old"])
+        s = self.put_head("/work/cut/old", 8 << 20)
+        s.sendall(b"S" * (1 << 20))    # then nothing more
+        t0 = time.monotonic()
+        reply = b""
+        while not reply.rstrip().endswith(b"}"):
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+        s.close()
+        head, _, body = reply.partition(b"\r\n\r\n")
+        self.assertIn(b" 504 ", head.split(b"\r\n")[0], reply[:300])
+        self.assertEqual(json.loads(body)["error"]["code"], "timeout")
+        self.assertLess(time.monotonic() - t0, 10 + 15)
+        st, data = self.call("GET", "/v1/sandboxes/%s/files?path=/work/cut/old" % ID,
+                             raw=True)
+        self.assertEqual((st, data), (200, b"keep\n"))
+        st, js = self.call("PUT", "/v1/sandboxes/%s/files?path=/work/cut/old" % ID, b"new")
+        self.assertEqual(st, 200, js)
+        self.assertEqual(self.run_(["cat", "/work/cut/old"])[1], b"new")
 
     def test_2_stop_is_clean_and_work_persists(self):
         """stop powers the guest off cleanly (init syncs and unmounts /work:

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,9 +15,12 @@
 #include <event2/listener.h>
 
 #include "proxy_vmrelay.h"
+#include "sbx_time.h"
 #include "sbx_vmux_link.h"
 
 #define REOPEN_MS 200
+#define GRACE_MS 2000            /* a client waits this long for a link */
+#define PENDING_MAX 64
 
 struct vr {
 	struct event_base *base;
@@ -24,7 +28,36 @@ struct vr {
 	int max;
 	struct vmux *m;          /* NULL while the port has no broker */
 	struct event *reopen;
+	int pend[PENDING_MAX];   /* clients accepted while there was no link */
+	int64_t pend_ms[PENDING_MAX];
+	int npend;
 };
+
+/* Clients that waited for a link: carried once there is one, closed once
+ * they waited GRACE_MS (the broker connects the port only after the VM's
+ * agent is up, so the first request of a fresh VM may come first). */
+static void
+pending(struct vr *r)
+{
+	struct bufferevent *bev;
+	int i, k = 0;
+
+	for (i = 0; i < r->npend; i++) {
+		if (r->m != NULL) {
+			if ((bev = bufferevent_socket_new(r->base, r->pend[i],
+			    BEV_OPT_CLOSE_ON_FREE)) == NULL)
+				close(r->pend[i]);
+			else
+				vmux_add(r->m, bev);
+		} else if (sbx_mono_ms() - r->pend_ms[i] > GRACE_MS)
+			close(r->pend[i]);
+		else {
+			r->pend[k] = r->pend[i];
+			r->pend_ms[k++] = r->pend_ms[i];
+		}
+	}
+	r->npend = k;
+}
 
 static void
 vr_log(const char *msg, const char *detail)
@@ -61,11 +94,22 @@ on_reopen(evutil_socket_t fd, short what, void *arg)
 {
 	struct vr *r = arg;
 	struct bufferevent *bev;
+	struct pollfd q;
 	int pfd;
 
 	(void)fd;
 	(void)what;
+	pending(r);
 	if ((pfd = open(r->port, O_RDWR | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)) < 0) {
+		later(r);
+		return;
+	}
+	/* No broker on the host side yet (virtio_console says POLLHUP): look
+	 * again later, the clients still pending. */
+	q.fd = pfd;
+	q.events = POLLIN;
+	if (poll(&q, 1, 0) == 1 && (q.revents & POLLHUP) && !(q.revents & POLLIN)) {
+		close(pfd);
 		later(r);
 		return;
 	}
@@ -76,6 +120,7 @@ on_reopen(evutil_socket_t fd, short what, void *arg)
 	}
 	if ((r->m = vmux_new(bev, r->max, NULL, on_end, r)) == NULL)
 		later(r);
+	pending(r);
 }
 
 static void
@@ -88,11 +133,15 @@ on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	(void)l;
 	(void)sa;
 	(void)salen;
+	evutil_make_socket_nonblocking(fd);
 	if (r->m == NULL) {
-		close(fd);   /* no broker on the port: no way out just now */
+		if (r->npend < PENDING_MAX) {
+			r->pend[r->npend] = fd;
+			r->pend_ms[r->npend++] = sbx_mono_ms();
+		} else
+			close(fd);   /* no broker on the port: no way out just now */
 		return;
 	}
-	evutil_make_socket_nonblocking(fd);
 	if ((bev = bufferevent_socket_new(r->base, fd, BEV_OPT_CLOSE_ON_FREE)) == NULL) {
 		close(fd);
 		return;

@@ -9,8 +9,9 @@
  * the sbx_vmux_link.h link over the virtio-serial port DEV (/dev/vportNpM,
  * opened read-write); at most N (default 64, 1..1024) at once, the next
  * closed at accept. While no broker holds the host side of the port (its
- * read says end of file) every connection is closed, accepted ones are
- * closed at once, and DEV is opened again every 200 ms. Decides nothing:
+ * read says end of file) every connection is closed, DEV is opened again
+ * every 200 ms, and a client accepted meanwhile waits up to 2 s for the
+ * link (then closed; at most 64 wait). Decides nothing:
  * the broker passes each connection to the sandbox's sbx-proxy. Runs until
  * SIGTERM. Returns the exit status: 0 stopped, 2 usage, 1 start-up failure.
  */

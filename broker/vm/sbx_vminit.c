@@ -1,5 +1,7 @@
 /* sbx_vminit.c - PID 1 of a vm-driver sandbox (adr/0069): loads the virtio modules, mounts the read-only root and /work, runs sbx-helper's agent on the agent port as the sandbox user and powers off on the control port's word; libc only, static, touches only the guest. */
+#include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/reboot.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -10,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <net/if.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -240,6 +243,26 @@ parse_user(unsigned *uid, unsigned *gid)
 	*uid = *gid = 1000;
 }
 
+/* lo up, as a container's runtime leaves it: the kernel starts it down, and
+ * the egress relay and any server of the sandbox's own live on it. */
+static void
+loopback_up(void)
+{
+	struct ifreq ifr;
+	int fd;
+
+	if ((fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0) {
+		say("no socket for lo");
+		return;
+	}
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+	if (ioctl(fd, SIOCGIFFLAGS, &ifr) != 0 ||
+	    (ifr.ifr_flags |= IFF_UP, ioctl(fd, SIOCSIFFLAGS, &ifr)) != 0)
+		say("cannot bring lo up");
+	close(fd);
+}
+
 /* Mounts everything and moves into the new root. */
 static void
 setup(unsigned *uidp, unsigned *gidp)
@@ -388,6 +411,7 @@ main(void)
 	sigaddset(&chld, SIGCHLD);
 	sigprocmask(SIG_BLOCK, &chld, NULL);
 	setup(&uid, &gid);
+	loopback_up();
 	for (tries = 0; find_port("sbx.agent", agent_port, sizeof(agent_port)) != 0 ||
 	    find_port("sbx.ctl", ctl_port, sizeof(ctl_port)) != 0; tries++) {
 		if (tries > 500)

@@ -59,8 +59,9 @@ PROXY_SRC := $(wildcard broker/proxy/*.c) $(wildcard common/proxy_policy.c)
 PROXY_LIB_SRC := $(wildcard broker/proxy/proxy_req.c)
 # The helper's share of proto/: libc-only codecs (protocol 2 frames; protocol 3, adr/0025).
 HELPER_PROTO_SRC := $(wildcard proto/sbx_helper_frame.c proto/sbx_agent.c)
-# The one clock (libc only) is linked into the static proxy too.
-STATIC_COMMON_SRC := common/sbx_time.c
+# The one clock (libc only) is linked into the static proxy too, and the
+# vm egress link its vmrelay mode speaks (adr/0069, amendment "egress").
+STATIC_COMMON_SRC := common/sbx_time.c common/sbx_vmux.c common/sbx_vmux_link.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 FAKE_SRC := $(wildcard tests/driver_fake*.c)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
@@ -158,7 +159,8 @@ $(BUILD)/sbx-vminit: broker/vm/sbx_vminit.c
 # The egress proxy runs in a container of the sandbox's image (adr/0026):
 # static like the helper, libevent linked in, glibc's NSS lookups replaced
 # (proxy_nonss.c: evdns is its only resolver).
-$(BUILD)/sbx-proxy: $(PROXY_SRC) $(wildcard broker/proxy/*.h) common/proxy_policy.h $(STATIC_COMMON_SRC)
+$(BUILD)/sbx-proxy: $(PROXY_SRC) $(wildcard broker/proxy/*.h) common/proxy_policy.h $(STATIC_COMMON_SRC) \
+		common/sbx_vmux.h common/sbx_vmux_link.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -D_FORTIFY_SOURCE=2 $(CFLAGS) $(WARN) \
 		-fstack-protector-strong -static -Icommon -Iproto -o $@ $(PROXY_SRC) $(STATIC_COMMON_SRC) \

@@ -195,6 +195,8 @@ make_vm(struct event_base *base, const struct broker_config *cfg,
     const struct sbx_engine_config *ec, struct sbx_err *err)
 {
 	struct sbx_vm_config vc;
+	char proxy[4200];
+	const char *slash;
 
 	memset(&vc, 0, sizeof(vc));
 	vc.state_dir = cfg->state_dir;
@@ -218,6 +220,17 @@ make_vm(struct event_base *base, const struct broker_config *cfg,
 	vc.file_timeout_ms = cfg->file_timeout;
 	vc.usage_timeout_ms = cfg->usage_timeout;
 	vc.usage_max_entries = cfg->usage_max_entries;
+	/* sbx-proxy beside sbx-helper, as the engine driver finds it. */
+	if (cfg->helper_path != NULL && (slash = strrchr(cfg->helper_path, '/')) != NULL)
+		snprintf(proxy, sizeof(proxy), "%.*s/sbx-proxy",
+		    (int)(slash - cfg->helper_path), cfg->helper_path);
+	else
+		snprintf(proxy, sizeof(proxy), "sbx-proxy");
+	vc.proxy_path = proxy;
+	vc.proxy_resolver = cfg->egress_proxy_resolver;
+	if (cfg->vm_egress_conns < 1 || cfg->vm_egress_conns > 1024)
+		return sbx_err_set(err, SBX_E_CONFIG, "vm_egress_conns must be 1..1024"), NULL;
+	vc.egress_conns = (int)cfg->vm_egress_conns;
 	return sbx_vm_driver_new(base, &vc, err);
 }
 

@@ -81,6 +81,7 @@ struct broker_config {
 	char *driver;             /* "engine", "vm" (adr/0069) or "kubernetes" (adr/0072) */
 	char *vm_dir, *vm_accel, *vm_qemu, *vm_runas; /* driver vm */
 	long long vm_boot_timeout, stop_timeout; /* ms, driver vm */
+	long long vm_egress_conns; /* driver vm: relay connections per sandbox */
 	long long work_size;      /* bytes of a vm sandbox's /work disk */
 	char *kube_server, *kube_ca_file, *kube_token_file, *kube_namespace;
 	char *kube_helper_image, *kube_storage_class, *kube_work_size;

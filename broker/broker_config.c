@@ -136,6 +136,8 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "driver vm: the qemu binary"),
 	K("vm_runas", SBX_CFG_STRING, vm_runas, "sbx-vm",
 	    "driver vm: the dedicated unprivileged user qemu drops to (-runas) after opening its files (deploy/deps.sh creates sbx-vm: useradd --system --no-create-home --shell /usr/sbin/nologin sbx-vm); a root broker whose vm_runas is not a user of the host refuses to start (exit 78); a broker not running as root ignores it (qemu runs as the broker's user, logged); empty: none"),
+	K("vm_egress_conns", SBX_CFG_INT, vm_egress_conns, "64",
+	    "driver vm: connections one sandbox with an egress allowlist may have open through its relay at once (1..1024; the next is closed at accept)"),
 	K("vm_boot_timeout", SBX_CFG_DURATION_MS, vm_boot_timeout, "120s",
 	    "driver vm: a VM whose agent has not said HELLO within this is killed and ensure fails"),
 	K("work_size", SBX_CFG_BYTES, work_size, "1g",

@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 
 #include <errno.h>
+#include <pwd.h>
 #include <fcntl.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 
 #include "driver_vm.h"
 #include "driver_vm_box.h"
+#include "driver_vm_egress.h"
 #include "driver_vm_io.h"
 #include "driver_vm_op.h"
 #include "driver_vm_scan.h"
@@ -75,9 +77,16 @@ vm_ensure_op(struct sbx_driver *drv, const char *id, const struct sbx_spec *spec
 		sbx_err_set(err, SBX_E_IMAGE_NOT_ALLOWED, "image %.200s is not allowed", image);
 		return NULL;
 	}
-	if (spec->egress) {
+	if (spec->egress && (spec->egress_allow == NULL ||
+	    strcmp(spec->egress_allow, "*") == 0)) {
 		sbx_err_set(err, SBX_E_UNSUPPORTED, "this sandbox driver (vm) does not "
-		    "support egress: a vm sandbox has no network (adr/0069)");
+		    "support full egress ([\"*\"]): a vm sandbox has no network device; "
+		    "its only way out is its egress proxy, so give it an allowlist (adr/0069)");
+		return NULL;
+	}
+	if (spec->egress && d->proxy_exe == NULL) {
+		sbx_err_set(err, SBX_E_UNSUPPORTED, "this sandbox driver (vm) has no "
+		    "sbx-proxy for egress (beside sbx-helper; adr/0069)");
 		return NULL;
 	}
 	if (spec->memory_bytes > d->cfg.memory_bytes || spec->pids < 0 ||
@@ -92,6 +101,10 @@ vm_ensure_op(struct sbx_driver *drv, const char *id, const struct sbx_spec *spec
 	op->cb.status = cb;
 	op->arg = arg;
 	snprintf(op->image, sizeof(op->image), "%s", image);
+	if (spec->egress && (op->allow = strdup(spec->egress_allow)) == NULL) {
+		vmop_free(op);
+		return sbx_err_oom(err), NULL;
+	}
 	sbx_vm_root_disk(d->cfg.vm_dir, image, disk, sizeof(disk));
 	if (access(disk, R_OK) != 0) {
 		sbx_err_set(&e, SBX_E_RUNTIME, "no VM root disk for image %.200s: "
@@ -355,6 +368,13 @@ vm_session_control(struct sbx_driver *drv, struct sbx_op *op,
 	return vm_sess_control((struct vmop *)op, c, err);
 }
 
+static struct sbx_op *
+vm_egress_stats_op(struct sbx_driver *drv, const char *id, sbx_json_cb cb, void *arg,
+    struct sbx_err *err)
+{
+	return vm_egress_stats(vd(drv), id, cb, arg, err);
+}
+
 static void
 vm_cancel(struct sbx_driver *drv, struct sbx_op *op)
 {
@@ -391,6 +411,8 @@ vm_free_drv(struct sbx_driver *drv)
 	free((char *)d->cfg.qemu);
 	free((char *)d->cfg.runas);
 	free((char *)d->cfg.default_image);
+	free((char *)d->cfg.proxy_resolver);
+	free(d->proxy_exe);
 	free(d);
 }
 
@@ -408,6 +430,7 @@ static const struct sbx_driver_ops vm_ops = {
 	.list_sandboxes = vm_list_sandboxes_op,
 	.health = vm_health_op,
 	.status_usage = vm_status_usage_op,
+	.egress_stats = vm_egress_stats_op,
 	.cancel = vm_cancel,
 	.pause = vm_pause,
 	.resume = vm_resume,
@@ -523,6 +546,11 @@ sbx_vm_driver_new(struct event_base *base, const struct sbx_vm_config *cfg,
 	d->cfg.images = NULL;
 	d->cfg.accel = NULL;
 	d->cfg.user = NULL;
+	d->cfg.proxy_path = NULL;
+	d->cfg.proxy_resolver = cfg->proxy_resolver != NULL ? strdup(cfg->proxy_resolver) : NULL;
+	if (cfg->proxy_path != NULL && cfg->proxy_path[0] != '\0' &&
+	    access(cfg->proxy_path, X_OK) == 0)
+		d->proxy_exe = strdup(cfg->proxy_path);
 	for (n = 0; cfg->images != NULL && cfg->images[n] != NULL; n++)
 		;
 	d->images = calloc(n + 2, sizeof(char *));
@@ -569,6 +597,13 @@ sbx_vm_driver_new(struct event_base *base, const struct sbx_vm_config *cfg,
 		d->cfg.usage_timeout_ms = 5000;
 	if (d->cfg.usage_max_entries <= 0)
 		d->cfg.usage_max_entries = 200000;
+	if (d->cfg.egress_conns <= 0)
+		d->cfg.egress_conns = 64;
+	if (d->cfg.egress_conns > 1024) {
+		vm_free_drv(&d->base);
+		sbx_err_set(err, SBX_E_CONFIG, "vm_egress_conns must be 1..1024");
+		return NULL;
+	}
 	if ((mkdir(d->cfg.state_dir, 0700) != 0 && errno != EEXIST) ||
 	    (mkdir(path, 0700) != 0 && errno != EEXIST)) {
 		sbx_err_set(err, SBX_E_CONFIG, "cannot make %.400s: %s", path, strerror(errno));
@@ -581,6 +616,19 @@ sbx_vm_driver_new(struct event_base *base, const struct sbx_vm_config *cfg,
 			    "qemu runs as the broker's user", NULL);
 		free((char *)d->cfg.runas);
 		d->cfg.runas = NULL;
+	}
+	if (d->cfg.runas != NULL) {
+		/* The egress proxies run as qemu's user. */
+		struct passwd *pw = getpwnam(d->cfg.runas);
+
+		if (pw == NULL || pw->pw_uid == 0) {
+			sbx_err_set(err, SBX_E_CONFIG, "vm_runas: no such user (or root): %.100s",
+			    d->cfg.runas);
+			vm_free_drv(&d->base);
+			return NULL;
+		}
+		d->px_uid = pw->pw_uid;
+		d->px_gid = pw->pw_gid;
 	}
 	pick_accel(d, cfg->accel);
 	d->tsc_khz = host_tsc_khz();

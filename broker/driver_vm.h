@@ -57,6 +57,15 @@ struct sbx_vm_config {
 	int64_t file_timeout_ms;      /* read/write/list end within [30 s] */
 	int64_t usage_timeout_ms;     /* status_usage: the helper's du walk [5 s] */
 	int64_t usage_max_entries;    /* status_usage: entries walked at most [200000] */
+	/* egress with an allowlist (adr/0069, amendment "egress") */
+	const char *proxy_path;       /* the static sbx-proxy run on the host per
+	                               * sandbox with an allowlist (as vm_runas)
+	                               * [NULL: no egress; ensure with an
+	                               * allowlist is then unsupported] */
+	const char *proxy_resolver;   /* its --resolver IP[:PORT] [NULL: the
+	                               * host's /etc/resolv.conf] */
+	int egress_conns;             /* connections one sandbox may have open
+	                               * through its relay at once [64, 1..1024] */
 };
 
 /* The sentence for a vm_runas that is no user of the host (a root broker's

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "driver_vm_box.h"
+#include "driver_vm_egress.h"
 #include "driver_vm_op.h"
 #include "driver_vm_proc.h"
 #include "sbx_log.h"
@@ -126,6 +127,7 @@ vm_get(struct vmdrv *d, const char *id)
 		return NULL;
 	if (meta_read(v) != 0)
 		v->created_ms = (int64_t)sb.st_mtime * 1000;
+	vm_egress_load(v);
 	return v;
 }
 
@@ -233,6 +235,7 @@ on_ready(void *arg, const struct sbx_agent_hello *hello)
 		    (v->deadline_ms - v->d->cfg.boot_timeout_ms)));
 		log_info("vm sandbox running", "id", v->id, "boot_ms", ms, NULL);
 	}
+	vm_egress_link(v);
 	answer(v, VMOP_ENSURE, NULL);
 }
 
@@ -448,7 +451,7 @@ boot(struct vm *v)
 	char kernel[600], initrd[600], root[700], work[600], agent[600], ctl[600],
 	    con[600], pidf[600], log[600], append[400], mem[32], smp[16],
 	    drv_root[800], drv_work[700], ch_agent[700], ch_ctl[700], ch_con[700],
-	    key[256];
+	    ch_egress[700], key[256];
 	const char *argv[64];
 	struct sbx_err err;
 	size_t i;
@@ -517,6 +520,7 @@ boot(struct vm *v)
 	argv[n++] = "-chardev"; argv[n++] = ch_con;
 	argv[n++] = "-serial"; argv[n++] = "chardev:con";
 	argv[n++] = "-pidfile"; argv[n++] = pidf;
+	n = vm_egress_qemu(v, argv, n, ch_egress, sizeof(ch_egress), append, sizeof(append));
 	argv[n] = NULL;
 	sbx_err_clear(&err);
 	vm_cg_remove(v->id);
@@ -526,6 +530,10 @@ boot(struct vm *v)
 		log_warn("vm driver: no cgroup for the VMs (not root, or the memory, "
 		    "pids and cpu controllers are absent): each VM is bounded by its "
 		    "-m and -smp only", NULL);
+	}
+	if (vm_egress_start(v, &err) != 0) {   /* in the VM's cgroup: after it */
+		fail_boot(v, "no egress proxy", &err);
+		return;
 	}
 	v->proc = vm_proc_start(d->base.base, argv, log, v->cg.join, on_qemu_exit, v,
 	    &v->pid, &err);
@@ -641,6 +649,8 @@ vm_free(struct vm *v)
 		vmop_free(op);
 	}
 	drop_channel(v);
+	vm_egress_end(v);   /* the next broker starts it again at adoption */
+	free(v->allow);
 	if (v->timer != NULL)
 		event_free(v->timer);
 	vm_proc_free(v->proc);
@@ -660,6 +670,7 @@ on_qemu_exit(void *arg, int status)
 	vm_proc_free(v->proc);
 	v->proc = NULL;
 	v->pid = 0;
+	vm_egress_end(v);   /* out of the cgroup before it goes */
 	vm_cg_remove(v->id);
 	drop_channel(v);
 	event_del(v->timer);
@@ -730,6 +741,7 @@ vm_ensure(struct vmdrv *d, struct vmop *op)
 	struct sbx_err err;
 	char path[600];
 	struct stat sb;
+	int change;
 
 	if (v == NULL) {
 		if (mkdir(d->cfg.state_dir, 0700) != 0 && errno != EEXIST)
@@ -741,7 +753,7 @@ vm_ensure(struct vmdrv *d, struct vmop *op)
 			goto fail;
 		v->created_ms = sbx_wall_ms();
 		snprintf(v->image, sizeof(v->image), "%s", op->image);
-		if (meta_write(v) != 0)
+		if (meta_write(v) != 0 || vm_egress_set(v, op->allow) != 0)
 			goto fail;
 	}
 	if (vm_timer(v) != 0)
@@ -751,7 +763,37 @@ vm_ensure(struct vmdrv *d, struct vmop *op)
 		vmop_fail_later(op, &err);
 		return;
 	}
+	change = vm_egress_change(v, op->allow);
+	if (change != 0 && v->state != VM_RUNNING && v->state != VM_STOPPED) {
+		sbx_err_set(&err, SBX_E_CONFLICT, "sandbox %s is starting or stopping: "
+		    "ask again for its new egress policy", op->id);
+		vmop_fail_later(op, &err);
+		return;
+	}
+	if (change != 0 && vm_egress_set(v, op->allow) != 0)
+		goto fail;
+	if (v->state == VM_RUNNING && change == 2) {
+		/* Egress on or off changes the VM's devices: a clean reboot,
+		 * /work kept (the engine replaces its container the same way). */
+		wait_on(v, op);
+		v->state = VM_STOPPING;
+		if (v->ctl >= 0 && write(v->ctl, "poweroff\n", 9) == 9) {
+			struct timeval tv = { d->cfg.stop_timeout_ms / 1000,
+			    (d->cfg.stop_timeout_ms % 1000) * 1000 };
+
+			evtimer_add(v->timer, &tv);
+		} else
+			kill_qemu(v, SIGKILL);
+		return;
+	}
 	if (v->state == VM_RUNNING) {
+		/* A new list replaces the proxy; a proxy that died is started
+		 * again (as the engine's ensure starts a stopped one). */
+		if ((change == 1 || v->proxy == NULL) &&
+		    (change == 1 ? vm_egress_replace(v, &err) : vm_egress_start(v, &err)) != 0) {
+			vmop_fail_later(op, &err);
+			return;
+		}
 		vmop_later(op, answer_running);
 		return;
 	}
@@ -903,6 +945,7 @@ vm_adopt_all(struct vmdrv *d)
 		arm(v, 0);
 		snprintf(path, sizeof(path), "%ld", pid);
 		log_info("vm adopted", "id", v->id, "pid", path, NULL);
+		vm_egress_adopt(v);
 		adopted++;
 	}
 	closedir(dh);

@@ -19,6 +19,7 @@
 enum vm_state { VM_STOPPED, VM_BOOTING, VM_RUNNING, VM_STOPPING };
 
 struct vmop;
+struct vmux;
 TAILQ_HEAD(vmop_q, vmop);
 
 /* One sandbox the driver has touched since it started. */
@@ -45,6 +46,12 @@ struct vm {
 	int64_t asked_ms;             /* when "agent" was sent (sbx_mono_ms) */
 	int destroying;
 	struct vmop_q waiters;        /* ensure/stop/destroy waiting on this VM */
+	/* egress (driver_vm_egress.h) */
+	char *allow;                  /* the allowlist, entries '\n'-joined (file
+	                               * egress.allow), NULL: no egress */
+	struct vm_proc *proxy;        /* its sbx-proxy on the host, NULL: none */
+	struct vmux *mux;             /* the link on egress.sock, NULL: none */
+	struct event *eg_timer;       /* the link's reconnect */
 };
 TAILQ_HEAD(vm_q, vm);
 
@@ -56,13 +63,16 @@ struct vmdrv {
 	unsigned uid, gid;
 	unsigned long tsc_khz;        /* host TSC (tsc_early_khz for the guest) */
 	int cg_said;                  /* "no cgroup" logged once */
+	char *proxy_exe;              /* sbx-proxy for the egress proxies */
+	unsigned px_uid, px_gid;      /* their user (vm_runas), 0: the broker's */
 	struct vm_q vms;
 	uint64_t seq;
 };
 
 /* Kinds of op; what the op waits for decides its fields. */
 enum vmop_kind { VMOP_STATUS, VMOP_ENSURE, VMOP_STOP, VMOP_DESTROY,
-	VMOP_LIST_SBX, VMOP_HEALTH, VMOP_EXEC, VMOP_READ, VMOP_WRITE, VMOP_LIST, VMOP_USAGE };
+	VMOP_LIST_SBX, VMOP_HEALTH, VMOP_EXEC, VMOP_READ, VMOP_WRITE, VMOP_LIST, VMOP_USAGE,
+	VMOP_EGRESS };
 
 /*
  * One operation. The common part: a deferred event (answers that are known
@@ -86,6 +96,7 @@ struct vmop {
 	struct sbx_agent_stream *st;
 	/* ensure */
 	char image[256];
+	char *allow;                  /* egress allowlist ('\n'-joined, owned), NULL: none */
 	/* exec / files */
 	char exec_id[64];
 	char cwd[4097];               /* exec: --cwd ("" none); files: the path */

@@ -55,6 +55,7 @@ vmop_free(struct vmop *op)
 		free(op->env[i]);
 	free(op->argv);
 	free(op->env);
+	free(op->allow);
 	free(op);
 }
 
@@ -107,6 +108,9 @@ vmop_fail(struct vmop *op, const struct sbx_err *err)
 	case VMOP_EXEC:
 	case VMOP_READ:
 		op->sink.error(op->sink.arg, err);
+		break;
+	case VMOP_EGRESS:
+		op->cb.json(op->arg, err, NULL);
 		break;
 	}
 	vmop_free(op);

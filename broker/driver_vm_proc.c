@@ -1,8 +1,10 @@
 /* driver_vm_proc.c - starts and watches the vm driver's processes (qemu, mkfs.ext4) with pidfds on the event loop; touches only processes it started or was handed. */
 #include <sys/syscall.h>
+#include <poll.h>
 #include <sys/wait.h>
 
 #include <errno.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -69,6 +71,20 @@ vm_proc_start(struct event_base *base, const char *const *argv,
     const char *log_path, const char *const *join, vm_proc_cb cb, void *arg,
     pid_t *pid, struct sbx_err *err)
 {
+	struct vm_proc_how how;
+
+	memset(&how, 0, sizeof(how));
+	how.join = join;
+	how.fds[0] = how.fds[1] = -1;
+	return vm_proc_spawn(base, argv, log_path, &how, cb, arg, pid, err);
+}
+
+struct vm_proc *
+vm_proc_spawn(struct event_base *base, const char *const *argv,
+    const char *log_path, const struct vm_proc_how *how, vm_proc_cb cb, void *arg,
+    pid_t *pid, struct sbx_err *err)
+{
+	const char *const *join = how->join;
 	struct vm_proc *p;
 	pid_t c;
 
@@ -94,14 +110,25 @@ vm_proc_start(struct event_base *base, const char *const *argv,
 			if (fd > 2)
 				close(fd);
 		}
-		closefrom(3);
+		/* The handed descriptors become 3 and 4 (out of the way first). */
+		int f3 = how->fds[0], f4 = how->fds[1];
+
+		if ((f3 >= 0 && (f3 = fcntl(f3, F_DUPFD, 10)) < 0) ||
+		    (f4 >= 0 && (f4 = fcntl(f4, F_DUPFD, 10)) < 0))
+			_exit(126);
+		if ((f3 >= 0 && dup2(f3, 3) != 3) || (f4 >= 0 && dup2(f4, 4) != 4))
+			_exit(126);
+		closefrom(f4 >= 0 ? 5 : f3 >= 0 ? 4 : 3);
 		for (; join != NULL && *join != NULL; join++) {
 			if ((fd = open(*join, O_WRONLY | O_CLOEXEC)) < 0 ||
 			    write(fd, "0", 1) != 1)
 				_exit(126);
 			close(fd);
 		}
-		execvp(argv[0], (char *const *)argv);
+		if (how->uid != 0 && (setgroups(0, NULL) != 0 || setgid(how->gid) != 0 ||
+		    setuid(how->uid) != 0))
+			_exit(126);
+		execvp(how->exe != NULL ? how->exe : argv[0], (char *const *)argv);
 		_exit(127);
 	}
 	if ((p = watch(base, c, 1, cb, arg)) == NULL) {
@@ -125,6 +152,24 @@ vm_proc_kill(struct vm_proc *p, int sig)
 {
 	if (p != NULL)
 		syscall(SYS_pidfd_send_signal, p->pidfd, sig, NULL, 0);
+}
+
+void
+vm_proc_end(struct vm_proc *p)
+{
+	struct pollfd q;
+
+	if (p == NULL)
+		return;
+	syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0);
+	if (p->child)
+		waitpid(p->pid, NULL, 0);
+	else {
+		q.fd = p->pidfd;
+		q.events = POLLIN;
+		poll(&q, 1, 1000);
+	}
+	vm_proc_free(p);
 }
 
 void

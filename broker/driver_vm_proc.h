@@ -27,6 +27,24 @@ struct vm_proc *vm_proc_start(struct event_base *base, const char *const *argv,
     const char *log_path, const char *const *join, vm_proc_cb cb, void *arg,
     pid_t *pid, struct sbx_err *err);
 
+/* How vm_proc_spawn starts a process beyond vm_proc_start's rules. */
+struct vm_proc_how {
+	const char *exe;               /* the file run (PATH searched), NULL: argv[0] */
+	const char *const *join;       /* as vm_proc_start's join */
+	uid_t uid;                     /* != 0: setgid(gid), setuid(uid), no
+	                                * supplementary groups, after joining */
+	gid_t gid;
+	int fds[2];                    /* descriptors it gets as 3 and 4 (the
+	                                * caller's stay open in the broker), -1: none */
+};
+
+/* vm_proc_start with how (borrowed for the call; see its members). Same
+ * return and errors; a uid it cannot take ends it (status 126) before it
+ * runs. */
+struct vm_proc *vm_proc_spawn(struct event_base *base, const char *const *argv,
+    const char *log_path, const struct vm_proc_how *how, vm_proc_cb cb, void *arg,
+    pid_t *pid, struct sbx_err *err);
+
 /*
  * Watches a process this broker did not start (pid from a pidfile): cb when
  * it is gone. Returns NULL (errno ESRCH: not running) when it cannot be
@@ -37,6 +55,11 @@ struct vm_proc *vm_proc_adopt(struct event_base *base, pid_t pid, vm_proc_cb cb,
 
 /* Sends sig to the process (through its pidfd: never a recycled pid). */
 void vm_proc_kill(struct vm_proc *p, int sig);
+
+/* Ends the process now: SIGKILL, then waits for it (a child: reaped; an
+ * adopted one: its pidfd, at most 1 s), so a cgroup it was in can be
+ * removed right after; then as vm_proc_free (no callback). NULL ok. */
+void vm_proc_end(struct vm_proc *p);
 
 /* Stops watching: no callback after this. A child not reaped yet stays a
  * zombie until the broker exits, so callers free after the cb, or at the

@@ -10,15 +10,23 @@
 int
 proxy_counts_open(const char *path, unsigned long *allowed, unsigned long *denied)
 {
-	char b[PROXY_COUNTS_LEN + 1], *end;
-	unsigned long a, d;
-	ssize_t n;
 	int fd;
 
 	*allowed = *denied = 0;
 	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0)
 		return -1;
+	return proxy_counts_read(fd, allowed, denied);
+}
+
+int
+proxy_counts_read(int fd, unsigned long *allowed, unsigned long *denied)
+{
+	char b[PROXY_COUNTS_LEN + 1], *end;
+	unsigned long a, d;
+	ssize_t n;
+
+	*allowed = *denied = 0;
 	n = pread(fd, b, PROXY_COUNTS_LEN, 0);
 	if (n != PROXY_COUNTS_LEN || b[PROXY_COUNTS_LEN - 1] != '\n' || b[20] != ' ')
 		return fd;

@@ -14,6 +14,11 @@
 int proxy_counts_open(const char *path, unsigned long *allowed,
     unsigned long *denied);
 
+/* Same for a descriptor open read-write that the proxy was handed
+ * (--counts-fd: the vm driver's, whose file sits in a directory the
+ * proxy's user cannot enter). Returns fd. */
+int proxy_counts_read(int fd, unsigned long *allowed, unsigned long *denied);
+
 /* Rewrites the record at offset 0 of fd (no fsync). fd < 0: nothing, 0.
  * Returns 0, or -1 with errno (a short or failed write). */
 int proxy_counts_save(int fd, unsigned long allowed, unsigned long denied);

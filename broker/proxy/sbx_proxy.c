@@ -17,14 +17,18 @@
  * across a restart or a replacement of the proxy (adr/0027).
  * Paths, query strings and header values are never printed.
  *
- * Usage: sbx-proxy [--listen HOST:PORT|unix:PATH] [--policy FILE] [--allow ENTRY]...
+ * Usage: sbx-proxy [--listen HOST:PORT|unix:PATH|fd:N] [--policy FILE] [--allow ENTRY]...
  *        [--cidr CIDR]... [--resolver IP[:PORT]]... [--hosts FILE]
- *        [--counts FILE] [--max-conns N] [--head-timeout-ms MS] [--connect-timeout-ms MS]
+ *        [--counts FILE|--counts-fd N] [--max-conns N] [--head-timeout-ms MS] [--connect-timeout-ms MS]
  *        [--idle-timeout-ms MS] [--dns-timeout-ms MS]
  *        sbx-proxy relay [--listen HOST:PORT] --to PATH
+ *        sbx-proxy vmrelay --port DEV [--listen IPv4:PORT] [--max-conns N]
  * The relay runs in the sandbox (NetworkMode none: loopback only): it
  * passes each connection to 127.0.0.1:3128 unparsed to the proxy's unix
  * socket in a volume both containers mount; it decides nothing.
+ * vmrelay is the relay of a vm sandbox (proxy_vmrelay.h): the connections go
+ * over a virtio-serial port to the broker, which hands each to this
+ * sandbox's proxy (adr/0069, amendment "egress").
  * SIGHUP re-reads --policy FILE (a bad file allows nothing until fixed);
  * SIGTERM/SIGINT stop. Exit: 0 stopped, 2 usage, 1 start-up failure.
  */
@@ -50,6 +54,7 @@
 #include "proxy_int.h"
 #include "proxy_policy.h"
 #include "proxy_req.h"
+#include "proxy_vmrelay.h"
 #include "sbx_msg.h"
 #include "sbx_time.h"
 
@@ -122,11 +127,12 @@ on_term(evutil_socket_t fd, short what, void *arg)
 static void
 usage(void)
 {
-	fprintf(stderr, "usage: sbx-proxy [--listen HOST:PORT|unix:PATH] [--policy FILE] [--allow ENTRY]...\n"
+	fprintf(stderr, "usage: sbx-proxy [--listen HOST:PORT|unix:PATH|fd:N] [--policy FILE] [--allow ENTRY]...\n"
 	    "       [--cidr CIDR]... [--resolver IP[:PORT]]... [--hosts FILE] [--max-conns N]\n"
 	    "       [--head-timeout-ms MS] [--connect-timeout-ms MS] [--idle-timeout-ms MS]\n"
-	    "       [--dns-timeout-ms MS] [--counts FILE]\n"
-	    "       sbx-proxy relay [--listen HOST:PORT] --to /PATH\n");
+	    "       [--dns-timeout-ms MS] [--counts FILE|--counts-fd N]\n"
+	    "       sbx-proxy relay [--listen HOST:PORT] --to /PATH\n"
+	    "       sbx-proxy vmrelay --port /dev/vportNpM [--listen IPv4:PORT] [--max-conns N]\n");
 	exit(2);
 }
 
@@ -209,6 +215,7 @@ main(int argc, char **argv)
 	const char *listen = "0.0.0.0:3128", *hosts = NULL, *counts = NULL;
 	const char *resolvers[16];
 	int nres = 0, i, sl = sizeof(struct sockaddr_storage), stdin_policy = 0;
+	int listen_fd = -1, counts_fd = -1;
 	char why[PROXY_WHY_MAX], opt[32];
 	struct sockaddr_storage ss;
 	struct evconnlistener *lis;
@@ -223,6 +230,8 @@ main(int argc, char **argv)
 	px.idle_ms = 600000;
 	px.dns_ms = 3000;
 	i = 1;
+	if (argc > 1 && strcmp(argv[1], "vmrelay") == 0)
+		return proxy_vmrelay_main(argc - 1, argv + 1);
 	if (argc > 1 && strcmp(argv[1], "relay") == 0) {
 		px.relay = 1;
 		listen = "127.0.0.1:3128";
@@ -261,6 +270,8 @@ main(int argc, char **argv)
 			hosts = v;
 		else if (strcmp(a, "--counts") == 0 && !px.relay)
 			counts = v;
+		else if (strcmp(a, "--counts-fd") == 0 && !px.relay)
+			counts_fd = num_arg(v, 3, 1023);
 		else if (strcmp(a, "--max-conns") == 0)
 			px.max_conns = num_arg(v, 1, 65536);
 		else if (strcmp(a, "--head-timeout-ms") == 0)
@@ -290,7 +301,13 @@ main(int argc, char **argv)
 		fprintf(stderr, "sbx-proxy: --counts %s: %s\n", counts, strerror(errno));
 		return 1;
 	}
-	if (parse_listen(listen, &ss, &sl) != 0) {
+	if (counts_fd >= 0)
+		px.counts_fd = proxy_counts_read(counts_fd, &px.allowed, &px.denied);
+	if (strncmp(listen, "fd:", 3) == 0) {
+		listen_fd = num_arg(listen + 3, 3, 1023);
+		evutil_make_socket_nonblocking(listen_fd);
+		ss.ss_family = AF_UNIX;
+	} else if (parse_listen(listen, &ss, &sl) != 0) {
 		fprintf(stderr, "sbx-proxy: --listen: not HOST:PORT\n");
 		return 2;
 	}
@@ -321,18 +338,25 @@ main(int argc, char **argv)
 		fprintf(stderr, "sbx-proxy: --hosts: cannot read the file\n");
 		return 1;
 	}
-	if (ss.ss_family == AF_UNIX)
-		unlink(((struct sockaddr_un *)&ss)->sun_path);   /* a previous proxy's */
-	lis = evconnlistener_new_bind(px.base, proxy_accepted, &px,
-	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 128,
-	    (struct sockaddr *)&ss, sl);
+	if (listen_fd >= 0)
+		/* A socket its starter bound and listens on (the vm driver's:
+		 * it sits in a directory this unprivileged proxy cannot enter). */
+		lis = evconnlistener_new(px.base, proxy_accepted, &px,
+		    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, listen_fd);
+	else {
+		if (ss.ss_family == AF_UNIX)
+			unlink(((struct sockaddr_un *)&ss)->sun_path);   /* a previous proxy's */
+		lis = evconnlistener_new_bind(px.base, proxy_accepted, &px,
+		    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 128,
+		    (struct sockaddr *)&ss, sl);
+	}
 	if (lis == NULL) {
 		fprintf(stderr, "sbx-proxy: cannot listen on %s: %s\n", listen, strerror(errno));
 		return 1;
 	}
 	/* The socket's volume is the sandbox's alone (adr/0026): its users,
 	 * whatever their uid, may connect. */
-	if (ss.ss_family == AF_UNIX && chmod(((struct sockaddr_un *)&ss)->sun_path, 0666) != 0) {
+	if (ss.ss_family == AF_UNIX && listen_fd < 0 && chmod(((struct sockaddr_un *)&ss)->sun_path, 0666) != 0) {
 		fprintf(stderr, "sbx-proxy: chmod %s: %s\n", listen, strerror(errno));
 		return 1;
 	}

@@ -1,5 +1,7 @@
 /* sbx_vminit.c - PID 1 of a vm-driver sandbox (adr/0069): loads the virtio modules, mounts the read-only root and /work, runs sbx-helper's agent on the agent port as the sandbox user and powers off on the control port's word; libc only, static, touches only the guest. */
+#include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/reboot.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -10,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <net/if.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,7 +24,7 @@
 /*
  * The initramfs the broker's deploy/vm/build.sh makes holds this program as
  * /init, the kernel modules as /m/NN-name.ko (loaded in name order) and the
- * static sbx-helper as /sbx-helper. The kernel command line names the
+ * static sbx-helper as /sbx-helper (and sbx-proxy as /sbx-proxy). The kernel command line names the
  * sandbox user (sbx.user=UID:GID) and how many processes and threads it may
  * have at once (sbx.pids=N: RLIMIT_NPROC of the agent and all it starts,
  * the guest's side of the broker's pids limit). Two virtio-serial ports: "sbx.agent"
@@ -29,12 +32,21 @@
  * socket; "sbx.ctl" takes two words from the broker: "agent" (kill the
  * running agent, answer "ready", start a new one once the agent port has
  * a client) and "poweroff" (every process killed, the filesystems synced
- * and unmounted, the VM powered off: qemu exits). Nothing here trusts the sandbox user: the
+ * and unmounted, the VM powered off: qemu exits). With sbx.egress=N on the
+ * command line a third port, "sbx.egress", carries the sandbox's egress
+ * connections: init runs `sbx-proxy vmrelay` on it as RELAY_UID (not the
+ * sandbox user, who then cannot stop it; started again when it ends),
+ * listening on 127.0.0.1:3128 with at most N connections, and the agent's
+ * environment names that proxy (HTTP_PROXY etc., as in a container;
+ * adr/0069, amendment "egress"). Nothing here trusts the sandbox user: the
  * agent and everything it starts run as that user; init alone is root.
  */
 
 #define NEWROOT "/newroot"
 #define HELPER_SRC "/sbx-helper"
+#define PROXY_SRC "/sbx-proxy"
+#define RELAY_UID 65534           /* nobody: the egress relay's user */
+#define RELAY_RESTART_MS 500
 #define AGENT_RESTART_MS 200
 #define CONNECT_POLL_MS 20        /* an agent is wanted: look for the broker this often */
 
@@ -205,6 +217,8 @@ answer_ready(int ctl)
 
 /* sbx.pids from the command line (default 256). */
 static unsigned long long g_pids = 256;
+/* sbx.egress from the command line: the relay's connection cap, 0: none. */
+static unsigned long g_egress;
 
 /* user from the command line: sbx.user=UID:GID (default 1000:1000); and
  * sbx.pids=N (g_pids, 1..1000000). */
@@ -220,10 +234,33 @@ parse_user(unsigned *uid, unsigned *gid)
 	if ((p = strstr(cmd, "sbx.pids=")) != NULL &&
 	    sscanf(p + 9, "%llu", &n) == 1 && n >= 1 && n <= 1000000)
 		g_pids = n;
+	if ((p = strstr(cmd, "sbx.egress=")) != NULL &&
+	    sscanf(p + 11, "%llu", &n) == 1 && n <= 1024)
+		g_egress = (unsigned long)n;
 	if ((p = strstr(cmd, "sbx.user=")) != NULL &&
 	    sscanf(p + 9, "%u:%u", uid, gid) == 2 && *uid != 0 && *gid != 0)
 		return;
 	*uid = *gid = 1000;
+}
+
+/* lo up, as a container's runtime leaves it: the kernel starts it down, and
+ * the egress relay and any server of the sandbox's own live on it. */
+static void
+loopback_up(void)
+{
+	struct ifreq ifr;
+	int fd;
+
+	if ((fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0) {
+		say("no socket for lo");
+		return;
+	}
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+	if (ioctl(fd, SIOCGIFFLAGS, &ifr) != 0 ||
+	    (ifr.ifr_flags |= IFF_UP, ioctl(fd, SIOCSIFFLAGS, &ifr)) != 0)
+		say("cannot bring lo up");
+	close(fd);
 }
 
 /* Mounts everything and moves into the new root. */
@@ -254,6 +291,8 @@ setup(unsigned *uidp, unsigned *gidp)
 	rmdir(NEWROOT "/work/lost+found");
 	mount_or_die("tmpfs", NEWROOT "/.sbx", "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=0755");
 	copy_file(HELPER_SRC, NEWROOT "/.sbx/sbx-helper", 0755);
+	if (g_egress > 0)
+		copy_file(PROXY_SRC, NEWROOT "/.sbx/sbx-proxy", 0755);
 	mount(NULL, NEWROOT "/.sbx", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL);
 	mount_or_die("tmpfs", NEWROOT "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777");
 	mount_or_die("tmpfs", NEWROOT "/run", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755");
@@ -275,9 +314,18 @@ static void
 agent_child(int fd, unsigned uid, unsigned gid)
 {
 	char *const argv[] = { "sbx-helper", "agent", NULL };
-	char *const envp[] = {
+	char *const plain[] = {
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=/work", "LANG=C.UTF-8", NULL };
+	/* What a container with an allowlist gets (broker_egress.h). */
+	char *const proxied[] = {
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=/work", "LANG=C.UTF-8",
+		"HTTP_PROXY=http://127.0.0.1:3128", "HTTPS_PROXY=http://127.0.0.1:3128",
+		"http_proxy=http://127.0.0.1:3128", "https_proxy=http://127.0.0.1:3128",
+		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
+		NULL };
+	char *const *envp = g_egress > 0 ? proxied : plain;
 	struct rlimit lim;
 	sigset_t none;
 
@@ -297,6 +345,30 @@ agent_child(int fd, unsigned uid, unsigned gid)
 	if (chdir("/work") != 0)
 		_exit(111);
 	execve("/.sbx/sbx-helper", argv, envp);
+	_exit(127);
+}
+
+/* The egress relay on port dev as RELAY_UID; returns its pid or 0. */
+static pid_t
+start_relay(const char *dev)
+{
+	char n[24];
+	char *argv[] = { "sbx-proxy", "vmrelay", "--port", (char *)dev, "--max-conns", n, NULL };
+	char *const envp[] = { "PATH=/bin", NULL };
+	sigset_t none;
+	pid_t pid;
+
+	snprintf(n, sizeof(n), "%lu", g_egress);
+	if ((pid = fork()) != 0) {
+		note("egress relay started, pid", (long)pid);
+		return pid > 0 ? pid : 0;
+	}
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	setsid();
+	if (setgroups(0, NULL) != 0 || setgid(RELAY_UID) != 0 || setuid(RELAY_UID) != 0)
+		_exit(111);
+	execve("/.sbx/sbx-proxy", argv, envp);
 	_exit(127);
 }
 
@@ -326,9 +398,10 @@ poweroff(void)
 int
 main(void)
 {
-	char agent_port[300], ctl_port[300], buf[64];
+	char agent_port[300], ctl_port[300], egress_port[300], buf[64];
 	unsigned uid, gid;
-	pid_t agent = 0;
+	pid_t agent = 0, relay = 0;
+	long relay_wait = 0;
 	int ctl = -1, tries, wanted = 0, waits = 0;
 	sigset_t chld;
 
@@ -338,12 +411,23 @@ main(void)
 	sigaddset(&chld, SIGCHLD);
 	sigprocmask(SIG_BLOCK, &chld, NULL);
 	setup(&uid, &gid);
+	loopback_up();
 	for (tries = 0; find_port("sbx.agent", agent_port, sizeof(agent_port)) != 0 ||
 	    find_port("sbx.ctl", ctl_port, sizeof(ctl_port)) != 0; tries++) {
 		if (tries > 500)
 			die("no agent or control port");
 		sleep_ms(10);
 	}
+	for (tries = 0; g_egress > 0 &&
+	    find_port("sbx.egress", egress_port, sizeof(egress_port)) != 0; tries++) {
+		if (tries > 500)
+			die("sbx.egress on the command line but no egress port");
+		sleep_ms(10);
+	}
+	/* Only the relay's user may open the port (not the sandbox user). */
+	if (g_egress > 0 && (chown(egress_port, RELAY_UID, RELAY_UID) != 0 ||
+	    chmod(egress_port, 0600) != 0))
+		die("cannot hand the egress port to the relay");
 	/*
 	 * An agent runs only when the broker asked for one ("agent" on the
 	 * control port: the running one is killed first, "ready" answers) and
@@ -361,7 +445,14 @@ main(void)
 				note("agent ended, status", (long)st);
 				agent = 0;
 				wanted = 0;
+			} else if (w == relay) {
+				note("egress relay ended, status", (long)st);
+				relay = 0;
+				relay_wait = RELAY_RESTART_MS;
 			}
+		/* The relay again, a little later (a crash loop stays slow). */
+		if (g_egress > 0 && relay == 0 && (relay_wait -= AGENT_RESTART_MS) <= 0)
+			relay = start_relay(egress_port);
 		fd = -1;
 		if (wanted && agent == 0 &&
 		    (fd = open(agent_port, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC)) < 0 &&

@@ -1,12 +1,14 @@
 #!/bin/sh
 # build.sh - make the vm driver's boot files and root disks (adr/0069) from Debian packages and what this tree builds.
 #
-#   deploy/vm/build.sh boot OUT_DIR SBX_HELPER SBX_VMINIT
+#   deploy/vm/build.sh boot OUT_DIR SBX_HELPER SBX_VMINIT [SBX_PROXY]
 #       OUT_DIR/vmlinuz: Debian's cloud kernel (linux-image-cloud-amd64,
 #       the newest in /boot); OUT_DIR/initrd.img: a cpio archive holding
 #       SBX_VMINIT as /init, the five virtio modules it loads (virtio_ring,
 #       virtio, virtio_mmio, virtio_blk, virtio_console from that kernel's
-#       /lib/modules) and the static SBX_HELPER.
+#       /lib/modules), the static SBX_HELPER and the static SBX_PROXY
+#       (default: sbx-proxy beside SBX_HELPER; the egress relay of a
+#       sandbox with an allowlist, adr/0069 amendment "egress").
 #   deploy/vm/build.sh rootfs OUT_DIR IMAGE SOURCE
 #       OUT_DIR/images/KEY.ext4: a read-only ext4 disk of IMAGE's root
 #       filesystem, made without mounting (mkfs.ext4 -d). KEY is IMAGE with
@@ -24,7 +26,7 @@ set -eu
 say() { printf 'vm/build.sh: %s\n' "$*" >&2; }
 die() { say "FAILED: $*"; exit 1; }
 
-[ $# -ge 4 ] || { echo "usage: $0 boot OUT SBX_HELPER SBX_VMINIT | rootfs OUT IMAGE TAR|unix://SOCKET" >&2; exit 2; }
+[ $# -ge 4 ] || { echo "usage: $0 boot OUT SBX_HELPER SBX_VMINIT [SBX_PROXY] | rootfs OUT IMAGE TAR|unix://SOCKET" >&2; exit 2; }
 CMD=$1
 OUT=$2
 mkdir -p "$OUT"
@@ -35,8 +37,10 @@ case $CMD in
 boot)
 	HELPER=$3
 	INIT=$4
+	PROXY=${5:-$(dirname "$HELPER")/sbx-proxy}
 	[ -x "$HELPER" ] || die "$HELPER is not an executable sbx-helper"
 	[ -x "$INIT" ] || die "$INIT is not an executable sbx-vminit"
+	[ -x "$PROXY" ] || die "$PROXY is not an executable sbx-proxy"
 	K=$(ls -1 /boot/vmlinuz-*-cloud-amd64 2>/dev/null | sort -V | tail -n 1)
 	[ -n "$K" ] || die "no /boot/vmlinuz-*-cloud-amd64: install linux-image-cloud-amd64 (deploy/deps.sh)"
 	V=${K#/boot/vmlinuz-}
@@ -55,7 +59,8 @@ boot)
 	done
 	cp "$INIT" "$TMP/root/init"
 	cp "$HELPER" "$TMP/root/sbx-helper"
-	chmod 0755 "$TMP/root/init" "$TMP/root/sbx-helper"
+	cp "$PROXY" "$TMP/root/sbx-proxy"
+	chmod 0755 "$TMP/root/init" "$TMP/root/sbx-helper" "$TMP/root/sbx-proxy"
 	(cd "$TMP/root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) > "$TMP/initrd.img"
 	cp "$K" "$TMP/vmlinuz"
 	mv "$TMP/initrd.img" "$OUT/initrd.img"

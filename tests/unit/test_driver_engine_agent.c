@@ -381,7 +381,7 @@ setup(void **state)
 	cfg.exec_timeout_ms.ceiling = 10000;
 	cfg.exec_output_cap = 1000;
 	cfg.file_timeout_ms = 300;
-	cfg.agent_runtime_only = 1;   /* as a claimed pool member: no socket volume */
+	cfg.agent_runtime_only = 1;   /* the exec stream is the channel (session 10's case) */
 	f->drv = sbx_engine_driver_new(f->base, &cfg, &err);
 	assert_non_null(f->drv);
 	*state = f;

@@ -31,7 +31,7 @@ TAILQ_HEAD(stream_list, sbx_agent_stream);
 struct sbx_agent_chan {
 	struct event_base *base;
 	struct sbx_agent_chan_cbs cbs;
-	struct evbuffer *pending;   /* frames before an output was set */
+	struct evbuffer *pending;   /* stream frames until the HELLO came on an output */
 	struct evbuffer *out;       /* borrowed */
 	struct bufferevent *bev;    /* borrowed, when attached */
 	struct sbx_agent_dec dec;
@@ -44,6 +44,7 @@ struct sbx_agent_chan {
 	uint64_t rx;                /* bytes the agent sent */
 	unsigned pings_out;
 	uint64_t last_rx_ms, keep_ms, ping_sent_ms;
+	uint64_t start_ms;          /* this transport's HELLO awaited since */
 	struct event *keep;
 };
 
@@ -85,24 +86,32 @@ sbx_agent_metrics_render(struct evbuffer *out)
 	    (unsigned long long)direct_count[0]) < 0 ? -1 : 0;
 }
 
+/* Where a stream's frames go: the output once the HELLO came on it, else
+ * pending. So nothing of a stream is in a transport that may die before
+ * its HELLO: sbx_agent_chan_restart keeps it all for the next one. */
 static struct evbuffer *
 chan_out(struct sbx_agent_chan *ch)
 {
-	return ch->out != NULL ? ch->out : ch->pending;
+	return ch->out != NULL && ch->got_hello ? ch->out : ch->pending;
+}
+
+static void
+frame_put(struct evbuffer *b, int type, int flags, uint32_t stream, const void *p, size_t n)
+{
+	unsigned char h[SBX_AGENT_HDR];
+
+	sbx_agent_hdr_put(h, type, flags, stream, (uint32_t)n);
+	evbuffer_add(b, h, sizeof(h));
+	if (n > 0)
+		evbuffer_add(b, p, n);
 }
 
 static void
 send_frame(struct sbx_agent_chan *ch, int type, int flags, uint32_t stream,
     const void *p, size_t n)
 {
-	unsigned char h[SBX_AGENT_HDR];
-
-	if (ch->failed)
-		return;
-	sbx_agent_hdr_put(h, type, flags, stream, (uint32_t)n);
-	evbuffer_add(chan_out(ch), h, sizeof(h));
-	if (n > 0)
-		evbuffer_add(chan_out(ch), p, n);
+	if (!ch->failed)
+		frame_put(chan_out(ch), type, flags, stream, p, n);
 }
 
 static void
@@ -246,6 +255,9 @@ on_frame(void *arg, const struct sbx_agent_frame *f, const unsigned char *p, siz
 		if (sbx_agent_hello_parse(p, n, &ch->hello, &why) < 0)
 			return proto_error(ch, why);
 		ch->got_hello = 1;
+		/* What the streams queued goes now, after the HELLO. */
+		if (ch->out != NULL && evbuffer_get_length(ch->pending) > 0)
+			evbuffer_add_buffer(ch->out, ch->pending);
 		if (ch->cbs.ready != NULL)
 			ch->cbs.ready(ch->cbs.arg, &ch->hello);
 		return ch->failed || ch->freed ? -1 : 0;
@@ -351,6 +363,18 @@ keep_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
+	if (!ch->got_hello) {
+		/* No PING before the HELLO (it would be one more frame in a
+		 * transport that may be replaced): the HELLO is awaited as a
+		 * PING's PONG was, the first PING going after one interval. */
+		if (now - ch->start_ms >= ch->keep_ms * 3) {
+			sbx_err_set(&e, SBX_E_RUNTIME, "the sandbox agent did not say hello "
+			    "within %llu ms", (unsigned long long)(now - ch->start_ms));
+			sbx_agent_chan_fail(ch, &e);
+			return;
+		}
+		goto again;
+	}
 	if (ch->pings_out > 0 && now - ch->ping_sent_ms >= ch->keep_ms * 2) {
 		sbx_err_set(&e, SBX_E_RUNTIME, "the agent did not answer a ping for %llu ms",
 		    (unsigned long long)(now - ch->ping_sent_ms));
@@ -364,6 +388,7 @@ keep_cb(evutil_socket_t fd, short what, void *arg)
 		ch->pings_out++;
 		ch->ping_sent_ms = now;
 	}
+again:
 	tv.tv_sec = (time_t)(ch->keep_ms / 1000);
 	tv.tv_usec = (suseconds_t)(ch->keep_ms % 1000) * 1000;
 	event_add(ch->keep, &tv);
@@ -403,6 +428,7 @@ sbx_agent_chan_new(struct event_base *base, const struct sbx_agent_chan_cbs *cbs
 		ch->cbs = *cbs;
 	TAILQ_INIT(&ch->streams);
 	ch->next_id = 1;
+	ch->start_ms = (uint64_t)sbx_mono_ms();
 	channels_open++;
 	sbx_agent_dec_init(&ch->dec, 1, ch->rec, sizeof(ch->rec));
 	return ch;
@@ -412,7 +438,7 @@ void
 sbx_agent_chan_set_output(struct sbx_agent_chan *ch, struct evbuffer *out)
 {
 	ch->out = out;
-	if (out != NULL && evbuffer_get_length(ch->pending) > 0)
+	if (out != NULL && ch->got_hello && evbuffer_get_length(ch->pending) > 0)
 		evbuffer_add_buffer(out, ch->pending);
 }
 
@@ -481,14 +507,31 @@ sbx_agent_chan_detach_bev(struct sbx_agent_chan *ch)
 	ch->bev = NULL;
 }
 
+int
+sbx_agent_chan_restart(struct sbx_agent_chan *ch)
+{
+	if (ch == NULL || ch->failed || ch->freed || ch->got_hello || ch->depth > 0)
+		return -1;
+	/* Only PINGs went to the old output (chan_out): they go with it. */
+	sbx_agent_chan_detach_bev(ch);
+	ch->out = NULL;
+	ch->rx = 0;
+	ch->pings_out = 0;
+	ch->start_ms = (uint64_t)sbx_mono_ms();
+	sbx_agent_dec_init(&ch->dec, 1, ch->rec, sizeof(ch->rec));
+	return 0;
+}
+
 void
 sbx_agent_chan_ping(struct sbx_agent_chan *ch)
 {
 	unsigned char p[SBX_AGENT_PING_LEN] = { 's', 'b', 'x', 'p', 'i', 'n', 'g', 0 };
 
-	if (ch->failed)
+	/* Before the HELLO too (it may be what makes the agent take this
+	 * transport, adr/0066): straight to the output, never pending. */
+	if (ch->failed || ch->out == NULL)
 		return;
-	send_frame(ch, SBX_AGENT_T_PING, 0, 0, p, sizeof(p));
+	frame_put(ch->out, SBX_AGENT_T_PING, 0, 0, p, sizeof(p));
 	ch->pings_out++;
 	ch->ping_sent_ms = (uint64_t)sbx_mono_ms();
 }

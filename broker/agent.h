@@ -54,13 +54,18 @@ struct sbx_agent_chan_cbs {
 /*
  * A new channel on base (borrowed; must outlive the channel). cbs is
  * copied. Output goes nowhere until sbx_agent_chan_set_output or
- * sbx_agent_chan_attach_bev; frames queued before are kept. Returns NULL
- * out of memory.
+ * sbx_agent_chan_attach_bev. The streams' frames (OPEN, DATA, EOF,
+ * WINDOW, CANCEL, CTRL) are held in the channel until the agent's HELLO
+ * came on an output, then go there in order; only PINGs go to an output
+ * before (sbx_agent_chan_ping). So a transport that dies before the HELLO
+ * holds nothing of a stream (sbx_agent_chan_restart). Returns NULL out of
+ * memory.
  */
 struct sbx_agent_chan *sbx_agent_chan_new(struct event_base *base,
     const struct sbx_agent_chan_cbs *cbs);
 
-/* Where frames go from now on (borrowed; queued frames are moved there). */
+/* Where frames go from now on (borrowed; the frames held are moved there
+ * once the HELLO came, at once when it has). */
 void sbx_agent_chan_set_output(struct sbx_agent_chan *ch, struct evbuffer *out);
 
 /*
@@ -79,10 +84,22 @@ int sbx_agent_chan_attach_bev(struct sbx_agent_chan *ch, struct bufferevent *bev
  */
 void sbx_agent_chan_detach_bev(struct sbx_agent_chan *ch);
 
-/* Sends one PING now (its PONG is expected, as the keepalive's are); a
- * failed channel: nothing. Used to make the agent's first frame come on the
- * transport just set (adr/0066). */
+/* Sends one PING now to the output, HELLO or not (its PONG is expected,
+ * as the keepalive's are); a failed channel or no output: nothing. Used to
+ * make the agent's first frame come on the transport just set (adr/0066). */
 void sbx_agent_chan_ping(struct sbx_agent_chan *ch);
+
+/*
+ * The transport died before the agent's HELLO and its owner starts another
+ * agent (adr/0025, amendment session 11): the channel forgets the output
+ * and the bev (as sbx_agent_chan_detach_bev), what it had read of the old
+ * transport and the PINGs sent on it, and keeps every stream with every
+ * frame they queued, to go on the next output after its HELLO, once and in
+ * order. No callback runs. Returns 0, or -1 with nothing changed when the
+ * HELLO had come, the channel failed or was freed, or ch is NULL or inside
+ * one of its own callbacks.
+ */
+int sbx_agent_chan_restart(struct sbx_agent_chan *ch);
 
 /*
  * Bytes the agent sent (any split). Returns 0, or -1 when the channel has
@@ -112,8 +129,9 @@ uint64_t sbx_agent_chan_last_rx_ms(const struct sbx_agent_chan *ch);
 
 /*
  * Sends a PING every interval_ms and fails the channel (runtime_error)
- * when one stays unanswered for interval_ms * 2; 0 stops. Returns 0, -1
- * out of memory.
+ * when one stays unanswered for interval_ms * 2; 0 stops. Before the HELLO
+ * no PING goes: the channel fails when no HELLO came within interval_ms * 3
+ * of its start (or of sbx_agent_chan_restart). Returns 0, -1 out of memory.
  */
 int sbx_agent_chan_keepalive(struct sbx_agent_chan *ch, uint64_t interval_ms);
 

@@ -67,7 +67,8 @@ struct sbx_engine_config {
 	int64_t agent_idle_ms;        /* the agent exits after this long without
 	                               * a frame from the broker [60 s] */
 	int64_t agent_ping_ms;        /* the broker pings each channel this often;
-	                               * unanswered for twice that: closed [5 s] */
+	                               * unanswered for twice that, or no HELLO
+	                               * within three times that: closed [5 s] */
 	int64_t agent_fresh_ms;       /* warm ensure answered from the live
 	                               * channel when the agent was heard from
 	                               * within this [15 s]; -1: always inspect */

@@ -37,12 +37,15 @@ struct eng_agent {
 	char rexec[80];               /* its runtime exec */
 	enum ag_state state;
 	int ever_ready;               /* a restart is a start after this */
+	int retried;                  /* this channel's agent was started twice */
 	int stale;                    /* its container went (eng_agent_retire) */
 	unsigned going;               /* stops and destroys in flight (eng_agent_forget) */
 	struct sbx_agent_chan *ch;
 	struct sbx_http_req *http;    /* the exec start stream = the channel */
 	struct eop *starter;          /* the runtime calls that start it */
 	struct eng_demux demux;       /* the runtime's 8-byte stream frames */
+	char refusal[512];            /* the exec start's error answer, for the log */
+	size_t refusal_len;
 	/* The direct channel (adr/0066): the socket volume's host
 	 * mountpoint when the agent listens there, the connection once made,
 	 * the retry while its socket is not there yet; via_stream 1 when the
@@ -158,8 +161,14 @@ agent_body(void *arg, struct sbx_http_req *req, const unsigned char *buf, size_t
 	size_t n;
 	int stream;
 
-	if (sbx_http_req_status(req) >= 300)
+	if (sbx_http_req_status(req) >= 300) {
+		/* The runtime's words for the log (agent_done). */
+		n = sizeof(ag->refusal) - ag->refusal_len;
+		n = len < n ? len : n;
+		memcpy(ag->refusal + ag->refusal_len, buf, n);
+		ag->refusal_len += n;
 		return;
+	}
 	while (ag->via_stream && ag->ch != NULL && sbx_agent_chan_alive(ag->ch) &&
 	    (p = eng_demux_next(&ag->demux, &buf, &len, SIZE_MAX, &n,
 	    &stream)) != NULL)
@@ -261,6 +270,65 @@ direct_retry_cb(evutil_socket_t fd, short what, void *arg)
 	direct_try(arg);
 }
 
+/* What ag's start holds (its runtime calls, the exec stream, a direct
+ * socket) goes; the channel stays, for agent_get or agent_lost. */
+static void
+transport_drop(struct eng_agent *ag)
+{
+	struct sbx_http_req *http = ag->http;
+
+	ag->http = NULL;
+	if (ag->starter != NULL) {
+		ago(ag->starter)->ag = NULL;
+		eng_op_release(ag->starter);
+		ag->starter = NULL;
+	}
+	sbx_agent_chan_detach_bev(ag->ch);
+	direct_release(ag, 0);
+	ag->via_stream = 0;
+	ag->mnt[0] = '\0';
+	memset(&ag->demux, 0, sizeof(ag->demux));
+	ag->refusal_len = 0;
+	sbx_http_req_cancel(http);
+}
+
+static int agent_start(struct eng_agent *ag, struct sbx_err *err);
+
+/*
+ * ag's start or its exec stream failed with err. Before the HELLO, the
+ * first time, when the runtime failed (runtime_error, runtime_unavailable:
+ * a call cut or refused, the stream reset or closed; not its answer that
+ * the sandbox is missing or stopped) and no stop or destroy of the sandbox
+ * is under way (adr/0056): the agent is started once more on the same
+ * channel, the streams waiting on it kept with what they queued
+ * (sbx_agent_chan_restart). Podman under load can drop the attach of an
+ * exec it started (adr/0025, amendment session 11). Else the channel fails.
+ */
+static void
+agent_lost(struct eng_agent *ag, const struct sbx_err *err)
+{
+	struct sbx_err e;
+
+	if (ag->state == AG_STARTING && ag->ch != NULL && ag->going == 0 &&
+	    (strcmp(err->code, SBX_E_RUNTIME) == 0 ||
+	    strcmp(err->code, SBX_E_RUNTIME_UNAVAILABLE) == 0)) {
+		if (!ag->retried && sbx_agent_chan_restart(ag->ch) == 0) {
+			ag->retried = 1;
+			log_warn("sandbox agent did not start; starting it once more",
+			    "id", ag->id, "reason", err->message, NULL);
+			transport_drop(ag);
+			if (agent_start(ag, &e) == 0)
+				return;
+			err = &e;
+		} else if (ag->retried) {
+			sbx_err_set(&e, err->code, "the sandbox agent did not start, twice: %s",
+			    err->message);
+			err = &e;
+		}
+	}
+	agent_down(ag, err);
+}
+
 static void
 agent_response(void *arg, struct sbx_http_req *req, int status)
 {
@@ -273,7 +341,7 @@ agent_response(void *arg, struct sbx_http_req *req, int status)
 	if (!sbx_http_req_upgraded(req) || (bev = sbx_http_req_bufferevent(req)) == NULL) {
 		sbx_err_set(&e, SBX_E_RUNTIME, "the runtime did not upgrade the agent's "
 		    "exec connection");
-		agent_down(ag, &e);
+		agent_lost(ag, &e);
 		return;
 	}
 	if (ag->mnt[0] != '\0') {
@@ -301,12 +369,14 @@ agent_done(void *arg, struct sbx_http_req *req, const struct sbx_err *err)
 		sbx_err_set(&e, SBX_E_NOT_FOUND, SBX_MSG_NO_SANDBOX, ag->id);
 	else if (status == 409)
 		sbx_err_set(&e, SBX_E_NOT_RUNNING, SBX_MSG_NOT_RUNNING, ag->id);
-	else if (status != 101 && status != 200)
-		sbx_err_set(&e, SBX_E_RUNTIME, "the runtime refused to start the sandbox "
-		    "agent (HTTP %d)", status);
-	else
+	else if (status != 101 && status != 200) {
+		json_t *j = json_loadb(ag->refusal, ag->refusal_len, 0, NULL);
+
+		eng_runtime_err(&e, status, j, "start the sandbox agent's exec");
+		json_decref(j);
+	} else
 		sbx_err_set(&e, SBX_E_RUNTIME, AGENT_ENDED);
-	agent_down(ag, &e);
+	agent_lost(ag, &e);
 }
 
 static void
@@ -318,7 +388,7 @@ agent_start_exec(struct eng_agent *ag)
 
 	ag->http = eng_exec_start_stream(ag->e, ag->rexec, &cbs, &err);
 	if (ag->http == NULL)
-		agent_down(ag, &err);
+		agent_lost(ag, &err);
 }
 
 /* The starter's last call: it goes, the agent's stream stays. */
@@ -348,7 +418,7 @@ agent_created(struct eop *op, int status, json_t *body, const struct sbx_err *er
 		agent_start_exec(ag);
 		return;
 	}
-	agent_down(ag, &e);
+	agent_lost(ag, &e);
 }
 
 static void
@@ -365,26 +435,26 @@ agent_inspected(struct eop *op, int status, json_t *body, const struct sbx_err *
 	if (ag == NULL)
 		return;
 	if (err != NULL) {
-		agent_down(ag, err);
+		agent_lost(ag, err);
 		return;
 	}
 	if (status == 404 || eng_gone(status, body)) {
 		sbx_err_set(&e, SBX_E_NOT_FOUND, SBX_MSG_NO_SANDBOX, op->id);
-		agent_down(ag, &e);
+		agent_lost(ag, &e);
 		return;
 	}
 	if (status != 200) {
 		eng_runtime_err(&e, status, body, "inspect the container");
-		agent_down(ag, &e);
+		agent_lost(ag, &e);
 		return;
 	}
 	if (eng_status_from_inspect(op, body, &st, &e) < 0) {
-		agent_down(ag, &e);
+		agent_lost(ag, &e);
 		return;
 	}
 	if (st.state != SBX_STATE_RUNNING) {
 		sbx_err_set(&e, SBX_E_NOT_RUNNING, SBX_MSG_NOT_RUNNING, op->id);
-		agent_down(ag, &e);
+		agent_lost(ag, &e);
 		return;
 	}
 	/* A start in the same container after one that was ready is a
@@ -417,16 +487,33 @@ agent_fini(struct eop *op)
 		ago(op)->ag->starter = NULL;
 }
 
+/* Starts ag's agent on its channel: inspect, exec create, hijacked start
+ * (agent_inspected on). Returns 0, or -1 with err. */
+static int
+agent_start(struct eng_agent *ag, struct sbx_err *err)
+{
+	struct eop *op;
+	char path[256];
+
+	if ((op = eng_op_new(ag->e, &agent_kind, ag->id, sizeof(struct eop_agent),
+	    err)) == NULL)
+		return -1;
+	ago(op)->ag = ag;
+	ag->starter = op;
+	ag->state = AG_STARTING;
+	eng_inspect_path(op, path, sizeof(path));
+	eng_call(op, "GET", path, NULL, agent_inspected);
+	return 0;
+}
+
 /* The sandbox's live channel, or a new one whose agent is being started
- * (streams may be opened on it at once: their frames wait). */
+ * (streams may be opened on it at once: their frames wait for its HELLO). */
 static struct eng_agent *
 agent_get(struct engine *e, const char *id, struct sbx_err *err)
 {
 	struct sbx_agent_chan_cbs cbs = { .ready = chan_ready,
 	    .closed = chan_closed };
 	struct eng_agent *ag = agent_find(e, id);
-	struct eop *op;
-	char path[256];
 
 	if (ag != NULL && !ag->stale && ag->state != AG_DEAD && ag->ch != NULL &&
 	    sbx_agent_chan_alive(ag->ch))
@@ -450,27 +537,17 @@ agent_get(struct engine *e, const char *id, struct sbx_err *err)
 		snprintf(ag->id, sizeof(ag->id), "%s", id);
 		TAILQ_INSERT_TAIL(&e->agents, ag, link);
 	}
-	sbx_agent_chan_detach_bev(ag->ch);
+	transport_drop(ag);
 	sbx_agent_chan_free(ag->ch);   /* its streams have all ended */
 	ag->ch = NULL;
-	direct_release(ag, 0);
-	ag->via_stream = 0;
-	ag->mnt[0] = '\0';
-	memset(&ag->demux, 0, sizeof(ag->demux));
+	ag->retried = 0;
 	cbs.arg = ag;
 	if ((ag->ch = sbx_agent_chan_new(e->base.base, &cbs)) == NULL)
 		goto oom;
 	if (e->agent_ping_ms > 0 && sbx_agent_chan_keepalive(ag->ch,
 	    (uint64_t)e->agent_ping_ms) < 0)
 		goto oom;
-	if ((op = eng_op_new(e, &agent_kind, id, sizeof(struct eop_agent), err)) == NULL)
-		return NULL;
-	ago(op)->ag = ag;
-	ag->starter = op;
-	ag->state = AG_STARTING;
-	eng_inspect_path(op, path, sizeof(path));
-	eng_call(op, "GET", path, NULL, agent_inspected);
-	return ag;
+	return agent_start(ag, err) == 0 ? ag : NULL;
 oom:
 	sbx_err_oom(err);
 	return NULL;

@@ -192,7 +192,10 @@ listener(int *port)
 {
 	struct sockaddr_in a;
 	socklen_t l = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	/* Non-blocking: the test polls accept between turns of its loop, which
+	 * must run for the agent's HELLO to let the OPEN go (adr/0025,
+	 * amendment session 11). */
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 
 	memset(&a, 0, sizeof(a));
 	a.sin_family = AF_INET;

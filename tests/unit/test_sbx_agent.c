@@ -1,4 +1,4 @@
-/* test_sbx_agent.c - protocol 4 of the agent codec (proto/sbx_agent.c: CTRL, EVENT, the link flag) and the broker's sending side of it (sbx_agent_open2, sbx_agent_control in broker/agent.c), without an agent. */
+/* test_sbx_agent.c - protocol 4 of the agent codec (proto/sbx_agent.c: CTRL, EVENT, the link flag) and the broker's sending side of it (sbx_agent_open2, sbx_agent_control, frames held until the HELLO and sbx_agent_chan_restart in broker/agent.c), without an agent. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -300,6 +300,18 @@ decode_out(struct evbuffer *out, struct sent *s)
 	evbuffer_drain(out, n);
 }
 
+/* The agent's HELLO reaches ch (a stream's frames go out only after it). */
+static void
+feed_hello(struct sbx_agent_chan *ch)
+{
+	struct sbx_agent_hello hello = { SBX_AGENT_PROTO, 4242, SBX_AGENT_WINDOW, 8 };
+	unsigned char buf[SBX_AGENT_HDR + SBX_AGENT_HELLO_LEN];
+
+	sbx_agent_hdr_put(buf, SBX_AGENT_T_HELLO, 0, 0, SBX_AGENT_HELLO_LEN);
+	sbx_agent_hello_put(buf + SBX_AGENT_HDR, &hello);
+	assert_int_equal(sbx_agent_chan_input(ch, buf, sizeof(buf)), 0);
+}
+
 static void
 test_control_goes_only_to_ctrl_streams(void **state)
 {
@@ -313,6 +325,7 @@ test_control_goes_only_to_ctrl_streams(void **state)
 
 	(void)state;
 	sbx_agent_chan_set_output(ch, out);
+	feed_hello(ch);
 	pty = sbx_agent_open2(ch, argv, NULL, SBX_AGENT_OPEN_STDIN | SBX_AGENT_OPEN_CTRL, NULL,
 	    &err);
 	assert_non_null(pty);
@@ -353,6 +366,74 @@ test_control_goes_only_to_ctrl_streams(void **state)
 	assert_int_equal(sbx_agent_control(NULL, SBX_AGENT_CTRL_SIGNAL, 2, 0), -1);
 
 	sbx_agent_chan_free(ch);
+	evbuffer_free(out);
+	event_base_free(base);
+}
+
+/*
+ * A transport that dies before the HELLO (Podman dropping the attach of the
+ * agent's exec, adr/0025 amendment session 11) holds nothing of a stream:
+ * OPEN, stdin, EOF, WINDOW and CANCEL wait in the channel (only a PING goes
+ * before the HELLO); after sbx_agent_chan_restart the next transport gets
+ * each of them once, in order, after its HELLO. After a HELLO no restart.
+ */
+static void
+test_stream_frames_wait_for_the_hello_and_survive_a_restart(void **state)
+{
+	static const char *const argv[] = { "exec", "--", "cat", NULL };
+	static const char *const argv2[] = { "exec", "--", "true", NULL };
+	struct event_base *base = event_base_new();
+	struct evbuffer *dead = evbuffer_new(), *out = evbuffer_new();
+	struct sbx_agent_chan *ch = sbx_agent_chan_new(base, NULL);
+	struct sbx_agent_stream *st, *st2;
+	struct sbx_err err;
+	struct sent s;
+
+	(void)state;
+	st = sbx_agent_open(ch, argv, NULL, 1, NULL, &err);
+	assert_non_null(st);
+	assert_int_equal(sbx_agent_write(st, "hello", 5), 5);
+	sbx_agent_chan_set_output(ch, dead);
+	sbx_agent_close_stdin(st);
+	assert_int_equal(sbx_agent_grow_output(st, 4096), 0);
+	st2 = sbx_agent_open(ch, argv2, NULL, 0, NULL, &err);
+	assert_non_null(st2);
+	sbx_agent_cancel(st2);
+	sbx_agent_chan_ping(ch);
+	/* the old transport got the PING alone */
+	decode_out(dead, &s);
+	assert_int_equal(s.n, 1);
+	assert_int_equal(s.f[0].type, SBX_AGENT_T_PING);
+
+	assert_int_equal(sbx_agent_chan_restart(ch), 0);
+	assert_true(sbx_agent_chan_alive(ch));
+	assert_int_equal(sbx_agent_chan_streams(ch), 2);
+	sbx_agent_chan_set_output(ch, out);
+	assert_int_equal(evbuffer_get_length(out), 0);
+	feed_hello(ch);
+	decode_out(out, &s);
+	assert_int_equal(s.n, 6);
+	assert_int_equal(s.f[0].type, SBX_AGENT_T_OPEN);
+	assert_int_equal(s.f[0].stream, 1);
+	assert_int_equal(s.f[1].type, SBX_AGENT_T_DATA);
+	assert_int_equal(s.f[1].len, 5);
+	assert_memory_equal(s.f[1].p, "hello", 5);
+	assert_int_equal(s.f[2].type, SBX_AGENT_T_EOF);
+	assert_int_equal(s.f[3].type, SBX_AGENT_T_WINDOW);
+	assert_int_equal(s.f[4].type, SBX_AGENT_T_OPEN);
+	assert_int_equal(s.f[4].stream, 2);
+	assert_int_equal(s.f[5].type, SBX_AGENT_T_CANCEL);
+	assert_int_equal(s.f[5].stream, 2);
+	assert_int_equal(evbuffer_get_length(dead), 0);
+	/* after the HELLO a frame goes out at once, and there is no restart */
+	sbx_agent_pause(st, 1);
+	assert_int_equal(sbx_agent_grow_output(st, 4096), 0);
+	decode_out(out, &s);
+	assert_int_equal(s.n, 1);
+	assert_int_equal(sbx_agent_chan_restart(ch), -1);
+	sbx_agent_chan_free(ch);
+	assert_int_equal(sbx_agent_chan_restart(NULL), -1);
+	evbuffer_free(dead);
 	evbuffer_free(out);
 	event_base_free(base);
 }
@@ -451,6 +532,7 @@ main(void)
 		cmocka_unit_test(test_header_rules_of_protocol_4),
 		cmocka_unit_test(test_decoder_takes_events_only_on_a_link),
 		cmocka_unit_test(test_control_goes_only_to_ctrl_streams),
+		cmocka_unit_test(test_stream_frames_wait_for_the_hello_and_survive_a_restart),
 		cmocka_unit_test(test_channel_refuses_an_event_from_the_agent),
 		cmocka_unit_test(test_a_protocol_3_hello_fails_the_channel),
 	};

@@ -945,6 +945,9 @@ vm_adopt_all(struct vmdrv *d)
 		arm(v, 0);
 		snprintf(path, sizeof(path), "%ld", pid);
 		log_info("vm adopted", "id", v->id, "pid", path, NULL);
+		/* qemu's cgroup, for the processes started for it from now on
+		 * (the egress proxy) */
+		vm_cg_find(&v->cg, v->id);
 		vm_egress_adopt(v);
 		adopted++;
 	}

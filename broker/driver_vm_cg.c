@@ -1,4 +1,4 @@
-/* driver_vm_cg.c - makes and removes the vm driver's per-VM cgroups (adr/0069); touches only /sys/fs/cgroup/.../sbx-vm. */
+/* driver_vm_cg.c - makes, finds again (after a broker restart) and removes the vm driver's per-VM cgroups (adr/0069); touches only /sys/fs/cgroup/.../sbx-vm. */
 #include <sys/stat.h>
 
 #include <errno.h>
@@ -103,6 +103,29 @@ vm_cg_make(struct vm_cg *cg, const char *name, int64_t mem_bytes,
 			rmdir(dir);
 	}
 	return limited;
+}
+
+size_t
+vm_cg_find(struct vm_cg *cg, const char *name)
+{
+	static const char *const v1[] = { CG "/memory/" STEM, CG "/pids/" STEM,
+	    CG "/cpu/" STEM };
+	char dir[280];
+	size_t i;
+
+	memset(cg, 0, sizeof(*cg));
+	if (access(CG "/cgroup.controllers", F_OK) == 0) {
+		snprintf(dir, sizeof(dir), CG "/" STEM "/%s", name);
+		if (access(dir, F_OK) == 0)
+			add(cg, dir);
+		return cg->n;
+	}
+	for (i = 0; i < sizeof(v1) / sizeof(v1[0]); i++) {
+		snprintf(dir, sizeof(dir), "%s/%s", v1[i], name);
+		if (access(dir, F_OK) == 0)
+			add(cg, dir);
+	}
+	return cg->n;
 }
 
 void

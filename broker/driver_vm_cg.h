@@ -28,6 +28,15 @@ struct vm_cg {
 size_t vm_cg_make(struct vm_cg *cg, const char *name, int64_t mem_bytes,
     int64_t pids, int cpus);
 
+/*
+ * The cgroup(s) an earlier broker made for VM name (vm_cg_make's
+ * directories that still exist, v2 or v1), into cg->join, limits untouched
+ * (qemu, adopted, still runs in them): so a process started for an adopted
+ * VM (its egress proxy) joins qemu's cgroup as at the first boot. Returns
+ * how many (0: none exists; cg->join then names nothing).
+ */
+size_t vm_cg_find(struct vm_cg *cg, const char *name);
+
 /* Removes the cgroup directories of VM name, v2 and v1 alike (their
  * processes have exited; one made by an earlier broker too); idempotent. */
 void vm_cg_remove(const char *name);

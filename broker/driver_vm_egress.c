@@ -231,6 +231,9 @@ vm_egress_start(struct vm *v, struct sbx_err *err)
 	how.gid = d->px_gid;
 	how.fds[0] = lfd;
 	how.fds[1] = cfd;
+	/* Its only clients come through this broker's link, which dies with
+	 * the broker: it dies too (a new broker starts a fresh one). */
+	how.pdeath = 1;
 	vpath(v, VM_EG_LOG, log, sizeof(log));
 	if ((v->proxy = vm_proc_spawn(d->base.base, argv, log, &how, on_proxy_exit, v,
 	    &pid, err)) == NULL)

@@ -45,11 +45,13 @@ int vm_egress_qemu(struct vm *v, const char **argv, int n, char *buf, size_t len
 
 /*
  * Starts v's proxy when v has an allowlist and none runs: sbx-proxy with
- * --allow/--cidr per entry (the engine's argv), listening on a socket the
- * broker bound (VM_EG_PROXY_SOCK, handed over as fd 3), counts on fd 4,
- * stdout and stderr to VM_EG_LOG, as the vm_runas user, in the VM's
- * cgroup (v->cg: call after it is made); pid in VM_EG_PROXY_PID. 0, or
- * -1 with err runtime_error (the socket, the files or the process).
+ * --allow/--cidr per entry (the engine's argv), argv[0]
+ * "sbx-proxy:<v->dir>" (how vm_kill_strays knows it), listening on a
+ * socket the broker bound (VM_EG_PROXY_SOCK, handed over as fd 3), counts
+ * on fd 4, stdout and stderr to VM_EG_LOG, as the vm_runas user, in the
+ * VM's cgroup (v->cg: call after it is made or found), killed by the
+ * kernel when the broker dies (PR_SET_PDEATHSIG); pid in VM_EG_PROXY_PID.
+ * 0, or -1 with err runtime_error (the socket, the files or the process).
  */
 int vm_egress_start(struct vm *v, struct sbx_err *err);
 
@@ -67,9 +69,11 @@ void vm_egress_link(struct vm *v);
  * proxy (killed and waited for) and their sockets and pidfile. */
 void vm_egress_end(struct vm *v);
 
-/* After a broker restart (VM adopted): a proxy VM_EG_PROXY_PID names that
- * is this VM's is killed (its connections went with the old broker's
- * link anyway) and a new one started. */
+/* After a broker restart (VM adopted, v->cg found again): a proxy
+ * VM_EG_PROXY_PID names that is this VM's (normally gone with the old
+ * broker already) is killed (its connections went with the old broker's
+ * link anyway) and a new one started in the VM's cgroup; any other is
+ * vm_kill_strays's. */
 void vm_egress_adopt(struct vm *v);
 
 /*

@@ -1,4 +1,5 @@
 /* driver_vm_proc.c - starts and watches the vm driver's processes (qemu, mkfs.ext4) with pidfds on the event loop; touches only processes it started or was handed. */
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <poll.h>
 #include <sys/wait.h>
@@ -86,7 +87,7 @@ vm_proc_spawn(struct event_base *base, const char *const *argv,
 {
 	const char *const *join = how->join;
 	struct vm_proc *p;
-	pid_t c;
+	pid_t c, parent = getpid();
 
 	if ((c = fork()) < 0) {
 		sbx_err_set(err, SBX_E_INTERNAL, "cannot start %s: fork failed", argv[0]);
@@ -128,6 +129,11 @@ vm_proc_spawn(struct event_base *base, const char *const *argv,
 		if (how->uid != 0 && (setgroups(0, NULL) != 0 || setgid(how->gid) != 0 ||
 		    setuid(how->uid) != 0))
 			_exit(126);
+		/* After the uid change, which clears it; a parent gone before
+		 * it was set has made us someone else's child. */
+		if (how->pdeath && (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 ||
+		    getppid() != parent))
+			_exit(126);
 		execvp(how->exe != NULL ? how->exe : argv[0], (char *const *)argv);
 		_exit(127);
 	}
@@ -145,6 +151,12 @@ struct vm_proc *
 vm_proc_adopt(struct event_base *base, pid_t pid, vm_proc_cb cb, void *arg)
 {
 	return watch(base, pid, 0, cb, arg);
+}
+
+pid_t
+vm_proc_pid(const struct vm_proc *p)
+{
+	return p->pid;
 }
 
 void

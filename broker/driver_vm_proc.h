@@ -36,6 +36,11 @@ struct vm_proc_how {
 	gid_t gid;
 	int fds[2];                    /* descriptors it gets as 3 and 4 (the
 	                                * caller's stay open in the broker), -1: none */
+	int pdeath;                    /* 1: SIGKILLed when the broker dies
+	                                * (PR_SET_PDEATHSIG, set after the uid
+	                                * change; a broker already gone by then
+	                                * ends it before it runs); 0: it outlives
+	                                * the broker (qemu) */
 };
 
 /* vm_proc_start with how (borrowed for the call; see its members). Same
@@ -52,6 +57,9 @@ struct vm_proc *vm_proc_spawn(struct event_base *base, const char *const *argv,
  */
 struct vm_proc *vm_proc_adopt(struct event_base *base, pid_t pid, vm_proc_cb cb,
     void *arg);
+
+/* The process's pid (p not NULL). */
+pid_t vm_proc_pid(const struct vm_proc *p);
 
 /* Sends sig to the process (through its pidfd: never a recycled pid). */
 void vm_proc_kill(struct vm_proc *p, int sig);

@@ -1,4 +1,4 @@
-/* driver_vm_scan.c - the vm driver's walks over what is on disk and running: every sandbox directory (list_sandboxes) and every qemu process of its state directory (strays killed at start); reads the VM registry, signals only qemu processes naming that directory. */
+/* driver_vm_scan.c - the vm driver's walks over what is on disk and running: every sandbox directory (list_sandboxes) and every qemu and egress proxy process of its state directory (strays killed at start); reads the VM registry, signals only qemu and sbx-proxy processes naming that directory. */
 #include <sys/syscall.h>
 
 #include <dirent.h>
@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "driver_vm_box.h"
+#include "driver_vm_proc.h"
 #include "driver_vm_scan.h"
 #include "sbx_log.h"
 #include "sbx_path.h"
@@ -49,14 +50,15 @@ vm_list_all(struct vmdrv *d, struct sbx_status **sts, size_t *n)
 	return 0;
 }
 
-/* 1 when pid is the qemu of a VM in memory. */
+/* 1 when pid is the qemu or the egress proxy of a VM in memory. */
 static int
 accounted(struct vmdrv *d, pid_t pid)
 {
 	struct vm *v;
 
 	TAILQ_FOREACH(v, &d->vms, link)
-		if (v->pid == pid && v->proc != NULL)
+		if ((v->pid == pid && v->proc != NULL) ||
+		    (v->proxy != NULL && vm_proc_pid(v->proxy) == pid))
 			return 1;
 	return 0;
 }
@@ -64,14 +66,16 @@ accounted(struct vmdrv *d, pid_t pid)
 int
 vm_kill_strays(struct vmdrv *d)
 {
-	char path[64], want[600], buf[8192];
+	char path[64], want[600], proxy[600], buf[8192];
 	struct dirent *e;
-	int killed = 0, fd;
+	int killed = 0, fd, is_proxy;
 	ssize_t r, i;
 	DIR *dh;
 	pid_t pid;
 
 	snprintf(want, sizeof(want), "path=%s/vm/", d->cfg.state_dir);
+	/* argv[0] of every egress proxy the driver starts (driver_vm_egress.c) */
+	snprintf(proxy, sizeof(proxy), "sbx-proxy:%s/vm/", d->cfg.state_dir);
 	if ((dh = opendir("/proc")) == NULL)
 		return 0;
 	while ((e = readdir(dh)) != NULL) {
@@ -85,17 +89,20 @@ vm_kill_strays(struct vmdrv *d)
 		close(fd);
 		if (r <= 0)
 			continue;
+		buf[r] = '\0';
+		is_proxy = strncmp(buf, proxy, strlen(proxy)) == 0;
 		for (i = 0; i < r; i++)
 			if (buf[i] == '\0')
 				buf[i] = ' ';
 		buf[r] = '\0';
-		if (strstr(buf, "qemu") == NULL || strstr(buf, want) == NULL)
+		if (!is_proxy && (strstr(buf, "qemu") == NULL || strstr(buf, want) == NULL))
 			continue;
 		/* Through a pidfd: the pid cannot be another process by then. */
 		if ((fd = (int)syscall(SYS_pidfd_open, pid, 0)) >= 0) {
 			syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
 			close(fd);
-			log_warn("vm: killed a qemu no sandbox directory accounts for",
+			log_warn(is_proxy ? "vm: killed an egress proxy no running VM "
+			    "accounts for" : "vm: killed a qemu no sandbox directory accounts for",
 			    "pid", e->d_name, NULL);
 			killed++;
 		}

@@ -11,8 +11,10 @@ int vm_list_all(struct vmdrv *d, struct sbx_status **sts, size_t *n);
 /*
  * After vm_adopt_all: SIGKILLs every qemu process whose command line names
  * a socket under STATE/vm/ and that no VM in memory accounts for (its
- * directory was removed, its pidfile lost): nothing of ours is orphaned.
- * Returns how many.
+ * directory was removed, its pidfile lost), and every egress proxy whose
+ * argv[0] is "sbx-proxy:STATE/vm/..." that is not the proxy of a VM in
+ * memory (its VM gone or not adopted, a pidfile never written, one an
+ * earlier broker left): nothing of ours is orphaned. Returns how many.
  */
 int vm_kill_strays(struct vmdrv *d);
 

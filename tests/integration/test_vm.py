@@ -1,7 +1,8 @@
 """test_vm - sandbox-broker with `driver = vm` (adr/0069) through its HTTP API:
 one microVM (qemu -M microvm, TCG) carries exec, files, the user, the missing
 network, a clean stop, a broker restart that adopts the running VM, and
-destroy; a second one egress through an allowlist (two boots). One VM for the whole suite where the asserts allow (boots cost
+destroy; a second one egress through an allowlist (two boots), a third
+egress across a broker SIGKILL (one boot). One VM for the whole suite where the asserts allow (boots cost
 seconds under TCG); the tests run in order (names numbered)."""
 
 import base64
@@ -596,6 +597,124 @@ class VmBroker(unittest.TestCase):
             self.assertEqual(left, [])
         finally:
             srv.shutdown()
+            self.call("DELETE", "/v1/sandboxes/" + sid)
+
+    def proxies(self):
+        """pids of the running sbx-proxy processes named for this state dir."""
+        return sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and
+                      alive(int(p)) and
+                      self.cmdline(int(p)).startswith(b"sbx-proxy:" + self.state.encode()))
+
+    @staticmethod
+    def cgroups(pid):
+        """{controller: path} of pid's memory, pids and cpu cgroups (v1), or
+        {"": path} (v2)."""
+        with open("/proc/%d/cgroup" % pid) as f:
+            lines = [ln.strip().split(":", 2) for ln in f]
+        paths = {c: p for _, cs, p in lines for c in (cs.split(",") if cs else [""])}
+        keys = [""] if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else \
+            ["memory", "pids", "cpu"]
+        return {k: paths.get(k) for k in keys}
+
+    def test_6_egress_survives_a_broker_kill(self):
+        """A vm sandbox with an allowlist and a broker SIGKILLed: its egress
+        proxy dies with the broker (nothing serves it without the broker's
+        link) while the VM runs on; the new broker adopts the VM, kills
+        sbx-proxy processes named for its state dir that no running VM
+        accounts for (one for this sandbox no pidfile names, one for a
+        sandbox that is gone), and runs exactly one new proxy for it, in
+        the VM's cgroup as at its first boot; a fetch through the relay
+        works again; destroy leaves no proxy (one boot)."""
+        import http.server
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                b = b"hello after the restart\n"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(b)))
+                self.end_headers()
+                self.wfile.write(b)
+
+            def log_message(self, *a):
+                pass
+
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        sid = ID + "-egr"
+        url = "http://127.0.0.1:%d/page" % srv.server_address[1]
+        vdir = os.path.join(self.state, "vm", sid)
+        strays = []
+        try:
+            st, js = self.call("PUT", "/v1/sandboxes/" + sid,
+                               {"egress": True, "egress_allow": ["127.0.0.1", "127.0.0.0/8"]})
+            self.assertEqual((st, js.get("state")), (200, "running"), js)
+            self.assertTrue(self.egress_fetch(sid, url).endswith(b"hello after the restart\n"))
+            with open(os.path.join(vdir, "qemu.pid")) as f:
+                qemu = int(f.read().strip())
+            old = self.proxy_pid(sid)
+            self.assertEqual(self.proxies(), [old])
+            self.assertEqual(self.cgroups(old), self.cgroups(qemu))
+            self.broker.kill()
+            self.broker.wait(timeout=30)
+            type(self).broker = None
+            deadline = time.time() + 10
+            while time.time() < deadline and alive(old):
+                time.sleep(0.05)
+            self.assertFalse(alive(old))         # gone with the broker
+            self.assertTrue(alive(qemu))         # the VM runs on
+            self.assertEqual(self.proxies(), [])
+            # Strays a new broker must account for: a proxy of this sandbox
+            # whose pidfile was never written, one of a sandbox that is gone.
+            sock_dir = tempfile.mkdtemp(prefix="sbx-vmstray-")
+            self.addCleanup(shutil.rmtree, sock_dir, True)
+            for i, name in enumerate((vdir, os.path.join(self.state, "vm", "ghost"))):
+                strays.append(subprocess.Popen(
+                    ["sbx-proxy:" + name, "--listen",
+                     "unix:%s/s%d.sock" % (sock_dir, i), "--allow", "127.0.0.1"],
+                    executable=os.path.join(vmfix.BUILD, "sbx-proxy"),
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            deadline = time.time() + 10
+            while time.time() < deadline and len(self.proxies()) < 2:
+                time.sleep(0.05)
+            self.assertEqual(self.proxies(), sorted(p.pid for p in strays))
+            self.start_broker()
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                st, js = self.call("GET", "/v1/sandboxes/" + sid)
+                if js.get("state") == "running":
+                    break
+                time.sleep(0.2)
+            self.assertEqual(js["state"], "running", js)
+            deadline = time.time() + 30
+            while time.time() < deadline and any(p.poll() is None for p in strays):
+                time.sleep(0.05)
+            self.assertEqual([p.poll() for p in strays], [-signal.SIGKILL] * 2)
+            with open(os.path.join(vdir, "qemu.pid")) as f:
+                self.assertEqual(int(f.read().strip()), qemu)   # adopted, no new boot
+            new = self.proxy_pid(sid)
+            self.assertIsNotNone(new)
+            self.assertEqual(self.proxies(), [new])
+            self.assertNotEqual(new, old)
+            want = self.cgroups(qemu)
+            for path in want.values():
+                self.assertTrue(path.endswith("/sbx-vm/" + sid), want)
+            self.assertEqual(self.cgroups(new), want)
+            out = self.egress_fetch(sid, url)
+            self.assertIn(b"200", out.split(b"\r\n")[0], out)
+            self.assertTrue(out.endswith(b"hello after the restart\n"), out)
+            st, js = self.call("DELETE", "/v1/sandboxes/" + sid)
+            self.assertIn(st, (200, 204), js)
+            self.assertFalse(alive(qemu))
+            self.assertFalse(alive(new))
+            self.assertEqual(self.proxies(), [])
+        finally:
+            srv.shutdown()
+            for p in strays:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            if self.broker is None:
+                self.start_broker()
             self.call("DELETE", "/v1/sandboxes/" + sid)
 
     @staticmethod

@@ -106,13 +106,17 @@ def fig_pool(b, conn_cls, med, pct):
     rounds = _env_int("BENCH_POOL_ROUNDS", 4 if quick else 10)
     size = _env_int("BENCH_POOL_SIZE", 2)
     pc = _start(b, size, conn_cls)
+    # A connection of its own to the bench's broker for the cold ensures:
+    # the bench's b.bconn may have been closed as idle during an earlier
+    # long figure (a stream), which then fails with EPIPE here.
+    bc = conn_cls(b.bsock, [("Authorization", "Bearer " + b.token)])
     claim, cold = [], []
     try:
         for i in range(rounds + 1):
             _wait(lambda: _ready(pc) == size, "the pool's refill")
             for which in ((0, 1) if i % 2 == 0 else (1, 0)):
                 name = "pool-%d-%d" % (i, which)
-                conn = pc if which == 0 else b.bconn
+                conn = pc if which == 0 else bc
                 before = _claims(pc)
                 t0 = time.perf_counter_ns()
                 conn.json("PUT", "/v1/sandboxes/" + name, {"egress": False})
@@ -123,6 +127,7 @@ def fig_pool(b, conn_cls, med, pct):
                 if i >= 1:   # the first round warms
                     (claim if which == 0 else cold).append(t)
     finally:
+        bc.close()
         _stop(b)
         # The drain: a start with warm_pool 0 removes the members.
         try:

@@ -342,7 +342,8 @@ fail_resp(struct cli_conn *c, const struct cli_resp *r)
 {
 	struct sbx_err err;
 	json_t *j = NULL, *e;
-	const char *msg = NULL, *code;
+	const char *msg = NULL, *code, *max;
+	long long ms;
 	char *body;
 	size_t len = 0;
 
@@ -360,6 +361,13 @@ fail_resp(struct cli_conn *c, const struct cli_resp *r)
 		 * ("ensure"): the player gets his NPC's name and our command. */
 		errmsg("%s's sandbox is not running (start it with: sbxctl "
 		    "up %s).", hint_npc, hint_npc);
+	else if (msg != NULL && code != NULL && strcmp(code,
+	    SBX_E_LIMIT_EXCEEDED) == 0 && strstr(msg, "\"timeout_ms\"") != NULL &&
+	    (max = strrchr(msg, '(')) != NULL && sscanf(max, "(%lld)", &ms) == 1)
+		/* The broker names its wire field in milliseconds (broker_within);
+		 * the player typed -t in seconds. */
+		errmsg("-t asks for more than the server allows: at most %lld s "
+		    "(its exec_timeout_max).", ms / 1000);
 	else if (msg != NULL)
 		errmsg("%s", msg);
 	else if (r->status == 401)

@@ -95,6 +95,14 @@ class CLITest(unittest.TestCase):
         self.assertEqual(r.returncode, 124, r.stderr)
         self.assertIn(b"timeout", r.stderr.lower())
 
+    def test_exec_timeout_over_the_ceiling_is_said_in_seconds(self):
+        # the broker names its wire field in milliseconds; the player typed -t
+        r = self.sbx("exec", "-t", "100000", "alice", "--", "true")
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stderr, rb"-t asks for more than the server allows: at most \d+ s "
+                         rb"\(its exec_timeout_max\)")
+        self.assertNotIn(b"timeout_ms", r.stderr)
+
     def test_ctrl_c_cancels_the_exec_and_kills_its_processes(self):
         env = clean_env()
         env.update(HOME=self.home, SBX_URL=self.stack.url, SBX_KEY=self.stack.player)

@@ -24,6 +24,12 @@
 #define VMUX_HDR 8
 #define VMUX_DATA_MAX 16384
 #define VMUX_WINDOW (64 * 1024)
+/* The broker side reads no more of a peer's frames while more than this
+ * many bytes of its own wait for that peer to read them (sbx_vmux_link.c);
+ * it reads again once they are down to half. Fixed like the window: it
+ * bounds what a guest that never reads its port can make the broker queue
+ * beyond the credit. */
+#define VMUX_OUT_PAUSE (256 * 1024)
 
 enum vmux_type { VMUX_OPEN = 1, VMUX_DATA, VMUX_EOF, VMUX_CLOSE, VMUX_CREDIT };
 

@@ -34,6 +34,7 @@ struct vmux {
 	size_t n;
 	struct vconn **c;
 	uint32_t next_id;
+	int paused;         /* the peer's frames unread until it reads ours */
 };
 
 static void conn_read(struct bufferevent *bev, void *arg);
@@ -275,15 +276,31 @@ link_read(struct bufferevent *bev, void *arg)
 {
 	struct vmux *m = arg;
 	struct evbuffer *in = bufferevent_get_input(bev);
+	struct evbuffer *out = bufferevent_get_output(bev);
 	struct vmux_frame f;
 	const char *why = NULL;
+	unsigned char *p;
 	size_t have;
 	long r;
 
 	while ((have = evbuffer_get_length(in)) > 0) {
+		/* Broker side: a peer that does not read what it is answered
+		 * (CLOSE, CREDIT, the DATA its credit asked for) is not read
+		 * either until it has, so it cannot grow our queue (link_write
+		 * resumes). Not on the guest side: both waiting would be a
+		 * deadlock, and the broker always reads. */
+		if (m->open != NULL && evbuffer_get_length(out) > VMUX_OUT_PAUSE) {
+			m->paused = 1;
+			bufferevent_disable(bev, EV_READ);
+			return;
+		}
 		if (have > VMUX_HDR + VMUX_DATA_MAX)
 			have = VMUX_HDR + VMUX_DATA_MAX;
-		r = vmux_parse(evbuffer_pullup(in, (ssize_t)have), have, &f, &why);
+		if ((p = evbuffer_pullup(in, (ssize_t)have)) == NULL) {
+			m->end(m->arg, "out of memory");
+			return;
+		}
+		r = vmux_parse(p, have, &f, &why);
 		if (r == 0)
 			return;
 		if (r < 0 || (why = on_frame(m, &f)) != NULL) {
@@ -292,6 +309,20 @@ link_read(struct bufferevent *bev, void *arg)
 		}
 		evbuffer_drain(in, (size_t)r);
 	}
+}
+
+/* Our queue to the peer fell to VMUX_OUT_PAUSE / 2: read its frames again,
+ * those that waited first. */
+static void
+link_write(struct bufferevent *bev, void *arg)
+{
+	struct vmux *m = arg;
+
+	if (!m->paused)
+		return;
+	m->paused = 0;
+	bufferevent_enable(bev, EV_READ);
+	link_read(bev, m);      /* may end (free) the link: nothing after */
 }
 
 static void
@@ -322,7 +353,8 @@ vmux_new(struct bufferevent *link, int max_conns, vmux_open_cb open, vmux_end_cb
 	m->end = end;
 	m->arg = arg;
 	m->next_id = 1;
-	bufferevent_setcb(link, link_read, NULL, link_event, m);
+	bufferevent_setcb(link, link_read, link_write, link_event, m);
+	bufferevent_setwatermark(link, EV_WRITE, VMUX_OUT_PAUSE / 2, 0);
 	bufferevent_enable(link, EV_READ | EV_WRITE);
 	return m;
 }

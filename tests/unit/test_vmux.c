@@ -289,6 +289,57 @@ test_bytes_past_the_window_abort_only_that_connection(void **state)
 	rig_down();
 }
 
+/*
+ * A guest that never reads its port and keeps sending frames the broker
+ * must answer (OPENs past the cap: a CLOSE each) must not grow the broker's
+ * queue without bound: the broker stops reading its frames (the guest's
+ * writes then block) until it reads what waits, and then carries on.
+ */
+static void
+test_a_guest_that_never_reads_is_not_read_either(void **state)
+{
+	static unsigned char frames[64 * 1024];
+	unsigned char in[4096], h[VMUX_HDR];
+	size_t took = 0, i, got = 0;
+	int raw, k;
+	ssize_t r;
+
+	(void)state;
+	raw = rig_up(1, 1);
+	vmux_header(h, VMUX_OPEN, 1, 0);
+	assert_int_equal(write(raw, h, VMUX_HDR), VMUX_HDR);
+	spin(3);
+	assert_int_equal(vmux_count(R.h), 1);     /* at the cap from now on */
+	for (k = 0; k < 4000 && took < (16u << 20); k++) {
+		/* The stream of OPENs 100, 101, ... from byte took on (a write
+		 * may take part of a frame). */
+		for (i = 0; i < sizeof(frames); i++) {
+			vmux_header(h, VMUX_OPEN, (uint32_t)(100 + (took + i) / VMUX_HDR), 0);
+			frames[i] = h[(took + i) % VMUX_HDR];
+		}
+		if ((r = write(raw, frames, sizeof(frames))) > 0)
+			took += (size_t)r;
+		spin(2);
+	}
+	/* A socketpair's buffers hold a few hundred KiB; 16 MiB of OPENs taken
+	 * means the broker queued 16 MiB of CLOSEs for a guest that reads none. */
+	if (took >= (4u << 20))
+		fail_msg("the broker took %zu bytes of frames from a guest that reads nothing", took);
+	assert_non_null(R.h);
+	/* The guest reads: every OPEN past the cap gets its CLOSE, the link lives. */
+	for (k = 0; k < 20000 && got < took - took % VMUX_HDR; k++) {
+		spin(1);
+		while ((r = read(raw, in, sizeof(in))) > 0)
+			got += (size_t)r;
+	}
+	assert_int_equal(got, took - took % VMUX_HDR);
+	assert_non_null(R.h);
+	assert_null(R.h_end);
+	assert_int_equal(vmux_count(R.h), 1);
+	close(raw);
+	rig_down();
+}
+
 static void
 test_garbage_ends_the_link_with_the_reason(void **state)
 {
@@ -333,6 +384,7 @@ main(void)
 		cmocka_unit_test(test_a_connection_carries_a_megabyte_and_both_half_closes),
 		cmocka_unit_test(test_opens_past_the_cap_are_closed),
 		cmocka_unit_test(test_bytes_past_the_window_abort_only_that_connection),
+		cmocka_unit_test(test_a_guest_that_never_reads_is_not_read_either),
 		cmocka_unit_test(test_garbage_ends_the_link_with_the_reason),
 		cmocka_unit_test(test_the_guest_side_refuses_an_open),
 	};

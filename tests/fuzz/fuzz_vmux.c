@@ -12,7 +12,13 @@
  *    every shorter prefix of a whole frame is "need more" (0), never a
  *    frame or an error; a refusal names its reason;
  *  - the broker side's link, fed the input as the guest's stream, ends at
- *    most once, holds at most max_conns connections, and frees cleanly.
+ *    most once, holds at most max_conns connections, and frees cleanly;
+ *  - an input whose size is 1 mod 4 plays a guest that does not read its
+ *    port: the input is fed again and again (up to DEAF_FEED bytes) while
+ *    nothing reads the broker's answers, and the broker's queue for the
+ *    guest stays within VMUX_OUT_PAUSE and a little (its "proxies" never
+ *    write, so it holds no DATA); then the guest reads and the link, if it
+ *    lives, carries on.
  */
 #include <sys/socket.h>
 
@@ -20,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
@@ -28,6 +35,8 @@
 #include "sbx_vmux_link.h"
 
 #define MAX_CONNS 3
+#define DEAF_FEED (768 * 1024)
+#define DEAF_SLACK (64 * 1024)
 
 static struct event_base *base;
 static struct vmux *host;
@@ -102,9 +111,10 @@ int
 LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
 	unsigned char sink[4096];
-	size_t off = 0;
+	struct bufferevent *hb;
+	size_t off = 0, fed = 0, total = size;
 	ssize_t w;
-	int sp[2], i, j;
+	int sp[2], i, j, deaf = size % 4 == 1;
 
 	check_parse(data, size);
 	if (size > 1 << 18)
@@ -114,22 +124,35 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	ended = opened = 0;
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sp) != 0)
 		return 0;
-	host = vmux_new(bufferevent_socket_new(base, sp[1], BEV_OPT_CLOSE_ON_FREE),
-	    MAX_CONNS, open_cb, end_cb, NULL);
+	hb = bufferevent_socket_new(base, sp[1], BEV_OPT_CLOSE_ON_FREE);
+	host = vmux_new(hb, MAX_CONNS, open_cb, end_cb, NULL);
 	FUZZ_ASSERT(host != NULL);
-	for (i = 0; i < 64 && host != NULL; i++) {
-		if (off < size && (w = write(sp[0], data + off, size - off)) > 0)
+	if (deaf && size > 0)
+		total = DEAF_FEED / size * size;
+	for (i = 0; i < (deaf ? 4096 : 64) && host != NULL; i++) {
+		w = fed < total ? write(sp[0], data + off, size - off) : 0;
+		if (w > 0) {
 			off += (size_t)w;
+			fed += (size_t)w;
+			if (off == size)
+				off = 0;
+		}
 		event_base_loop(base, EVLOOP_NONBLOCK);
-		if (host != NULL)
+		if (host != NULL) {
 			FUZZ_ASSERT(vmux_count(host) <= MAX_CONNS);
-		/* What the broker answers and the "proxy" gets is drained. */
+			FUZZ_ASSERT(evbuffer_get_length(bufferevent_get_output(hb)) <=
+			    VMUX_OUT_PAUSE + DEAF_SLACK);
+		}
+		/* What the broker answers and the "proxy" gets is drained (a
+		 * deaf guest reads its port only once it has said all). */
+		if (deaf && fed < total && w > 0)
+			continue;
 		while (read(sp[0], sink, sizeof(sink)) > 0)
 			;
 		for (j = 0; j < opened; j++)
 			while (far[j] >= 0 && read(far[j], sink, sizeof(sink)) > 0)
 				;
-		if (off == size && i > 8)
+		if (fed >= total && i > 8)
 			break;
 	}
 	vmux_free(host);

@@ -30,6 +30,15 @@
  * bounds what a guest that never reads its port can make the broker queue
  * beyond the credit. */
 #define VMUX_OUT_PAUSE (256 * 1024)
+/* The broker side dials its proxy for at most VMUX_OPEN_RATE OPENs a second
+ * of one link, after a burst of VMUX_OPEN_BURST (a token bucket); an OPEN
+ * beyond waits unread, and the link's reading with it, until a token comes
+ * (sbx_vmux_link.c). Fixed like the window: an OPEN/CLOSE loop of a guest
+ * would otherwise cost the shared broker a socket, connect and close per
+ * 16 bytes it sends (adr/0069, review of session 11). OPENs past the
+ * connection cap dial nothing and take no token. */
+#define VMUX_OPEN_RATE 100
+#define VMUX_OPEN_BURST 100
 
 enum vmux_type { VMUX_OPEN = 1, VMUX_DATA, VMUX_EOF, VMUX_CLOSE, VMUX_CREDIT };
 

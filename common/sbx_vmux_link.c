@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -35,6 +36,9 @@ struct vmux {
 	struct vconn **c;
 	uint32_t next_id;
 	int paused;         /* the peer's frames unread until it reads ours */
+	double tokens;      /* OPENs this side may still dial now (VMUX_OPEN_RATE) */
+	uint64_t tok_ms;    /* when tokens was last topped up (CLOCK_MONOTONIC) */
+	struct event *rate; /* reads again once a token is there */
 };
 
 static void conn_read(struct bufferevent *bev, void *arg);
@@ -271,6 +275,40 @@ on_frame(struct vmux *m, const struct vmux_frame *f)
 	return "unknown frame";
 }
 
+static uint64_t
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Broker side, f an OPEN that would dial: 1 when a token is there (taken),
+ * else 0 with the link's reading off until one comes (rate_due). */
+static int
+open_token(struct vmux *m)
+{
+	uint64_t now = mono_ms();
+	struct timeval tv;
+	double wait_ms;
+
+	m->tokens += (double)(now - m->tok_ms) * VMUX_OPEN_RATE / 1000.0;
+	if (m->tokens > VMUX_OPEN_BURST)
+		m->tokens = VMUX_OPEN_BURST;
+	m->tok_ms = now;
+	if (m->tokens >= 1.0) {
+		m->tokens -= 1.0;
+		return 1;
+	}
+	wait_ms = (1.0 - m->tokens) * 1000.0 / VMUX_OPEN_RATE + 1;
+	tv.tv_sec = 0;
+	tv.tv_usec = (suseconds_t)(wait_ms * 1000);
+	bufferevent_disable(m->link, EV_READ);
+	evtimer_add(m->rate, &tv);
+	return 0;
+}
+
 static void
 link_read(struct bufferevent *bev, void *arg)
 {
@@ -303,6 +341,10 @@ link_read(struct bufferevent *bev, void *arg)
 		r = vmux_parse(p, have, &f, &why);
 		if (r == 0)
 			return;
+		/* An OPEN that would dial waits for its token, unread. */
+		if (r > 0 && f.type == VMUX_OPEN && m->open != NULL &&
+		    m->n < (size_t)m->max && find(m, f.id) == NULL && !open_token(m))
+			return;
 		if (r < 0 || (why = on_frame(m, &f)) != NULL) {
 			m->end(m->arg, why);
 			return;
@@ -325,6 +367,20 @@ link_write(struct bufferevent *bev, void *arg)
 	link_read(bev, m);      /* may end (free) the link: nothing after */
 }
 
+/* A token is there again: read the OPEN that waited, and what follows. */
+static void
+rate_due(evutil_socket_t fd, short what, void *arg)
+{
+	struct vmux *m = arg;
+
+	(void)fd;
+	(void)what;
+	if (m->paused)
+		return;          /* link_write resumes, and meets the bucket again */
+	bufferevent_enable(m->link, EV_READ);
+	link_read(m->link, m);  /* may end (free) the link: nothing after */
+}
+
 static void
 link_event(struct bufferevent *bev, short what, void *arg)
 {
@@ -342,11 +398,16 @@ vmux_new(struct bufferevent *link, int max_conns, vmux_open_cb open, vmux_end_cb
 	struct vmux *m = calloc(1, sizeof(*m));
 
 	if (m == NULL || max_conns < 1 ||
-	    (m->c = calloc((size_t)max_conns, sizeof(*m->c))) == NULL) {
+	    (m->c = calloc((size_t)max_conns, sizeof(*m->c))) == NULL ||
+	    (m->rate = evtimer_new(bufferevent_get_base(link), rate_due, m)) == NULL) {
+		if (m != NULL)
+			free(m->c);
 		free(m);
 		bufferevent_free(link);
 		return NULL;
 	}
+	m->tokens = VMUX_OPEN_BURST;
+	m->tok_ms = mono_ms();
 	m->link = link;
 	m->max = max_conns;
 	m->open = open;
@@ -397,6 +458,7 @@ vmux_free(struct vmux *m)
 		if (m->c[i] != NULL)
 			conn_free(m->c[i]);
 	bufferevent_free(m->link);
+	event_free(m->rate);
 	free(m->c);
 	free(m);
 }

@@ -30,7 +30,10 @@ typedef void (*vmux_end_cb)(void *arg, const char *why);
  * other side is then malformed). Each connection has VMUX_WINDOW bytes of
  * credit each way: its bytes are read only while the other side has room
  * for them, so a link holds at most about max_conns * VMUX_WINDOW * 2
- * bytes queued. EOF on one side's socket reaches the other side's socket
+ * bytes queued (plus VMUX_OUT_PAUSE of frames the broker side answers a
+ * peer that does not read); the broker side dials (open) at most
+ * VMUX_OPEN_RATE times a second after a burst of VMUX_OPEN_BURST, an OPEN
+ * beyond waiting unread. EOF on one side's socket reaches the other side's socket
  * as a shutdown(SHUT_WR) once everything before it was written; a
  * connection ends when both directions did, or at once (CLOSE) on an
  * error. Returns NULL when out of memory (link then freed too).

@@ -340,6 +340,63 @@ test_a_guest_that_never_reads_is_not_read_either(void **state)
 	rig_down();
 }
 
+static int opens;
+
+/* Counts the dials; the proxy's end is closed at once (the guest's CLOSE
+ * frees the connection anyway). */
+static struct bufferevent *
+count_open(void *arg)
+{
+	int sp[2];
+
+	(void)arg;
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp) != 0)
+		return NULL;
+	close(sp[1]);
+	opens++;
+	return bev_of(sp[0]);
+}
+
+static void
+test_an_open_close_loop_dials_at_the_open_rate(void **state)
+{
+	unsigned char frames[2 * VMUX_HDR * 150];
+	struct timespec t0, t1;
+	int raw, i, sp[2];
+	long ms;
+
+	(void)state;
+	memset(&R, 0, sizeof(R));
+	opens = 0;
+	R.base = event_base_new();
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+	R.h = vmux_new(bev_of(sp[1]), 4, count_open, h_end, NULL);
+	raw = sp[0];
+	nb(raw);
+	/* 150 OPEN/CLOSE pairs at once, each under the cap: each would dial */
+	for (i = 0; i < 150; i++) {
+		vmux_header(frames + 2 * VMUX_HDR * i, VMUX_OPEN, (uint32_t)(i + 1), 0);
+		vmux_header(frames + 2 * VMUX_HDR * i + VMUX_HDR, VMUX_CLOSE, (uint32_t)(i + 1), 0);
+	}
+	assert_int_equal(write(raw, frames, sizeof(frames)), (ssize_t)sizeof(frames));
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	spin(50);
+	/* the burst, and no more until tokens come */
+	assert_in_range(opens, VMUX_OPEN_BURST, VMUX_OPEN_BURST + 5);
+	do {
+		event_base_loop(R.base, EVLOOP_ONCE);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	} while (opens < 150 && ms < 5000);
+	/* the other 50 at 100 a second: half a second, not at once */
+	assert_int_equal(opens, 150);
+	assert_true(ms >= 400);
+	assert_non_null(R.h);      /* throttled, not ended */
+	assert_int_equal(vmux_count(R.h), 0);
+	close(raw);
+	rig_down();
+}
+
 static void
 test_garbage_ends_the_link_with_the_reason(void **state)
 {
@@ -385,6 +442,7 @@ main(void)
 		cmocka_unit_test(test_opens_past_the_cap_are_closed),
 		cmocka_unit_test(test_bytes_past_the_window_abort_only_that_connection),
 		cmocka_unit_test(test_a_guest_that_never_reads_is_not_read_either),
+		cmocka_unit_test(test_an_open_close_loop_dials_at_the_open_rate),
 		cmocka_unit_test(test_garbage_ends_the_link_with_the_reason),
 		cmocka_unit_test(test_the_guest_side_refuses_an_open),
 	};

@@ -121,7 +121,7 @@ const struct sbx_config_key broker_config_keys[] = {
 	    "direct: the broker reaches each agent through a unix socket in a per-sandbox volume "
 	    "(adr/0066), the runtime exec stream when that is not reachable; runtime: always the stream"),
 	K("warm_pool", SBX_CFG_INT, warm_pool, "0",
-	    "sandboxes of the default image kept created, started and owned by no one; an ensure of a new sandbox claims one (adr/0067; 0: none, at most 64 and max_sandboxes)"),
+	    "sandboxes of the default image kept created, started and owned by no one; an ensure of a new sandbox claims one (adr/0067; driver = kubernetes: pods with their PVCs, adr/0072; 0: none, at most 64 and max_sandboxes)"),
 	K("shutdown_grace", SBX_CFG_DURATION_MS, shutdown_grace, "10s",
 	    "SIGTERM: how long in-flight requests may finish"),
 	K("socket_mode", SBX_CFG_MODE, socket_mode, "0660",

@@ -123,7 +123,8 @@ status_record(struct broker_server *s, const struct sbx_status *st,
 /*
  * The status object of st (sbx_wire.h) with what the broker knows better
  * than the driver, from row (NULL: none): the last use, and why it
- * stopped when the broker saw it stop. Writes nothing.
+ * stopped when the broker saw it stop, unless the driver says "lost"
+ * (its node went after it stopped: newer news). Writes nothing.
  */
 static json_t *
 status_json(const struct sbx_status *st, const struct broker_row *row)
@@ -134,7 +135,8 @@ status_json(const struct sbx_status *st, const struct broker_row *row)
 		out.last_used_at_ms = row->last_used_at_ms;
 		if (row->stop_reason[0] != '\0' &&
 		    st->state == SBX_STATE_STOPPED &&
-		    strcmp(row->state, "stopped") == 0)
+		    strcmp(row->state, "stopped") == 0 &&
+		    strcmp(st->stop_reason, "lost") != 0)
 			snprintf(out.stop_reason, sizeof(out.stop_reason), "%s",
 			    row->stop_reason);
 	}

@@ -37,6 +37,7 @@ broker_kube_driver_new(struct event_base *base, const struct broker_config *cfg,
 	kc.force_after_ms = cfg->kube_force_after;
 	kc.agent_ping_ms = cfg->agent_ping;
 	kc.egress_cidrs = cfg->kube_egress_cidrs;
+	kc.warm_pool = (int)cfg->warm_pool;
 	if ((d = sbx_kube_driver_new(base, &kc, err)) == NULL &&
 	    strcmp(err->code, SBX_E_BAD_REQUEST) == 0)
 		snprintf(err->code, sizeof(err->code), "%s", SBX_E_CONFIG);

@@ -20,7 +20,8 @@ struct broker_row {
 	int egress;
 	char state[16];           /* "running", "stopped", "absent" (container
 	                           * gone while the broker was away) */
-	char stop_reason[16];     /* "", "idle", "operator", "oom", "exited" */
+	char stop_reason[16];     /* "", "idle", "operator", "oom", "exited",
+	                           * "lost" (driver = kubernetes: its node) */
 	int64_t created_at_ms;
 	int64_t last_used_at_ms;  /* last operation (status reads do not count) */
 	int64_t stopped_at_ms;    /* when the broker saw it stop; 0 when running */

@@ -70,6 +70,7 @@ k_free(struct sbx_driver *d)
 	if (k == NULL)
 		return;
 	kube_chans_free(k);
+	kube_pool_free(k);
 	kube_watch_free(k);
 	if (k->ssl != NULL)
 		SSL_CTX_free(k->ssl);
@@ -163,6 +164,7 @@ sbx_kube_driver_new(struct event_base *base, const struct sbx_kube_config *cfg,
 	k->drv.base = base;
 	TAILQ_INIT(&k->pods);
 	TAILQ_INIT(&k->waits);
+	TAILQ_INIT(&k->lost);
 	TAILQ_INIT(&k->chans);
 	if (parse_server(k, cfg->server, err) != 0)
 		goto fail;
@@ -232,6 +234,13 @@ sbx_kube_driver_new(struct event_base *base, const struct sbx_kube_config *cfg,
 		bad(err, "exec_timeout", "is above exec_timeout_max");
 		goto fail;
 	}
+	if (cfg->warm_pool < 0 || cfg->warm_pool > 64) {
+		bad(err, "warm_pool", "must be 0..64");
+		goto fail;
+	}
+	/* made also with 0: the start's sweep drains an earlier pool */
+	if (kube_pool_new(k, cfg->warm_pool) != 0)
+		goto oom;
 	return &k->drv;
 oom:
 	sbx_err_oom(err);
@@ -248,6 +257,7 @@ static const struct {
 	{ "", "pods", "", "get" }, { "", "pods", "", "list" },
 	{ "", "pods", "", "watch" }, { "", "pods", "", "create" },
 	{ "", "pods", "", "delete" },
+	{ "", "pods", "", "patch" },          /* a warm pool claim's labels */
 	{ "", "pods", "exec", "get" }, { "", "pods", "exec", "create" },
 	{ "", "persistentvolumeclaims", "", "get" },
 	{ "", "persistentvolumeclaims", "", "list" },

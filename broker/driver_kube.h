@@ -43,6 +43,9 @@ struct sbx_kube_config {
 	const char *egress_cidrs;    /* comma-separated CIDRs an egress sandbox's
 	                              * NetworkPolicy allows [NULL: egress refused,
 	                              * forbidden] */
+	int warm_pool;               /* members made ahead (0..64) [0]; the
+	                              * broker's start deletes unclaimed ones of
+	                              * an earlier life whatever it is */
 };
 
 /*
@@ -65,15 +68,20 @@ struct sbx_kube_config {
  * the PVC at /work; the container runs `/.sbx/sbx-helper idle` with
  * limits memory and cpu.
  *
- * ensure: image and limits checked before any call; GET pod: Running ->
- * its status; absent (or Succeeded/Failed: deleted first) -> SA, PVC,
- * NetworkPolicy (each: 409 AlreadyExists is fine), Pod create, then the
- * pod is watched (through the driver's list+watch) until Running
- * (start_timeout_ms: timeout). A pod being deleted answers conflict.
+ * ensure: image and limits checked before any call; the pod (by label):
+ * Running -> its status; absent (or Succeeded/Failed: deleted first; on
+ * a lost node: deleted with gracePeriodSeconds 0) -> SA, the id's PVC
+ * (by label; none: a warm pool member claimed, else "work-ID" made),
+ * NetworkPolicy (409 AlreadyExists: replaced), Pod create, then the pod is
+ * watched (through the driver's list+watch) until Running
+ * (start_timeout_ms: timeout). A pod being deleted is waited for.
  * status: the pod's phase: Running -> running, Pending -> creating,
  * Succeeded/Failed -> stopped (stop_reason "exited"), absent -> absent
- * (stopped "stopped" when its PVC is there); a pod on a node whose Ready
- * condition is not True is "lost" (stop_reason).
+ * (stopped "stopped" when its PVC is there, "lost" when the pod went
+ * without this driver deleting it); a Running pod whose condition Ready
+ * is not True while ContainersReady is (the node-lifecycle controller's
+ * mark of a lost node) is stopped, stop_reason "lost", and exec on it
+ * answers not_running.
  *
  * exec / read / write / list: streams of sbx-helper modes over the
  * sandbox's ONE agent channel (adr/0025, protocol 4 unchanged): a
@@ -88,6 +96,21 @@ struct sbx_kube_config {
  * gracePeriodSeconds 0. reconcile (broker start): a PVC labelled managed
  * that is being deleted while its pod is absent (stuck on a finalizer)
  * gets its finalizers removed (merge patch), so it goes.
+ *
+ * A sandbox's pod and PVC are found by label sbx.dev/id, not by name: a
+ * claimed warm pool member keeps its names "sbx-pool.HEX" and
+ * "work-pool.HEX" (pod names cannot change).
+ *
+ * Warm pool (warm_pool > 0; adr/0072 amendment of session 11): members are
+ * pods of the default image with the default limits, no egress, each with
+ * its own PVC, labelled sbx.dev/managed and sbx.dev/pool (no sbx.dev/id),
+ * under one deny-all NetworkPolicy "sbx-pool"; made one at a time after
+ * the start's sweep (reconcile) deleted every unclaimed member of an
+ * earlier life. An ensure of an id with no pod and no PVC, with that
+ * spec, claims a Running member: creates the id's NetworkPolicy, then
+ * JSON-patches the PVC's and the pod's labels (test sbx.dev/pool, remove
+ * it, add sbx.dev/id). Nothing ever execs into a member before its
+ * claim; its /work and /tmp are its own. The pool refills behind.
  *
  * Watch (driver_kube_watch.c): list pods with the label selector, then
  * watch from its resourceVersion with allowWatchBookmarks; a 410 (or an

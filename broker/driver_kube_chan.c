@@ -204,7 +204,8 @@ kube_chan_get(struct kube *k, const char *id, struct sbx_err *err)
 	struct sbx_agent_chan_cbs cbs = { NULL, ch_closed, NULL };
 	struct kube_http_cbs hc = { up_done, NULL, up_upgraded, NULL };
 	struct kube_chan *c = chan_find(k, id);
-	char path[512], hdrs[256], idle[32];
+	const struct kube_pod *p = kube_pod_find(k, id);
+	char path[512], hdrs[256], idle[32], pod[128];
 
 	if (c != NULL && !c->dead && sbx_agent_chan_alive(c->ch))
 		return c->ch;
@@ -227,10 +228,15 @@ kube_chan_get(struct kube *k, const char *id, struct sbx_err *err)
 		sbx_agent_chan_keepalive(c->ch, (uint64_t)k->ping_ms);
 	snprintf(idle, sizeof(idle), "%" PRId64, k->ping_ms > 0 ?
 	    k->ping_ms * 6 : 60000);
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/sbx-%s/exec?"
+	/* the pod's name as the watch saw it (a claimed member keeps its own) */
+	if (p != NULL && p->name[0] != '\0')
+		snprintf(pod, sizeof(pod), "%s", p->name);
+	else
+		snprintf(pod, sizeof(pod), "sbx-%s", id);
+	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s/exec?"
 	    "command=%%2F.sbx%%2Fsbx-helper&command=" SBX_AGENT_MODE
 	    "&command=--idle-ms&command=%s&container=sandbox&stdin=true&"
-	    "stdout=true&stderr=true", k->ns, id, idle);
+	    "stdout=true&stderr=true", k->ns, pod, idle);
 	sbx_ws_client_key(c->key);
 	snprintf(hdrs, sizeof(hdrs), "Connection: Upgrade\r\nUpgrade: websocket\r\n"
 	    "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: %s\r\n"

@@ -21,17 +21,25 @@
 struct bufferevent;
 struct evbuffer;
 struct kube_chan;
+struct kube_pool;
 
 #define KUBE_SA "sbx-sandbox"            /* the pods' ServiceAccount */
 #define KUBE_L_ID "sbx.dev/id"
 #define KUBE_L_MANAGED "sbx.dev/managed"
+#define KUBE_L_POOL "sbx.dev/pool"       /* an unclaimed warm pool member */
+/* Names of a member: "sbx-pool.HEX", "work-pool.HEX"; a '.' no sandbox id
+ * holds, so they never meet "sbx-ID" or "work-ID". */
+#define KUBE_POOL_TAG "pool."
 /* labelSelector=sbx.dev/managed=true, escaped, for a printf format */
 #define KUBE_SELECTOR "sbx.dev%%2Fmanaged%%3Dtrue"
 
 /* One pod as the watch last saw it. */
 struct kube_pod {
 	TAILQ_ENTRY(kube_pod) link;
-	char id[64];
+	char id[64];                  /* "" for a pool member */
+	char name[128];               /* metadata.name: "sbx-ID", or the
+	                               * member's "sbx-pool.HEX" once claimed */
+	char pvc[128];                /* claimName of its volume "work" */
 	char uid[64];
 	char phase[16];               /* Pending, Running, Succeeded, Failed */
 	char node[128];
@@ -41,6 +49,19 @@ struct kube_pod {
 	int egress;
 	char stuck[64];               /* a container waiting for a reason that
 	                               * will not pass (ErrImagePull...), or "" */
+	int lost;                     /* its node was lost: condition Ready not
+	                               * True while ContainersReady is True (only
+	                               * the node-lifecycle controller's
+	                               * MarkPodsNotReady leaves them apart) */
+	int ours;                     /* this driver asked for its delete */
+};
+
+/* A sandbox whose pod went without this driver deleting it (its node
+ * lost, then the pod force-deleted or garbage-collected): status says
+ * stopped, stop_reason "lost", until the next ensure, stop or destroy. */
+struct kube_lost {
+	TAILQ_ENTRY(kube_lost) link;
+	char id[64];
 };
 
 /* A waiter for a pod to reach Running (ensure), answered by the watch. */
@@ -68,10 +89,14 @@ struct kube {
 	char *egress_cidrs;
 	int64_t memory, mcpu, exec_to, exec_to_max, out_cap, file_max;
 	int64_t req_to, start_to, force_after, ping_ms;
+	struct kube_pool *pool;       /* driver_kube_pool.c; NULL: none wanted
+	                               * (its start's sweep still runs) */
 	int sa_ok;                    /* the ServiceAccount exists */
 	/* watch cache (driver_kube_watch.c) */
 	TAILQ_HEAD(, kube_pod) pods;
 	TAILQ_HEAD(, kube_wait) waits;
+	TAILQ_HEAD(, kube_lost) lost;   /* bounded by the sandboxes of the
+	                                 * namespace: one per vanished pod */
 	int synced;                   /* one list has been read */
 	char rv[64];                  /* last resourceVersion seen */
 	struct kube_http *watch;      /* the watch (or list) in flight */
@@ -126,15 +151,31 @@ int kube_token_reload(struct kube *k);
 
 /* New JSON objects (NULL out of memory). */
 json_t *kube_spec_sa(void);
-json_t *kube_spec_pvc(const struct kube *k, const char *id);
+/* id NULL: a warm pool member named "pool.HEX" by hex (labels
+ * sbx.dev/managed and sbx.dev/pool, no sbx.dev/id); else sandbox id's.
+ * pvc: the claimName of the pod's /work. */
+json_t *kube_spec_pvc(const struct kube *k, const char *id, const char *hex);
 json_t *kube_spec_netpol(const struct kube *k, const char *id, int egress);
-json_t *kube_spec_pod(const struct kube *k, const char *id, const char *image,
-    int egress, int64_t memory, int64_t mcpu);
+/* The pool's one deny-all NetworkPolicy "sbx-pool" (podSelector
+ * sbx.dev/pool=true): a member is under a policy from its create on. */
+json_t *kube_spec_pool_netpol(void);
+json_t *kube_spec_pod(const struct kube *k, const char *id, const char *hex,
+    const char *pvc, const char *image, int egress, int64_t memory,
+    int64_t mcpu);
+/* A JSON patch claiming a member for id: test sbx.dev/pool is "true",
+ * remove it, add sbx.dev/id (a member claimed twice fails the test, 422). */
+json_t *kube_spec_claim(const char *id);
 /* The sbx_status of pod p (id, state, image, egress, created, uid as
  * container_id); the caller zeroed st. */
 void kube_pod_status(const struct kube_pod *p, struct sbx_status *st);
-/* Reads a Pod object into *p; -1 when it is not one of ours. */
+/* Reads a Pod object into *p; -1 when it is not one of ours (a sandbox's,
+ * labelled sbx.dev/id). */
 int kube_pod_read(json_t *pod, struct kube_pod *p);
+/* The same for an unclaimed warm pool member (id ""); -1 when not one. */
+int kube_member_read(json_t *pod, struct kube_pod *p);
+/* The one item of a list answer (labelSelector sbx.dev/id=ID) to act on:
+ * the first not being deleted, else the first; NULL when none. Borrowed. */
+json_t *kube_list_pick(json_t *list);
 
 /* ---- driver_kube_chan.c: the agent channel over pods/exec ---- */
 
@@ -203,6 +244,31 @@ struct sbx_op *kube_reconcile(struct sbx_driver *d, sbx_done_cb cb, void *arg,
     struct sbx_err *err);
 void kube_sweep_cancel(struct sbx_op *op);
 
+/* ---- driver_kube_pool.c: the warm pool (adr/0072, session 11) ---- */
+
+/* Makes k->pool for want members (0..64; 0: none made, the sweep still
+ * runs). Returns 0 or -1 out of memory. */
+int kube_pool_new(struct kube *k, int want);
+/* After the broker's first reconcile: deletes every unclaimed member
+ * (pods and PVCs labelled sbx.dev/pool) of an earlier life, then fills
+ * to want in the background, one member at a time (the caller started
+ * the watch, which reports members through kube_pool_seen). Idempotent. */
+void kube_pool_start(struct kube *k);
+/* Takes a Running member for a new sandbox: its pod and PVC names into
+ * pod/pvc (each at least 128 bytes). Returns 0, or -1 when none is ready.
+ * The pool refills behind it. */
+int kube_pool_claim(struct kube *k, char *pod, char *pvc);
+/* A claim whose patch failed: the member's pod is deleted (and its PVC
+ * with pvc_too). */
+void kube_pool_discard(struct kube *k, const char *pod, const char *pvc,
+    int pvc_too);
+/* From the watch: member p (kube_member_read) changed, or went (gone). */
+void kube_pool_seen(struct kube *k, const struct kube_pod *p, int gone);
+/* From a relist: members not among items (PodList items) went. */
+void kube_pool_relisted(struct kube *k, json_t *items);
+/* Frees the pool (members stay on the server: the next start sweeps). */
+void kube_pool_free(struct kube *k);
+
 /* ---- driver_kube_watch.c: list+watch cache ---- */
 
 /* Starts the list+watch (idempotent). */
@@ -219,5 +285,11 @@ struct kube_wait *kube_wait_pod(struct kube *k, const char *id, int gone_only,
 void kube_wait_cancel(struct kube *k, struct kube_wait *w);
 /* Apply one Pod object seen outside the watch (a GET, a create). */
 void kube_pod_seen(struct kube *k, json_t *pod);
+/* Marks id's cached pod as deleted by this driver (its going is no loss). */
+void kube_pod_ours(struct kube *k, const char *id);
+/* 1 when id's pod went without this driver deleting it (struct kube_lost). */
+int kube_lost_has(struct kube *k, const char *id);
+/* Forgets id's loss (ensure made a new pod, stop, destroy). */
+void kube_lost_clear(struct kube *k, const char *id);
 
 #endif

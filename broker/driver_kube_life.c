@@ -1,10 +1,12 @@
 /*
  * driver_kube_life.c - the kubernetes driver's ensure, stop and destroy:
  * the sandbox's ServiceAccount, PVC, NetworkPolicy and Pod created or
- * deleted in order through the REST client, the watch cache waited on
- * (Running, gone), a pod stuck terminating force-deleted after
- * force_after_ms (lesson 2 of issue 27). Uses the spec builders, the
- * REST client, the watch and the channel registry.
+ * deleted in order through the REST client, the pod and PVC found by
+ * label sbx.dev/id, a warm pool member claimed by relabelling it, the
+ * watch cache waited on (Running, gone), a pod stuck terminating
+ * force-deleted after force_after_ms and one on a lost node at once
+ * (lesson 2 of issue 27). Uses the spec builders, the REST client, the
+ * watch, the pool and the channel registry.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -41,6 +43,12 @@ struct lop {
 	struct event *timer;          /* start timeout, force delete */
 	struct event *kick;
 	lstep next;
+	lstep after;                  /* find_pod, find_pvc: then this */
+	char pod[128];                /* the sandbox's pod, found by label */
+	char pvc[128];                /* its PVC, found by label or made */
+	int member;                   /* a member being claimed: 1 before its
+	                               * PVC's patch, 2 after (the PVC is the
+	                               * id's), 0 once its pod is the id's */
 	int tries;
 	int restarts;                 /* pods that ended while starting */
 	int forced;
@@ -50,6 +58,10 @@ struct lop {
 static void
 lop_free(struct lop *o)
 {
+	if (o->member != 0)
+		/* a claim that did not finish (an error, a cancel): the member
+		 * goes rather than stay unlisted until the next start */
+		kube_pool_discard(o->k, o->pod, o->pvc, o->member == 1);
 	kube_http_cancel(o->h);
 	if (o->w != NULL)
 		kube_wait_cancel(o->k, o->w);
@@ -76,9 +88,14 @@ finish(struct lop *o, const struct sbx_err *err, const struct kube_pod *p)
 		snprintf(st.id, sizeof(st.id), "%s", o->id);
 		if (p != NULL)
 			kube_pod_status(p, &st);
+		if (err == NULL)
+			kube_lost_clear(o->k, o->id);
 		o->scb(o->arg, err, err != NULL ? NULL : &st);
-	} else
+	} else {
+		if (err == NULL)
+			kube_lost_clear(o->k, o->id);
 		o->dcb(o->arg, err);
+	}
 	lop_free(o);
 }
 
@@ -140,7 +157,71 @@ call(struct lop *o, const char *method, const char *path, json_t *body,
 static void
 pod_path(struct lop *o, char *buf, size_t n)
 {
-	snprintf(buf, n, "/api/v1/namespaces/%s/pods/sbx-%s", o->k->ns, o->id);
+	if (o->pod[0] != '\0')
+		snprintf(buf, n, "/api/v1/namespaces/%s/pods/%s", o->k->ns, o->pod);
+	else
+		snprintf(buf, n, "/api/v1/namespaces/%s/pods/sbx-%s", o->k->ns,
+		    o->id);
+}
+
+/* ---- a sandbox's pod and PVC are found by label (a claimed pool member
+ * keeps its names: adr/0072, amendment of session 11) ---- */
+
+static void
+found(struct lop *o, int status, json_t *body, const struct sbx_err *err,
+    char *name, size_t n)
+{
+	json_t *it;
+	const char *s;
+
+	if (err != NULL || status != 200) {
+		o->after(o, status, body, err);
+		return;
+	}
+	if ((it = kube_list_pick(body)) == NULL) {
+		o->after(o, 404, NULL, NULL);
+		return;
+	}
+	s = json_string_value(json_object_get(json_object_get(it, "metadata"),
+	    "name"));
+	snprintf(name, n, "%s", s != NULL ? s : "");
+	o->after(o, 200, it, NULL);
+}
+
+static void
+found_pod(struct lop *o, int status, json_t *body, const struct sbx_err *err)
+{
+	found(o, status, body, err, o->pod, sizeof(o->pod));
+}
+
+static void
+found_pvc(struct lop *o, int status, json_t *body, const struct sbx_err *err)
+{
+	found(o, status, body, err, o->pvc, sizeof(o->pvc));
+}
+
+/* Lists id's pods (PVCs) by label; after gets 200 and the one to act on
+ * (its name in o->pod, o->pvc), 404 when none, or the list's failure. */
+static void
+find_pod(struct lop *o, lstep after)
+{
+	char path[256];
+
+	o->after = after;
+	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods?labelSelector="
+	    "sbx.dev%%2Fid%%3D%s", o->k->ns, o->id);
+	call(o, "GET", path, NULL, NULL, found_pod);
+}
+
+static void
+find_pvc(struct lop *o, lstep after)
+{
+	char path[256];
+
+	o->after = after;
+	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims"
+	    "?labelSelector=sbx.dev%%2Fid%%3D%s", o->k->ns, o->id);
+	call(o, "GET", path, NULL, NULL, found_pvc);
 }
 
 /* ---- shared: delete the pod and wait until it is gone ---- */
@@ -230,6 +311,7 @@ delete_pod(struct lop *o, int grace0)
 	json_t *body = NULL;
 
 	kube_chan_drop(o->k, o->id);
+	kube_pod_ours(o->k, o->id);
 	pod_path(o, path, sizeof(path));
 	if (grace0)
 		body = json_pack("{s:s,s:s,s:i}", "kind", "DeleteOptions",
@@ -244,6 +326,7 @@ static void create_pvc(struct lop *o, int status, json_t *body,
     const struct sbx_err *err);
 static void create_pod(struct lop *o, int status, json_t *body,
     const struct sbx_err *err);
+static void wait_running(struct lop *o);
 
 static void
 running_cb(void *arg, const struct kube_pod *p)
@@ -257,7 +340,7 @@ running_cb(void *arg, const struct kube_pod *p)
 		    "was starting");
 		return;
 	}
-	if (strcmp(p->phase, "Running") == 0 && !p->deleting) {
+	if (strcmp(p->phase, "Running") == 0 && !p->deleting && !p->lost) {
 		finish(o, NULL, p);
 		return;
 	}
@@ -276,7 +359,8 @@ running_cb(void *arg, const struct kube_pod *p)
 		return;
 	}
 	snprintf(msg, sizeof(msg), "the sandbox's pod did not start (phase %s%s)",
-	    p->phase, p->deleting ? ", being deleted" : "");
+	    p->phase, p->lost ? ", its node lost" : p->deleting ?
+	    ", being deleted" : "");
 	if (p->stuck[0] != '\0')
 		snprintf(msg, sizeof(msg), "the sandbox's pod cannot start: %s "
 		    "(is the image, or kube_helper_image, on the nodes?)", p->stuck);
@@ -337,6 +421,69 @@ pod_created(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 }
 
 static void
+post_pod(struct lop *o)
+{
+	char path[256];
+
+	snprintf(o->pod, sizeof(o->pod), "sbx-%s", o->id);
+	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", o->k->ns);
+	call(o, "POST", path, kube_spec_pod(o->k, o->id, NULL, o->pvc, o->image,
+	    o->egress, o->memory, o->mcpu), NULL, pod_created);
+}
+
+static void create_netpol(struct lop *o, int status, json_t *body,
+    const struct sbx_err *err);
+
+/* The claimed member's pod now carries sbx.dev/id: the sandbox is it. */
+static void
+claimed_pod(struct lop *o, int status, json_t *body, const struct sbx_err *err)
+{
+	if (err != NULL || status != 200) {
+		/* the member went: its PVC is ours already (labelled, its
+		 * /work untouched by anything but the member's own mount) */
+		log_warn("kubernetes warm pool: a claim's pod patch failed; "
+		    "making the sandbox's pod on the claimed PVC", "id", o->id,
+		    "member", o->pod, "error", err != NULL ? err->message :
+		    "status", NULL);
+		kube_pool_discard(o->k, o->pod, o->pvc, 0);
+		o->member = 0;
+		post_pod(o);
+		return;
+	}
+	o->member = 0;
+	log_info("kubernetes warm pool: member claimed", "id", o->id, "member",
+	    o->pod, NULL);
+	kube_pod_seen(o->k, body);
+	wait_running(o);
+}
+
+static void
+claimed_pvc(struct lop *o, int status, json_t *body, const struct sbx_err *err)
+{
+	char path[256];
+
+	(void)body;
+	if (err != NULL || status != 200) {
+		log_warn("kubernetes warm pool: a claim's PVC patch failed; the "
+		    "sandbox is made cold", "id", o->id, "member", o->pod,
+		    "error", err != NULL ? err->message : "status", NULL);
+		kube_pool_discard(o->k, o->pod, o->pvc, 1);
+		o->member = 0;
+		snprintf(o->pvc, sizeof(o->pvc), "work-%s", o->id);
+		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/"
+		    "persistentvolumeclaims", o->k->ns);
+		/* then the NetworkPolicy again (409: replaced), then the pod */
+		call(o, "POST", path, kube_spec_pvc(o->k, o->id, NULL), NULL,
+		    create_netpol);
+		return;
+	}
+	o->member = 2;
+	pod_path(o, path, sizeof(path));
+	call(o, "PATCH", path, kube_spec_claim(o->id),
+	    "application/json-patch+json", claimed_pod);
+}
+
+static void
 create_pod(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 {
 	char path[256];
@@ -345,9 +492,17 @@ create_pod(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 	    (const int[]){ 201, 200, 0 }, "create the sandbox's "
 		    "NetworkPolicy"))
 		return;
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", o->k->ns);
-	call(o, "POST", path, kube_spec_pod(o->k, o->id, o->image, o->egress,
-	    o->memory, o->mcpu), NULL, pod_created);
+	if (o->member) {
+		/* the sandbox's NetworkPolicy exists now: the member's labels
+		 * change, PVC first (a broker that dies between the two leaves
+		 * a PVC of the id and a member the next start sweeps) */
+		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/"
+		    "persistentvolumeclaims/%s", o->k->ns, o->pvc);
+		call(o, "PATCH", path, kube_spec_claim(o->id),
+		    "application/json-patch+json", claimed_pvc);
+		return;
+	}
+	post_pod(o);
 }
 
 /* The NetworkPolicy existed (an earlier life, maybe another egress): no
@@ -388,6 +543,7 @@ static void
 create_netpol(struct lop *o, int status, json_t *body,
     const struct sbx_err *err)
 {
+	o->tries = 0;
 	char path[256];
 
 	if (answer_bad(o, err, status, body,
@@ -398,6 +554,35 @@ create_netpol(struct lop *o, int status, json_t *body,
 	    "networkpolicies", o->k->ns);
 	call(o, "POST", path, kube_spec_netpol(o->k, o->id, o->egress), NULL,
 	    create_pod_or_replace);
+}
+
+/* The id's PVC: its own (found by label: a stopped sandbox's /work, or
+ * a claimed member's), else a warm pool member's when the spec is the
+ * pool's, else a new "work-ID". */
+static void
+pvc_found(struct lop *o, int status, json_t *body, const struct sbx_err *err)
+{
+	char path[256];
+	struct kube *k = o->k;
+
+	if (err == NULL && status == 200) {
+		create_netpol(o, 201, NULL, NULL);
+		return;
+	}
+	if (answer_bad(o, err, status, body, (const int[]){ 404, 0 },
+	    "look up the sandbox's PersistentVolumeClaim"))
+		return;
+	if (!o->egress && strcmp(o->image, k->image) == 0 &&
+	    o->memory == k->memory && o->mcpu == k->mcpu &&
+	    kube_pool_claim(k, o->pod, o->pvc) == 0) {
+		o->member = 1;
+		create_netpol(o, 201, NULL, NULL);
+		return;
+	}
+	snprintf(o->pvc, sizeof(o->pvc), "work-%s", o->id);
+	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/"
+	    "persistentvolumeclaims", k->ns);
+	call(o, "POST", path, kube_spec_pvc(k, o->id, NULL), NULL, create_netpol);
 }
 
 static void
@@ -417,9 +602,8 @@ create_pvc(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 		return;
 	}
 	o->k->sa_ok = 1;
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/"
-	    "persistentvolumeclaims", o->k->ns);
-	call(o, "POST", path, kube_spec_pvc(o->k, o->id), NULL, create_netpol);
+	(void)path;
+	find_pvc(o, pvc_found);
 }
 
 /* The pods' ServiceAccount (lesson 1: without one, pod create is 403). */
@@ -461,6 +645,15 @@ inspected(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 		return;
 	}
 	kube_pod_seen(o->k, body);
+	if (p.lost) {
+		/* its node is lost (lesson 2: a graceful delete would wait for
+		 * a kubelet that is gone): delete it with grace 0 and make a
+		 * new pod on the same PVC */
+		log_warn("kubernetes: replacing a sandbox's pod on a lost node",
+		    "id", o->id, "node", p.node, NULL);
+		delete_pod(o, 1);
+		return;
+	}
 	if (p.deleting) {
 		delete_pod(o, 0);           /* wait for it to go, then create */
 		return;
@@ -478,35 +671,61 @@ inspected(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 static void
 inspect(struct lop *o)
 {
-	char path[256];
-
-	pod_path(o, path, sizeof(path));
-	call(o, "GET", path, NULL, NULL, inspected);
+	find_pod(o, inspected);
 }
 
-static void
-destroyed(struct lop *o, int status, json_t *body, const struct sbx_err *err)
-{
+static void destroy_pvc(struct lop *o, int status, json_t *body,
+    const struct sbx_err *err);
 
-	if (answer_bad(o, err, status, body,
-	    (const int[]){ 200, 202, 404, 0 }, "delete the sandbox's "
-		    "PersistentVolumeClaim"))
+/* Each PVC labelled with the id not yet being deleted goes; then done. */
+static void
+pvc_to_destroy(struct lop *o, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	char path[256];
+
+	if (err == NULL && (status == 404 || (status == 200 &&
+	    json_object_get(json_object_get(body, "metadata"),
+	    "deletionTimestamp") != NULL))) {
+		finish(o, NULL, NULL);
 		return;
-	finish(o, NULL, NULL);
+	}
+	if (answer_bad(o, err, status, body, (const int[]){ 200, 0 },
+	    "look up the sandbox's PersistentVolumeClaim"))
+		return;
+	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/"
+	    "persistentvolumeclaims/%s", o->k->ns, o->pvc);
+	call(o, "DELETE", path, NULL, NULL, destroy_pvc);
 }
 
 static void
 destroy_pvc(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 {
-	char path[256];
-
 	if (answer_bad(o, err, status, body,
 	    (const int[]){ 200, 202, 404, 0 }, "delete the sandbox's "
-		    "NetworkPolicy"))
+		    "NetworkPolicy or PersistentVolumeClaim"))
 		return;
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/"
-	    "persistentvolumeclaims/work-%s", o->k->ns, o->id);
-	call(o, "DELETE", path, NULL, NULL, destroyed);
+	if (o->tries++ > 8) {
+		fail(o, SBX_E_RUNTIME, "the sandbox's PersistentVolumeClaims "
+		    "keep coming back");
+		return;
+	}
+	find_pvc(o, pvc_to_destroy);
+}
+
+static void
+destroy_found(struct lop *o, int status, json_t *body,
+    const struct sbx_err *err)
+{
+	if (err == NULL && status == 404) {
+		after_gone(o);
+		return;
+	}
+	if (answer_bad(o, err, status, body, (const int[]){ 200, 0 },
+	    "look up the sandbox's pod"))
+		return;
+	kube_pod_seen(o->k, body);
+	delete_pod(o, 0);   /* on a lost node: forced after force_after */
 }
 
 static void
@@ -517,6 +736,8 @@ after_gone(struct lop *o)
 	o->forced = 0;
 	switch (o->kind) {
 	case L_ENSURE:
+		o->member = 0;
+		o->pod[0] = '\0';
 		ensure_sa(o);
 		return;
 	case L_STOP:
@@ -569,14 +790,16 @@ stop_pvc(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 
 	if (err == NULL && status == 404) {
 		/* no pod: is there a PVC (a stopped sandbox)? */
-		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/"
-		    "persistentvolumeclaims/work-%s", o->k->ns, o->id);
-		call(o, "GET", path, NULL, NULL, stop_inspected);
+		(void)path;
+		find_pvc(o, stop_inspected);
 		return;
 	}
 	if (err == NULL && status == 200) {
+		struct kube_pod p;
+
 		kube_pod_seen(o->k, body);
-		delete_pod(o, 0);
+		/* on a lost node no kubelet ends a graceful delete */
+		delete_pod(o, kube_pod_read(body, &p) == 0 && p.lost);
 		return;
 	}
 	stop_inspected(o, status, body, err);
@@ -585,10 +808,7 @@ stop_pvc(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 static void
 stop_inspect(struct lop *o)
 {
-	char path[256];
-
-	pod_path(o, path, sizeof(path));
-	call(o, "GET", path, NULL, NULL, stop_pvc);
+	find_pod(o, stop_pvc);
 }
 
 static void
@@ -609,7 +829,7 @@ kick_cb(evutil_socket_t fd, short what, void *arg)
 	case L_ENSURE:
 		/* warm: the watch saw it Running with this image and egress */
 		p = kube_pod_find(o->k, o->id);
-		if (o->k->synced && p != NULL && !p->deleting &&
+		if (o->k->synced && p != NULL && !p->deleting && !p->lost &&
 		    strcmp(p->phase, "Running") == 0 &&
 		    strcmp(p->image, o->image) == 0 && p->egress == o->egress) {
 			finish(o, NULL, p);
@@ -621,7 +841,7 @@ kick_cb(evutil_socket_t fd, short what, void *arg)
 		stop_inspect(o);
 		return;
 	case L_DESTROY:
-		delete_pod(o, 0);
+		find_pod(o, destroy_found);
 		return;
 	}
 }

@@ -1,6 +1,7 @@
 /*
  * driver_kube_query.c - the kubernetes driver's status, list_sandboxes and
- * health: GETs of the pod (and the PVC, for a stopped sandbox), the
+ * health: lists by label sbx.dev/id of the pod (and the PVC, for a stopped
+ * sandbox), the
  * labelled pods and PVCs, and /version. Uses the REST client and the Pod
  * reader; changes nothing on the server.
  */
@@ -101,10 +102,12 @@ pvc_done(void *arg, int status, json_t *body, const struct sbx_err *err)
 	}
 	memset(&st, 0, sizeof(st));
 	snprintf(st.id, sizeof(st.id), "%s", o->id);
-	if (status == 200 && json_object_get(json_object_get(body, "metadata"),
+	body = status == 200 ? kube_list_pick(body) : NULL;
+	if (body != NULL && json_object_get(json_object_get(body, "metadata"),
 	    "deletionTimestamp") == NULL) {
 		st.state = SBX_STATE_STOPPED;
-		snprintf(st.stop_reason, sizeof(st.stop_reason), "stopped");
+		snprintf(st.stop_reason, sizeof(st.stop_reason), "%s",
+		    kube_lost_has(o->k, o->id) ? "lost" : "stopped");
 	}
 	o->scb(o->arg, NULL, &st);
 	qop_free(o);
@@ -124,15 +127,17 @@ pod_done(void *arg, int status, json_t *body, const struct sbx_err *err)
 		q_fail(o, err);
 		return;
 	}
-	if (status == 404) {
-		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/"
-		    "persistentvolumeclaims/work-%s", o->k->ns, o->id);
-		q_call(o, path, pvc_done);
-		return;
-	}
 	if (status != 200) {
 		kube_status_err(&e, status, body, "read the sandbox's pod");
 		q_fail(o, &e);
+		return;
+	}
+	/* found by label: a claimed pool member keeps its name */
+	if ((body = kube_list_pick(body)) == NULL) {
+		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/"
+		    "persistentvolumeclaims?labelSelector=sbx.dev%%2Fid%%3D%s",
+		    o->k->ns, o->id);
+		q_call(o, path, pvc_done);
 		return;
 	}
 	memset(&st, 0, sizeof(st));
@@ -192,7 +197,8 @@ pvcs_done(void *arg, int status, json_t *body, const struct sbx_err *err)
 			continue;
 		snprintf(sts[n].id, sizeof(sts[n].id), "%s", id);
 		sts[n].state = SBX_STATE_STOPPED;
-		snprintf(sts[n].stop_reason, sizeof(sts[n].stop_reason), "stopped");
+		snprintf(sts[n].stop_reason, sizeof(sts[n].stop_reason), "%s",
+		    kube_lost_has(o->k, id) ? "lost" : "stopped");
 		n++;
 	}
 	o->lcb(o->arg, NULL, sts, n);
@@ -261,8 +267,8 @@ kick_cb(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	switch (o->kind) {
 	case Q_STATUS:
-		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/sbx-%s",
-		    o->k->ns, o->id);
+		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods?"
+		    "labelSelector=sbx.dev%%2Fid%%3D%s", o->k->ns, o->id);
 		q_call(o, path, pod_done);
 		break;
 	case Q_LIST:

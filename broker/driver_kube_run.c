@@ -478,6 +478,10 @@ kop_start(struct kop *o, const char *const *argv, const char *const *env,
 	sbx_err_clear(&o->early);
 	if (p == NULL)
 		sbx_err_set(&o->early, SBX_E_NOT_FOUND, "no sandbox %s", o->id);
+	else if (p->lost)
+		sbx_err_set(&o->early, SBX_E_NOT_RUNNING, "sandbox %s is lost "
+		    "(its node stopped answering): ensure it again; /work "
+		    "stays", o->id);
 	else if (p->deleting || strcmp(p->phase, "Running") != 0)
 		sbx_err_set(&o->early, SBX_E_NOT_RUNNING, "sandbox %s is not "
 		    "running: ensure it first", o->id);

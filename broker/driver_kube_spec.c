@@ -11,10 +11,47 @@
 #include "driver_kube_int.h"
 #include "sbx_proto.h"
 
+/* A sandbox's labels, or a pool member's (id NULL). */
 static json_t *
 labels(const char *id)
 {
+	if (id == NULL)
+		return json_pack("{s:s,s:s}", KUBE_L_POOL, "true", KUBE_L_MANAGED,
+		    "true");
 	return json_pack("{s:s,s:s}", KUBE_L_ID, id, KUBE_L_MANAGED, "true");
+}
+
+json_t *
+kube_spec_pool_netpol(void)
+{
+	return json_pack("{s:s,s:s,s:{s:s,s:{s:s}},s:{s:{s:{s:s}},s:[s,s],"
+	    "s:[],s:[]}}", "apiVersion", "networking.k8s.io/v1", "kind",
+	    "NetworkPolicy", "metadata", "name", "sbx-pool", "labels",
+	    KUBE_L_MANAGED, "true", "spec", "podSelector", "matchLabels",
+	    KUBE_L_POOL, "true", "policyTypes", "Ingress", "Egress", "ingress",
+	    "egress");
+}
+
+json_t *
+kube_spec_claim(const char *id)
+{
+	return json_pack("[{s:s,s:s,s:s},{s:s,s:s},{s:s,s:s,s:s}]",
+	    "op", "test", "path", "/metadata/labels/sbx.dev~1pool", "value",
+	    "true", "op", "remove", "path", "/metadata/labels/sbx.dev~1pool",
+	    "op", "add", "path", "/metadata/labels/sbx.dev~1id", "value", id);
+}
+
+json_t *
+kube_list_pick(json_t *list)
+{
+	json_t *it;
+	size_t i;
+
+	json_array_foreach(json_object_get(list, "items"), i, it)
+		if (json_object_get(json_object_get(it, "metadata"),
+		    "deletionTimestamp") == NULL)
+			return it;
+	return json_array_get(json_object_get(list, "items"), 0);
 }
 
 json_t *
@@ -26,12 +63,15 @@ kube_spec_sa(void)
 }
 
 json_t *
-kube_spec_pvc(const struct kube *k, const char *id)
+kube_spec_pvc(const struct kube *k, const char *id, const char *hex)
 {
-	char name[80];
+	char name[96];
 	json_t *o, *spec;
 
-	snprintf(name, sizeof(name), "work-%s", id);
+	if (id == NULL)
+		snprintf(name, sizeof(name), "work-" KUBE_POOL_TAG "%s", hex);
+	else
+		snprintf(name, sizeof(name), "work-%s", id);
 	o = json_pack("{s:s,s:s,s:{s:s,s:o},s:{s:[s],s:{s:{s:s}}}}",
 	    "apiVersion", "v1", "kind", "PersistentVolumeClaim",
 	    "metadata", "name", name, "labels", labels(id),
@@ -80,14 +120,17 @@ ctr_security(void)
 }
 
 json_t *
-kube_spec_pod(const struct kube *k, const char *id, const char *image,
-    int egress, int64_t memory, int64_t mcpu)
+kube_spec_pod(const struct kube *k, const char *id, const char *hex,
+    const char *pvc, const char *image, int egress, int64_t memory,
+    int64_t mcpu)
 {
-	char name[80], pvc[80], mem[32], cpu[32];
+	char name[96], mem[32], cpu[32];
 	json_t *lab = labels(id);
 
-	snprintf(name, sizeof(name), "sbx-%s", id);
-	snprintf(pvc, sizeof(pvc), "work-%s", id);
+	if (id == NULL)
+		snprintf(name, sizeof(name), "sbx-" KUBE_POOL_TAG "%s", hex);
+	else
+		snprintf(name, sizeof(name), "sbx-%s", id);
 	snprintf(mem, sizeof(mem), "%lld", (long long)memory);
 	snprintf(cpu, sizeof(cpu), "%lldm", (long long)mcpu);
 	if (lab != NULL)
@@ -165,6 +208,26 @@ stuck_reason(json_t *statuses, struct kube_pod *p)
 	}
 }
 
+static int pod_fill(json_t *pod, struct kube_pod *p);
+
+/* 1 when pod's condition type has status st. */
+static int
+cond_is(json_t *pod, const char *type, const char *st)
+{
+	json_t *c;
+	size_t i;
+
+	json_array_foreach(json_object_get(json_object_get(pod, "status"),
+	    "conditions"), i, c) {
+		const char *t = json_string_value(json_object_get(c, "type"));
+		const char *s = json_string_value(json_object_get(c, "status"));
+
+		if (t != NULL && s != NULL && strcmp(t, type) == 0)
+			return strcmp(s, st) == 0;
+	}
+	return 0;
+}
+
 int
 kube_pod_read(json_t *pod, struct kube_pod *p)
 {
@@ -173,13 +236,52 @@ kube_pod_read(json_t *pod, struct kube_pod *p)
 	const char *id = json_string_value(json_object_get(lab, KUBE_L_ID));
 	const char *m = json_string_value(json_object_get(lab, KUBE_L_MANAGED));
 	const char *kind = json_string_value(json_object_get(pod, "kind"));
-	const char *s;
 
 	memset(p, 0, sizeof(*p));
 	if ((kind != NULL && strcmp(kind, "Pod") != 0) || id == NULL || m == NULL || strcmp(m, "true") != 0 ||
 	    strlen(id) >= sizeof(p->id))
 		return -1;
 	snprintf(p->id, sizeof(p->id), "%s", id);
+	return pod_fill(pod, p);
+}
+
+int
+kube_member_read(json_t *pod, struct kube_pod *p)
+{
+	json_t *lab = json_object_get(json_object_get(pod, "metadata"), "labels");
+	const char *m = json_string_value(json_object_get(lab, KUBE_L_MANAGED));
+	const char *pool = json_string_value(json_object_get(lab, KUBE_L_POOL));
+	const char *kind = json_string_value(json_object_get(pod, "kind"));
+
+	memset(p, 0, sizeof(*p));
+	if ((kind != NULL && strcmp(kind, "Pod") != 0) ||
+	    json_object_get(lab, KUBE_L_ID) != NULL || m == NULL ||
+	    strcmp(m, "true") != 0 || pool == NULL || strcmp(pool, "true") != 0)
+		return -1;
+	return pod_fill(pod, p);
+}
+
+/* Everything but the id of a pod of ours into *p; 0. */
+static int
+pod_fill(json_t *pod, struct kube_pod *p)
+{
+	json_t *md = json_object_get(pod, "metadata");
+	json_t *lab = json_object_get(md, "labels");
+	json_t *v;
+	const char *s;
+	size_t i;
+
+	s = json_string_value(json_object_get(md, "name"));
+	snprintf(p->name, sizeof(p->name), "%s", s != NULL ? s : "");
+	json_array_foreach(json_object_get(json_object_get(pod, "spec"),
+	    "volumes"), i, v) {
+		const char *vn = json_string_value(json_object_get(v, "name"));
+
+		s = json_string_value(json_object_get(json_object_get(v,
+		    "persistentVolumeClaim"), "claimName"));
+		if (s != NULL && vn != NULL && strcmp(vn, "work") == 0)
+			snprintf(p->pvc, sizeof(p->pvc), "%s", s);
+	}
 	s = json_string_value(json_object_get(md, "uid"));
 	snprintf(p->uid, sizeof(p->uid), "%s", s != NULL ? s : "");
 	s = json_string_value(json_object_get(json_object_get(pod, "status"),
@@ -197,6 +299,9 @@ kube_pod_read(json_t *pod, struct kube_pod *p)
 	snprintf(p->image, sizeof(p->image), "%s", s != NULL ? s : "");
 	s = json_string_value(json_object_get(lab, "sbx.dev/egress"));
 	p->egress = s != NULL && strcmp(s, "1") == 0;
+	p->lost = strcmp(p->phase, "Running") == 0 &&
+	    cond_is(pod, "ContainersReady", "True") &&
+	    (cond_is(pod, "Ready", "False") || cond_is(pod, "Ready", "Unknown"));
 	stuck_reason(json_object_get(json_object_get(pod, "status"),
 	    "initContainerStatuses"), p);
 	stuck_reason(json_object_get(json_object_get(pod, "status"),
@@ -212,7 +317,12 @@ kube_pod_status(const struct kube_pod *p, struct sbx_status *st)
 	snprintf(st->container_id, sizeof(st->container_id), "%s", p->uid);
 	st->egress = p->egress;
 	st->created_at_ms = p->created_ms;
-	if (strcmp(p->phase, "Running") == 0 && !p->deleting)
+	if (p->lost) {
+		/* its node stopped answering: whatever it ran is out of reach
+		 * (adr/0072, amendment of session 11) */
+		st->state = SBX_STATE_STOPPED;
+		snprintf(st->stop_reason, sizeof(st->stop_reason), "lost");
+	} else if (strcmp(p->phase, "Running") == 0 && !p->deleting)
 		st->state = SBX_STATE_RUNNING;
 	else {
 		st->state = SBX_STATE_STOPPED;

@@ -2,8 +2,10 @@
  * driver_kube_sweep.c - the kubernetes driver's reconcile (broker start):
  * PVCs labelled sbx.dev/managed that are being deleted but stay
  * (Terminating on a finalizer) while their pod is gone get their
- * finalizers removed, so they go (issue 27 lesson 2). Uses the REST
- * client only; touches nothing without our label.
+ * finalizers removed, so they go (issue 27 lesson 2); a pod is the
+ * PVC's when it carries the same sbx.dev/id. Then the warm pool's start
+ * (its own sweep of unclaimed members, then its fill). Uses the REST
+ * client and the pool; touches nothing without our label.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +26,7 @@ struct sweep {
 	void *arg;
 	struct kube_http *h;
 	struct event *kick;
-	json_t *ids;                  /* PVCs being deleted: their sandbox ids */
+	json_t *ids;                  /* PVCs being deleted: [id, name] each */
 	size_t i;
 };
 
@@ -47,6 +49,10 @@ kube_sweep_cancel(struct sbx_op *op)
 static void
 sw_end(struct sweep *o, const struct sbx_err *err)
 {
+	if (err == NULL) {
+		kube_watch_start(o->k);  /* the pool learns of its members there */
+		kube_pool_start(o->k);   /* its own sweep, then its fill */
+	}
 	o->cb(o->arg, err);
 	sw_free(o);
 }
@@ -88,8 +94,8 @@ patched(void *arg, int status, json_t *body, const struct sbx_err *err)
 		return;
 	}
 	log_info("kubernetes: a Terminating PVC whose pod is gone had its "
-	    "finalizers removed", "id", json_string_value(json_array_get(o->ids,
-	    o->i)), NULL);
+	    "finalizers removed", "id", json_string_value(json_array_get(
+	    json_array_get(o->ids, o->i), 0)), NULL);
 	o->i++;
 	sw_next(o);
 }
@@ -100,20 +106,20 @@ pod_checked(void *arg, int status, json_t *body, const struct sbx_err *err)
 	struct sweep *o = arg;
 	char path[256];
 
-	(void)body;
 	o->h = NULL;
 	if (err != NULL) {
 		sw_end(o, err);
 		return;
 	}
-	if (status != 404) {          /* a pod still names it: it goes with it */
+	if (status != 200 || json_array_size(json_object_get(body, "items")) > 0) {
+		/* a pod still has it: it goes with the pod */
 		o->i++;
 		sw_next(o);
 		return;
 	}
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/"
-	    "persistentvolumeclaims/work-%s", o->k->ns,
-	    json_string_value(json_array_get(o->ids, o->i)));
+	    "persistentvolumeclaims/%s", o->k->ns,
+	    json_string_value(json_array_get(json_array_get(o->ids, o->i), 1)));
 	sw_call(o, "PATCH", path, json_pack("{s:{s:n}}", "metadata",
 	    "finalizers"), "application/merge-patch+json", patched);
 }
@@ -127,8 +133,9 @@ sw_next(struct sweep *o)
 		sw_end(o, NULL);
 		return;
 	}
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/sbx-%s",
-	    o->k->ns, json_string_value(json_array_get(o->ids, o->i)));
+	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods?labelSelector="
+	    "sbx.dev%%2Fid%%3D%s", o->k->ns, json_string_value(json_array_get(
+	    json_array_get(o->ids, o->i), 0)));
 	sw_call(o, "GET", path, NULL, NULL, pod_checked);
 }
 
@@ -155,9 +162,12 @@ listed(void *arg, int status, json_t *body, const struct sbx_err *err)
 		const char *id = json_string_value(json_object_get(
 		    json_object_get(md, "labels"), KUBE_L_ID));
 
-		if (id != NULL && sbx_id_valid(id) &&
+		const char *name = json_string_value(json_object_get(md, "name"));
+
+		if (id != NULL && sbx_id_valid(id) && name != NULL &&
+		    strlen(name) < 128 &&
 		    json_object_get(md, "deletionTimestamp") != NULL)
-			json_array_append_new(o->ids, json_string(id));
+			json_array_append_new(o->ids, json_pack("[s,s]", id, name));
 	}
 	sw_next(o);
 }

@@ -4,7 +4,8 @@
  * resourceVersion with allowWatchBookmarks; a cut stream re-watches from
  * the last version seen, a 410 (HTTP or an ERROR event, "Expired")
  * relists and replaces the cache. Answers kube_pod_find and wakes the
- * ensures waiting for Running. Uses the REST client and the Pod reader.
+ * ensures waiting for Running; unclaimed warm pool members go to the
+ * pool. Uses the REST client, the Pod reader and the pool.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,15 +54,59 @@ wake(struct kube *k, const char *id, const struct kube_pod *p)
 	}
 }
 
+int
+kube_lost_has(struct kube *k, const char *id)
+{
+	struct kube_lost *l;
+
+	TAILQ_FOREACH(l, &k->lost, link)
+		if (strcmp(l->id, id) == 0)
+			return 1;
+	return 0;
+}
+
+void
+kube_lost_clear(struct kube *k, const char *id)
+{
+	struct kube_lost *l;
+
+	TAILQ_FOREACH(l, &k->lost, link)
+		if (strcmp(l->id, id) == 0) {
+			TAILQ_REMOVE(&k->lost, l, link);
+			free(l);
+			return;
+		}
+}
+
+void
+kube_pod_ours(struct kube *k, const char *id)
+{
+	struct kube_pod *p = kube_pod_find(k, id);
+
+	if (p != NULL)
+		p->ours = 1;
+}
+
 static void
 pod_remove(struct kube *k, const char *id)
 {
 	struct kube_pod *p = kube_pod_find(k, id);
+	struct kube_lost *l;
 	char idc[64];
 
 	if (p == NULL)
 		return;
 	snprintf(idc, sizeof(idc), "%s", id);
+	if (!p->ours && !kube_lost_has(k, id) &&
+	    (l = calloc(1, sizeof(*l))) != NULL) {
+		/* gone without our delete: its node lost, the pod evicted,
+		 * garbage-collected or deleted by hand */
+		snprintf(l->id, sizeof(l->id), "%s", id);
+		TAILQ_INSERT_TAIL(&k->lost, l, link);
+		log_warn("kubernetes: a sandbox's pod went without the broker "
+		    "deleting it; status says lost until the next ensure", "id",
+		    id, "node", p->node, NULL);
+	}
 	TAILQ_REMOVE(&k->pods, p, link);
 	free(p);
 	wake(k, idc, NULL);
@@ -82,6 +127,11 @@ pod_upsert(struct kube *k, const struct kube_pod *np)
 
 		*p = *np;
 		p->link = keep.link;
+		p->ours = keep.ours && strcmp(keep.uid, np->uid) == 0;
+		if (p->lost && !keep.lost)
+			log_warn("kubernetes: a sandbox's node is lost (its pod "
+			    "is not Ready while its containers are)", "id", p->id,
+			    "node", p->node, NULL);
 	}
 	wake(k, p->id, p);
 }
@@ -140,7 +190,8 @@ w_line(void *arg, const char *line, size_t len)
 			pod_remove(k, p.id);
 		else
 			pod_upsert(k, &p);
-	}
+	} else if (kube_member_read(obj, &p) == 0)
+		kube_pool_seen(k, &p, strcmp(type, "DELETED") == 0);
 	json_decref(ev);
 	return 0;
 }
@@ -225,6 +276,7 @@ l_done(void *arg, int status, json_t *body, const struct sbx_err *err)
 		if (kube_pod_read(it, &q) == 0)
 			pod_upsert(k, &q);
 	}
+	kube_pool_relisted(k, items);
 	rv_take(k, body);
 	k->synced = 1;
 	log_pods(k);
@@ -315,7 +367,12 @@ kube_watch_free(struct kube *k)
 {
 	struct kube_pod *p;
 	struct kube_wait *w;
+	struct kube_lost *l;
 
+	while ((l = TAILQ_FIRST(&k->lost)) != NULL) {
+		TAILQ_REMOVE(&k->lost, l, link);
+		free(l);
+	}
 	kube_http_cancel(k->watch);
 	k->watch = NULL;
 	if (k->rewatch != NULL)

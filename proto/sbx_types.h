@@ -81,7 +81,8 @@ struct sbx_status {
 	int egress;
 	int64_t created_at_ms;    /* 0 when absent */
 	int64_t last_used_at_ms;  /* 0 when unknown (filled by the broker) */
-	char stop_reason[16];     /* "", "idle", "operator", "oom", "exited" */
+	char stop_reason[16];     /* "", "idle", "operator", "oom", "exited",
+	                           * "lost" (driver = kubernetes: its node) */
 	char container_id[72];    /* runtime's container id, "" when absent */
 	struct sbx_usage usage;   /* filled by status_usage only */
 	struct sbx_quota quota;   /* filled by the broker (adr/0057) */

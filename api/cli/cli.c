@@ -219,6 +219,9 @@ stop_words(const char *reason)
 		return "killed for memory (the sandbox's memory limit)";
 	if (strcmp(reason, "exited") == 0)
 		return "its processes ended, or the runtime stopped it";
+	if (strcmp(reason, "lost") == 0)
+		return "lost with its node (kubernetes); ensure it again, "
+		    "/work stays";
 	return reason;
 }
 

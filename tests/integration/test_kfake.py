@@ -60,7 +60,8 @@ class KFakeTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.fake = kfakefix.Fake(sbxtest.env("SBX_DOCKER_HOST"), namespaces=(NS, "bare"))
+        cls.fake = kfakefix.Fake(sbxtest.env("SBX_DOCKER_HOST"), namespaces=(NS, "bare"),
+                                 extra=("--podgc-quarantine", "2"))
         cls.api = cls.fake.client("broker")
         cls.api.post("/api/v1/namespaces/%s/serviceaccounts" % NS,
                      {"metadata": {"name": "sbx-sandbox"}, "automountServiceAccountToken": False})
@@ -333,6 +334,10 @@ class KFakeTest(unittest.TestCase):
         self.assertEqual(ready[0]["status"], "Unknown")
         self.wait(lambda: any(c["type"] == "Ready" and c["status"] == "False"
                               for c in self.get("pods", "p-keep")["status"]["conditions"]), "p-keep Ready=False")
+        # as 1.24's MarkPodsNotReady: the one condition, phase and ContainersReady kept
+        lost = self.get("pods", "p-keep")
+        self.assertEqual(lost["status"]["phase"], "Running")
+        self.assertEqual([c["status"] for c in lost["status"]["conditions"] if c["type"] == "ContainersReady"], ["True"])
         st, body = self.api.request("GET", self.path("pods", "p-keep") + "/exec?command=true")
         self.assertEqual(st, 400)  # not a WebSocket upgrade
         with self.assertRaises(KubeError) as cm:
@@ -383,6 +388,14 @@ class KFakeTest(unittest.TestCase):
         _, born = self.next_event(q, lambda t, o: t == "ADDED")
         self.assertIn({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}, born["spec"]["taints"])
         self.next_event(q, lambda t, o: t == "MODIFIED" and not o["spec"].get("taints"))
+
+        # a deleted node's pods: the pod garbage collector deletes them with
+        # grace 0 after its quarantine (2 s here, 40 s on 1.24), nothing marked first
+        spec = pod_spec("p-orphaned")
+        spec["spec"]["nodeName"] = "kfake-deleted"
+        self.api.post(self.path("pods"), spec)
+        self.assertIsNotNone(self.get("pods", "p-orphaned"))
+        self.wait(lambda: self.get("pods", "p-orphaned") is None, "p-orphaned collected", timeout=30)
 
 
 if __name__ == "__main__":

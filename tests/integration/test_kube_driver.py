@@ -64,7 +64,8 @@ class Fake:
         self.log = open(os.path.join(self.dir, "kfake.log"), "ab")
         self.proc = subprocess.Popen(
             [sys.executable, os.path.join(K8S, "kfake.py"), "--dir", self.dir,
-             "--engine", engine_host, "--node-grace", "3"],
+             "--engine", engine_host, "--node-grace", "3",
+             "--podgc-quarantine", "2"],
             stdout=self.log, stderr=subprocess.STDOUT)
         path = os.path.join(self.dir, "kfake.json")
         sbxtest.wait_until(lambda: os.path.exists(path), 60, "kfake.json")
@@ -83,6 +84,12 @@ class Fake:
             if ready and ready[0]["status"] == "True" and not n["spec"].get("taints"):
                 return True
         return False
+
+    def node_ready(self, name):
+        st, n = self.admin.request("GET", "/api/v1/nodes/" + name)
+        ready = [c for c in (n or {}).get("status", {}).get("conditions") or []
+                 if c["type"] == "Ready"] if st == 200 else []
+        return bool(ready) and ready[0]["status"] == "True" and not n["spec"].get("taints")
 
     def knob(self, what, **body):
         return self.admin.post("/kfake/v1/" + what, body)
@@ -243,6 +250,82 @@ class KubeWatch(unittest.TestCase):
             broker.cleanup()
 
 
+class KubeYNodeLoss(unittest.TestCase):
+    """Issue 27 item 2: two sandboxes on a node that is then lost (its
+    kubelet killed: the node goes Ready=Unknown, the node-lifecycle
+    controller marks its pods Ready=False) are reported stopped with
+    stop_reason "lost" and an exec is refused with not_running. The first
+    is ensured at once: the old pod, still Running on the lost node, is
+    deleted with grace 0 and a new one runs on the spare node with the same
+    PVC. The second waits until the lost node is deleted and the pod
+    garbage collector takes its pod: still "lost" (gone without the
+    broker deleting it), and its ensure brings it back the same way. The
+    files in /work are still there. The node is restored at the end."""
+
+    def test_node_lost_then_ensure_brings_it_back_with_work(self):
+        fake = FAKE
+        spare = "kfake-spare-%d" % os.getpid()
+        broker = KubeBroker(fake, sbxtest.test_image())
+        broker.start()
+        node = None
+        pod_url = "/api/v1/namespaces/%s/pods/sbx-" % fake.ns
+        try:
+            c = broker.client(timeout=120)
+            sids = ["kn-a-%d" % os.getpid(), "kn-b-%d" % os.getpid()]
+            pods = {}
+            for sid in sids:   # both on the one node there is yet
+                self.assertEqual(c.ensure(sid).status, 200)
+                self.assertEqual(c.sh(sid, "echo kept-%s > /work/f" % sid).code, 0)
+                pods[sid] = fake.admin.get(pod_url + sid)
+            node = pods[sids[0]]["spec"]["nodeName"]
+            self.assertEqual(pods[sids[1]]["spec"]["nodeName"], node)
+            fake.knob("nodes", name=spare)
+            sbxtest.wait_until(lambda: fake.node_ready(spare), 60, spare + " Ready", interval=0.2)
+            fake.knob("nodes/%s/lose" % node)
+
+            def lost(sid):
+                st = c.status(sid).json()
+                return st["state"] == "stopped" and st["stop_reason"] == "lost"
+            for sid in sids:
+                sbxtest.wait_until(lambda: lost(sid), 60, "status lost", interval=0.2)
+            # the pod is still there, Running on the lost node, as a real
+            # cluster shows it for 300 s (the unreachable toleration)
+            again = fake.admin.get(pod_url + sids[0])
+            self.assertEqual(again["status"]["phase"], "Running")
+            self.assertEqual(again["metadata"]["uid"], pods[sids[0]]["metadata"]["uid"])
+            got = sorted((x["id"], x["state"], x["stop_reason"]) for x in c.sandboxes().json() if x["id"] in sids)
+            self.assertEqual(got, [(sid, "stopped", "lost") for sid in sids])
+            with self.assertRaises(AssertionError) as cm:
+                c.exec(sids[0], ["true"])
+            self.assertIn("not_running", str(cm.exception))
+            self.assertIn("lost", str(cm.exception))
+
+            # the first: ensured while its old pod is there
+            self.assertEqual(c.ensure(sids[0]).json()["state"], "running")
+            self.assertIn("replacing a sandbox's pod on a lost node", broker.log_text())
+            # the second: the node deleted, the pod garbage collector takes its pod
+            fake.admin.request("DELETE", "/api/v1/nodes/" + node)
+            sbxtest.wait_until(lambda: fake.admin.request("GET", pod_url + sids[1])[0] == 404,
+                               60, "the pod of a deleted node collected", interval=0.2)
+            self.assertTrue(lost(sids[1]), c.status(sids[1]).json())
+            self.assertEqual(c.ensure(sids[1]).json()["state"], "running")
+            for sid in sids:
+                now = fake.admin.get(pod_url + sid)
+                self.assertNotEqual(now["metadata"]["uid"], pods[sid]["metadata"]["uid"])
+                self.assertEqual(now["spec"]["nodeName"], spare)
+                res = c.exec(sid, ["cat", "/work/f"])
+                self.assertEqual((res.code, bytes(res.out)), (0, b"kept-%s\n" % sid.encode()))
+                st = c.status(sid).json()
+                self.assertEqual((st["state"], st["stop_reason"]), ("running", None))
+                self.assertEqual(c.destroy(sid).status, 200)
+        finally:
+            broker.stop()
+            broker.cleanup()
+            if node is not None:
+                fake.knob("nodes/%s/restore" % node)
+                sbxtest.wait_until(lambda: fake.node_ready(node), 60, node + " Ready again", interval=0.2)
+
+
 class KubeZLostNode(unittest.TestCase):
     """Issue 27 lesson 2: a node that died never finishes a graceful delete
     and the PVC waits on pvc-protection; destroy deletes the pod again with
@@ -260,7 +343,7 @@ class KubeZLostNode(unittest.TestCase):
             self.assertEqual(c.exec(sid, ["echo", "x"]).code, 0)
             node = fake.admin.get("/api/v1/namespaces/%s/pods/sbx-%s" % (fake.ns, sid))["spec"]["nodeName"]
             fake.knob("nodes/%s/lose" % node)
-            sbxtest.wait_until(lambda: not fake.schedulable(), 60, "the node NotReady", interval=0.2)
+            sbxtest.wait_until(lambda: not fake.node_ready(node), 60, "the node NotReady", interval=0.2)
             r = c.destroy(sid, timeout=120)
             self.assertEqual(r.status, 200, r)
             self.assertIn("deleting it with grace 0", broker.log_text())

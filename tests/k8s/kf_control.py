@@ -4,8 +4,9 @@ What a real control plane does around the store, reduced to what issue 27's
 lessons name: create-time admission (ServiceAccount check, default tolerations,
 pvc-protection finalizer, the new node's not-ready taint), graceful deletion,
 and one loop that plays scheduler, node-lifecycle controller (NotReady,
-unreachable taints, pods Ready=False, taint eviction), pvc-protection controller
-and finalizer garbage collection. Touches only the store (kf_store).
+unreachable taints, pods Ready=False, taint eviction), pvc-protection controller,
+pod garbage collection of a deleted node's pods and finalizer garbage
+collection. Touches only the store (kf_store).
 """
 
 import copy
@@ -84,8 +85,10 @@ def set_condition(obj, ctype, status, reason=None, message=None):
 
 
 class Cluster:
-    def __init__(self, store, node_grace=3.0, taint_delay=1.0):
+    def __init__(self, store, node_grace=3.0, taint_delay=1.0, podgc_quarantine=40.0):
         self.store = store
+        self.podgc_quarantine = podgc_quarantine
+        self.orphans = {}      # pod uid -> monotonic time its node was first seen missing
         self.node_grace = node_grace
         self.taint_delay = taint_delay
         self.heartbeats = {}   # node name -> monotonic time of the last Ready=True status write
@@ -204,6 +207,7 @@ class Cluster:
     def tick(self):
         with self.store.lock:
             self._nodes()
+            self._podgc()
             self._schedule()
             self._pvc_protection()
 
@@ -266,6 +270,26 @@ class Cluster:
             secs = min([t["tolerationSeconds"] for t in tol if t.get("tolerationSeconds") is not None] or [0])
             if time.time() >= self.unreachable_at.get(node, time.time()) + secs:
                 self.delete("pods", pod["metadata"]["namespace"], pod["metadata"]["name"])
+
+    def _podgc(self):
+        """1.24's pod garbage collector, gcOrphaned: a pod bound to a node
+        that no longer exists, still missing after the quarantine (40 s
+        there), is deleted with grace 0 — the only way a pod of a deleted
+        node goes; nothing marks it first (DisruptionTarget is 1.26+)."""
+        now = time.monotonic()
+        names = {n["metadata"]["name"] for n in self.store.list("nodes")[0]}
+        seen = set()
+        for pod in self.store.list("pods")[0]:
+            node, uid = pod["spec"].get("nodeName"), pod["metadata"]["uid"]
+            if not node or node in names:
+                continue
+            seen.add(uid)
+            since = self.orphans.setdefault(uid, now)
+            if now - since >= self.podgc_quarantine:
+                self.delete("pods", pod["metadata"]["namespace"], pod["metadata"]["name"], grace=0)
+        for uid in list(self.orphans):
+            if uid not in seen:
+                del self.orphans[uid]
 
     def _schedule(self):
         pods, _ = self.store.list("pods", fields=[("spec.nodeName", "=", ("",))])

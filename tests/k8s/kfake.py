@@ -125,6 +125,7 @@ def main():
     ap.add_argument("--namespace", action="append")
     ap.add_argument("--nodes", type=int, default=1)
     ap.add_argument("--node-grace", type=float, default=3.0)
+    ap.add_argument("--podgc-quarantine", type=float, default=40.0)
     ap.add_argument("--bookmark-interval", type=float, default=1.0)
     ap.add_argument("--history", type=int, default=100000)
     args = ap.parse_args()
@@ -135,7 +136,7 @@ def main():
     ca, crt, key = make_certs(d)
 
     store = Store(history=args.history)
-    cluster = Cluster(store, node_grace=args.node_grace)
+    cluster = Cluster(store, node_grace=args.node_grace, podgc_quarantine=args.podgc_quarantine)
     auth = Auth(namespaces)
     for ns in namespaces:
         obj = {"metadata": {"name": ns}}

@@ -249,6 +249,11 @@ class RawAgent:
             c = self.s.recv(1 << 20)
         except socket.timeout:
             return
+        finally:
+            # sendall's timeout again: left at the pump's 10-50 ms, a send
+            # into a full socket buffer timed out under load (a slow agent
+            # reading its stdin), which no agent fault caused
+            self.s.settimeout(30)
         assert c, "the agent's channel closed"
         self.frames(c)
 

@@ -12,6 +12,7 @@
  * broker_int.h only (adr/0036).
  */
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,8 +44,10 @@
 #define GRANT_MIN (SBX_AGENT_STDIN_WINDOW / 4)
 /* Output the session produced past the api's credit (what was in flight
  * when it was paused: the agent's window and one frame) is held here; more
- * breaks the driver's pause and ends the link. */
-#define HELD_MAX (2 * SBX_AGENT_WINDOW + 2 * SBX_AGENT_DATA_MAX)
+ * breaks the driver's pause and ends the link. A port connection's window
+ * is a bulk stream's 1 MiB (SBX_AGENT_STDIN_WINDOW's size; the engine
+ * driver's DIRECT_OUT_WINDOW, adr/0053 amendment of session 11). */
+#define HELD_MAX (2 * SBX_AGENT_STDIN_WINDOW + 2 * SBX_AGENT_DATA_MAX)
 /* The last frames get this long to reach the api. */
 #define FLUSH_TIMEOUT_S 10
 
@@ -83,12 +86,11 @@ static void
 put_frame(struct blink *l, int type, int flags, const void *p, uint32_t len)
 {
 	unsigned char h[SBX_AGENT_HDR];
-	struct evbuffer *out = bufferevent_get_output(l->bev);
+	struct iovec v[2] = { { h, sizeof(h) }, { (void *)p, len } };
 
 	sbx_agent_hdr_put(h, type, flags, LINK_STREAM, len);
-	evbuffer_add(out, h, sizeof(h));
-	if (len > 0)
-		evbuffer_add(out, p, len);
+	/* Straight to the api's socket when nothing waits (no copy). */
+	(void)sbx_bev_write(l->bev, v, len > 0 ? 2 : 1);
 }
 
 /* One EVENT: an exec event line of proto/broker-api.md without its '\n'. */

@@ -768,9 +768,10 @@ agent_run(struct eop *op)
 	free(argv);
 	if (x->ast == NULL)
 		goto fail;
-	/* Bulk output (exec, file reads): a window of DIRECT_OUT_WINDOW, not
-	 * one round trip's 256 KiB (adr/0066); terminals keep theirs. */
-	if (!(op->kind->flags & EK_SESSION))
+	/* Bulk output (exec, file reads, port connections): a window of
+	 * DIRECT_OUT_WINDOW, not one round trip's 256 KiB (adr/0066, adr/0053
+	 * amendment of session 11); terminals and exec sessions keep theirs. */
+	if (!(op->kind->flags & EK_SESSION) || (op->kind->flags & EK_BULK_OUT))
 		(void)sbx_agent_grow_output(x->ast, DIRECT_OUT_WINDOW - SBX_AGENT_WINDOW);
 	if (ag->cid[0] != '\0' && op->cid[0] == '\0')
 		snprintf(op->cid, sizeof(op->cid), "%s", ag->cid);

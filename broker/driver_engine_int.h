@@ -159,8 +159,8 @@ struct sbx_status;
  * transport neither sends nor closes it), its stdin room goes to
  * sink->room, and the sink hears the start as a framed exec's does */
 #define EK_SESSION 0x40
-/* ... whose start carries no exec id ("": a port connection, no handle) */
-#define EK_ANON_START 0x80
+#define EK_ANON_START 0x80   /* ... whose start has no exec id ("": a port, no handle) */
+#define EK_BULK_OUT 0x100    /* ... a session with a bulk stream's output credit (adr/0053) */
 
 /*
  * What differs between kinds of operation, one row per kind, defined

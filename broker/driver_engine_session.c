@@ -34,7 +34,7 @@ static const struct eng_kind kind_pty = {
  * which holds no process but itself), no timeout, no cap. */
 static const struct eng_kind kind_port = {
 	.name = "port connection",
-	.flags = EK_RUN | EK_SESSION | EK_ANON_START,
+	.flags = EK_RUN | EK_SESSION | EK_ANON_START | EK_BULK_OUT,
 	.fail = eng_finish_sink_error,
 	.let_go = eng_src_detach,
 	.fini = eng_run_fini,

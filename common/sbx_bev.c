@@ -1,4 +1,5 @@
-/* sbx_bev.c - large reads for socket bufferevents (sbx_bev.h, adr/0063); touches only the socket and the input buffer of the bufferevent it is given. */
+/* sbx_bev.c - large reads and write-through for socket bufferevents (sbx_bev.h, adr/0063, adr/0053); touches only the socket and the buffers of the bufferevent it is given. */
+#include <errno.h>
 #include <sys/ioctl.h>
 #include <sys/uio.h>
 
@@ -63,6 +64,34 @@ sbx_bev_fill(struct bufferevent *bev, size_t upto)
 	evbuffer_commit_space(in, v, got > 0 ? nv : 0);
 	evbuffer_freeze(in, 0);
 	return got;
+}
+
+int
+sbx_bev_write(struct bufferevent *bev, const struct iovec *iov, int n)
+{
+	struct evbuffer *out = bufferevent_get_output(bev);
+	evutil_socket_t fd = bufferevent_getfd(bev);
+	size_t done = 0, skip;
+	ssize_t r = 0;
+	int i;
+
+	if (evbuffer_get_length(out) == 0 && fd >= 0 &&
+	    (bufferevent_get_enabled(bev) & EV_WRITE) &&
+	    bufferevent_openssl_get_ssl(bev) == NULL) {
+		do
+			r = writev(fd, iov, n);
+		while (r < 0 && errno == EINTR);
+		if (r > 0)
+			done = (size_t)r;
+	}
+	for (i = 0; i < n; i++) {
+		skip = done < iov[i].iov_len ? done : iov[i].iov_len;
+		done -= skip;
+		if (iov[i].iov_len > skip && evbuffer_add(out,
+		    (const char *)iov[i].iov_base + skip, iov[i].iov_len - skip) != 0)
+			return -1;
+	}
+	return 0;
 }
 
 void

@@ -1,4 +1,4 @@
-/* sbx_bev.h - reading a socket bufferevent in large pieces: libevent 2.1 reads at most 4 KiB a turn whatever bufferevent_set_max_single_read says (adr/0063). */
+/* sbx_bev.h - reading a socket bufferevent in large pieces: libevent 2.1 reads at most 4 KiB a turn whatever bufferevent_set_max_single_read says (adr/0063); writing through to its socket when nothing is queued (adr/0053 amendment of session 11). */
 #ifndef SBX_BEV_H
 #define SBX_BEV_H
 
@@ -22,6 +22,19 @@
  * Returns the bytes added (0: none; errors are left to libevent's read:
  * nothing is lost, the socket keeps them). */
 size_t sbx_bev_fill(struct bufferevent *bev, size_t upto);
+
+/* Writes iov[0..n) to bev as bufferevent_write would, but straight to its
+ * socket (one writev) when nothing is queued before it, so bytes the
+ * socket takes now are not copied into bev's output first; what the
+ * socket does not take (EAGAIN, a short write) is queued in bev's output
+ * as usual (an error is queued too and left for libevent's own write to
+ * report). Queued as bufferevent_write does instead when bev's output
+ * holds bytes, writing is disabled, bev has no socket or is TLS (its
+ * socket takes ciphertext). The socket must be non-blocking and SIGPIPE
+ * ignored (sbx_daemon). Borrowed iov; 0, or -1 when queueing failed
+ * (no memory; part may have been written). No callback of bev is run. */
+struct iovec;
+int sbx_bev_write(struct bufferevent *bev, const struct iovec *iov, int n);
 
 /* Keeps the stream buffers' memory in the process between uses (glibc's
  * mallopt): allocations below SBX_HEAP_MMAP_MIN (1 MiB) come from the heap

@@ -36,6 +36,7 @@
 #define DRAIN_AFTER_EXIT_MS 1000            /* child reaped: pipes must end within */
 #define CLOSE_GRACE_MS 1000                 /* channel gone: wait this long for children */
 #define IN_CHUNK 65536
+#define READ_BURST 4                        /* stdout frames read per wakeup, at most */
 #define SOFT_KILL_MS 1000                   /* a cancelled write: EOF first, SIGKILL after */
 #define HANDLE_AGENT "agent"                /* the agent's own kill handle */
 #define FLUSH_BYTES (64u * 1024)            /* output queued: write the channel now */
@@ -597,8 +598,9 @@ on_frame(void *arg, const struct sbx_agent_frame *f, const unsigned char *p, siz
 	}
 }
 
-/* Reads one chunk of fd (1 stdout, 2 stderr) of s into a DATA frame. */
-static void
+/* Reads one chunk of fd (1 stdout, 2 stderr) of s into a DATA frame:
+ * 1 when it filled all the room it had (more may be waiting), else 0. */
+static int
 stream_read(struct agent *a, struct astream *s, int which)
 {
 	static unsigned char drop[IN_CHUNK];
@@ -611,7 +613,7 @@ stream_read(struct agent *a, struct astream *s, int which)
 		n = read(*fd, drop, sizeof(drop));
 		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
 			close_fd(fd);
-		return;
+		return 0;
 	}
 	/* More of the same output goes into the queued frame; else a new one. */
 	append = a->tail_ok && a->tail_id == s->id && a->tail_which == which &&
@@ -620,14 +622,14 @@ stream_read(struct agent *a, struct astream *s, int which)
 	if (want > s->credit)
 		want = s->credit;
 	if (want == 0 || q_reserve(a, (append ? 0 : SBX_AGENT_HDR) + want) < 0)
-		return;
+		return 0;
 	n = read(*fd, a->q + a->qhead + a->qlen + (append ? 0 : SBX_AGENT_HDR),
 	    want);
 	if (n < 0 && (errno == EINTR || errno == EAGAIN))
-		return;
+		return 0;
 	if (n <= 0) {
 		close_fd(fd);
-		return;
+		return 0;
 	}
 	if (!append) {
 		a->tail_ok = 1;
@@ -644,6 +646,7 @@ stream_read(struct agent *a, struct astream *s, int which)
 	s->credit -= (uint32_t)n;
 	if (s->credit == 0)
 		a->urgent = 1;   /* the broker's WINDOW needs these bytes */
+	return (size_t)n == want;
 }
 
 /* Children that ended. */
@@ -807,7 +810,7 @@ helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, const char *listen_
 	sigset_t set;
 	size_t i;
 	nfds_t np;
-	int tmo, r, rc = -1;
+	int tmo, r, k, rc = -1;
 	unsigned char buf[IN_CHUNK];
 	ssize_t n;
 
@@ -944,7 +947,13 @@ helper_agent(const struct helper_ctx *ctx, uint64_t idle_ms, const char *listen_
 				/* Earlier streams' frames first; a stream freed in
 				 * this round is not touched (who[] holds no freed
 				 * stream: frees happen in streams_finish only). */
-				stream_read(&a, who[i], 1);
+				/* A full frame: more may wait (a pipe of 256 KiB,
+				 * the connect mode's): up to READ_BURST frames a
+				 * wakeup, one write of the channel for them. */
+				for (k = 0; k < READ_BURST && who[i]->out >= 0 &&
+				    stream_read(&a, who[i], 1) &&
+				    a.qlen + OUTQ_READ_ROOM <= OUTQ_CAP; k++)
+					;
 				break;
 			case 4:
 				/* stdout before stderr of one stream: only when

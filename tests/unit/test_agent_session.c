@@ -1,4 +1,4 @@
-/* test_agent_session.c - protocol 4 against a real `sbx-helper agent` (tests/unit/agent_rig.c): pty mode (size, TERM, resize, signal to the foreground job, exit status), stdin streamed into exec through a slow reader, connect mode (relay, half-close, port_closed), control records for exec and refused without OPEN_CTRL. */
+/* test_agent_session.c - protocol 4 against a real `sbx-helper agent` (tests/unit/agent_rig.c): pty mode (size, TERM, resize, signal to the foreground job, exit status), stdin streamed into exec through a slow reader, connect mode (relay, half-close, port_closed, 8 MiB through a pause), control records for exec and refused without OPEN_CTRL. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -264,6 +264,64 @@ test_connect_relays_and_half_closes(void **state)
 	rig_down(&r);
 }
 
+/* connect: 8 MiB from the server arrive whole and in order, through a
+ * pause long enough to fill every buffer on the way (the mode splices the
+ * socket into its stdout pipe and then waits for the pipe, not the socket:
+ * adr/0053 amendment of session 11). */
+static void
+test_connect_carries_a_large_answer_through_a_pause(void **state)
+{
+	static const size_t size = 8 * 1024 * 1024, pause_at = 1024 * 1024;
+	char port_s[16];
+	const char *argv[] = { "connect", "--port", port_s, NULL };
+	unsigned char *data = malloc(size);
+	struct rig r;
+	struct got g;
+	int lfd, port, c = -1, i, zero = 0, paused_turns = 0;
+	size_t sent = 0, i2, at_pause = 0;
+	ssize_t n;
+
+	(void)state;
+	for (i2 = 0; i2 < size; i2++)
+		data[i2] = (unsigned char)((i2 * 7 + i2 / 65536) % 251);
+	lfd = listener(&port);
+	snprintf(port_s, sizeof(port_s), "%d", port);
+	rig_up(&r, NULL);
+	open_flags(&r, &g, argv, 0);
+	g.pause_after = (int)pause_at;
+	for (i = 0; i < 1000 && c < 0; i++) {
+		run_until(&r, &zero, 1, 10);
+		c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	}
+	assert_true(c >= 0);
+	/* 10 ms turns, 30 s at most */
+	for (i = 0; i < 3000 && sent < size; i++) {
+		n = write(c, data + sent, size - sent);
+		if (n > 0)
+			sent += (size_t)n;
+		run_until(&r, &zero, 1, 10);
+		if (g.pause_after > 0 && g.len[1] >= pause_at && ++paused_turns == 30) {
+			/* paused for 30 turns: what came is what was in flight */
+			at_pause = g.len[1];
+			g.pause_after = 0;
+			sbx_agent_pause(g.st, 0);
+		}
+	}
+	assert_int_equal(sent, size);
+	assert_true(at_pause >= pause_at);
+	assert_true(at_pause <= pause_at + SBX_AGENT_WINDOW + SBX_AGENT_DATA_MAX);
+	close(c);
+	run_until(&r, &g.exits, 1, 10000);
+	assert_int_equal(g.exits, 1);
+	assert_int_equal(g.status, 0);
+	assert_int_equal(g.len[1], size);
+	assert_memory_equal(g.out[1], data, size);
+	got_free(&g);
+	close(lfd);
+	rig_down(&r);
+	free(data);
+}
+
 /* A signal record for exec goes to the command's group. */
 static void
 test_exec_takes_a_signal_record(void **state)
@@ -328,6 +386,7 @@ main(void)
 		cmocka_unit_test(test_exec_stdin_streams_through_a_slow_reader),
 		cmocka_unit_test(test_exec_stdin_waits_for_a_command_that_reads_late),
 		cmocka_unit_test(test_connect_relays_and_half_closes),
+		cmocka_unit_test(test_connect_carries_a_large_answer_through_a_pause),
 		cmocka_unit_test(test_exec_takes_a_signal_record),
 		cmocka_unit_test(test_ctrl_without_the_flag_ends_the_channel),
 	};

@@ -1,7 +1,7 @@
 """perf_profile.py - where the CPU goes while one `make bench` figure runs.
 
 With BENCH_PERF=1 (tests/bench/run.sh passes the environment through),
-the figures that ask for it (Phases: exec round trip, files, streams)
+the figures that ask for it (Phases: exec round trip, files, streams, ports)
 record each measured method apart — sbx's rounds in one system-wide
 `perf record -e cpu-clock -a -g` (software clock: this machine's VM has no
 hardware counters), the baseline's in another, enabled only while that

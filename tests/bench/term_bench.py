@@ -19,7 +19,7 @@ The stdin figure (64 MiB through `sbxctl exec -i` vs `docker exec -i`) is
 bench.py's `stdin`.
 
 Knobs: BENCH_ECHO_ROUNDS [200] keystrokes per side, BENCH_IDLE_TERMS [100],
-BENCH_PORT_BYTES [100 MiB], BENCH_PORT_ROUNDS [3], BENCH_PORT_REQS [200];
+BENCH_PORT_BYTES [100 MiB], BENCH_PORT_ROUNDS [5], BENCH_PORT_REQS [200];
 BENCH_ONLY=term_echo,term_idle,ports,stdin runs only these (tests/bench/run.sh).
 
 The WebSocket client is the few lines RFC 6455 needs (client frames masked,
@@ -340,7 +340,7 @@ def fig_term_idle(b):
 
 PORT = 8000
 PORT_BYTES = int(os.environ.get("BENCH_PORT_BYTES", str(100 * MiB)))
-PORT_ROUNDS = int(os.environ.get("BENCH_PORT_ROUNDS", "3"))
+PORT_ROUNDS = int(os.environ.get("BENCH_PORT_ROUNDS", "5"))
 PORT_REQS = int(os.environ.get("BENCH_PORT_REQS", "200"))
 
 
@@ -389,6 +389,44 @@ def inside_seconds(out):
     raise RuntimeError("no `real` line in %r" % out[-300:])
 
 
+def sandbox_cpu(b, i):
+    """CPU seconds of sandbox i's processes so far, or None: user + system
+    time of every process in its container's pid namespace plus what their
+    reaped children used (the agent reaps its modes, busybox httpd its
+    per-connection children). This host's cgroups are v1 with cpuacct at
+    the root: no container's own CPU counter."""
+    try:
+        r = subprocess.run([b.docker, "inspect", "-f", "{{.State.Pid}}", b.cname(i)],
+                           env=b.denv, capture_output=True, text=True, timeout=30)
+        ns = os.readlink("/proc/%d/ns/pid" % int(r.stdout.strip()))
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+    tot = 0
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            if os.readlink("/proc/%s/ns/pid" % p) != ns:
+                continue
+            with open("/proc/%s/stat" % p) as f:
+                st = f.read()
+        except OSError:
+            continue
+        v = st[st.rindex(")") + 2:].split()
+        tot += sum(int(x) for x in v[11:15])
+    return tot / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_now(b, i):
+    """(broker, api, sandbox i) CPU seconds so far (sandbox: None when unknown)."""
+    def proc_cpu(pid):
+        with open("/proc/%d/stat" % pid) as f:
+            st = f.read()
+        v = st[st.rindex(")") + 2:].split()
+        return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+    return (proc_cpu(b.pid("broker")), proc_cpu(b.pid("api")), sandbox_cpu(b, i))
+
+
 def fig_ports(b):
     """100 MiB over HTTP through the ports route vs the same GET inside the
     sandbox (busybox wget to its own loopback: the image has no curl), and
@@ -414,16 +452,46 @@ def fig_ports(b):
                 raise RuntimeError("httpd in the sandbox never answered through the ports route")
             time.sleep(0.2)
         big = "http://127.0.0.1:%d/big" % PORT
-        loop = "for i in %s; do wget -q -O /dev/null %s; done" % (
-            " ".join(str(i) for i in range(PORT_ROUNDS)), big)
+        one = "time wget -q -O /dev/null %s 2>&1" % big
+        # Alternating, one GET each way per round: the load of this shared
+        # machine drifts within seconds, and a run of all the route's GETs
+        # before all the wgets measured the drift as often as the route.
+        # BENCH_PERF=1: the route's GETs and the wgets inside recorded
+        # apart (tests/bench/perf_profile.py). CPU: broker, api, sandbox
+        # summed over each side's rounds.
         sbx_t, in_t = [], []
+        cpu = {"route": [0.0, 0.0, 0.0], "inside": [0.0, 0.0, 0.0]}
+        prof = b.phases("ports")
+
+        def add_cpu(side, c0, c1):
+            for k in range(3):
+                if cpu[side][k] is None or c0[k] is None or c1[k] is None:
+                    cpu[side][k] = None
+                else:
+                    cpu[side][k] += c1[k] - c0[k]
         for _ in range(PORT_ROUNDS):
-            dt, n, code = get_through_port(b, npc, "big")
+            c0 = cpu_now(b, 2)
+            with prof.phase("%d MiB through the ports route" % (PORT_BYTES // MiB)):
+                dt, n, code = get_through_port(b, npc, "big")
+            c1 = cpu_now(b, 2)
+            add_cpu("route", c0, c1)
             if code != 200 or n != PORT_BYTES:
                 raise RuntimeError("ports route: status %d, %d bytes" % (code, n))
             sbx_t.append(dt)
-        out = sbxctl(b, "exec", npc, "--", "sh", "-c", "time sh -c '%s' 2>&1" % loop)
-        in_t = inside_seconds(out) / PORT_ROUNDS
+            with prof.phase("%d MiB by wget inside the sandbox" % (PORT_BYTES // MiB)):
+                out = sbxctl(b, "exec", npc, "--", "sh", "-c", one)
+            add_cpu("inside", c1, cpu_now(b, 2))
+            in_t.append(inside_seconds(out))
+        prof.close()
+        f = lambda v: "—" if v is None else "%.2f s" % (v / PORT_ROUNDS)
+        r, i = cpu["route"], cpu["inside"]
+        b.row("CPU per %d MiB through the ports route: broker, api, the sandbox's processes "
+              "(agent, connect mode, httpd) vs the same GET inside (broker, api: the exec "
+              "that runs wget; sandbox: wget, httpd)" % (PORT_BYTES // MiB),
+              "broker %s, api %s, sandbox %s" % (f(r[0]), f(r[1]), f(r[2])),
+              "inside: broker %s, api %s, sandbox %s" % (f(i[0]), f(i[1]), f(i[2])), "—",
+              "— (what the row below costs)")
+        in_t = p50(in_t)
         sbx_mbs = PORT_BYTES / 1e6 / p50(sbx_t)
         in_mbs = PORT_BYTES / 1e6 / in_t
         ratio = sbx_mbs / in_mbs

@@ -347,6 +347,7 @@ class Bench:
                                "--terminals-per-principal", "1000",
                                "--max-connections", "4096",
                                "--connections-per-principal", "4096",
+                               "--streams-per-principal", "4096",
                                "--requests-per-minute", "100000000",
                                "--broker-timeout", "600s", "--log-level", "warn",
                                "--log-file", os.path.join(w, "api.log")])

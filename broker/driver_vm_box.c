@@ -397,6 +397,21 @@ kill_qemu(struct vm *v, int sig)
 		vm_proc_kill(v->proc, sig);
 }
 
+/* Asks init for a clean poweroff (filesystems synced) with stop_timeout
+ * before on_timer kills qemu; without a control port yet there is nothing
+ * to sync: killed at once. */
+static void
+power_off(struct vmdrv *d, struct vm *v)
+{
+	if (v->ctl >= 0 && write(v->ctl, "poweroff\n", 9) == 9) {
+		struct timeval tv = { d->cfg.stop_timeout_ms / 1000,
+		    (d->cfg.stop_timeout_ms % 1000) * 1000 };
+
+		evtimer_add(v->timer, &tv);
+	} else
+		kill_qemu(v, SIGKILL);
+}
+
 static void
 on_timer(evutil_socket_t fd, short what, void *arg)
 {
@@ -777,13 +792,7 @@ vm_ensure(struct vmdrv *d, struct vmop *op)
 		 * /work kept (the engine replaces its container the same way). */
 		wait_on(v, op);
 		v->state = VM_STOPPING;
-		if (v->ctl >= 0 && write(v->ctl, "poweroff\n", 9) == 9) {
-			struct timeval tv = { d->cfg.stop_timeout_ms / 1000,
-			    (d->cfg.stop_timeout_ms % 1000) * 1000 };
-
-			evtimer_add(v->timer, &tv);
-		} else
-			kill_qemu(v, SIGKILL);
+		power_off(d, v);
 		return;
 	}
 	if (v->state == VM_RUNNING) {
@@ -838,13 +847,7 @@ vm_stop(struct vmdrv *d, struct vmop *op)
 	sbx_err_set(&err, SBX_E_CONFLICT, "sandbox %s was stopped while it booted", v->id);
 	answer(v, VMOP_ENSURE, &err);
 	v->state = VM_STOPPING;
-	if (v->ctl >= 0 && write(v->ctl, "poweroff\n", 9) == 9) {
-		struct timeval tv = { d->cfg.stop_timeout_ms / 1000,
-		    (d->cfg.stop_timeout_ms % 1000) * 1000 };
-
-		evtimer_add(v->timer, &tv);
-	} else
-		kill_qemu(v, SIGKILL);   /* no control port yet: nothing to sync */
+	power_off(d, v);
 }
 
 void
@@ -889,16 +892,10 @@ vm_channel(struct vmdrv *d, const char *id, struct sbx_err *err)
 static int
 is_our_qemu(const struct vm *v, pid_t pid)
 {
-	char path[64], want[600], buf[8192];
+	char want[600], buf[8192];
 	ssize_t r, i;
-	int fd;
 
-	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return 0;
-	r = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (r <= 0)
+	if ((r = vm_proc_cmdline(pid, buf, sizeof(buf))) < 0)
 		return 0;
 	for (i = 0; i < r; i++)
 		if (buf[i] == '\0')

@@ -382,18 +382,10 @@ vm_egress_end(struct vm *v)
 static int
 is_our_proxy(const struct vm *v, pid_t pid)
 {
-	char path[64], want[600], buf[700];
-	ssize_t r;
-	int fd;
+	char want[600], buf[700];
 
-	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+	if (vm_proc_cmdline(pid, buf, sizeof(buf)) < 0)
 		return 0;
-	r = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (r <= 0)
-		return 0;
-	buf[r] = '\0';
 	snprintf(want, sizeof(want), "sbx-proxy:%s", v->dir);
 	return strcmp(buf, want) == 0;
 }

@@ -193,3 +193,21 @@ vm_proc_free(struct vm_proc *p)
 	close(p->pidfd);
 	free(p);
 }
+
+ssize_t
+vm_proc_cmdline(pid_t pid, char *buf, size_t size)
+{
+	char path[64];
+	ssize_t r;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return -1;
+	r = read(fd, buf, size - 1);
+	close(fd);
+	if (r <= 0)
+		return -1;
+	buf[r] = '\0';
+	return r;
+}

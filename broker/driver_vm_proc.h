@@ -50,6 +50,12 @@ struct vm_proc *vm_proc_spawn(struct event_base *base, const char *const *argv,
     const char *log_path, const struct vm_proc_how *how, vm_proc_cb cb, void *arg,
     pid_t *pid, struct sbx_err *err);
 
+/* Reads /proc/PID/cmdline into buf (size > 1): its arguments, each ended
+ * by a NUL, and one more NUL after them. Returns their length (> 0), or -1
+ * when the process is gone, unreadable or has no command line (a kernel
+ * thread). What does not fit is cut. */
+ssize_t vm_proc_cmdline(pid_t pid, char *buf, size_t size);
+
 /*
  * Watches a process this broker did not start (pid from a pidfile): cb when
  * it is gone. Returns NULL (errno ESRCH: not running) when it cannot be

@@ -66,7 +66,7 @@ accounted(struct vmdrv *d, pid_t pid)
 int
 vm_kill_strays(struct vmdrv *d)
 {
-	char path[64], want[600], proxy[600], buf[8192];
+	char want[600], proxy[600], buf[8192];
 	struct dirent *e;
 	int killed = 0, fd, is_proxy;
 	ssize_t r, i;
@@ -82,14 +82,8 @@ vm_kill_strays(struct vmdrv *d)
 		if ((pid = (pid_t)atoi(e->d_name)) <= 1 || pid == getpid() ||
 		    accounted(d, pid))
 			continue;
-		snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		if ((r = vm_proc_cmdline(pid, buf, sizeof(buf))) < 0)
 			continue;
-		r = read(fd, buf, sizeof(buf) - 1);
-		close(fd);
-		if (r <= 0)
-			continue;
-		buf[r] = '\0';
 		is_proxy = strncmp(buf, proxy, strlen(proxy)) == 0;
 		for (i = 0; i < r; i++)
 			if (buf[i] == '\0')

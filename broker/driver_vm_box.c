@@ -664,7 +664,7 @@ vm_free(struct vm *v)
 		vmop_free(op);
 	}
 	drop_channel(v);
-	vm_egress_end(v);   /* the next broker starts it again at adoption */
+	vm_egress_end(v, 0);   /* the next broker starts it again at adoption */
 	free(v->allow);
 	if (v->timer != NULL)
 		event_free(v->timer);
@@ -685,7 +685,7 @@ on_qemu_exit(void *arg, int status)
 	vm_proc_free(v->proc);
 	v->proc = NULL;
 	v->pid = 0;
-	vm_egress_end(v);   /* out of the cgroup before it goes */
+	vm_egress_end(v, 1);   /* out of the cgroup before it goes */
 	vm_cg_remove(v->id);
 	drop_channel(v);
 	event_del(v->timer);

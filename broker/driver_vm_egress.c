@@ -355,7 +355,7 @@ vm_egress_link(struct vm *v)
 }
 
 void
-vm_egress_end(struct vm *v)
+vm_egress_end(struct vm *v, int qemu_gone)
 {
 	char path[600];
 
@@ -374,8 +374,12 @@ vm_egress_end(struct vm *v)
 	unlink(path);
 	vpath(v, VM_EG_PROXY_SOCK, path, sizeof(path));
 	unlink(path);
-	vpath(v, VM_EG_PORT_SOCK, path, sizeof(path));
-	unlink(path);
+	/* qemu's end of the port: only once qemu is gone. A broker that stops
+	 * leaves it for the next one's link to a VM that runs on. */
+	if (qemu_gone) {
+		vpath(v, VM_EG_PORT_SOCK, path, sizeof(path));
+		unlink(path);
+	}
 }
 
 /* 1 when /proc/PID/cmdline's argv[0] is this VM's proxy name. */

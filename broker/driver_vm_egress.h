@@ -66,8 +66,11 @@ int vm_egress_replace(struct vm *v, struct sbx_err *err);
 void vm_egress_link(struct vm *v);
 
 /* Ends v's egress now: the link (every connection through it cut), the
- * proxy (killed and waited for) and their sockets and pidfile. */
-void vm_egress_end(struct vm *v);
+ * proxy (killed and waited for), its socket and pidfile, and, when
+ * qemu_gone, qemu's egress port socket too (a broker that stops while the
+ * VM runs on leaves that for the next broker's link: removing it cut the
+ * adopted VM's egress for good). */
+void vm_egress_end(struct vm *v, int qemu_gone);
 
 /* After a broker restart (VM adopted, v->cg found again): a proxy
  * VM_EG_PROXY_PID names that is this VM's (normally gone with the old

@@ -624,7 +624,8 @@ class VmBroker(unittest.TestCase):
         accounts for (one for this sandbox no pidfile names, one for a
         sandbox that is gone), and runs exactly one new proxy for it, in
         the VM's cgroup as at its first boot; a fetch through the relay
-        works again; destroy leaves no proxy (one boot)."""
+        works again, and again after a graceful (SIGTERM) restart; destroy
+        leaves no proxy (one boot)."""
         import http.server
 
         class H(http.server.BaseHTTPRequestHandler):
@@ -702,6 +703,24 @@ class VmBroker(unittest.TestCase):
             out = self.egress_fetch(sid, url)
             self.assertIn(b"200", out.split(b"\r\n")[0], out)
             self.assertTrue(out.endswith(b"hello after the restart\n"), out)
+            # A graceful restart (SIGTERM) too: the stopping broker ends its
+            # proxy and link but leaves qemu's egress port for the next one
+            # (a newcomer found egress dead for good after one).
+            self.stop_broker()
+            self.assertTrue(alive(qemu))
+            self.start_broker()
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                st, js = self.call("GET", "/v1/sandboxes/" + sid)
+                if js.get("state") == "running":
+                    break
+                time.sleep(0.2)
+            self.assertEqual(js["state"], "running", js)
+            out = self.egress_fetch(sid, url)
+            self.assertIn(b"200", out.split(b"\r\n")[0], out)
+            self.assertTrue(out.endswith(b"hello after the restart\n"), out)
+            new = self.proxy_pid(sid)
+            self.assertEqual(self.proxies(), [new])
             st, js = self.call("DELETE", "/v1/sandboxes/" + sid)
             self.assertIn(st, (200, 204), js)
             self.assertFalse(alive(qemu))

@@ -130,7 +130,8 @@ def main():
         return
     host = os.environ["SBX_RUNTIME_HOST"]
     tk.helper_image(sbxtest.Engine(host))
-    fake = tk.Fake(host)
+    ext = os.environ.get("SBX_KUBE_EXTERNAL")  # a real API server (tests/k8s/README.md)
+    fake = tk.External(ext, host) if ext else tk.Fake(host)
     broker = tk.KubeBroker(fake, sbxtest.test_image())
     broker.start()
     rows = pre

@@ -17,6 +17,7 @@ same on Podman and the driver's suites run it in both lanes.
 import os
 import queue
 import threading
+import time
 import unittest
 
 import kfakefix
@@ -364,9 +365,11 @@ class KFakeTest(unittest.TestCase):
         self.run_pod("p-del", pvc="work-del")
         self.run_pod("p-evict", toleration=1)
 
-        # lose the node: NotReady, unreachable taints, pods not Ready, exec cannot dial
+        # lose the only node: NotReady, pods not Ready, exec cannot dial. Every node
+        # lost is a "full disruption" to the real node-lifecycle controller: the
+        # unreachable NoSchedule taint only, no NoExecute, so no eviction
         self.fake.knob("nodes/%s/lose" % node)
-        self.wait(lambda: any(t["key"] == "node.kubernetes.io/unreachable" and t["effect"] == "NoExecute"
+        self.wait(lambda: any(t["key"] == "node.kubernetes.io/unreachable" and t["effect"] == "NoSchedule"
                               for t in self.fake.admin.get("/api/v1/nodes/" + node)["spec"].get("taints") or []),
                   "unreachable taint")
         ready = [c for c in self.fake.admin.get("/api/v1/nodes/" + node)["status"]["conditions"] if c["type"] == "Ready"]
@@ -396,8 +399,10 @@ class KFakeTest(unittest.TestCase):
         pvc = self.api.delete(self.path("persistentvolumeclaims", "work-del"))
         self.assertIn("deletionTimestamp", pvc["metadata"])
         self.assertEqual(pvc["metadata"]["finalizers"], ["kubernetes.io/pvc-protection"])
-        # taint eviction after tolerationSeconds: a graceful delete that also waits
-        self.wait(lambda: "deletionTimestamp" in self.get("pods", "p-evict")["metadata"], "p-evict evicted")
+        # full disruption: p-evict (tolerationSeconds 1) is not evicted
+        time.sleep(3)
+        self.assertNotIn("deletionTimestamp", self.get("pods", "p-evict")["metadata"])
+        self.assertNotIn("NoExecute", [t["effect"] for t in self.fake.admin.get("/api/v1/nodes/" + node)["spec"]["taints"]])
         self.assertIsNotNone(self.get("pods", "p-del"))
         self.assertEqual(self.get("persistentvolumeclaims", "work-del")["metadata"]["finalizers"],
                          ["kubernetes.io/pvc-protection"])

@@ -255,6 +255,10 @@ class Cluster:
     def _nodes(self):
         now = time.monotonic()
         nodes, _ = self.store.list("nodes")
+        lost = [n for n in nodes if now - self.heartbeats.setdefault(n["metadata"]["name"], now) > self.node_grace]
+        # every node lost: v1.24's node-lifecycle controller enters "master disruption
+        # mode" (docs/kube-real-run.md): no NoExecute taint, no eviction, only NoSchedule
+        disrupted = bool(nodes) and len(lost) == len(nodes)
         for node in nodes:
             name = node["metadata"]["name"]
             hb = self.heartbeats.setdefault(name, now)
@@ -266,7 +270,10 @@ class Cluster:
                     set_condition(node, "Ready", "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
                     self.ready_since.pop(name, None)
                 taints[:] = [t for t in taints if t.get("key") != NOT_READY]
-                for eff in ("NoSchedule", "NoExecute"):
+                if disrupted:
+                    taints[:] = [t for t in taints if not (t.get("key") == UNREACHABLE and t.get("effect") == "NoExecute")]
+                    self.unreachable_at.pop(name, None)
+                for eff in ("NoSchedule",) if disrupted else ("NoSchedule", "NoExecute"):
                     if not any(t.get("key") == UNREACHABLE and t.get("effect") == eff for t in taints):
                         t = {"key": UNREACHABLE, "effect": eff}
                         if eff == "NoExecute":

@@ -196,8 +196,10 @@ def main():
 
 
 def print_rows(rows):
-    print("| figure (driver = kubernetes on tests/k8s's fake, %s) | value |" %
-          os.environ.get("SBX_TEST_RUNTIME", "runtime"))
+    where = ("a real API server (SBX_KUBE_EXTERNAL; a create-at-once row without a runtime is "
+             "the API-only fake's)" if os.environ.get("SBX_KUBE_EXTERNAL") else "tests/k8s's fake")
+    print("| figure (driver = kubernetes on %s, %s) | value |" % (
+          where, os.environ.get("SBX_TEST_RUNTIME", "runtime")))
     print("|---|---|")
     for k, v in rows:
         print("| %s | %s |" % (k, v))

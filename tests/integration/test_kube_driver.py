@@ -368,6 +368,33 @@ class KubeZLostNode(unittest.TestCase):
             broker.cleanup()
 
 
+class KubeUnschedulable(unittest.TestCase):
+    """A sandbox asking for more CPUs than any node has: its pod stays
+    Pending (the scheduler fits requests, real and fake) and the ensure fails
+    after kube_start_timeout with the scheduler's own words."""
+
+    def test_unschedulable_names_why(self):
+        fake = FAKE
+
+        class Big(KubeBroker):
+            def argv(self):
+                return super().argv() + ["--cpus", "100", "--cpus-max", "100", "--kube-start-timeout", "4s"]
+        broker = Big(fake, sbxtest.test_image())
+        broker.start()
+        sid = "ku-%d" % os.getpid()
+        c = broker.client(timeout=60)
+        try:
+            r = c.ensure(sid)
+            self.assertNotEqual(r.status, 200, r)
+            msg = r.json()["error"]["message"]
+            self.assertIn("was not scheduled within kube_start_timeout", msg)
+            self.assertIn("Insufficient cpu", msg)
+        finally:
+            c.destroy(sid)  # a Pending pod has no node: it goes at once
+            broker.stop()
+            broker.cleanup()
+
+
 class KubeSweep(unittest.TestCase):
     """The broker's start sweeps a PVC of ours left Terminating on a
     finalizer with no pod (issue 27 lesson 2), and leaves alone one that is

@@ -147,11 +147,12 @@ class External:
             for name, rules in (("broker", kf_auth.BROKER_RULES), ("narrow", kf_auth.narrow_rules())):
                 tokens[name] = self.knob("tokens", name=name, rules=rules)["token"]
                 self.info["token_files"] = dict(self.info["token_files"], **{name: self.token_file(name, tokens[name])})
-        self.proc = self.kubelet = None
-        self.log = None
+        self.fake_roles = fake_roles
+        self.kubelets = {}   # node name -> its kf_kubelet.py process
+        self.proc = None
         if engine_host:
             self.info["nodes"] = ["kreal-node-%d" % os.getpid()]
-            self.start_kubelet()
+            self.start_kubelet(self.info["nodes"][0])
             self.wait(lambda: self.node_schedulable(self.info["nodes"][0]), 120, "the node Ready and untainted")
 
     def token_file(self, name, token):
@@ -160,14 +161,15 @@ class External:
             f.write(token)
         return path
 
-    def start_kubelet(self):
-        self.log = open(os.path.join(self.dir, "kubelet.log"), "ab")
-        self.proc = self.kubelet = subprocess.Popen(
-            [sys.executable, os.path.join(K8S, "kf_kubelet.py"), "--server", self.cfg["server"],
-             "--ca", self.cfg["ca"], "--cert", self.cfg["kubelet_cert"], "--key", self.cfg["kubelet_key"],
-             "--token-file", self.cfg["token_files"]["admin"], "--engine", self.engine_host,
-             "--node", self.info["nodes"][0], "--instance", self.info["instance"]],
-            stdout=self.log, stderr=subprocess.STDOUT)
+    def start_kubelet(self, node):
+        with open(os.path.join(self.dir, "kubelet-%s.log" % node), "ab") as log:
+            self.kubelets[node] = subprocess.Popen(
+                [sys.executable, os.path.join(K8S, "kf_kubelet.py"), "--server", self.cfg["server"],
+                 "--ca", self.cfg["ca"], "--cert", self.cfg["kubelet_cert"], "--key", self.cfg["kubelet_key"],
+                 "--token-file", self.cfg["token_files"]["admin"], "--engine", self.engine_host,
+                 "--node", node, "--instance", self.info["instance"]],
+                stdout=log, stderr=subprocess.STDOUT)
+        self.proc = self.proc or self.kubelets[node]
 
     def wait(self, pred, timeout, what, interval=0.1):
         deadline = time.monotonic() + timeout
@@ -177,15 +179,16 @@ class External:
             time.sleep(interval)
 
     client = FakeCluster.client
-    node_schedulable = FakeCluster.node_schedulable
+    node_schedulable = node_ready = FakeCluster.node_schedulable
     logs = FakeCluster.logs
 
     def knob(self, what, **body):
         """The knobs a real cluster has a counterpart for: tokens (a ServiceAccount,
-        Role, RoleBinding and a TokenRequest), nodes/N/lose and /restore (kill and
-        restart the test kubelet). Any other skips the calling test."""
+        Role, RoleBinding and a TokenRequest), nodes (one more test kubelet),
+        nodes/N/lose and /restore (kill and restart its kubelet). Any other
+        skips the calling test."""
         import unittest
-        node = self.info["nodes"][0] if self.info["nodes"] else None
+        parts = what.split("/")
         if what == "tokens":   # the ServiceAccount in the first namespace, its Role in each
             name, home = "kt-" + body["name"], self.ns
             self.admin.request("POST", "/api/v1/namespaces/%s/serviceaccounts" % home,
@@ -202,29 +205,43 @@ class External:
                                  {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})
             time.sleep(1.0)  # the RBAC authorizer reads bindings from its informer cache
             return {"token": tr["status"]["token"]}
-        if node and what == "nodes/%s/lose" % node:
-            self.kubelet.kill()
-            self.kubelet.wait()
+        if what == "nodes" and self.engine_host:
+            self.start_kubelet(body["name"])
             return {}
-        if node and what == "nodes/%s/restore" % node:
-            self.start_kubelet()
+        if len(parts) == 3 and parts[0] == "nodes" and parts[1] in self.kubelets and parts[2] == "lose":
+            self.kubelets[parts[1]].kill()
+            self.kubelets[parts[1]].wait()
+            return {}
+        if len(parts) == 3 and parts[0] == "nodes" and parts[1] in self.kubelets and parts[2] == "restore":
+            if self.kubelets[parts[1]].poll() is not None:
+                self.start_kubelet(parts[1])
             return {}
         raise unittest.SkipTest("knob %s is fake-only (SBX_KUBE_EXTERNAL)" % what)
 
     def stop(self):
         """Stop the kubelet (it removes its containers), delete its Node; returns
         what was left on the runtime (removed now)."""
-        if self.kubelet is not None and self.kubelet.poll() is None:
-            self.kubelet.terminate()
+        if self.fake_roles:  # test_kfake's objects: a real cluster keeps them
+            for ns in self.namespaces:
+                for base, res in (("/api/v1", "pods"), ("/api/v1", "persistentvolumeclaims"),
+                                  ("/apis/networking.k8s.io/v1", "networkpolicies")):
+                    st, lst = self.admin.request("GET", "%s/namespaces/%s/%s" % (base, ns, res))
+                    for o in (lst or {}).get("items", []) if st == 200 else []:
+                        url = "%s/namespaces/%s/%s/%s" % (base, ns, res, o["metadata"]["name"])
+                        self.admin.request("PATCH", url, {"metadata": {"finalizers": None}},
+                                           ctype="application/merge-patch+json")
+                        self.admin.request("DELETE", url, {"gracePeriodSeconds": 0})
+        for p in self.kubelets.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in self.kubelets.values():
             try:
-                self.kubelet.wait(timeout=90)
+                p.wait(timeout=90)
             except subprocess.TimeoutExpired:
-                self.kubelet.kill()
-                self.kubelet.wait()
-        for n in self.info["nodes"]:
+                p.kill()
+                p.wait()
+        for n in self.kubelets:
             self.admin.request("DELETE", "/api/v1/nodes/" + n)
-        if self.log:
-            self.log.close()
         left = []
         if self.engine_host:
             e = sbxtest.Engine(self.engine_host)

@@ -54,6 +54,8 @@ struct kube_pod {
 	                               * the node-lifecycle controller's
 	                               * MarkPodsNotReady leaves them apart) */
 	int ours;                     /* this driver asked for its delete */
+	char unsched[192];            /* condition PodScheduled False: the
+	                               * scheduler's message (truncated), or "" */
 };
 
 /* A sandbox whose pod went without this driver deleting it (its node

@@ -370,9 +370,20 @@ running_cb(void *arg, const struct kube_pod *p)
 static void
 start_timeout(evutil_socket_t fd, short what, void *arg)
 {
+	struct lop *o = arg;
+	struct kube_pod *p = kube_pod_find(o->k, o->id);
+	char msg[320];
+
 	(void)fd;
 	(void)what;
-	fail(arg, SBX_E_TIMEOUT, "the sandbox's pod did not reach Running "
+	if (p != NULL && p->unsched[0] != '\0') {
+		/* the real scheduler's words (docs/kube-real-run.md) */
+		snprintf(msg, sizeof(msg), "the sandbox's pod was not scheduled "
+		    "within kube_start_timeout: %s", p->unsched);
+		fail(o, SBX_E_TIMEOUT, msg);
+		return;
+	}
+	fail(o, SBX_E_TIMEOUT, "the sandbox's pod did not reach Running "
 	    "within kube_start_timeout (unschedulable, or its image missing?)");
 }
 

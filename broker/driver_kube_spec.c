@@ -208,6 +208,27 @@ stuck_reason(json_t *statuses, struct kube_pod *p)
 	}
 }
 
+/* PodScheduled False (the scheduler found no node: "0/1 nodes are
+ * available: 1 Insufficient cpu. ..."): its message, or its reason. */
+static void
+unsched_reason(json_t *conds, struct kube_pod *p)
+{
+	size_t i;
+	json_t *c;
+
+	json_array_foreach(conds, i, c) {
+		const char *t = json_string_value(json_object_get(c, "type"));
+		const char *st = json_string_value(json_object_get(c, "status"));
+		const char *m = json_string_value(json_object_get(c, "message"));
+
+		if (m == NULL)
+			m = json_string_value(json_object_get(c, "reason"));
+		if (t != NULL && strcmp(t, "PodScheduled") == 0 &&
+		    st != NULL && strcmp(st, "False") == 0 && m != NULL)
+			snprintf(p->unsched, sizeof(p->unsched), "%s", m);
+	}
+}
+
 static int pod_fill(json_t *pod, struct kube_pod *p);
 
 /* 1 when pod's condition type has status st. */
@@ -302,6 +323,8 @@ pod_fill(json_t *pod, struct kube_pod *p)
 	p->lost = strcmp(p->phase, "Running") == 0 &&
 	    cond_is(pod, "ContainersReady", "True") &&
 	    (cond_is(pod, "Ready", "False") || cond_is(pod, "Ready", "Unknown"));
+	unsched_reason(json_object_get(json_object_get(pod, "status"),
+	    "conditions"), p);
 	stuck_reason(json_object_get(json_object_get(pod, "status"),
 	    "initContainerStatuses"), p);
 	stuck_reason(json_object_get(json_object_get(pod, "status"),

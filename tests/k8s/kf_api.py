@@ -38,6 +38,17 @@ def api_version(resource):
     return v if not g else "%s/%s" % (g, v)
 
 
+def bookmark_object(kind, apiv, rv):
+    """A BOOKMARK's object as a real v1.24 sends it (docs/kube-real-run.md):
+    the kind's zero value with only metadata.resourceVersion set."""
+    obj = {"kind": kind, "apiVersion": apiv, "metadata": {"resourceVersion": rv, "creationTimestamp": None}}
+    if kind == "Pod":
+        obj.update({"spec": {"containers": None}, "status": {}})
+    elif kind == "PersistentVolumeClaim":  # the two seen; other kinds: metadata only
+        obj.update({"spec": {"resources": {}}, "status": {}})
+    return obj
+
+
 def merge_patch(target, patch):
     """RFC 7386."""
     if not isinstance(patch, dict):
@@ -477,7 +488,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 etype, obj = ev
                 if etype == "BOOKMARK":
                     if bookmarks:
-                        emit("BOOKMARK", {"kind": kind, "apiVersion": apiv, "metadata": {"resourceVersion": obj}})
+                        emit("BOOKMARK", bookmark_object(kind, apiv, obj))
                     continue
                 emit(etype, self.out(resource, obj))
             self.wfile.write(b"0\r\n\r\n")
@@ -491,16 +502,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def exec_proxy(self, ns, name, sub):
         if self.command != "GET" and self.command != "POST":
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
-        for verb in ("get", "create"):
-            self.authorize(verb, "", "pods/" + sub, ns, name)
+        # v1.24 authorizes the verb of the HTTP method: a WebSocket upgrade is a
+        # GET (`get`), SPDY a POST (`create`); docs/kube-real-run.md
+        self.authorize("get" if self.command == "GET" else "create", "", "pods/" + sub, ns, name)
         pod = self.server.store.get("pods", ns, name)
         if pod is None:
             raise self.not_found("pods", name)
         if (self.headers.get("Upgrade") or "").lower() != "websocket":
             raise ApiError(400, "BadRequest", "Upgrade request required (kfake serves pods/%s over WebSocket only)" % sub)
-        phase = (pod.get("status") or {}).get("phase")
-        if phase in ("Succeeded", "Failed"):
-            raise ApiError(400, "BadRequest", "cannot exec into a container in a completed pod; current phase is %s" % phase)
+        # no phase check: "cannot exec into a container in a completed pod" is
+        # kubectl's, client side; the real server dials the kubelet, which refuses
         names = [c["name"] for c in pod["spec"].get("containers") or []]
         ctr = self.q1("container")
         if not ctr:
@@ -513,23 +524,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if not node_name:
             raise ApiError(400, "BadRequest", "pod %s does not have a host assigned" % name)
         node = self.server.store.get("nodes", None, node_name)
-        if node is None:
-            raise ApiError(404, "NotFound", 'nodes "%s" not found' % node_name, kind_details("nodes", node_name))
+        if node is None:  # worded so by the real v1.24: kind pods, the node's name
+            raise ApiError(404, "NotFound", 'pods "%s" not found' % node_name, kind_details("pods", node_name))
         st = node.get("status") or {}
         ip = next((a["address"] for a in st.get("addresses") or [] if a.get("type") == "InternalIP"), None)
         port = ((st.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}).get("Port")
         if not ip or not port:
-            raise ApiError(500, "InternalError", "error dialing backend: node %s has no InternalIP or kubelet port" % node_name)
+            raise ApiError(500, None, "error dialing backend: node %s has no InternalIP or kubelet port" % node_name)
         try:
             raw = socket.create_connection((ip, int(port)), timeout=5)
             raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             kube = self.server.kubelet_ctx.wrap_socket(raw, server_hostname=ip)
         except OSError as e:
-            raise ApiError(500, "InternalError", "error dialing backend: dial tcp %s:%s: %s" % (ip, port, e))
-        u = urllib.parse.urlsplit(self.path)
-        q = urllib.parse.parse_qs(u.query, keep_blank_values=True)
-        q["container"] = [ctr]
-        target = "/%s/%s/%s/%s?%s" % (sub, ns, name, ctr, urllib.parse.urlencode(q, doseq=True))
+            raise ApiError(500, None, "error dialing backend: dial tcp %s:%s: %s" % (ip, port, e))
+        target = "/%s/%s/%s/%s?%s" % (sub, ns, name, ctr, self.kubelet_query(sub))
         head = ["GET %s HTTP/1.1" % target, "Host: %s:%s" % (ip, port)]
         for k, v in self.headers.items():
             if k.lower() in ("upgrade", "connection", "sec-websocket-key", "sec-websocket-version",
@@ -541,6 +549,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
             kf_net.relay(self.connection, kube, first_to_b=("\r\n".join(head) + "\r\n\r\n").encode())
         finally:
             kf_net.shutdown(kube)
+
+    def kubelet_query(self, sub):
+        """The query the kubelet gets, as the real server's streamParams
+        (pkg/registry/core/pod/strategy.go, v1.24) builds it from the client's
+        PodExecOptions: input/output/error/tty=1 for each one asked, then every
+        command; nothing else (the container is in the path)."""
+        q = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query, keep_blank_values=True)
+        on = lambda k: (q.get(k) or ["false"])[0].lower() not in ("", "0", "f", "false", "n", "no")  # noqa: E731
+        out = [(kube, "1") for client, kube in (("stdin", "input"), ("stdout", "output"),
+                                                ("stderr", "error"), ("tty", "tty")) if on(client)]
+        if sub == "exec":
+            out += [("command", c) for c in q.get("command") or []]
+        return urllib.parse.urlencode(out)
 
     # -- knobs ---------------------------------------------------------
     def knob(self, method, what):

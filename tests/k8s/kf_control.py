@@ -28,8 +28,10 @@ class ApiError(Exception):
         self.code, self.reason, self.message, self.details = code, reason, message, details
 
     def status(self):
-        st = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-              "message": self.message, "reason": self.reason, "code": self.code}
+        st = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": self.message}
+        if self.reason:  # the real server leaves it out for some (error dialing backend)
+            st["reason"] = self.reason
+        st["code"] = self.code
         if self.details:
             st["details"] = self.details
         return st
@@ -42,6 +44,27 @@ def now_iso(t=None):
 
 def kind_details(kind, name):
     return {"name": name, "kind": kind}
+
+
+def requests(pod):
+    """[milli-CPUs, bytes] the pod's containers request (after defaulting)."""
+    from kf_engine import quantity
+    cpu = mem = 0
+    for c in pod["spec"].get("containers") or []:
+        req = (c.get("resources") or {}).get("requests") or {}
+        cpu += quantity(req["cpu"], cpu=True) // 10**6 if "cpu" in req else 0
+        mem += quantity(req["memory"]) if "memory" in req else 0
+    return [cpu, mem]
+
+
+def allocatable(node):
+    """[pods, milli-CPUs, bytes] of the node's status.allocatable (unset: no limit)."""
+    from kf_engine import quantity
+    a = (node.get("status") or {}).get("allocatable") or {}
+    big = 1 << 62
+    return [int(a["pods"]) if "pods" in a else big,
+            quantity(a["cpu"], cpu=True) // 10**6 if "cpu" in a else big,
+            quantity(a["memory"]) if "memory" in a else big]
 
 
 def tolerates(tolerations, taint):
@@ -97,6 +120,19 @@ class Cluster:
         self.stop = threading.Event()
 
     # -- admission -----------------------------------------------------
+    @staticmethod
+    def _validate_pvc(kind, name, spec):
+        """The two checks of v1.24's ValidatePersistentVolumeClaimSpec a client
+        meets first (seen on a real server: docs/kube-real-run.md)."""
+        causes = []
+        if not spec.get("accessModes"):
+            causes.append("spec.accessModes: Required value: at least 1 access mode is required")
+        if "storage" not in ((spec.get("resources") or {}).get("requests") or {}):
+            causes.append("spec.resources[storage]: Required value")
+        if causes:
+            msg = '%s "%s" is invalid: %s' % (kind, name, causes[0] if len(causes) == 1 else "[" + ", ".join(causes) + "]")
+            raise ApiError(422, "Invalid", msg, {"name": name, "kind": "persistentvolumeclaims"})
+
     def admit_create(self, resource, kind, ns, obj):
         md = obj.setdefault("metadata", {})
         if not md.get("name"):
@@ -118,6 +154,7 @@ class Cluster:
         if resource == "pods":
             self._admit_pod(ns, obj)
         elif resource == "persistentvolumeclaims":
+            self._validate_pvc(kind, md["name"], obj.get("spec") or {})
             fin = md.setdefault("finalizers", [])
             if PVC_PROTECTION not in fin:
                 fin.append(PVC_PROTECTION)
@@ -144,6 +181,10 @@ class Cluster:
         spec["serviceAccount"] = sa
         if not spec.get("containers"):
             raise ApiError(422, "Invalid", 'Pod "%s" is invalid: spec.containers: Required value' % name)
+        for c in spec["containers"] + (spec.get("initContainers") or []):
+            res = c.get("resources") or {}
+            if res.get("limits"):  # API defaulting: a limit without a request requests it
+                res["requests"] = dict(res["limits"], **(res.get("requests") or {}))
         spec.setdefault("restartPolicy", "Always")
         spec.setdefault("terminationGracePeriodSeconds", 30)
         tol = spec.setdefault("tolerations", [])
@@ -214,6 +255,10 @@ class Cluster:
     def _nodes(self):
         now = time.monotonic()
         nodes, _ = self.store.list("nodes")
+        lost = [n for n in nodes if now - self.heartbeats.setdefault(n["metadata"]["name"], now) > self.node_grace]
+        # every node lost: v1.24's node-lifecycle controller enters "master disruption
+        # mode" (docs/kube-real-run.md): no NoExecute taint, no eviction, only NoSchedule
+        disrupted = bool(nodes) and len(lost) == len(nodes)
         for node in nodes:
             name = node["metadata"]["name"]
             hb = self.heartbeats.setdefault(name, now)
@@ -225,7 +270,10 @@ class Cluster:
                     set_condition(node, "Ready", "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
                     self.ready_since.pop(name, None)
                 taints[:] = [t for t in taints if t.get("key") != NOT_READY]
-                for eff in ("NoSchedule", "NoExecute"):
+                if disrupted:
+                    taints[:] = [t for t in taints if not (t.get("key") == UNREACHABLE and t.get("effect") == "NoExecute")]
+                    self.unreachable_at.pop(name, None)
+                for eff in ("NoSchedule",) if disrupted else ("NoSchedule", "NoExecute"):
                     if not any(t.get("key") == UNREACHABLE and t.get("effect") == eff for t in taints):
                         t = {"key": UNREACHABLE, "effect": eff}
                         if eff == "NoExecute":
@@ -296,26 +344,43 @@ class Cluster:
         if not pods:
             return
         nodes, _ = self.store.list("nodes")
-        load = {}
+        load = {}   # node -> [pods, milli-CPUs, bytes] requested by the pods bound to it
         for p in self.store.list("pods")[0]:
             n = p["spec"].get("nodeName")
-            if n:
-                load[n] = load.get(n, 0) + 1
+            if n and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                load[n] = [a + b for a, b in zip(load.get(n, [0, 0, 0]), [1] + requests(p))]
         for pod in pods:
             if pod["metadata"].get("deletionTimestamp"):
                 continue
-            fit = [n for n in nodes
-                   if (condition(n, "Ready") or {}).get("status") == "True"
-                   and all(tolerates(pod["spec"].get("tolerations"), t)
-                           for t in n["spec"].get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute"))]
+            ready = [n for n in nodes
+                     if (condition(n, "Ready") or {}).get("status") == "True"
+                     and all(tolerates(pod["spec"].get("tolerations"), t)
+                             for t in n["spec"].get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute"))]
+            want = [1] + requests(pod)
+            short = {}
+            fit = []
+            for n in ready:  # the real scheduler's NodeResourcesFit, on requests
+                have = allocatable(n)
+                used = load.get(n["metadata"]["name"], [0, 0, 0])
+                lack = [what for what, h, u, w in zip(("pods", "cpu", "memory"), have, used, want) if u + w > h]
+                for what in lack:
+                    short[what] = short.get(what, 0) + 1
+                if not lack:
+                    fit.append(n)
             if not fit:
-                msg = "0/%d nodes are available: %d node(s) had untolerated taint or were not ready." % (len(nodes), len(nodes))
+                if short:  # worded as v1.24's scheduler (docs/kube-real-run.md)
+                    msg = "0/%d nodes are available: %s. preemption: 0/%d nodes are available: %d No preemption " \
+                          "victims found for incoming pod." % (len(nodes), ", ".join(
+                              "%d Insufficient %s" % (v, k) if k != "pods" else "%d Too many pods" % v
+                              for k, v in sorted(short.items())), len(nodes), len(nodes))
+                else:
+                    msg = "0/%d nodes are available: %d node(s) had untolerated taint or were not ready." % (len(nodes), len(nodes))
                 if set_condition(pod, "PodScheduled", "False", "Unschedulable", msg):
                     self.store.put("pods", pod)
                 continue
-            best = min(fit, key=lambda n: (load.get(n["metadata"]["name"], 0), n["metadata"]["name"]))
+            best = min(fit, key=lambda n: (load.get(n["metadata"]["name"], [0])[0], n["metadata"]["name"]))
             name = best["metadata"]["name"]
-            load[name] = load.get(name, 0) + 1
+            load[name] = [a + b for a, b in zip(load.get(name, [0, 0, 0]), want)]
             pod["spec"]["nodeName"] = name
             set_condition(pod, "PodScheduled", "True")
             self.store.put("pods", pod)

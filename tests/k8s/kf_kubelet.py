@@ -388,8 +388,10 @@ class Kubelet:
                                 "lastHeartbeatTime": now_iso(), "lastTransitionTime": now_iso()}],
                 "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": self.node}],
                 "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
-                "capacity": {"cpu": str(os.cpu_count() or 1), "memory": "8Gi", "pods": "250"},
-                "allocatable": {"cpu": str(os.cpu_count() or 1), "memory": "8Gi", "pods": "250"},
+                # a large node: the scheduler fits pods by requests (real and fake); the
+                # runtime enforces each container's own limits on the shared host
+                "capacity": {"cpu": "64", "memory": "256Gi", "pods": "250"},
+                "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "250"},
                 "nodeInfo": {"kubeletVersion": "v1.24.0-kfake", "containerRuntimeVersion": "engine://" + self.rt.path,
                              "operatingSystem": "linux", "architecture": "amd64"}}
 

@@ -1,6 +1,6 @@
 """kf_kubelet_exec - the test kubelet's TLS server for exec and attach (what the API server dials).
 
-`GET /exec/NS/POD/CONTAINER?command=..&stdin=..&tty=..` and `GET /attach/...`
+`GET /exec/NS/POD/CONTAINER?command=..&input=1&output=1&error=1&tty=1` and `GET /attach/...`
 with a WebSocket upgrade offering v4.channel.k8s.io: runs an Engine API exec
 (or attach) on the pod's container and re-frames its bytes as v4.channel
 (kf_ws); at the end of an exec, stream 3 carries the exit status (lesson 5).
@@ -60,17 +60,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if len(parts) != 4 or parts[0] not in ("exec", "attach"):
             return self.fail(404, "404 page not found")
         kind, ns, pod, ctr = parts
+        # the names the API server sends a kubelet (input/output/error/tty = "1"),
+        # not the client's stdin/stdout/stderr: what a real apiserver dials with
         flag = lambda k: (q.get(k) or ["false"])[0] in ("1", "true")  # noqa: E731
-        stdin, tty = flag("stdin"), flag("tty")
+        stdin, tty = flag("input"), flag("tty")
         protos = [p.strip() for p in (self.headers.get("Sec-WebSocket-Protocol") or "").split(",") if p.strip()]
         key = self.headers.get("Sec-WebSocket-Key")
         if (self.headers.get("Upgrade") or "").lower() != "websocket" or not key:
             return self.fail(400, "kfake kubelet: a WebSocket upgrade is required")
         if kf_ws.PROTOCOL not in protos:
             return self.fail(400, "kfake kubelet: subprotocol %s is required (offered: %s)" % (kf_ws.PROTOCOL, ", ".join(protos) or "none"))
-        if not (stdin or flag("stdout") or flag("stderr")):
+        if not (stdin or flag("output") or flag("error")):
             return self.fail(400, "you must specify at least 1 of stdin, stdout, stderr")
-        if tty and flag("stderr"):
+        if tty and flag("error"):
             return self.fail(400, "stdout, stderr: tty and stderr cannot both be true")
         kl = self.server.kubelet
         cid, p = kl.find_container(ns, pod, ctr)
@@ -99,7 +101,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         try:
             # as the real streaming server (remotecommand's createWebSocketStreams):
             # an empty message on the lowest writable stream says the connection is up
-            first = kf_ws.STDOUT if flag("stdout") else kf_ws.STDERR if flag("stderr") else kf_ws.STATUS
+            first = kf_ws.STDOUT if flag("output") else kf_ws.STDERR if flag("error") else kf_ws.STATUS
             self.connection.sendall(kf_ws.channel(first, b"", mask=False))
             self.pump(kl, eid, stream)
         finally:

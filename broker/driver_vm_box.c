@@ -143,6 +143,7 @@ vm_fill_status(const struct vm *v, const char *id, struct sbx_status *st)
 	st->state = v->state == VM_RUNNING ? SBX_STATE_RUNNING : SBX_STATE_STOPPED;
 	snprintf(st->image, sizeof(st->image), "%s", v->image);
 	st->created_at_ms = v->created_ms;
+	st->egress = v->allow != NULL;   /* by allowlist: the only egress a VM has */
 	snprintf(st->stop_reason, sizeof(st->stop_reason), "%s",
 	    v->state == VM_RUNNING ? "" : v->stop_reason);
 	/* Stable for the directory's life, as a container id is for a container. */

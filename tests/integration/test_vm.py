@@ -561,6 +561,9 @@ class VmBroker(unittest.TestCase):
             st, js = self.call("PUT", "/v1/sandboxes/" + sid,
                                {"egress": True, "egress_allow": ["127.0.0.1", "127.0.0.0/8"]})
             self.assertEqual((st, js.get("state")), (200, "running"), js)
+            # status says egress as the engine's does for an allowlist
+            self.assertIs(js.get("egress"), True, js)
+            self.assertIs(self.call("GET", "/v1/sandboxes/" + sid)[1].get("egress"), True)
             out = self.egress_fetch(sid, url)
             self.assertIn(b"200", out.split(b"\r\n")[0], out)
             self.assertTrue(out.endswith(b"hello through the relay\n"), out)

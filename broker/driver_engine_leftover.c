@@ -21,6 +21,10 @@ eng_leftover(int status, json_t *body)
 		return ENG_LEFT_STORAGE;
 	if (strstr(m, "container with given ID already exists") != NULL)
 		return ENG_LEFT_OCI;
+	/* Docker's: containerd's task directory of a start a SIGKILL cut. */
+	if (strstr(m, "failed to start shim") != NULL &&
+	    strstr(m, "file exists") != NULL)
+		return ENG_LEFT_OCI;
 	return 0;
 }
 

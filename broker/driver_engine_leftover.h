@@ -16,9 +16,11 @@
  * the same answer as a concurrent create's, so the caller looks again
  * first), ENG_LEFT_OCI for a start answered 500 "... container with given
  * ID already exists" (the OCI runtime kept its state of a start Podman
- * never recorded). A forced removal by name clears either: Podman's
- * removal with force also removes a container only its storage knows.
- * 0 for any other answer; Docker never answers so.
+ * never recorded), or by Docker 20.10 "failed to start shim: mkdir ...:
+ * file exists" (containerd kept the task directory of a start a SIGKILL
+ * of dockerd and containerd cut). A forced removal by name clears each:
+ * Podman's removal with force also removes a container only its storage
+ * knows, and Docker's next create has a new id. 0 for any other answer.
  */
 #define ENG_LEFT_STORAGE 1
 #define ENG_LEFT_OCI 2

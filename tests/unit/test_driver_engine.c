@@ -77,7 +77,8 @@ struct fx {
 	                               * inspect and the list answer 500 */
 	int removing;                 /* t1 left "removing" by a cut removal */
 	int oci_left;                 /* t1's start: the OCI runtime's state
-	                               * of a cut start (500) until removed */
+	                               * of a cut start (500) until removed;
+	                               * 1 Podman's words, 2 Docker's (shim) */
 	int storage_left;             /* t1's create: a name only Podman's
 	                               * storage holds (500) until removed */
 	int exec_improper;            /* exec create: Podman's 500 of a
@@ -525,9 +526,11 @@ route(struct conn *c, const char *method, const char *path, json_t *body)
 		    "c0ffee0123456789"));
 	} else if (strcmp(path, "/v1.41/containers/c0ffee0123456789/start") == 0 &&
 	    f->oci_left) {
-		reply(bev, 500, "Internal Server Error", msg("runc: runc create "
-		    "failed: container with given ID already exists: OCI runtime "
-		    "error"));
+		reply(bev, 500, "Internal Server Error", msg(f->oci_left == 2 ?
+		    "failed to start shim: mkdir /run/containerd/io.containerd."
+		    "runtime.v2.task/moby/c0ffee0123456789: file exists: unknown" :
+		    "runc: runc create failed: container with given ID already "
+		    "exists: OCI runtime error"));
 	} else if (strcmp(path, "/v1.41/containers/c0ffee0123456789/start") == 0 &&
 	    f->start_fail) {
 		reply(bev, 500, "Internal Server Error", msg("error mounting "
@@ -1198,6 +1201,26 @@ test_ensure_removes_a_container_whose_start_a_crash_cut(void **state)
 	assert_int_equal(logged(f, "DELETE /v1.41/containers/c0ffee0123456789?force=1&v=0"), 1);
 	assert_int_equal(logged(f, "DELETE /v1.41/volumes/sbx-t1-work"), 0);
 	assert_int_equal(creates(f) - logged(f, "POST /v1.41/containers/create?name=sbx-t1.init"), 1);
+	assert_true(f->c_exists && f->c_running);
+}
+
+/* Docker's: a dockerd/containerd SIGKILLed during a start leaves the
+ * shim's task directory of the container's id, and every start answers
+ * 500 "failed to start shim: mkdir ...: file exists" (test_faults, seen in
+ * a full run): removed like Podman's, and the ensure makes it again. */
+static void
+test_ensure_removes_a_container_whose_shim_a_crash_left(void **state)
+{
+	struct fx *f = *state;
+
+	running_sandbox(f);
+	f->c_running = 0;
+	f->oci_left = 2;
+	ensure(f, 0, NULL);
+	assert_false(f->have_err);
+	assert_int_equal(f->st.state, SBX_STATE_RUNNING);
+	assert_int_equal(logged(f, "DELETE /v1.41/containers/c0ffee0123456789?force=1&v=0"), 1);
+	assert_int_equal(logged(f, "DELETE /v1.41/volumes/sbx-t1-work"), 0);
 	assert_true(f->c_exists && f->c_running);
 }
 
@@ -2413,6 +2436,7 @@ main(void)
 		T(test_ensure_removes_a_podman_ghost_and_keeps_the_volume),
 		T(test_ensure_removes_a_container_left_removing),
 		T(test_ensure_removes_a_container_whose_start_a_crash_cut),
+		T(test_ensure_removes_a_container_whose_shim_a_crash_left),
 		T(test_ensure_removes_a_name_only_storage_holds),
 		T(test_exec_refused_as_improper_state_is_not_running),
 		T(test_list_and_destroy_remove_a_podman_ghost),

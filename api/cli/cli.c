@@ -599,6 +599,18 @@ main(int argc, char **argv)
 			main_help(stdout);
 			return CX_OK;
 		}
+		/* "sbxctl egress --help": the usage of each of its commands. */
+		if (two && (strcmp(argv[i + 1], "--help") == 0 ||
+		    strcmp(argv[i + 1], "-h") == 0)) {
+			size_t l = strlen(argv[i]);
+
+			for (c = cmds; c->name != NULL; c++)
+				if (strncmp(c->name, argv[i], l) == 0 &&
+				    c->name[l] == ' ')
+					printf("usage: sbxctl %s %s\n    %s.\n",
+					    c->name, c->args, c->help);
+			return CX_OK;
+		}
 		return usage_err(NULL, "unknown command \"%.80s%s%.80s\".",
 		    argv[i], two ? " " : "", two ? argv[i + 1] : "");
 	}

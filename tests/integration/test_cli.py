@@ -388,6 +388,12 @@ class CLITest(unittest.TestCase):
         # Every usage line names the command the user types (ADR 0011).
         self.assertNotRegex(r.stdout, rb"(?m)^\s*sbx ", r.stdout)
         self.assertRegex(r.stdout, rb"(?m)^  sbxctl npc create ")
+        # a two-word command's first word with --help: the usage of each
+        # (a newcomer's `sbxctl egress --help` said "unknown command")
+        r = self.sbx_as(None, "egress", "--help")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for cmd in (b"egress grant NPC", b"egress show NPC", b"egress revoke NPC"):
+            self.assertIn(b"usage: sbxctl " + cmd, r.stdout)
         r = self.sbx_as(None, "--version")
         self.assertEqual(r.returncode, 0)
         self.assertTrue(r.stdout.startswith(b"sbxctl "))

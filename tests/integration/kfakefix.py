@@ -32,6 +32,22 @@ sys.path.insert(0, K8S)
 from kf_client import Client, KubeError  # noqa: E402,F401
 
 
+def leftovers(engine_host, instance):
+    """Removes what the cluster instance left on the runtime (containers and
+    volumes labelled io.kfake.instance=INSTANCE); returns their names."""
+    left = []
+    if engine_host:
+        e = sbxtest.Engine(engine_host)
+        label = "io.kfake.instance=" + instance
+        for c in e.containers(label):
+            left.append(c["Names"][0])
+            e.remove(c["Id"], ok=None)
+        for v in e.volumes(label):
+            left.append(v["Name"])
+            e.remove_volume(v["Name"])
+    return left
+
+
 def Fake(engine_host=None, *a, **kw):
     """The fake (FakeCluster), or an External when SBX_KUBE_EXTERNAL names a real server."""
     if os.environ.get("SBX_KUBE_EXTERNAL"):
@@ -105,17 +121,7 @@ class FakeCluster:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
-        left = []
-        if self.engine_host:
-            e = sbxtest.Engine(self.engine_host)
-            label = "io.kfake.instance=" + self.info["instance"]
-            for c in e.containers(label):
-                left.append(c["Names"][0])
-                e.remove(c["Id"], ok=None)
-            for v in e.volumes(label):
-                left.append(v["Name"])
-                e.remove_volume(v["Name"])
-        return left
+        return leftovers(self.engine_host, self.info["instance"])
 
 
 class External:
@@ -242,14 +248,4 @@ class External:
                 p.wait()
         for n in self.kubelets:
             self.admin.request("DELETE", "/api/v1/nodes/" + n)
-        left = []
-        if self.engine_host:
-            e = sbxtest.Engine(self.engine_host)
-            label = "io.kfake.instance=" + self.info["instance"]
-            for c in e.containers(label):
-                left.append(c["Names"][0])
-                e.remove(c["Id"], ok=None)
-            for v in e.volumes(label):
-                left.append(v["Name"])
-                e.remove_volume(v["Name"])
-        return left
+        return leftovers(self.engine_host, self.info["instance"])

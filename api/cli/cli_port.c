@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <jansson.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -275,6 +276,39 @@ ports_parse(const char *spec, int *local, int *remote)
 	return 0;
 }
 
+/*
+ * Whether the NPC's sandbox can take connections: asked once before
+ * listening, so that a typo or a sandbox nobody started fails here and
+ * not at the first connection. An idle-reaped sandbox passes (the ports
+ * route wakes it, SPEC §13); absent or stopped for another reason is
+ * refused with the command that starts it. CX_OK or the exit code (the
+ * server's sentence or the reason printed).
+ */
+static int
+sandbox_check(struct ctx *x, const char *npc)
+{
+	json_t *j = NULL;
+	const char *state, *why;
+	int rc;
+
+	if ((rc = npc_call(x, "GET", npc, "/sandbox", NULL, &j)) != CX_OK)
+		return rc;
+	state = json_string_value(json_object_get(j, "state"));
+	why = json_string_value(json_object_get(j, "stop_reason"));
+	rc = CX_OK;
+	if (state != NULL && strcmp(state, "absent") == 0) {
+		errmsg("%s has no sandbox yet: start it with sbxctl up %s", npc, npc);
+		rc = CX_ERR;
+	} else if (state != NULL && strcmp(state, "stopped") == 0 &&
+	    (why == NULL || strcmp(why, "idle") != 0)) {
+		errmsg("%s's sandbox is stopped (%s): start it with sbxctl up %s", npc,
+		    why != NULL ? why : "no reason given", npc);
+		rc = CX_ERR;
+	}
+	json_decref(j);
+	return rc;
+}
+
 int
 c_port_forward(struct ctx *x)
 {
@@ -292,6 +326,8 @@ c_port_forward(struct ctx *x)
 	if (npc_target(f.target, sizeof(f.target), x->o.pos[0], suffix,
 	    NULL) == -1)
 		return usage_err(NULL, "the NPC name is too long.");
+	if ((rc = sandbox_check(x, x->o.pos[0])) != CX_OK)
+		return rc;
 	signal(SIGPIPE, SIG_IGN);
 	if ((f.base = event_base_new()) == NULL) {
 		errmsg("%s", "out of memory");

@@ -5,7 +5,8 @@ the SSE stream, nc for an Upgrade echo), reached only through
 .../sandbox/ports/{port}/... and preview links. Byte-exact GET, a 5 MiB POST
 echoed, SSE events one by one, a WebSocket upgrade both ways, 400/404/502,
 tickets, previews by path and by Host (ttl 1 s), the 33rd connection 429,
-sbxctl port-forward with concurrent connections (GET .../tcp), and a reaped
+sbxctl port-forward with concurrent connections (GET .../tcp) and refusing an NPC
+it cannot reach before it listens, and a reaped
 sandbox woken by the first request.
 """
 
@@ -318,6 +319,22 @@ class PortsTest(unittest.TestCase):
             out, err = p.communicate(timeout=20)
         self.assertEqual(p.returncode, 0, err)
         self.assertIn(b"Forwarding 127.0.0.1:%d" % local, err)
+
+    def test_09_sbxctl_port_forward_refuses_what_it_cannot_reach_before_listening(self):
+        # A typo, or an NPC whose sandbox nobody started, fails at once with
+        # the reason, not at the first forwarded connection.
+        env = clean_env()
+        env.update({"SBX_URL": self.url, "SBX_KEY": self.key, "HOME": "/nonexistent"})
+        r = self.call(self.key, "POST", "/api/v1/npcs", {"name": "bare"})
+        self.assertIn(r.status, (200, 201), r.body)
+        for npc, code, words in (("no-such-npc", 4, b"no NPC"),
+                                 ("bare", 1, b"sbxctl up bare")):
+            local = sbxtest.free_port()
+            p = subprocess.run([SBXCTL, "port-forward", npc, "%d:%d" % (local, HTTP_PORT)],
+                               env=env, capture_output=True, timeout=20)
+            self.assertEqual(p.returncode, code, p.stderr)
+            self.assertIn(words, p.stderr)
+            self.assertNotIn(b"Forwarding", p.stderr)
 
     def test_99_a_reaped_sandbox_is_woken_by_the_first_request(self):
         def reaped():

@@ -125,12 +125,14 @@ static void
 exec_error(void *arg, const struct sbx_err *err)
 {
 	struct breq *b = arg;
+	struct sbx_err tmp;
 
 	b->op = NULL;
 	if (!b->h.streaming) {
 		breq_fail(b, err);
 		return;
 	}
+	err = breq_err_why(b, err, &tmp);   /* it ran: a stop may be why */
 	if (broker_is_runtime_code(err->code))
 		broker_metrics_runtime_error(b->s->metrics, err->code);
 	exec_output_end(b);

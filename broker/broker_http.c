@@ -185,6 +185,7 @@ ensure_start(struct breq *b, struct sbx_err *err)
 	struct broker_row row;
 	int found, n;
 
+	b->sbx->ending = NULL;   /* a new life: its ends have their own reasons */
 	if ((found = broker_state_get(s->state, b->id, &row, err)) == -1)
 		return -1;
 	/* An absent row (container gone while we were away) is a new one
@@ -397,6 +398,7 @@ destroy_done(void *arg, const struct sbx_err *err)
 static int
 destroy_start(struct breq *b, struct sbx_err *err)
 {
+	b->sbx->ending = "The sandbox was destroyed while this ran.";
 	b->op = sbx_call_destroy(b->s->driver, b->id, destroy_done, b,
 	    err);
 	return b->op == NULL ? -1 : 0;
@@ -441,6 +443,8 @@ stop_done(void *arg, const struct sbx_err *err)
 static int
 stop_start(struct breq *b, struct sbx_err *err)
 {
+	b->sbx->ending = "The sandbox was stopped by a stop request while this "
+	    "ran; what ran in it ended with it.";
 	b->op = sbx_call_stop(b->s->driver, b->id, stop_done, b, err);
 	return b->op == NULL ? -1 : 0;
 }

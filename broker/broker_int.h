@@ -66,6 +66,11 @@ struct bsbx {
 	unsigned ports;           /* PORT sessions open (max_port_sessions_per_sandbox) */
 	unsigned refs;
 	int kicking;
+	/* Set by a stop or destroy request when it starts, cleared by the next
+	 * ensure: the sentence an exec or session of this sandbox that ends
+	 * with not_running or not_found meanwhile reports instead of the
+	 * driver's (static; NULL: none). */
+	const char *ending;
 };
 
 struct broker_server {
@@ -174,6 +179,17 @@ void breq_reply_json(struct breq *b, int status, json_t *obj,
  * stays the caller's), e.g. a list page encoded in slices (adr/0030). */
 void breq_reply_json_text(struct breq *b, int status, struct evbuffer *text,
     const char *outcome);
+
+/*
+ * The error an exec or session of b's sandbox that was running (streaming,
+ * upgraded; the caller checks: a request refused before it ran keeps the
+ * driver's sentence) reports: err itself, or, when err is not_running or
+ * not_found and a stop or destroy request of the sandbox is why
+ * (bsbx.ending), a copy in *tmp with that sentence and the same code.
+ * Returns err or tmp (borrowed; tmp is the caller's).
+ */
+const struct sbx_err *breq_err_why(const struct breq *b,
+    const struct sbx_err *err, struct sbx_err *tmp);
 
 /* Sends err as b's JSON error (sbx_httpd_reply_error), then ends b. */
 void breq_fail(struct breq *b, const struct sbx_err *err);

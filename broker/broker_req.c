@@ -216,6 +216,18 @@ broker_is_runtime_code(const char *code)
 }
 
 /* Errors become HTTP statuses in the core's one table (sbx_httpd.c). */
+const struct sbx_err *
+breq_err_why(const struct breq *b, const struct sbx_err *err,
+    struct sbx_err *tmp)
+{
+	if (b->sbx == NULL || b->sbx->ending == NULL ||
+	    (strcmp(err->code, SBX_E_NOT_RUNNING) != 0 &&
+	    strcmp(err->code, SBX_E_NOT_FOUND) != 0))
+		return err;
+	sbx_err_set(tmp, err->code, "%s", b->sbx->ending);
+	return tmp;
+}
+
 void
 breq_fail(struct breq *b, const struct sbx_err *err)
 {

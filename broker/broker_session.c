@@ -595,12 +595,14 @@ s_error(void *arg, const struct sbx_err *err)
 {
 	struct blink *l = arg;
 	struct evbuffer *ev;
+	struct sbx_err tmp;
 
 	l->b->op = NULL;
 	if (l->bev == NULL) {
 		breq_fail(l->b, err);   /* before the upgrade: an HTTP error */
 		return;
 	}
+	err = breq_err_why(l->b, err, &tmp);   /* it ran: a stop may be why */
 	if (broker_is_runtime_code(err->code))
 		broker_metrics_runtime_error(l->b->s->metrics, err->code);
 	if ((ev = evbuffer_new()) == NULL) {

@@ -410,6 +410,37 @@ class TerminalTest(unittest.TestCase):
         sbxtest.wait_until(lambda: left() == [], 15, "no process of the terminal left",
                            interval=0.5)
 
+    def test_10_a_stop_or_destroy_request_is_the_reason_a_terminal_and_an_exec_give(self):
+        # Before, they ended with the driver's "sandbox npc-… is not running:
+        # ensure it first", the sentence for a request, not for an ending.
+        for how, words in (("stop", "stopped by a stop request"), ("destroy", "destroyed")):
+            self.assertEqual(self.call("PUT", "/api/v1/npcs/alice/sandbox").status, 200)
+            t = self.create(argv=["sh", "-c", "echo up-$((6*7)); sleep 4194"], cols=80, rows=24)
+            o = self.output(t)
+            o.until(lambda o: "up-42" in o.text())
+            r = self.call("POST", "/api/v1/npcs/alice/sandbox/execs", {"argv": ["sleep", "4195"]})
+            self.assertEqual(r.status, 201, r.body)
+            x = r.json()["exec_id"]
+            if how == "stop":
+                r = self.call("POST", "/api/v1/npcs/alice/sandbox/stop")
+            else:
+                r = self.call("DELETE", "/api/v1/npcs/alice/sandbox")
+            self.assertEqual(r.status, 200, r.body)
+            o.until(lambda o: "error" in o.kinds())
+            err = [d for _, ev, d in o.events if ev == "error"][0]
+            self.assertIn(words, err["message"], err)
+            o.close()
+            st = self.get(t)
+            self.assertEqual(st["state"], "failed", st)
+            self.assertIn(words, st["message"], st)
+
+            def ended():
+                return self.call("GET", "/api/v1/npcs/alice/sandbox/execs/" + x).json()[
+                    "state"] != "running"
+            sbxtest.wait_until(ended, 20, "the exec's end", interval=0.3)
+            j = self.call("GET", "/api/v1/npcs/alice/sandbox/execs/" + x).json()
+            self.assertIn(words, j["reason"] or "", j)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -1,5 +1,6 @@
 /* api.c - sandbox-api: main, configuration, admin commands, privilege drop, signals, event loop (SPEC §8, §9). */
 #include <errno.h>
+#include <ftw.h>
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
@@ -152,19 +153,39 @@ done:
 	return rc;
 }
 
+/* give_state_dir's walk: the owner to give, and the first failure. */
+static uid_t give_uid;
+static gid_t give_gid;
+static struct sbx_err *give_err;
+static int give_failed;
+
+static int
+give_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	if (lchown(path, give_uid, give_gid) == -1 && errno != ENOENT) {
+		sbx_err_set(give_err, SBX_E_CONFIG, "Cannot give %s to the api's "
+		    "user: %s.", path, strerror(errno));
+		give_failed = 1;
+		return 1;
+	}
+	return 0;
+}
+
 /*
- * Started as root with user set: the state dir and its files (opened by
- * now) are made the user's, so sqlite can still create its -wal/-shm files
- * after the switch and a later start as that user works.
+ * Started as root with user set: the state dir and everything in it
+ * (api.db and its journals, the keys, execs/ and terms/ that the server
+ * made as root by now) are made the user's, so sqlite can still create its
+ * -wal/-shm files after the switch, a resource exec or terminal can make
+ * its directory, and a later start as that user works. Symlinks are not
+ * followed (FTW_PHYS, lchown).
  */
 static int
 give_state_dir(const char *user, const char *dir, struct sbx_err *err)
 {
-	static const char *const files[] = { "", "/api.db", "/api.db-wal",
-	    "/api.db-shm", "/api.key", NULL };
 	struct passwd *pw;
-	char path[4096];
-	size_t i;
 
 	if (user == NULL || user[0] == '\0' || getuid() != 0)
 		return 0;
@@ -174,12 +195,15 @@ give_state_dir(const char *user, const char *dir, struct sbx_err *err)
 	if (mkdir(dir, 0700) == -1 && errno != EEXIST)
 		return sbx_err_set(err, SBX_E_CONFIG, SBX_MSG_STATE_DIR_CREATE,
 		    dir, strerror(errno));
-	for (i = 0; files[i] != NULL; i++) {
-		snprintf(path, sizeof(path), "%s%s", dir, files[i]);
-		if (lchown(path, pw->pw_uid, pw->pw_gid) == -1 &&
-		    errno != ENOENT)
-			return sbx_err_set(err, SBX_E_CONFIG, "Cannot give %s to "
-			    "%s: %s.", path, user, strerror(errno));
+	give_uid = pw->pw_uid;
+	give_gid = pw->pw_gid;
+	give_err = err;
+	give_failed = 0;
+	if (nftw(dir, give_one, 16, FTW_PHYS) != 0) {
+		if (!give_failed)
+			sbx_err_set(err, SBX_E_CONFIG, "Cannot give %s to %s: %s.",
+			    dir, user, strerror(errno));
+		return -1;
 	}
 	return 0;
 }

@@ -23,7 +23,7 @@ const struct sbx_config_key api_config_keys[] = {
 	K("state_dir", SBX_CFG_STRING, state_dir, "/var/lib/sbx-api",
 	    "directory of api.db and api.key (created 0700)"),
 	K("user", SBX_CFG_STRING, user, NULL,
-	    "when started as root: user to switch to after binding and opening files"),
+	    "when started as root: user to switch to after binding and opening files; the state dir and everything in it is given to that user first"),
 	K("max_execs_per_principal", SBX_CFG_INT, max_execs, "4",
 	    "concurrent execs per principal; more: 429 too_many"),
 	K("max_file_ops_per_principal", SBX_CFG_INT, max_file_ops, "8",

@@ -654,6 +654,26 @@ class APIStackTest(unittest.TestCase):
         self.assertLess(len(r.body), 1.4 * 262144)
         self.assertEqual(evs[-1][1], "exit")
 
+    def test_12_an_api_that_dropped_to_its_user_keeps_exec_logs_and_terminals(self):
+        # Started as root with --user: the execs/ and terms/ directories it
+        # made before the switch are its user's (they stayed root's, and a
+        # resource exec answered 500 "cannot store the exec's log").
+        pw = pwd.getpwnam(API_USER)
+        for sub in ("execs", "terms", "ticket.key"):
+            self.assertEqual(os.stat(os.path.join(self.stack.api_state, sub)).st_uid,
+                             pw.pw_uid, sub)
+        r = self.a.req("POST", "/api/v1/npcs/alice/sandbox/execs",
+                       {"argv": ["sh", "-c", "echo kept-$((20+1))"]})
+        self.assertEqual(r.status, 201, r.body)
+        x = r.json()["exec_id"]
+        sbxtest.wait_until(lambda: self.a.req("GET", "/api/v1/npcs/alice/sandbox/execs/" + x)
+                           .json()["state"] != "running", 20, "the exec's end", interval=0.2)
+        r = self.a.req("GET", "/api/v1/npcs/alice/sandbox/execs/" + x + "/events")
+        self.assertIn(b"kept-21", r.body)
+        r = self.a.req("POST", "/api/v1/npcs/alice/sandbox/terminals",
+                       {"argv": ["true"], "cols": 80, "rows": 24})
+        self.assertEqual(r.status, 201, r.body)
+
     def test_98_destroy_leaves_nothing_on_the_runtime(self):
         r = self.a.req("DELETE", "/api/v1/npcs/alice/sandbox")
         self.assertEqual((r.status, r.json()["state"]), (200, "absent"), r.body)
@@ -664,6 +684,20 @@ class APIStackTest(unittest.TestCase):
         eng = sbxtest.Engine()
         self.assertEqual([c["Names"] for c in eng.containers(label=sbxtest.LABEL_MANAGED)
                           if any(self.prefix in n for n in c["Names"])], [])
+        # Every route then says, in the player's words, that alice has no
+        # sandbox and how to start one (not the broker's "sandbox npc-alice
+        # does not exist"); a file that is missing is a different sentence.
+        for method, sub, body in (("POST", "/sandbox/exec", {"argv": ["true"]}),
+                                  ("POST", "/sandbox/execs", {"argv": ["true"]}),
+                                  ("GET", "/sandbox/files?path=/work/x", None),
+                                  ("GET", "/sandbox/list?path=/work", None),
+                                  ("POST", "/sandbox/terminals", {"cols": 80, "rows": 24}),
+                                  ("GET", "/sandbox/ports/8000/", None)):
+            r = self.a.req(method, "/api/v1/npcs/alice" + sub, body)
+            self.assertEqual(r.status, 404, (sub, r.body))
+            self.assertEqual(r.json()["error"]["message"],
+                             "alice has no sandbox yet: start it with PUT "
+                             "/api/v1/npcs/alice/sandbox (sbxctl up alice).", sub)
 
     def test_99_logs_never_hold_a_key_or_the_broker_token(self):
         st = self.stack

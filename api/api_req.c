@@ -237,12 +237,14 @@ areq_fail_broker(struct areq *a, const struct sbx_err *err)
 		return;
 	}
 	api_metrics_broker_error(&a->s->metrics, err->code);
-	if (a->has_npc && strcmp(err->code, SBX_E_NOT_FOUND) == 0) {
+	if (a->has_npc && strcmp(err->code, SBX_E_NOT_FOUND) == 0 &&
+	    a->route != NULL && strncmp(a->route->r.pattern, "/api/v1/npcs/", 13) == 0) {
 		char gone[sizeof(err->message)];
 
 		/* The broker's "sandbox npc-x does not exist" names its id, not
 		 * the NPC the player asked about, and says nothing of what to do:
-		 * said again in the api's words. Another not_found (a file) stays. */
+		 * said again in the api's words (the native routes; E2B's keep
+		 * theirs). Another not_found (a file) stays. */
 		snprintf(gone, sizeof(gone), SBX_MSG_NO_SANDBOX, a->npc.sandbox_id);
 		if (strcmp(err->message, gone) == 0) {
 			areq_fail_code(a, SBX_E_NOT_FOUND, "%s has no sandbox yet: start "

@@ -60,6 +60,9 @@ struct sbx_ws {
 	int depth;                    /* inside our own processing */
 	int dead;                     /* sbx_ws_free was called */
 	int ended;
+	int io_failed;                /* recv_cb failed (not a parse error) */
+	int raw_closed;               /* our close went out beside libwslay
+	                               * (close_raw) */
 };
 
 static void ws_end(struct sbx_ws *ws, int code, const char *reason);
@@ -103,6 +106,7 @@ recv_cb(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags,
 		if (evbuffer_get_length(in) != before)
 			ws->last_rx_ms = sbx_mono_ms();
 		if (r <= 0) {
+			ws->io_failed = r < 0;
 			wslay_event_set_error(ctx, r == 0 ? WSLAY_ERR_WOULDBLOCK :
 			    WSLAY_ERR_NOMEM);
 			return -1;
@@ -116,6 +120,7 @@ recv_cb(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags,
 	}
 	n = evbuffer_remove(in, buf, len);
 	if (n <= 0) {
+		ws->io_failed = 1;
 		wslay_event_set_error(ctx, WSLAY_ERR_CALLBACK_FAILURE);
 		return -1;
 	}
@@ -165,6 +170,48 @@ queue_close(struct sbx_ws *ws, int code, const char *reason)
 		memcpy(ws->my_reason, reason, n);
 	ws->my_reason[n] = '\0';
 	ws->close_by_ms = sbx_mono_ms() + CLOSE_WAIT_MS;
+}
+
+/*
+ * A close written beside libwslay, for when its parser refused a frame's
+ * header (RFC 6455 §5.5: a control frame over 125 bytes or fragmented;
+ * §5.2: a 64-bit length with its top bit set): it then queues a close
+ * without a code and fails, and a second close cannot be queued. Its queue
+ * is dropped and this one written instead (masked with a random key when we
+ * are the client, §5.3), so the peer reads the code, as for the frames
+ * libwslay judges after parsing; check_done ends once it is written.
+ */
+static void
+close_raw(struct sbx_ws *ws, int code, const char *reason)
+{
+	unsigned char f[2 + 4 + 2 + SBX_WS_REASON_MAX], p[2 + SBX_WS_REASON_MAX];
+	size_t n = strlen(reason), h = 2;
+
+	if (n > SBX_WS_REASON_MAX)
+		n = SBX_WS_REASON_MAX;
+	p[0] = (unsigned char)(code >> 8);
+	p[1] = (unsigned char)code;
+	memcpy(p + 2, reason, n);
+	f[0] = 0x88;
+	f[1] = (unsigned char)(2 + n);
+	if (ws->role == SBX_WS_CLIENT) {
+		f[1] |= 0x80;
+		randombytes_buf(f + 2, 4);
+		sbx_ws_fast_mask(f + 6, p, 2 + n, f + 2, 0);
+		h = 6;
+	} else
+		memcpy(f + 2, p, 2 + n);
+	wslay_event_shutdown_read(ws->ctx);
+	wslay_event_shutdown_write(ws->ctx);
+	ws->failed = 1;
+	ws->raw_closed = 1;
+	ws->my_code = code;
+	memcpy(ws->my_reason, reason, n);
+	ws->my_reason[n] = '\0';
+	ws->close_by_ms = sbx_mono_ms() + CLOSE_WAIT_MS;
+	if (ws->bev == NULL ||
+	    bufferevent_write(ws->bev, f, h + 2 + n) != 0)
+		ws_end(ws, code, ws->my_reason);
 }
 
 static void
@@ -298,7 +345,7 @@ check_done(struct sbx_ws *ws)
 
 	if (ws->ended || ws->bev == NULL)
 		return;
-	if (!wslay_event_get_close_sent(ws->ctx))
+	if (!wslay_event_get_close_sent(ws->ctx) && !ws->raw_closed)
 		return;
 	/* Messages libwslay parsed before the peer's close, held while the
 	 * owner paused reading, go first (deliver_held, on the resume). */
@@ -379,7 +426,11 @@ ws_process(struct sbx_ws *ws)
 		ws->in_recv = 1;
 		rc = wslay_event_recv(ws->ctx);
 		ws->in_recv = 0;
-		if (rc != 0 && !ws->ended) {
+		if (rc != 0 && !ws->ended && !ws->dead && !ws->io_failed &&
+		    ws->bev != NULL && !wslay_event_get_close_sent(ws->ctx))
+			close_raw(ws, SBX_WS_PROTOCOL_ERROR,
+			    "A frame broke RFC 6455.");
+		else if (rc != 0 && !ws->ended) {
 			ws->depth--;
 			ws_end(ws, SBX_WS_ABNORMAL, "");
 			return;
@@ -440,7 +491,8 @@ event_cb(struct bufferevent *bev, short what, void *arg)
 			code = wslay_event_get_status_code_received(ws->ctx);
 			snprintf(reason, sizeof(reason), "%s", ws->peer_reason);
 		}
-		if (ws->my_code != 0 && wslay_event_get_close_sent(ws->ctx)) {
+		if (ws->my_code != 0 && (ws->raw_closed ||
+		    wslay_event_get_close_sent(ws->ctx))) {
 			code = ws->my_code;
 			snprintf(reason, sizeof(reason), "%s", ws->my_reason);
 		}

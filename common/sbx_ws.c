@@ -1,4 +1,5 @@
 /* sbx_ws.c - RFC 6455 WebSocket connections on a bufferevent through libwslay's event API (adr/0052), and the opening handshake's checks; touches only the bufferevent it is given. */
+#include <sys/queue.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -6,6 +7,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <event2/keyvalq_struct.h>
 #include <nettle/sha1.h>
 #include <sodium.h>
 #include <wslay/wslay.h>
@@ -823,6 +825,34 @@ sbx_ws_accept_value(const char *key, char out[SBX_WS_ACCEPT_LEN + 1])
 	return 0;
 }
 
+void
+sbx_ws_head_fields(struct sbx_ws_head *h, const struct evkeyvalq *hd,
+    const char *want)
+{
+	const struct evkeyval *kv;
+
+	h->upgrade = h->connection = h->version = h->key = h->protocol = NULL;
+	h->keys = 0;
+	TAILQ_FOREACH(kv, hd, next) {
+		if (strcasecmp(kv->key, "Upgrade") == 0 && h->upgrade == NULL)
+			h->upgrade = kv->value;
+		else if (strcasecmp(kv->key, "Connection") == 0 &&
+		    h->connection == NULL)
+			h->connection = kv->value;
+		else if (strcasecmp(kv->key, "Sec-WebSocket-Version") == 0 &&
+		    h->version == NULL)
+			h->version = kv->value;
+		else if (strcasecmp(kv->key, "Sec-WebSocket-Key") == 0) {
+			if (h->keys++ == 0)
+				h->key = kv->value;
+		} else if (strcasecmp(kv->key, "Sec-WebSocket-Protocol") == 0 &&
+		    (h->protocol == NULL || (want != NULL &&
+		    !has_exact(h->protocol, want) &&
+		    has_exact(kv->value, want))))
+			h->protocol = kv->value;
+	}
+}
+
 int
 sbx_ws_handshake_check(const struct sbx_ws_head *h, const char *protocol,
     char accept[SBX_WS_ACCEPT_LEN + 1], struct sbx_err *err)
@@ -842,6 +872,9 @@ sbx_ws_handshake_check(const struct sbx_ws_head *h, const char *protocol,
 	if (h->version == NULL || strcmp(h->version, "13") != 0)
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Only WebSocket "
 		    "version 13 is spoken: send 'Sec-WebSocket-Version: 13'.");
+	if (h->keys > 1)
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Send "
+		    "Sec-WebSocket-Key once (RFC 6455 section 11.3.1).");
 	if (h->key == NULL || strlen(h->key) != SBX_WS_KEY_LEN ||
 	    sodium_base642bin(raw, sizeof(raw), h->key, SBX_WS_KEY_LEN, NULL,
 	    &rawlen, NULL, sodium_base64_VARIANT_ORIGINAL) != 0 ||

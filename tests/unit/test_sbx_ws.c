@@ -529,7 +529,7 @@ static void
 test_handshake_checks(void **state)
 {
 	struct sbx_ws_head h = { 1, 1, "websocket", "keep-alive, Upgrade", "13",
-	    "dGhlIHNhbXBsZSBub25jZQ==", "other, sbx.v1" };
+	    "dGhlIHNhbXBsZSBub25jZQ==", "other, sbx.v1", 1 };
 	char acc[SBX_WS_ACCEPT_LEN + 1], key[SBX_WS_KEY_LEN + 1];
 	struct sbx_err err;
 
@@ -542,6 +542,10 @@ test_handshake_checks(void **state)
 	assert_string_equal(err.code, SBX_E_BAD_REQUEST);
 	assert_non_null(strstr(err.message, "sbx.v1"));
 	assert_int_equal(sbx_ws_handshake_check(&h, NULL, acc, &err), 0);
+	h.keys = 2;     /* §11.3.1: the key once */
+	assert_int_equal(sbx_ws_handshake_check(&h, NULL, acc, &err), -1);
+	assert_non_null(strstr(err.message, "Sec-WebSocket-Key once"));
+	h.keys = 1;
 	h.version = "8";
 	assert_int_equal(sbx_ws_handshake_check(&h, NULL, acc, &err), -1);
 	assert_non_null(strstr(err.message, "Sec-WebSocket-Version: 13"));

@@ -311,6 +311,8 @@ handoff(struct api_port_conn *pc)
 	bufferevent_enable(pc->bev, EV_READ | EV_WRITE);
 	if (!pc->upgrade)
 		evbuffer_drain(bufferevent_get_input(pc->bev), (size_t)-1);
+	else if (evbuffer_get_length(bufferevent_get_input(pc->bev)) > 0)
+		pump(pc);   /* sent behind the request: no read event is due */
 	return 0;
 }
 

@@ -527,11 +527,7 @@ api_h_browser_view(struct areq *a, struct sbx_err *err)
 	head.is_get = evhttp_request_get_command(a->h.req) == EVHTTP_REQ_GET;
 	head.http11 = a->h.req->major > 1 || (a->h.req->major == 1 &&
 	    a->h.req->minor >= 1);
-	head.upgrade = evhttp_find_header(hd, "Upgrade");
-	head.connection = evhttp_find_header(hd, "Connection");
-	head.version = evhttp_find_header(hd, "Sec-WebSocket-Version");
-	head.key = evhttp_find_header(hd, "Sec-WebSocket-Key");
-	head.protocol = evhttp_find_header(hd, "Sec-WebSocket-Protocol");
+	sbx_ws_head_fields(&head, hd, NULL);
 	if (sbx_ws_handshake_check(&head, NULL, accept, err) == -1) {
 		if (head.version == NULL || strcmp(head.version, "13") != 0)
 			sbx_httpd_header(&a->h, "Sec-WebSocket-Version", "13");

@@ -311,6 +311,8 @@ handoff(struct api_port_conn *pc)
 	bufferevent_enable(pc->bev, EV_READ | EV_WRITE);
 	if (!pc->upgrade)
 		evbuffer_drain(bufferevent_get_input(pc->bev), (size_t)-1);
+	else if (evbuffer_get_length(bufferevent_get_input(pc->bev)) > 0)
+		pump(pc);   /* sent behind the request: no read event is due */
 	return 0;
 }
 
@@ -628,11 +630,7 @@ ws_check(struct areq *a, struct api_port_conn *pc, struct sbx_err *err)
 	h.is_get = evhttp_request_get_command(req) == EVHTTP_REQ_GET;
 	/* libevent 2.1 has no getter for the version (http_struct.h). */
 	h.http11 = req->major > 1 || (req->major == 1 && req->minor >= 1);
-	h.upgrade = evhttp_find_header(in, "Upgrade");
-	h.connection = evhttp_find_header(in, "Connection");
-	h.version = evhttp_find_header(in, "Sec-WebSocket-Version");
-	h.key = evhttp_find_header(in, "Sec-WebSocket-Key");
-	h.protocol = evhttp_find_header(in, "Sec-WebSocket-Protocol");
+	sbx_ws_head_fields(&h, in, NULL);
 	if (sbx_ws_handshake_check(&h, NULL, pc->accept, err) == -1) {
 		if (h.version != NULL && strcmp(h.version, "13") != 0)
 			sbx_httpd_header(&a->h, "Sec-WebSocket-Version", "13");

@@ -280,11 +280,7 @@ api_h_terms_attach(struct areq *a, struct sbx_err *err)
 	memset(&head, 0, sizeof(head));
 	head.is_get = evhttp_request_get_command(a->h.req) == EVHTTP_REQ_GET;
 	head.http11 = a->h.req->major == 1 && a->h.req->minor >= 1;
-	head.upgrade = evhttp_find_header(h, "Upgrade");
-	head.connection = evhttp_find_header(h, "Connection");
-	head.version = evhttp_find_header(h, "Sec-WebSocket-Version");
-	head.key = evhttp_find_header(h, "Sec-WebSocket-Key");
-	head.protocol = evhttp_find_header(h, "Sec-WebSocket-Protocol");
+	sbx_ws_head_fields(&head, h, SBX_WS_PROTOCOL);
 	/* The terminal first: another player's is 404 whatever the head. */
 	if ((t = api_term_find(a->s, a->npc.name, a->exec_id, err)) == NULL)
 		return -1;

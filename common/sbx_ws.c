@@ -1,4 +1,5 @@
 /* sbx_ws.c - RFC 6455 WebSocket connections on a bufferevent through libwslay's event API (adr/0052), and the opening handshake's checks; touches only the bufferevent it is given. */
+#include <sys/queue.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -6,6 +7,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <event2/keyvalq_struct.h>
 #include <nettle/sha1.h>
 #include <sodium.h>
 #include <wslay/wslay.h>
@@ -60,6 +62,9 @@ struct sbx_ws {
 	int depth;                    /* inside our own processing */
 	int dead;                     /* sbx_ws_free was called */
 	int ended;
+	int io_failed;                /* recv_cb failed (not a parse error) */
+	int raw_closed;               /* our close went out beside libwslay
+	                               * (close_raw) */
 };
 
 static void ws_end(struct sbx_ws *ws, int code, const char *reason);
@@ -103,6 +108,7 @@ recv_cb(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags,
 		if (evbuffer_get_length(in) != before)
 			ws->last_rx_ms = sbx_mono_ms();
 		if (r <= 0) {
+			ws->io_failed = r < 0;
 			wslay_event_set_error(ctx, r == 0 ? WSLAY_ERR_WOULDBLOCK :
 			    WSLAY_ERR_NOMEM);
 			return -1;
@@ -116,6 +122,7 @@ recv_cb(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags,
 	}
 	n = evbuffer_remove(in, buf, len);
 	if (n <= 0) {
+		ws->io_failed = 1;
 		wslay_event_set_error(ctx, WSLAY_ERR_CALLBACK_FAILURE);
 		return -1;
 	}
@@ -165,6 +172,48 @@ queue_close(struct sbx_ws *ws, int code, const char *reason)
 		memcpy(ws->my_reason, reason, n);
 	ws->my_reason[n] = '\0';
 	ws->close_by_ms = sbx_mono_ms() + CLOSE_WAIT_MS;
+}
+
+/*
+ * A close written beside libwslay, for when its parser refused a frame's
+ * header (RFC 6455 §5.5: a control frame over 125 bytes or fragmented;
+ * §5.2: a 64-bit length with its top bit set): it then queues a close
+ * without a code and fails, and a second close cannot be queued. Its queue
+ * is dropped and this one written instead (masked with a random key when we
+ * are the client, §5.3), so the peer reads the code, as for the frames
+ * libwslay judges after parsing; check_done ends once it is written.
+ */
+static void
+close_raw(struct sbx_ws *ws, int code, const char *reason)
+{
+	unsigned char f[2 + 4 + 2 + SBX_WS_REASON_MAX], p[2 + SBX_WS_REASON_MAX];
+	size_t n = strlen(reason), h = 2;
+
+	if (n > SBX_WS_REASON_MAX)
+		n = SBX_WS_REASON_MAX;
+	p[0] = (unsigned char)(code >> 8);
+	p[1] = (unsigned char)code;
+	memcpy(p + 2, reason, n);
+	f[0] = 0x88;
+	f[1] = (unsigned char)(2 + n);
+	if (ws->role == SBX_WS_CLIENT) {
+		f[1] |= 0x80;
+		randombytes_buf(f + 2, 4);
+		sbx_ws_fast_mask(f + 6, p, 2 + n, f + 2, 0);
+		h = 6;
+	} else
+		memcpy(f + 2, p, 2 + n);
+	wslay_event_shutdown_read(ws->ctx);
+	wslay_event_shutdown_write(ws->ctx);
+	ws->failed = 1;
+	ws->raw_closed = 1;
+	ws->my_code = code;
+	memcpy(ws->my_reason, reason, n);
+	ws->my_reason[n] = '\0';
+	ws->close_by_ms = sbx_mono_ms() + CLOSE_WAIT_MS;
+	if (ws->bev == NULL ||
+	    bufferevent_write(ws->bev, f, h + 2 + n) != 0)
+		ws_end(ws, code, ws->my_reason);
 }
 
 static void
@@ -298,7 +347,7 @@ check_done(struct sbx_ws *ws)
 
 	if (ws->ended || ws->bev == NULL)
 		return;
-	if (!wslay_event_get_close_sent(ws->ctx))
+	if (!wslay_event_get_close_sent(ws->ctx) && !ws->raw_closed)
 		return;
 	/* Messages libwslay parsed before the peer's close, held while the
 	 * owner paused reading, go first (deliver_held, on the resume). */
@@ -379,7 +428,11 @@ ws_process(struct sbx_ws *ws)
 		ws->in_recv = 1;
 		rc = wslay_event_recv(ws->ctx);
 		ws->in_recv = 0;
-		if (rc != 0 && !ws->ended) {
+		if (rc != 0 && !ws->ended && !ws->dead && !ws->io_failed &&
+		    ws->bev != NULL && !wslay_event_get_close_sent(ws->ctx))
+			close_raw(ws, SBX_WS_PROTOCOL_ERROR,
+			    "A frame broke RFC 6455.");
+		else if (rc != 0 && !ws->ended) {
 			ws->depth--;
 			ws_end(ws, SBX_WS_ABNORMAL, "");
 			return;
@@ -440,7 +493,8 @@ event_cb(struct bufferevent *bev, short what, void *arg)
 			code = wslay_event_get_status_code_received(ws->ctx);
 			snprintf(reason, sizeof(reason), "%s", ws->peer_reason);
 		}
-		if (ws->my_code != 0 && wslay_event_get_close_sent(ws->ctx)) {
+		if (ws->my_code != 0 && (ws->raw_closed ||
+		    wslay_event_get_close_sent(ws->ctx))) {
 			code = ws->my_code;
 			snprintf(reason, sizeof(reason), "%s", ws->my_reason);
 		}
@@ -771,6 +825,34 @@ sbx_ws_accept_value(const char *key, char out[SBX_WS_ACCEPT_LEN + 1])
 	return 0;
 }
 
+void
+sbx_ws_head_fields(struct sbx_ws_head *h, const struct evkeyvalq *hd,
+    const char *want)
+{
+	const struct evkeyval *kv;
+
+	h->upgrade = h->connection = h->version = h->key = h->protocol = NULL;
+	h->keys = 0;
+	TAILQ_FOREACH(kv, hd, next) {
+		if (strcasecmp(kv->key, "Upgrade") == 0 && h->upgrade == NULL)
+			h->upgrade = kv->value;
+		else if (strcasecmp(kv->key, "Connection") == 0 &&
+		    h->connection == NULL)
+			h->connection = kv->value;
+		else if (strcasecmp(kv->key, "Sec-WebSocket-Version") == 0 &&
+		    h->version == NULL)
+			h->version = kv->value;
+		else if (strcasecmp(kv->key, "Sec-WebSocket-Key") == 0) {
+			if (h->keys++ == 0)
+				h->key = kv->value;
+		} else if (strcasecmp(kv->key, "Sec-WebSocket-Protocol") == 0 &&
+		    (h->protocol == NULL || (want != NULL &&
+		    !has_exact(h->protocol, want) &&
+		    has_exact(kv->value, want))))
+			h->protocol = kv->value;
+	}
+}
+
 int
 sbx_ws_handshake_check(const struct sbx_ws_head *h, const char *protocol,
     char accept[SBX_WS_ACCEPT_LEN + 1], struct sbx_err *err)
@@ -790,6 +872,9 @@ sbx_ws_handshake_check(const struct sbx_ws_head *h, const char *protocol,
 	if (h->version == NULL || strcmp(h->version, "13") != 0)
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Only WebSocket "
 		    "version 13 is spoken: send 'Sec-WebSocket-Version: 13'.");
+	if (h->keys > 1)
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Send "
+		    "Sec-WebSocket-Key once (RFC 6455 section 11.3.1).");
 	if (h->key == NULL || strlen(h->key) != SBX_WS_KEY_LEN ||
 	    sodium_base642bin(raw, sizeof(raw), h->key, SBX_WS_KEY_LEN, NULL,
 	    &rawlen, NULL, sodium_base64_VARIANT_ORIGINAL) != 0 ||

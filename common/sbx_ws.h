@@ -145,7 +145,7 @@ void sbx_ws_free(struct sbx_ws *ws);
 /*
  * The request head fields the server checks, as found (NULL: absent).
  * The caller passes the whole value of each header (evhttp joins none of
- * these; a repeated header is the caller's choice of the first).
+ * these; sbx_ws_head_fields picks them from a request's list).
  */
 struct sbx_ws_head {
 	int is_get;               /* the method is GET */
@@ -155,13 +155,30 @@ struct sbx_ws_head {
 	const char *version;      /* Sec-WebSocket-Version */
 	const char *key;          /* Sec-WebSocket-Key */
 	const char *protocol;     /* Sec-WebSocket-Protocol */
+	int keys;                 /* how many Sec-WebSocket-Key fields came
+	                           * (0: not counted, taken as one) */
 };
+
+struct evkeyvalq;
+
+/*
+ * Fills h's fields (not is_get, http11) from a request's header list hd
+ * (borrowed: the values stay valid while hd does): the first field of each
+ * name, matched case-insensitively, and keys = the number of
+ * Sec-WebSocket-Key fields (RFC 6455 §11.3.1: exactly one). Several
+ * Sec-WebSocket-Protocol fields are one list (§11.3.4): protocol is the
+ * first of them that lists want (byte for byte), else the first; want may
+ * be NULL.
+ */
+void sbx_ws_head_fields(struct sbx_ws_head *h, const struct evkeyvalq *hd,
+    const char *want);
 
 /*
  * The server's check of an opening handshake (RFC 6455 §4.2.1): GET on
  * HTTP/1.1, Upgrade holding the token "websocket" and Connection the token
  * "upgrade" (both case-insensitive, in comma lists), Sec-WebSocket-Version
- * 13, a Sec-WebSocket-Key that is base64 of exactly 16 bytes, and, when
+ * 13, one Sec-WebSocket-Key (h->keys <= 1) that is base64 of exactly 16
+ * bytes, and, when
  * protocol is not NULL, Sec-WebSocket-Protocol listing protocol exactly.
  * accept gets the Sec-WebSocket-Accept value (§4.2.2). Returns 0, or -1
  * with err bad_request and a sentence naming the header and what it must

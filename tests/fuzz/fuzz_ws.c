@@ -121,7 +121,7 @@ handshake(const unsigned char *p, size_t n)
 {
 	char key[64], proto[64], acc[SBX_WS_ACCEPT_LEN + 1];
 	struct sbx_ws_head h = { 1, 1, "websocket", "Upgrade", "13", key,
-	    proto };
+	    proto, 1 };
 	size_t kl = n < 32 ? n : 32, pl;
 	int rc;
 

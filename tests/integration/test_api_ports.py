@@ -213,6 +213,19 @@ class PortsTest(unittest.TestCase):
             rest = rest[len(f):]
         s.close()
 
+    def test_04b_bytes_sent_with_an_upgrade_request_reach_the_server(self):
+        """A client that sends its first bytes right behind the upgrade
+        request (before the 101) gets them echoed: they used to wait in the
+        api until the client sent something more."""
+        head = self.keyed_head("GET", "/ws", "Connection: Upgrade\r\nUpgrade: tunnel\r\n",
+                               WS_PORT)
+        s, got = raw_request(self.url, head, body=b"early bytes", until=b"early bytes",
+                             timeout=10)
+        self.assertIsNotNone(s, got)
+        self.assertTrue(got.startswith(b"HTTP/1.1 101"), got)
+        self.assertTrue(got.endswith(b"\r\n\r\nearly bytes"), got)
+        s.close()
+
     # ------------------------------------------------------------ refusals
 
     def test_05_bad_port_other_player_closed_port(self):

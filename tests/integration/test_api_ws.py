@@ -290,6 +290,39 @@ class WSTest(unittest.TestCase):
                 return h
         self.assertEqual(run(go())["id"], t["id"])
 
+    def test_two_keys_are_400_and_a_subprotocol_in_a_second_field_attaches(self):
+        """RFC 6455 §11.3.1: Sec-WebSocket-Key appears once (two, even equal,
+        were upgraded with the first one's answer); §11.3.4: several
+        Sec-WebSocket-Protocol fields are one list (sbx.v1 in the second was
+        400 "Offer the subprotocol")."""
+        t = self.term()
+
+        def handshake(fields):
+            s = socket.create_connection((self.host, self.port), timeout=10)
+            s.sendall(("GET /api/v1/npcs/alice/sandbox/terminals/%s/attach HTTP/1.1\r\n"
+                       "Host: x\r\nAuthorization: Bearer %s\r\nUpgrade: websocket\r\n"
+                       "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n%s\r\n" %
+                       (t["id"], self.stack.player, "".join(f + "\r\n" for f in fields))
+                       ).encode())
+            head = b""
+            while b"\r\n\r\n" not in head:
+                b = s.recv(65536)
+                if not b:
+                    break
+                head += b
+            s.close()
+            return head
+        k1, k2 = "dGhlIHNhbXBsZSBub25jZQ==", "AQIDBAUGBwgJCgsMDQ4PEA=="
+        for keys in ((k1, k1), (k1, k2)):
+            head = handshake(["Sec-WebSocket-Key: " + k for k in keys]
+                             + ["Sec-WebSocket-Protocol: sbx.v1"])
+            self.assertTrue(head.startswith(b"HTTP/1.1 400"), head[:300])
+            self.assertIn(b"Sec-WebSocket-Key", head)
+        head = handshake(["Sec-WebSocket-Key: " + k1, "Sec-WebSocket-Protocol: chat",
+                          "Sec-WebSocket-Protocol: sbx.v1"])
+        self.assertTrue(head.startswith(b"HTTP/1.1 101"), head[:300])
+        self.assertIn(b"Sec-WebSocket-Protocol: sbx.v1\r\n", head)
+
     # ------------------------------------------------------------ bounds
 
     def test_a_viewer_that_never_reads_does_not_grow_the_apis_memory(self):

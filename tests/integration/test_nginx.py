@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 import unittest
@@ -256,6 +257,44 @@ class NginxTest(unittest.TestCase):
         self.assertGreaterEqual(took, 89)
         self.assertGreaterEqual(s.comments, 5)     # 90 s / 15 s heartbeat
         self.assertNotIn("upstream timed out", self.nginx.log())
+
+    # ------------------------------------------------------------ WebSockets
+
+    def test_terminals_attach_by_websocket_through_nginx(self):
+        """sbxctl exec -i and shell attach their terminal by WebSocket
+        (GET .../terminals/ID/attach): through the site they must be upgraded,
+        not answered 400 "send 'Upgrade: websocket'" as when /api/ dropped the
+        client's Upgrade."""
+        env = dict(os.environ, SBX_URL="http://127.0.0.1:%d" % self.port, SBX_KEY=self.key)
+        data = os.urandom(3 * 1024 * 1024)
+        r = subprocess.run([os.path.join(BUILD, "sbxctl"), "exec", "-i", "ngx", "--",
+                            "sh", "-c", "cat; exit 3"], input=data, env=env,
+                           capture_output=True, timeout=120)
+        self.assertEqual(r.stderr, b"")
+        self.assertEqual((r.returncode, len(r.stdout)), (3, len(data)))
+        self.assertEqual(r.stdout, data)
+        # A browser's terminal: a raw handshake with a ticket, as /console does.
+        t = self.call("POST", "/api/v1/npcs/ngx/sandbox/terminals", {"argv": ["sh"]})
+        self.assertEqual(t.status, 201, t.body)
+        tid = t.json()["id"]
+        tk = self.call("POST", "/api/v1/npcs/ngx/sandbox/terminals/%s/tickets" % tid, None)
+        self.assertEqual(tk.status, 200, tk.body)
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        self.addCleanup(s.close)
+        s.sendall(("GET %s HTTP/1.1\r\nHost: sbx.example.org\r\nUpgrade: websocket\r\n"
+                   "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                   "Sec-WebSocket-Protocol: sbx.v1\r\n\r\n" % tk.json()["attach_url"]).encode())
+        got = b""
+        while b"\r\n\r\n" not in got or b'"hello"' not in got:
+            b = s.recv(65536)
+            if not b:
+                break
+            got += b
+        self.assertTrue(got.startswith(b"HTTP/1.1 101 "), got[:300])
+        self.assertIn(b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", got)
+        self.assertIn(b'{"type":"hello"', got)
+        self.call("DELETE", "/api/v1/npcs/ngx/sandbox/terminals/%s" % tid, None)
 
     # ------------------------------------------------------------ body size, rest
 

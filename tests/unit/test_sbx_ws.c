@@ -328,6 +328,62 @@ test_an_unmasked_client_frame_is_a_protocol_error(void **state)
 	assert_int_equal((in[2] << 8) | in[3], 1002);
 }
 
+/* Frames libwslay's own parser refuses (RFC 6455 §5.5: a control frame of
+ * more than 125 bytes or fragmented; §5.2: a 64-bit length with its top bit
+ * set) get close 1002 too, as the frames it judges after parsing do; they
+ * used to end the connection without a close frame (seen by a client as
+ * 1006, "abnormal"). */
+static void
+test_frames_wslay_refuses_while_parsing_close_1002(void **state)
+{
+	static const unsigned char bad[][14] = {
+		{ 0x89, 0x80 | 126, 0, 126, 0, 0, 0, 0 },         /* ping of 126 */
+		{ 0x09, 0x81, 0, 0, 0, 0, 'a' },                   /* fin 0 ping */
+		{ 0x82, 0x80 | 127, 0x80, 0, 0, 0, 0, 0, 0, 1 },   /* 2^63 + 1 */
+	};
+	static const size_t badlen[] = { 8, 7, 14 };
+	struct fx *f = *state;
+	unsigned char in[64];
+	size_t i, got;
+
+	for (i = 0; i < sizeof(badlen) / sizeof(badlen[0]); i++) {
+		if (i > 0) {
+			sbx_ws_free(f->srv.ws);
+			f->srv.ws = NULL;
+			close(f->fd[1]);
+			assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0,
+			    f->fd), 0);
+			memset(&f->srv, 0, sizeof(f->srv));
+		}
+		open_side(f, f->fd[0], SBX_WS_SERVER, NULL, &f->srv);
+		raw_write(f->fd[1], bad[i], badlen[i]);
+		got = raw_read(f, f->fd[1], in, sizeof(in), 500);
+		assert_true(got >= 4);
+		assert_int_equal(in[0], 0x88);
+		assert_int_equal((in[2] << 8) | in[3], SBX_WS_PROTOCOL_ERROR);
+		run_until(f, &f->srv.closed, 1000);
+		assert_int_equal(f->srv.closed, 1);
+		assert_int_equal(f->srv.code, SBX_WS_PROTOCOL_ERROR);
+		assert_int_equal(f->srv.nmsg, 0);
+	}
+	/* A client (sbxctl) answers a server's bad frame the same way, its
+	 * close masked (§5.3). */
+	sbx_ws_free(f->srv.ws);
+	f->srv.ws = NULL;
+	close(f->fd[1]);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, f->fd), 0);
+	open_side(f, f->fd[0], SBX_WS_CLIENT, NULL, &f->cli);
+	raw_write(f->fd[1], "\x89\x7e\x00\x7e", 4);
+	got = raw_read(f, f->fd[1], in, sizeof(in), 500);
+	assert_true(got >= 8);
+	assert_int_equal(in[0], 0x88);
+	assert_int_equal(in[1] & 0x80, 0x80);
+	assert_int_equal(((in[6] ^ in[2]) << 8) | (in[7] ^ in[3]),
+	    SBX_WS_PROTOCOL_ERROR);
+	run_until(f, &f->cli.closed, 1000);
+	assert_int_equal(f->cli.code, SBX_WS_PROTOCOL_ERROR);
+}
+
 static void
 test_pings_keep_a_live_peer_and_a_silent_one_is_closed(void **state)
 {
@@ -473,7 +529,7 @@ static void
 test_handshake_checks(void **state)
 {
 	struct sbx_ws_head h = { 1, 1, "websocket", "keep-alive, Upgrade", "13",
-	    "dGhlIHNhbXBsZSBub25jZQ==", "other, sbx.v1" };
+	    "dGhlIHNhbXBsZSBub25jZQ==", "other, sbx.v1", 1 };
 	char acc[SBX_WS_ACCEPT_LEN + 1], key[SBX_WS_KEY_LEN + 1];
 	struct sbx_err err;
 
@@ -486,6 +542,10 @@ test_handshake_checks(void **state)
 	assert_string_equal(err.code, SBX_E_BAD_REQUEST);
 	assert_non_null(strstr(err.message, "sbx.v1"));
 	assert_int_equal(sbx_ws_handshake_check(&h, NULL, acc, &err), 0);
+	h.keys = 2;     /* §11.3.1: the key once */
+	assert_int_equal(sbx_ws_handshake_check(&h, NULL, acc, &err), -1);
+	assert_non_null(strstr(err.message, "Sec-WebSocket-Key once"));
+	h.keys = 1;
 	h.version = "8";
 	assert_int_equal(sbx_ws_handshake_check(&h, NULL, acc, &err), -1);
 	assert_non_null(strstr(err.message, "Sec-WebSocket-Version: 13"));
@@ -536,6 +596,9 @@ main(void)
 		    test_text_that_is_not_utf8_closes_1007, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_an_unmasked_client_frame_is_a_protocol_error, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_frames_wslay_refuses_while_parsing_close_1002, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_pings_keep_a_live_peer_and_a_silent_one_is_closed,

@@ -649,7 +649,7 @@ egress_body(struct areq *a, char **joined, struct sbx_err *err)
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Member \"allow\" "
 		    "needs \"enabled\": true.");
 	if (allow != NULL) {
-		if (egress_allow_check(allow, err) != 0)
+		if (egress_allow_check(allow, "allow", err) != 0)
 			return -1;
 		if ((*joined = egress_allow_join(allow)) == NULL ||
 		    strlen(*joined) > API_EGRESS_ALLOW_MAX) {

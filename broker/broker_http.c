@@ -216,7 +216,7 @@ egress_allow_parse(struct breq *b, struct sbx_err *err)
 	if (!b->spec.egress)
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Field \"egress_allow\" "
 		    "needs \"egress\": true.");
-	if (egress_allow_check(v, err) != 0)
+	if (egress_allow_check(v, "egress_allow", err) != 0)
 		return -1;
 	if ((b->egress_allow = egress_allow_join(v)) == NULL)
 		return sbx_err_oom(err);

@@ -14,6 +14,7 @@
 #include "broker_egress.h"
 #include "broker_int.h"
 #include "broker_metrics.h"
+#include "broker_pool_metrics.h"
 #include "broker_state.h"
 #include "driver_engine.h"
 #include "sbx_call.h"
@@ -548,7 +549,7 @@ h_metrics(struct breq *b, struct sbx_err *err)
 	absent = broker_state_count_state(b->s->state, "absent", &serr);
 	if (out == NULL || broker_metrics_render(b->s->metrics, out, running,
 	    stopped, absent) == -1 || sbx_agent_metrics_render(out) < 0 ||
-	    sbx_engine_pool_metrics_render(out) < 0) {
+	    broker_pool_metrics_render(out) < 0) {
 		if (out != NULL)
 			evbuffer_free(out);
 		return sbx_err_oom(err);

@@ -460,11 +460,13 @@ claimed_pod(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 		    "member", o->pod, "error", err != NULL ? err->message :
 		    "status", NULL);
 		kube_pool_discard(o->k, o->pod, o->pvc, 0);
+		kube_pool_claim_end(o->k, 0);
 		o->member = 0;
 		post_pod(o);
 		return;
 	}
 	o->member = 0;
+	kube_pool_claim_end(o->k, 1);
 	log_info("kubernetes warm pool: member claimed", "id", o->id, "member",
 	    o->pod, NULL);
 	kube_pod_seen(o->k, body);
@@ -482,6 +484,7 @@ claimed_pvc(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 		    "sandbox is made cold", "id", o->id, "member", o->pod,
 		    "error", err != NULL ? err->message : "status", NULL);
 		kube_pool_discard(o->k, o->pod, o->pvc, 1);
+		kube_pool_claim_end(o->k, 0);
 		o->member = 0;
 		snprintf(o->pvc, sizeof(o->pvc), "work-%s", o->id);
 		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/"
@@ -588,9 +591,8 @@ pvc_found(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 	if (answer_bad(o, err, status, body, (const int[]){ 404, 0 },
 	    "look up the sandbox's PersistentVolumeClaim"))
 		return;
-	if (!o->egress && strcmp(o->image, k->image) == 0 &&
-	    o->memory == k->memory && o->mcpu == k->mcpu &&
-	    kube_pool_claim(k, o->pod, o->pvc) == 0) {
+	if (kube_pool_claim(k, !o->egress && strcmp(o->image, k->image) == 0 &&
+	    o->memory == k->memory && o->mcpu == k->mcpu, o->pod, o->pvc) == 0) {
 		o->member = 1;
 		create_netpol(o, 201, NULL, NULL);
 		return;

@@ -206,6 +206,12 @@ struct areq {
 	char *path;
 	uint32_t mode;
 	int egress;
+	/* PUT .../egress: the grant before it equals the new one; the
+	 * sandbox before its ensure (created_at, egress, running), so the
+	 * reply says what the ensure changed ("change", docs/api.md) */
+	int same_grant;
+	int64_t was_created_ms;
+	int was_egress, was_running;
 	int audit_pick;                     /* 0, or 1/2: route->audit[pick-1] */
 	char *audit_detail;                 /* what the audit row records (owned), or NULL */
 	int set_image;

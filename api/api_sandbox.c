@@ -534,6 +534,26 @@ api_h_list(struct areq *a, struct sbx_err *err)
 	    a->path, &page, list_done, a, err);
 	return a->op != NULL ? 0 : areq_broker_err(a);
 }
+/*
+ * What the ensure of a grant or revoke did to the sandbox, from its status
+ * before and after: "replaced" (a new container, pod or VM; /work kept),
+ * "started" (it was stopped and now runs with the new setting), "restarted"
+ * (the same one, rebooted onto or off egress: driver vm), "proxy" (only its
+ * egress proxy was started again with the new allowlist: the sandbox and
+ * its processes stay, adr/0026, adr/0069), "none" (the grant was already so).
+ */
+static const char *
+egress_change(const struct areq *a, const struct sbx_status *st)
+{
+	if (st->created_at_ms != a->was_created_ms)
+		return "replaced";
+	if (!a->was_running)
+		return "started";
+	if ((st->egress != 0) != a->was_egress)
+		return "restarted";
+	return a->egress && !a->same_grant ? "proxy" : "none";
+}
+
 static void
 egress_ensured(void *arg, const struct sbx_err *err,
     const struct sbx_status *st)
@@ -549,6 +569,7 @@ egress_ensured(void *arg, const struct sbx_err *err,
 	}
 	obj = api_status_json(a, st);
 	json_object_set_new(obj, "applied", json_true());
+	json_object_set_new(obj, "change", json_string(egress_change(a, st)));
 	areq_reply_json(a, 200, obj);
 }
 
@@ -574,7 +595,11 @@ egress_status(void *arg, const struct sbx_err *err,
 		return;
 	}
 	/* Changing egress replaces the container through ensure; the volume,
-	 * and so /work, survives (SPEC §4). */
+	 * and so /work, survives (SPEC §4). A changed allowlist alone replaces
+	 * only the egress proxy (adr/0026): egress_change tells which. */
+	a->was_created_ms = st->created_at_ms;
+	a->was_egress = st->egress != 0;
+	a->was_running = st->state == SBX_STATE_RUNNING;
 	memset(&spec, 0, sizeof(spec));
 	spec.egress = a->egress;
 	spec.egress_allow = a->egress && a->npc.egress_allow[0] != '\0' ?
@@ -649,7 +674,7 @@ egress_body(struct areq *a, char **joined, struct sbx_err *err)
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Member \"allow\" "
 		    "needs \"enabled\": true.");
 	if (allow != NULL) {
-		if (egress_allow_check(allow, err) != 0)
+		if (egress_allow_check(allow, "allow", err) != 0)
 			return -1;
 		if ((*joined = egress_allow_join(allow)) == NULL ||
 		    strlen(*joined) > API_EGRESS_ALLOW_MAX) {
@@ -678,6 +703,10 @@ api_h_egress(struct areq *a, struct sbx_err *err)
 
 	if (egress_body(a, &joined, err) == -1)
 		return -1;
+	/* as stored: full egress (absent or ["*"]) is no allowlist */
+	a->same_grant = a->npc.egress == a->egress && (!a->egress ||
+	    strcmp(a->npc.egress_allow, joined == NULL ||
+	    strcmp(joined, "*") == 0 ? "" : joined) == 0);
 	if ((a->egress && api_store_npc_set_egress_allow(a->s->store,
 	    a->npc.name, joined, err) == -1) ||
 	    api_store_npc_set_egress(a->s->store, a->npc.name, a->egress,

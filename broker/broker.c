@@ -280,6 +280,30 @@ driver_new(struct event_base *base, const struct broker_config *cfg,
 	return NULL;
 }
 
+/* The "listening" line names the driver and what it talks to: the Engine
+ * API socket (engine), the VM directory (vm), the kube-apiserver and
+ * namespace (kubernetes); never another driver's setting. */
+static void
+log_listening(const struct broker_config *cfg)
+{
+	const char *drv = cfg->driver != NULL ? cfg->driver : "engine";
+
+	if (strcmp(drv, "vm") == 0)
+		log_info("listening", "listen", cfg->listen, "driver", drv,
+		    "vm_dir", cfg->vm_dir != NULL ? cfg->vm_dir : "",
+		    "state_dir", cfg->state_dir, "version", BROKER_VERSION, NULL);
+	else if (strcmp(drv, "kubernetes") == 0)
+		log_info("listening", "listen", cfg->listen, "driver", drv,
+		    "kube_server", cfg->kube_server != NULL ? cfg->kube_server : "",
+		    "kube_namespace", cfg->kube_namespace != NULL ?
+		    cfg->kube_namespace : "", "state_dir", cfg->state_dir,
+		    "version", BROKER_VERSION, NULL);
+	else
+		log_info("listening", "listen", cfg->listen, "driver", drv,
+		    "runtime", cfg->runtime, "state_dir", cfg->state_dir,
+		    "version", BROKER_VERSION, NULL);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -458,8 +482,7 @@ main(int argc, char **argv)
 		rc = sbx_daemon_start_error("sandbox-broker", &err);
 		goto done;
 	}
-	log_info("listening", "listen", cfg.listen, "runtime", cfg.runtime,
-	    "state_dir", cfg.state_dir, "version", BROKER_VERSION, NULL);
+	log_listening(&cfg);
 	if (event_base_dispatch(m.base) == -1) {
 		log_error("event loop failed", NULL);
 		goto done;

@@ -14,6 +14,7 @@
 #include "broker_egress.h"
 #include "broker_int.h"
 #include "broker_metrics.h"
+#include "broker_pool_metrics.h"
 #include "broker_state.h"
 #include "driver_engine.h"
 #include "sbx_call.h"
@@ -217,7 +218,7 @@ egress_allow_parse(struct breq *b, struct sbx_err *err)
 	if (!b->spec.egress)
 		return sbx_err_set(err, SBX_E_BAD_REQUEST, "Field \"egress_allow\" "
 		    "needs \"egress\": true.");
-	if (egress_allow_check(v, err) != 0)
+	if (egress_allow_check(v, "egress_allow", err) != 0)
 		return -1;
 	if ((b->egress_allow = egress_allow_join(v)) == NULL)
 		return sbx_err_oom(err);
@@ -552,7 +553,7 @@ h_metrics(struct breq *b, struct sbx_err *err)
 	absent = broker_state_count_state(b->s->state, "absent", &serr);
 	if (out == NULL || broker_metrics_render(b->s->metrics, out, running,
 	    stopped, absent) == -1 || sbx_agent_metrics_render(out) < 0 ||
-	    sbx_engine_pool_metrics_render(out) < 0) {
+	    broker_pool_metrics_render(out) < 0) {
 		if (out != NULL)
 			evbuffer_free(out);
 		return sbx_err_oom(err);

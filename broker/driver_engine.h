@@ -223,18 +223,6 @@ int sbx_helper_list_line(const char *line, size_t len, struct sbx_dirent *d,
 char *sbx_engine_volume_name(const char *name_prefix, const char *id,
     char *buf, size_t size);
 
-struct evbuffer;
-/*
- * Appends the warm pool's figures (adr/0067) in the Prometheus text format
- * (version 0.0.4) to out: sbx_broker_warm_pool_members{state} gauge
- * (ready, wanted), sbx_broker_warm_pool_claims_total counter,
- * sbx_broker_warm_pool_misses_total{reason} counter (empty, spec, volume),
- * sbx_broker_warm_pool_made_total{result} counter (ok, failed); zeros
- * before an engine driver exists. Process-wide: one engine driver per
- * broker. Returns 0, or -1 when out of memory.
- */
-int sbx_engine_pool_metrics_render(struct evbuffer *out);
-
 /*
  * The paths of an image the runtime mounts on (adr/0045): /.sbx, /work,
  * /tmp, /run, /run/sbx and /run/sbx-egress, a parent before its child;

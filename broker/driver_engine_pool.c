@@ -4,11 +4,12 @@
  * ensure each, labelled io.sbx.pool, named "<prefix>pool.<hex>"); the
  * claim an ensure of a new sandbox makes (the member's container renamed
  * to the sandbox's name); the sweep of unclaimed members an earlier broker
- * left, after the first reconcile; the pool's metrics.
+ * left, after the first reconcile; the pool's figures (broker_pool_metrics.h).
  * It calls down into ensure (a member's make), the runtime call layer and
  * the op lifecycle; the driver's entry and life (reconcile) call it,
  * ensure only through e->claim_hook.
  */
+#include "broker_pool_metrics.h"
 #include "driver_engine_int.h"
 
 #define POOL_RETRY_MS_MAX 30000        /* back-off after failed makes */
@@ -31,11 +32,6 @@ struct eng_pool {
 	struct member *making;        /* one make at a time */
 	struct event *timer;          /* the next make after a failure */
 };
-
-/* The process's figures (one engine driver per broker), for /metrics. */
-static int64_t g_want, g_ready;
-static uint64_t g_claims, g_miss_empty, g_miss_spec, g_miss_volume,
-    g_made, g_failed;
 
 /* the sweep: unclaimed members and their volumes */
 struct eop_sweep {
@@ -171,7 +167,7 @@ member_made(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 
 	p->making = NULL;
 	if (err != NULL) {
-		g_failed++;
+		broker_pool_made(0);
 		p->failures++;
 		log_warn("a warm pool member could not be made", "member", m->hex,
 		    "error", err->message, NULL);
@@ -187,12 +183,12 @@ member_made(void *arg, const struct sbx_err *err, const struct sbx_status *st)
 			evtimer_add(p->timer, &tv);
 		return;
 	}
-	g_made++;
+	broker_pool_made(1);
 	p->failures = 0;
 	snprintf(m->cid, sizeof(m->cid), "%s", st->container_id);
 	TAILQ_INSERT_TAIL(&p->ready, m, link);
 	p->nready++;
-	g_ready = (int64_t)p->nready;
+	broker_pool_ready((int64_t)p->nready);
 	pool_fill(p);
 }
 
@@ -241,7 +237,7 @@ claim_renamed(struct eop *op, int status, json_t *body,
 
 	(void)body;
 	if (err == NULL && (status == 204 || status == 200)) {
-		g_claims++;
+		broker_pool_claimed();
 		log_info("sandbox claimed from the warm pool", "id", op->id,
 		    "member", en->claim_name, NULL);
 		en->claim_then(op, 1);
@@ -254,7 +250,7 @@ claim_renamed(struct eop *op, int status, json_t *body,
 	    "id", op->id, "member", en->claim_name, "status", why, "error",
 	    err != NULL ? err->message : "", NULL);
 	pool_drop(op->e, hex, en->claim_cid);
-	g_miss_empty++;
+	broker_pool_missed(BROKER_POOL_MISS_EMPTY);
 	en->claim_then(op, 0);
 }
 
@@ -272,18 +268,18 @@ claim_volume(struct eop *op, int status, json_t *body,
 	if (status != 404) {
 		/* The id's /work is there (its container was lost): the cold
 		 * path mounts it again; a pool member would hide it. */
-		g_miss_volume++;
+		broker_pool_missed(BROKER_POOL_MISS_VOLUME);
 		en->claim_then(op, 0);
 		return;
 	}
 	if ((m = TAILQ_FIRST(&p->ready)) == NULL) {
-		g_miss_empty++;
+		broker_pool_missed(BROKER_POOL_MISS_EMPTY);
 		en->claim_then(op, 0);
 		return;
 	}
 	TAILQ_REMOVE(&p->ready, m, link);
 	p->nready--;
-	g_ready = (int64_t)p->nready;
+	broker_pool_ready((int64_t)p->nready);
 	snprintf(en->claim_cid, sizeof(en->claim_cid), "%s", m->cid);
 	snprintf(en->claim_name, sizeof(en->claim_name), "%s" POOL_TAG "%s",
 	    op->e->prefix, m->hex);
@@ -307,11 +303,11 @@ pool_claim(struct eop *op, void (*then)(struct eop *, int))
 	if (en->egress || en->allow != NULL ||
 	    strcmp(en->image, e->default_image) != 0 || en->mem != e->mem.def ||
 	    en->cpus != e->cpus.def || en->pids != e->pids.def) {
-		g_miss_spec++;
+		broker_pool_missed(BROKER_POOL_MISS_SPEC);
 		return 0;
 	}
 	if (TAILQ_EMPTY(&p->ready)) {
-		g_miss_empty++;
+		broker_pool_missed(BROKER_POOL_MISS_EMPTY);
 		return 0;
 	}
 	en->claim_then = then;
@@ -499,8 +495,8 @@ eng_pool_new(struct engine *e, int want, struct sbx_err *err)
 {
 	struct eng_pool *p;
 
-	g_want = want > 0 ? want : 0;
-	g_ready = 0;
+	broker_pool_wanted(want);
+	broker_pool_ready(0);
 	/* The sweep runs also with no pool: a restart with warm_pool = 0
 	 * drains what an earlier start left. */
 	if ((p = calloc(1, sizeof(*p))) == NULL)
@@ -535,35 +531,4 @@ eng_pool_free(struct engine *e)
 		event_free(p->timer);
 	free(p);
 	e->pool = NULL;
-}
-
-/* ---------- metrics ---------- */
-
-int
-sbx_engine_pool_metrics_render(struct evbuffer *out)
-{
-	return evbuffer_add_printf(out,
-	    "# HELP sbx_broker_warm_pool_members Warm pool members (adr/0067): "
-	    "ready to be claimed, and wanted (warm_pool).\n"
-	    "# TYPE sbx_broker_warm_pool_members gauge\n"
-	    "sbx_broker_warm_pool_members{state=\"ready\"} %" PRId64 "\n"
-	    "sbx_broker_warm_pool_members{state=\"wanted\"} %" PRId64 "\n"
-	    "# HELP sbx_broker_warm_pool_claims_total Ensures of a new sandbox "
-	    "answered with a warm pool member.\n"
-	    "# TYPE sbx_broker_warm_pool_claims_total counter\n"
-	    "sbx_broker_warm_pool_claims_total %" PRIu64 "\n"
-	    "# HELP sbx_broker_warm_pool_misses_total Ensures of a new sandbox "
-	    "made cold with the pool on: empty (no member ready, or the claim "
-	    "lost), spec (egress, another image or limits), volume (the id's "
-	    "/work exists).\n"
-	    "# TYPE sbx_broker_warm_pool_misses_total counter\n"
-	    "sbx_broker_warm_pool_misses_total{reason=\"empty\"} %" PRIu64 "\n"
-	    "sbx_broker_warm_pool_misses_total{reason=\"spec\"} %" PRIu64 "\n"
-	    "sbx_broker_warm_pool_misses_total{reason=\"volume\"} %" PRIu64 "\n"
-	    "# HELP sbx_broker_warm_pool_made_total Warm pool members made.\n"
-	    "# TYPE sbx_broker_warm_pool_made_total counter\n"
-	    "sbx_broker_warm_pool_made_total{result=\"ok\"} %" PRIu64 "\n"
-	    "sbx_broker_warm_pool_made_total{result=\"failed\"} %" PRIu64 "\n",
-	    g_ready, g_want, g_claims, g_miss_empty, g_miss_spec, g_miss_volume,
-	    g_made, g_failed) < 0 ? -1 : 0;
 }

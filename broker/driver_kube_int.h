@@ -257,9 +257,16 @@ int kube_pool_new(struct kube *k, int want);
  * the watch, which reports members through kube_pool_seen). Idempotent. */
 void kube_pool_start(struct kube *k);
 /* Takes a Running member for a new sandbox: its pod and PVC names into
- * pod/pvc (each at least 128 bytes). Returns 0, or -1 when none is ready.
- * The pool refills behind it. */
-int kube_pool_claim(struct kube *k, char *pod, char *pvc);
+ * pod/pvc (each at least 128 bytes). fits: the ensure's spec is a
+ * member's (default image, memory and CPU, no egress). Returns 0, or -1
+ * when the pool is off (warm_pool 0), the spec does not fit (counted as a
+ * "spec" miss) or none is ready (an "empty" miss). The pool refills
+ * behind it. */
+int kube_pool_claim(struct kube *k, int fits, char *pod, char *pvc);
+/* A claim's end: ok 1 the sandbox is the member (counted as a claim), 0
+ * a patch failed and the sandbox is made cold (an "empty" miss, as the
+ * engine's lost claim). */
+void kube_pool_claim_end(struct kube *k, int ok);
 /* A claim whose patch failed: the member's pod is deleted (and its PVC
  * with pvc_too). */
 void kube_pool_discard(struct kube *k, const char *pod, const char *pvc,
@@ -268,7 +275,8 @@ void kube_pool_discard(struct kube *k, const char *pod, const char *pvc,
 void kube_pool_seen(struct kube *k, const struct kube_pod *p, int gone);
 /* From a relist: members not among items (PodList items) went. */
 void kube_pool_relisted(struct kube *k, json_t *items);
-/* Frees the pool (members stay on the server: the next start sweeps). */
+/* Frees the pool (members and the sbx-pool NetworkPolicy stay on the
+ * server: the next start sweeps them, the policy when warm_pool is 0). */
 void kube_pool_free(struct kube *k);
 
 /* ---- driver_kube_watch.c: list+watch cache ---- */

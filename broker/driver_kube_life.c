@@ -200,28 +200,31 @@ found_pvc(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 	found(o, status, body, err, o->pvc, sizeof(o->pvc));
 }
 
+/* Lists id's objects of collection (pods, persistentvolumeclaims) by
+ * label; found_ notes the one to act on and goes on at after. */
+static void
+find_by_id(struct lop *o, const char *collection, lstep found_, lstep after)
+{
+	char path[256];
+
+	o->after = after;
+	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/%s?labelSelector="
+	    "sbx.dev%%2Fid%%3D%s", o->k->ns, collection, o->id);
+	call(o, "GET", path, NULL, NULL, found_);
+}
+
 /* Lists id's pods (PVCs) by label; after gets 200 and the one to act on
  * (its name in o->pod, o->pvc), 404 when none, or the list's failure. */
 static void
 find_pod(struct lop *o, lstep after)
 {
-	char path[256];
-
-	o->after = after;
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods?labelSelector="
-	    "sbx.dev%%2Fid%%3D%s", o->k->ns, o->id);
-	call(o, "GET", path, NULL, NULL, found_pod);
+	find_by_id(o, "pods", found_pod, after);
 }
 
 static void
 find_pvc(struct lop *o, lstep after)
 {
-	char path[256];
-
-	o->after = after;
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims"
-	    "?labelSelector=sbx.dev%%2Fid%%3D%s", o->k->ns, o->id);
-	call(o, "GET", path, NULL, NULL, found_pvc);
+	find_by_id(o, "persistentvolumeclaims", found_pvc, after);
 }
 
 /* ---- shared: delete the pod and wait until it is gone ---- */
@@ -457,11 +460,13 @@ claimed_pod(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 		    "member", o->pod, "error", err != NULL ? err->message :
 		    "status", NULL);
 		kube_pool_discard(o->k, o->pod, o->pvc, 0);
+		kube_pool_claim_end(o->k, 0);
 		o->member = 0;
 		post_pod(o);
 		return;
 	}
 	o->member = 0;
+	kube_pool_claim_end(o->k, 1);
 	log_info("kubernetes warm pool: member claimed", "id", o->id, "member",
 	    o->pod, NULL);
 	kube_pod_seen(o->k, body);
@@ -479,6 +484,7 @@ claimed_pvc(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 		    "sandbox is made cold", "id", o->id, "member", o->pod,
 		    "error", err != NULL ? err->message : "status", NULL);
 		kube_pool_discard(o->k, o->pod, o->pvc, 1);
+		kube_pool_claim_end(o->k, 0);
 		o->member = 0;
 		snprintf(o->pvc, sizeof(o->pvc), "work-%s", o->id);
 		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/"
@@ -516,6 +522,18 @@ create_pod(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 	post_pod(o);
 }
 
+/* POSTs the sandbox's NetworkPolicy (its egress: o->egress), then next. */
+static void
+post_netpol(struct lop *o, lstep next)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "/apis/networking.k8s.io/v1/namespaces/%s/"
+	    "networkpolicies", o->k->ns);
+	call(o, "POST", path, kube_spec_netpol(o->k, o->id, o->egress), NULL,
+	    next);
+}
+
 /* The NetworkPolicy existed (an earlier life, maybe another egress): no
  * pod runs at this point, so it is deleted and made again (no patch
  * verb needed in the Role). */
@@ -523,16 +541,11 @@ static void
 netpol_again(struct lop *o, int status, json_t *body,
     const struct sbx_err *err)
 {
-	char path[256];
-
 	if (answer_bad(o, err, status, body,
 	    (const int[]){ 200, 202, 404, 0 }, "replace the sandbox's "
 		    "NetworkPolicy"))
 		return;
-	snprintf(path, sizeof(path), "/apis/networking.k8s.io/v1/namespaces/%s/"
-	    "networkpolicies", o->k->ns);
-	call(o, "POST", path, kube_spec_netpol(o->k, o->id, o->egress), NULL,
-	    create_pod);
+	post_netpol(o, create_pod);
 }
 
 static void
@@ -555,16 +568,11 @@ create_netpol(struct lop *o, int status, json_t *body,
     const struct sbx_err *err)
 {
 	o->tries = 0;
-	char path[256];
-
 	if (answer_bad(o, err, status, body,
 	    (const int[]){ 201, 200, 409, 0 }, "create the sandbox's "
 		    "PersistentVolumeClaim"))
 		return;
-	snprintf(path, sizeof(path), "/apis/networking.k8s.io/v1/namespaces/%s/"
-	    "networkpolicies", o->k->ns);
-	call(o, "POST", path, kube_spec_netpol(o->k, o->id, o->egress), NULL,
-	    create_pod_or_replace);
+	post_netpol(o, create_pod_or_replace);
 }
 
 /* The id's PVC: its own (found by label: a stopped sandbox's /work, or
@@ -583,9 +591,8 @@ pvc_found(struct lop *o, int status, json_t *body, const struct sbx_err *err)
 	if (answer_bad(o, err, status, body, (const int[]){ 404, 0 },
 	    "look up the sandbox's PersistentVolumeClaim"))
 		return;
-	if (!o->egress && strcmp(o->image, k->image) == 0 &&
-	    o->memory == k->memory && o->mcpu == k->mcpu &&
-	    kube_pool_claim(k, o->pod, o->pvc) == 0) {
+	if (kube_pool_claim(k, !o->egress && strcmp(o->image, k->image) == 0 &&
+	    o->memory == k->memory && o->mcpu == k->mcpu, o->pod, o->pvc) == 0) {
 		o->member = 1;
 		create_netpol(o, 201, NULL, NULL);
 		return;

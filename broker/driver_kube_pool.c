@@ -5,7 +5,9 @@
  * labelled sbx.dev/pool (no sbx.dev/id), under the deny-all NetworkPolicy
  * "sbx-pool"; claimed by an ensure (driver_kube_life.c patches the
  * labels), refilled behind each claim; at the broker's start every
- * unclaimed member of an earlier life is deleted first. Uses the REST
+ * unclaimed member of an earlier life is deleted first, and with
+ * warm_pool = 0 the "sbx-pool" NetworkPolicy too. Counts the pool's
+ * figures (broker_pool_metrics.h, the engine pool's names). Uses the REST
  * client and the object specs; learns of its members from the watch.
  */
 #include <stdio.h>
@@ -15,6 +17,7 @@
 #include <event2/event.h>
 #include <sodium.h>
 
+#include "broker_pool_metrics.h"
 #include "driver_kube_int.h"
 #include "sbx_log.h"
 #include "sbx_proto.h"
@@ -39,7 +42,7 @@ struct bg {
 };
 
 enum pstate { P_IDLE, P_SWEEP_PODS, P_SWEEP_PVCS, P_SA, P_NETPOL, P_FILL,
-	P_MAKE_PVC, P_MAKE_POD };
+	P_MAKE_PVC, P_MAKE_POD, P_DROP_NETPOL };
 
 struct kube_pool {
 	struct kube *k;
@@ -143,6 +146,18 @@ member_of(struct kube_pool *pl, const char *pod)
 	return NULL;
 }
 
+/* The members ready to be claimed, for /metrics. */
+static void
+count_ready(struct kube_pool *pl)
+{
+	struct member *m;
+	int64_t n = 0;
+
+	TAILQ_FOREACH(m, &pl->members, link)
+		n += m->ready;
+	broker_pool_ready(n);
+}
+
 /* m failed or went: deleted with its PVC, the next make after a backoff. */
 static void
 member_fail(struct kube_pool *pl, struct member *m, const char *why)
@@ -151,7 +166,9 @@ member_fail(struct kube_pool *pl, struct member *m, const char *why)
 	    "why", why, NULL);
 	delete_member(pl, m->pod, m->pvc);
 	TAILQ_REMOVE(&pl->members, m, link);
+	count_ready(pl);
 	if (pl->making == m) {
+		broker_pool_made(0);
 		pl->making = NULL;
 		pl->backoff_s = pl->backoff_s == 0 ? 2 : pl->backoff_s * 2;
 		if (pl->backoff_s > BACKOFF_MAX_S)
@@ -216,6 +233,20 @@ call_done(void *arg, int status, json_t *body, const struct sbx_err *err)
 			pl->k->sa_ok = 1;
 		pl->st = pl->st == P_SA ? P_NETPOL : P_FILL;
 		step(pl);
+		return;
+	case P_DROP_NETPOL:
+		if (err != NULL || (status != 200 && status != 202 &&
+		    status != 404)) {
+			log_warn("kubernetes warm pool: cannot delete the pool's "
+			    "NetworkPolicy sbx-pool; again in 5 s", "error",
+			    err != NULL ? err->message : "status", NULL);
+			later(pl, 5000);
+			return;
+		}
+		if (status != 404)
+			log_info("kubernetes warm pool: NetworkPolicy sbx-pool "
+			    "deleted (warm_pool is 0)", NULL);
+		pl->st = P_IDLE;
 		return;
 	case P_MAKE_PVC:
 	case P_MAKE_POD:
@@ -335,7 +366,8 @@ step(struct kube_pool *pl)
 			step(pl);
 			return;
 		}
-		pl->st = pl->want > 0 ? P_SA : P_IDLE;
+		/* no pool wanted: its NetworkPolicy goes with its members */
+		pl->st = pl->want > 0 ? P_SA : P_DROP_NETPOL;
 		step(pl);
 		return;
 	case P_SA:
@@ -352,6 +384,11 @@ step(struct kube_pool *pl)
 		snprintf(path, sizeof(path), "/apis/networking.k8s.io/v1/"
 		    "namespaces/%s/networkpolicies", k->ns);
 		pool_call(pl, "POST", path, kube_spec_pool_netpol());
+		return;
+	case P_DROP_NETPOL:
+		snprintf(path, sizeof(path), "/apis/networking.k8s.io/v1/"
+		    "namespaces/%s/networkpolicies/sbx-pool", k->ns);
+		pool_call(pl, "DELETE", path, NULL);
 		return;
 	case P_FILL:
 		if (pl->making == NULL && count(pl) < (size_t)pl->want)
@@ -397,6 +434,8 @@ kube_pool_new(struct kube *k, int want)
 	}
 	pl->k = k;
 	pl->want = want < 0 ? 0 : want > POOL_MAX ? POOL_MAX : want;
+	broker_pool_wanted(pl->want);
+	broker_pool_ready(0);
 	TAILQ_INIT(&pl->members);
 	TAILQ_INIT(&pl->bgs);
 	k->pool = pl;
@@ -416,25 +455,43 @@ kube_pool_start(struct kube *k)
 }
 
 int
-kube_pool_claim(struct kube *k, char *pod, char *pvc)
+kube_pool_claim(struct kube *k, int fits, char *pod, char *pvc)
 {
 	struct kube_pool *pl = k->pool;
 	struct member *m;
 
-	if (pl == NULL)
+	if (pl == NULL || pl->want == 0)
 		return -1;
+	if (!fits) {
+		broker_pool_missed(BROKER_POOL_MISS_SPEC);
+		return -1;
+	}
 	TAILQ_FOREACH(m, &pl->members, link)
 		if (m->ready)
 			break;
-	if (m == NULL)
+	if (m == NULL) {
+		broker_pool_missed(BROKER_POOL_MISS_EMPTY);
 		return -1;
+	}
 	snprintf(pod, 128, "%s", m->pod);
 	snprintf(pvc, 128, "%s", m->pvc);
 	TAILQ_REMOVE(&pl->members, m, link);
 	free(m);
+	count_ready(pl);
 	if (pl->st == P_FILL)
 		later(pl, 0);
 	return 0;
+}
+
+void
+kube_pool_claim_end(struct kube *k, int ok)
+{
+	if (k->pool == NULL)
+		return;
+	if (ok)
+		broker_pool_claimed();
+	else
+		broker_pool_missed(BROKER_POOL_MISS_EMPTY);
 }
 
 void
@@ -466,8 +523,10 @@ kube_pool_seen(struct kube *k, const struct kube_pod *p, int gone)
 	if (strcmp(p->phase, "Running") != 0 || m->ready)
 		return;
 	m->ready = 1;
+	count_ready(pl);
 	log_info("kubernetes warm pool: member ready", "member", m->pod, NULL);
 	if (pl->making == m) {
+		broker_pool_made(1);
 		pl->making = NULL;
 		pl->backoff_s = 0;
 		pl->st = P_FILL;

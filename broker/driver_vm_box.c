@@ -140,12 +140,15 @@ vm_fill_status(const struct vm *v, const char *id, struct sbx_status *st)
 		st->state = SBX_STATE_ABSENT;
 		return;
 	}
-	st->state = v->state == VM_RUNNING ? SBX_STATE_RUNNING : SBX_STATE_STOPPED;
+	/* An adopted VM runs while its agent is connected again: the broker's
+	 * recovery records it running, as the engine's adopted containers. */
+	st->state = v->state == VM_RUNNING || (v->state == VM_BOOTING &&
+	    v->adopted) ? SBX_STATE_RUNNING : SBX_STATE_STOPPED;
 	snprintf(st->image, sizeof(st->image), "%s", v->image);
 	st->created_at_ms = v->created_ms;
 	st->egress = v->allow != NULL;   /* by allowlist: the only egress a VM has */
 	snprintf(st->stop_reason, sizeof(st->stop_reason), "%s",
-	    v->state == VM_RUNNING ? "" : v->stop_reason);
+	    st->state == SBX_STATE_RUNNING ? "" : v->stop_reason);
 	/* Stable for the directory's life, as a container id is for a container. */
 	snprintf(st->container_id, sizeof(st->container_id), "vm-%s-%lld", id,
 	    (long long)v->created_ms);
@@ -227,6 +230,7 @@ on_ready(void *arg, const struct sbx_agent_hello *hello)
 	if (v->state != VM_BOOTING)
 		return;
 	v->state = VM_RUNNING;
+	v->adopted = 0;
 	v->stop_reason[0] = '\0';
 	event_del(v->timer);
 	{
@@ -697,6 +701,7 @@ on_qemu_exit(void *arg, int status)
 	vpath(v, "ctl.sock", path, sizeof(path));
 	unlink(path);
 	v->state = VM_STOPPED;
+	v->adopted = 0;
 	{
 		char stx[16];
 
@@ -939,6 +944,7 @@ vm_adopt_all(struct vmdrv *d)
 		}
 		v->pid = (pid_t)pid;
 		v->state = VM_BOOTING;
+		v->adopted = 1;
 		v->deadline_ms = sbx_mono_ms() + d->cfg.boot_timeout_ms;
 		arm(v, 0);
 		snprintf(path, sizeof(path), "%ld", pid);

@@ -45,6 +45,9 @@ struct vm {
 	int awaiting;                 /* "agent" sent, "ready" not yet back */
 	int64_t asked_ms;             /* when "agent" was sent (sbx_mono_ms) */
 	int destroying;
+	int adopted;                  /* qemu of an earlier broker, its agent not
+	                               * back yet: it runs, so status says
+	                               * running (an ensure waits for the agent) */
 	struct vmop_q waiters;        /* ensure/stop/destroy waiting on this VM */
 	/* egress (driver_vm_egress.h) */
 	char *allow;                  /* the allowlist, entries '\n'-joined (file

@@ -8,22 +8,22 @@
 #include "sbx_proto.h"
 
 int
-egress_allow_check(json_t *allow, struct sbx_err *err)
+egress_allow_check(json_t *allow, const char *field, struct sbx_err *err)
 {
 	static struct proxy_policy p;   /* large: not on the stack */
 	char why[PROXY_WHY_MAX];
 	size_t i, n;
 
 	if (!json_is_array(allow))
-		return sbx_err_set(err, SBX_E_WRONG_TYPE, "allow must be an array of "
-		    "host names.");
+		return sbx_err_set(err, SBX_E_WRONG_TYPE, "%s must be an array of "
+		    "host names.", field);
 	n = json_array_size(allow);
 	if (n == 0)
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "allow is empty: name at "
-		    "least one host, or \"*\" for full egress.");
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "%s is empty: name at "
+		    "least one host, or \"*\" for full egress.", field);
 	if (n > EGRESS_ALLOW_MAX)
-		return sbx_err_set(err, SBX_E_BAD_REQUEST, "allow has %zu entries; at "
-		    "most %d are accepted.", n, EGRESS_ALLOW_MAX);
+		return sbx_err_set(err, SBX_E_BAD_REQUEST, "%s has %zu entries; at "
+		    "most %d are accepted.", field, n, EGRESS_ALLOW_MAX);
 	memset(&p, 0, sizeof(p));
 	for (i = 0; i < n; i++) {
 		json_t *v = json_array_get(allow, i);
@@ -31,20 +31,20 @@ egress_allow_check(json_t *allow, struct sbx_err *err)
 		int rc;
 
 		if (s == NULL)
-			return sbx_err_set(err, SBX_E_WRONG_TYPE, "allow[%zu] must be a "
-			    "string.", i);
+			return sbx_err_set(err, SBX_E_WRONG_TYPE, "%s[%zu] must be a "
+			    "string.", field, i);
 		if (strlen(s) != json_string_length(v))
-			return sbx_err_set(err, SBX_E_BAD_REQUEST, "allow[%zu] holds a "
-			    "NUL byte.", i);
+			return sbx_err_set(err, SBX_E_BAD_REQUEST, "%s[%zu] holds a "
+			    "NUL byte.", field, i);
 		if (strcmp(s, "*") == 0 && n > 1)
-			return sbx_err_set(err, SBX_E_BAD_REQUEST, "allow[%zu]: \"*\" "
-			    "(full egress) stands alone.", i);
+			return sbx_err_set(err, SBX_E_BAD_REQUEST, "%s[%zu]: \"*\" "
+			    "(full egress) stands alone.", field, i);
 		if (strchr(s, '/') != NULL)
 			rc = proxy_policy_add_cidr(&p, s, why, sizeof(why));
 		else
 			rc = proxy_policy_add_allow(&p, s, why, sizeof(why));
 		if (rc != 0)
-			return sbx_err_set(err, SBX_E_BAD_REQUEST, "allow[%zu]: %s.", i, why);
+			return sbx_err_set(err, SBX_E_BAD_REQUEST, "%s[%zu]: %s.", field, i, why);
 	}
 	return 0;
 }

@@ -13,11 +13,13 @@
  * 1..EGRESS_ALLOW_MAX strings; each "*" (alone only), a host entry that
  * proxy_policy_add_allow accepts ("NAME", "*.NAME", optional ":PORT") or a
  * CIDR ("10.1.0.0/16", "fd00::/8") that proxy_policy_add_cidr accepts.
- * Returns 0, or -1 with err set: SBX_E_WRONG_TYPE (not an array of
- * strings), SBX_E_BAD_REQUEST (empty, too long, a bad entry: the message
- * names the index and the rule, one sentence ending in '.').
+ * field: the member's name as the caller's body spells it ("allow" for the
+ * api, "egress_allow" for the broker), used in every message. Returns 0,
+ * or -1 with err set: SBX_E_WRONG_TYPE (not an array of strings),
+ * SBX_E_BAD_REQUEST (empty, too long, a bad entry: the message names the
+ * field, the index and the rule, one sentence ending in '.').
  */
-int egress_allow_check(json_t *allow, struct sbx_err *err);
+int egress_allow_check(json_t *allow, const char *field, struct sbx_err *err);
 
 /* 1 when allow is NULL or ["*"]: full egress, ADR 0014's network, no proxy. */
 int egress_allow_full(json_t *allow);

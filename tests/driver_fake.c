@@ -557,7 +557,10 @@ finish_simple(struct fake_op *o)
 			    (s->egress != o->spec.egress)) {
 				s->generation++;
 				fd->stats.containers_created++;
-				s->created_at_ms = now_ms();
+				/* a new container is younger than the one it
+				 * replaces, even within one millisecond */
+				s->created_at_ms = now_ms() > s->created_at_ms ?
+				    now_ms() : s->created_at_ms + 1;
 			}
 			s->state = SBX_STATE_RUNNING;
 			s->egress = o->spec.egress;

@@ -337,6 +337,7 @@ static int
 egress(struct ctx *x, int on)
 {
 	json_t *body = json_pack("{s:b}", "enabled", on), *j = NULL, *allow;
+	const char *change;
 	int rc, i;
 
 	if (body == NULL) {
@@ -359,12 +360,23 @@ egress(struct ctx *x, int on)
 	json_decref(body);
 	if (rc != CX_OK)
 		return rc;
+	change = json_string_value(json_object_get(j, "change"));
 	if (x->o.json)
 		rc = print_json(j);
 	else if (json_is_false(json_object_get(j, "applied")))
 		printf("%s: egress %s; applies when its sandbox is next "
 		    "created\n", x->o.pos[0], on ? "granted" : "revoked");
-	else
+	else if (change != NULL && strcmp(change, "proxy") == 0)
+		printf("%s: egress allowlist applied; the sandbox's proxy was "
+		    "restarted (sandbox and /work kept)\n", x->o.pos[0]);
+	else if (change != NULL && strcmp(change, "none") == 0)
+		printf("%s: egress %s; nothing to change (the sandbox already "
+		    "had it)\n", x->o.pos[0], on ? "granted" : "revoked");
+	else if (change != NULL && (strcmp(change, "started") == 0 ||
+	    strcmp(change, "restarted") == 0))
+		printf("%s: egress %s (sandbox %s, /work kept)\n", x->o.pos[0],
+		    on ? "granted" : "revoked", change);
+	else   /* "replaced", or an api from before "change" */
 		printf("%s: egress %s (sandbox replaced, /work kept)\n",
 		    x->o.pos[0], on ? "granted" : "revoked");
 	json_decref(j);

@@ -258,6 +258,23 @@ class CLITest(unittest.TestCase):
                         "--allow", "*.pythonhosted.org")
         self.assertEqual((r.returncode, r.stderr), (0, b""))
         self.assertEqual(r.stdout, b"cara: egress granted (sandbox replaced, /work kept)\n")
+        # Only the allowlist changes: the sandbox stays and only its egress
+        # proxy starts again, and the sentence says so (a newcomer was told
+        # "sandbox replaced" for a sandbox that stayed).
+        born = json.loads(self.sbx("status", "cara", "--json").stdout)["created_at"]
+        r = self.sbx_as(op, "egress", "grant", "cara", "--allow", "pypi.org")
+        self.assertEqual((r.returncode, r.stderr), (0, b""))
+        self.assertEqual(r.stdout, b"cara: egress allowlist applied; the sandbox's proxy was "
+                                   b"restarted (sandbox and /work kept)\n")
+        self.assertEqual(json.loads(self.sbx("status", "cara", "--json").stdout)["created_at"], born)
+        r = self.sbx_as(op, "egress", "grant", "cara", "--allow", "pypi.org")
+        self.assertEqual(r.stdout, b"cara: egress granted; nothing to change (the sandbox "
+                                   b"already had it)\n")
+        r = self.sbx_as(op, "egress", "grant", "cara", "--allow", "pypi.org",
+                        "--allow", "*.pythonhosted.org", "--json")
+        self.assertEqual((r.returncode, r.stderr), (0, b""))
+        self.assertEqual((json.loads(r.stdout)["applied"], json.loads(r.stdout)["change"]),
+                         (True, "proxy"))
         r = self.sbx_as(op, "egress", "show", "cara")
         self.assertEqual(r.returncode, 0, r.stderr)
         out = r.stdout.decode()

@@ -381,6 +381,15 @@ class KubeUnschedulable(unittest.TestCase):
                 return super().argv() + ["--cpus", "100", "--cpus-max", "100", "--kube-start-timeout", "4s"]
         broker = Big(fake, sbxtest.test_image())
         broker.start()
+        # The start line names the kube-apiserver, not an Engine socket
+        # the driver never uses (a newcomer read "runtime" there).
+        up = [json.loads(ln) for ln in broker.log_text().splitlines()
+              if '"msg":"listening"' in ln]
+        self.assertEqual(len(up), 1, broker.log_text()[-2000:])
+        self.assertEqual((up[0].get("driver"), up[0].get("kube_server"),
+                          up[0].get("kube_namespace")),
+                         ("kubernetes", fake.info["server"], fake.ns), up[0])
+        self.assertNotIn("runtime", up[0])
         sid = "ku-%d" % os.getpid()
         c = broker.client(timeout=60)
         try:

@@ -4,13 +4,16 @@ kubelet through a real sandbox-broker: members are made ahead (pods and
 PVCs labelled sbx.dev/pool, no sbx.dev/id), an ensure of a new sandbox
 claims one (fast: no pod start), a claimed sandbox shows no file or
 process of a sandbox before it, the pool refills, a claimed sandbox's
-stop keeps its /work (its PVC found by label) and destroy removes it, and
-a broker restarted with warm_pool = 0 deletes every unclaimed member.
+stop keeps its /work (its PVC found by label) and destroy removes it, the
+pool's figures are the engine pool's /metrics names, and a broker
+restarted with warm_pool = 0 deletes every unclaimed member and the pool's
+NetworkPolicy sbx-pool.
 Touches: a fake cluster of its own (files under SBX_TEST_OUT), the helper
 image test_kube_driver imports, the runtime's containers and volumes
 labelled with the fake's instance."""
 
 import os
+import re
 import time
 import unittest
 
@@ -43,6 +46,31 @@ class PoolBroker(tkd.KubeBroker):
         return super().argv() + ["--warm-pool", str(self.pool)]
 
 
+def figures(c):
+    """The warm pool's /metrics figures (the engine pool's names, adr/0067)."""
+    r = c.metrics()
+    assert r.status == 200, r
+    text = r.body.decode()
+    out = {}
+    for key, name, labels in (("ready", "members", '{state="ready"}'),
+                              ("wanted", "members", '{state="wanted"}'),
+                              ("claims", "claims_total", ""),
+                              ("empty", "misses_total", '{reason="empty"}'),
+                              ("spec", "misses_total", '{reason="spec"}'),
+                              ("made", "made_total", '{result="ok"}'),
+                              ("failed", "made_total", '{result="failed"}')):
+        m = re.search(r"^sbx_broker_warm_pool_%s%s (\d+)$" % (name, re.escape(labels)), text, re.M)
+        out[key] = int(m.group(1)) if m else None
+    return out
+
+
+def netpol(name):
+    """The status of a GET of NetworkPolicy name."""
+    st, _ = FAKE.admin.request("GET", "/apis/networking.k8s.io/v1/namespaces/%s/networkpolicies/%s"
+                               % (FAKE.ns, name))
+    return st
+
+
 class KubePool(unittest.TestCase):
 
     def members(self, what="pods"):
@@ -73,8 +101,13 @@ class KubePool(unittest.TestCase):
             self.assertTrue(all(n.startswith("sbx-pool.") for n in before), before)
             self.assertIn("sbx-sandbox", FAKE.admin.get("/api/v1/namespaces/%s/serviceaccounts/sbx-sandbox"
                                                         % FAKE.ns)["metadata"]["name"])
-            netpol = FAKE.admin.get("/apis/networking.k8s.io/v1/namespaces/%s/networkpolicies/sbx-pool" % FAKE.ns)
-            self.assertEqual(netpol["spec"]["podSelector"], {"matchLabels": {"sbx.dev/pool": "true"}})
+            netpol_ = FAKE.admin.get("/apis/networking.k8s.io/v1/namespaces/%s/networkpolicies/sbx-pool" % FAKE.ns)
+            self.assertEqual(netpol_["spec"]["podSelector"], {"matchLabels": {"sbx.dev/pool": "true"}})
+            # the figures the engine's pool exports, for this pool
+            sbxtest.wait_until(lambda: figures(c)["ready"] == 2, 30, "ready 2 in /metrics", interval=0.2)
+            f = figures(c)
+            self.assertEqual((f["wanted"], f["ready"], f["claims"], f["spec"]), (2, 2, 0, 0), f)
+            self.assertGreaterEqual(f["made"], 2, f)
 
             # a claim: the sandbox is one of the members made before
             a = "kp-a-%d" % pid
@@ -97,6 +130,9 @@ class KubePool(unittest.TestCase):
             self.assertEqual(c.ensure(cold, body={"egress": False, "memory_bytes": 32 << 20}).status, 200)
             cold_s = time.monotonic() - t0
             self.assertFalse(self.pod_of(cold)["metadata"]["name"].startswith("sbx-pool."))
+            f = figures(c)
+            self.assertEqual((f["wanted"], f["claims"], f["spec"], f["empty"]), (2, 1, 1, 0), f)
+            self.assertLessEqual(f["ready"], 2, f)
             print("claim %.3f s, cold ensure %.3f s" % (claim_s, cold_s))
             self.assertLess(claim_s, cold_s)
             self.assertLess(claim_s, 2.0)
@@ -153,6 +189,9 @@ class KubePool(unittest.TestCase):
                 % (FAKE.ns, b))["items"], 60, "b's PVC gone", interval=0.2)
             self.assertEqual(c.destroy(cold).status, 200)
             sbxtest.wait_until(lambda: self.ready(2), 120, "the pool full before the restart", interval=0.2)
+            sbxtest.wait_until(lambda: figures(c)["ready"] == 2, 30, "ready 2 in /metrics", interval=0.2)
+            f = figures(c)
+            self.assertEqual((f["wanted"], f["claims"], f["spec"]), (2, 3, 1), f)
         finally:
             broker.stop()
             print(broker.log_text()[-3000:])
@@ -167,6 +206,13 @@ class KubePool(unittest.TestCase):
             c = broker.client(timeout=120)
             sbxtest.wait_until(lambda: not self.members() and not self.members("persistentvolumeclaims"),
                                60, "no unclaimed member left", interval=0.2)
+            # the pool's deny-all policy goes with its members (it was left
+            # behind for good before: a newcomer found it after a drain)
+            sbxtest.wait_until(lambda: netpol("sbx-pool") == 404, 30, "sbx-pool NetworkPolicy deleted",
+                               interval=0.2)
+            self.assertEqual(netpol("sbx-" + keep), 200)   # a sandbox's own stays
+            f = figures(c)
+            self.assertEqual((f["wanted"], f["ready"], f["claims"]), (0, 0, 0), f)
             self.assertEqual(c.status(keep).json()["state"], "running")
             res = c.exec(keep, ["cat", "/work/f"])
             self.assertEqual((res.code, bytes(res.out)), (0, b"kept\n"))

@@ -464,7 +464,10 @@ class VmBroker(unittest.TestCase):
     def test_3_broker_restart_adopts_the_running_vm(self):
         """A broker restart leaves the VM running and the new broker adopts
         it (pidfile + sockets): same qemu, exec works, no new boot; a qemu
-        of its state directory that no sandbox accounts for is killed."""
+        of its state directory that no sandbox accounts for is killed. The
+        new broker records and logs it running (a newcomer read "sandbox
+        adopted","state":"stopped" for a running VM) and its "listening"
+        line names the VM directory, not an Engine socket."""
         self.ensure()
         pid = self.qemu_pid()
         self.run_(["sh", "-c", "echo before > /work/restart"])
@@ -475,17 +478,26 @@ class VmBroker(unittest.TestCase):
         stray = subprocess.Popen(
             ["python3", "-c", "import time; time.sleep(600)", "qemu-system-x86_64",
              "path=%s/vm/ghost/agent.sock," % self.state])
+        self.log.flush()
+        mark = os.path.getsize(self.log.name)
         self.start_broker()
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            st, js = self.call("GET", "/v1/sandboxes/" + ID)
-            if js.get("state") == "running":
-                break
-            time.sleep(0.2)
+        st, js = self.call("GET", "/v1/sandboxes/" + ID)
+        self.assertEqual((st, js.get("state")), (200, "running"), js)   # at once
+        with open(self.log.name, "rb") as f:
+            f.seek(mark)
+            lines = [json.loads(ln) for ln in f.read().decode("utf-8", "replace").splitlines()
+                     if ln.startswith("{")]
+        adopted = [x for x in lines if x.get("msg") == "sandbox adopted" and x.get("id") == ID]
+        self.assertEqual([x.get("state") for x in adopted], ["running"], lines)
+        up = [x for x in lines if x.get("msg") == "listening"]
+        self.assertEqual([(x.get("driver"), x.get("vm_dir")) for x in up], [("vm", self.vm_dir)], up)
+        self.assertNotIn("runtime", up[0])
+        # An ensure waits until the adopted VM's agent is back.
+        st, js = self.call("PUT", "/v1/sandboxes/" + ID, {"egress": False})
         if js.get("state") != "running":   # what the guest's init said
             with open(os.path.join(self.state, "vm", ID, "console.log"), "rb") as f:
                 js["console"] = f.read()[-3000:].decode("utf-8", "replace")
-        self.assertEqual(js["state"], "running", js)
+        self.assertEqual((st, js["state"]), (200, "running"), js)
         self.assertEqual(self.qemu_pid(), pid)
         code, out, _ = self.run_(["cat", "/work/restart"])
         self.assertEqual((code, out), (0, b"before\n"))
@@ -561,6 +573,7 @@ class VmBroker(unittest.TestCase):
             st, js = self.call("PUT", "/v1/sandboxes/" + sid,
                                {"egress": True, "egress_allow": ["127.0.0.1", "127.0.0.0/8"]})
             self.assertEqual((st, js.get("state")), (200, "running"), js)
+            js0 = js
             # status says egress as the engine's does for an allowlist
             self.assertIs(js.get("egress"), True, js)
             self.assertIs(self.call("GET", "/v1/sandboxes/" + sid)[1].get("egress"), True)
@@ -582,6 +595,21 @@ class VmBroker(unittest.TestCase):
             self.assertTrue(js["proxy"], js)
             self.assertGreaterEqual((js["allowed"], js["denied"]), (1, 1), js)
             self.assertIn("denied.test", [d["host"] for d in js["denials"]], js)
+            # Only the list changes: the same VM (its created_at, which the
+            # api's "change" compares, and its qemu) and a new proxy.
+            born = js0["created_at"]
+            with open(os.path.join(self.state, "vm", sid, "qemu.pid")) as f:
+                qemu = int(f.read().strip())
+            st, js = self.call("PUT", "/v1/sandboxes/" + sid,
+                               {"egress": True, "egress_allow": ["127.0.0.1", "127.0.0.0/8",
+                                                                 "other.test"]})
+            self.assertEqual((st, js.get("state"), js.get("egress"), js.get("created_at")),
+                             (200, "running", True, born), js)
+            with open(os.path.join(self.state, "vm", sid, "qemu.pid")) as f:
+                self.assertEqual(int(f.read().strip()), qemu)
+            self.assertFalse(alive(pid))
+            pid = self.proxy_pid(sid)
+            self.assertIsNotNone(pid)
             st, js = self.call("POST", "/v1/sandboxes/%s/stop" % sid)
             self.assertIn(st, (200, 204), js)
             self.assertFalse(alive(pid))
@@ -682,13 +710,10 @@ class VmBroker(unittest.TestCase):
                 time.sleep(0.05)
             self.assertEqual(self.proxies(), sorted(p.pid for p in strays))
             self.start_broker()
-            deadline = time.time() + 120
-            while time.time() < deadline:
-                st, js = self.call("GET", "/v1/sandboxes/" + sid)
-                if js.get("state") == "running":
-                    break
-                time.sleep(0.2)
-            self.assertEqual(js["state"], "running", js)
+            # adopted: running at once; an ensure waits for its agent
+            st, js = self.call("PUT", "/v1/sandboxes/" + sid,
+                               {"egress": True, "egress_allow": ["127.0.0.1", "127.0.0.0/8"]})
+            self.assertEqual((st, js.get("state")), (200, "running"), js)
             deadline = time.time() + 30
             while time.time() < deadline and any(p.poll() is None for p in strays):
                 time.sleep(0.05)
@@ -712,13 +737,10 @@ class VmBroker(unittest.TestCase):
             self.stop_broker()
             self.assertTrue(alive(qemu))
             self.start_broker()
-            deadline = time.time() + 120
-            while time.time() < deadline:
-                st, js = self.call("GET", "/v1/sandboxes/" + sid)
-                if js.get("state") == "running":
-                    break
-                time.sleep(0.2)
-            self.assertEqual(js["state"], "running", js)
+            # adopted: running at once; an ensure waits for its agent
+            st, js = self.call("PUT", "/v1/sandboxes/" + sid,
+                               {"egress": True, "egress_allow": ["127.0.0.1", "127.0.0.0/8"]})
+            self.assertEqual((st, js.get("state")), (200, "running"), js)
             out = self.egress_fetch(sid, url)
             self.assertIn(b"200", out.split(b"\r\n")[0], out)
             self.assertTrue(out.endswith(b"hello after the restart\n"), out)

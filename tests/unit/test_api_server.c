@@ -181,7 +181,28 @@ test_operator_grant_ensures_with_egress_and_is_audited(void **state)
 	assert_non_null(strstr(tu_text(&r), "\"applied\":true"));
 	/* The container was replaced through ensure with egress on. */
 	assert_int_equal(stats()->containers_created, created + 1);
-	assert_int_equal(audit_has("op1", "egress.grant", "alpha", "ok"), 1);
+	assert_non_null(strstr(tu_text(&r), "\"change\":\"replaced\""));
+	/* Only the allowlist changes: the sandbox stays, only its proxy is
+	 * started again, and the answer says so (a newcomer was told
+	 * "sandbox replaced" for a vm sandbox that stayed). */
+	assert_int_equal(tu_req(&r, "PUT", "/api/v1/npcs/alpha/egress", KOP,
+	    "{\"enabled\":true,\"allow\":[\"a.test\"]}"), 200);
+	assert_int_equal(stats()->containers_created, created + 1);
+	assert_non_null(strstr(tu_text(&r), "\"change\":\"proxy\""));
+	/* The same grant again: nothing to change. */
+	assert_int_equal(tu_req(&r, "PUT", "/api/v1/npcs/alpha/egress", KOP,
+	    "{\"enabled\":true,\"allow\":[\"a.test\"]}"), 200);
+	assert_non_null(strstr(tu_text(&r), "\"change\":\"none\""));
+	/* Full egress as ["*"] (the fake keeps its container where the
+	 * engine would replace it), then absent: the same grant, stored as no
+	 * allowlist both times. */
+	assert_int_equal(tu_req(&r, "PUT", "/api/v1/npcs/alpha/egress", KOP,
+	    "{\"enabled\":true,\"allow\":[\"*\"]}"), 200);
+	assert_non_null(strstr(tu_text(&r), "\"change\":\"proxy\""));
+	assert_int_equal(tu_req(&r, "PUT", "/api/v1/npcs/alpha/egress", KOP,
+	    "{\"enabled\":true}"), 200);
+	assert_non_null(strstr(tu_text(&r), "\"change\":\"none\""));
+	assert_int_equal(audit_has("op1", "egress.grant", "alpha", "ok"), 5);
 	/* The grant is stored with who and when, and later ensures keep it. */
 	assert_int_equal(tu_req(&r, "GET", "/api/v1/npcs", KA, NULL), 200);
 	assert_non_null(strstr(tu_text(&r), "\"egress\":true"));
@@ -194,6 +215,7 @@ test_operator_grant_ensures_with_egress_and_is_audited(void **state)
 	assert_int_equal(tu_req(&r, "PUT", "/api/v1/npcs/alpha/egress", KOP,
 	    "{\"enabled\":false}"), 200);
 	assert_non_null(strstr(tu_text(&r), "\"egress\":false"));
+	assert_non_null(strstr(tu_text(&r), "\"change\":\"replaced\""));
 	assert_int_equal(audit_has("op1", "egress.revoke", "alpha", "ok"), 1);
 	assert_int_equal(tu_req(&r, "PUT", "/api/v1/npcs/alpha/egress", KOP,
 	    "{\"enabled\":1}"), 400);

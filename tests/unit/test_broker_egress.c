@@ -61,7 +61,7 @@ test_allowlists_are_checked_with_a_sentence(void **state)
 		int rc;
 
 		sbx_err_clear(&e);
-		rc = egress_allow_check(a, &e);
+		rc = egress_allow_check(a, "allow", &e);
 		if (cases[i].code == NULL && rc != 0)
 			fail_msg("%s refused: %s", cases[i].json, e.message);
 		if (cases[i].code != NULL) {
@@ -90,9 +90,9 @@ test_allowlist_length_is_bounded(void **state)
 		snprintf(h, sizeof(h), "h%d.test", i);
 		json_array_append_new(a, json_string(h));
 	}
-	assert_int_equal(egress_allow_check(a, &e), 0);
+	assert_int_equal(egress_allow_check(a, "allow", &e), 0);
 	json_array_append_new(a, json_string("one-more.test"));
-	assert_int_equal(egress_allow_check(a, &e), -1);
+	assert_int_equal(egress_allow_check(a, "allow", &e), -1);
 	assert_non_null(strstr(e.message, "at most"));
 	json_decref(a);
 }

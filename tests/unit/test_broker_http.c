@@ -563,6 +563,13 @@ test_ensure_body_is_parsed_strictly(void **state)
 		{ "{\"egress\":false,\"memory_bytes\":4294967296}", SBX_E_LIMIT_EXCEEDED, "memory_bytes" },
 		{ "{\"egress\":false,\"pids\":100000}", SBX_E_LIMIT_EXCEEDED, "pids" },
 		{ "{\"egress\":false,\"nano_cpus\":-1}", SBX_E_WRONG_TYPE, "nano_cpus" },
+		/* the broker's member is egress_allow (the api's is allow) */
+		{ "{\"egress\":true,\"egress_allow\":\"a.test\"}", SBX_E_WRONG_TYPE,
+		    "\"egress_allow must be an array" },
+		{ "{\"egress\":true,\"egress_allow\":[1]}", SBX_E_WRONG_TYPE,
+		    "\"egress_allow[0] must be a string" },
+		{ "{\"egress\":true,\"egress_allow\":[]}", SBX_E_BAD_REQUEST,
+		    "\"egress_allow is empty" },
 		{ "[1]", SBX_E_BAD_REQUEST, NULL },
 		{ "{\"egress\":true", SBX_E_BAD_REQUEST, NULL },
 		{ "{\"egress\":true,\"egress\":false}", SBX_E_BAD_REQUEST, NULL },

@@ -193,7 +193,10 @@ LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 		sbx_ws_read_pause(s.ws, 0);
 	}
 	close(fd[1]);
-	for (i = 0; i < 64 && !s.closed; i++)
+	/* Each 'P' message the owner takes pauses reading for 2 turns, and
+	 * the EOF is seen only after the messages before it: a frame is at
+	 * least 6 bytes (masked), so size / 3 turns and 64 more bound it. */
+	for (i = 0; i < 64 + (int)(size / 3) && !s.closed; i++)
 		turn(&s);
 	FUZZ_ASSERT(s.closed == 1);
 	sbx_ws_free(s.ws);

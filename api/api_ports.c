@@ -63,6 +63,11 @@ struct api_port_conn {
 	int started;
 	int paused;                /* the session's output is paused */
 	int closing;               /* flush what is queued, then free */
+	int eof_asked;             /* the client half-closed (its EOF, or the
+	                            * tcp WebSocket's {"type":"eof"}): the
+	                            * session's input closes once what waits
+	                            * went */
+	int eof_done;              /* sbx_session_close_input was called */
 };
 
 /* ------------------------------------------------------------------ */
@@ -210,6 +215,14 @@ pump(struct api_port_conn *pc)
 		if ((size_t)n < len)
 			break;
 	}
+	/* A half-close goes on behind the last byte, never before it. */
+	if (pc->eof_asked && !pc->eof_done && pc->op != NULL &&
+	    evbuffer_get_length(pc->pending) == 0 && (!pc->upgrade ||
+	    pc->bev == NULL ||
+	    evbuffer_get_length(bufferevent_get_input(pc->bev)) == 0)) {
+		pc->eof_done = 1;
+		sbx_session_close_input(pc->op);
+	}
 	if (pc->ws != NULL)
 		sbx_ws_read_pause(pc->ws, evbuffer_get_length(pc->pending) >=
 		    SPLICE_HIGH);
@@ -252,11 +265,12 @@ client_event(struct bufferevent *bev, short what, void *arg)
 	(void)bev;
 	if ((what & BEV_EVENT_EOF) && pc->upgrade && pc->op != NULL &&
 	    !pc->closing) {
-		/* A half-close goes on to the sandbox's server; its answer
-		 * still comes back. */
-		pump(pc);
-		sbx_session_close_input(pc->op);
+		/* A half-close goes on to the sandbox's server (after what
+		 * the session has not taken yet: pump); its answer still
+		 * comes back. */
+		pc->eof_asked = 1;
 		bufferevent_disable(pc->bev, EV_READ);
+		pump(pc);
 		return;
 	}
 	pc_free(pc);
@@ -316,15 +330,41 @@ handoff(struct api_port_conn *pc)
 	return 0;
 }
 
-/* GET .../tcp: the WebSocket's side of a tunnel. */
+/* Whether a text message is the half-close: a JSON object whose "type"
+ * is "eof" (other members are ignored, for later versions). */
+static int
+is_eof_message(const unsigned char *p, size_t n)
+{
+	json_t *j = json_loadb((const char *)p, n, JSON_REJECT_DUPLICATES, NULL);
+	const char *type = json_string_value(json_object_get(j, "type"));
+	int r = type != NULL && strcmp(type, "eof") == 0;
+
+	json_decref(j);
+	return r;
+}
+
+/* GET .../tcp: the WebSocket's side of a tunnel. Binary messages are the
+ * bytes; the one text message is {"type":"eof"}, the client's half-close
+ * (adr/0053, amendment "half-close"): nothing may follow it. */
 static void
 ws_message(void *arg, int text, const unsigned char *p, size_t n)
 {
 	struct api_port_conn *pc = arg;
 
+	if (pc->eof_asked) {
+		sbx_ws_close(pc->ws, SBX_WS_POLICY, "input was closed: nothing "
+		    "may follow {\"type\":\"eof\"}");
+		return;
+	}
 	if (text) {
-		sbx_ws_close(pc->ws, SBX_WS_POLICY, "binary frames only: they "
-		    "carry the TCP bytes");
+		if (!is_eof_message(p, n)) {
+			sbx_ws_close(pc->ws, SBX_WS_POLICY, "binary frames carry "
+			    "the TCP bytes; the one text message is "
+			    "{\"type\":\"eof\"}");
+			return;
+		}
+		pc->eof_asked = 1;
+		pump(pc);   /* what waits goes first, then the half-close */
 		return;
 	}
 	if (evbuffer_add(pc->pending, p, n) != 0) {

@@ -1,4 +1,4 @@
-/* cli_port.c - sbxctl port-forward: listens on 127.0.0.1:LOCAL and carries each accepted TCP connection to a port in the sandbox as one WebSocket to GET .../sandbox/ports/REMOTE/tcp (binary messages = the bytes, docs/api.md "Ports", adr/0053), many at once, until Ctrl-C. */
+/* cli_port.c - sbxctl port-forward: listens on 127.0.0.1:LOCAL and carries each accepted TCP connection to a port in the sandbox as one WebSocket to GET .../sandbox/ports/REMOTE/tcp (binary messages = the bytes, the text message {"type":"eof"} = the local client's half-close; docs/api.md "Ports", adr/0053), many at once, until Ctrl-C. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -22,6 +22,8 @@
 
 /* Bytes queued towards either side above which the other is not read. */
 #define FWD_HIGH ((size_t)256 * 1024)
+/* The tunnel's half-close: the local client's EOF (docs/api.md). */
+#define EOF_MSG "{\"type\":\"eof\"}"
 
 struct fwd;
 
@@ -32,8 +34,11 @@ struct tunnel {
 	struct bufferevent *local;
 	struct sbx_ws *ws;         /* freed by tunnel_free (also once closed) */
 	int ws_ended;              /* its closed callback ran */
-	int local_eof;             /* the local client sent its last byte */
+	int local_eof;             /* the local client sent its last byte, and
+	                            * {"type":"eof"} went after it */
 	int closing;               /* the WebSocket ended: flush local, close */
+	int shut_wr;               /* ...and before closing, shutdown(SHUT_WR):
+	                            * the sandbox's side ended normally */
 };
 
 struct fwd {
@@ -86,6 +91,8 @@ local_write(struct bufferevent *bev, void *arg)
 	struct tunnel *t = arg;
 
 	if (t->closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+		if (t->shut_wr)
+			(void)shutdown(bufferevent_getfd(bev), SHUT_WR);
 		tunnel_free(t);
 		return;
 	}
@@ -99,14 +106,24 @@ local_event(struct bufferevent *bev, short what, void *arg)
 	struct tunnel *t = arg;
 
 	(void)bev;
-	if ((what & BEV_EVENT_EOF) && !t->ws_ended && !t->closing) {
-		/* Its last bytes go first; then the tunnel ends normally. */
+	if ((what & BEV_EVENT_EOF) && !t->ws_ended && !t->closing &&
+	    !t->local_eof) {
+		/* A half-close (or a full close: the two look the same until
+		 * a write to it fails): its last bytes go first, then the
+		 * sandbox's server gets its EOF and the tunnel stays open for
+		 * the rest of the answer, which ends with close 1000. An api
+		 * older than the message refuses it with 1008: the tunnel
+		 * ends there, as it did before (ws_closed). */
 		local_read(t->local, t);
 		t->local_eof = 1;
-		sbx_ws_close(t->ws, SBX_WS_NORMAL, "the local client closed");
 		bufferevent_disable(t->local, EV_READ);
+		if (sbx_ws_send(t->ws, 1, EOF_MSG, sizeof(EOF_MSG) - 1, NULL,
+		    0) == -1)
+			sbx_ws_close(t->ws, SBX_WS_NORMAL, "the local client "
+			    "closed");
 		return;
 	}
+	/* A reset, or a write that failed (the client closed fully). */
 	tunnel_free(t);
 }
 
@@ -144,10 +161,18 @@ ws_closed(void *arg, int code, const char *reason)
 	struct tunnel *t = arg;
 
 	t->ws_ended = 1;   /* sbx_ws_free (in tunnel_free) still frees it */
-	if (code != SBX_WS_NORMAL && reason[0] != '\0')
+	/* 1008 after {"type":"eof"}: an api that predates it refused it
+	 * (nothing else is sent after it): the old end, said by nobody. */
+	if (code != SBX_WS_NORMAL && reason[0] != '\0' &&
+	    !(code == SBX_WS_POLICY && t->local_eof))
 		errmsg("port %s: %s", t->f->x->o.pos[1], reason);
+	/* The sandbox's side ended after the local client's half-close: it
+	 * gets its EOF behind the last byte, as it gave one. */
+	t->shut_wr = code == SBX_WS_NORMAL && t->local_eof;
 	if (t->local == NULL || evbuffer_get_length(bufferevent_get_output(
 	    t->local)) == 0) {
+		if (t->local != NULL && t->shut_wr)
+			(void)shutdown(bufferevent_getfd(t->local), SHUT_WR);
 		tunnel_free(t);
 		return;
 	}

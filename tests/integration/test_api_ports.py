@@ -6,10 +6,12 @@ the SSE stream, nc for an Upgrade echo), reached only through
 echoed, SSE events one by one, a WebSocket upgrade both ways, 400/404/502,
 tickets, previews by path and by Host (ttl 1 s), the 33rd connection 429,
 sbxctl port-forward with concurrent connections (GET .../tcp) and refusing an NPC
-it cannot reach before it listens, and a reaped
-sandbox woken by the first request.
+it cannot reach before it listens, a half-closing client that still gets the
+whole answer (through sbxctl, and a raw WebSocket sending {"type":"eof"}, with
+its refusals), and a reaped sandbox woken by the first request.
 """
 
+import asyncio
 import hashlib
 import http.client
 import os
@@ -20,6 +22,9 @@ import threading
 import time
 import unittest
 
+import websockets
+import websockets.exceptions
+
 import sbxtest
 from sbxtest import BUILD
 from stackfix import Stack, clean_env
@@ -28,6 +33,7 @@ SBXCTL = os.path.join(BUILD, "sbxctl")
 
 HTTP_PORT = 8000
 WS_PORT = 9001
+DRAIN_PORT = 8002
 PREVIEW_DOMAIN = "preview.sbx.test"
 
 ECHO_CGI = b"""#!/bin/sh
@@ -60,9 +66,19 @@ printf 'HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\nConnection
 exec cat
 """
 
+# Answers only after its client's EOF (what a half-close is for): how many bytes
+# came, then the 3 MiB file.
+DRAIN_SH = b"""#!/bin/sh
+n=$(cat | wc -c)
+printf 'got %d\\n' $n
+exec cat /work/www/f.bin
+"""
+
 SERVERS = ("mkdir -p /work/www/cgi-bin && "
            "busybox httpd -f -p 127.0.0.1:%d -h /work/www & "
-           "busybox nc -ll -p %d -e /work/ws.sh & wait" % (HTTP_PORT, WS_PORT))
+           "busybox nc -ll -p %d -e /work/ws.sh & "
+           "busybox nc -ll -p %d -e /work/drain.sh & wait"
+           % (HTTP_PORT, WS_PORT, DRAIN_PORT))
 
 
 def raw_request(url, head, body=b"", until=None, timeout=20):
@@ -88,11 +104,37 @@ def split_response(raw):
     return status, head.decode("latin-1"), body
 
 
-def ws_frame(payload):
-    """A masked client text frame (RFC 6455 §5.2), payload < 126 bytes."""
+def ws_frame(payload, opcode=1):
+    """A masked client frame (RFC 6455 §5.2), text unless OPCODE says,
+    payload < 126 bytes."""
     mask = os.urandom(4)
     data = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-    return bytes([0x81, 0x80 | len(payload)]) + mask + data
+    return bytes([0x80 | opcode, 0x80 | len(payload)]) + mask + data
+
+
+def ws_until_close(s, rest=b""):
+    """The server's frames on socket S (REST: bytes already read) until its
+    close frame: (binary payloads joined, close code, reason)."""
+    buf, data = rest, b""
+    while True:
+        if len(buf) >= 2:
+            n, hl = buf[1] & 0x7f, 2
+            if n == 126:
+                n, hl = int.from_bytes(buf[2:4], "big"), 4
+            elif n == 127:
+                n, hl = int.from_bytes(buf[2:10], "big"), 10
+            if len(buf) >= hl + n and len(buf) >= hl:
+                op, payload, buf = buf[0] & 0x0f, buf[hl:hl + n], buf[hl + n:]
+                if op == 8:
+                    return (data, int.from_bytes(payload[:2], "big"),
+                            payload[2:].decode())
+                if op == 2:
+                    data += payload
+                continue
+        b = s.recv(1 << 20)
+        if not b:
+            raise AssertionError("closed without a close frame")
+        buf += b
 
 
 class PortsTest(unittest.TestCase):
@@ -121,6 +163,7 @@ class PortsTest(unittest.TestCase):
         cls.put("/work/www/cgi-bin/sse", SSE_CGI, "755")
         cls.put("/work/www/cgi-bin/hold", HOLD_CGI, "755")
         cls.put("/work/ws.sh", WS_SH, "755")
+        cls.put("/work/drain.sh", DRAIN_SH, "755")
         cls.start_servers()
 
     @classmethod
@@ -348,6 +391,95 @@ class PortsTest(unittest.TestCase):
             self.assertEqual(p.returncode, code, p.stderr)
             self.assertIn(words, p.stderr)
             self.assertNotIn(b"Forwarding", p.stderr)
+
+    # ------------------------------------------------------------ half-close
+
+    def test_10_sbxctl_port_forward_a_half_closing_client_gets_the_whole_answer(self):
+        """The tester's reproduction: write the request, shutdown(SHUT_WR), read
+        to EOF. The server answers only after its EOF; all 3 MiB come back (sbxctl
+        used to end the tunnel at the local EOF: about 1 MiB came)."""
+        local = sbxtest.free_port()
+        env = clean_env()
+        env.update({"SBX_URL": self.url, "SBX_KEY": self.key, "HOME": "/nonexistent"})
+        p = subprocess.Popen([SBXCTL, "port-forward", "web", "%d:%d" % (local, DRAIN_PORT)],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            sbxtest.wait_for_tcp("127.0.0.1", local, 10)
+            req = os.urandom(100000)
+            for _ in range(2):
+                s = socket.create_connection(("127.0.0.1", local), timeout=60)
+                s.sendall(req)
+                s.shutdown(socket.SHUT_WR)
+                got = b""
+                while True:
+                    b = s.recv(1 << 20)
+                    if not b:
+                        break
+                    got += b
+                s.close()
+                want = b"got %d\n" % len(req) + self.file_bytes
+                self.assertEqual(len(got), len(want))
+                self.assertTrue(got == want)
+        finally:
+            p.send_signal(signal.SIGINT)
+            out, err = p.communicate(timeout=20)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertNotIn(b"port ", err.split(b"\n", 1)[1], err)
+
+    def tcp_ws(self):
+        return websockets.connect(
+            "ws://%s/api/v1/npcs/web/sandbox/ports/%d/tcp" % (self.url.split("//", 1)[1],
+                                                              DRAIN_PORT),
+            extra_headers={"Authorization": "Bearer " + self.key},
+            compression=None, max_size=None)
+
+    @staticmethod
+    async def until_closed(ws):
+        """Binary messages until the close; (bytes, the close)."""
+        got = b""
+        try:
+            while True:
+                m = await ws.recv()
+                assert isinstance(m, bytes), m
+                got += m
+        except websockets.exceptions.ConnectionClosed as e:
+            return got, e
+
+    def test_11_tcp_websocket_eof_message_half_closes_and_the_rest_comes(self):
+        async def go():
+            async with self.tcp_ws() as ws:
+                await ws.send(b"x" * 70000)
+                await ws.send(b"y" * 5)
+                await ws.send('{"type":"eof"}')
+                return await self.until_closed(ws)
+        got, e = asyncio.run(asyncio.wait_for(go(), 60))
+        self.assertEqual(e.code, 1000, e.reason)
+        want = b"got 70005\n" + self.file_bytes
+        self.assertEqual(len(got), len(want))
+        self.assertTrue(got == want)
+
+    def test_12_tcp_websocket_after_eof_a_message_is_1008_as_any_other_text(self):
+        eof = ws_frame(b'{"type":"eof"}')
+        head = self.keyed_head("GET", "/tcp", "Connection: Upgrade\r\nUpgrade: websocket\r\n"
+                               "Sec-WebSocket-Version: 13\r\n"
+                               "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n", DRAIN_PORT)
+        # Each list in one write: the api reads what follows the eof before
+        # the sandbox's server can answer it.
+        for frames, words in (([ws_frame(b"req", 2), eof, ws_frame(b"late", 2)],
+                               "input was closed"),
+                              ([eof, eof], "input was closed"),
+                              ([ws_frame(b"hello")], "the one text message is"),
+                              ([ws_frame(b'{"type":"close"}')], "the one text message is")):
+            s, got = raw_request(self.url, head, until=b"\r\n\r\n")
+            self.assertIsNotNone(s, got)
+            self.assertTrue(got.startswith(b"HTTP/1.1 101"), got)
+            s.sendall(b"".join(frames))
+            data, code, reason = ws_until_close(s, got.split(b"\r\n\r\n", 1)[1])
+            s.close()
+            self.assertEqual(code, 1008, (frames, reason))
+            self.assertIn(words, reason)
+            # the server's answer (after its EOF) did not come through
+            self.assertNotIn(b"got ", data)
 
     def test_99_a_reaped_sandbox_is_woken_by_the_first_request(self):
         def reaped():

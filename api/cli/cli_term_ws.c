@@ -39,6 +39,11 @@ struct tsess {
 	int detach_armed;         /* Ctrl-] seen, the next key decides */
 	int detached;
 	int writer;               /* this viewer may write (writer message) */
+	int writer_known;         /* the api's writer message came: stdin is
+	                           * read from then on, so nothing typed or
+	                           * piped is sent, or dropped, before sbxctl
+	                           * knows whether it may write */
+	int eof_sent;
 	int pty;                  /* the terminal is a pty (hello) */
 	int told_readonly;        /* the read-only note was printed */
 	int have_exit, code;
@@ -132,7 +137,7 @@ static void
 input_set(struct tsess *s, int on)
 {
 	on = on && !s->in_eof && !s->closed && !s->detached &&
-	    s->t->input;
+	    s->t->input && s->writer_known;
 	if (on == s->in_on)
 		return;
 	s->in_on = on;
@@ -215,8 +220,11 @@ read_stdin(struct tsess *s)
 		 * ignores it (^D is a byte). */
 		s->in_eof = 1;
 		input_set(s, 0);
-		(void)sbx_ws_send_json(s->ws, json_pack("{s:s}", "type",
-		    "eof"));
+		if (s->writer) {   /* a read-only viewer's would be refused */
+			s->eof_sent = 1;
+			(void)sbx_ws_send_json(s->ws, json_pack("{s:s}", "type",
+			    "eof"));
+		}
 		return;
 	}
 	send_input(s, buf, (size_t)r);
@@ -285,11 +293,25 @@ on_text(struct tsess *s, const unsigned char *p, size_t n)
 		/* a pty gets the local size (it may have changed since the
 		 * terminal was made); a pty:false terminal has none */
 		s->pty = json_is_true(json_object_get(o, "pty"));
-		if (s->pty && s->t->raw)
-			send_size(s);
 	} else if (strcmp(type, "writer") == 0) {
+		int was = s->writer;
+
+		/* Controls (a resize, stdin's eof) go only from the writer: the
+		 * api closes a read-only viewer that sends one (1008). A viewer
+		 * that becomes the writer sends the local size then. */
 		v = json_object_get(o, "you");
 		s->writer = json_is_true(v);
+		if (s->writer && !was && s->pty && s->t->raw)
+			send_size(s);
+		if (s->writer && !was && s->in_eof && !s->eof_sent) {
+			s->eof_sent = 1;
+			(void)sbx_ws_send_json(s->ws, json_pack("{s:s}",
+			    "type", "eof"));
+		}
+		if (!s->writer_known) {
+			s->writer_known = 1;
+			input_set(s, 1);
+		}
 
 	} else if (strcmp(type, "exit") == 0) {
 		s->have_exit = 1;
@@ -375,7 +397,7 @@ sig_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)what;
 	if (fd == SIGWINCH) {
-		if (s->pty)
+		if (s->pty && s->writer)
 			send_size(s);
 		return;
 	}
@@ -447,7 +469,7 @@ cli_term_run(struct ctx *x, const struct term_attach *t)
 	memset(&s, 0, sizeof(s));
 	s.t = t;
 	s.rc = -1;
-	s.writer = 1;
+	s.writer = 0;   /* until the api's writer message says */
 	sbx_bev_heap();   /* stdin streams through 256 KiB chains */
 	if ((rc = ws_open(x, t, &fd, &left, &leftn)) != CX_OK)
 		return rc;

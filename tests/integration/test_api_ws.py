@@ -19,6 +19,7 @@ import socket
 import subprocess
 import tarfile
 import io
+import threading
 import time
 import unittest
 
@@ -521,6 +522,41 @@ class WSTest(unittest.TestCase):
         r = self.call(self.stack.player, "GET",
                       "/api/v1/npcs/alice/sandbox/terminals/%s" % t["id"])
         self.assertEqual(r.json()["state"], "running")
+
+    def test_a_second_sbxctl_attach_stays_beside_the_writer_read_only(self):
+        # A newcomer's second `sbxctl attach` exited at once with 2: it sent
+        # its window size before the api's writer message said it was
+        # read-only, and the api closes a read-only viewer's control (1008).
+        t = self.term()
+        ready, done, seen = threading.Event(), threading.Event(), []
+
+        def writer():
+            async def go():
+                async with self.connect(t) as a:
+                    _, w = await self.hello(a)
+                    seen.append(w["you"])
+                    ready.set()
+                    await a.send(b"echo from-the-wri''ter\r")
+                    while not done.is_set():
+                        try:
+                            await asyncio.wait_for(a.recv(), 0.2)
+                        except asyncio.TimeoutError:
+                            pass
+            run(go(), 120)
+        th = threading.Thread(target=writer, daemon=True)
+        th.start()
+        self.assertTrue(ready.wait(30))
+        try:
+            rc, out, before, after = self._pty_sbx(
+                ["attach", "alice", t["id"]], [(2.0, b"x"), (1.0, b"\x1dd")])
+        finally:
+            done.set()
+            th.join(30)
+        self.assertEqual(seen, [True])
+        self.assertEqual(rc, 0, out)                      # detached, not thrown off
+        self.assertIn(b"from-the-writer", out)           # the same bytes as the writer
+        self.assertIn(b"another viewer is the writer", out)
+        self.assertEqual(before, after)
 
     def test_sbxctl_detach_key_leaves_the_terminal_running_and_attach_returns(self):
         rc, out, before, after = self._pty_sbx(

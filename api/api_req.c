@@ -237,19 +237,30 @@ areq_fail_broker(struct areq *a, const struct sbx_err *err)
 		return;
 	}
 	api_metrics_broker_error(&a->s->metrics, err->code);
-	if (a->has_npc && strcmp(err->code, SBX_E_NOT_FOUND) == 0 &&
-	    a->route != NULL && strncmp(a->route->r.pattern, "/api/v1/npcs/", 13) == 0) {
+	/* On the native routes the broker's sentences that name its id for
+	 * the sandbox ("npc-alice") are said again in the player's words:
+	 * the player asked about alice (E2B's routes keep their own). */
+	if (a->has_npc && a->route != NULL &&
+	    strncmp(a->route->r.pattern, "/api/v1/npcs/", 13) == 0) {
 		char gone[sizeof(err->message)];
+		size_t n = strlen(a->npc.sandbox_id);
 
-		/* The broker's "sandbox npc-x does not exist" names its id, not
-		 * the NPC the player asked about, and says nothing of what to do:
-		 * said again in the api's words (the native routes; E2B's keep
-		 * theirs). Another not_found (a file) stays. */
+		/* "sandbox npc-x does not exist" also says nothing of what to
+		 * do; another not_found (a file) stays. */
 		snprintf(gone, sizeof(gone), SBX_MSG_NO_SANDBOX, a->npc.sandbox_id);
-		if (strcmp(err->message, gone) == 0) {
+		if (strcmp(err->code, SBX_E_NOT_FOUND) == 0 &&
+		    strcmp(err->message, gone) == 0) {
 			areq_fail_code(a, SBX_E_NOT_FOUND, "%s has no sandbox yet: start "
 			    "it with PUT /api/v1/npcs/%s/sandbox (sbxctl up %s).",
 			    a->npc.name, a->npc.name, a->npc.name);
+			return;
+		}
+		/* "Sandbox npc-x already runs its maximum of ..." (its limits) */
+		if (strncmp(err->message, "Sandbox ", 8) == 0 &&
+		    strncmp(err->message + 8, a->npc.sandbox_id, n) == 0 &&
+		    err->message[8 + n] == ' ') {
+			areq_fail_code(a, err->code, "%s's sandbox%s", a->npc.name,
+			    err->message + 8 + n);
 			return;
 		}
 	}

@@ -109,7 +109,8 @@ class TerminalTest(unittest.TestCase):
 
     @staticmethod
     def api_args():
-        return ["--requests-per-minute", "100000", "--log-level", "debug"]
+        return ["--requests-per-minute", "100000", "--log-level", "debug",
+                "--terminals-per-principal", "64"]
 
     @classmethod
     def tearDownClass(cls):
@@ -409,6 +410,31 @@ class TerminalTest(unittest.TestCase):
             return [ln for ln in r.body.split(b"\\n") if b"sleep 4193" in ln]
         sbxtest.wait_until(lambda: left() == [], 15, "no process of the terminal left",
                            interval=0.5)
+
+    def test_09b_the_ninth_command_of_a_sandbox_is_refused_in_the_players_words(self):
+        # The broker's max_execs_per_sandbox (8) counts terminals and execs
+        # together; the refusal names the NPC, not the broker's "npc-dora",
+        # and says that terminals count (a newcomer's 8 detached shells).
+        r = self.call("POST", "/api/v1/npcs", {"name": "dora"})
+        self.assertIn(r.status, (200, 201), r.body)
+        self.assertEqual(self.call("PUT", "/api/v1/npcs/dora/sandbox").status, 200)
+        made = []
+        try:
+            for _ in range(8):
+                made.append(self.create("dora", argv=["sleep", "4196"], pty=False))
+            r = self.call("POST", "/api/v1/npcs/dora/sandbox/terminals",
+                          {"argv": ["sleep", "4196"], "pty": False})
+            self.assertEqual(r.status, 429, r.body)
+            self.assertEqual(r.json()["error"]["message"],
+                             "dora's sandbox already runs its maximum of 8 commands (execs "
+                             "and terminals together); one has to end first.")
+            r = self.call("POST", "/api/v1/npcs/dora/sandbox/exec", {"argv": ["true"]})
+            self.assertEqual(r.status, 429, r.body)
+            self.assertIn("dora's sandbox already runs", r.json()["error"]["message"])
+        finally:
+            for t in made:
+                self.call("DELETE", self.base(t, "dora"))
+        self.call("DELETE", "/api/v1/npcs/dora/sandbox")
 
     def test_10_a_stop_or_destroy_request_is_the_reason_a_terminal_and_an_exec_give(self):
         # Before, they ended with the driver's "sandbox npc-… is not running:

@@ -581,7 +581,7 @@ As the operator (egress is theirs to grant):
     SBX_KEY="\$(cat $RUN/operator.key)" sbxctl egress grant $NPC
 A browser (docs/api.md "Browser"): build its image once (about a minute), then
     sh deploy/image/build.sh --browser $RT_KIND $RT_HOST $RUN/image
-    sbxctl up web --image sbx-browser:bookworm && sbxctl browser web start
+    sbxctl npc create web && sbxctl up web --image sbx-browser:bookworm && sbxctl browser web start
 From code written for the e2b SDK (npm e2b; docs/e2b.md):
     export E2B_API_URL=$URL/e2b E2B_SANDBOX_URL=$URL/e2b/envd
     export E2B_API_KEY="\$(cat $RUN/player.key)"

@@ -207,24 +207,6 @@ cli_safe_word(json_t *v)
 	return s;
 }
 
-/* The broker's stop_reason (docs/api.md) in a user's words. */
-static const char *
-stop_words(const char *reason)
-{
-	if (strcmp(reason, "operator") == 0)
-		return "by a stop request (sbxctl stop, or POST .../sandbox/stop)";
-	if (strcmp(reason, "idle") == 0)
-		return "by the idle reaper (unused past idle_timeout)";
-	if (strcmp(reason, "oom") == 0)
-		return "killed for memory (the sandbox's memory limit)";
-	if (strcmp(reason, "exited") == 0)
-		return "its processes ended, or the runtime stopped it";
-	if (strcmp(reason, "lost") == 0)
-		return "lost with its node (kubernetes); ensure it again, "
-		    "/work stays";
-	return reason;
-}
-
 static void
 print_status(json_t *j)
 {
@@ -242,7 +224,7 @@ print_status(json_t *j)
 	printf("last used:  %s\n", ms_time(json_object_get(j, "last_used_at"),
 	    tb, sizeof(tb)));
 	if (json_is_string(json_object_get(j, "stop_reason")))
-		printf("stopped:    %s\n", stop_words(jstr(j, "stop_reason")));
+		printf("stopped:    %s\n", cli_stop_words(jstr(j, "stop_reason")));
 }
 
 static int

@@ -19,6 +19,7 @@
 #include "sbx_ws.h"
 
 #include "cli_int.h"
+#include "cli_print.h"
 
 /* Bytes queued towards either side above which the other is not read. */
 #define FWD_HIGH ((size_t)256 * 1024)
@@ -326,8 +327,9 @@ sandbox_check(struct ctx *x, const char *npc)
 		rc = CX_ERR;
 	} else if (state != NULL && strcmp(state, "stopped") == 0 &&
 	    (why == NULL || strcmp(why, "idle") != 0)) {
-		errmsg("%s's sandbox is stopped (%s): start it with sbxctl up %s", npc,
-		    why != NULL ? why : "no reason given", npc);
+		errmsg("%s's sandbox is stopped, %s: start it with sbxctl up %s",
+		    npc, why != NULL ? cli_stop_words(why) : "for no reason given",
+		    npc);
 		rc = CX_ERR;
 	}
 	json_decref(j);

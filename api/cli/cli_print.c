@@ -1,4 +1,4 @@
-/* cli_print.c - escaping and time formatting for sbxctl output (contract in cli_print.h). */
+/* cli_print.c - escaping, time formatting and stop reasons in words for sbxctl output (contract in cli_print.h). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,4 +143,21 @@ cli_time(int64_t secs, int with_seconds, char *buf, size_t cap)
 	    "%Y-%m-%d %H:%M", &tm) == 0)
 		snprintf(buf, cap, "@%" PRId64, secs);
 	return buf;
+}
+
+const char *
+cli_stop_words(const char *reason)
+{
+	if (strcmp(reason, "operator") == 0)
+		return "by a stop request (sbxctl stop, or POST .../sandbox/stop)";
+	if (strcmp(reason, "idle") == 0)
+		return "by the idle reaper (unused past idle_timeout)";
+	if (strcmp(reason, "oom") == 0)
+		return "killed for memory (the sandbox's memory limit)";
+	if (strcmp(reason, "exited") == 0)
+		return "its processes ended, or the runtime stopped it";
+	if (strcmp(reason, "lost") == 0)
+		return "lost with its node (kubernetes); ensure it again, "
+		    "/work stays";
+	return reason;
 }

@@ -39,4 +39,12 @@ char *cli_json_text(const json_t *v);
  */
 const char *cli_time(int64_t secs, int with_seconds, char *buf, size_t cap);
 
+/*
+ * The broker's stop_reason (docs/api.md "GET …/sandbox": operator, idle,
+ * oom, exited, lost) in a user's words, as `sbxctl status` prints them; an
+ * unknown reason is returned as given. reason: not NULL. Returns a static
+ * string or reason itself (borrowed).
+ */
+const char *cli_stop_words(const char *reason);
+
 #endif

@@ -60,6 +60,10 @@ static const struct cmd cmds[] = {
 	    O_CWD | O_REST, 1, 1, c_shell },
 	{ "attach", "NPC TERMINAL_ID", "attach to a running terminal (its "
 	    "scrollback first); Ctrl-] d detaches again", 0, 2, 2, c_attach },
+	{ "terminals", "NPC [list | kill ID] [--json]", "the NPC's terminals, "
+	    "newest first (a detached one runs on and counts against the "
+	    "sandbox's command limit), or one killed", O_JSON, 1, 3,
+	    c_terminals },
 	{ "port-forward", "NPC LOCAL:REMOTE", "forward 127.0.0.1:LOCAL to "
 	    "port REMOTE inside the sandbox (no network needed; every "
 	    "connection its own tunnel) until Ctrl-C", 0, 2, 2,

@@ -163,9 +163,11 @@ void cli_term_size(int *cols, int *rows);
 /* cli_browser.c: sbxctl browser NPC start|stop|status (adr/0064). */
 int c_browser(struct ctx *x);
 
-/* cli_term.c: shell, attach, and exec -i streamed through a terminal. */
+/* cli_term.c: shell, attach, terminals (list, kill), and exec -i streamed
+ * through a terminal. Each returns the process's exit code (CX_*). */
 int c_shell(struct ctx *x);
 int c_attach(struct ctx *x);
+int c_terminals(struct ctx *x);
 /* sbxctl exec -i (not -d): body (stolen) is the exec's (argv, cwd, env,
  * timeout_ms), made a pty:false terminal. CX_NO_TERMINALS (nothing
  * printed, stdin untouched): the api has no terminals (an older one). */

@@ -202,3 +202,52 @@ cli_exec_stream(struct ctx *x, json_t *body)
 	json_decref(ans);
 	return rc;
 }
+
+/* sbxctl terminals NPC [list | kill ID] [--json]: the NPC's terminals, newest
+ * first (GET …/terminals), or one killed (DELETE …/terminals/ID); docs/cli.md. */
+int
+c_terminals(struct ctx *x)
+{
+	const char *act = x->o.npos > 1 ? x->o.pos[1] : "list";
+	const char *id = x->o.npos > 2 ? x->o.pos[2] : NULL;
+	json_t *j = NULL, *v;
+	char suffix[128], when[32], argv[41];
+	size_t i;
+	int rc;
+
+	if (strcmp(act, "kill") == 0) {
+		if (id == NULL || id[0] == '\0' || strlen(id) > 63 ||
+		    strspn(id, "abcdefghijklmnopqrstuvwxyz0123456789") != strlen(id))
+			return usage_err(x->cmd, "kill needs a terminal ID as `sbxctl "
+			    "terminals NPC` lists it.");
+		snprintf(suffix, sizeof(suffix), "/sandbox/terminals/%s", id);
+		if ((rc = npc_call(x, "DELETE", x->o.pos[0], suffix, NULL, &j)) !=
+		    CX_OK)
+			return rc;
+		return print_answer(x, j, "%s: terminal %s %s\n", x->o.pos[0], id,
+		    jstr(j, "state"));
+	}
+	if (strcmp(act, "list") != 0 || id != NULL)
+		return usage_err(x->cmd, "the action is list (the default) or kill ID.");
+	if ((rc = npc_call(x, "GET", x->o.pos[0], "/sandbox/terminals", NULL,
+	    &j)) != CX_OK)
+		return rc;
+	if (x->o.json) {
+		rc = print_json(j);
+		json_decref(j);
+		return rc;
+	}
+	printf("%-26s %-8s %7s  %-16s  %s\n", "ID", "STATE", "VIEWERS", "CREATED",
+	    "COMMAND");
+	json_array_foreach(json_object_get(j, "terminals"), i, v) {
+		snprintf(argv, sizeof(argv), "%s", jstr(v, "argv")[0] != '\0' ?
+		    jstr(v, "argv") : "(login shell)");
+		printf("%-26s %-8s %7" JSON_INTEGER_FORMAT "  %-16s  %s\n",
+		    jstr(v, "id"), jstr(v, "state"),
+		    json_integer_value(json_object_get(v, "viewers")),
+		    ms_time(json_object_get(v, "created_at"), when, sizeof(when)),
+		    argv);
+	}
+	json_decref(j);
+	return CX_OK;
+}

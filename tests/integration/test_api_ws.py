@@ -398,6 +398,33 @@ class WSTest(unittest.TestCase):
         return subprocess.run([SBX] + list(args), env=env, capture_output=True,
                               timeout=kw.pop("timeout", 120), **kw)
 
+    def test_sbxctl_terminals_lists_the_detached_and_kills_one(self):
+        # A newcomer's detached shells ran on unseen: only `sbxctl stop` got
+        # rid of them. Now they are listed, and one is killed by its id.
+        t1 = self.term(argv=("sleep", "4197"), pty_=False)
+        t2 = self.term(argv=("sleep", "4198"), pty_=False)
+        r = self.sbx("terminals", "alice")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.decode().splitlines()
+        self.assertTrue(lines[0].startswith("ID "), lines)
+        row = {ln.split()[0]: ln.split() for ln in lines[1:]}
+        self.assertEqual(row[t1["id"]][1], "running")
+        self.assertIn("sleep 4198", r.stdout.decode())
+        self.assertLess(lines.index([ln for ln in lines if t2["id"] in ln][0]),
+                        lines.index([ln for ln in lines if t1["id"] in ln][0]))  # newest first
+        r = self.sbx("terminals", "alice", "kill", t1["id"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"killed", r.stdout)
+        st = self.call(self.stack.player, "GET",
+                       "/api/v1/npcs/alice/sandbox/terminals/" + t1["id"]).json()
+        self.assertEqual(st["state"], "killed")
+        r = self.sbx("terminals", "alice", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(t2["id"], [x["id"] for x in json.loads(r.stdout)["terminals"]])
+        self.assertEqual(self.sbx("terminals", "alice", "kill", "Not-an-id!").returncode, 2)
+        self.assertEqual(self.sbx("terminals", "alice", "kill", "t0123").returncode, 4)
+        self.assertEqual(self.sbx("terminals", "nobody-here").returncode, 4)
+
     def test_sbxctl_exec_i_round_trips_a_tar_byte_exact(self):
         src = io.BytesIO()
         files = {}

@@ -322,8 +322,11 @@ on_text(struct tsess *s, const unsigned char *p, size_t n)
 	} else if (strcmp(type, "error") == 0) {
 		tty_restore();
 		errmsg("%s", jstr(o, "message"));
+		/* not_found: a -w directory that is not there (as `sbxctl
+		 * exec -w` without -i answers), or the sandbox gone */
 		s->rc = strcmp(jraw(o, "code"), SBX_E_TIMEOUT) == 0 ?
-		    CX_TIMEOUT : CX_ERR;
+		    CX_TIMEOUT : strcmp(jraw(o, "code"), SBX_E_NOT_FOUND) == 0 ?
+		    CX_NOTFOUND : CX_ERR;
 	}
 	json_decref(o);
 }

@@ -425,6 +425,15 @@ class WSTest(unittest.TestCase):
         self.assertEqual(self.sbx("terminals", "alice", "kill", "t0123").returncode, 4)
         self.assertEqual(self.sbx("terminals", "nobody-here").returncode, 4)
 
+    def test_a_missing_working_directory_is_exit_4_with_and_without_i(self):
+        # docs/cli.md: a -w directory that does not exist is exit 4; with -i
+        # (a terminal underneath) it was 1.
+        for extra in ([], ["-i"]):
+            r = self.sbx("exec", "-w", "/work/no-such-dir", *extra, "alice", "--", "pwd",
+                         stdin=subprocess.DEVNULL)
+            self.assertEqual(r.returncode, 4, (extra, r.stderr))
+            self.assertIn(b"does not exist", r.stderr)
+
     def test_sbxctl_exec_i_round_trips_a_tar_byte_exact(self):
         src = io.BytesIO()
         files = {}

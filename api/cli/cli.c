@@ -404,19 +404,33 @@ c_egress_show(struct ctx *x)
 		printf(" %s", json_string_value(json_array_get(v, i)));
 	printf("%s\n", json_array_size(v) == 0 ? " -" : "");
 	v = json_object_get(j, "granted_by");
-	printf("granted by: %s\n", json_is_string(v) ? json_string_value(v) : "-");
+	if (json_is_string(v) && json_is_integer(json_object_get(j, "granted_at"))) {
+		char when[32];
+
+		printf("granted by: %s at %s\n", json_string_value(v),
+		    ms_time(json_object_get(j, "granted_at"), when, sizeof(when)));
+	} else
+		printf("granted by: %s\n", json_is_string(v) ? json_string_value(v) : "-");
 	v = json_object_get(j, "proxy");
 	if (json_is_object(v))
 		printf("proxy:      %" JSON_INTEGER_FORMAT " allowed, %" JSON_INTEGER_FORMAT
 		    " denied\n", json_integer_value(json_object_get(v, "allowed")),
 		    json_integer_value(json_object_get(v, "denied")));
 	v = json_object_get(j, "denials");
-	json_array_foreach(v, i, d)
-		printf("denied:     %s %s:%" JSON_INTEGER_FORMAT " %s\n",
-		    json_string_value(json_object_get(d, "ts")) ?: "-",
-		    json_string_value(json_object_get(d, "host")) ?: "-",
-		    json_integer_value(json_object_get(d, "port")),
-		    json_string_value(json_object_get(d, "reason")) ?: "");
+	/* The proxy's reason names the host and port already ("h:443 is not
+	 * in the allowlist"); host:port only when it gave none. */
+	json_array_foreach(v, i, d) {
+		const char *why = json_string_value(json_object_get(d, "reason"));
+
+		if (why != NULL && why[0] != '\0')
+			printf("denied:     %s %s\n", json_string_value(json_object_get(d,
+			    "ts")) ?: "-", why);
+		else
+			printf("denied:     %s %s:%" JSON_INTEGER_FORMAT "\n",
+			    json_string_value(json_object_get(d, "ts")) ?: "-",
+			    json_string_value(json_object_get(d, "host")) ?: "-",
+			    json_integer_value(json_object_get(d, "port")));
+	}
 	json_decref(j);
 	return CX_OK;
 }

@@ -280,7 +280,7 @@ class CLITest(unittest.TestCase):
         out = r.stdout.decode()
         self.assertIn("egress:     on\n", out)
         self.assertIn("allow:      pypi.org *.pythonhosted.org\n", out)
-        self.assertIn("granted by: op\n", out)
+        self.assertRegex(out, r"granted by: op at \d{4}-\d\d-\d\d \d\d:\d\d")
         self.assertIn("proxy:      0 allowed, 0 denied\n", out)
         r = self.sbx_as(op, "egress", "show", "cara", "--json")
         self.assertEqual(r.returncode, 0, r.stderr)

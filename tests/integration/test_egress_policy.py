@@ -656,6 +656,23 @@ class EgressGrantApiTest(unittest.TestCase):
         self.assertEqual(e["denials"], [])
         r = self.req(pl, "GET", "/api/v1/npcs/%s/egress" % npc)
         self.assertEqual(r.status, 403, r)
+        # sbxctl egress show: one denial is one line (the proxy's reason names
+        # the host once; it was printed twice), and the grant has its time.
+        r = self.req(pl, "POST", "/api/v1/npcs/%s/sandbox/exec" % npc, {"argv": [
+            "sh", "-c", "p=${http_proxy#http://}; printf 'GET http://denied.test:8080/ "
+            "HTTP/1.0\\r\\n\\r\\n' | nc -w 20 ${p%%:*} ${p##*:}; true"]})
+        self.assertEqual(r.status, 200, r.body)
+        env = dict(os.environ, SBX_URL=self.stack.url, SBX_KEY=op, HOME="/nonexistent")
+        env.pop("SBX_CLI_CONFIG", None)
+        out = subprocess.run([os.path.join(sbxtest.BUILD, "sbxctl"), "egress", "show", npc],
+                             env=env, capture_output=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        text = out.stdout.decode()
+        self.assertRegex(text, r"granted by: op at \d{4}-\d\d-\d\d \d\d:\d\d")
+        denied = [ln for ln in text.splitlines() if ln.startswith("denied:")]
+        self.assertEqual(len(denied), 1, text)
+        self.assertEqual(denied[0].count("denied.test"), 1, denied)
+        self.assertIn("is not in this sandbox's allowlist", denied[0])
 
 
 if __name__ == "__main__":

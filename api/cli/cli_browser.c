@@ -22,14 +22,9 @@ c_browser(struct ctx *x)
 	else
 		return usage_err(x->cmd, "the action must be start, stop or "
 		    "status, not \"%s\"", act);
-	if ((rc = npc_call(x, method, x->o.pos[0], "/sandbox/browser", NULL,
-	    &j)) != CX_OK)
+	if ((rc = npc_view(x, method, x->o.pos[0], "/sandbox/browser", &j)) !=
+	    CX_OK || j == NULL)
 		return rc;
-	if (x->o.json) {
-		rc = print_json(j);
-		json_decref(j);
-		return rc;
-	}
 	printf("browser: %s", jstr(j, "state"));
 	if (strcmp(jraw(j, "state"), "crashed") == 0)
 		printf(" (exit status %" JSON_INTEGER_FORMAT ")",

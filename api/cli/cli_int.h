@@ -132,6 +132,11 @@ int call_body(struct ctx *x, const char *method, const char *target,
 /* call_json on an NPC's target (npc_target without a path). */
 int npc_call(struct ctx *x, const char *method, const char *npc,
     const char *suffix, json_t *body, json_t **out);
+/* npc_call without a body for a command with --json: with it the answer is
+ * printed as it came and *out is NULL; without it *out gets the answer
+ * (owned) to print in words. CX_OK or the exit code (the error printed). */
+int npc_view(struct ctx *x, const char *method, const char *npc,
+    const char *suffix, json_t **out);
 /* Splits "NPC:/work/PATH" into npc (cap bytes) and *path (borrowed);
  * returns 1 when spec has that form. */
 int remote_spec(const char *spec, char *npc, size_t cap, const char **path);

@@ -16,14 +16,9 @@ snap_list(struct ctx *x)
 	size_t i;
 	int rc;
 
-	if ((rc = npc_call(x, "GET", x->o.pos[0], "/sandbox/snapshots", NULL,
-	    &j)) != CX_OK)
+	if ((rc = npc_view(x, "GET", x->o.pos[0], "/sandbox/snapshots", &j)) !=
+	    CX_OK || j == NULL)
 		return rc;
-	if (x->o.json) {
-		rc = print_json(j);
-		json_decref(j);
-		return rc;
-	}
 	arr = json_object_get(j, "snapshots");
 	printf("%-32s %14s  %s\n", "NAME", "BYTES", "CREATED");
 	json_array_foreach(arr, i, v)

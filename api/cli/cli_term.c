@@ -229,14 +229,9 @@ c_terminals(struct ctx *x)
 	}
 	if (strcmp(act, "list") != 0 || id != NULL)
 		return usage_err(x->cmd, "the action is list (the default) or kill ID.");
-	if ((rc = npc_call(x, "GET", x->o.pos[0], "/sandbox/terminals", NULL,
-	    &j)) != CX_OK)
+	if ((rc = npc_view(x, "GET", x->o.pos[0], "/sandbox/terminals", &j)) !=
+	    CX_OK || j == NULL)
 		return rc;
-	if (x->o.json) {
-		rc = print_json(j);
-		json_decref(j);
-		return rc;
-	}
 	printf("%-26s %-8s %7s  %-16s  %s\n", "ID", "STATE", "VIEWERS", "CREATED",
 	    "COMMAND");
 	json_array_foreach(json_object_get(j, "terminals"), i, v) {

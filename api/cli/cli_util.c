@@ -489,6 +489,22 @@ npc_call(struct ctx *x, const char *method, const char *npc,
 	return call_json(x, method, target, body, out);
 }
 
+int
+npc_view(struct ctx *x, const char *method, const char *npc,
+    const char *suffix, json_t **out)
+{
+	int rc;
+
+	*out = NULL;
+	if ((rc = npc_call(x, method, npc, suffix, NULL, out)) != CX_OK ||
+	    !x->o.json)
+		return rc;
+	rc = print_json(*out);
+	json_decref(*out);
+	*out = NULL;
+	return rc;
+}
+
 /* Splits "NPC:/work/PATH"; returns 1 when spec has that form. */
 int
 remote_spec(const char *spec, char *npc, size_t cap, const char **path)

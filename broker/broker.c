@@ -287,21 +287,20 @@ static void
 log_listening(const struct broker_config *cfg)
 {
 	const char *drv = cfg->driver != NULL ? cfg->driver : "engine";
+	/* the driver's own pairs, last: a NULL key ends the list early */
+	const char *k1 = "runtime", *v1 = cfg->runtime, *k2 = NULL, *v2 = NULL;
 
-	if (strcmp(drv, "vm") == 0)
-		log_info("listening", "listen", cfg->listen, "driver", drv,
-		    "vm_dir", cfg->vm_dir != NULL ? cfg->vm_dir : "",
-		    "state_dir", cfg->state_dir, "version", BROKER_VERSION, NULL);
-	else if (strcmp(drv, "kubernetes") == 0)
-		log_info("listening", "listen", cfg->listen, "driver", drv,
-		    "kube_server", cfg->kube_server != NULL ? cfg->kube_server : "",
-		    "kube_namespace", cfg->kube_namespace != NULL ?
-		    cfg->kube_namespace : "", "state_dir", cfg->state_dir,
-		    "version", BROKER_VERSION, NULL);
-	else
-		log_info("listening", "listen", cfg->listen, "driver", drv,
-		    "runtime", cfg->runtime, "state_dir", cfg->state_dir,
-		    "version", BROKER_VERSION, NULL);
+	if (strcmp(drv, "vm") == 0) {
+		k1 = "vm_dir";
+		v1 = cfg->vm_dir != NULL ? cfg->vm_dir : "";
+	} else if (strcmp(drv, "kubernetes") == 0) {
+		k1 = "kube_server";
+		v1 = cfg->kube_server != NULL ? cfg->kube_server : "";
+		k2 = "kube_namespace";
+		v2 = cfg->kube_namespace != NULL ? cfg->kube_namespace : "";
+	}
+	log_info("listening", "listen", cfg->listen, "driver", drv, "state_dir",
+	    cfg->state_dir, "version", BROKER_VERSION, k1, v1, k2, v2, NULL);
 }
 
 int

@@ -173,10 +173,8 @@ h_exec(struct breq *b, struct sbx_err *err)
 	if (exec_parse(b, err) == -1)
 		return -1;
 	if (b->sbx->execs >= (unsigned long long)cfg->max_execs_per_sandbox)
-		return sbx_err_set(err, SBX_E_TOO_MANY, "Sandbox %s already runs "
-		    "its maximum of %lld commands (execs and terminals "
-		    "together); one has to end first.", b->id,
-		    cfg->max_execs_per_sandbox);
+		return sbx_err_set(err, SBX_E_TOO_MANY, BROKER_MSG_COMMANDS_FULL,
+		    b->id, cfg->max_execs_per_sandbox);
 	if ((b->h.chunk = evbuffer_new()) == NULL)
 		return sbx_err_oom(err);
 	b->sbx->execs++;

@@ -98,6 +98,11 @@ struct broker_server {
 	struct event *heap_quiet;  /* freed heap back when quiet (sbx_heap_quiet) */
 };
 
+/* The refusal of a command past max_execs_per_sandbox (execs and
+ * sessions count together): %s the sandbox id, %lld the limit. */
+#define BROKER_MSG_COMMANDS_FULL "Sandbox %s already runs its maximum of " \
+    "%lld commands (execs and terminals together); one has to end first."
+
 /* One request being answered. */
 struct breq {
 	struct sbx_httpd_req h;   /* the core's part: evhttp request, stream */

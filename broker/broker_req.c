@@ -215,7 +215,6 @@ broker_is_runtime_code(const char *code)
 	    strcmp(code, SBX_E_RUNTIME_UNAVAILABLE) == 0;
 }
 
-/* Errors become HTTP statuses in the core's one table (sbx_httpd.c). */
 const struct sbx_err *
 breq_err_why(const struct breq *b, const struct sbx_err *err,
     struct sbx_err *tmp)
@@ -228,6 +227,7 @@ breq_err_why(const struct breq *b, const struct sbx_err *err,
 	return tmp;
 }
 
+/* Errors become HTTP statuses in the core's one table (sbx_httpd.c). */
 void
 breq_fail(struct breq *b, const struct sbx_err *err)
 {

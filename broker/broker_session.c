@@ -694,10 +694,8 @@ h_session(struct breq *b, struct sbx_err *err)
 			    b->id, cfg->max_port_sessions_per_sandbox);
 	} else if (b->sbx->execs >=
 	    (unsigned long long)cfg->max_execs_per_sandbox)
-		return sbx_err_set(err, SBX_E_TOO_MANY, "Sandbox %s already runs "
-		    "its maximum of %lld commands (execs and terminals "
-		    "together); one has to end first.", b->id,
-		    cfg->max_execs_per_sandbox);
+		return sbx_err_set(err, SBX_E_TOO_MANY, BROKER_MSG_COMMANDS_FULL,
+		    b->id, cfg->max_execs_per_sandbox);
 	sbx_agent_dec_init(&l->dec, 0, l->rec, sizeof(l->rec));
 	l->in_avail = SBX_AGENT_WINDOW;
 	l->out_credit = SBX_AGENT_WINDOW;

@@ -158,14 +158,22 @@ c_shell(struct ctx *x)
 	return rc;
 }
 
+/* Whether id can be a terminal id (letters and digits, as the api makes
+ * them): one that cannot is refused here and never changes the path. */
+static int
+term_id_ok(const char *id)
+{
+	return id[0] != '\0' && strlen(id) <= 63 &&
+	    strspn(id, "abcdefghijklmnopqrstuvwxyz0123456789") == strlen(id);
+}
+
 int
 c_attach(struct ctx *x)
 {
 	struct term_attach t;
 	const char *id = x->o.pos[1];
 
-	if (id[0] == '\0' || strlen(id) > 63 || strspn(id,
-	    "abcdefghijklmnopqrstuvwxyz0123456789") != strlen(id))
+	if (!term_id_ok(id))
 		return usage_err(x->cmd, "ID is a terminal id as `sbxctl shell` "
 		    "printed it (letters and digits).");
 	memset(&t, 0, sizeof(t));
@@ -216,8 +224,7 @@ c_terminals(struct ctx *x)
 	int rc;
 
 	if (strcmp(act, "kill") == 0) {
-		if (id == NULL || id[0] == '\0' || strlen(id) > 63 ||
-		    strspn(id, "abcdefghijklmnopqrstuvwxyz0123456789") != strlen(id))
+		if (id == NULL || !term_id_ok(id))
 			return usage_err(x->cmd, "kill needs a terminal ID as `sbxctl "
 			    "terminals NPC` lists it.");
 		snprintf(suffix, sizeof(suffix), "/sandbox/terminals/%s", id);

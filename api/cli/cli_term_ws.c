@@ -206,6 +206,17 @@ send_input(struct tsess *s, const unsigned char *p, size_t n)
 		keys(s, p + from, n - from);
 }
 
+/* stdin's end, once, and only from the writer: a read-only viewer's
+ * would be refused (1008); one that becomes the writer sends it then. */
+static void
+send_eof(struct tsess *s)
+{
+	if (!s->writer || !s->in_eof || s->eof_sent)
+		return;
+	s->eof_sent = 1;
+	(void)sbx_ws_send_json(s->ws, json_pack("{s:s}", "type", "eof"));
+}
+
 static void
 read_stdin(struct tsess *s)
 {
@@ -220,11 +231,7 @@ read_stdin(struct tsess *s)
 		 * ignores it (^D is a byte). */
 		s->in_eof = 1;
 		input_set(s, 0);
-		if (s->writer) {   /* a read-only viewer's would be refused */
-			s->eof_sent = 1;
-			(void)sbx_ws_send_json(s->ws, json_pack("{s:s}", "type",
-			    "eof"));
-		}
+		send_eof(s);
 		return;
 	}
 	send_input(s, buf, (size_t)r);
@@ -290,8 +297,8 @@ on_text(struct tsess *s, const unsigned char *p, size_t n)
 
 	if (strcmp(type, "hello") == 0) {
 		snprintf(s->id, sizeof(s->id), "%s", jraw(o, "id"));
-		/* a pty gets the local size (it may have changed since the
-		 * terminal was made); a pty:false terminal has none */
+		/* a pty gets the local size once this viewer is the writer
+		 * (below); a pty:false terminal has none */
 		s->pty = json_is_true(json_object_get(o, "pty"));
 	} else if (strcmp(type, "writer") == 0) {
 		int was = s->writer;
@@ -303,11 +310,7 @@ on_text(struct tsess *s, const unsigned char *p, size_t n)
 		s->writer = json_is_true(v);
 		if (s->writer && !was && s->pty && s->t->raw)
 			send_size(s);
-		if (s->writer && !was && s->in_eof && !s->eof_sent) {
-			s->eof_sent = 1;
-			(void)sbx_ws_send_json(s->ws, json_pack("{s:s}",
-			    "type", "eof"));
-		}
+		send_eof(s);
 		if (!s->writer_known) {
 			s->writer_known = 1;
 			input_set(s, 1);

@@ -1187,21 +1187,30 @@ test_ensure_removes_a_container_left_removing(void **state)
 /* A start a Podman crash cut, met by the next ensure (the OCI runtime kept
  * its state: start 500 "container with given ID already exists"): the
  * container is removed by id, its volume kept, and made again. */
+/* A stopped sandbox whose start answers the runtime's crash leftover
+ * (fx.oci_left: 1 Podman's, 2 Docker's) is ensured: the container is
+ * removed by id, its volume kept, and it runs again. */
 static void
-test_ensure_removes_a_container_whose_start_a_crash_cut(void **state)
+ensure_through_a_start_leftover(struct fx *f, int which)
 {
-	struct fx *f = *state;
-
 	running_sandbox(f);
 	f->c_running = 0;
-	f->oci_left = 1;
+	f->oci_left = which;
 	ensure(f, 0, NULL);
 	assert_false(f->have_err);
 	assert_int_equal(f->st.state, SBX_STATE_RUNNING);
 	assert_int_equal(logged(f, "DELETE /v1.41/containers/c0ffee0123456789?force=1&v=0"), 1);
 	assert_int_equal(logged(f, "DELETE /v1.41/volumes/sbx-t1-work"), 0);
-	assert_int_equal(creates(f) - logged(f, "POST /v1.41/containers/create?name=sbx-t1.init"), 1);
 	assert_true(f->c_exists && f->c_running);
+}
+
+static void
+test_ensure_removes_a_container_whose_start_a_crash_cut(void **state)
+{
+	struct fx *f = *state;
+
+	ensure_through_a_start_leftover(f, 1);
+	assert_int_equal(creates(f) - logged(f, "POST /v1.41/containers/create?name=sbx-t1.init"), 1);
 }
 
 /* Docker's: a dockerd/containerd SIGKILLed during a start leaves the
@@ -1211,17 +1220,7 @@ test_ensure_removes_a_container_whose_start_a_crash_cut(void **state)
 static void
 test_ensure_removes_a_container_whose_shim_a_crash_left(void **state)
 {
-	struct fx *f = *state;
-
-	running_sandbox(f);
-	f->c_running = 0;
-	f->oci_left = 2;
-	ensure(f, 0, NULL);
-	assert_false(f->have_err);
-	assert_int_equal(f->st.state, SBX_STATE_RUNNING);
-	assert_int_equal(logged(f, "DELETE /v1.41/containers/c0ffee0123456789?force=1&v=0"), 1);
-	assert_int_equal(logged(f, "DELETE /v1.41/volumes/sbx-t1-work"), 0);
-	assert_true(f->c_exists && f->c_running);
+	ensure_through_a_start_leftover(*state, 2);
 }
 
 /* A create a Podman crash cut left the name in its storage only (create
